@@ -1,0 +1,188 @@
+"""ALIGN delegation: agents' proposal rules, the principal's utility and committed selection rule,
+and the fair baselines computed from the same candidate pool.
+
+Source: Zhu et al., "ALIGN: Aligned Delegation with Performance Guarantees for Multi-Agent LLM
+Reasoning", arXiv 2602.00127 (2026); theory from Kleinberg & Kleinberg (EC 2018) and
+Hajiaghayi et al. (arXiv 2305.03203). The paper's method text was not available: the rules
+below are **reconstructed** (``shared/docs/protocols.md`` §1) and each is a parameter.
+
+Records are plain dicts (TypedDicts) so graph state serialises and shows in Studio as is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal, Sequence, TypedDict
+
+ProposalRule = Literal["plurality", "first"]
+UtilityName = Literal["agreement"]
+
+
+class Candidate(TypedDict):
+    """One sample of one agent."""
+
+    agent: int
+    """Agent index, 0..n-1."""
+    model: str
+    index: int
+    """Sample index within the agent, 0..k-1."""
+    text: str
+    answer: str | None
+    """Extracted canonical answer (``None`` when none could be extracted)."""
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    """Seconds the model took for this sample."""
+    call_id: str
+
+
+class Proposal(TypedDict):
+    """What an agent submits to the principal."""
+
+    agent: int
+    model: str
+    answer: str | None
+    candidate_index: int
+    """Index (within the agent's samples) of the proposed candidate; -1 if the agent has none."""
+    text: str
+    signal: float
+    """The agent's confidence signal: vote share of the proposed answer among its k samples."""
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationConfig:
+    """Settings of one ALIGN delegation (defaults: protocols.md §1, sized for CPU pools)."""
+
+    n_agents: int = 2
+    """Number of agents n; agent i uses pool model ``models[i % len(models)]``."""
+    k_samples: int = 3
+    """Candidates each agent samples privately (k)."""
+    tau: float = 0.5
+    """Committed acceptance threshold on the principal's utility U, in [0, 1]."""
+    proposal_rule: ProposalRule = "plurality"
+    """``plurality``: the agent's plurality answer (signal = its vote share); ``first``: first sample."""
+    utility: UtilityName = "agreement"
+    """Principal utility: ``agreement`` = signal-weighted agreement with all pooled proposals."""
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 192
+    shots: int = 2
+    """Worked exemplars in each agent's prompt."""
+    seed: int = 0
+    models: tuple[str, ...] = ()
+    """Pool members acting as agents, in order; empty = every pool member."""
+
+    def __post_init__(self):
+        if self.n_agents < 1:
+            raise ValueError(f"n_agents must be >= 1, got {self.n_agents}")
+        if self.k_samples < 1:
+            raise ValueError(f"k_samples must be >= 1, got {self.k_samples}")
+        if not 0.0 <= self.tau <= 1.0:
+            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
+        if self.proposal_rule not in ("plurality", "first"):
+            raise ValueError(f"proposal_rule must be 'plurality' or 'first', got {self.proposal_rule!r}")
+        if self.utility not in ("agreement",):
+            raise ValueError(f"utility must be 'agreement', got {self.utility!r}")
+
+
+def plurality(answers: Sequence[str | None]) -> tuple[str | None, float]:
+    """Plurality answer and its share of *all* votes (abstentions count in the denominator).
+
+    Ties go to the answer seen first. ``None`` (no extractable answer) never wins unless every
+    vote is ``None``, which returns ``(None, 0.0)``.
+
+    >>> plurality(["3", "5", "3", None])
+    ('3', 0.5)
+    """
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None, 0.0
+    best = max(counts.values())
+    winner = next(a for a in answers if a is not None and counts[a] == best)
+    return winner, best / len(answers)
+
+
+def propose(agent: int, model: str, candidates: Sequence[Candidate], rule: ProposalRule = "plurality") -> Proposal:
+    """An agent's proposal from its own k candidates.
+
+    ``plurality``: the first candidate carrying the agent's plurality answer; signal = that
+    answer's vote share among the k samples. ``first``: the first candidate, signal = the share
+    of samples agreeing with it.
+    """
+    own = sorted((c for c in candidates if c["agent"] == agent), key=lambda c: c["index"])
+    if not own:
+        return Proposal(agent=agent, model=model, answer=None, candidate_index=-1, text="", signal=0.0)
+    answers = [c["answer"] for c in own]
+    if rule == "first":
+        chosen = own[0]
+        share = (sum(a == chosen["answer"] for a in answers) / len(answers)) if chosen["answer"] is not None else 0.0
+    else:
+        answer, share = plurality(answers)
+        chosen = next((c for c in own if c["answer"] == answer), own[0])
+    return Proposal(agent=agent, model=model, answer=chosen["answer"], candidate_index=chosen["index"],
+                    text=chosen["text"], signal=share)
+
+
+def agreement_utility(answers: Sequence[str | None], proposals: Sequence[Proposal]) -> list[float]:
+    """Principal utility U(a) = Σ_p s_p·[a = a_p] / Σ_p s_p over pooled proposals p with signal s_p.
+
+    In [0, 1]; an answer of ``None`` has U = 0; if every signal is 0, U = 0 for all.
+
+    >>> props = [{"answer": "4", "signal": 1.0}, {"answer": "5", "signal": 0.5}]
+    >>> agreement_utility(["4", "5", None], props)
+    [0.6666666666666666, 0.3333333333333333, 0.0]
+    """
+    total = sum(p["signal"] for p in proposals)
+    if total <= 0:
+        return [0.0 for _ in answers]
+    return [0.0 if a is None else sum(p["signal"] for p in proposals if p["answer"] == a) / total for a in answers]
+
+
+class Selection(TypedDict):
+    agent: int
+    """Index of the selected proposal's agent (-1 when there is none)."""
+    answer: str | None
+    utility: float
+    accepted: bool
+    """True when U >= tau (the committed rule accepted it), False for the argmax fallback."""
+
+
+def principal_select(proposals: Sequence[Proposal], utilities: Sequence[float], tau: float) -> Selection:
+    """The committed rule: argmax U among proposals with U >= tau; if none, argmax U over all.
+
+    Ties on U go to the higher signal, then the lower agent index.
+    """
+    if not proposals:
+        return Selection(agent=-1, answer=None, utility=0.0, accepted=False)
+    order = sorted(range(len(proposals)),
+                   key=lambda i: (-utilities[i], -proposals[i]["signal"], proposals[i]["agent"]))
+    accepted = [i for i in order if utilities[i] >= tau]
+    best = accepted[0] if accepted else order[0]
+    return Selection(agent=proposals[best]["agent"], answer=proposals[best]["answer"],
+                     utility=float(utilities[best]), accepted=bool(accepted))
+
+
+# ------------------------------------------------------------------ fair baselines, same pool
+
+
+def single_agent(candidates: Sequence[Candidate]) -> str | None:
+    """Single-agent baseline: agent 0's first sample."""
+    first = [c for c in candidates if c["agent"] == 0 and c["index"] == 0]
+    return first[0]["answer"] if first else None
+
+
+def self_consistency(candidates: Sequence[Candidate]) -> tuple[str | None, float]:
+    """Majority vote over all n·k candidates (ordered by agent, then sample)."""
+    ordered = sorted(candidates, key=lambda c: (c["agent"], c["index"]))
+    return plurality([c["answer"] for c in ordered])
+
+
+def best_of_n(candidates: Sequence[Candidate], proposals: Sequence[Proposal]) -> tuple[str | None, float]:
+    """Best-of-n·k: the candidate with the highest principal utility U (the same U as ALIGN)."""
+    ordered = sorted(candidates, key=lambda c: (c["agent"], c["index"]))
+    if not ordered:
+        return None, 0.0
+    utilities = agreement_utility([c["answer"] for c in ordered], proposals)
+    best = max(range(len(ordered)), key=lambda i: (utilities[i], -i))
+    return ordered[best]["answer"], utilities[best]

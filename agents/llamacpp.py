@@ -1,0 +1,159 @@
+"""In-process GGUF chat model on llama-cpp-python.
+
+Two things make it run on any CPU without the user doing anything:
+
+* **AMX.** The default llama.cpp build crashes (SIGSEGV) at the first decode on CPUs with AMX,
+  in the AMX matmul of the "extra buffer type" (upstream llama.cpp #20824). ``Llama(...)`` has no
+  argument for it, so :func:`_disable_extra_buffer_types` wraps ``llama_model_default_params`` so
+  the params it returns have ``use_extra_bufts = False``. Measured: no crash and the same speed.
+* **Threads.** Decoding with more threads than free cores collapses throughput (≈35 → ≈3 tok/s
+  when two threads fight another busy process), so every in-process model shares one process-wide
+  lock and uses at most the cores this process may run on (``AGORA_LLAMA_THREADS`` overrides).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from functools import lru_cache
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from agora.agents._chat import fewshot_stops, generation, render_fewshot, to_dicts
+
+#: One in-process decode at a time: two llama.cpp contexts decoding at once on a 2-core machine
+#: run slower together than one after the other.
+_DECODE_LOCK = threading.RLock()
+_LOAD_LOCK = threading.Lock()
+_PATCHED = False
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp: ``AGORA_LLAMA_THREADS`` or the cores this process may use."""
+    env = os.environ.get("AGORA_LLAMA_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _disable_extra_buffer_types() -> None:
+    """Make every model load with ``use_extra_bufts = False`` (AMX crash workaround, see module doc)."""
+    global _PATCHED
+    if _PATCHED:
+        return
+    import llama_cpp.llama_cpp as lib
+
+    original = lib.llama_model_default_params
+    field_names = {name for name, _ in getattr(lib.llama_model_params, "_fields_", [])}
+
+    def patched():
+        params = original()
+        if "use_extra_bufts" in field_names:
+            params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = patched
+    _PATCHED = True
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, n_ctx: int, n_threads: int):
+    from llama_cpp import Llama
+
+    _disable_extra_buffer_types()
+    return Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+
+
+class LlamaCppChatModel(BaseChatModel):
+    """A GGUF model run in-process by llama.cpp, as a LangChain chat model.
+
+    ``prompt_format="chat"`` applies the GGUF's chat template; ``"fewshot"`` renders the
+    conversation as a ``Question:/Answer:`` transcript for base models without one (Gemma 3 270M).
+    Each call returns ``n`` generations (``n`` sequential samples with seeds ``seed, seed+1, ...``;
+    llama.cpp reuses the cached prompt between them), each carrying ``usage_metadata`` and
+    ``response_metadata["latency_s"]``. Instances with the same ``model_path`` share weights.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model_path: str
+    """Path to the ``.gguf`` file."""
+    model_name: str = "llamacpp"
+    """Name recorded in traces."""
+    prompt_format: Literal["chat", "fewshot"] = "chat"
+    n_ctx: int = 2048
+    n_threads: int = Field(default_factory=default_threads)
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 256
+    fewshot_labels: tuple[str, str] = ("Question", "Answer")
+    _llm: Any = PrivateAttr(default=None)
+
+    @property
+    def _llm_type(self) -> str:
+        return "agora-llamacpp"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "prompt_format": self.prompt_format}
+
+    def llm(self):
+        """The underlying ``llama_cpp.Llama`` (loaded on first use)."""
+        if self._llm is None:
+            with _LOAD_LOCK:
+                self._llm = _load(self.model_path, self.n_ctx, self.n_threads)
+        return self._llm
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        n = int(kwargs.pop("n", 1))
+        seed = kwargs.pop("seed", None)
+        params = {
+            "temperature": float(kwargs.pop("temperature", self.temperature)),
+            "top_p": float(kwargs.pop("top_p", self.top_p)),
+            "max_tokens": int(kwargs.pop("max_tokens", self.max_tokens)),
+        }
+        stops = list(stop or [])
+        chat = to_dicts(messages)
+        llm = self.llm()
+        prompt = None
+        if self.prompt_format == "fewshot":
+            prompt = render_fewshot(chat, self.fewshot_labels)
+            stops += [s for s in fewshot_stops(self.fewshot_labels) if s not in stops]
+        generations = []
+        for i in range(n):
+            sample_seed = (int(seed) + i) if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
+            with _DECODE_LOCK:
+                start = time.perf_counter()
+                if prompt is not None:
+                    out = llm.create_completion(prompt, stop=stops or None, seed=sample_seed, **params)
+                    text = out["choices"][0]["text"]
+                else:
+                    out = llm.create_chat_completion(chat, stop=stops or None, seed=sample_seed, **params)
+                    text = out["choices"][0]["message"]["content"] or ""
+                latency = time.perf_counter() - start
+            usage = out.get("usage") or {}
+            generations.append(
+                generation(
+                    text.strip(),
+                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                    completion_tokens=int(usage.get("completion_tokens", 0)),
+                    latency_s=latency,
+                    model_name=self.model_name,
+                    finish_reason=out["choices"][0].get("finish_reason"),
+                )
+            )
+        return ChatResult(generations=generations)

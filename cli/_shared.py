@@ -1,0 +1,71 @@
+"""Pieces shared by the CLI commands: errors as one line, pools, run ids, progress."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agora.agents.pool import ModelPool, PoolConfigError, default_pool, load_pool
+from agora.tasks.loaders import TaskFormatError
+
+# Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
+console = Console(width=None if sys.stdout.isatty() else 120)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+#: Errors a user can act on: printed as one line, exit status 2, no traceback.
+USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, KeyError)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn user-facing errors into ``error: ...`` on stderr and exit 2; Ctrl-C into exit 130."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/yellow]: finished questions are saved; rerun with the same "
+                          "--run-id to resume")
+        raise typer.Exit(130) from None
+    except USER_ERRORS as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def get_pool(path: Path | None) -> ModelPool:
+    """The pool from ``--pool FILE``, or the embedded default pool."""
+    return load_pool(path) if path is not None else default_pool()
+
+
+def new_run_id(protocol: str) -> str:
+    return f"{protocol}-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def question_progress(total: int) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.fields[label]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}", style="dim"),
+        console=console, transient=False, disable=not sys.stdout.isatty() and total == 0,
+    )
+
+
+def fmt_pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:.1f}"
+
+
+def fmt_ci(lo: float, hi: float) -> str:
+    return "-" if lo != lo else f"[{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def echo_kv(items: dict[str, Any]) -> None:
+    for k, v in items.items():
+        console.print(f"[bold]{k}[/bold]: {v}", highlight=False, soft_wrap=True)

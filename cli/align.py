@@ -1,0 +1,102 @@
+"""``agora run align``: ALIGN delegation on a benchmark, with the fair baselines and a method table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from agora.agents.delegation import DelegationConfig
+from agora.cli._shared import (
+    console,
+    fmt_ci,
+    fmt_pct,
+    get_pool,
+    new_run_id,
+    question_progress,
+    user_errors,
+)
+from agora.cli.main import run_app
+from agora.graphs.delegation import METHODS, DelegationContext, build_delegation_graph
+from agora.graphs.runner import run_problems
+from agora.tasks.loaders import FORMATS, detect_format, load_problems
+from agora.traces.report import method_table, run_totals
+from agora.traces.store import TraceStore
+
+
+@run_app.command("align")
+def run_align(
+    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated)."),
+    agents: int = typer.Option(2, "--agents", "-n", min=1, help="Number of agents n."),
+    samples: int = typer.Option(3, "--samples", "-k", min=1, help="Candidates each agent samples (k)."),
+    tau: float = typer.Option(0.5, "--tau", min=0.0, max=1.0, help="Principal's committed acceptance threshold on U."),
+    max_tokens: int = typer.Option(192, "--max-tokens", min=1, help="Max generated tokens per sample."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+    seed: int = typer.Option(0, "--seed"),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
+    models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
+) -> None:
+    """Delegate each problem to n agents (k samples each) and compare ALIGN with single-agent,
+    self-consistency and best-of-n·k on the same candidates."""
+    with user_errors():
+        if data is None:
+            fmt_name, problems = "synthetic", load_problems(None, "synthetic", limit or 5, seed=seed)
+        else:
+            fmt_name = fmt or detect_format(data)
+            problems = load_problems(data, fmt_name, limit)
+        if not problems:
+            raise ValueError(f"{data}: no problems to run")
+        config = DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
+                                  temperature=temperature, seed=seed,
+                                  models=tuple(m.strip() for m in models.split(",")) if models else ())
+        the_pool = get_pool(pool)
+        for m in config.models:
+            the_pool[m]
+        run_id = run_id or new_run_id("align")
+        store = TraceStore(db)
+        console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, "
+                      f"{agents} agents × {samples} samples, pool {', '.join(the_pool.names)}", highlight=False)
+        with question_progress(len(problems)) as progress:
+            task = progress.add_task("align", total=len(problems), label="ALIGN", status="")
+
+            def on_event(event):
+                progress.update(task, status=event.get("message", "")[:70])
+
+            def on_question(q):
+                progress.advance(task)
+
+            outcome = run_problems(
+                build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
+                context=DelegationContext(pool=the_pool, config=config), config=asdict(config),
+                pool_description=the_pool.describe(),
+                dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
+                on_event=on_event, on_question=on_question,
+            )
+            progress.update(task, completed=len(problems), status="done")
+        if outcome.skipped:
+            console.print(f"resumed: {outcome.skipped} questions were already done", highlight=False)
+        print_method_table(store, run_id)
+
+
+def print_method_table(store: TraceStore, run_id: str) -> None:
+    rows = method_table(store, run_id, order=METHODS)
+    totals = run_totals(store, run_id)
+    table = Table(title=f"ALIGN run {run_id}")
+    for col in ("method", "questions", "accuracy %", "95% CI", "samples/q", "gen. tokens", "model time s"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for r in rows:
+        table.add_row(r.method, str(r.questions), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
+                      f"{r.samples_per_question:.1f}", str(r.completion_tokens), f"{r.model_time_s:.1f}")
+    console.print(table)
+    console.print(
+        f"model calls: {int(totals['calls'])} (failed attempts: {int(totals['failed'])}), "
+        f"generated tokens: {int(totals['completion_tokens'])}, prompt tokens: {int(totals['prompt_tokens'])}, "
+        f"wall time: {totals['wall_s']:.1f} s over {int(totals['questions'])} questions", highlight=False)
+    console.print(f"traces: {store.path}", highlight=False)

@@ -1,0 +1,65 @@
+"""Helpers shared by the protocol graphs (not public)."""
+
+from __future__ import annotations
+
+import zlib
+from functools import lru_cache
+from typing import Any, TypedDict
+
+from langgraph.config import get_stream_writer
+
+from agora.agents.pool import ModelPool
+from agora.tasks.loaders import Problem
+
+
+class ProblemState(TypedDict, total=False):
+    """A problem as it travels in graph state."""
+
+    question_id: str
+    question: str
+    gold: str | None
+    kind: str
+    n_choices: int
+
+
+def problem_input(problem: Problem) -> dict[str, Any]:
+    """Graph input fields for a :class:`~agora.tasks.Problem`."""
+    return {"question_id": problem.id, "question": problem.question, "gold": problem.gold,
+            "kind": problem.kind, "n_choices": problem.n_choices}
+
+
+def as_problem(state: dict[str, Any]) -> Problem:
+    """The problem described by a graph state's input fields."""
+    question = state.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("graph input needs a non-empty 'question'")
+    qid = state.get("question_id") or f"q-{zlib.crc32(question.encode()):08x}"
+    return Problem(id=qid, question=question, gold=state.get("gold"), kind=state.get("kind") or "math",
+                   n_choices=int(state.get("n_choices") or 0))
+
+
+@lru_cache(maxsize=1)
+def _default_pool() -> ModelPool:
+    from agora.agents.pool import default_pool
+
+    return default_pool()
+
+
+def pool_from(context: Any) -> ModelPool:
+    """The pool in the runtime context, or the embedded default pool (Studio runs pass none)."""
+    pool = getattr(context, "pool", None) if context is not None else None
+    return pool if pool is not None else _default_pool()
+
+
+def question_seed(base: int, question_id: str) -> int:
+    """A per-question seed, reproducible across runs: ``base`` mixed with a CRC of the id."""
+    return (base * 1_000_003 + zlib.crc32(question_id.encode())) % (2**31 - 1)
+
+
+def emit(event: str, message: str, **fields: Any) -> None:
+    """Send a custom stream event (``stream_mode="custom"``); a no-op outside a streaming run."""
+    try:
+        writer = get_stream_writer()
+    except Exception:  # noqa: BLE001 - outside a runnable context
+        return
+    writer({"event": event, "message": message, **fields})

@@ -1,0 +1,259 @@
+"""ALIGN delegation as a LangGraph state machine (protocols.md §1).
+
+    delegate ──Send×n──▶ agent[agent_sample → agent_propose] ──▶ principal_select ──▶ END
+
+A principal delegates a question to ``n`` agents. Each agent privately samples ``k`` candidates
+and proposes one with a confidence signal; the principal, committed in advance to a threshold
+``tau`` on its utility ``U``, accepts the best proposal with ``U >= tau`` or falls back to argmax
+``U``. From the **same candidate pool** the graph also computes the fair baselines: single-agent
+(one sample), self-consistency over all ``n·k`` candidates, and best-of-``n·k`` by ``U``.
+
+Source: Zhu et al., arXiv 2602.00127 (2026), reconstructed (see :mod:`agora.agents.delegation`).
+
+Usage::
+
+    from agora.graphs.delegation import build_delegation_graph, DelegationContext
+    graph = build_delegation_graph().compile()
+    out = graph.invoke({"question": "Tom has 3 apples and buys 4 more. How many?"},
+                       context=DelegationContext(pool=my_pool))
+    out["answer"], out["methods"]
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+
+from agora.agents.delegation import (
+    Candidate,
+    DelegationConfig,
+    Proposal,
+    Selection,
+    agreement_utility,
+    best_of_n,
+    principal_select as select_rule,
+    propose,
+    self_consistency,
+    single_agent,
+)
+from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.prompts import solver_messages
+from agora.graphs._common import as_problem, emit, pool_from, question_seed
+from agora.tasks.answers import extract_answer, is_correct
+
+METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
+
+
+@dataclass
+class DelegationContext:
+    """Run-time context: which pool plays and under which settings (one compiled graph, many pools)."""
+
+    pool: ModelPool | None = None
+    """The model pool; ``None`` = the embedded default pool."""
+    config: DelegationConfig = field(default_factory=DelegationConfig)
+    """ALIGN settings (n, k, tau, rules, sampling)."""
+
+
+class DelegationInput(TypedDict):
+    """What a caller passes in."""
+
+    question: str
+    """The problem text (for multiple choice, with lettered options)."""
+    question_id: NotRequired[str]
+    gold: NotRequired[str | None]
+    """Gold answer, if known: each method's ``correct`` is then filled in."""
+    kind: NotRequired[str]
+    """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
+    n_choices: NotRequired[int]
+    """Number of options for ``mc``."""
+
+
+class MethodResult(TypedDict):
+    answer: str | None
+    correct: bool | None
+    """``None`` when no gold answer was given."""
+    samples: int
+    """Candidates this method's answer was drawn from (its sample budget)."""
+    completion_tokens: int
+    latency_s: float
+    """Model time (sum of sample latencies, seconds) of the candidates this method drew on."""
+
+
+class DelegationOutput(TypedDict):
+    """What the graph returns."""
+
+    answer: str | None
+    """The principal's selected answer (ALIGN)."""
+    selection: Selection
+    proposals: list[Proposal]
+    methods: dict[str, MethodResult]
+    """ALIGN and the three baselines computed from the same candidates."""
+
+
+class DelegationState(DelegationInput, total=False):
+    """Full state of one delegation."""
+
+    assignments: list[dict[str, Any]]
+    """One ``{"agent", "model"}`` per agent, set by ``delegate``."""
+    candidates: Annotated[list[Candidate], operator.add]
+    """All n·k candidates, appended by the agents in parallel."""
+    proposals: Annotated[list[Proposal], operator.add]
+    """One proposal per agent."""
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written to the trace store by the runner)."""
+    selection: Selection
+    methods: dict[str, MethodResult]
+    answer: str | None
+
+
+class AgentState(TypedDict, total=False):
+    """State of one agent (a ``Send`` payload)."""
+
+    agent: int
+    model: str
+    question_id: str
+    question: str
+    gold: str | None
+    kind: str
+    n_choices: int
+    candidates: Annotated[list[Candidate], operator.add]
+    proposals: Annotated[list[Proposal], operator.add]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+
+
+class AgentOutput(TypedDict):
+    candidates: Annotated[list[Candidate], operator.add]
+    proposals: Annotated[list[Proposal], operator.add]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+
+
+def _config(runtime: Runtime) -> DelegationConfig:
+    ctx = runtime.context
+    return getattr(ctx, "config", None) or DelegationConfig()
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
+    """The principal assigns the question to n agents (agent i plays model i mod |models|)."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    models = list(cfg.models) or pool.names
+    for m in models:
+        if m not in pool:
+            raise ValueError(f"DelegationConfig.models names {m!r}, which is not in the pool ({', '.join(pool.names)})")
+    assignments = [{"agent": i, "model": models[i % len(models)]} for i in range(cfg.n_agents)]
+    emit("delegate", f"delegating to {cfg.n_agents} agents × {cfg.k_samples} samples",
+         question_id=problem.id, agents=assignments)
+    return {"question_id": problem.id, "assignments": assignments}
+
+
+def fan_out(state: DelegationState) -> list[Send]:
+    """One ``Send`` per agent: the agents work in parallel."""
+    base = {k: state.get(k) for k in ("question_id", "question", "gold", "kind", "n_choices")}
+    return [Send("agent", {**base, **a}) for a in state["assignments"]]
+
+
+def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
+    """The agent privately samples k candidates and extracts each one's answer."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    agent, model = state["agent"], state["model"]
+    params = SamplingParams(n=cfg.k_samples, temperature=cfg.temperature, top_p=cfg.top_p,
+                            max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, problem.id) + 1000 * agent)
+    samples, records = pool.sample(model, solver_messages(problem, cfg.shots), params,
+                                   context={"question_id": problem.id, "node": "agent_sample",
+                                            "role": "agent", "agent": agent})
+    candidates = [
+        Candidate(agent=agent, model=model, index=i, text=s.text,
+                  answer=extract_answer(s.text, problem.kind, problem.n_choices or 4),
+                  prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
+                  latency_s=s.latency_s, call_id=s.call_id)
+        for i, s in enumerate(samples)
+    ]
+    emit("sampled", f"agent {agent} ({model}) sampled {len(candidates)} candidates: "
+         f"{[c['answer'] for c in candidates]}", agent=agent, model=model,
+         answers=[c["answer"] for c in candidates], failed=not samples)
+    return {"candidates": candidates, "calls": records}
+
+
+def agent_propose(state: AgentState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
+    """The agent proposes the candidate it expects the principal to value most."""
+    cfg = _config(runtime)
+    proposal = propose(state["agent"], state["model"], state.get("candidates", []), cfg.proposal_rule)
+    emit("proposal", f"agent {proposal['agent']} proposed {proposal['answer']} "
+         f"(vote share {proposal['signal']:.2f})", **{k: proposal[k] for k in ("agent", "model", "answer", "signal")})
+    return {"proposals": [proposal]}
+
+
+def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
+    """The principal applies its committed rule; baselines are scored on the same candidates."""
+    cfg = _config(runtime)
+    proposals = sorted(state.get("proposals", []), key=lambda p: p["agent"])
+    candidates = state.get("candidates", [])
+    utilities = agreement_utility([p["answer"] for p in proposals], proposals)
+    selection = select_rule(proposals, utilities, cfg.tau)
+    gold, kind = state.get("gold"), state.get("kind") or "math"
+
+    def result(answer: str | None, used: list[Candidate]) -> MethodResult:
+        correct = None if gold is None else is_correct(answer, gold, kind)
+        return MethodResult(answer=answer, correct=correct, samples=len(used),
+                            completion_tokens=sum(c["completion_tokens"] for c in used),
+                            latency_s=sum(c["latency_s"] for c in used))
+
+    first = [c for c in candidates if c["agent"] == 0 and c["index"] == 0]
+    methods = {
+        "align": result(selection["answer"], candidates),
+        "single_agent": result(single_agent(candidates), first),
+        "self_consistency": result(self_consistency(candidates)[0], candidates),
+        "best_of_n": result(best_of_n(candidates, proposals)[0], candidates),
+    }
+    verdict = "accepted" if selection["accepted"] else f"no proposal reached tau={cfg.tau}; argmax fallback"
+    emit("selection", f"principal selected {selection['answer']} from agent {selection['agent']} "
+         f"(U={selection['utility']:.2f}, {verdict})", **selection)
+    return {"selection": selection, "methods": methods, "answer": selection["answer"]}
+
+
+# ---------------------------------------------------------------------------- graph
+
+
+def build_agent_graph() -> StateGraph:
+    """One agent: ``agent_sample`` → ``agent_propose``."""
+    builder = StateGraph(AgentState, context_schema=DelegationContext, output_schema=AgentOutput)
+    builder.add_node("agent_sample", agent_sample)
+    builder.add_node("agent_propose", agent_propose)
+    builder.add_edge(START, "agent_sample")
+    builder.add_edge("agent_sample", "agent_propose")
+    builder.add_edge("agent_propose", END)
+    return builder
+
+
+def build_delegation_graph() -> StateGraph:
+    """The ALIGN graph, uncompiled. Compile it with or without a checkpointer.
+
+    Input: :class:`DelegationInput`; output: :class:`DelegationOutput`; run-time context:
+    :class:`DelegationContext` (pool and settings; defaults to the embedded pool).
+    """
+    builder = StateGraph(DelegationState, context_schema=DelegationContext,
+                         input_schema=DelegationInput, output_schema=DelegationOutput)
+    builder.add_node("delegate", delegate)
+    builder.add_node("agent", build_agent_graph().compile())
+    builder.add_node("principal_select", principal_select)
+    builder.add_edge(START, "delegate")
+    builder.add_conditional_edges("delegate", fan_out, ["agent"])
+    builder.add_edge("agent", "principal_select")
+    builder.add_edge("principal_select", END)
+    return builder
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_delegation_graph().compile(name="align_delegation")

@@ -1,0 +1,25 @@
+"""Benchmark tasks: loading problem files and checking answers.
+
+This folder is outside the three of the design card (``agents``, ``graphs``, ``training``) because
+every one of them needs it and it belongs to none: agents prompt with a problem, graphs score
+their methods against its gold answer, and training turns the same answer checker into a reward.
+
+Public surface::
+
+    from agora.tasks import Problem, load_problems, extract_answer, is_correct, synthetic_problems
+"""
+
+from agora.tasks.answers import answer_key, extract_answer, is_correct
+from agora.tasks.loaders import FORMATS, Problem, TaskFormatError, load_problems
+from agora.tasks.synthetic import synthetic_problems
+
+__all__ = [
+    "FORMATS",
+    "Problem",
+    "TaskFormatError",
+    "answer_key",
+    "extract_answer",
+    "is_correct",
+    "load_problems",
+    "synthetic_problems",
+]

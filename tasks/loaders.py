@@ -1,0 +1,275 @@
+"""Problem files: GSM8K, GSM-Hard, MATH and multiple-choice (MedQA, MMLU, ARC) JSONL.
+
+Each loader turns one JSON line into a :class:`Problem`. A malformed line raises
+:class:`TaskFormatError`, whose message names the file, the line number and the field.
+
+Formats (``fmt`` argument of :func:`load_problems`):
+
+* ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N`` (thousands commas allowed).
+* ``gsm-hard``: ``input``, ``target`` (a number; compared with a relative tolerance).
+* ``math``: ``problem`` with ``answer``, or ``solution`` whose last ``\\boxed{...}`` (brace-matched)
+  is the answer.
+* ``mc``: ``question`` with one of: ``options`` (dict ``{"A": text, ...}``) and ``answer_idx``
+  (letter, MedQA); ``choices`` (list) and ``answer`` (index, MMLU); ``choices`` (dict with
+  ``text`` and ``label`` lists) and ``answerKey`` (ARC).
+* ``prompts``: any of the above, or ``prompt``/``instruction``/``text`` alone (no gold answer),
+  for protocols that need instructions only (duels).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal
+
+AnswerKind = Literal["math", "mc", "open"]
+FORMATS = ("gsm8k", "gsm-hard", "math", "mc", "synthetic", "prompts")
+
+
+class TaskFormatError(ValueError):
+    """A problem file line that cannot be read: ``file:line: field 'name': what is wrong``."""
+
+    def __init__(self, path: str | Path, line: int, field: str | None, message: str):
+        self.path, self.line, self.field = str(path), line, field
+        where = f"{self.path}:{line}"
+        what = f"field '{field}': {message}" if field else message
+        super().__init__(f"{where}: {what}")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One benchmark item."""
+
+    id: str
+    """Stable identifier (from the file's id field, else ``<source>-<line>``)."""
+    question: str
+    """Text shown to the models; for multiple choice it includes the lettered options."""
+    gold: str | None
+    """Gold answer: a number/expression for math, a letter for ``mc``; ``None`` for bare prompts."""
+    kind: AnswerKind = "math"
+    """How answers are extracted and compared (see :mod:`agora.tasks.answers`)."""
+    n_choices: int = 0
+    """Number of options for ``mc`` problems."""
+    source: str = ""
+    """Format or dataset name."""
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    """Extra fields kept from the file (subject, level, ...)."""
+
+
+def _require(record: dict, key: str, path: Path, line: int, types: tuple = (str,)) -> Any:
+    if key not in record:
+        raise TaskFormatError(path, line, key, "missing")
+    value = record[key]
+    if not isinstance(value, types) or (isinstance(value, str) and not value.strip()):
+        want = " or ".join(t.__name__ for t in types)
+        raise TaskFormatError(path, line, key, f"expected non-empty {want}, got {value!r:.60}")
+    return value
+
+
+def _gsm8k(rec: dict, path: Path, line: int) -> Problem:
+    question = _require(rec, "question", path, line)
+    answer = _require(rec, "answer", path, line)
+    if "####" not in answer:
+        raise TaskFormatError(path, line, "answer", "no '#### N' final answer")
+    gold = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    if not gold:
+        raise TaskFormatError(path, line, "answer", "empty final answer after '####'")
+    return Problem(_id(rec, path, line), question.strip(), gold, "math", source="gsm8k")
+
+
+def _gsm_hard(rec: dict, path: Path, line: int) -> Problem:
+    question = _require(rec, "input", path, line)
+    target = _require(rec, "target", path, line, (int, float, str))
+    try:
+        value = float(str(target).replace(",", ""))
+    except ValueError:
+        raise TaskFormatError(path, line, "target", f"not a number: {target!r:.60}") from None
+    gold = str(int(value)) if value == int(value) else repr(value)
+    return Problem(_id(rec, path, line), question.strip(), gold, "math", source="gsm-hard")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, braces matched."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    i = text.index("{", start) + 1
+    depth = 1
+    j = i
+    while j < len(text) and depth:
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+        j += 1
+    if depth:
+        return None
+    return text[i : j - 1].strip()
+
+
+def _math(rec: dict, path: Path, line: int) -> Problem:
+    problem = _require(rec, "problem", path, line)
+    gold = rec.get("answer")
+    if not (isinstance(gold, str) and gold.strip()):
+        solution = _require(rec, "solution", path, line)
+        gold = last_boxed(solution)
+        if not gold:
+            raise TaskFormatError(path, line, "solution", "no \\boxed{...} answer")
+    meta = {k: rec[k] for k in ("subject", "level") if k in rec}
+    return Problem(_id(rec, path, line), problem.strip(), gold.strip(), "math", source="math", meta=meta)
+
+
+def _format_options(question: str, letters: list[str], texts: list[str]) -> str:
+    options = "\n".join(f"{letter}. {str(text).strip()}" for letter, text in zip(letters, texts))
+    return f"{question.strip()}\n{options}"
+
+
+def _mc(rec: dict, path: Path, line: int) -> Problem:
+    question = _require(rec, "question", path, line, (str, dict))
+    if isinstance(question, dict):  # ARC's raw format: {"stem": ..., "choices": [...]}
+        rec = {**rec, "choices": {"text": [c.get("text") for c in question.get("choices", [])],
+                                  "label": [c.get("label") for c in question.get("choices", [])]}}
+        question = _require(question, "stem", path, line)
+    if "options" in rec:  # MedQA
+        options = _require(rec, "options", path, line, (dict,))
+        letters = [str(k).strip().upper() for k in options]
+        texts = list(options.values())
+        gold = str(_require(rec, "answer_idx", path, line)).strip().upper()
+        gold_field = "answer_idx"
+    elif isinstance(rec.get("choices"), dict):  # ARC
+        choices = rec["choices"]
+        letters = [str(x).strip().upper() for x in choices.get("label") or []]
+        texts = list(choices.get("text") or [])
+        if not letters or len(letters) != len(texts):
+            raise TaskFormatError(path, line, "choices", "needs 'text' and 'label' lists of equal length")
+        gold = str(_require(rec, "answerKey", path, line)).strip().upper()
+        gold_field = "answerKey"
+        if all(x.isdigit() for x in letters):  # a few ARC items label options 1-4
+            letters = ["ABCDEFGHIJ"[int(x) - 1] for x in letters]
+            if gold.isdigit():
+                gold = "ABCDEFGHIJ"[int(gold) - 1]
+    elif isinstance(rec.get("choices"), list):  # MMLU
+        texts = rec["choices"]
+        letters = list("ABCDEFGHIJ"[: len(texts)])
+        answer = rec.get("answer")
+        if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(texts):
+            gold = letters[answer]
+        elif isinstance(answer, str) and answer.strip().upper() in letters:
+            gold = answer.strip().upper()
+        else:
+            raise TaskFormatError(path, line, "answer", f"expected an index 0-{len(texts) - 1} or a letter, got {answer!r:.40}")
+        gold_field = "answer"
+    else:
+        raise TaskFormatError(path, line, "options", "no 'options' (MedQA) or 'choices' (MMLU, ARC)")
+    if len(letters) < 2:
+        raise TaskFormatError(path, line, gold_field, "fewer than two options")
+    if gold not in letters:
+        raise TaskFormatError(path, line, gold_field, f"{gold!r} is not one of the options {letters}")
+    meta = {k: rec[k] for k in ("subject", "meta_info") if k in rec}
+    return Problem(
+        _id(rec, path, line), _format_options(question, letters, texts), gold, "mc",
+        n_choices=len(letters), source="mc", meta=meta,
+    )
+
+
+_PROMPT_KEYS = ("prompt", "instruction", "text", "question", "problem", "input")
+
+
+def _prompt(rec: dict, path: Path, line: int) -> Problem:
+    for loader in (_gsm8k, _mc, _math, _gsm_hard):
+        try:
+            return loader(rec, path, line)
+        except TaskFormatError:
+            continue
+    for key in _PROMPT_KEYS:
+        value = rec.get(key)
+        if isinstance(value, str) and value.strip():
+            if key == "instruction" and isinstance(rec.get("input"), str) and rec["input"].strip():
+                value = f"{value.strip()}\n\n{rec['input'].strip()}"
+            return Problem(_id(rec, path, line), value.strip(), None, "open", source="prompts")
+    raise TaskFormatError(path, line, "prompt", f"no text field (one of {', '.join(_PROMPT_KEYS)})")
+
+
+_LOADERS: dict[str, Callable[[dict, Path, int], Problem]] = {
+    "gsm8k": _gsm8k,
+    "gsm-hard": _gsm_hard,
+    "math": _math,
+    "mc": _mc,
+    "prompts": _prompt,
+}
+
+
+def _id(rec: dict, path: Path, line: int) -> str:
+    for key in ("id", "unique_id", "task_id", "question_id"):
+        if key in rec and str(rec[key]).strip():
+            return str(rec[key])
+    return f"{path.stem}-{line}"
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, record)`` for each non-blank line of a JSONL file (1-based lines)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TaskFormatError(path, 0, None, "file not found")
+    with path.open(encoding="utf-8-sig") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise TaskFormatError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise TaskFormatError(path, number, None, f"expected a JSON object, got {type(record).__name__}")
+            yield number, record
+
+
+def load_problems(path: str | Path | None, fmt: str, limit: int | None = None, seed: int = 0) -> list[Problem]:
+    """Load up to ``limit`` problems from ``path`` in format ``fmt`` (one of :data:`FORMATS`).
+
+    ``fmt="synthetic"`` ignores ``path`` and generates problems with :func:`synthetic_problems`.
+
+    Raises:
+        TaskFormatError: unknown format, missing file, or a malformed line (file, line, field).
+    """
+    if fmt == "synthetic":
+        from agora.tasks.synthetic import synthetic_problems
+
+        return synthetic_problems(limit or 10, seed=seed)
+    if fmt not in _LOADERS:
+        raise TaskFormatError(path or "-", 0, None, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if path is None:
+        raise TaskFormatError("-", 0, None, f"format {fmt!r} needs a file")
+    loader = _LOADERS[fmt]
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for number, record in iter_records(path):
+        problem = loader(record, Path(path), number)
+        if problem.id in seen:
+            raise TaskFormatError(path, number, "id", f"duplicate id {problem.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
+        if limit is not None and len(problems) >= limit:
+            break
+    return problems
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess a problem file's format from its first record's fields.
+
+    Raises:
+        TaskFormatError: the fields match no known format.
+    """
+    for number, rec in iter_records(path):
+        if "input" in rec and "target" in rec:
+            return "gsm-hard"
+        if "question" in rec and isinstance(rec.get("answer"), str) and "####" in rec["answer"]:
+            return "gsm8k"
+        if "problem" in rec and ("answer" in rec or "solution" in rec):
+            return "math"
+        if "options" in rec or "choices" in rec or isinstance(rec.get("question"), dict):
+            return "mc"
+        raise TaskFormatError(path, number, None, f"cannot tell the format from fields {sorted(rec)}; "
+                              f"pass --format ({', '.join(FORMATS)})")
+    raise TaskFormatError(path, 0, None, "file has no records")

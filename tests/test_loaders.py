@@ -1,0 +1,101 @@
+import json
+
+import pytest
+
+from agora.tasks import TaskFormatError, load_problems, synthetic_problems
+from agora.tasks.loaders import detect_format, last_boxed
+
+
+def write(tmp_path, name, records):
+    path = tmp_path / name
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def test_gsm8k(tmp_path):
+    path = write(tmp_path, "g.jsonl", [{"question": "Q1?", "answer": "5 + 6 = 11\n#### 1,100"}])
+    [p] = load_problems(path, "gsm8k")
+    assert (p.question, p.gold, p.kind, p.id) == ("Q1?", "1100", "math", "g-1")
+    assert detect_format(path) == "gsm8k"
+
+
+def test_gsm_hard(tmp_path):
+    path = write(tmp_path, "h.jsonl", [{"input": "Q?", "code": "...", "target": 3.5}, {"input": "R?", "target": 7.0}])
+    p, q = load_problems(path, "gsm-hard")
+    assert (p.gold, q.gold) == ("3.5", "7")
+    assert detect_format(path) == "gsm-hard"
+
+
+def test_math_answer_or_boxed_solution(tmp_path):
+    path = write(tmp_path, "m.jsonl", [
+        {"problem": "P1", "answer": "\\frac{1}{2}", "unique_id": "u1"},
+        {"problem": "P2", "solution": "so $x=\\boxed{\\frac{a}{\\sqrt{b}}}$ and \\boxed{\\{1,2\\}}"},
+    ])
+    p1, p2 = load_problems(path, "math")
+    assert (p1.id, p1.gold) == ("u1", "\\frac{1}{2}")
+    assert p2.gold == "\\{1,2\\}"
+    assert last_boxed("\\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+
+
+def test_multiple_choice_formats(tmp_path):
+    path = write(tmp_path, "mc.jsonl", [
+        {"question": "MedQA?", "options": {"A": "x", "B": "y", "C": "z", "D": "w"}, "answer_idx": "C"},
+        {"question": "MMLU?", "choices": ["a", "b", "c", "d"], "answer": 3, "subject": "s"},
+        {"id": "arc1", "question": "ARC?", "choices": {"text": ["p", "q", "r"], "label": ["A", "B", "C"]}, "answerKey": "B"},
+        {"id": "arc2", "question": "ARC2?", "choices": {"text": ["p", "q"], "label": ["1", "2"]}, "answerKey": "2"},
+    ])
+    medqa, mmlu, arc, arc2 = load_problems(path, "mc")
+    assert (medqa.gold, medqa.n_choices) == ("C", 4)
+    assert "C. z" in medqa.question
+    assert (mmlu.gold, mmlu.kind) == ("D", "mc")
+    assert (arc.gold, arc.n_choices) == ("B", 3)
+    assert arc2.gold == "B" and "B. q" in arc2.question
+
+
+@pytest.mark.parametrize(
+    "fmt, line, needle",
+    [
+        ("gsm8k", '{"question": "Q?"}', "field 'answer': missing"),
+        ("gsm8k", '{"question": "Q?", "answer": "no marker"}', "field 'answer': no '#### N'"),
+        ("gsm-hard", '{"input": "Q?", "target": "abc"}', "field 'target': not a number"),
+        ("math", '{"problem": "P", "solution": "no box"}', "field 'solution'"),
+        ("mc", '{"question": "Q", "choices": ["a", "b"], "answer": 5}', "field 'answer'"),
+        ("mc", '{"question": "Q", "options": {"A": "x", "B": "y"}, "answer_idx": "E"}', "field 'answer_idx'"),
+        ("gsm8k", '{"question": "Q?", "answer": "#### 3"', "invalid JSON"),
+        ("gsm8k", '[1, 2]', "expected a JSON object"),
+    ],
+)
+def test_malformed_line_names_file_line_and_field(tmp_path, fmt, line, needle):
+    good = {"gsm8k": {"question": "ok", "answer": "#### 1"}, "gsm-hard": {"input": "ok", "target": 1},
+            "math": {"problem": "ok", "answer": "1"}, "mc": {"question": "ok", "choices": ["a", "b"], "answer": 0}}[fmt]
+    path = write(tmp_path, "bad.jsonl", [good, "", line])
+    with pytest.raises(TaskFormatError) as err:
+        load_problems(path, fmt)
+    assert str(err.value).startswith(f"{path}:3: ")
+    assert needle in str(err.value)
+
+
+def test_limit_and_missing_file(tmp_path):
+    path = write(tmp_path, "g.jsonl", [{"question": f"Q{i}", "answer": f"#### {i}"} for i in range(5)])
+    assert [p.gold for p in load_problems(path, "gsm8k", limit=2)] == ["0", "1"]
+    with pytest.raises(TaskFormatError, match="file not found"):
+        load_problems(tmp_path / "nope.jsonl", "gsm8k")
+    with pytest.raises(TaskFormatError, match="unknown format"):
+        load_problems(path, "csv")
+
+
+def test_synthetic_is_seeded_and_correct():
+    a, b = synthetic_problems(20, seed=3), synthetic_problems(20, seed=3)
+    assert a == b
+    assert synthetic_problems(20, seed=4) != a
+    for p in a:
+        assert int(p.gold) >= 0 and p.question.endswith("?")
+
+
+def test_shared_gsm8k_and_mmlu_load(shared_data):
+    gsm = load_problems(shared_data / "gsm8k" / "test.jsonl", "gsm8k", limit=3)
+    assert gsm[0].gold == "18"
+    mmlu = load_problems(shared_data / "mmlu" / "mmlu_dev.jsonl", "mc", limit=2)
+    assert all(p.n_choices == 4 for p in mmlu)
+    arc = load_problems(shared_data / "arc" / "arc_challenge_test.jsonl", "mc")
+    assert len(arc) == 1172

@@ -1,0 +1,75 @@
+"""Method tables from the trace store: accuracy with a bootstrap CI and cost per method."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from agora.traces.store import TraceStore
+
+
+def bootstrap_ci(outcomes: Sequence[bool | int], *, level: float = 0.95, resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """Mean of 0/1 ``outcomes`` and its percentile-bootstrap confidence interval.
+
+    Returns ``(mean, low, high)``; ``(nan, nan, nan)`` for no outcomes. Resamples questions with
+    replacement ``resamples`` times with a seeded generator, so the interval is reproducible.
+    """
+    x = np.asarray(outcomes, dtype=float)
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    alpha = (1 - level) / 2
+    return float(x.mean()), float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+
+
+@dataclass(frozen=True, slots=True)
+class MethodRow:
+    method: str
+    questions: int
+    """Questions with a gold answer that this method answered (or failed to)."""
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    samples_per_question: float
+    """Mean model samples (calls) the method's answer was drawn from."""
+    completion_tokens: int
+    """Generated tokens of those samples, over all questions."""
+    model_time_s: float
+    """Sum of the model latencies of those samples, seconds."""
+
+
+def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> list[MethodRow]:
+    """One row per method of a run, in ``order`` first, then alphabetically."""
+    by_method: dict[str, list[dict]] = {}
+    for row in store.results(run_id):
+        by_method.setdefault(row["method"], []).append(row)
+    names = [m for m in order if m in by_method] + sorted(m for m in by_method if m not in order)
+    rows = []
+    for m in names:
+        rs = by_method[m]
+        scored = [r["correct"] for r in rs if r["correct"] is not None]
+        mean, lo, hi = bootstrap_ci(scored)
+        rows.append(MethodRow(
+            method=m, questions=len(scored), accuracy=mean, ci_low=lo, ci_high=hi,
+            samples_per_question=float(np.mean([r["samples"] or 0 for r in rs])),
+            completion_tokens=int(sum(r["completion_tokens"] or 0 for r in rs)),
+            model_time_s=float(sum(r["latency_s"] or 0.0 for r in rs)),
+        ))
+    return rows
+
+
+def run_totals(store: TraceStore, run_id: str) -> dict[str, float]:
+    """Model calls, tokens and failed attempts of a run, from ``model_calls``, and question wall time."""
+    q = store.db.query(
+        "select count(*) as questions, coalesce(sum(wall_s), 0) as wall_s from questions where run_id = ?",
+        [run_id])
+    c = store.db.query(
+        "select sum(error is null) as calls, sum(error is not null) as failed, "
+        "coalesce(sum(prompt_tokens), 0) as prompt_tokens, coalesce(sum(completion_tokens), 0) as completion_tokens "
+        "from model_calls where run_id = ?", [run_id])
+    out = {**next(q), **next(c)}
+    return {k: (v or 0) for k, v in out.items()}

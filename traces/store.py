@@ -1,0 +1,173 @@
+"""SQLite trace store on sqlite-utils (schema: :mod:`agora.traces.schema`)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlite_utils
+
+from agora.traces import schema
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def code_revision() -> str:
+    """The git commit of the installed source tree, else the package version."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                             text=True, timeout=5, check=False)
+        if out.returncode == 0 and out.stdout.strip():
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                                   capture_output=True, text=True, timeout=5, check=False).stdout.strip()
+            return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return "agora-llm " + version("agora-llm")
+    except PackageNotFoundError:  # pragma: no cover
+        return "unknown"
+
+
+class TraceStore:
+    """The trace database. Thread-safe for writers in one process (one lock around writes).
+
+    Args:
+        path: SQLite file (created with its tables if missing). ``":memory:"`` for tests.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite_utils.Database(self.path) if self.path != ":memory:" else sqlite_utils.Database(memory=True)
+        if self.path != ":memory:":
+            self.db.enable_wal()
+        self._lock = threading.RLock()
+        self._create()
+
+    def _create(self) -> None:
+        db = self.db
+        db["runs"].create(schema.RUNS, pk="run_id", if_not_exists=True)
+        db["questions"].create(schema.QUESTIONS, pk=("run_id", "question_id"), if_not_exists=True)
+        db["results"].create(schema.RESULTS, pk=("run_id", "question_id", "method"), if_not_exists=True)
+        db["model_calls"].create(schema.MODEL_CALLS, pk="call_id", if_not_exists=True)
+        db["model_calls"].create_index(["run_id", "question_id"], if_not_exists=True)
+        db["results"].create_index(["run_id", "method"], if_not_exists=True)
+
+    # ------------------------------------------------------------------ runs
+
+    def start_run(self, run_id: str, protocol: str, *, config: Any, pool: Any, dataset: Any) -> bool:
+        """Create the run, or mark an existing one running again. Returns True when resuming.
+
+        Raises:
+            ValueError: the run id exists for another protocol.
+        """
+        with self._lock, self.db.conn:
+            existing = self.get_run(run_id)
+            if existing is not None:
+                if existing["protocol"] != protocol:
+                    raise ValueError(f"run id {run_id!r} already holds a {existing['protocol']} run in {self.path}")
+                self.db["runs"].update(run_id, {"status": "running", "finished_at": None})
+                return True
+            self.db["runs"].insert({
+                "run_id": run_id, "protocol": protocol, "status": "running", "started_at": now(),
+                "finished_at": None, "config": _json(config), "pool": _json(pool), "dataset": _json(dataset),
+                "code_revision": code_revision(), "host": platform.node(), "summary": None,
+            })
+            return False
+
+    def finish_run(self, run_id: str, summary: Any = None, status: str = "finished") -> None:
+        with self._lock, self.db.conn:
+            self.db["runs"].update(run_id, {"status": status, "finished_at": now(), "summary": _json(summary)})
+
+    def get_run(self, run_id: str) -> dict | None:
+        rows = list(self.db["runs"].rows_where("run_id = ?", [run_id]))
+        return rows[0] if rows else None
+
+    # ------------------------------------------------------------------ questions
+
+    def finished_questions(self, run_id: str) -> set[str]:
+        """Ids of questions already recorded for ``run_id`` (a rerun skips them)."""
+        return {r["question_id"] for r in self.db.query(
+            "select question_id from questions where run_id = ?", [run_id])}
+
+    def record_question(
+        self,
+        run_id: str,
+        protocol: str,
+        question: dict[str, Any],
+        results: dict[str, dict[str, Any]],
+        calls: Iterable[dict[str, Any]],
+    ) -> None:
+        """Write one finished question, its per-method results and its model calls, atomically.
+
+        Upserts on primary keys, so writing the same question twice leaves one copy.
+        """
+        qid = question["question_id"]
+        calls = list(calls)
+        call_rows = []
+        for c in calls:
+            call_rows.append({
+                "call_id": c["call_id"], "run_id": run_id, "question_id": c.get("question_id", qid),
+                "protocol": protocol, "node": c.get("node"), "role": c.get("role"), "agent": c.get("agent"),
+                "model": c.get("model"), "messages": _json(c.get("messages")), "completion": c.get("completion"),
+                "params": _json(c.get("params")), "prompt_tokens": c.get("prompt_tokens", 0),
+                "completion_tokens": c.get("completion_tokens", 0), "latency_s": c.get("latency_s"),
+                "finish_reason": c.get("finish_reason"), "attempt": c.get("attempt", 0),
+                "error": c.get("error"), "created_at": c.get("created_at") or now(),
+            })
+        ok = [c for c in call_rows if not c["error"]]
+        row = {
+            "run_id": run_id, "question_id": qid, "idx": question.get("idx"), "source": question.get("source"),
+            "kind": question.get("kind"), "question": question.get("question"), "gold": question.get("gold"),
+            "answer": question.get("answer"), "correct": _bool(question.get("correct")),
+            "wall_s": question.get("wall_s"), "model_calls": len(ok),
+            "prompt_tokens": sum(c["prompt_tokens"] or 0 for c in ok),
+            "completion_tokens": sum(c["completion_tokens"] or 0 for c in ok),
+            "detail": _json(question.get("detail")), "finished_at": now(),
+        }
+        result_rows = [{"run_id": run_id, "question_id": qid, "method": method, "answer": r.get("answer"),
+                        "correct": _bool(r.get("correct")), "samples": r.get("samples"),
+                        "completion_tokens": r.get("completion_tokens"),
+                        "latency_s": r.get("latency_s")} for method, r in results.items()]
+        with self._lock, self.db.conn:
+            if call_rows:
+                self.db["model_calls"].upsert_all(call_rows, pk="call_id")
+            if result_rows:
+                self.db["results"].upsert_all(result_rows, pk=("run_id", "question_id", "method"))
+            self.db["questions"].upsert(row, pk=("run_id", "question_id"))
+
+    def results(self, run_id: str) -> list[dict]:
+        return list(self.db.query(
+            "select r.*, q.idx from results r join questions q using (run_id, question_id) "
+            "where r.run_id = ? order by q.idx, r.method", [run_id]))
+
+    def questions(self, run_id: str) -> list[dict]:
+        return list(self.db["questions"].rows_where("run_id = ?", [run_id], order_by="idx"))
+
+    def calls(self, run_id: str, question_id: str | None = None) -> list[dict]:
+        if question_id is None:
+            return list(self.db["model_calls"].rows_where("run_id = ?", [run_id]))
+        return list(self.db["model_calls"].rows_where("run_id = ? and question_id = ?", [run_id, question_id]))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _bool(value: Any) -> int | None:
+    return None if value is None else int(bool(value))
