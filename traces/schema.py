@@ -20,7 +20,9 @@
     run_id, question_id, protocol, node (graph node), role (agent, judge, anchor, ...), agent,
     model, messages (JSON chat), completion, params (JSON sampling parameters), prompt_tokens,
     completion_tokens, latency_s, finish_reason, attempt (0-based retry count), error (NULL when
-    the call succeeded), created_at.
+    the call succeeded), created_at, partner (the model(s) whose answer the prompt showed, comma-
+    separated: COMED peers, debate rounds after the first, the MoA aggregator; NULL for a call that
+    answered alone).
 
 A question's rows (question, results, its model calls) are written in one transaction, after the
 question finished; rerunning a run id skips questions already in ``questions``, so a rerun
@@ -45,5 +47,5 @@ MODEL_CALLS = {
     "call_id": str, "run_id": str, "question_id": str, "protocol": str, "node": str, "role": str,
     "agent": int, "model": str, "messages": str, "completion": str, "params": str,
     "prompt_tokens": int, "completion_tokens": int, "latency_s": float, "finish_reason": str,
-    "attempt": int, "error": str, "created_at": str,
+    "attempt": int, "error": str, "created_at": str, "partner": str,
 }

@@ -66,6 +66,8 @@ class TraceStore:
         db["questions"].create(schema.QUESTIONS, pk=("run_id", "question_id"), if_not_exists=True)
         db["results"].create(schema.RESULTS, pk=("run_id", "question_id", "method"), if_not_exists=True)
         db["model_calls"].create(schema.MODEL_CALLS, pk="call_id", if_not_exists=True)
+        if "partner" not in db["model_calls"].columns_dict:  # databases written before the column existed
+            db["model_calls"].add_column("partner", str)
         db["model_calls"].create_index(["run_id", "question_id"], if_not_exists=True)
         db["results"].create_index(["run_id", "method"], if_not_exists=True)
 
@@ -125,6 +127,7 @@ class TraceStore:
             call_rows.append({
                 "call_id": c["call_id"], "run_id": run_id, "question_id": c.get("question_id", qid),
                 "protocol": protocol, "node": c.get("node"), "role": c.get("role"), "agent": c.get("agent"),
+                "partner": c.get("partner"),
                 "model": c.get("model"), "messages": _json(c.get("messages")), "completion": c.get("completion"),
                 "params": _json(c.get("params")), "prompt_tokens": c.get("prompt_tokens", 0),
                 "completion_tokens": c.get("completion_tokens", 0), "latency_s": c.get("latency_s"),
