@@ -14,12 +14,19 @@ A pool file lists models under ``[[models]]``::
     base_url = "http://127.0.0.1:8000/v1"
     model = "Qwen/Qwen2.5-0.5B-Instruct"
     api_key = "EMPTY"                # optional
+    endpoints = ["http://gpu-a:8000/v1", "http://gpu-b:8000/v1"]   # optional replicas
 
 Optional keys for every model: ``family`` (a label for panel analyses), ``system_prompt``
 (prepended to every conversation: the same weights under a different persona make a different
 member), ``temperature`` (overrides the protocol's sampling temperature), ``max_retries`` (3),
 ``cost_per_1k_tokens`` (0.0), ``n_ctx`` (llamacpp, 2048). A relative ``path`` is resolved against
 the pool file's folder.
+
+OpenAI-compatible models may list several ``endpoints`` (replicas of one model; requests are
+spread across them and a dead one is skipped), ``timeout_s`` (120) and ``structured_outputs``
+(``"response_format"``, ``"vllm"`` or ``"none"``: how a JSON schema is sent). ``backend = "vllm"``
+runs ``model`` (an HF folder or id) in-process with ``vllm.LLM``; ``vllm_args`` (a table) passes
+engine arguments to it and to ``agora serve``. ``prompt_format = "fewshot"`` works for every backend.
 """
 
 from __future__ import annotations
@@ -40,12 +47,23 @@ from agora.agents._chat import to_dicts, to_messages
 
 log = logging.getLogger("agora.pool")
 
-Backend = Literal["llamacpp", "openai"]
+Backend = Literal["llamacpp", "openai", "vllm"]
+BACKENDS = ("llamacpp", "openai", "vllm")
+StructuredOutputs = Literal["response_format", "vllm", "none"]
 BUILTIN_MODELS = ("builtin:smollm2", "builtin:gemma3-270m")
 
 
 class PoolConfigError(ValueError):
     """A pool file that cannot be used: ``file: models[i] (name): field 'x': what is wrong``."""
+
+
+class ModelUnavailableError(ConnectionError):
+    """A backend that cannot reach its model at all (every endpoint refuses connections).
+
+    The pool retries it like any failure, then raises :class:`ModelCallError` instead of returning
+    no samples: a dead server stops the run (finished questions stay recorded and the run resumes
+    with the same run id) rather than recording every later question as failed.
+    """
 
 
 class ModelCallError(RuntimeError):
@@ -68,6 +86,13 @@ class SamplingParams:
     seed: int | None = None
     """Seed of the first sample; sample ``i`` uses ``seed + i``."""
     stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    """``None``: no log-probabilities; ``0``: each sample's summed token log-probability
+    (:attr:`Sample.logprob`); ``k >= 1``: also the top-k alternatives of every generated token
+    (:attr:`Sample.top_logprobs`). Backends without them leave the fields empty."""
+    json_schema: dict[str, Any] | None = None
+    """JSON Schema the reply must follow (structured outputs where the backend supports them; parse
+    replies with :func:`agora.agents.structured.parse_json_reply` either way)."""
 
     def __post_init__(self):
         if self.n < 1:
@@ -78,10 +103,21 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must be None or in [0, 20], got {self.logprobs}")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
-                "max_tokens": self.max_tokens, "seed": self.seed, "stop": list(self.stop)}
+        d = {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
+             "max_tokens": self.max_tokens, "seed": self.seed, "stop": list(self.stop)}
+        d.update({k: getattr(self, k) for k in ("logprobs", "json_schema") if getattr(self, k) is not None})
+        return d
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for a chat model's ``generate`` (``stop`` goes separately)."""
+        kwargs = {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
+                  "max_tokens": self.max_tokens, "seed": self.seed}
+        kwargs.update({k: getattr(self, k) for k in ("logprobs", "json_schema") if getattr(self, k) is not None})
+        return kwargs
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +133,8 @@ class Sample:
     finish_reason: str | None = None
     logprob: float | None = None
     """Sum of token log-probabilities, when the backend returns them."""
+    top_logprobs: tuple[dict[str, float], ...] | None = None
+    """Per generated token, the top-k alternatives ``{token: logprob}`` (``SamplingParams.logprobs >= 1``)."""
     call_id: str = ""
     """Id of the trace record of this sample."""
 
@@ -118,11 +156,17 @@ class ModelSpec:
     max_retries: int = 3
     cost_per_1k_tokens: float = 0.0
     n_ctx: int = 2048
+    endpoints: tuple[str, ...] = ()
+    """openai: replica base URLs (``base_url``, when given, is the first)."""
+    timeout_s: float = 120.0
+    """openai: seconds before a request times out."""
+    structured_outputs: StructuredOutputs = "response_format"
+    """openai: how ``json_schema`` is sent (``response_format`` json_schema, vLLM's ``structured_outputs``, or not)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept for later tools (adapters, endpoints...)."""
 
     def describe(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, {}, "")}
+        d = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, {}, "", ())}
         d.pop("api_key", None)
         return d
 
@@ -171,10 +215,17 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         path = resolve_builtin(spec.path) if spec.path.startswith("builtin:") else spec.path
         return LlamaCppChatModel(model_path=path, model_name=spec.name, prompt_format=spec.prompt_format,
                                  n_ctx=spec.n_ctx)
+    if spec.backend == "vllm":
+        from agora.agents.vllm_offline import VLLMChatModel
+
+        return VLLMChatModel(model=spec.model, model_name=spec.name, prompt_format=spec.prompt_format,
+                             engine_args=dict(spec.extra.get("vllm_args") or {}))
     from agora.agents.openai_backend import OpenAICompatibleChatModel
 
-    return OpenAICompatibleChatModel(base_url=spec.base_url, model=spec.model, model_name=spec.name,
-                                     api_key=spec.api_key or "EMPTY")
+    endpoints = list(dict.fromkeys(([spec.base_url] if spec.base_url else []) + list(spec.endpoints)))
+    return OpenAICompatibleChatModel(endpoints=endpoints, model=spec.model, model_name=spec.name,
+                                     api_key=spec.api_key or "EMPTY", timeout_s=spec.timeout_s,
+                                     prompt_format=spec.prompt_format, structured_outputs=spec.structured_outputs)
 
 
 class ModelPool:
@@ -258,8 +309,7 @@ class ModelPool:
             params = replace(params, temperature=spec.temperature)
         base = {"model": name, "messages": chat, "params": params.as_dict(), **(context or {})}
         records: list[dict[str, Any]] = []
-        kwargs = {"n": params.n, "temperature": params.temperature, "top_p": params.top_p,
-                  "max_tokens": params.max_tokens, "seed": params.seed}
+        kwargs = params.backend_kwargs()
         for attempt in range(spec.max_retries + 1):
             start = time.perf_counter()
             try:
@@ -272,6 +322,9 @@ class ModelPool:
                                 "error": f"{type(exc).__name__}: {exc}"[:2000]})
                 if attempt < spec.max_retries:
                     time.sleep(min(8.0, 0.5 * 2**attempt))
+                elif isinstance(exc, ModelUnavailableError):
+                    raise ModelCallError(f"model {name!r} is unreachable after {attempt + 1} attempts: {exc}",
+                                         records) from exc
                 continue
             samples = []
             for gen in result.generations[0]:
@@ -287,6 +340,7 @@ class ModelPool:
                     latency_s=float(meta.get("latency_s", time.perf_counter() - start)),
                     finish_reason=meta.get("finish_reason"),
                     logprob=meta.get("logprob"),
+                    top_logprobs=meta.get("top_logprobs"),
                     call_id=call_id,
                 )
                 samples.append(sample)
@@ -300,7 +354,8 @@ class ModelPool:
 # ----------------------------------------------------------------------------- pool files
 
 _KNOWN = {"name", "backend", "path", "prompt_format", "base_url", "model", "api_key", "family",
-          "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "n_ctx"}
+          "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "n_ctx", "endpoints",
+          "timeout_s", "structured_outputs"}
 
 
 def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) -> ModelSpec:
@@ -312,8 +367,8 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
         fail("name", "missing or empty")
     where = f"{where} ({name})"
     backend = entry.get("backend", "llamacpp")
-    if backend not in ("llamacpp", "openai"):
-        fail("backend", f"{backend!r} is not one of 'llamacpp', 'openai'")
+    if backend not in BACKENDS:
+        fail("backend", f"{backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     kwargs: dict[str, Any] = {k: entry[k] for k in _KNOWN if k in entry}
     kwargs["backend"] = backend
     if backend == "llamacpp":
@@ -330,14 +385,26 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
             if not p.is_file():
                 fail("path", f"no such file: {p}")
             kwargs["path"] = str(p)
-        if entry.get("prompt_format", "chat") not in ("chat", "fewshot"):
-            fail("prompt_format", "must be 'chat' or 'fewshot'")
+    elif backend == "vllm":
+        if not isinstance(entry.get("model"), str) or not entry["model"]:
+            fail("model", "a vllm model needs model = an HF folder or model id")
+        if not isinstance(entry.get("vllm_args", {}), dict):
+            fail("vllm_args", "must be a table of vllm engine arguments")
     else:
-        for key in ("base_url", "model"):
-            if not isinstance(entry.get(key), str) or not entry[key]:
-                fail(key, "an openai model needs base_url and model")
+        endpoints = entry.get("endpoints", [])
+        if not isinstance(endpoints, list) or not all(isinstance(u, str) and u for u in endpoints):
+            fail("endpoints", "must be a list of base URLs, e.g. [\"http://host:8000/v1\"]")
+        kwargs["endpoints"] = tuple(endpoints)
+        if not (isinstance(entry.get("base_url"), str) and entry["base_url"]) and not endpoints:
+            fail("base_url", "an openai model needs base_url (or endpoints) and model")
+        if not isinstance(entry.get("model"), str) or not entry["model"]:
+            fail("model", "an openai model needs base_url (or endpoints) and model")
+        if entry.get("structured_outputs", "response_format") not in ("response_format", "vllm", "none"):
+            fail("structured_outputs", "must be 'response_format', 'vllm' or 'none'")
+    if entry.get("prompt_format", "chat") not in ("chat", "fewshot"):
+        fail("prompt_format", "must be 'chat' or 'fewshot'")
     for key, typ in (("temperature", (int, float)), ("cost_per_1k_tokens", (int, float)),
-                     ("max_retries", (int,)), ("n_ctx", (int,))):
+                     ("max_retries", (int,)), ("n_ctx", (int,)), ("timeout_s", (int, float))):
         if key in entry and (not isinstance(entry[key], typ) or isinstance(entry[key], bool) or entry[key] < 0):
             fail(key, f"expected a non-negative number, got {entry[key]!r}")
     kwargs["extra"] = {k: v for k, v in entry.items() if k not in _KNOWN}
