@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import subprocess
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import sqlite_utils
 
@@ -121,19 +122,7 @@ class TraceStore:
         Upserts on primary keys, so writing the same question twice leaves one copy.
         """
         qid = question["question_id"]
-        calls = list(calls)
-        call_rows = []
-        for c in calls:
-            call_rows.append({
-                "call_id": c["call_id"], "run_id": run_id, "question_id": c.get("question_id", qid),
-                "protocol": protocol, "node": c.get("node"), "role": c.get("role"), "agent": c.get("agent"),
-                "partner": c.get("partner"),
-                "model": c.get("model"), "messages": _json(c.get("messages")), "completion": c.get("completion"),
-                "params": _json(c.get("params")), "prompt_tokens": c.get("prompt_tokens", 0),
-                "completion_tokens": c.get("completion_tokens", 0), "latency_s": c.get("latency_s"),
-                "finish_reason": c.get("finish_reason"), "attempt": c.get("attempt", 0),
-                "error": c.get("error"), "created_at": c.get("created_at") or now(),
-            })
+        call_rows = [call_row(c, run_id, qid, protocol) for c in calls]
         ok = [c for c in call_rows if not c["error"]]
         row = {
             "run_id": run_id, "question_id": qid, "idx": question.get("idx"), "source": question.get("source"),
@@ -155,6 +144,13 @@ class TraceStore:
                 self.db["results"].upsert_all(result_rows, pk=("run_id", "question_id", "method"))
             self.db["questions"].upsert(row, pk=("run_id", "question_id"))
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """Hold the write lock and one SQLite transaction (committed on exit, rolled back on error);
+        for protocol tables written together with their model calls (:func:`call_row`)."""
+        with self._lock, self.db.conn:
+            yield self.db
+
     def results(self, run_id: str) -> list[dict]:
         return list(self.db.query(
             "select r.*, q.idx from results r join questions q using (run_id, question_id) "
@@ -170,6 +166,21 @@ class TraceStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+def call_row(c: dict[str, Any], run_id: str, question_id: str, protocol: str) -> dict[str, Any]:
+    """The ``model_calls`` row of one trace record ``c`` (a :meth:`ModelPool.sample` record);
+    ``question_id`` is used when the record has none."""
+    return {
+        "call_id": c["call_id"], "run_id": run_id, "question_id": c.get("question_id", question_id),
+        "protocol": protocol, "node": c.get("node"), "role": c.get("role"), "agent": c.get("agent"),
+        "partner": c.get("partner"),
+        "model": c.get("model"), "messages": _json(c.get("messages")), "completion": c.get("completion"),
+        "params": _json(c.get("params")), "prompt_tokens": c.get("prompt_tokens", 0),
+        "completion_tokens": c.get("completion_tokens", 0), "latency_s": c.get("latency_s"),
+        "finish_reason": c.get("finish_reason"), "attempt": c.get("attempt", 0),
+        "error": c.get("error"), "created_at": c.get("created_at") or now(),
+    }
 
 
 def _bool(value: Any) -> int | None:
