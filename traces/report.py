@@ -10,9 +10,10 @@ import numpy as np
 from agora.traces.store import TraceStore
 
 
-def bootstrap_ci(outcomes: Sequence[bool | int], *, level: float = 0.95, resamples: int = 2000,
+def bootstrap_ci(outcomes: Sequence[bool | int | float], *, level: float = 0.95, resamples: int = 2000,
                  seed: int = 0) -> tuple[float, float, float]:
-    """Mean of 0/1 ``outcomes`` and its percentile-bootstrap confidence interval.
+    """Mean of ``outcomes`` (0/1 correctness, or any real values such as per-response cue rates)
+    and its percentile-bootstrap confidence interval.
 
     Returns ``(mean, low, high)``; ``(nan, nan, nan)`` for no outcomes. Resamples questions with
     replacement ``resamples`` times with a seeded generator, so the interval is reproducible.
