@@ -1,0 +1,119 @@
+"""Trace store and resumable runner: rows written, resume without redoing or duplicating work."""
+
+import time
+
+import sqlite_utils
+
+from agora.agents.delegation import DelegationConfig
+from agora.agents.pool import ModelPool
+from agora.agents.testing import ScriptedChatModel
+from agora.graphs.delegation import DelegationContext, build_delegation_graph
+from agora.graphs.runner import run_problems
+from agora.tasks import Problem
+from agora.traces.report import bootstrap_ci, method_table, run_totals
+from agora.traces.store import TraceStore
+
+PROBLEMS = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(1, 4)]
+
+
+def answer_twice(chat, index):
+    # "What is i + i?" -> right for agent a, wrong for b on odd i
+    i = int(chat[-1]["content"].split()[2])
+    return f"So the answer is {2 * i}."
+
+
+def run(store, pool, run_id="r1", problems=PROBLEMS, config=DelegationConfig(n_agents=2, k_samples=2)):
+    return run_problems(build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
+                        context=DelegationContext(pool, config), config={"n": 2}, pool_description=pool.describe(),
+                        dataset={"format": "test"})
+
+
+def test_rows_in_every_table(tmp_path):
+    store = TraceStore(tmp_path / "t.db")
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=answer_twice),
+                                       "b": ScriptedChatModel(responses=["The answer is 4."], cycle=True)})
+    out = run(store, pool)
+    assert [q.answer for q in out.outcomes] == ["2", "4", "6"] or len(out.outcomes) == 3
+    db = sqlite_utils.Database(tmp_path / "t.db")
+    assert db["runs"].count == 1 and db["questions"].count == 3
+    assert db["results"].count == 3 * 4
+    assert db["model_calls"].count == 3 * 2 * 2
+    run_row = store.get_run("r1")
+    assert run_row["status"] == "finished" and run_row["protocol"] == "align"
+    call = next(db["model_calls"].rows)
+    assert call["node"] == "agent_sample" and call["role"] == "agent" and call["completion_tokens"] > 0
+    # self-consistency: a says 2i twice, b says 4 twice -> ties go to a (first seen), so all correct
+    table = {r.method: r for r in method_table(store, "r1")}
+    assert table["self_consistency"].accuracy == 1.0
+    assert table["single_agent"].samples_per_question == 1.0
+    totals = run_totals(store, "r1")
+    assert totals["calls"] == 12 and totals["failed"] == 0
+
+
+def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path):
+    store = TraceStore(tmp_path / "t.db")
+    state = {"armed": True}
+
+    def b_respond(chat, index):
+        if "2 + 2" in chat[-1]["content"] and state["armed"]:
+            time.sleep(0.3)  # agent a's branch finishes first
+            raise KeyboardInterrupt  # the user presses Ctrl-C while agent b works on q2
+        return "The answer is 4."
+
+    a = ScriptedChatModel(respond=answer_twice)
+    pool = ModelPool.from_chat_models({"a": a, "b": ScriptedChatModel(respond=b_respond)})
+    try:
+        run(store, pool)
+    except KeyboardInterrupt:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("the injected interrupt did not stop the run")
+    assert store.finished_questions("r1") == {"q1"}
+    assert store.get_run("r1")["status"] == "running"
+    calls_to_a_before = len(a.calls)
+
+    state["armed"] = False
+    out = run(store, pool)
+    assert out.resumed and out.skipped == 1
+    assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
+    db = sqlite_utils.Database(tmp_path / "t.db")
+    assert db["questions"].count == 3 and db["results"].count == 12
+    assert db["model_calls"].count == 12
+    assert store.get_run("r1")["status"] == "finished"
+    # q3 costs agent a one call; a's finished branch of q2 was checkpointed, so it is not asked again
+    assert len(a.calls) - calls_to_a_before == 1
+
+    again = run(store, pool)  # a third run of a finished run id does nothing
+    assert again.skipped == 3 and not again.outcomes and db["model_calls"].count == 12
+
+
+def test_record_question_is_idempotent():
+    store = TraceStore(":memory:")
+    store.start_run("r", "align", config={}, pool=[], dataset={})
+    calls = [{"call_id": "c1", "model": "m", "messages": [], "completion": "x", "prompt_tokens": 3,
+              "completion_tokens": 1, "latency_s": 0.1}]
+    for _ in range(2):
+        store.record_question("r", "align", {"question_id": "q", "idx": 0, "gold": "1", "answer": "1", "correct": True},
+                              {"align": {"answer": "1", "correct": True, "samples": 1, "completion_tokens": 1}}, calls)
+    assert store.db["questions"].count == 1 and store.db["model_calls"].count == 1 and store.db["results"].count == 1
+    q = store.questions("r")[0]
+    assert (q["model_calls"], q["prompt_tokens"], q["correct"]) == (1, 3, 1)
+
+
+def test_run_id_of_another_protocol_is_refused():
+    store = TraceStore(":memory:")
+    store.start_run("r", "align", config={}, pool=[], dataset={})
+    try:
+        store.start_run("r", "comed", config={}, pool=[], dataset={})
+    except ValueError as exc:
+        assert "align" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError
+
+
+def test_bootstrap_ci_hand_checked():
+    mean, lo, hi = bootstrap_ci([1, 1, 1, 1])
+    assert (mean, lo, hi) == (1.0, 1.0, 1.0)
+    mean, lo, hi = bootstrap_ci([1, 0] * 50)
+    assert mean == 0.5 and 0.38 < lo < 0.42 and 0.58 < hi < 0.62  # ±1.96·sqrt(.25/100) ≈ ±0.098
+    assert bootstrap_ci([])[0] != bootstrap_ci([])[0]  # nan
