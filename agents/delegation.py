@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal, Sequence, TypedDict
+from typing import Literal, Sequence
+
+from typing_extensions import TypedDict
 
 ProposalRule = Literal["plurality", "first"]
 UtilityName = Literal["agreement"]

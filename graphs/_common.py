@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import zlib
 from functools import lru_cache
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict
 
 from langgraph.config import get_stream_writer
 
