@@ -1,0 +1,375 @@
+"""COMED controlled escalation: settings, the decide rule, the escalation vote, the rescue–harm
+decomposition, threshold calibration, and the prompts of the peers and the dense-collaboration
+baselines (Mixture-of-Agents, multi-agent debate).
+
+Source: Alballa et al., "COMED: The Missing Middle Between Routing and Collaboration in Multi-LLM
+Inference", arXiv 2609.26913 (``shared/docs/protocols.md`` §3). The paper's method text was not
+available: the rules below are **reconstructed** (closest public work: Yue et al., mixture-of-thought
+LLM cascades, ICLR 2024) and each is a parameter. Baselines: Wang et al., "Mixture-of-Agents
+Enhances Large Language Model Capabilities", arXiv 2406.04692 (proposers + aggregator, the 2-layer
+"MoA-Lite" shape); Du et al., "Improving Factuality and Reasoning in Language Models through
+Multiagent Debate", arXiv 2305.14325 (agents answer, read each other's answers, answer again; 3
+agents × 2 rounds).
+
+No LangGraph here: :mod:`agora.graphs.escalation` wires these pieces into a graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Literal, Sequence
+
+from agora.agents.prompts import solver_messages
+from agora.tasks.loaders import Problem
+
+Decision = Literal["accept", "verify", "escalate"]
+BASELINES = ("moa", "debate")
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationThresholds:
+    """The three thresholds of the decide rule (protocols.md §3), each in [0, 1].
+
+    Raises:
+        ValueError: a threshold outside [0, 1] or ``tau_lo > tau_hi`` (the message names the field).
+    """
+
+    tau_hi: float = 0.67
+    """Accept when the anchor's self-consistency SC >= tau_hi (and the router margin allows)."""
+    tau_lo: float = 0.34
+    """Escalate when SC < tau_lo; between the two, verify with a peer probe."""
+    m_min: float = 0.0
+    """Least router margin M = score₁ − score₂ for a direct accept (ignored without a router)."""
+
+    def __post_init__(self):
+        for name in ("tau_hi", "tau_lo", "m_min"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"EscalationThresholds.{name} must be a number in [0, 1], got {value!r}")
+        if self.tau_lo > self.tau_hi:
+            raise ValueError(f"EscalationThresholds.tau_lo ({self.tau_lo}) must be <= tau_hi ({self.tau_hi})")
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationConfig:
+    """Settings of one COMED run and its baselines (defaults sized for CPU pools).
+
+    Raises:
+        ValueError: a bad value; the message names the field.
+    """
+
+    thresholds: EscalationThresholds = field(default_factory=EscalationThresholds)
+    n_anchor: int = 3
+    """Samples N drawn from the anchor (one request, N samples) for self-consistency."""
+    anchor: str | None = None
+    """Fixed anchor model; ``None`` = the router's pick, or the first pool model without a router."""
+    probe: str | None = None
+    """Peer-probe model; ``None`` = the router's runner-up, or the first non-anchor pool model."""
+    peers: tuple[str, ...] = ()
+    """Models asked on escalation (each sees the anchor's answer); empty = every non-anchor model."""
+    temperature: float = 0.7
+    """Sampling temperature of the anchor, peers and baselines (the probe is greedy)."""
+    top_p: float = 0.95
+    max_tokens: int = 128
+    """Generated-token cap of every sample but the probe's."""
+    probe_max_tokens: int = 64
+    """Generated-token cap of the probe's one short answer."""
+    shots: int = 2
+    """Worked exemplars in each solver prompt."""
+    seed: int = 0
+    explore: bool = False
+    """Run the probe and the escalation on every question, whatever the decision (calibration);
+    COMED's answer and cost still follow the decision."""
+    baselines: tuple[str, ...] = BASELINES
+    """Dense-collaboration baselines run in the same pool: ``moa``, ``debate``."""
+    moa_proposers: tuple[str, ...] = ()
+    """MoA proposer models (one answer each); empty = every pool model."""
+    moa_aggregator: str | None = None
+    """MoA aggregator; ``None`` = the anchor."""
+    debate_agents: int = 3
+    """Debate agents; agent i plays pool model i mod |pool|."""
+    debate_rounds: int = 2
+    """Debate rounds including the first, independent one (Du et al.: 3 agents, 2 rounds)."""
+
+    def __post_init__(self):
+        if not isinstance(self.thresholds, EscalationThresholds):
+            raise ValueError("EscalationConfig.thresholds must be an EscalationThresholds")
+        for name in ("n_anchor", "max_tokens", "probe_max_tokens", "debate_agents", "debate_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"EscalationConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.shots < 0:
+            raise ValueError(f"EscalationConfig.shots must be >= 0, got {self.shots}")
+        if self.temperature < 0:
+            raise ValueError(f"EscalationConfig.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"EscalationConfig.top_p must be in (0, 1], got {self.top_p}")
+        unknown = [b for b in self.baselines if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"EscalationConfig.baselines: unknown {unknown}; choose from {', '.join(BASELINES)}")
+
+
+# ---------------------------------------------------------------------------- the decide rule
+
+
+def decide(sc: float, margin: float | None, thresholds: EscalationThresholds) -> Decision:
+    """COMED's decide step (protocols.md §3).
+
+    ``SC >= tau_hi`` and (``M >= m_min`` or no router, ``margin is None``) → ``accept``;
+    ``SC < tau_lo`` → ``escalate``; otherwise → ``verify``.
+
+    >>> decide(1.0, None, EscalationThresholds(0.67, 0.34))
+    'accept'
+    >>> decide(1.0, 0.05, EscalationThresholds(0.67, 0.34, m_min=0.1))
+    'verify'
+    """
+    if sc >= thresholds.tau_hi and (margin is None or margin >= thresholds.m_min):
+        return "accept"
+    if sc < thresholds.tau_lo:
+        return "escalate"
+    return "verify"
+
+
+def escalates(decision: Decision, probe_agrees: bool | None) -> bool:
+    """Whether COMED's answer comes from escalation: a direct ``escalate``, or a ``verify`` whose
+    probe disagreed with the anchor (a probe with no answer counts as disagreeing)."""
+    return decision == "escalate" or (decision == "verify" and not probe_agrees)
+
+
+def escalation_vote(anchor_answer: str | None, sc: float, peer_answers: Sequence[str | None]) -> str | None:
+    """The vote that replaces the anchor's answer on escalation (reconstructed).
+
+    Weighted plurality: the anchor's answer weighs its self-consistency ``sc`` (≤ 1), each peer's
+    answer (given after seeing the anchor's) weighs 1; missing answers do not vote. Ties go to
+    the anchor's answer, then to the peer answer seen first. ``None`` when nobody answered.
+
+    >>> escalation_vote("A", 0.33, ["B"])
+    'B'
+    >>> escalation_vote("A", 0.67, ["B", "A"])
+    'A'
+    """
+    weights: dict[str, float] = {}
+    order: list[str] = []
+    for answer, weight in [(anchor_answer, sc)] + [(a, 1.0) for a in peer_answers]:
+        if answer is None:
+            continue
+        if answer not in weights:
+            order.append(answer)
+        weights[answer] = weights.get(answer, 0.0) + weight
+    if not weights:
+        return None
+    best = max(weights.values())
+    return next(a for a in order if math.isclose(weights[a], best))
+
+
+# ---------------------------------------------------------------------------- rescue–harm
+
+
+@dataclass(frozen=True, slots=True)
+class RescueHarm:
+    """Counts of the rescue–harm decomposition over ``n`` questions."""
+
+    n: int
+    anchor_correct: int
+    final_correct: int
+    rescues: int
+    """Escalated questions whose anchor answer was wrong and whose final answer is right."""
+    harms: int
+    """Escalated questions whose anchor answer was right and whose final answer is wrong."""
+    escalated: int
+
+    @property
+    def gain(self) -> float:
+        """Acc(COMED) − Acc(anchor) as a fraction (``nan`` for no questions)."""
+        return (self.final_correct - self.anchor_correct) / self.n if self.n else float("nan")
+
+
+def rescue_harm(anchor_correct: Sequence[bool], final_correct: Sequence[bool],
+                escalated: Sequence[bool]) -> RescueHarm:
+    """The rescue–harm decomposition (protocols.md §3), checked exactly on every question.
+
+    ``Acc(COMED) − Acc(anchor) = P(esc ∧ anchor wrong ∧ final right) − P(esc ∧ anchor right ∧
+    final wrong)``, which holds because only escalation replaces the anchor's answer: per question
+    ``final_i − anchor_i = rescue_i − harm_i``. Inputs are per-question 0/1 outcomes of equal length.
+
+    Raises:
+        ValueError: lengths differ, or a question that was not escalated has a final correctness
+            different from its anchor's (the identity cannot hold; the message gives its index).
+    """
+    if not len(anchor_correct) == len(final_correct) == len(escalated):
+        raise ValueError(f"rescue_harm: lengths differ ({len(anchor_correct)}, {len(final_correct)}, {len(escalated)})")
+    rescues = harms = 0
+    for i, (a, f, e) in enumerate(zip(anchor_correct, final_correct, escalated)):
+        rescue, harm = int(bool(e and not a and f)), int(bool(e and a and not f))
+        if int(bool(f)) - int(bool(a)) != rescue - harm:
+            raise ValueError(f"rescue_harm: question {i} was not escalated but its correctness changed "
+                             f"(anchor {bool(a)}, final {bool(f)}); the identity does not hold")
+        rescues, harms = rescues + rescue, harms + harm
+    return RescueHarm(n=len(escalated), anchor_correct=sum(map(bool, anchor_correct)),
+                      final_correct=sum(map(bool, final_correct)), rescues=rescues, harms=harms,
+                      escalated=sum(map(bool, escalated)))
+
+
+# ---------------------------------------------------------------------------- calibration
+
+
+@dataclass(frozen=True, slots=True)
+class DevOutcome:
+    """One dev question with every branch computed (a run with ``explore=True``)."""
+
+    sc: float
+    margin: float | None
+    anchor_correct: bool
+    probe_agrees: bool
+    escalation_correct: bool
+    probe_calls: int
+    """Model calls of the peer probe."""
+    escalation_calls: int
+    """Model calls of the escalation (one per peer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyScore:
+    thresholds: EscalationThresholds
+    rescues: int
+    harms: int
+    extra_calls: int
+    """Model calls beyond the anchor's, over all questions."""
+    objective: float
+
+
+def calibration_objective(rescues: int, harms: int, extra_calls: int, n: int, lam: float) -> float:
+    """``(rescues − harms − λ·cost) / n`` with cost = model calls beyond the anchor's
+    (protocols.md §3: thresholds maximise rescue − harm − λ·cost; normalised per question).
+
+    >>> calibration_objective(3, 1, 10, 20, 0.01)
+    0.095
+    """
+    return (rescues - harms - lam * extra_calls) / n
+
+
+def score_policy(outcomes: Sequence[DevOutcome], thresholds: EscalationThresholds, lam: float) -> PolicyScore:
+    """Rescues, harms, extra calls and objective of the decide rule under ``thresholds``."""
+    rescues = harms = extra = 0
+    for o in outcomes:
+        decision = decide(o.sc, o.margin, thresholds)
+        if decision == "verify":
+            extra += o.probe_calls
+        if escalates(decision, o.probe_agrees):
+            extra += o.escalation_calls
+            rescues += int(not o.anchor_correct and o.escalation_correct)
+            harms += int(o.anchor_correct and not o.escalation_correct)
+    return PolicyScore(thresholds, rescues, harms, extra,
+                       calibration_objective(rescues, harms, extra, max(1, len(outcomes)), lam))
+
+
+def candidate_thresholds(outcomes: Sequence[DevOutcome]) -> list[EscalationThresholds]:
+    """Every distinct policy on ``outcomes``: the rule changes only where a threshold crosses an
+    observed value, so ``tau_lo, tau_hi`` range over {0, 1} ∪ observed SC values and ``m_min`` over
+    {0, 1} ∪ observed margins ({0} alone without a router): any thresholds in [0, 1] decide every
+    question as the smallest candidate at or above each of them does."""
+    sc_values = sorted({0.0, 1.0} | {float(o.sc) for o in outcomes})
+    observed = {float(o.margin) for o in outcomes if o.margin is not None and 0 <= o.margin <= 1}
+    margins = sorted({0.0, 1.0} | observed) if observed else [0.0]
+    out = []
+    for lo, hi in itertools.combinations_with_replacement(sc_values, 2):
+        for m in margins:
+            out.append(EscalationThresholds(tau_hi=hi, tau_lo=lo, m_min=m))
+    return out
+
+
+def calibrate(outcomes: Sequence[DevOutcome], lam: float = 0.01) -> PolicyScore:
+    """Thresholds maximising rescue − harm − λ·cost on a dev split (exhaustive over
+    :func:`candidate_thresholds`). Ties go to fewer extra calls, then to the earlier candidate.
+
+    Raises:
+        ValueError: no outcomes, or ``lam < 0``.
+    """
+    if not outcomes:
+        raise ValueError("calibrate: no dev outcomes (run the dev split with explore=True first)")
+    if lam < 0:
+        raise ValueError(f"calibrate: lam must be >= 0, got {lam}")
+    best: PolicyScore | None = None
+    for t in candidate_thresholds(outcomes):
+        s = score_policy(outcomes, t, lam)
+        if best is None or (s.objective, -s.extra_calls) > (best.objective, -best.extra_calls):
+            best = s
+    return best
+
+
+def write_thresholds(path: str | Path, score: PolicyScore, *, lam: float, source: str) -> None:
+    """Write calibrated thresholds as a TOML ``[comed]`` table the run reads back."""
+    t = score.thresholds
+    Path(path).write_text(
+        f"# COMED thresholds calibrated on {source}\n"
+        f"# objective {score.objective:.4f}: rescues {score.rescues}, harms {score.harms}, "
+        f"extra model calls {score.extra_calls}, lambda {lam}\n"
+        f"[comed]\ntau_hi = {t.tau_hi!r}\ntau_lo = {t.tau_lo!r}\nm_min = {t.m_min!r}\n", encoding="utf-8")
+
+
+def load_thresholds(path: str | Path) -> EscalationThresholds:
+    """Read the ``[comed]`` table of a thresholds file.
+
+    Raises:
+        ValueError: missing file, bad TOML, unknown key or bad value (``file: field 'x': ...``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: thresholds file not found")
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("comed", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    known = {f.name for f in fields(EscalationThresholds)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ValueError(f"{path}: [comed] field '{unknown[0]}': unknown; expected {', '.join(sorted(known))}")
+    try:
+        return EscalationThresholds(**table)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------- prompts
+
+_FINISH_MC = "End with 'The answer is X.' where X is the letter of the correct option."
+_FINISH_MATH = "End with 'The answer is N.' where N is the final answer."
+
+
+def _finish(problem: Problem) -> str:
+    return _FINISH_MC if problem.kind == "mc" else _FINISH_MATH
+
+
+def _with_question(problem: Problem, shots: int, text: str) -> list[dict[str, str]]:
+    messages = solver_messages(problem, shots)
+    messages[-1] = {"role": "user", "content": text}
+    return messages
+
+
+def peer_messages(problem: Problem, anchor_text: str, shots: int = 2) -> list[dict[str, str]]:
+    """A peer's escalation prompt: the question and the anchor's answer, then its own answer."""
+    return _with_question(problem, shots, (
+        f"{problem.question}\n\nAnother model answered:\n\"{anchor_text.strip()}\"\n\n"
+        f"Check that answer. Agree only if it is right; otherwise give the correct one. {_finish(problem)}"))
+
+
+def debate_messages(problem: Problem, others: Sequence[str], shots: int = 2) -> list[dict[str, str]]:
+    """A debate round after the first (Du et al. 2023, §2): the other agents' latest answers, then
+    an updated answer."""
+    shown = "\n\n".join(f"Agent {i + 1}: \"{t.strip()}\"" for i, t in enumerate(others))
+    return _with_question(problem, shots, (
+        f"{problem.question}\n\nThese are the answers of other agents:\n{shown}\n\n"
+        f"Use their reasoning as additional advice and give your updated answer. {_finish(problem)}"))
+
+
+def aggregator_messages(problem: Problem, proposals: Sequence[str], shots: int = 2) -> list[dict[str, str]]:
+    """The MoA aggregator's prompt (Wang et al. 2024, aggregate-and-synthesise): the proposers'
+    answers, to be critically combined into one."""
+    shown = "\n\n".join(f"{i + 1}. \"{t.strip()}\"" for i, t in enumerate(proposals))
+    return _with_question(problem, shots, (
+        f"{problem.question}\n\nResponses from several models:\n{shown}\n\n"
+        f"Some of them may be wrong. Critically evaluate them and write one correct answer. {_finish(problem)}"))

@@ -1,0 +1,518 @@
+"""COMED controlled escalation as a LangGraph state machine (protocols.md §3), with the
+dense-collaboration baselines computed in the same run and pool.
+
+    route ─▶ anchor ─▶ decide ─┬─▶ accept ───────────────┐
+                               ├─▶ verify ─┬─▶ accept     ├─▶ [moa_propose ─▶ moa_aggregate]
+                               │           └─▶ escalate   │   ─▶ [debate_round ⟲] ─▶ score ─▶ END
+                               └─▶ escalate ──────────────┘
+
+``route`` picks the anchor (the router's best model, or a fixed one) and, with a router, the margin
+``M = score₁ − score₂``; ``anchor`` draws N samples, SC = plurality share; ``decide`` accepts
+(SC ≥ τ_hi and M ≥ m_min), escalates (SC < τ_lo) or verifies with one short greedy answer from a
+peer probe (agree → accept, disagree → escalate); ``escalate`` asks every peer after showing it the
+anchor's answer and replaces the anchor's answer with a vote. Then the baselines: Mixture-of-Agents
+(every pool model proposes, the anchor aggregates) and multi-agent debate (3 agents × 2 rounds), and
+``score`` writes every method's result and cost.
+
+Methods (``state["methods"]``): ``comed``; ``anchor`` (the anchor's plurality answer: COMED without
+escalation); ``router_only`` (the routed model's first sample; only with a router); ``moa``;
+``debate``. Each carries ``calls`` (requests sent; N samples of one prompt are one request),
+``samples``, ``completion_tokens`` (decoded tokens) and ``latency_s``, counting only the calls that
+method's answer needed.
+
+Every call whose prompt showed another model's answer (peers, debate rounds after the first, the
+MoA aggregator) carries ``partner`` (those models, comma-separated) in its trace record.
+
+Source: Alballa et al., arXiv 2609.26913, reconstructed (see :mod:`agora.agents.escalation`).
+
+Usage::
+
+    from agora.graphs.escalation import build_escalation_graph, EscalationContext
+    graph = build_escalation_graph().compile()
+    out = graph.invoke({"question": "...", "gold": "B", "kind": "mc", "n_choices": 4},
+                       context=EscalationContext(pool=my_pool))
+    out["answer"], out["decision"], out["methods"]
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from agora.agents.delegation import plurality
+from agora.agents.escalation import (
+    Decision,
+    EscalationConfig,
+    aggregator_messages,
+    debate_messages,
+    decide as decide_rule,
+    escalates,
+    escalation_vote,
+    peer_messages,
+)
+from agora.agents.pool import ModelPool, Sample, SamplingParams
+from agora.agents.prompts import solver_messages
+from agora.agents.router import KNNRouter
+from agora.graphs._common import as_problem, emit, pool_from, question_seed
+from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.loaders import Problem
+
+METHODS = ("comed", "anchor", "router_only", "moa", "debate")
+
+
+@dataclass
+class EscalationContext:
+    """Run-time context: the pool, COMED's settings and an optional router."""
+
+    pool: ModelPool | None = None
+    """The model pool; ``None`` = the embedded default pool."""
+    config: EscalationConfig = field(default_factory=EscalationConfig)
+    router: KNNRouter | None = None
+    """Router over past traces; ``None`` (or a fixed ``config.anchor``) = fixed anchor, no margin."""
+
+
+class EscalationInput(TypedDict):
+    """What a caller passes in."""
+
+    question: str
+    """The problem text (for multiple choice, with lettered options)."""
+    question_id: NotRequired[str]
+    gold: NotRequired[str | None]
+    """Gold answer, if known: each method's ``correct`` is then filled in."""
+    kind: NotRequired[str]
+    """``math`` (default) or ``mc``: how answers are extracted."""
+    n_choices: NotRequired[int]
+
+
+class Cost(TypedDict):
+    calls: int
+    """Requests sent (one prompt to one model; its N samples count once)."""
+    samples: int
+    completion_tokens: int
+    """Decoded tokens."""
+    latency_s: float
+    """Model seconds."""
+
+
+class MethodResult(TypedDict):
+    answer: str | None
+    correct: bool | None
+    calls: int
+    samples: int
+    completion_tokens: int
+    latency_s: float
+
+
+class RouteInfo(TypedDict):
+    anchor: str
+    probe: str
+    peers: list[str]
+    routed: bool
+    """True when the router chose the anchor."""
+    scores: dict[str, float] | None
+    margin: float | None
+    """Router margin M; ``None`` without a router."""
+
+
+class AnchorInfo(TypedDict):
+    model: str
+    answers: list[str | None]
+    answer: str | None
+    """Plurality answer of the N samples."""
+    sc: float
+    """Self-consistency: the plurality answer's share of the N samples."""
+    text: str
+    """A sample carrying the plurality answer (shown to peers)."""
+    first: dict[str, Any]
+    """The first sample's answer and cost (the router-only baseline)."""
+
+
+class ProbeInfo(TypedDict):
+    model: str
+    answer: str | None
+    agrees: bool
+
+
+class EscalationInfo(TypedDict):
+    peers: list[dict[str, Any]]
+    answer: str | None
+
+
+class EscalationOutput(TypedDict):
+    """What the graph returns."""
+
+    answer: str | None
+    """COMED's final answer."""
+    decision: Decision
+    outcome: str
+    """``accept``, ``verify_accept``, ``verify_escalate`` or ``escalate``."""
+    route: RouteInfo
+    anchor: AnchorInfo
+    probe: ProbeInfo
+    escalation: EscalationInfo
+    costs: dict[str, Cost]
+    """Cost of each step that ran: ``anchor``, ``verify``, ``escalate``, ``moa``, ``debate``."""
+    methods: dict[str, MethodResult]
+
+
+def _total(costs: list[Cost]) -> Cost:
+    return Cost(**{k: sum(c[k] for c in costs) for k in Cost.__annotations__})
+
+
+def _add_costs(a: dict[str, Cost], b: dict[str, Cost]) -> dict[str, Cost]:
+    """Reducer of ``costs``: per-step costs add up."""
+    out = dict(a or {})
+    for key, c in (b or {}).items():
+        out[key] = _total([out[key], c]) if key in out else c
+    return out
+
+
+class EscalationState(EscalationInput, total=False):
+    """Full state of one COMED question."""
+
+    route: RouteInfo
+    anchor: AnchorInfo
+    decision: Decision
+    probe: ProbeInfo
+    escalation: EscalationInfo
+    moa: dict[str, Any]
+    """MoA proposals (model, answer, text) and the aggregator's answer."""
+    debate: Annotated[list[list[dict[str, Any]]], operator.add]
+    """Debate rounds, each a list of ``{"agent", "model", "answer", "text"}``."""
+    costs: Annotated[dict[str, Cost], _add_costs]
+    """Cost per step: ``anchor``, ``verify``, ``escalate``, ``moa``, ``debate``."""
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written to the trace store by the runner)."""
+    outcome: str
+    methods: dict[str, MethodResult]
+    answer: str | None
+
+
+def _config(runtime: Runtime) -> EscalationConfig:
+    return getattr(runtime.context, "config", None) or EscalationConfig()
+
+
+def _ask(pool: ModelPool, model: str, messages: list[dict], params: SamplingParams,
+         context: dict[str, Any]) -> tuple[list[Sample], list[dict], Cost]:
+    """One request; its samples, trace records and cost."""
+    samples, records = pool.sample(model, messages, params, context=context)
+    return samples, records, Cost(calls=1, samples=len(samples),
+                                  completion_tokens=sum(s.completion_tokens for s in samples),
+                                  latency_s=sum(s.latency_s for s in samples))
+
+
+def _answer(text: str, problem: Problem) -> str | None:
+    return extract_answer(text, problem.kind, problem.n_choices or 4)
+
+
+def _context(problem: Problem, node: str, role: str, **extra: Any) -> dict[str, Any]:
+    return {"question_id": problem.id, "node": node, "role": role, "partner": None, **extra}
+
+
+def _partner(models: list[str]) -> str | None:
+    """Distinct models, in order, comma-separated: who the speaker was shown."""
+    return ",".join(dict.fromkeys(models)) or None
+
+
+# ---------------------------------------------------------------------------- COMED nodes
+
+
+def route(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """Pick the anchor (router or fixed), the probe model and the peers."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    router = getattr(runtime.context, "router", None)
+    scores = margin = None
+    if router is not None and cfg.anchor is None:
+        verdict = router.route(problem.question)
+        ranking = [m for m in verdict["ranking"] if m in pool]
+        if len(ranking) < 2:
+            raise ValueError(f"router ranks {verdict['ranking']}, fewer than two of which are in the pool ({', '.join(pool.names)})")
+        anchor, runner_up = ranking[0], ranking[1]
+        scores, margin = verdict["scores"], verdict["margin"]
+    else:
+        anchor = cfg.anchor or pool.names[0]
+        runner_up = next((m for m in pool.names if m != anchor), None)
+    peers = list(cfg.peers) or [m for m in pool.names if m != anchor]
+    probe = cfg.probe or runner_up
+    for what, name in [("anchor", anchor), ("probe", probe), *(("peers", p) for p in peers)]:
+        if name is None or name not in pool:
+            raise ValueError(f"EscalationConfig.{what}: {name!r} is not in the pool ({', '.join(pool.names)}); "
+                             "COMED needs an anchor and at least one other model")
+    info = RouteInfo(anchor=anchor, probe=probe, peers=peers, routed=scores is not None, scores=scores, margin=margin)
+    emit("route", f"anchor {anchor}" + (f" (router margin {margin:.2f})" if margin is not None else " (fixed)"),
+         question_id=problem.id, **info)
+    return {"question_id": problem.id, "route": info}
+
+
+def anchor(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """N samples from the anchor; self-consistency SC = the plurality answer's share."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    model = state["route"]["anchor"]
+    params = SamplingParams(n=cfg.n_anchor, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, problem.id))
+    samples, records, cost = _ask(pool_from(runtime.context), model, solver_messages(problem, cfg.shots), params,
+                                  _context(problem, "anchor", "anchor"))
+    answers = [_answer(s.text, problem) for s in samples] + [None] * (cfg.n_anchor - len(samples))
+    answer, sc = plurality(answers)
+    text = next((s.text for s, a in zip(samples, answers) if a == answer), samples[0].text if samples else "")
+    first = ({"answer": answers[0], "completion_tokens": samples[0].completion_tokens,
+              "latency_s": samples[0].latency_s} if samples else {"answer": None, "completion_tokens": 0, "latency_s": 0.0})
+    info = AnchorInfo(model=model, answers=answers, answer=answer, sc=sc, text=text, first=first)
+    emit("anchor", f"{model} answered {answers}: {answer} with SC {sc:.2f}", answers=answers, answer=answer, sc=sc)
+    return {"anchor": info, "costs": {"anchor": cost}, "calls": records}
+
+
+def decide(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """Accept, verify or escalate from SC and the router margin."""
+    cfg = _config(runtime)
+    decision = decide_rule(state["anchor"]["sc"], state["route"]["margin"], cfg.thresholds)
+    t = cfg.thresholds
+    emit("decide", f"SC {state['anchor']['sc']:.2f}, margin {state['route']['margin']} → {decision} "
+         f"(τ_hi {t.tau_hi}, τ_lo {t.tau_lo}, m_min {t.m_min})", decision=decision)
+    return {"decision": decision}
+
+
+def after_decide(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
+    return "verify" if _config(runtime).explore else state["decision"]
+
+
+def accept(state: EscalationState) -> dict[str, Any]:
+    """Keep the anchor's answer."""
+    emit("accept", f"accepted the anchor's answer {state['anchor']['answer']}")
+    return {}
+
+
+def verify(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """Peer probe: one short greedy answer from the probe model, compared with the anchor's."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    model = state["route"]["probe"]
+    params = SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=cfg.probe_max_tokens,
+                            seed=question_seed(cfg.seed, problem.id) + 101)
+    samples, records, cost = _ask(pool_from(runtime.context), model, solver_messages(problem, cfg.shots), params,
+                                  _context(problem, "verify", "probe"))
+    answer = _answer(samples[0].text, problem) if samples else None
+    agrees = answer is not None and answer == state["anchor"]["answer"]
+    emit("verify", f"probe {model} answered {answer}: {'agrees' if agrees else 'disagrees'}", answer=answer, agrees=agrees)
+    return {"probe": ProbeInfo(model=model, answer=answer, agrees=agrees), "costs": {"verify": cost}, "calls": records}
+
+
+def after_verify(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
+    return "escalate" if _config(runtime).explore or not state["probe"]["agrees"] else "accept"
+
+
+def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """Each peer answers after seeing the anchor's answer; a vote replaces the anchor's answer."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    anchor_info, route_info = state["anchor"], state["route"]
+    messages = peer_messages(problem, anchor_info["text"], cfg.shots)
+    peers, records, costs = [], [], {}
+    for i, model in enumerate(route_info["peers"]):
+        params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                                seed=question_seed(cfg.seed, problem.id) + 201 + i)
+        samples, recs, cost = _ask(pool, model, messages, params,
+                                   _context(problem, "escalate", "peer", agent=i, partner=anchor_info["model"]))
+        peers.append({"model": model, "answer": _answer(samples[0].text, problem) if samples else None})
+        records += recs
+        costs = _add_costs(costs, {"escalate": cost})
+    answer = escalation_vote(anchor_info["answer"], anchor_info["sc"], [p["answer"] for p in peers])
+    emit("escalate", f"peers answered {[p['answer'] for p in peers]} after seeing {anchor_info['answer']}: vote {answer}",
+         peers=peers, answer=answer)
+    return {"escalation": EscalationInfo(peers=peers, answer=answer), "costs": costs, "calls": records}
+
+
+# ---------------------------------------------------------------------------- dense baselines
+
+
+def to_baselines(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
+    baselines = _config(runtime).baselines
+    if "moa" in baselines and "moa" not in state:
+        return "moa_propose"
+    if "debate" in baselines and len(state.get("debate") or []) < _config(runtime).debate_rounds:
+        return "debate_round"
+    return "score"
+
+
+def moa_propose(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """MoA layer 1: every proposer answers alone."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    proposers = list(cfg.moa_proposers) or pool.names
+    proposals, records, costs = [], [], {}
+    for i, model in enumerate(proposers):
+        params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                                seed=question_seed(cfg.seed, problem.id) + 301 + i)
+        samples, recs, cost = _ask(pool, model, solver_messages(problem, cfg.shots), params,
+                                   _context(problem, "moa_propose", "proposer", agent=i))
+        if samples:
+            proposals.append({"model": model, "answer": _answer(samples[0].text, problem), "text": samples[0].text})
+        records += recs
+        costs = _add_costs(costs, {"moa": cost})
+    emit("moa_propose", f"MoA proposals {[p['answer'] for p in proposals]}")
+    return {"moa": {"proposals": proposals}, "costs": costs, "calls": records}
+
+
+def moa_aggregate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """MoA final layer: the aggregator reads every proposal and writes one answer."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    model = cfg.moa_aggregator or state["route"]["anchor"]
+    proposals = state["moa"]["proposals"]
+    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, problem.id) + 401)
+    samples, records, cost = _ask(
+        pool_from(runtime.context), model, aggregator_messages(problem, [p["text"] for p in proposals], cfg.shots),
+        params, _context(problem, "moa_aggregate", "aggregator", partner=_partner([p["model"] for p in proposals])))
+    answer = _answer(samples[0].text, problem) if samples else None
+    emit("moa_aggregate", f"MoA aggregator {model} answered {answer}", answer=answer)
+    return {"moa": {"proposals": proposals, "aggregator": model, "answer": answer}, "costs": {"moa": cost},
+            "calls": records}
+
+
+def debate_round(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """One debate round. First round: agents answer alone (agents sharing a model share one
+    request); later rounds: each agent sees the others' latest answers and answers again."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    rounds = state.get("debate") or []
+    r = len(rounds)
+    models = [pool.names[i % len(pool.names)] for i in range(cfg.debate_agents)]
+    base_seed = question_seed(cfg.seed, problem.id) + 500 + 50 * r
+    texts: dict[int, str] = {}
+    records, costs = [], {}
+
+    def params(n: int, offset: int) -> SamplingParams:
+        return SamplingParams(n=n, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                              seed=base_seed + offset)
+
+    if r == 0:
+        for j, model in enumerate(dict.fromkeys(models)):
+            agents = [i for i, m in enumerate(models) if m == model]
+            samples, recs, cost = _ask(pool, model, solver_messages(problem, cfg.shots), params(len(agents), 10 * j),
+                                       _context(problem, "debate_round", "debater", agent=agents[0], round=r))
+            texts.update({i: s.text for i, s in zip(agents, samples)})
+            records += recs
+            costs = _add_costs(costs, {"debate": cost})
+    else:
+        previous = {a["agent"]: a for a in rounds[-1]}
+        for i, model in enumerate(models):
+            others = [previous[j] for j in sorted(previous) if j != i]
+            samples, recs, cost = _ask(
+                pool, model, debate_messages(problem, [o["text"] for o in others], cfg.shots), params(1, i),
+                _context(problem, "debate_round", "debater", agent=i, round=r,
+                         partner=_partner([o["model"] for o in others])))
+            if samples:
+                texts[i] = samples[0].text
+            records += recs
+            costs = _add_costs(costs, {"debate": cost})
+    answers = [{"agent": i, "model": models[i], "answer": _answer(texts[i], problem), "text": texts[i]}
+               for i in sorted(texts)]
+    emit("debate_round", f"debate round {r + 1}: {[a['answer'] for a in answers]}", round=r + 1)
+    return {"debate": [answers], "costs": costs, "calls": records}
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+def comed_outcome(decision: Decision, probe_agrees: bool | None) -> str:
+    """``accept``, ``verify_accept``, ``verify_escalate`` or ``escalate``."""
+    if decision == "verify":
+        return "verify_accept" if probe_agrees else "verify_escalate"
+    return decision
+
+
+def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """COMED's final answer, and every method's answer, correctness and cost."""
+    costs = state.get("costs") or {}
+    gold, kind = state.get("gold"), state.get("kind") or "math"
+    anchor_info, decision = state["anchor"], state["decision"]
+    probe_agrees = (state.get("probe") or {}).get("agrees")
+    escalated = escalates(decision, probe_agrees)
+
+    def result(answer: str | None, *steps: str) -> MethodResult:
+        return MethodResult(answer=answer, correct=None if gold is None else is_correct(answer, gold, kind),
+                            **_total([costs[s] for s in steps if s in costs]))
+
+    comed_steps = ["anchor"] + (["verify"] if decision == "verify" else []) + (["escalate"] if escalated else [])
+    final = state["escalation"]["answer"] if escalated else anchor_info["answer"]
+    methods = {"comed": result(final, *comed_steps), "anchor": result(anchor_info["answer"], "anchor")}
+    if state["route"]["routed"]:
+        first = anchor_info["first"]
+        methods["router_only"] = MethodResult(
+            answer=first["answer"], correct=None if gold is None else is_correct(first["answer"], gold, kind),
+            calls=1, samples=1, completion_tokens=first["completion_tokens"], latency_s=first["latency_s"])
+    if "moa" in state:
+        methods["moa"] = result(state["moa"].get("answer"), "moa")
+    if state.get("debate"):
+        methods["debate"] = result(plurality([a["answer"] for a in state["debate"][-1]])[0], "debate")
+    outcome = comed_outcome(decision, probe_agrees)
+    emit("score", f"COMED {outcome}: {final} (anchor {anchor_info['answer']}, gold {gold})", outcome=outcome)
+    return {"methods": methods, "answer": final, "outcome": outcome}
+
+
+def comed_detail(values: dict[str, Any]) -> dict[str, Any]:
+    """What the runner stores in ``questions.detail`` for a COMED question: the route, SC, the
+    decision and branches (with each branch's correctness and calls, for calibration) and each
+    method's model calls."""
+    gold, kind = values.get("gold"), values.get("kind") or "math"
+    costs = values.get("costs") or {}
+    anchor_info, probe, esc = values.get("anchor") or {}, values.get("probe"), values.get("escalation")
+
+    def correct(answer):
+        return None if gold is None else is_correct(answer, gold, kind)
+
+    return {
+        "route": values.get("route"), "decision": values.get("decision"), "outcome": values.get("outcome"),
+        "escalated": escalates(values["decision"], (probe or {}).get("agrees")) if "decision" in values else None,
+        "anchor": {k: anchor_info.get(k) for k in ("model", "answers", "answer", "sc")},
+        "anchor_correct": correct(anchor_info.get("answer")),
+        "probe": probe, "probe_calls": costs.get("verify", {}).get("calls"),
+        "escalation": esc, "escalation_correct": correct(esc["answer"]) if esc else None,
+        "escalation_calls": costs.get("escalate", {}).get("calls"),
+        "method_calls": {m: r.get("calls") for m, r in (values.get("methods") or {}).items()},
+    }
+
+
+# ---------------------------------------------------------------------------- graph
+
+
+def build_escalation_graph() -> StateGraph:
+    """The COMED graph with its baselines, uncompiled. Compile it with or without a checkpointer.
+
+    Input: :class:`EscalationInput`; output: :class:`EscalationOutput`; run-time context:
+    :class:`EscalationContext` (pool, settings, router; defaults to the embedded pool, fixed anchor).
+    """
+    builder = StateGraph(EscalationState, context_schema=EscalationContext,
+                         input_schema=EscalationInput, output_schema=EscalationOutput)
+    for name, node in [("route", route), ("anchor", anchor), ("decide", decide), ("accept", accept),
+                       ("verify", verify), ("escalate", escalate), ("moa_propose", moa_propose),
+                       ("moa_aggregate", moa_aggregate), ("debate_round", debate_round), ("score", score)]:
+        builder.add_node(name, node)
+    builder.add_edge(START, "route")
+    builder.add_edge("route", "anchor")
+    builder.add_edge("anchor", "decide")
+    builder.add_conditional_edges("decide", after_decide, ["accept", "verify", "escalate"])
+    builder.add_conditional_edges("verify", after_verify, ["accept", "escalate"])
+    after = ["moa_propose", "debate_round", "score"]
+    builder.add_conditional_edges("accept", to_baselines, after)
+    builder.add_conditional_edges("escalate", to_baselines, after)
+    builder.add_edge("moa_propose", "moa_aggregate")
+    builder.add_conditional_edges("moa_aggregate", to_baselines, ["debate_round", "score"])
+    builder.add_conditional_edges("debate_round", to_baselines, ["debate_round", "score"])
+    builder.add_edge("score", END)
+    return builder
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_escalation_graph().compile(name="comed_escalation")

@@ -1,0 +1,304 @@
+"""COMED: decide rule, escalation vote, rescue–harm identity, calibration, and the graph with
+scripted fake models (every branch reached with hand-set SC and margins)."""
+
+import itertools
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agora.agents.escalation import (
+    DevOutcome,
+    EscalationConfig,
+    EscalationThresholds,
+    calibrate,
+    calibration_objective,
+    candidate_thresholds,
+    decide,
+    escalation_vote,
+    load_thresholds,
+    rescue_harm,
+    score_policy,
+    write_thresholds,
+)
+from agora.agents.pool import ModelPool
+from agora.agents.router import KNNRouter, RouterExample
+from agora.agents.testing import ScriptedChatModel
+from agora.cli.comed import comed_summary, dev_outcomes
+from agora.cli.main import app
+from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_detail
+from agora.graphs.runner import run_problems
+from agora.tasks.loaders import Problem
+from agora.traces.store import TraceStore
+
+T = EscalationThresholds(tau_hi=0.67, tau_lo=0.34, m_min=0.2)
+MC = {"question": "Which?\nA. w\nB. x\nC. y\nD. z", "gold": "A", "kind": "mc", "n_choices": 4, "question_id": "q1"}
+
+
+# ---------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"tau_hi": 0.3, "tau_lo": 0.5}, "tau_lo"),
+    ({"tau_hi": 1.2}, "tau_hi"),
+    ({"m_min": -0.1}, "m_min"),
+])
+def test_thresholds_refuse_bad_values_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"EscalationThresholds.{field}"):
+        EscalationThresholds(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"n_anchor": -2}, "n_anchor"), ({"n_anchor": 0}, "n_anchor"), ({"debate_rounds": 0}, "debate_rounds"),
+    ({"baselines": ("moa", "vote")}, "baselines"), ({"top_p": 0.0}, "top_p"),
+])
+def test_config_refuses_bad_values_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"EscalationConfig.{field}"):
+        EscalationConfig(**kwargs)
+
+
+# ---------------------------------------------------------------------------- rules
+
+
+@pytest.mark.parametrize("sc, margin, expected", [
+    (1.0, None, "accept"), (0.67, None, "accept"), (1.0, 0.2, "accept"),
+    (1.0, 0.1, "verify"),  # confident anchor, but the router is unsure
+    (0.5, None, "verify"), (0.34, 0.9, "verify"),
+    (0.33, None, "escalate"), (0.0, 1.0, "escalate"),
+])
+def test_decide_rule(sc, margin, expected):
+    assert decide(sc, margin, T) == expected
+
+
+def test_escalation_vote_weights_anchor_by_sc_and_breaks_ties_to_the_anchor():
+    assert escalation_vote("A", 1 / 3, ["B"]) == "B"
+    assert escalation_vote("A", 2 / 3, ["B", "A"]) == "A"  # A: 2/3 + 1, B: 1
+    assert escalation_vote("A", 1.0, ["B"]) == "A"  # tie 1 vs 1 -> anchor
+    assert escalation_vote(None, 0.0, ["C", "B", "B"]) == "B"
+    assert escalation_vote("A", 0.5, [None]) == "A"
+    assert escalation_vote(None, 0.0, [None]) is None
+
+
+def test_rescue_harm_identity_on_constructed_outcomes():
+    anchor = [1, 0, 1, 0, 1, 0]
+    final = [1, 1, 0, 0, 1, 0]
+    escalated = [0, 1, 1, 1, 1, 0]  # q1 rescued, q2 harmed, q3 stays wrong, q4 stays right
+    rh = rescue_harm(anchor, final, escalated)
+    assert (rh.rescues, rh.harms, rh.escalated, rh.anchor_correct, rh.final_correct) == (1, 1, 4, 3, 3)
+    assert rh.gain == 0.0
+    rh2 = rescue_harm([0, 0, 1], [1, 1, 1], [1, 1, 0])
+    assert (rh2.rescues, rh2.harms) == (2, 0) and rh2.gain == pytest.approx(2 / 3)
+
+
+def test_rescue_harm_refuses_a_change_without_escalation():
+    with pytest.raises(ValueError, match="question 1 was not escalated"):
+        rescue_harm([1, 0], [1, 1], [0, 0])
+
+
+# ---------------------------------------------------------------------------- calibration
+
+
+def dev(sc, anchor_ok, probe_agrees, esc_ok, margin=None):
+    return DevOutcome(sc=sc, margin=margin, anchor_correct=anchor_ok, probe_agrees=probe_agrees,
+                      escalation_correct=esc_ok, probe_calls=1, escalation_calls=2)
+
+
+DEV = [dev(1.0, True, True, True, 0.5), dev(1.0, False, False, True, 0.05), dev(2 / 3, True, True, False, 0.3),
+       dev(2 / 3, False, False, True, 0.1), dev(1 / 3, False, False, True, 0.0), dev(1 / 3, True, False, False, 0.4),
+       dev(2 / 3, True, False, True, 0.6)]
+
+
+def test_calibration_objective_and_policy_score_hand_computed():
+    assert calibration_objective(3, 1, 10, 20, 0.01) == pytest.approx(0.095)
+    # defaults τ_hi .67, τ_lo .34, m_min 0: q0,q1 accept; q2,q3,q6 verify (q3,q6 disagree -> escalate);
+    # q4,q5 escalate. rescues: q3, q4; harms: q5. extra calls: 3 probes + 4 escalations * 2 = 11
+    s = score_policy(DEV, EscalationThresholds(), lam=0.01)
+    assert (s.rescues, s.harms, s.extra_calls) == (2, 1, 11)
+    assert s.objective == pytest.approx((2 - 1 - 0.11) / 7)
+
+
+def test_calibration_picks_what_a_brute_force_grid_picks():
+    lam = 0.01
+    grid = [i / 20 for i in range(21)] + [1 / 3, 2 / 3]
+    brute = max(score_policy(DEV, EscalationThresholds(hi, lo, m), lam).objective
+                for lo, hi, m in itertools.product(grid, grid, grid) if lo <= hi)
+    best = calibrate(DEV, lam)
+    assert best.objective == pytest.approx(brute)
+    # the optimum here: rescue q1 (m_min above .05 sends it to verify), q3 and q4, and keep q5 and q2
+    assert (best.rescues, best.harms) == (3, 0)
+    assert score_policy(DEV, best.thresholds, lam) == best
+    assert all(t.tau_lo <= t.tau_hi for t in candidate_thresholds(DEV))
+
+
+def test_calibration_charges_cost():
+    # one rescue that needs an escalation costing 2 calls: worth it at λ=0.1, not at λ=0.6
+    outcomes = [dev(1 / 3, False, False, True), dev(1.0, True, True, True)]
+    assert calibrate(outcomes, 0.1).rescues == 1
+    expensive = calibrate(outcomes, 0.6)
+    assert (expensive.rescues, expensive.extra_calls, expensive.objective) == (0, 0, 0.0)
+    with pytest.raises(ValueError, match="no dev outcomes"):
+        calibrate([], 0.1)
+
+
+def test_thresholds_file_round_trip_and_errors(tmp_path):
+    path = tmp_path / "t.toml"
+    best = calibrate(DEV, 0.01)
+    write_thresholds(path, best, lam=0.01, source="dev")
+    assert load_thresholds(path) == best.thresholds
+    (tmp_path / "bad.toml").write_text("[comed]\ntau_hi = 0.2\ntau_lo = 0.5\n")
+    with pytest.raises(ValueError, match=r"bad.toml: EscalationThresholds.tau_lo \(0.5\) must be <= tau_hi"):
+        load_thresholds(tmp_path / "bad.toml")
+    (tmp_path / "typo.toml").write_text("[comed]\ntau_high = 0.2\n")
+    with pytest.raises(ValueError, match="field 'tau_high': unknown"):
+        load_thresholds(tmp_path / "typo.toml")
+
+
+# ---------------------------------------------------------------------------- graph
+
+
+def answers(*letters):
+    return [f"The answer is {x}." for x in letters]
+
+
+def pool_of(a, b):
+    models = {"a": ScriptedChatModel(responses=answers(*a)), "b": ScriptedChatModel(responses=answers(*b))}
+    return ModelPool.from_chat_models(models), models
+
+
+def run(pool, router=None, **cfg):
+    cfg = {"baselines": (), "thresholds": T, **cfg}
+    graph = build_escalation_graph().compile()
+    return graph.invoke(MC, context=EscalationContext(pool, EscalationConfig(**cfg), router))
+
+
+def test_accept_branch_keeps_the_anchor_and_asks_nobody_else():
+    pool, models = pool_of("AAA", "")
+    out = run(pool)
+    assert (out["decision"], out["outcome"], out["answer"]) == ("accept", "accept", "A")
+    assert out["anchor"]["sc"] == 1.0 and models["b"].calls == []
+    assert {k: out["methods"]["comed"][k] for k in ("calls", "samples", "correct")} == {"calls": 1, "samples": 3, "correct": True}
+    assert "router_only" not in out["methods"]  # fixed anchor: no router
+
+
+def test_verify_branch_probe_agrees():
+    pool, models = pool_of("ABA", "A")
+    out = run(pool, thresholds=EscalationThresholds(0.9, 0.34))
+    assert (out["decision"], out["outcome"], out["answer"]) == ("verify", "verify_accept", "A")
+    assert out["probe"] == {"model": "b", "answer": "A", "agrees": True}
+    assert models["b"].calls[0]["temperature"] == 0.0 and models["b"].calls[0]["max_tokens"] == 64
+    assert out["methods"]["comed"]["calls"] == 2 and out["methods"]["anchor"]["calls"] == 1
+
+
+def test_verify_branch_probe_disagrees_then_escalates():
+    pool, models = pool_of("ABA", "CC")  # probe C, then the peer (seeing A) says C: C (1) beats A (2/3)
+    out = run(pool, thresholds=EscalationThresholds(0.9, 0.34))
+    assert (out["decision"], out["outcome"], out["answer"]) == ("verify", "verify_escalate", "C")
+    assert out["escalation"] == {"peers": [{"model": "b", "answer": "C"}], "answer": "C"}
+    assert "The answer is A." in models["b"].calls[1]["messages"][-1]["content"]  # the peer saw the anchor
+    assert out["methods"]["comed"]["calls"] == 3 and out["methods"]["comed"]["correct"] is False
+    assert out["methods"]["anchor"]["correct"] is True
+
+
+def test_escalate_branch_on_low_sc():
+    pool, models = pool_of("BCD", "A")
+    out = run(pool)
+    assert out["anchor"]["sc"] == pytest.approx(1 / 3)
+    assert (out["decision"], out["outcome"], out["answer"]) == ("escalate", "escalate", "A")
+    assert len(models["b"].calls) == 1  # no probe, one peer answer
+    assert out["methods"]["comed"]["correct"] is True and out["methods"]["anchor"]["correct"] is False
+
+
+def toy_router():
+    history = [RouterExample("apples and pears in a basket", "a", 1.0), RouterExample("apples and pears in a basket", "b", 0.0),
+               RouterExample("integrals of smooth functions", "a", 0.0), RouterExample("integrals of smooth functions", "b", 1.0)]
+    return KNNRouter(history, ["a", "b"], k=1, embedding="tfidf")
+
+
+def test_router_margin_gates_accept_and_router_only_is_reported():
+    question = {**MC, "question": "Integrals of smooth functions?\nA. 1\nB. 2\nC. 3\nD. 4", "gold": "B"}
+    graph = build_escalation_graph().compile()
+    # the router puts b first with margin 1 - 0 = 1: SC 1 and M >= m_min -> accept
+    pool, models = pool_of("", "BBB")
+    cfg = EscalationConfig(baselines=(), thresholds=EscalationThresholds(0.67, 0.34, m_min=1.0))
+    out = graph.invoke(question, context=EscalationContext(pool, cfg, toy_router()))
+    assert out["route"]["anchor"] == "b" and out["route"]["probe"] == "a" and out["route"]["margin"] == 1.0
+    assert out["decision"] == "accept" and models["a"].calls == []
+    assert out["methods"]["router_only"] == {"answer": "B", "correct": True, "calls": 1, "samples": 1,
+                                             "completion_tokens": 4, "latency_s": 0.0}
+    # same SC, but demand a larger margin than the router's: verify, with the runner-up as probe
+    pool2, models2 = pool_of("B", "BBB")
+    router2 = KNNRouter([RouterExample("integrals of smooth functions", "a", 0.5),
+                         RouterExample("integrals of smooth functions", "b", 1.0)], ["a", "b"], k=1, embedding="tfidf")
+    out2 = graph.invoke(question, context=EscalationContext(pool2, cfg, router2))
+    assert out2["route"]["margin"] == 0.5 and out2["decision"] == "verify" and out2["outcome"] == "verify_accept"
+    assert len(models2["a"].calls) == 1
+
+
+def test_explore_mode_runs_every_branch_but_counts_only_the_decision():
+    pool, models = pool_of("AAA", "BC")
+    out = run(pool, explore=True)
+    assert out["decision"] == "accept" and out["answer"] == "A"
+    assert out["probe"]["answer"] == "B" and out["escalation"]["answer"] == "A"  # C (1) vs A (1): tie -> anchor
+    assert out["methods"]["comed"]["calls"] == 1
+    d = comed_detail(out | {"gold": "A", "kind": "mc"})
+    assert (d["probe_calls"], d["escalation_calls"], d["anchor_correct"], d["escalation_correct"]) == (1, 1, True, True)
+
+
+def respond_by_role(letter_first, letter_later):
+    """A fake that answers ``letter_later`` once it has seen other answers, else ``letter_first``."""
+    def respond(messages, i):
+        shown = "other agents" in messages[-1]["content"] or "Responses from several" in messages[-1]["content"]
+        return f"The answer is {letter_later if shown else letter_first}."
+    return respond
+
+
+def test_dense_baselines_count_calls_and_record_partners():
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond_by_role("A", "B")),
+                                       "b": ScriptedChatModel(respond=respond_by_role("C", "B"))})
+    problem = Problem(id="q1", question=MC["question"], gold="B", kind="mc", n_choices=4)
+    store = TraceStore(":memory:")
+    run_problems(build_escalation_graph(), [problem], store=store, run_id="r1", protocol="comed",
+                 context=EscalationContext(pool, EscalationConfig(thresholds=T)), config={}, pool_description=[],
+                 dataset={}, detail=comed_detail)
+    res = {r["method"]: r for r in store.results("r1")}
+    assert res["comed"]["answer"] == "A" and res["anchor"]["answer"] == "A"  # SC 1: accepted
+    assert res["moa"]["answer"] == "B" and res["debate"]["answer"] == "B"
+    # MoA: 2 proposers + 1 aggregator; debate: round 1 = a (agents 0, 2 in one request) + b, round 2 = 3 agents
+    detail = json.loads(store.questions("r1")[0]["detail"])
+    assert detail["method_calls"] == {"comed": 1, "anchor": 1, "moa": 3, "debate": 5}
+    assert (res["moa"]["samples"], res["debate"]["samples"]) == (3, 6)
+    calls = store.calls("r1")
+    partners = sorted((c["node"], c["role"], c["model"], c["partner"]) for c in calls if c["partner"])
+    assert partners == [("debate_round", "debater", "a", "a,b"), ("debate_round", "debater", "a", "b,a"),
+                        ("debate_round", "debater", "b", "a"), ("moa_aggregate", "aggregator", "a", "a,b")]
+    assert {c["role"] for c in calls if not c["partner"]} == {"anchor", "proposer", "debater"}
+    summary = comed_summary(store, "r1")
+    assert summary.calls_per_question["debate"] == 5 and summary.decisions == {"accept": 1}
+    assert (summary.rescue_harm.rescues, summary.rescue_harm.harms) == (0, 0)
+
+
+def test_summary_identity_and_dev_outcomes_from_a_run():
+    # q1: anchor B (SC 1/3) escalates to A -> rescue; q2: anchor A accepted
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(responses=answers("B", "C", "D", "A", "A", "A")),
+                                       "b": ScriptedChatModel(responses=answers("X", "A", "X", "C"))})
+    problems = [Problem(id=f"q{i}", question=MC["question"], gold="A", kind="mc", n_choices=4) for i in (1, 2)]
+    store = TraceStore(":memory:")
+    run_problems(build_escalation_graph(), problems, store=store, run_id="dev", protocol="comed",
+                 context=EscalationContext(pool, EscalationConfig(thresholds=T, baselines=(), explore=True)),
+                 config={}, pool_description=[], dataset={}, detail=comed_detail)
+    outcomes = dev_outcomes(store, "dev")
+    assert [(o.sc, o.anchor_correct, o.probe_agrees, o.escalation_correct) for o in outcomes] == [
+        (pytest.approx(1 / 3), False, False, True), (1.0, True, False, True)]
+    s = comed_summary(store, "dev")
+    rh = s.rescue_harm
+    assert (rh.n, rh.rescues, rh.harms, rh.anchor_correct, rh.final_correct) == (2, 1, 0, 1, 2)
+    assert s.outcomes == {"escalate": 1, "accept": 1}
+
+
+def test_cli_refuses_bad_thresholds_with_one_line(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "comed", "--tau-hi", "0.3", "--tau-lo", "0.6", "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2
+    assert "tau_lo (0.6) must be <= tau_hi (0.3)" in result.output
+    result = runner.invoke(app, ["run", "comed", "--samples", "-2", "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2 and "n_anchor must be an integer >= 1, got -2" in result.output
