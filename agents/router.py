@@ -18,11 +18,12 @@ import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal, Protocol, Sequence, TypedDict
+from typing import Any, Literal, Protocol, Sequence
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.neighbors import NearestNeighbors
+from typing_extensions import TypedDict
 
 from agora.tasks.answers import extract_answer, is_correct
 
