@@ -49,3 +49,65 @@ MODEL_CALLS = {
     "prompt_tokens": int, "completion_tokens": int, "latency_s": float, "finish_reason": str,
     "attempt": int, "error": str, "created_at": str, "partner": str,
 }
+
+# ----------------------------------------------------------------------------- duels (protocols.md §2)
+# Written by agora.graphs.duel.run_duels through agora.traces.duels.record_duel: one transaction per
+# finished duel (its four kinds of rows and its model calls, whose question_id is the duel id and
+# whose role is follower or judge; a judge's partner is the follower whose answer it scored, or
+# both followers "a,b" when shown both). Duel ids are "<run_id>:<iteration>:<index>"; a rerun of
+# a run id continues after its last recorded duel, from the snapshots below.
+#
+# ``duels``: one row per duel (``duel_id`` primary key).
+#     run_id, mode (sparta/stackelberg), iteration, idx (index within the iteration), duel_number
+#     (0-based position in the run), instruction_id, instruction (text), gold, kind, instruction_
+#     probability (the leader's p_k when drawn), prompt_messages (JSON chat the followers were sent,
+#     before a member's own system prompt), model_a (active follower), model_b (opponent),
+#     opponent_probability, answer_a, answer_b, extracted_a/_b (final answers, math and mc),
+#     correct_a/_b (0/1 against gold, NULL without), judgements (JSON list, one per judge call:
+#     judge, target, slot, position, score, parsed, reply, call_id), score_a, score_b (reputation-
+#     weighted judge scores s̄, Sparta Eq. 8: the GRPO reward), winner (model, NULL on a tie), tie
+#     (0/1), margin (|score_a − score_b|), judge_calls, parse_failures (replies scored the 5.0
+#     fallback), position_bias (mean first-minus-second score, NULL unless judged in both orders),
+#     reputations (JSON model → R before the duel), leader_reward (r_k), created_at.
+#
+# ``reputation_snapshots``: one row per duel and pool model (primary key ``duel_id, model``).
+#     run_id, iteration, duel_number, model, rating (R after the duel), sigma (σ after), delta
+#     (applied change, NULL for models not in the duel), created_at.
+#
+# ``leader_snapshots``: one row per duel (``duel_id`` primary key).
+#     run_id, iteration, duel_number, instruction_id, probability (p_k), reward (r_k), eta (step
+#     used), updated (0/1: 0 in Sparta mode, whose leader stays uniform), n_instructions (K),
+#     log_w_rest (normalised log weight shared by every instruction not in log_w), log_w (JSON
+#     instruction id → normalised log weight after the duel), created_at.
+#
+# ``preference_pairs``: one row per non-tied duel (``pair_id`` primary key, = duel_id); ties give none.
+#     run_id, duel_id, iteration, prompt (the instruction), prompt_messages (JSON chat the followers
+#     saw), chosen, rejected (the winner's and loser's answers), chosen_model, rejected_model,
+#     chosen_score, rejected_score (s̄), margin (chosen_score − rejected_score, > 0), judge_scores
+#     (JSON {"chosen": {judge: score}, "rejected": {judge: score}}), reputations (JSON model → R
+#     at the time of the duel), gold, kind (NULL for plain prompts), created_at.
+
+DUELS = {
+    "duel_id": str, "run_id": str, "mode": str, "iteration": int, "idx": int, "duel_number": int,
+    "instruction_id": str, "instruction": str, "gold": str, "kind": str, "instruction_probability": float,
+    "prompt_messages": str, "model_a": str, "model_b": str, "opponent_probability": float,
+    "answer_a": str, "answer_b": str, "extracted_a": str, "extracted_b": str, "correct_a": int,
+    "correct_b": int, "judgements": str, "score_a": float, "score_b": float, "winner": str, "tie": int,
+    "margin": float, "judge_calls": int, "parse_failures": int, "position_bias": float,
+    "reputations": str, "leader_reward": float, "created_at": str,
+}
+REPUTATION_SNAPSHOTS = {
+    "duel_id": str, "run_id": str, "iteration": int, "duel_number": int, "model": str, "rating": float,
+    "sigma": float, "delta": float, "created_at": str,
+}
+LEADER_SNAPSHOTS = {
+    "duel_id": str, "run_id": str, "iteration": int, "duel_number": int, "instruction_id": str,
+    "probability": float, "reward": float, "eta": float, "updated": int, "n_instructions": int,
+    "log_w_rest": float, "log_w": str, "created_at": str,
+}
+PREFERENCE_PAIRS = {
+    "pair_id": str, "run_id": str, "duel_id": str, "iteration": int, "prompt": str, "prompt_messages": str,
+    "chosen": str, "rejected": str, "chosen_model": str, "rejected_model": str, "chosen_score": float,
+    "rejected_score": float, "margin": float, "judge_scores": str, "reputations": str, "gold": str,
+    "kind": str, "created_at": str,
+}
