@@ -1,0 +1,281 @@
+"""``agora select``: choose a model from your own pairwise preferences (CUPID, protocols.md §4).
+
+The terminal shows two anonymous answers side by side and reads ``A``, ``B`` or ``tie``; ``q`` (or
+end of input) stops, and the same ``--thread`` continues later from the same duel. With
+``--simulate THETA`` a simulated user with hidden preference ``θ`` answers instead, and the report
+adds a cumulative-regret plot against uniform random pairs and RUCB.
+
+The session runs :mod:`agora.graphs.selection` on a SQLite checkpointer beside the trace DB
+(``<db>.checkpoints``); the command, not the graph, writes the model calls to the trace DB
+(``model_calls``, one ``questions`` row per prompt, protocol ``cupid``, run id = thread id).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import typer
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+from rich.columns import Columns
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from agora.agents.cupid import (
+    LATENCY,
+    CupidConfig,
+    CupidPolicy,
+    RucbPolicy,
+    SimulatedUser,
+    UniformPolicy,
+    duel_regret,
+    feature_table,
+    parse_theta,
+    persona_variants,
+    simulate_regret,
+    trace_features,
+)
+from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
+from agora.cli.main import app
+from agora.graphs.runner import checkpoint_path
+from agora.graphs.selection import SelectionContext, build_selection_graph, known_features, parse_choice
+from agora.tasks.loaders import load_problems
+from agora.traces.store import TraceStore
+
+PROTOCOL = "cupid"
+
+
+@app.command("select")
+def select(
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts (JSONL: prompt/instruction/text/question per line); needed to start a session."),
+    budget_cost: Optional[float] = typer.Option(None, "--budget-cost", min=0.0, help="Most spent on generations, in the pool's cost_per_1k_tokens unit (default: no limit)."),
+    budget_rounds: int = typer.Option(20, "--budget-rounds", min=0, help="Most duels to judge."),
+    budget_time: Optional[float] = typer.Option(None, "--budget-time", min=0.0, help="Most model seconds spent generating (default: no limit)."),
+    simulate: Optional[str] = typer.Option(None, "--simulate", help="Simulated user's hidden θ, e.g. 'latency_s=-1' (feature=weight, comma-separated)."),
+    noisy: bool = typer.Option(True, "--noisy/--noiseless", help="Simulated user answers by Bradley–Terry draws (noisy) or always by utility."),
+    thread: Optional[str] = typer.Option(None, "--thread", help="Session id; an existing id continues that session with its first settings."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
+    variants: Optional[bool] = typer.Option(None, "--variants/--no-variants", help="Compare every model under three personas (default: when the pool has fewer than 3 models)."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Max generated tokens per answer."),
+    beta: float = typer.Option(1.0, "--beta", min=0.0, help="UCB confidence width β."),
+    delta: float = typer.Option(0.05, "--delta", min=1e-6, max=0.5, help="Stop when P(best) ≥ 1 − δ."),
+    seed: int = typer.Option(0, "--seed"),
+    sim_seeds: int = typer.Option(20, "--sim-seeds", min=1, help="Simulated runs per policy in the regret plot."),
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    out: Path = typer.Option(Path("agora-select"), "--out", help="Folder for the report (JSON) and regret plot (PNG)."),
+) -> None:
+    """Find the model you prefer by judging pairs of anonymous answers (CUPID dueling bandit)."""
+    with user_errors():
+        store = TraceStore(db)
+        conn = sqlite3.connect(checkpoint_path(db), check_same_thread=False)
+        try:
+            graph = build_selection_graph().compile(checkpointer=SqliteSaver(conn))
+            thread = thread or new_run_id("select")
+            cfg = {"configurable": {"thread_id": thread}}
+            settings = _session_settings(store, graph, cfg, thread)
+            if settings is None:
+                if prompts is None:
+                    raise ValueError("--prompts FILE is needed to start a session")
+                settings = {
+                    "config": asdict(CupidConfig(budget_rounds=budget_rounds, budget_cost=budget_cost,
+                                                 budget_time_s=budget_time, beta=beta, delta=delta,
+                                                 max_tokens=max_tokens, seed=seed)),
+                    "pool_file": str(pool) if pool else None, "variants": variants,
+                    "simulate": simulate, "noisy": noisy, "prompts_file": str(prompts)}
+            config = CupidConfig(**settings["config"])
+            the_pool = get_pool(Path(settings["pool_file"]) if settings["pool_file"] else None)
+            if settings["variants"] or (settings["variants"] is None and len(the_pool) < 3):
+                the_pool = persona_variants(the_pool)
+            context = SelectionContext(pool=the_pool, config=config)
+            if graph.get_state(cfg).values:
+                console.print(f"continuing session [bold]{thread}[/bold] with its first settings", highlight=False)
+                command: Any = None
+            else:
+                items = load_problems(Path(settings["prompts_file"]), "prompts")
+                if not items:
+                    raise ValueError(f"{settings['prompts_file']}: no prompts")
+                arms = the_pool.names
+                given = trace_features(store, arms)
+                if settings["simulate"]:
+                    names, _ = feature_table({m: {LATENCY: 0.0, **v}
+                                              for m, v in known_features(the_pool, arms, given).items()}, arms)
+                    parse_theta(settings["simulate"], names)
+                store.start_run(thread, PROTOCOL, config=settings, pool=the_pool.describe(),
+                                dataset={"path": settings["prompts_file"], "format": "prompts", "count": len(items)})
+                console.print(f"session [bold]{thread}[/bold]: {len(arms)} models ({', '.join(arms)}), "
+                              f"{len(items)} prompts, up to {config.budget_rounds} rounds", highlight=False)
+                command = {"prompts": [{"id": p.id, "text": p.question} for p in items], "models": arms,
+                           "features": given}
+            finished = _drive(graph, cfg, context, command, store, thread, settings)
+            values = graph.get_state(cfg).values
+        finally:
+            conn.close()
+        if not finished:
+            console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
+                          f"[bold]agora select --thread {thread}[/bold]"
+                          f"{'' if db == Path('agora.db') else f' --db {db}'}", highlight=False)
+            return
+        _report(values, settings, thread, out, sim_seeds)
+        store.finish_run(thread, summary=values["recommendation"])
+
+
+def _session_settings(store: TraceStore, graph, cfg, thread: str) -> dict[str, Any] | None:
+    """The settings a thread was started with, or ``None`` for a new thread."""
+    run = store.get_run(thread)
+    if not graph.get_state(cfg).values:
+        return None
+    if run is None or run["protocol"] != PROTOCOL:
+        raise ValueError(f"thread {thread!r} has a checkpoint but no {PROTOCOL} run in {store.path}")
+    return json.loads(run["config"])
+
+
+def _drive(graph, cfg, context, command, store: TraceStore, thread: str, settings: dict) -> bool:
+    """Run the graph to the end, answering each ``ask_user`` interrupt. False when the user stopped."""
+    while True:
+        if command is not None or graph.get_state(cfg).next:
+            try:
+                for event in graph.stream(command, cfg, context=context, stream_mode="custom"):
+                    if event.get("event") in ("measured", "judged", "budget", "recommend"):
+                        console.print(f"[dim]{escape(event['message'])}[/dim]", highlight=False)
+            except KeyboardInterrupt:
+                _record(store, thread, graph.get_state(cfg).values)
+                err_console.print("[yellow]interrupted[/yellow]: judged rounds are saved; rerun with the same --thread")
+                raise typer.Exit(130) from None
+        snapshot = graph.get_state(cfg)
+        _record(store, thread, snapshot.values)
+        if not snapshot.next:
+            return True
+        if not snapshot.interrupts:
+            command = None
+            continue
+        payload = snapshot.interrupts[0].value
+        if settings["simulate"]:
+            choice = _simulated_choice(snapshot.values, settings)
+        else:
+            choice = _ask_terminal(payload)
+            if choice is None:
+                return False
+        command = Command(resume=choice)
+
+
+def _simulated_choice(values: dict, settings: dict) -> str:
+    duel = values["duel"]
+    arms = values["arms"]
+    theta = parse_theta(settings["simulate"], values["feature_names"])
+    config = CupidConfig(**settings["config"])
+    user = SimulatedUser(theta, np.array(values["x"]), noisy=settings["noisy"], seed=(config.seed, duel["round"], 3))
+    y = user.prefer(arms.index(duel["shown"][0]), arms.index(duel["shown"][1]))
+    return "A" if y == 1 else "B" if y == 0 else "tie"
+
+
+def _ask_terminal(payload: dict) -> str | None:
+    """Show the duel and read A, B or tie; ``None`` when the user stops (``q`` or end of input)."""
+    console.rule(f"round {payload['round']}")
+    console.print(Panel(escape(payload["prompt"]), title="prompt", title_align="left"))
+    console.print(Columns([Panel(escape(payload["A"]), title="A"), Panel(escape(payload["B"]), title="B")],
+                          equal=True, expand=True))
+    while True:
+        try:
+            reply = typer.prompt("Which answer is better? A, B or tie (q stops; continue later)")
+        except typer.Abort:
+            return None
+        if reply.strip().lower() in ("q", "quit", "stop"):
+            return None
+        choice = parse_choice(reply)
+        if choice is not None:
+            return choice
+        console.print("please answer A, B, tie or q")
+
+
+def _record(store: TraceStore, thread: str, values: dict) -> None:
+    """Write the session's model calls to the trace DB, one question row per prompt (idempotent)."""
+    calls = values.get("calls") or []
+    history = values.get("history") or []
+    for idx, item in enumerate(values.get("prompt_items") or []):
+        mine = [c for c in calls if c.get("question_id") == item["id"]]
+        if not mine:
+            continue
+        duels = [h for h in history if h["prompt_id"] == item["id"]]
+        store.record_question(thread, PROTOCOL, {
+            "question_id": item["id"], "idx": idx, "source": "prompts", "kind": "open", "question": item["text"],
+            "gold": None, "answer": None, "correct": None, "wall_s": None, "detail": {"duels": duels}}, {}, mine)
+
+
+def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int) -> None:
+    rec = values["recommendation"]
+    table = Table(title=f"CUPID session {thread}")
+    for col in ("model", "P(best)", "posterior utility", "duels", "wins"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for r in rec["ranking"]:
+        table.add_row(r["model"], f"{r['p_best']:.3f}", f"{r['utility']:+.3f}", str(r["duels"]), f"{r['wins']:g}")
+    console.print(table)
+    console.print(f"[bold]recommended[/bold]: {rec['model']} (P(best) = {rec['p_best']:.3f}); rounds used: "
+                  f"{rec['rounds']}; cost spent: {rec['spent_cost']:.4g}; model time: {rec['spent_time_s']:.1f} s; "
+                  f"stopped by: {rec['stop_reason']}", highlight=False)
+    report: dict[str, Any] = {"thread": thread, "recommendation": rec, "arms": values["arms"],
+                              "feature_names": values["feature_names"], "raw_features": values["raw_features"],
+                              "history": values.get("history") or []}
+    out.mkdir(parents=True, exist_ok=True)
+    if settings["simulate"]:
+        config = CupidConfig(**settings["config"])
+        x = np.array(values["x"])
+        theta = parse_theta(settings["simulate"], values["feature_names"])
+        best = values["arms"][SimulatedUser(theta, x).best]
+        arms = values["arms"]
+        session = np.cumsum([duel_regret(theta, x, arms.index(h["a"]), arms.index(h["b"]))
+                             for h in values.get("history") or []])
+        rounds = max(config.budget_rounds, 1)
+        seeds = list(range(config.seed, config.seed + sim_seeds))
+        curves = {
+            "CUPID": simulate_regret(lambda s: CupidPolicy(x, config), theta, x, rounds, seeds, noisy=settings["noisy"]),
+            "uniform pairs": simulate_regret(lambda s: UniformPolicy(len(arms), seed=(s, 2)), theta, x, rounds, seeds,
+                                             noisy=settings["noisy"]),
+            "RUCB": simulate_regret(lambda s: RucbPolicy(len(arms), seed=(s, 2)), theta, x, rounds, seeds,
+                                    noisy=settings["noisy"]),
+        }
+        png = out / f"{thread}-regret.png"
+        plot_regret(curves, session, png, title=f"simulated user θ: {settings['simulate']}")
+        verdict = "[green]yes[/green]" if rec["model"] == best else "[red]no[/red]"
+        console.print(f"simulated user's best model: {best}; recommended it: {verdict}", highlight=False)
+        console.print("mean cumulative regret after "
+                      + ", ".join(f"{name} {c[:, -1].mean():.2f}" for name, c in curves.items())
+                      + f" over {rounds} rounds ({len(seeds)} seeds); this session {session[-1] if session.size else 0:.2f} "
+                      f"after {session.size}", highlight=False)
+        console.print(f"regret plot: {png}", highlight=False)
+        report.update(simulated_best=best, theta=theta.tolist(), session_regret=session.tolist(),
+                      mean_regret={k: c.mean(axis=0).tolist() for k, c in curves.items()}, plot=str(png))
+    path = out / f"{thread}.json"
+    path.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    console.print(f"report: {path}", highlight=False)
+
+
+def plot_regret(curves: dict[str, np.ndarray], session: np.ndarray, path: Path, title: str = "") -> None:
+    """Mean cumulative regret vs round of each policy (band: ± one standard error over seeds), and
+    the session's own curve. ``curves``: name → ``(seeds, rounds)``; ``session``: ``(rounds_used,)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, c in curves.items():
+        t = np.arange(1, c.shape[1] + 1)
+        mean = c.mean(axis=0)
+        se = c.std(axis=0, ddof=1) / np.sqrt(c.shape[0]) if c.shape[0] > 1 else np.zeros_like(mean)
+        ax.plot(t, mean, label=f"{name} (mean of {c.shape[0]})")
+        ax.fill_between(t, mean - se, mean + se, alpha=0.2)
+    if session.size:
+        ax.plot(np.arange(1, session.size + 1), session, "k.--", label="this session")
+    ax.set_xlabel("round")
+    ax.set_ylabel("cumulative regret")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,490 @@
+"""CUPID model selection with a human in the loop, as a LangGraph state machine (protocols.md §4).
+
+    model_features ─▶ choose_pair ─▶ generate ─▶ ask_user ─▶ update_belief ─┐
+          │                │           ▲                                    │
+          │                │           └──────────── choose_pair ◀──────────┤ (budget and δ left)
+          └────────────────┴──────────────────────▶ recommend ◀─────────────┘
+
+``model_features`` builds each model's features ``x_i`` (the caller's, e.g. from the trace store;
+the pool file's cost per 1k tokens and ``features`` table; latency measured by answering the first
+prompt when none is known) and the prior belief. Each round ``choose_pair`` picks two models by the
+belief-aware UCB rule within the remaining budgets, ``generate`` has both answer the round's prompt,
+``ask_user`` pauses on a LangGraph ``interrupt`` with the two answers anonymised as A and B in
+random order, and ``update_belief`` makes the Laplace step with the user's choice. ``recommend``
+names the model most probably best once a budget is spent or ``P(best) ≥ 1 − δ``.
+
+Resume safety: every answer is stored in state (``generations``) by ``generate``, which finishes
+before ``ask_user`` starts; resuming re-runs only ``ask_user``, so nothing is generated or charged
+twice, and an answer already generated for a prompt is reused (free) when a model meets it again.
+
+Source: Nguyen, Liu, Senanayake, arXiv 2606.00846 (2026), reconstructed (see :mod:`agora.agents.cupid`).
+
+Usage::
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+    from agora.graphs.selection import SelectionContext, build_selection_graph
+
+    graph = build_selection_graph().compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "s1"}}
+    graph.invoke({"prompts": ["Write a haiku about rain."]}, thread, context=SelectionContext(pool=my_pool))
+    while graph.get_state(thread).next:           # paused at ask_user
+        duel = graph.get_state(thread).interrupts[0].value   # {"prompt", "A", "B", ...}
+        graph.invoke(Command(resume="A"), thread, context=SelectionContext(pool=my_pool))
+    graph.get_state(thread).values["recommendation"]
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+import numpy as np
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
+from agora.agents.cupid import (
+    COST,
+    LATENCY,
+    Choice,
+    CupidConfig,
+    affordable_pairs,
+    answer_cost,
+    bt_probability,
+    feature_table,
+    laplace_update,
+    normalize_features,
+    prior_belief,
+    prob_best,
+    spec_features,
+    ucb_pair,
+)
+from agora.agents.pool import ModelPool, SamplingParams
+from agora.graphs._common import emit, pool_from, question_seed
+
+StopReason = Literal["rounds", "budget", "confident"]
+
+
+@dataclass
+class SelectionContext:
+    """Run-time context: the pool to choose from and the session's settings."""
+
+    pool: ModelPool | None = None
+    """The model pool; ``None`` = the embedded default pool."""
+    config: CupidConfig = field(default_factory=CupidConfig)
+    """Budgets, UCB width, stopping level δ, prior, sampling."""
+
+
+class PromptItem(TypedDict):
+    id: str
+    text: str
+
+
+class Generation(TypedDict):
+    """One model's answer to one prompt (kept in state: never generated or charged twice)."""
+
+    model: str
+    prompt_id: str
+    text: str
+    ok: bool
+    """False when the model failed after its retries (``text`` is then empty)."""
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    cost: float
+    """Price of the answer, in the unit of ``cost_per_1k_tokens``."""
+    call_id: str
+
+
+class Duel(TypedDict):
+    """The pair of one round and how it is shown."""
+
+    round: int
+    """1-based round number."""
+    prompt_id: str
+    prompt: str
+    a: str
+    """The UCB leader (first model of the pair rule)."""
+    b: str
+    """Its challenger."""
+    shown: list[str]
+    """``[model shown as A, model shown as B]`` (random order, hidden from the user)."""
+
+
+class DuelRecord(Duel):
+    """A judged duel."""
+
+    choice: Choice
+    winner: str | None
+    """Preferred model; ``None`` for a tie."""
+    y: float
+    """1 if ``a`` won, 0 if ``b`` won, 0.5 for a tie."""
+    p: float
+    """Belief's ``P(a ≻ b)`` before the update."""
+
+
+class RankedModel(TypedDict):
+    model: str
+    p_best: float
+    utility: float
+    """Posterior mean utility ``μᵀx`` (normalised features)."""
+    duels: int
+    wins: float
+    """Duels won (a tie counts one half)."""
+
+
+class Recommendation(TypedDict):
+    model: str
+    p_best: float
+    """Posterior probability (Monte Carlo) that the recommended model is the user's best."""
+    rounds: int
+    spent_cost: float
+    spent_time_s: float
+    stop_reason: StopReason
+    ranking: list[RankedModel]
+
+
+class SelectionInput(TypedDict):
+    """What a caller passes in."""
+
+    prompts: list[str | PromptItem]
+    """Prompts shown in turn, one per round (cycling); strings or ``{"id", "text"}``."""
+    models: NotRequired[list[str]]
+    """Pool members to choose from (default: every member)."""
+    features: NotRequired[dict[str, dict[str, float]]]
+    """Known features per model (e.g. ``acc:gsm8k``, ``latency_s`` from the trace store); the pool
+    file's values win over these."""
+
+
+class SelectionOutput(TypedDict):
+    """What the graph returns."""
+
+    recommendation: Recommendation
+    history: list[DuelRecord]
+    arms: list[str]
+    feature_names: list[str]
+    raw_features: list[list[float]]
+    p_best: list[float]
+    spent_cost: float
+    spent_time_s: float
+    calls: list[dict[str, Any]]
+
+
+def _merge(left: dict, right: dict) -> dict:
+    return {**(left or {}), **(right or {})}
+
+
+class SelectionState(SelectionInput, total=False):
+    """Full state of a selection session."""
+
+    prompt_items: list[PromptItem]
+    arms: list[str]
+    """The models being compared, in feature-row order."""
+    feature_names: list[str]
+    raw_features: list[list[float]]
+    """``(m, d)`` features in their units."""
+    x: list[list[float]]
+    """``(m, d)`` min–max normalised features: the ``x_i`` of the Bradley–Terry model."""
+    mu: list[float]
+    """Belief mean over θ, ``(d,)``."""
+    precision: list[list[float]]
+    """Belief precision Σ⁻¹, ``(d, d)``."""
+    p_best: list[float]
+    """Posterior ``P(model i is best)``, ``(m,)``."""
+    round: int
+    """Duels judged so far."""
+    generations: Annotated[dict[str, Generation], _merge]
+    """Every answer generated, by ``"<model>@<prompt id>"``."""
+    spent_cost: float
+    spent_time_s: float
+    duel: Duel | None
+    """The current round's pair (``None`` when no pair fits the budgets)."""
+    choice: Choice
+    history: Annotated[list[DuelRecord], operator.add]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written to the trace store by the caller)."""
+    recommendation: Recommendation
+
+
+def _config(runtime: Runtime) -> CupidConfig:
+    return getattr(runtime.context, "config", None) or CupidConfig()
+
+
+def _key(model: str, prompt_id: str) -> str:
+    return f"{model}@{prompt_id}"
+
+
+def _prompt_items(prompts: Any) -> list[PromptItem]:
+    if not isinstance(prompts, list) or not prompts:
+        raise ValueError("graph input needs 'prompts': a non-empty list of strings or {id, text}")
+    items = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str) and p.strip():
+            items.append(PromptItem(id=f"p{i}", text=p.strip()))
+        elif isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip():
+            items.append(PromptItem(id=str(p.get("id") or f"p{i}"), text=p["text"].strip()))
+        else:
+            raise ValueError(f"prompts[{i}]: expected a non-empty string or {{id, text}}, got {p!r}")
+    return items
+
+
+def _answer(pool: ModelPool, model: str, item: PromptItem, cfg: CupidConfig, cost_per_1k: float,
+            node: str) -> tuple[Generation, list[dict[str, Any]]]:
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, item["id"]))
+    samples, records = pool.sample(model, [{"role": "user", "content": item["text"]}], params,
+                                   context={"question_id": item["id"], "node": node, "role": "candidate"})
+    if not samples:
+        return Generation(model=model, prompt_id=item["id"], text="", ok=False, prompt_tokens=0,
+                          completion_tokens=0, latency_s=sum(r["latency_s"] for r in records), cost=0.0,
+                          call_id=""), records
+    s = samples[0]
+    return Generation(model=model, prompt_id=item["id"], text=s.text, ok=True, prompt_tokens=s.prompt_tokens,
+                      completion_tokens=s.completion_tokens, latency_s=s.latency_s,
+                      cost=answer_cost(cost_per_1k, s.prompt_tokens + s.completion_tokens),
+                      call_id=s.call_id), records
+
+
+def _column(state: SelectionState, name: str) -> np.ndarray:
+    """A raw feature of every model (zeros when no model has it)."""
+    if name not in state["feature_names"]:
+        return np.zeros(len(state["arms"]))
+    return np.array(state["raw_features"])[:, state["feature_names"].index(name)]
+
+
+def _belief(state: SelectionState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    precision = np.array(state["precision"])
+    return np.array(state["mu"]), precision, np.linalg.inv(precision)
+
+
+def _stop_reason(state: SelectionState, cfg: CupidConfig) -> StopReason | None:
+    if state.get("duel", 0) is None:
+        return "budget"
+    if state.get("round", 0) >= cfg.budget_rounds:
+        return "rounds"
+    if max(state["p_best"]) >= 1 - cfg.delta:
+        return "confident"
+    return None
+
+
+def known_features(pool: ModelPool, arms: list[str], given: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Features known before the session: ``given`` (e.g. from traces), overridden by the pool file's
+    (:func:`~agora.agents.cupid.spec_features`)."""
+    return {m: {**given.get(m, {}), **row} for m, row in spec_features(pool, arms).items()}
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def model_features(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict[str, Any]:
+    """Features ``x_i`` of every model and the prior belief; a model with no known latency answers
+    the first prompt, which measures it (the answer is kept for the duels)."""
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    items = _prompt_items(state.get("prompts"))
+    arms = list(state.get("models") or pool.names)
+    for m in arms:
+        pool[m]
+    if len(set(arms)) < 2 or len(set(arms)) != len(arms):
+        raise ValueError(f"CUPID needs at least two distinct models, got {arms}")
+    values = known_features(pool, arms, state.get("features") or {})
+    generations: dict[str, Generation] = {}
+    calls: list[dict[str, Any]] = []
+    for m in arms:
+        if LATENCY not in values[m]:
+            gen, records = _answer(pool, m, items[0], cfg, values[m][COST], "model_features")
+            generations[_key(m, items[0]["id"])] = gen
+            calls += records
+            if gen["ok"]:
+                values[m][LATENCY] = gen["latency_s"]
+            emit("measured", f"{m}: {gen['latency_s']:.2f} s for the first prompt", model=m,
+                 latency_s=gen["latency_s"], ok=gen["ok"])
+    names, raw = feature_table(values, arms)
+    x = normalize_features(raw)
+    mu, precision = prior_belief(len(names), cfg.prior_sd)
+    p_best = prob_best(mu, np.linalg.inv(precision), x, cfg.mc_samples, seed=(cfg.seed, 0))
+    emit("features", f"{len(arms)} models, features {', '.join(names)}", arms=arms, features=names,
+         raw=raw.tolist())
+    return {"prompt_items": items, "arms": arms, "feature_names": names, "raw_features": raw.tolist(),
+            "x": x.tolist(), "mu": mu.tolist(), "precision": precision.tolist(), "p_best": p_best.tolist(),
+            "round": 0, "generations": generations, "calls": calls,
+            "spent_cost": sum(g["cost"] for g in generations.values()),
+            "spent_time_s": sum(g["latency_s"] for g in generations.values())}
+
+
+def choose_pair(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict[str, Any]:
+    """Belief-aware UCB pair among the pairs whose next answers fit the remaining budgets.
+
+    Expected cost of an answer: the model's mean tokens per answer so far (else every model's mean,
+    else ``max_tokens`` plus a quarter of the prompt's characters) at its price; expected time: its
+    latency feature. An answer already generated for this prompt is free. An estimate below the
+    actual size can overspend the cost budget by at most one pair."""
+    cfg = _config(runtime)
+    arms, t = state["arms"], state["round"]
+    item = state["prompt_items"][t % len(state["prompt_items"])]
+    gens = state.get("generations") or {}
+    tokens = {m: [g["prompt_tokens"] + g["completion_tokens"] for g in gens.values() if g["model"] == m and g["ok"]]
+              for m in arms}
+    everyone = [n for ts in tokens.values() for n in ts]
+    fallback = float(np.mean(everyone)) if everyone else cfg.max_tokens + len(item["text"]) / 4
+    price, latency = _column(state, COST), _column(state, LATENCY)
+    cached = np.array([_key(m, item["id"]) in gens for m in arms])
+    cost = np.where(cached, 0.0, [answer_cost(price[i], np.mean(tokens[m]) if tokens[m] else fallback)
+                                  for i, m in enumerate(arms)])
+    time_s = np.where(cached, 0.0, latency)
+    allowed = affordable_pairs(
+        cost, time_s,
+        None if cfg.budget_cost is None else cfg.budget_cost - state["spent_cost"],
+        None if cfg.budget_time_s is None else cfg.budget_time_s - state["spent_time_s"])
+    mu, _, cov = _belief(state)
+    pair = ucb_pair(mu, cov, np.array(state["x"]), cfg.beta, allowed)
+    if pair is None:
+        emit("budget", "no pair of models fits the remaining budget", spent_cost=state["spent_cost"],
+             spent_time_s=state["spent_time_s"])
+        return {"duel": None}
+    a, b = arms[pair[0]], arms[pair[1]]
+    swap = np.random.default_rng((cfg.seed, t + 1, 7)).random() < 0.5
+    duel = Duel(round=t + 1, prompt_id=item["id"], prompt=item["text"], a=a, b=b, shown=[b, a] if swap else [a, b])
+    emit("pair", f"round {t + 1}: {a} vs {b}", round=t + 1, a=a, b=b)
+    return {"duel": duel}
+
+
+def generate(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict[str, Any]:
+    """Both models answer the round's prompt (answers already in state are reused, not regenerated)."""
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    duel = state["duel"]
+    gens = state.get("generations") or {}
+    item = PromptItem(id=duel["prompt_id"], text=duel["prompt"])
+    price = dict(zip(state["arms"], _column(state, COST)))
+    new: dict[str, Generation] = {}
+    calls: list[dict[str, Any]] = []
+    for m in (duel["a"], duel["b"]):
+        if _key(m, item["id"]) not in gens:
+            gen, records = _answer(pool, m, item, cfg, float(price[m]), "generate")
+            new[_key(m, item["id"])] = gen
+            calls += records
+    emit("generated", f"round {duel['round']}: {len(new)} new answers", round=duel["round"], new=len(new))
+    return {"generations": new, "calls": calls,
+            "spent_cost": state["spent_cost"] + sum(g["cost"] for g in new.values()),
+            "spent_time_s": state["spent_time_s"] + sum(g["latency_s"] for g in new.values())}
+
+
+def parse_choice(value: Any) -> Choice | None:
+    """``"A"``, ``"B"`` or ``"tie"`` from a resume value (``"a"``, ``"t"``, ``{"choice": "B"}``...);
+    ``None`` when it is none of them."""
+    if isinstance(value, dict):
+        value = value.get("choice")
+    if not isinstance(value, str):
+        return None
+    v = value.strip().lower()
+    return "A" if v == "a" else "B" if v == "b" else "tie" if v in ("tie", "t", "=") else None
+
+
+def ask_user(state: SelectionState) -> dict[str, Any]:
+    """Pause with both answers, anonymised as A and B; resume with ``Command(resume="A"|"B"|"tie")``.
+
+    Re-run from its start on every resume, so it only reads state. An invalid reply asks again.
+    """
+    duel = state["duel"]
+    gens = state["generations"]
+    shown = [gens[_key(m, duel["prompt_id"])] for m in duel["shown"]]
+    payload = {"round": duel["round"], "prompt": duel["prompt"],
+               "A": shown[0]["text"] if shown[0]["ok"] else "(no answer: the model failed)",
+               "B": shown[1]["text"] if shown[1]["ok"] else "(no answer: the model failed)",
+               "options": ["A", "B", "tie"]}
+    while True:
+        reply = interrupt(payload)
+        choice = parse_choice(reply)
+        if choice is not None:
+            return {"choice": choice}
+        payload = {**payload, "error": f"expected A, B or tie, got {reply!r}"}
+
+
+def update_belief(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict[str, Any]:
+    """Laplace update of the belief with the user's choice, then ``P(best)`` of every model."""
+    cfg = _config(runtime)
+    duel, choice = state["duel"], state["choice"]
+    arms = state["arms"]
+    x = np.array(state["x"])
+    mu, precision, _ = _belief(state)
+    a, b = arms.index(duel["a"]), arms.index(duel["b"])
+    winner = None if choice == "tie" else duel["shown"][0 if choice == "A" else 1]
+    y = 0.5 if winner is None else 1.0 if winner == duel["a"] else 0.0
+    p = bt_probability(mu, x[a], x[b])
+    mu, precision = laplace_update(mu, precision, x[a] - x[b], y)
+    p_best = prob_best(mu, np.linalg.inv(precision), x, cfg.mc_samples, seed=(cfg.seed, duel["round"]))
+    leader = int(np.argmax(p_best))
+    emit("judged", f"round {duel['round']}: {choice} ({winner or 'tie'}); leader {arms[leader]} "
+         f"P(best)={p_best[leader]:.2f}", round=duel["round"], winner=winner, leader=arms[leader],
+         p_best=float(p_best[leader]))
+    record = DuelRecord(**duel, choice=choice, winner=winner, y=y, p=p)
+    return {"mu": mu.tolist(), "precision": precision.tolist(), "p_best": p_best.tolist(),
+            "round": duel["round"], "history": [record]}
+
+
+def recommend(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict[str, Any]:
+    """The model most probably best, with the posterior ranking and what the session spent."""
+    cfg = _config(runtime)
+    arms, p_best = state["arms"], state["p_best"]
+    mu, _, _ = _belief(state)
+    utility = np.array(state["x"]) @ mu
+    duels = {m: 0 for m in arms}
+    wins = {m: 0.0 for m in arms}
+    for r in state.get("history") or []:
+        for m in (r["a"], r["b"]):
+            duels[m] += 1
+            wins[m] += 0.5 if r["winner"] is None else float(r["winner"] == m)
+    ranking = sorted((RankedModel(model=m, p_best=p_best[i], utility=float(utility[i]), duels=duels[m],
+                                  wins=wins[m]) for i, m in enumerate(arms)),
+                     key=lambda r: (-r["p_best"], -r["utility"]))
+    best = ranking[0]
+    rec = Recommendation(model=best["model"], p_best=best["p_best"], rounds=state["round"],
+                         spent_cost=state["spent_cost"], spent_time_s=state["spent_time_s"],
+                         stop_reason=_stop_reason(state, cfg) or "rounds", ranking=ranking)
+    emit("recommend", f"recommended {rec['model']} (P(best)={rec['p_best']:.2f}) after {rec['rounds']} rounds",
+         **{k: rec[k] for k in ("model", "p_best", "rounds", "stop_reason")})
+    return {"recommendation": rec}
+
+
+# ---------------------------------------------------------------------------- edges
+
+
+def after_belief(state: SelectionState, runtime: Runtime[SelectionContext]) -> str:
+    """Another round while rounds remain and no model is best with probability ``1 − δ``."""
+    return "recommend" if _stop_reason(state, _config(runtime)) else "choose_pair"
+
+
+def after_pair(state: SelectionState) -> str:
+    """``recommend`` when no pair fits the budgets."""
+    return "recommend" if state.get("duel") is None else "generate"
+
+
+def build_selection_graph() -> StateGraph:
+    """The CUPID selection graph, uncompiled. Compile it with a checkpointer to use ``ask_user``.
+
+    Input: :class:`SelectionInput`; output: :class:`SelectionOutput`; run-time context:
+    :class:`SelectionContext`.
+    """
+    builder = StateGraph(SelectionState, context_schema=SelectionContext, input_schema=SelectionInput,
+                         output_schema=SelectionOutput)
+    builder.add_node("model_features", model_features)
+    builder.add_node("choose_pair", choose_pair)
+    builder.add_node("generate", generate)
+    builder.add_node("ask_user", ask_user)
+    builder.add_node("update_belief", update_belief)
+    builder.add_node("recommend", recommend)
+    builder.add_edge(START, "model_features")
+    builder.add_conditional_edges("model_features", after_belief, ["choose_pair", "recommend"])
+    builder.add_conditional_edges("choose_pair", after_pair, ["generate", "recommend"])
+    builder.add_edge("generate", "ask_user")
+    builder.add_edge("ask_user", "update_belief")
+    builder.add_conditional_edges("update_belief", after_belief, ["choose_pair", "recommend"])
+    builder.add_edge("recommend", END)
+    return builder
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_selection_graph().compile(name="cupid_selection")
