@@ -1,0 +1,32 @@
+"""The docs stay true: each protocol page's Mermaid picture is the graph's current one, and its
+Python snippets run."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from agora.graphs.delegation import graph as delegation_graph
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = {"align.md": delegation_graph}
+
+
+def blocks(page: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", (DOCS / page).read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_mermaid_matches_the_graph(page):
+    [mermaid] = blocks(page, "mermaid")
+    assert mermaid.strip() == PAGES[page].get_graph(xray=1).draw_mermaid().strip()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_python_snippets_run(page, capsys):
+    snippets = blocks(page, "python")
+    assert snippets
+    for code in snippets:
+        exec(compile(code, f"{DOCS / page}", "exec"), {})
+    assert capsys.readouterr().out.strip()
