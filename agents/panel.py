@@ -407,11 +407,14 @@ def analyse(
         notes: notes to report first (e.g. what the reader could not find).
     """
     families = dict(families or {})
-    rows = [r for r in rows if r.get("role") not in config.exclude_roles]
+    notes = list(notes)
+    kept = [r for r in rows if r.get("role") not in config.exclude_roles]
+    if len(kept) < len(rows):
+        notes.append(f"left out {len(rows) - len(kept)} responses with role(s) {', '.join(config.exclude_roles)}")
+    rows = kept
     speakers = {r["speaker"] for r in rows}
     models = [m for m in dict.fromkeys(model_order) if m in speakers] + sorted(speakers - set(model_order))
     names = [d.name for d in detectors]
-    notes = list(notes)
     measured = [(r, measure(r.get("text") or "", detectors)) for r in rows]
 
     by_cell: dict[tuple[str, str | None], list] = {}

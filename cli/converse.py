@@ -1,0 +1,248 @@
+"""``agora converse`` (two-model conversations for partner-conditioned data) and
+``agora report diversity`` (cue rates per speaker and partner, Δ_m, distances, panel choice)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse, converse_default_specs
+from agora.agents.pool import ModelPool, load_pool, pool_from_specs
+from agora.cli._shared import console, new_run_id, question_progress, user_errors
+from agora.cli.main import app, report_app
+from agora.graphs.conversation import ConversationConfig, ConversationContext, build_conversation_graph
+from agora.graphs.runner import run_problems
+from agora.tasks.loaders import FORMATS, detect_format, load_problems
+from agora.traces.diversity import read_exchanges
+from agora.traces.store import TraceStore
+
+
+def _names(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def ordered_pairs(pool: ModelPool, models: Optional[str], pairs: Optional[str]) -> list[tuple[str, str]]:
+    """The ordered (A, B) pairs to run: ``--pairs a:b,...`` as given, else every ordered pair of
+    ``--models`` (default: the whole pool).
+
+    Raises:
+        ValueError: an unknown model, a pair of one model, a malformed pair, or fewer than 2 models.
+    """
+    if pairs:
+        out = []
+        for item in _names(pairs):
+            a, sep, b = item.partition(":")
+            if not sep or not a.strip() or not b.strip():
+                raise ValueError(f"--pairs: {item!r} is not A:B")
+            a, b = a.strip(), b.strip()
+            if a == b:
+                raise ValueError(f"--pairs: {item!r} pairs a model with itself")
+            pool[a], pool[b]
+            out.append((a, b))
+        return out
+    names = _names(models) if models else pool.names
+    for n in names:
+        pool[n]
+    if len(set(names)) < 2:
+        raise ValueError(f"a conversation needs two models; got {', '.join(names) or 'none'}")
+    return list(itertools.permutations(dict.fromkeys(names), 2))
+
+
+@app.command("converse")
+def converse(
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Questions or prompts (JSONL). Default: generated arithmetic problems."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N prompts (default: all; 3 generated)."),
+    turns: int = typer.Option(3, "--turns", min=2, help="Responses per conversation: A, B, A, ..."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded models plus a 'cautious' persona variant of each."),
+    models: Optional[str] = typer.Option(None, "--models", help="Comma-separated members; every ordered pair of them talks."),
+    pairs: Optional[str] = typer.Option(None, "--pairs", help="Ordered pairs A:B,C:D instead of all pairs."),
+    max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Max generated tokens per turn."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+    shots: int = typer.Option(2, "--shots", min=0, help="Worked exemplars in the prompt (math, multiple choice)."),
+    seed: int = typer.Option(0, "--seed"),
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Base run id (each pair runs as <id>:<A>><B>); an existing id resumes."),
+) -> None:
+    """Run two-model conversations (A answers, B replies to A, A replies, ...) for every ordered
+    pair, tracing each response with its partner, for `agora report diversity`."""
+    with user_errors():
+        if prompts is None:
+            fmt_name, problems = "synthetic", load_problems(None, "synthetic", limit or 3, seed=seed)
+        else:
+            fmt_name = fmt or detect_format(prompts)
+            problems = load_problems(prompts, fmt_name, limit)
+        if not problems:
+            raise ValueError(f"{prompts}: no prompts to run")
+        the_pool = load_pool(pool) if pool is not None else pool_from_specs(converse_default_specs(),
+                                                                            source="builtin:converse")
+        todo = ordered_pairs(the_pool, models, pairs)
+        base = run_id or new_run_id("converse")
+        store = TraceStore(db)
+        console.print(f"run [bold]{base}[/bold]: {len(todo)} ordered pairs × {len(problems)} {fmt_name} prompts × "
+                      f"{turns} turns; pool {', '.join(the_pool.names)}", highlight=False)
+        calls = 0
+        with question_progress(len(todo) * len(problems)) as progress:
+            task = progress.add_task("converse", total=len(todo) * len(problems), label="converse", status="")
+            for a, b in todo:
+                config = ConversationConfig(speaker_a=a, speaker_b=b, turns=turns, max_tokens=max_tokens,
+                                            temperature=temperature, shots=shots, seed=seed)
+                outcome = run_problems(
+                    build_conversation_graph(), problems, store=store, run_id=f"{base}:{a}>{b}",
+                    protocol="converse", context=ConversationContext(pool=the_pool, config=config),
+                    config=asdict(config), pool_description=the_pool.describe(),
+                    dataset={"path": str(prompts) if prompts else None, "format": fmt_name, "limit": limit},
+                    on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
+                    on_question=lambda q: progress.advance(task),
+                    detail=lambda v: {"turns": [{k: t[k] for k in ("turn", "speaker", "partner", "answer")}
+                                                for t in v.get("turns") or []]},
+                )
+                progress.advance(task, outcome.skipped)
+                calls += sum(len(q.calls) for q in outcome.outcomes)
+            progress.update(task, status="done")
+        console.print(f"{calls} model calls recorded in {store.path}; next: "
+                      f"agora report diversity --db {store.path} --out diversity/", highlight=False)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _fmt(x: float, digits: int = 1) -> str:
+    if math.isnan(x):
+        return "-"
+    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+
+
+def _heatmap(matrix: np.ndarray, rows: list[str], cols: list[str], title: str, label: str, path: Path,
+             axes: tuple[str, str], counts: np.ndarray | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(cols), 1.4 + 0.6 * len(rows)))
+    masked = np.ma.masked_invalid(matrix)
+    image = ax.imshow(masked, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel(axes[0])
+    ax.set_ylabel(axes[1])
+    for i, j in itertools.product(range(len(rows)), range(len(cols))):
+        if np.isfinite(matrix[i, j]):
+            text = f"{matrix[i, j]:.2f}" + (f"\nn={int(counts[i, j])}" if counts is not None else "")
+            bright = image.norm(matrix[i, j]) > 0.6
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="black" if bright else "white")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label=label)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_heatmaps(report: DiversityReport, out: Path) -> list[Path]:
+    """``hedging_by_partner.png`` (speaker × partner mean hedging rate, blank where no data) and
+    ``distance_matrix.png`` (behavioural distances) in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    partners = [m for m in report.models if any(c.partner == m for c in report.cells)]
+    partners += sorted({c.partner for c in report.cells if c.partner and c.partner not in partners})
+    cols = partners + [None]
+    hedge = np.full((len(report.models), len(cols)), np.nan)
+    n = np.zeros_like(hedge)
+    for c in report.cells:
+        i, j = report.models.index(c.speaker), cols.index(c.partner)
+        hedge[i, j], n[i, j] = c.cues["hedging"].mean, c.turns
+    paths = [out / "hedging_by_partner.png", out / "distance_matrix.png"]
+    _heatmap(hedge, report.models, [p or NO_PARTNER for p in cols],
+             "Hedging cues per 100 tokens, speaker × partner", "hedges / 100 tokens", paths[0],
+             ("partner (whose answer the speaker saw)", "speaker"), n)
+    _heatmap(report.distance, report.models, report.models, "Behavioural distance", "distance", paths[1],
+             ("model", "model"))
+    return paths
+
+
+def print_report(report: DiversityReport) -> None:
+    cfg = report.config
+    table = Table(title=f"Cue rates per 100 word tokens, speaker × partner (mean [{cfg.level:.0%} CI])")
+    table.add_column("speaker", no_wrap=True)
+    table.add_column("partner", no_wrap=True)
+    table.add_column("turns", justify="right")
+    for name, exploratory in report.detectors:
+        table.add_column(name + (" (exploratory)" if exploratory else ""), justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right")
+    for c in report.cells:
+        cues = [f"{_fmt(e.mean)} [{_fmt(e.low)}, {_fmt(e.high)}]" for e in c.cues.values()]
+        style = None if c.enough or c.partner is None else "dim"
+        table.add_row(c.speaker, c.partner or NO_PARTNER, str(c.turns) + ("" if c.enough else "*"), *cues,
+                      _fmt(c.mean_tokens, 1), style=style)
+    console.print(table)
+    console.print(f"* fewer than {cfg.min_turns} turns: shown, not used for Δ_m", highlight=False)
+
+    shifts = Table(title="Partner-conditioned hedging shift Δ_m = (max_p h − min_p h) / min_p h")
+    for col in ("model", "family", "partners", "lowest h (partner)", "highest h (partner)", "Δ_m"):
+        shifts.add_column(col, justify="left" if col in ("model", "family") else "right")
+    for s in report.shifts:
+        if s.cue != "hedging":
+            continue
+        pct = "-" if math.isnan(s.shift) else ("inf" if math.isinf(s.shift) else f"{100 * s.shift:.0f}%")
+        shifts.add_row(s.speaker, report.families.get(s.speaker) or "-", str(s.partners),
+                       f"{_fmt(s.low)} ({s.low_partner or '-'})", f"{_fmt(s.high)} ({s.high_partner or '-'})", pct)
+    console.print(shifts)
+
+    dist = Table(title="Behavioural distance")
+    dist.add_column("", no_wrap=True)
+    for m in report.models:
+        dist.add_column(m, justify="right")
+    for i, m in enumerate(report.models):
+        dist.add_row(m, *[f"{_fmt(v, 2)}" + (f" (n={int(n)})" if i != j and n else "")
+                          for j, (v, n) in enumerate(zip(report.distance[i], report.agreement_n[i]))])
+    console.print(dist)
+    console.print("distance: root mean square of the min–max normalised differences in cue rates and mean "
+                  "length, and of 1 − answer agreement (n: questions both models answered)", highlight=False)
+
+    p = report.panel
+    if p is not None:
+        console.print(f"suggested panel of {p.size} ({'exact' if p.exact else 'local search'}): "
+                      f"[bold]{', '.join(p.members)}[/bold], total distance {p.total:.2f}", highlight=False)
+        ties = (f"; {p.family_ties} panels tie on family labels, totals {p.family_total_range[0]:.2f}–"
+                f"{p.family_total_range[1]:.2f}" if p.family_ties > 1 else "")
+        console.print(f"family-label-only panel: {', '.join(p.family_members)}, total distance "
+                      f"{p.family_total:.2f}{ties}", highlight=False)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False)
+
+
+@report_app.command("diversity")
+def report_diversity(
+    db: Path = typer.Option(..., "--db", help="Trace database (SQLite)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the heatmaps and diversity.json."),
+    runs: Optional[list[str]] = typer.Option(None, "--run", help="Only this run id (repeatable; a converse base id selects its pairs)."),
+    min_turns: int = typer.Option(5, "--min-turns", min=1, help="Turns a speaker × partner cell needs to count for Δ_m."),
+    panel_size: int = typer.Option(3, "--panel-size", min=2, help="Members of the suggested panel."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """Hedging, repair and challenge cue rates per speaker and partner with bootstrap CIs, the
+    partner-conditioned shift Δ_m, behavioural distances, and the panel maximising them beside a
+    family-label-only choice. Writes heatmaps (PNG) and diversity.json to --out."""
+    with user_errors():
+        config = DiversityConfig(min_turns=min_turns, panel_size=panel_size, seed=seed)
+        data = read_exchanges(db, runs or ())
+        if not data.rows:
+            raise ValueError(f"{db}: no successful model calls" + (f" in run(s) {', '.join(runs)}" if runs else ""))
+        report = analyse(data.rows, data.families, config, model_order=data.model_order, notes=data.notes)
+        protocols = sorted({r["protocol"] or "?" for r in data.rows})
+        exchanged = sum(r["partner"] is not None for r in data.rows)
+        console.print(f"{db}: {len(data.rows)} responses ({exchanged} with a partner) from "
+                      f"{len({r['run_id'] for r in data.rows})} run(s), protocols {', '.join(protocols)}",
+                      highlight=False)
+        print_report(report)
+        paths = write_heatmaps(report, out)
+        (out / "diversity.json").write_text(json.dumps(report.as_dict(), indent=2), encoding="utf-8")
+        console.print(f"wrote {', '.join(str(p) for p in [*paths, out / 'diversity.json'])}", highlight=False)

@@ -1,0 +1,273 @@
+"""A two-model conversation, to collect partner-conditioned responses (protocols.md §5).
+
+    answer ──▶ reply ⟲ (until ``turns`` responses) ──▶ conclude ──▶ END
+
+Speaker A answers the question; B replies to A's answer; A replies to B's; and so on for
+``turns`` responses in all. Every call is traced with ``role="speaker"``, ``agent`` 0 (A) or 1
+(B) and ``partner`` (the model whose answer the prompt showed; ``None`` for A's opening answer),
+which is what :mod:`agora.traces.diversity` reads to condition a model's behaviour on its partner.
+
+Each speaker sees the question (with the solver prompt and few-shot exemplars of
+:func:`agora.agents.prompts.solver_messages`), its own earlier turns as its assistant messages and
+the partner's turns as user messages asking for a reply. The method table compares ``opening``
+(A's first answer) with ``converse`` (the last turn's answer).
+
+Source of the analysis it feeds: Zhang et al., arXiv 2606.20632 (reconstructed; see
+:mod:`agora.agents.panel`).
+
+Usage::
+
+    from agora.graphs.conversation import ConversationConfig, ConversationContext, build_conversation_graph
+    graph = build_conversation_graph().compile()
+    out = graph.invoke({"question": "Tom has 3 apples and buys 4 more. How many?"},
+                       context=ConversationContext(pool=my_pool, config=ConversationConfig(turns=3)))
+    [(t["speaker"], t["partner"], t["answer"]) for t in out["turns"]]
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired, Sequence, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.prompts import solver_messages
+from agora.graphs._common import as_problem, emit, pool_from, question_seed
+from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.loaders import Problem
+
+METHODS = ("converse", "opening")
+
+REPLY_PROMPT = ("Another assistant answered:\n\n{reply}\n\nReply to it: say whether you agree and why, "
+                "correct any mistake, and give your own answer.")
+"""How a speaker is shown its partner's turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationConfig:
+    """Settings of one two-model conversation."""
+
+    speaker_a: str | None = None
+    """Model that answers first; ``None`` = the pool's first member."""
+    speaker_b: str | None = None
+    """Model that replies first; ``None`` = the first other member."""
+    turns: int = 3
+    """Responses in all (A, B, A, ...); at least 2 so that someone replies."""
+    max_tokens: int = 128
+    """Upper bound on generated tokens per turn."""
+    temperature: float = 0.7
+    top_p: float = 0.95
+    shots: int = 2
+    """Worked exemplars in the solver prompt (math and multiple choice)."""
+    seed: int = 0
+    """Base seed; turn t of a question uses ``question_seed(seed, question_id) + t``."""
+
+    def __post_init__(self):
+        if self.turns < 2:
+            raise ValueError(f"turns must be >= 2, got {self.turns}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.shots < 0:
+            raise ValueError(f"shots must be >= 0, got {self.shots}")
+        if self.speaker_a is not None and self.speaker_a == self.speaker_b:
+            raise ValueError(f"speaker_b must differ from speaker_a, both are {self.speaker_a!r}")
+
+    def speakers(self, pool: ModelPool) -> tuple[str, str]:
+        """``(A, B)`` resolved against ``pool``.
+
+        Raises:
+            ValueError: a named speaker is not in the pool, or the pool has one model.
+        """
+        for name in (self.speaker_a, self.speaker_b):
+            if name is not None and name not in pool:
+                raise ValueError(f"ConversationConfig names {name!r}, which is not in the pool "
+                                 f"({', '.join(pool.names)})")
+        a = self.speaker_a or next((n for n in pool.names if n != self.speaker_b), None)
+        b = self.speaker_b or next((n for n in pool.names if n != a), None)
+        if a is None or b is None:
+            raise ValueError(f"a conversation needs two models; the pool has {', '.join(pool.names)}")
+        return a, b
+
+
+@dataclass
+class ConversationContext:
+    """Run-time context: the pool and the conversation's settings."""
+
+    pool: ModelPool | None = None
+    """The model pool; ``None`` = the embedded default pool."""
+    config: ConversationConfig = field(default_factory=ConversationConfig)
+
+
+class Turn(TypedDict):
+    """One response of the conversation."""
+
+    turn: int
+    """1-based position."""
+    speaker: str
+    partner: str | None
+    """The model whose answer this turn replied to (``None`` for the opening answer)."""
+    text: str
+    """The response (empty when the model failed after its retries)."""
+    answer: str | None
+    """Answer extracted from ``text``."""
+    call_id: str
+
+
+class ConversationInput(TypedDict):
+    """What a caller passes in."""
+
+    question: str
+    question_id: NotRequired[str]
+    gold: NotRequired[str | None]
+    """Gold answer, if known: ``methods`` are then scored."""
+    kind: NotRequired[str]
+    """``math`` (default), ``mc`` or ``open``."""
+    n_choices: NotRequired[int]
+
+
+class MethodResult(TypedDict):
+    answer: str | None
+    correct: bool | None
+    samples: int
+    completion_tokens: int
+    latency_s: float
+
+
+class ConversationOutput(TypedDict):
+    """What the graph returns."""
+
+    answer: str | None
+    """The last turn's answer."""
+    turns: list[Turn]
+    methods: dict[str, MethodResult]
+    """``converse`` (last turn) and ``opening`` (A's first answer)."""
+
+
+class ConversationState(ConversationInput, total=False):
+    """Full state of one conversation."""
+
+    speakers: list[str]
+    """``[A, B]``, set by ``answer``."""
+    turns: Annotated[list[Turn], operator.add]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written by the runner)."""
+    usage: Annotated[list[dict[str, Any]], operator.add]
+    """Per turn ``{"completion_tokens", "latency_s"}``."""
+    methods: dict[str, MethodResult]
+    answer: str | None
+
+
+def _config(runtime: Runtime) -> ConversationConfig:
+    return getattr(runtime.context, "config", None) or ConversationConfig()
+
+
+def conversation_messages(problem: Problem, shots: int, history: Sequence[Turn], speaker: str) -> list[dict[str, str]]:
+    """What ``speaker`` sees: the solver prompt, its own turns as assistant messages and the other
+    turns as :data:`REPLY_PROMPT` user messages; consecutive user messages are joined."""
+    messages = solver_messages(problem, shots)
+    for turn in history:
+        if turn["speaker"] == speaker:
+            messages.append({"role": "assistant", "content": turn["text"]})
+        else:
+            messages.append({"role": "user", "content": REPLY_PROMPT.format(reply=turn["text"].strip())})
+    merged: list[dict[str, str]] = []
+    for m in messages:
+        if merged and m["role"] == "user" and merged[-1]["role"] == "user":
+            merged[-1] = {"role": "user", "content": merged[-1]["content"] + "\n\n" + m["content"]}
+        else:
+            merged.append(m)
+    return merged
+
+
+def _speak(state: ConversationState, runtime: Runtime[ConversationContext], speakers: Sequence[str],
+           node: str) -> dict[str, Any]:
+    """The next turn: the speaker whose turn it is answers, seeing the conversation so far."""
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    history = state.get("turns") or []
+    t = len(history) + 1
+    agent = (t - 1) % 2
+    speaker, partner = speakers[agent], (speakers[1 - agent] if history else None)
+    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, problem.id) + t)
+    samples, records = pool.sample(
+        speaker, conversation_messages(problem, cfg.shots, history, speaker), params,
+        context={"question_id": problem.id, "node": node, "role": "speaker", "agent": agent, "partner": partner})
+    sample = samples[0] if samples else None
+    text = sample.text if sample else ""
+    turn = Turn(turn=t, speaker=speaker, partner=partner, text=text, call_id=sample.call_id if sample else "",
+                answer=extract_answer(text, problem.kind, problem.n_choices or 4) if problem.kind != "open" else None)
+    emit("turn", f"turn {t}: {speaker}" + (f" replied to {partner}" if partner else " answered") +
+         (f" ({turn['answer']})" if turn["answer"] else ""), turn=t, speaker=speaker, partner=partner,
+         answer=turn["answer"], failed=sample is None)
+    usage = {"completion_tokens": sample.completion_tokens if sample else 0,
+             "latency_s": sample.latency_s if sample else 0.0}
+    return {"turns": [turn], "calls": records, "usage": [usage]}
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def answer(state: ConversationState, runtime: Runtime[ConversationContext]) -> dict[str, Any]:
+    """Speaker A answers the question alone."""
+    problem = as_problem(state)
+    speakers = list(_config(runtime).speakers(pool_from(runtime.context)))
+    return {"question_id": problem.id, "speakers": speakers, **_speak(state, runtime, speakers, "answer")}
+
+
+def reply(state: ConversationState, runtime: Runtime[ConversationContext]) -> dict[str, Any]:
+    """The next speaker replies to its partner's last turn."""
+    return _speak(state, runtime, state["speakers"], "reply")
+
+
+def more_turns(state: ConversationState, runtime: Runtime[ConversationContext]) -> str:
+    """``reply`` until ``turns`` responses exist, then ``conclude``."""
+    return "reply" if len(state.get("turns") or []) < _config(runtime).turns else "conclude"
+
+
+def conclude(state: ConversationState) -> dict[str, Any]:
+    """Score A's opening answer and the last turn's answer."""
+    turns, usage = state["turns"], state.get("usage") or []
+    gold, kind = state.get("gold"), state.get("kind") or "math"
+
+    def result(turn: Turn, used: list[dict[str, Any]]) -> MethodResult:
+        correct = None if gold is None or kind == "open" else is_correct(turn["answer"], gold, kind)
+        return MethodResult(answer=turn["answer"], correct=correct, samples=len(used),
+                            completion_tokens=sum(u["completion_tokens"] for u in used),
+                            latency_s=sum(u["latency_s"] for u in used))
+
+    methods = {"converse": result(turns[-1], usage), "opening": result(turns[0], usage[:1])}
+    return {"methods": methods, "answer": turns[-1]["answer"]}
+
+
+# ---------------------------------------------------------------------------- graph
+
+
+def build_conversation_graph() -> StateGraph:
+    """The conversation graph, uncompiled.
+
+    Input: :class:`ConversationInput`; output: :class:`ConversationOutput`; run-time context:
+    :class:`ConversationContext` (defaults: embedded pool, its first two models, 3 turns).
+    """
+    builder = StateGraph(ConversationState, context_schema=ConversationContext,
+                         input_schema=ConversationInput, output_schema=ConversationOutput)
+    builder.add_node("answer", answer)
+    builder.add_node("reply", reply)
+    builder.add_node("conclude", conclude)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", "reply")
+    builder.add_conditional_edges("reply", more_turns, ["reply", "conclude"])
+    builder.add_edge("conclude", END)
+    return builder
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_conversation_graph().compile(name="conversation")
