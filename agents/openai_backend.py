@@ -241,9 +241,10 @@ class OpenAICompatibleChatModel(BaseChatModel):
         if stops:
             request["stop"] = stops
         generations = []
-        for _ in range(n):  # at most n requests: each one returns at least one choice or we give up
-            want = n - len(generations)
-            if want <= 0:
+        for _ in range(n):  # at most n requests: each returns at least one choice, or we stop
+            # vLLM refuses n > 1 with greedy sampling (identical samples): ask for them one at a time.
+            want = 1 if request["temperature"] == 0 else n - len(generations)
+            if len(generations) >= n:
                 break
             if seed is not None:
                 request["seed"] = int(seed) + len(generations)

