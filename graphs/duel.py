@@ -1,0 +1,601 @@
+"""Duel-then-judge rounds, Sparta and Stackelberg modes, as a LangGraph state machine (protocols.md §2).
+
+One invocation is one duel::
+
+    pick_instruction ─▶ match ──Send×2──▶ respond ─▶ collect_answers ──Send×(m−2)──▶ judge
+        ─▶ aggregate ─▶ update ─▶ record ─▶ END
+
+The leader picks an instruction (EXP3, :mod:`agora.agents.exp3`), the matcher two followers
+(:mod:`agora.agents.matching`), both answer in parallel, every other pool member judges both
+answers (:mod:`agora.agents.judge`), the scores are aggregated with the judges' reputations
+(Sparta Eq. 8), reputations (Eq. 9) and, in Stackelberg mode, the leader's weights are updated,
+and ``record`` assembles the duel's record: the preference pair, unless the duel is a tie.
+
+The two modes are settings of one implementation: **sparta** draws instructions uniformly (the
+leader is never updated) and matches by closest reputation; **stackelberg** updates the leader
+and matches with the annealed-gap kernel, the active model going round-robin.
+
+An iteration is ``D`` duels. :func:`run_duels` plays ``T`` iterations and writes each duel to the
+trace store (:mod:`agora.traces.duels`) once it finished; the state carried from duel to duel
+(reputations, leader weights, duel counter) is read back from the store, so a rerun with the same
+run id resumes after the last recorded duel. Duel ids are ``<run_id>:<iteration>:<index>`` and all
+random draws are seeded by ``(seed, iteration, index)``, so a resumed run plays the same duels as
+an uninterrupted one. A duel interrupted mid-way resumes from its checkpoint (a follower that
+answered is not asked again).
+
+Sources: Jiang et al., arXiv 2506.04721 (Sparta); Hahn et al., arXiv 2609.39076 (Stackelberg).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from typing import Annotated, Any, Callable, Sequence, TypedDict
+
+import numpy as np
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+
+from agora.agents.exp3 import Exp3Config, Exp3Leader, LeaderState, leader_reward, target_gap
+from agora.agents.judge import Judge, JudgeConfig, Judgement, judge_means, position_bias
+from agora.agents.matching import Match, MatchConfig, Matcher, Mode
+from agora.agents.panel import CAUTIOUS, persona_specs
+from agora.agents.pool import DEFAULT_SPECS, ModelCallError, ModelPool, SamplingParams, pool_from_specs
+from agora.agents.prompts import solver_messages
+from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
+from agora.graphs._common import emit, question_seed
+from agora.graphs.runner import checkpoint_path
+from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.loaders import Problem
+from agora.tasks.synthetic import synthetic_problems
+from agora.traces import duels as duel_traces
+from agora.traces.store import TraceStore
+
+MIN_POOL = 3
+"""Two followers and at least one judge who is neither."""
+
+
+@dataclass(frozen=True, slots=True)
+class DuelConfig:
+    """Settings of a duel run; defaults from protocols.md §2."""
+
+    mode: Mode = "stackelberg"
+    """``stackelberg`` (EXP3 leader, annealed-gap matching) or ``sparta`` (uniform instructions,
+    closest-reputation matching)."""
+    duels: int = 64
+    """``D``: duels per iteration."""
+    iterations: int = 8
+    """``T``: iterations (the schedules of ``g*`` run over them)."""
+    seed: int = 0
+    """Seed of every draw (instruction, pairing, follower sampling)."""
+    temperature: float = 0.7
+    """Followers' sampling temperature (a pool member's own ``temperature`` overrides it)."""
+    top_p: float = 0.9
+    max_tokens: int = 256
+    """Upper bound on a follower's answer, in tokens."""
+    shots: int = 0
+    """Worked exemplars in the followers' prompt (:func:`agora.agents.prompts.solver_messages`)."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    reputation: ReputationConfig = field(default_factory=ReputationConfig)
+    leader: Exp3Config = field(default_factory=Exp3Config)
+    match: MatchConfig = field(default_factory=MatchConfig)
+
+    def __post_init__(self):
+        if self.mode not in ("sparta", "stackelberg"):
+            raise ValueError(f"DuelConfig.mode must be 'sparta' or 'stackelberg', got {self.mode!r}")
+        for name in ("duels", "iterations", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DuelConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise ValueError(f"DuelConfig.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"DuelConfig.top_p must be in (0, 1], got {self.top_p}")
+        if self.shots < 0:
+            raise ValueError(f"DuelConfig.shots must be >= 0, got {self.shots}")
+
+    def describe(self, n_instructions: int) -> dict[str, Any]:
+        """The settings as stored with the run, with the step ``η`` actually used."""
+        eta = self.leader.eta if self.leader.eta is not None else 1.0 / n_instructions
+        return {**asdict(self), "eta_used": eta, "n_instructions": n_instructions}
+
+
+def default_duel_specs():
+    """The embedded models plus a ``cautious`` persona variant of each: 4 members (same weights,
+    a different system prompt, separate names in duels and traces)."""
+    return list(DEFAULT_SPECS) + persona_specs(DEFAULT_SPECS, {"cautious": CAUTIOUS})
+
+
+def duel_pool(pool: ModelPool | None = None) -> ModelPool:
+    """``pool``, or the embedded duel pool (:func:`default_duel_specs`) when ``None``.
+
+    Raises:
+        ValueError: the pool has fewer than 3 members (judges must be outside the duel).
+    """
+    pool = pool if pool is not None else _embedded_duel_pool()
+    if len(pool) < MIN_POOL:
+        raise ValueError(f"{pool.source}: a duel pool needs at least {MIN_POOL} models (two duel, the others "
+                         f"judge), got {len(pool)} ({', '.join(pool.names)}); add members to the pool file, e.g. "
+                         f"variants of a model under another name with a different system_prompt or temperature")
+    return pool
+
+
+_EMBEDDED: list[ModelPool] = []
+
+
+def _embedded_duel_pool() -> ModelPool:
+    if not _EMBEDDED:
+        _EMBEDDED.append(pool_from_specs(default_duel_specs(), source="builtin:duel"))
+    return _EMBEDDED[0]
+
+
+@dataclass
+class DuelContext:
+    """Run-time context of the duel graph."""
+
+    pool: ModelPool | None = None
+    """At least 3 models; ``None`` = the embedded duel pool."""
+    config: DuelConfig = field(default_factory=DuelConfig)
+    instructions: Sequence[Problem] = ()
+    """The leader's instruction pool; empty = 16 generated arithmetic problems (for Studio)."""
+
+
+def _config(runtime: Runtime) -> DuelConfig:
+    return getattr(runtime.context, "config", None) or DuelConfig()
+
+
+def _instructions(runtime: Runtime) -> Sequence[Problem]:
+    given = getattr(runtime.context, "instructions", None)
+    return given if given else synthetic_problems(16, seed=_config(runtime).seed)
+
+
+def _pool(runtime: Runtime) -> ModelPool:
+    return duel_pool(getattr(runtime.context, "pool", None))
+
+
+def _rng(cfg: DuelConfig, iteration: int, index: int, stream: int) -> np.random.Generator:
+    """The generator of one draw of one duel: seeded by ``(seed, iteration, index, stream)``."""
+    return np.random.default_rng([cfg.seed, iteration, index, stream])
+
+
+# ---------------------------------------------------------------------------- state
+
+
+class Instruction(TypedDict):
+    id: str
+    index: int
+    """Position in the instruction pool (the leader's arm)."""
+    question: str
+    gold: str | None
+    kind: str
+    n_choices: int
+    probability: float
+    """Probability the leader gave it when it was drawn."""
+
+
+class FollowerAnswer(TypedDict):
+    slot: int
+    """0: the active model, 1: its opponent."""
+    model: str
+    text: str
+    answer: str | None
+    """Extracted final answer (math and multiple choice), else ``None``."""
+    correct: bool | None
+    """Against the instruction's gold answer; ``None`` without one."""
+    completion_tokens: int
+    call_id: str
+
+
+class PreferencePair(TypedDict):
+    """A row of ``preference_pairs`` (:mod:`agora.traces.duels`), for DPO."""
+
+    pair_id: str
+    run_id: str
+    duel_id: str
+    iteration: int
+    prompt: str
+    prompt_messages: list[dict[str, str]]
+    chosen: str
+    rejected: str
+    chosen_model: str
+    rejected_model: str
+    chosen_score: float
+    rejected_score: float
+    margin: float
+    judge_scores: dict[str, dict[str, float]]
+    """``{"chosen": {judge: score}, "rejected": {judge: score}}`` (mean over presentation orders)."""
+    reputations: dict[str, float]
+    """Every pool member's reputation when the duel was played (before its update)."""
+    gold: str | None
+    kind: str | None
+
+
+class DuelRecord(TypedDict):
+    """Everything one duel produced; :func:`agora.traces.duels.record_duel` writes it."""
+
+    duel_id: str
+    run_id: str
+    mode: str
+    iteration: int
+    index: int
+    duel_number: int
+    instruction: Instruction
+    prompt_messages: list[dict[str, str]]
+    followers: list[str]
+    opponent_probability: float
+    answers: list[FollowerAnswer]
+    judgements: list[Judgement]
+    scores: list[float]
+    """Reputation-weighted judge score ``s̄`` of each answer (slot order): the GRPO reward."""
+    winner: str | None
+    """``None`` for a tie."""
+    margin: float
+    """``|s̄_0 − s̄_1|``."""
+    position_bias: float | None
+    ratings_before: dict[str, float]
+    ratings_after: dict[str, float]
+    sigmas_after: dict[str, float]
+    deltas: dict[str, float]
+    """Applied reputation change of each follower."""
+    leader_reward: float
+    eta: float
+    leader_updated: bool
+    leader_state: LeaderState
+    n_instructions: int
+    pair: PreferencePair | None
+
+
+class DuelInput(TypedDict, total=False):
+    """Where the duel sits in its run and the state carried over from the previous duel."""
+
+    run_id: str
+    """Default ``"duel"``."""
+    iteration: int
+    """``t`` in ``0..T−1`` (default 0)."""
+    index: int
+    """Duel index within the iteration, ``0..D−1`` (default 0)."""
+    duel_number: int
+    """Duels played before this one in the run (default 0)."""
+    reputation: ReputationState
+    """Default: every model at the initial reputation."""
+    leader: LeaderState
+    """Default: uniform weights."""
+
+
+class DuelOutput(TypedDict):
+    record: DuelRecord
+    reputation: ReputationState
+    leader: LeaderState
+    calls: list[dict[str, Any]]
+
+
+class DuelState(DuelInput, total=False):
+    duel_id: str
+    instruction: Instruction
+    prompt_messages: list[dict[str, str]]
+    match: Match
+    ratings_before: dict[str, float]
+    answers: Annotated[list[FollowerAnswer], operator.add]
+    judgements: Annotated[list[Judgement], operator.add]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written to the store by :func:`run_duels`)."""
+    scores: list[float]
+    winner: str | None
+    deltas: dict[str, float]
+    leader_reward: float
+    leader_updated: bool
+    record: DuelRecord
+
+
+class RespondTask(TypedDict):
+    duel_id: str
+    iteration: int
+    index: int
+    slot: int
+    model: str
+    prompt_messages: list[dict[str, str]]
+    instruction: Instruction
+
+
+class JudgeTask(TypedDict):
+    duel_id: str
+    judge: str
+    question: str
+    answers: list[list[str]]
+    """``[model, text]`` of both followers, slot order."""
+
+
+# ---------------------------------------------------------------------------- nodes
+
+
+def pick_instruction(state: DuelState, runtime: Runtime[DuelContext]) -> dict[str, Any]:
+    """The leader draws an instruction (uniformly in iteration 0 and in Sparta mode)."""
+    cfg = _config(runtime)
+    problems = _instructions(runtime)
+    run_id, t, d = state.get("run_id") or "duel", state.get("iteration", 0), state.get("index", 0)
+    if not 0 <= t < cfg.iterations or not 0 <= d < cfg.duels:
+        raise ValueError(f"duel ({t}, {d}) is outside {cfg.iterations} iterations × {cfg.duels} duels")
+    leader = Exp3Leader([p.id for p in problems], cfg.leader, state.get("leader"))
+    k, p_k = leader.sample(_rng(cfg, t, d, 0), t)
+    problem = problems[k]
+    instruction = Instruction(id=problem.id, index=k, question=problem.question, gold=problem.gold,
+                              kind=problem.kind, n_choices=problem.n_choices, probability=p_k)
+    duel_id = f"{run_id}:{t}:{d}"
+    emit("instruction", f"duel {duel_id}: instruction {problem.id} (p={p_k:.3f})", duel_id=duel_id,
+         instruction_id=problem.id, probability=p_k)
+    return {"run_id": run_id, "iteration": t, "index": d, "duel_number": state.get("duel_number", 0),
+            "duel_id": duel_id, "instruction": instruction, "prompt_messages": solver_messages(problem, cfg.shots),
+            "leader": leader.state()}
+
+
+def match(state: DuelState, runtime: Runtime[DuelContext]) -> dict[str, Any]:
+    """The matcher draws the two followers from the pool's reputations."""
+    cfg = _config(runtime)
+    names = _pool(runtime).names
+    ratings = Reputation(cfg.reputation, state.get("reputation")).ratings(names)
+    pairing = Matcher(cfg.mode, cfg.match).pick(names, ratings, duel_number=state["duel_number"],
+                                                iteration=state["iteration"], iterations=cfg.iterations,
+                                                rng=_rng(cfg, state["iteration"], state["index"], 1))
+    emit("match", f"{pairing['active']} vs {pairing['opponent']}", **pairing)
+    return {"match": pairing, "ratings_before": ratings}
+
+
+def fan_out_followers(state: DuelState) -> list[Send]:
+    """Both followers answer in parallel."""
+    base = {k: state[k] for k in ("duel_id", "iteration", "index", "prompt_messages", "instruction")}
+    followers = (state["match"]["active"], state["match"]["opponent"])
+    return [Send("respond", RespondTask(**base, slot=slot, model=model)) for slot, model in enumerate(followers)]
+
+
+def respond(task: RespondTask, runtime: Runtime[DuelContext]) -> dict[str, Any]:
+    """One follower answers the instruction.
+
+    Raises:
+        ModelCallError: no answer after the pool's retries (the run stops; a rerun resumes).
+    """
+    cfg = _config(runtime)
+    slot, model, ins = task["slot"], task["model"], task["instruction"]
+    seed = question_seed(cfg.seed, f"{task['iteration']}:{task['index']}") + slot
+    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=seed)
+    samples, records = _pool(runtime).sample(model, task["prompt_messages"], params, context={
+        "question_id": task["duel_id"], "node": "respond", "role": "follower", "agent": slot})
+    if not samples:
+        raise ModelCallError(f"follower {model} gave no answer to duel {task['duel_id']} after retries", records)
+    text = samples[0].text
+    checkable = ins["kind"] in ("math", "mc")
+    answer = extract_answer(text, ins["kind"], ins["n_choices"] or 4) if checkable else None
+    correct = is_correct(answer, ins["gold"], ins["kind"]) if checkable and ins["gold"] is not None else None
+    emit("answer", f"{model} answered ({samples[0].completion_tokens} tokens)", model=model, slot=slot)
+    return {"answers": [FollowerAnswer(slot=slot, model=model, text=text, answer=answer, correct=correct,
+                                       completion_tokens=samples[0].completion_tokens, call_id=samples[0].call_id)],
+            "calls": records}
+
+
+def collect_answers(state: DuelState) -> dict[str, Any]:
+    """Both answers are in: the judging can start."""
+    emit("answers", "both followers answered", models=[a["model"] for a in _ordered(state["answers"])])
+    return {}
+
+
+def fan_out_judges(state: DuelState, runtime: Runtime[DuelContext]) -> list[Send]:
+    """Every pool member outside the duel judges both answers, in parallel."""
+    answers = _ordered(state["answers"])
+    followers = {a["model"] for a in answers}
+    shown = [[a["model"], a["text"]] for a in answers]
+    return [Send("judge", JudgeTask(duel_id=state["duel_id"], judge=name, question=state["instruction"]["question"],
+                                    answers=shown))
+            for name in _pool(runtime).names if name not in followers]
+
+
+def judge(task: JudgeTask, runtime: Runtime[DuelContext]) -> dict[str, Any]:
+    """One judge scores both answers (1–10, parse failures score the fallback and are flagged)."""
+    cfg = _config(runtime)
+    judgements, records = Judge(_pool(runtime), task["judge"], cfg.judge).score(
+        task["question"], [tuple(a) for a in task["answers"]], context={"question_id": task["duel_id"],
+                                                                       "node": "judge"})
+    emit("judged", f"{task['judge']} scored {[j['score'] for j in judgements]}", judge=task["judge"],
+         scores=[j["score"] for j in judgements], parsed=[j["parsed"] for j in judgements])
+    return {"judgements": judgements, "calls": records}
+
+
+def aggregate(state: DuelState) -> dict[str, Any]:
+    """Reputation-weighted mean score of each answer (Sparta Eq. 8); equal scores are a tie."""
+    means = judge_means(state["judgements"])
+    scores = [aggregate_score(means[slot], state["ratings_before"]) for slot in (0, 1)]
+    answers = _ordered(state["answers"])
+    winner = None if math.isclose(scores[0], scores[1], abs_tol=1e-9) else answers[int(scores[1] > scores[0])]["model"]
+    emit("outcome", f"scores {scores[0]:.2f} vs {scores[1]:.2f}: {winner or 'tie'}", scores=scores, winner=winner)
+    return {"scores": scores, "winner": winner}
+
+
+def update(state: DuelState, runtime: Runtime[DuelContext]) -> dict[str, Any]:
+    """Reputations move (Sparta Eq. 9); in Stackelberg mode the leader takes its EXP3 step."""
+    cfg = _config(runtime)
+    problems = _instructions(runtime)
+    s0, s1 = state["scores"]
+    first, second = state["match"]["active"], state["match"]["opponent"]
+    reputation = Reputation(cfg.reputation, state.get("reputation"))
+    d0, d1 = reputation.update(first, second, s0, s1)
+    leader = Exp3Leader([p.id for p in problems], cfg.leader, state["leader"])
+    reward = leader_reward(s0, s1, target_gap(state["iteration"], cfg.iterations, cfg.leader), cfg.leader)
+    updated = cfg.mode == "stackelberg"
+    if updated:
+        leader.update(state["instruction"]["index"], reward, state["instruction"]["probability"])
+    return {"reputation": reputation.state(), "leader": leader.state(), "deltas": {first: d0, second: d1},
+            "leader_reward": reward, "leader_updated": updated}
+
+
+def record(state: DuelState, runtime: Runtime[DuelContext]) -> dict[str, Any]:
+    """Assemble the duel's record and its preference pair (none for a tie)."""
+    cfg = _config(runtime)
+    problems = _instructions(runtime)
+    names = _pool(runtime).names
+    reputation = Reputation(cfg.reputation, state["reputation"])
+    answers = _ordered(state["answers"])
+    leader = Exp3Leader([p.id for p in problems], cfg.leader, state["leader"])
+    rec = DuelRecord(
+        duel_id=state["duel_id"], run_id=state["run_id"], mode=cfg.mode, iteration=state["iteration"],
+        index=state["index"], duel_number=state["duel_number"], instruction=state["instruction"],
+        prompt_messages=state["prompt_messages"], followers=[a["model"] for a in answers],
+        opponent_probability=state["match"]["opponent_probability"], answers=answers,
+        judgements=state["judgements"], scores=state["scores"], winner=state["winner"],
+        margin=abs(state["scores"][0] - state["scores"][1]), position_bias=position_bias(state["judgements"]),
+        ratings_before=state["ratings_before"], ratings_after=reputation.ratings(names),
+        sigmas_after={m: reputation.sigma(m) for m in names}, deltas=state["deltas"],
+        leader_reward=state["leader_reward"], eta=leader.eta, leader_updated=state["leader_updated"],
+        leader_state=state["leader"], n_instructions=len(problems), pair=None)
+    rec["pair"] = preference_pair(rec)
+    return {"record": rec}
+
+
+def preference_pair(rec: DuelRecord) -> PreferencePair | None:
+    """The DPO pair of a duel: the winner's answer chosen, the loser's rejected; ``None`` for a tie."""
+    if rec["winner"] is None:
+        return None
+    w = rec["followers"].index(rec["winner"])
+    means = judge_means(rec["judgements"])
+    ins = rec["instruction"]
+    return PreferencePair(
+        pair_id=rec["duel_id"], run_id=rec["run_id"], duel_id=rec["duel_id"], iteration=rec["iteration"],
+        prompt=ins["question"], prompt_messages=rec["prompt_messages"], chosen=rec["answers"][w]["text"],
+        rejected=rec["answers"][1 - w]["text"], chosen_model=rec["followers"][w],
+        rejected_model=rec["followers"][1 - w], chosen_score=rec["scores"][w], rejected_score=rec["scores"][1 - w],
+        margin=rec["scores"][w] - rec["scores"][1 - w],
+        judge_scores={"chosen": means[w], "rejected": means[1 - w]}, reputations=rec["ratings_before"],
+        gold=ins["gold"], kind=ins["kind"])
+
+
+def _ordered(answers: Sequence[FollowerAnswer]) -> list[FollowerAnswer]:
+    by_slot = {a["slot"]: a for a in answers}
+    if set(by_slot) != {0, 1}:
+        raise ValueError(f"a duel needs both answers, got slots {sorted(by_slot)}")
+    return [by_slot[0], by_slot[1]]
+
+
+# ---------------------------------------------------------------------------- graph
+
+
+def build_duel_graph() -> StateGraph:
+    """The duel graph, uncompiled (compile with or without a checkpointer).
+
+    Input: :class:`DuelInput`; output: :class:`DuelOutput`; context: :class:`DuelContext`.
+    """
+    builder = StateGraph(DuelState, context_schema=DuelContext, input_schema=DuelInput, output_schema=DuelOutput)
+    builder.add_node("pick_instruction", pick_instruction)
+    builder.add_node("match", match)
+    builder.add_node("respond", respond)
+    builder.add_node("collect_answers", collect_answers)
+    builder.add_node("judge", judge)
+    builder.add_node("aggregate", aggregate)
+    builder.add_node("update", update)
+    builder.add_node("record", record)
+    builder.add_edge(START, "pick_instruction")
+    builder.add_edge("pick_instruction", "match")
+    builder.add_conditional_edges("match", fan_out_followers, ["respond"])
+    builder.add_edge("respond", "collect_answers")
+    builder.add_conditional_edges("collect_answers", fan_out_judges, ["judge"])
+    builder.add_edge("judge", "aggregate")
+    builder.add_edge("aggregate", "update")
+    builder.add_edge("update", "record")
+    builder.add_edge("record", END)
+    return builder
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_duel_graph().compile(name="duel")
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+@dataclass
+class DuelRunOutcome:
+    run_id: str
+    resumed: bool
+    skipped: int
+    """Duels already recorded before this call."""
+    records: list[DuelRecord] = field(default_factory=list)
+    """Duels played by this call."""
+
+
+def run_duels(
+    store: TraceStore,
+    run_id: str,
+    context: DuelContext,
+    *,
+    dataset: dict[str, Any] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_duel: Callable[[DuelRecord], None] | None = None,
+) -> DuelRunOutcome:
+    """Play ``T × D`` duels (``context.config``), recording each in ``store`` as it finishes.
+
+    A rerun with the same ``run_id`` continues after the last recorded duel, from the stored
+    reputations and leader weights; a duel that was interrupted resumes from its checkpoint
+    (``<db>.checkpoints``, thread = duel id).
+
+    Args:
+        store: the trace store; context: pool, settings, instructions.
+        dataset: described in the ``runs`` row (path, format, ...).
+        on_event: called with each custom stream event; on_duel: after each recorded duel.
+
+    Raises:
+        ValueError: a pool under 3 members, no instructions, or a rerun whose settings or
+            instructions differ from the stored run's.
+        ModelCallError: a model failed after retries; its failed attempts are stored and a rerun
+            resumes the duel.
+    """
+    cfg = context.config
+    pool = duel_pool(context.pool)
+    problems = list(context.instructions)
+    if not problems:
+        raise ValueError("no instructions to duel on")
+    config = cfg.describe(len(problems))
+    fingerprint = duel_traces.instruction_fingerprint([p.id for p in problems])
+    dataset = {**(dataset or {}), "count": len(problems), "fingerprint": fingerprint}
+    resumed = store.start_run(run_id, cfg.mode, config=config, pool=pool.describe(), dataset=dataset)
+    if resumed:
+        duel_traces.check_same_run(store, run_id, config, fingerprint)
+    duel_traces.create_tables(store)
+    saved = duel_traces.load_state(store, run_id, cfg.reputation.window)
+    outcome = DuelRunOutcome(run_id=run_id, resumed=resumed, skipped=len(saved.done))
+    reputation, leader, number = saved.reputation, saved.leader, saved.duels
+    ctx = DuelContext(pool=pool, config=cfg, instructions=problems)
+    conn = sqlite3.connect(checkpoint_path(store.path) if store.path != ":memory:" else ":memory:",
+                           check_same_thread=False)
+    saver = SqliteSaver(conn)
+    compiled = build_duel_graph().compile(checkpointer=saver)
+    try:
+        for t in range(cfg.iterations):
+            for d in range(cfg.duels):
+                duel_id = f"{run_id}:{t}:{d}"
+                if duel_id in saved.done:
+                    continue
+                thread = {"configurable": {"thread_id": duel_id}}
+                snapshot = compiled.get_state(thread)
+                if snapshot.next or not snapshot.values:
+                    inp = None if snapshot.next else {"run_id": run_id, "iteration": t, "index": d,
+                                                      "duel_number": number, "reputation": reputation,
+                                                      "leader": leader}
+                    try:
+                        for _ns, mode, chunk in compiled.stream(inp, thread, context=ctx,
+                                                                stream_mode=["custom", "updates"], subgraphs=True):
+                            if mode == "custom" and on_event is not None:
+                                on_event({"duel_id": duel_id, **chunk})
+                    except ModelCallError as exc:
+                        duel_traces.record_calls(store, run_id, cfg.mode, duel_id, exc.records)
+                        raise
+                values = compiled.get_state(thread).values
+                rec = values["record"]
+                duel_traces.record_duel(store, rec, values.get("calls") or [])
+                saver.delete_thread(duel_id)
+                reputation, leader, number = values["reputation"], values["leader"], number + 1
+                outcome.records.append(rec)
+                if on_duel is not None:
+                    on_duel(rec)
+        store.finish_run(run_id, summary=duel_traces.summary(store, run_id))
+    finally:
+        conn.close()
+    return outcome
