@@ -56,7 +56,7 @@ def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, 
     try:
         router = KNNRouter(history_from_store(store, exclude_runs=[run_id]), pool.names, k=k, embedding=embedding)
     except ValueError as exc:
-        console.print(f"router off ({exc}); fixed anchor {pool.names[0]}", highlight=False)
+        console.print(f"{exc}: no router, fixed anchor {pool.names[0]}", highlight=False)
         return None
     console.print(f"router: kNN (k={k}, {router.embedder.name}) over past traces in {store.path}", highlight=False)
     return router
@@ -267,10 +267,14 @@ def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
         f"rescue–harm over {rh.n} questions ({rh.escalated} escalated): Acc(COMED) − Acc(anchor) = "
         f"{rh.final_correct}/{rh.n} − {rh.anchor_correct}/{rh.n} = {fmt_pct(rh.gain)} pp = "
         f"rescues {rh.rescues} − harms {rh.harms} (identity checked on every question: holds)", highlight=False)
-    comed = s.calls_per_question.get("comed")
+    samples = {r.method: r.samples_per_question for r in s.rows}
     for dense in ("moa", "debate"):
-        if comed is not None and s.calls_per_question.get(dense):
-            ratio = comed / s.calls_per_question[dense]
-            console.print(f"COMED model calls: {comed:.2f}/q = {100 * ratio:.0f}% of {dense} "
-                          f"({s.calls_per_question[dense]:.2f}/q)", highlight=False)
+        if "comed" in samples and samples.get(dense):
+            calls, dense_calls = s.calls_per_question["comed"], s.calls_per_question[dense]
+            console.print(
+                f"COMED vs {dense}: model calls {calls:.2f} vs {dense_calls:.2f} per question "
+                f"({100 * calls / dense_calls:.0f}%); samples {samples['comed']:.2f} vs {samples[dense]:.2f} "
+                f"({100 * samples['comed'] / samples[dense]:.0f}%); decoded tokens {s.tokens_per_question['comed']:.1f} "
+                f"vs {s.tokens_per_question[dense]:.1f} ({100 * s.tokens_per_question['comed'] / max(1e-9, s.tokens_per_question[dense]):.0f}%)",
+                highlight=False)
     console.print(f"traces: {store.path}", highlight=False)

@@ -302,3 +302,36 @@ def test_cli_refuses_bad_thresholds_with_one_line(tmp_path):
     assert "tau_lo (0.6) must be <= tau_hi (0.3)" in result.output
     result = runner.invoke(app, ["run", "comed", "--samples", "-2", "--db", str(tmp_path / "t.db")])
     assert result.exit_code == 2 and "n_anchor must be an integer >= 1, got -2" in result.output
+
+
+def mmlu_as_medqa(src, dst, rows):
+    """MMLU dev rows (choices[], answer index) rewritten in MedQA's format (options{A..}, answer_idx)."""
+    lines = src.read_text().splitlines()[:rows]
+    out = []
+    for i, line in enumerate(lines):
+        r = json.loads(line)
+        letters = "ABCD"[: len(r["choices"])]
+        out.append(json.dumps({"id": f"mmlu-{i}", "question": r["question"], "options": dict(zip(letters, r["choices"])),
+                               "answer_idx": letters[r["answer"]]}))
+    dst.write_text("\n".join(out) + "\n")
+
+
+@pytest.mark.slow
+def test_end_to_end_on_the_embedded_pool(shared_data, tmp_path):
+    data = tmp_path / "medqa.jsonl"
+    mmlu_as_medqa(shared_data / "mmlu" / "mmlu_dev.jsonl", data, 3)
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, [
+        "run", "comed", "--data", str(data), "--samples", "2", "--max-tokens", "16", "--probe-max-tokens", "16",
+        "--debate-agents", "2", "--no-router", "--db", str(db), "--run-id", "e2e"])
+    assert result.exit_code == 0, result.output
+    assert "identity checked on every question: holds" in result.output
+    store = TraceStore(db)
+    methods = {r["method"] for r in store.results("e2e")}
+    assert methods == {"comed", "anchor", "moa", "debate"}
+    summary = comed_summary(store, "e2e")
+    assert summary.rescue_harm.n == 3 and sum(summary.decisions.values()) == 3
+    assert summary.calls_per_question["moa"] == 3 and summary.calls_per_question["debate"] == 4
+    calls = store.calls("e2e")
+    assert {c["model"] for c in calls} == {"smollm2-135m", "gemma3-270m"}
+    assert any(c["partner"] for c in calls if c["role"] == "debater")
