@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Collection, Literal, Protocol, Sequence
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -189,10 +189,14 @@ def router_margin(scores: dict[str, float]) -> float:
 _OPTION_LINE = re.compile(r"^[A-J]\. ", re.MULTILINE)
 
 
-def history_from_store(store: Any, *, exclude_runs: Sequence[str] = ()) -> list[RouterExample]:
+def history_from_store(store: Any, *, exclude_runs: Sequence[str] = (),
+                       exclude_questions: Collection[str] = ()) -> list[RouterExample]:
     """Router examples from a :class:`~agora.traces.TraceStore`: every successful call in a solo role
     (:data:`SOLO_ROLES`, no ``partner``) on a question with a gold answer, grouped by question text
-    and model; its answer is extracted from the completion and checked against the gold answer."""
+    and model; its answer is extracted from the completion and checked against the gold answer.
+
+    ``exclude_runs`` and ``exclude_questions`` (question texts) keep a run's own questions out of
+    its router's history, so routing is evaluated on unseen questions."""
     has_partner = "partner" in store.db["model_calls"].columns_dict
     skip = list(exclude_runs)
     sql = (
@@ -204,6 +208,8 @@ def history_from_store(store: Any, *, exclude_runs: Sequence[str] = ()) -> list[
     )
     outcomes: dict[tuple[str, str], list[bool]] = {}
     for r in store.db.query(sql, [*SOLO_ROLES, *skip]):
+        if r["question"] in exclude_questions:
+            continue
         kind = r["kind"] or "math"
         n_choices = len(_OPTION_LINE.findall(r["question"])) or 4
         answer = extract_answer(r["completion"] or "", kind, n_choices)

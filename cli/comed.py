@@ -49,12 +49,14 @@ def _problems(data: Path | None, fmt: str | None, limit: int | None, seed: int) 
 
 
 def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, embedding: str,
-            anchor: str | None) -> KNNRouter | None:
-    """A kNN router fitted on the store's past runs, or ``None`` (fixed anchor) with a note why."""
+            anchor: str | None, problems: list[Problem]) -> KNNRouter | None:
+    """A kNN router fitted on the store's past runs (never on this run's questions), or ``None``
+    (fixed anchor) with a note why."""
     if not use or anchor is not None:
         return None
     try:
-        router = KNNRouter(history_from_store(store, exclude_runs=[run_id]), pool.names, k=k, embedding=embedding)
+        history = history_from_store(store, exclude_runs=[run_id], exclude_questions={p.question for p in problems})
+        router = KNNRouter(history, pool.names, k=k, embedding=embedding)
     except ValueError as exc:
         console.print(f"{exc}: no router, fixed anchor {pool.names[0]}", highlight=False)
         return None
@@ -128,7 +130,7 @@ def run_comed(
         the_pool = get_pool(pool)
         run_id = run_id or new_run_id("comed")
         store = TraceStore(db)
-        the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor)
+        the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
         t = config.thresholds
         console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, pool {', '.join(the_pool.names)}, "
                       f"N={samples}, τ_hi={t.tau_hi}, τ_lo={t.tau_lo}, m_min={t.m_min}", highlight=False)
@@ -170,7 +172,7 @@ def calibrate_comed(
         the_pool = get_pool(pool)
         run_id = run_id or new_run_id("comed-dev")
         store = TraceStore(db)
-        the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor)
+        the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
         console.print(f"calibration run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} dev problems, "
                       f"every branch on every question", highlight=False)
         _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,

@@ -96,6 +96,7 @@ def test_history_from_store_uses_solo_calls_only():
     examples = history_from_store(store)
     assert examples == [RouterExample("2+2?", "a", 1.0), RouterExample(mc, "a", 0.5), RouterExample(mc, "b", 1.0)]
     assert history_from_store(store, exclude_runs=["r1"]) == []
+    assert history_from_store(store, exclude_questions={mc}) == [RouterExample("2+2?", "a", 1.0)]
 
 
 @pytest.mark.slow
