@@ -27,6 +27,8 @@ spread across them and a dead one is skipped), ``timeout_s`` (120) and ``structu
 (``"response_format"``, ``"vllm"`` or ``"none"``: how a JSON schema is sent). ``backend = "vllm"``
 runs ``model`` (an HF folder or id) in-process with ``vllm.LLM``; ``vllm_args`` (a table) passes
 engine arguments to it and to ``agora serve``. ``prompt_format = "fewshot"`` works for every backend.
+``backend = "transformers"`` runs ``path`` (an HF folder, or ``builtin:...`` converted once) in-process
+with transformers, plus an optional peft ``adapter`` folder (a model trained by ``agora train``).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from agora.agents._chat import to_dicts, to_messages
 
 log = logging.getLogger("agora.pool")
 
-Backend = Literal["llamacpp", "openai", "vllm"]
-BACKENDS = ("llamacpp", "openai", "vllm")
+Backend = Literal["llamacpp", "openai", "vllm", "transformers"]
+BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
 StructuredOutputs = Literal["response_format", "vllm", "none"]
 BUILTIN_MODELS = ("builtin:smollm2", "builtin:gemma3-270m")
 
@@ -162,6 +164,8 @@ class ModelSpec:
     """openai: seconds before a request times out."""
     structured_outputs: StructuredOutputs = "response_format"
     """openai: how ``json_schema`` is sent (``response_format`` json_schema, vLLM's ``structured_outputs``, or not)."""
+    adapter: str | None = None
+    """transformers: a peft adapter folder applied on top of ``path``."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept for later tools (adapters, endpoints...)."""
 
@@ -215,6 +219,11 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         path = resolve_builtin(spec.path) if spec.path.startswith("builtin:") else spec.path
         return LlamaCppChatModel(model_path=path, model_name=spec.name, prompt_format=spec.prompt_format,
                                  n_ctx=spec.n_ctx)
+    if spec.backend == "transformers":
+        from agora.agents.hf_backend import TransformersChatModel
+
+        return TransformersChatModel(model_path=spec.path, adapter_path=spec.adapter, model_name=spec.name,
+                                     prompt_format=spec.prompt_format)
     if spec.backend == "vllm":
         from agora.agents.vllm_offline import VLLMChatModel
 
@@ -355,7 +364,7 @@ class ModelPool:
 
 _KNOWN = {"name", "backend", "path", "prompt_format", "base_url", "model", "api_key", "family",
           "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "n_ctx", "endpoints",
-          "timeout_s", "structured_outputs"}
+          "timeout_s", "structured_outputs", "adapter"}
 
 
 def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) -> ModelSpec:
@@ -385,6 +394,28 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
             if not p.is_file():
                 fail("path", f"no such file: {p}")
             kwargs["path"] = str(p)
+    elif backend == "transformers":
+        def folder(key: str, marker: str) -> str:
+            value = entry.get(key)
+            if not isinstance(value, str) or not value:
+                fail(key, "must be a folder path")
+            p = Path(value).expanduser()
+            if not p.is_absolute() and base_dir is not None:
+                p = base_dir / p
+            if not (p / marker).is_file():
+                fail(key, f"no {marker} in {p}")
+            return str(p)
+
+        path = entry.get("path")
+        if not isinstance(path, str) or not path:
+            fail("path", "a transformers model needs path = an HF folder or builtin:smollm2 / builtin:gemma3-270m")
+        if path.startswith("builtin:"):
+            if path not in BUILTIN_MODELS:
+                fail("path", f"unknown built-in {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
+        else:
+            kwargs["path"] = folder("path", "config.json")
+        if "adapter" in entry:
+            kwargs["adapter"] = folder("adapter", "adapter_config.json")
     elif backend == "vllm":
         if not isinstance(entry.get("model"), str) or not entry["model"]:
             fail("model", "a vllm model needs model = an HF folder or model id")
