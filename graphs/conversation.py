@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired, Sequence, TypedDict
+from typing import Annotated, Any, NotRequired, Sequence
+
+from typing_extensions import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
