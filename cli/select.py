@@ -215,9 +215,9 @@ def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int
     for r in rec["ranking"]:
         table.add_row(r["model"], f"{r['p_best']:.3f}", f"{r['utility']:+.3f}", str(r["duels"]), f"{r['wins']:g}")
     console.print(table)
-    console.print(f"[bold]recommended[/bold]: {rec['model']} (P(best) = {rec['p_best']:.3f}); rounds used: "
-                  f"{rec['rounds']}; cost spent: {rec['spent_cost']:.4g}; model time: {rec['spent_time_s']:.1f} s; "
-                  f"stopped by: {rec['stop_reason']}", highlight=False)
+    console.print(f"[bold]recommended[/bold]: {rec['model']} (P(best) = {rec['p_best']:.3f})", highlight=False)
+    console.print(f"rounds used: {rec['rounds']}; cost spent: {rec['spent_cost']:.4g}; model time: "
+                  f"{rec['spent_time_s']:.1f} s; stopped by: {rec['stop_reason']}", highlight=False)
     report: dict[str, Any] = {"thread": thread, "recommendation": rec, "arms": values["arms"],
                               "feature_names": values["feature_names"], "raw_features": values["raw_features"],
                               "history": values.get("history") or []}
@@ -243,10 +243,10 @@ def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int
         plot_regret(curves, session, png, title=f"simulated user θ: {settings['simulate']}")
         verdict = "[green]yes[/green]" if rec["model"] == best else "[red]no[/red]"
         console.print(f"simulated user's best model: {best}; recommended it: {verdict}", highlight=False)
-        console.print("mean cumulative regret after "
-                      + ", ".join(f"{name} {c[:, -1].mean():.2f}" for name, c in curves.items())
-                      + f" over {rounds} rounds ({len(seeds)} seeds); this session {session[-1] if session.size else 0:.2f} "
-                      f"after {session.size}", highlight=False)
+        console.print(f"cumulative regret after {rounds} rounds, mean of {len(seeds)} simulated runs: "
+                      + ", ".join(f"{name} {c[:, -1].mean():.2f}" for name, c in curves.items()), highlight=False)
+        console.print(f"this session: {session[-1] if session.size else 0:.2f} after {session.size} rounds",
+                      highlight=False)
         console.print(f"regret plot: {png}", highlight=False)
         report.update(simulated_best=best, theta=theta.tolist(), session_regret=session.tolist(),
                       mean_regret={k: c.mean(axis=0).tolist() for k, c in curves.items()}, plot=str(png))

@@ -240,3 +240,20 @@ def test_bad_theta_is_one_line_error(tmp_path, cli_pool):
     assert result.exit_code == 2
     assert "unknown feature 'speed'; features: cost_per_1k_tokens, latency_s" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_embedded_pool_simulated_session(tmp_path):
+    """The embedded pool under three personas (six arms), tiny answers, a simulated user."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "sum", "prompt": "What is 12 + 30?"}\n')
+    db, out = tmp_path / "t.db", tmp_path / "out"
+    result = CliRunner().invoke(app, ["select", "--prompts", str(prompts), "--simulate", "latency_s=-4",
+                                      "--budget-rounds", "6", "--max-tokens", "8", "--db", str(db),
+                                      "--thread", "emb", "--out", str(out), "--sim-seeds", "3"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "emb.json").read_text())
+    assert len(report["arms"]) == 6 and report["recommendation"]["rounds"] <= 6
+    assert report["simulated_best"] in report["arms"] and (out / "emb-regret.png").is_file()
+    # six measuring answers to the single prompt, reused by every duel: six traced calls
+    assert sqlite_utils.Database(db)["model_calls"].count == 6
