@@ -1,0 +1,115 @@
+"""Trainers end to end on a tiny random local model (no download), and one real Gemma DPO step (slow)."""
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("trl")
+torch = pytest.importorskip("torch")
+
+from agora.agents.pool import PoolConfigError, SamplingParams, load_pool  # noqa: E402
+from agora.tasks import synthetic_problems  # noqa: E402
+from agora.training.config import DPOSettings, GRPOSettings, LoraSettings  # noqa: E402
+from agora.training.datasets import dpo_rows, grpo_rows_from_problems  # noqa: E402
+from agora.training.rewards import completion_text, correctness_reward  # noqa: E402
+from agora.training.trainers import TRAIN_META, pool_entry, train_dpo, train_grpo, write_pool_file  # noqa: E402
+from tests.tiny_lm import build_tiny_lm  # noqa: E402
+
+LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj"))
+SYSTEM = {"role": "system", "content": "Solve the math problem ."}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return str(build_tiny_lm(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def pairs():
+    out = []
+    for i, (a, b) in enumerate([(2, 3), (4, 5), (6, 1), (7, 2)]):
+        out.append({"pair_id": f"p{i}", "run_id": "r", "iteration": 0, "prompt": f"Tom has {a} apples + {b} ?",
+                    "prompt_messages": [SYSTEM, {"role": "user", "content": f"Tom has {a} apples + {b} ?"}],
+                    "chosen": f"{a} + {b} = {a + b} . The answer is {a + b} .",
+                    "rejected": f"The answer is {a * b} .", "chosen_model": "m1", "rejected_model": "m2",
+                    "chosen_score": 8.0, "rejected_score": 3.0, "margin": 5.0})
+    return out
+
+
+def lora_weights(adapter_dir):
+    from safetensors.torch import load_file
+
+    return load_file(str(adapter_dir / "adapter_model.safetensors"))
+
+
+def test_dpo_two_steps_then_continue_from_previous_adapter(tiny, tmp_path):
+    settings = DPOSettings(max_steps=2, batch_size=2, learning_rate=5e-2, warmup_ratio=0.0, threads=1, lora=LORA)
+    first = train_dpo(tiny, dpo_rows(pairs()), tmp_path / "it0", settings, eval_rows=dpo_rows(pairs())[:2])
+    assert first.steps == 2 and len(first.losses) == 2 and all(math.isfinite(x) for x in first.losses)
+    assert first.losses[0] == pytest.approx(math.log(2), abs=1e-3)  # fresh LoRA: policy = reference
+    assert "eval_loss" in first.metrics and first.cpu_s > 0
+    w0 = lora_weights(first.adapter_dir)
+    b_keys = [k for k in w0 if "lora_B" in k]
+    assert b_keys and all(w0[k].abs().sum() > 0 for k in b_keys)  # lora_B starts at zero: the weights moved
+    assert not any(".ref." in k for k in w0)  # only the trained adapter is saved
+    meta = json.loads((first.adapter_dir / TRAIN_META).read_text())
+    assert meta["kind"] == "dpo" and meta["settings"]["beta"] == 0.1 and meta["previous_adapter"] is None
+
+    # iteration 2 starts from iteration 1's adapter, which is also its reference: the first loss is log 2 again
+    second = train_dpo(tiny, dpo_rows(pairs()), tmp_path / "it1", settings, adapter=str(first.adapter_dir))
+    assert second.losses[0] == pytest.approx(math.log(2), abs=1e-3)
+    w1 = lora_weights(second.adapter_dir)
+    assert any(not torch.equal(w0[k], w1[k]) for k in w0)
+    assert second.previous_adapter == str(first.adapter_dir)
+
+
+def test_grpo_two_steps_and_adapter_as_pool_entry(tiny, tmp_path):
+    rows = grpo_rows_from_problems(synthetic_problems(4, seed=3), shots=0)
+
+    def length_reward(completions, **_):  # varies within a group, so the policy gets a gradient
+        return [float(len(completion_text(c))) for c in completions]
+
+    settings = GRPOSettings(max_steps=2, batch_size=4, num_generations=2, max_completion_length=6,
+                            learning_rate=5e-2, warmup_ratio=0.0, threads=1, lora=LORA)
+    result = train_grpo(tiny, rows, tmp_path / "grpo", [correctness_reward, length_reward], settings)
+    assert result.steps == 2 and len(result.losses) == 2 and all(math.isfinite(x) for x in result.losses)
+    logged = [h for h in result.log_history if "reward" in h]
+    assert len(logged) == 2 and "rewards/correctness_reward/mean" in logged[0]
+    weights = lora_weights(result.adapter_dir)
+    assert any(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)
+
+    pool_file = write_pool_file([pool_entry("tiny-grpo", result, prompt_format="chat", iteration=1)],
+                                tmp_path / "pool.toml")
+    pool = load_pool(pool_file)
+    spec = pool["tiny-grpo"].spec
+    assert (spec.backend, spec.adapter, spec.extra) == ("transformers", str(result.adapter_dir), {"iteration": 1})
+    samples, records = pool.sample("tiny-grpo", rows[0]["prompt"], SamplingParams(max_tokens=4, temperature=0.0))
+    assert len(samples) == 1 and records[0]["error"] is None and samples[0].completion_tokens >= 1
+    model, _tok = pool["tiny-grpo"].chat_model.loaded()
+    assert type(model).__name__ == "PeftModelForCausalLM"
+
+
+def test_settings_validation_and_bad_pool_adapter(tmp_path, tiny):
+    with pytest.raises(ValueError, match="divisible by num_generations"):
+        GRPOSettings(batch_size=3, num_generations=2)
+    with pytest.raises(ValueError, match="num_generations"):
+        GRPOSettings(num_generations=1)
+    with pytest.raises(ValueError, match="beta"):
+        DPOSettings(beta=0)
+    with pytest.raises(ValueError, match="LoraSettings.r"):
+        LoraSettings(r=0)
+    bad = tmp_path / "pool.toml"
+    bad.write_text(f'[[models]]\nname = "x"\nbackend = "transformers"\npath = "{tiny}"\nadapter = "nowhere"\n')
+    with pytest.raises(PoolConfigError, match="field 'adapter': no adapter_config.json"):
+        load_pool(bad)
+
+
+@pytest.mark.slow
+def test_real_gemma_lora_one_dpo_step(tmp_path):
+    """One DPO step of a LoRA on the real Gemma-3-270M (converted from the embedded GGUF, cached)."""
+    settings = DPOSettings(max_steps=1, batch_size=2, threads=2, max_length=256,
+                           lora=LoraSettings(r=8, alpha=16))
+    result = train_dpo("builtin:gemma3-270m", dpo_rows(pairs())[:2], tmp_path / "gemma", settings)
+    assert result.steps == 1 and math.isfinite(result.losses[0])
+    assert result.losses[0] == pytest.approx(math.log(2), abs=1e-3)
+    assert (result.adapter_dir / "adapter_config.json").is_file()

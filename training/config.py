@@ -1,0 +1,141 @@
+"""Training settings (the TRL habit: settings here, behaviour in :mod:`agora.training.trainers`).
+
+Defaults are the Stackelberg paper's (Hahn et al., arXiv 2609.39076, App. C; protocols.md §2):
+DPO β = 0.1, lr 1e-6 cosine, warmup 0.1, LoRA r = 64, α = 16, dropout 0.1 on the q, k, v, o
+projections, 1 epoch; GRPO G = 4 completions per prompt, KL β = 0, clip ε = 0.2, at most 256
+completion tokens. ``agora train`` scales them for CPU by flags (smaller r, fewer steps, shorter
+completions, a larger learning rate for LoRA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agora.agents.llamacpp import default_threads
+
+
+@dataclass(frozen=True, slots=True)
+class LoraSettings:
+    """LoRA adapter shape (peft ``LoraConfig``)."""
+
+    r: int = 64
+    """Rank of the update matrices."""
+    alpha: int = 16
+    """Scaling ``lora_alpha`` (the update is scaled by ``alpha / r``)."""
+    dropout: float = 0.1
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """Module names the adapter wraps (attention projections of Llama/Gemma-style models)."""
+
+    def __post_init__(self):
+        if self.r < 1:
+            raise ValueError(f"LoraSettings.r must be >= 1, got {self.r}")
+        if self.alpha <= 0:
+            raise ValueError(f"LoraSettings.alpha must be > 0, got {self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LoraSettings.dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ValueError("LoraSettings.target_modules must name at least one module")
+
+    def peft_config(self):
+        """The peft ``LoraConfig`` for a causal LM."""
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=list(self.target_modules), task_type="CAUSAL_LM")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSettings:
+    """Settings every trainer shares."""
+
+    learning_rate: float = 1e-6
+    lr_scheduler: str = "cosine"
+    """A transformers scheduler name (``cosine``, ``linear``, ``constant``...)."""
+    warmup_ratio: float = 0.1
+    """Share of the steps spent warming the learning rate up linearly."""
+    epochs: float = 1.0
+    max_steps: int = -1
+    """When > 0, train this many optimiser steps instead of ``epochs``."""
+    batch_size: int = 4
+    """Rows per device per step (GRPO: completions per device per step)."""
+    grad_accum: int = 1
+    """Gradient accumulation steps."""
+    max_length: int = 1024
+    """DPO: prompt + completion tokens kept (the prompt's start is kept)."""
+    seed: int = 0
+    threads: int = field(default_factory=default_threads)
+    """torch CPU threads (default: the cores this process may use)."""
+    logging_steps: int = 1
+    lora: LoraSettings = field(default_factory=LoraSettings)
+
+    def __post_init__(self):
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise ValueError("epochs must be > 0 unless max_steps is set")
+        for name in ("batch_size", "grad_accum", "max_length", "threads", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def common_args(self, output_dir: str) -> dict:
+        """Keyword arguments shared by ``DPOConfig`` and ``GRPOConfig``.
+
+        CPU (no CUDA device): ``use_cpu=True`` and no bf16; with CUDA, bf16 where supported. Nothing
+        else depends on the device, so ``accelerate launch`` runs the same code on several GPUs.
+        """
+        import torch
+
+        gpu = torch.cuda.is_available()
+        return dict(
+            output_dir=output_dir, learning_rate=self.learning_rate, lr_scheduler_type=self.lr_scheduler,
+            warmup_steps=self.warmup_ratio, num_train_epochs=self.epochs, max_steps=self.max_steps,
+            per_device_train_batch_size=self.batch_size, per_device_eval_batch_size=self.batch_size,
+            gradient_accumulation_steps=self.grad_accum, seed=self.seed, logging_steps=self.logging_steps,
+            use_cpu=not gpu, bf16=gpu and torch.cuda.is_bf16_supported(), report_to="none", save_strategy="no",
+            activation_checkpointing=False, dataloader_num_workers=0, disable_tqdm=True,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DPOSettings(TrainSettings):
+    """DPO settings (protocols.md §2)."""
+
+    beta: float = 0.1
+    """DPO temperature β: strength of the implicit KL pull towards the reference."""
+
+    def __post_init__(self):
+        TrainSettings.__post_init__(self)
+        if self.beta <= 0:
+            raise ValueError(f"beta must be > 0, got {self.beta}")
+
+
+@dataclass(frozen=True, slots=True)
+class GRPOSettings(TrainSettings):
+    """GRPO settings (protocols.md §2, Stackelberg GRPO)."""
+
+    num_generations: int = 4
+    """Completions per prompt ``G`` (the group of the group-relative advantage)."""
+    max_completion_length: int = 256
+    temperature: float = 1.0
+    """Sampling temperature of the completions."""
+    beta: float = 0.0
+    """KL coefficient (0: no reference model is loaded)."""
+    epsilon: float = 0.2
+    """PPO-style clip range of the importance ratio."""
+
+    def __post_init__(self):
+        TrainSettings.__post_init__(self)
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (a group of one has no advantage), got {self.num_generations}")
+        if (self.batch_size * self.grad_accum) % self.num_generations:
+            raise ValueError(f"batch_size × grad_accum ({self.batch_size} × {self.grad_accum}) must be divisible by "
+                             f"num_generations ({self.num_generations})")
+        if self.max_completion_length < 1:
+            raise ValueError(f"max_completion_length must be >= 1, got {self.max_completion_length}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.beta < 0 or self.epsilon <= 0:
+            raise ValueError(f"beta must be >= 0 and epsilon > 0, got {self.beta} and {self.epsilon}")
+

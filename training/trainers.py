@@ -1,0 +1,221 @@
+"""DPO and GRPO with TRL on LoRA adapters; the trained adapter becomes a pool entry.
+
+``train_dpo`` / ``train_grpo`` take a base model folder (an HF folder, or ``builtin:...`` converted by
+:func:`agora.training.convert.export_hf`), rows from :mod:`agora.training.datasets`, an output folder
+and settings (:mod:`agora.training.config`), and return a :class:`TrainResult`. The adapter lands in
+``<out>/adapter`` (peft format, with the tokenizer and ``agora_train.json`` describing the run), which
+``backend = "transformers"`` pool entries load in-process (:func:`pool_entry`) and vLLM serves with
+``--enable-lora``.
+
+**Reference = previous checkpoint** (protocols.md §2). First iteration: a fresh LoRA on the base
+model; TRL computes the reference with the adapter disabled, i.e. the base model. Later iterations
+pass ``adapter=<previous adapter>``: it is loaded trainable and TRL copies it into a frozen ``ref``
+adapter (TRL ≥ 1.x DPO behaviour for a ``PeftModel`` without ``ref_model``), so the reference is the
+previous iteration's model and the new adapter keeps training from it.
+
+Device handling is TRL/accelerate's: ``use_cpu`` and fp32 without CUDA, bf16 with it; the torch
+thread count is set explicitly. Run the same code on several GPUs with ``accelerate launch``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+from agora.training.config import DPOSettings, GRPOSettings, TrainSettings
+
+TRAIN_META = "agora_train.json"
+
+
+@dataclass
+class TrainResult:
+    """What one training run produced."""
+
+    kind: Literal["dpo", "grpo"]
+    adapter_dir: Path
+    """The saved peft adapter (load with ``PeftModel.from_pretrained(base, adapter_dir)``)."""
+    base: str
+    """Base model folder (or ``builtin:...``)."""
+    previous_adapter: str | None
+    """Adapter the run started from (its reference model), ``None`` for the base model."""
+    rows: int
+    """Training rows (DPO pairs or GRPO prompts)."""
+    steps: int
+    """Optimiser steps taken."""
+    losses: list[float]
+    """Training loss at each logged step."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Final training metrics and, with a validation set, ``eval_*`` metrics."""
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+    """TRL's per-step logs (rewards, ``frac_reward_zero_std``, KL, ...)."""
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    """CPU seconds of this process during training (all threads)."""
+
+    def describe(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["adapter_dir"] = str(self.adapter_dir)
+        return d
+
+
+def load_policy(base: str, adapter: str | None = None, threads: int | None = None):
+    """``(model, tokenizer)`` for training: fp32 base weights, ``adapter`` loaded trainable when given.
+
+    Raises:
+        OSError: unreadable folder or adapter.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agora.agents.hf_backend import resolve_model_folder
+
+    if threads:
+        torch.set_num_threads(threads)
+    folder = resolve_model_folder(base)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    if adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    return model, tokenizer
+
+
+def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: str | None, rows: int,
+            settings: TrainSettings, eval_rows: int, start: tuple[float, float]) -> TrainResult:
+    metrics = {k: float(v) for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
+    if eval_rows:
+        metrics.update({k: float(v) for k, v in trainer.evaluate().items() if isinstance(v, (int, float))})
+    adapter_dir = out_dir / "adapter"
+    trainer.model.save_pretrained(adapter_dir, selected_adapters=["default"])
+    tokenizer.save_pretrained(adapter_dir)
+    losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
+    result = TrainResult(kind=kind, adapter_dir=adapter_dir, base=base, previous_adapter=adapter, rows=rows,
+                         steps=int(trainer.state.global_step), losses=losses, metrics=metrics,
+                         log_history=list(trainer.state.log_history),
+                         wall_s=time.perf_counter() - start[0], cpu_s=time.process_time() - start[1])
+    (adapter_dir / TRAIN_META).write_text(json.dumps(
+        {**result.describe(), "settings": asdict(settings), "log_history": None}, indent=2, default=str))
+    return result
+
+
+def _check_finite(kind: str, losses: Sequence[float]) -> None:
+    if any(not math.isfinite(x) for x in losses):
+        raise FloatingPointError(f"{kind}: training loss became non-finite ({list(losses)}); lower the learning rate")
+
+
+def train_dpo(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Path,
+              settings: DPOSettings = DPOSettings(), *, eval_rows: Sequence[dict[str, Any]] = (),
+              adapter: str | None = None) -> TrainResult:
+    """DPO (TRL ``DPOTrainer``, sigmoid loss, Rafailov et al. 2023 Eq. 7) of a LoRA adapter.
+
+    Args:
+        base: base model folder or ``builtin:...``.
+        train_rows / eval_rows: conversational preference rows (:func:`agora.training.datasets.dpo_rows`).
+        out_dir: run folder; the adapter goes to ``out_dir/adapter``.
+        settings: :class:`~agora.training.config.DPOSettings`.
+        adapter: previous iteration's adapter: trained further, and the reference model.
+
+    Raises:
+        ValueError: no training rows. FloatingPointError: a non-finite loss.
+    """
+    from trl import DPOConfig, DPOTrainer
+
+    from agora.training.datasets import to_dataset
+
+    start = (time.perf_counter(), time.process_time())
+    out_dir = Path(out_dir)
+    model, tokenizer = load_policy(base, adapter, settings.threads)
+    keep = ("prompt", "chosen", "rejected")  # TRL's columns; the metadata stays in the exported files
+    train = to_dataset([{k: r[k] for k in keep} for r in train_rows])
+    evals = to_dataset([{k: r[k] for k in keep} for r in eval_rows]) if eval_rows else None
+    args = DPOConfig(**settings.common_args(str(out_dir / "trainer")), beta=settings.beta,
+                     max_length=settings.max_length, eval_strategy="no")
+    trainer = DPOTrainer(model=model, args=args, train_dataset=train, eval_dataset=evals,
+                         processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config())
+    trainer.train()
+    result = _finish("dpo", trainer, tokenizer, out_dir, base, adapter, len(train), settings, len(eval_rows), start)
+    _check_finite("dpo", result.losses)
+    return result
+
+
+RewardFunc = Callable[..., list]
+
+
+def train_grpo(base: str, rows: Sequence[dict[str, Any]], out_dir: str | Path, reward_funcs: Sequence[RewardFunc],
+               settings: GRPOSettings = GRPOSettings(), *, adapter: str | None = None,
+               reward_weights: Sequence[float] | None = None) -> TrainResult:
+    """GRPO (TRL ``GRPOTrainer``; Shao et al. 2024, DeepSeekMath Eq. 3) of a LoRA adapter.
+
+    Args:
+        base: base model folder or ``builtin:...``.
+        rows: prompt-only rows (:mod:`agora.training.datasets`); their columns reach the rewards.
+        reward_funcs: TRL reward callables (:mod:`agora.training.rewards`).
+        settings: :class:`~agora.training.config.GRPOSettings` (``batch_size × grad_accum`` must be
+            divisible by ``num_generations``).
+        adapter: previous iteration's adapter, trained further.
+        reward_weights: one weight per reward function (default 1 each).
+
+    Raises:
+        ValueError: no rows or no reward function. FloatingPointError: a non-finite loss.
+    """
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agora.training.datasets import to_dataset
+
+    if not reward_funcs:
+        raise ValueError("train_grpo needs at least one reward function")
+    start = (time.perf_counter(), time.process_time())
+    out_dir = Path(out_dir)
+    model, tokenizer = load_policy(base, adapter, settings.threads)
+    train = to_dataset(list(rows))
+    args = GRPOConfig(**settings.common_args(str(out_dir / "trainer")), num_generations=settings.num_generations,
+                      max_completion_length=settings.max_completion_length, temperature=settings.temperature,
+                      beta=settings.beta, epsilon=settings.epsilon,
+                      reward_weights=list(reward_weights) if reward_weights is not None else None)
+    trainer = GRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train,
+                          processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config())
+    trainer.train()
+    result = _finish("grpo", trainer, tokenizer, out_dir, base, adapter, len(train), settings, 0, start)
+    _check_finite("grpo", result.losses)
+    return result
+
+
+def pool_entry(name: str, result: TrainResult, *, prompt_format: str = "chat", iteration: int | None = None,
+               family: str | None = None) -> dict[str, Any]:
+    """A ``[[models]]`` entry serving a trained adapter in-process (``backend = "transformers"``)."""
+    entry: dict[str, Any] = {"name": name, "backend": "transformers", "path": result.base,
+                             "adapter": str(result.adapter_dir), "prompt_format": prompt_format}
+    if family:
+        entry["family"] = family
+    if iteration is not None:
+        entry["iteration"] = iteration
+    return entry
+
+
+def write_pool_file(entries: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Write ``[[models]]`` entries (strings, numbers, booleans, string lists) as a TOML pool file."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(str(v), ensure_ascii=False)  # a TOML basic string
+
+    lines = []
+    for e in entries:
+        lines.append("[[models]]")
+        lines += [f"{k} = {value(v)}" for k, v in e.items() if v is not None and not isinstance(v, dict)]
+        lines.append("")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
