@@ -229,3 +229,49 @@ def test_tables_model_table_and_plots(tmp_path):
     assert cols == ["pair_id", "run_id", "duel_id", "iteration", "prompt", "prompt_messages", "chosen", "rejected",
                     "chosen_model", "rejected_model", "chosen_score", "rejected_score", "margin", "judge_scores",
                     "reputations", "gold", "kind", "created_at"]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def invoke(*args):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_cli_refuses_a_pool_of_two_in_one_line(tmp_path):
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{n}"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                            f'model = "m"\n\n' for n in ("x", "y")))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "Say hi."}\n')
+    out = invoke("duel", "--instructions", data, "--pool", pool, "--db", tmp_path / "t.db")
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert "a duel pool needs at least 3 models" in out.output and "x, y" in out.output
+
+
+def test_cli_report_without_duels_is_a_user_error(tmp_path):
+    TraceStore(tmp_path / "t.db").close()
+    out = invoke("report", "duels", "--db", tmp_path / "t.db", "--out", tmp_path / "plots")
+    assert out.exit_code == 2 and "no duel runs" in out.output
+
+
+@pytest.mark.slow
+def test_embedded_duel_pool_end_to_end(tmp_path, shared_data):
+    db = tmp_path / "t.db"
+    out = invoke("duel", "--instructions", shared_data / "gsm8k" / "train.jsonl", "--limit", 4, "--mode", "sparta",
+                 "--duels", 2, "--iterations", 1, "--max-tokens", 8, "--judge-max-tokens", 8, "--db", db,
+                 "--run-id", "e2e")
+    assert out.exit_code == 0, out.output
+    assert "preference pairs written" in out.output and "smollm2-135m-cautious" in out.output
+    store = TraceStore(db)
+    assert store.db["duels"].count == 2 and store.db["reputation_snapshots"].count == 2 * 4
+    roles = {r["role"]: r["n"] for r in store.db.query("select role, count(*) as n from model_calls group by role")}
+    assert roles == {"follower": 4, "judge": 8}
+    report = invoke("report", "duels", "--db", db, "--out", tmp_path / "plots")
+    assert report.exit_code == 0, report.output
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["leader_weights.png", "reputation.png",
+                                                                      "win_rates.png"]
