@@ -17,6 +17,7 @@ app.add_typer(train_app, name="train")
 
 # Command modules register themselves on the apps above (one import per module).
 from agora.cli import align  # noqa: E402,F401
+from agora.cli import duel  # noqa: E402,F401
 from agora.cli import serve  # noqa: E402,F401
 from agora.cli import select  # noqa: E402,F401
 from agora.cli import converse  # noqa: E402,F401
