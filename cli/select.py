@@ -22,7 +22,6 @@ import numpy as np
 import typer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
-from rich.columns import Columns
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -178,8 +177,11 @@ def _ask_terminal(payload: dict) -> str | None:
     """Show the duel and read A, B or tie; ``None`` when the user stops (``q`` or end of input)."""
     console.rule(f"round {payload['round']}")
     console.print(Panel(escape(payload["prompt"]), title="prompt", title_align="left"))
-    console.print(Columns([Panel(escape(payload["A"]), title="A"), Panel(escape(payload["B"]), title="B")],
-                          equal=True, expand=True))
+    answers = Table.grid(expand=True, padding=(0, 1))
+    answers.add_column(ratio=1)
+    answers.add_column(ratio=1)
+    answers.add_row(Panel(escape(payload["A"]), title="A"), Panel(escape(payload["B"]), title="B"))
+    console.print(answers)
     while True:
         try:
             reply = typer.prompt("Which answer is better? A, B or tie (q stops; continue later)")
