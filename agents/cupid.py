@@ -380,34 +380,36 @@ class Persona:
     """A system prompt and temperature that turn one model into another pool member."""
 
     name: str
-    system_prompt: str | None = None
-    """``None`` keeps the base member's system prompt."""
+    system_prompt: str
+    """Appended to any system prompt the base member has."""
     temperature: float | None = None
     """``None`` keeps the base member's temperature."""
 
 
 DEFAULT_PERSONAS = (
-    Persona("plain"),
     Persona("concise", "Answer in one short sentence.", 0.2),
     Persona("tutor", "Explain your reasoning step by step, then state the answer.", 1.0),
 )
-"""Three personas: two embedded models become six arms."""
+"""Two personas: with the base members, two embedded models become six arms."""
 
 
 def persona_variants(pool: ModelPool, personas: Sequence[Persona] = DEFAULT_PERSONAS) -> ModelPool:
-    """A pool of ``<model>/<persona>`` members: every model under every persona.
+    """The pool's members and, after each, its ``<model>-<persona>`` variants.
 
-    Variants share their base member's chat model (same weights, loaded once) and spec fields
-    (cost, backend...), with the persona's system prompt and temperature.
+    Variants are :func:`agora.agents.panel.persona_specs` with the persona's temperature, and share
+    their base member's chat model (same weights, loaded once). Base members keep their names, so
+    their traced features still apply.
     """
+    from agora.agents.panel import persona_specs
+
     members = []
     for base in pool:
-        for p in personas:
-            spec = replace(base.spec, name=f"{base.name}/{p.name}",
-                           system_prompt=p.system_prompt if p.system_prompt is not None else base.spec.system_prompt,
-                           temperature=p.temperature if p.temperature is not None else base.spec.temperature)
+        members.append(base)
+        specs = persona_specs([base.spec], {p.name: p.system_prompt for p in personas})
+        for p, spec in zip(personas, specs):
+            spec = replace(spec, temperature=p.temperature if p.temperature is not None else spec.temperature)
             members.append(PoolMember(spec, base.chat_model))
-    return ModelPool(members, source=f"{pool.source} x personas")
+    return ModelPool(members, source=f"{pool.source} with personas")
 
 
 # ----------------------------------------------------------------------------- simulated user and regret

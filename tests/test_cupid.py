@@ -192,10 +192,11 @@ def test_persona_variants_share_weights_and_apply_personas():
     base = ScriptedChatModel(responses=["ok"], cycle=True)
     pool = ModelPool.from_chat_models({"m": base, "n": ScriptedChatModel(responses=["ok"], cycle=True)},
                                       cost_per_1k_tokens=0.5)
-    variants = persona_variants(pool, [Persona("plain"), Persona("short", "Be brief.", 0.1)])
-    assert variants.names == ["m/plain", "m/short", "n/plain", "n/short"]
-    assert variants["m/short"].chat_model is base and variants["m/short"].spec.cost_per_1k_tokens == 0.5
-    variants.sample("m/short", [{"role": "user", "content": "hi"}], SamplingParams())
+    variants = persona_variants(pool, [Persona("short", "Be brief.", 0.1), Persona("warm", "Be kind.")])
+    assert variants.names == ["m", "m-short", "m-warm", "n", "n-short", "n-warm"]
+    assert variants["m-short"].chat_model is base and variants["m-short"].spec.cost_per_1k_tokens == 0.5
+    assert variants["m-warm"].spec.temperature is None
+    variants.sample("m-short", [{"role": "user", "content": "hi"}], SamplingParams())
     assert base.calls[-1]["messages"][0] == {"role": "system", "content": "Be brief."}
     assert base.calls[-1]["temperature"] == 0.1
 
