@@ -12,8 +12,9 @@ from agora.training.datasets import (
     export_jsonl,
     export_parquet,
     filter_pairs,
-    grpo_rows_from_pairs,
+    grpo_rows_from_duels,
     grpo_rows_from_problems,
+    load_duels,
     load_preference_pairs,
     split_by_instruction,
     to_dataset,
@@ -31,7 +32,7 @@ def pair(pid, prompt, chosen, rejected, cm, rm, cs, rs, iteration=0, run="duel-1
     return {"pair_id": pid, "run_id": run, "duel_id": f"d-{pid}", "iteration": iteration, "prompt": prompt,
             "prompt_messages": msgs(prompt), "chosen": chosen, "rejected": rejected, "chosen_model": cm,
             "rejected_model": rm, "chosen_score": cs, "rejected_score": rs, "margin": cs - rs,
-            "judge_scores": json.dumps({"m3": [cs, rs]}), "reputations": json.dumps({cm: 100.0, rm: 100.0}),
+            "judge_scores": json.dumps({"chosen": {"m3": cs}, "rejected": {"m3": rs}}), "reputations": json.dumps({cm: 100.0, rm: 100.0}),
             "gold": gold, "kind": kind, "created_at": f"2026-01-01T00:00:0{pid[-1]}+00:00"}
 
 
@@ -47,14 +48,28 @@ def db(tmp_path):
         pair("p5", "Capital of France?", "Paris.", "Lyon.", "m3", "m1", 9.0, 7.5),
         pair("p6", "Capital of France?", "Paris.", "Paris.", "m1", "m3", 7.0, 6.0),      # tie: same text
     ], pk="pair_id")
+    d["duels"].insert_all([
+        duel(0, "2+2?", ("m1", "4", 8.0), ("m2", "5", 6.0), gold="4", kind="math"),
+        duel(1, "Name a colour.", ("m1", "Red.", 5.0), ("m2", "Blue.", 5.0)),            # tie
+        duel(2, "Name a colour.", ("m2", "Green.", 6.5), ("m3", "Blue.", 6.0)),
+        duel(3, "Capital of France?", ("m3", "Paris.", 9.0), ("m1", "Lyon.", 7.5)),
+        duel(4, "2+2?", ("m2", "4", 7.0), ("m3", "four", 7.0), iteration=1, gold="4", kind="math"),
+    ], pk="duel_id")
     return path
+
+
+def duel(n, prompt, a, b, iteration=0, gold=None, kind=None):
+    return {"duel_id": f"duel-1:{iteration}:{n}", "run_id": "duel-1", "iteration": iteration, "duel_number": n,
+            "instruction": prompt, "gold": gold, "kind": kind, "prompt_messages": msgs(prompt),
+            "model_a": a[0], "answer_a": a[1], "score_a": a[2], "model_b": b[0], "answer_b": b[1], "score_b": b[2],
+            "tie": int(a[2] == b[2])}
 
 
 def test_load_preference_pairs_decodes_json_and_orders(db):
     pairs = load_preference_pairs(db)
     assert [p["pair_id"] for p in pairs] == ["p1", "p2", "p4", "p5", "p6", "p3"]  # iteration 1 last
     assert pairs[0]["prompt_messages"] == [SYSTEM, {"role": "user", "content": "2+2?"}]
-    assert pairs[0]["judge_scores"] == {"m3": [8.0, 6.0]}
+    assert pairs[0]["judge_scores"] == {"chosen": {"m3": 8.0}, "rejected": {"m3": 6.0}}
 
 
 def test_dpo_rows_exact_ties_out_and_dedupe(db):
@@ -95,15 +110,22 @@ def test_split_is_disjoint_by_instruction_and_seeded():
         split_by_instruction(rows, 1.0)
 
 
-def test_grpo_rows_from_pairs_keep_ties_and_judge_scores(db):
-    rows = grpo_rows_from_pairs(load_preference_pairs(db))
+def test_grpo_rows_from_duels_keep_ties_and_judge_scores(db):
+    duels = load_duels(db)
+    assert len(duels) == 5 and duels[0]["prompt_messages"] == [SYSTEM, {"role": "user", "content": "2+2?"}]
+    assert [d["duel_number"] for d in load_duels(db, iterations=(1,))] == [4]
+    rows = grpo_rows_from_duels(duels)
     assert [r["instruction"] for r in rows] == ["2+2?", "Name a colour.", "Capital of France?"]
     assert rows[0]["gold"] == "4" and rows[0]["kind"] == "math" and rows[1]["kind"] == "open"
-    assert json.loads(rows[1]["judge_scores"]) == [
+    assert rows[0]["prompt"] == [SYSTEM, {"role": "user", "content": "2+2?"}]
+    assert json.loads(rows[0]["judge_scores"]) == [
+        {"text": "4", "model": "m1", "score": 8.0}, {"text": "5", "model": "m2", "score": 6.0},
+        {"text": "four", "model": "m3", "score": 7.0}]
+    assert json.loads(rows[1]["judge_scores"]) == [  # the tied duel counts; "Blue." kept once
         {"text": "Red.", "model": "m1", "score": 5.0}, {"text": "Blue.", "model": "m2", "score": 5.0},
         {"text": "Green.", "model": "m2", "score": 6.5}]
-    assert [r["instruction"] for r in grpo_rows_from_pairs(load_preference_pairs(db), model="m3")] == [
-        "Name a colour.", "Capital of France?"]
+    assert [r["instruction"] for r in grpo_rows_from_duels(duels, model="m3")] == [
+        "Name a colour.", "Capital of France?", "2+2?"]
 
 
 def test_grpo_rows_from_problems():
@@ -159,6 +181,6 @@ def test_exports_open_with_datasets_and_pass_trl_format_checks(db, tmp_path):
         assert data_utils.is_conversational(example)
         # TRL's prompt extraction leaves an explicit-prompt conversational row as it is
         assert data_utils.maybe_extract_prompt(example) == example
-    assert data_utils.is_conversational(to_dataset(grpo_rows_from_pairs(load_preference_pairs(db)))[0])
+    assert data_utils.is_conversational(to_dataset(grpo_rows_from_duels(load_duels(db)))[0])
     with pytest.raises(ValueError, match="empty"):
         to_dataset([])

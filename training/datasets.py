@@ -17,8 +17,9 @@ Two formats, both TRL's *conversational* ones (``trl.data_utils.is_conversationa
 
       {"prompt": [...messages...], "instruction", "gold", "kind", "judge_scores"}
 
-  ``gold``/``kind`` feed the correctness reward; ``judge_scores`` (JSON: the stored aggregated
-  judge score of every answer seen for the instruction) feeds the stored-judge reward
+  from the ``duels`` table (tied duels too) or from problems with gold answers. ``gold``/``kind``
+  feed the correctness reward; ``judge_scores`` (JSON: the stored aggregated judge score of every
+  answer duelled on the instruction) feeds the stored-judge reward
   (:mod:`agora.training.rewards`).
 
 Filters (:class:`PairFilter`): ties out (always), a minimum margin, dedupe by prompt + answers,
@@ -219,24 +220,43 @@ def dpo_rows(pairs: Iterable[dict[str, Any]], flt: PairFilter = PairFilter()) ->
     return rows
 
 
-def grpo_rows_from_pairs(pairs: Iterable[dict[str, Any]], model: str | None = None) -> list[dict[str, Any]]:
-    """Prompt-only rows (columns :data:`GRPO_COLUMNS`), one per distinct instruction, ties included.
+def load_duels(db: str | Path | sqlite_utils.Database, run_ids: Sequence[str] = (),
+               iterations: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """Rows of the ``duels`` table (ties included), ``prompt_messages`` decoded, in play order.
 
-    ``judge_scores`` is a JSON list ``[{"text", "model", "score"}]`` of every answer judged for the
-    instruction (both sides of each pair, first occurrence of a text kept). ``model`` set: only
-    instructions that model answered. Prompt messages are the first pair's.
+    Returns ``[]`` when the table does not exist.
+    """
+    database = _db(db)
+    if "duels" not in database.table_names():
+        return []
+    where, params = ["1 = 1"], []
+    if run_ids:
+        where.append(f"run_id in ({', '.join('?' for _ in run_ids)})")
+        params += list(run_ids)
+    if iterations:
+        where.append(f"iteration in ({', '.join('?' for _ in iterations)})")
+        params += list(iterations)
+    return [{**r, "prompt_messages": _loads(r["prompt_messages"], [])} for r in database.query(
+        f"select * from duels where {' and '.join(where)} order by run_id, duel_number", params)]
+
+
+def grpo_rows_from_duels(duels: Iterable[dict[str, Any]], model: str | None = None) -> list[dict[str, Any]]:
+    """Prompt-only rows (columns :data:`GRPO_COLUMNS`), one per distinct instruction, tied duels included.
+
+    ``judge_scores`` is a JSON list ``[{"text", "model", "score"}]``: every answer duelled on the
+    instruction with its reputation-weighted judge score ``s̄`` (first occurrence of a text kept).
+    ``model`` set: only instructions that model answered. Prompt messages are the first duel's.
     """
     by_instruction: dict[str, dict[str, Any]] = {}
-    for p in pairs:
-        if model is not None and model not in (p["chosen_model"], p["rejected_model"]):
+    for d in duels:
+        if model is not None and model not in (d["model_a"], d["model_b"]):
             continue
-        key = _instruction(p)
-        row = by_instruction.setdefault(key, {
-            "prompt": [{"role": m["role"], "content": m["content"]} for m in p["prompt_messages"]],
-            "instruction": key, "gold": p.get("gold"), "kind": p.get("kind") or "open", "_answers": {}})
-        for text, who, score in ((p["chosen"], p["chosen_model"], p["chosen_score"]),
-                                 (p["rejected"], p["rejected_model"], p["rejected_score"])):
-            row["_answers"].setdefault(text.strip(), {"text": text.strip(), "model": who, "score": float(score)})
+        row = by_instruction.setdefault(d["instruction"], {
+            "prompt": [{"role": m["role"], "content": m["content"]} for m in d["prompt_messages"]],
+            "instruction": d["instruction"], "gold": d.get("gold"), "kind": d.get("kind") or "open", "_answers": {}})
+        for side in ("a", "b"):
+            text = (d[f"answer_{side}"] or "").strip()
+            row["_answers"].setdefault(text, {"text": text, "model": d[f"model_{side}"], "score": float(d[f"score_{side}"])})
     rows = []
     for row in by_instruction.values():
         answers = row.pop("_answers")
