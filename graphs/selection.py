@@ -260,7 +260,7 @@ def _belief(state: SelectionState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _stop_reason(state: SelectionState, cfg: CupidConfig) -> StopReason | None:
-    if state.get("duel", 0) is None:
+    if "duel" in state and state["duel"] is None:
         return "budget"
     if state.get("round", 0) >= cfg.budget_rounds:
         return "rounds"
@@ -443,7 +443,7 @@ def recommend(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict
     best = ranking[0]
     rec = Recommendation(model=best["model"], p_best=best["p_best"], rounds=state["round"],
                          spent_cost=state["spent_cost"], spent_time_s=state["spent_time_s"],
-                         stop_reason=_stop_reason(state, cfg) or "rounds", ranking=ranking)
+                         stop_reason=_stop_reason(state, cfg), ranking=ranking)
     emit("recommend", f"recommended {rec['model']} (P(best)={rec['p_best']:.2f}) after {rec['rounds']} rounds",
          **{k: rec[k] for k in ("model", "p_best", "rounds", "stop_reason")})
     return {"recommendation": rec}
