@@ -60,6 +60,8 @@ def serve(
                     err_console.print(f"[red]error:[/red] vLLM server for {names} exited; see {dead[0].log_path}",
                                       highlight=False)
                     raise typer.Exit(1)
+    except typer.Exit:  # a click Exit is a RuntimeError too
+        raise
     except KeyboardInterrupt:
         console.print("stopped the vLLM servers", highlight=False)
     except (RuntimeError, ImportError, ValueError, FileNotFoundError) as exc:
