@@ -36,8 +36,9 @@ _LOAD_LOCK = threading.Lock()
 
 
 def resolve_model_folder(path: str) -> str:
-    """An HF folder path as is; ``builtin:smollm2`` / ``builtin:gemma3-270m`` → its converted folder."""
-    if path.startswith("builtin:"):
+    """An HF folder path as is; ``builtin:smollm2`` / ``builtin:gemma3-270m`` / a ``.gguf`` file → its
+    converted folder (:func:`agora.training.convert.export_hf`, cached)."""
+    if path.startswith("builtin:") or path.endswith(".gguf"):
         from agora.training.convert import export_hf
 
         return str(export_hf(path))

@@ -8,12 +8,19 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from agora.agents.pool import PoolConfigError, SamplingParams, load_pool  # noqa: E402
+from agora.agents.pool import ModelSpec, PoolConfigError, SamplingParams, load_pool  # noqa: E402
 from agora.tasks import synthetic_problems  # noqa: E402
 from agora.training.config import DPOSettings, GRPOSettings, LoraSettings  # noqa: E402
 from agora.training.datasets import dpo_rows, grpo_rows_from_problems  # noqa: E402
 from agora.training.rewards import completion_text, correctness_reward  # noqa: E402
-from agora.training.trainers import TRAIN_META, pool_entry, train_dpo, train_grpo, write_pool_file  # noqa: E402
+from agora.training.trainers import (  # noqa: E402
+    TRAIN_META,
+    preference_accuracy,
+    train_dpo,
+    train_grpo,
+    trained_entry,
+    write_pool_file,
+)
 from tests.tiny_lm import build_tiny_lm  # noqa: E402
 
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj"))
@@ -78,15 +85,32 @@ def test_grpo_two_steps_and_adapter_as_pool_entry(tiny, tmp_path):
     weights = lora_weights(result.adapter_dir)
     assert any(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)
 
-    pool_file = write_pool_file([pool_entry("tiny-grpo", result, prompt_format="chat", iteration=1)],
-                                tmp_path / "pool.toml")
+    member = ModelSpec(name="tiny-grpo", backend="llamacpp", path="x.gguf", system_prompt="Be brief .", family="t")
+    entry = trained_entry(member, result, iteration=1)
+    assert entry == {"name": "tiny-grpo", "family": "t", "system_prompt": "Be brief .", "max_retries": 3,
+                     "cost_per_1k_tokens": 0.0, "prompt_format": "chat", "backend": "transformers", "path": tiny,
+                     "adapter": str(result.adapter_dir), "iteration": 1}
+    pool_file = write_pool_file([entry], tmp_path / "pool.toml")
     pool = load_pool(pool_file)
     spec = pool["tiny-grpo"].spec
     assert (spec.backend, spec.adapter, spec.extra) == ("transformers", str(result.adapter_dir), {"iteration": 1})
+    assert spec.system_prompt == "Be brief ."
     samples, records = pool.sample("tiny-grpo", rows[0]["prompt"], SamplingParams(max_tokens=4, temperature=0.0))
     assert len(samples) == 1 and records[0]["error"] is None and samples[0].completion_tokens >= 1
     model, _tok = pool["tiny-grpo"].chat_model.loaded()
     assert type(model).__name__ == "PeftModelForCausalLM"
+
+
+def test_preference_accuracy_is_complementary_under_swapping(tiny):
+    rows = dpo_rows(pairs())
+    swapped = [{**r, "chosen": r["rejected"], "rejected": r["chosen"]} for r in rows]
+    acc = preference_accuracy(tiny, None, rows, threads=1)
+    assert acc in (0.0, 0.25, 0.5, 0.75, 1.0)
+    assert acc + preference_accuracy(tiny, None, swapped, threads=1) == pytest.approx(1.0)
+    same = [{**r, "rejected": r["chosen"]} for r in rows]
+    assert preference_accuracy(tiny, None, same, threads=1) == 0.0  # a tie is not a right ranking
+    with pytest.raises(ValueError, match="at least one row"):
+        preference_accuracy(tiny, None, [])
 
 
 def test_settings_validation_and_bad_pool_adapter(tmp_path, tiny):

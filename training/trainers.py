@@ -4,7 +4,7 @@
 :func:`agora.training.convert.export_hf`), rows from :mod:`agora.training.datasets`, an output folder
 and settings (:mod:`agora.training.config`), and return a :class:`TrainResult`. The adapter lands in
 ``<out>/adapter`` (peft format, with the tokenizer and ``agora_train.json`` describing the run), which
-``backend = "transformers"`` pool entries load in-process (:func:`pool_entry`) and vLLM serves with
+``backend = "transformers"`` pool entries load in-process (:func:`trained_entry`) and vLLM serves with
 ``--enable-lora``.
 
 **Reference = previous checkpoint** (protocols.md §2). First iteration: a fresh LoRA on the base
@@ -187,20 +187,65 @@ def train_grpo(base: str, rows: Sequence[dict[str, Any]], out_dir: str | Path, r
     return result
 
 
-def pool_entry(name: str, result: TrainResult, *, prompt_format: str = "chat", iteration: int | None = None,
-               family: str | None = None) -> dict[str, Any]:
-    """A ``[[models]]`` entry serving a trained adapter in-process (``backend = "transformers"``)."""
-    entry: dict[str, Any] = {"name": name, "backend": "transformers", "path": result.base,
-                             "adapter": str(result.adapter_dir), "prompt_format": prompt_format}
-    if family:
-        entry["family"] = family
+def preference_accuracy(base: str, adapter: str | None, rows: Sequence[dict[str, Any]],
+                        threads: int | None = None) -> float:
+    """Share of preference rows whose chosen answer the model finds likelier than the rejected one.
+
+    Compares ``log π(chosen | prompt)`` with ``log π(rejected | prompt)`` (sums of token
+    log-probabilities, both rendered with the tokenizer's chat template as TRL renders them).
+    Reference-free, so checkpoints trained against different references compare on the same
+    held-out pairs (checkpoint selection in ``agora evolve``). Equal log-probabilities count as wrong.
+
+    Raises:
+        ValueError: no rows.
+    """
+    import torch
+
+    if not rows:
+        raise ValueError("preference_accuracy needs at least one row")
+    model, tokenizer = load_policy(base, adapter, threads)
+    model.eval()
+
+    def logp(prompt: list[dict], completion: list[dict]) -> float:
+        prompt_ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True)["input_ids"]
+        full = tokenizer.apply_chat_template(prompt + completion, tokenize=True, return_dict=True)["input_ids"]
+        start = next((i for i, (a, b) in enumerate(zip(prompt_ids, full)) if a != b), min(len(prompt_ids), len(full)))
+        ids = torch.tensor([full])
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0, :-1].float()
+        token_logps = torch.log_softmax(logits, -1).gather(1, ids[0, 1:, None])[:, 0]
+        return float(token_logps[max(start, 1) - 1:].sum())
+
+    right = sum(logp(r["prompt"], r["chosen"]) > logp(r["prompt"], r["rejected"]) for r in rows)
+    return right / len(rows)
+
+
+#: Spec fields a trained entry keeps from the member it replaces (persona, sampling, cost, labels).
+_KEPT = ("name", "family", "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "prompt_format")
+
+
+def trained_entry(spec, result: TrainResult, iteration: int | None = None) -> dict[str, Any]:
+    """The ``[[models]]`` entry serving ``result``'s adapter in place of pool member ``spec``.
+
+    Same name, persona and sampling settings as ``spec``; ``backend = "transformers"`` with the
+    base folder and the adapter (in-process, CPU or GPU), and the ``iteration`` it came from.
+    """
+    entry = {k: getattr(spec, k) for k in _KEPT if getattr(spec, k) not in (None, "")}
+    entry.update(backend="transformers", path=result.base, adapter=str(result.adapter_dir))
     if iteration is not None:
         entry["iteration"] = iteration
     return entry
 
 
+def spec_entry(spec) -> dict[str, Any]:
+    """A pool member's spec as a ``[[models]]`` entry (its ``extra`` keys back at the top level)."""
+    d = spec.describe()
+    return {**{k: v for k, v in d.items() if k != "extra"}, **d.get("extra", {})}
+
+
 def write_pool_file(entries: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write ``[[models]]`` entries (strings, numbers, booleans, string lists) as a TOML pool file."""
+    """Write ``[[models]]`` entries as a TOML pool file (scalars, lists, and one level of tables)."""
     def value(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -214,6 +259,9 @@ def write_pool_file(entries: Sequence[dict[str, Any]], path: str | Path) -> Path
     for e in entries:
         lines.append("[[models]]")
         lines += [f"{k} = {value(v)}" for k, v in e.items() if v is not None and not isinstance(v, dict)]
+        for k, table in ((k, v) for k, v in e.items() if isinstance(v, dict)):
+            lines.append(f"[models.{k}]")
+            lines += [f"{tk} = {value(tv)}" for tk, tv in table.items() if tv is not None]
         lines.append("")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
