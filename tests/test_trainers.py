@@ -137,3 +137,43 @@ def test_real_gemma_lora_one_dpo_step(tmp_path):
     assert result.steps == 1 and math.isfinite(result.losses[0])
     assert result.losses[0] == pytest.approx(math.log(2), abs=1e-3)
     assert (result.adapter_dir / "adapter_config.json").is_file()
+
+
+def test_cli_train_dpo_then_align_uses_the_adapter(tiny, tmp_path):
+    import sqlite_utils
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    db = tmp_path / "t.db"
+    rows = [{**p, "prompt_messages": json.dumps(p["prompt_messages"]), "duel_id": p["pair_id"], "judge_scores": "{}",
+             "reputations": "{}", "gold": None, "kind": None, "created_at": "t"} for p in pairs()]
+    sqlite_utils.Database(db)["preference_pairs"].insert_all(rows, pk="pair_id")
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m1"\nbackend = "transformers"\npath = "{tiny}"\nsystem_prompt = "Be brief ."\n')
+    out = tmp_path / "out"
+    runner = CliRunner()
+    res = runner.invoke(app, ["train", "dpo", "--db", str(db), "--model", "m1", "--pool", str(pool), "--out", str(out),
+                              "--max-steps", "2", "--batch-size", "2", "--lora-r", "4", "--lr", "1e-2",
+                              "--validation", "0.25", "--threads", "1", "--run-id", "tr1"])
+    assert res.exit_code == 0, res.output
+    assert "validation preference accuracy" in res.output
+    trained = load_pool(out / "pool.toml")["m1"].spec
+    assert (trained.adapter, trained.system_prompt) == (str(out / "adapter"), "Be brief .")
+    store = sqlite_utils.Database(db)
+    ck = list(store["checkpoints"].rows)
+    assert [(c["run_id"], c["model"], c["steps"], c["selected"]) for c in ck] == [("tr1", "m1", 2, 1)]
+    assert ck[0]["validation_accuracy"] in (0.0, 1.0)  # one held-out instruction, one pair
+    splits = {r["split"]: r["rows"] for r in store["training_datasets"].rows}
+    assert splits == {"train": 3, "validation": 1}
+    assert next(store.query("select status from runs where run_id = 'tr1'"))["status"] == "finished"
+
+    res = runner.invoke(app, ["run", "align", "--pool", str(out / "pool.toml"), "--limit", "1", "-n", "1", "-k", "1",
+                              "--max-tokens", "3", "--db", str(tmp_path / "align.db"), "--run-id", "a1"])
+    assert res.exit_code == 0, res.output
+    calls = list(sqlite_utils.Database(tmp_path / "align.db")["model_calls"].rows)
+    assert [(c["model"], c["error"]) for c in calls] == [("m1", None)]
+
+    res = runner.invoke(app, ["train", "dpo", "--db", str(db), "--model", "nobody", "--pool", str(pool),
+                              "--out", str(out)])
+    assert res.exit_code == 2 and "'nobody' is not in" in res.output

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from agora.agents.judge import Judge, JudgeConfig, judge_means
 from agora.agents.pool import ModelPool
-from agora.agents.reputation import aggregate_score
+from agora.agents.reputation import ReputationConfig, aggregate_score
 from agora.tasks import answer_key, extract_answer, is_correct
 
 log = logging.getLogger("agora.training.rewards")
@@ -147,7 +147,8 @@ class PeerJudgeReward:
         pool: the model pool holding the judges.
         policy: name of the model being trained (recorded as the judged ``target``; never a judge).
         judges: judging pool members; default every member except ``policy``.
-        ratings: judge → reputation ``R_k``; default equal weights.
+        ratings: judge → reputation ``R_k`` (a judge not listed has the initial reputation, 100);
+            default equal weights.
         config: judge settings (``presentation`` must be ``single``).
         context: fields copied into every judge call's trace record (run_id, node, ...).
 
@@ -175,7 +176,8 @@ class PeerJudgeReward:
             raise ValueError("PeerJudgeReward scores one completion at a time: JudgeConfig.presentation must be 'single'")
         self.judges = [Judge(pool, j, config) for j in judges]
         self.policy = policy
-        self.ratings = {j: float((ratings or {}).get(j, 1.0)) for j in judges}
+        initial = ReputationConfig().initial
+        self.ratings = {j: float((ratings or {}).get(j, initial)) for j in judges}
         self.context = dict(context or {})
         self.records: list[dict[str, Any]] = []
 

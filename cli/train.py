@@ -1,0 +1,233 @@
+"""``agora train dpo|grpo``: train one pool member's LoRA adapter from a trace DB with TRL.
+
+Defaults are the paper's (protocols.md §2); the flags scale them for CPU (``--lora-r 8 --max-steps
+20 --lr 1e-4`` trains Gemma-3-270M in about a minute here). The result is a pool file beside the
+adapter in which the member is served by its adapter (``backend = "transformers"``), ready for
+``agora run align --pool OUT/pool.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agora.agents.judge import JudgeConfig
+from agora.agents.pool import ModelSpec, load_pool
+from agora.cli._shared import console, echo_kv, new_run_id, user_errors
+from agora.cli.main import train_app
+from agora.traces.store import TraceStore
+
+REWARDS = ("correctness", "stored", "judge")
+
+
+def member_specs(pool: Path | None) -> list[ModelSpec]:
+    """The specs of ``--pool``, or of the embedded duel pool (the pool ``agora duel`` uses by default)."""
+    if pool is not None:
+        return [m.spec for m in load_pool(pool)]
+    from agora.graphs.duel import default_duel_specs
+
+    return default_duel_specs()
+
+
+def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec:
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    where = pool if pool is not None else "the embedded duel pool"
+    raise ValueError(f"--model {name!r} is not in {where} ({', '.join(s.name for s in specs)})")
+
+
+def write_result_pool(specs: list[ModelSpec], entry: dict, out: Path) -> Path:
+    """The source pool with the trained member replaced by ``entry``, as ``out/pool.toml``."""
+    from agora.training.trainers import spec_entry, write_pool_file
+
+    entries = [entry if s.name == entry["name"] else spec_entry(s) for s in specs]
+    return write_pool_file(entries, out / "pool.toml")
+
+
+def lora_settings(r: int, alpha: int, dropout: float):
+    from agora.training.config import LoraSettings
+
+    return LoraSettings(r=r, alpha=alpha, dropout=dropout)
+
+
+def report(run, pool_file: Path, store: TraceStore) -> None:
+    res = run.result
+    echo_kv({
+        "adapter": res.adapter_dir, "rows": f"{res.rows} train, {len(run.validation_rows)} validation",
+        "steps": res.steps, "loss": " → ".join(f"{x:.4f}" for x in (res.losses[:1] + res.losses[-1:])) or "-",
+        "validation preference accuracy": "-" if run.validation_accuracy is None else f"{run.validation_accuracy:.3f}",
+        "time": f"{res.wall_s:.0f} s wall, {res.cpu_s:.0f} s CPU", "pool file": pool_file, "traces": store.path,
+    })
+    console.print(f"use it: agora run align --pool {pool_file}", highlight=False)
+
+
+def _threads(threads: Optional[int]) -> int:
+    from agora.agents.llamacpp import default_threads
+
+    return threads or default_threads()
+
+
+@train_app.command("dpo")
+def train_dpo_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database with duels (preference_pairs) or ALIGN runs."),
+    model: str = typer.Option(..., "--model", help="Pool member to train (its pairs, unless --all-pairs)."),
+    out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file the member comes from (default: the "
+                                        "embedded duel pool)."),
+    all_pairs: bool = typer.Option(False, "--all-pairs", help="Train on every pair, not only the member's duels."),
+    min_margin: float = typer.Option(0.0, "--min-margin", min=0.0, help="Drop pairs whose judge-score margin is "
+                                     "smaller (ties are always dropped)."),
+    validation: float = typer.Option(0.1, "--validation", min=0.0, max=0.9, help="Share of instructions held out."),
+    align: bool = typer.Option(False, "--align", help="Add ALIGN pairs (correct over incorrect proposals)."),
+    duel_run: Optional[list[str]] = typer.Option(None, "--duel-run", help="Only pairs of these runs (repeatable)."),
+    iteration: Optional[list[int]] = typer.Option(None, "--iteration", help="Only pairs of these duel iterations."),
+    lr: float = typer.Option(1e-6, "--lr", help="Learning rate (paper: 1e-6; ~1e-4 for short CPU runs)."),
+    beta: float = typer.Option(0.1, "--beta", help="DPO β."),
+    lora_r: int = typer.Option(64, "--lora-r", min=1), lora_alpha: int = typer.Option(16, "--lora-alpha", min=1),
+    lora_dropout: float = typer.Option(0.1, "--lora-dropout", min=0.0, max=0.99),
+    epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps",
+                                                                                 help="> 0 overrides --epochs."),
+    batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
+    max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
+    seed: int = typer.Option(0, "--seed"),
+    run_id: Optional[str] = typer.Option(None, "--run-id"),
+) -> None:
+    """DPO of a LoRA adapter on the member's non-tied duel pairs; reference = its current weights."""
+    with user_errors():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from agora.training.config import DPOSettings
+        from agora.training.datasets import PairFilter, align_pairs, load_preference_pairs
+        from agora.training.pipeline import dpo_member, select_checkpoint
+
+        if not db.is_file():
+            raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first)")
+        specs = member_specs(pool)
+        spec = find_spec(specs, model, pool)
+        pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
+        flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
+                         run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
+        settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout),
+                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                               max_length=max_length, threads=_threads(threads), seed=seed)
+        store = TraceStore(db)
+        run_id = run_id or new_run_id("train-dpo")
+        store.start_run(run_id, "train-dpo", config={"model": model, "settings": settings, "filter": flt},
+                        pool=[s.describe() for s in specs], dataset={"db": str(db), "align": align})
+        console.print(f"run [bold]{run_id}[/bold]: DPO of {model} from {db} ({len(pairs)} pairs before filters)",
+                      highlight=False)
+        try:
+            run = dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation)
+        except BaseException:
+            store.finish_run(run_id, status="failed")
+            raise
+        select_checkpoint(store, run.checkpoint_id)
+        store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
+                                          "validation_accuracy": run.validation_accuracy})
+        report(run, write_result_pool(specs, run.entry, out), store)
+
+
+@train_app.command("grpo")
+def train_grpo_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database: duel instructions are the prompts "
+                            "(unless --data), and the run is recorded there."),
+    model: str = typer.Option(..., "--model", help="Pool member to train."),
+    out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (members, and the judges of --reward judge)."),
+    reward: list[str] = typer.Option(["correctness"], "--reward", help=f"Reward(s): {', '.join(REWARDS)} "
+                                     "(judge: the pool's other members score online)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL) with gold answers as prompts; "
+                                        "'synthetic' for generated arithmetic."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Problem file format (guessed when omitted)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    all_prompts: bool = typer.Option(False, "--all-prompts", help="Every duel instruction, not only the member's."),
+    duel_run: Optional[list[str]] = typer.Option(None, "--duel-run", help="Only instructions of these duel runs."),
+    num_generations: int = typer.Option(4, "--num-generations", min=2, help="Completions per prompt (G)."),
+    max_completion_length: int = typer.Option(256, "--max-completion-length", min=1),
+    temperature: float = typer.Option(1.0, "--temperature", min=0.01),
+    kl_beta: float = typer.Option(0.0, "--kl-beta", min=0.0, help="KL coefficient (paper: 0)."),
+    lr: float = typer.Option(1e-6, "--lr"),
+    lora_r: int = typer.Option(64, "--lora-r", min=1), lora_alpha: int = typer.Option(16, "--lora-alpha", min=1),
+    lora_dropout: float = typer.Option(0.1, "--lora-dropout", min=0.0, max=0.99),
+    epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps"),
+    batch_size: int = typer.Option(4, "--batch-size", min=1, help="Completions per step (a multiple of G)."),
+    grad_accum: int = typer.Option(1, "--grad-accum", min=1),
+    shots: int = typer.Option(2, "--shots", min=0, max=3, help="Worked exemplars in --data prompts."),
+    judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    run_id: Optional[str] = typer.Option(None, "--run-id"),
+) -> None:
+    """GRPO of a LoRA adapter with correctness, stored-judge or online peer-judge rewards."""
+    with user_errors():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from agora.training.config import GRPOSettings
+        from agora.training.datasets import grpo_rows_from_duels, grpo_rows_from_problems, load_duels
+        from agora.training.pipeline import grpo_member, select_checkpoint
+
+        unknown = [r for r in reward if r not in REWARDS]
+        if unknown:
+            raise ValueError(f"--reward {unknown[0]!r} is not one of {', '.join(REWARDS)}")
+        specs = member_specs(pool)
+        spec = find_spec(specs, model, pool)
+        settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout), epochs=epochs,
+                                max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                                num_generations=num_generations, max_completion_length=max_completion_length,
+                                temperature=temperature, beta=kl_beta, threads=_threads(threads), seed=seed)
+        if data is not None:
+            from agora.tasks.loaders import detect_format, load_problems
+
+            if str(data) == "synthetic":
+                problems = load_problems(None, "synthetic", limit or 64, seed=seed)
+            else:
+                problems = load_problems(data, fmt or detect_format(data), limit)
+            rows, source = grpo_rows_from_problems(problems, shots), {"data": str(data), "limit": limit}
+        else:
+            if not db.is_file():
+                raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first, or pass --data)")
+            rows = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
+                                        model=None if all_prompts else model)[:limit]
+            source = {"db": str(db), "duel_runs": duel_run, "all_prompts": all_prompts}
+        store = TraceStore(db)
+        run_id = run_id or new_run_id("train-grpo")
+        funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
+        store.start_run(run_id, "train-grpo", config={"model": model, "settings": settings, "rewards": reward},
+                        pool=[s.describe() for s in specs], dataset=source)
+        console.print(f"run [bold]{run_id}[/bold]: GRPO of {model} on {len(rows)} prompts, rewards "
+                      f"{', '.join(reward)}", highlight=False)
+        try:
+            run = grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source)
+        except BaseException:
+            store.finish_run(run_id, status="failed")
+            raise
+        select_checkpoint(store, run.checkpoint_id)
+        store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps})
+        report(run, write_result_pool(specs, run.entry, out), store)
+
+
+def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,
+                     judge_shots: int) -> list:
+    """The TRL reward callables named by ``--reward``; ``judge`` weights judges by their latest
+    reputation in the DB's duels (equal weights without duels)."""
+    from agora.training import rewards
+
+    funcs = []
+    for name in dict.fromkeys(names):
+        if name == "correctness":
+            funcs.append(rewards.correctness_reward)
+        elif name == "stored":
+            funcs.append(rewards.stored_judge_reward)
+        else:
+            from agora.graphs.duel import duel_pool
+            from agora.training.datasets import load_preference_pairs
+
+            the_pool = duel_pool(load_pool(pool) if pool is not None else None)
+            pairs = load_preference_pairs(store.db)
+            ratings = pairs[-1]["reputations"] if pairs else None
+            funcs.append(rewards.PeerJudgeReward(the_pool, model, ratings=ratings,
+                                                 config=JudgeConfig(shots=judge_shots), context={"run_id": run_id}))
+    return funcs

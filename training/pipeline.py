@@ -1,0 +1,133 @@
+"""One pool member trained from a trace DB: datasets exported and recorded, adapter trained, checkpoint recorded.
+
+Shared by ``agora train`` and ``agora evolve``. Folder layout under ``out``::
+
+    out/dataset/train.jsonl, out/dataset/validation.jsonl   (TRL conversational rows)
+    out/adapter/                                             (peft adapter + tokenizer + agora_train.json)
+
+and rows in the ``training_datasets`` and ``checkpoints`` tables (:mod:`agora.training.tables`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from agora.agents.pool import ModelSpec
+from agora.traces.store import TraceStore, call_row
+from agora.training import tables
+from agora.training.config import DPOSettings, GRPOSettings
+from agora.training.datasets import PairFilter, dpo_rows, export_jsonl, split_by_instruction
+from agora.training.trainers import TrainResult, preference_accuracy, train_dpo, train_grpo, trained_entry
+
+
+def base_of(spec: ModelSpec) -> tuple[str, str | None]:
+    """``(base, adapter)`` to train pool member ``spec`` from: its GGUF (``builtin:...`` or a
+    ``.gguf`` path, converted on use), its HF folder and current adapter, or a vllm HF folder.
+
+    Raises:
+        ValueError: a member served over an OpenAI-compatible API, or a vllm model id that is not
+        a local folder (no weights to train here).
+    """
+    if spec.backend == "llamacpp":
+        return spec.path, None
+    if spec.backend == "transformers":
+        return spec.path, spec.adapter
+    if spec.backend == "vllm" and spec.model and Path(spec.model).is_dir():
+        return spec.model, None
+    raise ValueError(f"model {spec.name!r} ({spec.backend}) has no local weights to train; give it a llamacpp "
+                     "(GGUF) or transformers (HF folder) pool entry")
+
+
+@dataclass
+class MemberRun:
+    """One member's training: what was trained and how it did on held-out pairs."""
+
+    model: str
+    result: TrainResult
+    checkpoint_id: str
+    train_rows: list[dict[str, Any]]
+    validation_rows: list[dict[str, Any]]
+    validation_accuracy: float | None
+    """:func:`~agora.training.trainers.preference_accuracy` of the new adapter on the validation
+    pairs; ``None`` without any."""
+    entry: dict[str, Any]
+    """The pool entry serving the adapter in the member's place."""
+
+
+def _record_split(store: TraceStore, run_id: str, iteration: int | None, model: str, kind: str, split: str,
+                  rows: Sequence[dict[str, Any]], path: Path, filters: Any) -> None:
+    tables.record_dataset(store, {
+        "dataset_id": f"{run_id}:{iteration}:{model}:{kind}:{split}", "run_id": run_id, "iteration": iteration,
+        "model": model, "kind": kind, "split": split, "rows": len(rows),
+        "instructions": len({r["instruction"] for r in rows}), "path": str(path), "filters": filters})
+
+
+def _checkpoint(store: TraceStore, run_id: str, iteration: int | None, model: str, result: TrainResult,
+                settings: Any, accuracy: float | None) -> str:
+    checkpoint_id = f"{run_id}:{iteration}:{model}:{uuid.uuid4().hex[:6]}"
+    tables.record_checkpoint(store, {
+        "checkpoint_id": checkpoint_id, "run_id": run_id, "iteration": iteration, "model": model,
+        "kind": result.kind, "base": result.base, "adapter": str(result.adapter_dir),
+        "previous_adapter": result.previous_adapter, "rows": result.rows, "steps": result.steps,
+        "final_loss": result.losses[-1] if result.losses else None, "losses": result.losses,
+        "metrics": result.metrics, "validation_accuracy": accuracy, "selected": 0, "wall_s": result.wall_s,
+        "cpu_s": result.cpu_s, "settings": asdict(settings)})
+    return checkpoint_id
+
+
+def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[dict[str, Any]], out: Path,
+               settings: DPOSettings, flt: PairFilter, *, validation_fraction: float = 0.1,
+               iteration: int | None = None) -> MemberRun:
+    """DPO of pool member ``spec`` on the ``pairs`` passing ``flt``, split by instruction.
+
+    Raises:
+        ValueError: no training pairs left after the filters and the split.
+    """
+    rows = dpo_rows(pairs, flt)
+    train, validation = split_by_instruction(rows, validation_fraction, seed=settings.seed)
+    if not train:
+        raise ValueError(f"no preference pairs to train {spec.name!r} on ({len(rows)} after the filters "
+                         f"{asdict(flt)}, {len(validation)} held out); run more duels or relax --min-margin")
+    for split, part in (("train", train), ("validation", validation)):
+        path = export_jsonl(part, out / "dataset" / f"{split}.jsonl")
+        _record_split(store, run_id, iteration, spec.name, "dpo", split, part, path, asdict(flt))
+    base, adapter = base_of(spec)
+    result = train_dpo(base, train, out, settings, adapter=adapter)
+    accuracy = (preference_accuracy(base, str(result.adapter_dir), validation, settings.threads)
+                if validation else None)
+    checkpoint_id = _checkpoint(store, run_id, iteration, spec.name, result, settings, accuracy)
+    return MemberRun(spec.name, result, checkpoint_id, train, validation, accuracy,
+                     trained_entry(spec, result, iteration))
+
+
+def grpo_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[dict[str, Any]], out: Path,
+                settings: GRPOSettings, reward_funcs: Sequence[Any], *, iteration: int | None = None,
+                source: Any = None) -> MemberRun:
+    """GRPO of pool member ``spec`` on prompt-only ``rows``; judge calls of online rewards (their
+    ``records``) are written to ``model_calls``.
+
+    Raises:
+        ValueError: no rows.
+    """
+    if not rows:
+        raise ValueError(f"no prompts to train {spec.name!r} on")
+    path = export_jsonl(rows, out / "dataset" / "train.jsonl")
+    _record_split(store, run_id, iteration, spec.name, "grpo", "train", rows, path, source)
+    base, adapter = base_of(spec)
+    result = train_grpo(base, rows, out, reward_funcs, settings, adapter=adapter)
+    calls = [call_row(c, run_id, f"grpo:{spec.name}", "train-grpo")
+             for f in reward_funcs for c in getattr(f, "records", [])]
+    if calls:
+        with store.transaction() as db:
+            db["model_calls"].upsert_all(calls, pk="call_id")
+    checkpoint_id = _checkpoint(store, run_id, iteration, spec.name, result, settings, None)
+    return MemberRun(spec.name, result, checkpoint_id, list(rows), [], None, trained_entry(spec, result, iteration))
+
+
+def select_checkpoint(store: TraceStore, checkpoint_id: str) -> None:
+    """Mark a checkpoint as the one that entered the pool."""
+    with store.transaction() as db:
+        db["checkpoints"].update(checkpoint_id, {"selected": 1})
