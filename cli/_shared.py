@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agora.agents.pool import ModelPool, PoolConfigError, default_pool, load_pool
+from agora.agents.pool import ModelCallError, ModelPool, PoolConfigError, default_pool, load_pool
 from agora.tasks.loaders import TaskFormatError
 
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
@@ -26,7 +26,8 @@ USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, 
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn user-facing errors into ``error: ...`` on stderr and exit 2; Ctrl-C into exit 130."""
+    """Turn user-facing errors into ``error: ...`` on stderr and exit 2; an unreachable model into exit 1;
+    Ctrl-C into exit 130."""
     try:
         yield
     except typer.Exit:
@@ -35,6 +36,10 @@ def user_errors() -> Iterator[None]:
         err_console.print("[yellow]interrupted[/yellow]: finished questions are saved; rerun with the same "
                           "--run-id to resume")
         raise typer.Exit(130) from None
+    except ModelCallError as exc:  # a model server went away: the run stops, resumable
+        err_console.print(f"[red]error:[/red] {exc}\nfinished questions are saved; rerun with the same --run-id "
+                          "to resume once the model answers again", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     except USER_ERRORS as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)

@@ -249,3 +249,18 @@ def test_pool_file_endpoints_and_validation(tmp_path):
         with pytest.raises(PoolConfigError, match=f"field '{field}'"):
             load_pool(f)
 
+
+
+def test_cli_run_against_a_dead_server_exits_with_a_resume_hint(tmp_path):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\nbackend = "openai"\nmodel = "x"\nmax_retries = 0\n'
+                    f'base_url = "http://127.0.0.1:{free_port()}/v1"\n')
+    result = CliRunner().invoke(app, ["run", "align", "--pool", str(pool), "--limit", "1", "--db",
+                                      str(tmp_path / "t.db"), "--run-id", "dead-1"])
+    assert result.exit_code == 1
+    assert "model 'm' is unreachable" in result.output and "rerun with the same --run-id" in result.output
+    assert "Traceback" not in result.output

