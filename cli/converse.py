@@ -173,17 +173,18 @@ def print_report(report: DiversityReport) -> None:
     table = Table(title=f"Cue rates per 100 word tokens, speaker × partner (mean [{cfg.level:.0%} CI])")
     table.add_column("speaker", no_wrap=True)
     table.add_column("partner", no_wrap=True)
-    table.add_column("turns", justify="right")
+    table.add_column("turns", justify="right", no_wrap=True)
     for name, exploratory in report.detectors:
-        table.add_column(name + (" (exploratory)" if exploratory else ""), justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right")
+        table.add_column(name + ("†" if exploratory else ""), justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
     for c in report.cells:
         cues = [f"{_fmt(e.mean)} [{_fmt(e.low)}, {_fmt(e.high)}]" for e in c.cues.values()]
         style = None if c.enough or c.partner is None else "dim"
         table.add_row(c.speaker, c.partner or NO_PARTNER, str(c.turns) + ("" if c.enough else "*"), *cues,
                       _fmt(c.mean_tokens, 1), style=style)
     console.print(table)
-    console.print(f"* fewer than {cfg.min_turns} turns: shown, not used for Δ_m", highlight=False)
+    console.print(f"† exploratory lexicon (not validated); * fewer than {cfg.min_turns} turns: shown, not used "
+                  "for Δ_m; tokens: mean word tokens per response", highlight=False)
 
     shifts = Table(title="Partner-conditioned hedging shift Δ_m = (max_p h − min_p h) / min_p h")
     for col in ("model", "family", "partners", "lowest h (partner)", "highest h (partner)", "Δ_m"):

@@ -254,7 +254,7 @@ def test_report_cli_on_fake_dbs(tmp_path):
             assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         report = json.loads((out / "diversity.json").read_text())
         assert len(report["panel"]["members"]) == 2
-    assert "challenge (exploratory)" in res.stdout
+    assert "challenge†" in res.stdout and "† exploratory lexicon" in res.stdout
     converse = json.loads((tmp_path / "out-converse" / "diversity.json").read_text())
     assert converse["models"] == ["hedger", "blunt", "blunt-cautious"]
     assert converse["families"] == {"hedger": "h", "blunt": "b", "blunt-cautious": "b"}
