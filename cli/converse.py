@@ -128,9 +128,11 @@ def _heatmap(matrix: np.ndarray, rows: list[str], cols: list[str], title: str, l
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(cols), 1.4 + 0.6 * len(rows)))
-    masked = np.ma.masked_invalid(matrix)
-    image = ax.imshow(masked, cmap="viridis", aspect="auto")
+    longest = max(len(r) for r in rows)  # room for the row labels and the colour bar, in inches
+    fig, ax = plt.subplots(figsize=(2.7 + 0.09 * longest + 1.2 * len(cols), 1.6 + 0.6 * len(rows)))
+    finite = matrix[np.isfinite(matrix)]
+    top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0  # rates and distances are >= 0
+    image = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", aspect="auto", vmin=0.0, vmax=top)
     ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_xlabel(axes[0])
