@@ -177,3 +177,63 @@ def test_cli_train_dpo_then_align_uses_the_adapter(tiny, tmp_path):
     res = runner.invoke(app, ["train", "dpo", "--db", str(db), "--model", "nobody", "--pool", str(pool),
                               "--out", str(out)])
     assert res.exit_code == 2 and "'nobody' is not in" in res.output
+
+
+def test_evolve_two_iterations_on_tiny_models_with_scripted_judges(tiny, tmp_path):
+    import zlib
+
+    from agora.agents.pool import ModelPool, PoolMember, build_chat_model
+    from agora.agents.testing import ScriptedChatModel
+    from agora.graphs.duel import DuelConfig
+    from agora.traces.store import TraceStore
+    from agora.training import tables
+    from agora.training.evolve import EvolveConfig, evolve
+
+    def respond(messages, _i):
+        last = messages[-1]["content"]
+        if "Response to be evaluated: " in last:  # judge: a score that depends on the answer's text
+            shown = last.split("Response to be evaluated: ")[1].split("\n\n")[0]
+            return '{"score": %d}' % (1 + zlib.crc32(shown.encode()) % 10)
+        return "The answer is 5 ."
+
+    specs = [ModelSpec(name="tiny-a", backend="transformers", path=tiny),
+             ModelSpec(name="tiny-b", backend="transformers", path=tiny, system_prompt="Be brief ."),
+             ModelSpec(name="judge-1", backend="openai", base_url="http://unused", model="x"),
+             ModelSpec(name="judge-2", backend="openai", base_url="http://unused", model="x")]
+
+    def make_pool(current):
+        return ModelPool([PoolMember(s, ScriptedChatModel(respond=respond) if s.name.startswith("judge")
+                                     else build_chat_model(s)) for s in current])
+
+    train = DPOSettings(max_steps=1, batch_size=2, learning_rate=5e-2, warmup_ratio=0.0, threads=1, lora=LORA)
+    cfg = EvolveConfig(duel=DuelConfig(duels=6, iterations=2, max_tokens=4), validation_fraction=0.3, dpo=train)
+    store = TraceStore(tmp_path / "e.db")
+    outcome = evolve(store, "ev1", specs, synthetic_problems(6, seed=1), cfg, tmp_path / "out", make_pool=make_pool)
+
+    db = store.db
+    assert [r["n"] for r in db.query("select count(*) as n from duels where run_id = 'ev1-duels' group by iteration "
+                                     "order by iteration")] == [6, 6]
+    assert [it.iteration for it in outcome.iterations] == [0, 1]
+    assert next(db.query("select status from runs where run_id = 'ev1'"))["status"] == "finished"
+    assert next(db.query("select status from runs where run_id = 'ev1-duels'"))["status"] == "finished"
+    checkpoints = tables.checkpoints(store, "ev1")
+    trained = [(m.model, it.iteration) for it in outcome.iterations for m in it.members if m.trained]
+    assert {t for _, t in trained} == {0, 1} and sorted((c["model"], c["iteration"]) for c in checkpoints) == sorted(trained)
+    assert any(c["iteration"] == 1 and c["previous_adapter"] for c in checkpoints)
+    datasets = {(r["model"], r["iteration"], r["split"]) for r in db["training_datasets"].rows}
+    assert {(m, t, "train") for m, t in trained} <= datasets
+    for it in outcome.iterations:
+        pool = load_pool(it.pool_file)
+        assert pool.names == ["tiny-a", "tiny-b", "judge-1", "judge-2"]
+        for m in it.members:
+            spec = pool[m.model].spec
+            if m.selected:  # the new adapter is the member's pool entry, its persona kept
+                assert (spec.adapter, spec.extra["iteration"]) == (m.adapter, it.iteration)
+                assert spec.system_prompt == next(s.system_prompt for s in specs if s.name == m.model)
+    selected = {c["checkpoint_id"] for c in checkpoints if c["selected"]}
+    assert len(selected) == sum(m.selected for it in outcome.iterations for m in it.members)
+    # iteration 1 starts from the adapter iteration 0 put in the pool (its reference model)
+    for c in checkpoints:
+        if c["iteration"] == 1:
+            first = [d for d in checkpoints if d["iteration"] == 0 and d["model"] == c["model"] and d["selected"]]
+            assert c["previous_adapter"] == (first[0]["adapter"] if first else None)

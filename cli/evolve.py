@@ -1,0 +1,104 @@
+"""``agora evolve``: the Stackelberg iteration (duels → datasets → training → new pool) from the CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from agora.agents.exp3 import Exp3Config
+from agora.agents.judge import JudgeConfig
+from agora.cli._shared import console, new_run_id, user_errors
+from agora.cli.main import app
+from agora.cli.train import lora_settings, member_specs
+from agora.tasks.loaders import FORMATS, load_problems
+from agora.traces.store import TraceStore
+
+#: Progress lines printed (the duels' own events are too many on a terminal).
+LOOP_EVENTS = {"iteration", "train", "skip", "selected", "kept"}
+
+
+@app.command("evolve")
+def evolve_cmd(
+    instructions: Path = typer.Option(..., "--instructions", help="Instruction file (JSONL), as for agora duel."),
+    fmt: str = typer.Option("prompts", "--format", help=f"One of {', '.join(FORMATS)}."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N instructions."),
+    iterations: int = typer.Option(8, "--iterations", "-T", min=1, help="Iterations T (duels, then training)."),
+    duels: int = typer.Option(64, "--duels", "-D", min=1, help="Duels per iteration D."),
+    mode: str = typer.Option("stackelberg", "--mode", help="stackelberg or sparta duels."),
+    algo: str = typer.Option("dpo", "--algo", help="dpo (non-tied pairs) or grpo (peer-judge reward)."),
+    reward: list[str] = typer.Option(["judge"], "--reward", help="GRPO rewards: judge, correctness, stored."),
+    train_models: Optional[str] = typer.Option(None, "--train-models", help="Comma-separated members to train "
+                                               "(default: every member with local weights)."),
+    validation: float = typer.Option(0.2, "--validation", min=0.0, max=0.9, help="Held-out share of instructions "
+                                     "per member, for checkpoint selection."),
+    min_margin: float = typer.Option(0.0, "--min-margin", min=0.0),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Max tokens of a follower's answer."),
+    judge_max_tokens: int = typer.Option(64, "--judge-max-tokens", min=1),
+    judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
+    lr: float = typer.Option(1e-6, "--lr", help="Learning rate (paper: 1e-6; ~1e-4 for short CPU runs)."),
+    lora_r: int = typer.Option(64, "--lora-r", min=1), lora_alpha: int = typer.Option(16, "--lora-alpha", min=1),
+    lora_dropout: float = typer.Option(0.1, "--lora-dropout", min=0.0, max=0.99),
+    epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps"),
+    batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
+    num_generations: int = typer.Option(4, "--num-generations", min=2, help="GRPO completions per prompt."),
+    max_completion_length: int = typer.Option(256, "--max-completion-length", min=1, help="GRPO completion cap."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file, at least 3 models (default: the "
+                                        "embedded duel pool)."),
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database."),
+    out: Path = typer.Option(Path("runs/evolve"), "--out", help="Datasets, adapters and per-iteration pool files."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes its duels."),
+) -> None:
+    """T iterations of: D duels → each member's preference data → LoRA training → the trained
+    models replace their pool entries (when they do no worse on held-out pairs) → next iteration."""
+    with user_errors():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from agora.agents.llamacpp import default_threads
+        from agora.agents.pool import pool_from_specs
+        from agora.graphs.duel import DuelConfig, duel_pool
+        from agora.training.config import DPOSettings, GRPOSettings
+        from agora.training.evolve import EvolveConfig, evolve
+
+        problems = load_problems(instructions, fmt, limit)
+        if not problems:
+            raise ValueError(f"{instructions}: no instructions")
+        specs = member_specs(pool)
+        duel_pool(pool_from_specs(specs, source=str(pool or "builtin:duel")))  # >= 3 members, before any work
+        common = dict(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout), epochs=epochs,
+                      max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                      threads=threads or default_threads(), seed=seed)
+        cfg = EvolveConfig(
+            duel=DuelConfig(mode=mode, duels=duels, iterations=iterations, seed=seed, max_tokens=max_tokens,
+                            judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots), leader=Exp3Config()),
+            algorithm=algo, train_models=tuple(m.strip() for m in train_models.split(",")) if train_models else (),
+            validation_fraction=validation, min_margin=min_margin, dpo=DPOSettings(**common),
+            grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length),
+            rewards=tuple(reward))
+        store = TraceStore(db)
+        run_id = run_id or new_run_id("evolve")
+        console.print(f"run [bold]{run_id}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
+                      f"{len(problems)} instructions, pool {', '.join(s.name for s in specs)}", highlight=False)
+        outcome = evolve(store, run_id, specs, problems, cfg, out / run_id,
+                         on_event=lambda e: console.print(e["message"], highlight=False)
+                         if e.get("event") in LOOP_EVENTS else None)
+        table = Table(title=f"evolve run {run_id}")
+        for col in ("iteration", "duels", "pairs", "model", "trained", "steps", "held-out", "acc. new", "acc. current",
+                    "in pool"):
+            table.add_column(col, justify="left" if col == "model" else "right")
+        for it in outcome.iterations:
+            for m in it.members:
+                table.add_row(str(it.iteration), str(it.duels), str(it.pairs), m.model, "yes" if m.trained else "no",
+                              str(m.steps), str(m.validation_pairs), _f(m.accuracy_new), _f(m.accuracy_current),
+                              "new" if m.selected else "kept")
+        console.print(table)
+        console.print(f"final pool: {outcome.iterations[-1].pool_file}; traces: {db} (duel run "
+                      f"{outcome.duel_run_id}, tables checkpoints and training_datasets)", highlight=False)
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"

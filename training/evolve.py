@@ -1,0 +1,275 @@
+"""The Stackelberg iteration: duels → preference data → train each model → replace pool entries → repeat.
+
+Hahn et al., "Multi-LLM Collaborative Alignment via Stackelberg Games" (arXiv 2609.39076, §2 and
+App. C; protocols.md §2): after each iteration of ``D`` leader-selected duels, every follower is
+trained on the data its duels produced (DPO on non-tied pairs, or GRPO with the reputation-weighted
+peer-judge reward), and the trained models play the next iteration.
+
+The duels are :func:`agora.graphs.duel.run_duels`'s, unchanged: one duel run holds all ``T``
+iterations (reputations, leader weights and the annealed schedules carry over), and it is played
+one iteration per call. ``run_duels`` resumes after the last recorded duel, so each call continues
+with the pool as it stands (trained members keep their names, hence their reputations), and an
+``on_duel`` hook stops the call once iteration ``t``'s last duel is recorded.
+
+**Checkpoint selection** on a validation split: each member's pairs of the iteration are split by
+instruction; the held-out pairs score the new adapter and the member's current model with the
+reference-free :func:`~agora.training.trainers.preference_accuracy`, and the new adapter replaces
+the member only when it ranks at least as many held-out pairs right (without held-out pairs it
+always does). Every artefact is in the trace DB: the duel run's tables, ``training_datasets``,
+``checkpoints`` (``selected = 1`` for the ones that entered the pool) and a ``runs`` row
+(protocol ``evolve``) whose summary lists each iteration's pool file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+from agora.agents.pool import ModelPool, ModelSpec, pool_from_specs
+from agora.graphs.duel import DuelConfig, DuelContext, run_duels
+from agora.tasks.loaders import Problem
+from agora.traces.store import TraceStore
+from agora.training.config import DPOSettings, GRPOSettings
+from agora.training.datasets import (
+    PairFilter,
+    dpo_rows,
+    grpo_rows_from_duels,
+    load_duels,
+    load_preference_pairs,
+    split_by_instruction,
+)
+from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint
+from agora.training.trainers import preference_accuracy, spec_entry, write_pool_file
+
+Algorithm = Literal["dpo", "grpo"]
+RewardName = Literal["judge", "correctness", "stored"]
+
+
+@dataclass(frozen=True, slots=True)
+class EvolveConfig:
+    """Settings of the loop (duel settings, including ``T``, live in ``duel``)."""
+
+    duel: DuelConfig = field(default_factory=DuelConfig)
+    """The duel run: mode, ``D`` duels per iteration, ``T`` iterations, judges, leader."""
+    algorithm: Algorithm = "dpo"
+    """``dpo`` on the member's non-tied pairs, or ``grpo`` on the instructions it duelled on."""
+    train_models: tuple[str, ...] = ()
+    """Members to train; empty = every member with local weights (GGUF or HF folder)."""
+    validation_fraction: float = 0.2
+    """Share of a member's instructions held out to select its checkpoint."""
+    min_margin: float = 0.0
+    """DPO: drop pairs with a smaller judge-score margin."""
+    dpo: DPOSettings = field(default_factory=DPOSettings)
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    rewards: tuple[RewardName, ...] = ("judge",)
+    """GRPO rewards: ``judge`` (online peers, reputation-weighted, min–max per group: the paper's),
+    ``correctness`` (gold answers), ``stored`` (judge scores of already duelled answers)."""
+
+    def __post_init__(self):
+        if self.algorithm not in ("dpo", "grpo"):
+            raise ValueError(f"EvolveConfig.algorithm must be 'dpo' or 'grpo', got {self.algorithm!r}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(f"EvolveConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.min_margin < 0:
+            raise ValueError(f"EvolveConfig.min_margin must be >= 0, got {self.min_margin}")
+        bad = [r for r in self.rewards if r not in ("judge", "correctness", "stored")]
+        if bad or not self.rewards:
+            raise ValueError(f"EvolveConfig.rewards must name judge, correctness or stored, got {self.rewards!r}")
+
+
+@dataclass
+class MemberOutcome:
+    """What happened to one member in one iteration."""
+
+    model: str
+    trained: bool
+    reason: str = ""
+    """Why it was not trained (no pairs...)."""
+    steps: int = 0
+    validation_pairs: int = 0
+    accuracy_new: float | None = None
+    accuracy_current: float | None = None
+    selected: bool = False
+    """True when the new adapter replaced the member in the pool."""
+    adapter: str | None = None
+
+
+@dataclass
+class IterationOutcome:
+    iteration: int
+    duels: int
+    pairs: int
+    members: list[MemberOutcome]
+    pool_file: Path
+
+
+@dataclass
+class EvolveOutcome:
+    run_id: str
+    duel_run_id: str
+    iterations: list[IterationOutcome]
+    specs: list[ModelSpec]
+    """The final pool."""
+
+
+class _IterationDone(Exception):
+    """Raised from ``run_duels``'s ``on_duel`` hook after an iteration's last duel is recorded."""
+
+
+def trainable(specs: Sequence[ModelSpec], names: Sequence[str] = ()) -> list[str]:
+    """Members to train: ``names`` (checked), or every member with local weights.
+
+    Raises:
+        ValueError: a named member that is not in the pool or has no local weights.
+    """
+    by_name = {s.name: s for s in specs}
+    if names:
+        for n in names:
+            if n not in by_name:
+                raise ValueError(f"train model {n!r} is not in the pool ({', '.join(by_name)})")
+            base_of(by_name[n])
+        return list(names)
+    out = []
+    for s in specs:
+        try:
+            base_of(s)
+        except ValueError:
+            continue
+        out.append(s.name)
+    return out
+
+
+def _spec_of(entry: dict[str, Any]) -> ModelSpec:
+    known = set(ModelSpec.__dataclass_fields__) - {"extra"}
+    return ModelSpec(**{k: v for k, v in entry.items() if k in known},
+                     extra={k: v for k, v in entry.items() if k not in known})
+
+
+def _duels_recorded(store: TraceStore, duel_run_id: str, iteration: int) -> int:
+    if "duels" not in store.db.table_names():
+        return 0
+    return next(store.db.query("select count(*) as n from duels where run_id = ? and iteration = ?",
+                               [duel_run_id, iteration]))["n"]
+
+
+PoolFactory = Callable[[Sequence[ModelSpec]], ModelPool]
+
+
+def play_iteration(store: TraceStore, duel_run_id: str, pool: ModelPool, problems: Sequence[Problem],
+                   config: DuelConfig, iteration: int, on_event: Callable[[dict], None] | None = None) -> None:
+    """Play iteration ``iteration`` of the duel run with ``pool`` (no-op when it is recorded)."""
+    if _duels_recorded(store, duel_run_id, iteration) >= config.duels:
+        return
+
+    def stop_after(rec: dict[str, Any]) -> None:
+        if on_event is not None:
+            on_event({"event": "duel", "message": f"duel {rec['iteration']}:{rec['index']}: {rec['winner'] or 'tie'}"})
+        if rec["iteration"] == iteration and rec["index"] == config.duels - 1 and iteration < config.iterations - 1:
+            raise _IterationDone
+
+    try:
+        run_duels(store, duel_run_id, DuelContext(pool=pool, config=config, instructions=list(problems)),
+                  on_event=on_event, on_duel=stop_after)
+    except _IterationDone:
+        pass
+
+
+def _train(store: TraceStore, run_id: str, duel_run_id: str, pool: ModelPool, spec: ModelSpec,
+           cfg: EvolveConfig, t: int, out: Path, pairs: list[dict], val_rows: list[dict]) -> MemberRun:
+    """Train one member on iteration ``t``'s data (GRPO prompts exclude the held-out instructions)."""
+    if cfg.algorithm == "dpo":
+        flt = PairFilter(min_margin=cfg.min_margin, model=spec.name)
+        return dpo_member(store, run_id, spec, pairs, out, cfg.dpo, flt, validation_fraction=cfg.validation_fraction,
+                          iteration=t)
+    from agora.training import rewards as R
+
+    held_out = {r["instruction"] for r in val_rows}
+    rows = [r for r in grpo_rows_from_duels(load_duels(store.db, run_ids=(duel_run_id,), iterations=(t,)),
+                                            model=spec.name) if r["instruction"] not in held_out]
+    funcs: list[Any] = []
+    for name in cfg.rewards:
+        if name == "judge":
+            ratings = pairs[-1]["reputations"] if pairs else None
+            funcs.append(R.PeerJudgeReward(pool, spec.name,
+                                           ratings=ratings, config=replace(cfg.duel.judge, presentation="single"),
+                                           context={"run_id": run_id}))
+        else:
+            funcs.append(R.correctness_reward if name == "correctness" else R.stored_judge_reward)
+    run = grpo_member(store, run_id, spec, rows, out, cfg.grpo, funcs, iteration=t, source={"duel_run": duel_run_id})
+    run.validation_rows = val_rows
+    if val_rows:
+        run.validation_accuracy = preference_accuracy(run.result.base, str(run.result.adapter_dir), val_rows,
+                                                      cfg.grpo.threads)
+    return run
+
+
+def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems: Sequence[Problem],
+           cfg: EvolveConfig, out_dir: str | Path, *, on_event: Callable[[dict], None] | None = None,
+           make_pool: PoolFactory = pool_from_specs) -> EvolveOutcome:
+    """Run ``cfg.duel.iterations`` Stackelberg iterations from the pool ``specs``.
+
+    Args:
+        store: the trace DB (duels, datasets, checkpoints and the ``evolve`` run are recorded there).
+        run_id: the evolve run; its duel run is ``<run_id>-duels``.
+        specs: the starting pool (at least 3 members).
+        problems: the leader's instruction pool.
+        out_dir: ``it<t>/<model>/`` folders (datasets, adapters) and ``it<t>/pool.toml``.
+        on_event: progress callback (``{"event", "message", ...}``).
+        make_pool: builds each iteration's pool from its specs (tests put scripted judges in).
+
+    Raises:
+        ValueError: bad members or settings (see :func:`trainable`, :func:`~agora.graphs.duel.run_duels`).
+    """
+    out_dir = Path(out_dir)
+    specs = list(specs)
+    names = trainable(specs, cfg.train_models)
+    duel_run_id = f"{run_id}-duels"
+    store.start_run(run_id, "evolve", config={**asdict(cfg), "duel_run": duel_run_id},
+                    pool=[s.describe() for s in specs], dataset={"instructions": len(problems)})
+    emit = on_event or (lambda e: None)
+    outcome = EvolveOutcome(run_id, duel_run_id, [], specs)
+    try:
+        for t in range(cfg.duel.iterations):
+            emit({"event": "iteration", "message": f"iteration {t}: duels", "iteration": t})
+            pool = make_pool(specs)
+            play_iteration(store, duel_run_id, pool, problems, cfg.duel, t, on_event)
+            pairs = [p for p in load_preference_pairs(store.db) if p["run_id"] == duel_run_id and p["iteration"] == t]
+            members = []
+            for name in names:
+                spec = next(s for s in specs if s.name == name)
+                mine = dpo_rows(pairs, PairFilter(min_margin=cfg.min_margin, model=name))
+                val_rows = split_by_instruction(mine, cfg.validation_fraction, seed=cfg.dpo.seed)[1]
+                emit({"event": "train", "message": f"iteration {t}: training {name} ({cfg.algorithm})"})
+                try:
+                    run = _train(store, run_id, duel_run_id, pool, spec, cfg, t, out_dir / f"it{t}" / name, pairs,
+                                 val_rows)
+                except ValueError as exc:
+                    members.append(MemberOutcome(name, trained=False, reason=str(exc)))
+                    emit({"event": "skip", "message": f"iteration {t}: {name} not trained: {exc}"})
+                    continue
+                m = MemberOutcome(name, trained=True, steps=run.result.steps, validation_pairs=len(val_rows),
+                                  accuracy_new=run.validation_accuracy, adapter=str(run.result.adapter_dir))
+                if val_rows:
+                    base, adapter = base_of(spec)
+                    m.accuracy_current = preference_accuracy(base, adapter, val_rows, cfg.dpo.threads)
+                m.selected = m.accuracy_current is None or m.accuracy_new >= m.accuracy_current
+                if m.selected:
+                    select_checkpoint(store, run.checkpoint_id)
+                    specs = [_spec_of(run.entry) if s.name == name else s for s in specs]
+                members.append(m)
+                emit({"event": "selected" if m.selected else "kept",
+                      "message": f"iteration {t}: {name} " + ("→ new adapter" if m.selected else "keeps its model")
+                      + (f" (held-out accuracy {m.accuracy_new:.2f} vs {m.accuracy_current:.2f})"
+                         if m.accuracy_current is not None else " (no held-out pairs)")})
+            pool_file = write_pool_file([spec_entry(s) for s in specs], out_dir / f"it{t}" / "pool.toml")
+            outcome.iterations.append(IterationOutcome(t, _duels_recorded(store, duel_run_id, t), len(pairs),
+                                                       members, pool_file))
+        outcome.specs = specs
+        store.finish_run(run_id, summary={"duel_run": duel_run_id, "iterations": [
+            {"iteration": it.iteration, "duels": it.duels, "pairs": it.pairs, "pool_file": str(it.pool_file),
+             "members": [asdict(m) for m in it.members]} for it in outcome.iterations]})
+    except BaseException:
+        store.finish_run(run_id, status="failed")
+        raise
+    return outcome
