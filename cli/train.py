@@ -103,6 +103,7 @@ def train_dpo_cmd(
         from agora.training.config import DPOSettings
         from agora.training.datasets import PairFilter, align_pairs, load_preference_pairs
         from agora.training.pipeline import dpo_member, select_checkpoint
+        from agora.training.trainers import is_main_process
 
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first)")
@@ -116,19 +117,23 @@ def train_dpo_cmd(
                                max_length=max_length, threads=_threads(threads), seed=seed)
         store = TraceStore(db)
         run_id = run_id or new_run_id("train-dpo")
-        store.start_run(run_id, "train-dpo", config={"model": model, "settings": settings, "filter": flt},
-                        pool=[s.describe() for s in specs], dataset={"db": str(db), "align": align})
+        main = is_main_process()  # under accelerate launch only the main process writes
+        if main:
+            store.start_run(run_id, "train-dpo", config={"model": model, "settings": settings, "filter": flt},
+                            pool=[s.describe() for s in specs], dataset={"db": str(db), "align": align})
         console.print(f"run [bold]{run_id}[/bold]: DPO of {model} from {db} ({len(pairs)} pairs before filters)",
                       highlight=False)
         try:
             run = dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation)
         except BaseException:
-            store.finish_run(run_id, status="failed")
+            if main:
+                store.finish_run(run_id, status="failed")
             raise
-        select_checkpoint(store, run.checkpoint_id)
-        store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
-                                          "validation_accuracy": run.validation_accuracy})
-        report(run, write_result_pool(specs, run.entry, out), store)
+        if main:
+            select_checkpoint(store, run.checkpoint_id)
+            store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
+                                              "validation_accuracy": run.validation_accuracy})
+            report(run, write_result_pool(specs, run.entry, out), store)
 
 
 @train_app.command("grpo")
@@ -168,6 +173,7 @@ def train_grpo_cmd(
         from agora.training.config import GRPOSettings
         from agora.training.datasets import grpo_rows_from_duels, grpo_rows_from_problems, load_duels
         from agora.training.pipeline import grpo_member, select_checkpoint
+        from agora.training.trainers import is_main_process
 
         unknown = [r for r in reward if r not in REWARDS]
         if unknown:
@@ -195,18 +201,22 @@ def train_grpo_cmd(
         store = TraceStore(db)
         run_id = run_id or new_run_id("train-grpo")
         funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
-        store.start_run(run_id, "train-grpo", config={"model": model, "settings": settings, "rewards": reward},
-                        pool=[s.describe() for s in specs], dataset=source)
+        main = is_main_process()  # under accelerate launch only the main process writes
+        if main:
+            store.start_run(run_id, "train-grpo", config={"model": model, "settings": settings, "rewards": reward},
+                            pool=[s.describe() for s in specs], dataset=source)
         console.print(f"run [bold]{run_id}[/bold]: GRPO of {model} on {len(rows)} prompts, rewards "
                       f"{', '.join(reward)}", highlight=False)
         try:
             run = grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source)
         except BaseException:
-            store.finish_run(run_id, status="failed")
+            if main:
+                store.finish_run(run_id, status="failed")
             raise
-        select_checkpoint(store, run.checkpoint_id)
-        store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps})
-        report(run, write_result_pool(specs, run.entry, out), store)
+        if main:
+            select_checkpoint(store, run.checkpoint_id)
+            store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps})
+            report(run, write_result_pool(specs, run.entry, out), store)
 
 
 def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,

@@ -6,6 +6,8 @@ Shared by ``agora train`` and ``agora evolve``. Folder layout under ``out``::
     out/adapter/                                             (peft adapter + tokenizer + agora_train.json)
 
 and rows in the ``training_datasets`` and ``checkpoints`` tables (:mod:`agora.training.tables`).
+Under ``accelerate launch`` every process trains and only the main process writes files and rows;
+the others return a :class:`MemberRun` with an empty ``checkpoint_id``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from agora.traces.store import TraceStore, call_row
 from agora.training import tables
 from agora.training.config import DPOSettings, GRPOSettings
 from agora.training.datasets import PairFilter, dpo_rows, export_jsonl, split_by_instruction
-from agora.training.trainers import TrainResult, preference_accuracy, train_dpo, train_grpo, trained_entry
+from agora.training.trainers import (
+    TrainResult,
+    is_main_process,
+    preference_accuracy,
+    train_dpo,
+    train_grpo,
+    trained_entry,
+)
 
 
 def base_of(spec: ModelSpec) -> tuple[str, str | None]:
@@ -59,6 +68,7 @@ class MemberRun:
 
 def _record_split(store: TraceStore, run_id: str, iteration: int | None, model: str, kind: str, split: str,
                   rows: Sequence[dict[str, Any]], path: Path, filters: Any) -> None:
+    export_jsonl(rows, path)
     tables.record_dataset(store, {
         "dataset_id": f"{run_id}:{iteration}:{model}:{kind}:{split}", "run_id": run_id, "iteration": iteration,
         "model": model, "kind": kind, "split": split, "rows": len(rows),
@@ -91,11 +101,15 @@ def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[
     if not train:
         raise ValueError(f"no preference pairs to train {spec.name!r} on ({len(rows)} after the filters "
                          f"{asdict(flt)}, {len(validation)} held out); run more duels or relax --min-margin")
-    for split, part in (("train", train), ("validation", validation)):
-        path = export_jsonl(part, out / "dataset" / f"{split}.jsonl")
-        _record_split(store, run_id, iteration, spec.name, "dpo", split, part, path, asdict(flt))
+    main = is_main_process()
+    if main:
+        for split, part in (("train", train), ("validation", validation)):
+            _record_split(store, run_id, iteration, spec.name, "dpo", split, part,
+                          out / "dataset" / f"{split}.jsonl", asdict(flt))
     base, adapter = base_of(spec)
     result = train_dpo(base, train, out, settings, adapter=adapter)
+    if not main:
+        return MemberRun(spec.name, result, "", train, validation, None, trained_entry(spec, result, iteration))
     accuracy = (preference_accuracy(base, str(result.adapter_dir), validation, settings.threads)
                 if validation else None)
     checkpoint_id = _checkpoint(store, run_id, iteration, spec.name, result, settings, accuracy)
@@ -114,10 +128,14 @@ def grpo_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[
     """
     if not rows:
         raise ValueError(f"no prompts to train {spec.name!r} on")
-    path = export_jsonl(rows, out / "dataset" / "train.jsonl")
-    _record_split(store, run_id, iteration, spec.name, "grpo", "train", rows, path, source)
+    main = is_main_process()
+    if main:
+        _record_split(store, run_id, iteration, spec.name, "grpo", "train", rows, out / "dataset" / "train.jsonl",
+                      source)
     base, adapter = base_of(spec)
     result = train_grpo(base, rows, out, reward_funcs, settings, adapter=adapter)
+    if not main:  # judge calls of this process's completions stay unrecorded (the main process records its own)
+        return MemberRun(spec.name, result, "", list(rows), [], None, trained_entry(spec, result, iteration))
     calls = [call_row(c, run_id, f"grpo:{spec.name}", "train-grpo")
              for f in reward_funcs for c in getattr(f, "records", [])]
     if calls:

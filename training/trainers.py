@@ -14,7 +14,8 @@ adapter (TRL ≥ 1.x DPO behaviour for a ``PeftModel`` without ``ref_model``), s
 previous iteration's model and the new adapter keeps training from it.
 
 Device handling is TRL/accelerate's: ``use_cpu`` and fp32 without CUDA, bf16 with it; the torch
-thread count is set explicitly. Run the same code on several GPUs with ``accelerate launch``.
+thread count is set explicitly. Run the same code on several GPUs with ``accelerate launch``: every
+process trains, only the main one (:func:`is_main_process`) writes the adapter, datasets and trace rows.
 """
 
 from __future__ import annotations
@@ -93,16 +94,28 @@ def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: st
     if eval_rows:
         metrics.update({k: float(v) for k, v in trainer.evaluate().items() if isinstance(v, (int, float))})
     adapter_dir = out_dir / "adapter"
-    trainer.model.save_pretrained(adapter_dir, selected_adapters=["default"])
-    tokenizer.save_pretrained(adapter_dir)
+    main = trainer.accelerator.is_main_process
+    if main:
+        trainer.model.save_pretrained(adapter_dir, selected_adapters=["default"])
+        tokenizer.save_pretrained(adapter_dir)
     losses = [float(h["loss"]) for h in trainer.state.log_history if "loss" in h]
     result = TrainResult(kind=kind, adapter_dir=adapter_dir, base=base, previous_adapter=adapter, rows=rows,
                          steps=int(trainer.state.global_step), losses=losses, metrics=metrics,
                          log_history=list(trainer.state.log_history),
                          wall_s=time.perf_counter() - start[0], cpu_s=time.process_time() - start[1])
-    (adapter_dir / TRAIN_META).write_text(json.dumps(
-        {**result.describe(), "settings": asdict(settings), "log_history": None}, indent=2, default=str))
+    if main:
+        (adapter_dir / TRAIN_META).write_text(json.dumps(
+            {**result.describe(), "settings": asdict(settings), "log_history": None}, indent=2, default=str))
+    trainer.accelerator.wait_for_everyone()
     return result
+
+
+def is_main_process() -> bool:
+    """True in a plain run, and only in the main process of an ``accelerate launch`` run (which
+    alone writes files and trace rows; every process trains)."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
 
 
 def _check_finite(kind: str, losses: Sequence[float]) -> None:
