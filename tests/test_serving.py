@@ -47,13 +47,14 @@ def test_server_args_with_adapters_template_and_engine_args():
     spec = ModelSpec(name="gemma", backend="vllm", model="/hf/gemma", n_ctx=1024,
                      extra={"chat_template": "/t.jinja", "vllm_args": {"max_num_seqs": 16, "enable_prefix_caching": True,
                                                                         "swap_space": False}})
-    args = server_args(spec, "/hf/gemma", 8123, ServeConfig(enforce_eager=True), 0.25, {"g-it1": "/lora/1"})
+    args = server_args(spec, "/hf/gemma", 8123, ServeConfig(enforce_eager=True), 0.25, {"g-it1": "/lora/1"},
+                       defaults={"enable_chunked_prefill": False, "max_num_seqs": 8})
     joined = " ".join(args)
     assert "--model /hf/gemma --served-model-name gemma --host 127.0.0.1 --port 8123" in joined
     assert "--max-model-len 1024 --gpu-memory-utilization 0.250" in joined
     assert "--enforce-eager" in args and "--chat-template /t.jinja" in joined
     assert "--enable-lora --lora-modules g-it1=/lora/1" in joined
-    assert args[-3:] == ["--max-num-seqs", "16", "--enable-prefix-caching"]
+    assert args[-4:] == ["--no-enable-chunked-prefill", "--max-num-seqs", "16", "--enable-prefix-caching"]
     assert vllm_args_flags({"a_b": 2, "c": "x", "d": None}) == ["--a-b", "2", "--c", "x"]
 
 
