@@ -1,7 +1,46 @@
 """The games: one module per protocol, each building a LangGraph ``StateGraph`` from ``agora.agents``
-parts. Graphs are exported without a checkpointer (LangGraph Studio and the caller add their own).
+parts. Builders return an **uncompiled** graph: compile it with your checkpointer, or without one,
+and pass the pool and settings as the run-time context (``context=...``), so one compiled graph
+serves many pools. Each module also has ``graph``, compiled without a checkpointer, for LangGraph
+Studio (``langgraph.json``).
 
-Public surface::
+| protocol | builder | context | input / output |
+|---|---|---|---|
+| ALIGN delegation | ``build_delegation_graph`` | ``DelegationContext`` | ``DelegationInput`` / ``DelegationOutput`` |
+| COMED escalation | ``build_escalation_graph`` | ``EscalationContext`` | ``EscalationInput`` / ``EscalationOutput`` |
+| duel (Sparta, Stackelberg) | ``build_duel_graph`` | ``DuelContext`` | ``DuelInput`` / ``DuelOutput`` |
+| CUPID selection | ``build_selection_graph`` | ``SelectionContext`` | ``SelectionInput`` / ``SelectionOutput`` |
+| conversation (panel data) | ``build_conversation_graph`` | ``ConversationContext`` | ``ConversationInput`` / ``ConversationOutput`` |
 
-    from agora.graphs.delegation import build_delegation_graph, DelegationContext
+Names load lazily, so ``from agora.graphs import build_delegation_graph`` imports only that module.
+``run_problems`` (:mod:`agora.graphs.runner`) runs a benchmark graph over a problem list, traced
+and resumable.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "delegation": ("build_delegation_graph", "DelegationContext", "DelegationInput", "DelegationOutput"),
+    "escalation": ("build_escalation_graph", "EscalationContext", "EscalationInput", "EscalationOutput"),
+    "duel": ("build_duel_graph", "DuelContext", "DuelInput", "DuelOutput"),
+    "selection": ("build_selection_graph", "SelectionContext", "SelectionInput", "SelectionOutput"),
+    "conversation": ("build_conversation_graph", "ConversationContext", "ConversationInput", "ConversationOutput"),
+    "runner": ("run_problems",),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'agora.graphs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"agora.graphs.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
