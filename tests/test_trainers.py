@@ -21,7 +21,7 @@ from agora.training.trainers import (  # noqa: E402
     trained_entry,
     write_pool_file,
 )
-from tests.tiny_lm import build_tiny_lm  # noqa: E402
+from tiny_lm import build_tiny_lm  # noqa: E402
 
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj"))
 SYSTEM = {"role": "system", "content": "Solve the math problem ."}

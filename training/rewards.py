@@ -202,8 +202,10 @@ class PeerJudgeReward:
 
 def _gather(values: list[float], keys: list[str]) -> tuple[list[float], list[str], int]:
     """Every process's ``(values, keys)`` in process order, and where this process's slice starts."""
-    from accelerate import PartialState
-
+    try:
+        from accelerate import PartialState
+    except ImportError:  # without the train extra there is only this process
+        return values, keys, 0
     state = PartialState()
     if state.num_processes == 1:
         return values, keys, 0
