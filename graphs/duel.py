@@ -32,6 +32,7 @@ import math
 import operator
 import sqlite3
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Annotated, Any, Callable, Sequence, TypedDict
 
 import numpy as np
@@ -123,13 +124,9 @@ def duel_pool(pool: ModelPool | None = None) -> ModelPool:
     return pool
 
 
-_EMBEDDED: list[ModelPool] = []
-
-
+@lru_cache(maxsize=1)
 def _embedded_duel_pool() -> ModelPool:
-    if not _EMBEDDED:
-        _EMBEDDED.append(pool_from_specs(default_duel_specs(), source="builtin:duel"))
-    return _EMBEDDED[0]
+    return pool_from_specs(default_duel_specs(), source="builtin:duel")
 
 
 @dataclass
