@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence, TypedDict
+from typing import Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
 
 
 @dataclass(frozen=True, slots=True)

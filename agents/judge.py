@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, TypedDict
+from typing import Any, Literal, Sequence
+
+from typing_extensions import TypedDict
 
 from agora.agents.pool import ModelCallError, ModelPool, SamplingParams
 

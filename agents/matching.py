@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence, TypedDict
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from agora.agents.exp3 import annealed
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, TypedDict
+from typing import Mapping
 
 import numpy as np
+from typing_extensions import TypedDict
 
 
 @dataclass(frozen=True, slots=True)

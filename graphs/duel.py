@@ -33,13 +33,14 @@ import operator
 import sqlite3
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Annotated, Any, Callable, Sequence, TypedDict
+from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
+from typing_extensions import TypedDict
 
 from agora.agents.exp3 import Exp3Config, Exp3Leader, LeaderState, leader_reward, target_gap
 from agora.agents.judge import Judge, JudgeConfig, Judgement, judge_means, position_bias
