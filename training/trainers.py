@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -111,11 +112,13 @@ def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: st
 
 
 def is_main_process() -> bool:
-    """True in a plain run, and only in the main process of an ``accelerate launch`` run (which
-    alone writes files and trace rows; every process trains)."""
-    from accelerate import PartialState
+    """True in a plain run, and only in the global rank-0 process of an ``accelerate launch`` or
+    ``torchrun`` run (which alone writes files and trace rows; every process trains).
 
-    return PartialState().is_main_process
+    Read from the launcher's ``RANK`` variable, so calling it does not initialise accelerate's
+    state before the trainer chooses its device.
+    """
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _check_finite(kind: str, losses: Sequence[float]) -> None:
