@@ -77,8 +77,8 @@ def evolve_cmd(
                             judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots), leader=Exp3Config()),
             algorithm=algo, train_models=tuple(m.strip() for m in train_models.split(",")) if train_models else (),
             validation_fraction=validation, min_margin=min_margin, dpo=DPOSettings(**common),
-            grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length),
-            rewards=tuple(reward))
+            grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length)
+            if algo == "grpo" else GRPOSettings(), rewards=tuple(reward))
         store = TraceStore(db)
         run_id = run_id or new_run_id("evolve")
         console.print(f"run [bold]{run_id}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "

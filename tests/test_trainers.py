@@ -237,3 +237,25 @@ def test_evolve_two_iterations_on_tiny_models_with_scripted_judges(tiny, tmp_pat
         if c["iteration"] == 1:
             first = [d for d in checkpoints if d["iteration"] == 0 and d["model"] == c["model"] and d["selected"]]
             assert c["previous_adapter"] == (first[0]["adapter"] if first else None)
+
+
+def test_cli_evolve_runs_duels_and_reports_members_without_pairs(tiny, tmp_path):
+    import sqlite_utils
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "t{i}"\nbackend = "transformers"\npath = "{tiny}"\n\n' for i in range(3)))
+    instructions = tmp_path / "i.jsonl"
+    instructions.write_text('{"question": "Tom has 2 apples + 3 ?", "answer": "5"}\n')
+    res = CliRunner().invoke(app, ["evolve", "--instructions", str(instructions), "--iterations", "1", "--duels", "2",
+                                   "--max-tokens", "3", "--judge-max-tokens", "3", "--judge-shots", "0",
+                                   "--pool", str(pool), "--db", str(tmp_path / "e.db"), "--out", str(tmp_path / "o"),
+                                   "--run-id", "ev", "--threads", "1", "--max-steps", "1"])
+    assert res.exit_code == 0, res.output
+    db = sqlite_utils.Database(tmp_path / "e.db")
+    assert next(db.query("select count(*) as n from duels where run_id = 'ev-duels'"))["n"] == 2
+    assert next(db.query("select status from runs where run_id = 'ev'"))["status"] == "finished"
+    # random tiny judges never parse: every duel is a tie, so no member has pairs to train on
+    assert "not trained" in res.output and (tmp_path / "o" / "ev" / "it0" / "pool.toml").is_file()
