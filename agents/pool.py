@@ -237,7 +237,20 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
                                      prompt_format=spec.prompt_format, structured_outputs=spec.structured_outputs)
 
 
-class ModelPool:
+class PythonObject:
+    """Mixin for objects only Python callers can pass in a graph's run-time context (a pool, a
+    router): pydantic takes an instance as is and gives JSON clients the schema ``null``, so
+    LangGraph Studio can build the context schema of a graph whose context holds one."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.json_or_python_schema(json_schema=core_schema.none_schema(),
+                                                 python_schema=core_schema.is_instance_schema(cls))
+
+
+class ModelPool(PythonObject):
     """Named chat models, with retried, traced sampling.
 
     ``pool.sample(name, messages, params)`` returns ``params.n`` :class:`Sample` objects and the

@@ -25,6 +25,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.neighbors import NearestNeighbors
 from typing_extensions import TypedDict
 
+from agora.agents.pool import PythonObject
 from agora.tasks.answers import extract_answer, is_correct
 
 EmbeddingName = Literal["auto", "minilm", "tfidf"]
@@ -117,7 +118,7 @@ def make_embedder(name: EmbeddingName = "auto") -> Embedder:
     raise ValueError(f"embedding must be 'auto', 'minilm' or 'tfidf', got {name!r}")
 
 
-class KNNRouter:
+class KNNRouter(PythonObject):
     """k-nearest-neighbour router over past (question, model, accuracy) examples.
 
     Args:

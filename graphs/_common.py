@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import typing
 import zlib
+from dataclasses import fields, is_dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from typing_extensions import TypedDict
 
@@ -51,6 +53,40 @@ def pool_from(context: Any) -> ModelPool:
     """The pool in the runtime context, or the embedded default pool (Studio runs pass none)."""
     pool = getattr(context, "pool", None) if context is not None else None
     return pool if pool is not None else _default_pool()
+
+
+S = TypeVar("S")
+
+
+def settings_from(value: Any, cls: type[S]) -> S:
+    """``value`` as the frozen settings dataclass ``cls``: ``value`` itself, ``cls()`` for ``None``,
+    or built from a dict, as JSON clients send it (LangGraph Studio, the ``langgraph dev`` HTTP API),
+    nested settings and tuples included.
+
+    Raises:
+        ValueError: not settings nor a dict, an unknown field (named), or the settings' own checks.
+    """
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"{cls.__name__}: expected {cls.__name__} or a dict, got {type(value).__name__}")
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(value) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
+    kwargs = {}
+    for name, v in value.items():
+        hint = hints[name]
+        kinds = {hint, *typing.get_args(hint)}
+        nested = next((k for k in kinds if is_dataclass(k)), None)
+        if isinstance(v, dict) and nested is not None:
+            v = settings_from(v, nested)
+        elif isinstance(v, list) and any(typing.get_origin(k) is tuple for k in kinds):
+            v = tuple(v)
+        kwargs[name] = v
+    return cls(**kwargs)
 
 
 def question_seed(base: int, question_id: str) -> int:

@@ -37,7 +37,7 @@ from langgraph.runtime import Runtime
 
 from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
-from agora.graphs._common import as_problem, emit, pool_from, question_seed
+from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
 
@@ -105,6 +105,9 @@ class ConversationContext:
     pool: ModelPool | None = None
     """The model pool; ``None`` = the embedded default pool."""
     config: ConversationConfig = field(default_factory=ConversationConfig)
+
+    def __post_init__(self):
+        self.config = settings_from(self.config, ConversationConfig)  # JSON clients (Studio) send a dict
 
 
 class Turn(TypedDict):

@@ -45,7 +45,7 @@ from agora.agents.delegation import (
 )
 from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
-from agora.graphs._common import as_problem, emit, pool_from, question_seed
+from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
 from agora.tasks.answers import extract_answer, is_correct
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
@@ -59,6 +59,9 @@ class DelegationContext:
     """The model pool; ``None`` = the embedded default pool."""
     config: DelegationConfig = field(default_factory=DelegationConfig)
     """ALIGN settings (n, k, tau, rules, sampling)."""
+
+    def __post_init__(self):
+        self.config = settings_from(self.config, DelegationConfig)  # JSON clients (Studio) send a dict
 
 
 class DelegationInput(TypedDict):

@@ -49,7 +49,7 @@ from agora.agents.panel import CAUTIOUS, persona_specs
 from agora.agents.pool import DEFAULT_SPECS, ModelCallError, ModelPool, SamplingParams, pool_from_specs
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
-from agora.graphs._common import emit, question_seed
+from agora.graphs._common import emit, question_seed, settings_from
 from agora.graphs.runner import checkpoint_path
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
@@ -139,6 +139,9 @@ class DuelContext:
     config: DuelConfig = field(default_factory=DuelConfig)
     instructions: Sequence[Problem] = ()
     """The leader's instruction pool; empty = 16 generated arithmetic problems (for Studio)."""
+
+    def __post_init__(self):
+        self.config = settings_from(self.config, DuelConfig)  # JSON clients (Studio) send a dict
 
 
 def _config(runtime: Runtime) -> DuelConfig:

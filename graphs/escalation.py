@@ -59,7 +59,7 @@ from agora.agents.escalation import (
 from agora.agents.pool import ModelPool, Sample, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
-from agora.graphs._common import as_problem, emit, pool_from, question_seed
+from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
 
@@ -75,6 +75,9 @@ class EscalationContext:
     config: EscalationConfig = field(default_factory=EscalationConfig)
     router: KNNRouter | None = None
     """Router over past traces; ``None`` (or a fixed ``config.anchor``) = fixed anchor, no margin."""
+
+    def __post_init__(self):
+        self.config = settings_from(self.config, EscalationConfig)  # JSON clients (Studio) send a dict
 
 
 class EscalationInput(TypedDict):

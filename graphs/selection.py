@@ -63,7 +63,7 @@ from agora.agents.cupid import (
     ucb_pair,
 )
 from agora.agents.pool import ModelPool, SamplingParams
-from agora.graphs._common import emit, pool_from, question_seed
+from agora.graphs._common import emit, pool_from, question_seed, settings_from
 
 StopReason = Literal["rounds", "budget", "confident"]
 
@@ -76,6 +76,9 @@ class SelectionContext:
     """The model pool; ``None`` = the embedded default pool."""
     config: CupidConfig = field(default_factory=CupidConfig)
     """Budgets, UCB width, stopping level δ, prior, sampling."""
+
+    def __post_init__(self):
+        self.config = settings_from(self.config, CupidConfig)  # JSON clients (Studio) send a dict
 
 
 class PromptItem(TypedDict):

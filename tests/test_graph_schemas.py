@@ -29,4 +29,5 @@ def test_graph_exports_schemas_without_checkpointer(graph_id):
     assert graph.checkpointer is None, f"{graph_id} is compiled with a checkpointer; langgraph dev refuses that"
     assert graph.get_input_jsonschema()["type"] == "object"
     assert graph.get_output_jsonschema()["type"] == "object"
+    assert graph.get_context_jsonschema()["properties"]["pool"]["type"] == "null"  # Studio's context form
     assert graph.get_graph(xray=1).draw_mermaid().startswith("---")
