@@ -102,9 +102,13 @@ class EndpointRotation:
             live = [e for e in rotated if self._dead_until.get(e, 0.0) <= now]
             return live + [e for e in rotated if e not in live]
 
-    def mark_dead(self, endpoint: str) -> None:
+    def mark_dead(self, endpoint: str) -> bool:
+        """Mark ``endpoint`` dead for ``dead_for_s``; True when it was live until now."""
         with self._lock:
-            self._dead_until[endpoint] = time.monotonic() + self.dead_for_s
+            now = time.monotonic()
+            was_live = self._dead_until.get(endpoint, 0.0) <= now
+            self._dead_until[endpoint] = now + self.dead_for_s
+            return was_live
 
     def mark_alive(self, endpoint: str) -> None:
         with self._lock:
@@ -199,9 +203,10 @@ class OpenAICompatibleChatModel(BaseChatModel):
             except Exception as exc:
                 if not _is_refused_connection(exc):
                     raise
-                self._rotation.mark_dead(endpoint)
-                log.error("model %s: endpoint %s is unreachable (%s); skipping it for %.0f s",
-                          self.model_name or self.model, endpoint, exc, self.dead_for_s)
+                # Logged once per outage, not once per request of a concurrent fan-out.
+                level = logging.ERROR if self._rotation.mark_dead(endpoint) else logging.DEBUG
+                log.log(level, "model %s: endpoint %s is unreachable (%s); skipping it for %.0f s",
+                        self.model_name or self.model, endpoint, exc, self.dead_for_s)
                 errors.append(f"{endpoint}: {exc}")
                 continue
             self._rotation.mark_alive(endpoint)

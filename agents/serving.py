@@ -231,9 +231,9 @@ class ServedPool:
         quotes the end of its log); the servers already started are stopped.
     """
 
-    def __init__(self, specs: Sequence[ModelSpec], config: ServeConfig = ServeConfig()):
+    def __init__(self, specs: Sequence[ModelSpec], config: ServeConfig | None = None):
         self.specs = list(specs)
-        self.config = config
+        self.config = config if config is not None else ServeConfig()
         self.plans: list[ServerPlan] = []
         self.passthrough = [s for s in self.specs if s.backend == "openai"]
 

@@ -174,9 +174,10 @@ def test_requests_rotate_over_endpoints_and_a_dead_one_is_skipped_with_a_logged_
 
 def test_every_endpoint_dead_raises_model_call_error_after_retries(caplog):
     pool = pool_for(f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
-    with pytest.raises(ModelCallError) as info:
+    with caplog.at_level(logging.ERROR, logger="agora.openai"), pytest.raises(ModelCallError) as info:
         pool.sample("m", MSG, SamplingParams())
     assert "unreachable" in str(info.value)
+    assert caplog.text.count("is unreachable") == 1  # once per outage, not per attempt
     assert len(info.value.records) == 2 and all("ModelUnavailableError" in r["error"] for r in info.value.records)
 
 

