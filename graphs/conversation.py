@@ -250,6 +250,9 @@ def conclude(state: ConversationState) -> dict[str, Any]:
                             latency_s=sum(u["latency_s"] for u in used))
 
     methods = {"converse": result(turns[-1], usage), "opening": result(turns[0], usage[:1])}
+    emit("conclude", f"opening answer {turns[0]['answer']}, final answer {turns[-1]['answer']} after "
+         f"{len(turns)} turns" + (f" (gold {gold})" if gold is not None else ""),
+         opening=turns[0]["answer"], answer=turns[-1]["answer"])
     return {"methods": methods, "answer": turns[-1]["answer"]}
 
 

@@ -425,6 +425,9 @@ def update(state: DuelState, runtime: Runtime[DuelContext]) -> dict[str, Any]:
     updated = cfg.mode == "stackelberg"
     if updated:
         leader.update(state["instruction"]["index"], reward, state["instruction"]["probability"])
+    emit("reputation", f"reputation {first} {d0:+.2f}, {second} {d1:+.2f}"
+         + (f"; leader reward {reward:.2f}" if updated else ""), deltas={first: d0, second: d1},
+         leader_reward=reward, leader_updated=updated)
     return {"reputation": reputation.state(), "leader": leader.state(), "deltas": {first: d0, second: d1},
             "leader_reward": reward, "leader_updated": updated}
 
