@@ -1,2 +1,15 @@
 """Training from traces: read the trace store, write TRL DPO/GRPO datasets, run trainers, load
-adapters back into the pool."""
+adapters back into the pool.
+
+Modules (import them directly; all but :mod:`~agora.training.datasets` need the ``train`` extra)::
+
+    convert    export_hf(name_or_gguf) -> HF folder of an embedded GGUF model (cached)
+    datasets   load_preference_pairs, align_pairs, load_duels, dpo_rows, grpo_rows_from_duels,
+               grpo_rows_from_problems, PairFilter, split_by_instruction, export_jsonl/parquet, to_dataset
+    rewards    correctness_reward, stored_judge_reward, PeerJudgeReward, minmax_per_group
+    config     LoraSettings, DPOSettings, GRPOSettings
+    trainers   train_dpo, train_grpo, preference_accuracy, trained_entry, write_pool_file
+    pipeline   dpo_member, grpo_member (one pool member trained and recorded in the trace DB)
+    evolve     EvolveConfig, evolve (the Stackelberg loop)
+    tables     the training_datasets and checkpoints tables
+"""
