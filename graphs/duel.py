@@ -579,8 +579,11 @@ def run_duels(
                     continue
                 thread = {"configurable": {"thread_id": duel_id}}
                 snapshot = compiled.get_state(thread)
-                if snapshot.next or not snapshot.values:
-                    inp = None if snapshot.next else {"run_id": run_id, "iteration": t, "index": d,
+                # Send branches (respond, judge) show up in ``tasks``, not ``next``; a duel is
+                # finished only once ``record`` is in its state.
+                pending = bool(snapshot.next) or bool(snapshot.tasks)
+                if pending or "record" not in snapshot.values:
+                    inp = None if pending else {"run_id": run_id, "iteration": t, "index": d,
                                                       "duel_number": number, "reputation": reputation,
                                                       "leader": leader}
                     try:

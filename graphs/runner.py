@@ -110,9 +110,14 @@ def run_problems(
             thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
             snapshot = graph.get_state(thread)
             was_started = bool(snapshot.values)
+            # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
+            # branches appear in ``tasks`` only. A question counts as finished only once the graph
+            # has written its ``methods``; anything else runs (or resumes) the graph.
+            pending = bool(snapshot.next) or bool(snapshot.tasks)
+            finished = was_started and not pending and "methods" in snapshot.values
             start = time.perf_counter()
-            if snapshot.next or not snapshot.values:
-                inp = None if snapshot.next else problem_input(problem)
+            if not finished:
+                inp = None if pending else problem_input(problem)
                 for _ns, mode, chunk in graph.stream(inp, thread, context=context,
                                                      stream_mode=["custom", "updates"], subgraphs=True):
                     if mode == "custom" and on_event is not None:

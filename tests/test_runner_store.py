@@ -117,3 +117,35 @@ def test_bootstrap_ci_hand_checked():
     mean, lo, hi = bootstrap_ci([1, 0] * 50)
     assert mean == 0.5 and 0.38 < lo < 0.42 and 0.58 < hi < 0.62  # ±1.96·sqrt(.25/100) ≈ ±0.098
     assert bootstrap_ci([])[0] != bootstrap_ci([])[0]  # nan
+
+
+def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_question(tmp_path):
+    """SIGINT lands in the main thread while Send branches run: the checkpoint then has no ``next``
+    node, only pending tasks; the rerun must resume them, not record an empty question."""
+    import _thread
+    import threading
+
+    store = TraceStore(tmp_path / "t.db")
+    state = {"armed": True}
+
+    def respond(chat, index):
+        if "2 + 2" in chat[-1]["content"] and state["armed"]:
+            state["armed"] = False
+            threading.Timer(0.05, _thread.interrupt_main).start()
+            time.sleep(0.5)
+        return "The answer is 4."
+
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond), "b": ScriptedChatModel(respond=respond)})
+    try:
+        run(store, pool)
+    except KeyboardInterrupt:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("the simulated Ctrl-C did not stop the run")
+    assert store.finished_questions("r1") == {"q1"}
+    out = run(store, pool)
+    assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
+    assert all(set(q.methods) == {"align", "single_agent", "self_consistency", "best_of_n"} for q in out.outcomes)
+    db = sqlite_utils.Database(tmp_path / "t.db")
+    assert db["results"].count == 12
+    assert [(r["answer"], r["correct"]) for r in store.questions("r1")] == [("4", 0), ("4", 1), ("4", 0)]
