@@ -406,6 +406,9 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
                 p = base_dir / p
             if not p.is_file():
                 fail("path", f"no such file: {p}")
+            with p.open("rb") as fh:
+                if fh.read(4) != b"GGUF":
+                    fail("path", f"{p} is not a GGUF file (llamacpp needs a .gguf model)")
             kwargs["path"] = str(p)
     elif backend == "transformers":
         def folder(key: str, marker: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agora.agents.pool import ModelCallError, ModelPool, PoolConfigError, default_pool, load_pool
@@ -37,12 +38,12 @@ def user_errors() -> Iterator[None]:
                           "--run-id to resume")
         raise typer.Exit(130) from None
     except ModelCallError as exc:  # a model server went away: the run stops, resumable
-        err_console.print(f"[red]error:[/red] {exc}\nfinished questions are saved; rerun with the same --run-id "
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}\nfinished questions are saved; rerun with the same --run-id "
                           "to resume once the model answers again", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except USER_ERRORS as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

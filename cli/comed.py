@@ -52,6 +52,10 @@ def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, 
             anchor: str | None, problems: list[Problem]) -> KNNRouter | None:
     """A kNN router fitted on the store's past runs (never on this run's questions), or ``None``
     (fixed anchor) with a note why."""
+    if k < 1:
+        raise ValueError(f"--router-k must be >= 1, got {k}")
+    if embedding not in ("auto", "minilm", "tfidf"):
+        raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
     if not use or anchor is not None:
         return None
     try:
@@ -95,7 +99,7 @@ def _baselines(spec: str) -> tuple[str, ...]:
 def run_comed(
     data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems."),
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N problems (default: all; 5 generated)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated)."),
     thresholds: Optional[Path] = typer.Option(None, "--thresholds", help="Thresholds file written by `agora calibrate comed`."),
     tau_hi: Optional[float] = typer.Option(None, "--tau-hi", help="Accept when SC >= tau_hi (default 0.67, or the file's)."),
     tau_lo: Optional[float] = typer.Option(None, "--tau-lo", help="Escalate when SC < tau_lo (default 0.34, or the file's)."),
@@ -143,7 +147,7 @@ def run_comed(
 def calibrate_comed(
     data: Path = typer.Option(..., "--data", help="Dev split (JSONL) with gold answers."),
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed when omitted."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Use the first N problems."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems."),
     out: Path = typer.Option(Path("comed-thresholds.toml"), "--out", help="Thresholds file to write (for --thresholds)."),
     lam: float = typer.Option(DEFAULT_LAMBDA, "--lambda", help="Cost weight λ per extra model call per question."),
     samples: int = typer.Option(3, "--samples", "-N", help="Anchor samples N."),

@@ -151,6 +151,8 @@ def _mc(rec: dict, path: Path, line: int) -> Problem:
                 gold = "ABCDEFGHIJ"[int(gold) - 1]
     elif isinstance(rec.get("choices"), list):  # MMLU
         texts = rec["choices"]
+        if len(texts) < 2:
+            raise TaskFormatError(path, line, "choices", "fewer than two options")
         letters = list("ABCDEFGHIJ"[: len(texts)])
         answer = rec.get("answer")
         if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(texts):
@@ -210,10 +212,16 @@ def _id(rec: dict, path: Path, line: int) -> str:
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, record)`` for each non-blank line of a JSONL file (1-based lines)."""
     path = Path(path)
+    if path.is_dir():
+        raise TaskFormatError(path, 0, None, "is a directory, not a JSONL file")
     if not path.is_file():
         raise TaskFormatError(path, 0, None, "file not found")
-    with path.open(encoding="utf-8-sig") as fh:
-        for number, raw in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for number, raw_bytes in enumerate(fh, start=1):
+            try:
+                raw = raw_bytes.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise TaskFormatError(path, number, None, f"not UTF-8 text (byte {exc.start + 1} of the line)") from None
             if not raw.strip():
                 continue
             try:

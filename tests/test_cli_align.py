@@ -104,3 +104,16 @@ def test_killed_run_resumes_with_same_run_id(tmp_path):
     assert len(rows) == 4 and all(r["n"] >= 4 for r in rows)
     # Calls of the question cut off by the kill may be redone, but never written twice.
     assert len({c["call_id"] for c in tables["model_calls"].rows}) == tables["model_calls"].count
+
+
+def test_pool_errors_keep_their_brackets_and_reject_non_gguf_files(tmp_path):
+    empty = tmp_path / "empty.toml"
+    empty.write_text("title = 'no models'\n")
+    out = agora("run", "align", "--pool", empty, "--db", tmp_path / "t.db")
+    assert out.returncode == 2 and "needs at least one [[models]] table" in out.stderr
+    not_gguf = tmp_path / "weights.gguf"
+    not_gguf.write_text('{"not": "a model"}\n')
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "x"\nbackend = "llamacpp"\npath = "{not_gguf}"\n')
+    out = agora("run", "align", "--pool", pool, "--db", tmp_path / "t.db")
+    assert out.returncode == 2 and "is not a GGUF file" in out.stderr

@@ -99,3 +99,15 @@ def test_shared_gsm8k_and_mmlu_load(shared_data):
     assert all(p.n_choices == 4 for p in mmlu)
     arc = load_problems(shared_data / "arc" / "arc_challenge_test.jsonl", "mc")
     assert len(arc) == 1172
+
+
+def test_non_utf8_directory_and_empty_choices_are_named(tmp_path):
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(b'{"question": "ok", "answer": "#### 1"}\n{"question": "caf\xe9", "answer": "#### 2"}\n')
+    with pytest.raises(TaskFormatError, match=r"latin1.jsonl:2: not UTF-8"):
+        load_problems(bad, "gsm8k")
+    with pytest.raises(TaskFormatError, match="is a directory"):
+        load_problems(tmp_path, "gsm8k")
+    empty = write(tmp_path, "mc.jsonl", [{"question": "Q", "choices": [], "answer": 0}])
+    with pytest.raises(TaskFormatError, match=r"mc.jsonl:1: field 'choices': fewer than two options"):
+        load_problems(empty, "mc")

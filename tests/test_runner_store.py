@@ -149,3 +149,17 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
     db = sqlite_utils.Database(tmp_path / "t.db")
     assert db["results"].count == 12
     assert [(r["answer"], r["correct"]) for r in store.questions("r1")] == [("4", 0), ("4", 1), ("4", 0)]
+
+
+def test_resuming_a_run_id_with_other_settings_or_data_is_refused():
+    store = TraceStore(":memory:")
+    store.start_run("r", "align", config={"n": 2}, pool=[], dataset={"path": "a.jsonl", "format": "gsm8k", "limit": 5})
+    assert store.start_run("r", "align", config={"n": 2}, pool=[], dataset={"path": "a.jsonl", "format": "gsm8k", "limit": 9})
+    for config, dataset, what in (({"n": 3}, {"path": "a.jsonl", "format": "gsm8k"}, "settings"),
+                                  ({"n": 2}, {"path": None, "format": "synthetic"}, "path, format")):
+        try:
+            store.start_run("r", "align", config=config, pool=[], dataset=dataset)
+        except ValueError as exc:
+            assert f"was started with other {what}" in str(exc)
+        else:  # pragma: no cover
+            raise AssertionError(what)

@@ -78,13 +78,23 @@ class TraceStore:
         """Create the run, or mark an existing one running again. Returns True when resuming.
 
         Raises:
-            ValueError: the run id exists for another protocol.
+            ValueError: the run id exists for another protocol, or with other settings or another
+                dataset (path and format): resuming would mix two experiments in one run.
         """
         with self._lock, self.db.conn:
             existing = self.get_run(run_id)
             if existing is not None:
                 if existing["protocol"] != protocol:
                     raise ValueError(f"run id {run_id!r} already holds a {existing['protocol']} run in {self.path}")
+                before = json.loads(existing["dataset"] or "null") or {}
+                now_ds = json.loads(_json(dataset)) or {}
+                changed = [k for k in ("path", "format") if isinstance(before, dict) and isinstance(now_ds, dict)
+                           and before.get(k) != now_ds.get(k)]
+                if existing["config"] != _json(config):
+                    changed.append("settings")
+                if changed:
+                    raise ValueError(f"run id {run_id!r} in {self.path} was started with other {', '.join(changed)}; "
+                                     "rerun with the same options to resume it, or pick a new --run-id")
                 self.db["runs"].update(run_id, {"status": "running", "finished_at": None})
                 return True
             self.db["runs"].insert({
