@@ -380,6 +380,10 @@ _KNOWN = {"name", "backend", "path", "prompt_format", "base_url", "model", "api_
           "timeout_s", "structured_outputs", "adapter"}
 
 
+#: Keys read by other tools from ``ModelSpec.extra`` (serving, CUPID features).
+_EXTRA_KEYS = {"vllm_args", "chat_template", "adapters", "features"}
+
+
 def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) -> ModelSpec:
     def fail(field_name: str, message: str):
         raise PoolConfigError(f"{where}: field '{field_name}': {message}")
@@ -455,6 +459,9 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
         if key in entry and (not isinstance(entry[key], typ) or isinstance(entry[key], bool) or entry[key] < 0):
             fail(key, f"expected a non-negative number, got {entry[key]!r}")
     kwargs["extra"] = {k: v for k, v in entry.items() if k not in _KNOWN}
+    unknown = sorted(set(kwargs["extra"]) - _EXTRA_KEYS)
+    if unknown:  # kept for forward compatibility, but a typo ("temprature") should not pass unseen
+        log.warning("%s: unknown field(s) %s are ignored", where, ", ".join(unknown))
     return ModelSpec(**kwargs)
 
 

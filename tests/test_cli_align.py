@@ -117,3 +117,15 @@ def test_pool_errors_keep_their_brackets_and_reject_non_gguf_files(tmp_path):
     pool.write_text(f'[[models]]\nname = "x"\nbackend = "llamacpp"\npath = "{not_gguf}"\n')
     out = agora("run", "align", "--pool", pool, "--db", tmp_path / "t.db")
     assert out.returncode == 2 and "is not a GGUF file" in out.stderr
+
+
+def test_unknown_pool_fields_are_reported(tmp_path, caplog):
+    from agora.agents.pool import load_pool
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text('[[models]]\nname = "x"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    'model = "m"\ntemprature = 0.2\nfeatures = { latency_s = 0.4 }\n')
+    with caplog.at_level("WARNING", logger="agora.pool"):
+        spec = load_pool(pool)["x"].spec
+    assert spec.extra == {"temprature": 0.2, "features": {"latency_s": 0.4}}
+    assert "unknown field(s) temprature are ignored" in caplog.text and "features" not in caplog.text
