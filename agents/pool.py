@@ -397,17 +397,25 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
         fail("backend", f"{backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     kwargs: dict[str, Any] = {k: entry[k] for k in _KNOWN if k in entry}
     kwargs["backend"] = backend
-    if backend == "llamacpp":
+
+    def local(value: str) -> Path:  # relative paths are relative to the pool file
+        p = Path(value).expanduser()
+        return base_dir / p if not p.is_absolute() and base_dir is not None else p
+
+    def builtin_or_path(what: str) -> str | None:
+        """The entry's ``path`` if it names a known built-in, ``None`` when it is a file path."""
         path = entry.get("path")
         if not isinstance(path, str) or not path:
-            fail("path", "a llamacpp model needs a .gguf path or builtin:smollm2 / builtin:gemma3-270m")
-        if path.startswith("builtin:"):
-            if path not in BUILTIN_MODELS:
-                fail("path", f"unknown built-in {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
-        else:
-            p = Path(path).expanduser()
-            if not p.is_absolute() and base_dir is not None:
-                p = base_dir / p
+            fail("path", f"a {backend} model needs path = {what} or builtin:smollm2 / builtin:gemma3-270m")
+        if not path.startswith("builtin:"):
+            return None
+        if path not in BUILTIN_MODELS:
+            fail("path", f"unknown built-in {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
+        return path
+
+    if backend == "llamacpp":
+        if builtin_or_path("a .gguf file") is None:
+            p = local(entry["path"])
             if not p.is_file():
                 fail("path", f"no such file: {p}")
             with p.open("rb") as fh:
@@ -419,20 +427,12 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
             value = entry.get(key)
             if not isinstance(value, str) or not value:
                 fail(key, "must be a folder path")
-            p = Path(value).expanduser()
-            if not p.is_absolute() and base_dir is not None:
-                p = base_dir / p
+            p = local(value)
             if not (p / marker).is_file():
                 fail(key, f"no {marker} in {p}")
             return str(p)
 
-        path = entry.get("path")
-        if not isinstance(path, str) or not path:
-            fail("path", "a transformers model needs path = an HF folder or builtin:smollm2 / builtin:gemma3-270m")
-        if path.startswith("builtin:"):
-            if path not in BUILTIN_MODELS:
-                fail("path", f"unknown built-in {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
-        else:
+        if builtin_or_path("an HF folder") is None:
             kwargs["path"] = folder("path", "config.json")
         if "adapter" in entry:
             kwargs["adapter"] = folder("adapter", "adapter_config.json")
