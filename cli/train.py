@@ -102,8 +102,7 @@ def train_dpo_cmd(
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.training.config import DPOSettings
         from agora.training.datasets import PairFilter, align_pairs, load_preference_pairs
-        from agora.training.pipeline import dpo_member, select_checkpoint
-        from agora.training.trainers import is_main_process
+        from agora.training.pipeline import dpo_member
 
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first)")
@@ -117,23 +116,14 @@ def train_dpo_cmd(
                                max_length=max_length, threads=_threads(threads), seed=seed)
         store = TraceStore(db)
         run_id = run_id or new_run_id("train-dpo")
-        main = is_main_process()  # under accelerate launch only the main process writes
-        if main:
-            store.start_run(run_id, "train-dpo", config={"model": model, "settings": settings, "filter": flt},
-                            pool=[s.describe() for s in specs], dataset={"db": str(db), "align": align})
         console.print(f"run [bold]{run_id}[/bold]: DPO of {model} from {db} ({len(pairs)} pairs before filters)",
                       highlight=False)
-        try:
-            run = dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation)
-        except BaseException:
-            if main:
-                store.finish_run(run_id, status="failed")
-            raise
-        if main:
-            select_checkpoint(store, run.checkpoint_id)
-            store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
-                                              "validation_accuracy": run.validation_accuracy})
-            report(run, write_result_pool(specs, run.entry, out), store)
+        _train_and_record(
+            store, run_id, "train-dpo", specs, out,
+            config={"model": model, "settings": settings, "filter": flt}, dataset={"db": str(db), "align": align},
+            train=lambda: dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation),
+            summary=lambda run: {"validation_accuracy": run.validation_accuracy},
+        )
 
 
 @train_app.command("grpo")
@@ -172,8 +162,7 @@ def train_grpo_cmd(
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.training.config import GRPOSettings
         from agora.training.datasets import grpo_rows_from_duels, grpo_rows_from_problems, load_duels
-        from agora.training.pipeline import grpo_member, select_checkpoint
-        from agora.training.trainers import is_main_process
+        from agora.training.pipeline import grpo_member
 
         unknown = [r for r in reward if r not in REWARDS]
         if unknown:
@@ -201,22 +190,37 @@ def train_grpo_cmd(
         store = TraceStore(db)
         run_id = run_id or new_run_id("train-grpo")
         funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
-        main = is_main_process()  # under accelerate launch only the main process writes
-        if main:
-            store.start_run(run_id, "train-grpo", config={"model": model, "settings": settings, "rewards": reward},
-                            pool=[s.describe() for s in specs], dataset=source)
         console.print(f"run [bold]{run_id}[/bold]: GRPO of {model} on {len(rows)} prompts, rewards "
                       f"{', '.join(reward)}", highlight=False)
-        try:
-            run = grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source)
-        except BaseException:
-            if main:
-                store.finish_run(run_id, status="failed")
-            raise
+        _train_and_record(
+            store, run_id, "train-grpo", specs, out,
+            config={"model": model, "settings": settings, "rewards": reward}, dataset=source,
+            train=lambda: grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source),
+        )
+
+
+def _train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out: Path, *, config: dict,
+                      dataset: dict, train, summary=lambda run: {}) -> None:
+    """Run ``train()`` as trace run ``run_id``: the run row, a failed status if it raises, then the
+    selected checkpoint, the summary and the result pool file. Under ``accelerate launch`` every
+    process trains and only the main one writes."""
+    from agora.training.pipeline import select_checkpoint
+    from agora.training.trainers import is_main_process
+
+    main = is_main_process()
+    if main:
+        store.start_run(run_id, protocol, config=config, pool=[s.describe() for s in specs], dataset=dataset)
+    try:
+        run = train()
+    except BaseException:
         if main:
-            select_checkpoint(store, run.checkpoint_id)
-            store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps})
-            report(run, write_result_pool(specs, run.entry, out), store)
+            store.finish_run(run_id, status="failed")
+        raise
+    if main:
+        select_checkpoint(store, run.checkpoint_id)
+        store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
+                                          **summary(run)})
+        report(run, write_result_pool(specs, run.entry, out), store)
 
 
 def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,
