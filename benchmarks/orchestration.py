@@ -5,9 +5,9 @@ Prints three figures (issue 3):
 (b) **Framework overhead per graph step**: the ALIGN graph run by the real runner
     (:func:`agora.graphs.runner.run_problems`: SQLite checkpointer, every call traced to a
     :class:`~agora.traces.TraceStore`) on an instant scripted model, minus the same work done
-    straight (the same pool calls and answer extractions, one after the other), divided by the
-    node executions (``delegate``, per agent ``agent``/``agent_sample``/``agent_propose``, then
-    ``principal_select``: ``2 + 3n`` per question). Goal: ≤ 1 ms. The whole graph time per step
+    straight (the graph's node functions called one after the other, no LangGraph), divided by the
+    node executions (``delegate``, per agent ``agent_sample`` and ``agent_propose``, then
+    ``principal_select``: ``2 + 2n`` per question). Goal: ≤ 1 ms. The whole graph time per step
     is printed too.
 (a) **Orchestration efficiency** on a real pool (a pool file, e.g. the one ``agora serve`` wrote):
     the requests the graph makes for Q questions × n agents × k samples (captured from the traces
@@ -37,21 +37,29 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.runtime import Runtime
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.pool import ModelPool, SamplingParams, default_pool, load_pool
 from agora.agents.testing import ScriptedChatModel
 from agora.graphs._common import problem_input
-from agora.graphs.delegation import DelegationContext, build_delegation_graph
+from agora.graphs.delegation import (
+    DelegationContext,
+    agent_propose,
+    agent_sample,
+    build_delegation_graph,
+    delegate,
+    fan_out,
+    principal_select,
+)
 from agora.graphs.runner import checkpoint_path, run_problems
-from agora.tasks.answers import extract_answer
 from agora.tasks.loaders import Problem, detect_format, load_problems
 from agora.traces.store import TraceStore
 
 
 def steps_per_question(n_agents: int) -> int:
-    """Node executions of one ALIGN question: delegate, n × (agent, agent_sample, agent_propose), principal_select."""
-    return 2 + 3 * n_agents
+    """Node executions of one ALIGN question: delegate, n × (agent_sample, agent_propose), principal_select."""
+    return 2 + 2 * n_agents
 
 
 def instant_pool(names: list[str]) -> ModelPool:
@@ -60,10 +68,32 @@ def instant_pool(names: list[str]) -> ModelPool:
                                        for n in names})
 
 
+def straight_question(problem: Problem, context: DelegationContext) -> dict[str, Any]:
+    """One ALIGN question with the graph's own node functions called in order, no LangGraph.
+
+    The same work the graph's nodes do (delegate, each agent's sample and proposal, the
+    principal's selection and the baselines' grading), so graph time minus this is what LangGraph,
+    the checkpointer and the trace store add.
+    """
+    runtime = Runtime(context=context)
+    state: dict[str, Any] = {**problem_input(problem), "candidates": [], "proposals": [], "calls": []}
+    state.update(delegate(state, runtime))
+    for send in fan_out(state):
+        sampled = agent_sample(send.arg, runtime)
+        for key in ("candidates", "calls"):
+            state[key] = state[key] + sampled.update[key]
+        state["proposals"] = state["proposals"] + agent_propose(sampled.goto.arg, runtime)["proposals"]
+    state.update(principal_select(state, runtime))
+    return state
+
+
 def measure_overhead(problems: list[Problem], names: list[str], cfg: DelegationConfig, workdir: Path,
                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """(b): seconds per graph step with an instant model, tracing on, and the traced calls.
 
+    The graph runs through :func:`~agora.graphs.runner.run_problems` (SQLite checkpoint per step,
+    every call traced, one transaction per question); the straight run calls the same node
+    functions in order (:func:`straight_question`). Overhead = (graph − straight) / node executions.
     Returns ``{"overhead_wall", "whole_wall", "overhead_cpu", "whole_cpu"}`` (seconds per step;
     CPU = this process's CPU time, which other processes on a shared machine disturb less than wall
     time) and the trace rows.
@@ -72,18 +102,16 @@ def measure_overhead(problems: list[Problem], names: list[str], cfg: DelegationC
     context = DelegationContext(pool=instant_pool(names), config=cfg)
     run_problems(build_delegation_graph(), problems[:2], store=store, run_id="warmup", protocol="align",
                  context=context, config={}, pool_description=[], dataset={})
+    for problem in problems[:2]:
+        straight_question(problem, context)
     start, cpu = time.perf_counter(), time.process_time()
     run_problems(build_delegation_graph(), problems, store=store, run_id="overhead", protocol="align",
                  context=context, config={}, pool_description=[], dataset={})
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     calls = store.calls("overhead")
-    kinds = {p.id: p for p in problems}
-    pool = context.pool
     start, straight_cpu = time.perf_counter(), time.process_time()
-    for (qid, _agent), call in first_rows(calls).items():  # the nodes' own work, done straight
-        model, messages, params = request_of(call)
-        for sample in pool.sample(model, messages, params)[0]:
-            extract_answer(sample.text, kinds[qid].kind, kinds[qid].n_choices or 4)
+    for problem in problems:
+        straight_question(problem, context)
     straight, straight_cpu = time.perf_counter() - start, time.process_time() - straight_cpu
     steps = len(problems) * steps_per_question(cfg.n_agents)
     return {"overhead_wall": (wall - straight) / steps, "whole_wall": wall / steps,

@@ -1,6 +1,6 @@
 """ALIGN delegation as a LangGraph state machine (protocols.md §1).
 
-    delegate ──Send×n──▶ agent[agent_sample → agent_propose] ──▶ principal_select ──▶ END
+    delegate ──Send×n──▶ agent_sample ──Send──▶ agent_propose ──▶ principal_select ──▶ END
 
 A principal delegates a question to ``n`` agents. Each agent privately samples ``k`` candidates
 and proposes one with a confidence signal; the principal, committed in advance to a threshold
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.types import Send
+from langgraph.types import Command, Send
 
 from agora.agents.delegation import (
     Candidate,
@@ -117,7 +117,7 @@ class DelegationState(DelegationInput, total=False):
 
 
 class AgentState(TypedDict, total=False):
-    """State of one agent (a ``Send`` payload)."""
+    """What one agent's steps see: a ``Send`` payload (its assignment, then its own candidates)."""
 
     agent: int
     model: str
@@ -126,12 +126,6 @@ class AgentState(TypedDict, total=False):
     gold: str | None
     kind: str
     n_choices: int
-    candidates: Annotated[list[Candidate], operator.add]
-    proposals: Annotated[list[Proposal], operator.add]
-    calls: Annotated[list[dict[str, Any]], operator.add]
-
-
-class AgentOutput(TypedDict):
     candidates: Annotated[list[Candidate], operator.add]
     proposals: Annotated[list[Proposal], operator.add]
     calls: Annotated[list[dict[str, Any]], operator.add]
@@ -163,11 +157,15 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
 def fan_out(state: DelegationState) -> list[Send]:
     """One ``Send`` per agent: the agents work in parallel."""
     base = {k: state.get(k) for k in ("question_id", "question", "gold", "kind", "n_choices")}
-    return [Send("agent", {**base, **a}) for a in state["assignments"]]
+    return [Send("agent_sample", {**base, **a}) for a in state["assignments"]]
 
 
-def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
-    """The agent privately samples k candidates and extracts each one's answer."""
+def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Command[Literal["agent_propose"]]:
+    """The agent privately samples k candidates and extracts each one's answer.
+
+    Its candidates go to the shared pool (``candidates``) and, with a ``Send``, to this agent's
+    own ``agent_propose``: an agent proposes from its candidates only.
+    """
     problem = as_problem(state)
     cfg = _config(runtime)
     pool = pool_from(runtime.context)
@@ -188,7 +186,8 @@ def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> dict
     emit("sampled", f"agent {agent} ({model}) sampled {len(candidates)} candidates: "
          f"{[c['answer'] for c in candidates]}", agent=agent, model=model,
          answers=[c["answer"] for c in candidates], failed=not samples)
-    return {"candidates": candidates, "calls": records}
+    own = {"agent": agent, "model": model, "candidates": candidates}
+    return Command(update={"candidates": candidates, "calls": records}, goto=Send("agent_propose", own))
 
 
 def agent_propose(state: AgentState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
@@ -231,17 +230,6 @@ def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]
 # ---------------------------------------------------------------------------- graph
 
 
-def build_agent_graph() -> StateGraph:
-    """One agent: ``agent_sample`` → ``agent_propose``."""
-    builder = StateGraph(AgentState, context_schema=DelegationContext, output_schema=AgentOutput)
-    builder.add_node("agent_sample", agent_sample)
-    builder.add_node("agent_propose", agent_propose)
-    builder.add_edge(START, "agent_sample")
-    builder.add_edge("agent_sample", "agent_propose")
-    builder.add_edge("agent_propose", END)
-    return builder
-
-
 def build_delegation_graph() -> StateGraph:
     """The ALIGN graph, uncompiled. Compile it with or without a checkpointer.
 
@@ -251,11 +239,12 @@ def build_delegation_graph() -> StateGraph:
     builder = StateGraph(DelegationState, context_schema=DelegationContext,
                          input_schema=DelegationInput, output_schema=DelegationOutput)
     builder.add_node("delegate", delegate)
-    builder.add_node("agent", build_agent_graph().compile())
+    builder.add_node("agent_sample", agent_sample)
+    builder.add_node("agent_propose", agent_propose)
     builder.add_node("principal_select", principal_select)
     builder.add_edge(START, "delegate")
-    builder.add_conditional_edges("delegate", fan_out, ["agent"])
-    builder.add_edge("agent", "principal_select")
+    builder.add_conditional_edges("delegate", fan_out, ["agent_sample"])
+    builder.add_edge("agent_propose", "principal_select")
     builder.add_edge("principal_select", END)
     return builder
 
