@@ -76,10 +76,10 @@ class CupidConfig:
             raise ValueError(f"budget_rounds must be >= 0, got {self.budget_rounds}")
         for name in ("budget_cost", "budget_time_s"):
             value = getattr(self, name)
-            if value is not None and not value >= 0:
-                raise ValueError(f"{name} must be >= 0 or None, got {value}")
-        if not self.beta >= 0:
-            raise ValueError(f"beta must be >= 0, got {self.beta}")
+            if value is not None and not 0 <= value < math.inf:
+                raise ValueError(f"{name} must be a finite number >= 0 or None, got {value}")
+        if not 0 <= self.beta < math.inf:
+            raise ValueError(f"beta must be a finite number >= 0, got {self.beta}")
         if not 0 < self.delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
         if not self.prior_sd > 0:
@@ -278,19 +278,23 @@ def spec_features(pool: ModelPool, models: Sequence[str]) -> dict[str, dict[str,
     ``ModelSpec.extra``): measured elsewhere, or synthetic for experiments.
 
     Raises:
-        ValueError: a ``features`` value that is not a number (names model and feature).
+        ValueError: a ``features`` value that is not a finite number, or a negative cost, latency or
+        accuracy (names the pool's source, model and field).
     """
     out: dict[str, dict[str, float]] = {}
     for m in models:
         spec = pool[m].spec
-        row = {COST: float(spec.cost_per_1k_tokens)}
         table = spec.extra.get("features") or {}
         if not isinstance(table, dict):
-            raise ValueError(f"model {m!r}: field 'features' must be a table of numbers, got {table!r}")
-        for name, value in table.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"model {m!r}: field 'features.{name}': expected a number, got {value!r}")
-            row[str(name)] = float(value)
+            raise ValueError(f"{pool.source}: model {m!r}: field 'features' must be a table of numbers, got {table!r}")
+        row = {}
+        for field, name, value in [(COST, COST, spec.cost_per_1k_tokens),
+                                   *((f"features.{n}", str(n), v) for n, v in table.items())]:
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{pool.source}: model {m!r}: field {field!r}: expected a finite number, got {value!r}")
+            if value < 0 and (name in (COST, LATENCY) or name.startswith(ACCURACY_PREFIX)):
+                raise ValueError(f"{pool.source}: model {m!r}: field {field!r}: must be >= 0, got {value!r}")
+            row[name] = float(value)
         out[m] = row
     return out
 
@@ -347,8 +351,8 @@ def parse_theta(text: str, names: Sequence[str]) -> np.ndarray:
     weigh 0) or from ``d`` comma-separated numbers in feature order.
 
     Raises:
-        ValueError: unknown feature name (lists the known ones), a value that is not a number, or
-        the wrong count of plain numbers.
+        ValueError: unknown feature name (lists the known ones), a value that is not a finite number,
+        or the wrong count of plain numbers.
     """
     parts = [p.strip() for p in text.split(",") if p.strip()]
     theta = np.zeros(len(names))
@@ -357,18 +361,21 @@ def parse_theta(text: str, names: Sequence[str]) -> np.ndarray:
             raise ValueError(f"theta {text!r}: {len(parts)} numbers for {len(names)} features "
                              f"({', '.join(names)}); or name them, e.g. {names[-1] if names else 'latency_s'}=-1")
         try:
-            return np.array([float(p) for p in parts])
+            theta = np.array([float(p) for p in parts])
         except ValueError:
             raise ValueError(f"theta {text!r}: not a list of numbers") from None
-    for p in parts:
-        name, _, value = p.partition("=")
-        name = name.strip()
-        if name not in names:
-            raise ValueError(f"theta {text!r}: unknown feature {name!r}; features: {', '.join(names)}")
-        try:
-            theta[list(names).index(name)] = float(value)
-        except ValueError:
-            raise ValueError(f"theta {text!r}: feature {name!r}: {value.strip()!r} is not a number") from None
+    else:
+        for p in parts:
+            name, _, value = p.partition("=")
+            name = name.strip()
+            if name not in names:
+                raise ValueError(f"theta {text!r}: unknown feature {name!r}; features: {', '.join(names)}")
+            try:
+                theta[list(names).index(name)] = float(value)
+            except ValueError:
+                raise ValueError(f"theta {text!r}: feature {name!r}: {value.strip()!r} is not a number") from None
+    if not np.isfinite(theta).all():
+        raise ValueError(f"theta {text!r}: weights must be finite numbers")
     return theta
 
 

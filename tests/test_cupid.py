@@ -116,12 +116,17 @@ def test_parse_theta():
         parse_theta("latency_s=x", names)
     with pytest.raises(ValueError, match="2 numbers for 3 features"):
         parse_theta("1, 2", names)
+    for text in ("latency_s=1e400", "latency_s=nan", "0, inf, 0"):
+        with pytest.raises(ValueError, match="weights must be finite numbers"):
+            parse_theta(text, names)
 
 
 def test_config_rejects_bad_values():
     for kwargs, field in [({"delta": 1.0}, "delta"), ({"budget_rounds": -1}, "budget_rounds"),
                           ({"budget_cost": -1.0}, "budget_cost"), ({"prior_sd": 0.0}, "prior_sd"),
-                          ({"beta": -1.0}, "beta"), ({"mc_samples": 0}, "mc_samples")]:
+                          ({"beta": -1.0}, "beta"), ({"mc_samples": 0}, "mc_samples"),
+                          ({"beta": float("inf")}, "beta"), ({"budget_time_s": float("inf")}, "budget_time_s"),
+                          ({"budget_cost": float("nan")}, "budget_cost")]:
         with pytest.raises(ValueError, match=field):
             CupidConfig(**kwargs)
 
@@ -212,6 +217,15 @@ def test_spec_features_from_pool_file_fields():
                                 ScriptedChatModel())])
     with pytest.raises(ValueError, match="model 'c': field 'features.latency_s'"):
         spec_features(bad, ["c"])
+    for field, spec in [("features.latency_s", ModelSpec("d", "openai", extra={"features": {"latency_s": 1e400}})),
+                        ("features.acc:gsm8k", ModelSpec("d", "openai", extra={"features": {"acc:gsm8k": float("nan")}})),
+                        ("cost_per_1k_tokens", ModelSpec("d", "openai", cost_per_1k_tokens=float("inf")))]:
+        with pytest.raises(ValueError, match=f"pool.toml: model 'd': field '{field}': expected a finite number"):
+            spec_features(ModelPool([PoolMember(spec, ScriptedChatModel())], source="pool.toml"), ["d"])
+    negative = ModelPool([PoolMember(ModelSpec("e", "openai", extra={"features": {"latency_s": -0.5, "score": -2}}),
+                                     ScriptedChatModel())])
+    with pytest.raises(ValueError, match="field 'features.latency_s': must be >= 0, got -0.5"):
+        spec_features(negative, ["e"])
 
 
 def test_trace_features_score_answers_and_take_median_latency():

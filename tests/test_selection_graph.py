@@ -240,6 +240,23 @@ def test_bad_theta_is_one_line_error(tmp_path, cli_pool):
     assert result.exit_code == 2
     assert "unknown feature 'speed'; features: cost_per_1k_tokens, latency_s" in result.output
     assert "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["select", "--prompts", str(write_prompts(tmp_path)), "--simulate",
+                                      "latency_s=1e400", "--db", str(tmp_path / "t2.db")])
+    assert result.exit_code == 2
+    assert "theta 'latency_s=1e400': weights must be finite numbers" in result.output
+
+
+def test_non_finite_pool_feature_is_one_line_error_naming_file_and_field(tmp_path):
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                            f'model = "{m}"\nfeatures = {{ latency_s = {lat} }}\n\n'
+                            for m, lat in (("a", "1e400"), ("b", "1.0"), ("c", "2.0"))))
+    result = CliRunner().invoke(app, ["select", "--prompts", str(write_prompts(tmp_path)), "--pool", str(pool),
+                                      "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2, result.output
+    assert f"error: {pool}: model 'a': field 'features.latency_s': expected a finite number, got inf" in \
+        result.output.replace("\n", "")
+    assert "Traceback" not in result.output
 
 
 @pytest.mark.slow
