@@ -15,11 +15,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agora.agents.pool import ModelCallError, ModelPool, PoolConfigError, default_pool, load_pool
+from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.loaders import TaskFormatError
 
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
 console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+#: Bound of ``--shots``: the worked exemplars there are (3 math, 2 multiple choice; a kind with fewer uses all).
+MAX_SHOTS = max(len(MATH_SHOTS), len(MC_SHOTS))
+#: Bound of ``--temperature`` for sampling answers: the OpenAI API's range (above it answers are mostly noise).
+MAX_TEMPERATURE = 2.0
 
 #: Errors a user can act on: printed as one line, exit status 2, no traceback.
 USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, KeyError)

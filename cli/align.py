@@ -11,6 +11,7 @@ from rich.table import Table
 
 from agora.agents.delegation import DelegationConfig
 from agora.cli._shared import (
+    MAX_TEMPERATURE,
     console,
     fmt_ci,
     fmt_pct,
@@ -36,7 +37,7 @@ def run_align(
     samples: int = typer.Option(3, "--samples", "-k", min=1, help="Candidates each agent samples (k)."),
     tau: float = typer.Option(0.5, "--tau", min=0.0, max=1.0, help="Principal's committed acceptance threshold on U."),
     max_tokens: int = typer.Option(192, "--max-tokens", min=1, help="Max generated tokens per sample."),
-    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     seed: int = typer.Option(0, "--seed"),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse, converse_default_specs
 from agora.agents.pool import ModelPool, load_pool, pool_from_specs
-from agora.cli._shared import console, new_run_id, question_progress, user_errors
+from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, console, new_run_id, question_progress, user_errors
 from agora.cli.main import app, report_app
 from agora.graphs.conversation import ConversationConfig, ConversationContext, build_conversation_graph
 from agora.graphs.runner import run_problems
@@ -66,8 +66,8 @@ def converse(
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated members; every ordered pair of them talks."),
     pairs: Optional[str] = typer.Option(None, "--pairs", help="Ordered pairs A:B,C:D instead of all pairs."),
     max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Max generated tokens per turn."),
-    temperature: float = typer.Option(0.7, "--temperature", min=0.0),
-    shots: int = typer.Option(2, "--shots", min=0, help="Worked exemplars in the prompt (math, multiple choice)."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
+    shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in the prompt (math, multiple choice)."),
     seed: int = typer.Option(0, "--seed"),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Base run id (each pair runs as <id>:<A>><B>); an existing id resumes."),

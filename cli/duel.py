@@ -12,7 +12,7 @@ from rich.table import Table
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.agents.pool import ModelCallError, load_pool
-from agora.cli._shared import console, err_console, fmt_pct, new_run_id, question_progress, user_errors
+from agora.cli._shared import MAX_TEMPERATURE, console, err_console, fmt_pct, new_run_id, question_progress, user_errors
 from agora.cli.main import app, report_app
 from agora.graphs.duel import DuelConfig, DuelContext, duel_pool, run_duels
 from agora.tasks.loaders import FORMATS, load_problems
@@ -39,7 +39,7 @@ def duel(
                                     "prompt alone)."),
     presentation: str = typer.Option("single", "--presentation", help="single (one answer per judge prompt), pair "
                                      "(both shown), both_orders (pair in both orders: measures position bias)."),
-    temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Followers' sampling temperature."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE, help="Followers' sampling temperature."),
     eta: Optional[float] = typer.Option(None, "--eta", min=0.0, help="Leader step η (default 1/K, the paper's)."),
     seed: int = typer.Option(0, "--seed"),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML), at least 3 models. Default: the "

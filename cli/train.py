@@ -16,7 +16,7 @@ import typer
 
 from agora.agents.judge import JudgeConfig
 from agora.agents.pool import ModelSpec, load_pool
-from agora.cli._shared import console, echo_kv, new_run_id, user_errors
+from agora.cli._shared import MAX_SHOTS, console, echo_kv, new_run_id, user_errors
 from agora.cli.main import train_app
 from agora.traces.store import TraceStore
 
@@ -151,7 +151,7 @@ def train_grpo_cmd(
     epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps"),
     batch_size: int = typer.Option(4, "--batch-size", min=1, help="Completions per step (a multiple of G)."),
     grad_accum: int = typer.Option(1, "--grad-accum", min=1),
-    shots: int = typer.Option(2, "--shots", min=0, max=3, help="Worked exemplars in --data prompts."),
+    shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in --data prompts."),
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     seed: int = typer.Option(0, "--seed"),

@@ -269,6 +269,15 @@ def test_report_cli_errors_are_one_line(tmp_path):
     assert res.exit_code == 2 and "no successful model calls in run(s) other" in res.stderr
 
 
+def test_converse_refuses_out_of_range_shots_and_temperature():
+    for flag, value, message in (("--shots", "4", "'--shots': Input should be less than or equal to 3"),
+                                 ("--temperature", "1e9", "'--temperature': Input should be less than or equal to 2"),
+                                 ("--temperature", "nan", "'--temperature': Input should be less than or equal to 2"),
+                                 ("--temperature", "-1", "'--temperature': Input should be greater than or equal")):
+        res = agora_here("converse", flag, value)
+        assert res.exit_code == 2 and message in res.stderr, (flag, value, res.stderr)
+
+
 @pytest.mark.slow
 def test_converse_on_the_embedded_pool_then_report(tmp_path):
     db, out = tmp_path / "conv.db", tmp_path / "out"
