@@ -24,8 +24,3 @@ from agora.cli import converse  # noqa: E402,F401
 from agora.cli import comed  # noqa: E402,F401
 from agora.cli import train  # noqa: E402,F401
 from agora.cli import evolve  # noqa: E402,F401
-
-
-def main() -> None:  # pragma: no cover - console script
-    app()
-
