@@ -9,11 +9,17 @@ Two things make it run on any CPU without the user doing anything:
 * **Threads.** Decoding with more threads than free cores collapses throughput (≈35 → ≈3 tok/s
   when two threads fight another busy process), so every in-process model shares one process-wide
   lock and uses at most the cores this process may run on (``AGORA_LLAMA_THREADS`` overrides).
+
+Also, llama.cpp's log shows errors only (:func:`_log_errors_only`): llama-cpp-python's own log
+callback reads an older ``ggml_log_level`` numbering, so with ``verbose=False`` it printed warnings
+(Gemma's ``llama_kv_cache_iswa: using full-size SWA cache``) and hid errors.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import threading
 import time
 from functools import lru_cache
@@ -31,6 +37,10 @@ from agora.agents._chat import fewshot_stops, generation, render_fewshot, to_dic
 _DECODE_LOCK = threading.RLock()
 _LOAD_LOCK = threading.Lock()
 _PATCHED = False
+#: ``enum ggml_log_level`` of ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line).
+_GGML_LOG_ERROR, _GGML_LOG_CONT = 4, 5
+_log_level = 0
+_log_callback = None
 
 
 def default_threads() -> int:
@@ -64,11 +74,32 @@ def _disable_extra_buffer_types() -> None:
     _PATCHED = True
 
 
+def _print_errors(level: int, text: bytes, user_data: Any = None) -> None:
+    """llama.cpp log callback: print error lines (and their continuations) to stderr, drop the rest."""
+    global _log_level
+    if level != _GGML_LOG_CONT:
+        _log_level = level
+    if _log_level == _GGML_LOG_ERROR:
+        print(text.decode("utf-8", errors="replace"), end="", file=sys.stderr, flush=True)
+
+
+def _log_errors_only() -> None:
+    """Install :func:`_print_errors` as llama.cpp's log callback (replacing llama-cpp-python's)."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+    import llama_cpp
+
+    _log_callback = llama_cpp.llama_log_callback(_print_errors)  # kept: llama.cpp holds only a pointer
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
 @lru_cache(maxsize=8)
 def _load(path: str, n_ctx: int, n_threads: int):
     from llama_cpp import Llama
 
     _disable_extra_buffer_types()
+    _log_errors_only()
     return Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
 
 
