@@ -39,9 +39,12 @@ class EscalationThresholds:
     """
 
     tau_hi: float = 0.67
-    """Accept when the anchor's self-consistency SC >= tau_hi (and the router margin allows)."""
+    """Accept when the anchor's self-consistency SC >= tau_hi (and the router margin allows).
+    SC takes the values k/N only; with the default N = 3 the default (just above 2/3) accepts a
+    unanimous anchor and sends a 2-of-3 majority to verify (see :func:`decision_grid`)."""
     tau_lo: float = 0.34
-    """Escalate when SC < tau_lo; between the two, verify with a peer probe."""
+    """Escalate when SC < tau_lo; between the two, verify with a peer probe. The default (just
+    above 1/3) escalates, at N = 3, when no two samples agree."""
     m_min: float = 0.0
     """Least router margin M = score₁ − score₂ for a direct accept (ignored without a router)."""
 
@@ -132,6 +135,23 @@ def decide(sc: float, margin: float | None, thresholds: EscalationThresholds) ->
     if sc < thresholds.tau_lo:
         return "escalate"
     return "verify"
+
+
+def decision_grid(n_anchor: int, thresholds: EscalationThresholds) -> list[tuple[int, Decision]]:
+    """The decide rule on every value SC can take with ``n_anchor`` samples, most confident first:
+    ``(k, decision)`` for SC = k/N, k = N … 0, without a router margin (with one, an ``accept``
+    becomes ``verify`` when M < m_min). The comparison is exact: a threshold between two grid
+    values splits them, so at N = 3 the defaults give 3/3 accept, 2/3 verify, 1/3 and 0/3 escalate.
+
+    >>> decision_grid(3, EscalationThresholds())
+    [(3, 'accept'), (2, 'verify'), (1, 'escalate'), (0, 'escalate')]
+
+    Raises:
+        ValueError: ``n_anchor < 1``.
+    """
+    if isinstance(n_anchor, bool) or not isinstance(n_anchor, int) or n_anchor < 1:
+        raise ValueError(f"decision_grid: n_anchor must be an integer >= 1, got {n_anchor!r}")
+    return [(k, decide(k / n_anchor, None, thresholds)) for k in range(n_anchor, -1, -1)]
 
 
 def escalates(decision: Decision, probe_agrees: bool | None) -> bool:
@@ -230,6 +250,8 @@ class DevOutcome:
     """Model calls of the peer probe."""
     escalation_calls: int
     """Model calls of the escalation (one per peer)."""
+    anchor_calls: int = 1
+    """Model calls of the anchor step (its N samples are one request)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,13 +260,24 @@ class PolicyScore:
     rescues: int
     harms: int
     extra_calls: int
-    """Model calls beyond the anchor's, over all questions."""
+    """Model calls beyond the anchor's, summed over the questions."""
+    calls_per_question: float
+    """COMED's mean model calls per question under these thresholds, the anchor's included (the
+    unit of the run report's calls/q column)."""
     objective: float
 
 
 def calibration_objective(rescues: int, harms: int, extra_calls: int, n: int, lam: float) -> float:
-    """``(rescues − harms − λ·cost) / n`` with cost = model calls beyond the anchor's
-    (protocols.md §3: thresholds maximise rescue − harm − λ·cost; normalised per question).
+    """``(rescues − harms − λ·extra_calls) / n`` (protocols.md §3: thresholds maximise
+    rescue − harm − λ·cost, here per question).
+
+    Units: ``(rescues − harms) / n`` is COMED's accuracy gain over its anchor as a fraction (0.01 =
+    1 pp) and the cost ``extra_calls / n`` is model calls (requests) per question beyond the
+    anchor's one, so ``λ`` is the accuracy gain one extra request per question must buy: λ = 0.01
+    asks 1 pp per request, so escalating every question of a 2-model pool through the probe
+    (2 extra requests) must gain 2 pp. On ``n`` dev questions one net rescue is worth ``1/(λ n)``
+    extra requests per question, so with small dev splits the budget of :func:`calibrate` is the
+    firmer cost control.
 
     >>> calibration_objective(3, 1, 10, 20, 0.01)
     0.095
@@ -253,7 +286,7 @@ def calibration_objective(rescues: int, harms: int, extra_calls: int, n: int, la
 
 
 def score_policy(outcomes: Sequence[DevOutcome], thresholds: EscalationThresholds, lam: float) -> PolicyScore:
-    """Rescues, harms, extra calls and objective of the decide rule under ``thresholds``."""
+    """Rescues, harms, model calls and objective of the decide rule under ``thresholds``."""
     rescues = harms = extra = 0
     for o in outcomes:
         decision = decide(o.sc, o.margin, thresholds)
@@ -263,8 +296,9 @@ def score_policy(outcomes: Sequence[DevOutcome], thresholds: EscalationThreshold
             extra += o.escalation_calls
             rescues += int(not o.anchor_correct and o.escalation_correct)
             harms += int(o.anchor_correct and not o.escalation_correct)
-    return PolicyScore(thresholds, rescues, harms, extra,
-                       calibration_objective(rescues, harms, extra, max(1, len(outcomes)), lam))
+    n = max(1, len(outcomes))
+    return PolicyScore(thresholds, rescues, harms, extra, (sum(o.anchor_calls for o in outcomes) + extra) / n,
+                       calibration_objective(rescues, harms, extra, n, lam))
 
 
 def candidate_thresholds(outcomes: Sequence[DevOutcome]) -> list[EscalationThresholds]:
@@ -282,12 +316,17 @@ def candidate_thresholds(outcomes: Sequence[DevOutcome]) -> list[EscalationThres
     return out
 
 
-def calibrate(outcomes: Sequence[DevOutcome], lam: float = 0.01) -> PolicyScore:
+def calibrate(outcomes: Sequence[DevOutcome], lam: float = 0.01, max_calls: float | None = None) -> PolicyScore:
     """Thresholds maximising rescue − harm − λ·cost on a dev split (exhaustive over
     :func:`candidate_thresholds`). Ties go to fewer extra calls, then to the earlier candidate.
 
+    ``max_calls`` is an optional budget: only thresholds whose mean model calls per question on
+    the dev split (the anchor's included, :attr:`PolicyScore.calls_per_question`) are at most
+    ``max_calls`` compete, e.g. half of what a dense baseline spends per question.
+
     Raises:
-        ValueError: no outcomes, or ``lam < 0``.
+        ValueError: no outcomes, ``lam < 0``, or ``max_calls`` below the anchor's own calls per
+            question (no thresholds fit).
     """
     if not outcomes:
         raise ValueError("calibrate: no dev outcomes (run the dev split with explore=True first)")
@@ -296,26 +335,47 @@ def calibrate(outcomes: Sequence[DevOutcome], lam: float = 0.01) -> PolicyScore:
     best: PolicyScore | None = None
     for t in candidate_thresholds(outcomes):
         s = score_policy(outcomes, t, lam)
+        if max_calls is not None and s.calls_per_question > max_calls:
+            continue
         if best is None or (s.objective, -s.extra_calls) > (best.objective, -best.extra_calls):
             best = s
+    if best is None:
+        anchor_only = sum(o.anchor_calls for o in outcomes) / len(outcomes)
+        raise ValueError(f"calibrate: max_calls {max_calls} is below the anchor's own {anchor_only:.2f} "
+                         "model calls per question; no thresholds fit")
     return best
 
 
-def write_thresholds(path: str | Path, score: PolicyScore, *, lam: float, source: str) -> None:
-    """Write calibrated thresholds as a TOML ``[comed]`` table the run reads back."""
+@dataclass(frozen=True, slots=True)
+class ThresholdsFile:
+    """The ``[comed]`` table of a thresholds file."""
+
+    thresholds: EscalationThresholds
+    n_anchor: int | None = None
+    """Anchor samples N the thresholds were calibrated with (SC takes the values k/N, so thresholds
+    chosen for one N decide differently with another); ``None`` when the file does not say."""
+
+
+def write_thresholds(path: str | Path, score: PolicyScore, *, n_anchor: int, lam: float, source: str,
+                     max_calls: float | None = None) -> None:
+    """Write calibrated thresholds and their N as a TOML ``[comed]`` table the run reads back."""
     t = score.thresholds
+    budget = "none" if max_calls is None else f"{max_calls} model calls per question"
     Path(path).write_text(
         f"# COMED thresholds calibrated on {source}\n"
         f"# objective {score.objective:.4f}: rescues {score.rescues}, harms {score.harms}, "
-        f"extra model calls {score.extra_calls}, lambda {lam}\n"
-        f"[comed]\ntau_hi = {t.tau_hi!r}\ntau_lo = {t.tau_lo!r}\nm_min = {t.m_min!r}\n", encoding="utf-8")
+        f"extra model calls {score.extra_calls}, {score.calls_per_question:.2f} model calls per question "
+        f"(anchor included), lambda {lam}, budget {budget}\n"
+        f"[comed]\ntau_hi = {t.tau_hi!r}\ntau_lo = {t.tau_lo!r}\nm_min = {t.m_min!r}\nn_anchor = {n_anchor}\n",
+        encoding="utf-8")
 
 
-def load_thresholds(path: str | Path) -> EscalationThresholds:
-    """Read the ``[comed]`` table of a thresholds file.
+def load_thresholds(path: str | Path) -> ThresholdsFile:
+    """Read the ``[comed]`` table of a thresholds file: ``tau_hi``, ``tau_lo``, ``m_min`` and,
+    optionally, ``n_anchor``.
 
     Raises:
-        ValueError: missing file, bad TOML, unknown key or bad value (``file: field 'x': ...``).
+        ValueError: missing file, bad TOML, unknown key or bad value (``file: ... field ...``).
     """
     path = Path(path)
     if not path.is_file():
@@ -324,12 +384,15 @@ def load_thresholds(path: str | Path) -> EscalationThresholds:
         table = tomllib.loads(path.read_text(encoding="utf-8")).get("comed", {})
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
-    known = {f.name for f in fields(EscalationThresholds)}
+    known = {f.name for f in fields(EscalationThresholds)} | {"n_anchor"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise ValueError(f"{path}: [comed] field '{unknown[0]}': unknown; expected {', '.join(sorted(known))}")
+    n_anchor = table.pop("n_anchor", None)
+    if n_anchor is not None and (isinstance(n_anchor, bool) or not isinstance(n_anchor, int) or n_anchor < 1):
+        raise ValueError(f"{path}: [comed] field 'n_anchor' must be an integer >= 1, got {n_anchor!r}")
     try:
-        return EscalationThresholds(**table)
+        return ThresholdsFile(EscalationThresholds(**table), n_anchor)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
 

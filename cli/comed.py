@@ -18,7 +18,9 @@ from agora.agents.escalation import (
     EscalationConfig,
     EscalationThresholds,
     RescueHarm,
+    ThresholdsFile,
     calibrate,
+    decision_grid,
     load_thresholds,
     rescue_harm,
     score_policy,
@@ -35,7 +37,10 @@ from agora.traces.report import MethodRow, method_table
 from agora.traces.store import TraceStore
 
 DEFAULT_LAMBDA = 0.01
-"""Calibration cost weight λ per extra model call per question (ours; protocols.md §3 gives none)."""
+"""Calibration cost weight λ: the accuracy gain (fraction; 0.01 = 1 pp) one extra model call per
+question must buy (ours; protocols.md §3 gives none). See ``calibration_objective``."""
+DEFAULT_SAMPLES = 3
+"""Anchor samples N when neither ``--samples`` nor the thresholds file gives one."""
 
 
 def _problems(data: Path | None, fmt: str | None, limit: int | None, seed: int) -> tuple[str, list[Problem]]:
@@ -87,6 +92,23 @@ def _run(problems: list[Problem], fmt_name: str, data: Path | None, limit: int |
     return outcome
 
 
+def _samples(given: int | None, file: ThresholdsFile | None, path: Path | None) -> int:
+    """Anchor samples N: ``--samples``, else the thresholds file's ``n_anchor``, else 3. A file's
+    thresholds were chosen on the SC grid k/N of its N, so another N is refused."""
+    if file is not None and file.n_anchor is not None:
+        if given is not None and given != file.n_anchor:
+            raise ValueError(f"--samples {given}: the thresholds in {path} were calibrated with n_anchor = "
+                             f"{file.n_anchor} (SC takes the values k/N); drop --samples or recalibrate with it")
+        return file.n_anchor
+    return DEFAULT_SAMPLES if given is None else given
+
+
+def _grid(n_anchor: int, t: EscalationThresholds, routed: bool) -> str:
+    """The decide rule on every SC value of this N, e.g. ``SC 3/3 accept, 2/3 verify, ...``."""
+    cells = ", ".join(f"{k}/{n_anchor} {d}" for k, d in decision_grid(n_anchor, t))
+    return f"decide: SC {cells}" + (f" (accept needs router margin M >= {t.m_min}, else verify)" if routed else "")
+
+
 def _baselines(spec: str) -> tuple[str, ...]:
     names = tuple(b.strip() for b in spec.split(",") if b.strip() and b.strip() != "none")
     unknown = [b for b in names if b not in BASELINES]
@@ -104,7 +126,8 @@ def run_comed(
     tau_hi: Optional[float] = typer.Option(None, "--tau-hi", help="Accept when SC >= tau_hi (default 0.67, or the file's)."),
     tau_lo: Optional[float] = typer.Option(None, "--tau-lo", help="Escalate when SC < tau_lo (default 0.34, or the file's)."),
     m_min: Optional[float] = typer.Option(None, "--m-min", help="Least router margin for a direct accept (default 0)."),
-    samples: int = typer.Option(3, "--samples", "-N", help="Anchor samples N for self-consistency."),
+    samples: Optional[int] = typer.Option(None, "--samples", "-N", help="Anchor samples N for self-consistency "
+                                          "(default: the thresholds file's n_anchor, else 3)."),
     anchor: Optional[str] = typer.Option(None, "--anchor", help="Fixed anchor model (no router)."),
     probe: Optional[str] = typer.Option(None, "--probe", help="Peer-probe model (default: router runner-up / next model)."),
     router: bool = typer.Option(True, "--router/--no-router", help="Route with kNN over past traces in --db (when any)."),
@@ -124,8 +147,10 @@ def run_comed(
     """Accept confident anchor answers, verify ambiguous ones with a peer probe, escalate the rest;
     compare with anchor-only, router-only, Mixture-of-Agents and debate on the same questions."""
     with user_errors():
-        base = load_thresholds(thresholds) if thresholds else EscalationThresholds()
+        file = load_thresholds(thresholds) if thresholds else None
+        base = file.thresholds if file else EscalationThresholds()
         given = {k: v for k, v in {"tau_hi": tau_hi, "tau_lo": tau_lo, "m_min": m_min}.items() if v is not None}
+        samples = _samples(samples, file, thresholds)
         config = EscalationConfig(
             thresholds=EscalationThresholds(**{**asdict(base), **given}), n_anchor=samples, anchor=anchor, probe=probe,
             baselines=_baselines(baselines), debate_agents=debate_agents, debate_rounds=debate_rounds,
@@ -138,6 +163,7 @@ def run_comed(
         t = config.thresholds
         console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, pool {', '.join(the_pool.names)}, "
                       f"N={samples}, τ_hi={t.tau_hi}, τ_lo={t.tau_lo}, m_min={t.m_min}", highlight=False)
+        console.print(_grid(samples, t, the_router is not None), highlight=False)
         _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,
              run_id=run_id, label="COMED")
         print_comed_report(comed_summary(store, run_id), store, run_id)
@@ -149,8 +175,11 @@ def calibrate_comed(
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed when omitted."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems."),
     out: Path = typer.Option(Path("comed-thresholds.toml"), "--out", help="Thresholds file to write (for --thresholds)."),
-    lam: float = typer.Option(DEFAULT_LAMBDA, "--lambda", help="Cost weight λ per extra model call per question."),
-    samples: int = typer.Option(3, "--samples", "-N", help="Anchor samples N."),
+    lam: float = typer.Option(DEFAULT_LAMBDA, "--lambda", help="Cost weight λ: accuracy gain (0.01 = 1 pp) one extra "
+                              "model call per question must buy."),
+    max_calls: Optional[float] = typer.Option(None, "--max-calls", help="Budget: COMED's mean model calls per question "
+                                              "on the dev split, anchor included (e.g. half a dense baseline's)."),
+    samples: int = typer.Option(DEFAULT_SAMPLES, "--samples", "-N", help="Anchor samples N (written to --out)."),
     anchor: Optional[str] = typer.Option(None, "--anchor", help="Fixed anchor model (no router)."),
     probe: Optional[str] = typer.Option(None, "--probe", help="Peer-probe model."),
     router: bool = typer.Option(True, "--router/--no-router", help="Route with kNN over past traces in --db (when any)."),
@@ -169,6 +198,8 @@ def calibrate_comed(
     with user_errors():
         if lam < 0:
             raise ValueError(f"--lambda must be >= 0, got {lam}")
+        if max_calls is not None and not max_calls > 0:
+            raise ValueError(f"--max-calls must be > 0, got {max_calls}")
         config = EscalationConfig(n_anchor=samples, anchor=anchor, probe=probe, explore=True, baselines=(),
                                   max_tokens=max_tokens, probe_max_tokens=probe_max_tokens,
                                   temperature=temperature, seed=seed)
@@ -182,14 +213,19 @@ def calibrate_comed(
         _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,
              run_id=run_id, label="COMED dev")
         outcomes = dev_outcomes(store, run_id)
-        best = calibrate(outcomes, lam)
-        write_thresholds(out, best, lam=lam, source=f"{data} ({len(outcomes)} questions, run {run_id})")
-        default = score_policy(outcomes, EscalationThresholds(), lam)
-        t = best.thresholds
-        console.print(f"chosen: τ_hi={t.tau_hi}, τ_lo={t.tau_lo}, m_min={t.m_min}: objective {best.objective:.4f} "
-                      f"(rescues {best.rescues}, harms {best.harms}, extra calls {best.extra_calls}); defaults give "
-                      f"{default.objective:.4f} (rescues {default.rescues}, harms {default.harms}, "
-                      f"extra calls {default.extra_calls})", highlight=False)
+        best = calibrate(outcomes, lam, max_calls)
+        write_thresholds(out, best, n_anchor=samples, lam=lam, max_calls=max_calls,
+                         source=f"{data} ({len(outcomes)} questions, run {run_id}, anchor "
+                                f"{'routed by kNN' if the_router else 'fixed'}; run with the same anchor mode)")
+        policies = [("chosen", best), ("defaults", score_policy(outcomes, EscalationThresholds(), lam))]
+        if max_calls is not None:
+            policies.append(("without the budget", calibrate(outcomes, lam)))
+        for name, p in policies:
+            t = p.thresholds
+            console.print(f"{name}: τ_hi={t.tau_hi:.4g}, τ_lo={t.tau_lo:.4g}, m_min={t.m_min:.4g}: objective "
+                          f"{p.objective:.4f} (rescues {p.rescues}, harms {p.harms}, extra calls {p.extra_calls}, "
+                          f"{p.calls_per_question:.2f} model calls per question)", highlight=False)
+        console.print(_grid(samples, best.thresholds, the_router is not None), highlight=False)
         console.print(f"thresholds written to {out}; use them with `agora run comed --thresholds {out}`", highlight=False)
 
 
@@ -207,7 +243,8 @@ def dev_outcomes(store: TraceStore, run_id: str) -> list[DevOutcome]:
         out.append(DevOutcome(sc=d["anchor"]["sc"], margin=(d.get("route") or {}).get("margin"),
                               anchor_correct=d["anchor_correct"], probe_agrees=d["probe"]["agrees"],
                               escalation_correct=d["escalation_correct"], probe_calls=d["probe_calls"] or 0,
-                              escalation_calls=d["escalation_calls"] or 0))
+                              escalation_calls=d["escalation_calls"] or 0,
+                              anchor_calls=(d.get("method_calls") or {}).get("anchor") or 1))
     return out
 
 

@@ -15,10 +15,12 @@ from agora.agents.escalation import (
     calibration_objective,
     candidate_thresholds,
     decide,
+    decision_grid,
     escalation_vote,
     load_thresholds,
     rescue_harm,
     score_policy,
+    ThresholdsFile,
     write_thresholds,
 )
 from agora.agents.pool import ModelPool
@@ -70,6 +72,21 @@ def test_decide_rule(sc, margin, expected):
     assert decide(sc, margin, T) == expected
 
 
+def test_default_thresholds_split_the_three_sample_grid_three_ways():
+    # N = 3: SC is k/3. τ_hi = 0.67 is above 2/3 and τ_lo = 0.34 above 1/3, so a unanimous anchor is
+    # accepted, a 2-of-3 majority is verified and no majority (or no answer at all) escalates
+    defaults = EscalationThresholds()
+    assert [decide(k / 3, None, defaults) for k in (3, 2, 1, 0)] == ["accept", "verify", "escalate", "escalate"]
+    assert decision_grid(3, defaults) == [(3, "accept"), (2, "verify"), (1, "escalate"), (0, "escalate")]
+    # thresholds on the grid points themselves: SC >= 2/3 accepts, SC = 1/3 is not < 1/3, so it verifies
+    assert decision_grid(3, EscalationThresholds(2 / 3, 1 / 3)) == [(3, "accept"), (2, "accept"), (1, "verify"),
+                                                                     (0, "escalate")]
+    # N = 5 with the defaults: 4/5 = 0.8 accepts, 3/5 and 2/5 verify, 1/5 escalates
+    assert [d for _, d in decision_grid(5, defaults)] == ["accept", "accept", "verify", "verify", "escalate", "escalate"]
+    with pytest.raises(ValueError, match="n_anchor must be an integer >= 1, got 0"):
+        decision_grid(0, defaults)
+
+
 def test_escalation_vote_weights_anchor_by_sc_and_breaks_ties_to_the_anchor():
     assert escalation_vote("A", 1 / 3, ["B"]) == "B"
     assert escalation_vote("A", 2 / 3, ["B", "A"]) == "A"  # A: 2/3 + 1, B: 1
@@ -115,6 +132,7 @@ def test_calibration_objective_and_policy_score_hand_computed():
     s = score_policy(DEV, EscalationThresholds(), lam=0.01)
     assert (s.rescues, s.harms, s.extra_calls) == (2, 1, 11)
     assert s.objective == pytest.approx((2 - 1 - 0.11) / 7)
+    assert s.calls_per_question == pytest.approx((7 + 11) / 7)  # one anchor request per question + extras
 
 
 def test_calibration_picks_what_a_brute_force_grid_picks():
@@ -140,11 +158,38 @@ def test_calibration_charges_cost():
         calibrate([], 0.1)
 
 
+def test_calibration_budget_keeps_only_affordable_thresholds():
+    free = calibrate(DEV, 0.01)
+    assert (free.rescues, free.harms) == (3, 0) and free.calls_per_question > 2.0
+    # at most 2 calls per question = 7 extra calls over 7 questions. Hand-checked: verifying the SC 2/3
+    # questions (7 calls) forces the SC 1/3 ones to verify or escalate too; escalating SC 1/3 rescues q4
+    # but harms q5. The best fit accepts every SC and verifies the low-margin q1 (M .05) and q4 (M 0)
+    # with m_min = 0.1: both probes disagree, both escalations rescue: 2 rescues for 6 extra calls
+    budget = calibrate(DEV, 0.01, max_calls=2.0)
+    assert budget.thresholds == EscalationThresholds(tau_hi=0.0, tau_lo=0.0, m_min=0.1)
+    assert (budget.rescues, budget.harms, budget.extra_calls) == (2, 0, 6)
+    assert budget.calls_per_question == pytest.approx(13 / 7)
+    feasible = [score_policy(DEV, t, 0.01) for t in candidate_thresholds(DEV)]
+    assert budget.objective == max(p.objective for p in feasible if p.calls_per_question <= 2.0)
+    # at 1.5 calls per question (3 extra) only q4's probe and escalation fit (m_min = 0.05)
+    tight = calibrate(DEV, 0.01, max_calls=1.5)
+    assert (tight.thresholds.m_min, tight.rescues, tight.harms, tight.extra_calls) == (0.05, 1, 0, 3)
+    assert calibrate(DEV, 0.01, max_calls=1.0).calls_per_question == 1.0  # anchor only always fits
+    with pytest.raises(ValueError, match="below the anchor's own 1.00 model calls per question"):
+        calibrate(DEV, 0.01, max_calls=0.9)
+
+
 def test_thresholds_file_round_trip_and_errors(tmp_path):
     path = tmp_path / "t.toml"
     best = calibrate(DEV, 0.01)
-    write_thresholds(path, best, lam=0.01, source="dev")
-    assert load_thresholds(path) == best.thresholds
+    write_thresholds(path, best, n_anchor=3, lam=0.01, source="dev")
+    assert load_thresholds(path) == ThresholdsFile(best.thresholds, 3)
+    assert "[comed]" in path.read_text() and "n_anchor = 3" in path.read_text()
+    (tmp_path / "hand.toml").write_text("[comed]\ntau_hi = 0.9\n")
+    assert load_thresholds(tmp_path / "hand.toml") == ThresholdsFile(EscalationThresholds(tau_hi=0.9), None)
+    (tmp_path / "neg.toml").write_text("[comed]\nn_anchor = -2\n")
+    with pytest.raises(ValueError, match=r"neg.toml: \[comed\] field 'n_anchor' must be an integer >= 1, got -2"):
+        load_thresholds(tmp_path / "neg.toml")
     (tmp_path / "bad.toml").write_text("[comed]\ntau_hi = 0.2\ntau_lo = 0.5\n")
     with pytest.raises(ValueError, match=r"bad.toml: EscalationThresholds.tau_lo \(0.5\) must be <= tau_hi"):
         load_thresholds(tmp_path / "bad.toml")
@@ -302,6 +347,22 @@ def test_cli_refuses_bad_thresholds_with_one_line(tmp_path):
     assert "tau_lo (0.6) must be <= tau_hi (0.3)" in result.output
     result = runner.invoke(app, ["run", "comed", "--samples", "-2", "--db", str(tmp_path / "t.db")])
     assert result.exit_code == 2 and "n_anchor must be an integer >= 1, got -2" in result.output
+    # the same mistakes in a thresholds file: one line naming the file and the field, no traceback
+    for text, message in [("tau_hi = 0.3\ntau_lo = 0.6\n", "EscalationThresholds.tau_lo (0.6) must be <= tau_hi (0.3)"),
+                          ("n_anchor = -2\n", "[comed] field 'n_anchor' must be an integer >= 1, got -2")]:
+        (tmp_path / "bad.toml").write_text("[comed]\n" + text)
+        result = runner.invoke(app, ["run", "comed", "--thresholds", str(tmp_path / "bad.toml"), "--db", str(tmp_path / "t.db")])
+        assert result.exit_code == 2
+        assert message in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+    # thresholds calibrated for N = 3 are refused with another N
+    (tmp_path / "n3.toml").write_text("[comed]\ntau_hi = 0.67\nn_anchor = 3\n")
+    result = runner.invoke(app, ["run", "comed", "--thresholds", str(tmp_path / "n3.toml"), "--samples", "5",
+                                 "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2 and "calibrated with n_anchor = 3" in result.output
+    result = runner.invoke(app, ["calibrate", "comed", "--data", str(tmp_path / "none.jsonl"), "--max-calls", "0",
+                                 "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2 and "--max-calls must be > 0, got 0.0" in result.output
 
 
 def mmlu_as_medqa(src, dst, rows):
