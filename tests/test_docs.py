@@ -11,6 +11,7 @@ from agora.graphs.delegation import graph as delegation_graph
 from agora.graphs.duel import graph as duel_graph
 from agora.graphs.escalation import graph as escalation_graph
 from agora.graphs.selection import graph as selection_graph
+from agora.tasks.loaders import FORMATS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = {"align.md": delegation_graph, "comed.md": escalation_graph, "duels.md": duel_graph,
@@ -35,3 +36,11 @@ def test_python_snippets_run(page, capsys):
     for code in snippets:
         exec(compile(code, f"{DOCS / page}", "exec"), {})
     assert capsys.readouterr().out.strip()
+
+
+def test_readme_lists_every_task_format():
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    [listed] = re.findall(r"--data FILE --format ([a-z0-9|-]+)`", readme)
+    assert listed.split("|") == list(FORMATS)
+    table = set(re.findall(r"^\| `([a-z0-9-]+)` \|", readme, flags=re.M))
+    assert set(FORMATS) <= table
