@@ -32,19 +32,19 @@ USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, 
 
 
 @contextlib.contextmanager
-def user_errors() -> Iterator[None]:
+def user_errors(unit: str = "questions") -> Iterator[None]:
     """Turn user-facing errors into ``error: ...`` on stderr and exit 2; an unreachable model into exit 1;
-    Ctrl-C into exit 130."""
+    Ctrl-C into exit 130. ``unit``: what a run saves as it goes, named in the resume hint."""
     try:
         yield
     except typer.Exit:
         raise
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/yellow]: finished questions are saved; rerun with the same "
+        err_console.print(f"[yellow]interrupted[/yellow]: finished {unit} are saved; rerun with the same "
                           "--run-id to resume")
         raise typer.Exit(130) from None
     except ModelCallError as exc:  # a model server went away: the run stops, resumable
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}\nfinished questions are saved; rerun with the same --run-id "
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}\nfinished {unit} are saved; rerun with the same --run-id "
                           "to resume once the model answers again", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except USER_ERRORS as exc:

@@ -50,7 +50,7 @@ def duel(
     """Two pool members answer an instruction, the others judge both answers (1–10), reputations
     move and the leader learns which instructions make informative duels; every non-tied duel
     becomes a preference pair in the trace DB."""
-    with user_errors():
+    with user_errors("duels"):
         problems = load_problems(instructions, fmt, limit)
         if not problems:
             raise ValueError(f"{instructions}: no instructions")

@@ -56,7 +56,7 @@ def evolve_cmd(
 ) -> None:
     """T iterations of: D duels → each member's preference data → LoRA training → the trained
     models replace their pool entries (when they do no worse on held-out pairs) → next iteration."""
-    with user_errors():
+    with user_errors("duels"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.agents.llamacpp import default_threads
         from agora.agents.pool import pool_from_specs

@@ -253,6 +253,23 @@ def test_cli_refuses_a_pool_of_two_in_one_line(tmp_path):
     assert "a duel pool needs at least 3 models" in out.output and "x, y" in out.output
 
 
+def test_cli_ctrl_c_says_finished_duels_are_saved(tmp_path, monkeypatch):
+    import agora.cli.duel as duel_cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(duel_cli, "run_duels", interrupted)
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{n}"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                            f'model = "m"\n\n' for n in ("x", "y", "z")))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "Say hi."}\n')
+    out = invoke("duel", "--instructions", data, "--pool", pool, "--db", tmp_path / "t.db")
+    assert out.exit_code == 130
+    assert "interrupted: finished duels are saved; rerun with the same --run-id to resume" in out.output
+
+
 def test_cli_report_without_duels_is_a_user_error(tmp_path):
     TraceStore(tmp_path / "t.db").close()
     out = invoke("report", "duels", "--db", tmp_path / "t.db", "--out", tmp_path / "plots")
