@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from rich.table import Table
@@ -43,6 +43,12 @@ def run_align(
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
+    concurrency: int = typer.Option(1, "--concurrency", min=1,
+                                    help="Questions in flight at once. >1 pays off on a served pool (vLLM batches "
+                                         "their requests); the embedded llama.cpp pool decodes one at a time."),
+    durability: Literal["async", "sync", "exit"] = typer.Option("async", "--durability",
+                                   help="Checkpoint each question after every step (async, sync) or only when it "
+                                        "ends or stops (exit: faster; a killed process redoes that question)."),
 ) -> None:
     """Delegate each problem to n agents (k samples each) and compare ALIGN with single-agent,
     self-consistency and best-of-n·k on the same candidates."""
@@ -78,7 +84,7 @@ def run_align(
                 context=DelegationContext(pool=the_pool, config=config), config=asdict(config),
                 pool_description=the_pool.describe(),
                 dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
-                on_event=on_event, on_question=on_question,
+                on_event=on_event, on_question=on_question, durability=durability, concurrency=concurrency,
             )
             progress.update(task, completed=len(problems), status="done")
         if outcome.skipped:
@@ -99,5 +105,5 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
     console.print(
         f"model calls: {int(totals['calls'])} (failed attempts: {int(totals['failed'])}), "
         f"generated tokens: {int(totals['completion_tokens'])}, prompt tokens: {int(totals['prompt_tokens'])}, "
-        f"wall time: {totals['wall_s']:.1f} s over {int(totals['questions'])} questions", highlight=False)
+        f"question time: {totals['wall_s']:.1f} s summed over {int(totals['questions'])} questions", highlight=False)
     console.print(f"traces: {store.path}", highlight=False)

@@ -15,13 +15,16 @@ again).
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from typing import Any, Callable, Sequence, get_args
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import StateGraph
+from langgraph.types import Durability
 
 from agora.graphs._common import problem_input
 from agora.tasks.loaders import Problem
@@ -72,6 +75,8 @@ def run_problems(
     on_event: EventHandler | None = None,
     on_question: Callable[[QuestionOutcome], None] | None = None,
     detail: Callable[[dict[str, Any]], dict[str, Any]] = default_detail,
+    durability: Durability = "async",
+    concurrency: int = 1,
 ) -> RunOutcome:
     """Run ``builder``'s graph on each problem, recording every question in ``store``.
 
@@ -82,17 +87,36 @@ def run_problems(
         protocol: protocol name stored with the run (``align``, ``comed``...).
         context: the graph's runtime context (pool and settings).
         config / pool_description / dataset: stored in the ``runs`` row.
-        on_event: called with each custom stream event (progress display).
-        on_question: called after each question is recorded.
+        on_event: called with each custom stream event (progress display); from worker threads
+            when ``concurrency > 1``. Without it the graph runs with ``invoke`` (no stream consumer,
+            so LangGraph needs no waiter thread: ≈ 0.6 ms less per step).
+        on_question: called after each question is recorded (from the calling thread).
+        detail: picks the state fields stored as the question's ``detail`` JSON.
+        durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
+            (default) or ``"sync"`` after every step, so even a killed process resumes a question
+            from its last finished step; ``"exit"`` once, when the question ends, stops or fails
+            (an exception or Ctrl-C still saves its finished steps; only a killed process redoes
+            the question). ``"exit"`` saves ≈ 0.5 ms per step (``benchmarks/orchestration.py``).
+        concurrency: questions in flight at once (threads). A served pool (vLLM) batches the
+            requests of concurrent questions; an in-process llama.cpp pool decodes one at a time,
+            so keep 1 there. Questions are recorded as they finish; ``idx`` keeps their order.
 
     Raises:
-        KeyboardInterrupt and model errors propagate after the finished questions are stored;
-        rerunning with the same ``run_id`` resumes.
+        ValueError: ``concurrency < 1`` or an unknown ``durability``.
+        KeyboardInterrupt and model errors propagate after the finished questions are stored
+        (with ``concurrency > 1``, after the questions already running have finished and been
+        stored; the ones not started are left for the rerun); rerunning with the same ``run_id``
+        resumes.
     """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    if durability not in get_args(Durability):
+        raise ValueError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
     resumed = store.start_run(run_id, protocol, config=config, pool=pool_description,
                               dataset={**dataset, "count": len(problems)})
     done = store.finished_questions(run_id)
-    outcome = RunOutcome(run_id=run_id, resumed=resumed, skipped=0)
+    outcome = RunOutcome(run_id=run_id, resumed=resumed, skipped=sum(p.id in done for p in problems))
+    todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done]
     conn = sqlite3.connect(checkpoint_path(store.path) if store.path != ":memory:" else ":memory:",
                            check_same_thread=False)
     # WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
@@ -102,44 +126,94 @@ def run_problems(
     conn.execute("PRAGMA synchronous=NORMAL")
     saver = SqliteSaver(conn)
     graph = builder.compile(checkpointer=saver)
+
+    def solve(problem: Problem) -> tuple[dict[str, Any], float, bool]:
+        """Run (or resume) one question's graph; its final state, wall seconds, whether resumed."""
+        thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
+        snapshot = graph.get_state(thread)
+        was_started = bool(snapshot.values)
+        # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
+        # branches appear in ``tasks`` only. A question counts as finished only once the graph
+        # has written its ``methods``; anything else runs (or resumes) the graph.
+        pending = bool(snapshot.next) or bool(snapshot.tasks)
+        finished = was_started and not pending and "methods" in snapshot.values
+        start = time.perf_counter()
+        if not finished:
+            inp = None if pending else problem_input(problem)
+            if on_event is None:
+                graph.invoke(inp, thread, context=context, durability=durability)
+            else:
+                for _ns, chunk in graph.stream(inp, thread, context=context, stream_mode="custom",
+                                               subgraphs=True, durability=durability):
+                    on_event({"question_id": problem.id, **chunk})
+        return graph.get_state(thread).values, time.perf_counter() - start, was_started
+
+    def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
+        methods = values.get("methods") or {}
+        main = methods.get(protocol) or {}
+        store.record_question(
+            run_id, protocol,
+            {"question_id": problem.id, "idx": idx, "source": problem.source, "kind": problem.kind,
+             "question": problem.question, "gold": problem.gold, "answer": values.get("answer"),
+             "correct": main.get("correct"), "wall_s": wall, "detail": detail(values)},
+            methods, values.get("calls") or [],
+        )
+        saver.delete_thread(f"{run_id}:{problem.id}")
+        q = QuestionOutcome(problem, values.get("answer"), methods, values.get("calls") or [], wall,
+                            resumed=was_started)
+        outcome.outcomes.append(q)
+        if on_question is not None:
+            on_question(q)
+
     try:
-        for idx, problem in enumerate(problems):
-            if problem.id in done:
-                outcome.skipped += 1
-                continue
-            thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
-            snapshot = graph.get_state(thread)
-            was_started = bool(snapshot.values)
-            # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
-            # branches appear in ``tasks`` only. A question counts as finished only once the graph
-            # has written its ``methods``; anything else runs (or resumes) the graph.
-            pending = bool(snapshot.next) or bool(snapshot.tasks)
-            finished = was_started and not pending and "methods" in snapshot.values
-            start = time.perf_counter()
-            if not finished:
-                inp = None if pending else problem_input(problem)
-                for _ns, mode, chunk in graph.stream(inp, thread, context=context,
-                                                     stream_mode=["custom", "updates"], subgraphs=True):
-                    if mode == "custom" and on_event is not None:
-                        on_event({"question_id": problem.id, **chunk})
-            values = graph.get_state(thread).values
-            wall = time.perf_counter() - start
-            methods = values.get("methods") or {}
-            main = methods.get(protocol) or {}
-            store.record_question(
-                run_id, protocol,
-                {"question_id": problem.id, "idx": idx, "source": problem.source, "kind": problem.kind,
-                 "question": problem.question, "gold": problem.gold, "answer": values.get("answer"),
-                 "correct": main.get("correct"), "wall_s": wall, "detail": detail(values)},
-                methods, values.get("calls") or [],
-            )
-            saver.delete_thread(thread["configurable"]["thread_id"])
-            q = QuestionOutcome(problem, values.get("answer"), methods, values.get("calls") or [], wall,
-                                resumed=was_started)
-            outcome.outcomes.append(q)
-            if on_question is not None:
-                on_question(q)
+        if concurrency == 1:
+            for idx, problem in todo:
+                record(idx, problem, *solve(problem))
+        else:
+            _run_concurrently(todo, solve, record, concurrency)
         store.finish_run(run_id, summary={"questions": len(problems)})
     finally:
         conn.close()
     return outcome
+
+
+class _NotStarted(Exception):
+    """A queued question skipped because an earlier one failed."""
+
+
+def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: Callable, concurrency: int) -> None:
+    """Solve up to ``concurrency`` questions at once and record each as it finishes.
+
+    On the first error or Ctrl-C: questions not yet started are cancelled, the running ones finish
+    and are recorded, then the error propagates.
+    """
+    stop = threading.Event()
+
+    def guarded(problem: Problem) -> Any:
+        if stop.is_set():  # an earlier question failed: leave this one for the rerun
+            raise _NotStarted
+        try:
+            return solve(problem)
+        except BaseException:
+            stop.set()  # before this worker thread takes the next question
+            raise
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agora-question") as pool:
+        futures = {pool.submit(guarded, problem): (idx, problem) for idx, problem in todo}
+        recorded = set()
+        try:
+            for future in as_completed(futures):
+                record(*futures[future], *future.result())  # a failed question raises here
+                recorded.add(future)
+        except BaseException as exc:  # an error, or Ctrl-C (which lands in this, the main, thread)
+            stop.set()
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+            for future in futures:
+                if future not in recorded and not future.cancelled() and future.exception() is None:
+                    record(*futures[future], *future.result())
+            if isinstance(exc, _NotStarted):  # seen before the failure that stopped the run
+                raise next(e for e in errors if not isinstance(e, _NotStarted)) from None
+            raise

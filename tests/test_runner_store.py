@@ -1,7 +1,9 @@
 """Trace store and resumable runner: rows written, resume without redoing or duplicating work."""
 
+import threading
 import time
 
+import pytest
 import sqlite_utils
 
 from agora.agents.delegation import DelegationConfig
@@ -22,10 +24,10 @@ def answer_twice(chat, index):
     return f"So the answer is {2 * i}."
 
 
-def run(store, pool, run_id="r1", problems=PROBLEMS, config=DelegationConfig(n_agents=2, k_samples=2)):
+def run(store, pool, run_id="r1", problems=PROBLEMS, config=DelegationConfig(n_agents=2, k_samples=2), **kw):
     return run_problems(build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
                         context=DelegationContext(pool, config), config={"n": 2}, pool_description=pool.describe(),
-                        dataset={"format": "test"})
+                        dataset={"format": "test"}, **kw)
 
 
 def test_rows_in_every_table(tmp_path):
@@ -50,7 +52,8 @@ def test_rows_in_every_table(tmp_path):
     assert totals["calls"] == 12 and totals["failed"] == 0
 
 
-def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path):
+@pytest.mark.parametrize("durability", ["async", "exit"])
+def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path, durability):
     store = TraceStore(tmp_path / "t.db")
     state = {"armed": True}
 
@@ -63,7 +66,7 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path):
     a = ScriptedChatModel(respond=answer_twice)
     pool = ModelPool.from_chat_models({"a": a, "b": ScriptedChatModel(respond=b_respond)})
     try:
-        run(store, pool)
+        run(store, pool, durability=durability)
     except KeyboardInterrupt:
         pass
     else:  # pragma: no cover
@@ -73,7 +76,7 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path):
     calls_to_a_before = len(a.calls)
 
     state["armed"] = False
-    out = run(store, pool)
+    out = run(store, pool, durability=durability)
     assert out.resumed and out.skipped == 1
     assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
     db = sqlite_utils.Database(tmp_path / "t.db")
@@ -119,7 +122,8 @@ def test_bootstrap_ci_hand_checked():
     assert bootstrap_ci([])[0] != bootstrap_ci([])[0]  # nan
 
 
-def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_question(tmp_path):
+@pytest.mark.parametrize("durability", ["async", "exit"])
+def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_question(tmp_path, durability):
     """SIGINT lands in the main thread while Send branches run: the checkpoint then has no ``next``
     node, only pending tasks; the rerun must resume them, not record an empty question."""
     import _thread
@@ -137,13 +141,13 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
 
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond), "b": ScriptedChatModel(respond=respond)})
     try:
-        run(store, pool)
+        run(store, pool, durability=durability)
     except KeyboardInterrupt:
         pass
     else:  # pragma: no cover
         raise AssertionError("the simulated Ctrl-C did not stop the run")
     assert store.finished_questions("r1") == {"q1"}
-    out = run(store, pool)
+    out = run(store, pool, durability=durability)
     assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
     assert all(set(q.methods) == {"align", "single_agent", "self_consistency", "best_of_n"} for q in out.outcomes)
     db = sqlite_utils.Database(tmp_path / "t.db")
@@ -163,3 +167,60 @@ def test_resuming_a_run_id_with_other_settings_or_data_is_refused():
             assert f"was started with other {what}" in str(exc)
         else:  # pragma: no cover
             raise AssertionError(what)
+
+
+def test_concurrent_questions_are_in_flight_together_and_recorded_in_order(tmp_path):
+    """Three questions, concurrency 3: the model answers only once all three wait at a barrier
+    (sequential questions would break it), and every question keeps its position ``idx``."""
+    barrier = threading.Barrier(3, timeout=10)
+
+    class AtTheBarrier(ScriptedChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            barrier.wait()  # raises BrokenBarrierError (a failed call) unless 3 calls are in flight
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    store = TraceStore(tmp_path / "t.db")
+    pool = ModelPool.from_chat_models({"a": AtTheBarrier(respond=answer_twice)})
+    out = run(store, pool, config=DelegationConfig(n_agents=1, k_samples=1), concurrency=3)
+    assert sorted(q.problem.id for q in out.outcomes) == ["q1", "q2", "q3"]
+    rows = {r["question_id"]: r for r in store.questions("r1")}
+    assert [(rows[q]["idx"], rows[q]["answer"], rows[q]["correct"]) for q in ("q1", "q2", "q3")] == \
+           [(0, "2", 1), (1, "4", 1), (2, "6", 1)]
+    assert store.get_run("r1")["status"] == "finished"
+
+
+def test_concurrent_run_stops_on_an_interrupt_keeps_running_questions_and_resumes(tmp_path):
+    """Concurrency 2 over 4 questions; q2's model call is interrupted. q1 (running beside it) is
+    recorded, q3 and q4 never start; the rerun finishes q2–q4 with no duplicates."""
+    state = {"armed": True}
+    asked = []
+
+    def respond(chat, index):
+        text = chat[-1]["content"]
+        asked.append(text)
+        if "2 + 2" in text and state["armed"]:
+            raise KeyboardInterrupt
+        if "1 + 1" in text:
+            time.sleep(0.2)  # still running when q2 fails
+        return answer_twice(chat, index)
+
+    problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(1, 5)]
+    store = TraceStore(tmp_path / "t.db")
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond)})
+    cfg = DelegationConfig(n_agents=1, k_samples=1)
+    with pytest.raises(KeyboardInterrupt):
+        run(store, pool, problems=problems, config=cfg, concurrency=2)
+    assert store.finished_questions("r1") == {"q1"}
+    assert not any("3 + 3" in t or "4 + 4" in t for t in asked)
+    state["armed"] = False
+    out = run(store, pool, problems=problems, config=cfg, concurrency=2)
+    assert out.skipped == 1 and sorted(q.problem.id for q in out.outcomes) == ["q2", "q3", "q4"]
+    assert sqlite_utils.Database(tmp_path / "t.db")["model_calls"].count == 4
+    assert [r["correct"] for r in store.questions("r1")] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("kw, field", [({"concurrency": 0}, "concurrency"), ({"durability": "never"}, "durability")])
+def test_bad_runner_settings_are_refused(tmp_path, kw, field):
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=answer_twice)})
+    with pytest.raises(ValueError, match=field):
+        run(TraceStore(tmp_path / "t.db"), pool, **kw)
