@@ -13,7 +13,8 @@ Prints three figures (issue 3):
     the requests the graph makes for Q questions × n agents × k samples (captured from the traces
     of (b), so they are exactly the graph's: same messages, same seeds, same max_tokens) sent
     straight to the backend as one concurrent batch, vs. the same questions run through the graph
-    (all questions at once, checkpointed, every call written to a trace DB). Generated tokens/s of
+    by the runner with every question in flight (``run_problems(..., concurrency=Q)``: checkpointed,
+    every call written to a trace DB). Generated tokens/s of
     both and their ratio. Goal: ≥ 0.90.
 (c) **llama.cpp vs the served pool**, generated tokens/s on the same requests (the first L
     questions' requests; llama.cpp runs in-process, one decode at a time).
@@ -29,14 +30,13 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sqlite3
+import statistics
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.runtime import Runtime
 
 from agora.agents.delegation import DelegationConfig
@@ -52,7 +52,7 @@ from agora.graphs.delegation import (
     fan_out,
     principal_select,
 )
-from agora.graphs.runner import checkpoint_path, run_problems
+from agora.graphs.runner import run_problems
 from agora.tasks.loaders import Problem, detect_format, load_problems
 from agora.traces.store import TraceStore
 
@@ -88,25 +88,25 @@ def straight_question(problem: Problem, context: DelegationContext) -> dict[str,
 
 
 def measure_overhead(problems: list[Problem], names: list[str], cfg: DelegationConfig, workdir: Path,
-                     ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+                     durability: str = "async") -> tuple[dict[str, float], list[dict[str, Any]]]:
     """(b): seconds per graph step with an instant model, tracing on, and the traced calls.
 
-    The graph runs through :func:`~agora.graphs.runner.run_problems` (SQLite checkpoint per step,
-    every call traced, one transaction per question); the straight run calls the same node
+    The graph runs through :func:`~agora.graphs.runner.run_problems` (SQLite checkpoints as
+    ``durability`` says, every call traced, one transaction per question); the straight run calls the same node
     functions in order (:func:`straight_question`). Overhead = (graph − straight) / node executions.
     Returns ``{"overhead_wall", "whole_wall", "overhead_cpu", "whole_cpu"}`` (seconds per step;
     CPU = this process's CPU time, which other processes on a shared machine disturb less than wall
     time) and the trace rows.
     """
-    store = TraceStore(workdir / "overhead.db")
+    store = TraceStore(workdir / f"overhead-{durability}.db")
     context = DelegationContext(pool=instant_pool(names), config=cfg)
     run_problems(build_delegation_graph(), problems[:2], store=store, run_id="warmup", protocol="align",
-                 context=context, config={}, pool_description=[], dataset={})
+                 context=context, config={}, pool_description=[], dataset={}, durability=durability)
     for problem in problems[:2]:
         straight_question(problem, context)
     start, cpu = time.perf_counter(), time.process_time()
     run_problems(build_delegation_graph(), problems, store=store, run_id="overhead", protocol="align",
-                 context=context, config={}, pool_description=[], dataset={})
+                 context=context, config={}, pool_description=[], dataset={}, durability=durability)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     calls = store.calls("overhead")
     start, straight_cpu = time.perf_counter(), time.process_time()
@@ -143,33 +143,15 @@ def direct_batch(pool: ModelPool, requests: list[tuple[str, list[dict], Sampling
 
 def graph_batch(pool: ModelPool, problems: list[Problem], cfg: DelegationConfig, workdir: Path,
                 run_id: str = "graph") -> tuple[int, float]:
-    """Run every question through the checkpointed graph at once and trace each; (generated tokens, wall s)."""
+    """Run every question through the runner at once (``concurrency`` = all of them: checkpointed,
+    every call traced); (generated tokens, wall seconds)."""
     store = TraceStore(workdir / f"{run_id}.db")
-    conn = sqlite3.connect(checkpoint_path(store.path), check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")  # as the runner does
-    conn.execute("PRAGMA synchronous=NORMAL")
-    graph = build_delegation_graph().compile(checkpointer=SqliteSaver(conn))
-    context = DelegationContext(pool=pool, config=cfg)
-    threads = [{"configurable": {"thread_id": f"{run_id}:{p.id}"}} for p in problems]
-    store.start_run(run_id, "align", config={}, pool=pool.describe(), dataset={})
     start = time.perf_counter()
-
-    def one(problem: Problem, thread: dict) -> dict[str, Any]:
-        graph.invoke(problem_input(problem), thread, context=context)
-        return graph.get_state(thread).values
-
-    tokens = 0
-    with ThreadPoolExecutor(max_workers=len(problems)) as ex:
-        futures = {ex.submit(one, p, t): p for p, t in zip(problems, threads)}
-        for future in as_completed(futures):  # traced from this thread, as the runner does
-            problem, values = futures[future], future.result()
-            calls = values.get("calls") or []
-            store.record_question(run_id, "align", {"question_id": problem.id, "question": problem.question,
-                                                    "gold": problem.gold, "answer": values.get("answer")},
-                                  values.get("methods") or {}, calls)
-            tokens += sum(c.get("completion_tokens") or 0 for c in calls if not c.get("error"))
+    outcome = run_problems(build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
+                           context=DelegationContext(pool=pool, config=cfg), config={}, pool_description=[],
+                           dataset={}, concurrency=len(problems))
     wall = time.perf_counter() - start
-    conn.close()
+    tokens = sum(c.get("completion_tokens") or 0 for q in outcome.outcomes for c in q.calls if not c.get("error"))
     return tokens, wall
 
 
@@ -183,6 +165,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--overhead-questions", type=int, default=40)
+    ap.add_argument("--overhead-repeats", type=int, default=3,
+                    help="Repeat (b) this many times per setting; the median and range are printed.")
     ap.add_argument("--llama-questions", type=int, default=1, help="Questions whose requests llama.cpp runs (c); 0 skips.")
     ap.add_argument("--rounds", type=int, default=1, help="Alternate direct and graph this many times (a).")
     ap.add_argument("--overhead-only", action="store_true")
@@ -201,11 +185,22 @@ def main() -> None:
           f"python {platform.python_version()}")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        m, calls = measure_overhead(problems[:args.overhead_questions], names, cfg, workdir)
-        print(f"(b) framework overhead per graph step — goal ≤ 1 ms: {m['overhead_wall'] * 1e3:.3f} ms wall, "
-              f"{m['overhead_cpu'] * 1e3:.3f} ms CPU (whole graph {m['whole_wall'] * 1e3:.3f} ms wall, "
-              f"{m['whole_cpu'] * 1e3:.3f} ms CPU per step; {args.overhead_questions} questions × "
-              f"{steps_per_question(args.agents)} steps, instant model, checkpointed, traced)")
+        print(f"(b) framework overhead per graph step, goal ≤ 1 ms ({args.overhead_questions} questions × "
+              f"{steps_per_question(args.agents)} steps, instant model, every call traced):")
+        for durability, what in (("async", "checkpoint after every step (runner default)"),
+                                 ("exit", "checkpoint when a question ends or stops")):
+            runs = []
+            for r in range(args.overhead_repeats):
+                m, calls = measure_overhead(problems[:args.overhead_questions], names, cfg, workdir / f"{durability}{r}",
+                                            durability)
+                runs.append(m)
+
+            def ms(key: str) -> str:
+                values = sorted(run[key] * 1e3 for run in runs)
+                return f"{statistics.median(values):.2f} [{values[0]:.2f}–{values[-1]:.2f}]"
+            print(f"    durability={durability}: overhead {ms('overhead_wall')} ms wall, {ms('overhead_cpu')} ms CPU "
+                  f"per step; whole graph {ms('whole_wall')} ms wall, {ms('whole_cpu')} ms CPU per step "
+                  f"(median [range] of {len(runs)}; {what})")
         if pool is None:
             return
         by_call = first_rows(calls)
