@@ -302,15 +302,21 @@ def score_policy(outcomes: Sequence[DevOutcome], thresholds: EscalationThreshold
 
 
 def candidate_thresholds(outcomes: Sequence[DevOutcome]) -> list[EscalationThresholds]:
-    """Every distinct policy on ``outcomes``: the rule changes only where a threshold crosses an
-    observed value, so ``tau_lo, tau_hi`` range over {0, 1} ∪ observed SC values and ``m_min`` over
-    {0, 1} ∪ observed margins ({0} alone without a router): any thresholds in [0, 1] decide every
-    question as the smallest candidate at or above each of them does."""
-    sc_values = sorted({0.0, 1.0} | {float(o.sc) for o in outcomes})
+    """Every distinct policy on ``outcomes``. The rule changes only where a threshold crosses an
+    observed value, so ``tau_lo, tau_hi`` range over 0 and the midpoints between neighbours of
+    {0, 1} ∪ observed SC values, and ``m_min`` likewise over {0, 1} ∪ observed margins ({0} alone
+    without a router). A midpoint decides every dev question as the value above it does, and keeps
+    the chosen thresholds off the points themselves, where float rounding (2/3 as 0.666…) could
+    flip a comparison: at N = 3 the SC candidates are 0, 1/6, 1/2 and 5/6."""
+    def cuts(values: set[float]) -> list[float]:
+        v = sorted(values)
+        return [0.0] + [(a + b) / 2 for a, b in zip(v, v[1:])]
+
+    sc_cuts = cuts({0.0, 1.0} | {float(o.sc) for o in outcomes})
     observed = {float(o.margin) for o in outcomes if o.margin is not None and 0 <= o.margin <= 1}
-    margins = sorted({0.0, 1.0} | observed) if observed else [0.0]
+    margins = cuts({0.0, 1.0} | observed) if observed else [0.0]
     out = []
-    for lo, hi in itertools.combinations_with_replacement(sc_values, 2):
+    for lo, hi in itertools.combinations_with_replacement(sc_cuts, 2):
         for m in margins:
             out.append(EscalationThresholds(tau_hi=hi, tau_lo=lo, m_min=m))
     return out

@@ -106,7 +106,7 @@ def _samples(given: int | None, file: ThresholdsFile | None, path: Path | None) 
 def _grid(n_anchor: int, t: EscalationThresholds, routed: bool) -> str:
     """The decide rule on every SC value of this N, e.g. ``SC 3/3 accept, 2/3 verify, ...``."""
     cells = ", ".join(f"{k}/{n_anchor} {d}" for k, d in decision_grid(n_anchor, t))
-    return f"decide: SC {cells}" + (f" (accept needs router margin M >= {t.m_min}, else verify)" if routed else "")
+    return f"decide: SC {cells}" + (f" (accept needs router margin M >= {t.m_min:.4g}, else verify)" if routed else "")
 
 
 def _baselines(spec: str) -> tuple[str, ...]:

@@ -148,6 +148,18 @@ def test_calibration_picks_what_a_brute_force_grid_picks():
     assert all(t.tau_lo <= t.tau_hi for t in candidate_thresholds(DEV))
 
 
+def test_candidates_sit_between_observed_values():
+    # SC observed on the N = 3 grid: cuts at 0 and halfway between 0, 1/3, 2/3, 1; margins likewise
+    candidates = candidate_thresholds(DEV)
+    assert sorted({t.tau_hi for t in candidates}) == pytest.approx([0, 1 / 6, 1 / 2, 5 / 6])
+    assert sorted({t.m_min for t in candidates}) == pytest.approx(
+        [0, 0.025, 0.075, 0.2, 0.35, 0.45, 0.55, 0.8])  # observed 0 .05 .1 .3 .4 .5 .6, and 1
+    assert {t.m_min for t in candidate_thresholds([dev(1.0, True, True, True)])} == {0.0}  # no router
+    # τ_hi = 1/2 accepts SC 2/3 however 2/3 was rounded; τ_hi = 5/6 only SC 1
+    assert decide(0.6666666666666665, None, EscalationThresholds(0.5, 1 / 6)) == "accept"
+    assert decide(2 / 3, None, EscalationThresholds(5 / 6, 1 / 6)) == "verify"
+
+
 def test_calibration_charges_cost():
     # one rescue that needs an escalation costing 2 calls: worth it at λ=0.1, not at λ=0.6
     outcomes = [dev(1 / 3, False, False, True), dev(1.0, True, True, True)]
@@ -164,16 +176,16 @@ def test_calibration_budget_keeps_only_affordable_thresholds():
     # at most 2 calls per question = 7 extra calls over 7 questions. Hand-checked: verifying the SC 2/3
     # questions (7 calls) forces the SC 1/3 ones to verify or escalate too; escalating SC 1/3 rescues q4
     # but harms q5. The best fit accepts every SC and verifies the low-margin q1 (M .05) and q4 (M 0)
-    # with m_min = 0.1: both probes disagree, both escalations rescue: 2 rescues for 6 extra calls
+    # with m_min between .05 and .1: both probes disagree, both escalations rescue: 2 rescues for 6 extra calls
     budget = calibrate(DEV, 0.01, max_calls=2.0)
-    assert budget.thresholds == EscalationThresholds(tau_hi=0.0, tau_lo=0.0, m_min=0.1)
+    assert (budget.thresholds.tau_hi, budget.thresholds.tau_lo, budget.thresholds.m_min) == (0.0, 0.0, pytest.approx(0.075))
     assert (budget.rescues, budget.harms, budget.extra_calls) == (2, 0, 6)
     assert budget.calls_per_question == pytest.approx(13 / 7)
     feasible = [score_policy(DEV, t, 0.01) for t in candidate_thresholds(DEV)]
     assert budget.objective == max(p.objective for p in feasible if p.calls_per_question <= 2.0)
-    # at 1.5 calls per question (3 extra) only q4's probe and escalation fit (m_min = 0.05)
+    # at 1.5 calls per question (3 extra) only q4's probe and escalation fit (m_min between 0 and .05)
     tight = calibrate(DEV, 0.01, max_calls=1.5)
-    assert (tight.thresholds.m_min, tight.rescues, tight.harms, tight.extra_calls) == (0.05, 1, 0, 3)
+    assert (tight.thresholds.m_min, tight.rescues, tight.harms, tight.extra_calls) == (pytest.approx(0.025), 1, 0, 3)
     assert calibrate(DEV, 0.01, max_calls=1.0).calls_per_question == 1.0  # anchor only always fits
     with pytest.raises(ValueError, match="below the anchor's own 1.00 model calls per question"):
         calibrate(DEV, 0.01, max_calls=0.9)
