@@ -198,8 +198,8 @@ def calibrate_comed(
     with user_errors():
         if lam < 0:
             raise ValueError(f"--lambda must be >= 0, got {lam}")
-        if max_calls is not None and not max_calls > 0:
-            raise ValueError(f"--max-calls must be > 0, got {max_calls}")
+        if max_calls is not None and not max_calls >= 1:
+            raise ValueError(f"--max-calls must be >= 1 (each question costs the anchor's one model call), got {max_calls}")
         config = EscalationConfig(n_anchor=samples, anchor=anchor, probe=probe, explore=True, baselines=(),
                                   max_tokens=max_tokens, probe_max_tokens=probe_max_tokens,
                                   temperature=temperature, seed=seed)

@@ -372,9 +372,9 @@ def test_cli_refuses_bad_thresholds_with_one_line(tmp_path):
     result = runner.invoke(app, ["run", "comed", "--thresholds", str(tmp_path / "n3.toml"), "--samples", "5",
                                  "--db", str(tmp_path / "t.db")])
     assert result.exit_code == 2 and "calibrated with n_anchor = 3" in result.output
-    result = runner.invoke(app, ["calibrate", "comed", "--data", str(tmp_path / "none.jsonl"), "--max-calls", "0",
+    result = runner.invoke(app, ["calibrate", "comed", "--data", str(tmp_path / "none.jsonl"), "--max-calls", "0.5",
                                  "--db", str(tmp_path / "t.db")])
-    assert result.exit_code == 2 and "--max-calls must be > 0, got 0.0" in result.output
+    assert result.exit_code == 2 and "--max-calls must be >= 1 (each question costs the anchor's one model call), got 0.5" in result.output
 
 
 def mmlu_as_medqa(src, dst, rows):
