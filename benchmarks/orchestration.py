@@ -142,14 +142,14 @@ def direct_batch(pool: ModelPool, requests: list[tuple[str, list[dict], Sampling
 
 
 def graph_batch(pool: ModelPool, problems: list[Problem], cfg: DelegationConfig, workdir: Path,
-                run_id: str = "graph") -> tuple[int, float]:
-    """Run every question through the runner at once (``concurrency`` = all of them: checkpointed,
-    every call traced); (generated tokens, wall seconds)."""
+                run_id: str = "graph", concurrency: int | None = None) -> tuple[int, float]:
+    """Run the questions through the runner (checkpointed, every call traced), ``concurrency`` at a
+    time (default: all at once); (generated tokens, wall seconds)."""
     store = TraceStore(workdir / f"{run_id}.db")
     start = time.perf_counter()
     outcome = run_problems(build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
                            context=DelegationContext(pool=pool, config=cfg), config={}, pool_description=[],
-                           dataset={}, concurrency=len(problems))
+                           dataset={}, concurrency=concurrency or len(problems))
     wall = time.perf_counter() - start
     tokens = sum(c.get("completion_tokens") or 0 for q in outcome.outcomes for c in q.calls if not c.get("error"))
     return tokens, wall
@@ -220,6 +220,10 @@ def main() -> None:
         d_rate, g_rate = totals[0] / totals[1], totals[2] / totals[3]
         print(f"    direct batch : {d_rate:.1f} tok/s; ALIGN graph (checkpointed, traced): {g_rate:.1f} tok/s")
         print(f"    efficiency ratio graph/direct = {g_rate / d_rate:.3f} — goal ≥ 0.90")
+        s_tokens, s_wall = graph_batch(pool, problems[:args.questions], cfg, workdir, run_id="sequential",
+                                       concurrency=1)
+        print(f"    for comparison, the runner one question at a time (--concurrency 1): {s_tokens / s_wall:.1f} tok/s "
+              f"({s_tokens} tokens in {s_wall:.1f} s), {(s_tokens / s_wall) / d_rate:.3f} of the direct batch")
         if args.llama_questions > 0:
             subset = requests[:args.llama_questions * args.agents]
             embedded = default_pool()
