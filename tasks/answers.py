@@ -9,6 +9,7 @@ An output from which no answer can be extracted is never correct.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -55,13 +56,18 @@ def _parse_math(text: str) -> list:
         return []
 
 
-def _parse_given(answer: str) -> list:
-    """Parse a bare answer (gold, or an extracted one): LaTeX like ``\\sqrt{2}`` needs a wrapper."""
+@functools.lru_cache(maxsize=4096)
+def _parse_given(answer: str) -> tuple:
+    """Parse a bare answer (gold, or an extracted one): LaTeX like ``\\sqrt{2}`` needs a wrapper.
+
+    Cached: a question's gold is compared with every method's answer, and answers repeat across
+    candidates (the parsed sympy values are immutable).
+    """
     if any(ch in answer for ch in "\\{}^"):
         parsed = _parse_math(f"\\boxed{{{answer}}}")
         if parsed:
-            return parsed
-    return _parse_math(answer)
+            return tuple(parsed)
+    return tuple(_parse_math(answer))
 
 
 def _as_float(parsed: list) -> float | None:
@@ -140,6 +146,6 @@ def is_correct(predicted: str | None, gold: str, kind: AnswerKind = "math") -> b
     if g is not None and p is not None:
         return abs(g - p) <= REL_TOL * max(1.0, abs(g))
     try:
-        return bool(verify(gold_parsed, pred_parsed, **_verify_kwargs()))
+        return bool(verify(list(gold_parsed), list(pred_parsed), **_verify_kwargs()))
     except Exception:
         return False
