@@ -111,6 +111,8 @@ class LlamaCppChatModel(BaseChatModel):
     Each call returns ``n`` generations (``n`` sequential samples with seeds ``seed, seed+1, ...``;
     llama.cpp reuses the cached prompt between them), each carrying ``usage_metadata`` and
     ``response_metadata["latency_s"]``. Instances with the same ``model_path`` share weights.
+    A call starts from an empty context and holds the decode lock for all its samples, so a seeded
+    call's text depends only on its prompt, seed and ``n``, not on what ran before or beside it.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -165,9 +167,14 @@ class LlamaCppChatModel(BaseChatModel):
             prompt = render_fewshot(chat, self.fewshot_labels)
             stops += [s for s in fewshot_stops(self.fewshot_labels) if s not in stops]
         generations = []
-        for i in range(n):
-            sample_seed = (int(seed) + i) if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
-            with _DECODE_LOCK:
+        # One request holds the decode lock for all its samples and starts from an empty context:
+        # llama.cpp reuses the cached prefix of whatever ran before, and a reused prefix gives
+        # slightly different logits than a fresh prefill, so without the reset a seeded request's
+        # text would depend on the previous request (another agent's, another run's).
+        with _DECODE_LOCK:
+            llm.reset()
+            for i in range(n):
+                sample_seed = (int(seed) + i) if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
                 start = time.perf_counter()
                 if prompt is not None:
                     out = llm.create_completion(prompt, stop=stops or None, seed=sample_seed, **params)
@@ -176,15 +183,15 @@ class LlamaCppChatModel(BaseChatModel):
                     out = llm.create_chat_completion(chat, stop=stops or None, seed=sample_seed, **params)
                     text = out["choices"][0]["message"]["content"] or ""
                 latency = time.perf_counter() - start
-            usage = out.get("usage") or {}
-            generations.append(
-                generation(
-                    text.strip(),
-                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                    completion_tokens=int(usage.get("completion_tokens", 0)),
-                    latency_s=latency,
-                    model_name=self.model_name,
-                    finish_reason=out["choices"][0].get("finish_reason"),
+                usage = out.get("usage") or {}
+                generations.append(
+                    generation(
+                        text.strip(),
+                        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                        completion_tokens=int(usage.get("completion_tokens", 0)),
+                        latency_s=latency,
+                        model_name=self.model_name,
+                        finish_reason=out["choices"][0].get("finish_reason"),
+                    )
                 )
-            )
         return ChatResult(generations=generations)
