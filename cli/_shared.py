@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import signal
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
 import typer
+from langgraph.errors import GraphDrained
+from langgraph.runtime import RunControl
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -39,7 +43,7 @@ def user_errors(unit: str = "questions") -> Iterator[None]:
         yield
     except typer.Exit:
         raise
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, GraphDrained):
         err_console.print(f"[yellow]interrupted[/yellow]: finished {unit} are saved; rerun with the same "
                           "--run-id to resume")
         raise typer.Exit(130) from None
@@ -51,6 +55,36 @@ def user_errors(unit: str = "questions") -> Iterator[None]:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+@contextlib.contextmanager
+def graceful_stop() -> Iterator[RunControl]:
+    """Ctrl-C stops a run at the next step boundary instead of mid-step; a second Ctrl-C at once.
+
+    Yields the ``RunControl`` to pass to :func:`agora.graphs.runner.run_problems`. The first SIGINT
+    asks LangGraph to drain (the running step finishes and is checkpointed, with every sample it
+    drew, then ``GraphDrained`` is raised and :func:`user_errors` prints the resume hint); the
+    second raises ``KeyboardInterrupt`` as usual (the running step is then redone on resume).
+    Outside the main thread (where signal handlers cannot be set) it only yields the control.
+    """
+    control = RunControl()
+    if threading.current_thread() is not threading.main_thread():
+        yield control
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if control.drain_requested:
+            signal.signal(signal.SIGINT, previous)
+            raise KeyboardInterrupt
+        control.request_drain("interrupted")
+        err_console.print("[yellow]stopping[/yellow] after the running step, which is saved "
+                          "(model calls in flight finish first); Ctrl-C again to stop at once")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield control
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def get_pool(path: Path | None) -> ModelPool:

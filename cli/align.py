@@ -16,6 +16,7 @@ from agora.cli._shared import (
     fmt_ci,
     fmt_pct,
     get_pool,
+    graceful_stop,
     new_run_id,
     question_progress,
     user_errors,
@@ -70,7 +71,7 @@ def run_align(
         store = TraceStore(db)
         console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, "
                       f"{agents} agents × {samples} samples, pool {', '.join(the_pool.names)}", highlight=False)
-        with question_progress(len(problems)) as progress:
+        with question_progress(len(problems)) as progress, graceful_stop() as control:
             task = progress.add_task("align", total=len(problems), label="ALIGN", status="")
 
             def on_event(event):
@@ -85,6 +86,7 @@ def run_align(
                 pool_description=the_pool.describe(),
                 dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
                 on_event=on_event, on_question=on_question, durability=durability, concurrency=concurrency,
+                control=control,
             )
             progress.update(task, completed=len(problems), status="done")
         if outcome.skipped:

@@ -16,7 +16,15 @@ from rich.table import Table
 
 from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse, converse_default_specs
 from agora.agents.pool import ModelPool, load_pool, pool_from_specs
-from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, console, new_run_id, question_progress, user_errors
+from agora.cli._shared import (
+    MAX_SHOTS,
+    MAX_TEMPERATURE,
+    console,
+    graceful_stop,
+    new_run_id,
+    question_progress,
+    user_errors,
+)
 from agora.cli.main import app, report_app
 from agora.graphs.conversation import ConversationConfig, ConversationContext, build_conversation_graph
 from agora.graphs.runner import run_problems
@@ -90,7 +98,7 @@ def converse(
         console.print(f"run [bold]{base}[/bold]: {len(todo)} ordered pairs × {len(problems)} {fmt_name} prompts × "
                       f"{turns} turns; pool {', '.join(the_pool.names)}", highlight=False)
         calls = 0
-        with question_progress(len(todo) * len(problems)) as progress:
+        with question_progress(len(todo) * len(problems)) as progress, graceful_stop() as control:
             task = progress.add_task("converse", total=len(todo) * len(problems), label="converse", status="")
             for a, b in todo:
                 config = ConversationConfig(speaker_a=a, speaker_b=b, turns=turns, max_tokens=max_tokens,
@@ -104,6 +112,7 @@ def converse(
                     on_question=lambda q: progress.advance(task),
                     detail=lambda v: {"turns": [{k: t[k] for k in ("turn", "speaker", "partner", "answer")}
                                                 for t in v.get("turns") or []]},
+                    control=control,
                 )
                 progress.advance(task, outcome.skipped)
                 calls += sum(len(q.calls) for q in outcome.outcomes)

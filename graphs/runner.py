@@ -24,6 +24,8 @@ from typing import Any, Callable, Sequence, get_args
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import StateGraph
+from langgraph.errors import GraphDrained
+from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
 from agora.graphs._common import problem_input
@@ -77,6 +79,7 @@ def run_problems(
     detail: Callable[[dict[str, Any]], dict[str, Any]] = default_detail,
     durability: Durability = "async",
     concurrency: int = 1,
+    control: RunControl | None = None,
 ) -> RunOutcome:
     """Run ``builder``'s graph on each problem, recording every question in ``store``.
 
@@ -94,15 +97,22 @@ def run_problems(
         detail: picks the state fields stored as the question's ``detail`` JSON.
         durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
             (default) or ``"sync"`` after every step, so even a killed process resumes a question
-            from its last finished step; ``"exit"`` once, when the question ends, stops or fails
-            (an exception or Ctrl-C still saves its finished steps; only a killed process redoes
-            the question). ``"exit"`` saves ≈ 0.5 ms per step (``benchmarks/orchestration.py``).
+            from its last finished step; ``"exit"`` once, when the question ends, drains (see
+            ``control``) or fails (an error keeps the steps and samples finished before it; a
+            ``KeyboardInterrupt`` or a killed process redoes the interrupted step or question).
+            ``"exit"`` saves ≈ 0.5–0.8 ms per step (``benchmarks/orchestration.py``).
         concurrency: questions in flight at once (threads). A served pool (vLLM) batches the
             requests of concurrent questions; an in-process llama.cpp pool decodes one at a time,
             so keep 1 there. Questions are recorded as they finish; ``idx`` keeps their order.
+        control: LangGraph's ``RunControl`` for a graceful stop (e.g. on Ctrl-C, see
+            ``agora.cli._shared.graceful_stop``): after ``control.request_drain()`` each running
+            question stops at its next step boundary with that step checkpointed (whatever the
+            ``durability``), no new question starts, and ``GraphDrained`` is raised once the
+            finished questions are recorded.
 
     Raises:
         ValueError: ``concurrency < 1`` or an unknown ``durability``.
+        GraphDrained: the run stopped because ``control`` asked it to; rerun to resume.
         KeyboardInterrupt and model errors propagate after the finished questions are stored
         (with ``concurrency > 1``, after the questions already running have finished and been
         stored; the ones not started are left for the rerun); rerunning with the same ``run_id``
@@ -141,10 +151,10 @@ def run_problems(
         if not finished:
             inp = None if pending else problem_input(problem)
             if on_event is None:
-                graph.invoke(inp, thread, context=context, durability=durability)
+                graph.invoke(inp, thread, context=context, durability=durability, control=control)
             else:
                 for _ns, chunk in graph.stream(inp, thread, context=context, stream_mode="custom",
-                                               subgraphs=True, durability=durability):
+                                               subgraphs=True, durability=durability, control=control):
                     on_event({"question_id": problem.id, **chunk})
         return graph.get_state(thread).values, time.perf_counter() - start, was_started
 
@@ -168,9 +178,10 @@ def run_problems(
     try:
         if concurrency == 1:
             for idx, problem in todo:
+                _check_drain(control)
                 record(idx, problem, *solve(problem))
         else:
-            _run_concurrently(todo, solve, record, concurrency)
+            _run_concurrently(todo, solve, record, concurrency, control)
         store.finish_run(run_id, summary={"questions": len(problems)})
     finally:
         conn.close()
@@ -181,7 +192,14 @@ class _NotStarted(Exception):
     """A queued question skipped because an earlier one failed."""
 
 
-def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: Callable, concurrency: int) -> None:
+def _check_drain(control: RunControl | None) -> None:
+    """Raise ``GraphDrained`` before a new question starts once a drain was requested."""
+    if control is not None and control.drain_requested:
+        raise GraphDrained(control.drain_reason or "shutdown")
+
+
+def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: Callable, concurrency: int,
+                      control: RunControl | None) -> None:
     """Solve up to ``concurrency`` questions at once and record each as it finishes.
 
     On the first error or Ctrl-C: questions not yet started are cancelled, the running ones finish
@@ -190,8 +208,8 @@ def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: 
     stop = threading.Event()
 
     def guarded(problem: Problem) -> Any:
-        if stop.is_set():  # an earlier question failed: leave this one for the rerun
-            raise _NotStarted
+        if stop.is_set() or (control is not None and control.drain_requested):
+            raise _NotStarted  # an earlier question failed, or a stop was asked: leave it for the rerun
         try:
             return solve(problem)
         except BaseException:
@@ -214,6 +232,9 @@ def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: 
             for future in futures:
                 if future not in recorded and not future.cancelled() and future.exception() is None:
                     record(*futures[future], *future.result())
-            if isinstance(exc, _NotStarted):  # seen before the failure that stopped the run
-                raise next(e for e in errors if not isinstance(e, _NotStarted)) from None
+            if isinstance(exc, _NotStarted):  # seen before the failure (or drain) that stopped the run
+                real = [e for e in errors if not isinstance(e, _NotStarted)]
+                if real:
+                    raise real[0] from None
+                _check_drain(control)
             raise

@@ -224,3 +224,38 @@ def test_bad_runner_settings_are_refused(tmp_path, kw, field):
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=answer_twice)})
     with pytest.raises(ValueError, match=field):
         run(TraceStore(tmp_path / "t.db"), pool, **kw)
+
+
+@pytest.mark.parametrize("durability, concurrency", [("async", 1), ("exit", 1), ("exit", 2)])
+def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(tmp_path, durability, concurrency):
+    """A drain asked while agent b works on q2 (as Ctrl-C does through ``graceful_stop``): the step
+    finishes with both agents' samples checkpointed, q3 never starts, GraphDrained is raised; the
+    rerun finishes q2 without asking either agent again about it."""
+    from langgraph.errors import GraphDrained
+    from langgraph.runtime import RunControl
+
+    control = RunControl()
+    asked = []
+
+    def respond(chat, index):
+        text = chat[-1]["content"]
+        asked.append(text)
+        if "2 + 2" in text and not control.drain_requested:
+            control.request_drain("test")
+        return answer_twice(chat, index)
+
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond), "b": ScriptedChatModel(respond=respond)})
+    store = TraceStore(tmp_path / "t.db")
+    with pytest.raises(GraphDrained):
+        run(store, pool, durability=durability, concurrency=concurrency, control=control)
+    finished = store.finished_questions("r1")
+    assert "q3" not in finished and "q2" not in finished
+    assert not any("3 + 3" in t for t in asked) or concurrency > 1
+    q2_asked = sum("2 + 2" in t for t in asked)
+    assert q2_asked == 2 * 2  # both agents sampled k = 2 in the drained step
+
+    out = run(store, pool, durability=durability, concurrency=concurrency)
+    assert sum("2 + 2" in t for t in asked) == q2_asked  # q2 resumed from its checkpoint
+    assert {q.problem.id for q in out.outcomes} | finished == {"q1", "q2", "q3"}
+    assert [r["correct"] for r in store.questions("r1")] == [1, 1, 1]
+    assert sqlite_utils.Database(tmp_path / "t.db")["model_calls"].count == 12
