@@ -176,6 +176,8 @@ def _mc(rec: dict, path: Path, line: int) -> Problem:
 
 
 _PROMPT_KEYS = ("prompt", "instruction", "text", "question", "problem", "input")
+#: Fields the other formats read a gold answer from; a record with one of them is not a bare prompt.
+_GOLD_KEYS = {"answer", "target", "solution", "answer_idx", "answerKey"}
 
 
 def _prompt(rec: dict, path: Path, line: int) -> Problem:
@@ -264,7 +266,8 @@ def load_problems(path: str | Path | None, fmt: str, limit: int | None = None, s
 
 
 def detect_format(path: str | Path) -> str:
-    """Guess a problem file's format from its first record's fields.
+    """Guess a problem file's format from its first record's fields: a text field of ``prompts``
+    (``prompt``, ``instruction``, ``text``, ...) with no gold-answer field is ``prompts``.
 
     Raises:
         TaskFormatError: the fields match no known format.
@@ -278,6 +281,8 @@ def detect_format(path: str | Path) -> str:
             return "math"
         if "options" in rec or "choices" in rec or isinstance(rec.get("question"), dict):
             return "mc"
+        if not _GOLD_KEYS & rec.keys() and any(isinstance(rec.get(k), str) and rec[k].strip() for k in _PROMPT_KEYS):
+            return "prompts"
         raise TaskFormatError(path, number, None, f"cannot tell the format from fields {sorted(rec)}; "
                               f"pass --format ({', '.join(FORMATS)})")
     raise TaskFormatError(path, 0, None, "file has no records")

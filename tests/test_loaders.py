@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from typer.testing import CliRunner
 
 from agora.tasks import TaskFormatError, load_problems, synthetic_problems
 from agora.tasks.loaders import detect_format, last_boxed
@@ -73,6 +74,37 @@ def test_malformed_line_names_file_line_and_field(tmp_path, fmt, line, needle):
         load_problems(path, fmt)
     assert str(err.value).startswith(f"{path}:3: ")
     assert needle in str(err.value)
+
+
+def test_bare_prompts_are_detected_but_an_unknown_gold_field_is_not(tmp_path):
+    for field in ("prompt", "instruction", "text", "question"):
+        path = write(tmp_path, f"{field}.jsonl", [{field: "Write a haiku about rain."}])
+        assert detect_format(path) == "prompts"
+        [p] = load_problems(path, detect_format(path))
+        assert (p.question, p.gold, p.kind) == ("Write a haiku about rain.", None, "open")
+    # a gold answer in no known format is not silently dropped as a bare prompt
+    path = write(tmp_path, "qa.jsonl", [{"question": "Q?", "answer": "42"}])
+    with pytest.raises(TaskFormatError, match=r"qa.jsonl:1: cannot tell the format from fields \['answer', 'question'\]"):
+        detect_format(path)
+
+
+def test_converse_reads_a_prompts_file_without_format(tmp_path, monkeypatch):
+    import agora.cli.converse as converse_cli
+    from agora.agents.pool import ModelPool
+    from agora.agents.testing import ScriptedChatModel
+    from agora.cli.main import app
+    from agora.traces.store import TraceStore
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=lambda chat, i, m=m: f"{m} says hi")
+                                       for m in ("a", "b")})
+    monkeypatch.setattr(converse_cli, "load_pool", lambda path: pool)
+    prompts = write(tmp_path, "prompts.jsonl", [{"prompt": "Say hi."}])
+    result = CliRunner().invoke(app, ["converse", "--prompts", str(prompts), "--pool", "pool.toml", "--turns", "2",
+                                      "--db", str(tmp_path / "t.db"), "--run-id", "c"])
+    assert result.exit_code == 0, result.output
+    assert "2 ordered pairs × 1 prompts prompts × 2 turns" in result.output
+    calls = TraceStore(tmp_path / "t.db").calls("c:a>b")
+    assert [(c["model"], c["partner"]) for c in calls] == [("a", None), ("b", "a")]
 
 
 def test_limit_and_missing_file(tmp_path):
