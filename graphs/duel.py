@@ -38,7 +38,8 @@ from typing import Annotated, Any, Callable, Sequence
 import numpy as np
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import Runtime
+from langgraph.errors import GraphDrained
+from langgraph.runtime import RunControl, Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
@@ -533,6 +534,7 @@ def run_duels(
     dataset: dict[str, Any] | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     on_duel: Callable[[DuelRecord], None] | None = None,
+    control: RunControl | None = None,
 ) -> DuelRunOutcome:
     """Play ``T × D`` duels (``context.config``), recording each in ``store`` as it finishes.
 
@@ -544,8 +546,11 @@ def run_duels(
         store: the trace store; context: pool, settings, instructions.
         dataset: described in the ``runs`` row (path, format, ...).
         on_event: called with each custom stream event; on_duel: after each recorded duel.
+        control: LangGraph's ``RunControl``: after ``request_drain()`` the running duel stops at
+            its next step boundary (checkpointed) and no new duel starts.
 
     Raises:
+        GraphDrained: the run stopped because ``control`` asked it to; rerun to resume.
         ValueError: a pool under 3 members, no instructions, or a rerun whose settings or
             instructions differ from the stored run's.
         ModelCallError: a model failed after retries; its failed attempts are stored and a rerun
@@ -577,6 +582,8 @@ def run_duels(
                 duel_id = f"{run_id}:{t}:{d}"
                 if duel_id in saved.done:
                     continue
+                if control is not None and control.drain_requested:
+                    raise GraphDrained(control.drain_reason or "shutdown")
                 thread = {"configurable": {"thread_id": duel_id}}
                 snapshot = compiled.get_state(thread)
                 # Send branches (respond, judge) show up in ``tasks``, not ``next``; a duel is
@@ -587,7 +594,7 @@ def run_duels(
                                                       "duel_number": number, "reputation": reputation,
                                                       "leader": leader}
                     try:
-                        for _ns, mode, chunk in compiled.stream(inp, thread, context=ctx,
+                        for _ns, mode, chunk in compiled.stream(inp, thread, context=ctx, control=control,
                                                                 stream_mode=["custom", "updates"], subgraphs=True):
                             if mode == "custom" and on_event is not None:
                                 on_event({"duel_id": duel_id, **chunk})

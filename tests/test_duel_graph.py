@@ -158,6 +158,44 @@ def test_interrupted_run_resumes_without_duplicates_and_matches_an_uninterrupted
                                             problems))
 
 
+def test_drained_run_stops_between_steps_and_resumes_like_an_uninterrupted_run(tmp_path):
+    """A drain asked (as the first Ctrl-C does) while the 3rd duel's followers answer: that step
+    finishes and is checkpointed, no later duel starts, GraphDrained is raised; the rerun asks no
+    follower of that duel again and ends with the uninterrupted run's duels."""
+    from langgraph.errors import GraphDrained
+    from langgraph.runtime import RunControl
+
+    cfg = DuelConfig(mode="stackelberg", duels=4, iterations=1, seed=3)
+    problems = synthetic_problems(6)
+    reference = TraceStore(tmp_path / "ref.db")
+    run_duels(reference, "run", DuelContext(quality_pool()[0], cfg, problems))
+
+    control = RunControl()
+    pool, models = quality_pool()
+    answered = {"n": 0}
+    inner = models["a"].respond
+
+    def respond(messages, i):
+        if not _AUTHOR.search(messages[-1]["content"]):
+            answered["n"] += 1
+            if answered["n"] == 2 and not control.drain_requested:
+                control.request_drain("test")
+        return inner(messages, i)
+
+    models["a"].respond = respond
+    store = TraceStore(tmp_path / "t.db")
+    with pytest.raises(GraphDrained):
+        run_duels(store, "run", DuelContext(pool, cfg, problems), control=control)
+    recorded = store.db["duels"].count
+    assert recorded < 4
+    calls_before = sum(len(m.calls) for m in models.values())
+    outcome = run_duels(store, "run", DuelContext(pool, cfg, problems))
+    assert len(outcome.records) == 4 - recorded
+    assert _duel_summary(store, "run") == _duel_summary(reference, "run")
+    # the drained duel resumes at its judging step: 2 judge calls for it, 4 calls per later duel
+    assert sum(len(m.calls) for m in models.values()) - calls_before == 2 + 4 * (4 - recorded - 1)
+
+
 INFORMATIVE = "INFORMATIVE instruction"
 
 
