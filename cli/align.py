@@ -105,7 +105,7 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
                       f"{r.samples_per_question:.1f}", str(r.completion_tokens), f"{r.model_time_s:.1f}")
     console.print(table)
     console.print(
-        f"model calls: {int(totals['calls'])} (failed attempts: {int(totals['failed'])}), "
+        f"samples drawn: {int(totals['calls'])} (one trace row each; failed attempts: {int(totals['failed'])}), "
         f"generated tokens: {int(totals['completion_tokens'])}, prompt tokens: {int(totals['prompt_tokens'])}, "
         f"question time: {totals['wall_s']:.1f} s summed over {int(totals['questions'])} questions", highlight=False)
     console.print(f"traces: {store.path}", highlight=False)
