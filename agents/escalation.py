@@ -331,13 +331,13 @@ def calibrate(outcomes: Sequence[DevOutcome], lam: float = 0.01, max_calls: floa
     ``max_calls`` compete, e.g. half of what a dense baseline spends per question.
 
     Raises:
-        ValueError: no outcomes, ``lam < 0``, or ``max_calls`` below the anchor's own calls per
-            question (no thresholds fit).
+        ValueError: no outcomes, ``lam`` not a finite number >= 0, or ``max_calls`` below the
+            anchor's own calls per question (no thresholds fit).
     """
     if not outcomes:
         raise ValueError("calibrate: no dev outcomes (run the dev split with explore=True first)")
-    if lam < 0:
-        raise ValueError(f"calibrate: lam must be >= 0, got {lam}")
+    if not 0 <= lam < math.inf:
+        raise ValueError(f"calibrate: lam must be a finite number >= 0, got {lam}")
     best: PolicyScore | None = None
     for t in candidate_thresholds(outcomes):
         s = score_policy(outcomes, t, lam)
@@ -362,6 +362,23 @@ class ThresholdsFile:
     chosen for one N decide differently with another); ``None`` when the file does not say."""
 
 
+def check_pool(config: EscalationConfig, pool_names: Sequence[str]) -> None:
+    """Refuse, before a run starts, a pool COMED cannot run ``config`` on: fewer than two models
+    (an anchor and another model) or a model ``config`` names (anchor, probe, peers, MoA's) not in it.
+
+    Raises:
+        ValueError: naming the field and the pool's models.
+    """
+    names = list(pool_names)
+    if len(names) < 2:
+        raise ValueError(f"COMED needs an anchor and at least one other model; the pool has only {', '.join(names)}")
+    named = [("anchor", config.anchor), ("probe", config.probe), ("moa_aggregator", config.moa_aggregator),
+             *(("peers", m) for m in config.peers), *(("moa_proposers", m) for m in config.moa_proposers)]
+    for what, name in named:
+        if name is not None and name not in names:
+            raise ValueError(f"EscalationConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
+
+
 def write_thresholds(path: str | Path, score: PolicyScore, *, n_anchor: int, lam: float, source: str,
                      max_calls: float | None = None) -> None:
     """Write calibrated thresholds and their N as a TOML ``[comed]`` table the run reads back."""
@@ -381,16 +398,20 @@ def load_thresholds(path: str | Path) -> ThresholdsFile:
     optionally, ``n_anchor``.
 
     Raises:
-        ValueError: missing file, bad TOML, unknown key or bad value (``file: ... field ...``).
+        ValueError: missing file, bad TOML, no ``[comed]`` table (or an empty one), unknown key or
+            bad value (``file: ... field ...``).
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: thresholds file not found")
     try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("comed", {})
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("comed")
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
     known = {f.name for f in fields(EscalationThresholds)} | {"n_anchor"}
+    if not isinstance(table, dict) or not table:
+        raise ValueError(f"{path}: no thresholds: expected a [comed] table with {', '.join(sorted(known))} "
+                         "(as `agora calibrate comed` writes)")
     unknown = sorted(set(table) - known)
     if unknown:
         raise ValueError(f"{path}: [comed] field '{unknown[0]}': unknown; expected {', '.join(sorted(known))}")

@@ -4,6 +4,8 @@ with anchor-only, router-only, MoA and debate in the same run, and the rescue–
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from agora.agents.escalation import (
     RescueHarm,
     ThresholdsFile,
     calibrate,
+    check_pool,
     decision_grid,
     load_thresholds,
     rescue_harm,
@@ -109,6 +112,19 @@ def _grid(n_anchor: int, t: EscalationThresholds, routed: bool) -> str:
     return f"decide: SC {cells}" + (f" (accept needs router margin M >= {t.m_min:.4g}, else verify)" if routed else "")
 
 
+def _check_out(out: Path) -> None:
+    """Refuse an ``--out`` the thresholds cannot be written to before the dev run: its folder is
+    created (as other commands create theirs) and must be writable."""
+    if out.is_dir():
+        raise ValueError(f"--out {out}: is a folder; give a file name, e.g. {out / 'comed-thresholds.toml'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot create the folder {out.parent} ({exc.strerror})") from None
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise ValueError(f"--out {out}: not writable")
+
+
 def _baselines(spec: str) -> tuple[str, ...]:
     names = tuple(b.strip() for b in spec.split(",") if b.strip() and b.strip() != "none")
     unknown = [b for b in names if b not in BASELINES]
@@ -157,6 +173,7 @@ def run_comed(
             max_tokens=max_tokens, probe_max_tokens=probe_max_tokens, temperature=temperature, seed=seed)
         fmt_name, problems = _problems(data, fmt, limit, seed)
         the_pool = get_pool(pool)
+        check_pool(config, the_pool.names)
         run_id = run_id or new_run_id("comed")
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
@@ -196,8 +213,8 @@ def calibrate_comed(
     """Run every COMED branch (probe and escalation) on each dev question, then choose the
     thresholds maximising rescue − harm − λ·cost and write them to --out."""
     with user_errors():
-        if lam < 0:
-            raise ValueError(f"--lambda must be >= 0, got {lam}")
+        if not 0 <= lam < math.inf:
+            raise ValueError(f"--lambda must be a finite number >= 0, got {lam}")
         if max_calls is not None and not max_calls >= 1:
             raise ValueError(f"--max-calls must be >= 1 (each question costs the anchor's one model call), got {max_calls}")
         config = EscalationConfig(n_anchor=samples, anchor=anchor, probe=probe, explore=True, baselines=(),
@@ -205,6 +222,8 @@ def calibrate_comed(
                                   temperature=temperature, seed=seed)
         fmt_name, problems = _problems(data, fmt, limit, seed)
         the_pool = get_pool(pool)
+        check_pool(config, the_pool.names)
+        _check_out(out)
         run_id = run_id or new_run_id("comed-dev")
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)

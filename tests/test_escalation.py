@@ -3,6 +3,7 @@ scripted fake models (every branch reached with hand-set SC and margins)."""
 
 import itertools
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +15,7 @@ from agora.agents.escalation import (
     calibrate,
     calibration_objective,
     candidate_thresholds,
+    check_pool,
     decide,
     decision_grid,
     escalation_vote,
@@ -26,6 +28,7 @@ from agora.agents.escalation import (
 from agora.agents.pool import ModelPool
 from agora.agents.router import KNNRouter, RouterExample
 from agora.agents.testing import ScriptedChatModel
+import agora.cli.comed as comed_cli
 from agora.cli.comed import comed_summary, dev_outcomes
 from agora.cli.main import app
 from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_detail
@@ -375,6 +378,69 @@ def test_cli_refuses_bad_thresholds_with_one_line(tmp_path):
     result = runner.invoke(app, ["calibrate", "comed", "--data", str(tmp_path / "none.jsonl"), "--max-calls", "0.5",
                                  "--db", str(tmp_path / "t.db")])
     assert result.exit_code == 2 and "--max-calls must be >= 1 (each question costs the anchor's one model call), got 0.5" in result.output
+
+
+def test_check_pool_names_the_missing_model():
+    names = ["a", "b"]
+    check_pool(EscalationConfig(anchor="b", probe="a", peers=("a",)), names)
+    for cfg, message in [({"anchor": "z"}, "EscalationConfig.anchor: 'z' is not in the pool (a, b)"),
+                         ({"peers": ("a", "z")}, "EscalationConfig.peers: 'z' is not in the pool (a, b)"),
+                         ({"moa_aggregator": "z"}, "EscalationConfig.moa_aggregator: 'z' is not in the pool")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_pool(EscalationConfig(**cfg), names)
+    with pytest.raises(ValueError, match="at least one other model; the pool has only a"):
+        check_pool(EscalationConfig(), ["a"])
+    for lam in (float("nan"), float("inf"), -0.1):
+        with pytest.raises(ValueError, match="lam must be a finite number >= 0"):
+            calibrate(DEV, lam)
+
+
+def write_mc(path, n=2):
+    path.write_text("".join(json.dumps({"id": f"m{i}", "question": f"Which {i}?", "answer_idx": "A",
+                                        "options": {"A": "w", "B": "x", "C": "y", "D": "z"}}) + "\n" for i in range(n)))
+    return path
+
+
+def test_cli_refuses_before_the_run_starts(tmp_path, monkeypatch):
+    """Mistakes in the thresholds file, --lambda, --out or a model name are one-line errors before
+    anything runs: no model is called and no trace DB (no `running` run) is left behind."""
+    pool, models = pool_of([], [])  # any model call would fail: none may happen
+    monkeypatch.setattr(comed_cli, "get_pool", lambda path: pool)
+    data, db = write_mc(tmp_path / "dev.jsonl"), tmp_path / "t.db"
+    (tmp_path / "other.toml").write_text("[thresholds]\ntau_hi = 0.9\n")
+    (tmp_path / "empty.toml").write_text("[comed]\n")
+    (tmp_path / "a-file").write_text("")
+    runner = CliRunner()
+    for args, message in [
+        (["run", "comed", "--thresholds", str(tmp_path / "other.toml")],
+         "other.toml: no thresholds: expected a [comed] table with m_min, n_anchor, tau_hi, tau_lo"),
+        (["run", "comed", "--thresholds", str(tmp_path / "empty.toml")], "empty.toml: no thresholds"),
+        (["run", "comed", "--anchor", "nosuch"], "EscalationConfig.anchor: 'nosuch' is not in the pool (a, b)"),
+        (["run", "comed", "--probe", "nosuch", "--no-router"], "EscalationConfig.probe: 'nosuch' is not in the pool"),
+        (["calibrate", "comed", "--data", str(data), "--anchor", "nosuch"], "EscalationConfig.anchor: 'nosuch'"),
+        (["calibrate", "comed", "--data", str(data), "--lambda", "nan"], "--lambda must be a finite number >= 0, got nan"),
+        (["calibrate", "comed", "--data", str(data), "--lambda", "inf"], "--lambda must be a finite number >= 0, got inf"),
+        (["calibrate", "comed", "--data", str(data), "--out", str(tmp_path / "a-file" / "x.toml")],
+         f"--out {tmp_path / 'a-file' / 'x.toml'}: cannot create the folder {tmp_path / 'a-file'}"),
+        (["calibrate", "comed", "--data", str(data), "--out", str(tmp_path)], "is a folder; give a file name"),
+    ]:
+        result = runner.invoke(app, [*args, "--db", str(db)])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert not db.exists()
+    assert not models["a"].calls and not models["b"].calls
+
+
+def test_calibrate_creates_the_out_folder(tmp_path, monkeypatch):
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=lambda chat, i: "The answer is A.")
+                                       for m in ("a", "b")})
+    monkeypatch.setattr(comed_cli, "get_pool", lambda path: pool)
+    out = tmp_path / "new" / "dir" / "t.toml"
+    result = CliRunner().invoke(app, ["calibrate", "comed", "--data", str(write_mc(tmp_path / "dev.jsonl")),
+                                      "--no-router", "--out", str(out), "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 0, result.output
+    assert load_thresholds(out).n_anchor == 3
 
 
 def mmlu_as_medqa(src, dst, rows):
