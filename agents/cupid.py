@@ -51,7 +51,8 @@ class CupidConfig:
     so these are ours, sized for a person answering in a terminal)."""
 
     budget_rounds: int = 20
-    """Most duels the user is asked to judge (the time budget of the person)."""
+    """Most duels the user is asked to judge (the time budget of the person); at least 1, as with
+    no duel there is no preference to learn and the features' latency calls would be wasted."""
     budget_cost: float | None = None
     """Most money spent on generations, in the unit of ``cost_per_1k_tokens``; ``None`` = no limit."""
     budget_time_s: float | None = None
@@ -72,8 +73,9 @@ class CupidConfig:
     """Seeds generation, the A/B order of each duel and the Monte Carlo estimate."""
 
     def __post_init__(self):
-        if self.budget_rounds < 0:
-            raise ValueError(f"budget_rounds must be >= 0, got {self.budget_rounds}")
+        if self.budget_rounds < 1:
+            raise ValueError(f"budget_rounds must be >= 1 (a session with no duel learns no preference), "
+                             f"got {self.budget_rounds}")
         for name in ("budget_cost", "budget_time_s"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < math.inf:

@@ -54,7 +54,7 @@ PROTOCOL = "cupid"
 def select(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts (JSONL: prompt/instruction/text/question per line); needed to start a session."),
     budget_cost: Optional[float] = typer.Option(None, "--budget-cost", min=0.0, help="Most spent on generations, in the pool's cost_per_1k_tokens unit (default: no limit)."),
-    budget_rounds: int = typer.Option(20, "--budget-rounds", min=0, help="Most duels to judge."),
+    budget_rounds: int = typer.Option(20, "--budget-rounds", min=1, help="Most duels to judge (at least 1)."),
     budget_time: Optional[float] = typer.Option(None, "--budget-time", min=0.0, help="Most model seconds spent generating (default: no limit)."),
     simulate: Optional[str] = typer.Option(None, "--simulate", help="Simulated user's hidden θ, e.g. 'latency_s=-1' (feature=weight, comma-separated)."),
     noisy: bool = typer.Option(True, "--noisy/--noiseless", help="Simulated user answers by Bradley–Terry draws (noisy) or always by utility."),
