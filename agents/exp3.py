@@ -55,8 +55,8 @@ class Exp3Config:
     def __post_init__(self):
         if not 0 <= self.gamma <= 1:
             raise ValueError(f"Exp3Config.gamma must be in [0, 1], got {self.gamma}")
-        if self.eta is not None and not self.eta > 0:
-            raise ValueError(f"Exp3Config.eta must be > 0 (or None for 1/K), got {self.eta}")
+        if self.eta is not None and not 0 < self.eta < math.inf:
+            raise ValueError(f"Exp3Config.eta must be a finite number > 0 (or None for 1/K), got {self.eta}")
         if not self.s_min < self.tau_th < self.s_max:
             raise ValueError(f"Exp3Config.tau_th must lie strictly between s_min and s_max, got {self.tau_th}")
         if not self.sigma_r > 0:

@@ -170,7 +170,7 @@ def test_leader_uniform_first_iteration_eta_and_sparse_state():
         Exp3Leader(["a"], state={"log_w_rest": 0.0, "log_w": {"zzz": 1.0}})
 
 
-@pytest.mark.parametrize("kwargs", [{"gamma": 1.5}, {"eta": 0.0}, {"tau_th": 11.0}, {"sigma_r": 0}])
+@pytest.mark.parametrize("kwargs", [{"gamma": 1.5}, {"eta": 0.0}, {"eta": math.inf}, {"tau_th": 11.0}, {"sigma_r": 0}])
 def test_exp3_config_rejects_bad_values(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         Exp3Config(**kwargs)

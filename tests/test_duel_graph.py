@@ -291,6 +291,16 @@ def test_cli_refuses_a_pool_of_two_in_one_line(tmp_path):
     assert "a duel pool needs at least 3 models" in out.output and "x, y" in out.output
 
 
+def test_cli_eta_bound_is_the_configs_exclusive_one(tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "Say hi."}\n')
+    for eta in ("-1", "0", "inf", "nan"):
+        out = invoke("duel", "--instructions", data, "--eta", eta, "--db", tmp_path / "t.db")
+        assert out.exit_code == 2 and "Traceback" not in out.output
+        assert out.output.strip() == f"error: Exp3Config.eta must be a finite number > 0 (or None for 1/K), got {float(eta)}"
+    assert not (tmp_path / "t.db").exists()
+
+
 def test_cli_ctrl_c_says_finished_duels_are_saved(tmp_path, monkeypatch):
     import agora.cli.duel as duel_cli
 
