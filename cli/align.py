@@ -29,7 +29,7 @@ from agora.traces.report import method_table, run_totals
 from agora.traces.store import TraceStore
 
 
-@run_app.command("align")
+@run_app.command("align", short_help="ALIGN delegation compared with single-agent, self-consistency and best-of-n·k.")
 def run_align(
     data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems."),
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),

@@ -133,7 +133,8 @@ def _baselines(spec: str) -> tuple[str, ...]:
     return names
 
 
-@run_app.command("comed")
+@run_app.command("comed", short_help="COMED: accept confident anchor answers, verify ambiguous ones, "
+                                     "escalate the rest.")
 def run_comed(
     data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems."),
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
@@ -186,7 +187,7 @@ def run_comed(
         print_comed_report(comed_summary(store, run_id), store, run_id)
 
 
-@calibrate_app.command("comed")
+@calibrate_app.command("comed", short_help="Choose COMED's thresholds on a dev split and write them to --out.")
 def calibrate_comed(
     data: Path = typer.Option(..., "--data", help="Dev split (JSONL) with gold answers."),
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed when omitted."),

@@ -64,7 +64,7 @@ def ordered_pairs(pool: ModelPool, models: Optional[str], pairs: Optional[str]) 
     return list(itertools.permutations(dict.fromkeys(names), 2))
 
 
-@app.command("converse")
+@app.command("converse", short_help="Two-model conversations for every ordered pair, for `agora report diversity`.")
 def converse(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Questions or prompts (JSONL). Default: generated arithmetic problems."),
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
@@ -231,7 +231,8 @@ def print_report(report: DiversityReport) -> None:
         console.print(f"note: {note}", highlight=False)
 
 
-@report_app.command("diversity")
+@report_app.command("diversity", short_help="Cue rates per speaker and partner, behavioural distances and a "
+                                             "suggested panel.")
 def report_diversity(
     db: Path = typer.Option(..., "--db", help="Trace database (SQLite)."),
     out: Path = typer.Option(..., "--out", help="Folder for the heatmaps and diversity.json."),

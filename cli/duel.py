@@ -21,7 +21,7 @@ from agora.traces.report import run_totals
 from agora.traces.store import TraceStore
 
 
-@app.command("duel")
+@app.command("duel", short_help="Duel-then-judge rounds whose non-tied duels become preference pairs.")
 def duel(
     instructions: Path = typer.Option(..., "--instructions", help="Instruction file (JSONL): GSM8K, MATH, MBPP, "
                                       "multiple choice or plain prompts."),

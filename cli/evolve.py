@@ -21,7 +21,8 @@ from agora.traces.store import TraceStore
 LOOP_EVENTS = {"iteration", "train", "skip", "selected", "kept"}
 
 
-@app.command("evolve")
+@app.command("evolve", short_help="The Stackelberg iteration: duels, preference data, LoRA training, new "
+                                   "pool; T times.")
 def evolve_cmd(
     instructions: Path = typer.Option(..., "--instructions", help="Instruction file (JSONL), as for agora duel."),
     fmt: str = typer.Option("prompts", "--format", help=f"One of {', '.join(FORMATS)}."),
