@@ -31,7 +31,16 @@ from agora.agents.escalation import (
 )
 from agora.agents.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
-from agora.cli._shared import console, fmt_ci, fmt_pct, get_pool, new_run_id, question_progress, user_errors
+from agora.cli._shared import (
+    console,
+    fmt_ci,
+    fmt_pct,
+    get_pool,
+    graceful_stop,
+    new_run_id,
+    question_progress,
+    user_errors,
+)
 from agora.cli.main import calibrate_app, run_app
 from agora.graphs.escalation import METHODS, EscalationContext, build_escalation_graph, comed_detail
 from agora.graphs.runner import RunOutcome, run_problems
@@ -78,7 +87,7 @@ def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, 
 
 def _run(problems: list[Problem], fmt_name: str, data: Path | None, limit: int | None, *, config: EscalationConfig,
          pool: ModelPool, router: KNNRouter | None, store: TraceStore, run_id: str, label: str) -> RunOutcome:
-    with question_progress(len(problems)) as progress:
+    with question_progress(len(problems)) as progress, graceful_stop() as control:
         task = progress.add_task("comed", total=len(problems), label=label, status="")
         outcome = run_problems(
             build_escalation_graph(), problems, store=store, run_id=run_id, protocol="comed",
@@ -87,7 +96,7 @@ def _run(problems: list[Problem], fmt_name: str, data: Path | None, limit: int |
             pool_description=pool.describe(),
             dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
             on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
-            on_question=lambda q: progress.advance(task), detail=comed_detail,
+            on_question=lambda q: progress.advance(task), detail=comed_detail, control=control,
         )
         progress.update(task, completed=len(problems), status="done")
     if outcome.skipped:

@@ -12,7 +12,16 @@ from rich.table import Table
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.agents.pool import ModelCallError, load_pool
-from agora.cli._shared import MAX_TEMPERATURE, console, err_console, fmt_pct, new_run_id, question_progress, user_errors
+from agora.cli._shared import (
+    MAX_TEMPERATURE,
+    console,
+    err_console,
+    fmt_pct,
+    graceful_stop,
+    new_run_id,
+    question_progress,
+    user_errors,
+)
 from agora.cli.main import app, report_app
 from agora.graphs.duel import DuelConfig, DuelContext, duel_pool, run_duels
 from agora.tasks.loaders import FORMATS, load_problems
@@ -66,13 +75,13 @@ def duel(
         console.print(f"run [bold]{run_id}[/bold] ({mode}): {total} duels ({iterations} × {duels}) on "
                       f"{len(problems)} instructions, pool {', '.join(the_pool.names)}", highlight=False)
         try:
-            with question_progress(total) as progress:
+            with question_progress(total) as progress, graceful_stop() as control:
                 task = progress.add_task("duels", total=total, label="duels", status="")
                 outcome = run_duels(
                     store, run_id, DuelContext(pool=the_pool, config=config, instructions=problems),
                     dataset={"path": str(instructions), "format": fmt, "limit": limit},
                     on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
-                    on_duel=lambda rec: progress.advance(task))
+                    on_duel=lambda rec: progress.advance(task), control=control)
                 progress.update(task, completed=total, status="done")
         except ModelCallError as exc:
             err_console.print(f"[red]error:[/red] {exc}; finished duels are saved: rerun with --run-id {run_id} "
