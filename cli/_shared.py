@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import signal
 import sys
@@ -61,11 +62,14 @@ def user_errors(unit: str = "questions") -> Iterator[None]:
 def graceful_stop() -> Iterator[RunControl]:
     """Ctrl-C stops a run at the next step boundary instead of mid-step; a second Ctrl-C at once.
 
-    Yields the ``RunControl`` to pass to :func:`agora.graphs.runner.run_problems`. The first SIGINT
-    asks LangGraph to drain (the running step finishes and is checkpointed, with every sample it
-    drew, then ``GraphDrained`` is raised and :func:`user_errors` prints the resume hint); the
-    second raises ``KeyboardInterrupt`` as usual (the running step is then redone on resume).
-    Outside the main thread (where signal handlers cannot be set) it only yields the control.
+    Yields the ``RunControl`` to pass to :func:`agora.graphs.runner.run_problems` (or
+    ``run_duels``). The first SIGINT asks LangGraph to drain: the running step finishes and is
+    checkpointed with every sample it drew, then ``GraphDrained`` is raised and
+    :func:`user_errors` prints the resume hint. The second SIGINT ends the process at once (exit
+    130): model calls in flight run in worker threads that cannot be interrupted, and LangGraph
+    would wait for them. Finished questions and checkpointed steps are already on disk; the
+    resumed run redoes the running step. Outside the main thread (where signal handlers cannot be
+    set) it only yields the control.
     """
     control = RunControl()
     if threading.current_thread() is not threading.main_thread():
@@ -74,8 +78,12 @@ def graceful_stop() -> Iterator[RunControl]:
 
     def on_sigint(signum: int, frame: Any) -> None:
         if control.drain_requested:
-            signal.signal(signal.SIGINT, previous)
-            raise KeyboardInterrupt
+            err_console.print("[yellow]stopped[/yellow]: model calls in flight abandoned; finished work is saved; "
+                              "rerun with the same --run-id to resume")
+            console.show_cursor(True)  # a progress display hides it
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os._exit(130)
         control.request_drain("interrupted")
         err_console.print("[yellow]stopping[/yellow] after the running step, which is saved "
                           "(model calls in flight finish first); Ctrl-C again to stop at once")
