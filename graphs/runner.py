@@ -113,6 +113,8 @@ def run_problems(
     Raises:
         ValueError: ``concurrency < 1`` or an unknown ``durability``.
         GraphDrained: the run stopped because ``control`` asked it to; rerun to resume.
+        On any other exception the run's row is marked ``failed`` (with the error in its summary);
+        a rerun marks it ``running`` again and resumes.
         KeyboardInterrupt and model errors propagate after the finished questions are stored
         (with ``concurrency > 1``, after the questions already running have finished and been
         stored; the ones not started are left for the rerun); rerunning with the same ``run_id``
@@ -183,6 +185,11 @@ def run_problems(
         else:
             _run_concurrently(todo, solve, record, concurrency, control)
         store.finish_run(run_id, summary={"questions": len(problems)})
+    except Exception as exc:  # an interrupt or a drain leaves the run "running": it was stopped, not broken
+        if not isinstance(exc, GraphDrained):
+            store.finish_run(run_id, summary={"questions": len(problems), "recorded": len(outcome.outcomes),
+                                              "error": f"{type(exc).__name__}: {exc}"[:500]}, status="failed")
+        raise
     finally:
         conn.close()
     return outcome

@@ -249,8 +249,9 @@ def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(tmp_p
     with pytest.raises(GraphDrained):
         run(store, pool, durability=durability, concurrency=concurrency, control=control)
     finished = store.finished_questions("r1")
-    assert "q3" not in finished and "q2" not in finished
-    assert not any("3 + 3" in t for t in asked) or concurrency > 1
+    assert "q2" not in finished
+    if concurrency == 1:  # with 2 in flight, q3 may start (even finish) beside q2 before the drain
+        assert "q3" not in finished and not any("3 + 3" in t for t in asked)
     q2_asked = sum("2 + 2" in t for t in asked)
     assert q2_asked == 2 * 2  # both agents sampled k = 2 in the drained step
 
@@ -259,3 +260,20 @@ def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(tmp_p
     assert {q.problem.id for q in out.outcomes} | finished == {"q1", "q2", "q3"}
     assert [r["correct"] for r in store.questions("r1")] == [1, 1, 1]
     assert sqlite_utils.Database(tmp_path / "t.db")["model_calls"].count == 12
+
+
+def test_an_unreachable_model_marks_the_run_failed_and_a_rerun_finishes_it(tmp_path):
+    from agora.agents.pool import ModelCallError, ModelUnavailableError
+
+    def unreachable(chat, index):
+        raise ModelUnavailableError("connection refused")
+
+    store = TraceStore(tmp_path / "t.db")
+    broken = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=unreachable)}, max_retries=0)
+    with pytest.raises(ModelCallError):
+        run(store, broken, config=DelegationConfig(n_agents=1, k_samples=1))
+    row = store.get_run("r1")
+    assert row["status"] == "failed" and "ModelCallError" in row["summary"]
+    working = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=answer_twice)})
+    out = run(store, working, config=DelegationConfig(n_agents=1, k_samples=1))
+    assert out.resumed and len(out.outcomes) == 3 and store.get_run("r1")["status"] == "finished"
