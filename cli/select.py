@@ -13,14 +13,12 @@ The session runs :mod:`agora.graphs.selection` on a SQLite checkpointer beside t
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 import typer
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 from rich.markup import escape
 from rich.panel import Panel
@@ -42,7 +40,7 @@ from agora.agents.cupid import (
 )
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
 from agora.cli.main import app
-from agora.graphs.runner import checkpoint_path
+from agora.graphs.runner import open_checkpointer
 from agora.graphs.selection import SelectionContext, build_selection_graph, known_features, parse_choice
 from agora.tasks.loaders import load_problems
 from agora.traces.store import TraceStore
@@ -72,9 +70,9 @@ def select(
     """Find the model you prefer by judging pairs of anonymous answers (CUPID dueling bandit)."""
     with user_errors():
         store = TraceStore(db)
-        conn = sqlite3.connect(checkpoint_path(db), check_same_thread=False)
+        saver = open_checkpointer(db)
         try:
-            graph = build_selection_graph().compile(checkpointer=SqliteSaver(conn))
+            graph = build_selection_graph().compile(checkpointer=saver)
             thread = thread or new_run_id("select")
             cfg = {"configurable": {"thread_id": thread}}
             settings = _session_settings(store, graph, cfg, thread)
@@ -114,7 +112,7 @@ def select(
             finished = _drive(graph, cfg, context, command, store, thread, settings)
             values = graph.get_state(cfg).values
         finally:
-            conn.close()
+            saver.conn.close()
         if not finished:
             console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
                           f"[bold]agora select --thread {thread}[/bold]"

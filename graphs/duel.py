@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import math
 import operator
-import sqlite3
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl, Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
@@ -51,7 +48,7 @@ from agora.agents.pool import DEFAULT_SPECS, ModelCallError, ModelPool, Sampling
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.graphs._common import emit, question_seed, settings_from
-from agora.graphs.runner import checkpoint_path
+from agora.graphs.runner import open_checkpointer, raise_if_drained
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
 from agora.tasks.synthetic import synthetic_problems
@@ -572,9 +569,7 @@ def run_duels(
     outcome = DuelRunOutcome(run_id=run_id, resumed=resumed, skipped=len(saved.done))
     reputation, leader, number = saved.reputation, saved.leader, saved.duels
     ctx = DuelContext(pool=pool, config=cfg, instructions=problems)
-    conn = sqlite3.connect(checkpoint_path(store.path) if store.path != ":memory:" else ":memory:",
-                           check_same_thread=False)
-    saver = SqliteSaver(conn)
+    saver = open_checkpointer(store.path)
     compiled = build_duel_graph().compile(checkpointer=saver)
     try:
         for t in range(cfg.iterations):
@@ -582,8 +577,7 @@ def run_duels(
                 duel_id = f"{run_id}:{t}:{d}"
                 if duel_id in saved.done:
                     continue
-                if control is not None and control.drain_requested:
-                    raise GraphDrained(control.drain_reason or "shutdown")
+                raise_if_drained(control)
                 thread = {"configurable": {"thread_id": duel_id}}
                 snapshot = compiled.get_state(thread)
                 # Send branches (respond, judge) show up in ``tasks``, not ``next``; a duel is
@@ -611,5 +605,5 @@ def run_duels(
                     on_duel(rec)
         store.finish_run(run_id, summary=duel_traces.summary(store, run_id))
     finally:
-        conn.close()
+        saver.conn.close()
     return outcome

@@ -18,13 +18,13 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from pathlib import Path
 from typing import Any, Callable, Sequence, get_args
 
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import StateGraph
 from langgraph.errors import GraphDrained
+from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
@@ -39,6 +39,27 @@ def checkpoint_path(db_path: str | Path) -> str:
     """Where the checkpointer of a trace DB lives: ``<db>.checkpoints`` next to it."""
     p = Path(db_path)
     return str(p.with_name(p.name + ".checkpoints"))
+
+
+def open_checkpointer(db_path: str | Path) -> SqliteSaver:
+    """LangGraph's SQLite checkpointer at :func:`checkpoint_path` of a trace DB (``":memory:"``
+    stays in memory), usable from worker threads; close it with ``saver.conn.close()``.
+
+    WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
+    (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
+    last steps, which the resumed run redoes.
+    """
+    memory = str(db_path) == ":memory:"
+    conn = sqlite3.connect(":memory:" if memory else checkpoint_path(db_path), check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return SqliteSaver(conn)
+
+
+def raise_if_drained(control: RunControl | None) -> None:
+    """Raise ``GraphDrained`` before new work starts once ``control`` asked for a drain."""
+    if control is not None and control.drain_requested:
+        raise GraphDrained(control.drain_reason or "shutdown")
 
 
 @dataclass
@@ -129,14 +150,7 @@ def run_problems(
     done = store.finished_questions(run_id)
     outcome = RunOutcome(run_id=run_id, resumed=resumed, skipped=sum(p.id in done for p in problems))
     todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done]
-    conn = sqlite3.connect(checkpoint_path(store.path) if store.path != ":memory:" else ":memory:",
-                           check_same_thread=False)
-    # WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
-    # (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
-    # last steps, which the resumed run redoes.
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    saver = SqliteSaver(conn)
+    saver = open_checkpointer(store.path)
     graph = builder.compile(checkpointer=saver)
 
     def solve(problem: Problem) -> tuple[dict[str, Any], float, bool]:
@@ -180,7 +194,7 @@ def run_problems(
     try:
         if concurrency == 1:
             for idx, problem in todo:
-                _check_drain(control)
+                raise_if_drained(control)
                 record(idx, problem, *solve(problem))
         else:
             _run_concurrently(todo, solve, record, concurrency, control)
@@ -191,18 +205,12 @@ def run_problems(
                                               "error": f"{type(exc).__name__}: {exc}"[:500]}, status="failed")
         raise
     finally:
-        conn.close()
+        saver.conn.close()
     return outcome
 
 
 class _NotStarted(Exception):
     """A queued question skipped because an earlier one failed."""
-
-
-def _check_drain(control: RunControl | None) -> None:
-    """Raise ``GraphDrained`` before a new question starts once a drain was requested."""
-    if control is not None and control.drain_requested:
-        raise GraphDrained(control.drain_reason or "shutdown")
 
 
 def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: Callable, concurrency: int,
@@ -243,5 +251,5 @@ def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: 
                 real = [e for e in errors if not isinstance(e, _NotStarted)]
                 if real:
                     raise real[0] from None
-                _check_drain(control)
+                raise_if_drained(control)
             raise
