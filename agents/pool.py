@@ -33,6 +33,7 @@ with transformers, plus an optional peft ``adapter`` folder (a model trained by 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import tomllib
@@ -321,56 +322,105 @@ class ModelPool(PythonObject):
             ``(samples, records)``: the samples, and one trace record per sample plus one per
             failed attempt (``error`` set). A model that fails ``max_retries + 1`` times gives
             no samples: the caller decides what a missing answer means.
+
+        Raises:
+            ModelCallError: the model is unreachable (:class:`ModelUnavailableError`) after its retries.
         """
-        member = self[name]
+        call = _Call(self[name], messages, params, context)
+        for attempt in range(call.attempts):
+            start = time.perf_counter()
+            try:
+                result = call.member.chat_model.generate([to_messages(call.chat)], **call.kwargs)
+            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
+                time.sleep(call.failed(attempt, exc, start))
+                continue
+            return call.succeeded(attempt, result, start)
+        return [], call.records
+
+    async def asample(
+        self,
+        name: str,
+        messages: Sequence[Any],
+        params: SamplingParams = SamplingParams(),
+        *,
+        context: dict[str, Any] | None = None,
+    ) -> tuple[list[Sample], list[dict[str, Any]]]:
+        """:meth:`sample` for async callers (async graph nodes): awaits the chat model's
+        ``agenerate``, so the event loop runs other work meanwhile. Same arguments, results and errors.
+
+        Backends without a native async path (llama.cpp, transformers) run in the event loop's
+        default thread pool, as LangChain arranges.
+        """
+        call = _Call(self[name], messages, params, context)
+        for attempt in range(call.attempts):
+            start = time.perf_counter()
+            try:
+                result = await call.member.chat_model.agenerate([to_messages(call.chat)], **call.kwargs)
+            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
+                await asyncio.sleep(call.failed(attempt, exc, start))
+                continue
+            return call.succeeded(attempt, result, start)
+        return [], call.records
+
+
+class _Call:
+    """One :meth:`ModelPool.sample` request: its chat, settings and trace records (shared by the
+    sync and async paths, which differ only in how they wait)."""
+
+    def __init__(self, member: PoolMember, messages: Sequence[Any], params: SamplingParams,
+                 context: dict[str, Any] | None) -> None:
         spec = member.spec
         chat = to_dicts(messages)
         if spec.system_prompt:
             chat = [{"role": "system", "content": spec.system_prompt}] + chat
         if spec.temperature is not None:
             params = replace(params, temperature=spec.temperature)
-        base = {"model": name, "messages": chat, "params": params.as_dict(), **(context or {})}
-        records: list[dict[str, Any]] = []
-        kwargs = params.backend_kwargs()
-        for attempt in range(spec.max_retries + 1):
-            start = time.perf_counter()
-            try:
-                result = member.chat_model.generate([to_messages(chat)], stop=list(params.stop) or None, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
-                latency = time.perf_counter() - start
-                log.warning("model %s failed (attempt %d/%d): %s", name, attempt + 1, spec.max_retries + 1, exc)
-                records.append({**base, "call_id": uuid.uuid4().hex, "attempt": attempt, "completion": None,
-                                "prompt_tokens": 0, "completion_tokens": 0, "latency_s": latency,
-                                "error": f"{type(exc).__name__}: {exc}"[:2000]})
-                if attempt < spec.max_retries:
-                    time.sleep(min(8.0, 0.5 * 2**attempt))
-                elif isinstance(exc, ModelUnavailableError):
-                    raise ModelCallError(f"model {name!r} is unreachable after {attempt + 1} attempts: {exc}",
-                                         records) from exc
-                continue
-            samples = []
-            for gen in result.generations[0]:
-                msg = gen.message
-                usage = msg.usage_metadata or {}
-                meta = msg.response_metadata or {}
-                call_id = uuid.uuid4().hex
-                sample = Sample(
-                    text=msg.text if hasattr(msg, "text") else str(msg.content),
-                    model=name,
-                    prompt_tokens=int(usage.get("input_tokens", 0)),
-                    completion_tokens=int(usage.get("output_tokens", 0)),
-                    latency_s=float(meta.get("latency_s", time.perf_counter() - start)),
-                    finish_reason=meta.get("finish_reason"),
-                    logprob=meta.get("logprob"),
-                    top_logprobs=meta.get("top_logprobs"),
-                    call_id=call_id,
-                )
-                samples.append(sample)
-                records.append({**base, "call_id": call_id, "attempt": attempt, "completion": sample.text,
-                                "prompt_tokens": sample.prompt_tokens, "completion_tokens": sample.completion_tokens,
-                                "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None})
-            return samples, records
-        return [], records
+        self.member, self.chat, self.attempts = member, chat, spec.max_retries + 1
+        self.kwargs = {"stop": list(params.stop) or None, **params.backend_kwargs()}
+        self.base = {"model": spec.name, "messages": chat, "params": params.as_dict(), **(context or {})}
+        self.records: list[dict[str, Any]] = []
+
+    def failed(self, attempt: int, exc: Exception, start: float) -> float:
+        """Log a failed attempt; the seconds to wait before the next one.
+
+        Raises:
+            ModelCallError: the last attempt failed because the model is unreachable.
+        """
+        name = self.base["model"]
+        log.warning("model %s failed (attempt %d/%d): %s", name, attempt + 1, self.attempts, exc)
+        self.records.append({**self.base, "call_id": uuid.uuid4().hex, "attempt": attempt, "completion": None,
+                             "prompt_tokens": 0, "completion_tokens": 0, "latency_s": time.perf_counter() - start,
+                             "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        if attempt + 1 < self.attempts:
+            return min(8.0, 0.5 * 2**attempt)
+        if isinstance(exc, ModelUnavailableError):
+            raise ModelCallError(f"model {name!r} is unreachable after {attempt + 1} attempts: {exc}",
+                                 self.records) from exc
+        return 0.0
+
+    def succeeded(self, attempt: int, result: Any, start: float) -> tuple[list[Sample], list[dict[str, Any]]]:
+        samples = []
+        for gen in result.generations[0]:
+            msg = gen.message
+            usage = msg.usage_metadata or {}
+            meta = msg.response_metadata or {}
+            call_id = uuid.uuid4().hex
+            sample = Sample(
+                text=msg.text if hasattr(msg, "text") else str(msg.content),
+                model=self.base["model"],
+                prompt_tokens=int(usage.get("input_tokens", 0)),
+                completion_tokens=int(usage.get("output_tokens", 0)),
+                latency_s=float(meta.get("latency_s", time.perf_counter() - start)),
+                finish_reason=meta.get("finish_reason"),
+                logprob=meta.get("logprob"),
+                top_logprobs=meta.get("top_logprobs"),
+                call_id=call_id,
+            )
+            samples.append(sample)
+            self.records.append({**self.base, "call_id": call_id, "attempt": attempt, "completion": sample.text,
+                                 "prompt_tokens": sample.prompt_tokens, "completion_tokens": sample.completion_tokens,
+                                 "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None})
+        return samples, self.records
 
 
 # ----------------------------------------------------------------------------- pool files
