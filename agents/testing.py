@@ -4,6 +4,10 @@
 one per sample (cycling when ``cycle=True``), or ``ScriptedChatModel(respond=fn)`` answers with
 ``fn(messages_as_dicts, sample_index)``. Token counts are word counts; latency is ``latency_s``.
 Every call is recorded in ``.calls`` (messages and keyword arguments) for assertions.
+
+Under ``agenerate`` (async graph runs) a model without ``latency_s`` answers inline on the event
+loop, like a native async client, so a ``respond`` function must not block; with ``latency_s`` it
+runs in a worker thread, as LangChain runs sync-only models.
 """
 
 from __future__ import annotations
@@ -67,3 +71,9 @@ class ScriptedChatModel(BaseChatModel):
                        model_name=self.name_, finish_reason="stop")
             for t in texts
         ])
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        if self.latency_s:  # a slow model: a worker thread, as for any sync-only chat model
+            return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        return self._generate(messages, stop=stop, **kwargs)

@@ -64,7 +64,8 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path, durabi
         return "The answer is 4."
 
     a = ScriptedChatModel(respond=answer_twice)
-    pool = ModelPool.from_chat_models({"a": a, "b": ScriptedChatModel(respond=b_respond)})
+    # b blocks (sleeps), so it runs in a worker thread as real sync backends do (latency_s)
+    pool = ModelPool.from_chat_models({"a": a, "b": ScriptedChatModel(respond=b_respond, latency_s=0.001)})
     with pytest.raises(KeyboardInterrupt):
         run(store, pool, durability=durability)
     assert store.finished_questions("r1") == {"q1"}
@@ -135,7 +136,9 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
             time.sleep(0.5)
         return "The answer is 4."
 
-    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond), "b": ScriptedChatModel(respond=respond)})
+    # blocking models run in worker threads (latency_s), so the Ctrl-C lands in the runner's event loop
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond, latency_s=0.001),
+                                       "b": ScriptedChatModel(respond=respond, latency_s=0.001)})
     with pytest.raises(KeyboardInterrupt):
         run(store, pool, durability=durability)
     assert store.finished_questions("r1") == {"q1"}
@@ -198,7 +201,7 @@ def test_concurrent_run_stops_on_an_interrupt_keeps_running_questions_and_resume
 
     problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(1, 5)]
     store = TraceStore(tmp_path / "t.db")
-    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond)})
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond, latency_s=0.001)})  # blocks: a thread
     cfg = DelegationConfig(n_agents=1, k_samples=1)
     with pytest.raises(KeyboardInterrupt):
         run(store, pool, problems=problems, config=cfg, concurrency=2)
