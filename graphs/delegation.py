@@ -45,7 +45,7 @@ from agora.agents.delegation import (
 )
 from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
-from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
+from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
 from agora.tasks.answers import extract_answer, is_correct
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
@@ -160,22 +160,21 @@ def fan_out(state: DelegationState) -> list[Send]:
     return [Send("agent_sample", {**base, **a}) for a in state["assignments"]]
 
 
-def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Command[Literal["agent_propose"]]:
-    """The agent privately samples k candidates and extracts each one's answer.
-
-    Its candidates go to the shared pool (``candidates``) and, with a ``Send``, to this agent's
-    own ``agent_propose``: an agent proposes from its candidates only.
-    """
+def _sample_request(state: AgentState, runtime: Runtime[DelegationContext]) -> tuple[Any, dict[str, Any]]:
+    """What ``agent_sample`` asks the pool for: ``(problem, pool.sample keyword arguments)``."""
     problem = as_problem(state)
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
-    agent, model = state["agent"], state["model"]
+    agent = state["agent"]
     params = SamplingParams(n=cfg.k_samples, temperature=cfg.temperature, top_p=cfg.top_p,
                             max_tokens=cfg.max_tokens,
                             seed=question_seed(cfg.seed, problem.id) + 1000 * agent)
-    samples, records = pool.sample(model, solver_messages(problem, cfg.shots), params,
-                                   context={"question_id": problem.id, "node": "agent_sample",
-                                            "role": "agent", "agent": agent})
+    return problem, {"name": state["model"], "messages": solver_messages(problem, cfg.shots), "params": params,
+                     "context": {"question_id": problem.id, "node": "agent_sample", "role": "agent", "agent": agent}}
+
+
+def _sampled(state: AgentState, problem: Any, samples: list[Any], records: list[dict[str, Any]]) -> Command:
+    """``agent_sample``'s result: candidates to the shared pool and to this agent's ``agent_propose``."""
+    agent, model = state["agent"], state["model"]
     candidates = [
         Candidate(agent=agent, model=model, index=i, text=s.text,
                   answer=extract_answer(s.text, problem.kind, problem.n_choices or 4),
@@ -188,6 +187,22 @@ def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Comm
          answers=[c["answer"] for c in candidates], failed=not samples)
     own = {"agent": agent, "model": model, "candidates": candidates}
     return Command(update={"candidates": candidates, "calls": records}, goto=Send("agent_propose", own))
+
+
+def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Command[Literal["agent_propose"]]:
+    """The agent privately samples k candidates and extracts each one's answer.
+
+    Its candidates go to the shared pool (``candidates``) and, with a ``Send``, to this agent's
+    own ``agent_propose``: an agent proposes from its candidates only.
+    """
+    problem, request = _sample_request(state, runtime)
+    return _sampled(state, problem, *pool_from(runtime.context).sample(**request))
+
+
+async def aagent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Command[Literal["agent_propose"]]:
+    """:func:`agent_sample` for async runs (``ainvoke``, Studio): awaits the model call."""
+    problem, request = _sample_request(state, runtime)
+    return _sampled(state, problem, *await pool_from(runtime.context).asample(**request))
 
 
 def agent_propose(state: AgentState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
@@ -238,10 +253,11 @@ def build_delegation_graph() -> StateGraph:
     """
     builder = StateGraph(DelegationState, context_schema=DelegationContext,
                          input_schema=DelegationInput, output_schema=DelegationOutput)
-    builder.add_node("delegate", delegate)
-    builder.add_node("agent_sample", agent_sample)
-    builder.add_node("agent_propose", agent_propose)
-    builder.add_node("principal_select", principal_select)
+    # Each node runs natively under invoke and ainvoke (no thread hop per node in async runs).
+    builder.add_node("delegate", sync_async_node(delegate))
+    builder.add_node("agent_sample", sync_async_node(agent_sample, aagent_sample), destinations=("agent_propose",))
+    builder.add_node("agent_propose", sync_async_node(agent_propose))
+    builder.add_node("principal_select", sync_async_node(principal_select))
     builder.add_edge(START, "delegate")
     builder.add_conditional_edges("delegate", fan_out, ["agent_sample"])
     builder.add_edge("agent_propose", "principal_select")
