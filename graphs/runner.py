@@ -14,6 +14,7 @@ again).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -22,13 +23,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Callable, Sequence, get_args
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.errors import GraphDrained
 from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
 from agora.graphs._common import problem_input
+from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.tasks.loaders import Problem
 from agora.traces.store import TraceStore
 
@@ -41,9 +42,10 @@ def checkpoint_path(db_path: str | Path) -> str:
     return str(p.with_name(p.name + ".checkpoints"))
 
 
-def open_checkpointer(db_path: str | Path) -> SqliteSaver:
+def open_checkpointer(db_path: str | Path) -> InlineAsyncSqliteSaver:
     """LangGraph's SQLite checkpointer at :func:`checkpoint_path` of a trace DB (``":memory:"``
-    stays in memory), usable from worker threads; close it with ``saver.conn.close()``.
+    stays in memory), usable from worker threads and async runs
+    (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`); close it with ``saver.conn.close()``.
 
     WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
     (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
@@ -53,7 +55,7 @@ def open_checkpointer(db_path: str | Path) -> SqliteSaver:
     conn = sqlite3.connect(":memory:" if memory else checkpoint_path(db_path), check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    return SqliteSaver(conn)
+    return InlineAsyncSqliteSaver(conn)
 
 
 def raise_if_drained(control: RunControl | None) -> None:
@@ -112,8 +114,7 @@ def run_problems(
         context: the graph's runtime context (pool and settings).
         config / pool_description / dataset: stored in the ``runs`` row.
         on_event: called with each custom stream event (progress display); from worker threads
-            when ``concurrency > 1``. Without it the graph runs with ``invoke`` (no stream consumer,
-            so LangGraph needs no waiter thread: ≈ 0.6 ms less per step).
+            when ``concurrency > 1``. Without it the graph runs with ``ainvoke`` (no stream consumer).
         on_question: called after each question is recorded (from the calling thread).
         detail: picks the state fields stored as the question's ``detail`` JSON.
         durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
@@ -153,26 +154,50 @@ def run_problems(
     saver = open_checkpointer(store.path)
     graph = builder.compile(checkpointer=saver)
 
+    keys = list(builder.channels)  # the whole state, so no get_state after a question
+    loops: dict[int, asyncio.AbstractEventLoop] = {}
+    loops_lock = threading.Lock()
+
+    def thread_loop() -> asyncio.AbstractEventLoop:
+        """This thread's event loop for this run (created on first use, closed when the run ends)."""
+        with loops_lock:
+            loop = loops.get(threading.get_ident())
+            if loop is None:
+                loop = loops[threading.get_ident()] = asyncio.new_event_loop()
+            return loop
+
+    async def run_graph(inp: dict[str, Any] | None, thread: dict[str, Any], problem: Problem) -> dict[str, Any]:
+        if on_event is None:
+            return await graph.ainvoke(inp, thread, context=context, durability=durability, control=control,
+                                       output_keys=keys)
+        values: dict[str, Any] = {}
+        async for ns, mode, chunk in graph.astream(inp, thread, context=context, stream_mode=["custom", "values"],
+                                                   subgraphs=True, durability=durability, control=control,
+                                                   output_keys=keys):
+            if mode == "custom":
+                on_event({"question_id": problem.id, **chunk})
+            elif not ns:
+                values = chunk
+        return values
+
     def solve(problem: Problem) -> tuple[dict[str, Any], float, bool]:
         """Run (or resume) one question's graph; its final state, wall seconds, whether resumed."""
         thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
-        snapshot = graph.get_state(thread)
-        was_started = bool(snapshot.values)
-        # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
-        # branches appear in ``tasks`` only. A question counts as finished only once the graph
-        # has written its ``methods``; anything else runs (or resumes) the graph.
-        pending = bool(snapshot.next) or bool(snapshot.tasks)
-        finished = was_started and not pending and "methods" in snapshot.values
         start = time.perf_counter()
-        if not finished:
-            inp = None if pending else problem_input(problem)
-            if on_event is None:
-                graph.invoke(inp, thread, context=context, durability=durability, control=control)
-            else:
-                for _ns, chunk in graph.stream(inp, thread, context=context, stream_mode="custom",
-                                               subgraphs=True, durability=durability, control=control):
-                    on_event({"question_id": problem.id, **chunk})
-        return graph.get_state(thread).values, time.perf_counter() - start, was_started
+        inp: dict[str, Any] | None = problem_input(problem)
+        was_started = False
+        if saver.get_tuple(thread) is not None:  # a checkpoint exists: finish or resume it
+            snapshot = graph.get_state(thread)
+            was_started = bool(snapshot.values)
+            # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
+            # branches appear in ``tasks`` only. A question counts as finished only once the graph
+            # has written its ``methods``; anything else runs (or resumes) the graph.
+            pending = bool(snapshot.next) or bool(snapshot.tasks)
+            if was_started and not pending and "methods" in snapshot.values:
+                return snapshot.values, time.perf_counter() - start, was_started
+            inp = None if pending else inp
+        values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
+        return values, time.perf_counter() - start, was_started
 
     def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
         methods = values.get("methods") or {}
@@ -192,7 +217,7 @@ def run_problems(
             on_question(q)
 
     try:
-        if concurrency == 1:
+        if concurrency == 1 and not _in_running_loop():
             for idx, problem in todo:
                 raise_if_drained(control)
                 record(idx, problem, *solve(problem))
@@ -205,8 +230,44 @@ def run_problems(
                                               "error": f"{type(exc).__name__}: {exc}"[:500]}, status="failed")
         raise
     finally:
+        for loop in loops.values():
+            _close_loop(loop)
         saver.conn.close()
     return outcome
+
+
+def _in_running_loop() -> bool:
+    """Whether this thread runs an event loop (a notebook, an async app): questions then run in a
+    worker thread with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
+    """Run ``coro`` on ``loop``. If it stops early (Ctrl-C lands in the loop, an error), cancel it and
+    let LangGraph finish its cleanup (writes of finished nodes saved) before re-raising."""
+    task = loop.create_task(coro)
+    try:
+        return loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+            try:
+                loop.run_until_complete(task)
+            except BaseException:  # noqa: BLE001 - the cancellation, or the error again
+                pass
+        raise
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
 
 
 class _NotStarted(Exception):
