@@ -148,11 +148,11 @@ class TraceStore:
                         "completion_tokens": r.get("completion_tokens"),
                         "latency_s": r.get("latency_s")} for method, r in results.items()]
         with self._lock, self.db.conn:
-            if call_rows:
-                self.db["model_calls"].upsert_all(call_rows, pk="call_id")
-            if result_rows:
-                self.db["results"].upsert_all(result_rows, pk=("run_id", "question_id", "method"))
-            self.db["questions"].upsert(row, pk=("run_id", "question_id"))
+            # One statement per table, not sqlite-utils' two per row (33 → 3 statements for an
+            # ALIGN question: ≈ 2.2 → 0.7 ms, the runner's per-question cost; orchestration.py).
+            _upsert(self.db.conn, "model_calls", call_rows, ("call_id",))
+            _upsert(self.db.conn, "results", result_rows, ("run_id", "question_id", "method"))
+            _upsert(self.db.conn, "questions", [row], ("run_id", "question_id"))
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
@@ -191,6 +191,21 @@ def call_row(c: dict[str, Any], run_id: str, question_id: str, protocol: str) ->
         "finish_reason": c.get("finish_reason"), "attempt": c.get("attempt", 0),
         "error": c.get("error"), "created_at": c.get("created_at") or now(),
     }
+
+
+def _upsert(conn: Any, table: str, rows: list[dict[str, Any]], pk: tuple[str, ...]) -> None:
+    """Insert ``rows`` (all with the first row's keys) into ``table``, updating those columns of
+    rows whose primary key ``pk`` exists: sqlite-utils' ``upsert_all`` in one ``executemany``.
+    Lists and dicts are stored as JSON, as sqlite-utils does."""
+    if not rows:
+        return
+    cols = list(rows[0])
+    names = ", ".join(f"[{c}]" for c in cols)
+    updates = ", ".join(f"[{c}] = excluded.[{c}]" for c in cols if c not in pk)
+    conn.executemany(
+        f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT ({', '.join(f'[{c}]' for c in pk)}) DO UPDATE SET {updates}",
+        [tuple(_json(v) if isinstance(v, (dict, list, tuple)) else v for v in (r[c] for c in cols)) for r in rows])
 
 
 def _bool(value: Any) -> int | None:
