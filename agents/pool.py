@@ -321,7 +321,10 @@ class ModelPool(PythonObject):
         Returns:
             ``(samples, records)``: the samples, and one trace record per sample plus one per
             failed attempt (``error`` set). A model that fails ``max_retries + 1`` times gives
-            no samples: the caller decides what a missing answer means.
+            no samples: the caller decides what a missing answer means. The prompt is stored once
+            per request: the second and later samples' records have ``messages=None`` and
+            ``messages_of`` = the first sample's ``call_id`` (graph state and its checkpoints stay
+            n times smaller; :func:`agora.traces.store.call_rows` fills the messages back in).
 
         Raises:
             ModelCallError: the model is unreachable (:class:`ModelUnavailableError`) after its retries.
@@ -416,10 +419,13 @@ class _Call:
                 top_logprobs=meta.get("top_logprobs"),
                 call_id=call_id,
             )
+            record = {**self.base, "call_id": call_id, "attempt": attempt, "completion": sample.text,
+                      "prompt_tokens": sample.prompt_tokens, "completion_tokens": sample.completion_tokens,
+                      "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None}
+            if samples:  # the request's other samples point at the first one's messages (see sample)
+                record.update(messages=None, messages_of=samples[0].call_id)
             samples.append(sample)
-            self.records.append({**self.base, "call_id": call_id, "attempt": attempt, "completion": sample.text,
-                                 "prompt_tokens": sample.prompt_tokens, "completion_tokens": sample.completion_tokens,
-                                 "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None})
+            self.records.append(record)
         return samples, self.records
 
 

@@ -1,5 +1,6 @@
 """Trace store and resumable runner: rows written, resume without redoing or duplicating work."""
 
+import json
 import threading
 import time
 
@@ -7,7 +8,7 @@ import pytest
 import sqlite_utils
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import ModelPool
+from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.testing import ScriptedChatModel
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
@@ -85,6 +86,22 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path, durabi
 
     again = run(store, pool)  # a third run of a finished run id does nothing
     assert again.skipped == 3 and not again.outcomes and db["model_calls"].count == 12
+
+
+def test_a_requests_prompt_is_kept_once_in_state_and_in_every_trace_row(tmp_path):
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(responses=["4", "5", "6"])})
+    samples, records = pool.sample("a", chat, SamplingParams(n=3))
+    assert [s.text for s in samples] == ["4", "5", "6"]
+    assert records[0]["messages"] == chat
+    assert [r["messages"] for r in records[1:]] == [None, None]
+    assert [r["messages_of"] for r in records[1:]] == [records[0]["call_id"]] * 2
+    store = TraceStore(tmp_path / "t.db")
+    store.start_run("r", "align", config={}, pool=[], dataset={})
+    store.record_question("r", "align", {"question_id": "q", "question": "What is 2 + 2?"}, {}, records)
+    rows = store.calls("r")
+    assert sorted(r["completion"] for r in rows) == ["4", "5", "6"]
+    assert [json.loads(r["messages"]) for r in rows] == [chat] * 3
 
 
 def test_record_question_is_idempotent():

@@ -132,8 +132,8 @@ class TraceStore:
         Upserts on primary keys, so writing the same question twice leaves one copy.
         """
         qid = question["question_id"]
-        call_rows = [call_row(c, run_id, qid, protocol) for c in calls]
-        ok = [c for c in call_rows if not c["error"]]
+        rows = call_rows(calls, run_id, qid, protocol)
+        ok = [c for c in rows if not c["error"]]
         row = {
             "run_id": run_id, "question_id": qid, "idx": question.get("idx"), "source": question.get("source"),
             "kind": question.get("kind"), "question": question.get("question"), "gold": question.get("gold"),
@@ -150,7 +150,7 @@ class TraceStore:
         with self._lock, self.db.conn:
             # One statement per table, not sqlite-utils' two per row (33 → 3 statements for an
             # ALIGN question: ≈ 2.2 → 0.7 ms, the runner's per-question cost; orchestration.py).
-            _upsert(self.db.conn, "model_calls", call_rows, ("call_id",))
+            _upsert(self.db.conn, "model_calls", rows, ("call_id",))
             _upsert(self.db.conn, "results", result_rows, ("run_id", "question_id", "method"))
             _upsert(self.db.conn, "questions", [row], ("run_id", "question_id"))
 
@@ -178,14 +178,28 @@ class TraceStore:
         self.db.close()
 
 
-def call_row(c: dict[str, Any], run_id: str, question_id: str, protocol: str) -> dict[str, Any]:
+def call_rows(calls: Iterable[dict[str, Any]], run_id: str, question_id: str, protocol: str) -> list[dict[str, Any]]:
+    """The ``model_calls`` rows of trace records (:meth:`ModelPool.sample` records), with the
+    messages of records that share their request's prompt (``messages_of``) filled back in."""
+    calls = list(calls)
+    encoded: dict[str, str] = {}
+    for c in calls:
+        if c.get("messages") is not None:
+            encoded[c["call_id"]] = _json(c["messages"])
+    return [call_row(c, run_id, question_id, protocol,
+                     messages=encoded.get(c["call_id"]) or encoded.get(c.get("messages_of"))) for c in calls]
+
+
+def call_row(c: dict[str, Any], run_id: str, question_id: str, protocol: str, *,
+             messages: str | None = None) -> dict[str, Any]:
     """The ``model_calls`` row of one trace record ``c`` (a :meth:`ModelPool.sample` record);
-    ``question_id`` is used when the record has none."""
+    ``question_id`` is used when the record has none; ``messages``: the messages as JSON, when
+    known (a record with ``messages_of`` has none of its own: use :func:`call_rows`)."""
     return {
         "call_id": c["call_id"], "run_id": run_id, "question_id": c.get("question_id", question_id),
         "protocol": protocol, "node": c.get("node"), "role": c.get("role"), "agent": c.get("agent"),
         "partner": c.get("partner"),
-        "model": c.get("model"), "messages": _json(c.get("messages")), "completion": c.get("completion"),
+        "model": c.get("model"), "messages": messages if messages is not None else _json(c.get("messages")), "completion": c.get("completion"),
         "params": _json(c.get("params")), "prompt_tokens": c.get("prompt_tokens", 0),
         "completion_tokens": c.get("completion_tokens", 0), "latency_s": c.get("latency_s"),
         "finish_reason": c.get("finish_reason"), "attempt": c.get("attempt", 0),

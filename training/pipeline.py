@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.agents.pool import ModelSpec
-from agora.traces.store import TraceStore, call_row
+from agora.traces.store import TraceStore, call_rows
 from agora.training import tables
 from agora.training.config import DPOSettings, GRPOSettings
 from agora.training.datasets import PairFilter, dpo_rows, export_jsonl, split_by_instruction
@@ -136,8 +136,8 @@ def grpo_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[
     result = train_grpo(base, rows, out, reward_funcs, settings, adapter=adapter)
     if not main:  # judge calls of this process's completions stay unrecorded (the main process records its own)
         return MemberRun(spec.name, result, "", list(rows), [], None, trained_entry(spec, result, iteration))
-    calls = [call_row(c, run_id, f"grpo:{spec.name}", "train-grpo")
-             for f in reward_funcs for c in getattr(f, "records", [])]
+    calls = call_rows([c for f in reward_funcs for c in getattr(f, "records", [])], run_id, f"grpo:{spec.name}",
+                      "train-grpo")
     if calls:
         with store.transaction() as db:
             db["model_calls"].upsert_all(calls, pk="call_id")
