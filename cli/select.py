@@ -112,7 +112,7 @@ def select(
             finished = _drive(graph, cfg, context, command, store, thread, settings)
             values = graph.get_state(cfg).values
         finally:
-            saver.conn.close()
+            saver.close()
         if not finished:
             console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
                           f"[bold]agora select --thread {thread}[/bold]"

@@ -605,5 +605,5 @@ def run_duels(
                     on_duel(rec)
         store.finish_run(run_id, summary=duel_traces.summary(store, run_id))
     finally:
-        saver.conn.close()
+        saver.close()
     return outcome

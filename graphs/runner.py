@@ -45,7 +45,7 @@ def checkpoint_path(db_path: str | Path) -> str:
 def open_checkpointer(db_path: str | Path) -> InlineAsyncSqliteSaver:
     """LangGraph's SQLite checkpointer at :func:`checkpoint_path` of a trace DB (``":memory:"``
     stays in memory), usable from worker threads and async runs
-    (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`); close it with ``saver.conn.close()``.
+    (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`); close it with ``saver.close()``.
 
     WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
     (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
@@ -196,7 +196,10 @@ def run_problems(
             if was_started and not pending and "methods" in snapshot.values:
                 return snapshot.values, time.perf_counter() - start, was_started
             inp = None if pending else inp
-        values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
+        try:
+            values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
+        finally:
+            saver.commit()  # task writes still in their group commit (InlineAsyncSqliteSaver)
         return values, time.perf_counter() - start, was_started
 
     def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
@@ -232,7 +235,7 @@ def run_problems(
     finally:
         for loop in loops.values():
             _close_loop(loop)
-        saver.conn.close()
+        saver.close()
     return outcome
 
 
@@ -263,11 +266,21 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    try:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-    finally:
-        loop.close()
+    """Shut ``loop`` down (async generators, its default thread pool) and close it; from a helper
+    thread when this thread runs a loop of its own (one thread may run one loop at a time)."""
+    def close() -> None:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
+
+    if _in_running_loop():
+        helper = threading.Thread(target=close, name="agora-loop-close")
+        helper.start()
+        helper.join()
+    else:
+        close()
 
 
 class _NotStarted(Exception):

@@ -104,6 +104,22 @@ def test_a_requests_prompt_is_kept_once_in_state_and_in_every_trace_row(tmp_path
     assert [json.loads(r["messages"]) for r in rows] == [chat] * 3
 
 
+def test_run_problems_works_inside_a_running_event_loop(tmp_path):
+    """A notebook or an async app calls the (sync) runner while its own loop runs: the questions
+    then run in a worker thread with a loop of their own, with the same results."""
+    import asyncio
+
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=answer_twice),
+                                       "b": ScriptedChatModel(respond=lambda chat, i: "The answer is 4.")})
+
+    async def app():
+        return run(TraceStore(tmp_path / "t.db"), pool)
+
+    out = asyncio.run(app())
+    assert [q.problem.id for q in out.outcomes] == ["q1", "q2", "q3"]
+    assert [q.methods["self_consistency"]["answer"] for q in out.outcomes] == ["2", "4", "6"]
+
+
 def test_record_question_is_idempotent():
     store = TraceStore(":memory:")
     store.start_run("r", "align", config={}, pool=[], dataset={})

@@ -57,7 +57,11 @@ class TraceStore:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite_utils.Database(self.path) if self.path != ":memory:" else sqlite_utils.Database(memory=True)
         if self.path != ":memory:":
+            # WAL without an fsync per commit, as the runner's checkpointer (runner.open_checkpointer):
+            # ≈ 0.5 ms less per recorded question here. A crashed process loses nothing; a crashed
+            # OS at most the last questions, which the rerun redoes (their checkpoints or a fresh run).
             self.db.enable_wal()
+            self.db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.RLock()
         self._create()
 
