@@ -10,6 +10,12 @@ Resuming: each question runs on its own checkpoint thread ``<run_id>:<question_i
 checkpointer beside the trace DB. A rerun with the same run id skips recorded questions and picks
 an interrupted question up from its last finished step (agents that already sampled are not asked
 again).
+
+Execution: each question runs with ``ainvoke`` on an event loop owned by the runner (one per
+worker thread with ``concurrency > 1``; from a worker thread when the caller already runs a loop,
+as in a notebook), so nodes with an async twin and the checkpoint writes
+(:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`) run without a thread hand-off per step;
+sync-only nodes run in the loop's thread pool, as LangGraph arranges.
 """
 
 from __future__ import annotations
@@ -122,7 +128,7 @@ def run_problems(
             from its last finished step; ``"exit"`` once, when the question ends, drains (see
             ``control``) or fails (an error keeps the steps and samples finished before it; a
             ``KeyboardInterrupt`` or a killed process redoes the interrupted step or question).
-            ``"exit"`` saves ≈ 0.5–0.8 ms per step (``benchmarks/orchestration.py``).
+            ``"exit"`` saves ≈ 0.25 ms per step (``benchmarks/orchestration.py``).
         concurrency: questions in flight at once (threads). A served pool (vLLM) batches the
             requests of concurrent questions; an in-process llama.cpp pool decodes one at a time,
             so keep 1 there. Questions are recorded as they finish; ``idx`` keeps their order.
