@@ -2,6 +2,7 @@
 errors and retries, timeouts, structured outputs, logprobs, several endpoints, concurrency, and a
 server that dies in the middle of a run."""
 
+import asyncio
 import logging
 import socket
 import threading
@@ -181,9 +182,11 @@ def test_every_endpoint_dead_raises_model_call_error_after_retries(caplog):
     assert len(info.value.records) == 2 and all("ModelUnavailableError" in r["error"] for r in info.value.records)
 
 
-def test_agents_of_one_fan_out_reach_the_server_concurrently():
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "runner"])
+def test_agents_of_one_fan_out_reach_the_server_concurrently(tmp_path, how):
     # The stub holds each request until all three agents' requests are in flight; a backend or
     # graph that serialised them would leave the barrier broken and every request failing.
+    # "runner": run_problems, which drives the graph with ainvoke on its own event loop.
     barrier = threading.Barrier(3, timeout=10)
 
     def together(path, body):
@@ -194,10 +197,17 @@ def test_agents_of_one_fan_out_reach_the_server_concurrently():
         return 200, chat_reply(body)
 
     with StubServer(together) as srv:
-        graph = build_delegation_graph().compile()
-        out = graph.invoke({"question": "What is 2 + 2?", "gold": "4"},
-                           context=DelegationContext(pool=pool_for(srv.base_url),
-                                                     config=DelegationConfig(n_agents=3, k_samples=4)))
+        context = DelegationContext(pool=pool_for(srv.base_url), config=DelegationConfig(n_agents=3, k_samples=4))
+        question = {"question": "What is 2 + 2?", "gold": "4"}
+        if how == "invoke":
+            out = build_delegation_graph().compile().invoke(question, context=context)
+        elif how == "ainvoke":
+            out = asyncio.run(build_delegation_graph().compile().ainvoke(question, context=context))
+        else:
+            outcome = run_problems(build_delegation_graph(), [Problem("q1", "What is 2 + 2?", "4")],
+                                   store=TraceStore(tmp_path / "t.db"), run_id="r", protocol="align",
+                                   context=context, config={}, pool_description=[], dataset={})
+            out = {"answer": outcome.outcomes[0].answer, "methods": outcome.outcomes[0].methods}
     assert len(srv.requests) == 3 and [b["n"] for b in srv.bodies()] == [4, 4, 4]
     starts, ends = [r["start"] for r in srv.requests], [r["end"] for r in srv.requests]
     assert max(starts) < min(ends)  # all three were in flight at once
