@@ -90,7 +90,7 @@ def run_align(
             )
             progress.update(task, completed=len(problems), status="done")
         if outcome.skipped:
-            console.print(f"resumed: {outcome.skipped} questions were already done", highlight=False)
+            console.print(f"resumed: {outcome.skipped} of {len(problems)} questions already done", highlight=False)
         print_method_table(store, run_id)
 
 

@@ -100,7 +100,7 @@ def _run(problems: list[Problem], fmt_name: str, data: Path | None, limit: int |
         )
         progress.update(task, completed=len(problems), status="done")
     if outcome.skipped:
-        console.print(f"resumed: {outcome.skipped} questions were already done", highlight=False)
+        console.print(f"resumed: {outcome.skipped} of {len(problems)} questions already done", highlight=False)
     return outcome
 
 

@@ -8,14 +8,16 @@ event loop, so that nodes and checkpoint writes run inline instead of being hand
 methods LangGraph calls there, each running the sync method inline: a local SQLite statement
 (≈ 50–150 µs here) blocks the loop less than handing it to a thread costs.
 
-Same tables, serialisation and locking as ``SqliteSaver``. One difference, group commit: the
-writes of a finished task (``aput_writes``, one call per task, 9 per ALIGN question) are committed
-together, by the next checkpoint (``aput``, which commits at once as ``SqliteSaver.put`` does) or
-at most :attr:`InlineAsyncSqliteSaver.commit_delay_s` later, whichever comes first, instead of one
-commit (≈ 55 µs here) each. A killed process can lose a task's writes from those last milliseconds;
-the resumed run redoes that task. Sync callers (``graph.invoke``, ``get_state``) use it exactly like
-``SqliteSaver``; :meth:`~InlineAsyncSqliteSaver.commit` commits what is pending, and
-:meth:`~InlineAsyncSqliteSaver.close` commits and closes the connection.
+By default it has ``SqliteSaver``'s tables, serialisation, locking and durability: every write is
+committed before its method returns. With ``group_commit=True`` (the runner's choice) the writes
+of finished tasks (``aput_writes``: one call per task, 9 per ALIGN question) share a commit: the
+next checkpoint's (``aput`` commits at once), or one at most :attr:`~InlineAsyncSqliteSaver.commit_delay_s`
+later while the event loop runs, or the owner's :meth:`~InlineAsyncSqliteSaver.commit` /
+:meth:`~InlineAsyncSqliteSaver.close`; so does a thread's deletion (``delete_thread``). Each commit rewrites the pages it touched, so one commit
+for a step's task writes instead of one each saves ≈ 1 ms per ALIGN question here. The owner
+must call :meth:`~InlineAsyncSqliteSaver.commit` when a run ends or stops (the runner does, after
+every question): after an error or an ``interrupt`` no checkpoint follows the last task writes,
+and an event loop that closes drops the timer.
 """
 
 from __future__ import annotations
@@ -33,20 +35,27 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 
 class InlineAsyncSqliteSaver(SqliteSaver):
-    """``SqliteSaver`` whose async methods run its sync ones inline, with group commit of task
-    writes (see the module docstring).
+    """``SqliteSaver`` whose async methods run its sync ones inline (see the module docstring).
+
+    Args:
+        conn: an SQLite connection opened with ``check_same_thread=False``.
+        serde: as for ``SqliteSaver``.
+        group_commit: let the async task writes of one step share a commit (then call
+            :meth:`commit` when a run ends or stops).
 
     Meant for a local SQLite file used by one process; for a database shared over the network
-    use an async saver (``AsyncSqliteSaver``, ``AsyncPostgresSaver``).
+    use an async saver (``AsyncSqliteSaver``, ``AsyncPostgresSaver``). Close it with :meth:`close`.
     """
 
     commit_delay_s: float = 0.005
-    """Longest time (seconds) a task's writes wait for the commit they share with others."""
+    """With ``group_commit``: the longest time (seconds) a task's writes wait for a shared commit
+    while the event loop runs."""
 
-    def __init__(self, conn: sqlite3.Connection, *, serde: Any = None) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, serde: Any = None, group_commit: bool = False) -> None:
         super().__init__(conn, serde=serde)
-        self._local = threading.local()  # .defer: the statement running in this thread joins the pending commit
-        self._pending = False  # uncommitted writes in the connection's transaction
+        self.group_commit = group_commit
+        self._local = threading.local()  # .defer: this thread's statement joins the shared commit
+        self._pending = False  # uncommitted task writes in the connection's transaction
         self._timers: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
 
     @contextmanager
@@ -66,7 +75,7 @@ class InlineAsyncSqliteSaver(SqliteSaver):
                         self._pending = False
 
     def commit(self) -> None:
-        """Commit task writes still waiting for their group commit."""
+        """Commit task writes still waiting for a shared commit (a no-op without any)."""
         with self.lock:
             if self._pending:
                 self.conn.commit()
@@ -81,7 +90,7 @@ class InlineAsyncSqliteSaver(SqliteSaver):
             self._timers.clear()
         self.conn.close()
 
-    def _commit_later(self) -> None:
+    def _commit_soon(self) -> None:
         loop = asyncio.get_running_loop()
         with self.lock:
             if loop not in self._timers:
@@ -97,7 +106,9 @@ class InlineAsyncSqliteSaver(SqliteSaver):
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        for item in self.list(config, filter=filter, before=before, limit=limit):
+        # ``SqliteSaver.list`` holds the saver's lock until it is exhausted: read everything
+        # first, so a consumer that stops early or awaits between items blocks no other call.
+        for item in list(self.list(config, filter=filter, before=before, limit=limit)):
             yield item
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -106,12 +117,28 @@ class InlineAsyncSqliteSaver(SqliteSaver):
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
+        if not self.group_commit:
+            self.put_writes(config, writes, task_id, task_path)
+            return
         self._local.defer = True
         try:
             self.put_writes(config, writes, task_id, task_path)
         finally:
             self._local.defer = False
-        self._commit_later()
+        self._commit_soon()
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread's checkpoints and writes; with ``group_commit`` the deletion is committed
+        with the next commit (a thread the owner no longer needs: losing the deletion in a crash
+        only leaves its rows behind)."""
+        if not self.group_commit:
+            super().delete_thread(thread_id)
+            return
+        self._local.defer = True
+        try:
+            super().delete_thread(thread_id)
+        finally:
+            self._local.defer = False
 
     async def adelete_thread(self, thread_id: str) -> None:
         self.delete_thread(thread_id)

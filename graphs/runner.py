@@ -48,10 +48,11 @@ def checkpoint_path(db_path: str | Path) -> str:
     return str(p.with_name(p.name + ".checkpoints"))
 
 
-def open_checkpointer(db_path: str | Path) -> InlineAsyncSqliteSaver:
+def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> InlineAsyncSqliteSaver:
     """LangGraph's SQLite checkpointer at :func:`checkpoint_path` of a trace DB (``":memory:"``
     stays in memory), usable from worker threads and async runs
-    (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`); close it with ``saver.close()``.
+    (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`, with its ``group_commit``); close
+    it with ``saver.close()``.
 
     WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
     (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
@@ -61,7 +62,7 @@ def open_checkpointer(db_path: str | Path) -> InlineAsyncSqliteSaver:
     conn = sqlite3.connect(":memory:" if memory else checkpoint_path(db_path), check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    return InlineAsyncSqliteSaver(conn)
+    return InlineAsyncSqliteSaver(conn, group_commit=group_commit)
 
 
 def raise_if_drained(control: RunControl | None) -> None:
@@ -120,7 +121,8 @@ def run_problems(
         context: the graph's runtime context (pool and settings).
         config / pool_description / dataset: stored in the ``runs`` row.
         on_event: called with each custom stream event (progress display); from worker threads
-            when ``concurrency > 1``. Without it the graph runs with ``ainvoke`` (no stream consumer).
+            when ``concurrency > 1`` or when the caller runs an event loop. Without it the graph
+            runs with ``ainvoke`` (no stream consumer).
         on_question: called after each question is recorded (from the calling thread).
         detail: picks the state fields stored as the question's ``detail`` JSON.
         durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
@@ -142,7 +144,12 @@ def run_problems(
         ValueError: ``concurrency < 1`` or an unknown ``durability``.
         GraphDrained: the run stopped because ``control`` asked it to; rerun to resume.
         On any other exception the run's row is marked ``failed`` (with the error in its summary);
-        a rerun marks it ``running`` again and resumes.
+        a rerun marks it ``running`` again and resumes. When a node fails (e.g. an unreachable
+        model raises ``ModelCallError``), LangGraph cancels the other nodes of that step still
+        running under ``ainvoke``: the rerun redoes those (nodes that finished are kept).
+
+    A sync function: called from async code (a notebook cell, an async app) it blocks the caller's
+    event loop until the run ends; ``await asyncio.to_thread(run_problems, ...)`` keeps the loop free.
         KeyboardInterrupt and model errors propagate after the finished questions are stored
         (with ``concurrency > 1``, after the questions already running have finished and been
         stored; the ones not started are left for the rerun); rerunning with the same ``run_id``
@@ -157,7 +164,7 @@ def run_problems(
     done = store.finished_questions(run_id)
     outcome = RunOutcome(run_id=run_id, resumed=resumed, skipped=sum(p.id in done for p in problems))
     todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done]
-    saver = open_checkpointer(store.path)
+    saver = open_checkpointer(store.path, group_commit=True)  # committed after each question (solve)
     graph = builder.compile(checkpointer=saver)
 
     keys = list(builder.channels)  # the whole state, so no get_state after a question
@@ -205,7 +212,7 @@ def run_problems(
         try:
             values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
         finally:
-            saver.commit()  # task writes still in their group commit (InlineAsyncSqliteSaver)
+            saver.commit()  # task writes waiting for a shared commit (an error or a stop leaves some)
         return values, time.perf_counter() - start, was_started
 
     def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:

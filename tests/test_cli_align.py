@@ -97,7 +97,7 @@ def test_killed_run_resumes_with_same_run_id(tmp_path):
     assert 1 <= before < 4
     out = agora(*args)
     assert out.returncode == 0, out.stderr
-    assert f"resumed: {before} questions were already done" in out.stdout
+    assert f"resumed: {before} of 4 questions already done" in out.stdout
     tables = sqlite_utils.Database(db)
     assert tables["questions"].count == 4 and tables["results"].count == 16
     rows = list(tables.query("select question_id, count(*) n from model_calls group by question_id"))
