@@ -323,8 +323,8 @@ class ModelPool(PythonObject):
             failed attempt (``error`` set). A model that fails ``max_retries + 1`` times gives
             no samples: the caller decides what a missing answer means. The prompt is stored once
             per request: the second and later samples' records have ``messages=None`` and
-            ``messages_of`` = the first sample's ``call_id`` (graph state and its checkpoints stay
-            n times smaller; :func:`agora.traces.store.call_rows` fills the messages back in).
+            ``messages_of`` = the first sample's ``call_id`` (graph state and its checkpoints do not
+            repeat the prompt; :func:`agora.traces.store.call_rows` fills the messages back in).
 
         Raises:
             ModelCallError: the model is unreachable (:class:`ModelUnavailableError`) after its retries.
@@ -351,8 +351,9 @@ class ModelPool(PythonObject):
         """:meth:`sample` for async callers (async graph nodes): awaits the chat model's
         ``agenerate``, so the event loop runs other work meanwhile. Same arguments, results and errors.
 
-        Backends without a native async path (llama.cpp, transformers) run in the event loop's
-        default thread pool, as LangChain arranges.
+        Backends without a native async path (llama.cpp, transformers, vLLM in-process, and the
+        OpenAI-compatible backend's sync client) run in the event loop's default thread pool, as
+        LangChain arranges: at most ``min(32, cpus + 4)`` calls of one loop at a time.
         """
         call = _Call(self[name], messages, params, context)
         for attempt in range(call.attempts):
