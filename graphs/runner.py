@@ -41,6 +41,10 @@ from agora.traces.store import TraceStore
 
 EventHandler = Callable[[dict[str, Any]], None]
 
+MODEL_CALL_THREADS = 64
+"""Model calls of one question (one event loop) in flight at once, for sync-only backends: a served
+pool gets a question's whole fan-out (n agents, judges) as one batch."""
+
 
 def checkpoint_path(db_path: str | Path) -> str:
     """Where the checkpointer of a trace DB lives: ``<db>.checkpoints`` next to it."""
@@ -177,6 +181,10 @@ def run_problems(
             loop = loops.get(threading.get_ident())
             if loop is None:
                 loop = loops[threading.get_ident()] = asyncio.new_event_loop()
+                # Sync-only chat models (llama.cpp, the OpenAI-compatible client) run in the loop's
+                # default pool; asyncio's default (cpus + 4 threads) would queue a wider fan-out.
+                loop.set_default_executor(ThreadPoolExecutor(max_workers=MODEL_CALL_THREADS,
+                                                             thread_name_prefix="agora-model-call"))
             return loop
 
     async def run_graph(inp: dict[str, Any] | None, thread: dict[str, Any], problem: Problem) -> dict[str, Any]:

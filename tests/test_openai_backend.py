@@ -214,6 +214,27 @@ def test_agents_of_one_fan_out_reach_the_server_concurrently(tmp_path, how):
     assert out["answer"] == "4" and out["methods"]["align"]["correct"] is True
 
 
+def test_the_runner_sends_a_fan_out_wider_than_the_default_thread_pool_at_once(tmp_path):
+    # asyncio's default pool (cpus + 4 threads) would hold some of 12 agents' requests back
+    barrier = threading.Barrier(12, timeout=10)
+
+    def together(path, body):
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return 500, {"error": {"message": "requests did not overlap"}}
+        return 200, chat_reply(body)
+
+    with StubServer(together) as srv:
+        context = DelegationContext(pool=pool_for(srv.base_url, max_retries=0),
+                                    config=DelegationConfig(n_agents=12, k_samples=1))
+        outcome = run_problems(build_delegation_graph(), [Problem("q1", "What is 2 + 2?", "4")],
+                               store=TraceStore(tmp_path / "t.db"), run_id="r", protocol="align",
+                               context=context, config={}, pool_description=[], dataset={})
+    assert len(srv.requests) == 12
+    assert outcome.outcomes[0].methods["align"]["correct"] is True
+
+
 def test_a_server_that_dies_mid_run_stops_the_run_resumably(tmp_path):
     port = free_port()
     problems = [Problem(id=f"q{i}", question=f"What is {i} + {i}?", gold=str(2 * i), kind="math") for i in range(1, 5)]
