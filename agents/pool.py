@@ -353,7 +353,8 @@ class ModelPool(PythonObject):
 
         Backends without a native async path (llama.cpp, transformers, vLLM in-process, and the
         OpenAI-compatible backend's sync client) run in the event loop's default thread pool, as
-        LangChain arranges: at most ``min(32, cpus + 4)`` calls of one loop at a time.
+        LangChain arranges: at most ``min(32, cpus + 4)`` calls of one loop at a time, unless the
+        loop's default executor is larger (the runner's loops have 64 threads).
         """
         call = _Call(self[name], messages, params, context)
         for attempt in range(call.attempts):
