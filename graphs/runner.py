@@ -151,13 +151,13 @@ def run_problems(
         a rerun marks it ``running`` again and resumes. When a node fails (e.g. an unreachable
         model raises ``ModelCallError``), LangGraph cancels the other nodes of that step still
         running under ``ainvoke``: the rerun redoes those (nodes that finished are kept).
-
-    A sync function: called from async code (a notebook cell, an async app) it blocks the caller's
-    event loop until the run ends; ``await asyncio.to_thread(run_problems, ...)`` keeps the loop free.
         KeyboardInterrupt and model errors propagate after the finished questions are stored
         (with ``concurrency > 1``, after the questions already running have finished and been
         stored; the ones not started are left for the rerun); rerunning with the same ``run_id``
         resumes.
+
+    A sync function: called from async code (a notebook cell, an async app) it blocks the caller's
+    event loop until the run ends; ``await asyncio.to_thread(run_problems, ...)`` keeps the loop free.
     """
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")

@@ -182,12 +182,10 @@ def test_every_endpoint_dead_raises_model_call_error_after_retries(caplog):
     assert len(info.value.records) == 2 and all("ModelUnavailableError" in r["error"] for r in info.value.records)
 
 
-@pytest.mark.parametrize("how", ["invoke", "ainvoke", "runner"])
-def test_agents_of_one_fan_out_reach_the_server_concurrently(tmp_path, how):
-    # The stub holds each request until all three agents' requests are in flight; a backend or
-    # graph that serialised them would leave the barrier broken and every request failing.
-    # "runner": run_problems, which drives the graph with ainvoke on its own event loop.
-    barrier = threading.Barrier(3, timeout=10)
+def all_at_once(k: int):
+    """A stub handler that holds each request until ``k`` are in flight; a request that waits in
+    vain (they did not overlap) gets a 500."""
+    barrier = threading.Barrier(k, timeout=10)
 
     def together(path, body):
         try:
@@ -196,7 +194,23 @@ def test_agents_of_one_fan_out_reach_the_server_concurrently(tmp_path, how):
             return 500, {"error": {"message": "requests did not overlap"}}
         return 200, chat_reply(body)
 
-    with StubServer(together) as srv:
+    return together
+
+
+def run_one_question(tmp_path, context):
+    """``What is 2 + 2?`` through the runner; its outcome."""
+    outcome = run_problems(build_delegation_graph(), [Problem("q1", "What is 2 + 2?", "4")],
+                           store=TraceStore(tmp_path / "t.db"), run_id="r", protocol="align",
+                           context=context, config={}, pool_description=[], dataset={})
+    return outcome.outcomes[0]
+
+
+@pytest.mark.parametrize("how", ["invoke", "ainvoke", "runner"])
+def test_agents_of_one_fan_out_reach_the_server_concurrently(tmp_path, how):
+    # The stub holds each request until all three agents' requests are in flight; a backend or
+    # graph that serialised them would leave the barrier broken and every request failing.
+    # "runner": run_problems, which drives the graph with ainvoke on its own event loop.
+    with StubServer(all_at_once(3)) as srv:
         context = DelegationContext(pool=pool_for(srv.base_url), config=DelegationConfig(n_agents=3, k_samples=4))
         question = {"question": "What is 2 + 2?", "gold": "4"}
         if how == "invoke":
@@ -204,10 +218,8 @@ def test_agents_of_one_fan_out_reach_the_server_concurrently(tmp_path, how):
         elif how == "ainvoke":
             out = asyncio.run(build_delegation_graph().compile().ainvoke(question, context=context))
         else:
-            outcome = run_problems(build_delegation_graph(), [Problem("q1", "What is 2 + 2?", "4")],
-                                   store=TraceStore(tmp_path / "t.db"), run_id="r", protocol="align",
-                                   context=context, config={}, pool_description=[], dataset={})
-            out = {"answer": outcome.outcomes[0].answer, "methods": outcome.outcomes[0].methods}
+            outcome = run_one_question(tmp_path, context)
+            out = {"answer": outcome.answer, "methods": outcome.methods}
     assert len(srv.requests) == 3 and [b["n"] for b in srv.bodies()] == [4, 4, 4]
     starts, ends = [r["start"] for r in srv.requests], [r["end"] for r in srv.requests]
     assert max(starts) < min(ends)  # all three were in flight at once
@@ -216,23 +228,12 @@ def test_agents_of_one_fan_out_reach_the_server_concurrently(tmp_path, how):
 
 def test_the_runner_sends_a_fan_out_wider_than_the_default_thread_pool_at_once(tmp_path):
     # asyncio's default pool (cpus + 4 threads) would hold some of 12 agents' requests back
-    barrier = threading.Barrier(12, timeout=10)
-
-    def together(path, body):
-        try:
-            barrier.wait()
-        except threading.BrokenBarrierError:
-            return 500, {"error": {"message": "requests did not overlap"}}
-        return 200, chat_reply(body)
-
-    with StubServer(together) as srv:
+    with StubServer(all_at_once(12)) as srv:
         context = DelegationContext(pool=pool_for(srv.base_url, max_retries=0),
                                     config=DelegationConfig(n_agents=12, k_samples=1))
-        outcome = run_problems(build_delegation_graph(), [Problem("q1", "What is 2 + 2?", "4")],
-                               store=TraceStore(tmp_path / "t.db"), run_id="r", protocol="align",
-                               context=context, config={}, pool_description=[], dataset={})
+        outcome = run_one_question(tmp_path, context)
     assert len(srv.requests) == 12
-    assert outcome.outcomes[0].methods["align"]["correct"] is True
+    assert outcome.methods["align"]["correct"] is True
 
 
 def test_a_server_that_dies_mid_run_stops_the_run_resumably(tmp_path):
