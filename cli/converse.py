@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse, converse_default_specs
-from agora.agents.pool import ModelPool, load_pool, pool_from_specs
+from agora.agents.pool import ModelPool, builtin_pool_name, load_pool, pool_from_specs
 from agora.cli._shared import (
     MAX_SHOTS,
     MAX_TEMPERATURE,
@@ -90,8 +90,9 @@ def converse(
             problems = load_problems(prompts, fmt_name, limit)
         if not problems:
             raise ValueError(f"{prompts}: no prompts to run")
-        the_pool = load_pool(pool) if pool is not None else pool_from_specs(converse_default_specs(),
-                                                                            source="builtin:converse")
+        builtin_name = builtin_pool_name(pool) if pool is not None else "default"
+        the_pool = (load_pool(pool) if builtin_name is None
+                    else pool_from_specs(converse_default_specs(builtin_name), source=f"builtin:converse-{builtin_name}"))
         todo = ordered_pairs(the_pool, models, pairs)
         base = run_id or new_run_id("converse")
         store = TraceStore(db)

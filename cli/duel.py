@@ -11,7 +11,7 @@ from rich.table import Table
 
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
-from agora.agents.pool import ModelCallError, load_pool
+from agora.agents.pool import ModelCallError, builtin_pool_name, load_pool
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
@@ -68,7 +68,7 @@ def duel(
                             judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots,
                                               presentation=presentation),
                             leader=Exp3Config(eta=eta))
-        the_pool = duel_pool(load_pool(pool) if pool is not None else None)
+        the_pool = duel_pool(builtin_pool_name(pool) or load_pool(pool) if pool is not None else None)
         run_id = run_id or new_run_id(mode)
         store = TraceStore(db)
         total = duels * iterations
@@ -124,7 +124,7 @@ def report_duels(
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
-        store = TraceStore(db)
+        store = TraceStore(db, readonly=True)  # a report writes nothing into the database, not even tables
         runs = duel_traces.duel_runs(store)
         if not runs:
             raise ValueError(f"{db}: no duel runs (run `agora duel` first)")

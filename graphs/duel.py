@@ -44,7 +44,7 @@ from agora.agents.exp3 import Exp3Config, Exp3Leader, LeaderState, leader_reward
 from agora.agents.judge import Judge, JudgeConfig, Judgement, judge_means, position_bias
 from agora.agents.matching import Match, MatchConfig, Matcher, Mode
 from agora.agents.panel import CAUTIOUS, persona_specs
-from agora.agents.pool import DEFAULT_SPECS, ModelCallError, ModelPool, SamplingParams, pool_from_specs
+from agora.agents.pool import ModelCallError, ModelPool, SamplingParams, builtin_pool_specs, pool_from_specs
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.graphs._common import emit, question_seed, settings_from
@@ -103,19 +103,22 @@ class DuelConfig:
         return {**asdict(self), "eta_used": eta, "n_instructions": n_instructions}
 
 
-def default_duel_specs():
-    """The embedded models plus a ``cautious`` persona variant of each: 4 members (same weights,
-    a different system prompt, separate names in duels and traces)."""
-    return list(DEFAULT_SPECS) + persona_specs(DEFAULT_SPECS, {"cautious": CAUTIOUS})
+def default_duel_specs(pool: str = "default"):
+    """A built-in pool's models (``default`` or ``tiny``) plus a ``cautious`` persona variant of each:
+    4 members (same weights, a different system prompt, separate names in duels and traces)."""
+    base = builtin_pool_specs(pool)
+    return list(base) + persona_specs(base, {"cautious": CAUTIOUS})
 
 
-def duel_pool(pool: ModelPool | None = None) -> ModelPool:
-    """``pool``, or the embedded duel pool (:func:`default_duel_specs`) when ``None``.
+def duel_pool(pool: ModelPool | str | None = None) -> ModelPool:
+    """``pool``, or the embedded duel pool (:func:`default_duel_specs`) when ``None`` or the name of a
+    built-in pool (``"tiny"``: SmolLM2, Gemma and their personas).
 
     Raises:
         ValueError: the pool has fewer than 3 members (judges must be outside the duel).
     """
-    pool = pool if pool is not None else _embedded_duel_pool()
+    if pool is None or isinstance(pool, str):
+        pool = _embedded_duel_pool(pool or "default")
     if len(pool) < MIN_POOL:
         raise ValueError(f"{pool.source}: a duel pool needs at least {MIN_POOL} models (two duel, the others "
                          f"judge), got {len(pool)} ({', '.join(pool.names)}); add members to the pool file, e.g. "
@@ -123,9 +126,9 @@ def duel_pool(pool: ModelPool | None = None) -> ModelPool:
     return pool
 
 
-@lru_cache(maxsize=1)
-def _embedded_duel_pool() -> ModelPool:
-    return pool_from_specs(default_duel_specs(), source="builtin:duel")
+@lru_cache(maxsize=2)
+def _embedded_duel_pool(name: str = "default") -> ModelPool:
+    return pool_from_specs(default_duel_specs(name), source=f"builtin:duel-{name}" if name != "default" else "builtin:duel")
 
 
 @dataclass

@@ -59,7 +59,7 @@ def test_embedded_pool_end_to_end(tmp_path, fmt, shared_data):
         ])
     db = tmp_path / "t.db"
     out = agora("run", "align", "--data", data, "--limit", 2, "--agents", 2, "--samples", 2, "--max-tokens", 64,
-                "--db", db, "--run-id", "e2e")
+                "--db", db, "--run-id", "e2e", "--pool", "tiny")
     assert out.returncode == 0, out.stderr
     for method in ("align", "single_agent", "self_consistency", "best_of_n"):
         assert method in out.stdout
@@ -76,7 +76,7 @@ def test_embedded_pool_end_to_end(tmp_path, fmt, shared_data):
 def test_killed_run_resumes_with_same_run_id(tmp_path):
     db = tmp_path / "t.db"
     args = ["run", "align", "--format", "synthetic", "--limit", 4, "--agents", 2, "--samples", 2,
-            "--max-tokens", 48, "--db", db, "--run-id", "killme"]
+            "--max-tokens", 48, "--db", db, "--run-id", "killme", "--pool", "tiny"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([*AGORA, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 600

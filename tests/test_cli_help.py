@@ -29,4 +29,4 @@ def test_top_level_help_rows_do_not_break_mid_sentence():
     assert result.exit_code == 0
     rows = [line for line in result.output.splitlines() if line.startswith("│ ") and "--help" not in line]
     assert [r.split()[1] for r in rows] == ["duel", "serve", "select", "converse", "evolve", "run", "report",
-                                            "calibrate", "train"]
+                                            "calibrate", "train", "pool"]

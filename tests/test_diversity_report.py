@@ -282,7 +282,7 @@ def test_converse_refuses_out_of_range_shots_and_temperature():
 def test_converse_on_the_embedded_pool_then_report(tmp_path):
     db, out = tmp_path / "conv.db", tmp_path / "out"
     res = agora("converse", "--limit", "2", "--turns", "2", "--max-tokens", "12", "--db", db,
-                "--models", "smollm2-135m,smollm2-135m-cautious,gemma3-270m", "--run-id", "c1")
+                "--models", "smollm2-135m,smollm2-135m-cautious,gemma3-270m", "--run-id", "c1", "--pool", "tiny")
     assert res.returncode == 0, res.stderr
     data = read_exchanges(db)
     assert len(data.rows) == 6 * 2 * 2  # ordered pairs × prompts × turns

@@ -329,7 +329,7 @@ def test_embedded_duel_pool_end_to_end(tmp_path, shared_data):
     db = tmp_path / "t.db"
     out = invoke("duel", "--instructions", shared_data / "gsm8k" / "train.jsonl", "--limit", 4, "--mode", "sparta",
                  "--duels", 2, "--iterations", 1, "--max-tokens", 8, "--judge-max-tokens", 8, "--db", db,
-                 "--run-id", "e2e")
+                 "--run-id", "e2e", "--pool", "tiny")
     assert out.exit_code == 0, out.output
     assert "preference pairs written" in out.output and "smollm2-135m-cautious" in out.output
     store = TraceStore(db)

@@ -462,7 +462,7 @@ def test_end_to_end_on_the_embedded_pool(shared_data, tmp_path):
     db = tmp_path / "t.db"
     result = CliRunner().invoke(app, [
         "run", "comed", "--data", str(data), "--samples", "2", "--max-tokens", "16", "--probe-max-tokens", "16",
-        "--debate-agents", "2", "--no-router", "--db", str(db), "--run-id", "e2e"])
+        "--debate-agents", "2", "--no-router", "--db", str(db), "--run-id", "e2e", "--pool", "tiny"])
     assert result.exit_code == 0, result.output
     assert "identity checked on every question: holds" in result.output
     store = TraceStore(db)

