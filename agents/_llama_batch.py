@@ -113,12 +113,14 @@ class BatchDecoder:
         return buf.raw[:n]
 
     def generate(self, prompt_tokens: Sequence[int], n: int, *, max_tokens: int, temperature: float,
-                 top_p: float, seeds: Sequence[int], stops: Sequence[str], n_ctx_limit: int) -> list[SeqResult]:
+                 top_p: float, seeds: Sequence[int], stops: Sequence[str], n_ctx_limit: int,
+                 ignore_eos: bool = False) -> list[SeqResult]:
         """Decode ``n`` continuations of ``prompt_tokens`` (``n <= MAX_SEQ``) in one batch.
 
         ``n_ctx_limit`` is the per-sequence context of the model's pool entry: a prompt longer than
         it raises, and a sequence stops (``finish_reason="length"``) when it would pass it, as the
-        sequential path does.
+        sequential path does. ``ignore_eos`` (benchmarks only) decodes every sequence to
+        ``max_tokens``, treating an end-of-generation token as text.
 
         Raises:
             ValueError: ``n`` outside ``1..MAX_SEQ``, or a prompt that does not fit ``n_ctx_limit``.
@@ -163,7 +165,7 @@ class BatchDecoder:
                     if done[s] is not None:
                         continue
                     tok = lib.llama_sampler_sample(samplers[s], self.ctx, idx[s])
-                    if lib.llama_vocab_is_eog(self.vocab, tok):
+                    if not ignore_eos and lib.llama_vocab_is_eog(self.vocab, tok):
                         done[s] = self._finish(pieces[s], counts[s], "stop", stops, start)
                         continue
                     pieces[s] += self._piece(tok)
@@ -215,3 +217,35 @@ class BatchDecoder:
                 text = text[:min(cut)]
         return SeqResult(text=text, completion_tokens=count, finish_reason=reason,
                          finished_at_s=time.perf_counter() - start)
+
+
+def decode_only_rate(decoder: BatchDecoder, prompt_tokens: Sequence[int], batch: int, steps: int) -> float:
+    """llama.cpp's own batched decode rate, in generated tokens per second: the prompt once, then
+    ``steps`` calls of ``llama_decode`` with one token for each of ``batch`` sequences and no
+    sampling (the token fed back is the prompt's last). The ceiling :meth:`BatchDecoder.generate`
+    is compared with in ``benchmarks/batched_sampling.py``."""
+    lib = decoder._lib
+    n_prompt = len(prompt_tokens)
+    decoder._ensure_context(n_prompt + batch * steps + 8)
+    mem = lib.llama_get_memory(decoder.ctx)
+    lib.llama_memory_clear(mem, True)
+    b = lib.llama_batch_init(max(N_BATCH, MAX_SEQ), 0, 1)
+    try:
+        for begin in range(0, n_prompt, N_BATCH):
+            chunk = prompt_tokens[begin:begin + N_BATCH]
+            for j, tok in enumerate(chunk):
+                decoder._put(b, j, tok, begin + j, 0, begin + j == n_prompt - 1)
+            b.n_tokens = len(chunk)
+            decoder._decode(b)
+        for s in range(1, batch):
+            lib.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        tok = prompt_tokens[-1]
+        start = time.perf_counter()
+        for step in range(steps):
+            for s in range(batch):
+                decoder._put(b, s, tok, n_prompt + step, s, True)
+            b.n_tokens = batch
+            decoder._decode(b)
+        return batch * steps / (time.perf_counter() - start)
+    finally:
+        lib.llama_batch_free(b)
