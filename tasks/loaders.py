@@ -6,12 +6,17 @@ Each loader turns one JSON line into a :class:`Problem`. A malformed line raises
 Formats (``fmt`` argument of :func:`load_problems`):
 
 * ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N`` (thousands commas allowed).
-* ``gsm-hard``: ``input``, ``target`` (a number; compared with a relative tolerance).
+* ``gsm-hard``: ``input``, ``target`` (a finite number; compared with a relative tolerance).
 * ``math``: ``problem`` with ``answer``, or ``solution`` whose last ``\\boxed{...}`` (brace-matched)
   is the answer.
 * ``mc``: ``question`` with one of: ``options`` (dict ``{"A": text, ...}``) and ``answer_idx``
   (letter, MedQA); ``choices`` (list) and ``answer`` (index, MMLU); ``choices`` (dict with
-  ``text`` and ``label`` lists) and ``answerKey`` (ARC).
+  ``text`` and ``label`` lists) and ``answerKey`` (ARC; also ARC's raw ``question`` object
+  ``{"stem", "choices": [{"text", "label"}, ...]}``). Option labels are letters, case-insensitive
+  (``a`` is option ``A``; two labels differing only in case are refused), and must be the first n
+  letters (A, B, C, ... at most J). ARC's numeric labels must be ``1``..``n`` in order: label k is
+  the k-th option (``"1"`` → A, ``"2"`` → B, ...); an ``answerKey`` that is not one of the labels,
+  such as ``"0"`` or ``"11"``, is refused.
 * ``prompts``: any of the above, or ``prompt``/``instruction``/``text`` alone (no gold answer),
   for protocols that need instructions only (duels).
 """
@@ -19,11 +24,14 @@ Formats (``fmt`` argument of :func:`load_problems`):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 AnswerKind = Literal["math", "mc", "open"]
+#: Option letters of multiple-choice problems (answers are extracted among the first ``n_choices``).
+LETTERS = "ABCDEFGHIJ"
 FORMATS = ("gsm8k", "gsm-hard", "math", "mc", "synthetic", "prompts")
 
 
@@ -81,10 +89,14 @@ def _gsm8k(rec: dict, path: Path, line: int) -> Problem:
 def _gsm_hard(rec: dict, path: Path, line: int) -> Problem:
     question = _require(rec, "input", path, line)
     target = _require(rec, "target", path, line, (int, float, str))
+    if isinstance(target, bool):
+        raise TaskFormatError(path, line, "target", f"not a number: {target!r}")
     try:
         value = float(str(target).replace(",", ""))
     except ValueError:
         raise TaskFormatError(path, line, "target", f"not a number: {target!r:.60}") from None
+    if not math.isfinite(value):  # NaN, Infinity, or beyond float range (1e400)
+        raise TaskFormatError(path, line, "target", f"not a finite number: {target!r:.60}")
     gold = str(int(value)) if value == int(value) else repr(value)
     return Problem(_id(rec, path, line), question.strip(), gold, "math", source="gsm-hard")
 
@@ -125,35 +137,61 @@ def _format_options(question: str, letters: list[str], texts: list[str]) -> str:
     return f"{question.strip()}\n{options}"
 
 
+def _check_letters(letters: list[str], field: str, path: Path, line: int) -> None:
+    """Option labels must be the first n letters (any order): answers are read as A..J."""
+    if len(letters) < 2:
+        raise TaskFormatError(path, line, field, "fewer than two options")
+    if len(letters) > len(LETTERS):
+        raise TaskFormatError(path, line, field, f"{len(letters)} options; at most {len(LETTERS)} (A-J) are supported")
+    if len(set(letters)) != len(letters):
+        raise TaskFormatError(path, line, field, f"duplicate option labels {letters} (labels are case-insensitive)")
+    if set(letters) != set(LETTERS[: len(letters)]):
+        raise TaskFormatError(path, line, field, f"option labels must be the letters A-{LETTERS[len(letters) - 1]}, "
+                              f"got {letters}")
+
+
 def _mc(rec: dict, path: Path, line: int) -> Problem:
     question = _require(rec, "question", path, line, (str, dict))
-    if isinstance(question, dict):  # ARC's raw format: {"stem": ..., "choices": [...]}
-        rec = {**rec, "choices": {"text": [c.get("text") for c in question.get("choices", [])],
-                                  "label": [c.get("label") for c in question.get("choices", [])]}}
+    if isinstance(question, dict):  # ARC's raw format: {"stem": ..., "choices": [{"text", "label"}, ...]}
+        raw = question.get("choices")
+        if not isinstance(raw, list) or not all(isinstance(c, dict) and "text" in c and "label" in c for c in raw):
+            raise TaskFormatError(path, line, "question.choices",
+                                  f"expected a list of {{\"text\", \"label\"}} objects, got {raw!r:.60}")
+        rec = {**rec, "choices": {"text": [c["text"] for c in raw], "label": [c["label"] for c in raw]}}
         question = _require(question, "stem", path, line)
-    if "options" in rec:  # MedQA
+    if "options" in rec:  # MedQA; letters are case-insensitive: "a" is option A
         options = _require(rec, "options", path, line, (dict,))
         letters = [str(k).strip().upper() for k in options]
         texts = list(options.values())
+        _check_letters(letters, "options", path, line)
         gold = str(_require(rec, "answer_idx", path, line)).strip().upper()
         gold_field = "answer_idx"
     elif isinstance(rec.get("choices"), dict):  # ARC
         choices = rec["choices"]
-        letters = [str(x).strip().upper() for x in choices.get("label") or []]
-        texts = list(choices.get("text") or [])
-        if not letters or len(letters) != len(texts):
+        labels, texts = choices.get("label"), choices.get("text")
+        if not isinstance(labels, list) or not isinstance(texts, list) or not labels or len(labels) != len(texts):
             raise TaskFormatError(path, line, "choices", "needs 'text' and 'label' lists of equal length")
+        letters = [str(x).strip().upper() for x in labels]
         gold = str(_require(rec, "answerKey", path, line)).strip().upper()
         gold_field = "answerKey"
-        if all(x.isdigit() for x in letters):  # a few ARC items label options 1-4
-            letters = ["ABCDEFGHIJ"[int(x) - 1] for x in letters]
-            if gold.isdigit():
-                gold = "ABCDEFGHIJ"[int(gold) - 1]
+        if all(x.isascii() and x.isdigit() for x in letters):  # a few ARC items label options 1..n
+            numbers = [str(i) for i in range(1, len(letters) + 1)]
+            if letters != numbers:
+                raise TaskFormatError(path, line, "choices", f"numeric labels must be {', '.join(numbers)} in order "
+                                      f"(label k is the k-th option), got {letters}")
+            if gold not in numbers:
+                raise TaskFormatError(path, line, gold_field, f"{gold!r} is not one of the labels {numbers}")
+            if len(numbers) > len(LETTERS):
+                raise TaskFormatError(path, line, "choices", f"{len(numbers)} options; at most {len(LETTERS)} are supported")
+            letters, gold = list(LETTERS[: len(numbers)]), LETTERS[int(gold) - 1]
+        _check_letters(letters, "choices", path, line)
     elif isinstance(rec.get("choices"), list):  # MMLU
         texts = rec["choices"]
         if len(texts) < 2:
             raise TaskFormatError(path, line, "choices", "fewer than two options")
-        letters = list("ABCDEFGHIJ"[: len(texts)])
+        if len(texts) > len(LETTERS):
+            raise TaskFormatError(path, line, "choices", f"{len(texts)} options; at most {len(LETTERS)} (A-J) are supported")
+        letters = list(LETTERS[: len(texts)])
         answer = rec.get("answer")
         if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(texts):
             gold = letters[answer]
@@ -164,8 +202,6 @@ def _mc(rec: dict, path: Path, line: int) -> Problem:
         gold_field = "answer"
     else:
         raise TaskFormatError(path, line, "options", "no 'options' (MedQA) or 'choices' (MMLU, ARC)")
-    if len(letters) < 2:
-        raise TaskFormatError(path, line, gold_field, "fewer than two options")
     if gold not in letters:
         raise TaskFormatError(path, line, gold_field, f"{gold!r} is not one of the options {letters}")
     meta = {k: rec[k] for k in ("subject", "meta_info") if k in rec}
@@ -212,14 +248,31 @@ def _id(rec: dict, path: Path, line: int) -> str:
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, record)`` for each non-blank line of a JSONL file (1-based lines)."""
+    """Yield ``(line_number, record)`` for each non-blank line of a JSONL file (1-based lines).
+
+    Raises:
+        TaskFormatError: a missing, unreadable or non-UTF-8 file, a read error (``OSError``), or a
+        line that is not a JSON object; the message names the file and line.
+    """
     path = Path(path)
-    if path.is_dir():
-        raise TaskFormatError(path, 0, None, "is a directory, not a JSONL file")
-    if not path.is_file():
-        raise TaskFormatError(path, 0, None, "file not found")
-    with path.open("rb") as fh:
-        for number, raw_bytes in enumerate(fh, start=1):
+    number = 0
+    try:
+        if path.is_dir():
+            raise TaskFormatError(path, 0, None, "is a directory, not a JSONL file")
+        if not path.is_file():
+            raise TaskFormatError(path, 0, None, "file not found")
+        fh = path.open("rb")
+    except OSError as exc:  # permission denied, I/O error, ...
+        raise TaskFormatError(path, 0, None, f"cannot read the file: {exc.strerror or exc}") from None
+    with fh:
+        lines = enumerate(fh, start=1)
+        while True:
+            try:
+                number, raw_bytes = next(lines)
+            except StopIteration:
+                break
+            except OSError as exc:  # a read error mid-file: the line being read
+                raise TaskFormatError(path, number + 1, None, f"cannot read the file: {exc.strerror or exc}") from None
             try:
                 raw = raw_bytes.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as exc:
@@ -238,12 +291,17 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
 def load_problems(path: str | Path | None, fmt: str, limit: int | None = None, seed: int = 0) -> list[Problem]:
     """Load up to ``limit`` problems from ``path`` in format ``fmt`` (one of :data:`FORMATS`).
 
-    ``fmt="synthetic"`` ignores ``path`` and generates problems with :func:`synthetic_problems`.
+    ``fmt="synthetic"`` generates problems with :func:`synthetic_problems` and takes no ``path``.
 
     Raises:
-        TaskFormatError: unknown format, missing file, or a malformed line (file, line, field).
+        TaskFormatError: unknown format, missing file, a file with ``fmt="synthetic"``, or a
+        malformed line (file, line, field).
     """
     if fmt == "synthetic":
+        if path is not None:
+            raise TaskFormatError(path, 0, None, "format 'synthetic' generates its problems and reads no file; "
+                                  "leave out the file, or choose the file's format "
+                                  f"({', '.join(f for f in FORMATS if f != 'synthetic')})")
         from agora.tasks.synthetic import synthetic_problems
 
         return synthetic_problems(limit or 10, seed=seed)

@@ -143,3 +143,107 @@ def test_non_utf8_directory_and_empty_choices_are_named(tmp_path):
     empty = write(tmp_path, "mc.jsonl", [{"question": "Q", "choices": [], "answer": 0}])
     with pytest.raises(TaskFormatError, match=r"mc.jsonl:1: field 'choices': fewer than two options"):
         load_problems(empty, "mc")
+
+
+@pytest.mark.parametrize(
+    "record, needle",
+    [
+        # ARC's raw format with choices that are not {"text", "label"} objects (was an AttributeError)
+        ({"question": {"stem": "Q?", "choices": ["a", "b"]}, "answerKey": "A"}, "field 'question.choices': expected a list"),
+        ({"question": {"stem": "Q?", "choices": "ab"}, "answerKey": "A"}, "field 'question.choices'"),
+        # ARC numeric labels: label k is the k-th option; "0", "11" or a label not among the choices is refused
+        ({"question": "Q?", "choices": {"text": ["p", "q"], "label": ["1", "2"]}, "answerKey": "0"},
+         "field 'answerKey': '0' is not one of the labels ['1', '2']"),
+        ({"question": "Q?", "choices": {"text": ["p", "q"], "label": ["1", "2"]}, "answerKey": "11"},
+         "field 'answerKey': '11' is not one of the labels"),
+        ({"question": "Q?", "choices": {"text": ["p", "q"], "label": ["1", "5"]}, "answerKey": "5"},
+         "field 'choices': numeric labels must be 1, 2 in order"),
+        ({"question": "Q?", "choices": {"text": ["p", "q"], "label": ["0", "1"]}, "answerKey": "1"},
+         "field 'choices': numeric labels must be 1, 2"),
+        ({"question": "Q?", "choices": {"text": ["p", "q"], "label": ["A", "C"]}, "answerKey": "C"},
+         "field 'choices': option labels must be the letters A-B"),
+        ({"question": "Q?", "choices": {"text": ["p", "q"], "label": "AB"}, "answerKey": "A"},
+         "field 'choices': needs 'text' and 'label' lists"),
+        # GSM-Hard targets that are not finite numbers (Infinity, 1e400: was an OverflowError; NaN: no file or line)
+        ('{"input": "Q?", "target": Infinity}', "field 'target': not a finite number"),
+        ('{"input": "Q?", "target": 1e400}', "field 'target': not a finite number"),
+        ('{"input": "Q?", "target": NaN}', "field 'target': not a finite number"),
+        ({"input": "Q?", "target": "-inf"}, "field 'target': not a finite number"),
+        ({"input": "Q?", "target": True}, "field 'target': not a number"),
+        # MedQA labels: case-insensitive (a is A), so A and a together are the same option twice
+        ({"question": "Q?", "options": {"A": "x", "a": "y"}, "answer_idx": "A"},
+         "field 'options': duplicate option labels ['A', 'A']"),
+        ({"question": "Q?", "options": {"A": "x", "C": "y"}, "answer_idx": "A"},
+         "field 'options': option labels must be the letters A-B"),
+        ({"question": "Q?", "choices": [str(i) for i in range(11)], "answer": 0}, "field 'choices': 11 options; at most 10"),
+    ],
+)
+def test_bad_multiple_choice_and_gsm_hard_lines_name_file_line_and_field(tmp_path, record, needle):
+    fmt = "gsm-hard" if "input" in str(record) else "mc"
+    path = write(tmp_path, "bad.jsonl", [{"input": "ok", "target": 1} if fmt == "gsm-hard" else
+                                         {"question": "ok", "choices": ["a", "b"], "answer": 0}, record])
+    with pytest.raises(TaskFormatError) as err:
+        load_problems(path, fmt)
+    assert str(err.value).startswith(f"{path}:2: "), str(err.value)
+    assert needle in str(err.value)
+
+
+def test_arc_numeric_labels_map_by_position_and_medqa_letters_are_case_insensitive(tmp_path):
+    path = write(tmp_path, "mc.jsonl", [
+        {"id": "n", "question": "N?", "choices": {"text": ["p", "q", "r", "s", "t"], "label": ["1", "2", "3", "4", "5"]},
+         "answerKey": "5"},
+        {"id": "raw", "question": {"stem": "Raw?", "choices": [{"text": "p", "label": "1"}, {"text": "q", "label": "2"}]},
+         "answerKey": "1"},
+        {"id": "lower", "question": "L?", "options": {"a": "x", "b": "y", "c": "z"}, "answer_idx": "c"},
+        {"id": "upper", "question": "U?", "options": {"A": "x", "B": "y"}, "answer_idx": "b"},
+    ])
+    n, raw, lower, upper = load_problems(path, "mc")
+    assert (n.gold, n.n_choices) == ("E", 5) and n.question.endswith("E. t")
+    assert (raw.gold, raw.n_choices, raw.question) == ("A", 2, "Raw?\nA. p\nB. q")
+    assert (lower.gold, lower.n_choices) == ("C", 3) and "C. z" in lower.question
+    assert upper.gold == "B"
+
+
+def test_a_read_error_names_the_file(tmp_path, monkeypatch):
+    import errno
+    import pathlib
+
+    path = write(tmp_path, "g.jsonl", [{"question": "Q", "answer": "#### 1"}] * 3)
+    real_open = pathlib.Path.open
+
+    class Failing:
+        def __init__(self, fh):
+            self.fh, self.n = fh, 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            self.n += 1
+            if self.n == 2:
+                raise OSError(errno.EIO, "Input/output error")
+            return next(self.fh)
+
+    monkeypatch.setattr(pathlib.Path, "open", lambda self, *a, **k: Failing(real_open(self, *a, **k)))
+    with pytest.raises(TaskFormatError, match=r"g.jsonl:2: cannot read the file: Input/output error"):
+        load_problems(path, "gsm8k")
+
+    def denied(self, *a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(pathlib.Path, "open", denied)
+    with pytest.raises(TaskFormatError, match=r"g.jsonl:0: cannot read the file: Permission denied"):
+        load_problems(path, "gsm8k")
+
+
+def test_synthetic_with_a_file_is_refused(tmp_path):
+    path = write(tmp_path, "g.jsonl", [{"question": "Q", "answer": "#### 1"}])
+    with pytest.raises(TaskFormatError, match="format 'synthetic' generates its problems and reads no file"):
+        load_problems(path, "synthetic")
+    assert len(load_problems(None, "synthetic", 3)) == 3
