@@ -18,6 +18,15 @@ for a step's task writes instead of one each saves ≈ 1 ms per ALIGN question h
 must call :meth:`~InlineAsyncSqliteSaver.commit` when a run ends or stops (the runner does, after
 every question): after an error or an ``interrupt`` no checkpoint follows the last task writes,
 and an event loop that closes drops the timer.
+
+Deserialisation is strict (:func:`checkpoint_serializer`): a checkpoint may hold plain data
+(what Agora's graph states hold: dicts, lists, strings, numbers), the types of
+:data:`ALLOWED_TYPES` (LangGraph's ``Send``, ``Interrupt``, ``Command``; LangChain messages) and
+those of LangGraph's own safe list (datetime, UUID, ...). A row naming any other type
+(``os.system``, a class of another package) is refused with :class:`UnsafeCheckpointError`, which
+names the checkpoint file and thread, before anything of it is imported or called: a checkpoint
+file is data, and whoever can write it must not be able to run code in the process that resumes
+from it. No pickle either.
 """
 
 from __future__ import annotations
@@ -31,7 +40,70 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.serde.base import maybe_add_typed_methods
+from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
+
+#: The types (``(module, name)``) a checkpoint may hold besides plain data (dicts, lists, strings,
+#: numbers, ``None``: all that Agora's graph states and ``Send`` payloads hold, TypedDicts included):
+#: LangGraph's ``Send`` (fan-out tasks), ``Interrupt`` (CUPID's question to the user) and ``Command``,
+#: and LangChain's messages. LangGraph's own safe list
+#: (``langgraph.checkpoint.serde._msgpack.SAFE_MSGPACK_TYPES``: these, datetime, UUID, ...) is
+#: allowed too. A graph that puts another type in state (a dataclass, a pydantic model) adds it here.
+ALLOWED_TYPES: tuple[tuple[str, str], ...] = (
+    ("langgraph.types", "Send"),
+    ("langgraph.types", "Interrupt"),
+    ("langgraph.types", "Command"),
+    *(("langchain_core.messages." + module, name) for module, name in (
+        ("human", "HumanMessage"), ("ai", "AIMessage"), ("system", "SystemMessage"), ("chat", "ChatMessage"),
+        ("tool", "ToolMessage"), ("ai", "AIMessageChunk"))),
+)
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint row that names a type outside :data:`ALLOWED_TYPES` and LangGraph's safe list
+    (nothing of it was imported or called)."""
+
+
+_loading = threading.local()  # .blocked: the types refused while this thread deserialises a value
+
+
+def _on_serde_event(event: SerdeEvent) -> None:
+    blocked = getattr(_loading, "blocked", None)
+    if blocked is not None and event.get("kind") in ("msgpack_blocked", "msgpack_method_blocked"):
+        blocked.append(".".join(filter(None, (event.get("module"), event.get("name"), event.get("method")))))
+
+
+register_serde_event_listener(_on_serde_event)
+
+
+class StrictSerializer(JsonPlusSerializer):
+    """LangGraph's ``JsonPlusSerializer`` in strict mode (``allowed_msgpack_modules``: its safe list
+    plus :data:`ALLOWED_TYPES`), no pickle, and a refused type raises :class:`UnsafeCheckpointError`
+    instead of being replaced by its raw arguments."""
+
+    def __init__(self, allowed: tuple[tuple[str, str], ...] = ALLOWED_TYPES) -> None:
+        super().__init__(pickle_fallback=False, allowed_json_modules=None, allowed_msgpack_modules=allowed)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        outer = getattr(_loading, "blocked", None)
+        _loading.blocked = blocked = []
+        try:
+            value = super().loads_typed(data)
+        finally:
+            _loading.blocked = outer
+        if blocked:
+            raise UnsafeCheckpointError(
+                f"a checkpoint holds {', '.join(dict.fromkeys(blocked))}, which Agora does not load from checkpoints "
+                "(only its own and LangGraph's types), so it was not written by Agora; nothing of it was run. "
+                "Delete the checkpoint file or use a new run id")
+        return value
+
+
+def checkpoint_serializer() -> StrictSerializer:
+    """The serializer of Agora's checkpointers: strict, see :class:`StrictSerializer`."""
+    return StrictSerializer()
 
 
 class InlineAsyncSqliteSaver(SqliteSaver):
@@ -39,7 +111,7 @@ class InlineAsyncSqliteSaver(SqliteSaver):
 
     Args:
         conn: an SQLite connection opened with ``check_same_thread=False``.
-        serde: as for ``SqliteSaver``.
+        serde: as for ``SqliteSaver``; default :func:`checkpoint_serializer` (strict).
         group_commit: let the async task writes of one step share a commit (then call
             :meth:`commit` when a run ends or stops).
 
@@ -52,11 +124,19 @@ class InlineAsyncSqliteSaver(SqliteSaver):
     while the event loop runs."""
 
     def __init__(self, conn: sqlite3.Connection, *, serde: Any = None, group_commit: bool = False) -> None:
-        super().__init__(conn, serde=serde)
+        super().__init__(conn, serde=serde if serde is not None else checkpoint_serializer())
         self.group_commit = group_commit
         self._local = threading.local()  # .defer: this thread's statement joins the shared commit
         self._pending = False  # uncommitted task writes in the connection's transaction
         self._timers: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
+
+    def with_allowlist(self, extra_allowlist: Any) -> "InlineAsyncSqliteSaver":
+        """Add the types of a graph's schemas (LangGraph asks at compile time under
+        ``LANGGRAPH_STRICT_MSGPACK``) to this saver's serializer, in place: a copy would keep its own
+        pending-commit state, which :meth:`commit` would then miss."""
+        if isinstance(self.serde, JsonPlusSerializer):
+            self.serde = maybe_add_typed_methods(self.serde.with_msgpack_allowlist(extra_allowlist))
+        return self
 
     @contextmanager
     def cursor(self, transaction: bool = True) -> Iterator[sqlite3.Cursor]:
@@ -73,6 +153,29 @@ class InlineAsyncSqliteSaver(SqliteSaver):
                     else:
                         self.conn.commit()
                         self._pending = False
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        try:
+            return super().get_tuple(config)
+        except UnsafeCheckpointError as exc:
+            raise self._where(exc, config) from None
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        try:
+            yield from super().list(config, filter=filter, before=before, limit=limit)
+        except UnsafeCheckpointError as exc:
+            raise self._where(exc, config) from None
+
+    def _where(self, exc: UnsafeCheckpointError, config: RunnableConfig | None) -> UnsafeCheckpointError:
+        """``exc`` with the checkpoint file and thread in front."""
+        try:
+            path = next((row[2] for row in self.conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+        except sqlite3.Error:
+            path = ""
+        thread = ((config or {}).get("configurable") or {}).get("thread_id")
+        where = ": ".join(str(x) for x in (path or "checkpoints", f"thread {thread!r}" if thread else None) if x)
+        return UnsafeCheckpointError(f"{where}: {exc}")
 
     def commit(self) -> None:
         """Commit task writes still waiting for a shared commit (a no-op without any)."""

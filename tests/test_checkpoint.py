@@ -4,7 +4,10 @@ import asyncio
 import operator
 import sqlite3
 import threading
+from pathlib import Path
 from typing import Annotated
+
+import pytest
 
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
@@ -129,3 +132,97 @@ def test_group_commit_a_deleted_thread_is_gone_for_its_saver_at_once_and_on_disk
     assert other.execute("select count(*) from writes").fetchone()[0] == 1
     saver.close()
     assert other.execute("select count(*) from writes").fetchone()[0] == 0
+
+
+# ----------------------------------------------------------------------------- strict deserialisation
+
+SENTINEL_CALLS = []
+
+
+def plant_sentinel(path):
+    """What a crafted checkpoint row would run: writes a file (it must never be called)."""
+    SENTINEL_CALLS.append(path)
+    Path(path).write_text("ran")
+
+
+def ext(code, *parts):
+    import ormsgpack
+
+    return ormsgpack.Ext(code, ormsgpack.packb(list(parts)))
+
+
+def crafted_rows(tmp_path):
+    """Values an attacker could write into a checkpoint row: each would run code on a permissive load."""
+    sentinel = tmp_path / "ran"
+    return sentinel, {
+        "os.system": ext(0, "os", "system", f"touch {sentinel}"),
+        "a function, nested in state": [{"deep": ext(0, __name__, "plant_sentinel", str(sentinel))}],
+        "positional args": ext(1, __name__, "plant_sentinel", [str(sentinel)]),
+        "keyword args": ext(2, __name__, "plant_sentinel", {"path": str(sentinel)}),
+        "a method": ext(3, "pathlib", "Path", str(sentinel), "touch"),
+        "a pydantic model": ext(5, __name__, "plant_sentinel", {"path": str(sentinel)}, None),
+    }
+
+
+def test_a_crafted_checkpoint_row_is_refused_and_nothing_of_it_runs(tmp_path):
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from agora.graphs.checkpoint import UnsafeCheckpointError
+
+    sentinel, rows = crafted_rows(tmp_path)
+    for i, (what, value) in enumerate(rows.items()):
+        db = tmp_path / f"t{i}.db"
+        saver = open_checkpointer(db)
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"steps": value}
+        saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint, {}, {})
+        saver.close()
+        graph = graph_with_a_question_for_the_user().compile(checkpointer=open_checkpointer(db))
+        with pytest.raises(UnsafeCheckpointError, match=rf"t{i}.db.checkpoints: thread 't': a checkpoint holds "):
+            asyncio.run(graph.ainvoke(None, {"configurable": {"thread_id": "t"}}))  # a resume
+        with pytest.raises(UnsafeCheckpointError):
+            graph.get_state({"configurable": {"thread_id": "t"}})
+        assert not sentinel.exists() and not SENTINEL_CALLS, what
+
+
+def test_a_crafted_pending_write_is_refused(tmp_path):
+    from agora.graphs.checkpoint import UnsafeCheckpointError
+
+    sentinel, rows = crafted_rows(tmp_path)
+    thread = {"configurable": {"thread_id": "t"}}
+    saver = open_checkpointer(tmp_path / "t.db")
+    graph = graph_with_a_question_for_the_user().compile(checkpointer=saver)
+    asyncio.run(graph.ainvoke({"steps": []}, thread))  # stops at the question for the user
+    config = saver.get_tuple(thread).config
+    saver.put_writes(config, [("steps", rows["os.system"])], "task-x")
+    saver.close()
+    with pytest.raises(UnsafeCheckpointError, match="os.system"):
+        open_checkpointer(tmp_path / "t.db").get_tuple(thread)
+    assert not sentinel.exists()
+
+
+def test_agora_state_types_round_trip_through_the_strict_serializer():
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.types import Command, Interrupt, Send
+
+    from agora.graphs.checkpoint import checkpoint_serializer
+
+    serde = checkpoint_serializer()
+    value = {"send": Send("agent_sample", {"agent": 0, "calls": [{"model": "a", "params": {"n": 2}}]}),
+             "interrupt": Interrupt(value={"round": 1, "A": "x", "B": "y"}, id="i1"),
+             "command": Command(resume="A"), "messages": [HumanMessage("hi"), AIMessage("4")],
+             "plain": {"answer": "4", "correct": True, "latency_s": 0.5, "none": None, "ints": [1, 2]}}
+    back = serde.loads_typed(serde.dumps_typed(value))
+    command = back.pop("command")  # msgpack gives Command's goto () back as []
+    assert isinstance(command, Command) and command.resume == "A" and not command.goto
+    assert back == {k: v for k, v in value.items() if k != "command"}
+
+
+def test_with_allowlist_extends_the_saver_in_place(tmp_path):
+    """LangGraph asks for a copy with the graph's schema types under LANGGRAPH_STRICT_MSGPACK; a copy
+    would keep its own pending-commit state, so the saver extends its own serializer instead."""
+    saver = open_checkpointer(tmp_path / "t.db", group_commit=True)
+    assert saver.with_allowlist([("my_pkg.models", "Thing")]) is saver
+    assert ("my_pkg.models", "Thing") in saver.serde._allowed_msgpack_modules
+    assert ("langgraph.types", "Send") in saver.serde._allowed_msgpack_modules
+    saver.close()
