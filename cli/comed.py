@@ -32,6 +32,7 @@ from agora.agents.escalation import (
 from agora.agents.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._shared import (
+    MAX_TEMPERATURE,
     console,
     fmt_ci,
     fmt_pct,
@@ -164,7 +165,7 @@ def run_comed(
     debate_rounds: int = typer.Option(2, "--debate-rounds", help="Rounds including the first."),
     max_tokens: int = typer.Option(128, "--max-tokens", help="Max generated tokens per sample."),
     probe_max_tokens: int = typer.Option(64, "--probe-max-tokens", help="Max generated tokens of the probe's answer."),
-    temperature: float = typer.Option(0.7, "--temperature"),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     seed: int = typer.Option(0, "--seed"),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); also the router's history."),
@@ -214,7 +215,7 @@ def calibrate_comed(
     embedding: str = typer.Option("auto", "--embedding", help="auto, minilm or tfidf."),
     max_tokens: int = typer.Option(128, "--max-tokens"),
     probe_max_tokens: int = typer.Option(64, "--probe-max-tokens"),
-    temperature: float = typer.Option(0.7, "--temperature"),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     seed: int = typer.Option(0, "--seed"),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
