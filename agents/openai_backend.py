@@ -256,8 +256,11 @@ class OpenAICompatibleChatModel(BaseChatModel):
             start = time.perf_counter()
             response, endpoint = self._send({**request, "n": want})
             latency = time.perf_counter() - start
+            if not hasattr(response, "choices"):  # the SDK hands back the body of a non-JSON reply (HTML...)
+                raise ValueError(f"model {self.model_name or self.model} at {endpoint} sent a reply that is not "
+                                 f"a completion: {str(response)[:200]!r}")
             choices = list(response.choices or [])[:want]
-            if not choices:
+            if not choices:  # with no generation at all the pool logs a failed attempt and retries
                 log.warning("model %s at %s returned no choices", self.model_name or self.model, endpoint)
                 break
             usage = response.usage

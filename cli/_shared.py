@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import signal
+import sqlite3
 import sys
 import threading
 from datetime import datetime
@@ -22,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agora.agents.pool import ModelCallError, ModelPool, PoolConfigError, default_pool, load_pool
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.loaders import TaskFormatError
+from agora.traces.store import describe_sqlite_error
 
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
 console = Console(width=None if sys.stdout.isatty() else 120)
@@ -56,6 +58,24 @@ def user_errors(unit: str = "questions") -> Iterator[None]:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
+        err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error('trace database', exc))}; "
+                          f"finished {unit} are saved", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def exit_if_failed(outcome: Any, total: int, run_id: str, unit: str = "questions") -> None:
+    """After a run's report: when questions failed (no model call of theirs succeeded; see
+    :attr:`agora.graphs.runner.RunOutcome.failed`), list them on stderr and exit 1."""
+    failed = outcome.failed
+    if not failed:
+        return
+    shown = "; ".join(f"{q.problem.id}: {q.error}"[:300] for q in failed[:5])
+    more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+    err_console.print(f"[red]error:[/red] {len(failed)} of {total} {unit} failed: no model call answered, so they "
+                      f"are not recorded as answered ({escape(shown)}{more}); rerun with --run-id {run_id} to "
+                      "retry them", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
 
 
 @contextlib.contextmanager

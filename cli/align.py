@@ -13,6 +13,7 @@ from agora.agents.delegation import DelegationConfig
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
+    exit_if_failed,
     fmt_ci,
     fmt_pct,
     get_pool,
@@ -92,18 +93,22 @@ def run_align(
         if outcome.skipped:
             console.print(f"resumed: {outcome.skipped} of {len(problems)} questions already done", highlight=False)
         print_method_table(store, run_id)
+        exit_if_failed(outcome, len(problems), run_id)
 
 
 def print_method_table(store: TraceStore, run_id: str) -> None:
     rows = method_table(store, run_id, order=METHODS)
     totals = run_totals(store, run_id)
     table = Table(title=f"ALIGN run {run_id}")
-    for col in ("method", "questions", "accuracy %", "95% CI", "samples/q", "gen. tokens", "model time s"):
+    for col in ("method", "questions", "failed", "accuracy %", "95% CI", "samples/q", "gen. tokens", "model time s"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
-        table.add_row(r.method, str(r.questions), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
+        table.add_row(r.method, str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
                       f"{r.samples_per_question:.1f}", str(r.completion_tokens), f"{r.model_time_s:.1f}")
     console.print(table)
+    if totals["failed_questions"]:
+        console.print(f"failed questions: {int(totals['failed_questions'])} (every model call failed: no answer "
+                      "recorded, not counted in accuracy; a rerun with this --run-id retries them)", highlight=False)
     console.print(
         f"samples drawn: {int(totals['calls'])} (one trace row each; failed attempts: {int(totals['failed'])}), "
         f"generated tokens: {int(totals['completion_tokens'])}, prompt tokens: {int(totals['prompt_tokens'])}, "

@@ -34,6 +34,7 @@ from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
+    exit_if_failed,
     fmt_ci,
     fmt_pct,
     get_pool,
@@ -46,7 +47,7 @@ from agora.cli.main import calibrate_app, run_app
 from agora.graphs.escalation import METHODS, EscalationContext, build_escalation_graph, comed_detail
 from agora.graphs.runner import RunOutcome, run_problems
 from agora.tasks.loaders import FORMATS, Problem, detect_format, load_problems
-from agora.traces.report import MethodRow, method_table
+from agora.traces.report import MethodRow, failed_questions, method_table
 from agora.traces.store import TraceStore
 
 DEFAULT_LAMBDA = 0.01
@@ -192,9 +193,10 @@ def run_comed(
         console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, pool {', '.join(the_pool.names)}, "
                       f"N={samples}, τ_hi={t.tau_hi}, τ_lo={t.tau_lo}, m_min={t.m_min}", highlight=False)
         console.print(_grid(samples, t, the_router is not None), highlight=False)
-        _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,
-             run_id=run_id, label="COMED")
+        outcome = _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router,
+                       store=store, run_id=run_id, label="COMED")
         print_comed_report(comed_summary(store, run_id), store, run_id)
+        exit_if_failed(outcome, len(problems), run_id)
 
 
 @calibrate_app.command("comed", short_help="Choose COMED's thresholds on a dev split and write them to --out.")
@@ -240,8 +242,9 @@ def calibrate_comed(
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
         console.print(f"calibration run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} dev problems, "
                       f"every branch on every question", highlight=False)
-        _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,
-             run_id=run_id, label="COMED dev")
+        dev = _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,
+                   run_id=run_id, label="COMED dev")
+        exit_if_failed(dev, len(problems), run_id, unit="dev questions")  # no thresholds from a partial dev run
         outcomes = dev_outcomes(store, run_id)
         best = calibrate(outcomes, lam, max_calls)
         write_thresholds(out, best, n_anchor=samples, lam=lam, max_calls=max_calls,
@@ -323,10 +326,10 @@ def comed_summary(store: TraceStore, run_id: str) -> ComedSummary:
 
 def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
     table = Table(title=f"COMED run {run_id}")
-    for col in ("method", "questions", "accuracy %", "95% CI", "calls/q", "samples/q", "decoded tok/q"):
+    for col in ("method", "questions", "failed", "accuracy %", "95% CI", "calls/q", "samples/q", "decoded tok/q"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in s.rows:
-        table.add_row(r.method, str(r.questions), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
+        table.add_row(r.method, str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
                       f"{s.calls_per_question[r.method]:.2f}", f"{r.samples_per_question:.2f}",
                       f"{s.tokens_per_question[r.method]:.1f}")
     console.print(table)
@@ -350,4 +353,8 @@ def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
                 f"({100 * samples['comed'] / samples[dense]:.0f}%); decoded tokens {s.tokens_per_question['comed']:.1f} "
                 f"vs {s.tokens_per_question[dense]:.1f} ({100 * s.tokens_per_question['comed'] / max(1e-9, s.tokens_per_question[dense]):.0f}%)",
                 highlight=False)
+    failed = failed_questions(store, run_id)
+    if failed:
+        console.print(f"failed questions: {len(failed)} (every model call failed: no answer recorded, not counted "
+                      "above; a rerun with this --run-id retries them)", highlight=False)
     console.print(f"traces: {store.path}", highlight=False)

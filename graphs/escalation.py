@@ -456,7 +456,8 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
         first = anchor_info["first"]
         methods["router_only"] = MethodResult(
             answer=first["answer"], correct=None if gold is None else is_correct(first["answer"], gold, kind),
-            calls=1, samples=1, completion_tokens=first["completion_tokens"], latency_s=first["latency_s"])
+            calls=1, samples=1 if costs.get("anchor", {}).get("samples") else 0,  # 0: the anchor's call failed
+            completion_tokens=first["completion_tokens"], latency_s=first["latency_s"])
     if "moa" in state:
         methods["moa"] = result(state["moa"].get("answer"), "moa")
     if state.get("debate"):

@@ -11,6 +11,13 @@ checkpointer beside the trace DB. A rerun with the same run id skips recorded qu
 an interrupted question up from its last finished step (agents that already sampled are not asked
 again).
 
+Failed questions: a question whose protocol answer drew on no successful model call (every call
+failed after its retries: HTTP errors, bad replies, timeouts, a model that cannot load) is not
+recorded as answered: its model calls are stored (each failed attempt a row, with its error), its
+checkpoint is dropped, the run goes on with the next question and ends ``failed``, and a rerun with
+the same run id retries it from the start (:attr:`RunOutcome.failed`, :func:`question_failed`).
+A question some of whose calls failed is answered from the others (docs/guarantees.md).
+
 Execution: each question runs with ``ainvoke`` on an event loop owned by the runner (one per
 worker thread with ``concurrency > 1``; from a worker thread when the caller already runs a loop,
 as in a notebook), so nodes with an async twin and the checkpoint writes
@@ -34,10 +41,11 @@ from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
+from agora.agents.pool import ModelCallError
 from agora.graphs._common import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.tasks.loaders import Problem
-from agora.traces.store import TraceStore
+from agora.traces.store import BUSY_TIMEOUT_S, TraceStore, TraceStoreError, check_db_path, describe_sqlite_error
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -63,10 +71,18 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
     last steps, which the resumed run redoes.
     """
     memory = str(db_path) == ":memory:"
-    conn = sqlite3.connect(":memory:" if memory else checkpoint_path(db_path), check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    return InlineAsyncSqliteSaver(conn, group_commit=group_commit)
+    path = ":memory:" if memory else checkpoint_path(db_path)
+    if not memory:
+        check_db_path(path)
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        saver = InlineAsyncSqliteSaver(conn, group_commit=group_commit)
+        saver.setup()  # a corrupt or unwritable file fails here, before any question runs
+    except sqlite3.Error as exc:
+        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
+    return saver
 
 
 def raise_if_drained(control: RunControl | None) -> None:
@@ -83,6 +99,10 @@ class QuestionOutcome:
     calls: list[dict[str, Any]]
     wall_s: float
     resumed: bool = False
+    failed: bool = False
+    """No answer: the model calls its protocol's answer draws on all failed (:func:`question_failed`)."""
+    error: str | None = None
+    """A failed question's last model-call error."""
 
 
 @dataclass
@@ -91,6 +111,17 @@ class RunOutcome:
     resumed: bool
     skipped: int
     outcomes: list[QuestionOutcome] = field(default_factory=list)
+    """The questions answered and recorded by this call, in the order they finished."""
+    failed: list[QuestionOutcome] = field(default_factory=list)
+    """The questions that failed (not recorded as answered; a rerun retries them)."""
+
+
+def question_failed(protocol: str, methods: dict[str, dict[str, Any]], calls: list[dict[str, Any]]) -> bool:
+    """Whether a finished question has no answer to record: none of its model calls succeeded, or
+    its protocol's method drew on no sample (``methods[protocol]["samples"] == 0``)."""
+    if not any(not c.get("error") for c in calls):
+        return True
+    return (methods.get(protocol) or {}).get("samples") == 0
 
 
 def default_detail(values: dict[str, Any]) -> dict[str, Any]:
@@ -147,8 +178,10 @@ def run_problems(
     Raises:
         ValueError: ``concurrency < 1`` or an unknown ``durability``.
         GraphDrained: the run stopped because ``control`` asked it to; rerun to resume.
-        On any other exception the run's row is marked ``failed`` (with the error in its summary);
-        a rerun marks it ``running`` again and resumes. When a node fails (e.g. an unreachable
+        On any other exception the run's row is marked ``failed`` (with the error in its summary;
+        ``interrupted`` after a drain or Ctrl-C); a rerun marks it ``running`` again and resumes.
+        Failed questions (see the module docstring) raise nothing: they are in
+        :attr:`RunOutcome.failed` and the run's row ends ``failed``. When a node fails (e.g. an unreachable
         model raises ``ModelCallError``), LangGraph cancels the other nodes of that step still
         running under ``ainvoke``: the rerun redoes those (nodes that finished are kept).
         KeyboardInterrupt and model errors propagate after the finished questions are stored
@@ -163,12 +196,16 @@ def run_problems(
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
     if durability not in get_args(Durability):
         raise ValueError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
-    resumed = store.start_run(run_id, protocol, config=config, pool=pool_description,
-                              dataset={**dataset, "count": len(problems)})
+    saver = open_checkpointer(store.path, group_commit=True)  # committed after each question (solve)
+    try:
+        resumed = store.start_run(run_id, protocol, config=config, pool=pool_description,
+                                  dataset={**dataset, "count": len(problems)})
+    except BaseException:
+        saver.close()
+        raise
     done = store.finished_questions(run_id)
     outcome = RunOutcome(run_id=run_id, resumed=resumed, skipped=sum(p.id in done for p in problems))
     todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done]
-    saver = open_checkpointer(store.path, group_commit=True)  # committed after each question (solve)
     graph = builder.compile(checkpointer=saver)
 
     keys = list(builder.channels)  # the whole state, so no get_state after a question
@@ -219,6 +256,9 @@ def run_problems(
             inp = None if pending else inp
         try:
             values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
+        except ModelCallError as exc:  # an unreachable model: keep its failed attempts, then stop the run
+            store.record_calls(run_id, protocol, problem.id, exc.records)
+            raise
         finally:
             saver.commit()  # task writes waiting for a shared commit (an error or a stop leaves some)
         return values, time.perf_counter() - start, was_started
@@ -226,6 +266,17 @@ def run_problems(
     def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
         methods = values.get("methods") or {}
         main = methods.get(protocol) or {}
+        calls = values.get("calls") or []
+        if question_failed(protocol, methods, calls):  # no answer: store its calls, retry it on a rerun
+            store.record_calls(run_id, protocol, problem.id, calls)
+            saver.delete_thread(f"{run_id}:{problem.id}")
+            errors = [c["error"] for c in calls if c.get("error")]
+            q = QuestionOutcome(problem, None, methods, calls, wall, resumed=was_started, failed=True,
+                                error=errors[-1] if errors else "no model call was made")
+            outcome.failed.append(q)
+            if on_question is not None:
+                on_question(q)
+            return
         store.record_question(
             run_id, protocol,
             {"question_id": problem.id, "idx": idx, "source": problem.source, "kind": problem.kind,
@@ -247,11 +298,20 @@ def run_problems(
                 record(idx, problem, *solve(problem))
         else:
             _run_concurrently(todo, solve, record, concurrency, control)
-        store.finish_run(run_id, summary={"questions": len(problems)})
-    except Exception as exc:  # an interrupt or a drain leaves the run "running": it was stopped, not broken
-        if not isinstance(exc, GraphDrained):
+        summary: dict[str, Any] = {"questions": len(problems)}
+        if outcome.failed:
+            summary.update(recorded=len(outcome.outcomes), failed=len(outcome.failed),
+                           failed_questions={q.problem.id: (q.error or "")[:200] for q in outcome.failed[:50]})
+        store.finish_run(run_id, summary=summary, status="failed" if outcome.failed else "finished")
+    except BaseException as exc:  # a drain or Ctrl-C marks the run "interrupted", any other error "failed"
+        stopped = isinstance(exc, (GraphDrained, KeyboardInterrupt))
+        try:
             store.finish_run(run_id, summary={"questions": len(problems), "recorded": len(outcome.outcomes),
-                                              "error": f"{type(exc).__name__}: {exc}"[:500]}, status="failed")
+                                              "failed": len(outcome.failed),
+                                              "error": f"{type(exc).__name__}: {exc}"[:500]},
+                             status="interrupted" if stopped else "failed")
+        except (sqlite3.Error, TraceStoreError):  # the trace DB itself is what failed: keep the first error
+            pass
         raise
     finally:
         for loop in loops.values():

@@ -41,6 +41,10 @@ class MethodRow:
     """Generated tokens of those samples, over all questions."""
     model_time_s: float
     """Sum of the model latencies of those samples, seconds."""
+    failed: int = 0
+    """Recorded questions on which this method failed: its answer drew on no sample (its model
+    calls failed), so it is neither right nor wrong and not in ``questions`` or ``accuracy``.
+    Questions that failed altogether are not recorded: :func:`failed_questions`."""
 
 
 def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> list[MethodRow]:
@@ -52,19 +56,35 @@ def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> l
     rows = []
     for m in names:
         rs = by_method[m]
-        scored = [r["correct"] for r in rs if r["correct"] is not None]
+        scored = [r["correct"] for r in rs if r["correct"] is not None and r["samples"] != 0]
         mean, lo, hi = bootstrap_ci(scored)
         rows.append(MethodRow(
             method=m, questions=len(scored), accuracy=mean, ci_low=lo, ci_high=hi,
             samples_per_question=float(np.mean([r["samples"] or 0 for r in rs])),
             completion_tokens=int(sum(r["completion_tokens"] or 0 for r in rs)),
             model_time_s=float(sum(r["latency_s"] or 0.0 for r in rs)),
+            failed=sum(r["samples"] == 0 for r in rs),
         ))
     return rows
 
 
+def failed_questions(store: TraceStore, run_id: str) -> dict[str, str]:
+    """Questions of a run with model calls but no recorded answer (failed, or aborted by an
+    unreachable model; a rerun retries them), each with its last model-call error."""
+    rows = store.db.query(
+        "select c.question_id, c.error from model_calls c where c.run_id = ? and not exists "
+        "(select 1 from questions q where q.run_id = c.run_id and q.question_id = c.question_id) "
+        "order by c.created_at, c.attempt", [run_id])
+    out: dict[str, str] = {}
+    for r in rows:
+        if r["error"] or r["question_id"] not in out:
+            out[r["question_id"]] = r["error"] or ""
+    return out
+
+
 def run_totals(store: TraceStore, run_id: str) -> dict[str, float]:
-    """Model calls, tokens and failed attempts of a run, from ``model_calls``, and question wall time."""
+    """Model calls, tokens and failed attempts of a run, from ``model_calls``, question wall time,
+    and ``failed_questions`` (:func:`failed_questions`)."""
     q = store.db.query(
         "select count(*) as questions, coalesce(sum(wall_s), 0) as wall_s from questions where run_id = ?",
         [run_id])
@@ -72,5 +92,5 @@ def run_totals(store: TraceStore, run_id: str) -> dict[str, float]:
         "select sum(error is null) as calls, sum(error is not null) as failed, "
         "coalesce(sum(prompt_tokens), 0) as prompt_tokens, coalesce(sum(completion_tokens), 0) as completion_tokens "
         "from model_calls where run_id = ?", [run_id])
-    out = {**next(q), **next(c)}
+    out = {**next(q), **next(c), "failed_questions": len(failed_questions(store, run_id))}
     return {k: (v or 0) for k, v in out.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import platform
+import sqlite3
 import subprocess
 import threading
 from datetime import datetime, timezone
@@ -14,6 +15,50 @@ from typing import Any, Iterable, Iterator
 import sqlite_utils
 
 from agora.traces import schema
+
+
+#: Seconds a write waits for a lock held by another connection or process (SQLite's busy
+#: timeout) before it fails with "database is locked".
+BUSY_TIMEOUT_S = 30.0
+
+#: ``pool`` fields that say how a model is reached, not which model answers: a resumed run may
+#: change them (a server restarted on another port), unlike any other field of the pool.
+TRANSPORT_FIELDS = ("base_url", "endpoints", "timeout_s", "max_retries", "api_key")
+
+
+class TraceStoreError(ValueError):
+    """A trace database (or its checkpoints file) that cannot be opened or written; the message is
+    one line naming the file and what is wrong."""
+
+
+def describe_sqlite_error(path: str | Path, exc: BaseException) -> str:
+    """One line for an SQLite (or file-system) error on the database ``path``."""
+    msg = str(exc)
+    low = msg.lower()
+    if "locked" in low or "busy" in low:
+        return (f"{path}: the database is locked by another process (waited {BUSY_TIMEOUT_S:g} s); "
+                "try again once it is done")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return f"{path}: not an SQLite database, or a corrupt one ({msg})"
+    if "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
+        return f"{path}: not writable ({msg})"
+    if "unable to open" in low:
+        return f"{path}: cannot open the database file (does its folder exist, and is it writable?)"
+    return f"{path}: {msg}"
+
+
+def check_db_path(path: str | Path) -> None:
+    """Refuse a database path that is a folder or not a regular file (``/dev/null``) before SQLite
+    opens it.
+
+    Raises:
+        TraceStoreError: naming the path.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise TraceStoreError(f"{path}: is a folder, not a database file")
+    if p.exists() and not p.is_file():
+        raise TraceStoreError(f"{path}: not a regular file (a database needs one)")
 
 
 def now() -> str:
@@ -49,21 +94,52 @@ class TraceStore:
 
     Args:
         path: SQLite file (created with its tables if missing). ``":memory:"`` for tests.
+        readonly: open an existing file for reading only: nothing is created or written, not
+            even the schema (reports).
+
+    Raises:
+        TraceStoreError: the path is a folder or not a regular file, not an SQLite database (or a
+            corrupt one), cannot be created or written, stays locked by another process for
+            :data:`BUSY_TIMEOUT_S`, or (``readonly``) does not exist.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, readonly: bool = False):
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite_utils.Database(self.path) if self.path != ":memory:" else sqlite_utils.Database(memory=True)
-        if self.path != ":memory:":
-            # WAL without an fsync per commit, as the runner's checkpointer (runner.open_checkpointer):
-            # ≈ 0.5 ms less per recorded question here. A crashed process loses nothing; a crashed
-            # OS at most the last questions, which the rerun redoes (their checkpoints or a fresh run).
-            self.db.enable_wal()
-            self.db.execute("PRAGMA synchronous=NORMAL")
+        self.readonly = readonly
         self._lock = threading.RLock()
+        if self.path == ":memory:":
+            self.db = sqlite_utils.Database(memory=True)
+            self._create()
+            return
+        check_db_path(self.path)
+        try:
+            self.db = self._open()
+        except (sqlite3.Error, OSError) as exc:
+            raise TraceStoreError(describe_sqlite_error(self.path, exc)) from None
+
+    def _open(self) -> sqlite_utils.Database:
+        if self.readonly:
+            if not Path(self.path).is_file():
+                raise TraceStoreError(f"{self.path}: no such trace database")
+            conn = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True,
+                                   timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            conn.execute("select count(*) from sqlite_master").fetchone()  # not a database: fails here
+            return sqlite_utils.Database(conn)
+        parent = Path(self.path).parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceStoreError(f"{self.path}: cannot create its folder {parent} ({exc.strerror})") from None
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        db = sqlite_utils.Database(conn)
+        # WAL without an fsync per commit, as the runner's checkpointer (runner.open_checkpointer):
+        # ≈ 0.5 ms less per recorded question here. A crashed process loses nothing; a crashed
+        # OS at most the last questions, which the rerun redoes (their checkpoints or a fresh run).
+        db.enable_wal()
+        db.execute("PRAGMA synchronous=NORMAL")
+        self.db = db
         self._create()
+        return db
 
     def _create(self) -> None:
         db = self.db
@@ -82,8 +158,10 @@ class TraceStore:
         """Create the run, or mark an existing one running again. Returns True when resuming.
 
         Raises:
-            ValueError: the run id exists for another protocol, or with other settings or another
-                dataset (path and format): resuming would mix two experiments in one run.
+            ValueError: the run id exists for another protocol, or with other settings, another
+                pool (its models and their settings; how they are reached, :data:`TRANSPORT_FIELDS`,
+                may change) or another dataset (path and format): resuming would mix two
+                experiments in one run.
         """
         with self._lock, self.db.conn:
             existing = self.get_run(run_id)
@@ -96,6 +174,8 @@ class TraceStore:
                            and before.get(k) != now_ds.get(k)]
                 if existing["config"] != _json(config):
                     changed.append("settings")
+                if _models(json.loads(existing["pool"] or "null")) != _models(json.loads(_json(pool))):
+                    changed.append("pool")
                 if changed:
                     raise ValueError(f"run id {run_id!r} in {self.path} was started with other {', '.join(changed)}; "
                                      "rerun with the same options to resume it, or pick a new --run-id")
@@ -109,6 +189,7 @@ class TraceStore:
             return False
 
     def finish_run(self, run_id: str, summary: Any = None, status: str = "finished") -> None:
+        """Mark the run ``status`` (``finished``, ``failed``, ``interrupted``) with its summary."""
         with self._lock, self.db.conn:
             self.db["runs"].update(run_id, {"status": status, "finished_at": now(), "summary": _json(summary)})
 
@@ -119,7 +200,8 @@ class TraceStore:
     # ------------------------------------------------------------------ questions
 
     def finished_questions(self, run_id: str) -> set[str]:
-        """Ids of questions already recorded for ``run_id`` (a rerun skips them)."""
+        """Ids of questions already recorded for ``run_id`` (a rerun skips them; failed questions
+        are not recorded, so a rerun retries them)."""
         return {r["question_id"] for r in self.db.query(
             "select question_id from questions where run_id = ?", [run_id])}
 
@@ -133,7 +215,10 @@ class TraceStore:
     ) -> None:
         """Write one finished question, its per-method results and its model calls, atomically.
 
-        Upserts on primary keys, so writing the same question twice leaves one copy.
+        Upserts on primary keys, so writing the same question twice leaves one copy. A method
+        whose answer drew on no sample (``samples == 0``: its model calls failed) is stored with
+        ``correct`` NULL: failed, not wrong (:func:`agora.traces.report.method_table` counts it
+        as failed).
         """
         qid = question["question_id"]
         rows = call_rows(calls, run_id, qid, protocol)
@@ -148,7 +233,8 @@ class TraceStore:
             "detail": _json(question.get("detail")), "finished_at": now(),
         }
         result_rows = [{"run_id": run_id, "question_id": qid, "method": method, "answer": r.get("answer"),
-                        "correct": _bool(r.get("correct")), "samples": r.get("samples"),
+                        "correct": None if r.get("samples") == 0 else _bool(r.get("correct")),
+                        "samples": r.get("samples"),
                         "completion_tokens": r.get("completion_tokens"),
                         "latency_s": r.get("latency_s")} for method, r in results.items()]
         with self._lock, self.db.conn:
@@ -157,6 +243,13 @@ class TraceStore:
             _upsert(self.db.conn, "model_calls", rows, ("call_id",))
             _upsert(self.db.conn, "results", result_rows, ("run_id", "question_id", "method"))
             _upsert(self.db.conn, "questions", [row], ("run_id", "question_id"))
+
+    def record_calls(self, run_id: str, protocol: str, question_id: str, calls: Iterable[dict[str, Any]]) -> None:
+        """Write model-call records without a question row: the attempts of a question that failed
+        (no answer recorded, retried by a rerun) or was aborted by an unreachable model."""
+        rows = call_rows(calls, run_id, question_id, protocol)
+        with self._lock, self.db.conn:
+            _upsert(self.db.conn, "model_calls", rows, ("call_id",))
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
@@ -228,3 +321,10 @@ def _upsert(conn: Any, table: str, rows: list[dict[str, Any]], pk: tuple[str, ..
 
 def _bool(value: Any) -> int | None:
     return None if value is None else int(bool(value))
+
+
+def _models(pool: Any) -> Any:
+    """A pool description without :data:`TRANSPORT_FIELDS` (what a resume compares)."""
+    if isinstance(pool, list):
+        return [{k: v for k, v in m.items() if k not in TRANSPORT_FIELDS} if isinstance(m, dict) else m for m in pool]
+    return pool
