@@ -5,6 +5,11 @@ in threads (one per request, as vLLM accepts requests concurrently). ``handler(p
 returns ``(status, payload)``; the default answers ``"The answer is 4."`` with ``n`` choices.
 Every request is recorded in ``.requests`` with its arrival and end times.
 
+Faults (the fault-injection suite, ``test_faults.py``): a payload may be :class:`Raw` (any bytes
+with a content type: invalid JSON, an HTML error page) or :data:`DROP` (the connection is closed
+without a reply, as a server dying mid-request); ``server.handler`` may be swapped while it runs
+(a server that breaks, or is fixed, mid-run).
+
 Run as a script (``python openai_stub.py --port P --served-model-name NAME``) it stands in for
 ``vllm.entrypoints.openai.api_server`` in the serving tests.
 """
@@ -19,7 +24,19 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-Handler = Callable[[str, dict[str, Any]], tuple[int, dict[str, Any]]]
+Handler = Callable[[str, dict[str, Any]], tuple[int, Any]]
+
+
+class Raw:
+    """A reply body sent as is (``content_type`` header), e.g. invalid JSON or an HTML page."""
+
+    def __init__(self, body: str | bytes, content_type: str = "application/json"):
+        self.body = body.encode() if isinstance(body, str) else body
+        self.content_type = content_type
+
+
+DROP = object()
+"""A payload: close the connection without sending a reply."""
 
 
 def chat_reply(body: dict[str, Any], texts: list[str] | None = None, choices: int | None = None,
@@ -75,10 +92,15 @@ class StubServer:
                 with stub._lock:
                     stub._connections.append(self.connection)
 
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
+            def _send(self, status: int, payload: Any) -> None:
+                if payload is DROP:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                raw = payload if isinstance(payload, Raw) else Raw(json.dumps(payload))
+                data = raw.body
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", raw.content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

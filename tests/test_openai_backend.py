@@ -67,8 +67,9 @@ def test_fewer_choices_than_n_asks_again_for_the_rest_with_moved_seeds():
 def test_a_server_that_returns_no_choices_gives_fewer_samples_without_looping():
     with StubServer(lambda path, body: (200, chat_reply(body, choices=0))) as srv:
         samples, records = pool_for(srv.base_url).sample("m", MSG, SamplingParams(n=4))
-    assert samples == [] and records == []
-    assert len(srv.requests) == 1
+    assert samples == [] and len(srv.requests) == 1
+    # the empty reply is a failed attempt with its own trace row (issue 16 item 6)
+    assert len(records) == 1 and "EmptyResponseError" in records[0]["error"] and "zero choices" in records[0]["error"]
 
 
 def test_http_500_is_retried_and_logged_then_succeeds():
@@ -263,7 +264,12 @@ def test_a_server_that_dies_mid_run_stops_the_run_resumably(tmp_path):
         outcome = run_problems(build_delegation_graph(), problems, **kwargs)
     assert outcome.skipped == 2 and [q.problem.id for q in outcome.outcomes] == ["q3", "q4"]
     assert store.finished_questions("r1") == {"q1", "q2", "q3", "q4"}
-    assert all(len(store.calls("r1", q)) == 4 for q in ("q1", "q2", "q3", "q4"))
+    ok = {q: [c for c in store.calls("r1", q) if c["error"] is None] for q in ("q1", "q2", "q3", "q4")}
+    assert all(len(calls) == 4 for calls in ok.values())
+    # q3's failed attempts (the server was down) are rows too, with their error (issue 16 item 6)
+    failed = [c for c in store.calls("r1") if c["error"]]
+    assert failed and {c["question_id"] for c in failed} == {"q3"}
+    assert all("ModelUnavailableError" in c["error"] for c in failed)
 
 
 def test_pool_file_endpoints_and_validation(tmp_path):

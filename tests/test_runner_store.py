@@ -70,7 +70,7 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path, durabi
     with pytest.raises(KeyboardInterrupt):
         run(store, pool, durability=durability)
     assert store.finished_questions("r1") == {"q1"}
-    assert store.get_run("r1")["status"] == "running"
+    assert store.get_run("r1")["status"] == "interrupted"  # not left "running" by a process that stopped
     calls_to_a_before = len(a.calls)
 
     state["armed"] = False

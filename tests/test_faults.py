@@ -1,0 +1,437 @@
+"""Fault injection: a stub OpenAI server on 127.0.0.1 (tests/openai_stub.py) that answers HTTP 500,
+invalid JSON, an HTML page, hangs past the timeout, returns fewer or zero choices, or dies mid-run;
+and bad trace databases. Each test checks what is recorded and what a rerun does
+(docs/guarantees.md). Issue 16, items 2, 3, 4, 6 and 9 (``model_calls.created_at``)."""
+
+import json
+import sqlite3
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+from openai_stub import DROP, Raw, StubServer, chat_reply, default_handler
+from typer.testing import CliRunner
+
+from agora.agents.delegation import DelegationConfig
+from agora.agents.pool import ModelCallError, ModelSpec, SamplingParams, pool_from_specs
+from agora.cli.main import app
+from agora.graphs.delegation import DelegationContext, build_delegation_graph
+from agora.graphs.runner import run_problems
+from agora.tasks.loaders import Problem
+from agora.traces import store as store_module
+from agora.traces.report import failed_questions, method_table, run_totals
+from agora.traces.store import TraceStore, TraceStoreError
+
+Q = [Problem("q1", "What is 2 + 2?", "4")]
+MSG = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def agora(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def error_lines(result) -> list[str]:
+    return [line for line in result.output.splitlines() if line.startswith("error:")]
+
+
+def pool_file(path: Path, url: str, models=("m",), max_retries: int = 1, timeout_s: float = 5) -> Path:
+    path.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nmodel = "{m}"\nbase_url = "{url}"\n'
+                            f"max_retries = {max_retries}\ntimeout_s = {timeout_s}\n\n" for m in models))
+    return path
+
+
+def pool_of(url: str, *names: str, max_retries: int = 1, **fields):
+    return pool_from_specs([ModelSpec(name=n, backend="openai", model=n, base_url=url, max_retries=max_retries,
+                                      **fields) for n in names or ("m",)])
+
+
+def run(store, pool, problems=Q, config=DelegationConfig(n_agents=1, k_samples=2), run_id="r", **kw):
+    return run_problems(build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
+                        context=DelegationContext(pool=pool, config=config), config={"n": config.n_agents},
+                        pool_description=pool.describe(), dataset={"format": "test"}, **kw)
+
+
+def status(code: int, message: str = "boom"):
+    return lambda path, body: (code, {"error": {"message": message}})
+
+
+# ----------------------------------------------------------------------------- item 2: failed questions
+
+
+def test_persistent_500_records_no_answer_exits_nonzero_and_a_rerun_on_a_working_server_answers_both(tmp_path):
+    db = tmp_path / "t.db"
+    with StubServer(status(500)) as broken:
+        pool = pool_file(tmp_path / "pool.toml", broken.base_url)
+        out = agora("run", "align", "--limit", 2, "--pool", pool, "--db", db, "--run-id", "r")
+    assert out.exit_code == 1, out.output
+    assert "Traceback" not in out.output
+    [line] = error_lines(out)
+    assert "2 of 2 questions failed" in line and "InternalServerError" in line and "--run-id r" in line
+    t = sqlite_utils.Database(db)
+    assert t["questions"].count == 0 and t["results"].count == 0  # nothing recorded as answered
+    calls = list(t["model_calls"].rows)
+    assert len(calls) == 2 * 2 * 2  # 2 questions × 2 agents × (1 + 1 retry), every attempt a row
+    assert all("InternalServerError" in c["error"] and c["completion"] is None for c in calls)
+    run_row = t["runs"].get("r")
+    assert run_row["status"] == "failed" and json.loads(run_row["summary"])["failed"] == 2
+
+    with StubServer() as fixed:  # the same pool, its server back on another port
+        pool_file(tmp_path / "pool.toml", fixed.base_url)
+        out = agora("run", "align", "--limit", 2, "--pool", pool, "--db", db, "--run-id", "r")
+    assert out.exit_code == 0, out.output
+    assert "already done" not in out.output  # nothing was counted as done by the broken run
+    rows = list(t["questions"].rows)
+    assert len(rows) == 2 and all(r["answer"] == "4" for r in rows)
+    assert t["runs"].get("r")["status"] == "finished"
+    assert sum(c["error"] is None for c in t["model_calls"].rows) == 2 * 2 * 3
+
+
+def hang(release: threading.Event):
+    def slow(path, body):
+        release.wait(10)
+        return 200, chat_reply(body)
+    return slow
+
+
+NO_CHOICES_FIELD = {"id": "x", "object": "chat.completion", "created": 0, "model": "m"}
+FAULTS = {
+    "http 500": (status(500), {}, "InternalServerError"),
+    "http 502 html": (lambda p, b: (502, Raw("<html>bad gateway</html>", "text/html")), {}, "InternalServerError"),
+    "invalid json": (lambda p, b: (200, Raw('{"choices": [')), {}, "JSONDecodeError"),
+    "html page": (lambda p, b: (200, Raw("<html><body>maintenance</body></html>", "text/html")), {},
+                  "not a completion"),
+    "zero choices": (lambda p, b: (200, chat_reply(b, choices=0)), {}, "EmptyResponseError"),
+    "no choices field": (lambda p, b: (200, NO_CHOICES_FIELD), {}, "EmptyResponseError"),
+    "context too long": (status(400, "This model's maximum context length is 2048 tokens"), {}, "BadRequestError"),
+    "hang": (None, {"timeout_s": 0.3}, "APITimeoutError"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_question_whose_every_call_fails_is_not_answered_and_a_rerun_retries_it(tmp_path, fault):
+    handler, fields, error = FAULTS[fault]
+    release = threading.Event()
+    store = TraceStore(tmp_path / "t.db")
+    with StubServer(handler or hang(release)) as srv:
+        pool = pool_of(srv.base_url, **fields)
+        first = run(store, pool)
+        release.set()
+        assert [q.problem.id for q in first.failed] == ["q1"] and first.outcomes == []
+        assert error in first.failed[0].error
+        assert store.questions("r") == [] and store.finished_questions("r") == set()
+        calls = store.calls("r", "q1")
+        assert len(calls) == 2 and all(error in c["error"] for c in calls)  # both attempts are rows
+        assert [c["attempt"] for c in sorted(calls, key=lambda c: c["attempt"])] == [0, 1]
+        assert store.get_run("r")["status"] == "failed"
+        assert failed_questions(store, "r").keys() == {"q1"} and run_totals(store, "r")["failed_questions"] == 1
+
+        srv.handler = default_handler  # the server is fixed
+        second = run(store, pool)
+    assert second.resumed and second.skipped == 0 and not second.failed
+    assert [q.problem.id for q in second.outcomes] == ["q1"]
+    [row] = store.questions("r")
+    assert row["answer"] == "4" and row["correct"] == 1 and row["model_calls"] == 2
+    assert store.get_run("r")["status"] == "finished"
+    assert failed_questions(store, "r") == {}
+    assert sum(c["error"] is not None for c in store.calls("r")) == 2  # the failed attempts stay, once
+
+
+def test_partial_failure_answers_from_the_calls_that_succeeded_and_counts_the_failed_method(tmp_path):
+    def by_model(path, body):
+        return (500, {"error": {"message": "down"}}) if body["model"] == "bad" else (200, chat_reply(body))
+
+    store = TraceStore(tmp_path / "t.db")
+    with StubServer(by_model) as srv:
+        out = run(store, pool_of(srv.base_url, "bad", "good"),
+                  config=DelegationConfig(n_agents=2, k_samples=2, models=("bad", "good")))
+    assert not out.failed and out.outcomes[0].answer == "4"
+    [row] = store.questions("r")
+    assert row["answer"] == "4" and row["correct"] == 1 and row["model_calls"] == 2
+    results = {r["method"]: r for r in store.results("r")}
+    # single_agent is agent 0's first sample: agent 0 ("bad") drew none, so it failed (NULL), not wrong (0)
+    assert results["single_agent"]["samples"] == 0 and results["single_agent"]["correct"] is None
+    assert results["align"]["correct"] == 1
+    table = {m.method: m for m in method_table(store, "r")}
+    assert (table["single_agent"].failed, table["single_agent"].questions) == (1, 0)
+    assert (table["align"].failed, table["align"].accuracy) == (0, 1.0)
+    errors = [c for c in store.calls("r") if c["error"]]
+    assert len(errors) == 2 and {c["model"] for c in errors} == {"bad"}
+
+
+def test_fewer_choices_than_asked_answers_from_those_returned(tmp_path):
+    sent = []
+
+    def one_then_none(path, body):
+        sent.append(body["n"])
+        return 200, chat_reply(body, choices=1 if len(sent) == 1 else 0)
+
+    store = TraceStore(tmp_path / "t.db")
+    with StubServer(one_then_none) as srv:
+        out = run(store, pool_of(srv.base_url), config=DelegationConfig(n_agents=1, k_samples=3))
+    assert sent == [3, 2]  # asked again for the two missing, got none, stopped
+    assert out.outcomes[0].answer == "4" and out.outcomes[0].methods["align"]["samples"] == 1
+    calls = store.calls("r", "q1")
+    assert len(calls) == 1 and calls[0]["error"] is None
+
+
+def test_a_server_that_dies_mid_question_stops_the_run_keeps_its_attempts_and_the_rerun_resumes(tmp_path):
+    problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in (1, 2, 3)]
+
+    def dies_on_q2(path, body):
+        return (200, DROP) if "2 + 2" in body["messages"][-1]["content"] else (200, chat_reply(body))
+
+    store = TraceStore(tmp_path / "t.db")
+    with StubServer(dies_on_q2) as srv:
+        pool = pool_of(srv.base_url, max_retries=1)
+        with pytest.raises(ModelCallError):
+            run(store, pool, problems)
+        assert store.finished_questions("r") == {"q1"}
+        failed = [c for c in store.calls("r") if c["error"]]
+        assert len(failed) == 2 and {c["question_id"] for c in failed} == {"q2"}  # both attempts are rows
+        assert all("ModelUnavailableError" in c["error"] for c in failed)
+        assert store.get_run("r")["status"] == "failed"
+        srv.handler = default_handler
+        pool = pool_of(srv.base_url, max_retries=1)  # a fresh pool: the endpoint is not marked dead
+        out = run(store, pool, problems)
+    assert out.skipped == 1 and [q.problem.id for q in out.outcomes] == ["q2", "q3"]
+    assert store.get_run("r")["status"] == "finished"
+    assert [q["question_id"] for q in store.questions("r")] == ["q1", "q2", "q3"]
+
+
+def test_comed_with_every_call_failing_records_nothing_and_a_rerun_answers(tmp_path):
+    db = tmp_path / "t.db"
+    args = ["run", "comed", "--limit", 2, "--db", db, "--run-id", "c", "--no-router", "--baselines", "none",
+            "--samples", 2]
+    with StubServer(status(500)) as broken:
+        pool = pool_file(tmp_path / "pool.toml", broken.base_url, models=("a", "b"), max_retries=0)
+        out = agora(*args, "--pool", pool)
+    assert out.exit_code == 1, out.output
+    assert "Traceback" not in out.output and "2 of 2 questions failed" in error_lines(out)[0]
+    t = sqlite_utils.Database(db)
+    assert t["questions"].count == 0 and t["model_calls"].count > 0
+    assert all(c["error"] for c in t["model_calls"].rows)
+    with StubServer() as fixed:
+        pool_file(tmp_path / "pool.toml", fixed.base_url, models=("a", "b"), max_retries=0)
+        out = agora(*args, "--pool", pool)
+    assert out.exit_code == 0, out.output
+    assert [r["answer"] for r in t["questions"].rows] == ["4", "4"]
+
+
+# ----------------------------------------------------------------------------- item 6: every attempt a row
+
+
+def test_a_zero_choice_reply_is_a_model_calls_row(tmp_path):
+    store = TraceStore(tmp_path / "t.db")
+    with StubServer(lambda p, b: (200, chat_reply(b, choices=0))) as srv:
+        run(store, pool_of(srv.base_url, max_retries=0))
+    [row] = sqlite_utils.Database(tmp_path / "t.db")["model_calls"].rows
+    assert "zero choices" in row["error"] and row["question_id"] == "q1" and row["node"] == "agent_sample"
+
+
+# ----------------------------------------------------------------------------- item 9: created_at
+
+
+def test_created_at_is_when_the_call_started_not_when_it_was_recorded(tmp_path):
+    def slow(path, body):
+        time.sleep(1.5)
+        return 200, chat_reply(body)
+
+    store = TraceStore(tmp_path / "t.db")
+    before = datetime.now(timezone.utc)
+    with StubServer(slow) as srv:
+        run(store, pool_of(srv.base_url))
+    [row] = [c for c in store.calls("r") if c["error"] is None][:1]
+    started = datetime.fromisoformat(row["created_at"])
+    assert abs((started - before).total_seconds()) < 0.5  # not ≈ 1.5 s later, when the row was written
+    recorded = datetime.fromisoformat(store.questions("r")[0]["finished_at"])
+    assert (recorded - started).total_seconds() > 0.9
+
+
+# ----------------------------------------------------------------------------- item 3: another pool
+
+
+def test_resuming_a_run_with_another_pool_is_refused_but_a_moved_server_is_not(tmp_path):
+    db = tmp_path / "t.db"
+    with StubServer() as srv:
+        first = pool_file(tmp_path / "a.toml", srv.base_url)
+        args = ["run", "align", "--limit", 1, "--agents", 1, "--samples", 1, "--db", db, "--run-id", "r"]
+        assert agora(*args, "--pool", first).exit_code == 0
+        other = pool_file(tmp_path / "b.toml", srv.base_url, models=("other",))
+        out = agora(*args, "--pool", other, "--limit", 2)
+        assert out.exit_code == 2 and "Traceback" not in out.output
+        assert error_lines(out) == [f"error: run id 'r' in {db} was started with other pool; rerun with the "
+                                    "same options to resume it, or pick a new --run-id"]
+        changed = tmp_path / "c.toml"
+        changed.write_text(first.read_text() + 'system_prompt = "Answer in French."\n')
+        assert agora(*args, "--pool", changed).exit_code == 2
+    with StubServer() as moved:  # the same models reached at another address: resumes
+        pool_file(tmp_path / "a.toml", moved.base_url, max_retries=3, timeout_s=9)
+        out = agora(*args, "--pool", first, "--limit", 2)
+    assert out.exit_code == 0, out.output
+    assert "resumed: 1 of 2" in out.output
+    assert sqlite_utils.Database(db)["questions"].count == 2
+
+
+def test_store_compares_the_pool_on_resume():
+    store = TraceStore(":memory:")
+    pool = [{"name": "m", "backend": "openai", "model": "x", "base_url": "http://a/v1"}]
+    store.start_run("r", "align", config={}, pool=pool, dataset={})
+    assert store.start_run("r", "align", config={}, pool=[{**pool[0], "base_url": "http://b/v1"}], dataset={})
+    for other in ([{**pool[0], "model": "y"}], pool + [{"name": "n", "backend": "openai", "model": "x"}]):
+        with pytest.raises(ValueError, match="other pool"):
+            store.start_run("r", "align", config={}, pool=other, dataset={})
+
+
+# ----------------------------------------------------------------------------- item 4: bad databases
+
+
+@pytest.fixture
+def served_pool(tmp_path):
+    with StubServer() as srv:
+        yield pool_file(tmp_path / "pool.toml", srv.base_url)
+
+
+def run_align(pool, db, *extra):
+    return agora("run", "align", "--limit", 1, "--agents", 1, "--samples", 1, "--pool", pool, "--db", db,
+                 "--run-id", "r", *extra)
+
+
+def corrupt(path: Path) -> Path:
+    """A file with SQLite's header and garbage after it."""
+    path.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 16)
+    return path
+
+
+def folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def csv_file(path: Path) -> Path:
+    path.write_text("id,name\n1,x\n" * 100)
+    return path
+
+
+def under_a_file(path: Path) -> Path:
+    path.write_text("x")
+    return path / "t.db"
+
+
+BAD_DBS = {
+    "a folder": (folder, "is a folder"),
+    "not sqlite": (csv_file, "not an SQLite database"),
+    "corrupt": (corrupt, "not an SQLite database, or a corrupt one"),
+    "/dev/null": (lambda p: Path("/dev/null"), "not a regular file"),
+    "under a file": (under_a_file, "cannot create"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DBS))
+def test_a_bad_db_path_is_one_line_and_exit_2(tmp_path, served_pool, case):
+    make, message = BAD_DBS[case]
+    db = make(tmp_path / "bad.db")
+    before = db.read_bytes() if db.is_file() and db != Path("/dev/null") else None
+    out = run_align(served_pool, db)
+    assert out.exit_code == 2, out.output
+    assert "Traceback" not in out.output
+    [line] = error_lines(out)
+    assert line.startswith(f"error: {db}") and message in line
+    if before is not None:
+        assert db.read_bytes() == before  # not overwritten
+
+
+def test_a_checkpoints_path_that_is_a_folder_is_refused_before_the_run_starts(tmp_path, served_pool):
+    db = tmp_path / "t.db"
+    (tmp_path / "t.db.checkpoints").mkdir()
+    out = run_align(served_pool, db)
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert error_lines(out) == [f"error: {db}.checkpoints: is a folder, not a database file"]
+    assert sqlite_utils.Database(db)["runs"].count == 0  # no run row left "running"
+
+
+def hold_write_lock(db: Path, seconds: float) -> threading.Thread:
+    """Another connection takes the write lock of ``db`` for ``seconds`` (as a second process would)."""
+    ready = threading.Event()
+
+    def hold():
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        ready.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+        conn.close()
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    ready.wait(5)
+    return t
+
+
+def test_a_lock_held_past_the_busy_timeout_is_one_line_and_exit_2(tmp_path, served_pool, monkeypatch):
+    db = tmp_path / "t.db"
+    TraceStore(db).close()
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.3)
+    holder = hold_write_lock(db, 2.0)
+    out = run_align(served_pool, db)
+    holder.join()
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    [line] = error_lines(out)
+    assert "locked by another process" in line
+    assert sqlite_utils.Database(db)["runs"].count == 0
+
+
+def test_a_lock_released_within_the_busy_timeout_is_waited_for(tmp_path, served_pool, monkeypatch):
+    db = tmp_path / "t.db"
+    TraceStore(db).close()
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 10.0)
+    holder = hold_write_lock(db, 0.5)
+    out = run_align(served_pool, db)
+    holder.join()
+    assert out.exit_code == 0, out.output
+    assert sqlite_utils.Database(db)["questions"].count == 1
+
+
+def test_an_sqlite_error_mid_run_marks_the_run_failed_and_exits_2(tmp_path, served_pool, monkeypatch):
+    def locked(self, *args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(TraceStore, "record_question", locked)
+    db = tmp_path / "t.db"
+    out = run_align(served_pool, db)
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    [line] = error_lines(out)
+    assert "locked by another process" in line
+    assert sqlite_utils.Database(db)["runs"].get("r")["status"] == "failed"
+
+
+def test_an_interrupted_run_is_marked_interrupted_not_running(tmp_path, served_pool, monkeypatch):
+    def ctrl_c(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TraceStore, "record_question", ctrl_c)
+    out = run_align(served_pool, tmp_path / "t.db")
+    assert out.exit_code == 130
+    assert sqlite_utils.Database(tmp_path / "t.db")["runs"].get("r")["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("content", [None, b""])
+def test_report_duels_on_a_missing_or_empty_db_writes_nothing(tmp_path, content):
+    db = tmp_path / "t.db"
+    if content is not None:
+        db.write_bytes(content)
+    out = agora("report", "duels", "--db", db, "--out", tmp_path / "out")
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert len(error_lines(out)) == 1
+    if content is None:
+        assert not db.exists()
+    else:
+        assert db.read_bytes() == b""  # no schema written into it
+    assert not any(p.name.startswith("t.db-") for p in tmp_path.iterdir())  # nor a WAL beside it
+
+
+def test_readonly_store_refuses_a_missing_file_and_a_non_database():
+    with pytest.raises(TraceStoreError, match="no such trace database"):
+        TraceStore("/nonexistent/t.db", readonly=True)
