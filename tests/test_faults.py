@@ -16,7 +16,8 @@ from openai_stub import DROP, Raw, StubServer, chat_reply, default_handler
 from typer.testing import CliRunner
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import ModelCallError, ModelSpec, SamplingParams, pool_from_specs
+from agora.agents.pool import ModelCallError, ModelPool, ModelSpec, pool_from_specs
+from agora.agents.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
@@ -26,7 +27,6 @@ from agora.traces.report import failed_questions, method_table, run_totals
 from agora.traces.store import TraceStore, TraceStoreError
 
 Q = [Problem("q1", "What is 2 + 2?", "4")]
-MSG = [{"role": "user", "content": "What is 2 + 2?"}]
 
 
 def agora(*args):
@@ -137,6 +137,26 @@ def test_a_question_whose_every_call_fails_is_not_answered_and_a_rerun_retries_i
     assert store.get_run("r")["status"] == "finished"
     assert failed_questions(store, "r") == {}
     assert sum(c["error"] is not None for c in store.calls("r")) == 2  # the failed attempts stay, once
+
+
+@pytest.mark.parametrize("error", [
+    ValueError("Failed to load model from file: broken.gguf"),  # an unloadable GGUF (llama.cpp)
+    ValueError("Requested tokens (3000) exceed context window of 2048"),  # a prompt longer than n_ctx
+])
+def test_an_in_process_model_that_always_raises_gives_a_failed_question(tmp_path, error):
+    def raises(chat, index):
+        raise error
+
+    store = TraceStore(tmp_path / "t.db")
+    broken = ModelPool.from_chat_models({"m": ScriptedChatModel(respond=raises)}, max_retries=0)
+    out = run(store, broken)
+    assert [q.problem.id for q in out.failed] == ["q1"] and str(error) in out.failed[0].error
+    assert store.questions("r") == [] and store.get_run("r")["status"] == "failed"
+    [row] = store.calls("r")
+    assert str(error) in row["error"]
+    working = ModelPool.from_chat_models({"m": ScriptedChatModel(responses=["The answer is 4."], cycle=True)})
+    again = run(store, working)
+    assert [q.problem.id for q in again.outcomes] == ["q1"] and store.questions("r")[0]["correct"] == 1
 
 
 def test_partial_failure_answers_from_the_calls_that_succeeded_and_counts_the_failed_method(tmp_path):
