@@ -1,7 +1,8 @@
 """``agora select``: choose a model from your own pairwise preferences (CUPID, protocols.md §4).
 
 The terminal shows two anonymous answers side by side and reads ``A``, ``B`` or ``tie``; ``q`` (or
-end of input) stops, and the same ``--thread`` continues later from the same duel. With
+end of input) stops, and the same ``--thread`` continues later from the same duel (the report
+files in ``--out`` are named after the thread, made a safe file name: ``../x`` stays inside). With
 ``--simulate THETA`` a simulated user with hidden preference ``θ`` answers instead, and the report
 adds a cumulative-regret plot against uniform random pairs and RUCB.
 
@@ -24,6 +25,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from agora.agents._files import safe_file_name
 from agora.agents.cupid import (
     LATENCY,
     CupidConfig,
@@ -239,7 +241,7 @@ def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int
             "RUCB": simulate_regret(lambda s: RucbPolicy(len(arms), seed=(s, 2)), theta, x, rounds, seeds,
                                     noisy=settings["noisy"]),
         }
-        png = out / f"{thread}-regret.png"
+        png = out / f"{safe_file_name(thread)}-regret.png"
         plot_regret(curves, session, png, title=f"simulated user θ: {settings['simulate']}")
         verdict = "[green]yes[/green]" if rec["model"] == best else "[red]no[/red]"
         console.print(f"simulated user's best model: {best}; recommended it: {verdict}", highlight=False)
@@ -250,7 +252,7 @@ def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int
         console.print(f"regret plot: {png}", highlight=False)
         report.update(simulated_best=best, theta=theta.tolist(), session_regret=session.tolist(),
                       mean_regret={k: c.mean(axis=0).tolist() for k, c in curves.items()}, plot=str(png))
-    path = out / f"{thread}.json"
+    path = out / f"{safe_file_name(thread)}.json"
     path.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     console.print(f"report: {path}", highlight=False)
 
