@@ -6,19 +6,21 @@ their methods against its gold answer, and training turns the same answer checke
 
 Public surface::
 
-    from agora.tasks import Problem, load_problems, extract_answer, is_correct, synthetic_problems
+    from agora.tasks import Problem, load_problems, extract_answer, find_answer, is_correct, synthetic_problems
 """
 
-from agora.tasks.answers import answer_key, extract_answer, is_correct
+from agora.tasks.answers import Extraction, answer_key, extract_answer, find_answer, is_correct
 from agora.tasks.loaders import FORMATS, Problem, TaskFormatError, load_problems
 from agora.tasks.synthetic import synthetic_problems
 
 __all__ = [
     "FORMATS",
+    "Extraction",
     "Problem",
     "TaskFormatError",
     "answer_key",
     "extract_answer",
+    "find_answer",
     "is_correct",
     "load_problems",
     "synthetic_problems",

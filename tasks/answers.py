@@ -1,10 +1,32 @@
-"""Answer extraction and equivalence.
+"""Answer extraction and equivalence, under one scoring policy for every task kind (``docs/scoring.md``).
 
-Math answers go through `math-verify <https://github.com/huggingface/Math-Verify>`_ (LaTeX and plain
-expressions, thousands separators, ``$`` and units, ``\\frac{1}{2} == 0.5``) with a relative float
-tolerance on top for GSM-Hard's float targets. Multiple-choice answers are option letters.
+Which statement of a model's output is its final answer, and when that answer counts:
 
-An output from which no answer can be extracted is never correct.
+1. **Explicit statements**: a final-answer marker (``The answer is``, ``Final answer:``, ``The correct
+   option is``), a ``\\boxed{}`` (or ``\\fbox{}``), or a ``#### N`` line. Read in the order they appear,
+   the **last** one is the final answer, so a later answer that corrects an earlier one wins. One
+   statement marked several ways (``The final answer is \\boxed{5}``) counts once, as its outermost
+   mark (marker, then ``\\boxed{}``, then ``####``). A marker followed by no value (``the answer is
+   the sum of ...``) is not a statement.
+2. **Fallback** when there is no explicit statement: the last number or math expression of the output
+   (``math``), or the option letter(s) of its last sentence that names one (``mc``). Answers found
+   this way are marked ``how="fallback"``: guessed, not stated.
+3. **No answer** (``None``, always wrong): an empty output; a final statement that is negated
+   (``The answer is not 25.``, ``Not A.``) or a refusal (``cannot be determined``, ``I don't know``,
+   ``I'm not sure`` after the value); an unfinished expression (an output cut mid-calculation,
+   ``= <<120*7/(7+1``, an unclosed ``\\boxed{``).
+4. **Values**: an equation's value is its final right-hand side (``\\boxed{x = 5}`` is 5, ``3 + 4 = 7``
+   is 7) when its left side is one variable or a calculation without variables; other equations
+   (``5x - 7y + 11z + 4 = 0``) stay whole. A final answer that names several different values (a
+   list ``3, 20``, ``25 or 20``, a range ``5-7``/``5 to 7``, ``\\pm``, several letters ``A or C``) is
+   wrong unless the gold answer names the same values. ``$``, ``%``, thousands commas and units
+   words are not part of a value.
+5. **Comparison**: equivalence is `math-verify <https://github.com/huggingface/Math-Verify>`_'s
+   (``\\frac{1}{2} == 0.5``, intervals, sets, expressions). Numbers: an integer gold answer compares
+   exactly; a non-integer one (GSM-Hard's float targets) within a relative tolerance of
+   :data:`REL_TOL`. Option letters compare as letters.
+6. **Option letters** are read only as letters: a capital ``A``..``J`` (within the options), or one in
+   parentheses; not the article ``a`` (``a bit unclear``), not the pronoun ``I`` (``I think``).
 """
 
 from __future__ import annotations
@@ -14,23 +36,44 @@ import logging
 import math
 import re
 import threading
+from dataclasses import dataclass
 from typing import Literal
 
 from math_verify import parse, verify
 
 AnswerKind = Literal["math", "mc"]
+How = Literal["marker", "boxed", "####", "fallback"]
+"""How an answer was found: an explicit final-answer marker, a ``\\boxed{}``, a ``#### N`` line, or
+the fallback (the output's last number or letter: guessed rather than stated)."""
+NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished"]
+"""Why an output has no answer: empty, nothing answer-like, a negated final statement, a refusal
+(or doubt after the value), an unfinished expression."""
 
-#: Relative tolerance for numeric answers (GSM-Hard targets are floats such as 3.3333333).
+#: Relative tolerance for non-integer numeric gold answers (GSM-Hard targets such as 3.3333333).
+#: Integer gold answers compare exactly.
 REL_TOL = 1e-4
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-_MC_PATTERNS = [
-    re.compile(r"answer\s*(?:is|:)?\s*[:\-]?\s*\(?\**([A-J])\b\)?", re.IGNORECASE),
-    re.compile(r"^\s*\(?([A-J])\)?\s*(?:[.):]|$)", re.MULTILINE),
-    re.compile(r"\(([A-J])\)"),
-    re.compile(r"\b([A-J])\b(?=[.)]?\s*$)"),
-]
+
+@dataclass(frozen=True, slots=True)
+class Extraction:
+    """What :func:`find_answer` read from one output."""
+
+    answer: str | None
+    """The canonical answer (see :func:`answer_key`); several values are joined by ``", "``;
+    ``None`` when the output has no answer."""
+    how: How | None
+    """Which rule found the final statement; ``None`` when none was found."""
+    reason: NoAnswer | None = None
+    """Why ``answer`` is ``None``; ``None`` when there is an answer."""
+    span: str | None = None
+    """The text the answer was read from (the statement after its marker, a box's content, ...)."""
+    several: bool = False
+    """The answer names several different values (wrong against a single-valued gold answer)."""
+
+
+# ----------------------------------------------------------------------------- math-verify
 
 
 def _timeouts() -> dict:
@@ -56,21 +99,21 @@ def _parse_math(text: str) -> list:
         return []
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=8192)
 def _parse_given(answer: str) -> tuple:
-    """Parse a bare answer (gold, or an extracted one): LaTeX like ``\\sqrt{2}`` needs a wrapper.
+    """Parse one bare value (gold, or an extracted one): LaTeX like ``\\sqrt{2}`` needs a wrapper.
 
     Cached: a question's gold is compared with every method's answer, and answers repeat across
     candidates (the parsed sympy values are immutable).
     """
-    if any(ch in answer for ch in "\\{}^"):
+    if re.search(r"[\\{}^()\[\],A-Za-z]", answer):  # LaTeX, tuples, intervals, variables
         parsed = _parse_math(f"\\boxed{{{answer}}}")
         if parsed:
             return tuple(parsed)
     return tuple(_parse_math(answer))
 
 
-def _as_float(parsed: list) -> float | None:
+def _as_float(parsed) -> float | None:
     for item in parsed:
         if isinstance(item, str):
             continue
@@ -83,8 +126,452 @@ def _as_float(parsed: list) -> float | None:
     return None
 
 
+def _canonical_value(value: str) -> str | None:
+    """One value's canonical string: ``"2125"``, ``"0.5"``, else math-verify's reading of it."""
+    parsed = _parse_given(value)
+    if not parsed:
+        return None
+    number = _as_float(parsed)
+    if number is not None:
+        if number == int(number) and abs(number) < 1e15:
+            return str(int(number))
+        return repr(round(number, 10))
+    return str(parsed[-1]).strip() or None
+
+
+# ----------------------------------------------------------------------------- reading values
+
+_NUM = r"\d+(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
+#: A number in running text (the fallback's candidates): sign, thousands commas, a fraction ``5/2``;
+#: not an ordinal (``10th``), a label (``horse #12``) or the minutes of a clock time (``2:00`` reads 2).
+_NUMBER = re.compile(rf"(?:(?:(?<=[\s=($])|^)-(?=\d))?(?<![\w.,#:])(?:{_NUM})(?:\s*/\s*(?:{_NUM}))?(?!\d|(?:st|nd|rd|th)\b)")
+#: A thousands comma (``2,125``, LaTeX ``10,\!080``): not a list separator.
+_THOUSANDS = re.compile(r"(?<=\d),(?:\\!\s*)?(?=\d{3}(?!\d))")
+_CMD_WORDS = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+")
+_OPEN, _CLOSE = "([{", ")]}"
+_NEGATION = re.compile(r"^(?:not|isn't|is\s+not|never|cannot\s+be|can't\s+be|wouldn't\s+be)\b", re.I)
+_CORRECTION = re.compile(r"^[^,;.]*(?:,|;|\.)?\s*(?:but|rather|instead|it'?s|it\s+is)\s+(?:rather\s+|actually\s+)?", re.I)
+#: A refusal: the statement gives up instead of naming a value.
+_REFUSAL = re.compile(
+    r"\b(?:i\s+(?:do\s+not|don't|can\s*not|can't)\s+(?:know|say|tell|answer|determine|solve)|cannot\s+be\s+determined"
+    r"|can't\s+be\s+determined|undetermined|indeterminate|not\s+enough\s+information|insufficient\s+information"
+    r"|impossible\s+to\s+(?:say|tell|determine|know)|unable\s+to|no\s+way\s+to\s+(?:know|tell)|unclear|unknown"
+    r"|no\s+idea|not\s+sure|unsure|none|no\s+(?:valid\s+|possible\s+|such\s+)?(?:solution|answer))\b", re.I)
+#: Doubt or giving up after the value (``25, but I'm not sure``, ``... so it is not possible to
+#: determine``): a hedge, not an answer.
+_DOUBT = re.compile(
+    r"\b(?:not\s+(?:sure|certain|confident)|unsure|i\s+(?:do\s+not|don't)\s+know|(?:might|may|could)\s+be\s+wrong"
+    r"|i\s+(?:might|may)\s+be\s+mistaken|(?:not\s+possible|impossible)\s+to\s+(?:say|tell|determine|know|find)"
+    r"|cannot\s+be\s+determined|can't\s+be\s+determined|not\s+enough\s+information)\b", re.I)
+_FILLER = re.compile(
+    r"^(?:[:=\s*]|-(?=\s+[A-Za-z])|(?:therefore|thus|hence|so|then|simply|just|exactly|approximately|about|around|"
+    r"roughly|probably|likely|clearly|indeed|now|actually|still|finally|that|option|choice|letter|i\s+think|"
+    r"i\s+believe|we\s+get|we\s+have|equal\s+to|given\s+by|calculated\s+as)\b,?)+", re.I)
+_SEVERAL_WORDS = re.compile(r"^(?:between|either|both|any\s+of|one\s+of|somewhere\s+between)\b\s*", re.I)
+_PLAIN_VALUE = re.compile(
+    r"(?:[A-Za-z]\s*=\s*)?[-−+]?\s*(?:[$€£]\s*)?(?:\d|\.\d|\()"
+    r"(?:[\d\s.,+\-−*/×÷^=()<>$€£%]|[xX](?=\s*[\d$(])|[A-Za-z]+(?=\s*[*/×÷=]))*")
+_PLAIN_JOIN = re.compile(r"\s*(?:[A-Za-z]+\s+){0,3}?(?:or|and|to|through|–|—)\s*(?=(?:[$€£]\s*)?[-−]?\s*\.?\d)", re.I)
+_LATEX_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\(?:quad|qquad|lor|vee)\b|\bor\b|\band\b|\\pm|±|;")
+_RANGE = re.compile(r"\s*\$?(-?\d+(?:\.\d+)?)\s*(?:–|—|\bto\b|\bthrough\b|-)\s*\$?(\d+(?:\.\d+)?)(?:\s*[A-Za-z]+)*\s*")
+
+
+def _top_level(text: str, at: re.Pattern | str) -> list[str]:
+    """Split ``text`` at ``at`` outside brackets (``()[]{}`` and ``\\left( ... \\right)``)."""
+    pattern = re.compile(re.escape(at)) if isinstance(at, str) else at
+    parts, depth, last, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            m = pattern.match(text, i)
+            if m and m.end() > i:
+                parts.append(text[last:i])
+                last = i = m.end()
+                continue
+        i += 1
+    parts.append(text[last:])
+    return parts
+
+
+def _unclosed(text: str) -> bool:
+    """An opening bracket is left open (a stray closing one, as in ``1)``, is not counted)."""
+    depth = 0
+    for ch in re.sub(r"\\[{}]|\\left.|\\right.", "", text):
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+    return depth > 0
+
+
+def _has_variables(text: str) -> bool:
+    """Letters outside LaTeX commands and ``\\text{}`` (plain words are units, not variables)."""
+    bare = _CMD_WORDS.sub(" ", text)
+    return bool(re.search(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])", re.sub(r"(?<=\d)\s*[xX]\s*(?=\d)", "*", bare)))
+
+
+def _equation_value(expr: str) -> str:
+    """The final right-hand side of an equation whose left side is one variable or a calculation
+    (``x = 5``, ``y = 2x + 3``, ``20 chickens - 80 cups = -60 cups``); other text unchanged."""
+    parts = _top_level(expr, re.compile(r"=|\\approx|≈|\\Rightarrow|\\implies"))
+    if len(parts) < 2:
+        return expr
+    lhs = parts[0].strip()
+    single_variable = re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+", lhs) is not None
+    calculation = all(not _has_variables(p) for p in parts[:-1])
+    return parts[-1].strip() if single_variable or calculation else expr
+
+
+def _split_values(expr: str) -> list[str]:
+    """The values an answer names: top-level list commas (not thousands commas), ``or``/``and``,
+    ``;``, ``\\pm``, and ranges (``5-7``, ``5 – 7``, ``5 to 7``)."""
+    expr = _THOUSANDS.sub("", expr)
+    pieces: list[str] = []
+    for part in _top_level(expr, ","):
+        for sub in _top_level(part, _LATEX_SEPARATORS):
+            rng = _RANGE.fullmatch(sub)
+            pieces += [rng.group(1), rng.group(2)] if rng else [sub]
+    return [p.strip() for p in pieces if p.strip()]
+
+
+def _clean_value(value: str) -> str:
+    value = value.replace("−", "-").replace("×", "*").replace("÷", "/")
+    value = re.sub(r"(?<=\d)\s*[xX]\s*(?=\d)", "*", value)
+    value = re.sub(r"\\%|%|\\\$|[$€£]", "", value)
+    return value.strip().rstrip(".,;:!").strip()
+
+
+def _values(expr: str) -> tuple[list[str], NoAnswer | None]:
+    """Canonical values of one answer expression (an equation's value, each of several values)."""
+    expr = expr.replace("**", "")
+    if re.search(r"<<(?![^<]*>>)", expr) or _unclosed(expr) \
+            or re.search(r"(?:[-+*/^=(]|\\|\\frac\s*\{[^{}]*\})\s*$", expr.strip()):
+        return [], "unfinished"
+    out: list[str] = []
+    pieces = _split_values(expr)
+    if len(pieces) > 1 and len(_top_level(expr, "=")) > 1 and not _has_variables(_top_level(expr, "=")[0]):
+        pieces = _split_values(_equation_value(expr))  # "3 + 4 = 7, 8": the calculation's values
+    for piece in pieces:
+        canon = _canonical_value(_clean_value(_equation_value(piece)))
+        if canon is not None and canon not in out:
+            out.append(canon)
+    return out, (None if out else "none")
+
+
+def _plain_values(text: str) -> tuple[list[str], int]:
+    """The math expressions at the start of plain-text ``text`` (``18 eggs, ...`` → ``18``;
+    ``x = 5``; ``25 or 20``, ``5 to 7`` → two) and where they end."""
+    exprs, i = [], 0
+    while True:
+        m = _PLAIN_VALUE.match(text, i)
+        if not m:
+            break
+        exprs.append(re.sub(r"[\s.,:;(\-–—]+$", "", m.group(0)))
+        i = m.end()
+        join = _PLAIN_JOIN.match(text, i)
+        if not join:
+            break
+        i = join.end()
+    return exprs, i
+
+
+# ----------------------------------------------------------------------------- statements
+
+_MARKER = re.compile(
+    r"\bfinal\s+answer\b(?:\s*(?:is|would\s+be|will\s+be|:|=))?"
+    r"|\b(?<!our\s)(?<!my\s)(?<!your\s)(?<!this\s)(?:the\s+)?(?:correct\s+|right\s+|best\s+|final\s+)?(?:answer|option|choice)\s*"
+    r"(?:is|would\s+be|should\s+be|will\s+be|must\s+be|:|=)(?=\W|$)"
+    r"|\b(?:the\s+)?(?:correct\s+|right\s+|final\s+)?answer\s+(?=(?:isn't|cannot\s+be|can't\s+be)\b)",
+    re.I)
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_HASHES = re.compile(r"####\s*([^\n]*)")
+_CALC_NOTE = re.compile(r"<<[^<>\n]*>>")
+
+
+@dataclass(frozen=True, slots=True)
+class _Statement:
+    start: int
+    end: int
+    how: How
+    span: str
+    latex: bool
+    """The span is LaTeX (a box's content, ``$...$``): read whole, not as plain text."""
+
+
+def _box_content(text: str, open_brace: int) -> tuple[str, int] | None:
+    """Content of the braces opening at ``open_brace`` and the index after them; ``None`` if unclosed."""
+    depth, i = 1, open_brace + 1
+    while i < len(text):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_brace + 1:i], i + 1
+        i += 1
+    return None
+
+
+def _sentence(text: str, start: int) -> int:
+    """End of the sentence starting at ``start``: a newline, or ``.``/``!``/``?`` before a space
+    (not a decimal point), outside ``$...$`` math and braces."""
+    depth, dollars, i = 0, 0, start
+    while i < len(text):
+        ch = text[i]
+        if ch in "{(":
+            depth += 1
+        elif ch in "})":
+            depth = max(0, depth - 1)
+        elif ch == "$":
+            dollars ^= 1 if (i + 1 < len(text) and not text[i + 1].isdigit()) or dollars else 0
+        elif ch == "\n" and depth == 0:
+            return i
+        elif ch in ".!?" and depth == 0 and not dollars and (i + 1 == len(text) or text[i + 1].isspace()):
+            return i
+        i += 1
+    return len(text)
+
+
+def _marker_span(text: str, end: int) -> tuple[str, int, bool]:
+    """The statement after a marker ending at ``end``: its text, where it ends, whether LaTeX."""
+    m = re.match(r"[\s:*]*", text[end:])
+    i = end + m.end()
+    for opening, closing in (("\\[", "\\]"), ("$$", "$$"), ("\\(", "\\)")):
+        if text.startswith(opening, i):
+            j = text.find(closing, i + len(opening))
+            j = len(text) if j < 0 else j
+            return text[i + len(opening):j], j + len(closing), True
+    stop = _sentence(text, i)
+    span = text[i:stop]
+    box = _BOX.search(span)
+    if box:
+        inner = _box_content(text, i + box.end() - 1)
+        if inner is None:
+            return text[i + box.end():], len(text), True
+        return inner[0], inner[1], True
+    dollar = re.match(r"\$(?=[^\d\s$])([^$]*)\$", span)
+    if dollar:
+        return dollar.group(1), i + dollar.end(), True
+    return span, stop, False
+
+
+def _statements(text: str) -> list[_Statement]:
+    """Every explicit statement, in order; a box or ``####`` inside a marker's statement is part of it."""
+    found: list[_Statement] = []
+    for m in _MARKER.finditer(text):
+        span, stop, latex = _marker_span(text, m.end())
+        found.append(_Statement(m.start(), max(stop, m.end()), "marker", span, latex))
+    for m in _BOX.finditer(text):
+        inner = _box_content(text, m.end() - 1)
+        span, stop = inner if inner else (text[m.end():] + "<<", len(text))  # unclosed: unfinished
+        found.append(_Statement(m.start(), stop, "boxed", span, True))
+    for m in _HASHES.finditer(text):
+        found.append(_Statement(m.start(), m.end(), "####", m.group(1), False))
+    rank = {"marker": 0, "boxed": 1, "####": 2}
+    found.sort(key=lambda s: (s.start, rank[s.how]))
+    kept: list[_Statement] = []
+    for s in found:
+        if kept and s.start < kept[-1].end and rank[s.how] > rank[kept[-1].how]:
+            continue  # nested in the statement before: counted once, as its outer mark
+        kept.append(s)
+    return kept
+
+
+# ----------------------------------------------------------------------------- math
+
+
+def _read_math(span: str, latex: bool) -> tuple[list[str], NoAnswer | None]:
+    """Values of one statement; ``([], reason)`` when it is no answer, ``([], None)`` when it
+    names no value (then it is not a statement)."""
+    s = _FILLER.sub("", span.replace("**", "").strip()).strip()
+    if _NEGATION.match(s):
+        rest = _NEGATION.sub("", s, count=1)
+        fix = _CORRECTION.match(rest)  # "not 25, but 30": the correction is the statement
+        if not fix:
+            return [], "negated"
+        s = _FILLER.sub("", rest[fix.end():]).strip()
+    if not latex and re.match(r"[-−+]?\s*\\[A-Za-z]", s):
+        latex = True
+    if latex:
+        s = re.sub(r"^\$|\$$", "", s.strip()).strip()
+        return _values(s) if s else ([], None)
+    several = _SEVERAL_WORDS.match(s)
+    exprs, end = _plain_values(s[several.end():] if several else s)
+    if not exprs:
+        return [], ("refusal" if _REFUSAL.search(s) else None)
+    values: list[str] = []
+    for expr in exprs:
+        found, reason = _values(expr)
+        if reason == "unfinished":
+            return [], reason
+        values += [v for v in found if v not in values]
+    if values and _DOUBT.search(s[end:]):
+        return [], "refusal"
+    return values, (None if values else "none")
+
+
+def _unfinished_end(text: str) -> bool:
+    """The output stops mid-calculation: an unclosed ``<<`` note or bracket on its last line, a
+    trailing operator, or a number cut inside its thousands groups (``130,00``)."""
+    tail = text.rstrip()
+    last = tail.rsplit("\n", 1)[-1]
+    if re.search(r"<<(?![^<]*>>)", last) or re.search(r"\d,\d{1,2}$", tail):
+        return True
+    if re.search(r"(?:[+/×÷^=(\\{]|(?<![-])-|(?<![*])\*)\s*$", tail):
+        return True
+    return _unclosed(_CALC_NOTE.sub("", last))
+
+
+_LATEX_REGION = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|\$\$(.+?)\$\$|\$([^$\n]*[\\^{][^$\n]*)\$", re.S)
+_HEDGE_BEFORE = re.compile(
+    rf"(?:(-?(?:{_NUM}))\s*%?\s*(?:[A-Za-z]+\s+){{0,2}}?(?:or|to|through|–|—)\s*|\b(?:between|either)\s+\$?(-?(?:{_NUM}))"
+    rf"\s*%?\s*(?:[A-Za-z]+\s+){{0,2}}?(?:and|or)\s*|(\d+(?:\.\d+)?)-)\$?\s*$", re.I)
+
+
+def _fallback_math(text: str) -> Extraction:
+    """No explicit statement: the output's last number or LaTeX math, if the output is finished."""
+    if _unfinished_end(text):
+        return Extraction(None, "fallback", "unfinished")
+    candidates: list[tuple[int, int, str, bool]] = []  # end, start, text, latex
+    for m in _LATEX_REGION.finditer(text):
+        candidates.append((m.end(), m.start(), next(g for g in m.groups() if g is not None), True))
+    regions = [(start, end) for end, start, _t, _l in candidates]
+    for m in _NUMBER.finditer(text):
+        if not any(s <= m.start() < e for s, e in regions):
+            candidates.append((m.end(), m.start(), m.group(0), False))
+    if not candidates:
+        return Extraction(None, None, "refusal" if _REFUSAL.search(text) else "none")
+    end, start, body, latex = max(candidates)
+    clause = re.split(r"[,;:\n]|[.!?]\s", text[:start])[-1]
+    if re.search(r"(?:\bnot|\bnever|\bcannot\s+be|\bcan't\s+be|n't)\s+(?:be\s+|equal\s+to\s+|exactly\s+)?\$?\s*$", clause, re.I):
+        return Extraction(None, "fallback", "negated", span=body)
+    after = text[end:]
+    first = _sentence(after, 0)
+    second = _sentence(after, first + 1 + len(after[first + 1:]) - len(after[first + 1:].lstrip()))
+    if _DOUBT.search(after[:second]):  # the rest of the value's sentence and the next one
+        return Extraction(None, "fallback", "refusal", span=body)
+    values, reason = _values(body if latex else re.sub(r"[.,]+$", "", body))
+    hedge = None if latex else _HEDGE_BEFORE.search(text[max(0, start - 80):start])
+    if hedge and values:
+        other = _canonical_value(_clean_value(next(g for g in hedge.groups() if g is not None)))
+        values = [other] + values if other is not None and other not in values else values
+    return _result(values, reason, "fallback", body)
+
+
+def _result(values: list[str], reason: NoAnswer | None, how: How, span: str) -> Extraction:
+    if not values:
+        return Extraction(None, how, reason or "none", span=span)
+    if len(values) > 1:
+        return Extraction(", ".join(values), how, span=span, several=True)
+    return Extraction(values[0], how, span=span)
+
+
+# ----------------------------------------------------------------------------- multiple choice
+
+_LETTER_WORDS = {"is", "was", "or", "and", "because", "since", "as", "seems", "appears", "fits", "matches",
+                 "best", "correct", "remains", "nor"}
+_LETTER_NEGATION = re.compile(r"(?:\b(?:not|never|isn't|aren't|wasn't|except|than|of|no)|n't)\s*(?:option|choice)?\s*[(\[*]*\s*$", re.I)
+_LETTER_LIST = re.compile(r"^\s*[)\].*]*\s*(?:,|/|&|\+|\bor\b|\band\b|,\s*or\b|,\s*and\b)\s*(?:(?:option|choice)\s+)?[(\[*]*\s*$", re.I)
+
+
+def _letters(span: str, letters: str) -> tuple[list[str], NoAnswer | None]:
+    """Option letters a statement names (the first one and any listed with it by ``,``/``or``/``and``)."""
+    tokens: list[tuple[int, int, str, bool]] = []  # start, end, letter, negated
+    for m in re.finditer(r"(?<![A-Za-z0-9'’\\])([A-Ja-j])(?![A-Za-z0-9'’])", span):
+        ch, after, before = m.group(1), span[m.end():], span[:m.start()]
+        in_parens = before.rstrip("*").endswith("(") and after.lstrip("*").startswith(")")
+        if ch.upper() not in letters:
+            continue
+        if ch.islower():
+            if not (in_parens or re.match(r"[)\]]|\.?\s*$", after)):
+                continue
+        elif ch in "AI" and not in_parens:
+            word = re.match(r"\s+([A-Za-z]+)", after)
+            if word and word.group(1).lower() not in _LETTER_WORDS and not re.match(r"[.):,]", after):
+                continue  # the article "A", the pronoun "I"
+            if re.match(r"['’]", after):
+                continue
+        negated = _LETTER_NEGATION.search(before) is not None
+        tokens.append((m.start(), m.end(), ch.upper(), negated))
+    chosen: list[str] = []
+    negated_any = False
+    for k, (start, end, letter, negated) in enumerate(tokens):
+        if negated:
+            negated_any = True
+            continue
+        chosen.append(letter)
+        prev_end = end
+        for start2, end2, letter2, neg2 in tokens[k + 1:]:
+            if not _LETTER_LIST.match(span[prev_end:start2]):
+                break
+            if not neg2 and letter2 not in chosen:
+                chosen.append(letter2)
+            prev_end = end2
+        break
+    if chosen:
+        return chosen, None
+    if negated_any:
+        return [], "negated"
+    return [], ("refusal" if _REFUSAL.search(span) else None)
+
+
+def _fallback_mc(text: str, letters: str) -> Extraction:
+    sentences, start = [], 0
+    while start < len(text):
+        stop = _sentence(text, start)
+        sentences.append(text[start:stop])
+        start = stop + 1
+    for sentence in reversed(sentences):
+        found, reason = _letters(sentence, letters)
+        if found or reason == "negated":
+            return _result(found, reason, "fallback", sentence.strip())
+    return Extraction(None, None, "refusal" if _REFUSAL.search(text) else "none")
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> Extraction:
+    """Read the final answer of a model's output under the scoring policy (module docstring,
+    ``docs/scoring.md``), and say how it was found.
+
+    Args:
+        text: the completion.
+        kind: ``"math"`` (a number or expression; any kind but ``"mc"`` reads as math) or ``"mc"``
+            (option letters).
+        n_choices: number of options for ``"mc"`` (1 to 10, letters ``A``..``J``); letters beyond it
+            are not option letters.
+
+    Returns:
+        An :class:`Extraction`: the canonical answer (``None`` when there is none), ``how`` it was
+        found (``"marker"``, ``"boxed"``, ``"####"``, ``"fallback"``), and ``reason`` when there is
+        no answer.
+
+    >>> find_answer("So 3 + 4 = 7. The answer is 7.")
+    Extraction(answer='7', how='marker', reason=None, span='7', several=False)
+    """
+    if not text or not text.strip():
+        return Extraction(None, None, "empty")
+    clean = _CALC_NOTE.sub("", text)
+    letters = "ABCDEFGHIJ"[: max(1, min(10, n_choices))]
+    for statement in reversed(_statements(clean)):
+        if kind == "mc":
+            found, reason = _letters(_CALC_NOTE.sub("", statement.span).replace("\\text", " "), letters)
+        else:
+            found, reason = _read_math(statement.span, statement.latex)
+        if found and statement.end >= len(clean.rstrip()) and _unfinished_end(clean):
+            found, reason = [], "unfinished"  # the statement runs into the output's cut-off end
+        if found or reason is not None:
+            return _result(found, reason, statement.how, statement.span.strip())
+    return _fallback_mc(clean, letters) if kind == "mc" else _fallback_math(clean)
+
+
 def extract_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> str | None:
-    """Extract the final answer from a model's output.
+    """The final answer of a model's output: :func:`find_answer`'s ``answer``.
 
     Args:
         text: the completion.
@@ -92,60 +579,70 @@ def extract_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> 
         n_choices: number of options for ``"mc"``; letters beyond it are ignored.
 
     Returns:
-        The canonical answer string (see :func:`answer_key`), or ``None`` when nothing can be
-        extracted.
+        The canonical answer string (see :func:`answer_key`; several values joined by ``", "``), or
+        ``None`` when the output has no answer (nothing extractable, negated, a refusal, unfinished).
     """
-    if kind == "mc":
-        letters = "ABCDEFGHIJ"[: max(1, n_choices)]
-        for pattern in _MC_PATTERNS:
-            for match in pattern.finditer(text or ""):
-                letter = match.group(1).upper()
-                if letter in letters:
-                    return letter
-        return None
-    parsed = _parse_math(text)
-    if not parsed:
-        return None
-    return _canonical(parsed)
+    return find_answer(text, kind, n_choices).answer
 
 
-def _canonical(parsed: list) -> str:
-    value = _as_float(parsed)
-    if value is not None:
-        if value == int(value) and abs(value) < 1e15:
-            return str(int(value))
-        return repr(round(value, 10))
-    return str(parsed[-1])
+def _gold_values(answer: str) -> tuple[str, ...]:
+    """Canonical values of a bare answer (gold, or an extracted one), cached."""
+    return tuple(_cached_values(answer.strip()))
+
+
+@functools.lru_cache(maxsize=8192)
+def _cached_values(answer: str) -> tuple[str, ...]:
+    values, _ = _values(answer)
+    return tuple(values)
 
 
 def answer_key(answer: str | None, kind: AnswerKind = "math") -> str | None:
-    """Canonical form of an answer used to group votes (``"0.5"``, ``"\\frac{1}{2}"`` -> ``"0.5"``)."""
+    """Canonical form of an answer used to group votes (``"0.5"``, ``"\\frac{1}{2}"`` -> ``"0.5"``;
+    several values joined by ``", "``); ``None`` for ``None`` or an empty answer."""
     if answer is None:
         return None
     if kind == "mc":
         return answer.strip().upper() or None
-    parsed = _parse_given(answer)
-    return _canonical(parsed) if parsed else answer.strip() or None
+    values = _gold_values(answer)
+    return ", ".join(values) if values else answer.strip() or None
+
+
+def _same_value(gold: str, predicted: str) -> bool:
+    g_parsed, p_parsed = _parse_given(gold), _parse_given(predicted)
+    if not g_parsed or not p_parsed:
+        return False
+    g, p = _as_float(g_parsed), _as_float(p_parsed)
+    if g is not None and p is not None:
+        if g == int(g):
+            return p == g  # integer golds compare exactly
+        return abs(g - p) <= REL_TOL * max(1.0, abs(g))
+    try:
+        return bool(verify(list(g_parsed), list(p_parsed), **_verify_kwargs()))
+    except Exception:
+        return False
 
 
 def is_correct(predicted: str | None, gold: str, kind: AnswerKind = "math") -> bool:
     """Whether ``predicted`` (an extracted answer, or ``None``) matches ``gold``.
 
-    Math answers are equal when math-verify says so or, for numbers, when they agree within a
-    relative tolerance of :data:`REL_TOL` (absolute for values below 1). ``None`` is never correct.
+    Math answers are equal when math-verify says so; numbers compare exactly against an integer
+    gold and within a relative tolerance of :data:`REL_TOL` (absolute below 1) against a
+    non-integer one. An answer naming several values is correct only against a gold answer naming
+    the same values (in any order). Option letters compare as letters. ``None`` is never correct.
     """
     if predicted is None or not str(predicted).strip():
         return False
     if kind == "mc":
         return predicted.strip().upper() == gold.strip().upper()
-    gold_parsed = _parse_given(gold)
-    pred_parsed = _parse_given(predicted)
-    if not gold_parsed or not pred_parsed:
+    gold_values, pred_values = _gold_values(gold), _gold_values(predicted)
+    if not gold_values or not pred_values or len(gold_values) != len(pred_values):
         return False
-    g, p = _as_float(gold_parsed), _as_float(pred_parsed)
-    if g is not None and p is not None:
-        return abs(g - p) <= REL_TOL * max(1.0, abs(g))
-    try:
-        return bool(verify(list(gold_parsed), list(pred_parsed), **_verify_kwargs()))
-    except Exception:
-        return False
+    if len(gold_values) == 1:
+        return _same_value(gold_values[0], pred_values[0])
+    unmatched = list(pred_values)
+    for g in gold_values:
+        hit = next((p for p in unmatched if _same_value(g, p)), None)
+        if hit is None:
+            return False
+        unmatched.remove(hit)
+    return True
