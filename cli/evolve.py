@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from agora.agents._files import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.cli._shared import console, new_run_id, user_errors
@@ -84,7 +85,7 @@ def evolve_cmd(
         run_id = run_id or new_run_id("evolve")
         console.print(f"run [bold]{run_id}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
                       f"{len(problems)} instructions, pool {', '.join(s.name for s in specs)}", highlight=False)
-        outcome = evolve(store, run_id, specs, problems, cfg, out / run_id,
+        outcome = evolve(store, run_id, specs, problems, cfg, out / safe_file_name(run_id),
                          on_event=lambda e: console.print(e["message"], highlight=False)
                          if e.get("event") in LOOP_EVENTS else None)
         table = Table(title=f"evolve run {run_id}")

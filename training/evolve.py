@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+from agora.agents._files import safe_file_name
 from agora.agents.pool import ModelPool, ModelSpec, pool_from_specs
 from agora.graphs.duel import DuelConfig, DuelContext, run_duels
 from agora.tasks.loaders import Problem
@@ -242,8 +243,8 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
                 val_rows = split_by_instruction(mine, cfg.validation_fraction, seed=cfg.dpo.seed)[1]
                 emit({"event": "train", "message": f"iteration {t}: training {name} ({cfg.algorithm})"})
                 try:
-                    run = _train(store, run_id, duel_run_id, pool, spec, cfg, t, out_dir / f"it{t}" / name, pairs,
-                                 val_rows)
+                    run = _train(store, run_id, duel_run_id, pool, spec, cfg, t,
+                                 out_dir / f"it{t}" / safe_file_name(name), pairs, val_rows)
                 except ValueError as exc:
                     members.append(MemberOutcome(name, trained=False, reason=str(exc)))
                     emit({"event": "skip", "message": f"iteration {t}: {name} not trained: {exc}"})
