@@ -20,7 +20,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agora.agents.pool import ModelCallError, ModelPool, PoolConfigError, default_pool, load_pool
+from agora.agents.pool import (
+    MAX_POOL_TEMPERATURE,
+    ModelCallError,
+    ModelPool,
+    PoolConfigError,
+    default_pool,
+    load_pool,
+)
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.loaders import TaskFormatError
 from agora.traces.store import describe_sqlite_error
@@ -31,8 +38,9 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 #: Bound of ``--shots``: the worked exemplars there are (3 math, 2 multiple choice; a kind with fewer uses all).
 MAX_SHOTS = max(len(MATH_SHOTS), len(MC_SHOTS))
-#: Bound of ``--temperature`` for sampling answers: the OpenAI API's range (above it answers are mostly noise).
-MAX_TEMPERATURE = 2.0
+#: Bound of ``--temperature`` for sampling answers: the OpenAI API's range (above it answers are mostly noise);
+#: a pool entry's ``temperature`` has the same bound.
+MAX_TEMPERATURE = MAX_POOL_TEMPERATURE
 
 #: Errors a user can act on: printed as one line, exit status 2, no traceback.
 USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, KeyError)
