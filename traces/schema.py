@@ -1,18 +1,22 @@
 """Trace schema: one page for every table Agora writes. All tables live in one SQLite file (WAL).
 
 ``runs``: one row per run (``run_id`` primary key).
-    protocol, status (``running``/``finished``/``failed``), started_at, finished_at (ISO-8601 UTC),
+    protocol, status (``running``/``finished``/``failed``/``interrupted``; ``failed``: an error, or
+    questions that failed, listed in ``summary``), started_at, finished_at (ISO-8601 UTC),
     config (JSON of the protocol's settings), pool (JSON list of model specs), dataset (JSON: path,
     format, limit, count), code_revision (git commit or package version), host, summary (JSON).
 
-``questions``: one row per finished question of a run (primary key ``run_id, question_id``).
+``questions``: one row per answered question of a run (primary key ``run_id, question_id``); a
+    question none of whose model calls succeeded has no row, only its ``model_calls`` rows, and a
+    rerun retries it (docs/guarantees.md).
     idx (position in the dataset), source, kind (``math``/``mc``/``open``), question, gold,
     answer (the protocol's final answer), correct (0/1, NULL without gold), wall_s (seconds),
     model_calls, prompt_tokens, completion_tokens, detail (JSON: proposals, selection, ...),
     finished_at.
 
 ``results``: one row per question and method (primary key ``run_id, question_id, method``).
-    The protocol itself and each baseline computed from the same candidates: answer, correct,
+    The protocol itself and each baseline computed from the same candidates: answer, correct (NULL
+    without gold, and when ``samples`` is 0: the method got no sample, its model calls failed),
     samples (candidates the method drew on), completion_tokens, latency_s (model seconds of
     those samples).
 
@@ -20,9 +24,9 @@
     run_id, question_id, protocol, node (graph node), role (agent, judge, anchor, ...), agent,
     model, messages (JSON chat), completion, params (JSON sampling parameters), prompt_tokens,
     completion_tokens, latency_s, finish_reason, attempt (0-based retry count), error (NULL when
-    the call succeeded), created_at, partner (the model(s) whose answer the prompt showed, comma-
-    separated: COMED peers, debate rounds after the first, the MoA aggregator; NULL for a call that
-    answered alone).
+    the call succeeded), created_at (when the attempt was sent, UTC), partner (the model(s) whose
+    answer the prompt showed, comma-separated: COMED peers, debate rounds after the first, the MoA
+    aggregator; NULL for a call that answered alone).
 
 A question's rows (question, results, its model calls) are written in one transaction, after the
 question finished; rerunning a run id skips questions already in ``questions``, so a rerun
