@@ -4,6 +4,7 @@ and bad trace databases. Each test checks what is recorded and what a rerun does
 (docs/guarantees.md). Issue 16, items 2, 3, 4, 6 and 9 (``model_calls.created_at``)."""
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -361,6 +362,17 @@ def test_a_bad_db_path_is_one_line_and_exit_2(tmp_path, served_pool, case):
     assert line.startswith(f"error: {db}") and message in line
     if before is not None:
         assert db.read_bytes() == before  # not overwritten
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_a_read_only_db_file_is_one_line_and_exit_2(tmp_path, served_pool):
+    db = tmp_path / "t.db"
+    TraceStore(db).close()
+    db.chmod(0o444)
+    out = run_align(served_pool, db)
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    [line] = error_lines(out)
+    assert line.startswith(f"error: {db}") and "not writable" in line
 
 
 def test_a_checkpoints_path_that_is_a_folder_is_refused_before_the_run_starts(tmp_path, served_pool):
