@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agora.tasks.loaders import Problem
 
-MATH_SYSTEM = ("Solve the math problem. Reason briefly step by step, then end with "
+MATH_SYSTEM = ("Solve the math problem. Reason briefly step by step in words, not code, then end with "
                "'The answer is N.' where N is the final number.")
 MC_SYSTEM = ("Answer the multiple-choice question. Think briefly, then end with "
              "'The answer is X.' where X is the letter of the correct option.")

@@ -26,22 +26,23 @@ from agora.cli.main import run_app
 from agora.graphs.delegation import METHODS, DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
+from agora.tasks.samples import sample_path
 from agora.traces.report import method_table, run_totals
 from agora.traces.store import TraceStore
 
 
 @run_app.command("align", short_help="ALIGN delegation compared with single-agent, self-consistency and best-of-n·k.")
 def run_align(
-    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: 5 GSM8K test problems shipped with Agora (--format synthetic: generated arithmetic)."),
     fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated)."),
     agents: int = typer.Option(2, "--agents", "-n", min=1, help="Number of agents n."),
     samples: int = typer.Option(3, "--samples", "-k", min=1, help="Candidates each agent samples (k)."),
     tau: float = typer.Option(0.5, "--tau", min=0.0, max=1.0, help="Principal's committed acceptance threshold on U."),
-    max_tokens: int = typer.Option(192, "--max-tokens", min=1, help="Max generated tokens per sample."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Max generated tokens per sample."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     seed: int = typer.Option(0, "--seed"),
-    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
@@ -55,8 +56,11 @@ def run_align(
     """Delegate each problem to n agents (k samples each) and compare ALIGN with single-agent,
     self-consistency and best-of-n·k on the same candidates."""
     with user_errors():
-        if data is None:
+        if data is None and fmt == "synthetic":
             fmt_name, problems = "synthetic", load_problems(None, "synthetic", limit or 5, seed=seed)
+        elif data is None:  # the shipped sample: 5 real GSM8K test problems
+            data, fmt_name = sample_path("gsm8k")
+            problems = load_problems(data, fmt_name, limit)
         else:
             fmt_name = fmt or detect_format(data)
             problems = load_problems(data, fmt_name, limit)
