@@ -363,7 +363,7 @@ class ModelPool(PythonObject):
 
 
 def _started_at(start: float) -> str:
-    """When the attempt that started at ``time.perf_counter()`` value ``start`` was sent, as
+    """The wall-clock time of ``time.perf_counter()`` value ``start`` (when an attempt began), as
     ISO-8601 UTC with milliseconds: its trace row's ``created_at`` (the call's start, not the
     time the row is written)."""
     began = datetime.now(timezone.utc) - timedelta(seconds=time.perf_counter() - start)

@@ -24,7 +24,7 @@
     run_id, question_id, protocol, node (graph node), role (agent, judge, anchor, ...), agent,
     model, messages (JSON chat), completion, params (JSON sampling parameters), prompt_tokens,
     completion_tokens, latency_s, finish_reason, attempt (0-based retry count), error (NULL when
-    the call succeeded), created_at (when the attempt was sent, UTC), partner (the model(s) whose
+    the call succeeded), created_at (when the attempt began, UTC), partner (the model(s) whose
     answer the prompt showed, comma-separated: COMED peers, debate rounds after the first, the MoA
     aggregator; NULL for a call that answered alone).
 
