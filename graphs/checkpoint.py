@@ -95,9 +95,9 @@ class StrictSerializer(JsonPlusSerializer):
             _loading.blocked = outer
         if blocked:
             raise UnsafeCheckpointError(
-                f"a checkpoint holds {', '.join(dict.fromkeys(blocked))}, which Agora does not load from checkpoints "
-                "(only its own and LangGraph's types), so it was not written by Agora; nothing of it was run. "
-                "Delete the checkpoint file or use a new run id")
+                f"a checkpoint holds {', '.join(dict.fromkeys(blocked))}, a type Agora does not load from checkpoints "
+                "(only plain data and LangGraph's and LangChain's own types); nothing of it was run. The file was "
+                "changed outside Agora: delete it or use a new run id")
         return value
 
 
