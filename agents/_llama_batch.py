@@ -9,7 +9,11 @@ sequence has its own sampler chain seeded with ``seed + i`` (the chain llama-cpp
 greedy at temperature 0), so the same seeds give the same samples, run to run.
 
 The context starts empty for every request (``llama_memory_clear``) so a seeded request's text
-depends only on its prompt, seeds and ``n``, never on what ran before it. It holds at least
+depends only on its prompt, seeds and ``n``, never on what ran before it. (So a prefix shared with
+the previous request, such as the system prompt and exemplars, is evaluated again: llama.cpp's
+logits after a reused prefix differ slightly from a fresh prefill, which would make a seeded
+sample depend on the request before it. The prefill of a few hundred tokens costs well under a
+second here, against seconds of decoding.) It holds at least
 ``prompt + n * max_tokens`` cells and grows (is re-created) when a request needs more.
 
 Why: decoding B tokens in one batch costs little more than one token on a CPU, whose decode is
