@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, NotRequired, Sequence
 
 from typing_extensions import TypedDict
 
@@ -32,6 +32,9 @@ class Candidate(TypedDict):
     text: str
     answer: str | None
     """Extracted canonical answer (``None`` when none could be extracted)."""
+    how: NotRequired[str | None]
+    """How the answer was found (:func:`agora.tasks.find_answer`: ``marker``, ``boxed``, ``####``,
+    ``fallback``); ``None`` without an answer."""
     prompt_tokens: int
     completion_tokens: int
     latency_s: float

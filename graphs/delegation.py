@@ -46,7 +46,7 @@ from agora.agents.delegation import (
 from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
-from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.answers import find_answer, is_correct
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
 
@@ -87,6 +87,9 @@ class MethodResult(TypedDict):
     completion_tokens: int
     latency_s: float
     """Model time (sum of sample latencies, seconds) of the candidates this method drew on."""
+    how: NotRequired[str | None]
+    """How the answer was found in the first candidate that gives it (``docs/scoring.md``;
+    ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""
 
 
 class DelegationOutput(TypedDict):
@@ -175,12 +178,13 @@ def _sample_request(state: AgentState, runtime: Runtime[DelegationContext]) -> t
 def _sampled(state: AgentState, problem: Any, samples: list[Any], records: list[dict[str, Any]]) -> Command:
     """``agent_sample``'s result: candidates to the shared pool and to this agent's ``agent_propose``."""
     agent, model = state["agent"], state["model"]
+    found = [find_answer(s.text, problem.kind, problem.n_choices or 4) for s in samples]
     candidates = [
-        Candidate(agent=agent, model=model, index=i, text=s.text,
-                  answer=extract_answer(s.text, problem.kind, problem.n_choices or 4),
+        Candidate(agent=agent, model=model, index=i, text=s.text, answer=f.answer,
+                  how=f.how if f.answer is not None else None,
                   prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
                   latency_s=s.latency_s, call_id=s.call_id)
-        for i, s in enumerate(samples)
+        for i, (s, f) in enumerate(zip(samples, found))
     ]
     emit("sampled", f"agent {agent} ({model}) sampled {len(candidates)} candidates: "
          f"{[c['answer'] for c in candidates]}", agent=agent, model=model,
@@ -227,7 +231,8 @@ def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]
         correct = None if gold is None else is_correct(answer, gold, kind)
         return MethodResult(answer=answer, correct=correct, samples=len(used),
                             completion_tokens=sum(c["completion_tokens"] for c in used),
-                            latency_s=sum(c["latency_s"] for c in used))
+                            latency_s=sum(c["latency_s"] for c in used),
+                            how=next((c.get("how") for c in used if answer is not None and c["answer"] == answer), None))
 
     first = [c for c in candidates if c["agent"] == 0 and c["index"] == 0]
     methods = {

@@ -60,7 +60,7 @@ from agora.agents.pool import ModelPool, Sample, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
-from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.answers import extract_answer, find_answer, is_correct
 from agora.tasks.loaders import Problem
 
 METHODS = ("comed", "anchor", "router_only", "moa", "debate")
@@ -110,6 +110,9 @@ class MethodResult(TypedDict):
     samples: int
     completion_tokens: int
     latency_s: float
+    how: NotRequired[str | None]
+    """How the answer was found in the first output that gives it (``docs/scoring.md``;
+    ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""
 
 
 class RouteInfo(TypedDict):
@@ -128,12 +131,14 @@ class AnchorInfo(TypedDict):
     answers: list[str | None]
     answer: str | None
     """Plurality answer of the N samples."""
+    how: NotRequired[str | None]
+    """How the plurality answer was found in the first sample that gives it."""
     sc: float
     """Self-consistency: the plurality answer's share of the N samples."""
     text: str
     """A sample carrying the plurality answer (shown to peers)."""
     first: dict[str, Any]
-    """The first sample's answer and cost (the router-only baseline)."""
+    """The first sample's answer, how it was found, and cost (the router-only baseline)."""
 
 
 class ProbeInfo(TypedDict):
@@ -145,6 +150,8 @@ class ProbeInfo(TypedDict):
 class EscalationInfo(TypedDict):
     peers: list[dict[str, Any]]
     answer: str | None
+    how: NotRequired[str | None]
+    """How the vote's answer was found (the anchor's, else the first peer's that gives it)."""
 
 
 class EscalationOutput(TypedDict):
@@ -214,6 +221,19 @@ def _answer(text: str, problem: Problem) -> str | None:
     return extract_answer(text, problem.kind, problem.n_choices or 4)
 
 
+def _found(text: str | None, problem: Problem) -> tuple[str | None, str | None]:
+    """``(answer, how)`` of one output (``docs/scoring.md``); ``(None, None)`` without an answer."""
+    if text is None:
+        return None, None
+    found = find_answer(text, problem.kind, problem.n_choices or 4)
+    return found.answer, found.how if found.answer is not None else None
+
+
+def _how_of(answer: str | None, found: Any) -> str | None:
+    """How ``answer`` was found: the mark of the first ``(answer, how)`` pair that gives it."""
+    return next((how for a, how in found if answer is not None and a == answer), None)
+
+
 def _context(problem: Problem, node: str, role: str, **extra: Any) -> dict[str, Any]:
     return {"question_id": problem.id, "node": node, "role": role, "partner": None, **extra}
 
@@ -264,12 +284,14 @@ def anchor(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[
                             seed=question_seed(cfg.seed, problem.id))
     samples, records, cost = _ask(pool_from(runtime.context), model, solver_messages(problem, cfg.shots), params,
                                   _context(problem, "anchor", "anchor"))
-    answers = [_answer(s.text, problem) for s in samples] + [None] * (cfg.n_anchor - len(samples))
+    found = [_found(s.text, problem) for s in samples] + [(None, None)] * (cfg.n_anchor - len(samples))
+    answers = [a for a, _how in found]
     answer, sc = plurality(answers)
     text = next((s.text for s, a in zip(samples, answers) if a == answer), samples[0].text if samples else "")
-    first = ({"answer": answers[0], "completion_tokens": samples[0].completion_tokens,
+    first = ({"answer": answers[0], "how": found[0][1], "completion_tokens": samples[0].completion_tokens,
               "latency_s": samples[0].latency_s} if samples else {"answer": None, "completion_tokens": 0, "latency_s": 0.0})
-    info = AnchorInfo(model=model, answers=answers, answer=answer, sc=sc, text=text, first=first)
+    info = AnchorInfo(model=model, answers=answers, answer=answer, how=_how_of(answer, found), sc=sc, text=text,
+                      first=first)
     emit("anchor", f"{model} answered {answers}: {answer} with SC {sc:.2f}", answers=answers, answer=answer, sc=sc)
     return {"anchor": info, "costs": {"anchor": cost}, "calls": records}
 
@@ -326,13 +348,15 @@ def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dic
                                 seed=question_seed(cfg.seed, problem.id) + 201 + i)
         samples, recs, cost = _ask(pool, model, messages, params,
                                    _context(problem, "escalate", "peer", agent=i, partner=anchor_info["model"]))
-        peers.append({"model": model, "answer": _answer(samples[0].text, problem) if samples else None})
+        answer, how = _found(samples[0].text if samples else None, problem)
+        peers.append({"model": model, "answer": answer, "how": how})
         records += recs
         costs = _add_costs(costs, {"escalate": cost})
     answer = escalation_vote(anchor_info["answer"], anchor_info["sc"], [p["answer"] for p in peers])
     emit("escalate", f"peers answered {[p['answer'] for p in peers]} after seeing {anchor_info['answer']}: vote {answer}",
          peers=peers, answer=answer)
-    return {"escalation": EscalationInfo(peers=peers, answer=answer), "costs": costs, "calls": records}
+    how = _how_of(answer, [(anchor_info["answer"], anchor_info.get("how"))] + [(p["answer"], p["how"]) for p in peers])
+    return {"escalation": EscalationInfo(peers=peers, answer=answer, how=how), "costs": costs, "calls": records}
 
 
 # ---------------------------------------------------------------------------- dense baselines
@@ -378,9 +402,9 @@ def moa_aggregate(state: EscalationState, runtime: Runtime[EscalationContext]) -
     samples, records, cost = _ask(
         pool_from(runtime.context), model, aggregator_messages(problem, [p["text"] for p in proposals], cfg.shots),
         params, _context(problem, "moa_aggregate", "aggregator", partner=_partner([p["model"] for p in proposals])))
-    answer = _answer(samples[0].text, problem) if samples else None
+    answer, how = _found(samples[0].text if samples else None, problem)
     emit("moa_aggregate", f"MoA aggregator {model} answered {answer}", answer=answer)
-    return {"moa": {"proposals": proposals, "aggregator": model, "answer": answer}, "costs": {"moa": cost},
+    return {"moa": {"proposals": proposals, "aggregator": model, "answer": answer, "how": how}, "costs": {"moa": cost},
             "calls": records}
 
 
@@ -421,7 +445,7 @@ def debate_round(state: EscalationState, runtime: Runtime[EscalationContext]) ->
                 texts[i] = samples[0].text
             records += recs
             costs = _add_costs(costs, {"debate": cost})
-    answers = [{"agent": i, "model": models[i], "answer": _answer(texts[i], problem), "text": texts[i]}
+    answers = [{"agent": i, "model": models[i], **dict(zip(("answer", "how"), _found(texts[i], problem))), "text": texts[i]}
                for i in sorted(texts)]
     emit("debate_round", f"debate round {r + 1}: {[a['answer'] for a in answers]}", round=r + 1)
     return {"debate": [answers], "costs": costs, "calls": records}
@@ -445,23 +469,27 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
     probe_agrees = (state.get("probe") or {}).get("agrees")
     escalated = escalates(decision, probe_agrees)
 
-    def result(answer: str | None, *steps: str) -> MethodResult:
+    def result(answer: str | None, *steps: str, how: str | None = None) -> MethodResult:
         return MethodResult(answer=answer, correct=None if gold is None else is_correct(answer, gold, kind),
-                            **_total([costs[s] for s in steps if s in costs]))
+                            **_total([costs[s] for s in steps if s in costs]), how=how if answer is not None else None)
 
     comed_steps = ["anchor"] + (["verify"] if decision == "verify" else []) + (["escalate"] if escalated else [])
     final = state["escalation"]["answer"] if escalated else anchor_info["answer"]
-    methods = {"comed": result(final, *comed_steps), "anchor": result(anchor_info["answer"], "anchor")}
+    final_how = (state["escalation"].get("how") if escalated else anchor_info.get("how"))
+    methods = {"comed": result(final, *comed_steps, how=final_how),
+               "anchor": result(anchor_info["answer"], "anchor", how=anchor_info.get("how"))}
     if state["route"]["routed"]:
         first = anchor_info["first"]
         methods["router_only"] = MethodResult(
             answer=first["answer"], correct=None if gold is None else is_correct(first["answer"], gold, kind),
             calls=1, samples=1 if costs.get("anchor", {}).get("samples") else 0,  # 0: the anchor's call failed
-            completion_tokens=first["completion_tokens"], latency_s=first["latency_s"])
+            completion_tokens=first["completion_tokens"], latency_s=first["latency_s"], how=first.get("how"))
     if "moa" in state:
-        methods["moa"] = result(state["moa"].get("answer"), "moa")
+        methods["moa"] = result(state["moa"].get("answer"), "moa", how=state["moa"].get("how"))
     if state.get("debate"):
-        methods["debate"] = result(plurality([a["answer"] for a in state["debate"][-1]])[0], "debate")
+        last = state["debate"][-1]
+        vote = plurality([a["answer"] for a in last])[0]
+        methods["debate"] = result(vote, "debate", how=_how_of(vote, [(a["answer"], a.get("how")) for a in last]))
     outcome = comed_outcome(decision, probe_agrees)
     emit("score", f"COMED {outcome}: {final} (anchor {anchor_info['answer']}, gold {gold})", outcome=outcome)
     return {"methods": methods, "answer": final, "outcome": outcome}

@@ -253,7 +253,7 @@ def test_verify_branch_probe_disagrees_then_escalates():
     pool, models = pool_of("ABA", "CC")  # probe C, then the peer (seeing A) says C: C (1) beats A (2/3)
     out = run(pool, thresholds=EscalationThresholds(0.9, 0.34))
     assert (out["decision"], out["outcome"], out["answer"]) == ("verify", "verify_escalate", "C")
-    assert out["escalation"] == {"peers": [{"model": "b", "answer": "C"}], "answer": "C"}
+    assert out["escalation"] == {"peers": [{"model": "b", "answer": "C", "how": "marker"}], "answer": "C", "how": "marker"}
     assert "The answer is A." in models["b"].calls[1]["messages"][-1]["content"]  # the peer saw the anchor
     assert out["methods"]["comed"]["calls"] == 3 and out["methods"]["comed"]["correct"] is False
     assert out["methods"]["anchor"]["correct"] is True
@@ -284,7 +284,7 @@ def test_router_margin_gates_accept_and_router_only_is_reported():
     assert out["route"]["anchor"] == "b" and out["route"]["probe"] == "a" and out["route"]["margin"] == 1.0
     assert out["decision"] == "accept" and models["a"].calls == []
     assert out["methods"]["router_only"] == {"answer": "B", "correct": True, "calls": 1, "samples": 1,
-                                             "completion_tokens": 4, "latency_s": 0.0}
+                                             "completion_tokens": 4, "latency_s": 0.0, "how": "marker"}
     # same SC, but demand a larger margin than the router's: verify, with the runner-up as probe
     pool2, models2 = pool_of("B", "BBB")
     router2 = KNNRouter([RouterExample("integrals of smooth functions", "a", 0.5),

@@ -18,7 +18,9 @@
     The protocol itself and each baseline computed from the same candidates: answer, correct (NULL
     without gold, and when ``samples`` is 0: the method got no sample, its model calls failed),
     samples (candidates the method drew on), completion_tokens, latency_s (model seconds of
-    those samples).
+    those samples), how (how the answer was found, ``docs/scoring.md``: ``marker``, ``boxed``,
+    ``####``, or ``fallback`` for an answer guessed from the output's last number or letter; NULL
+    without an answer, and in databases written before the column existed).
 
 ``model_calls``: one row per generated sample or failed attempt (``call_id`` primary key).
     run_id, question_id, protocol, node (graph node), role (agent, judge, anchor, ...), agent,
@@ -45,7 +47,7 @@ QUESTIONS = {
 }
 RESULTS = {
     "run_id": str, "question_id": str, "method": str, "answer": str, "correct": int,
-    "samples": int, "completion_tokens": int, "latency_s": float,
+    "samples": int, "completion_tokens": int, "latency_s": float, "how": str,
 }
 MODEL_CALLS = {
     "call_id": str, "run_id": str, "question_id": str, "protocol": str, "node": str, "role": str,
