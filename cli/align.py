@@ -22,7 +22,7 @@ from agora.cli._shared import (
     question_progress,
     user_errors,
 )
-from agora.cli.main import run_app
+from agora.cli._apps import run_app
 from agora.graphs.delegation import METHODS, DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems

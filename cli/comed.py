@@ -43,7 +43,7 @@ from agora.cli._shared import (
     question_progress,
     user_errors,
 )
-from agora.cli.main import calibrate_app, run_app
+from agora.cli._apps import calibrate_app, run_app
 from agora.graphs.escalation import METHODS, EscalationContext, build_escalation_graph, comed_detail
 from agora.graphs.runner import RunOutcome, run_problems
 from agora.tasks.loaders import FORMATS, Problem, detect_format, load_problems

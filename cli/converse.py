@@ -25,7 +25,7 @@ from agora.cli._shared import (
     question_progress,
     user_errors,
 )
-from agora.cli.main import app, report_app
+from agora.cli._apps import app, report_app
 from agora.graphs.conversation import ConversationConfig, ConversationContext, build_conversation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems

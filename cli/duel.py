@@ -22,7 +22,7 @@ from agora.cli._shared import (
     question_progress,
     user_errors,
 )
-from agora.cli.main import app, report_app
+from agora.cli._apps import app, report_app
 from agora.graphs.duel import DuelConfig, DuelContext, duel_pool, run_duels
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces import duels as duel_traces

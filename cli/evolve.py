@@ -13,7 +13,7 @@ from agora.agents._files import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.cli._shared import console, new_run_id, user_errors
-from agora.cli.main import app
+from agora.cli._apps import app
 from agora.cli.train import lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.store import TraceStore

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from agora.agents.builtins import BUILTIN_POOLS, describe_builtins
 from agora.cli._shared import console
-from agora.cli.main import app
+from agora.cli._apps import app
 
 pool_app = typer.Typer(help="Built-in models and pools.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")

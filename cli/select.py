@@ -41,7 +41,7 @@ from agora.agents.cupid import (
     trace_features,
 )
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
-from agora.cli.main import app
+from agora.cli._apps import app
 from agora.graphs.runner import open_checkpointer
 from agora.graphs.selection import SelectionContext, build_selection_graph, known_features, parse_choice
 from agora.tasks.loaders import load_problems

@@ -12,7 +12,7 @@ import typer
 from agora.agents.pool import DEFAULT_SPECS
 from agora.agents.serving import ServeConfig, ServedPool, default_python
 from agora.cli._shared import console, err_console, get_pool, user_errors
-from agora.cli.main import app
+from agora.cli._apps import app
 
 
 @app.command("serve")

@@ -17,7 +17,7 @@ import typer
 from agora.agents.judge import JudgeConfig
 from agora.agents.pool import ModelSpec, load_pool
 from agora.cli._shared import MAX_SHOTS, console, echo_kv, new_run_id, user_errors
-from agora.cli.main import train_app
+from agora.cli._apps import train_app
 from agora.traces.store import TraceStore
 
 REWARDS = ("correctness", "stored", "judge")

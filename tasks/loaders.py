@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Callable, Iterator
 
-AnswerKind = Literal["math", "mc", "open"]
+from agora.tasks.problem import AnswerKind, Problem  # noqa: F401 (re-exported: its home is tasks.problem)
+
 #: Option letters of multiple-choice problems (answers are extracted among the first ``n_choices``).
 LETTERS = "ABCDEFGHIJ"
 FORMATS = ("gsm8k", "gsm-hard", "math", "mc", "synthetic", "prompts")
@@ -43,26 +43,6 @@ class TaskFormatError(ValueError):
         where = f"{self.path}:{line}"
         what = f"field '{field}': {message}" if field else message
         super().__init__(f"{where}: {what}")
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One benchmark item."""
-
-    id: str
-    """Stable identifier (from the file's id field, else ``<source>-<line>``)."""
-    question: str
-    """Text shown to the models; for multiple choice it includes the lettered options."""
-    gold: str | None
-    """Gold answer: a number/expression for math, a letter for ``mc``; ``None`` for bare prompts."""
-    kind: AnswerKind = "math"
-    """How answers are extracted and compared (see :mod:`agora.tasks.answers`)."""
-    n_choices: int = 0
-    """Number of options for ``mc`` problems."""
-    source: str = ""
-    """Format or dataset name."""
-    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    """Extra fields kept from the file (subject, level, ...)."""
 
 
 def _require(record: dict, key: str, path: Path, line: int, types: tuple = (str,)) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 
 _NAMES = ["Tom", "Mia", "Ali", "Sara", "Ben", "Lena", "Omar", "Ivy", "Raj", "Nora"]
 _ITEMS = ["apples", "pencils", "stickers", "marbles", "books", "cookies", "cards", "shells"]

@@ -1,0 +1,208 @@
+"""The layer contract: ``cli > training > graphs > traces > agents > tasks``, and no import cycles.
+
+Every module's imports are read with :mod:`ast` (module-level, function-level and ``TYPE_CHECKING``
+imports alike: a lazy import that hides a cycle is still a cycle). A module may import its own layer
+and the layers below it; an import of a higher layer, or a cycle between modules, fails the test
+with the offending ``file:line``. No module is imported, so the test is fast and needs no extras.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("tasks", "agents", "traces", "graphs", "training", "cli")
+"""Lowest first: a module may import its own layer and any layer before it in this tuple."""
+RANK = {layer: i for i, layer in enumerate(LAYERS)}
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One ``agora.*`` import: ``source`` imports ``target`` at ``file:line``."""
+
+    source: str
+    target: str
+    file: str
+    line: int
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def _modules() -> dict[str, Path]:
+    """``agora.<layer>.<name>`` → file, for every module of every layer (``__init__`` as the package)."""
+    found: dict[str, Path] = {}
+    for layer in LAYERS:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / layer).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(["agora", layer, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _package(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def _resolve(name: str) -> str | None:
+    """The longest known module that ``name`` is or lies in (``agora.tasks.answers.find`` → ``agora.tasks.answers``)."""
+    while name:
+        if name in MODULES:
+            return name
+        if "." not in name:
+            return None
+        name = name.rsplit(".", 1)[0]
+    return None
+
+
+def _edges(module: str, source: str | None = None) -> list[Edge]:
+    path = MODULES[module]
+    rel = str(path.relative_to(ROOT))
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source, filename=rel)
+    edges = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package(module).split(".")
+                base = base[: len(base) - (node.level - 1)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            # ``from agora.graphs import runner`` imports the submodule; ``from agora.tasks import Problem`` the package.
+            targets = [f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in MODULES else stem for alias in node.names]
+        for target in targets:
+            if not target.startswith("agora."):
+                continue
+            resolved = _resolve(target)
+            if resolved is not None and resolved != module:
+                edges.append(Edge(module, resolved, rel, node.lineno))
+    return edges
+
+
+EDGES = [edge for module in MODULES for edge in _edges(module)]
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_layer_has_modules():
+    assert {_layer(module) for module in MODULES} == set(LAYERS)
+    assert EDGES, "no agora.* import found: the scanner is broken"
+
+
+def test_no_upward_import():
+    bad = [
+        f"{edge.where()}: {edge.source} ({_layer(edge.source)}) imports {edge.target} ({_layer(edge.target)})"
+        for edge in EDGES
+        if RANK[_layer(edge.target)] > RANK[_layer(edge.source)]
+    ]
+    assert not bad, "upward imports (cli > training > graphs > traces > agents > tasks):\n" + "\n".join(bad)
+
+
+def _cycles(edges: list[Edge]) -> list[list[Edge]]:
+    """One cycle (as its edges) per strongly connected component with more than one module (Tarjan)."""
+    graph: dict[str, list[Edge]] = {}
+    for edge in edges:
+        graph.setdefault(edge.source, []).append(edge)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for edge in graph.get(v, []):
+            w = edge.target
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+
+    cycles = []
+    for component in components:
+        start = min(component)
+        # Breadth-first search back to ``start`` inside the component gives one shortest cycle.
+        parent: dict[str, Edge] = {}
+        frontier = [start]
+        found = None
+        while frontier and found is None:
+            nxt = []
+            for v in frontier:
+                for edge in graph.get(v, []):
+                    if edge.target not in component:
+                        continue
+                    if edge.target == start:
+                        found = edge
+                        break
+                    if edge.target not in parent:
+                        parent[edge.target] = edge
+                        nxt.append(edge.target)
+                if found:
+                    break
+            frontier = nxt
+        path = [found]
+        while path[0].source != start:
+            path.insert(0, parent[path[0].source])
+        cycles.append(path)
+    return cycles
+
+
+def test_no_import_cycle():
+    cycles = _cycles(EDGES)
+    text = [" -> ".join(f"{edge.source} ({edge.where()})" for edge in cycle) + f" -> {cycle[0].source}" for cycle in cycles]
+    assert not cycles, "import cycles:\n" + "\n".join(text)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from agora.training import convert\n", ["agora.training.convert"]),
+        ("def f():\n    from agora.graphs.runner import run_problems\n", ["agora.graphs.runner"]),
+        ("import agora.traces.store as s\n", ["agora.traces.store"]),
+        ("from .pool import ModelPool\n", ["agora.agents.pool"]),
+        ("from . import pool\n", ["agora.agents.pool"]),
+        ("from agora.tasks import Problem\n", ["agora.tasks"]),
+        ("import json\nfrom typing import Any\n", []),
+    ],
+)
+def test_scanner_reads_every_import_form(source, expected):
+    """The scanner itself: module-level, function-level, relative and package imports all count."""
+    assert [edge.target for edge in _edges("agora.agents.behaviour", source)] == expected
+
+
+def test_an_upward_import_and_a_cycle_are_reported():
+    """Fails as it should on a made-up upward import and a made-up two-module cycle."""
+    up = Edge("agora.agents.x", "agora.training.y", "agents/x.py", 3)
+    assert RANK[_layer(up.target)] > RANK[_layer(up.source)]
+    cycle = _cycles([Edge("agora.tasks.a", "agora.tasks.b", "tasks/a.py", 1), Edge("agora.tasks.b", "agora.tasks.a", "tasks/b.py", 7)])
+    assert [[edge.where() for edge in c] for c in cycle] == [["tasks/a.py:1", "tasks/b.py:7"]]
