@@ -35,6 +35,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
+from langgraph.errors import GraphDrained
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import RunControl, Runtime
 from langgraph.types import Send
@@ -607,6 +608,14 @@ def run_duels(
                 if on_duel is not None:
                     on_duel(rec)
         store.finish_run(run_id, summary=duel_traces.summary(store, run_id))
+    except BaseException as exc:  # never left "running": interrupted (Ctrl-C, a drain) or failed
+        stopped = isinstance(exc, (GraphDrained, KeyboardInterrupt))
+        try:
+            store.finish_run(run_id, summary={"duels": number, "error": f"{type(exc).__name__}: {exc}"[:500]},
+                             status="interrupted" if stopped else "failed")
+        except Exception:  # noqa: BLE001 - the trace DB itself failed: keep the first error
+            pass
+        raise
     finally:
         saver.close()
     return outcome

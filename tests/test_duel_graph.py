@@ -130,6 +130,7 @@ def test_interrupted_run_resumes_without_duplicates_and_matches_an_uninterrupted
         run_duels(store, "run", DuelContext(pool, cfg, problems))
     recorded = store.db["duels"].count
     assert 0 < recorded < 8
+    assert store.get_run("run")["status"] == "failed"  # not left "running" (issue 16 item 4)
     failed = list(store.db.query("select * from model_calls where error is not null"))
     assert failed and failed[0]["role"] == "judge" and failed[0]["question_id"] == f"run:{recorded // 4}:{recorded % 4}"
     follower_calls = sum(len(m.calls) for m in models.values())
@@ -188,6 +189,7 @@ def test_drained_run_stops_between_steps_and_resumes_like_an_uninterrupted_run(t
         run_duels(store, "run", DuelContext(pool, cfg, problems), control=control)
     recorded = store.db["duels"].count
     assert recorded < 4
+    assert store.get_run("run")["status"] == "interrupted"
     calls_before = sum(len(m.calls) for m in models.values())
     outcome = run_duels(store, "run", DuelContext(pool, cfg, problems))
     assert len(outcome.records) == 4 - recorded
