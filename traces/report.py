@@ -68,7 +68,8 @@ def failed_questions(store: TraceStore, run_id: str) -> dict[str, str]:
 
 def run_totals(store: TraceStore, run_id: str) -> dict[str, float]:
     """Model calls, tokens and failed attempts of a run, from ``model_calls``, question wall time,
-    and ``failed_questions`` (:func:`failed_questions`)."""
+    and ``failed_questions`` (:func:`failed_questions`; meaningful for benchmark runs only, whose
+    model calls belong to questions)."""
     q = store.db.query(
         "select count(*) as questions, coalesce(sum(wall_s), 0) as wall_s from questions where run_id = ?",
         [run_id])
