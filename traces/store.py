@@ -10,7 +10,7 @@ import subprocess
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import sqlite_utils
 
@@ -272,6 +272,78 @@ class TraceStore:
         if question_id is None:
             return list(self.db["model_calls"].rows_where("run_id = ?", [run_id]))
         return list(self.db["model_calls"].rows_where("run_id = ? and question_id = ?", [run_id, question_id]))
+
+    # ------------------------------------------------------------------ readers for training and reports
+
+    @classmethod
+    def reading(cls, db: str | Path | TraceStore | sqlite_utils.Database) -> TraceStore:
+        """A store to read ``db``: a store as is, an open ``sqlite_utils.Database`` wrapped (nothing
+        created or migrated in it), a path opened ``readonly``.
+
+        Raises:
+            FileNotFoundError: a path that is not a file.
+            TraceStoreError: as :class:`TraceStore` with ``readonly=True``.
+        """
+        if isinstance(db, TraceStore):
+            return db
+        if isinstance(db, sqlite_utils.Database):
+            store = cls.__new__(cls)
+            store.path, store.readonly, store._lock, store.db = "<database>", True, threading.RLock(), db
+            return store
+        if not Path(db).is_file():
+            raise FileNotFoundError(f"{db}: trace database not found")
+        return cls(db, readonly=True)
+
+    def _has(self, table: str) -> bool:
+        return table in self.db.table_names()
+
+    def protocol_questions(self, protocol: str, run_ids: Sequence[str] = ()) -> list[dict]:
+        """Recorded questions of the runs of ``protocol`` (of ``run_ids`` when given), by run and index;
+        ``[]`` when the DB has no questions."""
+        if not self._has("questions") or not self._has("runs"):
+            return []
+        where, params = "r.protocol = ?", [protocol]
+        if run_ids:
+            where += f" and q.run_id in ({', '.join('?' for _ in run_ids)})"
+            params += list(run_ids)
+        return list(self.db.query(
+            f"select q.* from questions q join runs r using (run_id) where {where} order by q.run_id, q.idx", params))
+
+    def first_call_messages(self, run_id: str, question_id: str, node: str, agent: int | None = None) -> list | None:
+        """The prompt (messages, decoded) of the first successful call ``node`` made for a question
+        (by ``agent`` when given), or ``None``."""
+        if not self._has("model_calls"):
+            return None
+        where, params = "run_id = ? and question_id = ? and node = ? and error is null", [run_id, question_id, node]
+        if agent is not None:
+            where += " and agent = ?"
+            params.append(agent)
+        rows = list(self.db.query(f"select messages from model_calls where {where} limit 1", params))
+        if not rows or rows[0]["messages"] in (None, ""):
+            return None
+        value = rows[0]["messages"]
+        return json.loads(value) if isinstance(value, str) else value
+
+    def preference_pairs(self) -> list[dict]:
+        """Every ``preference_pairs`` row (JSON columns as stored), by run, iteration, time and id;
+        ``[]`` without the table (a DB without duels)."""
+        if not self._has("preference_pairs"):
+            return []
+        return list(self.db.query("select * from preference_pairs order by run_id, iteration, created_at, pair_id"))
+
+    def duel_rows(self, run_ids: Sequence[str] = (), iterations: Sequence[int] = ()) -> list[dict]:
+        """``duels`` rows (ties included) of ``run_ids`` / ``iterations`` (all when empty), in play order;
+        ``[]`` without the table."""
+        if not self._has("duels"):
+            return []
+        where, params = ["1 = 1"], []
+        if run_ids:
+            where.append(f"run_id in ({', '.join('?' for _ in run_ids)})")
+            params += list(run_ids)
+        if iterations:
+            where.append(f"iteration in ({', '.join('?' for _ in iterations)})")
+            params += list(iterations)
+        return list(self.db.query(f"select * from duels where {' and '.join(where)} order by run_id, duel_number", params))
 
     def close(self) -> None:
         self.db.close()

@@ -41,6 +41,7 @@ import sqlite_utils
 
 from agora.agents.prompts import solver_messages
 from agora.tasks import Problem, is_correct
+from agora.traces.store import TraceStore
 
 #: Metadata columns kept beside TRL's own; TRL drops them before batching.
 DPO_COLUMNS = ("prompt", "chosen", "rejected", "pair_id", "source", "instruction", "chosen_model",
@@ -72,13 +73,9 @@ class PairFilter:
 # ----------------------------------------------------------------------------- reading the DB
 
 
-def _db(db: str | Path | sqlite_utils.Database) -> sqlite_utils.Database:
-    if isinstance(db, sqlite_utils.Database):
-        return db
-    path = Path(db)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: trace database not found")
-    return sqlite_utils.Database(path)
+def _store(db: str | Path | TraceStore | sqlite_utils.Database) -> TraceStore:
+    """The trace store to read (:meth:`TraceStore.reading`: a path opens read-only)."""
+    return TraceStore.reading(db)
 
 
 def _loads(value: Any, default: Any) -> Any:
@@ -87,22 +84,19 @@ def _loads(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def load_preference_pairs(db: str | Path | sqlite_utils.Database) -> list[dict[str, Any]]:
+def load_preference_pairs(db: str | Path | TraceStore | sqlite_utils.Database) -> list[dict[str, Any]]:
     """Every row of ``preference_pairs``, JSON columns decoded, ordered by run, iteration, time, id.
 
     Returns ``[]`` when the table does not exist (a DB without duels).
     """
-    database = _db(db)
-    if "preference_pairs" not in database.table_names():
-        return []
     rows = []
-    for r in database.query("select * from preference_pairs order by run_id, iteration, created_at, pair_id"):
+    for r in _store(db).preference_pairs():
         rows.append({**r, "prompt_messages": _loads(r["prompt_messages"], []),
                      "judge_scores": _loads(r["judge_scores"], {}), "reputations": _loads(r["reputations"], {})})
     return rows
 
 
-def align_pairs(db: str | Path | sqlite_utils.Database, run_ids: Sequence[str] = ()) -> list[dict[str, Any]]:
+def align_pairs(db: str | Path | TraceStore | sqlite_utils.Database, run_ids: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Preference pairs from ALIGN runs: a correct proposal over an incorrect one, same question.
 
     For each recorded question with a gold answer, every proposal whose answer is correct
@@ -111,17 +105,9 @@ def align_pairs(db: str | Path | sqlite_utils.Database, run_ids: Sequence[str] =
     correctness (1 vs 0), so ``margin`` is 1. Rows have the ``preference_pairs`` columns
     (``source = "align"``), so :func:`dpo_rows` reads both alike.
     """
-    database = _db(db)
-    if "questions" not in database.table_names():
-        return []
-    where, params = "r.protocol = 'align'", []
-    if run_ids:
-        where += f" and q.run_id in ({', '.join('?' for _ in run_ids)})"
-        params = list(run_ids)
+    store = _store(db)
     pairs = []
-    questions = database.query(
-        f"select q.* from questions q join runs r using (run_id) where {where} order by q.run_id, q.idx", params)
-    for q in questions:
+    for q in store.protocol_questions("align", run_ids):
         if q["gold"] is None:
             continue
         kind = q["kind"] or "math"
@@ -129,7 +115,7 @@ def align_pairs(db: str | Path | sqlite_utils.Database, run_ids: Sequence[str] =
         good = [p for p in proposals if is_correct(p.get("answer"), q["gold"], kind)]
         bad = [p for p in proposals if not is_correct(p.get("answer"), q["gold"], kind)]
         for c in good:
-            messages = _agent_messages(database, q["run_id"], q["question_id"], c["agent"])
+            messages = store.first_call_messages(q["run_id"], q["question_id"], "agent_sample", c["agent"])
             if messages is None:
                 messages = solver_messages(Problem(q["question_id"], q["question"], q["gold"], kind))
             for r in bad:
@@ -144,13 +130,6 @@ def align_pairs(db: str | Path | sqlite_utils.Database, run_ids: Sequence[str] =
                     "created_at": q["finished_at"], "source": "align",
                 })
     return pairs
-
-
-def _agent_messages(database: sqlite_utils.Database, run_id: str, question_id: str, agent: int) -> list | None:
-    rows = list(database.query(
-        "select messages from model_calls where run_id = ? and question_id = ? and node = 'agent_sample' "
-        "and agent = ? and error is null limit 1", [run_id, question_id, agent]))
-    return _loads(rows[0]["messages"], None) if rows else None
 
 
 # ----------------------------------------------------------------------------- filters
@@ -220,24 +199,13 @@ def dpo_rows(pairs: Iterable[dict[str, Any]], flt: PairFilter = PairFilter()) ->
     return rows
 
 
-def load_duels(db: str | Path | sqlite_utils.Database, run_ids: Sequence[str] = (),
+def load_duels(db: str | Path | TraceStore | sqlite_utils.Database, run_ids: Sequence[str] = (),
                iterations: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Rows of the ``duels`` table (ties included), ``prompt_messages`` decoded, in play order.
 
     Returns ``[]`` when the table does not exist.
     """
-    database = _db(db)
-    if "duels" not in database.table_names():
-        return []
-    where, params = ["1 = 1"], []
-    if run_ids:
-        where.append(f"run_id in ({', '.join('?' for _ in run_ids)})")
-        params += list(run_ids)
-    if iterations:
-        where.append(f"iteration in ({', '.join('?' for _ in iterations)})")
-        params += list(iterations)
-    return [{**r, "prompt_messages": _loads(r["prompt_messages"], [])} for r in database.query(
-        f"select * from duels where {' and '.join(where)} order by run_id, duel_number", params)]
+    return [{**r, "prompt_messages": _loads(r["prompt_messages"], [])} for r in _store(db).duel_rows(run_ids, iterations)]
 
 
 def grpo_rows_from_duels(duels: Iterable[dict[str, Any]], model: str | None = None) -> list[dict[str, Any]]:
