@@ -148,10 +148,7 @@ def _spec_of(entry: dict[str, Any]) -> ModelSpec:
 
 
 def _duels_recorded(store: TraceStore, duel_run_id: str, iteration: int) -> int:
-    if "duels" not in store.db.table_names():
-        return 0
-    return next(store.db.query("select count(*) as n from duels where run_id = ? and iteration = ?",
-                               [duel_run_id, iteration]))["n"]
+    return len(store.duel_rows((duel_run_id,), (iteration,)))
 
 
 PoolFactory = Callable[[Sequence[ModelSpec]], ModelPool]
