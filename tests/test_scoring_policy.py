@@ -168,3 +168,13 @@ def test_not_a_negation_of_the_value():
 def test_several_values_group_as_one_vote():
     assert answer_key("25, 20") == "25, 20"
     assert answer_key(extract_answer("25 or 20")) == answer_key(extract_answer("The answer is 25 or 20.")) == "25, 20"
+
+
+def test_grpo_correctness_reward_applies_the_same_policy():
+    from agora.training.rewards import correctness_reward
+
+    completions = ["The answer is 20.", "\\boxed{3, 20}", "The answer is not 20.", "So 120 * 7 / (7 + 1",
+                   "The answer is B. Actually no, the answer is C.", "A or C"]
+    rewards = correctness_reward(prompts=["p"] * 6, completions=completions, gold=["20"] * 4 + ["C"] * 2,
+                                 kind=["math"] * 4 + ["mc"] * 2)
+    assert rewards == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]

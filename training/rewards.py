@@ -99,7 +99,9 @@ def correctness_reward(prompts: Sequence[Any], completions: Sequence[Any], gold:
     """1.0 when the completion's answer is correct, 0.0 when not, ``None`` for rows without gold.
 
     Answers are extracted with :func:`agora.tasks.extract_answer` (``math``: math-verify, ``mc``:
-    option letter) and compared with :func:`agora.tasks.is_correct`; no extractable answer is wrong.
+    option letter) and compared with :func:`agora.tasks.is_correct`, under the scoring policy of
+    ``docs/scoring.md``: no answer, a hedge naming several values, a negated, refused or unfinished
+    answer all score 0.
     """
     rewards: list[float | None] = []
     for completion, g, k in zip(completions, gold, kind, strict=True):
