@@ -300,6 +300,8 @@ class _Statement:
     span: str
     latex: bool
     """The span is LaTeX (a box's content, ``$...$``): read whole, not as plain text."""
+    closed: bool = True
+    """``False`` for a ``\\boxed{`` the output never closes (cut off: no answer)."""
 
 
 def _box_content(text: str, open_brace: int) -> tuple[str, int] | None:
@@ -326,8 +328,8 @@ def _sentence(text: str, start: int) -> int:
             depth += 1
         elif ch in "})":
             depth = max(0, depth - 1)
-        elif ch == "$":
-            dollars ^= 1 if (i + 1 < len(text) and not text[i + 1].isdigit()) or dollars else 0
+        elif ch == "$" and (dollars or (i + 1 < len(text) and not (text[i + 1].isdigit() or text[i + 1].isspace()))):
+            dollars ^= 1  # into or out of $...$ math; "$18" is a currency sign
         elif ch == "\n" and depth == 0:
             return i
         elif ch in ".!?" and depth == 0 and not dollars and (i + 1 == len(text) or text[i + 1].isspace()):
@@ -336,39 +338,40 @@ def _sentence(text: str, start: int) -> int:
     return len(text)
 
 
-def _marker_span(text: str, end: int) -> tuple[str, int, bool]:
-    """The statement after a marker ending at ``end``: its text, where it ends, whether LaTeX."""
+def _marker_span(text: str, end: int) -> tuple[str, int, bool, bool]:
+    """The statement after a marker ending at ``end``: its text, where it ends, whether LaTeX, and
+    whether it is closed (not a box the output never closes)."""
     m = re.match(r"[\s:*]*", text[end:])
     i = end + m.end()
     for opening, closing in (("\\[", "\\]"), ("$$", "$$"), ("\\(", "\\)")):
         if text.startswith(opening, i):
             j = text.find(closing, i + len(opening))
             j = len(text) if j < 0 else j
-            return text[i + len(opening):j], j + len(closing), True
+            return text[i + len(opening):j], j + len(closing), True, True
     stop = _sentence(text, i)
     span = text[i:stop]
     box = _BOX.search(span)
     if box:
         inner = _box_content(text, i + box.end() - 1)
         if inner is None:
-            return text[i + box.end():], len(text), True
-        return inner[0], inner[1], True
+            return text[i + box.end():], len(text), True, False
+        return inner[0], inner[1], True, True
     dollar = re.match(r"\$(?=[^\d\s$])([^$]*)\$", span)
     if dollar:
-        return dollar.group(1), i + dollar.end(), True
-    return span, stop, False
+        return dollar.group(1), i + dollar.end(), True, True
+    return span, stop, False, True
 
 
 def _statements(text: str) -> list[_Statement]:
     """Every explicit statement, in order; a box or ``####`` inside a marker's statement is part of it."""
     found: list[_Statement] = []
     for m in _MARKER.finditer(text):
-        span, stop, latex = _marker_span(text, m.end())
-        found.append(_Statement(m.start(), max(stop, m.end()), "marker", span, latex))
+        span, stop, latex, closed = _marker_span(text, m.end())
+        found.append(_Statement(m.start(), max(stop, m.end()), "marker", span, latex, closed))
     for m in _BOX.finditer(text):
         inner = _box_content(text, m.end() - 1)
-        span, stop = inner if inner else (text[m.end():] + "<<", len(text))  # unclosed: unfinished
-        found.append(_Statement(m.start(), stop, "boxed", span, True))
+        span, stop = inner if inner else (text[m.end():], len(text))
+        found.append(_Statement(m.start(), stop, "boxed", span, True, inner is not None))
     for m in _HASHES.finditer(text):
         found.append(_Statement(m.start(), m.end(), "####", m.group(1), False))
     rank = {"marker": 0, "boxed": 1, "####": 2}
@@ -416,12 +419,12 @@ def _read_math(span: str, latex: bool) -> tuple[list[str], NoAnswer | None]:
 
 def _unfinished_end(text: str) -> bool:
     """The output stops mid-calculation: an unclosed ``<<`` note or bracket on its last line, a
-    trailing operator, or a number cut inside its thousands groups (``130,00``)."""
+    trailing operator, ``:`` or ``,``, or a number cut inside its thousands groups (``130,00``)."""
     tail = text.rstrip()
     last = tail.rsplit("\n", 1)[-1]
     if re.search(r"<<(?![^<]*>>)", last) or re.search(r"\d,\d{1,2}$", tail):
         return True
-    if re.search(r"(?:[+/×÷^=(\\{]|(?<![-])-|(?<![*])\*)\s*$", tail):
+    if re.search(r"(?:[+/×÷^=(\\{:,]|(?<![-])-|(?<![*])\*)\s*$", tail):
         return True
     return _unclosed(_CALC_NOTE.sub("", last))
 
@@ -450,9 +453,8 @@ def _fallback_math(text: str) -> Extraction:
     if re.search(r"(?:\bnot|\bnever|\bcannot\s+be|\bcan't\s+be|n't)\s+(?:be\s+|equal\s+to\s+|exactly\s+)?\$?\s*$", clause, re.I):
         return Extraction(None, "fallback", "negated", span=body)
     after = text[end:]
-    first = _sentence(after, 0)
-    second = _sentence(after, first + 1 + len(after[first + 1:]) - len(after[first + 1:].lstrip()))
-    if _DOUBT.search(after[:second]):  # the rest of the value's sentence and the next one
+    following = len(after) - len(after[_sentence(after, 0) + 1:].lstrip())  # where the next sentence starts
+    if _DOUBT.search(after[:_sentence(after, following)]):  # the rest of the value's sentence and the next one
         return Extraction(None, "fallback", "refusal", span=body)
     values, reason = _values(body if latex else re.sub(r"[.,]+$", "", body))
     hedge = None if latex else _HEDGE_BEFORE.search(text[max(0, start - 80):start])
@@ -559,6 +561,8 @@ def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> Ext
     clean = _CALC_NOTE.sub("", text)
     letters = "ABCDEFGHIJ"[: max(1, min(10, n_choices))]
     for statement in reversed(_statements(clean)):
+        if not statement.closed:
+            return Extraction(None, statement.how, "unfinished", span=statement.span.strip())
         if kind == "mc":
             found, reason = _letters(_CALC_NOTE.sub("", statement.span).replace("\\text", " "), letters)
         else:
@@ -585,14 +589,10 @@ def extract_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> 
     return find_answer(text, kind, n_choices).answer
 
 
-def _gold_values(answer: str) -> tuple[str, ...]:
-    """Canonical values of a bare answer (gold, or an extracted one), cached."""
-    return tuple(_cached_values(answer.strip()))
-
-
 @functools.lru_cache(maxsize=8192)
-def _cached_values(answer: str) -> tuple[str, ...]:
-    values, _ = _values(answer)
+def _answer_values(answer: str) -> tuple[str, ...]:
+    """Canonical values of a bare answer (gold, or an extracted one); cached, as golds repeat."""
+    values, _ = _values(answer.strip())
     return tuple(values)
 
 
@@ -603,7 +603,7 @@ def answer_key(answer: str | None, kind: AnswerKind = "math") -> str | None:
         return None
     if kind == "mc":
         return answer.strip().upper() or None
-    values = _gold_values(answer)
+    values = _answer_values(answer)
     return ", ".join(values) if values else answer.strip() or None
 
 
@@ -634,7 +634,7 @@ def is_correct(predicted: str | None, gold: str, kind: AnswerKind = "math") -> b
         return False
     if kind == "mc":
         return predicted.strip().upper() == gold.strip().upper()
-    gold_values, pred_values = _gold_values(gold), _gold_values(predicted)
+    gold_values, pred_values = _answer_values(gold), _answer_values(predicted)
     if not gold_values or not pred_values or len(gold_values) != len(pred_values):
         return False
     if len(gold_values) == 1:

@@ -143,6 +143,8 @@ def test_numbers_compare_exactly_for_integer_golds_and_with_tolerance_otherwise(
         ("The house is worth 80,000 + 50,000 = $130,00", "unfinished"),
         ("The total is \\boxed{12 +", "unfinished"),
         ("So the total is 5 + 3 =", "unfinished"),
+        ("Step 1: 5 + 3 = 8. Step 2:", "unfinished"),
+        ("\\boxed{25", "unfinished"),
         ("#### 130,00", "unfinished"),
     ],
 )
