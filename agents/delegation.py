@@ -71,7 +71,7 @@ class DelegationConfig:
     """Principal utility: ``agreement`` = signal-weighted agreement with all pooled proposals."""
     temperature: float = 0.7
     top_p: float = 0.95
-    max_tokens: int = 192
+    max_tokens: int = 256
     shots: int = 2
     """Worked exemplars in each agent's prompt."""
     seed: int = 0

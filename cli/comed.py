@@ -168,7 +168,7 @@ def run_comed(
     probe_max_tokens: int = typer.Option(64, "--probe-max-tokens", help="Max generated tokens of the probe's answer."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     seed: int = typer.Option(0, "--seed"),
-    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); also the router's history."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
 ) -> None:
@@ -219,7 +219,7 @@ def calibrate_comed(
     probe_max_tokens: int = typer.Option(64, "--probe-max-tokens"),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     seed: int = typer.Option(0, "--seed"),
-    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
 ) -> None:

@@ -59,7 +59,7 @@ def select(
     simulate: Optional[str] = typer.Option(None, "--simulate", help="Simulated user's hidden θ, e.g. 'latency_s=-1' (feature=weight, comma-separated)."),
     noisy: bool = typer.Option(True, "--noisy/--noiseless", help="Simulated user answers by Bradley–Terry draws (noisy) or always by utility."),
     thread: Optional[str] = typer.Option(None, "--thread", help="Session id; an existing id continues that session with its first settings."),
-    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded pool."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
     variants: Optional[bool] = typer.Option(None, "--variants/--no-variants", help="Add concise and tutor persona variants of every model (default: when the pool has fewer than 3 models)."),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Max generated tokens per answer."),
     beta: float = typer.Option(1.0, "--beta", min=0.0, help="UCB confidence width β."),
