@@ -476,7 +476,9 @@ def _result(values: list[str], reason: NoAnswer | None, how: How, span: str) -> 
 
 _LETTER_WORDS = {"is", "was", "or", "and", "because", "since", "as", "seems", "appears", "fits", "matches",
                  "best", "correct", "remains", "nor"}
-_LETTER_NEGATION = re.compile(r"(?:\b(?:not|never|isn't|aren't|wasn't|except|than|of|no)|n't)\s*(?:option|choice)?\s*[(\[*]*\s*$", re.I)
+_LETTER_NEGATION = re.compile(
+    r"(?:\b(?:not|never|neither|nor|isn't|aren't|wasn't|except|rather\s+than|other\s+than|instead\s+of|no)|n't)"
+    r"\s*(?:option|choice)?\s*[(\[*]*\s*$", re.I)
 _LETTER_LIST = re.compile(r"^\s*[)\].*]*\s*(?:,|/|&|\+|\bor\b|\band\b|,\s*or\b|,\s*and\b)\s*(?:(?:option|choice)\s+)?[(\[*]*\s*$", re.I)
 
 
@@ -498,6 +500,8 @@ def _letters(span: str, letters: str) -> tuple[list[str], NoAnswer | None]:
             if re.match(r"['’]", after):
                 continue
         negated = _LETTER_NEGATION.search(before) is not None
+        if tokens and tokens[-1][3] and _LETTER_LIST.match(span[tokens[-1][1]:m.start()]):
+            negated = True  # "not A or B": the negation covers the list
         tokens.append((m.start(), m.end(), ch.upper(), negated))
     chosen: list[str] = []
     negated_any = False

@@ -82,6 +82,10 @@ def test_multiple_choice_precedence_and_fallback():
     assert find_answer("Answer: I", "mc", 10).answer == "I"  # "I" alone is the letter
     assert find_answer("The answer is B because A is too small.", "mc").answer == "B"
     assert find_answer("The answer is A, B, or C.", "mc").answer == "A, B, C"
+    assert find_answer("Both A and C are correct.", "mc").answer == "A, C"
+    assert find_answer("The answer is neither A nor B; it is C.", "mc").answer == "C"
+    assert find_answer("The answer is not A or B, but C.", "mc").answer == "C"  # the negation covers the list
+    assert find_answer("Not A or B.", "mc").reason == "negated"
 
 
 # ----------------------------------------------------------------------------- values
