@@ -173,7 +173,9 @@ _PLAIN_VALUE = re.compile(
     r"(?:[\d\s.,+\-−*/×÷^=()<>$€£%]|[xX](?=\s*[\d$(])|[A-Za-z]+(?=\s*[*/×÷=]))*")
 _PLAIN_JOIN = re.compile(r"\s*(?:[A-Za-z]+\s+){0,3}?(?:or|and|to|through|–|—)\s*(?=(?:[$€£]\s*)?[-−]?\s*\.?\d)", re.I)
 _LATEX_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\(?:quad|qquad|lor|vee)\b|\bor\b|\band\b|\\pm|±|;")
-_RANGE = re.compile(r"\s*\$?(-?\d+(?:\.\d+)?)\s*(?:–|—|\bto\b|\bthrough\b|-)\s*\$?(\d+(?:\.\d+)?)(?:\s*[A-Za-z]+)*\s*")
+#: A range: ``5 to 7``, ``5–7``, ``-5 to -3``, or a hyphen without spaces ``5-7`` (``5 - 7`` is a subtraction).
+_RANGE = re.compile(r"\s*\$?(-?\d+(?:\.\d+)?)(?:\s*(?:–|—|\bto\b|\bthrough\b)\s*\$?(-?\d+(?:\.\d+)?)|-(\d+(?:\.\d+)?))"
+                    r"(?:\s*[A-Za-z]+)*\s*")
 
 
 def _top_level(text: str, at: re.Pattern | str) -> list[str]:
@@ -234,7 +236,7 @@ def _split_values(expr: str) -> list[str]:
     for part in _top_level(expr, ","):
         for sub in _top_level(part, _LATEX_SEPARATORS):
             rng = _RANGE.fullmatch(sub)
-            pieces += [rng.group(1), rng.group(2)] if rng else [sub]
+            pieces += [rng.group(1), rng.group(2) or rng.group(3)] if rng else [sub]
     return [p.strip() for p in pieces if p.strip()]
 
 

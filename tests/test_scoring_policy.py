@@ -97,6 +97,8 @@ def test_multiple_choice_precedence_and_fallback():
         ("The answer is 5 to 7 apples.", "5", "5, 7", False),
         ("It is between 5 and 7.", "5", "5, 7", False),
         ("So it takes 5-7 hours.", "5", "5, 7", False),
+        ("The answer is -5 to -3.", "-5", "-5, -3", False),
+        ("The answer is 10 - 3.", "7", "7", True),  # with spaces, a hyphen is a subtraction
         ("The answer is 5 apples and 3 oranges.", "5", "5, 3", False),
         ("\\boxed{3 \\pm 2}", "5", "3, 2", False),
         ("The answer is either $15.50 or $15.50.", "15.5", "15.5", True),  # one value named twice
