@@ -60,6 +60,7 @@ from agora.agents.pool import ModelPool, Sample, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
+from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, find_answer, is_correct
 from agora.tasks.loaders import Problem
 
@@ -445,8 +446,10 @@ def debate_round(state: EscalationState, runtime: Runtime[EscalationContext]) ->
                 texts[i] = samples[0].text
             records += recs
             costs = _add_costs(costs, {"debate": cost})
-    answers = [{"agent": i, "model": models[i], **dict(zip(("answer", "how"), _found(texts[i], problem))), "text": texts[i]}
-               for i in sorted(texts)]
+    answers = []
+    for i in sorted(texts):
+        answer, how = _found(texts[i], problem)
+        answers.append({"agent": i, "model": models[i], "answer": answer, "how": how, "text": texts[i]})
     emit("debate_round", f"debate round {r + 1}: {[a['answer'] for a in answers]}", round=r + 1)
     return {"debate": [answers], "costs": costs, "calls": records}
 
@@ -475,7 +478,7 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
 
     comed_steps = ["anchor"] + (["verify"] if decision == "verify" else []) + (["escalate"] if escalated else [])
     final = state["escalation"]["answer"] if escalated else anchor_info["answer"]
-    final_how = (state["escalation"].get("how") if escalated else anchor_info.get("how"))
+    final_how = state["escalation"].get("how") if escalated else anchor_info.get("how")
     methods = {"comed": result(final, *comed_steps, how=final_how),
                "anchor": result(anchor_info["answer"], "anchor", how=anchor_info.get("how"))}
     if state["route"]["routed"]:
@@ -550,3 +553,11 @@ def build_escalation_graph() -> StateGraph:
 
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
 graph = build_escalation_graph().compile(name="comed_escalation")
+
+SPEC = ProtocolSpec(
+    name="comed", graph_id="comed_escalation", module=__name__,
+    description="COMED: route to an anchor, sample it N times, accept if self-consistent (and the router margin is large), verify with a peer probe if ambiguous, escalate to peers who see the anchor's answer otherwise; Mixture-of-Agents and debate baselines in the same pool, every method cost-counted.",
+    build=build_escalation_graph, context=EscalationContext, config=EscalationConfig,
+    input=EscalationInput, output=EscalationOutput, methods=METHODS, detail=comed_detail,
+    cli=("run comed", "calibrate comed"), docs="comed.md",
+)
