@@ -11,8 +11,12 @@ Studio (``langgraph.json``).
 | duel (Sparta, Stackelberg) | ``build_duel_graph`` | ``DuelContext`` | ``DuelInput`` / ``DuelOutput`` |
 | CUPID selection | ``build_selection_graph`` | ``SelectionContext`` | ``SelectionInput`` / ``SelectionOutput`` |
 | conversation (panel data) | ``build_conversation_graph`` | ``ConversationContext`` | ``ConversationInput`` / ``ConversationOutput`` |
+| Mixture-of-Agents | ``build_moa_graph`` | ``MoAContext`` | ``MoAInput`` / ``MoAOutput`` |
+| multi-agent debate | ``build_debate_graph`` | ``DebateContext`` | ``DebateInput`` / ``DebateOutput`` |
 
-Names load lazily, so ``from agora.graphs import build_delegation_graph`` imports only that module.
+The list comes from the protocol registry (:mod:`agora.graphs.registry`: one
+:class:`~agora.graphs.spec.ProtocolSpec` per protocol, declared in its module). Names load lazily, so
+``from agora.graphs import build_delegation_graph`` imports only that module.
 ``run_problems`` (:mod:`agora.graphs.runner`) runs a benchmark graph over a problem list, traced
 and resumable.
 """
@@ -22,22 +26,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {
-    "delegation": ("build_delegation_graph", "DelegationContext", "DelegationInput", "DelegationOutput"),
-    "escalation": ("build_escalation_graph", "EscalationContext", "EscalationInput", "EscalationOutput"),
-    "duel": ("build_duel_graph", "DuelContext", "DuelInput", "DuelOutput"),
-    "selection": ("build_selection_graph", "SelectionContext", "SelectionInput", "SelectionOutput"),
-    "conversation": ("build_conversation_graph", "ConversationContext", "ConversationInput", "ConversationOutput"),
-    "runner": ("run_problems",),
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
+from agora.graphs import registry
+from agora.graphs.spec import ProtocolSpec
+
+# Each protocol's builder, context, input and output, as its registry entry lists them.
+_WHERE = {**registry.exports(), "run_problems": "agora.graphs.runner"}
+__all__ = sorted([*_WHERE, "ProtocolSpec", "registry"])
 
 
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'agora.graphs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"agora.graphs.{_WHERE[name]}"), name)
+    value = getattr(importlib.import_module(_WHERE[name]), name)
     globals()[name] = value
     return value
 

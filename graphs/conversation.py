@@ -38,6 +38,7 @@ from langgraph.runtime import Runtime
 from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
+from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
 
@@ -279,3 +280,17 @@ def build_conversation_graph() -> StateGraph:
 
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
 graph = build_conversation_graph().compile(name="conversation")
+
+
+def conversation_detail(values: dict[str, Any]) -> dict[str, Any]:
+    """What the runner stores in ``questions.detail``: each turn's speaker, partner and answer."""
+    return {"turns": [{k: t[k] for k in ("turn", "speaker", "partner", "answer")} for t in values.get("turns") or []]}
+
+
+SPEC = ProtocolSpec(
+    name="converse", graph_id="conversation", module=__name__,
+    description="Two-model conversation for panel-diversity data: A answers, B replies to A's answer, A replies, for N turns; every call traced with its partner (the model whose answer it saw).",
+    build=build_conversation_graph, context=ConversationContext, config=ConversationConfig,
+    input=ConversationInput, output=ConversationOutput, methods=METHODS, detail=conversation_detail,
+    cli=("converse", "report diversity"), docs="conversation.md",
+)

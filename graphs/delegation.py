@@ -46,6 +46,7 @@ from agora.agents.delegation import (
 from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import find_answer, is_correct
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
@@ -272,3 +273,17 @@ def build_delegation_graph() -> StateGraph:
 
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
 graph = build_delegation_graph().compile(name="align_delegation")
+
+
+def delegation_detail(values: dict[str, Any]) -> dict[str, Any]:
+    """What the runner stores in ``questions.detail`` for an ALIGN question: proposals and selection."""
+    return {k: values[k] for k in ("proposals", "selection") if k in values}
+
+
+SPEC = ProtocolSpec(
+    name="align", graph_id="align_delegation", module=__name__,
+    description='ALIGN: a principal delegates a question to n agents (k samples each), each proposes one candidate, the principal selects under a committed threshold rule; baselines from the same candidates.',
+    build=build_delegation_graph, context=DelegationContext, config=DelegationConfig,
+    input=DelegationInput, output=DelegationOutput, methods=METHODS, detail=delegation_detail,
+    cli=("run align",), docs="align.md",
+)

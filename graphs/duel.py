@@ -50,6 +50,7 @@ from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.graphs._common import emit, question_seed, settings_from
 from agora.graphs.runner import open_checkpointer, raise_if_drained
+from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
 from agora.tasks.synthetic import synthetic_problems
@@ -619,3 +620,17 @@ def run_duels(
     finally:
         saver.close()
     return outcome
+
+
+def _duel_played(values: dict[str, Any]) -> bool:
+    """A duel is finished once its graph has returned the duel's ``record``."""
+    return "record" in values
+
+
+SPEC = ProtocolSpec(
+    name="duel", graph_id="duel", module=__name__,
+    description="One duel of Sparta / Stackelberg alignment: the leader (EXP3) picks an instruction, the matcher two followers by reputation, both answer in parallel, every other pool member judges both answers 1-10, reputation-weighted scores decide winner or tie, reputations and leader weights update, the duel's record and preference pair (none for a tie) are returned.",
+    build=build_duel_graph, context=DuelContext, config=DuelConfig, input=DuelInput, output=DuelOutput,
+    kind="carried", finished=_duel_played, record=duel_traces.record_duel,
+    cli=("duel", "report duels"), docs="duels.md",
+)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, Mapping, NotRequired
 
 import numpy as np
 from langgraph.graph import END, START, StateGraph
@@ -64,6 +64,7 @@ from agora.agents.cupid import (
 )
 from agora.agents.pool import ModelPool, SamplingParams
 from agora.graphs._common import emit, pool_from, question_seed, settings_from
+from agora.graphs.spec import ProtocolSpec
 
 StopReason = Literal["rounds", "budget", "confident"]
 
@@ -492,3 +493,17 @@ def build_selection_graph() -> StateGraph:
 
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
 graph = build_selection_graph().compile(name="cupid_selection")
+
+
+def _recommended(values: Mapping[str, Any]) -> bool:
+    """A CUPID session is finished once it has recommended a model."""
+    return "recommendation" in values
+
+
+SPEC = ProtocolSpec(
+    name="cupid", graph_id="cupid_selection", module=__name__,
+    description='CUPID model selection with a human in the loop: choose a pair of models by belief-aware UCB within the cost/time budgets, both answer the prompt, pause at ask_user (interrupt) with the two answers anonymised as A and B, resume with A, B or tie, Laplace update of the Bradley-Terry belief, stop when a budget is spent or P(best) >= 1 - delta, recommend.',
+    build=build_selection_graph, context=SelectionContext, config=CupidConfig,
+    input=SelectionInput, output=SelectionOutput, kind="interactive", finished=_recommended,
+    cli=("select",), docs="cupid.md",
+)

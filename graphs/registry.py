@@ -1,0 +1,141 @@
+"""The protocol registry: the one list of Agora's protocols (the shape of lm-eval's task registry).
+
+Entries are lazy ``"module:attr"`` strings naming a :class:`~agora.graphs.spec.ProtocolSpec`; a spec's
+module is imported only when the spec is asked for. Everything that needs the list of protocols reads
+it here: ``agora.graphs`` (its exports), ``langgraph.json`` (:func:`langgraph_config`; a test checks the
+file against it, ``python -m agora.graphs.registry`` writes it), the CLI (``agora protocols``, the
+``run`` commands), and the docs tests.
+
+Adding a protocol: declare ``SPEC = ProtocolSpec(...)`` at the end of its graph module and add one
+line to :data:`PROTOCOLS` (``docs/architecture.md`` walks through it). Another package can add its own
+with :func:`register`.
+
+    from agora.graphs import registry
+    spec = registry.get("moa")
+    graph = spec.build().compile()
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agora.graphs.spec import ProtocolSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A registered protocol: where its spec lives, and the names ``agora.graphs`` exports from its module."""
+
+    target: str
+    """``"module:attr"`` of the :class:`ProtocolSpec`."""
+    exports: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return self.target.split(":", 1)[0]
+
+
+PROTOCOLS: dict[str, Entry] = {
+    "align": Entry("agora.graphs.delegation:SPEC",
+                   ("build_delegation_graph", "DelegationContext", "DelegationInput", "DelegationOutput")),
+    "converse": Entry("agora.graphs.conversation:SPEC",
+                          ("build_conversation_graph", "ConversationContext", "ConversationInput", "ConversationOutput")),
+    "comed": Entry("agora.graphs.escalation:SPEC",
+                   ("build_escalation_graph", "EscalationContext", "EscalationInput", "EscalationOutput")),
+    "duel": Entry("agora.graphs.duel:SPEC", ("build_duel_graph", "DuelContext", "DuelInput", "DuelOutput")),
+    "cupid": Entry("agora.graphs.selection:SPEC",
+                   ("build_selection_graph", "SelectionContext", "SelectionInput", "SelectionOutput")),
+    "moa": Entry("agora.graphs.moa:SPEC", ("build_moa_graph", "MoAContext", "MoAInput", "MoAOutput")),
+    "debate": Entry("agora.graphs.debate:SPEC", ("build_debate_graph", "DebateContext", "DebateInput", "DebateOutput")),
+}
+"""Protocol name → entry, in Studio's order (``langgraph.json``)."""
+
+_loaded: dict[str, ProtocolSpec] = {}
+_lock = threading.Lock()
+
+
+def register(name: str, target: str, exports: tuple[str, ...] = ()) -> None:
+    """Add a protocol by its spec's ``"module:attr"`` (nothing is imported until it is asked for).
+
+    Raises:
+        ValueError: ``name`` is taken by another target, or ``target`` is not ``"module:attr"``.
+    """
+    if target.count(":") != 1 or not all(target.split(":")):
+        raise ValueError(f"register({name!r}): target must be 'module:attr', got {target!r}")
+    if name in PROTOCOLS and PROTOCOLS[name].target != target:
+        raise ValueError(f"protocol {name!r} is already registered as {PROTOCOLS[name].target}")
+    PROTOCOLS[name] = Entry(target, tuple(exports))
+
+
+def names() -> list[str]:
+    """Registered protocol names, in registry order."""
+    return list(PROTOCOLS)
+
+
+def get(name: str) -> ProtocolSpec:
+    """The spec of protocol ``name`` (its module imported on first use).
+
+    Raises:
+        KeyError: an unknown name (the message lists the known ones).
+        TypeError: the entry does not name a :class:`ProtocolSpec`, or one of another name.
+    """
+    if name not in PROTOCOLS:
+        raise KeyError(f"unknown protocol {name!r}; choose one of {', '.join(PROTOCOLS)}")
+    with _lock:
+        if name not in _loaded:
+            module, attr = PROTOCOLS[name].target.split(":")
+            spec = getattr(importlib.import_module(module), attr)
+            if not isinstance(spec, ProtocolSpec):
+                raise TypeError(f"{PROTOCOLS[name].target} is a {type(spec).__name__}, not a ProtocolSpec")
+            if spec.name != name:
+                raise TypeError(f"{PROTOCOLS[name].target} declares protocol {spec.name!r}, registered as {name!r}")
+            _loaded[name] = spec
+        return _loaded[name]
+
+
+def specs() -> list[ProtocolSpec]:
+    """Every registered spec, in registry order (imports every protocol module)."""
+    return [get(name) for name in PROTOCOLS]
+
+
+def by_graph_id(graph_id: str) -> ProtocolSpec:
+    """The spec whose Studio id is ``graph_id``.
+
+    Raises:
+        KeyError: no registered protocol has that id.
+    """
+    for spec in specs():
+        if spec.graph_id == graph_id:
+            return spec
+    raise KeyError(f"no protocol has graph id {graph_id!r}")
+
+
+def exports() -> dict[str, str]:
+    """Name → module for what ``agora.graphs`` exports from the protocol modules (no import)."""
+    return {name: entry.module for entry in PROTOCOLS.values() for name in entry.exports}
+
+
+def langgraph_config() -> dict[str, Any]:
+    """The ``langgraph.json`` that lists every registered protocol's compiled graph for Studio."""
+    return {
+        "$schema": "https://langgra.ph/schema.json",
+        "dependencies": ["."],
+        "graphs": {spec.graph_id: {"path": spec.studio_path, "description": spec.description} for spec in specs()},
+        "python_version": "3.11",
+    }
+
+
+def write_langgraph_json(path: str | Path) -> Path:
+    """Write :func:`langgraph_config` to ``path`` (``langgraph.json`` at the repository root)."""
+    path = Path(path)
+    path.write_text(json.dumps(langgraph_config(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":  # python -m agora.graphs.registry > langgraph.json
+    print(json.dumps(langgraph_config(), indent=2, ensure_ascii=False))
