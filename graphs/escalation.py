@@ -60,6 +60,7 @@ from agora.agents.pool import ModelPool, Sample, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
+from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, find_answer, is_correct
 from agora.tasks.loaders import Problem
 
@@ -552,3 +553,11 @@ def build_escalation_graph() -> StateGraph:
 
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
 graph = build_escalation_graph().compile(name="comed_escalation")
+
+SPEC = ProtocolSpec(
+    name="comed", graph_id="comed_escalation", module=__name__,
+    description="COMED: route to an anchor, sample it N times, accept if self-consistent (and the router margin is large), verify with a peer probe if ambiguous, escalate to peers who see the anchor's answer otherwise; Mixture-of-Agents and debate baselines in the same pool, every method cost-counted.",
+    build=build_escalation_graph, context=EscalationContext, config=EscalationConfig,
+    input=EscalationInput, output=EscalationOutput, methods=METHODS, detail=comed_detail,
+    cli=("run comed", "calibrate comed"), docs="comed.md",
+)
