@@ -14,3 +14,4 @@ from agora.cli import comed  # noqa: E402,F401
 from agora.cli import train  # noqa: E402,F401
 from agora.cli import evolve  # noqa: E402,F401
 from agora.cli import pool  # noqa: E402,F401
+from agora.cli import bench  # noqa: E402,F401

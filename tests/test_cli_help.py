@@ -28,5 +28,5 @@ def test_top_level_help_rows_do_not_break_mid_sentence():
     result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "160"})
     assert result.exit_code == 0
     rows = [line for line in result.output.splitlines() if line.startswith("│ ") and "--help" not in line]
-    assert [r.split()[1] for r in rows] == ["duel", "serve", "select", "converse", "evolve", "run", "report",
+    assert [r.split()[1] for r in rows] == ["duel", "serve", "select", "converse", "evolve", "bench", "run", "report",
                                             "calibrate", "train", "pool"]

@@ -1,0 +1,281 @@
+"""``agora bench``: every protocol on every task file, one report (markdown, JSON, PNG) with
+paired statistics, cost and COMED's calibration stated. Runs: :mod:`agora.graphs.bench`;
+report: :mod:`agora.traces.bench`."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from agora.agents.delegation import DelegationConfig
+from agora.agents.escalation import EscalationConfig, EscalationThresholds, load_thresholds
+from agora.agents.pool import ModelPool
+from agora.agents.router import KNNRouter, history_from_store
+from agora.cli._shared import (
+    MAX_TEMPERATURE,
+    console,
+    err_console,
+    fmt_ci,
+    fmt_pct,
+    get_pool,
+    graceful_stop,
+    new_run_id,
+    user_errors,
+)
+from agora.cli.main import app
+from agora.graphs.bench import (
+    DEFAULT_SOURCE,
+    BenchConfig,
+    BenchProgress,
+    CalibrationError,
+    DevSplit,
+    Step,
+    TaskFile,
+    disjoint,
+    load_tasks,
+    plan,
+    remaining,
+    resolve_methods,
+    run_bench,
+)
+from agora.graphs.runner import QuestionOutcome
+from agora.tasks.loaders import detect_format, load_problems
+from agora.traces.bench import read_bench_spec, write_report
+from agora.traces.store import TraceStore
+
+
+class _Bar(BenchProgress):
+    """One rich progress bar over every question still to run, with the current task and protocol."""
+
+    def __init__(self, progress: Progress, total: int):
+        self.progress = progress
+        self.task = progress.add_task("bench", total=total, label="bench", status="")
+
+    def step(self, step: Step, todo: int) -> None:
+        what = "COMED dev (calibration)" if step.kind == "calibrate" else step.kind.upper()
+        scope = "all tasks" if step.task == "*" else step.task
+        self.progress.update(self.task, label=f"{scope} · {what}", status=f"{todo} to run" if todo else "done before")
+
+    def question(self, step: Step, outcome: QuestionOutcome) -> None:
+        self.progress.advance(self.task)
+
+    def event(self, step: Step, event: dict[str, Any]) -> None:
+        self.progress.update(self.task, status=escape(str(event.get("message", "")))[:60])
+
+
+def _dev_splits(calibrate_on: str | None, dev: int, tasks: list[TaskFile]) -> list[DevSplit]:
+    """The dev splits of ``--calibrate-on`` / ``--dev``, with every test question dropped from them."""
+    tests = [p for t in tasks for p in t.problems]
+    splits: list[tuple[str, str, list]] = []
+    if calibrate_on:
+        files = [Path(f.strip()) for f in calibrate_on.split(",") if f.strip()]
+        if len(files) not in (1, len(tasks)):
+            raise ValueError(f"--calibrate-on: {len(files)} files for {len(tasks)} tasks; give one file (thresholds "
+                             "for every task) or one per task, in the order of --tasks")
+        for i, f in enumerate(files):
+            problems = load_problems(f, detect_format(f), dev or None)
+            scope = "*" if len(files) == 1 else tasks[i].name
+            what = f"{f}" + (f" (its first {dev} questions)" if dev else "")
+            splits.append((scope, what, problems))
+    elif dev:
+        for t in tasks:
+            splits.append((t.name, f"{t.path}: the {len(t.dev)} questions after its test questions", list(t.dev)))
+    out = []
+    for scope, what, problems in splits:
+        kept, dropped = disjoint(problems, tests)
+        if not kept:
+            raise ValueError(f"--calibrate-on: {what} has no question that is not a test question")
+        note = f"; {dropped} of its questions are test questions and were dropped" if dropped else ""
+        out.append(DevSplit(scope, what + note, tuple(kept)))
+    return out
+
+
+def _router(store: TraceStore, pool: ModelPool, bench_id: str, questions: set[str], k: int,
+            embedding: str) -> KNNRouter | None:
+    """A kNN router over the DB's runs outside this bench, never on its test or dev questions."""
+    own = [r["run_id"] for r in store.db.query("select run_id from runs") if r["run_id"].startswith(f"{bench_id}:")]
+    try:
+        router = KNNRouter(history_from_store(store, exclude_runs=own, exclude_questions=questions), pool.names,
+                           k=k, embedding=embedding)
+    except ValueError as exc:
+        console.print(f"{exc}: no router, fixed anchor {pool.names[0]}", highlight=False)
+        return None
+    console.print(f"router: kNN (k={k}, {router.embedder.name}) over past traces in {store.path} outside this bench",
+                  highlight=False)
+    return router
+
+
+@app.command("bench", short_help="Every protocol on every task file: one table with paired statistics, cost, "
+                                 "COMED's calibration and a plot.")
+def bench(
+    tasks: str = typer.Option("sample", "--tasks", help="Comma-separated task files (any loader format, detected), "
+                              "each optionally name=path; 'sample' = the 5 GSM8K problems shipped with Agora."),
+    protocols: str = typer.Option("all", "--protocols", help="Comma-separated: all, align (with single_agent, "
+                                  "self_consistency, best_of_n), comed (with anchor, router_only), moa, debate, or "
+                                  "any method name."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, "
+                                        "tiny; see `agora pool list`). Default: the embedded Qwen pool."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Test questions per task: the first N of each file."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seeds of every protocol, and the bootstrap's."),
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Bench id; rerun the same id to resume (runs "
+                                         "<id>:<task>:<protocol>)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: bench-<run-id>)."),
+    agents: int = typer.Option(2, "--agents", "-n", min=1, help="ALIGN agents n."),
+    samples: int = typer.Option(3, "--samples", "-k", min=1, help="ALIGN candidates per agent k."),
+    tau: float = typer.Option(0.5, "--tau", min=0.0, max=1.0, help="ALIGN's committed threshold on U."),
+    anchor_samples: Optional[int] = typer.Option(None, "--anchor-samples", "-N", min=1,
+                                                 help="COMED anchor samples N (default 3, or the thresholds file's)."),
+    thresholds: Optional[Path] = typer.Option(None, "--thresholds", help="COMED thresholds file from `agora "
+                                              "calibrate comed` (calibrated outside this bench)."),
+    tau_hi: Optional[float] = typer.Option(None, "--tau-hi", help="COMED: accept when SC >= tau_hi (default 0.67)."),
+    tau_lo: Optional[float] = typer.Option(None, "--tau-lo", help="COMED: escalate when SC < tau_lo (default 0.34)."),
+    m_min: Optional[float] = typer.Option(None, "--m-min", help="COMED: least router margin for a direct accept."),
+    calibrate_on: Optional[str] = typer.Option(None, "--calibrate-on", help="Dev file(s) to calibrate COMED on "
+                                               "first: one for every task, or one per task; test questions are "
+                                               "dropped from them."),
+    dev: int = typer.Option(0, "--dev", min=0, help="With --calibrate-on: use its first N questions; without it: "
+                            "calibrate each task on the N questions after its --limit test questions."),
+    lam: float = typer.Option(0.01, "--lambda", help="Calibration cost weight λ (accuracy one extra call per "
+                              "question must buy)."),
+    max_calls: Optional[float] = typer.Option(None, "--max-calls", help="Calibration budget: COMED's mean model "
+                                              "calls per dev question, anchor included."),
+    anchor: Optional[str] = typer.Option(None, "--anchor", help="COMED's fixed anchor (default: the first pool model)."),
+    router: bool = typer.Option(False, "--router/--no-router", help="Route COMED's anchor with kNN over runs in "
+                                "--db outside this bench (off: fixed anchor)."),
+    router_k: int = typer.Option(5, "--router-k", min=1),
+    embedding: str = typer.Option("auto", "--embedding", help="Router embedding: auto, minilm or tfidf."),
+    debate_agents: int = typer.Option(3, "--debate-agents", min=1),
+    debate_rounds: int = typer.Option(2, "--debate-rounds", min=1, help="Debate rounds including the first."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Max generated tokens per sample, every method."),
+    probe_max_tokens: int = typer.Option(64, "--probe-max-tokens", min=1, help="Max tokens of COMED's probe answer."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Questions in flight at once (served pools)."),
+    durability: Literal["async", "sync", "exit"] = typer.Option("async", "--durability",
+                                                                help="When questions are checkpointed (see run align)."),
+    report_only: bool = typer.Option(False, "--report-only", help="Run nothing: write the report of --run-id "
+                                     "from --db (e.g. of an interrupted bench)."),
+) -> None:
+    """Run ALIGN (with single-agent, self-consistency and best-of-n·k on its candidates) and COMED
+    (with anchor, router-only, MoA and debate) on every task file, then write the report: accuracy
+    per method × task with 95% CIs and the macro-average, paired differences against single-agent
+    and self-consistency with McNemar p-values, cost per question, COMED's shares, rescues and harms
+    and thresholds, and accuracy against generated tokens as a PNG."""
+    with user_errors():
+        if report_only:
+            if run_id is None:
+                raise ValueError("--report-only needs the --run-id of a bench")
+            store = TraceStore(db, readonly=True)
+            spec = read_bench_spec(store, run_id)
+            if spec is None:
+                raise ValueError(f"{db}: no bench {run_id!r}")
+            report, files = write_report(store, spec, out or Path(f"bench-{run_id}"), seed=seed, record=False)
+            _print_summary(report, files)
+            return
+        methods = resolve_methods(protocols)
+        task_files = load_tasks(tasks, limit, 0 if calibrate_on else dev)
+        if thresholds is not None and (calibrate_on or dev):
+            raise ValueError("--thresholds and --calibrate-on/--dev both choose COMED's thresholds; give one")
+        file = load_thresholds(thresholds) if thresholds else None
+        given = {k: v for k, v in {"tau_hi": tau_hi, "tau_lo": tau_lo, "m_min": m_min}.items() if v is not None}
+        if file is not None and file.n_anchor is not None and anchor_samples not in (None, file.n_anchor):
+            raise ValueError(f"--anchor-samples {anchor_samples}: the thresholds in {thresholds} were calibrated with "
+                             f"n_anchor = {file.n_anchor}; drop --anchor-samples or recalibrate")
+        n_anchor = anchor_samples or (file.n_anchor if file and file.n_anchor else 3)
+        base = file.thresholds if file else EscalationThresholds()
+        source = DEFAULT_SOURCE
+        if file is not None:
+            header = thresholds.read_text(encoding="utf-8").splitlines()[0].lstrip("# ").strip()
+            source = f"from {thresholds}, calibrated outside this bench ({header})"
+        if given:
+            source = (source if file else "fixed thresholds given on the command line, not calibrated on a dev split") \
+                + f"; {', '.join(given)} set on the command line"
+        config = BenchConfig(
+            align=DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
+                                   temperature=temperature, seed=seed),
+            comed=EscalationConfig(thresholds=EscalationThresholds(**{**asdict(base), **given}), n_anchor=n_anchor,
+                                   anchor=anchor, debate_agents=debate_agents, debate_rounds=debate_rounds,
+                                   max_tokens=max_tokens, probe_max_tokens=probe_max_tokens, temperature=temperature,
+                                   seed=seed),
+            methods=methods, thresholds_source=source, lam=lam, max_calls=max_calls, concurrency=concurrency,
+            durability=durability)
+        if embedding not in ("auto", "minilm", "tfidf"):
+            raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
+        dev_splits = _dev_splits(calibrate_on, dev, task_files) if "comed" in config.protocols else []
+        the_pool = get_pool(pool)
+        bench_id = run_id or new_run_id("bench")
+        out_dir = out or Path(f"bench-{bench_id}")
+        store = TraceStore(db)
+        the_router = None
+        if router and "comed" in config.protocols and anchor is None:
+            questions = {p.question for t in task_files for p in t.problems} | {p.question for d in dev_splits
+                                                                                for p in d.problems}
+            the_router = _router(store, the_pool, bench_id, questions, router_k, embedding)
+        steps = plan(bench_id, task_files, config, dev_splits)
+        todo = remaining(store, steps)
+        total_q = sum(len(s.problems) for s in steps)
+        console.print(f"bench [bold]{escape(bench_id)}[/bold]: {len(task_files)} tasks "
+                      f"({', '.join(f'{t.name} {len(t.problems)}' for t in task_files)}), runs "
+                      f"{', '.join(dict.fromkeys(s.kind for s in steps))}, pool {', '.join(the_pool.names)}; "
+                      f"{sum(todo.values())} of {total_q} questions to run", highlight=False)
+        progress = Progress(TextColumn("[bold]{task.fields[label]}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                            TextColumn("{task.fields[status]}", style="dim"), console=console,
+                            speed_estimate_period=600, disable=not sys.stdout.isatty() and total_q == 0)
+        try:
+            with progress, graceful_stop() as control:
+                result = run_bench(task_files, pool=the_pool, store=store, bench_id=bench_id, config=config,
+                                   dev=dev_splits, router=the_router, progress=_Bar(progress, sum(todo.values())),
+                                   control=control, steps=steps)
+        except CalibrationError as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        report, files = write_report(store, result.spec, out_dir, seed=seed)
+        _print_summary(report, files)
+        failed = result.failed
+        if failed:
+            shown = "; ".join(f"{r} {q.problem.id}: {q.error}"[:300] for r, q in failed[:5])
+            err_console.print(f"[red]error:[/red] {len(failed)} test questions failed: no model call answered, so they "
+                              f"are not scored ({escape(shown)}{'; ...' if len(failed) > 5 else ''}); rerun with "
+                              f"--run-id {escape(bench_id)} to retry them", highlight=False, soft_wrap=True)
+            raise typer.Exit(1)
+
+
+def _print_summary(report: dict[str, Any], files: Any) -> None:
+    tasks = [t["name"] for t in report["tasks"]]
+    cells = {(c["task"], c["method"]): c for c in report["cells"]}
+    macro = {m["method"]: m for m in report["macro"]}
+    table = Table(title=f"bench {report['bench_id']}: accuracy % [95% CI]" + ("" if report["complete"] else " (incomplete)"))
+    for col in ["method", *tasks, "macro", "tokens/q"]:
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for m in report["methods"]:
+        if m not in macro:
+            continue
+        row = [f"{fmt_pct(cells[t, m]['accuracy'])} {fmt_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}"
+               if (t, m) in cells else "-" for t in tasks]
+        table.add_row(m, *row, f"{fmt_pct(macro[m]['accuracy'])} {fmt_ci(macro[m]['ci_low'], macro[m]['ci_high'])}",
+                      f"{macro[m]['tokens_per_q']:.0f}")
+    console.print(table)
+    for c in report["calibration"]:
+        t = c["thresholds"]
+        scope = "all tasks" if c["scope"] == "*" else c["scope"]
+        console.print(f"COMED thresholds ({scope}): τ_hi={t['tau_hi']:.4g}, τ_lo={t['tau_lo']:.4g}, "
+                      f"m_min={t['m_min']:.4g}: {c['source']}", highlight=False, soft_wrap=True)
+    failed = sum(len(ids) for per in report["failed_questions"].values() for ids in per.values())
+    if failed:
+        console.print(f"failed questions: {failed} (not scored; see the report)", highlight=False)
+    console.print(f"report: {files.markdown}, {files.json}, {files.png}", highlight=False)

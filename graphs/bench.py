@@ -1,0 +1,404 @@
+"""The driver of ``agora bench``: every protocol on every task file, as ordinary resumable runs.
+
+Per task file the bench runs ALIGN (its graph computes ``align``, ``single_agent``,
+``self_consistency`` and ``best_of_n`` from the same n·k candidates) and COMED (``comed``,
+``anchor``, ``router_only`` with a router, and the dense baselines ``moa`` and ``debate`` on the
+same questions and pool), each through :func:`agora.graphs.runner.run_problems` with the run id
+``<bench>:<task>:<protocol>``. Rerunning a bench id therefore skips every recorded question and
+resumes an interrupted one from its last finished step, like any run.
+
+COMED's thresholds are calibrated honestly when a dev split is given (:class:`DevSplit`): the
+explore run ``<bench>:<scope>:comed-dev`` answers dev questions disjoint from every test question
+it applies to (test questions are dropped from it, and counted), then
+:func:`agora.agents.escalation.calibrate` picks the thresholds the test run uses. The thresholds
+and their source go into the report (:mod:`agora.traces.bench`); without a dev split the report says
+the fixed thresholds were used.
+
+Layers: this module uses ``agents``, ``tasks`` and ``traces``; the report lives in
+:mod:`agora.traces.bench` and the command line in :mod:`agora.cli.bench`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+from langgraph.runtime import RunControl
+
+from agora.agents.delegation import DelegationConfig
+from agora.agents.escalation import EscalationConfig, calibrate, check_pool
+from agora.agents.pool import ModelPool
+from agora.agents.router import KNNRouter
+from agora.graphs.delegation import METHODS as ALIGN_METHODS, DelegationContext, build_delegation_graph
+from agora.graphs.escalation import METHODS as COMED_METHODS, EscalationContext, build_escalation_graph, comed_detail
+from agora.graphs.runner import QuestionOutcome, RunOutcome, run_problems
+from agora.tasks.loaders import Problem, detect_format, load_problems
+from agora.tasks.samples import sample_path
+from agora.traces.bench import BenchSpec, BenchTask, comed_dev_outcomes, record_bench
+from agora.traces.store import TraceStore
+
+#: Every method a bench reports, in report order, with the protocol whose run computes it.
+PROTOCOL_OF: dict[str, str] = {**{m: "align" for m in ALIGN_METHODS}, **{m: "comed" for m in COMED_METHODS}}
+METHODS = tuple(PROTOCOL_OF)
+#: What ``--protocols`` accepts besides method names: a protocol with its own baselines.
+GROUPS: dict[str, tuple[str, ...]] = {"align": ALIGN_METHODS, "comed": ("comed", "anchor", "router_only")}
+#: The samples each method draws on (methods naming the same samples share them).
+SHARING = {
+    "align": "ALIGN's n·k candidates (the principal's pick among all of them)",
+    "single_agent": "ALIGN's n·k candidates (agent 0's first sample only)",
+    "self_consistency": "ALIGN's n·k candidates (majority over all of them)",
+    "best_of_n": "ALIGN's n·k candidates (argmax of the principal's utility U over all of them)",
+    "comed": "COMED's anchor samples (N), plus the probe's answer and the peers' answers when it verifies or escalates",
+    "anchor": "COMED's anchor samples (N; their plurality)",
+    "router_only": "COMED's anchor samples (the first one)",
+    "moa": "its own samples: one proposal per pool model and the aggregator's answer",
+    "debate": "its own samples: every agent in every round",
+}
+DEFAULT_SOURCE = "fixed default thresholds, not calibrated on a dev split (give --calibrate-on FILE or --dev N)"
+
+
+def resolve_methods(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The methods named by ``--protocols`` (comma-separated), in report order: ``all`` (or
+    nothing) for every method; ``align`` for ALIGN with its three baselines; ``comed`` for COMED
+    with its anchor and router-only baselines; any method name for itself (``moa``, ``debate``,
+    ``self_consistency``...).
+
+    Raises:
+        ValueError: an unknown name (the message lists the choices).
+    """
+    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec or ()) if s.strip()]
+    if not names or names == ["all"]:
+        return METHODS
+    chosen: set[str] = set()
+    for n in names:
+        if n in GROUPS:
+            chosen.update(GROUPS[n])
+        elif n in PROTOCOL_OF:
+            chosen.add(n)
+        else:
+            raise ValueError(f"--protocols: unknown {n!r}; choose from all, {', '.join(GROUPS)} or a method "
+                             f"({', '.join(METHODS)})")
+    return tuple(m for m in METHODS if m in chosen)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFile:
+    """One task of a bench: its test questions and, for ``--dev N``, the dev questions after them."""
+
+    name: str
+    path: Path
+    format: str
+    problems: tuple[Problem, ...]
+    dev: tuple[Problem, ...] = ()
+
+
+_GENERIC = {"test", "dev", "train", "val", "valid", "validation", "data", "sample"}
+
+
+def _task_name(path: Path, taken: set[str]) -> str:
+    """The file's stem (``arc_challenge_test``), prefixed with its folder when the stem says
+    nothing (``gsm8k/test.jsonl`` → ``gsm8k-test``) or is taken; run ids use it."""
+    name = path.stem
+    if name in _GENERIC or name in taken:
+        name = f"{path.parent.name}-{name}" if path.parent.name else name
+    base, i = name, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    return name
+
+
+def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFile]:
+    """The task files of ``--tasks``: comma-separated paths, each optionally ``name=path``, in any
+    loader format (detected from the file); ``sample`` is the GSM8K sample shipped with Agora. The
+    test questions are the first ``limit`` of each file (all without it); ``dev`` more after them
+    form that task's dev split.
+
+    Raises:
+        ValueError: no task, a duplicate name, a name that cannot be a run id part, a file without
+            gold answers (``prompts``), ``dev`` without ``limit``, or a file with too few problems.
+        TaskFormatError: a file that cannot be read (file:line: field).
+    """
+    if dev and limit is None:
+        raise ValueError("--dev N takes the N questions after the test questions: give --limit too")
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    if not items:
+        raise ValueError("--tasks: no task file given")
+    tasks: list[TaskFile] = []
+    taken: set[str] = set()
+    for item in items:
+        name, sep, rest = item.partition("=")
+        given = rest if sep else item
+        if given == "sample":
+            path, fmt = sample_path("gsm8k")
+            name = name if sep else "gsm8k-sample"
+        else:
+            path = Path(given)
+            fmt = detect_format(path)
+            name = name.strip() if sep else _task_name(path, taken)
+        if not name or ":" in name or name in taken or name in ("all", "macro"):
+            raise ValueError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "
+                             "name it with name=path")
+        if fmt == "prompts":
+            raise ValueError(f"{path}: no gold answers (format prompts); a bench needs gold answers to score")
+        problems = load_problems(path, fmt, None if limit is None else limit + dev)
+        if not problems:
+            raise ValueError(f"{path}: no problems")
+        test, rest_ = problems[: limit or len(problems)], problems[limit or len(problems):]
+        if dev and len(rest_) < dev:
+            raise ValueError(f"{path}: {len(problems)} problems, fewer than --limit {limit} + --dev {dev}")
+        taken.add(name)
+        tasks.append(TaskFile(name, path, fmt, tuple(test), tuple(rest_)))
+    return tasks
+
+
+@dataclass(frozen=True, slots=True)
+class DevSplit:
+    """Dev questions for COMED's calibration, for one task (``scope`` its name) or all (``*``)."""
+
+    scope: str
+    source: str
+    """Where the questions come from, in words (a file, or the rows after a task's test questions)."""
+    problems: tuple[Problem, ...]
+
+
+def disjoint(dev: Sequence[Problem], tests: Sequence[Problem]) -> tuple[list[Problem], int]:
+    """``dev`` without any question that is also a test question (same text), and how many went."""
+    seen = {p.question.strip() for p in tests}
+    kept = [p for p in dev if p.question.strip() not in seen]
+    return kept, len(dev) - len(kept)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """The protocols' settings for a bench (the CLI builds it from its options)."""
+
+    align: DelegationConfig = field(default_factory=DelegationConfig)
+    comed: EscalationConfig = field(default_factory=EscalationConfig)
+    """COMED's settings; its thresholds are the fixed ones, used unless a dev split calibrates them."""
+    methods: tuple[str, ...] = METHODS
+    thresholds_source: str = DEFAULT_SOURCE
+    """Where ``comed.thresholds`` came from, for the report, when no dev split is given."""
+    lam: float = 0.01
+    """Calibration cost weight λ (:func:`agora.agents.escalation.calibration_objective`)."""
+    max_calls: float | None = None
+    """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
+    concurrency: int = 1
+    durability: Literal["async", "sync", "exit"] = "async"
+
+    def __post_init__(self):
+        unknown = [m for m in self.methods if m not in PROTOCOL_OF]
+        if unknown or not self.methods:
+            raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(METHODS)}")
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        """The runs a task needs: ``align`` and/or ``comed``."""
+        return tuple(p for p in ("align", "comed") if any(PROTOCOL_OF[m] == p for m in self.methods))
+
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        """The dense baselines COMED's run computes (only those asked for: they cost calls)."""
+        return tuple(b for b in ("moa", "debate") if b in self.methods)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One run of a bench: a dev calibration run, or a task's ALIGN or COMED run."""
+
+    kind: Literal["calibrate", "align", "comed"]
+    task: str
+    """The task's name (``*``: a dev split for all tasks)."""
+    run_id: str
+    problems: tuple[Problem, ...]
+    path: str | None
+    format: str
+
+
+def run_id_of(bench_id: str, task: str, protocol: str) -> str:
+    """``<bench>:<task>:<protocol>`` (``all`` for a dev split that serves every task)."""
+    return f"{bench_id}:{'all' if task == '*' else task}:{protocol}"
+
+
+def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Sequence[DevSplit] = ()) -> list[Step]:
+    """The runs of a bench in the order they run: the dev calibrations, then per task ALIGN and COMED."""
+    steps = []
+    if "comed" in config.protocols:
+        for d in dev:
+            steps.append(Step("calibrate", d.scope, run_id_of(bench_id, d.scope, "comed-dev"), d.problems,
+                              d.source, "dev"))
+    for t in tasks:
+        for p in config.protocols:
+            steps.append(Step(p, t.name, run_id_of(bench_id, t.name, p), t.problems, str(t.path), t.format))
+    return steps
+
+
+def remaining(store: TraceStore, steps: Sequence[Step]) -> dict[str, int]:
+    """Questions each step still has to run (a rerun of a bench id skips recorded ones)."""
+    out = {}
+    for s in steps:
+        done = store.finished_questions(s.run_id)
+        out[s.run_id] = sum(p.id not in done for p in s.problems)
+    return out
+
+
+class BenchProgress:
+    """What a bench reports as it goes (the CLI draws a progress bar from it); no-ops here."""
+
+    def step(self, step: Step, todo: int) -> None:
+        """A run starts: ``todo`` of its questions are not recorded yet."""
+
+    def question(self, step: Step, outcome: QuestionOutcome) -> None:
+        """A question finished (recorded, or failed)."""
+
+    def event(self, step: Step, event: dict[str, Any]) -> None:
+        """A graph's custom stream event (``event["message"]``)."""
+
+
+class CalibrationError(RuntimeError):
+    """A dev run some of whose questions failed: no thresholds from a partial dev split."""
+
+
+@dataclass
+class BenchResult:
+    spec: BenchSpec
+    runs: dict[str, RunOutcome] = field(default_factory=dict)
+    """Run id → what that run did in this call."""
+
+    @property
+    def failed(self) -> list[tuple[str, QuestionOutcome]]:
+        """Test questions that failed in this call (every model call failed), with their run id."""
+        return [(r, q) for r, o in self.runs.items() if not r.endswith(":comed-dev") for q in o.failed]
+
+
+def run_bench(
+    tasks: Sequence[TaskFile],
+    *,
+    pool: ModelPool,
+    store: TraceStore,
+    bench_id: str,
+    config: BenchConfig,
+    dev: Sequence[DevSplit] = (),
+    router: KNNRouter | None = None,
+    progress: BenchProgress | None = None,
+    control: RunControl | None = None,
+    steps: Sequence[Step] | None = None,
+) -> BenchResult:
+    """Run (or resume) every step of :func:`plan` and record the bench's spec in ``store``.
+
+    ``router``: COMED's kNN router (the same for calibration and test runs), else a fixed anchor.
+    ``steps``: the plan, when the caller already made it (to size a progress bar).
+
+    Raises:
+        ValueError: a pool COMED cannot run on, a dev split that is empty once test questions are
+            dropped, or a run id that exists with other settings (see ``TraceStore.start_run``).
+        CalibrationError: a dev question failed (rerun the bench id to retry it).
+        KeyboardInterrupt, GraphDrained, ModelCallError: from the runner; finished questions are
+            saved and a rerun with the same ``bench_id`` resumes.
+    """
+    progress = progress or BenchProgress()
+    comed_cfg = replace(config.comed, baselines=config.baselines)
+    if "comed" in config.protocols:
+        check_pool(comed_cfg, pool.names)
+    steps = list(steps) if steps is not None else plan(bench_id, tasks, config, dev)
+    result = BenchResult(spec=None)  # type: ignore[arg-type]
+    calibration: dict[str, dict[str, Any]] = {}
+
+    def go(step: Step, builder: Any, context: Any, run_config: dict[str, Any], protocol: str,
+           detail: Callable | None = None) -> RunOutcome:
+        done = store.finished_questions(step.run_id)
+        progress.step(step, sum(p.id not in done for p in step.problems))
+        kwargs = {"detail": detail} if detail is not None else {}
+        outcome = run_problems(
+            builder, list(step.problems), store=store, run_id=step.run_id, protocol=protocol, context=context,
+            config=run_config, pool_description=pool.describe(),
+            dataset={"path": step.path, "format": step.format, "limit": len(step.problems), "bench": bench_id},
+            on_event=lambda e: progress.event(step, e), on_question=lambda q: progress.question(step, q),
+            durability=config.durability, concurrency=config.concurrency, control=control, **kwargs)
+        result.runs[step.run_id] = outcome
+        return outcome
+
+    def comed_run_config(cfg: EscalationConfig) -> dict[str, Any]:
+        return {**asdict(cfg), "router": router.description if router else None}
+
+    for step in steps:
+        if step.kind != "calibrate":
+            continue
+        dev_cfg = replace(comed_cfg, explore=True, baselines=())
+        outcome = go(step, build_escalation_graph(), EscalationContext(pool=pool, config=dev_cfg, router=router),
+                     comed_run_config(dev_cfg), "comed", comed_detail)
+        if outcome.failed:
+            raise CalibrationError(
+                f"{len(outcome.failed)} dev questions of {step.run_id} failed (no model call answered); no thresholds "
+                f"from a partial dev split: rerun with --run-id {bench_id} to retry them")
+        outcomes = comed_dev_outcomes(store, step.run_id)
+        best = calibrate(outcomes, config.lam, config.max_calls)
+        calibration[step.task] = {
+            "scope": step.task, "thresholds": asdict(best.thresholds), "n_anchor": comed_cfg.n_anchor,
+            "run_id": step.run_id, "questions": len(outcomes), "objective": best.objective, "rescues": best.rescues,
+            "harms": best.harms, "calls_per_question": best.calls_per_question, "lambda": config.lam,
+            "max_calls": config.max_calls,
+            "source": (f"calibrated on {step.path}: {len(outcomes)} dev questions disjoint from the test questions "
+                       f"(run {step.run_id}; λ = {config.lam}, budget "
+                       f"{'none' if config.max_calls is None else f'{config.max_calls} calls/question'}; dev "
+                       f"objective {best.objective:.4f}: rescues {best.rescues}, harms {best.harms}, "
+                       f"{best.calls_per_question:.2f} calls/question; anchor "
+                       f"{'routed by kNN' if router else 'fixed'})"),
+        }
+
+    def thresholds_for(task: str) -> dict[str, Any]:
+        return calibration.get(task) or calibration.get("*") or {
+            "scope": task, "thresholds": asdict(comed_cfg.thresholds), "n_anchor": comed_cfg.n_anchor,
+            "source": config.thresholds_source}
+
+    runs: dict[str, dict[str, str]] = {t.name: {} for t in tasks}
+    for step in steps:
+        if step.kind == "calibrate":
+            continue
+        runs[step.task][step.kind] = step.run_id
+    calib_rows: list[dict[str, Any]] = []
+    if "comed" in config.protocols:
+        calib_rows = list(calibration.values())
+        if "*" not in calibration:
+            uncalibrated = [t.name for t in tasks if t.name not in calibration]
+            if uncalibrated:
+                fixed = thresholds_for("*")
+                calib_rows += ([{**fixed, "scope": "*"}] if len(uncalibrated) == len(tasks)
+                               else [{**fixed, "scope": n} for n in uncalibrated])
+    settings = {"align": _short(asdict(config.align)), "comed": _short(comed_run_config(comed_cfg)),
+                "pool": pool.names, "methods": list(config.methods)}
+    if "align" not in config.protocols:
+        settings.pop("align")
+    if "comed" not in config.protocols:
+        settings.pop("comed")
+    spec = BenchSpec(
+        bench_id=bench_id,
+        tasks=tuple(BenchTask(t.name, str(t.path), t.format, tuple(p.id for p in t.problems), runs[t.name])
+                    for t in tasks),
+        methods={m: PROTOCOL_OF[m] for m in config.methods if m != "router_only" or router is not None},
+        sharing={m: SHARING[m] for m in config.methods}, calibration=tuple(calib_rows), settings=settings)
+    result.spec = spec
+    record_bench(store, spec)  # the spec first: an interrupted bench can still be reported
+
+    for step in steps:
+        if step.kind == "align":
+            go(step, build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
+               asdict(config.align), "align")
+        elif step.kind == "comed":
+            t = thresholds_for(step.task)["thresholds"]
+            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t))
+            go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=router),
+               comed_run_config(cfg), "comed", comed_detail)
+    return result
+
+
+def _short(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings for the report's header: nested dicts flattened (``thresholds.tau_hi``), empty
+    values left out."""
+    out: dict[str, Any] = {}
+    for k, v in settings.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{kk}": vv for kk, vv in v.items()})
+        elif v not in ((), [], None, ""):
+            out[k] = v
+    return out

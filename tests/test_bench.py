@@ -1,0 +1,361 @@
+"""``agora bench`` (issue 18): the statistics against hand-computed values, a bench on two tiny
+task files with scripted models (every number of the report checked by hand), failed questions
+counted apart, honest COMED calibration, and resuming an interrupted bench without redoing
+anything finished."""
+
+import json
+import math
+import re
+import threading
+from math import comb
+
+import pytest
+from typer.testing import CliRunner
+
+import agora.cli.bench as bench_cli
+from agora.agents.pool import ModelPool
+from agora.agents.testing import ScriptedChatModel
+from agora.cli.main import app
+from agora.graphs.bench import PROTOCOL_OF, load_tasks, resolve_methods
+from agora.traces.bench import (
+    macro_bootstrap_ci,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+    pareto_front,
+    read_bench_spec,
+)
+from agora.traces.store import TraceStore
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def two_sided_binomial(k: int, n: int) -> float:
+    """By hand: twice the smaller tail of Binomial(n, 1/2), at most 1."""
+    tail = sum(comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+@pytest.mark.parametrize("wins, losses, expected", [
+    (5, 0, 2 / 32),              # 2 · (1/2)^5
+    (8, 2, 2 * (1 + 10 + 45) / 1024),  # 2 · P(X <= 2), X ~ Bin(10, 1/2) = 0.109375
+    (0, 0, 1.0),                 # no discordant pair: no evidence
+    (3, 3, 1.0),
+    (1, 0, 1.0),                 # one discordant pair can never be significant
+    (0, 6, 2 / 64),
+])
+def test_mcnemar_exact_matches_hand_computed_values(wins, losses, expected):
+    assert mcnemar_exact(wins, losses) == pytest.approx(expected)
+    assert mcnemar_exact(wins, losses) == pytest.approx(two_sided_binomial(wins, wins + losses))
+
+
+def test_mcnemar_refuses_negative_counts():
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        mcnemar_exact(-1, 2)
+
+
+def test_paired_bootstrap_ci_is_the_difference_with_a_sane_interval():
+    x = [1, 1, 1, 0, 1, 0, 1, 1, 0, 1]
+    y = [0, 1, 0, 0, 1, 0, 0, 1, 0, 1]
+    diff, lo, hi = paired_bootstrap_ci(x, y)
+    assert diff == pytest.approx(0.3)  # 7/10 − 4/10
+    assert -1 <= lo <= diff <= hi <= 1 and lo < hi
+    assert lo >= 0.0  # every question's difference is 0 or +1: no resample can be negative
+    assert paired_bootstrap_ci(x, x) == (0.0, 0.0, 0.0)
+    assert paired_bootstrap_ci(x, y, seed=3) == paired_bootstrap_ci(x, y, seed=3)  # seeded
+    with pytest.raises(ValueError, match="same questions"):
+        paired_bootstrap_ci([1, 0], [1])
+    assert all(math.isnan(v) for v in paired_bootstrap_ci([], []))
+
+
+def test_macro_bootstrap_keeps_each_task_in_its_stratum():
+    # constant tasks: every resample of each task has the same mean, so the CI collapses to 0.5
+    assert macro_bootstrap_ci([[1, 1], [0, 0, 0]]) == (0.5, 0.5, 0.5)
+    mean, lo, hi = macro_bootstrap_ci([[1, 0, 1, 1], [0, 0, 1]])
+    assert mean == pytest.approx((0.75 + 1 / 3) / 2)
+    assert 0 <= lo <= mean <= hi <= 1
+    assert macro_bootstrap_ci([[1, 0], []])[0] == 0.5  # an empty task is left out
+    assert all(math.isnan(v) for v in macro_bootstrap_ci([[], []]))
+
+
+def test_pareto_front_keeps_the_non_dominated_points_by_cost():
+    points = [(10, 0.5), (20, 0.4), (30, 0.7), (30, 0.6), (5, 0.2), (40, 0.7), (float("nan"), 1.0)]
+    assert pareto_front(points) == [4, 0, 2]
+    assert pareto_front([(1, 0.5), (1, 0.5)]) == [0]  # two methods on one point: one vertex
+
+
+def test_protocols_option_names_protocols_and_methods():
+    assert resolve_methods("all") == tuple(PROTOCOL_OF)
+    assert resolve_methods("align") == ("align", "single_agent", "self_consistency", "best_of_n")
+    assert resolve_methods("moa,comed") == ("comed", "anchor", "router_only", "moa")
+    assert resolve_methods("self_consistency, debate") == ("self_consistency", "debate")
+    with pytest.raises(ValueError, match="unknown 'vote'"):
+        resolve_methods("align,vote")
+
+
+# ---------------------------------------------------------------------------- scripted tasks and pool
+
+
+def write_tasks(tmp_path, n_math=4, n_mc=3):
+    math_file, mc_file = tmp_path / "arith.jsonl", tmp_path / "quiz.jsonl"
+    math_file.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"{i} plus {i}\n#### {2 * i}"})
+                                 + "\n" for i in range(1, n_math + 1)))
+    mc_file.write_text("".join(json.dumps({"id": f"mc{i}", "question": f"Quiz {i}: which letter?",
+                                           "options": {"A": "w", "B": "x", "C": "y", "D": "z"}, "answer_idx": "A"})
+                               + "\n" for i in range(1, n_mc + 1)))
+    return math_file, mc_file
+
+
+def scripted_pool(counter=None, interrupt_at=None):
+    """Two models whose answers depend only on the question and the sample index, so every number
+    of the report can be worked out by hand (see test_bench_on_two_task_files_...).
+
+    Arithmetic "What is i + i?": model a's sample 0 is right for i <= 2 and says 99 for i >= 3,
+    its samples 1 and 2 are right; model b's sample 0 is right, its others say 0.
+    Quiz (gold A): a answers B, C, A by sample index; b answers A. Any model that has seen other
+    answers (COMED peer, debate round 2, MoA aggregator) answers right.
+    """
+    lock = threading.Lock()
+
+    def make(model):
+        def respond(chat, i):
+            if counter is not None:
+                with lock:
+                    counter[model] = counter.get(model, 0) + 1
+                    counter["total"] = counter.get("total", 0) + 1
+                    if interrupt_at is not None and counter["total"] == interrupt_at[0]:
+                        raise KeyboardInterrupt
+            text = chat[-1]["content"]
+            m = re.search(r"What is (\d+) \+", text)
+            seen = any(s in text for s in ("Another model answered", "other agents", "Responses from several"))
+            if m:
+                right = str(2 * int(m.group(1)))
+                if seen:
+                    return f"The answer is {right}."
+                if model == "a":
+                    return f"The answer is {right if i > 0 or int(m.group(1)) <= 2 else '99'}."
+                return f"The answer is {right if i == 0 else '0'}."
+            if seen:
+                return "The answer is A."
+            return f"The answer is {'BCA'[i % 3] if model == 'a' else 'A'}."
+        return respond
+
+    return ModelPool.from_chat_models({m: ScriptedChatModel(respond=make(m), latency_s=0.001) for m in ("a", "b")})
+
+
+def bench_args(math_file, mc_file, db, out, *extra):
+    return ["bench", "--tasks", f"{math_file},{mc_file}", "--db", str(db), "--out", str(out), "--run-id", "b1",
+            "--max-tokens", "16", *extra]
+
+
+def test_bench_on_two_task_files_writes_hand_checked_markdown_json_and_png(tmp_path, monkeypatch):
+    math_file, mc_file = write_tasks(tmp_path)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    db, out = tmp_path / "t.db", tmp_path / "b"
+    result = CliRunner().invoke(app, bench_args(math_file, mc_file, db, out))
+    assert result.exit_code == 0, result.output
+    for name in ("bench.md", "bench.json", "accuracy_vs_tokens.png"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "accuracy_vs_tokens.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads((out / "bench.json").read_text())
+    assert report["complete"] is True and [t["name"] for t in report["tasks"]] == ["arith", "quiz"]
+    assert report["tasks"][0]["runs"] == {"align": "b1:arith:align", "comed": "b1:arith:comed"}
+    acc = {(c["task"], c["method"]): c["accuracy"] for c in report["cells"]}
+    # arith: agent 0 (a) is wrong on its first sample of questions 3 and 4; every vote is right
+    # (a: 2-3 right of 3, b: 1 right of 3 → the right answer has 3-4 votes of 6)
+    assert acc["arith", "single_agent"] == 0.5 and acc["arith", "self_consistency"] == 1.0
+    # quiz: a says B first; the votes are A 4 (a once, b three times), B 1, C 1
+    assert acc["quiz", "single_agent"] == 0.0 and acc["quiz", "self_consistency"] == 1.0
+    # COMED's anchor a: arith 1, 2 unanimous (accept), 3, 4 at 2/3 (verify, the probe b agrees);
+    # quiz SC 1/3 → escalate, the peer b says A: every question rescued, the anchor's plurality (B) wrong
+    assert acc["arith", "comed"] == acc["arith", "anchor"] == 1.0
+    assert acc["quiz", "comed"] == 1.0 and acc["quiz", "anchor"] == 0.0
+    assert acc["quiz", "moa"] == acc["quiz", "debate"] == 1.0
+    macro = {m["method"]: m for m in report["macro"]}
+    assert macro["single_agent"]["accuracy"] == 0.25 and macro["self_consistency"]["accuracy"] == 1.0
+    assert macro["single_agent"]["ci_low"] <= 0.25 <= macro["single_agent"]["ci_high"]
+    paired = {(p["task"], p["method"], p["baseline"]): p for p in report["paired"]}
+    sc = paired["arith", "self_consistency", "single_agent"]
+    assert (sc["questions"], sc["diff"], sc["wins"], sc["losses"]) == (4, 0.5, 2, 0)
+    assert sc["p_mcnemar"] == pytest.approx(0.5)  # 2 · (1/2)^2
+    assert paired["quiz", "self_consistency", "single_agent"]["p_mcnemar"] == pytest.approx(0.25)
+    pooled = paired["macro", "self_consistency", "single_agent"]
+    assert (pooled["wins"], pooled["losses"], pooled["diff"]) == (5, 0, 0.75)  # mean of 0.5 and 1.0
+    assert pooled["p_mcnemar"] == pytest.approx(2 / 32)
+    assert paired["quiz", "comed", "self_consistency"]["diff"] == 0.0
+    assert paired["quiz", "comed", "self_consistency"]["p_mcnemar"] == 1.0
+    comed = {c["task"]: c for c in report["comed"]}
+    assert comed["arith"]["decisions"] == {"accept": 2, "verify": 2, "escalate": 0}
+    assert comed["arith"]["outcomes"]["verify_accept"] == 2 and comed["arith"]["rescues"] == 0
+    assert comed["quiz"]["decisions"] == {"accept": 0, "verify": 0, "escalate": 3}
+    assert (comed["quiz"]["rescues"], comed["quiz"]["harms"], comed["quiz"]["gain"]) == (3, 0, 1.0)
+    cost = {(c["task"], c["method"]): c for c in report["cells"]}
+    assert cost["arith", "comed"]["calls_per_q"] == 1.5  # 1, 1, 2, 2 (anchor, + probe)
+    assert cost["quiz", "comed"]["calls_per_q"] == 2.0  # anchor + one peer
+    assert cost["arith", "moa"]["calls_per_q"] == 3.0 and cost["arith", "debate"]["calls_per_q"] == 5.0
+    assert cost["arith", "single_agent"]["calls_per_q"] == 1.0 and cost["arith", "align"]["calls_per_q"] == 2.0
+    assert cost["arith", "align"]["samples_per_q"] == 6.0 and cost["arith", "single_agent"]["samples_per_q"] == 1.0
+    assert cost["arith", "single_agent"]["tokens_per_q"] == 4.0  # "The answer is 2." = 4 words
+    assert all(c["wall_s_per_q"] > 0 and c["failed_questions"] == 0 for c in report["cells"])
+    singles = {(s["task"], s["model"]): s["accuracy"] for s in report["single_models"]}
+    assert singles["arith", "a"] == pytest.approx((1 + 1 + 2 / 3 + 2 / 3) / 4)
+    assert singles["arith", "b"] == pytest.approx(1 / 3) and singles["quiz", "b"] == 1.0
+    assert singles["quiz", "a"] == pytest.approx(1 / 3)
+    assert report["sharing"]["self_consistency"].startswith("ALIGN's n·k candidates")
+    assert report["sharing"]["single_agent"].startswith("ALIGN's n·k candidates")
+    assert report["calibration"][0]["scope"] == "*" and "fixed default thresholds" in report["calibration"][0]["source"]
+    md = (out / "bench.md").read_text()
+    for text in ("## Accuracy", "## Paired differences", "## Cost per question", "## Shared samples",
+                 "## COMED thresholds", "fixed default thresholds, not calibrated", "## COMED decisions",
+                 "| self_consistency | single_agent | macro | 7 | 75.0 |", "## Claims"):
+        assert text in md, text
+    # the trace DB holds the bench: its spec, its report and one row per cell (and macro)
+    store = TraceStore(db)
+    assert read_bench_spec(store, "b1").tasks[1].runs["comed"] == "b1:quiz:comed"
+    cells = {(r["task"], r["method"]): r for r in store.db["bench_cells"].rows_where("bench_id = ?", ["b1"])}
+    assert cells["macro", "single_agent"]["accuracy"] == 0.25 and cells["quiz", "comed"]["calls_per_q"] == 2.0
+    assert json.loads(next(store.db["benches"].rows)["report"])["complete"] is True
+
+
+def test_interrupted_bench_resumes_without_redoing_anything_finished(tmp_path, monkeypatch):
+    math_file, mc_file = write_tasks(tmp_path)
+    db, out = tmp_path / "t.db", tmp_path / "b"
+    full = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(full))
+    assert CliRunner().invoke(app, bench_args(math_file, mc_file, tmp_path / "ref.db", out)).exit_code == 0
+    # the same bench, interrupted (Ctrl-C) at the 30th model call: inside arith's COMED run
+    counter = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(counter, interrupt_at=[30]))
+    result = CliRunner().invoke(app, bench_args(math_file, mc_file, db, out))
+    assert result.exit_code == 130 and "rerun with the same --run-id" in result.output
+    store = TraceStore(db)
+    assert store.get_run("b1:arith:comed")["status"] == "interrupted"
+    done_before = {r: store.finished_questions(r) for r in ("b1:arith:align", "b1:arith:comed", "b1:quiz:align")}
+    assert len(done_before["b1:arith:align"]) == 4 and not done_before["b1:quiz:align"]
+    calls_before = counter["total"]
+    # resumed: only what was not finished runs
+    resumed = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(resumed))
+    result = CliRunner().invoke(app, bench_args(math_file, mc_file, db, out))
+    assert result.exit_code == 0, result.output
+    assert calls_before - 1 + resumed["total"] <= full["total"] + 2  # at most the interrupted step's calls redone
+    assert resumed["total"] < full["total"]
+    rows = store.db.query("select count(*) as n from model_calls").__next__()["n"]
+    reference = TraceStore(tmp_path / "ref.db")
+    assert json.loads((out / "bench.json").read_text())["complete"] is True
+    assert {r["question_id"] for r in store.db["questions"].rows} == {r["question_id"] for r in reference.db["questions"].rows}
+    assert store.db["questions"].count == reference.db["questions"].count == 2 * (4 + 3)
+    assert store.db["results"].count == reference.db["results"].count
+    assert rows >= reference.db["model_calls"].count
+    # a third run has nothing left: no model call at all, and the same report
+    again = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(again))
+    before = json.loads((out / "bench.json").read_text())
+    result = CliRunner().invoke(app, bench_args(math_file, mc_file, db, out))
+    assert result.exit_code == 0, result.output
+    assert again == {}  # not one model call
+    after = json.loads((out / "bench.json").read_text())
+    assert before["cells"] == after["cells"] and before["paired"] == after["paired"]
+
+
+def test_bench_with_limit_then_rerun_with_a_larger_limit_runs_only_the_new_questions(tmp_path, monkeypatch):
+    math_file, _ = write_tasks(tmp_path)
+    db, out = tmp_path / "t.db", tmp_path / "b"
+    counter = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(counter))
+    args = ["bench", "--tasks", str(math_file), "--db", str(db), "--out", str(out), "--run-id", "lim",
+            "--protocols", "align", "--max-tokens", "16"]
+    assert CliRunner().invoke(app, [*args, "--limit", "2"]).exit_code == 0
+    assert counter["total"] == 2 * 2 * 3  # 2 questions × 2 agents × 3 samples
+    again = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(again))
+    assert CliRunner().invoke(app, [*args, "--limit", "2"]).exit_code == 0 and again == {}
+    more = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(more))
+    result = CliRunner().invoke(app, [*args, "--limit", "4"])
+    assert result.exit_code == 0, result.output
+    assert more["total"] == 2 * 2 * 3  # only questions 3 and 4
+    report = json.loads((out / "bench.json").read_text())
+    assert {c["method"] for c in report["cells"]} == {"align", "single_agent", "self_consistency", "best_of_n"}
+    assert {c["questions"] for c in report["cells"]} == {4}
+    assert report["calibration"] == [] and report["comed"] == []
+
+
+def test_failed_questions_are_counted_apart_never_as_wrong(tmp_path, monkeypatch):
+    math_file, _ = write_tasks(tmp_path)
+
+    def respond(chat, i):
+        if "What is 2 +" in chat[-1]["content"]:
+            raise RuntimeError("server down")
+        return "The answer is 99."  # wrong on every other question
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=respond) for m in ("a", "b")}, max_retries=0)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: pool)
+    out = tmp_path / "b"
+    result = CliRunner().invoke(app, ["bench", "--tasks", str(math_file), "--db", str(tmp_path / "t.db"), "--out",
+                                      str(out), "--run-id", "f", "--max-tokens", "16",
+                                      "--protocols", "align,comed"])
+    assert result.exit_code == 1
+    assert "2 test questions failed" in result.output and "not scored" in result.output
+    report = json.loads((out / "bench.json").read_text())
+    cells = {c["method"]: c for c in report["cells"]}
+    assert cells["single_agent"]["questions"] == 3 and cells["single_agent"]["failed_questions"] == 1
+    assert cells["single_agent"]["accuracy"] == 0.0  # 0 of the 3 answered, not 0 of 4
+    assert cells["comed"]["failed_questions"] == 1 and cells["comed"]["missing"] == 0
+    assert report["failed_questions"] == {"arith": {"align": ["arith-2"], "comed": ["arith-2"]}}
+    assert "## Failed questions" in (out / "bench.md").read_text()
+
+
+def test_calibrate_on_a_dev_file_drops_test_questions_and_states_its_thresholds(tmp_path, monkeypatch):
+    math_file, mc_file = write_tasks(tmp_path, n_math=2, n_mc=2)
+    dev = tmp_path / "dev.jsonl"  # quiz 1 is a test question: dropped; quiz 7, 8 stay
+    dev.write_text("".join(json.dumps({"id": f"d{i}", "question": f"Quiz {i}: which letter?",
+                                       "options": {"A": "w", "B": "x", "C": "y", "D": "z"}, "answer_idx": "A"}) + "\n"
+                           for i in (1, 7, 8)))
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    out = tmp_path / "b"
+    result = CliRunner().invoke(app, ["bench", "--tasks", f"{math_file},{mc_file}", "--calibrate-on", str(dev),
+                                      "--db", str(tmp_path / "t.db"), "--out", str(out), "--run-id", "c",
+                                      "--protocols", "comed", "--max-tokens", "16"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "bench.json").read_text())
+    [cal] = report["calibration"]
+    assert cal["scope"] == "*" and cal["run_id"] == "c:all:comed-dev" and cal["questions"] == 2
+    assert "1 of its questions are test questions and were dropped" in cal["source"]
+    # dev: SC 1/3, escalation always rescues: escalate everything (τ_lo above 1/3) beats accepting
+    assert cal["thresholds"]["tau_lo"] > 1 / 3 and cal["rescues"] == 2 and cal["harms"] == 0
+    store = TraceStore(tmp_path / "t.db")
+    assert {q["question_id"] for q in store.questions("c:all:comed-dev")} == {"d7", "d8"}
+    assert "calibrated on" in (out / "bench.md").read_text()
+
+
+def test_dev_split_after_the_test_questions(tmp_path):
+    math_file, _ = write_tasks(tmp_path, n_math=5)
+    [task] = load_tasks(str(math_file), limit=2, dev=3)
+    assert [p.id for p in task.problems] == ["arith-1", "arith-2"]
+    assert [p.id for p in task.dev] == ["arith-3", "arith-4", "arith-5"]
+    with pytest.raises(ValueError, match="fewer than --limit 2 \\+ --dev 4"):
+        load_tasks(str(math_file), limit=2, dev=4)
+    with pytest.raises(ValueError, match="give --limit too"):
+        load_tasks(str(math_file), dev=1)
+    named = load_tasks(f"x={math_file},{math_file}", limit=1)
+    assert [t.name for t in named] == ["x", "arith"]
+    first, second = load_tasks(f"{math_file},{math_file}")  # the same stem twice: the second gets its folder
+    assert first.name == "arith" and second.name == f"{tmp_path.name}-arith"
+    with pytest.raises(ValueError, match="used twice"):
+        load_tasks(f"x={math_file},x={math_file}")
+
+
+def test_bench_refuses_bad_options_in_one_line(tmp_path, monkeypatch):
+    math_file, _ = write_tasks(tmp_path)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    db = tmp_path / "t.db"
+    for args, message in [
+        (["--protocols", "vote"], "--protocols: unknown 'vote'"),
+        (["--dev", "2"], "give --limit too"),
+        (["--calibrate-on", f"{math_file},{math_file},{math_file}"], "3 files for 1 tasks"),
+        (["--report-only"], "--report-only needs the --run-id"),
+    ]:
+        result = CliRunner().invoke(app, ["bench", "--tasks", str(math_file), "--db", str(db), *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and len(result.output.strip().splitlines()) == 1, (args, result.output)
