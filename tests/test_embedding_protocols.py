@@ -51,10 +51,10 @@ def crashing(respond, at: int | None):
 
 
 def without_call_ids(value: Any) -> Any:
-    """``value`` with every ``call_id`` (a fresh uuid per model call) and reference to one
-    (``messages_of``) removed, at any depth."""
+    """``value`` with every ``call_id`` (a fresh uuid per model call), reference to one
+    (``messages_of``) and call start time (``created_at``) removed, at any depth."""
     if isinstance(value, dict):
-        return {k: without_call_ids(v) for k, v in value.items() if k not in ("call_id", "messages_of")}
+        return {k: without_call_ids(v) for k, v in value.items() if k not in ("call_id", "messages_of", "created_at")}
     if isinstance(value, list):
         return [without_call_ids(v) for v in value]
     return value
