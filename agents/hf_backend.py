@@ -58,6 +58,8 @@ def load_model(path: str, adapter: str | None = None, dtype: str = "float32"):
     folder = resolve_model_folder(path)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    if torch.cuda.is_available():  # on a GPU machine generate there (CPU otherwise)
+        model.to("cuda")
     if adapter:
         from peft import PeftModel
 
@@ -133,6 +135,7 @@ class TransformersChatModel(BaseChatModel):
             tokenizer.pad_token = tokenizer.eos_token
         # Chat templates write their own special tokens (TRL tokenises the same way).
         batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=self.prompt_format == "fewshot")
+        batch = batch.to(model.device)
         kwargs: dict[str, Any] = {"max_new_tokens": max_tokens, "pad_token_id": tokenizer.pad_token_id}
         if temperature > 0:
             kwargs.update(do_sample=True, temperature=temperature, top_p=top_p)

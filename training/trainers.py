@@ -64,8 +64,17 @@ class TrainResult:
         return d
 
 
+def train_dtype() -> str:
+    """Weight dtype for training: ``bfloat16`` on a CUDA device that supports it (the trainer's
+    ``bf16`` mixed precision, :meth:`TrainSettings.common_args`), ``float32`` otherwise (CPU)."""
+    import torch
+
+    return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+
+
 def load_policy(base: str, adapter: str | None = None, threads: int | None = None):
-    """``(model, tokenizer)`` for training: fp32 base weights, ``adapter`` loaded trainable when given.
+    """``(model, tokenizer)`` for training: base weights in :func:`train_dtype` (fp32 on CPU, bf16 on a
+    CUDA GPU; the trainer moves the model to its device), ``adapter`` loaded trainable when given.
 
     Raises:
         OSError: unreadable folder or adapter.
@@ -81,7 +90,7 @@ def load_policy(base: str, adapter: str | None = None, threads: int | None = Non
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, train_dtype()))
     if adapter:
         from peft import PeftModel
 
@@ -220,6 +229,8 @@ def preference_accuracy(base: str, adapter: str | None, rows: Sequence[dict[str,
     if not rows:
         raise ValueError("preference_accuracy needs at least one row")
     model, tokenizer = load_policy(base, adapter, threads)
+    if torch.cuda.is_available():
+        model.to("cuda")
     model.eval()
 
     def logp(prompt: list[dict], completion: list[dict]) -> float:
@@ -227,7 +238,7 @@ def preference_accuracy(base: str, adapter: str | None, rows: Sequence[dict[str,
                                                    return_dict=True)["input_ids"]
         full = tokenizer.apply_chat_template(prompt + completion, tokenize=True, return_dict=True)["input_ids"]
         start = next((i for i, (a, b) in enumerate(zip(prompt_ids, full)) if a != b), min(len(prompt_ids), len(full)))
-        ids = torch.tensor([full])
+        ids = torch.tensor([full], device=model.device)
         with torch.inference_mode():
             logits = model(input_ids=ids).logits[0, :-1].float()
         token_logps = torch.log_softmax(logits, -1).gather(1, ids[0, 1:, None])[:, 0]
