@@ -133,7 +133,10 @@ def test_select_thread_names_stay_inside_out(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- item 9: bounds and ignored options
 
-def test_comed_temperature_is_bounded_like_align(tmp_path):
+def test_comed_temperature_is_bounded_like_align(tmp_path, scripted, monkeypatch):
+    import agora.cli.comed as comed_cli
+
+    monkeypatch.setattr(comed_cli, "get_pool", lambda path: scripted)  # no real model, whatever happens
     for command in (["run", "comed"], ["calibrate", "comed", "--data", tmp_path / "dev.jsonl"]):
         code, output = agora(*command, "--temperature", "1e9", "--db", tmp_path / "t.db")
         assert code == 2 and "Invalid value for '--temperature'" in output, output
