@@ -329,6 +329,26 @@ def test_calibrate_on_a_dev_file_drops_test_questions_and_states_its_thresholds(
     assert "calibrated on" in (out / "bench.md").read_text()
 
 
+def test_dev_option_calibrates_each_task_on_the_questions_after_its_test_questions(tmp_path, monkeypatch):
+    math_file, mc_file = write_tasks(tmp_path, n_math=4, n_mc=4)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    out = tmp_path / "b"
+    result = CliRunner().invoke(app, ["bench", "--tasks", f"{math_file},{mc_file}", "--limit", "2", "--dev", "2",
+                                      "--db", str(tmp_path / "t.db"), "--out", str(out), "--run-id", "d",
+                                      "--protocols", "comed", "--max-tokens", "16"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert [(c["scope"], c["run_id"], c["questions"]) for c in report["calibration"]] == [
+        ("arith", "d:arith:comed-dev", 2), ("quiz", "d:quiz:comed-dev", 2)]
+    store = TraceStore(tmp_path / "t.db")
+    assert [q["question_id"] for q in store.questions("d:arith:comed-dev")] == ["arith-3", "arith-4"]
+    assert [q["question_id"] for q in store.questions("d:arith:comed")] == ["arith-1", "arith-2"]
+    # quiz: escalation rescues every dev question, so its thresholds escalate; arith's never need to
+    quiz = report["calibration"][1]
+    assert quiz["rescues"] == 2 and quiz["thresholds"]["tau_lo"] > 1 / 3
+    assert {c["task"]: c["decisions"]["escalate"] for c in report["comed"]}["quiz"] == 2
+
+
 def test_dev_split_after_the_test_questions(tmp_path):
     math_file, _ = write_tasks(tmp_path, n_math=5)
     [task] = load_tasks(str(math_file), limit=2, dev=3)
@@ -359,3 +379,28 @@ def test_bench_refuses_bad_options_in_one_line(tmp_path, monkeypatch):
         result = CliRunner().invoke(app, ["bench", "--tasks", str(math_file), "--db", str(db), *args])
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output and len(result.output.strip().splitlines()) == 1, (args, result.output)
+
+
+@pytest.mark.slow
+def test_bench_end_to_end_on_the_tiny_pool(shared_data, tmp_path):
+    """`agora bench --tasks <gsm8k sample>,<arc file> --limit 2 --pool tiny` (short answers to fit CI's 2 cores)."""
+    from agora.tasks.samples import sample_path
+
+    gsm8k, _ = sample_path("gsm8k")
+    arc = shared_data / "arc" / "arc_challenge_test.jsonl"
+    out, db = tmp_path / "b", tmp_path / "t.db"
+    args = ["bench", "--tasks", f"{gsm8k},{arc}", "--limit", "2", "--pool", "tiny", "--db", str(db), "--out", str(out),
+            "--run-id", "e2e", "--agents", "2", "--samples", "2", "--max-tokens", "24", "--probe-max-tokens", "8",
+            "--debate-agents", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert report["complete"] and [t["name"] for t in report["tasks"]] == ["gsm8k_test_sample", "arc_challenge_test"]
+    assert {c["method"] for c in report["cells"]} == {"align", "single_agent", "self_consistency", "best_of_n",
+                                                      "comed", "anchor", "moa", "debate"}
+    assert all(c["questions"] + c["failed_questions"] + c["method_failed"] == 2 for c in report["cells"])
+    assert (out / "accuracy_vs_tokens.png").stat().st_size > 0 and "## Paired differences" in (out / "bench.md").read_text()
+    store = TraceStore(db)
+    calls = store.db["model_calls"].count
+    assert CliRunner().invoke(app, args).exit_code == 0  # the rerun redoes nothing
+    assert store.db["model_calls"].count == calls
