@@ -69,6 +69,13 @@ class _Bar(BenchProgress):
         what = "COMED dev (calibration)" if step.kind == "calibrate" else step.kind.upper()
         scope = "all tasks" if step.task == "*" else step.task
         self.progress.update(self.task, label=f"{scope} · {what}", status=f"{todo} to run" if todo else "done before")
+        if not self.progress.console.is_terminal:  # a log file gets a line per run instead of a live bar
+            t = self.progress.tasks[0]
+            left = t.time_remaining
+            eta = "" if left is None or not t.completed else f", about {left / 60:.0f} min left overall"
+            self.progress.console.print(f"{step.run_id}: {todo} of {len(step.problems)} questions to run "
+                                        f"({int(t.completed)}/{int(t.total or 0)} bench questions done{eta})",
+                                        highlight=False)
 
     def question(self, step: Step, outcome: QuestionOutcome) -> None:
         self.progress.advance(self.task)
@@ -93,7 +100,7 @@ def _dev_splits(calibrate_on: str | None, dev: int, tasks: list[TaskFile]) -> li
             splits.append((scope, what, problems))
     elif dev:
         for t in tasks:
-            splits.append((t.name, f"{t.path}: the {len(t.dev)} questions after its test questions", list(t.dev)))
+            splits.append((t.name, f"{t.path}: its last {len(t.dev)} questions (never test questions)", list(t.dev)))
     out = []
     for scope, what, problems in splits:
         kept, dropped = disjoint(problems, tests)
@@ -149,7 +156,7 @@ def bench(
                                                "first: one for every task, or one per task; test questions are "
                                                "dropped from them."),
     dev: int = typer.Option(0, "--dev", min=0, help="With --calibrate-on: use its first N questions; without it: "
-                            "calibrate each task on the N questions after its --limit test questions."),
+                            "calibrate each task on its file's last N questions (never test questions)."),
     lam: float = typer.Option(0.01, "--lambda", help="Calibration cost weight λ (accuracy one extra call per "
                               "question must buy)."),
     max_calls: Optional[float] = typer.Option(None, "--max-calls", help="Calibration budget: COMED's mean model "

@@ -111,16 +111,15 @@ def _task_name(path: Path, taken: set[str]) -> str:
 def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFile]:
     """The task files of ``--tasks``: comma-separated paths, each optionally ``name=path``, in any
     loader format (detected from the file); ``sample`` is the GSM8K sample shipped with Agora. The
-    test questions are the first ``limit`` of each file (all without it); ``dev`` more after them
-    form that task's dev split.
+    test questions are the first ``limit`` of each file (all without it); with ``dev``, the file's
+    last ``dev`` questions form that task's dev split (and are never test questions). Taking them
+    from the end keeps the dev split the same when a later rerun raises ``limit``.
 
     Raises:
         ValueError: no task, a duplicate name, a name that cannot be a run id part, a file without
-            gold answers (``prompts``), ``dev`` without ``limit``, or a file with too few problems.
+            gold answers (``prompts``), or a file with fewer than ``limit + dev`` problems.
         TaskFormatError: a file that cannot be read (file:line: field).
     """
-    if dev and limit is None:
-        raise ValueError("--dev N takes the N questions after the test questions: give --limit too")
     items = [s.strip() for s in spec.split(",") if s.strip()]
     if not items:
         raise ValueError("--tasks: no task file given")
@@ -141,14 +140,14 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
                              "name it with name=path")
         if fmt == "prompts":
             raise ValueError(f"{path}: no gold answers (format prompts); a bench needs gold answers to score")
-        problems = load_problems(path, fmt, None if limit is None else limit + dev)
-        if not problems:
-            raise ValueError(f"{path}: no problems")
-        test, rest_ = problems[: limit or len(problems)], problems[limit or len(problems):]
-        if dev and len(rest_) < dev:
-            raise ValueError(f"{path}: {len(problems)} problems, fewer than --limit {limit} + --dev {dev}")
+        problems = load_problems(path, fmt, None if dev else limit)
+        if len(problems) < (limit or 1) + dev:
+            raise ValueError(f"{path}: {len(problems)} problems, fewer than --limit {limit or 1} + --dev {dev}"
+                             if dev else f"{path}: no problems")
+        held_out = problems[len(problems) - dev:] if dev else []
+        test = problems[: len(problems) - dev][:limit]
         taken.add(name)
-        tasks.append(TaskFile(name, path, fmt, tuple(test), tuple(rest_)))
+        tasks.append(TaskFile(name, path, fmt, tuple(test), tuple(held_out)))
     return tasks
 
 
@@ -331,7 +330,7 @@ def run_bench(
             raise CalibrationError(
                 f"{len(outcome.failed)} dev questions of {step.run_id} failed (no model call answered); no thresholds "
                 f"from a partial dev split: rerun with --run-id {bench_id} to retry them")
-        outcomes = comed_dev_outcomes(store, step.run_id)
+        outcomes = comed_dev_outcomes(store, step.run_id, [p.id for p in step.problems])
         best = calibrate(outcomes, config.lam, config.max_calls)
         calibration[step.task] = {
             "scope": step.task, "thresholds": asdict(best.thresholds), "n_anchor": comed_cfg.n_anchor,

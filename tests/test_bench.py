@@ -329,35 +329,46 @@ def test_calibrate_on_a_dev_file_drops_test_questions_and_states_its_thresholds(
     assert "calibrated on" in (out / "bench.md").read_text()
 
 
-def test_dev_option_calibrates_each_task_on_the_questions_after_its_test_questions(tmp_path, monkeypatch):
-    math_file, mc_file = write_tasks(tmp_path, n_math=4, n_mc=4)
+def test_dev_option_calibrates_each_task_on_the_last_questions_of_its_file(tmp_path, monkeypatch):
+    math_file, mc_file = write_tasks(tmp_path, n_math=5, n_mc=5)
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
     out = tmp_path / "b"
-    result = CliRunner().invoke(app, ["bench", "--tasks", f"{math_file},{mc_file}", "--limit", "2", "--dev", "2",
-                                      "--db", str(tmp_path / "t.db"), "--out", str(out), "--run-id", "d",
-                                      "--protocols", "comed", "--max-tokens", "16"])
+    args = ["bench", "--tasks", f"{math_file},{mc_file}", "--dev", "2", "--db", str(tmp_path / "t.db"), "--out",
+            str(out), "--run-id", "d", "--protocols", "comed", "--max-tokens", "16"]
+    result = CliRunner().invoke(app, [*args, "--limit", "2"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "bench.json").read_text())
     assert [(c["scope"], c["run_id"], c["questions"]) for c in report["calibration"]] == [
         ("arith", "d:arith:comed-dev", 2), ("quiz", "d:quiz:comed-dev", 2)]
     store = TraceStore(tmp_path / "t.db")
-    assert [q["question_id"] for q in store.questions("d:arith:comed-dev")] == ["arith-3", "arith-4"]
+    assert [q["question_id"] for q in store.questions("d:arith:comed-dev")] == ["arith-4", "arith-5"]
     assert [q["question_id"] for q in store.questions("d:arith:comed")] == ["arith-1", "arith-2"]
-    # quiz: escalation rescues every dev question, so its thresholds escalate; arith's never need to
+    # quiz: escalation rescues every dev question, so its thresholds escalate
     quiz = report["calibration"][1]
     assert quiz["rescues"] == 2 and quiz["thresholds"]["tau_lo"] > 1 / 3
     assert {c["task"]: c["decisions"]["escalate"] for c in report["comed"]}["quiz"] == 2
+    # a larger --limit keeps the same dev split and thresholds: the runs resume, only question 3 runs
+    counter = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(counter))
+    result = CliRunner().invoke(app, [*args, "--limit", "3"])
+    assert result.exit_code == 0, result.output
+    assert [q["question_id"] for q in store.questions("d:arith:comed")] == ["arith-1", "arith-2", "arith-3"]
+    assert json.loads((out / "bench.json").read_text())["calibration"] == report["calibration"]
+    asked = counter["total"]
+    assert 0 < asked <= 2 * 20  # the new question of each task, no dev question again
+    result = CliRunner().invoke(app, [*args, "--limit", "4"])  # would take a dev question as a test question
+    assert result.exit_code == 2 and "fewer than --limit 4 + --dev 2" in result.output
 
 
-def test_dev_split_after_the_test_questions(tmp_path):
+def test_dev_split_is_the_end_of_the_file(tmp_path):
     math_file, _ = write_tasks(tmp_path, n_math=5)
     [task] = load_tasks(str(math_file), limit=2, dev=3)
     assert [p.id for p in task.problems] == ["arith-1", "arith-2"]
     assert [p.id for p in task.dev] == ["arith-3", "arith-4", "arith-5"]
+    [task] = load_tasks(str(math_file), dev=2)  # no limit: every question but the dev ones
+    assert [p.id for p in task.problems] == ["arith-1", "arith-2", "arith-3"]
     with pytest.raises(ValueError, match="fewer than --limit 2 \\+ --dev 4"):
         load_tasks(str(math_file), limit=2, dev=4)
-    with pytest.raises(ValueError, match="give --limit too"):
-        load_tasks(str(math_file), dev=1)
     named = load_tasks(f"x={math_file},{math_file}", limit=1)
     assert [t.name for t in named] == ["x", "arith"]
     first, second = load_tasks(f"{math_file},{math_file}")  # the same stem twice: the second gets its folder
@@ -372,7 +383,7 @@ def test_bench_refuses_bad_options_in_one_line(tmp_path, monkeypatch):
     db = tmp_path / "t.db"
     for args, message in [
         (["--protocols", "vote"], "--protocols: unknown 'vote'"),
-        (["--dev", "2"], "give --limit too"),
+        (["--dev", "4"], "fewer than --limit 1 + --dev 4"),
         (["--calibrate-on", f"{math_file},{math_file},{math_file}"], "3 files for 1 tasks"),
         (["--report-only"], "--report-only needs the --run-id"),
     ]:

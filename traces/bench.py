@@ -209,11 +209,15 @@ def _read_task(store: TraceStore, task: BenchTask, methods: dict[str, str]) -> _
     return data
 
 
-def comed_dev_outcomes(store: TraceStore, run_id: str) -> list[DevOutcome]:
+def comed_dev_outcomes(store: TraceStore, run_id: str, question_ids: Sequence[str] | None = None) -> list[DevOutcome]:
     """Calibration inputs from a COMED ``explore`` run: one :class:`DevOutcome` per recorded
-    question with a gold answer and every branch (probe and escalation) recorded."""
+    question (of ``question_ids``, when given) with a gold answer and every branch (probe and
+    escalation) recorded."""
     out = []
+    keep = None if question_ids is None else set(question_ids)
     for q in store.questions(run_id):
+        if keep is not None and q["question_id"] not in keep:
+            continue
         d = json.loads(q["detail"] or "{}")
         if d.get("anchor_correct") is None or d.get("probe") is None or d.get("escalation") is None:
             continue
