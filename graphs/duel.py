@@ -537,6 +537,7 @@ def run_duels(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     on_duel: Callable[[DuelRecord], None] | None = None,
     control: RunControl | None = None,
+    pool_may_change: bool = False,
 ) -> DuelRunOutcome:
     """Play ``T × D`` duels (``context.config``), recording each in ``store`` as it finishes.
 
@@ -550,6 +551,8 @@ def run_duels(
         on_event: called with each custom stream event; on_duel: after each recorded duel.
         control: LangGraph's ``RunControl``: after ``request_drain()`` the running duel stops at
             its next step boundary (checkpointed) and no new duel starts.
+        pool_may_change: resuming with other pool members is allowed (``agora evolve``: the
+            members of a later iteration carry trained adapters); otherwise it is refused.
 
     Raises:
         GraphDrained: the run stopped because ``control`` asked it to; rerun to resume.
@@ -566,7 +569,8 @@ def run_duels(
     config = cfg.describe(len(problems))
     fingerprint = duel_traces.instruction_fingerprint([p.id for p in problems])
     dataset = {**(dataset or {}), "count": len(problems), "fingerprint": fingerprint}
-    resumed = store.start_run(run_id, cfg.mode, config=config, pool=pool.describe(), dataset=dataset)
+    resumed = store.start_run(run_id, cfg.mode, config=config, pool=pool.describe(), dataset=dataset,
+                              pool_may_change=pool_may_change)
     if resumed:
         duel_traces.check_same_run(store, run_id, config, fingerprint)
     duel_traces.create_tables(store)

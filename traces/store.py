@@ -156,8 +156,13 @@ class TraceStore:
 
     # ------------------------------------------------------------------ runs
 
-    def start_run(self, run_id: str, protocol: str, *, config: Any, pool: Any, dataset: Any) -> bool:
+    def start_run(self, run_id: str, protocol: str, *, config: Any, pool: Any, dataset: Any,
+                  pool_may_change: bool = False) -> bool:
         """Create the run, or mark an existing one running again. Returns True when resuming.
+
+        ``pool_may_change``: a run whose members change between resumes by design (``agora
+        evolve``'s duel run: each iteration's members carry newly trained adapters) stores the new
+        pool instead of refusing it.
 
         Raises:
             ValueError: the run id exists for another protocol, or with other settings, another
@@ -176,12 +181,16 @@ class TraceStore:
                            and before.get(k) != now_ds.get(k)]
                 if existing["config"] != _json(config):
                     changed.append("settings")
-                if _models(json.loads(existing["pool"] or "null")) != _models(json.loads(_json(pool))):
+                if (not pool_may_change
+                        and _models(json.loads(existing["pool"] or "null")) != _models(json.loads(_json(pool)))):
                     changed.append("pool")
                 if changed:
                     raise ValueError(f"run id {run_id!r} in {self.path} was started with other {', '.join(changed)}; "
                                      "rerun with the same options to resume it, or pick a new --run-id")
-                self.db["runs"].update(run_id, {"status": "running", "finished_at": None})
+                update = {"status": "running", "finished_at": None}
+                if pool_may_change:
+                    update["pool"] = _json(pool)
+                self.db["runs"].update(run_id, update)
                 return True
             self.db["runs"].insert({
                 "run_id": run_id, "protocol": protocol, "status": "running", "started_at": now(),

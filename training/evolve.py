@@ -168,7 +168,7 @@ def play_iteration(store: TraceStore, duel_run_id: str, pool: ModelPool, problem
 
     try:
         run_duels(store, duel_run_id, DuelContext(pool=pool, config=config, instructions=list(problems)),
-                  on_event=on_event, on_duel=stop_after)
+                  on_event=on_event, on_duel=stop_after, pool_may_change=True)
     except _IterationDone:
         pass
 
