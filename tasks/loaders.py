@@ -6,7 +6,7 @@ Each loader turns one JSON line into a :class:`Problem`. A malformed line raises
 Formats (``fmt`` argument of :func:`load_problems`):
 
 * ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N`` (thousands commas allowed).
-* ``gsm-hard``: ``input``, ``target`` (a finite number; compared with a relative tolerance).
+* ``gsm-hard``: ``input``, ``target`` (a finite number; an integer target compares exactly, others with a relative tolerance: docs/scoring.md).
 * ``math``: ``problem`` with ``answer``, or ``solution`` whose last ``\\boxed{...}`` (brace-matched)
   is the answer.
 * ``mc``: ``question`` with one of: ``options`` (dict ``{"A": text, ...}``) and ``answer_idx``
