@@ -1,6 +1,7 @@
 """COMED controlled escalation: settings, the decide rule, the escalation vote, the rescue–harm
-decomposition, threshold calibration, and the prompts of the peers and the dense-collaboration
-baselines (Mixture-of-Agents, multi-agent debate).
+decomposition, threshold calibration, and the peers' prompt. The dense-collaboration baselines are
+protocols of their own (:mod:`agora.agents.moa`, :mod:`agora.agents.debate`); COMED's settings carry
+theirs (:meth:`EscalationConfig.moa_config`, :meth:`EscalationConfig.debate_config`).
 
 Source: Alballa et al., "COMED: The Missing Middle Between Routing and Collaboration in Multi-LLM
 Inference", arXiv 2609.26913 (``shared/docs/protocols.md`` §3). The paper's method text was not
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal, Sequence
 
-from agora.agents.prompts import solver_messages
+from agora.agents.debate import DebateConfig, debate_messages  # noqa: F401 (debate's own home)
+from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's own home)
+from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.loaders import Problem
 
 Decision = Literal["accept", "verify", "escalate"]
@@ -114,6 +117,18 @@ class EscalationConfig:
         unknown = [b for b in self.baselines if b not in BASELINES]
         if unknown:
             raise ValueError(f"EscalationConfig.baselines: unknown {unknown}; choose from {', '.join(BASELINES)}")
+
+    def moa_config(self, aggregator: str | None = None) -> MoAConfig:
+        """The Mixture-of-Agents baseline's settings (aggregator: ``moa_aggregator``, else ``aggregator``,
+        which COMED's graph sets to the anchor)."""
+        return MoAConfig(proposers=self.moa_proposers, aggregator=self.moa_aggregator or aggregator,
+                         temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+                         shots=self.shots, seed=self.seed)
+
+    def debate_config(self) -> DebateConfig:
+        """The debate baseline's settings (agents play the pool's models in turn)."""
+        return DebateConfig(agents=self.debate_agents, rounds=self.debate_rounds, temperature=self.temperature,
+                            top_p=self.top_p, max_tokens=self.max_tokens, shots=self.shots, seed=self.seed)
 
 
 # ---------------------------------------------------------------------------- the decide rule
@@ -426,40 +441,8 @@ def load_thresholds(path: str | Path) -> ThresholdsFile:
 
 # ---------------------------------------------------------------------------- prompts
 
-_FINISH_MC = "End with 'The answer is X.' where X is the letter of the correct option."
-_FINISH_MATH = "End with 'The answer is N.' where N is the final answer."
-
-
-def _finish(problem: Problem) -> str:
-    return _FINISH_MC if problem.kind == "mc" else _FINISH_MATH
-
-
-def _with_question(problem: Problem, shots: int, text: str) -> list[dict[str, str]]:
-    messages = solver_messages(problem, shots)
-    messages[-1] = {"role": "user", "content": text}
-    return messages
-
-
 def peer_messages(problem: Problem, anchor_text: str, shots: int = 2) -> list[dict[str, str]]:
     """A peer's escalation prompt: the question and the anchor's answer, then its own answer."""
-    return _with_question(problem, shots, (
+    return with_question(problem, shots, (
         f"{problem.question}\n\nAnother model answered:\n\"{anchor_text.strip()}\"\n\n"
-        f"Check that answer. Agree only if it is right; otherwise give the correct one. {_finish(problem)}"))
-
-
-def debate_messages(problem: Problem, others: Sequence[str], shots: int = 2) -> list[dict[str, str]]:
-    """A debate round after the first (Du et al. 2023, §2): the other agents' latest answers, then
-    an updated answer."""
-    shown = "\n\n".join(f"Agent {i + 1}: \"{t.strip()}\"" for i, t in enumerate(others))
-    return _with_question(problem, shots, (
-        f"{problem.question}\n\nThese are the answers of other agents:\n{shown}\n\n"
-        f"Use their reasoning as additional advice and give your updated answer. {_finish(problem)}"))
-
-
-def aggregator_messages(problem: Problem, proposals: Sequence[str], shots: int = 2) -> list[dict[str, str]]:
-    """The MoA aggregator's prompt (Wang et al. 2024, aggregate-and-synthesise): the proposers'
-    answers, to be critically combined into one."""
-    shown = "\n\n".join(f"{i + 1}. \"{t.strip()}\"" for i, t in enumerate(proposals))
-    return _with_question(problem, shots, (
-        f"{problem.question}\n\nResponses from several models:\n{shown}\n\n"
-        f"Some of them may be wrong. Critically evaluate them and write one correct answer. {_finish(problem)}"))
+        f"Check that answer. Agree only if it is right; otherwise give the correct one. {finish_instruction(problem)}"))

@@ -49,3 +49,19 @@ def solver_messages(problem: Problem, shots: int = 2) -> list[dict[str, str]]:
         messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
     messages.append({"role": "user", "content": problem.question})
     return messages
+
+
+FINISH_MC = "End with 'The answer is X.' where X is the letter of the correct option."
+FINISH_MATH = "End with 'The answer is N.' where N is the final answer."
+
+
+def finish_instruction(problem: Problem) -> str:
+    """The closing instruction of a prompt that shows other answers: how to state the final answer."""
+    return FINISH_MC if problem.kind == "mc" else FINISH_MATH
+
+
+def with_question(problem: Problem, shots: int, text: str) -> list[dict[str, str]]:
+    """:func:`solver_messages` (system and exemplars) with the last user turn replaced by ``text``."""
+    messages = solver_messages(problem, shots)
+    messages[-1] = {"role": "user", "content": text}
+    return messages

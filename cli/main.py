@@ -11,6 +11,8 @@ from agora.cli import serve  # noqa: E402,F401
 from agora.cli import select  # noqa: E402,F401
 from agora.cli import converse  # noqa: E402,F401
 from agora.cli import comed  # noqa: E402,F401
+from agora.cli import moa  # noqa: E402,F401
+from agora.cli import debate  # noqa: E402,F401
 from agora.cli import train  # noqa: E402,F401
 from agora.cli import evolve  # noqa: E402,F401
 from agora.cli import pool  # noqa: E402,F401

@@ -2,17 +2,18 @@
 dense-collaboration baselines computed in the same run and pool.
 
     route ─▶ anchor ─▶ decide ─┬─▶ accept ───────────────┐
-                               ├─▶ verify ─┬─▶ accept     ├─▶ [moa_propose ─▶ moa_aggregate]
-                               │           └─▶ escalate   │   ─▶ [debate_round ⟲] ─▶ score ─▶ END
+                               ├─▶ verify ─┬─▶ accept     ├─▶ [moa] ─▶ [debate] ─▶ score ─▶ END
+                               │           └─▶ escalate   │
                                └─▶ escalate ──────────────┘
 
 ``route`` picks the anchor (the router's best model, or a fixed one) and, with a router, the margin
 ``M = score₁ − score₂``; ``anchor`` draws N samples, SC = plurality share; ``decide`` accepts
 (SC ≥ τ_hi and M ≥ m_min), escalates (SC < τ_lo) or verifies with one short greedy answer from a
 peer probe (agree → accept, disagree → escalate); ``escalate`` asks every peer after showing it the
-anchor's answer and replaces the anchor's answer with a vote. Then the baselines: Mixture-of-Agents
-(every pool model proposes, the anchor aggregates) and multi-agent debate (3 agents × 2 rounds), and
-``score`` writes every method's result and cost.
+anchor's answer and replaces the anchor's answer with a vote. Then the baselines, each a protocol of
+its own embedded as a compiled subgraph: Mixture-of-Agents (:mod:`agora.graphs.moa`: every pool model
+proposes, the anchor aggregates) and multi-agent debate (:mod:`agora.graphs.debate`: 3 agents × 2
+rounds), and ``score`` writes every method's result and cost.
 
 Methods (``state["methods"]``): ``comed``; ``anchor`` (the anchor's plurality answer: COMED without
 escalation); ``router_only`` (the routed model's first sample; only with a router); ``moa``;
@@ -49,19 +50,29 @@ from agora.agents.delegation import plurality
 from agora.agents.escalation import (
     Decision,
     EscalationConfig,
-    aggregator_messages,
-    debate_messages,
     decide as decide_rule,
     escalates,
     escalation_vote,
     peer_messages,
 )
-from agora.agents.pool import ModelPool, Sample, SamplingParams
+from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
-from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
+from agora.graphs._calls import (
+    Cost,
+    MethodResult,
+    add_costs as _add_costs,
+    ask as _ask,
+    call_context as _context,
+    found as _found,
+    how_of as _how_of,
+    total_cost,
+)
+from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs.debate import DebateContext, build_debate_graph
+from agora.graphs.moa import MoAContext, build_moa_graph
 from agora.graphs.spec import ProtocolSpec
-from agora.tasks.answers import extract_answer, find_answer, is_correct
+from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
 
 METHODS = ("comed", "anchor", "router_only", "moa", "debate")
@@ -92,28 +103,6 @@ class EscalationInput(TypedDict):
     kind: NotRequired[str]
     """``math`` (default) or ``mc``: how answers are extracted."""
     n_choices: NotRequired[int]
-
-
-class Cost(TypedDict):
-    calls: int
-    """Requests sent (one prompt to one model; its N samples count once)."""
-    samples: int
-    completion_tokens: int
-    """Decoded tokens."""
-    latency_s: float
-    """Model seconds."""
-
-
-class MethodResult(TypedDict):
-    answer: str | None
-    correct: bool | None
-    calls: int
-    samples: int
-    completion_tokens: int
-    latency_s: float
-    how: NotRequired[str | None]
-    """How the answer was found in the first output that gives it (``docs/scoring.md``;
-    ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""
 
 
 class RouteInfo(TypedDict):
@@ -173,15 +162,7 @@ class EscalationOutput(TypedDict):
 
 
 def _total(costs: list[Cost]) -> Cost:
-    return Cost(**{k: sum(c[k] for c in costs) for k in Cost.__annotations__})
-
-
-def _add_costs(a: dict[str, Cost], b: dict[str, Cost]) -> dict[str, Cost]:
-    """Reducer of ``costs``: per-step costs add up."""
-    out = dict(a or {})
-    for key, c in (b or {}).items():
-        out[key] = _total([out[key], c]) if key in out else c
-    return out
+    return total_cost(costs)
 
 
 class EscalationState(EscalationInput, total=False):
@@ -209,39 +190,8 @@ def _config(runtime: Runtime) -> EscalationConfig:
     return getattr(runtime.context, "config", None) or EscalationConfig()
 
 
-def _ask(pool: ModelPool, model: str, messages: list[dict], params: SamplingParams,
-         context: dict[str, Any]) -> tuple[list[Sample], list[dict], Cost]:
-    """One request; its samples, trace records and cost."""
-    samples, records = pool.sample(model, messages, params, context=context)
-    return samples, records, Cost(calls=1, samples=len(samples),
-                                  completion_tokens=sum(s.completion_tokens for s in samples),
-                                  latency_s=sum(s.latency_s for s in samples))
-
-
 def _answer(text: str, problem: Problem) -> str | None:
     return extract_answer(text, problem.kind, problem.n_choices or 4)
-
-
-def _found(text: str | None, problem: Problem) -> tuple[str | None, str | None]:
-    """``(answer, how)`` of one output (``docs/scoring.md``); ``(None, None)`` without an answer."""
-    if text is None:
-        return None, None
-    found = find_answer(text, problem.kind, problem.n_choices or 4)
-    return found.answer, found.how if found.answer is not None else None
-
-
-def _how_of(answer: str | None, found: Any) -> str | None:
-    """How ``answer`` was found: the mark of the first ``(answer, how)`` pair that gives it."""
-    return next((how for a, how in found if answer is not None and a == answer), None)
-
-
-def _context(problem: Problem, node: str, role: str, **extra: Any) -> dict[str, Any]:
-    return {"question_id": problem.id, "node": node, "role": role, "partner": None, **extra}
-
-
-def _partner(models: list[str]) -> str | None:
-    """Distinct models, in order, comma-separated: who the speaker was shown."""
-    return ",".join(dict.fromkeys(models)) or None
 
 
 # ---------------------------------------------------------------------------- COMED nodes
@@ -360,98 +310,72 @@ def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dic
     return {"escalation": EscalationInfo(peers=peers, answer=answer, how=how), "costs": costs, "calls": records}
 
 
-# ---------------------------------------------------------------------------- dense baselines
+# ---------------------------------------------------------------------------- dense baselines (subgraphs)
+
+#: The baselines are protocols of their own, embedded compiled (no checkpointer: they inherit the
+#: parent's, so a resumed COMED question resumes inside a baseline too).
+MOA_GRAPH = build_moa_graph().compile(name="moa")
+DEBATE_GRAPH = build_debate_graph().compile(name="debate")
+_PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
 
 
 def to_baselines(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
     baselines = _config(runtime).baselines
     if "moa" in baselines and "moa" not in state:
-        return "moa_propose"
-    if "debate" in baselines and len(state.get("debate") or []) < _config(runtime).debate_rounds:
-        return "debate_round"
+        return "moa"
+    if "debate" in baselines and not state.get("debate"):
+        return "debate"
     return "score"
 
 
-def moa_propose(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    """MoA layer 1: every proposer answers alone."""
-    problem = as_problem(state)
-    cfg = _config(runtime)
-    pool = pool_from(runtime.context)
-    proposers = list(cfg.moa_proposers) or pool.names
-    proposals, records, costs = [], [], {}
-    for i, model in enumerate(proposers):
-        params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                                seed=question_seed(cfg.seed, problem.id) + 301 + i)
-        samples, recs, cost = _ask(pool, model, solver_messages(problem, cfg.shots), params,
-                                   _context(problem, "moa_propose", "proposer", agent=i))
-        if samples:
-            proposals.append({"model": model, "answer": _answer(samples[0].text, problem), "text": samples[0].text})
-        records += recs
-        costs = _add_costs(costs, {"moa": cost})
-    emit("moa_propose", f"MoA proposals {[p['answer'] for p in proposals]}")
-    return {"moa": {"proposals": proposals}, "costs": costs, "calls": records}
+def _moa_call(state: EscalationState, runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], MoAContext]:
+    """The MoA subgraph's input and context: the same problem and pool, the anchor as aggregator."""
+    cfg = _config(runtime).moa_config(aggregator=state["route"]["anchor"])
+    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, MoAContext(pool_from(runtime.context), cfg)
 
 
-def moa_aggregate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    """MoA final layer: the aggregator reads every proposal and writes one answer."""
-    problem = as_problem(state)
-    cfg = _config(runtime)
-    model = cfg.moa_aggregator or state["route"]["anchor"]
-    proposals = state["moa"]["proposals"]
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, problem.id) + 401)
-    samples, records, cost = _ask(
-        pool_from(runtime.context), model, aggregator_messages(problem, [p["text"] for p in proposals], cfg.shots),
-        params, _context(problem, "moa_aggregate", "aggregator", partner=_partner([p["model"] for p in proposals])))
-    answer, how = _found(samples[0].text if samples else None, problem)
-    emit("moa_aggregate", f"MoA aggregator {model} answered {answer}", answer=answer)
-    return {"moa": {"proposals": proposals, "aggregator": model, "answer": answer, "how": how}, "costs": {"moa": cost},
-            "calls": records}
+def _moa_update(out: dict[str, Any]) -> dict[str, Any]:
+    info = {"proposals": out.get("proposals") or [], "aggregator": out.get("aggregator"), "answer": out.get("answer"),
+            "how": out.get("how")}
+    return {"moa": info, "costs": {"moa": total_cost((out.get("costs") or {}).values())}, "calls": out.get("calls") or []}
 
 
-def debate_round(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    """One debate round. First round: agents answer alone (agents sharing a model share one
-    request); later rounds: each agent sees the others' latest answers and answers again."""
-    problem = as_problem(state)
-    cfg = _config(runtime)
-    pool = pool_from(runtime.context)
-    rounds = state.get("debate") or []
-    r = len(rounds)
-    models = [pool.names[i % len(pool.names)] for i in range(cfg.debate_agents)]
-    base_seed = question_seed(cfg.seed, problem.id) + 500 + 50 * r
-    texts: dict[int, str] = {}
-    records, costs = [], {}
+_MOA_KEYS = ["proposals", "aggregator", "answer", "how", "costs", "calls"]
 
-    def params(n: int, offset: int) -> SamplingParams:
-        return SamplingParams(n=n, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                              seed=base_seed + offset)
 
-    if r == 0:
-        for j, model in enumerate(dict.fromkeys(models)):
-            agents = [i for i, m in enumerate(models) if m == model]
-            samples, recs, cost = _ask(pool, model, solver_messages(problem, cfg.shots), params(len(agents), 10 * j),
-                                       _context(problem, "debate_round", "debater", agent=agents[0], round=r))
-            texts.update({i: s.text for i, s in zip(agents, samples)})
-            records += recs
-            costs = _add_costs(costs, {"debate": cost})
-    else:
-        previous = {a["agent"]: a for a in rounds[-1]}
-        for i, model in enumerate(models):
-            others = [previous[j] for j in sorted(previous) if j != i]
-            samples, recs, cost = _ask(
-                pool, model, debate_messages(problem, [o["text"] for o in others], cfg.shots), params(1, i),
-                _context(problem, "debate_round", "debater", agent=i, round=r,
-                         partner=_partner([o["model"] for o in others])))
-            if samples:
-                texts[i] = samples[0].text
-            records += recs
-            costs = _add_costs(costs, {"debate": cost})
-    answers = []
-    for i in sorted(texts):
-        answer, how = _found(texts[i], problem)
-        answers.append({"agent": i, "model": models[i], "answer": answer, "how": how, "text": texts[i]})
-    emit("debate_round", f"debate round {r + 1}: {[a['answer'] for a in answers]}", round=r + 1)
-    return {"debate": [answers], "costs": costs, "calls": records}
+def moa(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """Mixture-of-Agents baseline (:mod:`agora.graphs.moa`): every proposer answers, the anchor aggregates."""
+    inp, context = _moa_call(state, runtime)
+    return _moa_update(MOA_GRAPH.invoke(inp, context=context, output_keys=_MOA_KEYS))
+
+
+async def amoa(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    inp, context = _moa_call(state, runtime)
+    return _moa_update(await MOA_GRAPH.ainvoke(inp, context=context, output_keys=_MOA_KEYS))
+
+
+def _debate_call(state: EscalationState, runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], DebateContext]:
+    cfg = _config(runtime).debate_config()
+    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, DebateContext(pool_from(runtime.context), cfg)
+
+
+def _debate_update(out: dict[str, Any]) -> dict[str, Any]:
+    return {"debate": out.get("rounds") or [], "costs": {"debate": total_cost((out.get("costs") or {}).values())},
+            "calls": out.get("calls") or []}
+
+
+_DEBATE_KEYS = ["rounds", "costs", "calls"]
+
+
+def debate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    """Multi-agent debate baseline (:mod:`agora.graphs.debate`): agents answer, read each other, answer again."""
+    inp, context = _debate_call(state, runtime)
+    return _debate_update(DEBATE_GRAPH.invoke(inp, context=context, output_keys=_DEBATE_KEYS))
+
+
+async def adebate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+    inp, context = _debate_call(state, runtime)
+    return _debate_update(await DEBATE_GRAPH.ainvoke(inp, context=context, output_keys=_DEBATE_KEYS))
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -533,20 +457,20 @@ def build_escalation_graph() -> StateGraph:
     builder = StateGraph(EscalationState, context_schema=EscalationContext,
                          input_schema=EscalationInput, output_schema=EscalationOutput)
     for name, node in [("route", route), ("anchor", anchor), ("decide", decide), ("accept", accept),
-                       ("verify", verify), ("escalate", escalate), ("moa_propose", moa_propose),
-                       ("moa_aggregate", moa_aggregate), ("debate_round", debate_round), ("score", score)]:
+                       ("verify", verify), ("escalate", escalate), ("score", score)]:
         builder.add_node(name, node)
+    builder.add_node("moa", sync_async_node(moa, amoa))  # the MoA protocol, as a subgraph
+    builder.add_node("debate", sync_async_node(debate, adebate))  # the debate protocol, as a subgraph
     builder.add_edge(START, "route")
     builder.add_edge("route", "anchor")
     builder.add_edge("anchor", "decide")
     builder.add_conditional_edges("decide", after_decide, ["accept", "verify", "escalate"])
     builder.add_conditional_edges("verify", after_verify, ["accept", "escalate"])
-    after = ["moa_propose", "debate_round", "score"]
+    after = ["moa", "debate", "score"]
     builder.add_conditional_edges("accept", to_baselines, after)
     builder.add_conditional_edges("escalate", to_baselines, after)
-    builder.add_edge("moa_propose", "moa_aggregate")
-    builder.add_conditional_edges("moa_aggregate", to_baselines, ["debate_round", "score"])
-    builder.add_conditional_edges("debate_round", to_baselines, ["debate_round", "score"])
+    builder.add_conditional_edges("moa", to_baselines, ["debate", "score"])
+    builder.add_edge("debate", "score")
     builder.add_edge("score", END)
     return builder
 

@@ -3,7 +3,7 @@
 Entries are lazy ``"module:attr"`` strings naming a :class:`~agora.graphs.spec.ProtocolSpec`; a spec's
 module is imported only when the spec is asked for. Everything that needs the list of protocols reads
 it here: ``agora.graphs`` (its exports), ``langgraph.json`` (:func:`langgraph_config`; a test checks the
-file against it, ``python -m agora.graphs.registry`` writes it), the CLI (``agora protocols``, the
+file against it, ``python -m agora.graphs`` prints it), the CLI (``agora protocols``, the
 ``run`` commands), and the docs tests.
 
 Adding a protocol: declare ``SPEC = ProtocolSpec(...)`` at the end of its graph module and add one
@@ -135,7 +135,3 @@ def write_langgraph_json(path: str | Path) -> Path:
     path = Path(path)
     path.write_text(json.dumps(langgraph_config(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
-
-
-if __name__ == "__main__":  # python -m agora.graphs.registry > langgraph.json
-    print(json.dumps(langgraph_config(), indent=2, ensure_ascii=False))

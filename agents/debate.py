@@ -1,0 +1,81 @@
+"""Multi-agent debate: settings, who plays which agent, and the prompt of a later round (no
+LangGraph; the graph is :mod:`agora.graphs.debate`).
+
+Source: Du et al., "Improving Factuality and Reasoning in Language Models through Multiagent Debate",
+arXiv 2305.14325: agents answer independently, then for each later round read the other agents'
+latest answers and answer again; the final answer is the plurality of the last round (3 agents ×
+2 rounds in the paper's cheapest setting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from agora.agents.prompts import finish_instruction, with_question
+from agora.tasks.problem import Problem
+
+#: Seed offsets from the question's seed: round r starts at ``+ ROUND_SEED + ROUND_STRIDE · r``; in
+#: the first round the j-th distinct model's request adds ``10 · j``, in later rounds agent i adds
+#: ``i`` (as COMED's baseline always did).
+ROUND_SEED = 500
+ROUND_STRIDE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class DebateConfig:
+    """Settings of one debate (defaults from Du et al.'s cheapest setting, sized for CPU pools).
+
+    Raises:
+        ValueError: a bad value; the message names the field.
+    """
+
+    agents: int = 3
+    """Debate agents; agent i plays pool model i mod |pool| (or ``models[i mod len(models)]``)."""
+    rounds: int = 2
+    """Rounds including the first, independent one."""
+    models: tuple[str, ...] = ()
+    """Models the agents play, in turn; empty = the pool's models in pool order."""
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 128
+    shots: int = 2
+    """Worked exemplars in each prompt."""
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("agents", "rounds", "max_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"DebateConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.shots < 0:
+            raise ValueError(f"DebateConfig.shots must be >= 0, got {self.shots}")
+        if self.temperature < 0:
+            raise ValueError(f"DebateConfig.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"DebateConfig.top_p must be in (0, 1], got {self.top_p}")
+
+
+def agent_models(config: DebateConfig, pool_names: Sequence[str]) -> list[str]:
+    """The model each agent plays: agent i plays ``models[i mod len(models)]`` (default: the pool's).
+
+    >>> agent_models(DebateConfig(agents=3), ["a", "b"])
+    ['a', 'b', 'a']
+
+    Raises:
+        ValueError: a configured model is not in the pool (the message names it).
+    """
+    models = list(config.models) or list(pool_names)
+    for name in models:
+        if name not in pool_names:
+            raise ValueError(f"DebateConfig.models: {name!r} is not in the pool ({', '.join(pool_names)})")
+    return [models[i % len(models)] for i in range(config.agents)]
+
+
+def debate_messages(problem: Problem, others: Sequence[str], shots: int = 2) -> list[dict[str, str]]:
+    """A debate round after the first (Du et al. 2023, §2): the other agents' latest answers, then
+    an updated answer."""
+    shown = "\n\n".join(f"Agent {i + 1}: \"{t.strip()}\"" for i, t in enumerate(others))
+    return with_question(problem, shots, (
+        f"{problem.question}\n\nThese are the answers of other agents:\n{shown}\n\n"
+        f"Use their reasoning as additional advice and give your updated answer. {finish_instruction(problem)}"))

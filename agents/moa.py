@@ -1,0 +1,69 @@
+"""Mixture-of-Agents: settings and the aggregator's prompt (no LangGraph; the graph is
+:mod:`agora.graphs.moa`).
+
+Source: Wang et al., "Mixture-of-Agents Enhances Large Language Model Capabilities", arXiv 2406.04692:
+proposers answer independently, an aggregator reads every proposal and writes one answer
+(aggregate-and-synthesise). Agora runs the two-layer "MoA-Lite" shape: one proposer layer, one
+aggregator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from agora.agents.prompts import finish_instruction, with_question
+from agora.tasks.problem import Problem
+
+#: Seed offsets from the question's seed (:func:`agora.graphs._common.question_seed`): proposer i
+#: samples with ``+ PROPOSER_SEED + i``, the aggregator with ``+ AGGREGATOR_SEED`` (as COMED's
+#: baseline always did, so MoA inside COMED draws the same samples as MoA alone).
+PROPOSER_SEED = 301
+AGGREGATOR_SEED = 401
+
+
+@dataclass(frozen=True, slots=True)
+class MoAConfig:
+    """Settings of one Mixture-of-Agents run (defaults as COMED's baseline, sized for CPU pools).
+
+    Raises:
+        ValueError: a bad value; the message names the field.
+    """
+
+    proposers: tuple[str, ...] = ()
+    """Proposer models (one answer each); empty = every pool model."""
+    aggregator: str | None = None
+    """The aggregator model; ``None`` = the first pool model (COMED passes its anchor)."""
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 128
+    """Generated-token cap of every proposal and of the aggregation."""
+    shots: int = 2
+    """Worked exemplars in each prompt."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"MoAConfig.max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if self.shots < 0:
+            raise ValueError(f"MoAConfig.shots must be >= 0, got {self.shots}")
+        if self.temperature < 0:
+            raise ValueError(f"MoAConfig.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"MoAConfig.top_p must be in (0, 1], got {self.top_p}")
+
+
+def check_pool(config: MoAConfig, names: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming the field when a configured model is not in the pool."""
+    for what, name in [("aggregator", config.aggregator), *(("proposers", m) for m in config.proposers)]:
+        if name is not None and name not in names:
+            raise ValueError(f"MoAConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
+
+
+def aggregator_messages(problem: Problem, proposals: Sequence[str], shots: int = 2) -> list[dict[str, str]]:
+    """The MoA aggregator's prompt (Wang et al. 2024, aggregate-and-synthesise): the proposers'
+    answers, to be critically combined into one."""
+    shown = "\n\n".join(f"{i + 1}. \"{t.strip()}\"" for i, t in enumerate(proposals))
+    return with_question(problem, shots, (
+        f"{problem.question}\n\nResponses from several models:\n{shown}\n\n"
+        f"Some of them may be wrong. Critically evaluate them and write one correct answer. {finish_instruction(problem)}"))

@@ -1,0 +1,100 @@
+"""Model calls with their cost, shared by COMED, Mixture-of-Agents and debate (not public).
+
+A node asks a model with :func:`ask` (or :func:`aask` in its async twin) and gets the samples, their
+trace records and one :class:`Cost`; costs add up per step with :func:`add_costs` (the reducer of a
+``costs`` state key) and :func:`total_cost`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, NotRequired
+
+from typing_extensions import TypedDict
+
+from agora.agents.pool import ModelPool, Sample, SamplingParams
+from agora.tasks.answers import find_answer, is_correct
+from agora.tasks.problem import Problem
+
+
+class Cost(TypedDict):
+    calls: int
+    """Requests sent (one prompt to one model; its N samples count once)."""
+    samples: int
+    completion_tokens: int
+    """Decoded tokens."""
+    latency_s: float
+    """Model seconds."""
+
+
+class MethodResult(TypedDict):
+    answer: str | None
+    correct: bool | None
+    calls: int
+    samples: int
+    completion_tokens: int
+    latency_s: float
+    how: NotRequired[str | None]
+    """How the answer was found in the first output that gives it (``docs/scoring.md``;
+    ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""
+
+
+def total_cost(costs: Iterable[Cost]) -> Cost:
+    """The sum of ``costs`` field by field (all zero for none)."""
+    costs = list(costs)
+    return Cost(**{k: sum(c[k] for c in costs) for k in Cost.__annotations__})
+
+
+def add_costs(a: dict[str, Cost] | None, b: dict[str, Cost] | None) -> dict[str, Cost]:
+    """Reducer of ``costs``: per-step costs add up."""
+    out = dict(a or {})
+    for key, c in (b or {}).items():
+        out[key] = total_cost([out[key], c]) if key in out else c
+    return out
+
+
+def _cost(samples: list[Sample]) -> Cost:
+    return Cost(calls=1, samples=len(samples), completion_tokens=sum(s.completion_tokens for s in samples),
+                latency_s=sum(s.latency_s for s in samples))
+
+
+def ask(pool: ModelPool, model: str, messages: list[dict], params: SamplingParams,
+        context: dict[str, Any]) -> tuple[list[Sample], list[dict], Cost]:
+    """One request; its samples, trace records and cost."""
+    samples, records = pool.sample(model, messages, params, context=context)
+    return samples, records, _cost(samples)
+
+
+async def aask(pool: ModelPool, model: str, messages: list[dict], params: SamplingParams,
+               context: dict[str, Any]) -> tuple[list[Sample], list[dict], Cost]:
+    """:func:`ask` for async nodes (awaits :meth:`ModelPool.asample`)."""
+    samples, records = await pool.asample(model, messages, params, context=context)
+    return samples, records, _cost(samples)
+
+
+def found(text: str | None, problem: Problem) -> tuple[str | None, str | None]:
+    """``(answer, how)`` of one output (``docs/scoring.md``); ``(None, None)`` without an answer."""
+    if text is None:
+        return None, None
+    result = find_answer(text, problem.kind, problem.n_choices or 4)
+    return result.answer, result.how if result.answer is not None else None
+
+
+def how_of(answer: str | None, pairs: Iterable[tuple[str | None, str | None]]) -> str | None:
+    """How ``answer`` was found: the mark of the first ``(answer, how)`` pair that gives it."""
+    return next((how for a, how in pairs if answer is not None and a == answer), None)
+
+
+def call_context(problem: Problem, node: str, role: str, **extra: Any) -> dict[str, Any]:
+    """The trace context of one call: question, node, role, no partner unless given."""
+    return {"question_id": problem.id, "node": node, "role": role, "partner": None, **extra}
+
+
+def partner(models: Iterable[str]) -> str | None:
+    """Distinct models, in order, comma-separated: who the speaker was shown."""
+    return ",".join(dict.fromkeys(models)) or None
+
+
+def method_result(answer: str | None, how: str | None, cost: Cost, gold: str | None, kind: str) -> MethodResult:
+    """A method's row: its answer, correctness against ``gold`` (``None`` without one), cost and mark."""
+    return MethodResult(answer=answer, correct=None if gold is None else is_correct(answer, gold, kind), **cost,
+                        how=how if answer is not None else None)

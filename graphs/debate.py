@@ -1,0 +1,262 @@
+"""Multi-agent debate as a LangGraph state machine (Du et al., arXiv 2305.14325): agents answer,
+read each other's answers and answer again; the last round's plurality is the answer.
+
+    START ─Send×M─▶ debate_round ─▶ debate_tally ─┬─Send×A─▶ debate_round  (rounds left)
+                                                  └─▶ debate_vote ─▶ END
+
+Agent i plays model i mod |models| (``DebateConfig.models``, else the pool's). The first round is
+independent: agents that play the same model share one request (one ``Send`` per distinct model,
+n = its agents). Each later round sends one ``Send`` per agent, whose prompt shows the other agents'
+latest answers. ``debate_tally`` collects a round (in agent order); ``debate_vote`` scores.
+
+Methods (``state["methods"]``): ``debate`` (plurality of the last round; cost: every round) and
+``first_round_vote`` (plurality of the independent first round, its cost only: what debating adds
+over voting). Every call after the first round carries ``partner`` (the agents' models it saw).
+
+COMED embeds this graph as its debate baseline (:mod:`agora.graphs.escalation`).
+
+Usage::
+
+    from agora.graphs.debate import build_debate_graph, DebateContext
+    out = build_debate_graph().compile().invoke({"question": "...", "gold": "7"}, context=DebateContext(pool=my_pool))
+    out["answer"], out["rounds"], out["methods"]["debate"]
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from typing_extensions import TypedDict
+
+from agora.agents.debate import ROUND_SEED, ROUND_STRIDE, DebateConfig, agent_models, debate_messages
+from agora.agents.delegation import plurality
+from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.prompts import solver_messages
+from agora.graphs._calls import (
+    Cost,
+    MethodResult,
+    aask,
+    add_costs,
+    ask,
+    call_context,
+    found,
+    how_of,
+    method_result,
+    partner,
+    total_cost,
+)
+from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs.spec import ProtocolSpec
+
+METHODS = ("debate", "first_round_vote")
+
+
+@dataclass
+class DebateContext:
+    """Run-time context: the pool and the debate settings."""
+
+    pool: ModelPool | None = None
+    """The model pool; ``None`` = the embedded default pool."""
+    config: DebateConfig = field(default_factory=DebateConfig)
+
+    def __post_init__(self):
+        self.config = settings_from(self.config, DebateConfig)  # JSON clients (Studio) send a dict
+
+
+class DebateInput(TypedDict):
+    """What a caller passes in."""
+
+    question: str
+    """The problem text (for multiple choice, with lettered options)."""
+    question_id: NotRequired[str]
+    gold: NotRequired[str | None]
+    """Gold answer, if known: each method's ``correct`` is then filled in."""
+    kind: NotRequired[str]
+    """``math`` (default) or ``mc``: how answers are extracted."""
+    n_choices: NotRequired[int]
+
+
+class DebateAnswer(TypedDict):
+    agent: int
+    model: str
+    answer: str | None
+    how: str | None
+    text: str
+
+
+class DebateOutput(TypedDict):
+    """What the graph returns."""
+
+    answer: str | None
+    """The plurality of the last round."""
+    how: str | None
+    rounds: list[list[DebateAnswer]]
+    """Each round's answers, in agent order (an agent whose call failed is missing)."""
+    costs: dict[str, Cost]
+    """Cost of each round: ``round_1``, ``round_2``..."""
+    methods: dict[str, MethodResult]
+
+
+class DebateState(DebateInput, total=False):
+    """Full state of one debate."""
+
+    answers: Annotated[list[dict[str, Any]], operator.add]
+    """Every agent's answer of every round (with its ``round``), appended by the requests in parallel."""
+    rounds: Annotated[list[list[DebateAnswer]], operator.add]
+    """Appended by ``debate_tally``, one list per finished round."""
+    costs: Annotated[dict[str, Cost], add_costs]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written to the trace store by the runner)."""
+    methods: dict[str, MethodResult]
+    answer: str | None
+    how: str | None
+
+
+class DebaterTask(DebateInput, total=False):
+    """One request's ``Send`` payload: the round, the model, the agents it answers for (one, after
+    the first round), its seed offset and the answers it is shown."""
+
+    round: int
+    model: str
+    agents: list[int]
+    offset: int
+    others: list[dict[str, Any]]
+
+
+def _config(runtime: Runtime) -> DebateConfig:
+    return getattr(runtime.context, "config", None) or DebateConfig()
+
+
+_PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
+
+
+def _tasks(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send]:
+    """The requests of the next round: per distinct model in the first, per agent afterwards."""
+    models = agent_models(_config(runtime), pool_from(runtime.context).names)
+    problem = as_problem(state)
+    base = {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": problem.id}
+    rounds = state.get("rounds") or []
+    r = len(rounds)
+    if r == 0:
+        return [Send("debate_round", DebaterTask(**base, round=0, model=model, offset=10 * j,
+                                                 agents=[i for i, m in enumerate(models) if m == model]))
+                for j, model in enumerate(dict.fromkeys(models))]
+    previous = {a["agent"]: a for a in rounds[-1]}
+    return [Send("debate_round", DebaterTask(**base, round=r, model=model, offset=i, agents=[i],
+                                             others=[{"model": previous[j]["model"], "text": previous[j]["text"]}
+                                                     for j in sorted(previous) if j != i]))
+            for i, model in enumerate(models)]
+
+
+def first_round(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send]:
+    return _tasks(state, runtime)
+
+
+def next_round(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send] | str:
+    """Another round while rounds are left, else the vote."""
+    if len(state.get("rounds") or []) < _config(runtime).rounds:
+        return _tasks(state, runtime)
+    return "debate_vote"
+
+
+def _request(task: DebaterTask, runtime: Runtime[DebateContext]) -> tuple[Any, ...]:
+    problem = as_problem(task)
+    cfg = _config(runtime)
+    r, agents = task["round"], task["agents"]
+    params = SamplingParams(n=len(agents), temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, problem.id) + ROUND_SEED + ROUND_STRIDE * r + task["offset"])
+    if r == 0:
+        messages = solver_messages(problem, cfg.shots)
+        context = call_context(problem, "debate_round", "debater", agent=agents[0], round=r)
+    else:
+        others = task.get("others") or []
+        messages = debate_messages(problem, [o["text"] for o in others], cfg.shots)
+        context = call_context(problem, "debate_round", "debater", agent=agents[0], round=r,
+                               partner=partner(o["model"] for o in others))
+    return pool_from(runtime.context), task["model"], messages, params, context
+
+
+def _answered(task: DebaterTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    problem = as_problem(task)
+    answers = []
+    for agent, sample in zip(task["agents"], samples):
+        answer, how = found(sample.text, problem)
+        answers.append({"round": task["round"], "agent": agent, "model": task["model"], "answer": answer, "how": how,
+                        "text": sample.text})
+    return {"answers": answers, "costs": {f"round_{task['round'] + 1}": cost}, "calls": records}
+
+
+def debate_round(task: DebaterTask, runtime: Runtime[DebateContext]) -> dict[str, Any]:
+    """One request of a round: alone in the first round, after the others' answers later."""
+    return _answered(task, *ask(*_request(task, runtime)))
+
+
+async def adebate_round(task: DebaterTask, runtime: Runtime[DebateContext]) -> dict[str, Any]:
+    return _answered(task, *await aask(*_request(task, runtime)))
+
+
+def debate_tally(state: DebateState) -> dict[str, Any]:
+    """Collect the round just answered, in agent order."""
+    r = len(state.get("rounds") or [])
+    answers = sorted((a for a in state.get("answers") or [] if a["round"] == r), key=lambda a: a["agent"])
+    current = [DebateAnswer(**{k: a[k] for k in DebateAnswer.__annotations__}) for a in answers]
+    emit("debate_round", f"debate round {r + 1}: {[a['answer'] for a in current]}", round=r + 1)
+    return {"rounds": [current]}
+
+
+def debate_vote(state: DebateState) -> dict[str, Any]:
+    """The last round's plurality (``debate``) and the first round's (``first_round_vote``)."""
+    rounds, costs = state.get("rounds") or [[]], state.get("costs") or {}
+    gold, kind = state.get("gold"), state.get("kind") or "math"
+
+    def vote(answers: list[DebateAnswer]) -> tuple[str | None, str | None]:
+        winner = plurality([a["answer"] for a in answers])[0]
+        return winner, how_of(winner, [(a["answer"], a["how"]) for a in answers])
+
+    answer, how = vote(rounds[-1])
+    first, first_how = vote(rounds[0])
+    methods = {"debate": method_result(answer, how, total_cost(costs.values()), gold, kind),
+               "first_round_vote": method_result(first, first_how, total_cost([costs[k] for k in ("round_1",) if k in costs]),
+                                                 gold, kind)}
+    emit("debate_vote", f"debate answer {answer} after {len(rounds)} rounds (first round {first})", answer=answer)
+    return {"answer": answer, "how": how, "methods": methods}
+
+
+def build_debate_graph() -> StateGraph:
+    """The debate graph, uncompiled. Compile it with or without a checkpointer.
+
+    Input: :class:`DebateInput`; output: :class:`DebateOutput`; run-time context: :class:`DebateContext`.
+    """
+    builder = StateGraph(DebateState, context_schema=DebateContext, input_schema=DebateInput,
+                         output_schema=DebateOutput)
+    builder.add_node("debate_round", sync_async_node(debate_round, adebate_round))
+    builder.add_node("debate_tally", sync_async_node(debate_tally))
+    builder.add_node("debate_vote", sync_async_node(debate_vote))
+    builder.add_conditional_edges(START, first_round, ["debate_round"])
+    builder.add_edge("debate_round", "debate_tally")
+    builder.add_conditional_edges("debate_tally", next_round, ["debate_round", "debate_vote"])
+    builder.add_edge("debate_vote", END)
+    return builder
+
+
+def debate_detail(values: dict[str, Any]) -> dict[str, Any]:
+    """What the runner stores in ``questions.detail`` for a debate: each round's agents and answers."""
+    return {"rounds": [[{k: a[k] for k in ("agent", "model", "answer")} for a in r] for r in values.get("rounds") or []]}
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_debate_graph().compile(name="debate")
+
+SPEC = ProtocolSpec(
+    name="debate", graph_id="debate", module=__name__,
+    description=("Multi-agent debate: agents (pool models in turn) answer alone, then for each later round read "
+                 "the other agents' latest answers and answer again (one Send per request, in parallel); the "
+                 "last round's plurality is the answer, the first round's vote is scored beside it."),
+    build=build_debate_graph, context=DebateContext, config=DebateConfig, input=DebateInput, output=DebateOutput,
+    methods=METHODS, detail=debate_detail, cli=("run debate",), docs="debate.md",
+)

@@ -1,0 +1,244 @@
+"""Mixture-of-Agents as a LangGraph state machine: proposers answer in parallel, an aggregator
+combines their answers (Wang et al., arXiv 2406.04692; the two-layer "MoA-Lite" shape).
+
+    START ─Send×P─▶ moa_propose ─▶ moa_aggregate ─▶ END
+
+One ``Send`` per proposer (every pool model, or ``MoAConfig.proposers``) runs ``moa_propose``: one
+answer from that model alone. ``moa_aggregate`` shows every proposal (in proposer order) to the
+aggregator (``MoAConfig.aggregator``, else the first pool model), which writes the final answer.
+
+Methods (``state["methods"]``): ``moa`` (the aggregator's answer; cost: every proposal and the
+aggregation) and ``proposal_vote`` (the plurality of the proposals, no aggregation: what the
+aggregator adds over a vote on the same samples). Each carries ``calls`` (requests), ``samples``,
+``completion_tokens`` and ``latency_s``. The aggregator's call carries ``partner`` (the proposers).
+
+COMED embeds this graph as its MoA baseline (:mod:`agora.graphs.escalation`, aggregator = the anchor).
+
+Usage::
+
+    from agora.graphs.moa import build_moa_graph, MoAContext
+    out = build_moa_graph().compile().invoke({"question": "...", "gold": "7"}, context=MoAContext(pool=my_pool))
+    out["answer"], out["methods"]["moa"]
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from typing_extensions import TypedDict
+
+from agora.agents.delegation import plurality
+from agora.agents.moa import AGGREGATOR_SEED, PROPOSER_SEED, MoAConfig, aggregator_messages, check_pool
+from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.prompts import solver_messages
+from agora.graphs._calls import (
+    Cost,
+    MethodResult,
+    aask,
+    add_costs,
+    ask,
+    call_context,
+    found,
+    how_of,
+    method_result,
+    partner,
+    total_cost,
+)
+from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs.spec import ProtocolSpec
+
+METHODS = ("moa", "proposal_vote")
+
+
+@dataclass
+class MoAContext:
+    """Run-time context: the pool and the MoA settings."""
+
+    pool: ModelPool | None = None
+    """The model pool; ``None`` = the embedded default pool."""
+    config: MoAConfig = field(default_factory=MoAConfig)
+
+    def __post_init__(self):
+        self.config = settings_from(self.config, MoAConfig)  # JSON clients (Studio) send a dict
+
+
+class MoAInput(TypedDict):
+    """What a caller passes in."""
+
+    question: str
+    """The problem text (for multiple choice, with lettered options)."""
+    question_id: NotRequired[str]
+    gold: NotRequired[str | None]
+    """Gold answer, if known: each method's ``correct`` is then filled in."""
+    kind: NotRequired[str]
+    """``math`` (default) or ``mc``: how answers are extracted."""
+    n_choices: NotRequired[int]
+
+
+class Proposal(TypedDict):
+    agent: int
+    """The proposer's position in the proposer list."""
+    model: str
+    answer: str | None
+    how: str | None
+    text: str
+
+
+class MoAOutput(TypedDict):
+    """What the graph returns."""
+
+    answer: str | None
+    """The aggregator's answer."""
+    how: str | None
+    proposals: list[Proposal]
+    """One per proposer that answered, in proposer order."""
+    aggregator: str
+    costs: dict[str, Cost]
+    """Cost of each step: ``propose``, ``aggregate``."""
+    methods: dict[str, MethodResult]
+
+
+class MoAState(MoAInput, total=False):
+    """Full state of one MoA question."""
+
+    proposals: Annotated[list[Proposal], operator.add]
+    """Appended by the proposers in parallel."""
+    aggregator: str
+    costs: Annotated[dict[str, Cost], add_costs]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written to the trace store by the runner)."""
+    methods: dict[str, MethodResult]
+    answer: str | None
+    how: str | None
+
+
+class ProposerTask(MoAInput, total=False):
+    """One proposer's ``Send`` payload: the problem and who proposes."""
+
+    agent: int
+    model: str
+
+
+def _config(runtime: Runtime) -> MoAConfig:
+    return getattr(runtime.context, "config", None) or MoAConfig()
+
+
+_PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
+
+
+def to_proposers(state: MoAState, runtime: Runtime[MoAContext]) -> list[Send]:
+    """One ``Send`` per proposer (every pool model unless configured)."""
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    check_pool(cfg, pool.names)
+    problem = as_problem(state)
+    base = {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": problem.id}
+    return [Send("moa_propose", ProposerTask(**base, agent=i, model=m))
+            for i, m in enumerate(cfg.proposers or pool.names)]
+
+
+def _propose_request(task: ProposerTask, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
+    problem = as_problem(task)
+    cfg = _config(runtime)
+    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, problem.id) + PROPOSER_SEED + task["agent"])
+    return (pool_from(runtime.context), task["model"], solver_messages(problem, cfg.shots), params,
+            call_context(problem, "moa_propose", "proposer", agent=task["agent"]))
+
+
+def _proposed(task: ProposerTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    problem = as_problem(task)
+    proposals = []
+    if samples:
+        answer, how = found(samples[0].text, problem)
+        proposals.append(Proposal(agent=task["agent"], model=task["model"], answer=answer, how=how,
+                                  text=samples[0].text))
+    return {"proposals": proposals, "costs": {"propose": cost}, "calls": records}
+
+
+def moa_propose(task: ProposerTask, runtime: Runtime[MoAContext]) -> dict[str, Any]:
+    """MoA layer 1: one proposer answers alone."""
+    return _proposed(task, *ask(*_propose_request(task, runtime)))
+
+
+async def amoa_propose(task: ProposerTask, runtime: Runtime[MoAContext]) -> dict[str, Any]:
+    return _proposed(task, *await aask(*_propose_request(task, runtime)))
+
+
+def _aggregate_request(state: MoAState, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context)
+    model = cfg.aggregator or pool.names[0]
+    proposals = sorted(state.get("proposals") or [], key=lambda p: p["agent"])
+    emit("moa_propose", f"MoA proposals {[p['answer'] for p in proposals]}", answers=[p["answer"] for p in proposals])
+    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                            seed=question_seed(cfg.seed, problem.id) + AGGREGATOR_SEED)
+    return (pool, model, aggregator_messages(problem, [p["text"] for p in proposals], cfg.shots), params,
+            call_context(problem, "moa_aggregate", "aggregator", partner=partner(p["model"] for p in proposals)))
+
+
+def _aggregated(state: MoAState, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    problem = as_problem(state)
+    answer, how = found(samples[0].text if samples else None, problem)
+    proposals = sorted(state.get("proposals") or [], key=lambda p: p["agent"])
+    costs = add_costs(state.get("costs"), {"aggregate": cost})
+    vote = plurality([p["answer"] for p in proposals])[0]
+    gold, kind = state.get("gold"), state.get("kind") or "math"
+    methods = {
+        "moa": method_result(answer, how, total_cost(costs.values()), gold, kind),
+        "proposal_vote": method_result(vote, how_of(vote, [(p["answer"], p["how"]) for p in proposals]),
+                                       total_cost([costs["propose"]] if "propose" in costs else []), gold, kind),
+    }
+    emit("moa_aggregate", f"MoA aggregator {model} answered {answer}", answer=answer)
+    return {"aggregator": model, "answer": answer, "how": how, "costs": {"aggregate": cost},
+            "calls": records, "methods": methods}
+
+
+def moa_aggregate(state: MoAState, runtime: Runtime[MoAContext]) -> dict[str, Any]:
+    """MoA final layer: the aggregator reads every proposal and writes one answer."""
+    pool, model, *rest = _aggregate_request(state, runtime)
+    return _aggregated(state, model, *ask(pool, model, *rest))
+
+
+async def amoa_aggregate(state: MoAState, runtime: Runtime[MoAContext]) -> dict[str, Any]:
+    pool, model, *rest = _aggregate_request(state, runtime)
+    return _aggregated(state, model, *await aask(pool, model, *rest))
+
+
+def build_moa_graph() -> StateGraph:
+    """The Mixture-of-Agents graph, uncompiled. Compile it with or without a checkpointer.
+
+    Input: :class:`MoAInput`; output: :class:`MoAOutput`; run-time context: :class:`MoAContext`.
+    """
+    builder = StateGraph(MoAState, context_schema=MoAContext, input_schema=MoAInput, output_schema=MoAOutput)
+    builder.add_node("moa_propose", sync_async_node(moa_propose, amoa_propose))
+    builder.add_node("moa_aggregate", sync_async_node(moa_aggregate, amoa_aggregate))
+    builder.add_conditional_edges(START, to_proposers, ["moa_propose"])
+    builder.add_edge("moa_propose", "moa_aggregate")
+    builder.add_edge("moa_aggregate", END)
+    return builder
+
+
+def moa_detail(values: dict[str, Any]) -> dict[str, Any]:
+    """What the runner stores in ``questions.detail`` for a MoA question: aggregator and proposals."""
+    return {k: values.get(k) for k in ("aggregator", "proposals")}
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_moa_graph().compile(name="moa")
+
+SPEC = ProtocolSpec(
+    name="moa", graph_id="moa", module=__name__,
+    description=("Mixture-of-Agents: every proposer model answers the question alone (one Send each, in "
+                 "parallel), then an aggregator reads all proposals and writes one answer; the plurality of "
+                 "the proposals is scored beside it, every method cost-counted."),
+    build=build_moa_graph, context=MoAContext, config=MoAConfig, input=MoAInput, output=MoAOutput,
+    methods=METHODS, detail=moa_detail,
+    cli=("run moa",), docs="moa.md",
+)
