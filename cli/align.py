@@ -104,10 +104,12 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
     rows = method_table(store, run_id, order=METHODS)
     totals = run_totals(store, run_id)
     table = Table(title=f"ALIGN run {run_id}")
-    for col in ("method", "questions", "failed", "accuracy %", "95% CI", "samples/q", "gen. tokens", "model time s"):
+    for col in ("method", "questions", "failed", "guessed", "accuracy %", "95% CI", "samples/q", "gen. tokens",
+                "model time s"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
-        table.add_row(r.method, str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
+        table.add_row(r.method, str(r.questions), str(r.failed), str(r.guessed), fmt_pct(r.accuracy),
+                      fmt_ci(r.ci_low, r.ci_high),
                       f"{r.samples_per_question:.1f}", str(r.completion_tokens), f"{r.model_time_s:.1f}")
     console.print(table)
     if totals["failed_questions"]:

@@ -42,6 +42,10 @@ def test_align_results_store_how_each_answer_was_found(tmp_path):
     counted = store.db.execute("select sum(how = 'fallback'), count(answer) from results where run_id = 'r' "
                                "and method = 'single_agent'").fetchone()
     assert counted == (2, 2)
+    from agora.traces.report import method_table
+
+    table = {row.method: row for row in method_table(store, "r")}
+    assert table["single_agent"].guessed == 2 and table["single_agent"].questions == 2
 
 
 def test_no_answer_has_no_mark():

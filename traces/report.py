@@ -29,6 +29,9 @@ class MethodRow:
     """Recorded questions on which this method failed: its answer drew on no sample (its model
     calls failed), so it is neither right nor wrong and not in ``questions`` or ``accuracy``.
     Questions that failed altogether are not recorded: :func:`failed_questions`."""
+    guessed: int = 0
+    """Scored questions whose answer came from the scorer's fallback (the last number or letter
+    of an output without an explicit final answer: docs/scoring.md), not from a stated answer."""
 
 
 def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> list[MethodRow]:
@@ -48,6 +51,7 @@ def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> l
             completion_tokens=int(sum(r["completion_tokens"] or 0 for r in rs)),
             model_time_s=float(sum(r["latency_s"] or 0.0 for r in rs)),
             failed=sum(r["samples"] == 0 for r in rs),
+            guessed=sum(r.get("how") == "fallback" for r in rs if r["correct"] is not None and r["samples"] != 0),
         ))
     return rows
 
