@@ -6,16 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from agora.graphs.conversation import graph as conversation_graph
-from agora.graphs.delegation import graph as delegation_graph
-from agora.graphs.duel import graph as duel_graph
-from agora.graphs.escalation import graph as escalation_graph
-from agora.graphs.selection import graph as selection_graph
+from agora.graphs import registry
 from agora.tasks.loaders import FORMATS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = {"align.md": delegation_graph, "comed.md": escalation_graph, "duels.md": duel_graph,
-         "cupid.md": selection_graph, "conversation.md": conversation_graph}
+PAGES = {spec.docs: spec.compiled() for spec in registry.specs()}
+"""Each registered protocol's page and its compiled graph (align.md, comed.md, ..., moa.md, debate.md)."""
 
 
 def blocks(page: str, lang: str) -> list[str]:

@@ -1,0 +1,86 @@
+"""The protocol registry is the one list: langgraph.json, agora.graphs' exports, the CLI's commands and
+the docs pages all agree with it (graphs/registry.py, graphs/spec.py; issue 17 item 1)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import typer.main
+from langgraph.graph import StateGraph
+
+import agora.graphs
+from agora.cli.main import app
+from agora.graphs import registry
+from agora.graphs.spec import ProtocolSpec, methods_written
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = registry.specs()
+
+
+def test_langgraph_json_is_the_registry():
+    """Regenerate with ``python -m agora.graphs > langgraph.json``."""
+    assert json.loads((ROOT / "langgraph.json").read_text()) == registry.langgraph_config()
+
+
+def test_studio_lists_the_graphs_it_listed_plus_moa_and_debate():
+    ids = [spec.graph_id for spec in SPECS]
+    assert ids == ["align_delegation", "conversation", "comed_escalation", "duel", "cupid_selection", "moa", "debate"]
+    assert len(set(ids)) == len(ids) and len({spec.name for spec in SPECS}) == len(SPECS)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_each_spec_describes_its_graph(spec: ProtocolSpec):
+    builder = spec.build()
+    assert isinstance(builder, StateGraph)
+    assert builder.context_schema is spec.context and builder.input_schema is spec.input
+    assert builder.output_schema is spec.output
+    assert spec.compiled().name == spec.graph_id and spec.compiled().checkpointer is None
+    assert spec.context().config == spec.config()  # the context's settings are the spec's config type
+    assert (ROOT / "docs" / spec.docs).is_file()
+    if spec.kind == "benchmark":
+        assert spec.methods[0] == spec.name and spec.detail is not None
+        assert spec.finished({"methods": {}}) and not spec.finished({"question": "x"})
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_agora_graphs_exports_each_protocol_from_its_entry(spec: ProtocolSpec):
+    for obj in (spec.build, spec.context, spec.input, spec.output):
+        assert getattr(agora.graphs, obj.__name__) is obj and obj.__name__ in agora.graphs.__all__
+
+
+def commands(group, path=()) -> set[str]:
+    out = set()
+    for name, command in getattr(group, "commands", {}).items():
+        out.add(" ".join((*path, name)))
+        out |= commands(command, (*path, name))
+    return out
+
+
+def test_every_registered_command_exists_in_the_cli():
+    known = commands(typer.main.get_command(app))
+    missing = {(spec.name, c) for spec in SPECS for c in spec.cli if c not in known}
+    assert not missing
+    assert {"run moa", "run debate", "run comed"} <= known
+
+
+def test_registry_errors_name_the_problem():
+    with pytest.raises(KeyError, match="unknown protocol 'nope'; choose one of align"):
+        registry.get("nope")
+    with pytest.raises(ValueError, match="module:attr"):
+        registry.register("x", "no_colon")
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("moa", "other.module:SPEC")
+    registry.register("moa", registry.PROTOCOLS["moa"].target, registry.PROTOCOLS["moa"].exports)  # same: fine
+    with pytest.raises(ValueError, match="first method is its main one"):
+        ProtocolSpec(name="x", graph_id="x", description="", build=StateGraph, context=dict, config=dict,
+                     input=dict, output=dict, module="m", methods=("y", "x"))
+    assert methods_written({"methods": {}}) and registry.by_graph_id("moa").name == "moa"
+
+
+def test_a_registered_entry_must_name_a_spec_of_that_name(monkeypatch):
+    monkeypatch.setitem(registry.PROTOCOLS, "fake", registry.Entry("agora.graphs.moa:METHODS"))
+    with pytest.raises(TypeError, match="is a tuple, not a ProtocolSpec"):
+        registry.get("fake")
+    monkeypatch.setitem(registry.PROTOCOLS, "fake2", registry.Entry("agora.graphs.moa:SPEC"))
+    with pytest.raises(TypeError, match="declares protocol 'moa', registered as 'fake2'"):
+        registry.get("fake2")
