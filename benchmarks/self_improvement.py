@@ -1,0 +1,431 @@
+"""Self-improvement on the Qwen pool (issue 19): does one round of training on its own and its peers'
+traces make Qwen2.5-Coder-0.5B better at held-out GSM8K? And does the Stackelberg leader make duels
+more informative than uniform instructions?
+
+One command, resumable, small defaults (a few CPU-hours would be the full size)::
+
+    AGORA_LLAMA_THREADS=1 python benchmarks/self_improvement.py                     # small
+    python benchmarks/self_improvement.py --run-id si-full --train-questions 256 --eval-questions 250 \\
+        --steps 64 --align-samples 4 --duels 64 --iterations 4 --generations 8 --grpo-prompts-per-step 2
+
+Phases (each recorded in ``OUT/<run-id>/phases.json`` with its wall and CPU seconds once it finishes;
+a rerun of the same ``--run-id`` skips finished phases, and the trace and evaluation phases resume
+inside: finished questions, duels and evaluated batches are kept):
+
+1. ``align-traces``: ALIGN on the training questions (GSM8K *train*) with the default pool, agents
+   alternating the 0.5B and the 1.5B, ``--align-samples`` candidates each, every candidate logged.
+2. ``duels-sparta``: ``--iterations × --duels`` Sparta duels on the same training questions with the
+   embedded duel pool (the two Qwen models and a ``cautious`` persona of each): peer-judged pairs.
+3. ``train:<arm>``, same training questions and ``--steps`` optimiser steps for each arm, a fresh
+   LoRA on the 0.5B (q, k, v, o projections): ``align-dpo`` (DPO on ALIGN pairs: a correct candidate,
+   the 0.5B's own or the 1.5B's, over an incorrect 0.5B candidate of the same question,
+   :mod:`agora.training.align_pairs`), ``duel-dpo`` (DPO on the Sparta run's non-tied pairs),
+   ``grpo`` (GRPO with the correctness reward, ``--generations`` completions per prompt). Each arm
+   writes ``OUT/<run-id>/<arm>/pool.toml``: the default pool with the 0.5B served with its adapter.
+4. ``eval:base``, ``eval:<arm>``: the 0.5B greedy on the first ``--eval-questions`` GSM8K *test*
+   questions (never trained on), base weights and each adapter, same backend (transformers, fp32:
+   what the pool file serves), same prompt as the protocols; the paired difference after − before
+   with its 95 % CI (normal approximation and bootstrap) and McNemar's exact p.
+5. ``serve:<arm>``: the best arm's ``pool.toml`` loaded as a pool and run through the ALIGN graph (one
+   agent, one greedy sample) on the first ``--serve-check`` held-out questions: the served adapter
+   must answer as the evaluation did.
+6. ``duels-stackelberg``: as phase 2 with the EXP3 leader (same duels, instructions, seed). The
+   leader's claim compares it with phase 2 per iteration: share of non-tied duels and mean score
+   gap, with 95 % CIs (no training involved).
+
+Figures are printed at the end (and with ``--report`` alone, from what is recorded) and saved to
+``OUT/<run-id>/summary.json``. CPU seconds are the process's (all threads: llama.cpp and torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from agora.agents.delegation import DelegationConfig  # noqa: E402
+from agora.agents.judge import JudgeConfig  # noqa: E402
+from agora.agents.llamacpp import default_threads  # noqa: E402
+from agora.agents.pool import builtin_pool_specs, load_pool, pool_from_specs  # noqa: E402
+from agora.graphs.delegation import DelegationContext, build_delegation_graph  # noqa: E402
+from agora.graphs.duel import DuelConfig, DuelContext, default_duel_specs, run_duels  # noqa: E402
+from agora.graphs.runner import run_problems  # noqa: E402
+from agora.tasks.loaders import load_problems  # noqa: E402
+from agora.traces.store import TraceStore  # noqa: E402
+from agora.training.align_pairs import AlignPairConfig, align_target_pairs, candidate_stats  # noqa: E402
+from agora.training.evaluation import mean_ci, paired_difference, proportion_ci  # noqa: E402
+from agora.training.phases import PhaseBook  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data" / "gsm8k"
+ARMS = ("align-dpo", "duel-dpo", "grpo")
+PHASES = ("align", "duels", "train", "eval", "serve", "leader")
+TARGET, PEER = (s.name for s in builtin_pool_specs("default"))  # the 0.5B (trained) and the 1.5B (peer)
+BASE = f"builtin:{TARGET}"
+#: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
+MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-id", default="si-small")
+    ap.add_argument("--out", type=Path, default=Path("runs/self-improvement"))
+    ap.add_argument("--train-data", type=Path, default=SHARED / "train.jsonl", help="GSM8K train split (JSONL)")
+    ap.add_argument("--eval-data", type=Path, default=SHARED / "test.jsonl", help="GSM8K test split (JSONL)")
+    ap.add_argument("--train-questions", type=int, default=16, help="training questions (seeded sample of train)")
+    ap.add_argument("--eval-questions", type=int, default=20, help="held-out questions (first N of test); ≥ 200 for the full size")
+    ap.add_argument("--steps", type=int, default=4, help="optimiser steps of every arm")
+    ap.add_argument("--align-samples", type=int, default=2, help="ALIGN candidates per agent (k)")
+    ap.add_argument("--max-tokens", type=int, default=256, help="answer tokens: traces, GRPO completions, evaluation")
+    ap.add_argument("--duels", type=int, default=4, help="duels per iteration (D), both modes")
+    ap.add_argument("--iterations", type=int, default=2, help="duel iterations (T), both modes")
+    ap.add_argument("--lr", type=float, default=5e-5, help="learning rate of every arm (constant after 10%% warm-up)")
+    ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--beta", type=float, default=0.1, help="DPO β")
+    ap.add_argument("--dpo-batch", type=int, default=4, help="DPO pairs per step")
+    ap.add_argument("--max-length", type=int, default=768, help="DPO prompt + answer tokens")
+    ap.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (G)")
+    ap.add_argument("--grpo-prompts-per-step", type=int, default=1)
+    ap.add_argument("--grpo-temperature", type=float, default=0.8)
+    ap.add_argument("--pairs-per-question", type=int, default=2, help="ALIGN pairs per training question, at most")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--phases", default=",".join(PHASES), help=f"phases to run ({','.join(PHASES)})")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"training arms ({','.join(ARMS)})")
+    ap.add_argument("--serve-check", type=int, default=4, help="held-out questions re-run through the served pool file")
+    ap.add_argument("--eval-batch", type=int, default=10, help="questions per generation batch in evaluation")
+    ap.add_argument("--threads", type=int, default=default_threads(), help="torch threads (AGORA_LLAMA_THREADS: llama.cpp)")
+    ap.add_argument("--report", action="store_true", help="print the figures recorded so far and stop")
+    args = ap.parse_args(argv)
+    for name in ("phases", "arms"):
+        allowed = PHASES if name == "phases" else ARMS
+        picked = [x.strip() for x in getattr(args, name).split(",") if x.strip()]
+        bad = [x for x in picked if x not in allowed]
+        if bad:
+            ap.error(f"--{name}: unknown {', '.join(bad)} (choose from {', '.join(allowed)})")
+        setattr(args, name, picked)
+    for path in (args.train_data, args.eval_data):
+        if not path.is_file():
+            ap.error(f"{path}: no such file (GSM8K JSONL; --train-data / --eval-data)")
+    return args
+
+
+def settings_of(args: argparse.Namespace) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
+
+
+def problems_of(args: argparse.Namespace):
+    train_all = load_problems(args.train_data, "gsm8k", None)
+    random.Random(args.seed).shuffle(train_all)
+    train = train_all[:args.train_questions]
+    held_out = load_problems(args.eval_data, "gsm8k", args.eval_questions)
+    overlap = {p.question.strip() for p in train} & {p.question.strip() for p in held_out}
+    if overlap:
+        raise SystemExit(f"{len(overlap)} training questions are also held-out questions")
+    return train, held_out
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+def align_phase(args, store: TraceStore, train) -> dict:
+    pool = pool_from_specs(builtin_pool_specs("default"), source="builtin:default")
+    config = DelegationConfig(n_agents=2, k_samples=args.align_samples, max_tokens=args.max_tokens,
+                              seed=args.seed, models=(TARGET, PEER))
+    run_id = f"{args.run_id}:align"
+    n = len(train)
+    count = [0]
+
+    def progress(q) -> None:
+        count[0] += 1
+        right = {m: r.get("correct") for m, r in q.methods.items()}
+        log(f"  align {q.problem.id} ({count[0]} this session, {n} in all): {q.wall_s:.0f} s, correct {right}")
+
+    outcome = run_problems(build_delegation_graph(), train, store=store, run_id=run_id, protocol="align",
+                           context=DelegationContext(pool=pool, config=config), config=asdict(config),
+                           pool_description=pool.describe(),
+                           dataset={"path": str(args.train_data), "format": "gsm8k", "limit": n},
+                           on_question=progress)
+    if outcome.failed:
+        raise SystemExit(f"align traces: {len(outcome.failed)} questions failed; rerun to retry them")
+    return {"run_id": run_id, "questions": n, "candidates": candidate_stats(store, [run_id])}
+
+
+def duel_phase(args, store: TraceStore, train, mode: str) -> dict:
+    cfg = DuelConfig(mode=mode, duels=args.duels, iterations=args.iterations, seed=args.seed,
+                     max_tokens=args.max_tokens, shots=2, judge=JudgeConfig())
+    pool = pool_from_specs(default_duel_specs("default"), source="builtin:duel")
+    run_id = f"{args.run_id}:duels-{mode}"
+    total = args.duels * args.iterations
+
+    def on_duel(rec) -> None:
+        log(f"  {mode} duel {rec['duel_id']} ({rec['duel_number'] + 1}/{total}): "
+            f"{' vs '.join(rec['followers'])} → {rec['winner'] or 'tie'}")
+
+    run_duels(store, run_id, DuelContext(pool=pool, config=cfg, instructions=train),
+              dataset={"path": str(args.train_data), "format": "gsm8k", "limit": len(train)}, on_duel=on_duel)
+    rows = store.duel_rows([run_id])
+    return {"run_id": run_id, "duels": len(rows), "ties": sum(bool(r["tie"]) for r in rows)}
+
+
+def _lora(args):
+    from agora.training.config import LoraSettings
+
+    return LoraSettings(r=args.lora_r, alpha=2 * args.lora_r, dropout=0.0)
+
+
+def train_phase(args, store: TraceStore, train, arm: str) -> dict:
+    from agora.training.config import DPOSettings, GRPOSettings
+    from agora.training.datasets import PairFilter, grpo_rows_from_problems, load_preference_pairs
+    from agora.training.pipeline import dpo_member, grpo_member
+    from agora.training.rewards import correctness_reward
+    from agora.training.trainers import spec_entry, write_pool_file
+
+    specs = list(builtin_pool_specs("default"))
+    spec = next(s for s in specs if s.name == TARGET)
+    out = args.out / args.run_id / arm
+    run_id = f"{args.run_id}:train:{arm}"
+    common = dict(learning_rate=args.lr, lr_scheduler="constant_with_warmup", warmup_ratio=0.1,
+                  max_steps=args.steps, threads=args.threads, seed=args.seed, lora=_lora(args))
+    if arm == "grpo":
+        g = args.generations
+        settings = GRPOSettings(**common, batch_size=g * args.grpo_prompts_per_step, num_generations=g,
+                                max_completion_length=args.max_tokens, temperature=args.grpo_temperature)
+        member = grpo_member(store, run_id, spec, grpo_rows_from_problems(train, shots=2), out, settings,
+                             [correctness_reward], source={"questions": len(train), "reward": "correctness"})
+        extra = {"prompts": len(train)}
+    else:
+        if arm == "align-dpo":
+            pairs = align_target_pairs(store, AlignPairConfig(target=TARGET,
+                                                              max_pairs_per_question=args.pairs_per_question),
+                                       [f"{args.run_id}:align"])
+            flt = PairFilter()
+        else:
+            duel_run = f"{args.run_id}:duels-sparta"
+            pairs = load_preference_pairs(store)
+            flt = PairFilter(run_ids=(duel_run,))
+        settings = DPOSettings(**common, batch_size=args.dpo_batch, max_length=args.max_length, beta=args.beta)
+        member = dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=0.0)
+        extra = {"pairs": len(member.train_rows),
+                 "questions": len({r["instruction"] for r in member.train_rows}),
+                 "chosen_from": _count(r["chosen_model"] for r in member.train_rows),
+                 "rejected_from": _count(r["rejected_model"] for r in member.train_rows)}
+    res = member.result
+    pool_file = write_pool_file([member.entry if s.name == TARGET else spec_entry(s) for s in specs],
+                                out / "pool.toml")
+    flat = [h["frac_reward_zero_std"] for h in res.log_history if "frac_reward_zero_std" in h]
+    rewards = [h["reward"] for h in res.log_history if "reward" in h]
+    return {"arm": arm, "adapter": str(res.adapter_dir), "pool_file": str(pool_file), "steps": res.steps,
+            "rows": res.rows, "losses": res.losses, "train_cpu_s": res.cpu_s,
+            "constant_groups": sum(flat) / len(flat) if flat else None,
+            "mean_reward": sum(rewards) / len(rewards) if rewards else None, **extra}
+
+
+def _count(values) -> dict:
+    out: dict = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def eval_phase(args, held_out, name: str, adapter: str | None) -> dict:
+    from agora.training.evaluation import greedy_outcomes
+
+    def progress(done: int, total: int) -> None:
+        log(f"  eval {name}: {done}/{total}")
+
+    rows = greedy_outcomes(held_out, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl",
+                           max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
+                           progress=progress)
+    return {"name": name, "adapter": adapter, "question_ids": [r["question_id"] for r in rows],
+            "correct": [r["correct"] for r in rows],
+            "completion_tokens": sum(r["completion_tokens"] for r in rows) / max(1, len(rows)),
+            "capped": sum(r["finish_reason"] == "length" for r in rows) / max(1, len(rows))}
+
+
+def serve_phase(args, store: TraceStore, held_out, arm: str, pool_file: str, evaluated: dict) -> dict:
+    pool = load_pool(pool_file)
+    problems = held_out[:args.serve_check]
+    config = DelegationConfig(n_agents=1, k_samples=1, temperature=0.0, max_tokens=args.max_tokens, models=(TARGET,))
+    run_id = f"{args.run_id}:serve:{arm}"
+    run_problems(build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
+                 context=DelegationContext(pool=pool, config=config), config=asdict(config),
+                 pool_description=pool.describe(),
+                 dataset={"path": str(args.eval_data), "format": "gsm8k", "limit": len(problems)})
+    served = {r["question_id"]: int(bool(r["correct"])) for r in store.results(run_id) if r["method"] == "align"}
+    bench = dict(zip(evaluated["question_ids"], evaluated["correct"]))
+    ids = [p.id for p in problems]
+    return {"arm": arm, "pool_file": pool_file, "questions": len(ids),
+            "served_correct": sum(served.get(i, 0) for i in ids), "benchmark_correct": sum(bench[i] for i in ids),
+            "agree": sum(served.get(i) == bench[i] for i in ids)}
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def leader_table(store: TraceStore, run_id: str) -> dict:
+    """The leader's claim: per mode and iteration, non-tie share and mean score gap with 95 % CIs."""
+    out = {}
+    for mode in ("sparta", "stackelberg"):
+        rows = store.duel_rows([f"{run_id}:duels-{mode}"])
+        per = {}
+        for it in sorted({r["iteration"] for r in rows}):
+            sel = [r for r in rows if r["iteration"] == it]
+            non_tie = sum(not r["tie"] for r in sel)
+            gaps = [float(r["margin"] or 0.0) for r in sel]
+            share, lo, hi = proportion_ci(non_tie, len(sel))
+            gap, glo, ghi = mean_ci(gaps)
+            per[it] = {"duels": len(sel), "non_tie": non_tie, "share": share, "share_low": lo, "share_high": hi,
+                       "gap": gap, "gap_low": glo, "gap_high": ghi,
+                       "instructions": len({r["instruction_id"] for r in sel})}
+        out[mode] = per
+    return out
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
+
+
+def interval(lo: float, hi: float, digits: int = 1) -> str:
+    return f"[{pct(lo, digits)}, {pct(hi, digits)}]"
+
+
+def pp_interval(lo: float, hi: float) -> str:
+    return f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pp"
+
+
+def report(args, book: PhaseBook, store: TraceStore) -> dict:
+    summary: dict = {"run_id": args.run_id, "settings": book.settings, "costs": book.costs()}
+    log(f"\n== self-improvement {args.run_id}: {args.train_questions} training questions (GSM8K train), "
+        f"{args.eval_questions} held-out (GSM8K test), {args.steps} steps per arm ==")
+    if book.done("align-traces"):
+        log("\nALIGN candidates on the training questions (per model):")
+        for model, s in book.result("align-traces")["candidates"].items():
+            log(f"  {model:<22} {s['candidates']:>4} candidates, {pct(s['correct_share'])} correct, "
+                f"{pct(s['any_correct_share'])} of questions with one correct, {pct(s['capped_share'])} capped")
+    trained = {arm: book.result(f"train:{arm}") for arm in ARMS if book.done(f"train:{arm}")}
+    if trained:
+        log("\nTraining arms:")
+        for arm, t in trained.items():
+            what = (f"{t.get('pairs')} pairs from {t.get('questions')} questions (chosen {t.get('chosen_from')}, "
+                    f"rejected {t.get('rejected_from')})" if arm != "grpo" else
+                    f"{t['prompts']} prompts, mean reward {t['mean_reward']:.3f}, constant-reward groups "
+                    f"{pct(t['constant_groups'], 0)}")
+            loss = f"loss {t['losses'][0]:.3f} → {t['losses'][-1]:.3f}" if t["losses"] else "no loss logged"
+            log(f"  {arm:<10} {t['steps']} steps, {what}, {loss}")
+    if book.done("eval:base"):
+        base = book.result("eval:base")
+        _, lo, hi = proportion_ci(sum(base["correct"]), len(base["correct"]))
+        log(f"\nHeld-out greedy accuracy of {TARGET} (n = {len(base['correct'])}):")
+        log(f"  {'model':<10} {'accuracy':>9} {'95% CI':>16} {'after−before':>13} {'95% CI (normal)':>18} "
+            f"{'95% CI (boot)':>18} {'+/−':>7} {'McNemar p':>10}")
+        log(f"  {'base':<10} {pct(sum(base['correct']) / len(base['correct'])):>9} "
+            f"{interval(lo, hi):>16}")
+        summary["eval"] = {"base": base["correct"]}
+        for arm in ARMS:
+            if not book.done(f"eval:{arm}"):
+                continue
+            after = book.result(f"eval:{arm}")
+            d = paired_difference(base["correct"], after["correct"])
+            _, lo, hi = proportion_ci(sum(after["correct"]), len(after["correct"]))
+            log(f"  {arm:<10} {pct(d['after']):>9} {interval(lo, hi):>16} {d['diff'] * 100:>+11.1f}pp "
+                f"{pp_interval(d['wald_low'], d['wald_high']):>18} "
+                f"{pp_interval(d['boot_low'], d['boot_high']):>18} "
+                f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f}")
+            summary["eval"][arm] = {"correct": after["correct"], "paired": d}
+    for arm in ARMS:
+        if book.done(f"serve:{arm}"):
+            s = book.result(f"serve:{arm}")
+            log(f"\nServed back ({s['pool_file']}, ALIGN graph, 1 agent, greedy): {s['served_correct']}/{s['questions']} "
+                f"correct vs {s['benchmark_correct']}/{s['questions']} in the benchmark; same verdict on "
+                f"{s['agree']}/{s['questions']}")
+    if book.done("duels-stackelberg") and book.done("duels-sparta"):
+        table = leader_table(store, args.run_id)
+        summary["leader"] = table
+        log("\nThe leader's claim (same duels, instructions and seed; no training):")
+        log(f"  {'mode':<12} {'iter':>4} {'duels':>5} {'non-tie':>8} {'95% CI':>16} {'mean gap':>9} {'95% CI':>14} "
+            f"{'instr.':>6}")
+        for mode, per in table.items():
+            for it, r in per.items():
+                log(f"  {mode:<12} {it:>4} {r['duels']:>5} {pct(r['share'], 0):>8} "
+                    f"{interval(r['share_low'], r['share_high'], 0):>16} {r['gap']:>9.2f} "
+                    f"{'[%.2f, %.2f]' % (r['gap_low'], r['gap_high']):>14} {r['instructions']:>6}")
+    costs = book.costs()
+    if costs:
+        log("\nCost per phase (process CPU, all threads):")
+        total = 0.0
+        for name, c in costs.items():
+            total += c["cpu_s"]
+            log(f"  {name:<20} {c['wall_s'] / 60:>7.1f} min wall {c['cpu_s'] / 3600:>7.3f} CPU-h")
+        log(f"  {'total':<20} {'':>16} {total / 3600:>7.3f} CPU-h")
+    return summary
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    run_dir = args.out / args.run_id
+    book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE)
+    store = TraceStore(run_dir / "traces.db")
+    if not args.report:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        train, held_out = problems_of(args)
+        if "align" in args.phases:
+            log("phase align-traces")
+            book.run("align-traces", lambda: align_phase(args, store, train))
+        if "duels" in args.phases:
+            log("phase duels-sparta")
+            book.run("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
+        if "train" in args.phases:
+            for arm in args.arms:
+                needs = "align-traces" if arm == "align-dpo" else "duels-sparta" if arm == "duel-dpo" else None
+                if needs and not book.done(needs):
+                    log(f"skip train:{arm}: phase {needs} has not finished")
+                    continue
+                log(f"phase train:{arm}")
+                try:
+                    book.run(f"train:{arm}", lambda arm=arm: train_phase(args, store, train, arm))
+                except ValueError as exc:  # no pairs: reported, the other arms go on
+                    log(f"train:{arm} failed: {exc}")
+        if "eval" in args.phases:
+            log("phase eval:base")
+            book.run("eval:base", lambda: eval_phase(args, held_out, "base", None))
+            for arm in args.arms:
+                if book.done(f"train:{arm}"):
+                    log(f"phase eval:{arm}")
+                    adapter = book.result(f"train:{arm}")["adapter"]
+                    book.run(f"eval:{arm}", lambda arm=arm, adapter=adapter: eval_phase(args, held_out, arm, adapter))
+        if "serve" in args.phases and args.serve_check > 0 and book.done("eval:base"):
+            evaluated = [a for a in ARMS if book.done(f"eval:{a}")]
+            if evaluated:
+                best = max(evaluated, key=lambda a: (sum(book.result(f"eval:{a}")["correct"]), -ARMS.index(a)))
+                log(f"phase serve:{best}")
+                pool_file = book.result(f"train:{best}")["pool_file"]
+                book.run(f"serve:{best}", lambda: serve_phase(args, store, held_out, best, pool_file,
+                                                             book.result(f"eval:{best}")))
+        if "leader" in args.phases:
+            if "duels" not in args.phases and not book.done("duels-sparta"):
+                log("phase duels-sparta (the leader's baseline)")
+                book.run("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
+            log("phase duels-stackelberg")
+            book.run("duels-stackelberg", lambda: duel_phase(args, store, train, "stackelberg"))
+    summary = report(args, book, store)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    log(f"\nrecorded in {run_dir} (phases.json, traces.db, eval/, <arm>/pool.toml, summary.json)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Issue 19's building blocks: DPO pairs from ALIGN traces (hand-made trace rows), the paired-difference
+and proportion CIs against hand-computed values, the phase book's resumability, and one DPO step plus a
+resumable greedy evaluation on the tiny local LM."""
+
+import json
+import math
+
+import pytest
+
+from agora.tasks import Problem
+from agora.traces.store import TraceStore
+from agora.training.align_pairs import AlignPairConfig, align_target_pairs, candidate_stats
+from agora.training.datasets import dpo_rows
+from agora.training.evaluation import mcnemar_exact_p, mean_ci, paired_difference, proportion_ci
+from agora.training.phases import PhaseBook, PhaseBookError
+
+SMALL, BIG = "qwen-0.5b", "qwen-1.5b"
+PROMPT = [{"role": "system", "content": "Solve the math problem ."}, {"role": "user", "content": "Tom has 3 + 4 ?"}]
+
+
+def _calls(run_id, qid, rows):
+    out = []
+    for i, (agent, model, text, finish, error) in enumerate(rows):
+        out.append({"call_id": f"{qid}-c{i}", "run_id": run_id, "question_id": qid, "protocol": "align",
+                    "node": "agent_sample", "role": "agent", "agent": agent, "model": model,
+                    "messages": json.dumps(PROMPT), "completion": text, "finish_reason": finish, "error": error,
+                    "created_at": f"2026-12-01T00:00:0{i}"})
+    return out
+
+
+@pytest.fixture
+def traces(tmp_path):
+    store = TraceStore(tmp_path / "t.db")
+    store.db["runs"].insert({"run_id": "a", "protocol": "align", "status": "finished"})
+    store.db["runs"].insert({"run_id": "d", "protocol": "sparta", "status": "finished"})
+    questions = [("q1", "7"), ("q2", "5"), ("q3", None), ("q4", "2"), ("q5", "9")]
+    store.db["questions"].insert_all([{"run_id": "a", "question_id": q, "idx": i, "kind": "math",
+                                       "question": f"question {q}", "gold": g, "finished_at": "t"}
+                                      for i, (q, g) in enumerate(questions)])
+    calls = []
+    calls += _calls("a", "q1", [
+        (0, SMALL, "3 + 4 = 7. The answer is 7.", "stop", None),     # own, correct, explicit: chosen first
+        (0, SMALL, "3 + 4 = 8. The answer is 8.", "stop", None),     # own, wrong: rejected
+        (0, SMALL, "3 + 4 makes 7", "stop", None),                   # correct but guessed (fallback): not chosen
+        (0, SMALL, "3 + 4 = 8. The answer is 8.", "stop", None),     # duplicate text: one rejected
+        (1, BIG, "Add them: 3 + 4 = 7. The answer is 7.", "stop", None),  # peer, correct: chosen second
+        (1, BIG, "The answer is 7", "length", None),                 # capped: not chosen
+        (1, BIG, "The answer is 9.", "stop", None),                  # peer, wrong: rejected only with "any"
+        (1, BIG, "The answer is 7.", "stop", "HTTP 500"),            # failed call: ignored
+    ])
+    calls += _calls("a", "q2", [(0, SMALL, "The answer is 4.", "stop", None), (1, BIG, "The answer is 6.", "stop", None)])
+    calls += _calls("a", "q3", [(0, SMALL, "The answer is 1.", "stop", None), (1, BIG, "The answer is 2.", "stop", None)])
+    calls += _calls("a", "q4", [(0, SMALL, "The answer is 2.", "stop", None), (1, BIG, "The answer is 2.", "stop", None)])
+    # q5: the target got it wrong, only the peer right: the peer's answer is the chosen side
+    calls += _calls("a", "q5", [(0, SMALL, "The answer is 8.", "stop", None), (1, BIG, "4 + 5 = 9. The answer is 9.", "stop", None)])
+    store.db["model_calls"].insert_all(calls)
+    return store
+
+
+def test_align_pairs_from_trace_rows(traces):
+    pairs = align_target_pairs(traces, AlignPairConfig(target=SMALL), ["a"])
+    got = [(p["duel_id"], p["chosen"], p["rejected"], p["chosen_model"], p["rejected_model"]) for p in pairs]
+    assert got == [
+        ("q1", "3 + 4 = 7. The answer is 7.", "3 + 4 = 8. The answer is 8.", SMALL, SMALL),
+        ("q1", "Add them: 3 + 4 = 7. The answer is 7.", "3 + 4 = 8. The answer is 8.", BIG, SMALL),
+        ("q5", "4 + 5 = 9. The answer is 9.", "The answer is 8.", BIG, SMALL),
+    ]
+    assert all(p["prompt_messages"] == PROMPT and p["margin"] == 1.0 and p["source"] == "align" for p in pairs)
+    rows = dpo_rows(pairs)
+    assert len(rows) == 3 and rows[0]["prompt"] == PROMPT
+    assert rows[2]["chosen"] == [{"role": "assistant", "content": "4 + 5 = 9. The answer is 9."}]
+
+
+def test_align_pairs_options(traces):
+    one = align_target_pairs(traces, AlignPairConfig(target=SMALL, max_pairs_per_question=1), ["a"])
+    assert [(p["duel_id"], p["chosen_model"]) for p in one] == [("q1", SMALL), ("q5", BIG)]
+    own_only = align_target_pairs(traces, AlignPairConfig(target=SMALL, peers_chosen=False), ["a"])
+    assert [(p["duel_id"], p["chosen_model"]) for p in own_only] == [("q1", SMALL)]
+    anyone = align_target_pairs(traces, AlignPairConfig(target=SMALL, rejected_from="any", max_pairs_per_question=9), ["a"])
+    q1 = [(p["chosen_model"], p["rejected"]) for p in anyone if p["duel_id"] == "q1"]
+    assert q1 == [(SMALL, "3 + 4 = 8. The answer is 8."), (SMALL, "The answer is 9."),
+                  (BIG, "3 + 4 = 8. The answer is 8."), (BIG, "The answer is 9.")]
+    # the peer as target: its wrong q1 answer against the right ones, the 0.5B's first only after its own
+    big = align_target_pairs(traces, AlignPairConfig(target=BIG), ["a"])
+    assert [(p["duel_id"], p["chosen_model"], p["rejected"]) for p in big] == [
+        ("q1", BIG, "The answer is 9."), ("q1", SMALL, "The answer is 9.")]
+    assert align_target_pairs(traces, AlignPairConfig(target=SMALL), ["other"]) == []
+    with pytest.raises(ValueError, match="rejected_from"):
+        AlignPairConfig(target=SMALL, rejected_from="nobody")
+
+
+def test_candidate_stats(traces):
+    stats = candidate_stats(traces, ["a"])
+    # gold questions q1, q2, q4, q5; q1 has 4 own candidates (2 correct), q4 1 correct, q2 and q5 wrong
+    assert stats[SMALL]["candidates"] == 7 and stats[SMALL]["correct_share"] == pytest.approx(3 / 7)
+    assert stats[SMALL]["any_correct_share"] == pytest.approx(2 / 4)
+    assert stats[BIG]["capped_share"] == pytest.approx(1 / 6)
+
+
+def test_paired_difference_arithmetic():
+    before, after = [1, 0, 0, 1, 0], [1, 1, 0, 1, 1]
+    d = paired_difference(before, after, resamples=2000)
+    sd = math.sqrt((3 * 0.4 ** 2 + 2 * 0.6 ** 2) / 4)          # differences 0, 1, 0, 0, 1
+    half = 1.959964 * sd / math.sqrt(5)
+    assert d["n"] == 5 and d["before"] == pytest.approx(0.4) and d["after"] == pytest.approx(0.8)
+    assert d["diff"] == pytest.approx(0.4)
+    assert d["wald_low"] == pytest.approx(0.4 - half, abs=1e-5) and d["wald_high"] == pytest.approx(0.4 + half, abs=1e-5)
+    assert (d["gained"], d["lost"]) == (2, 0) and d["mcnemar_p"] == pytest.approx(0.5)
+    assert 0.0 <= d["boot_low"] <= 0.4 <= d["boot_high"] <= 0.8
+    same = paired_difference([1, 0, 1], [1, 0, 1])
+    assert same["diff"] == 0 and same["wald_low"] == same["wald_high"] == same["boot_low"] == same["boot_high"] == 0
+    with pytest.raises(ValueError, match="same questions"):
+        paired_difference([1, 0], [1])
+
+
+def test_proportion_and_mean_intervals():
+    share, lo, hi = proportion_ci(3, 10)                        # Wilson 95 %: [0.1078, 0.6032]
+    assert share == 0.3 and lo == pytest.approx(0.1078, abs=1e-4) and hi == pytest.approx(0.6032, abs=1e-4)
+    assert proportion_ci(0, 4)[1] == 0.0 and math.isnan(proportion_ci(0, 0)[0])
+    mean, lo, hi = mean_ci([2.0, 4.0, 6.0])                      # s = 2, half = 1.96 · 2 / √3
+    assert mean == 4.0 and hi - mean == pytest.approx(1.959964 * 2 / math.sqrt(3), abs=1e-5)
+    assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
+    assert mcnemar_exact_p(1, 4) == pytest.approx(2 * (1 + 5) / 32) and mcnemar_exact_p(0, 0) == 1.0
+
+
+def test_phase_book_resumes_and_refuses_other_settings(tmp_path):
+    path = tmp_path / "run" / "phases.json"
+    calls = []
+
+    def phase(value):
+        def fn():
+            calls.append(value)
+            return {"value": value}
+        return fn
+
+    book = PhaseBook(path, {"steps": 4, "phases": "a,b"}, mutable=("phases",))
+    assert book.run("a", phase(1)) == {"value": 1}
+    with pytest.raises(KeyboardInterrupt):
+        book.run("b", lambda: (calls.append("b"), (_ for _ in ()).throw(KeyboardInterrupt()))[1])
+    assert not book.done("b") and book.attempts["b"]["attempts"] == 1
+
+    again = PhaseBook(path, {"steps": 4, "phases": "b"}, mutable=("phases",))  # a mutable key changed
+    assert again.run("a", phase(2)) == {"value": 1}               # finished: not redone
+    assert again.run("b", phase(3)) == {"value": 3}               # unfinished: redone
+    assert calls == [1, "b", 3]
+    costs = again.costs()
+    assert list(costs) == ["a", "b"] and all(c["cpu_s"] >= 0 and c["wall_s"] >= 0 for c in costs.values())
+    assert again.phases["b"]["attempts"] == 2 and "b" not in again.attempts
+    assert json.loads(path.read_text())["phases"]["a"]["result"] == {"value": 1}
+    with pytest.raises(PhaseBookError, match="steps"):
+        PhaseBook(path, {"steps": 8, "phases": "b"}, mutable=("phases",))
+
+
+def test_dpo_step_on_align_pairs_then_resumable_evaluation(traces, tmp_path):
+    pytest.importorskip("trl")
+    from tiny_lm import build_tiny_lm
+
+    from agora.training.config import DPOSettings, LoraSettings
+    from agora.training.evaluation import greedy_outcomes
+    from agora.training.trainers import train_dpo
+
+    tiny = str(build_tiny_lm(tmp_path / "tiny"))
+    rows = dpo_rows(align_target_pairs(traces, AlignPairConfig(target=SMALL), ["a"]))
+    settings = DPOSettings(max_steps=1, batch_size=2, learning_rate=1e-2, warmup_ratio=0.0, threads=1,
+                           max_length=64, lora=LoraSettings(r=2, alpha=4, dropout=0.0, target_modules=("q_proj", "v_proj")))
+    result = train_dpo(tiny, rows, tmp_path / "arm", settings)
+    assert result.steps == 1 and (result.adapter_dir / "adapter_config.json").is_file()
+
+    problems = [Problem("p1", "Tom has 3 + 4 ?", "7"), Problem("p2", "Mia has 2 + 2 ?", "4")]
+    out = tmp_path / "eval" / "arm.jsonl"
+    first = greedy_outcomes(problems[:1], tiny, str(result.adapter_dir), out, max_tokens=4, batch_size=1, threads=1)
+    assert [r["question_id"] for r in first] == ["p1"] and first[0]["correct"] in (0, 1)
+    out.write_text(out.read_text() + '{"question_id": "p2", "cut')  # a line cut by a kill is redone
+    both = greedy_outcomes(problems, tiny, str(result.adapter_dir), out, max_tokens=4, batch_size=2, threads=1)
+    assert [r["question_id"] for r in both] == ["p1", "p2"] and both[0] == first[0]

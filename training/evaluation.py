@@ -1,0 +1,137 @@
+"""Before/after evaluation of a trained adapter: greedy accuracy per question and the paired difference.
+
+* :func:`greedy_outcomes`: a model (base folder or ``builtin:...``, optional LoRA adapter) answers
+  problems greedily through :class:`agora.agents.hf_backend.TransformersChatModel`, the backend a
+  ``backend = "transformers"`` pool entry uses, with the solver prompt of every protocol
+  (:func:`agora.agents.prompts.solver_messages`), in left-padded batches; each batch's outcomes are
+  appended to a JSONL file as it finishes, so an interrupted evaluation resumes where it stopped.
+* :func:`paired_difference`: after − before on the same questions: the mean per-question
+  difference with a normal-approximation (Wald) interval ``d̄ ± z·s_d/√n`` and a percentile
+  bootstrap interval over questions (pairs kept), the discordant counts (``gained``: wrong → right,
+  ``lost``: right → wrong) and McNemar's exact two-sided p-value on them.
+* :func:`proportion_ci` (Wilson) and :func:`mean_ci` for per-iteration duel statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Sequence
+
+from agora.agents.stats import bootstrap_ci
+
+
+def _z(level: float) -> float:
+    return NormalDist().inv_cdf(1 - (1 - level) / 2)
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean with a normal-approximation interval ``± z·s/√n`` (sample
+    standard deviation, ``n − 1``); ``(nan, nan, nan)`` for no values, a zero-width interval for one."""
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = sum(values) / n
+    if n == 1:
+        return mean, mean, mean
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = _z(level) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def proportion_ci(successes: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
+    """``(share, low, high)`` with the Wilson score interval; ``(nan, nan, nan)`` for ``n = 0``."""
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    z = _z(level)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mcnemar_exact_p(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p-value: ``min(1, 2·P(X ≤ min(b, c)))`` for ``X ~ Bin(b + c, 1/2)``."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    k = min(gained, lost)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_difference(before: Sequence[int | bool], after: Sequence[int | bool], *, level: float = 0.95,
+                      resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """After − before on the same questions (0/1 outcomes, same order).
+
+    Returns a dict: ``n``, ``before``, ``after`` (accuracies), ``diff`` (mean difference),
+    ``wald_low``/``wald_high`` (``diff ± z·s_d/√n``), ``boot_low``/``boot_high`` (percentile
+    bootstrap, questions resampled with their pair), ``gained``, ``lost``, ``mcnemar_p``.
+
+    Raises:
+        ValueError: the two lists differ in length.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired_difference needs outcomes on the same questions: {len(before)} vs {len(after)}")
+    b = [int(bool(x)) for x in before]
+    a = [int(bool(x)) for x in after]
+    d = [y - x for x, y in zip(b, a)]
+    n = len(d)
+    diff, wald_low, wald_high = mean_ci(d, level)
+    _, boot_low, boot_high = bootstrap_ci(d, level=level, resamples=resamples, seed=seed)
+    gained = sum(x == 1 for x in d)
+    lost = sum(x == -1 for x in d)
+    return {"n": n, "before": sum(b) / n if n else float("nan"), "after": sum(a) / n if n else float("nan"),
+            "diff": diff, "wald_low": wald_low, "wald_high": wald_high, "boot_low": boot_low, "boot_high": boot_high,
+            "gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}
+
+
+def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out_file: str | Path, *,
+                    max_tokens: int = 256, shots: int = 2, batch_size: int = 8, threads: int | None = None,
+                    dtype: str = "float32", progress: Any = None) -> list[dict[str, Any]]:
+    """Greedy answers of ``base`` (+ ``adapter``) to ``problems``, one JSON line per question in
+    ``out_file`` (``question_id``, ``answer``, ``correct``, ``completion_tokens``, ``finish_reason``,
+    ``text``); questions already in the file are not redone. Returns the rows in ``problems`` order.
+    """
+    from agora.agents.hf_backend import TransformersChatModel
+    from agora.agents.llamacpp import default_threads
+    from agora.agents.prompts import solver_messages
+    from agora.tasks import find_answer, is_correct
+
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    done: dict[str, dict[str, Any]] = {}
+    if out_file.is_file():
+        for line in out_file.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a kill: that question is redone
+                    continue
+                done[row["question_id"]] = row
+    todo = [p for p in problems if p.id not in done]
+    if todo:
+        model = TransformersChatModel(model_path=base, adapter_path=adapter, max_tokens=max_tokens, dtype=dtype,
+                                      threads=threads or default_threads())
+        with out_file.open("a", encoding="utf-8") as f:
+            for i in range(0, len(todo), batch_size):
+                batch = todo[i:i + batch_size]
+                outs = model.generate_texts([solver_messages(p, shots) for p in batch], temperature=0.0)
+                for p, o in zip(batch, outs):
+                    found = find_answer(o["text"], p.kind, p.n_choices or 4)
+                    row = {"question_id": p.id, "answer": found.answer, "how": found.how,
+                           "correct": int(bool(is_correct(found.answer, p.gold, p.kind))),
+                           "completion_tokens": o["completion_tokens"], "finish_reason": o["finish_reason"],
+                           "text": o["text"]}
+                    done[p.id] = row
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                f.flush()
+                if progress is not None:
+                    progress(len(done), len(problems))
+        del model
+        from agora.agents.hf_backend import load_model
+
+        load_model.cache_clear()  # one evaluated model in memory at a time (fp32 0.5B: 2 GB)
+    return [done[p.id] for p in problems]

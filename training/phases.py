@@ -1,0 +1,107 @@
+"""Phase bookkeeping for long, resumable experiments (``benchmarks/self_improvement.py``).
+
+A :class:`PhaseBook` is one JSON file per run id: the settings the run was started with, and one
+entry per finished phase (its result, wall and CPU seconds, when it finished). ``book.run(name,
+fn)`` returns the stored result of a finished phase without calling ``fn``; otherwise it calls
+``fn()``, measures it, and records it **only when it returns** (an exception or Ctrl-C leaves the
+phase unfinished, with the cost of the attempt kept under ``unfinished`` and added to the phase's
+total when it finishes, so a rerun redoes it; phases that checkpoint themselves, such as
+:func:`agora.graphs.runner.run_problems`, then resume inside). Each write replaces the file
+atomically. Reopening a run id with other settings is refused (it would mix two experiments),
+unless the differing keys are listed as ``mutable`` (sizes a rerun may change, e.g. which phases
+to run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+
+class PhaseBookError(ValueError):
+    """A run id reopened with other settings."""
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (all threads: llama.cpp and torch)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class PhaseBook:
+    """Which phases of a run are done, with their results and costs (module docstring)."""
+
+    def __init__(self, path: str | Path, settings: dict[str, Any], *, mutable: Iterable[str] = ()):
+        self.path = Path(path)
+        self.settings = json.loads(json.dumps(settings, default=str))
+        self.mutable = set(mutable)
+        if self.path.is_file():
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            before = data.get("settings", {})
+            changed = sorted(k for k in set(before) | set(self.settings)
+                             if k not in self.mutable and before.get(k) != self.settings.get(k))
+            if changed:
+                raise PhaseBookError(
+                    f"{self.path}: this run was started with other settings ({', '.join(changed)}: "
+                    + "; ".join(f"{k} {before.get(k)!r} → {self.settings.get(k)!r}" for k in changed)
+                    + "); rerun with the same options to resume it, or pick a new --run-id")
+            self.phases: dict[str, dict[str, Any]] = data.get("phases", {})
+            self.attempts: dict[str, dict[str, Any]] = data.get("unfinished", {})
+            self.created_at = data.get("created_at")
+        else:
+            self.phases, self.attempts, self.created_at = {}, {}, _now()
+            self._write()
+
+    def done(self, name: str) -> bool:
+        return name in self.phases
+
+    def result(self, name: str) -> Any:
+        """The stored result of a finished phase.
+
+        Raises:
+            KeyError: the phase has not finished.
+        """
+        return self.phases[name]["result"]
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``'s result, computed once: a finished phase returns its stored result (JSON round-trip)."""
+        if name in self.phases:
+            return self.phases[name]["result"]
+        start_wall, start_cpu = time.perf_counter(), cpu_seconds()
+        earlier = self.attempts.get(name, {"wall_s": 0.0, "cpu_s": 0.0, "attempts": 0})
+        try:
+            result = fn()
+        except BaseException:
+            # An interrupted attempt's cost still counts: the phase's total includes every attempt.
+            self.attempts[name] = {"wall_s": earlier["wall_s"] + time.perf_counter() - start_wall,
+                                   "cpu_s": earlier["cpu_s"] + cpu_seconds() - start_cpu,
+                                   "attempts": earlier["attempts"] + 1}
+            self._write()
+            raise
+        self.phases[name] = {"result": json.loads(json.dumps(result, default=str)),
+                             "wall_s": earlier["wall_s"] + time.perf_counter() - start_wall,
+                             "cpu_s": earlier["cpu_s"] + cpu_seconds() - start_cpu,
+                             "attempts": earlier["attempts"] + 1, "finished_at": _now()}
+        self.attempts.pop(name, None)
+        self._write()
+        return self.phases[name]["result"]
+
+    def costs(self) -> dict[str, dict[str, float]]:
+        """``{phase: {"wall_s", "cpu_s"}}`` of the finished phases, in the order they finished."""
+        return {k: {"wall_s": v["wall_s"], "cpu_s": v["cpu_s"]} for k, v in self.phases.items()}
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}")
+        tmp.write_text(json.dumps({"settings": self.settings, "created_at": self.created_at,
+                                   "phases": self.phases, "unfinished": self.attempts}, indent=2), encoding="utf-8")
+        tmp.replace(self.path)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
