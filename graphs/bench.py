@@ -337,7 +337,7 @@ def run_bench(
             "run_id": step.run_id, "questions": len(outcomes), "objective": best.objective, "rescues": best.rescues,
             "harms": best.harms, "calls_per_question": best.calls_per_question, "lambda": config.lam,
             "max_calls": config.max_calls,
-            "source": (f"calibrated on {step.path}: {len(outcomes)} dev questions disjoint from the test questions "
+            "source": (f"calibrated on {step.path}; {len(outcomes)} dev questions, none of them a test question "
                        f"(run {step.run_id}; λ = {config.lam}, budget "
                        f"{'none' if config.max_calls is None else f'{config.max_calls} calls/question'}; dev "
                        f"objective {best.objective:.4f}: rescues {best.rescues}, harms {best.harms}, "

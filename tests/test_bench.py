@@ -233,6 +233,16 @@ def test_interrupted_bench_resumes_without_redoing_anything_finished(tmp_path, m
     done_before = {r: store.finished_questions(r) for r in ("b1:arith:align", "b1:arith:comed", "b1:quiz:align")}
     assert len(done_before["b1:arith:align"]) == 4 and not done_before["b1:quiz:align"]
     calls_before = counter["total"]
+    # the report of what has run so far, from the DB alone
+    partial = CliRunner().invoke(app, ["bench", "--run-id", "b1", "--db", str(db), "--report-only", "--out",
+                                       str(tmp_path / "partial")])
+    assert partial.exit_code == 0, partial.output
+    report = json.loads((tmp_path / "partial" / "bench.json").read_text())
+    assert report["complete"] is False and "**Incomplete**" in (tmp_path / "partial" / "bench.md").read_text()
+    cells = {(c["task"], c["method"]): c for c in report["cells"]}
+    assert cells["arith", "align"]["questions"] == 4 and ("arith", "comed") not in cells  # q1 was mid-run
+    assert report["runs_done"]["arith"]["comed"] == {"answered": 0, "failed": 0, "missing": 4}
+    assert report["runs_done"]["quiz"]["align"]["missing"] == 3
     # resumed: only what was not finished runs
     resumed = {}
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(resumed))

@@ -386,11 +386,16 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
         macro_singles.append({"model": model, "tasks": sum(1 for g in groups if g), "accuracy": acc,
                               "ci_low": lo, "ci_high": hi})
 
-    missing = sum(c["missing"] for c in cells)
+    runs_done = {t.name: {p: {"answered": len(per_task[t.name].questions.get(p, {})),
+                              "failed": len(per_task[t.name].failed.get(p, {})),
+                              "missing": sum(q not in per_task[t.name].questions.get(p, {})
+                                             and q not in per_task[t.name].failed.get(p, {}) for q in t.question_ids)}
+                          for p in t.runs} for t in spec.tasks}
+    missing = sum(r["missing"] for per in runs_done.values() for r in per.values())
     failed = {t.name: {p: sorted(per_task[t.name].failed.get(p, {})) for p in t.runs if per_task[t.name].failed.get(p)}
               for t in spec.tasks}
     report = {
-        "bench_id": spec.bench_id, "generated_at": now(), "complete": missing == 0,
+        "bench_id": spec.bench_id, "generated_at": now(), "complete": missing == 0, "runs_done": runs_done,
         "tasks": [{"name": t.name, "path": t.path, "format": t.format, "questions": len(t.question_ids),
                    "runs": t.runs} for t in spec.tasks],
         "methods": list(methods), "sharing": spec.sharing, "calibration": list(spec.calibration),
@@ -501,8 +506,10 @@ def report_markdown(report: dict[str, Any]) -> str:
     macro = {m["method"]: m for m in report["macro"]}
     lines = [f"# Bench `{report['bench_id']}`", ""]
     if not report["complete"]:
-        lines += ["**Incomplete**: some test questions have not run yet; rerun `agora bench` with the same "
-                  "`--run-id` to finish (nothing finished is redone).", ""]
+        left = "; ".join(f"{t} {p}: {r['missing']}" for t, per in report["runs_done"].items() for p, r in per.items()
+                         if r["missing"])
+        lines += ["**Incomplete**: some test questions have not run yet (" + left + "); rerun `agora bench` with the "
+                  "same `--run-id` to finish (nothing finished is redone).", ""]
     lines += [f"Generated {report['generated_at']}. Accuracies in %, with {int(100 * report['level'])} % "
               f"percentile-bootstrap CIs ({report['resamples']} resamples, seed {report['seed']}); the macro-average is "
               "the mean over tasks, its CI resamples each task within itself. Failed questions (every model call "
