@@ -173,3 +173,21 @@ def test_dpo_step_on_align_pairs_then_resumable_evaluation(traces, tmp_path):
     out.write_text(out.read_text() + '{"question_id": "p2", "cut')  # a line cut by a kill is redone
     both = greedy_outcomes(problems, tiny, str(result.adapter_dir), out, max_tokens=4, batch_size=2, threads=1)
     assert [r["question_id"] for r in both] == ["p1", "p2"] and both[0] == first[0]
+
+
+def test_trained_entry_loads_from_a_relative_out_folder(tmp_path, monkeypatch):
+    """``--out runs/x`` (relative): the pool file written in runs/x must still find its adapter."""
+    from pathlib import Path
+
+    from agora.agents.pool import ModelSpec, load_pool
+    from agora.training.trainers import TrainResult, trained_entry, write_pool_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "x" / "adapter").mkdir(parents=True)
+    (tmp_path / "runs" / "x" / "adapter" / "adapter_config.json").write_text("{}")
+    result = TrainResult(kind="dpo", adapter_dir=Path("runs/x/adapter"), base="builtin:smollm2", previous_adapter=None,
+                         rows=1, steps=1, losses=[0.7])
+    entry = trained_entry(ModelSpec(name="m", backend="llamacpp", path="builtin:smollm2"), result)
+    assert entry["adapter"] == str(tmp_path / "runs" / "x" / "adapter") and entry["path"] == "builtin:smollm2"
+    spec = load_pool(write_pool_file([entry], Path("runs/x/pool.toml")))["m"].spec
+    assert spec.adapter == str(tmp_path / "runs" / "x" / "adapter")

@@ -259,7 +259,9 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None) -> di
     base folder and the adapter (in-process, CPU or GPU), and the ``iteration`` it came from.
     """
     entry = {k: getattr(spec, k) for k in _KEPT if getattr(spec, k) not in (None, "")}
-    entry.update(backend="transformers", path=result.base, adapter=str(result.adapter_dir))
+    # Absolute paths: a pool file reads relative paths relative to itself, not to the working directory.
+    base = result.base if result.base.startswith("builtin:") else str(Path(result.base).resolve())
+    entry.update(backend="transformers", path=base, adapter=str(Path(result.adapter_dir).resolve()))
     if iteration is not None:
         entry["iteration"] = iteration
     return entry
