@@ -17,3 +17,16 @@ from agora.cli import train  # noqa: E402,F401
 from agora.cli import evolve  # noqa: E402,F401
 from agora.cli import pool  # noqa: E402,F401
 from agora.cli import bench  # noqa: E402,F401
+
+# A command module imported before this one (a test, a script) registered its commands early: list
+# every app's commands in the order of the imports above, whatever order the modules loaded in.
+_ORDER = [m.__name__ for m in (align, duel, serve, select, converse, comed, moa, debate, train, evolve, pool, bench)]
+
+
+def _import_order(info) -> int:
+    module = getattr(info.callback, "__module__", None)
+    return _ORDER.index(module) if module in _ORDER else len(_ORDER)
+
+
+for _app in (app, run_app, report_app, calibrate_app, train_app):
+    _app.registered_commands.sort(key=_import_order)
