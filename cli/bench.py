@@ -36,7 +36,7 @@ from agora.cli._shared import (
     new_run_id,
     user_errors,
 )
-from agora.cli.main import app
+from agora.cli._apps import app
 from agora.graphs.bench import (
     DEFAULT_SOURCE,
     BenchConfig,

@@ -47,6 +47,7 @@ from agora.cli._apps import calibrate_app, run_app
 from agora.graphs.escalation import METHODS, EscalationContext, build_escalation_graph, comed_detail
 from agora.graphs.runner import RunOutcome, run_problems
 from agora.tasks.loaders import FORMATS, Problem, detect_format, load_problems
+from agora.traces.bench import comed_dev_outcomes
 from agora.traces.report import MethodRow, failed_questions, method_table
 from agora.traces.store import TraceStore
 
@@ -267,18 +268,8 @@ def calibrate_comed(
 
 def dev_outcomes(store: TraceStore, run_id: str) -> list[DevOutcome]:
     """Calibration inputs from an ``explore`` run: one :class:`DevOutcome` per question with a
-    gold answer and every branch recorded."""
-    out = []
-    for q in store.questions(run_id):
-        d = json.loads(q["detail"] or "{}")
-        if d.get("anchor_correct") is None or d.get("probe") is None or d.get("escalation") is None:
-            continue
-        out.append(DevOutcome(sc=d["anchor"]["sc"], margin=(d.get("route") or {}).get("margin"),
-                              anchor_correct=d["anchor_correct"], probe_agrees=d["probe"]["agrees"],
-                              escalation_correct=d["escalation_correct"], probe_calls=d["probe_calls"] or 0,
-                              escalation_calls=d["escalation_calls"] or 0,
-                              anchor_calls=(d.get("method_calls") or {}).get("anchor") or 1))
-    return out
+    gold answer and every branch recorded (:func:`agora.traces.bench.comed_dev_outcomes`)."""
+    return comed_dev_outcomes(store, run_id)
 
 
 @dataclass(frozen=True, slots=True)
