@@ -243,18 +243,14 @@ class LlamaCppChatModel(BaseChatModel):
         return generations
 
 
-_DECODERS: dict[int, Any] = {}
-_FORMATTERS: dict[int, Any] = {}
-
-
 def _decoder(llm: Any, n_threads: int):
-    """The batch decoder of a loaded model (one per ``Llama``; created under the decode lock)."""
+    """The batch decoder of a loaded model (kept on the ``Llama`` object; created under the decode lock)."""
     from agora.agents._llama_batch import BatchDecoder
 
-    key = id(llm)
-    if key not in _DECODERS:
-        _DECODERS[key] = BatchDecoder(llm, n_threads)
-    return _DECODERS[key]
+    decoder = getattr(llm, "_agora_decoder", None)
+    if decoder is None:
+        decoder = llm._agora_decoder = BatchDecoder(llm, n_threads)
+    return decoder
 
 
 def _chat_formatter(llm: Any):
@@ -263,8 +259,8 @@ def _chat_formatter(llm: Any):
     Raises:
         ValueError: the GGUF has no chat template (use ``prompt_format="fewshot"``).
     """
-    key = id(llm)
-    if key not in _FORMATTERS:
+    formatter = getattr(llm, "_agora_chat_formatter", None)
+    if formatter is None:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = (llm.metadata or {}).get("tokenizer.chat_template")
@@ -273,6 +269,6 @@ def _chat_formatter(llm: Any):
         eos_id, bos_id = llm.token_eos(), llm.token_bos()
         eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
         bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""
-        _FORMATTERS[key] = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos,
-                                               stop_token_ids=[eos_id])
-    return _FORMATTERS[key]
+        formatter = llm._agora_chat_formatter = Jinja2ChatFormatter(template=template, eos_token=eos,
+                                                                    bos_token=bos, stop_token_ids=[eos_id])
+    return formatter
