@@ -7,35 +7,12 @@ trace records and one :class:`Cost`; costs add up per step with :func:`add_costs
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NotRequired
-
-from typing_extensions import TypedDict
+from typing import Any, Iterable
 
 from agora.agents.pool import ModelPool, Sample, SamplingParams
 from agora.tasks.answers import find_answer, is_correct
 from agora.tasks.problem import Problem
-
-
-class Cost(TypedDict):
-    calls: int
-    """Requests sent (one prompt to one model; its N samples count once)."""
-    samples: int
-    completion_tokens: int
-    """Decoded tokens."""
-    latency_s: float
-    """Model seconds."""
-
-
-class MethodResult(TypedDict):
-    answer: str | None
-    correct: bool | None
-    calls: int
-    samples: int
-    completion_tokens: int
-    latency_s: float
-    how: NotRequired[str | None]
-    """How the answer was found in the first output that gives it (``docs/scoring.md``;
-    ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""
+from agora.traces.schema import CallRecord, Cost, MethodResult  # noqa: F401 (the one declaration of each)
 
 
 def total_cost(costs: Iterable[Cost]) -> Cost:
@@ -58,14 +35,14 @@ def _cost(samples: list[Sample]) -> Cost:
 
 
 def ask(pool: ModelPool, model: str, messages: list[dict], params: SamplingParams,
-        context: dict[str, Any]) -> tuple[list[Sample], list[dict], Cost]:
+        context: dict[str, Any]) -> tuple[list[Sample], list[CallRecord], Cost]:
     """One request; its samples, trace records and cost."""
     samples, records = pool.sample(model, messages, params, context=context)
     return samples, records, _cost(samples)
 
 
 async def aask(pool: ModelPool, model: str, messages: list[dict], params: SamplingParams,
-               context: dict[str, Any]) -> tuple[list[Sample], list[dict], Cost]:
+               context: dict[str, Any]) -> tuple[list[Sample], list[CallRecord], Cost]:
     """:func:`ask` for async nodes (awaits :meth:`ModelPool.asample`)."""
     samples, records = await pool.asample(model, messages, params, context=context)
     return samples, records, _cost(samples)

@@ -206,6 +206,28 @@ def test_run_problems_records_moa_and_debate_questions():
         results = {r["method"]: r["answer"] for r in store.results(name)}
         assert results == ({"moa": "B", "proposal_vote": "A"} if name == "moa" else {"debate": "B", "first_round_vote": "A"})
     assert len(store.calls("moa")) == 3 and len(store.calls("debate")) == 6  # one row per sample
+    # requests per method are a column of results (no longer only inside COMED's detail JSON)
+    assert {r["method"]: r["calls"] for r in store.results("moa")} == {"moa": 3, "proposal_vote": 2}
+    assert {r["method"]: r["calls"] for r in store.results("debate")} == {"debate": 5, "first_round_vote": 2}
+
+
+def test_a_database_from_before_results_calls_opens_and_reads(tmp_path):
+    import sqlite3 as sq
+
+    from agora.traces.report import method_table
+
+    path = tmp_path / "old.db"
+    with sq.connect(path) as conn:  # the results table as it was: no calls column
+        conn.execute("create table results (run_id text, question_id text, method text, answer text, correct "
+                     "integer, samples integer, completion_tokens integer, latency_s float, how text, "
+                     "primary key (run_id, question_id, method))")
+        conn.execute("create table questions (run_id text, question_id text, idx integer, primary key (run_id, question_id))")
+        conn.execute("insert into results values ('r', 'q', 'comed', 'A', 1, 3, 9, 0.5, 'marker')")
+        conn.execute("insert into questions values ('r', 'q', 0)")
+    [row] = method_table(TraceStore(path, readonly=True), "r")  # a report reads it as it is
+    assert (row.method, row.accuracy) == ("comed", 1.0)
+    store = TraceStore(path)  # a writer adds the column, NULL for old rows
+    assert store.results("r")[0]["calls"] is None
 
 
 def pool_file(path, url, models=("m1", "m2")):

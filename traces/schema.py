@@ -20,7 +20,9 @@
     samples (candidates the method drew on), completion_tokens, latency_s (model seconds of
     those samples), how (how the answer was found, ``docs/scoring.md``: ``marker``, ``boxed``,
     ``####``, or ``fallback`` for an answer guessed from the output's last number or letter; NULL
-    without an answer, and in databases written before the column existed).
+    without an answer, and in databases written before the column existed), calls (requests the
+    method's answer needed, N samples of one prompt being one request: COMED and its baselines, MoA,
+    debate; NULL for protocols that count samples only, and in databases written before the column).
 
 ``model_calls``: one row per generated sample or failed attempt (``call_id`` primary key).
     run_id, question_id, protocol, node (graph node), role (agent, judge, anchor, ...), agent,
@@ -36,6 +38,10 @@ resumes and writes no duplicates. Protocols add their own tables (duels, reputat
 document them next to their module.
 """
 
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
+
 RUNS = {
     "run_id": str, "protocol": str, "status": str, "started_at": str, "finished_at": str,
     "config": str, "pool": str, "dataset": str, "code_revision": str, "host": str, "summary": str,
@@ -47,7 +53,7 @@ QUESTIONS = {
 }
 RESULTS = {
     "run_id": str, "question_id": str, "method": str, "answer": str, "correct": int,
-    "samples": int, "completion_tokens": int, "latency_s": float, "how": str,
+    "samples": int, "completion_tokens": int, "latency_s": float, "how": str, "calls": int,
 }
 MODEL_CALLS = {
     "call_id": str, "run_id": str, "question_id": str, "protocol": str, "node": str, "role": str,
@@ -117,3 +123,59 @@ PREFERENCE_PAIRS = {
     "rejected_score": float, "margin": float, "judge_scores": str, "reputations": str, "gold": str,
     "kind": str, "created_at": str,
 }
+
+
+# ----------------------------------------------------------------------------- typed records
+# What graphs hand the runner, typed once (TypedDicts: plain dicts in state, readable by Studio).
+
+
+class CallRecord(TypedDict, total=False):
+    """One model call as the pool returns it (a ``model_calls`` row before the store adds run_id
+    and protocol): one per generated sample, one per failed attempt."""
+
+    call_id: str
+    question_id: str
+    node: str
+    role: str
+    agent: int | None
+    model: str
+    messages: list[dict[str, Any]]
+    completion: str | None
+    params: dict[str, Any]
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float | None
+    finish_reason: str | None
+    attempt: int
+    error: str | None
+    created_at: str
+    partner: str | None
+
+
+class Cost(TypedDict):
+    """What a step or a method spent."""
+
+    calls: int
+    """Requests sent (one prompt to one model; its N samples count once)."""
+    samples: int
+    completion_tokens: int
+    """Decoded tokens."""
+    latency_s: float
+    """Model seconds."""
+
+
+class MethodResult(TypedDict):
+    """One ``results`` row as a graph writes it under ``state["methods"][method]``."""
+
+    answer: str | None
+    correct: bool | None
+    """``None`` without a gold answer."""
+    samples: int
+    """Samples this method's answer drew on (0: its calls failed)."""
+    completion_tokens: int
+    latency_s: float
+    calls: NotRequired[int]
+    """Requests the answer needed (``results.calls``); protocols that count samples only leave it out."""
+    how: NotRequired[str | None]
+    """How the answer was found in the first output that gives it (``docs/scoring.md``;
+    ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""

@@ -151,6 +151,8 @@ class TraceStore:
             db["model_calls"].add_column("partner", str)
         if "how" not in db["results"].columns_dict:  # nor before results.how (issue 15)
             db["results"].add_column("how", str)
+        if "calls" not in db["results"].columns_dict:  # nor before results.calls (issue 17)
+            db["results"].add_column("calls", int)
         db["model_calls"].create_index(["run_id", "question_id"], if_not_exists=True)
         db["results"].create_index(["run_id", "method"], if_not_exists=True)
 
@@ -247,7 +249,8 @@ class TraceStore:
                         "correct": None if r.get("samples") == 0 else _bool(r.get("correct")),
                         "samples": r.get("samples"),
                         "completion_tokens": r.get("completion_tokens"),
-                        "latency_s": r.get("latency_s"), "how": r.get("how")} for method, r in results.items()]
+                        "latency_s": r.get("latency_s"), "how": r.get("how"), "calls": r.get("calls")}
+                       for method, r in results.items()]
         with self._lock, self.db.conn:
             # One statement per table, not sqlite-utils' two per row (33 → 3 statements for an
             # ALIGN question: ≈ 2.2 → 0.7 ms, the runner's per-question cost; orchestration.py).
