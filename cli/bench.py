@@ -119,10 +119,10 @@ def _router(store: TraceStore, pool: ModelPool, bench_id: str, questions: set[st
         router = KNNRouter(history_from_store(store, exclude_runs=own, exclude_questions=questions), pool.names,
                            k=k, embedding=embedding)
     except ValueError as exc:
-        console.print(f"{exc}: no router, fixed anchor {pool.names[0]}", highlight=False)
+        console.print(f"{exc}: no router, fixed anchor {pool.names[0]}", highlight=False, soft_wrap=True)
         return None
     console.print(f"router: kNN (k={k}, {router.embedder.name}) over past traces in {store.path} outside this bench",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     return router
 
 

@@ -425,3 +425,26 @@ def test_bench_end_to_end_on_the_tiny_pool(shared_data, tmp_path):
     calls = store.db["model_calls"].count
     assert CliRunner().invoke(app, args).exit_code == 0  # the rerun redoes nothing
     assert store.db["model_calls"].count == calls
+
+
+def test_router_uses_only_runs_outside_the_bench_and_adds_router_only(tmp_path, monkeypatch):
+    math_file, mc_file = write_tasks(tmp_path)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    db = tmp_path / "t.db"
+
+    def bench(run_id, tasks, *extra):
+        return CliRunner().invoke(app, ["bench", "--tasks", tasks, "--db", str(db), "--out", str(tmp_path / run_id),
+                                        "--run-id", run_id, "--protocols", "comed,moa", "--max-tokens", "16",
+                                        "--router", "--embedding", "tfidf", *extra])
+
+    first = bench("h", str(mc_file))  # a fresh DB has no history: fixed anchor
+    assert first.exit_code == 0, first.output
+    assert "no router, fixed anchor a" in first.output
+    second = bench("r", str(math_file))  # routed by what bench h left in the DB
+    assert second.exit_code == 0, second.output
+    assert "router: kNN" in second.output and "outside this bench" in second.output
+    report = json.loads((tmp_path / "r" / "bench.json").read_text())
+    assert "router_only" in report["methods"] and any(c["method"] == "router_only" for c in report["cells"])
+    assert report["settings"]["comed"]["router.kind"] == "knn"
+    again = bench("r", str(math_file))  # resuming: its own runs stay out of its history, same router
+    assert again.exit_code == 0, again.output
