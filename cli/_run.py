@@ -28,7 +28,7 @@ from agora.cli._shared import (
     question_progress,
 )
 from agora.graphs.registry import get as protocol
-from agora.graphs.runner import RunOutcome, run_problems
+from agora.graphs.runner import RunOutcome, run_protocol
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.tasks.problem import Problem
 from agora.tasks.samples import sample_path
@@ -94,12 +94,12 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
                   f"pool {', '.join(pool.names)}", highlight=False)
     with question_progress(len(problems)) as progress, graceful_stop() as control:
         task = progress.add_task(name, total=len(problems), label=name, status="")
-        outcome = run_problems(
-            spec.build(), problems, store=store, run_id=run_id, protocol=spec.name, context=context,
+        outcome = run_protocol(
+            spec.name, problems, store=store, run_id=run_id, context=context,
             config=asdict(config), pool_description=pool.describe(),
             dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
             on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
-            on_question=lambda q: progress.advance(task), detail=spec.detail or (lambda values: {}),
+            on_question=lambda q: progress.advance(task),
             durability=durability, concurrency=concurrency, control=control,
         )
         progress.update(task, completed=len(problems), status="done")

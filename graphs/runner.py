@@ -44,6 +44,8 @@ from langgraph.types import Durability
 from agora.agents.pool import ModelCallError
 from agora.graphs._common import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
+from agora.graphs.registry import get as protocol_spec
+from agora.graphs.spec import methods_written
 from agora.tasks.loaders import Problem
 from agora.traces.store import BUSY_TIMEOUT_S, TraceStore, TraceStoreError, check_db_path, describe_sqlite_error
 
@@ -145,6 +147,7 @@ def run_problems(
     durability: Durability = "async",
     concurrency: int = 1,
     control: RunControl | None = None,
+    finished: Callable[[dict[str, Any]], bool] = methods_written,
 ) -> RunOutcome:
     """Run ``builder``'s graph on each problem, recording every question in ``store``.
 
@@ -160,6 +163,8 @@ def run_problems(
             runs with ``ainvoke`` (no stream consumer).
         on_question: called after each question is recorded (from the calling thread).
         detail: picks the state fields stored as the question's ``detail`` JSON.
+        finished: whether a checkpointed state is a finished question (default: its ``methods``
+            are written; a protocol's ``ProtocolSpec.finished``).
         durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
             (default) or ``"sync"`` after every step, so even a killed process resumes a question
             from its last finished step; ``"exit"`` once, when the question ends, drains (see
@@ -251,7 +256,7 @@ def run_problems(
             # branches appear in ``tasks`` only. A question counts as finished only once the graph
             # has written its ``methods``; anything else runs (or resumes) the graph.
             pending = bool(snapshot.next) or bool(snapshot.tasks)
-            if was_started and not pending and "methods" in snapshot.values:
+            if was_started and not pending and finished(snapshot.values):
                 return snapshot.values, time.perf_counter() - start, was_started
             inp = None if pending else inp
         try:
@@ -318,6 +323,21 @@ def run_problems(
             _close_loop(loop)
         saver.close()
     return outcome
+
+
+def run_protocol(name: str, problems: Sequence[Problem], **kwargs: Any) -> RunOutcome:
+    """:func:`run_problems` for the registered benchmark protocol ``name``: its graph, its name as the
+    run's protocol, its ``detail`` and ``finished`` from its :class:`~agora.graphs.spec.ProtocolSpec`.
+    Other arguments as for :func:`run_problems` (``store``, ``run_id``, ``context``, ...).
+
+    Raises:
+        KeyError: an unknown protocol. ValueError: a protocol that is not a benchmark one.
+    """
+    spec = protocol_spec(name)
+    if spec.kind != "benchmark":
+        raise ValueError(f"protocol {name!r} is a {spec.kind} protocol; run_protocol runs benchmark ones")
+    return run_problems(spec.build(), problems, protocol=spec.name, detail=spec.detail or default_detail,
+                        finished=spec.finished, **kwargs)
 
 
 def _in_running_loop() -> bool:

@@ -84,3 +84,22 @@ def test_a_registered_entry_must_name_a_spec_of_that_name(monkeypatch):
     monkeypatch.setitem(registry.PROTOCOLS, "fake2", registry.Entry("agora.graphs.moa:SPEC"))
     with pytest.raises(TypeError, match="declares protocol 'moa', registered as 'fake2'"):
         registry.get("fake2")
+
+
+def test_run_protocol_takes_graph_name_detail_and_finished_from_the_spec():
+    from agora.agents.pool import ModelPool
+    from agora.agents.testing import ScriptedChatModel
+    from agora.graphs.moa import MoAContext
+    from agora.graphs.runner import run_protocol
+    from agora.tasks import Problem
+    from agora.traces.store import TraceStore
+
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=lambda chat, i: "The answer is 4.")})
+    store = TraceStore(":memory:")
+    problems = [Problem("q1", "2 + 2?", "4")]
+    out = run_protocol("moa", problems, store=store, run_id="r", context=MoAContext(pool), config={},
+                       pool_description=[], dataset={})
+    assert store.get_run("r")["protocol"] == "moa" and out.outcomes[0].answer == "4"
+    assert json.loads(store.questions("r")[0]["detail"])["aggregator"] == "a"  # the spec's detail
+    with pytest.raises(ValueError, match="'duel' is a carried protocol"):
+        run_protocol("duel", problems, store=store, run_id="d", context=None, config={}, pool_description=[], dataset={})
