@@ -9,9 +9,10 @@ drains), prints the method table and exits 1 when questions failed. ``agora run 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import tomllib
+from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence, TypeVar
 
 import typer
 from rich.table import Table
@@ -27,6 +28,7 @@ from agora.cli._shared import (
     new_run_id,
     question_progress,
 )
+from agora.graphs._common import settings_from
 from agora.graphs.registry import get as protocol
 from agora.graphs.runner import RunOutcome, run_protocol
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
@@ -54,6 +56,39 @@ CONCURRENCY = typer.Option(1, "--concurrency", min=1, help="Questions in flight 
                                                              "pool (vLLM batches their requests).")
 DURABILITY = typer.Option("async", "--durability", help="Checkpoint each question after every step (async, sync) "
                                                         "or only when it ends or stops (exit).")
+CONFIG = typer.Option(None, "--config", help="Settings file (TOML): a table named after the protocol ([moa], "
+                                             "[debate]) with its settings' fields; options given on the command "
+                                             "line win over the file.")
+
+S = TypeVar("S")
+
+
+def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: str, given: dict[str, Any]) -> S:
+    """The settings dataclass ``cls`` from the command's options (``given``: field → option value, the
+    option named as the field) and, with ``--config FILE``, the file's ``[table]``: a field the
+    command line set wins, else the file's value, else the option's default.
+
+    Raises:
+        ValueError: a missing or invalid file, no ``[table]`` in it, an unknown field (named), or a
+            bad value (the settings' own check, naming the field).
+    """
+    if config_file is None:
+        return cls(**given)
+    path = Path(config_file)
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        table_values = tomllib.loads(path.read_text(encoding="utf-8")).get(table)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"--config {path}: invalid TOML: {exc}") from None
+    if not isinstance(table_values, dict):
+        raise ValueError(f"--config {path}: no [{table}] table (fields: {', '.join(f.name for f in fields(cls))})")
+    # Typer vendors click (typer._click): compare the source by name, not by click's enum.
+    typed = {k: v for k, v in given.items() if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"}
+    try:
+        return settings_from({**given, **table_values, **typed}, cls)
+    except ValueError as exc:
+        raise ValueError(f"--config {path}: [{table}] {exc}") from None
 
 
 def names(value: Optional[str]) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from agora.graphs.debate import METHODS, DebateContext
 
 @run_app.command("debate", short_help="Multi-agent debate: agents answer, read each other, answer again; beside a first-round vote.")
 def run_debate(
+    ctx: typer.Context,
     data: Optional[Path] = _run.DATA,
     fmt: Optional[str] = _run.FORMAT,
     limit: Optional[int] = _run.LIMIT,
@@ -31,18 +32,20 @@ def run_debate(
     run_id: Optional[str] = _run.RUN_ID,
     concurrency: int = _run.CONCURRENCY,
     durability: _run.Durability = _run.DURABILITY,
+    config_file: Optional[Path] = _run.CONFIG,
 ) -> None:
     """Agents answer each problem alone, then read the others' answers and answer again for each
     later round; the last round's plurality is compared with the first round's (first_round_vote)."""
     with user_errors():
         data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed)
-        config = DebateConfig(agents=agents, rounds=rounds, models=_run.names(models), temperature=temperature,
-                              max_tokens=max_tokens, shots=shots, seed=seed)
+        config = _run.settings(ctx, DebateConfig, config_file, "debate", {
+            "agents": agents, "rounds": rounds, "models": _run.names(models), "temperature": temperature,
+            "max_tokens": max_tokens, "shots": shots, "seed": seed})
         the_pool = get_pool(pool)
         played = agent_models(config, the_pool.names)
         store, run_id, outcome = _run.run_benchmark(
             "debate", problems, context=DebateContext(the_pool, config), config=config, pool=the_pool, db=db,
             run_id=run_id, data=data, fmt_name=fmt_name, limit=limit,
-            label=f"{agents} agents ({', '.join(played)}) × {rounds} rounds", durability=durability,
+            label=f"{config.agents} agents ({', '.join(played)}) × {config.rounds} rounds", durability=durability,
             concurrency=concurrency)
         _run.finish(store, run_id, outcome, len(problems), f"debate run {run_id}", METHODS)

@@ -16,6 +16,7 @@ from agora.graphs.moa import METHODS, MoAContext
 
 @run_app.command("moa", short_help="Mixture-of-Agents: every model proposes, one aggregates; beside a vote on the proposals.")
 def run_moa(
+    ctx: typer.Context,
     data: Optional[Path] = _run.DATA,
     fmt: Optional[str] = _run.FORMAT,
     limit: Optional[int] = _run.LIMIT,
@@ -30,13 +31,15 @@ def run_moa(
     run_id: Optional[str] = _run.RUN_ID,
     concurrency: int = _run.CONCURRENCY,
     durability: _run.Durability = _run.DURABILITY,
+    config_file: Optional[Path] = _run.CONFIG,
 ) -> None:
     """Each proposer answers every problem alone, the aggregator reads all proposals and answers;
     compare with the plurality of the same proposals (proposal_vote)."""
     with user_errors():
         data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed)
-        config = MoAConfig(proposers=_run.names(proposers), aggregator=aggregator, temperature=temperature,
-                           max_tokens=max_tokens, shots=shots, seed=seed)
+        config = _run.settings(ctx, MoAConfig, config_file, "moa", {
+            "proposers": _run.names(proposers), "aggregator": aggregator, "temperature": temperature,
+            "max_tokens": max_tokens, "shots": shots, "seed": seed})
         the_pool = get_pool(pool)
         check_pool(config, the_pool.names)
         label = f"{len(config.proposers or the_pool.names)} proposers, aggregator {config.aggregator or the_pool.names[0]}"

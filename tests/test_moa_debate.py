@@ -255,3 +255,22 @@ def test_agora_run_moa_and_debate(tmp_path, command):
     bad = CliRunner().invoke(app, ["run", command, "--format", "synthetic", "--pool", str(pool), "--db", str(db),
                                    *(["--aggregator", "zz"] if command == "moa" else ["--models", "zz"])])
     assert bad.exit_code == 2 and "'zz' is not in the pool" in bad.output
+
+
+def test_settings_from_a_config_file_with_the_command_line_winning(tmp_path):
+    import json
+
+    db = tmp_path / "t.db"
+    (tmp_path / "debate.toml").write_text("[debate]\nagents = 2\nrounds = 1\ntop_p = 0.5\nmodels = [\"m2\"]\n")
+    (tmp_path / "bad.toml").write_text("[debate]\nagent = 2\n")
+    with StubServer(lambda path, body: (200, chat_reply(body, ["The answer is 4."]))) as server:
+        pool = pool_file(tmp_path / "pool.toml", server.base_url)
+        base = ["run", "debate", "--format", "synthetic", "--limit", "1", "--pool", str(pool), "--db", str(db)]
+        out = CliRunner().invoke(app, [*base, "--config", str(tmp_path / "debate.toml"), "--rounds", "2", "--run-id", "c"])
+        assert out.exit_code == 0, out.output
+        config = json.loads(sqlite_utils.Database(db)["runs"].get("c")["config"])
+        assert (config["agents"], config["rounds"], config["top_p"], config["models"]) == (2, 2, 0.5, ["m2"])
+        bad = CliRunner().invoke(app, [*base, "--config", str(tmp_path / "bad.toml")])
+        assert bad.exit_code == 2 and "[debate] DebateConfig: unknown field(s) agent" in bad.output
+        missing = CliRunner().invoke(app, [*base, "--config", str(tmp_path / "none.toml")])
+        assert missing.exit_code == 2 and "no such file" in missing.output
