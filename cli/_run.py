@@ -12,7 +12,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, TypeVar
+from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import typer
 from rich.table import Table
@@ -96,20 +96,22 @@ def names(value: Optional[str]) -> tuple[str, ...]:
     return tuple(m.strip() for m in value.split(",") if m.strip()) if value else ()
 
 
-def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: int) -> tuple[Path | None, str, list[Problem]]:
+def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: int,
+                   load: Callable[..., list[Problem]] = load_problems) -> tuple[Path | None, str, list[Problem]]:
     """``(data, format, problems)``: ``--data`` in ``--format`` (guessed when omitted), the generated
-    arithmetic for ``--format synthetic`` without a file, else the shipped GSM8K sample.
+    arithmetic for ``--format synthetic`` without a file, else the shipped GSM8K sample (``load``:
+    the loader, :func:`agora.tasks.load_problems`).
 
     Raises:
         TaskFormatError / ValueError: a bad file or format, or no problems.
     """
     if data is None and fmt == "synthetic":
-        return None, "synthetic", load_problems(None, "synthetic", limit or 5, seed=seed)
+        return None, "synthetic", load(None, "synthetic", limit or 5, seed=seed)
     if data is None:
         data, fmt_name = sample_path("gsm8k")
     else:
         fmt_name = fmt or detect_format(data)
-    problems = load_problems(data, fmt_name, limit)
+    problems = load(data, fmt_name, limit)
     if not problems:
         raise ValueError(f"{data}: no problems to run")
     return data, fmt_name, problems

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -10,23 +9,11 @@ import typer
 from rich.table import Table
 
 from agora.agents.delegation import DelegationConfig
-from agora.cli._shared import (
-    MAX_TEMPERATURE,
-    console,
-    exit_if_failed,
-    fmt_ci,
-    fmt_pct,
-    get_pool,
-    graceful_stop,
-    new_run_id,
-    question_progress,
-    user_errors,
-)
+from agora.cli import _run
 from agora.cli._apps import run_app
-from agora.graphs.delegation import METHODS, DelegationContext, build_delegation_graph
-from agora.graphs.runner import run_problems
-from agora.tasks.loaders import FORMATS, detect_format, load_problems
-from agora.tasks.samples import sample_path
+from agora.cli._shared import MAX_TEMPERATURE, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
+from agora.graphs.delegation import METHODS, DelegationContext
+from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.report import method_table, run_totals
 from agora.traces.store import TraceStore
 
@@ -56,46 +43,17 @@ def run_align(
     """Delegate each problem to n agents (k samples each) and compare ALIGN with single-agent,
     self-consistency and best-of-n·k on the same candidates."""
     with user_errors():
-        if data is None and fmt == "synthetic":
-            fmt_name, problems = "synthetic", load_problems(None, "synthetic", limit or 5, seed=seed)
-        elif data is None:  # the shipped sample: 5 real GSM8K test problems
-            data, fmt_name = sample_path("gsm8k")
-            problems = load_problems(data, fmt_name, limit)
-        else:
-            fmt_name = fmt or detect_format(data)
-            problems = load_problems(data, fmt_name, limit)
-        if not problems:
-            raise ValueError(f"{data}: no problems to run")
+        data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed, load_problems)  # default: the GSM8K sample
         config = DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                   temperature=temperature, seed=seed,
                                   models=tuple(m.strip() for m in models.split(",")) if models else ())
         the_pool = get_pool(pool)
         for m in config.models:
             the_pool[m]
-        run_id = run_id or new_run_id("align")
-        store = TraceStore(db)
-        console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, "
-                      f"{agents} agents × {samples} samples, pool {', '.join(the_pool.names)}", highlight=False)
-        with question_progress(len(problems)) as progress, graceful_stop() as control:
-            task = progress.add_task("align", total=len(problems), label="ALIGN", status="")
-
-            def on_event(event):
-                progress.update(task, status=event.get("message", "")[:70])
-
-            def on_question(q):
-                progress.advance(task)
-
-            outcome = run_problems(
-                build_delegation_graph(), problems, store=store, run_id=run_id, protocol="align",
-                context=DelegationContext(pool=the_pool, config=config), config=asdict(config),
-                pool_description=the_pool.describe(),
-                dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
-                on_event=on_event, on_question=on_question, durability=durability, concurrency=concurrency,
-                control=control,
-            )
-            progress.update(task, completed=len(problems), status="done")
-        if outcome.skipped:
-            console.print(f"resumed: {outcome.skipped} of {len(problems)} questions already done", highlight=False)
+        store, run_id, outcome = _run.run_benchmark(
+            "align", problems, context=DelegationContext(pool=the_pool, config=config), config=config, pool=the_pool,
+            db=db, run_id=run_id, data=data, fmt_name=fmt_name, limit=limit,
+            label=f"{agents} agents × {samples} samples", durability=durability, concurrency=concurrency)
         print_method_table(store, run_id)
         exit_if_failed(outcome, len(problems), run_id)
 

@@ -26,7 +26,12 @@ from agora.cli._shared import (
     user_errors,
 )
 from agora.cli._apps import app, report_app
-from agora.graphs.conversation import ConversationConfig, ConversationContext, build_conversation_graph
+from agora.graphs.conversation import (
+    ConversationConfig,
+    ConversationContext,
+    build_conversation_graph,
+    conversation_detail,
+)
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.traces.diversity import read_exchanges
@@ -111,8 +116,7 @@ def converse(
                     dataset={"path": str(prompts) if prompts else None, "format": fmt_name, "limit": limit},
                     on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
                     on_question=lambda q: progress.advance(task),
-                    detail=lambda v: {"turns": [{k: t[k] for k in ("turn", "speaker", "partner", "answer")}
-                                                for t in v.get("turns") or []]},
+                    detail=conversation_detail,
                     control=control,
                 )
                 progress.advance(task, outcome.skipped)
