@@ -39,6 +39,7 @@ from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
 from agora.graphs.spec import ProtocolSpec
+from agora.traces.schema import MethodResult
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
 
@@ -136,14 +137,6 @@ class ConversationInput(TypedDict):
     kind: NotRequired[str]
     """``math`` (default), ``mc`` or ``open``."""
     n_choices: NotRequired[int]
-
-
-class MethodResult(TypedDict):
-    answer: str | None
-    correct: bool | None
-    samples: int
-    completion_tokens: int
-    latency_s: float
 
 
 class ConversationOutput(TypedDict):

@@ -47,6 +47,7 @@ from agora.agents.pool import ModelPool, SamplingParams
 from agora.agents.prompts import solver_messages
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
 from agora.graphs.spec import ProtocolSpec
+from agora.traces.schema import MethodResult
 from agora.tasks.answers import find_answer, is_correct
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
@@ -77,20 +78,6 @@ class DelegationInput(TypedDict):
     """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
     """Number of options for ``mc``."""
-
-
-class MethodResult(TypedDict):
-    answer: str | None
-    correct: bool | None
-    """``None`` when no gold answer was given."""
-    samples: int
-    """Candidates this method's answer was drawn from (its sample budget)."""
-    completion_tokens: int
-    latency_s: float
-    """Model time (sum of sample latencies, seconds) of the candidates this method drew on."""
-    how: NotRequired[str | None]
-    """How the answer was found in the first candidate that gives it (``docs/scoring.md``;
-    ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""
 
 
 class DelegationOutput(TypedDict):
