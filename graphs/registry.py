@@ -6,9 +6,10 @@ it here: ``agora.graphs`` (its exports), ``langgraph.json`` (:func:`langgraph_co
 file against it, ``python -m agora.graphs`` prints it), the CLI (``agora protocols``, the
 ``run`` commands), and the docs tests.
 
-Adding a protocol: declare ``SPEC = ProtocolSpec(...)`` at the end of its graph module and add one
-line to :data:`PROTOCOLS` (``docs/architecture.md`` walks through it). Another package can add its own
-with :func:`register`.
+Adding a protocol: declare ``SPEC = ProtocolSpec(...)`` at the end of its graph module (a top-level
+statement, ``name`` a string literal): the registry finds it by reading the package's modules, without
+importing them (``docs/architecture.md`` walks through it). Another package adds its own with
+:func:`register`.
 
     from agora.graphs import registry
     spec = registry.get("moa")
@@ -17,6 +18,7 @@ with :func:`register`.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import threading
@@ -40,20 +42,39 @@ class Entry:
         return self.target.split(":", 1)[0]
 
 
-PROTOCOLS: dict[str, Entry] = {
-    "align": Entry("agora.graphs.delegation:SPEC",
-                   ("build_delegation_graph", "DelegationContext", "DelegationInput", "DelegationOutput")),
-    "converse": Entry("agora.graphs.conversation:SPEC",
-                          ("build_conversation_graph", "ConversationContext", "ConversationInput", "ConversationOutput")),
-    "comed": Entry("agora.graphs.escalation:SPEC",
-                   ("build_escalation_graph", "EscalationContext", "EscalationInput", "EscalationOutput")),
-    "duel": Entry("agora.graphs.duel:SPEC", ("build_duel_graph", "DuelContext", "DuelInput", "DuelOutput")),
-    "cupid": Entry("agora.graphs.selection:SPEC",
-                   ("build_selection_graph", "SelectionContext", "SelectionInput", "SelectionOutput")),
-    "moa": Entry("agora.graphs.moa:SPEC", ("build_moa_graph", "MoAContext", "MoAInput", "MoAOutput")),
-    "debate": Entry("agora.graphs.debate:SPEC", ("build_debate_graph", "DebateContext", "DebateInput", "DebateOutput")),
-}
-"""Protocol name → entry, in Studio's order (``langgraph.json``)."""
+_SPEC_LINE = "\nSPEC = ProtocolSpec("
+
+
+def _entry(path: Path) -> tuple[str, Entry] | None:
+    """The protocol a graph module declares (``SPEC = ProtocolSpec(name=..., build=..., ...)`` at top
+    level), read from its source without importing it; ``None`` for a module without one."""
+    text = path.read_text(encoding="utf-8")
+    at = text.find(_SPEC_LINE)
+    if at < 0:
+        return None
+    tree = ast.parse(text[at + 1:])  # from the SPEC statement on: a few lines, not the whole module
+    call = tree.body[0].value
+    kw = {k.arg: k.value for k in call.keywords}
+    if not isinstance(kw.get("name"), ast.Constant):
+        raise TypeError(f"{path}: SPEC's name must be a string literal (the registry reads it without importing)")
+    exports = tuple(kw[k].id for k in ("build", "context", "input", "output") if isinstance(kw.get(k), ast.Name))
+    return kw["name"].value, Entry(f"agora.graphs.{path.stem}:SPEC", exports)
+
+
+def _discover() -> dict[str, Entry]:
+    """Every graph module of this package that declares a ``SPEC``, by module name."""
+    found: dict[str, Entry] = {}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if not path.name.startswith("_") and (entry := _entry(path)) is not None:
+            if entry[0] in found:
+                raise TypeError(f"protocol {entry[0]!r} is declared twice: {found[entry[0]].target}, {entry[1].target}")
+            found[entry[0]] = entry[1]
+    return found
+
+
+PROTOCOLS: dict[str, Entry] = _discover()
+"""Protocol name → entry: every ``graphs/<module>.py`` declaring a ``SPEC`` (by module name), then
+what :func:`register` adds. A new protocol module is found here, nothing to edit."""
 
 _loaded: dict[str, ProtocolSpec] = {}
 _lock = threading.Lock()
@@ -85,7 +106,7 @@ def get(name: str) -> ProtocolSpec:
         TypeError: the entry does not name a :class:`ProtocolSpec`, or one of another name.
     """
     if name not in PROTOCOLS:
-        raise KeyError(f"unknown protocol {name!r}; choose one of {', '.join(PROTOCOLS)}")
+        raise KeyError(f"unknown protocol {name!r}; choose one of {', '.join(sorted(PROTOCOLS))}")
     with _lock:
         if name not in _loaded:
             module, attr = PROTOCOLS[name].target.split(":")

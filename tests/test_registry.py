@@ -24,8 +24,22 @@ def test_langgraph_json_is_the_registry():
 
 def test_studio_lists_the_graphs_it_listed_plus_moa_and_debate():
     ids = [spec.graph_id for spec in SPECS]
-    assert ids == ["align_delegation", "conversation", "comed_escalation", "duel", "cupid_selection", "moa", "debate"]
+    assert set(ids) == {"align_delegation", "conversation", "comed_escalation", "duel", "cupid_selection", "moa", "debate"}
     assert len(set(ids)) == len(ids) and len({spec.name for spec in SPECS}) == len(SPECS)
+
+
+def test_protocols_are_found_in_their_modules_without_importing_them(tmp_path):
+    """A graph module declaring ``SPEC = ProtocolSpec(...)`` is registered; one without (runner, bench) is not."""
+    assert registry.PROTOCOLS["moa"] == registry.Entry("agora.graphs.moa:SPEC",
+                                                       ("build_moa_graph", "MoAContext", "MoAInput", "MoAOutput"))
+    assert not any(e.module in ("agora.graphs.runner", "agora.graphs.bench") for e in registry.PROTOCOLS.values())
+    module = tmp_path / "council.py"
+    module.write_text("import nothing_that_exists\n\nSPEC = ProtocolSpec(\n    name='council', graph_id='council', "
+                      "build=build_council_graph, context=CouncilContext,\n    input=CouncilInput, output=CouncilOutput)\n")
+    assert registry._entry(module) == ("council", registry.Entry(
+        "agora.graphs.council:SPEC", ("build_council_graph", "CouncilContext", "CouncilInput", "CouncilOutput")))
+    (tmp_path / "plain.py").write_text("x = 1\n")
+    assert registry._entry(tmp_path / "plain.py") is None
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
