@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from agora.agents.pool import MAX_POOL_TEMPERATURE
 from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.problem import Problem
 
@@ -37,11 +38,15 @@ class DebateConfig:
     models: tuple[str, ...] = ()
     """Models the agents play, in turn; empty = the pool's models in pool order."""
     temperature: float = 0.7
+    """Sampling temperature of every answer (at most 2, as a pool entry's)."""
     top_p: float = 0.95
+    """Nucleus sampling: the probability mass sampled from."""
     max_tokens: int = 128
+    """Generated-token cap of every answer."""
     shots: int = 2
     """Worked exemplars in each prompt."""
     seed: int = 0
+    """Per-question seeds derive from it and the question id."""
 
     def __post_init__(self):
         for name in ("agents", "rounds", "max_tokens"):
@@ -50,8 +55,8 @@ class DebateConfig:
                 raise ValueError(f"DebateConfig.{name} must be an integer >= 1, got {value!r}")
         if self.shots < 0:
             raise ValueError(f"DebateConfig.shots must be >= 0, got {self.shots}")
-        if self.temperature < 0:
-            raise ValueError(f"DebateConfig.temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # NaN fails too
+            raise ValueError(f"DebateConfig.temperature must be in [0, {MAX_POOL_TEMPERATURE}], got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"DebateConfig.top_p must be in (0, 1], got {self.top_p}")
 

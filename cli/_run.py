@@ -1,10 +1,12 @@
 """The run scaffold shared by the ``agora run <protocol>`` commands (not public).
 
-A benchmark command is: its options (the common ones are here), its settings dataclass, and one call
-to :func:`run_benchmark`, which loads the problems, opens the trace store, shows progress, runs the
-protocol's registered graph through :func:`agora.graphs.runner.run_problems` (resumable, Ctrl-C
-drains), prints the method table and exits 1 when questions failed. ``agora run moa`` and
-``agora run debate`` are built this way.
+A benchmark command is its settings dataclass and the shared scaffold: :func:`benchmark_command`
+derives one option per settings field (named, documented and defaulted as the field) plus the shared
+options and ``--config FILE.toml``, and its body loads the problems, opens the trace store, shows
+progress, runs the protocol's registered graph through :func:`agora.graphs.runner.run_protocol`
+(resumable, Ctrl-C drains), prints the method table and exits 1 when questions failed. ``agora run
+moa`` and ``agora run debate`` are built this way; ``agora run align`` uses :func:`load_benchmark`
+and :func:`run_benchmark` with its own options.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from rich.table import Table
 
 from agora.agents.pool import ModelPool
 from agora.cli._shared import (
-    MAX_TEMPERATURE,
     console,
     exit_if_failed,
     fmt_ci,
@@ -44,10 +45,6 @@ DATA = typer.Option(None, "--data", help="Problem file (JSONL). Default: 5 GSM8K
                                          "(--format synthetic: generated arithmetic).")
 FORMAT = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted.")
 LIMIT = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated).")
-MAX_TOKENS = typer.Option(128, "--max-tokens", min=1, help="Max generated tokens per sample.")
-TEMPERATURE = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE)
-SHOTS = typer.Option(2, "--shots", min=0, max=3, help="Worked exemplars in each prompt.")
-SEED = typer.Option(0, "--seed")
 POOL = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool "
                                          "list`). Default: the embedded Qwen pool.")
 DB = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite).")
@@ -56,8 +53,8 @@ CONCURRENCY = typer.Option(1, "--concurrency", min=1, help="Questions in flight 
                                                              "pool (vLLM batches their requests).")
 DURABILITY = typer.Option("async", "--durability", help="Checkpoint each question after every step (async, sync) "
                                                         "or only when it ends or stops (exit).")
-CONFIG = typer.Option(None, "--config", help="Settings file (TOML): a table named after the protocol ([moa], "
-                                             "[debate]) with its settings' fields; options given on the command "
+CONFIG = typer.Option(None, "--config", help="Settings file (TOML): a table named after the protocol (moa, "
+                                             "debate) with its settings' fields; options given on the command "
                                              "line win over the file.")
 
 S = TypeVar("S")
@@ -165,3 +162,95 @@ def finish(store: TraceStore, run_id: str, outcome: RunOutcome, total: int, titl
     """Print the report, then exit 1 when questions failed (listing them)."""
     print_methods(store, run_id, title, order)
     exit_if_failed(outcome, total, run_id)
+
+
+# ----------------------------------------------------------------------------- commands from settings
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstring under each field of a settings dataclass (its first sentence)."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body, docs = tree.body[0].body, {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.replace("``", "").split())
+    return docs
+
+
+def _field_option(f: Any, hint: Any, doc: str) -> tuple[Any, Any, Callable[[Any], Any]]:
+    """``(annotation, typer.Option, to_field)`` of one settings field: tuples of names as a
+    comma-separated option, ``X | None`` as an optional ``X``; the settings check the values."""
+    import types
+    import typing
+    from dataclasses import MISSING
+
+    default = f.default if f.default is not MISSING else f.default_factory()
+    flag = "--" + f.name.replace("_", "-")
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple:
+        shown = ",".join(default) or None
+        return Optional[str], typer.Option(shown, flag, help=f"{doc} (comma-separated)"), names
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        inner = next(a for a in args if a is not type(None))
+        return Optional[inner], typer.Option(default, flag, help=doc), lambda v: v
+    return hint, typer.Option(default, flag, help=doc), lambda v: v
+
+
+def benchmark_command(name: str, cls: type, *, short_help: str, help: str, context: Callable[..., Any],
+                      check: Callable[[Any, list[str]], Any], label: Callable[[Any, list[str]], str],
+                      methods: Sequence[str], title: str) -> Callable[..., None]:
+    """Register ``agora run <name>``: one option per field of the settings dataclass ``cls`` (named and
+    documented as the field, defaults from it), the shared options and ``--config FILE.toml``
+    (its ``[name]`` table); the body is the shared scaffold. ``check(config, pool names)`` refuses
+    settings the pool cannot play, ``label`` describes the run in its first line.
+    """
+    import inspect
+    import typing
+
+    from agora.cli._apps import run_app
+    from agora.cli._shared import get_pool, user_errors
+
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    converters: dict[str, Callable[[Any], Any]] = {}
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+    common = [("data", Optional[Path], DATA), ("fmt", Optional[str], FORMAT), ("limit", Optional[int], LIMIT)]
+    for f in fields(cls):
+        annotation, option, convert = _field_option(f, hints[f.name], docs.get(f.name, ""))
+        converters[f.name] = convert
+        common.append((f.name, annotation, option))
+    common += [("pool", Optional[Path], POOL), ("db", Path, DB), ("run_id", Optional[str], RUN_ID),
+               ("concurrency", int, CONCURRENCY), ("durability", Durability, DURABILITY),
+               ("config_file", Optional[Path], CONFIG)]
+    for param, annotation, option in common:
+        params.append(inspect.Parameter(param, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option,
+                                        annotation=annotation))
+
+    def command(ctx: typer.Context, **values: Any) -> None:
+        with user_errors():
+            data, fmt_name, problems = load_benchmark(values["data"], values["fmt"], values["limit"],
+                                                      values.get("seed", 0))
+            config = settings(ctx, cls, values["config_file"], name,
+                              {f: convert(values[f]) for f, convert in converters.items()})
+            the_pool = get_pool(values["pool"])
+            check(config, the_pool.names)
+            store, run_id, outcome = run_benchmark(
+                name, problems, context=context(the_pool, config), config=config, pool=the_pool, db=values["db"],
+                run_id=values["run_id"], data=data, fmt_name=fmt_name, limit=values["limit"],
+                label=label(config, the_pool.names), durability=values["durability"],
+                concurrency=values["concurrency"])
+            finish(store, run_id, outcome, len(problems), f"{title} run {run_id}", methods)
+
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = f"run_{name}"
+    command.__doc__ = help
+    return run_app.command(name, short_help=short_help)(command)

@@ -274,3 +274,16 @@ def test_settings_from_a_config_file_with_the_command_line_winning(tmp_path):
         assert bad.exit_code == 2 and "[debate] DebateConfig: unknown field(s) agent" in bad.output
         missing = CliRunner().invoke(app, [*base, "--config", str(tmp_path / "none.toml")])
         assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+@pytest.mark.parametrize(("command", "cls"), [("moa", MoAConfig), ("debate", DebateConfig)])
+def test_options_are_the_settings_fields(tmp_path, command, cls):
+    import dataclasses
+
+    import typer.main
+
+    params = {p.name: p for p in typer.main.get_command(app).commands["run"].commands[command].params}
+    for f in dataclasses.fields(cls):
+        assert f"--{f.name.replace('_', '-')}" in params[f.name].opts and params[f.name].help, f.name
+    bad = CliRunner().invoke(app, ["run", command, "--format", "synthetic", "--temperature", "5", "--db", str(tmp_path / "t.db")])
+    assert bad.exit_code == 2 and f"{cls.__name__}.temperature must be in [0, 2.0], got 5.0" in bad.output
