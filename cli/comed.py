@@ -295,14 +295,15 @@ def comed_summary(store: TraceStore, run_id: str) -> ComedSummary:
     """
     details = {q["question_id"]: json.loads(q["detail"] or "{}") for q in store.questions(run_id)}
     calls: dict[str, list[int]] = {}
-    for d in details.values():
-        for method, n in (d.get("method_calls") or {}).items():
-            calls.setdefault(method, []).append(n or 0)
     by_q: dict[str, dict[str, Any]] = {}
     tokens: dict[str, list[int]] = {}
     for r in store.results(run_id):
         by_q.setdefault(r["question_id"], {})[r["method"]] = r
         tokens.setdefault(r["method"], []).append(r["completion_tokens"] or 0)
+        n = r.get("calls")  # results.calls; databases from before it keep the count in the detail JSON
+        if n is None:
+            n = (details.get(r["question_id"], {}).get("method_calls") or {}).get(r["method"])
+        calls.setdefault(r["method"], []).append(n or 0)
     scored = [q for q, ms in by_q.items() if ms.get("comed", {}).get("correct") is not None]
     rh = rescue_harm([bool(by_q[q]["anchor"]["correct"]) for q in scored],
                      [bool(by_q[q]["comed"]["correct"]) for q in scored],
