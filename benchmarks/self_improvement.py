@@ -62,14 +62,17 @@ from agora.tasks.loaders import load_problems  # noqa: E402
 from agora.traces.store import TraceStore  # noqa: E402
 from agora.training.align_pairs import AlignPairConfig, align_target_pairs, candidate_stats  # noqa: E402
 from agora.training.evaluation import mean_ci, paired_difference, proportion_ci  # noqa: E402
-from agora.training.phases import PhaseBook  # noqa: E402
+from agora.training.phases import PhaseBook, PhaseBookError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "gsm8k"
 ARMS = ("align-dpo", "duel-dpo", "grpo")
 PHASES = ("align", "duels", "train", "eval", "serve", "leader")
-TARGET, PEER = (s.name for s in builtin_pool_specs("default"))  # the 0.5B (trained) and the 1.5B (peer)
-BASE = f"builtin:{TARGET}"
+#: The built-in pool whose first member is trained and whose second is its peer (``--pool``; set by
+#: :func:`configure`): ``default``, the 0.5B and the 1.5B; ``tiny`` (SmolLM2, Gemma) for a quick smoke run.
+POOL = "default"
+TARGET, PEER = (s.name for s in builtin_pool_specs(POOL))
+BASE = builtin_pool_specs(POOL)[0].path
 #: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
 MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check")
 
@@ -78,6 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-id", default="si-small")
+    ap.add_argument("--pool", default="default", choices=("default", "tiny"),
+                    help="built-in pool: its first member is trained, the second is its peer (tiny: a smoke run)")
     ap.add_argument("--out", type=Path, default=Path("runs/self-improvement"))
     ap.add_argument("--train-data", type=Path, default=SHARED / "train.jsonl", help="GSM8K train split (JSONL)")
     ap.add_argument("--eval-data", type=Path, default=SHARED / "test.jsonl", help="GSM8K test split (JSONL)")
@@ -88,7 +93,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=256, help="answer tokens: traces, GRPO completions, evaluation")
     ap.add_argument("--duels", type=int, default=4, help="duels per iteration (D), both modes")
     ap.add_argument("--iterations", type=int, default=2, help="duel iterations (T), both modes")
-    ap.add_argument("--lr", type=float, default=5e-5, help="learning rate of every arm (constant after 10%% warm-up)")
+    ap.add_argument("--lr", type=float, default=5e-5, help="learning rate of every arm (constant after the warm-up)")
+    ap.add_argument("--warmup-ratio", type=float, default=0.0,
+                    help="share of the steps warming the learning rate up (the first step of a warm-up has lr 0)")
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--beta", type=float, default=0.1, help="DPO β")
     ap.add_argument("--dpo-batch", type=int, default=4, help="DPO pairs per step")
@@ -119,7 +126,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def settings_of(args: argparse.Namespace) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+            if k != "out" and not (k == "pool" and v == "default")}
+
+
+def configure(args: argparse.Namespace) -> None:
+    global POOL, TARGET, PEER, BASE
+    POOL = args.pool
+    specs = builtin_pool_specs(POOL)
+    TARGET, PEER, BASE = specs[0].name, specs[1].name, specs[0].path
 
 
 def problems_of(args: argparse.Namespace):
@@ -141,7 +156,7 @@ def log(message: str) -> None:
 
 
 def align_phase(args, store: TraceStore, train) -> dict:
-    pool = pool_from_specs(builtin_pool_specs("default"), source="builtin:default")
+    pool = pool_from_specs(builtin_pool_specs(POOL), source=f"builtin:{POOL}")
     config = DelegationConfig(n_agents=2, k_samples=args.align_samples, max_tokens=args.max_tokens,
                               seed=args.seed, models=(TARGET, PEER))
     run_id = f"{args.run_id}:align"
@@ -166,7 +181,7 @@ def align_phase(args, store: TraceStore, train) -> dict:
 def duel_phase(args, store: TraceStore, train, mode: str) -> dict:
     cfg = DuelConfig(mode=mode, duels=args.duels, iterations=args.iterations, seed=args.seed,
                      max_tokens=args.max_tokens, shots=2, judge=JudgeConfig())
-    pool = pool_from_specs(default_duel_specs("default"), source="builtin:duel")
+    pool = pool_from_specs(default_duel_specs(POOL), source="builtin:duel" if POOL == "default" else f"builtin:duel-{POOL}")
     run_id = f"{args.run_id}:duels-{mode}"
     total = args.duels * args.iterations
 
@@ -193,11 +208,11 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
     from agora.training.rewards import correctness_reward
     from agora.training.trainers import spec_entry, write_pool_file
 
-    specs = list(builtin_pool_specs("default"))
+    specs = list(builtin_pool_specs(POOL))
     spec = next(s for s in specs if s.name == TARGET)
     out = args.out / args.run_id / arm
     run_id = f"{args.run_id}:train:{arm}"
-    common = dict(learning_rate=args.lr, lr_scheduler="constant_with_warmup", warmup_ratio=0.1,
+    common = dict(learning_rate=args.lr, lr_scheduler="constant_with_warmup", warmup_ratio=args.warmup_ratio,
                   max_steps=args.steps, threads=args.threads, seed=args.seed, lora=_lora(args))
     if arm == "grpo":
         g = args.generations
@@ -214,8 +229,11 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
             flt = PairFilter()
         else:
             duel_run = f"{args.run_id}:duels-sparta"
-            pairs = load_preference_pairs(store)
             flt = PairFilter(run_ids=(duel_run,))
+            pairs = [p for p in load_preference_pairs(store) if p["run_id"] == duel_run]
+        if not pairs:
+            raise ValueError("no pairs: " + ("no training question has both a correct candidate and an incorrect one "
+                                             f"of {TARGET}" if arm == "align-dpo" else "every duel was a tie"))
         settings = DPOSettings(**common, batch_size=args.dpo_batch, max_length=args.max_length, beta=args.beta)
         member = dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=0.0)
         extra = {"pairs": len(member.train_rows),
@@ -375,53 +393,54 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    configure(args)
     run_dir = args.out / args.run_id
-    book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE)
+    try:
+        book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE)
+    except PhaseBookError as exc:
+        raise SystemExit(str(exc)) from None
     store = TraceStore(run_dir / "traces.db")
     if not args.report:
         import torch
 
         torch.set_num_threads(args.threads)
         train, held_out = problems_of(args)
+        def phase(name: str, fn) -> None:
+            if book.done(name):
+                log(f"phase {name}: finished earlier, skipped")
+                return
+            log(f"phase {name}")
+            book.run(name, fn)
+
         if "align" in args.phases:
-            log("phase align-traces")
-            book.run("align-traces", lambda: align_phase(args, store, train))
-        if "duels" in args.phases:
-            log("phase duels-sparta")
-            book.run("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
+            phase("align-traces", lambda: align_phase(args, store, train))
+        if "duels" in args.phases or "leader" in args.phases:  # Sparta is also the leader's baseline
+            phase("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
         if "train" in args.phases:
             for arm in args.arms:
                 needs = "align-traces" if arm == "align-dpo" else "duels-sparta" if arm == "duel-dpo" else None
                 if needs and not book.done(needs):
                     log(f"skip train:{arm}: phase {needs} has not finished")
                     continue
-                log(f"phase train:{arm}")
                 try:
-                    book.run(f"train:{arm}", lambda arm=arm: train_phase(args, store, train, arm))
+                    phase(f"train:{arm}", lambda arm=arm: train_phase(args, store, train, arm))
                 except ValueError as exc:  # no pairs: reported, the other arms go on
                     log(f"train:{arm} failed: {exc}")
         if "eval" in args.phases:
-            log("phase eval:base")
-            book.run("eval:base", lambda: eval_phase(args, held_out, "base", None))
+            phase("eval:base", lambda: eval_phase(args, held_out, "base", None))
             for arm in args.arms:
                 if book.done(f"train:{arm}"):
-                    log(f"phase eval:{arm}")
                     adapter = book.result(f"train:{arm}")["adapter"]
-                    book.run(f"eval:{arm}", lambda arm=arm, adapter=adapter: eval_phase(args, held_out, arm, adapter))
+                    phase(f"eval:{arm}", lambda arm=arm, adapter=adapter: eval_phase(args, held_out, arm, adapter))
         if "serve" in args.phases and args.serve_check > 0 and book.done("eval:base"):
             evaluated = [a for a in ARMS if book.done(f"eval:{a}")]
-            if evaluated:
+            if evaluated:  # the arm with the most right answers (ties: the first in ARMS)
                 best = max(evaluated, key=lambda a: (sum(book.result(f"eval:{a}")["correct"]), -ARMS.index(a)))
-                log(f"phase serve:{best}")
                 pool_file = book.result(f"train:{best}")["pool_file"]
-                book.run(f"serve:{best}", lambda: serve_phase(args, store, held_out, best, pool_file,
-                                                             book.result(f"eval:{best}")))
+                phase(f"serve:{best}", lambda: serve_phase(args, store, held_out, best, pool_file,
+                                                          book.result(f"eval:{best}")))
         if "leader" in args.phases:
-            if "duels" not in args.phases and not book.done("duels-sparta"):
-                log("phase duels-sparta (the leader's baseline)")
-                book.run("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
-            log("phase duels-stackelberg")
-            book.run("duels-stackelberg", lambda: duel_phase(args, store, train, "stackelberg"))
+            phase("duels-stackelberg", lambda: duel_phase(args, store, train, "stackelberg"))
     summary = report(args, book, store)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     log(f"\nrecorded in {run_dir} (phases.json, traces.db, eval/, <arm>/pool.toml, summary.json)")

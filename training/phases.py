@@ -47,7 +47,7 @@ class PhaseBook:
                              if k not in self.mutable and before.get(k) != self.settings.get(k))
             if changed:
                 raise PhaseBookError(
-                    f"{self.path}: this run was started with other settings ({', '.join(changed)}: "
+                    f"{self.path}: this run was started with other settings ("
                     + "; ".join(f"{k} {before.get(k)!r} → {self.settings.get(k)!r}" for k in changed)
                     + "); rerun with the same options to resume it, or pick a new --run-id")
             self.phases: dict[str, dict[str, Any]] = data.get("phases", {})
