@@ -60,7 +60,12 @@ from agora.graphs.duel import DuelConfig, DuelContext, default_duel_specs, run_d
 from agora.graphs.runner import run_problems  # noqa: E402
 from agora.tasks.loaders import load_problems  # noqa: E402
 from agora.traces.store import TraceStore  # noqa: E402
-from agora.training.align_pairs import AlignPairConfig, align_target_pairs, candidate_stats  # noqa: E402
+from agora.training.align_pairs import (  # noqa: E402
+    AlignPairConfig,
+    align_target_pairs,
+    candidate_stats,
+    solved_questions,
+)
 from agora.training.evaluation import mean_ci, paired_difference, proportion_ci  # noqa: E402
 from agora.training.phases import PhaseBook, PhaseBookError  # noqa: E402
 
@@ -75,6 +80,8 @@ TARGET, PEER = (s.name for s in builtin_pool_specs(POOL))
 BASE = builtin_pool_specs(POOL)[0].path
 #: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
 MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check")
+#: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
+OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -103,6 +110,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (G)")
     ap.add_argument("--grpo-prompts-per-step", type=int, default=1)
     ap.add_argument("--grpo-temperature", type=float, default=0.8)
+    ap.add_argument("--grpo-prompts", default="all", choices=("all", "solved"),
+                    help="GRPO prompts: every training question, or those some ALIGN candidate got right "
+                         "(groups on the others are constant zeros)")
     ap.add_argument("--pairs-per-question", type=int, default=2, help="ALIGN pairs per training question, at most")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--phases", default=",".join(PHASES), help=f"phases to run ({','.join(PHASES)})")
@@ -127,7 +137,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def settings_of(args: argparse.Namespace) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-            if k != "out" and not (k == "pool" and v == "default")}
+            if k != "out" and not (k in OMITTED_DEFAULTS and v == OMITTED_DEFAULTS[k])}
 
 
 def configure(args: argparse.Namespace) -> None:
@@ -195,6 +205,11 @@ def duel_phase(args, store: TraceStore, train, mode: str) -> dict:
     return {"run_id": run_id, "duels": len(rows), "ties": sum(bool(r["tie"]) for r in rows)}
 
 
+def book_done(args, name: str) -> bool:
+    path = args.out / args.run_id / "phases.json"
+    return path.is_file() and name in json.loads(path.read_text(encoding="utf-8")).get("phases", {})
+
+
 def _lora(args):
     from agora.training.config import LoraSettings
 
@@ -218,9 +233,16 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
         g = args.generations
         settings = GRPOSettings(**common, batch_size=g * args.grpo_prompts_per_step, num_generations=g,
                                 max_completion_length=args.max_tokens, temperature=args.grpo_temperature)
-        member = grpo_member(store, run_id, spec, grpo_rows_from_problems(train, shots=2), out, settings,
-                             [correctness_reward], source={"questions": len(train), "reward": "correctness"})
-        extra = {"prompts": len(train)}
+        prompts = train
+        if args.grpo_prompts == "solved":
+            if not book_done(args, "align-traces"):
+                raise ValueError("--grpo-prompts solved needs the align-traces phase")
+            solved = solved_questions(store, [f"{args.run_id}:align"])
+            prompts = [p for p in train if p.id in solved]
+        member = grpo_member(store, run_id, spec, grpo_rows_from_problems(prompts, shots=2), out, settings,
+                             [correctness_reward], source={"questions": len(prompts), "reward": "correctness",
+                                                           "prompts": args.grpo_prompts})
+        extra = {"prompts": len(prompts)}
     else:
         if arm == "align-dpo":
             pairs = align_target_pairs(store, AlignPairConfig(target=TARGET,

@@ -89,6 +89,13 @@ def test_align_pairs_options(traces):
         AlignPairConfig(target=SMALL, rejected_from="nobody")
 
 
+def test_solved_questions(traces):
+    from agora.training.align_pairs import solved_questions
+
+    assert solved_questions(traces, ["a"]) == {"q1", "q4", "q5"}
+    assert solved_questions(traces, ["a"], models=[SMALL]) == {"q1", "q4"}
+
+
 def test_candidate_stats(traces):
     stats = candidate_stats(traces, ["a"])
     # gold questions q1, q2, q4, q5; q1 has 4 own candidates (2 correct), q4 1 correct, q2 and q5 wrong

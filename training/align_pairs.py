@@ -182,3 +182,12 @@ def candidate_stats(db: str | Path | TraceStore | sqlite_utils.Database, run_ids
                 "correct_share": s["correct"] / max(1, s["candidates"]),
                 "capped_share": s["capped"] / max(1, s["candidates"]),
                 "any_correct_share": s["any_correct"] / max(1, s["questions"])} for m, s in acc.items()}
+
+
+def solved_questions(db: str | Path | TraceStore | sqlite_utils.Database, run_ids: Sequence[str] = (),
+                     models: Sequence[str] = ()) -> set[str]:
+    """Ids of the ALIGN questions on which some candidate (of ``models``, all when empty) is correct:
+    GRPO prompts whose groups can vary (a question no sample gets right gives constant zero rewards)."""
+    store = TraceStore.reading(db)
+    return {q["question_id"] for q in store.protocol_questions("align", run_ids) if q.get("gold") is not None
+            and any(c.correct and (not models or c.model in models) for c in question_candidates(store, q))}
