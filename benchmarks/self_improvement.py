@@ -79,7 +79,7 @@ POOL = "default"
 TARGET, PEER = (s.name for s in builtin_pool_specs(POOL))
 BASE = builtin_pool_specs(POOL)[0].path
 #: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
-MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check")
+MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch")
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all"}
 
@@ -106,6 +106,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--beta", type=float, default=0.1, help="DPO β")
     ap.add_argument("--dpo-batch", type=int, default=4, help="DPO pairs per step")
+    ap.add_argument("--dpo-micro-batch", type=int, default=1,
+                    help="DPO pairs per forward pass (gradient accumulation makes up --dpo-batch; same update, "
+                         "less memory: Qwen's 152k-token vocabulary makes the logits of a batch of 4 pairs ≈ 10 GB)")
     ap.add_argument("--max-length", type=int, default=768, help="DPO prompt + answer tokens")
     ap.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (G)")
     ap.add_argument("--grpo-prompts-per-step", type=int, default=1)
@@ -256,7 +259,11 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
         if not pairs:
             raise ValueError("no pairs: " + ("no training question has both a correct candidate and an incorrect one "
                                              f"of {TARGET}" if arm == "align-dpo" else "every duel was a tie"))
-        settings = DPOSettings(**common, batch_size=args.dpo_batch, max_length=args.max_length, beta=args.beta)
+        micro = min(args.dpo_micro_batch, args.dpo_batch)
+        if args.dpo_batch % micro:
+            raise ValueError(f"--dpo-batch {args.dpo_batch} is not a multiple of --dpo-micro-batch {micro}")
+        settings = DPOSettings(**common, batch_size=micro, grad_accum=args.dpo_batch // micro,
+                               max_length=args.max_length, beta=args.beta)
         member = dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=0.0)
         extra = {"pairs": len(member.train_rows),
                  "questions": len({r["instruction"] for r in member.train_rows}),
@@ -438,8 +445,8 @@ def main(argv=None) -> None:
             phase("align-traces", lambda: align_phase(args, store, train))
         if "duels" in args.phases or "leader" in args.phases:  # Sparta is also the leader's baseline
             phase("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
-        if "train" in args.phases:
-            for arm in args.arms:
+        for arm in args.arms:  # each arm trained then evaluated, so figures come arm by arm
+            if "train" in args.phases:
                 needs = "align-traces" if arm == "align-dpo" else "duels-sparta" if arm == "duel-dpo" else None
                 if needs and not book.done(needs):
                     log(f"skip train:{arm}: phase {needs} has not finished")
@@ -448,12 +455,12 @@ def main(argv=None) -> None:
                     phase(f"train:{arm}", lambda arm=arm: train_phase(args, store, train, arm))
                 except ValueError as exc:  # no pairs: reported, the other arms go on
                     log(f"train:{arm} failed: {exc}")
+            if "eval" in args.phases and book.done(f"train:{arm}"):
+                phase("eval:base", lambda: eval_phase(args, held_out, "base", None))
+                adapter = book.result(f"train:{arm}")["adapter"]
+                phase(f"eval:{arm}", lambda arm=arm, adapter=adapter: eval_phase(args, held_out, arm, adapter))
         if "eval" in args.phases:
             phase("eval:base", lambda: eval_phase(args, held_out, "base", None))
-            for arm in args.arms:
-                if book.done(f"train:{arm}"):
-                    adapter = book.result(f"train:{arm}")["adapter"]
-                    phase(f"eval:{arm}", lambda arm=arm, adapter=adapter: eval_phase(args, held_out, arm, adapter))
         if "serve" in args.phases and args.serve_check > 0 and book.done("eval:base"):
             evaluated = [a for a in ARMS if book.done(f"eval:{a}")]
             if evaluated:  # the arm with the most right answers (ties: the first in ARMS)
