@@ -66,6 +66,15 @@ class UnsafeCheckpointError(ValueError):
     (nothing of it was imported or called)."""
 
 
+class CorruptCheckpointError(ValueError):
+    """A checkpoint row that cannot be read back (an unknown serialization such as pickle, bytes
+    that do not decode, metadata without its fields): changed or damaged outside Agora."""
+
+
+#: What a damaged row raises inside LangGraph's readers (not SQLite's errors: those are the trace
+#: store's to report).
+_DAMAGED = (NotImplementedError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError)
+
 _loading = threading.local()  # .blocked: the types refused while this thread deserialises a value
 
 
@@ -155,9 +164,17 @@ class InlineAsyncSqliteSaver(SqliteSaver):
                         self._pending = False
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """As ``SqliteSaver.get_tuple``.
+
+        Raises:
+            UnsafeCheckpointError: the row names a type outside the allow-list (nothing run).
+            CorruptCheckpointError: the row cannot be decoded (file and thread named).
+        """
         try:
             return super().get_tuple(config)
         except UnsafeCheckpointError as exc:
+            raise self._where(exc, config) from None
+        except _DAMAGED as exc:
             raise self._where(exc, config) from None
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -166,16 +183,23 @@ class InlineAsyncSqliteSaver(SqliteSaver):
             yield from super().list(config, filter=filter, before=before, limit=limit)
         except UnsafeCheckpointError as exc:
             raise self._where(exc, config) from None
+        except _DAMAGED as exc:
+            raise self._where(exc, config) from None
 
-    def _where(self, exc: UnsafeCheckpointError, config: RunnableConfig | None) -> UnsafeCheckpointError:
-        """``exc`` with the checkpoint file and thread in front."""
+    def _where(self, exc: Exception, config: RunnableConfig | None) -> ValueError:
+        """``exc`` with the checkpoint file and thread in front (a damaged row becomes a
+        :class:`CorruptCheckpointError`)."""
         try:
             path = next((row[2] for row in self.conn.execute("PRAGMA database_list") if row[1] == "main"), "")
         except sqlite3.Error:
             path = ""
         thread = ((config or {}).get("configurable") or {}).get("thread_id")
         where = ": ".join(str(x) for x in (path or "checkpoints", f"thread {thread!r}" if thread else None) if x)
-        return UnsafeCheckpointError(f"{where}: {exc}")
+        if isinstance(exc, UnsafeCheckpointError):
+            return UnsafeCheckpointError(f"{where}: {exc}")
+        detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        return CorruptCheckpointError(f"{where}: a checkpoint row cannot be read ({type(exc).__name__}: {detail}); "
+                                      "the file was changed or damaged outside Agora: delete it or use a new run id")
 
     def commit(self) -> None:
         """Commit task writes still waiting for a shared commit (a no-op without any)."""

@@ -201,6 +201,41 @@ def test_a_crafted_pending_write_is_refused(tmp_path):
     assert not sentinel.exists()
 
 
+class _RunsCode:
+    def __reduce__(self):
+        return (plant_sentinel, ("unused",))
+
+
+@pytest.mark.parametrize("damage", ["pickle checkpoint", "pickle write", "garbage metadata"])
+def test_a_damaged_checkpoint_row_is_one_clear_error_and_runs_nothing(tmp_path, damage):
+    import pickle
+
+    from agora.graphs.checkpoint import CorruptCheckpointError
+
+    thread = {"configurable": {"thread_id": "t"}}
+    db = tmp_path / "t.db"
+    saver = open_checkpointer(db)
+    graph = graph_with_a_question_for_the_user().compile(checkpointer=saver)
+    asyncio.run(graph.ainvoke({"steps": []}, thread))  # stops at the question for the user
+    saver.close()
+    con = sqlite3.connect(checkpoint_path(db))
+    if damage == "pickle checkpoint":
+        con.execute("update checkpoints set type = 'pickle', checkpoint = ?", (pickle.dumps(_RunsCode()),))
+    elif damage == "pickle write":
+        con.execute("update writes set type = 'pickle', value = ?", (pickle.dumps(_RunsCode()),))
+    else:
+        con.execute("update checkpoints set metadata = ?", (b"\x81\xff\xfe",))
+    con.commit()
+    con.close()
+    try:
+        open_checkpointer(db).get_tuple(thread)
+    except CorruptCheckpointError as exc:
+        assert "t.db.checkpoints: thread 't': a checkpoint row cannot be read" in str(exc) and "\n" not in str(exc)
+    else:
+        pytest.fail(f"{damage}: read without an error")
+    assert not SENTINEL_CALLS
+
+
 def test_agora_state_types_round_trip_through_the_strict_serializer():
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.types import Command, Interrupt, Send
