@@ -345,6 +345,21 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
 
 
+def changed_outputs(args, arm: str) -> int:
+    """Held-out answers whose text differs from the base model's (training moved the model even when
+    the verdicts did not change)."""
+    def texts(name):
+        path = args.out / args.run_id / "eval" / f"{name}.jsonl"
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return {r["question_id"]: r["text"] for r in rows}
+
+    try:
+        base, after = texts("base"), texts(arm)
+    except (OSError, ValueError):
+        return -1
+    return sum(after.get(q) != t for q, t in base.items())
+
+
 def interval(lo: float, hi: float, digits: int = 1) -> str:
     return f"[{pct(lo, digits)}, {pct(hi, digits)}]"
 
@@ -377,7 +392,7 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
         _, lo, hi = proportion_ci(sum(base["correct"]), len(base["correct"]))
         log(f"\nHeld-out greedy accuracy of {TARGET} (n = {len(base['correct'])}):")
         log(f"  {'model':<10} {'accuracy':>9} {'95% CI':>16} {'after−before':>13} {'95% CI (normal)':>18} "
-            f"{'95% CI (boot)':>18} {'+/−':>7} {'McNemar p':>10}")
+            f"{'95% CI (boot)':>18} {'+/−':>7} {'McNemar p':>10} {'changed':>8}")
         log(f"  {'base':<10} {pct(sum(base['correct']) / len(base['correct'])):>9} "
             f"{interval(lo, hi):>16}")
         summary["eval"] = {"base": base["correct"]}
@@ -390,8 +405,8 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
             log(f"  {arm:<10} {pct(d['after']):>9} {interval(lo, hi):>16} {d['diff'] * 100:>+11.1f}pp "
                 f"{pp_interval(d['wald_low'], d['wald_high']):>18} "
                 f"{pp_interval(d['boot_low'], d['boot_high']):>18} "
-                f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f}")
-            summary["eval"][arm] = {"correct": after["correct"], "paired": d}
+                f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f} {changed_outputs(args, arm):>8}")
+            summary["eval"][arm] = {"correct": after["correct"], "paired": d, "changed": changed_outputs(args, arm)}
     for arm in ARMS:
         if book.done(f"serve:{arm}"):
             s = book.result(f"serve:{arm}")
