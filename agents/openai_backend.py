@@ -120,7 +120,8 @@ class OpenAICompatibleChatModel(BaseChatModel):
 
     ``generate`` keywords: ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed``, ``stop``,
     ``logprobs`` (``None``, ``0`` or top-k count), ``json_schema`` (a JSON Schema dict). Each
-    generation's ``response_metadata`` carries ``latency_s``, ``finish_reason``, ``endpoint`` and,
+    generation's ``response_metadata`` carries ``latency_s`` (its share of the request's wall time:
+    the request's ``request_latency_s`` over the choices it returned), ``finish_reason``, ``endpoint`` and,
     with logprobs, ``logprob`` (sum over tokens) and ``top_logprobs`` (per token ``{token: lp}``).
 
     Raises:
@@ -270,9 +271,10 @@ class OpenAICompatibleChatModel(BaseChatModel):
             for (text, lp, top, count), share, choice in zip(parsed, shares, choices):
                 generations.append(generation(
                     text.strip(), prompt_tokens=prompt_tokens,
-                    completion_tokens=count if count is not None else share, latency_s=latency,
+                    completion_tokens=count if count is not None else share, latency_s=latency / len(choices),
                     model_name=self.model_name or self.model, finish_reason=choice.finish_reason,
-                    logprob=lp, extra={"endpoint": endpoint, **({"top_logprobs": top} if top else {})},
+                    logprob=lp, extra={"endpoint": endpoint, "request_latency_s": latency,
+                                       **({"top_logprobs": top} if top else {})},
                 ))
         if len(generations) < n:
             log.warning("model %s returned %d of %d samples", self.model_name or self.model, len(generations), n)

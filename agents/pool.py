@@ -112,7 +112,10 @@ class Sample:
     prompt_tokens: int
     completion_tokens: int
     latency_s: float
-    """Wall time of the request that produced this sample, in seconds."""
+    """This sample's share of the wall time of the request that produced it, in seconds: the
+    samples of one request add up to its wall time, so summing over samples gives model time
+    without counting a batched request n times (the backend's ``response_metadata`` has the
+    request's own ``request_latency_s`` where it batches)."""
     finish_reason: str | None = None
     logprob: float | None = None
     """Sum of token log-probabilities, when the backend returns them."""

@@ -187,7 +187,8 @@ class VLLMChatModel(BaseChatModel):
                                   if lp.rank is not None and lp.rank <= logprobs} for pos in c.logprobs)
                 generations.append(generation(
                     c.text.strip(), prompt_tokens=prompt_tokens, completion_tokens=len(c.token_ids),
-                    latency_s=latency, model_name=self.model_name or self.model, finish_reason=c.finish_reason,
+                    latency_s=latency / max(1, sum(len(o.outputs) for o in outputs)),
+                    model_name=self.model_name or self.model, finish_reason=c.finish_reason,
                     logprob=float(c.cumulative_logprob) if logprobs is not None and c.cumulative_logprob is not None
                     else None, extra={"top_logprobs": tops} if tops else None))
         return ChatResult(generations=generations)
