@@ -14,12 +14,19 @@ Which statement of a model's output is its final answer, and when that answer co
 3. **No answer** (``None``, always wrong): an empty output; a final statement that is negated
    (``The answer is not 25.``, ``Not A.``) or a refusal (``cannot be determined``, ``I don't know``,
    ``I'm not sure`` after the value); an unfinished expression (an output cut mid-calculation,
-   ``= <<120*7/(7+1``, an unclosed ``\\boxed{``).
+   ``= <<120*7/(7+1``, an unclosed ``\\boxed{``); a bound instead of a value (``at least 12``,
+   ``no more than 12``, ``12 or more``).
+   **The sentence after** the final statement counts only through short lists of cues: doubt
+   (``The answer is 12. But I'm not sure.``: a refusal), a retraction (``Just kidding, it is not
+   12.``: no answer, unless it names its own value), an alternative (``Alternatively, it could be
+   13.``, ``Or maybe C.``: its value is added, so several values).
 4. **Values**: an equation's value is its final right-hand side (``\\boxed{x = 5}`` is 5, ``3 + 4 = 7``
    is 7) when its left side is one variable or a calculation without variables; other equations
    (``5x - 7y + 11z + 4 = 0``) stay whole. A final answer that names several different values (a
-   list ``3, 20``, ``25 or 20``, a range ``5-7``/``5 to 7``, ``\\pm``, several letters ``A or C``) is
-   wrong unless the gold answer names the same values. ``$``, ``%``, thousands commas and units
+   list ``3, 20``, ``25 or 20``, ``12 or maybe 10``, ``12 (maybe 10)``, bare numbers side by side
+   ``12 13``, a range ``5-7``/``5 to 7``, ``\\pm``/``±``, several letters ``A or C``, ``B (or C)``,
+   a letter range ``A-C``) is wrong unless the gold answer names the same values. ``1e1`` is 10; a
+   clock time ``12:30`` is not 12 (``2:00`` is 2). ``$``, ``%``, thousands commas and units
    words are not part of a value.
 5. **Comparison**: equivalence is `math-verify <https://github.com/huggingface/Math-Verify>`_'s
    (``\\frac{1}{2} == 0.5``, intervals, sets, expressions). Numbers: an integer gold answer compares
@@ -45,9 +52,10 @@ AnswerKind = Literal["math", "mc"]
 How = Literal["marker", "boxed", "####", "fallback"]
 """How an answer was found: an explicit final-answer marker, a ``\\boxed{}``, a ``#### N`` line, or
 the fallback (the output's last number or letter: guessed rather than stated)."""
-NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished"]
-"""Why an output has no answer: empty, nothing answer-like, a negated final statement, a refusal
-(or doubt after the value), an unfinished expression."""
+NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished", "bound"]
+"""Why an output has no answer: empty, nothing answer-like, a negated (or retracted) final statement,
+a refusal (or doubt after the value, or in the next sentence), an unfinished expression, a bound
+(``at least 12``) instead of a value."""
 
 #: Relative tolerance for non-integer numeric gold answers (GSM-Hard targets such as 3.3333333).
 #: Integer gold answers compare exactly.
@@ -126,8 +134,21 @@ def _as_float(parsed) -> float | None:
     return None
 
 
+_SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?[eE][-+]?\d+")
+_CLOCK = re.compile(r"\d+(?::\d+)+")
+
+
 def _canonical_value(value: str) -> str | None:
-    """One value's canonical string: ``"2125"``, ``"0.5"``, else math-verify's reading of it."""
+    """One value's canonical string: ``"2125"``, ``"0.5"``, else math-verify's reading of it.
+    Scientific notation (``1e1``, ``2.5E-3``) is read as a number; a clock time or ratio
+    (``12:30``) stays as written (it is not 12); one on the hour (``2:00``) is the hour."""
+    if _SCIENTIFIC.fullmatch(value):
+        number = float(value)
+        if number == int(number) and abs(number) < 1e15:
+            return str(int(number))
+        return repr(round(number, 10))
+    if _CLOCK.fullmatch(value):  # a clock time on the hour (2:00) is the hour, as in the fallback
+        return value.split(":")[0].lstrip("0") or "0" if re.fullmatch(r"\d+(?::0+)+", value) else value
     parsed = _parse_given(value)
     if not parsed:
         return None
@@ -170,9 +191,23 @@ _FILLER = re.compile(
 _SEVERAL_WORDS = re.compile(r"^(?:between|either|both|any\s+of|one\s+of|somewhere\s+between)\b\s*", re.I)
 _PLAIN_VALUE = re.compile(
     r"(?:[A-Za-z]\s*=\s*)?[-−+]?\s*(?:[$€£]\s*)?(?:\d|\.\d|\()"
-    r"(?:[\d\s.,+\-−*/×÷^=()<>$€£%]|[xX](?=\s*[\d$(])|[A-Za-z]+(?=\s*[*/×÷=]))*")
-_PLAIN_JOIN = re.compile(r"\s*(?:[A-Za-z]+\s+){0,3}?(?:or|and|to|through|–|—)\s*(?=(?:[$€£]\s*)?[-−]?\s*\.?\d)", re.I)
-_LATEX_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\(?:quad|qquad|lor|vee)\b|\bor\b|\band\b|\\pm|±|;")
+    r"(?:(?<=\d)[eE][-+]?\d+(?![A-Za-z])|(?<=\d):(?=\d)|[\d\s.,+\-−*/×÷^=()<>$€£%]|[xX](?=\s*[\d$(])"
+    r"|[A-Za-z]+(?=\s*[*/×÷=]))*")
+#: What joins several values in plain text: ``or``/``and``/``to``/a dash (``25 or 20``), a hedge word
+#: (``12 or maybe 10``, ``12 or else 10``, ``12 (possibly 10)``), ``\pm``/``±`` (``3 \pm 1``).
+_PLAIN_JOIN = re.compile(
+    r"\s*(?:(?:[A-Za-z]+\s+){0,3}?(?:or|and|to|through|–|—)(?:\s+(?:maybe|possibly|perhaps|else|even|probably))?"
+    r"|(?:maybe|possibly|perhaps)|\\pm\b|\\mp\b|±|∓)\s*(?=(?:[$€£]\s*)?[-−]?\s*\.?\d)", re.I)
+#: A bound instead of a value: ``at least 12``, ``no more than 12``, ``≥ 12``.
+_BOUND = re.compile(
+    r"^(?:at\s+(?:least|most)|(?:no|not)\s+(?:more|less|fewer|greater|higher|lower)\s+than|(?:more|less|fewer|greater)"
+    r"\s+than|up\s+to|a\s+(?:minimum|maximum)\s+of|(?:over|under)(?=\s*[$€£]?\s*\d)|>=|<=|≥|≤|>|<)", re.I)
+_BOUND_AFTER = re.compile(
+    r"^[\s,]*(?:[A-Za-z]+\s+)?(?:or\s+(?:more|less|fewer|greater|higher|lower|above|below|over|under)|at\s+(?:least|most)"
+    r"|(?:and|or)\s+up)\b", re.I)
+#: Several bare numbers side by side (``12 13``): several values, not one.
+_BARE_NUMBERS = re.compile(r"\s*[$€£]?-?\d+(?:\.\d+)?(?:\s+[$€£]?-?\d+(?:\.\d+)?)+\s*")
+_LATEX_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\(?:quad|qquad|lor|vee)\b|\bor\b|\band\b|\\pm|\\mp|±|∓|;")
 #: A range: ``5 to 7``, ``5–7``, ``-5 to -3``, or a hyphen without spaces ``5-7`` (``5 - 7`` is a subtraction).
 _RANGE = re.compile(r"\s*\$?(-?\d+(?:\.\d+)?)(?:\s*(?:–|—|\bto\b|\bthrough\b)\s*\$?(-?\d+(?:\.\d+)?)|-(\d+(?:\.\d+)?))"
                     r"(?:\s*[A-Za-z]+)*\s*")
@@ -230,13 +265,18 @@ def _equation_value(expr: str) -> str:
 
 def _split_values(expr: str) -> list[str]:
     """The values an answer names: top-level list commas (not thousands commas), ``or``/``and``,
-    ``;``, ``\\pm``, and ranges (``5-7``, ``5 – 7``, ``5 to 7``)."""
+    ``;``, ``\\pm``, ranges (``5-7``, ``5 – 7``, ``5 to 7``), and bare numbers side by side (``12 13``)."""
     expr = _THOUSANDS.sub("", expr)
     pieces: list[str] = []
     for part in _top_level(expr, ","):
         for sub in _top_level(part, _LATEX_SEPARATORS):
             rng = _RANGE.fullmatch(sub)
-            pieces += [rng.group(1), rng.group(2) or rng.group(3)] if rng else [sub]
+            if rng:
+                pieces += [rng.group(1), rng.group(2) or rng.group(3)]
+            elif _BARE_NUMBERS.fullmatch(sub):
+                pieces += sub.split()  # "12 13": two values
+            else:
+                pieces.append(sub)
     return [p.strip() for p in pieces if p.strip()]
 
 
@@ -272,7 +312,10 @@ def _plain_values(text: str) -> tuple[list[str], int]:
         m = _PLAIN_VALUE.match(text, i)
         if not m:
             break
-        exprs.append(re.sub(r"[\s.,:;(\-–—]+$", "", m.group(0)))
+        expr = re.sub(r"[\s.,:;(\-–—]+$", "", m.group(0))
+        while expr.endswith(")") and expr.count(")") > expr.count("("):
+            expr = re.sub(r"[\s.,:;(\-–—]+$", "", expr[:-1])  # "12 (maybe 10)": the hedge's bracket
+        exprs.append(expr)
         i = m.end()
         join = _PLAIN_JOIN.match(text, i)
         if not join:
@@ -393,6 +436,8 @@ def _read_math(span: str, latex: bool) -> tuple[list[str], NoAnswer | None]:
     """Values of one statement; ``([], reason)`` when it is no answer, ``([], None)`` when it
     names no value (then it is not a statement)."""
     s = _FILLER.sub("", span.replace("**", "").strip()).strip()
+    if _BOUND.match(s) and re.search(r"\d", s):
+        return [], "bound"  # "at least 12": a bound, not a value
     if _NEGATION.match(s):
         rest = _NEGATION.sub("", s, count=1)
         fix = _CORRECTION.match(rest)  # "not 25, but 30": the correction is the statement
@@ -416,6 +461,8 @@ def _read_math(span: str, latex: bool) -> tuple[list[str], NoAnswer | None]:
         values += [v for v in found if v not in values]
     if values and _DOUBT.search(s[end:]):
         return [], "refusal"
+    if values and _BOUND_AFTER.match(s[end:]):
+        return [], "bound"  # "12 or more"
     return values, (None if values else "none")
 
 
@@ -477,11 +524,17 @@ def _result(values: list[str], reason: NoAnswer | None, how: How, span: str) -> 
 # ----------------------------------------------------------------------------- multiple choice
 
 _LETTER_WORDS = {"is", "was", "or", "and", "because", "since", "as", "seems", "appears", "fits", "matches",
-                 "best", "correct", "remains", "nor"}
+                 "best", "correct", "remains", "nor", "to", "through"}
 _LETTER_NEGATION = re.compile(
     r"(?:\b(?:not|never|neither|nor|isn't|aren't|wasn't|except|rather\s+than|other\s+than|instead\s+of|no)|n't)"
     r"\s*(?:option|choice)?\s*[(\[*]*\s*$", re.I)
-_LETTER_LIST = re.compile(r"^\s*[)\].*]*\s*(?:,|/|&|\+|\bor\b|\band\b|,\s*or\b|,\s*and\b)\s*(?:(?:option|choice)\s+)?[(\[*]*\s*$", re.I)
+#: What lists letters together: ``,``, ``/``, ``or``, ``and``, a hedge (``B, or maybe C``, ``B (or C)``,
+#: ``B (possibly C)``).
+_LETTER_LIST = re.compile(
+    r"^\s*[)\].*]*\s*\(?\s*(?:,|/|&|\+|\bor\b|\band\b|,\s*or\b|,\s*and\b|,?\s*(?:or\s+)?(?:maybe|possibly|perhaps)\b)"
+    r"(?:\s+(?:maybe|possibly|perhaps|else|even))?\s*(?:(?:option|choice)\s+)?[(\[*]*\s*$", re.I)
+#: A letter range: ``A-C``, ``A–C``, ``A to C``, ``A through C`` (every letter in it).
+_LETTER_RANGE = re.compile(r"^(?:-|\s*[–—]\s*|\s+(?:to|through)\s+)$", re.I)
 
 
 def _letters(span: str, letters: str) -> tuple[list[str], NoAnswer | None]:
@@ -514,9 +567,12 @@ def _letters(span: str, letters: str) -> tuple[list[str], NoAnswer | None]:
         chosen.append(letter)
         prev_end = end
         for start2, end2, letter2, neg2 in tokens[k + 1:]:
-            if not _LETTER_LIST.match(span[prev_end:start2]):
+            gap = span[prev_end:start2]
+            if _LETTER_RANGE.match(gap) and not neg2 and letter2 > chosen[-1]:
+                chosen += [c for c in letters if chosen[-1] < c <= letter2 and c not in chosen]
+            elif not _LETTER_LIST.match(gap):
                 break
-            if not neg2 and letter2 not in chosen:
+            elif not neg2 and letter2 not in chosen:
                 chosen.append(letter2)
             prev_end = end2
         break
@@ -538,6 +594,57 @@ def _fallback_mc(text: str, letters: str) -> Extraction:
         if found or reason == "negated":
             return _result(found, reason, "fallback", sentence.strip())
     return Extraction(None, None, "refusal" if _REFUSAL.search(text) else "none")
+
+
+# ----------------------------------------------------------------------------- the sentence after
+
+#: A retraction opening the sentence after the final statement (``Just kidding, it is not 12.``).
+_RETRACTION = re.compile(
+    r"^\W*(?:(?:but|no|oh|wait|ok(?:ay)?)\W+)?(?:just\s+kidding|j/?k|scratch\s+that|never\s*mind|i\s+take\s+(?:that|it)\s+back"
+    r"|disregard\s+(?:that|this|the\s+above)|ignore\s+(?:that|this|the\s+above))\b", re.I)
+#: Another value offered in the sentence after the final statement (``Alternatively, it could be 13.``).
+_ALTERNATIVE = re.compile(
+    r"^\W*(?:alternatively|or(?:\s+(?:maybe|possibly|perhaps|else))?|maybe|perhaps|possibly)\b[\s,:]*"
+    r"(?:(?:it|the\s+answer|that|this)\s+(?:could|might|may|can|would)\s+(?:also\s+)?be\b[\s:]*)?", re.I)
+#: How a retraction's own statement opens (``..., it is not 12``).
+_RESTATED = re.compile(r"^[\s,.:;!-]*(?:(?:it|that|the\s+answer)(?:'s|\s+is|\s+was)\s+)?", re.I)
+
+
+def _next_sentence(text: str, end: int) -> str:
+    """The rest of the sentence a statement ending at ``end`` is in, and the sentence after it."""
+    after = text[end:]
+    following = len(after) - len(after[_sentence(after, 0) + 1:].lstrip())
+    return after[:_sentence(after, following)]
+
+
+def _read_after(text: str, kind: AnswerKind, letters: str) -> tuple[list[str], NoAnswer | None]:
+    """The value(s) a retraction or an alternative names, read like a statement's."""
+    if kind == "mc":
+        if not re.match(r"\W*(?:not\s+|no\s+)?[(\[*]*[A-J](?![A-Za-z0-9'’])", text):
+            return [], None
+        return _letters(text, letters)
+    return _read_math(text, False)
+
+
+def _after_statement(text: str, end: int, found: list[str], kind: AnswerKind,
+                     letters: str) -> tuple[list[str], NoAnswer | None]:
+    """The final statement's values as the sentence after it leaves them: a retraction takes them
+    back (no answer, unless it names its own value), an alternative adds its values (several), doubt
+    makes them a refusal. Only these short lists of cues count, and only in that one sentence."""
+    window = _next_sentence(text, end)
+    retraction = _RETRACTION.match(window)
+    if retraction:
+        rest = window[retraction.end():]
+        own, _reason = _read_after(rest[_RESTATED.match(rest).end():], kind, letters)
+        return (own, None) if own else ([], "negated")
+    alternative = _ALTERNATIVE.match(re.sub(r"^[\s.!?]+", "", window))
+    if alternative:
+        rest = re.sub(r"^[\s.!?]+", "", window)[alternative.end():]
+        other, _reason = _read_after(rest, kind, letters)
+        found = found + [v for v in other if v not in found]
+    if _DOUBT.search(window):
+        return [], "refusal"
+    return found, None
 
 
 # ----------------------------------------------------------------------------- public API
@@ -575,6 +682,8 @@ def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> Ext
             found, reason = _read_math(statement.span, statement.latex)
         if found and statement.end >= len(clean.rstrip()) and _unfinished_end(clean):
             found, reason = [], "unfinished"  # the statement runs into the output's cut-off end
+        elif found:
+            found, reason = _after_statement(clean, statement.end, found, kind, letters)
         if found or reason is not None:
             return _result(found, reason, statement.how, statement.span.strip())
     return _fallback_mc(clean, letters) if kind == "mc" else _fallback_math(clean)
@@ -614,6 +723,8 @@ def answer_key(answer: str | None, kind: AnswerKind = "math") -> str | None:
 
 
 def _same_value(gold: str, predicted: str) -> bool:
+    if _CLOCK.fullmatch(gold) or _CLOCK.fullmatch(predicted):
+        return gold == predicted  # "12:30" is a time or ratio, not 12
     g_parsed, p_parsed = _parse_given(gold), _parse_given(predicted)
     if not g_parsed or not p_parsed:
         return False

@@ -186,3 +186,88 @@ def test_grpo_correctness_reward_applies_the_same_policy():
     rewards = correctness_reward(prompts=["p"] * 6, completions=completions, gold=["20"] * 4 + ["C"] * 2,
                                  kind=["math"] * 4 + ["mc"] * 2)
     assert rewards == [1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+
+
+# ----------------------------------------------------------------------------- the QA trial's hedges
+
+
+@pytest.mark.parametrize(
+    "output, kind, gold, answer, correct",
+    [
+        # "or maybe / possibly / perhaps / else" in the final statement: several values
+        ("The answer is 12 or maybe 10", "math", "12", "12, 10", False),
+        ("The answer is 12 or possibly 10", "math", "12", "12, 10", False),
+        ("The answer is 12 or perhaps 10", "math", "12", "12, 10", False),
+        ("The answer is 12 or else 10", "math", "12", "12, 10", False),
+        ("The answer is 12, or possibly 10.", "math", "12", "12, 10", False),
+        ("The answer is 12 (maybe 10).", "math", "12", "12, 10", False),
+        ("The answer is 12 (or 13 if we count Bob).", "math", "12", "12, 13", False),
+        ("The answer is B, or maybe C.", "mc", "B", "B, C", False),
+        ("The answer is B (or C)", "mc", "B", "B, C", False),
+        ("The answer is B (possibly C).", "mc", "B", "B, C", False),
+        # \pm / ± outside a box: several values, as \boxed{3 \pm 1} is
+        ("The answer is $3 \\pm 1$.", "math", "3", "3, 1", False),
+        ("The answer is 3 \\pm 1", "math", "3", "3, 1", False),
+        ("The answer is 3 ± 1", "math", "3", "3, 1", False),
+        ("\\boxed{3 \\pm 1}", "math", "3", "3, 1", False),
+        # doubt or a retraction in the sentence after the final statement
+        ("The answer is 12. But I'm not sure.", "math", "12", None, False),
+        ("The answer is 12 but I'm not sure.", "math", "12", None, False),
+        ("The answer is B? I am not sure.", "mc", "B", None, False),
+        ("The answer is 12. Just kidding, it is not 12.", "math", "12", None, False),
+        ("The answer is A. Just kidding, not A.", "mc", "A", None, False),
+        ("The answer is 12. Just kidding, it's 13.", "math", "13", "13", True),  # the retraction's own value
+        ("The answer is \\boxed{12}. Alternatively, it could be 13.", "math", "12", "12, 13", False),
+        ("The answer is B. Or maybe C.", "mc", "B", "B, C", False),
+        # two bare values in one statement
+        ("#### 12 13", "math", "12", "12, 13", False),
+        ("#### 12 13", "math", "13", "12, 13", False),
+        ("The answer is 12 13", "math", "13", "12, 13", False),
+        # bounds, letter ranges, scientific notation, clock times
+        ("The answer is at least 12.", "math", "12", None, False),
+        ("The answer is no more than 12.", "math", "12", None, False),
+        ("The answer is 12 or more.", "math", "12", None, False),
+        ("The answer is A-C", "mc", "B", "A, B, C", False),
+        ("The answer is A through C.", "mc", "A", "A, B, C", False),
+        ("The answer is 1e1", "math", "10", "10", True),
+        ("The answer is 2.5e-3.", "math", "0.0025", "0.0025", True),
+        ("The answer is 12:30", "math", "12", "12:30", False),
+        ("#### 2:00 pm", "math", "2", "2", True),  # on the hour: the hour, as in the fallback
+    ],
+)
+def test_qa_trial_hedges(output, kind, gold, answer, correct):
+    assert extract_answer(output, kind) == answer
+    assert is_correct(extract_answer(output, kind), gold, kind) is correct
+
+
+def test_qa_trial_hedges_say_why():
+    assert find_answer("The answer is 12 or maybe 10").several
+    assert find_answer("The answer is B (or C)", "mc").several
+    assert find_answer("The answer is 3 ± 1").several
+    assert find_answer("#### 12 13") == Extraction("12, 13", "####", span="12 13", several=True)
+    assert find_answer("The answer is 12. But I'm not sure.").reason == "refusal"
+    assert find_answer("The answer is B? I am not sure.", "mc").reason == "refusal"
+    assert find_answer("The answer is 12. Just kidding, it is not 12.").reason == "negated"
+    assert find_answer("The answer is A. Just kidding, not A.", "mc").reason == "negated"
+    assert find_answer("The answer is at least 12.") == Extraction(None, "marker", "bound", span="at least 12")
+    assert find_answer("The answer is \\boxed{12}. Alternatively, it could be 13.").several
+
+
+@pytest.mark.parametrize(
+    "output, kind, answer",
+    [
+        # the sentence after: only its short lists of cues count
+        ("The answer is 12. Maybe I should check: 3 * 4 = 12.", "math", "12"),
+        ("The answer is 12. Alternatively, 3 * 4 = 12.", "math", "12"),  # the same value again
+        ("The answer is 12. I am sure.", "math", "12"),
+        ("The answer is 12.\n\nQuestion: what is 5 + 5?", "math", "12"),
+        ("The answer is B. Alternatively, a student might pick A, which is wrong.", "mc", "B"),
+        # one value: a mixed calculation, a subtraction, a unit
+        ("The answer is 3 x 60 = 180", "math", "180"),
+        ("The answer is 10 - 3.", "math", "7"),
+        ("The answer is 12 km.", "math", "12"),
+        ("The answer is B, not D.", "mc", "B"),
+    ],
+)
+def test_qa_trial_narrow(output, kind, answer):
+    assert extract_answer(output, kind) == answer
