@@ -12,4 +12,7 @@ Modules (import them directly; all but :mod:`~agora.training.datasets` need the 
     pipeline   dpo_member, grpo_member (one pool member trained and recorded in the trace DB)
     evolve     EvolveConfig, evolve (the Stackelberg loop)
     tables     the training_datasets and checkpoints tables
+    align_pairs  AlignPairConfig, align_target_pairs, solved_questions (DPO pairs for one model from ALIGN)
+    evaluation   greedy_outcomes, paired_difference, proportion_ci, mean_ci
+    phases       PhaseBook (resumable, costed phases of a long experiment)
 """
