@@ -66,7 +66,7 @@ from agora.training.align_pairs import (  # noqa: E402
     candidate_stats,
     solved_questions,
 )
-from agora.training.evaluation import mean_ci, paired_difference, proportion_ci  # noqa: E402
+from agora.training.evaluation import mean_ci, paired_difference, proportion_ci, proportion_difference  # noqa: E402
 from agora.training.phases import PhaseBook, PhaseBookError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -338,6 +338,11 @@ def leader_table(store: TraceStore, run_id: str) -> dict:
                        "gap": gap, "gap_low": glo, "gap_high": ghi,
                        "instructions": len({r["instruction_id"] for r in sel})}
         out[mode] = per
+    # Where the leader acts (iteration 0 draws uniformly in both modes): pooled non-tie shares, difference.
+    later = {m: [r for it, r in out[m].items() if int(it) >= 1] for m in out}
+    s = {m: (sum(r["non_tie"] for r in rs), sum(r["duels"] for r in rs)) for m, rs in later.items()}
+    d, lo, hi = proportion_difference(*s["stackelberg"], *s["sparta"])
+    out["leader_active"] = {"stackelberg": s["stackelberg"], "sparta": s["sparta"], "diff": d, "low": lo, "high": hi}
     return out
 
 
@@ -419,11 +424,15 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
         log("\nThe leader's claim (same duels, instructions and seed; no training):")
         log(f"  {'mode':<12} {'iter':>4} {'duels':>5} {'non-tie':>8} {'95% CI':>16} {'mean gap':>9} {'95% CI':>14} "
             f"{'instr.':>6}")
-        for mode, per in table.items():
-            for it, r in per.items():
+        for mode in ("sparta", "stackelberg"):
+            for it, r in table[mode].items():
                 log(f"  {mode:<12} {it:>4} {r['duels']:>5} {pct(r['share'], 0):>8} "
                     f"{interval(r['share_low'], r['share_high'], 0):>16} {r['gap']:>9.2f} "
                     f"{'[%.2f, %.2f]' % (r['gap_low'], r['gap_high']):>14} {r['instructions']:>6}")
+        la = table["leader_active"]
+        (s1, n1), (s2, n2) = la["stackelberg"], la["sparta"]
+        log(f"  iterations ≥ 1 (the leader acts): non-tie Stackelberg {s1}/{n1}, Sparta {s2}/{n2}, difference "
+            f"{'—' if math.isnan(la['diff']) else '%+.0f pp' % (100 * la['diff'])} {pp_interval(la['low'], la['high'])}")
     costs = book.costs()
     if costs:
         log("\nCost per phase (process CPU, all threads):")

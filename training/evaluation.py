@@ -9,7 +9,8 @@
   difference with a normal-approximation (Wald) interval ``d̄ ± z·s_d/√n`` and a percentile
   bootstrap interval over questions (pairs kept), the discordant counts (``gained``: wrong → right,
   ``lost``: right → wrong) and McNemar's exact two-sided p-value on them.
-* :func:`proportion_ci` (Wilson) and :func:`mean_ci` for per-iteration duel statistics.
+* :func:`proportion_ci` (Wilson), :func:`proportion_difference` (Newcombe) and :func:`mean_ci` for
+  per-iteration duel statistics.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ def proportion_ci(successes: int, n: int, level: float = 0.95) -> tuple[float, f
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion_difference(s1: int, n1: int, s2: int, n2: int, level: float = 0.95) -> tuple[float, float, float]:
+    """``(p1 − p2, low, high)`` for two independent shares, Newcombe's hybrid score interval (from the two
+    Wilson intervals); ``(nan, nan, nan)`` when either ``n`` is 0."""
+    if n1 == 0 or n2 == 0:
+        return float("nan"), float("nan"), float("nan")
+    p1, l1, u1 = proportion_ci(s1, n1, level)
+    p2, l2, u2 = proportion_ci(s2, n2, level)
+    d = p1 - p2
+    return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
 def mcnemar_exact_p(gained: int, lost: int) -> float:
