@@ -2,11 +2,11 @@
 traces make Qwen2.5-Coder-0.5B better at held-out GSM8K? And does the Stackelberg leader make duels
 more informative than uniform instructions?
 
-One command, resumable, small defaults (a few CPU-hours would be the full size)::
+One command, resumable, small defaults (about 1 CPU-hour; the full size about 13, see benchmarks/README.md)::
 
     AGORA_LLAMA_THREADS=1 python benchmarks/self_improvement.py                     # small
-    python benchmarks/self_improvement.py --run-id si-full --train-questions 256 --eval-questions 250 \\
-        --steps 64 --align-samples 4 --duels 64 --iterations 4 --generations 8 --grpo-prompts-per-step 2
+    python benchmarks/self_improvement.py --run-id si-full --train-questions 128 --eval-questions 250 \\
+        --steps 32 --align-samples 4 --duels 32 --iterations 4 --generations 8 --grpo-prompts solved --threads 2
 
 Phases (each recorded in ``OUT/<run-id>/phases.json`` with its wall and CPU seconds once it finishes;
 a rerun of the same ``--run-id`` skips finished phases, and the trace and evaluation phases resume
