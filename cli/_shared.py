@@ -33,7 +33,8 @@ from agora.tasks.loaders import TaskFormatError
 from agora.traces.store import describe_sqlite_error
 
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
-console = Console(width=None if sys.stdout.isatty() else 120)
+#: Output width: the terminal's, else ``$COLUMNS``, else 120 (a log file or pipe).
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 #: Bound of ``--shots``: the worked exemplars there are (3 math, 2 multiple choice; a kind with fewer uses all).

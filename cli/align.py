@@ -64,7 +64,7 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
     table = Table(title=f"ALIGN run {run_id}")
     for col in ("method", "questions", "failed", "guessed", "accuracy %", "95% CI", "samples/q", "gen. tokens",
                 "model time s"):
-        table.add_column(col, justify="left" if col == "method" else "right")
+        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     for r in rows:
         table.add_row(r.method, str(r.questions), str(r.failed), str(r.guessed), fmt_pct(r.accuracy),
                       fmt_ci(r.ci_low, r.ci_high),

@@ -268,7 +268,7 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
     macro = {m["method"]: m for m in report["macro"]}
     table = Table(title=f"bench {report['bench_id']}: accuracy % [95% CI]" + ("" if report["complete"] else " (incomplete)"))
     for col in ["method", *tasks, "macro", "tokens/q"]:
-        table.add_column(col, justify="left" if col == "method" else "right")
+        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     for m in report["methods"]:
         if m not in macro:
             continue

@@ -319,7 +319,7 @@ def comed_summary(store: TraceStore, run_id: str) -> ComedSummary:
 def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
     table = Table(title=f"COMED run {run_id}")
     for col in ("method", "questions", "failed", "accuracy %", "95% CI", "calls/q", "samples/q", "decoded tok/q"):
-        table.add_column(col, justify="left" if col == "method" else "right")
+        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     for r in s.rows:
         table.add_row(r.method, str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
                       f"{s.calls_per_question[r.method]:.2f}", f"{r.samples_per_question:.2f}",

@@ -83,7 +83,11 @@ def test_run_align_on_the_default_qwen_pool_traces_every_call(tmp_path):
                           "--max-tokens", "96", "--db", str(db), "--run-id", "qwen"],
                          capture_output=True, text=True, env=env, timeout=1200)
     assert out.returncode == 0, out.stderr
-    assert "gsm8k problems" in out.stdout and "self_consistency" in out.stdout
+    assert "2 gsm8k problems" in out.stdout, out.stdout
+    assert "self_consistency" in out.stdout, out.stdout
+    results = list(sqlite_utils.Database(db)["results"].rows)
+    assert {r["method"] for r in results} == {"align", "single_agent", "self_consistency", "best_of_n"}
+    assert len(results) == 2 * 4
     calls = list(sqlite_utils.Database(db)["model_calls"].rows)
     assert len(calls) == 2 * 2 * 2  # questions x agents x samples
     assert {c["model"] for c in calls} == {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
