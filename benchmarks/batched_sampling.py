@@ -54,7 +54,9 @@ def main() -> None:
         model = member.chat_model
         llm = model.llm()
         tokens, _ = model._prompt_tokens(llm, [dict(m) for m in messages], None)
-        pool.sample(name, messages, SamplingParams(n=1, max_tokens=8, seed=1))  # warm-up: load, first context
+        for batched in (False, True):  # warm-up of both paths: load, first contexts
+            model.batched = batched
+            pool.sample(name, messages, SamplingParams(n=1, max_tokens=8, seed=1))
         print(f"\n{name} (threads {model.n_threads}, prompt {len(tokens)} tokens)")
         print(f"{'k':>2} | natural: seq tok/s  batched tok/s  ratio | fixed: b1 tok/s  bk tok/s  ratio  "
               f"llama.cpp bk tok/s  ours/llama.cpp")
