@@ -146,17 +146,9 @@ class BatchDecoder:
         batch = lib.llama_batch_init(max(N_BATCH, MAX_SEQ), 0, 1)
         samplers = [self._sampler(temperature, top_p, int(s)) for s in seeds[:n]]
         try:
-            # 1. the prompt, once, into sequence 0 (logits of its last token only)
-            for begin in range(0, n_prompt, N_BATCH):
-                chunk = prompt_tokens[begin:begin + N_BATCH]
-                for j, tok in enumerate(chunk):
-                    self._put(batch, j, tok, begin + j, 0, begin + j == n_prompt - 1)
-                batch.n_tokens = len(chunk)
-                self._decode(batch)
+            # 1. the prompt, once, into sequence 0, shared with sequences 1..n-1
+            last_idx = self._prefill(batch, mem, prompt_tokens, n)
             self.last_prefill_s = time.perf_counter() - start
-            last_idx = (n_prompt - 1) % N_BATCH
-            for s in range(1, n):
-                lib.llama_memory_seq_cp(mem, 0, s, -1, -1)
             # 2. every sequence draws from the prompt's last logits, then all decode together
             pieces: list[bytearray] = [bytearray() for _ in range(n)]
             counts = [0] * n
@@ -193,6 +185,20 @@ class BatchDecoder:
             for smpl in samplers:
                 lib.llama_sampler_free(smpl)
         return [d for d in done if d is not None]
+
+    def _prefill(self, batch: Any, mem: Any, prompt_tokens: Sequence[int], n_seq: int) -> int:
+        """Decode the prompt into sequence 0 (logits of its last token only), share its KV cells
+        with sequences ``1..n_seq-1``, and return the batch index of the last token's logits."""
+        n_prompt = len(prompt_tokens)
+        for begin in range(0, n_prompt, N_BATCH):
+            chunk = prompt_tokens[begin:begin + N_BATCH]
+            for j, tok in enumerate(chunk):
+                self._put(batch, j, tok, begin + j, 0, begin + j == n_prompt - 1)
+            batch.n_tokens = len(chunk)
+            self._decode(batch)
+        for s in range(1, n_seq):
+            self._lib.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        return (n_prompt - 1) % N_BATCH
 
     @staticmethod
     def _put(batch: Any, j: int, token: int, pos: int, seq: int, logits: bool) -> None:
@@ -235,14 +241,7 @@ def decode_only_rate(decoder: BatchDecoder, prompt_tokens: Sequence[int], batch:
     lib.llama_memory_clear(mem, True)
     b = lib.llama_batch_init(max(N_BATCH, MAX_SEQ), 0, 1)
     try:
-        for begin in range(0, n_prompt, N_BATCH):
-            chunk = prompt_tokens[begin:begin + N_BATCH]
-            for j, tok in enumerate(chunk):
-                decoder._put(b, j, tok, begin + j, 0, begin + j == n_prompt - 1)
-            b.n_tokens = len(chunk)
-            decoder._decode(b)
-        for s in range(1, batch):
-            lib.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        decoder._prefill(b, mem, prompt_tokens, batch)
         tok = prompt_tokens[-1]
         start = time.perf_counter()
         for step in range(steps):
