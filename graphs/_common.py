@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import fields, is_dataclass
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypeVar
 
 from typing_extensions import TypedDict
 
@@ -31,6 +31,19 @@ class ProblemState(TypedDict, total=False):
     gold: str | None
     kind: str
     n_choices: int
+
+
+class QuestionInput(TypedDict):
+    """What a caller passes to a per-question protocol graph (MoA, debate)."""
+
+    question: str
+    """The problem text (for multiple choice, with lettered options)."""
+    question_id: NotRequired[str]
+    gold: NotRequired[str | None]
+    """Gold answer, if known: each method's ``correct`` is then filled in."""
+    kind: NotRequired[str]
+    """``math`` (default) or ``mc``: how answers are extracted."""
+    n_choices: NotRequired[int]
 
 
 def sync_async_node(func: Callable[..., Any], afunc: Callable[..., Awaitable[Any]] | None = None) -> Any:

@@ -49,7 +49,7 @@ from agora.graphs._calls import (
     partner,
     total_cost,
 )
-from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
 from agora.graphs.spec import ProtocolSpec
 
 METHODS = ("moa", "proposal_vote")
@@ -67,17 +67,8 @@ class MoAContext:
         self.config = settings_from(self.config, MoAConfig)  # JSON clients (Studio) send a dict
 
 
-class MoAInput(TypedDict):
-    """What a caller passes in."""
-
-    question: str
-    """The problem text (for multiple choice, with lettered options)."""
-    question_id: NotRequired[str]
-    gold: NotRequired[str | None]
-    """Gold answer, if known: each method's ``correct`` is then filled in."""
-    kind: NotRequired[str]
-    """``math`` (default) or ``mc``: how answers are extracted."""
-    n_choices: NotRequired[int]
+class MoAInput(QuestionInput):
+    """What a caller passes in (:class:`agora.graphs._common.QuestionInput`)."""
 
 
 class Proposal(TypedDict):
