@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
