@@ -73,7 +73,8 @@ class _Bar(BenchProgress):
             t = self.progress.tasks[0]
             left = t.time_remaining
             eta = "" if left is None or not t.completed else f", about {left / 60:.0f} min left overall"
-            self.progress.console.print(f"{step.run_id}: {todo} of {len(step.problems)} questions to run "
+            part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
+            self.progress.console.print(f"{step.run_id}{part}: {todo} of {len(step.problems)} questions to run "
                                         f"({int(t.completed)}/{int(t.total or 0)} bench questions done{eta})",
                                         highlight=False)
 
@@ -174,6 +175,9 @@ def bench(
     concurrency: int = typer.Option(1, "--concurrency", min=1, help="Questions in flight at once (served pools)."),
     durability: Literal["async", "sync", "exit"] = typer.Option("async", "--durability",
                                                                 help="When questions are checkpointed (see run align)."),
+    round_size: int = typer.Option(10, "--round-size", min=0, help="Test questions per task and run in one round: "
+                                   "every task's runs go in rounds, so an interrupted bench has every cell on fewer "
+                                   "questions (0: each run in one go)."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing: write the report of --run-id "
                                      "from --db (e.g. of an interrupted bench)."),
 ) -> None:
@@ -219,7 +223,7 @@ def bench(
                                    max_tokens=max_tokens, probe_max_tokens=probe_max_tokens, temperature=temperature,
                                    seed=seed),
             methods=methods, thresholds_source=source, lam=lam, max_calls=max_calls, concurrency=concurrency,
-            durability=durability)
+            durability=durability, round_size=round_size or None)
         if embedding not in ("auto", "minilm", "tfidf"):
             raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
         dev_splits = _dev_splits(calibrate_on, dev, task_files) if "comed" in config.protocols else []

@@ -184,11 +184,19 @@ class BenchConfig:
     """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
     concurrency: int = 1
     durability: Literal["async", "sync", "exit"] = "async"
+    round_size: int | None = 10
+    """Test questions per task and run in one round: the bench runs every task's ALIGN and COMED
+    runs on their first ``round_size`` questions, then on the next ones, so an interrupted bench
+    already has every cell of its table, on fewer questions. ``None``: each run in one go.
+    Rounds change only the order: the questions, their runs and their results are the same."""
 
     def __post_init__(self):
         unknown = [m for m in self.methods if m not in PROTOCOL_OF]
         if unknown or not self.methods:
             raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(METHODS)}")
+        if self.round_size is not None and (isinstance(self.round_size, bool) or not isinstance(self.round_size, int)
+                                            or self.round_size < 1):
+            raise ValueError(f"BenchConfig.round_size must be an integer >= 1 or None, got {self.round_size!r}")
 
     @property
     def protocols(self) -> tuple[str, ...]:
@@ -212,6 +220,16 @@ class Step:
     problems: tuple[Problem, ...]
     path: str | None
     format: str
+    round: tuple[int, int] | None = None
+    """(this round, rounds) while :func:`run_bench` runs the step in rounds
+    (:attr:`BenchConfig.round_size`); the step's ``problems`` are still all its questions."""
+
+    def round_ids(self, size: int | None) -> frozenset[str] | None:
+        """The question ids of this step's current round (``None``: not in rounds)."""
+        if self.round is None or size is None:
+            return None
+        r = self.round[0] - 1
+        return frozenset(p.id for p in self.problems[r * size:(r + 1) * size])
 
 
 def run_id_of(bench_id: str, task: str, protocol: str) -> str:
@@ -306,14 +324,21 @@ def run_bench(
     def go(step: Step, builder: Any, context: Any, run_config: dict[str, Any], protocol: str,
            detail: Callable | None = None) -> RunOutcome:
         done = store.finished_questions(step.run_id)
-        progress.step(step, sum(p.id not in done for p in step.problems))
-        kwargs = {"detail": detail} if detail is not None else {}
+        only = step.round_ids(config.round_size)
+        progress.step(step, sum(p.id not in done and (only is None or p.id in only) for p in step.problems))
+        kwargs: dict[str, Any] = {"detail": detail} if detail is not None else {}
+        if only is not None:
+            kwargs["only"] = only
         outcome = run_problems(
             builder, list(step.problems), store=store, run_id=step.run_id, protocol=protocol, context=context,
             config=run_config, pool_description=pool.describe(),
             dataset={"path": step.path, "format": step.format, "limit": len(step.problems), "bench": bench_id},
             on_event=lambda e: progress.event(step, e), on_question=lambda q: progress.question(step, q),
             durability=config.durability, concurrency=config.concurrency, control=control, **kwargs)
+        before = result.runs.get(step.run_id)
+        if before is not None:  # an earlier round of the same run: one outcome per run
+            outcome = RunOutcome(run_id=outcome.run_id, resumed=before.resumed, skipped=before.skipped,
+                                 outcomes=before.outcomes + outcome.outcomes, failed=before.failed + outcome.failed)
         result.runs[step.run_id] = outcome
         return outcome
 
@@ -379,7 +404,8 @@ def run_bench(
     result.spec = spec
     record_bench(store, spec)  # the spec first: an interrupted bench can still be reported
 
-    for step in steps:
+    def run_test(step: Step) -> None:
+        """One task's ALIGN or COMED run (or one round of it)."""
         if step.kind == "align":
             go(step, build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
                asdict(config.align), "align")
@@ -388,6 +414,17 @@ def run_bench(
             cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t))
             go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=router),
                comed_run_config(cfg), "comed", comed_detail)
+
+    tests = [s for s in steps if s.kind != "calibrate"]
+    size = config.round_size
+    rounds = max((-(-len(s.problems) // size) for s in tests), default=0) if size else 1
+    for r in range(1, rounds + 1):
+        for step in tests:
+            if size:
+                if (r - 1) * size >= len(step.problems):
+                    continue
+                step = replace(step, round=(r, rounds))
+            run_test(step)
     return result
 
 

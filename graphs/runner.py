@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
-from typing import Any, Callable, Sequence, get_args
+from typing import Any, Callable, Collection, Sequence, get_args
 
 from langgraph.errors import GraphDrained
 from langgraph.graph import StateGraph
@@ -148,6 +148,7 @@ def run_problems(
     concurrency: int = 1,
     control: RunControl | None = None,
     finished: Callable[[dict[str, Any]], bool] = methods_written,
+    only: Collection[str] | None = None,
 ) -> RunOutcome:
     """Run ``builder``'s graph on each problem, recording every question in ``store``.
 
@@ -165,6 +166,9 @@ def run_problems(
         detail: picks the state fields stored as the question's ``detail`` JSON.
         finished: whether a checkpointed state is a finished question (default: its ``methods``
             are written; a protocol's ``ProtocolSpec.finished``).
+        only: run just these question ids of ``problems`` this call (the others keep their place,
+            ``idx``, for later calls: ``agora bench`` runs its runs in rounds). While some question
+            of ``problems`` is still unrecorded the run's row ends ``partial``.
         durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
             (default) or ``"sync"`` after every step, so even a killed process resumes a question
             from its last finished step; ``"exit"`` once, when the question ends, drains (see
@@ -210,7 +214,8 @@ def run_problems(
         raise
     done = store.finished_questions(run_id)
     outcome = RunOutcome(run_id=run_id, resumed=resumed, skipped=sum(p.id in done for p in problems))
-    todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done]
+    todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done and (only is None or p.id in only)]
+    later = 0 if only is None else sum(p.id not in done and p.id not in only for p in problems)
     graph = builder.compile(checkpointer=saver)
 
     keys = list(builder.channels)  # the whole state, so no get_state after a question
@@ -307,7 +312,10 @@ def run_problems(
         if outcome.failed:
             summary.update(recorded=len(outcome.outcomes), failed=len(outcome.failed),
                            failed_questions={q.problem.id: (q.error or "")[:200] for q in outcome.failed[:50]})
-        store.finish_run(run_id, summary=summary, status="failed" if outcome.failed else "finished")
+        if later:
+            summary["later"] = later
+        store.finish_run(run_id, summary=summary,
+                         status="failed" if outcome.failed else "partial" if later else "finished")
     except BaseException as exc:  # a drain or Ctrl-C marks the run "interrupted", any other error "failed"
         stopped = isinstance(exc, (GraphDrained, KeyboardInterrupt))
         try:

@@ -268,6 +268,67 @@ def test_interrupted_bench_resumes_without_redoing_anything_finished(tmp_path, m
     assert before["cells"] == after["cells"] and before["paired"] == after["paired"]
 
 
+def test_rounds_interleave_tasks_and_runs_and_change_nothing_else(tmp_path, monkeypatch):
+    """--round-size 2: every task's ALIGN and COMED runs on questions 1-2, then 3-4; an interrupted
+    bench then has every cell; the results are those of a bench run in one go."""
+    math_file, mc_file = write_tasks(tmp_path)
+    calls = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(calls))
+    whole = CliRunner().invoke(app, bench_args(math_file, mc_file, tmp_path / "whole.db", tmp_path / "w",
+                                               "--round-size", "0"))
+    assert whole.exit_code == 0, whole.output
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, bench_args(math_file, mc_file, db, tmp_path / "r", "--round-size", "2"))
+    assert result.exit_code == 0, result.output
+    order = [(r["run_id"].split(":", 1)[1], r["idx"])
+             for r in TraceStore(db).db.query("select run_id, idx from questions order by rowid")]
+    assert order == [("arith:align", 0), ("arith:align", 1), ("arith:comed", 0), ("arith:comed", 1),
+                     ("quiz:align", 0), ("quiz:align", 1), ("quiz:comed", 0), ("quiz:comed", 1),
+                     ("arith:align", 2), ("arith:align", 3), ("arith:comed", 2), ("arith:comed", 3),
+                     ("quiz:align", 2), ("quiz:comed", 2)]
+    assert all(TraceStore(db).get_run(f"b1:{t}:{p}")["status"] == "finished"
+               for t in ("arith", "quiz") for p in ("align", "comed"))
+    w = json.loads((tmp_path / "w" / "bench.json").read_text())
+    r = json.loads((tmp_path / "r" / "bench.json").read_text())
+    drop = ("wall_s_per_q", "model_s_per_q")
+    assert [{k: v for k, v in c.items() if k not in drop} for c in w["cells"]] == \
+        [{k: v for k, v in c.items() if k not in drop} for c in r["cells"]]
+    assert w["paired"] == r["paired"] and w["comed"] == r["comed"]
+
+    # Ctrl-C after the 11th recorded question (round 2: arith's ALIGN q3, q4, COMED q3): every
+    # cell already has its first 2 questions
+    seen = []
+
+    def question(self, step, outcome):
+        seen.append(outcome)
+        if len(seen) == 11:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_cli._Bar, "question", question)
+    cut = CliRunner().invoke(app, bench_args(math_file, mc_file, tmp_path / "cut.db", tmp_path / "c",
+                                             "--round-size", "2"))
+    assert cut.exit_code == 130, cut.output
+    cut_store = TraceStore(tmp_path / "cut.db")
+    assert cut_store.get_run("b1:arith:comed")["status"] == "interrupted"
+    assert cut_store.get_run("b1:quiz:align")["status"] == "partial"
+    part = CliRunner().invoke(app, ["bench", "--run-id", "b1", "--db", str(tmp_path / "cut.db"), "--report-only",
+                                    "--out", str(tmp_path / "p")])
+    assert part.exit_code == 0, part.output
+    report = json.loads((tmp_path / "p" / "bench.json").read_text())
+    assert report["complete"] is False
+    cells = {(c["task"], c["method"]): c["questions"] for c in report["cells"]}
+    assert {m for _, m in cells} == set(PROTOCOL_OF) - {"router_only"}
+    assert len(cells) == 2 * len({m for _, m in cells}) and all(n >= 2 for n in cells.values()), cells
+
+
+def test_round_size_must_be_a_positive_integer_or_none():
+    from agora.graphs.bench import BenchConfig
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="round_size"):
+            BenchConfig(round_size=bad)
+    assert BenchConfig(round_size=None).round_size is None
+
+
 def test_bench_with_limit_then_rerun_with_a_larger_limit_runs_only_the_new_questions(tmp_path, monkeypatch):
     math_file, _ = write_tasks(tmp_path)
     db, out = tmp_path / "t.db", tmp_path / "b"
