@@ -4,9 +4,10 @@ A benchmark command is its settings dataclass and the shared scaffold: :func:`be
 derives one option per settings field (named, documented and defaulted as the field) plus the shared
 options and ``--config FILE.toml``, and its body loads the problems, opens the trace store, shows
 progress, runs the protocol's registered graph through :func:`agora.graphs.runner.run_protocol`
-(resumable, Ctrl-C drains), prints the method table and exits 1 when questions failed. ``agora run
-moa`` and ``agora run debate`` are built this way; ``agora run align`` uses :func:`load_benchmark`
-and :func:`run_benchmark` with its own options.
+(resumable, Ctrl-C drains), prints the method table and exits 1 when questions failed. A protocol
+gets its command by setting ``run=RunCommand(...)`` in its spec (:func:`spec_commands`; ``agora run
+moa`` and ``agora run debate`` are made so, with no CLI module); ``agora run align`` uses
+:func:`load_benchmark` and :func:`run_benchmark` with its own options.
 """
 
 from __future__ import annotations
@@ -254,3 +255,24 @@ def benchmark_command(name: str, cls: type, *, short_help: str, help: str, conte
     command.__name__ = f"run_{name}"
     command.__doc__ = help
     return run_app.command(name, short_help=short_help)(command)
+
+
+def spec_commands() -> list[str]:
+    """Register ``agora run <name>`` for every registered protocol whose spec sets ``run``
+    (:class:`~agora.graphs.spec.RunCommand`) and whose command no CLI module registered already.
+    Returns the names registered. Called once by :mod:`agora.cli.main`."""
+    from agora.cli._apps import run_app
+    from agora.graphs.registry import specs
+
+    taken = {c.name for c in run_app.registered_commands}
+    made = []
+    for spec in specs():
+        if spec.run is None or spec.name in taken:
+            continue
+        r = spec.run
+        benchmark_command(
+            spec.name, spec.config, context=spec.context, check=r.check or (lambda config, names: None),
+            methods=spec.methods, title=r.title or spec.name, short_help=r.short_help, help=r.help,
+            label=r.label or (lambda config, names: spec.name))
+        made.append(spec.name)
+    return made

@@ -11,16 +11,18 @@ from agora.cli import serve  # noqa: E402,F401
 from agora.cli import select  # noqa: E402,F401
 from agora.cli import converse  # noqa: E402,F401
 from agora.cli import comed  # noqa: E402,F401
-from agora.cli import moa  # noqa: E402,F401
-from agora.cli import debate  # noqa: E402,F401
 from agora.cli import train  # noqa: E402,F401
 from agora.cli import evolve  # noqa: E402,F401
 from agora.cli import pool  # noqa: E402,F401
 from agora.cli import bench  # noqa: E402,F401
+from agora.cli import _run  # noqa: E402
+
+# `agora run <name>` for every protocol whose spec sets `run` (MoA, debate): no CLI module of their own.
+_run.spec_commands()
 
 # A command module imported before this one (a test, a script) registered its commands early: list
 # every app's commands in the order of the imports above, whatever order the modules loaded in.
-_ORDER = [m.__name__ for m in (align, duel, serve, select, converse, comed, moa, debate, train, evolve, pool, bench)]
+_ORDER = [m.__name__ for m in (align, duel, serve, select, converse, comed, _run, train, evolve, pool, bench)]
 
 
 def _import_order(info) -> int:

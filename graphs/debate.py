@@ -51,7 +51,7 @@ from agora.graphs._calls import (
     total_cost,
 )
 from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
-from agora.graphs.spec import ProtocolSpec
+from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("debate", "first_round_vote")
 
@@ -243,6 +243,12 @@ def debate_detail(values: dict[str, Any]) -> dict[str, Any]:
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
 graph = build_debate_graph().compile(name="debate")
 
+
+def _run_label(config: DebateConfig, names: list[str]) -> str:
+    """``agora run debate``'s first line: the agents (their models) and rounds."""
+    return f"{config.agents} agents ({', '.join(agent_models(config, names))}) × {config.rounds} rounds"
+
+
 SPEC = ProtocolSpec(
     name="debate", graph_id="debate", module=__name__,
     description=("Multi-agent debate: agents (pool models in turn) answer alone, then for each later round read "
@@ -250,4 +256,9 @@ SPEC = ProtocolSpec(
                  "last round's plurality is the answer, the first round's vote is scored beside it."),
     build=build_debate_graph, context=DebateContext, config=DebateConfig, input=DebateInput, output=DebateOutput,
     methods=METHODS, detail=debate_detail, cli=("run debate",), docs="debate.md",
+    run=RunCommand(
+        short_help="Multi-agent debate: agents answer, read each other, answer again; beside a first-round vote.",
+        help="Agents answer each problem alone, then read the others' answers and answer again for each later "
+             "round; the last round's plurality is compared with the first round's (first_round_vote).",
+        check=agent_models, label=_run_label, title="debate"),
 )

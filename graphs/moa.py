@@ -50,7 +50,7 @@ from agora.graphs._calls import (
     total_cost,
 )
 from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
-from agora.graphs.spec import ProtocolSpec
+from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("moa", "proposal_vote")
 
@@ -224,6 +224,12 @@ def moa_detail(values: dict[str, Any]) -> dict[str, Any]:
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
 graph = build_moa_graph().compile(name="moa")
 
+
+def _run_label(config: MoAConfig, names: list[str]) -> str:
+    """``agora run moa``'s first line: who proposes and who aggregates."""
+    return f"{len(config.proposers or names)} proposers, aggregator {config.aggregator or names[0]}"
+
+
 SPEC = ProtocolSpec(
     name="moa", graph_id="moa", module=__name__,
     description=("Mixture-of-Agents: every proposer model answers the question alone (one Send each, in "
@@ -232,4 +238,9 @@ SPEC = ProtocolSpec(
     build=build_moa_graph, context=MoAContext, config=MoAConfig, input=MoAInput, output=MoAOutput,
     methods=METHODS, detail=moa_detail,
     cli=("run moa",), docs="moa.md",
+    run=RunCommand(
+        short_help="Mixture-of-Agents: every model proposes, one aggregates; beside a vote on the proposals.",
+        help="Each proposer answers every problem alone, the aggregator reads all proposals and answers; "
+             "compare with the plurality of the same proposals (proposal_vote).",
+        check=check_pool, label=_run_label, title="MoA"),
 )

@@ -77,7 +77,7 @@ PROTOCOLS: dict[str, Entry] = _discover()
 what :func:`register` adds. A new protocol module is found here, nothing to edit."""
 
 _loaded: dict[str, ProtocolSpec] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a spec module may itself ask for another spec while it loads
 
 
 def register(name: str, target: str, exports: tuple[str, ...] = ()) -> None:

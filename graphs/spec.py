@@ -23,6 +23,25 @@ def methods_written(values: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class RunCommand:
+    """``agora run <protocol>`` from the shared CLI scaffold (``agora.cli._run.benchmark_command``):
+    one option per field of the spec's ``config`` dataclass, the shared options (``--data``,
+    ``--pool``, ``--db``, ``--run-id``...) and ``--config FILE.toml``. A benchmark protocol whose spec
+    sets ``run`` gets the command without a CLI module of its own."""
+
+    short_help: str
+    """One line for ``agora run --help``."""
+    help: str
+    """The command's ``--help`` text."""
+    check: Callable[[Any, list[str]], Any] | None = None
+    """``check(config, pool names)`` raises ``ValueError`` for settings the pool cannot play."""
+    label: Callable[[Any, list[str]], str] | None = None
+    """``label(config, pool names)``: the run's one-line description (its first printed line)."""
+    title: str = ""
+    """The method table's title (default: the protocol's name)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProtocolSpec:
     """One protocol: its graph, types, methods, and how a finished item is told and recorded.
 
@@ -59,6 +78,8 @@ class ProtocolSpec:
     """Other kinds: the function that writes a finished item to the trace store, if there is one."""
     cli: tuple[str, ...] = ()
     """Its commands (``run align``), as typed after ``agora``."""
+    run: RunCommand | None = None
+    """Benchmark protocols: ``agora run <name>`` made from the settings, no CLI module needed."""
     docs: str = ""
     """Its page under ``docs/`` (``align.md``): the Mermaid picture there is the graph's."""
 
@@ -68,6 +89,9 @@ class ProtocolSpec:
         if self.kind == "benchmark" and self.methods and self.methods[0] != self.name:
             raise ValueError(f"ProtocolSpec.methods: a benchmark protocol's first method is its main one, "
                              f"{self.name!r}; got {self.methods}")
+        if self.run is not None and (self.kind != "benchmark" or f"run {self.name}" not in self.cli):
+            raise ValueError(f"ProtocolSpec.run: only a benchmark protocol listing 'run {self.name}' in its cli "
+                             f"gets a generated command")
 
     @property
     def studio_path(self) -> str:

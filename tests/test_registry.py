@@ -117,3 +117,35 @@ def test_run_protocol_takes_graph_name_detail_and_finished_from_the_spec():
     assert json.loads(store.questions("r")[0]["detail"])["aggregator"] == "a"  # the spec's detail
     with pytest.raises(ValueError, match="'duel' is a carried protocol"):
         run_protocol("duel", problems, store=store, run_id="d", context=None, config={}, pool_description=[], dataset={})
+
+
+def test_a_spec_with_run_gets_its_agora_run_command_without_a_cli_module(tmp_path, monkeypatch):
+    """A protocol from another package, registered with register(): its spec's ``run`` is its whole CLI."""
+    import agora.cli._apps
+    from typer.testing import CliRunner
+
+    from agora.cli._run import spec_commands
+
+    (tmp_path / "my_protocol.py").write_text(
+        "import dataclasses\nfrom agora.graphs import registry\n"
+        "SPEC = dataclasses.replace(registry.get('moa'), name='moa2', graph_id='moa2', "
+        "methods=('moa2', 'proposal_vote'), cli=('run moa2',), docs='')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry.PROTOCOLS, "moa2", registry.Entry("my_protocol:SPEC"))
+    fresh = typer.Typer()
+    monkeypatch.setattr(agora.cli._apps, "run_app", fresh)
+    assert sorted(spec_commands()) == ["debate", "moa", "moa2"]
+    assert spec_commands() == []  # once registered, not again
+    out = CliRunner().invoke(fresh, ["moa2", "--help"], terminal_width=200)
+    assert out.exit_code == 0 and "--proposers" in out.output and "--config" in out.output and "--run-id" in out.output
+
+
+def test_only_a_benchmark_protocol_with_its_run_command_listed_gets_one():
+    from agora.graphs.spec import RunCommand
+
+    moa = registry.get("moa")
+    with pytest.raises(ValueError, match="ProtocolSpec.run"):
+        ProtocolSpec(**{**{f: getattr(moa, f) for f in moa.__slots__}, "cli": ()})
+    with pytest.raises(ValueError, match="ProtocolSpec.run"):
+        ProtocolSpec(**{**{f: getattr(moa, f) for f in moa.__slots__}, "kind": "carried"})
+    assert isinstance(moa.run, RunCommand) and moa.run.check is not None
