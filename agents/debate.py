@@ -16,11 +16,9 @@ from agora.agents.pool import MAX_POOL_TEMPERATURE
 from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.problem import Problem
 
-#: Seed offsets from the question's seed: round r starts at ``+ ROUND_SEED + ROUND_STRIDE · r``; in
-#: the first round the j-th distinct model's request adds ``10 · j``, in later rounds agent i adds
-#: ``i`` (as COMED's baseline always did).
-ROUND_SEED = 500
-ROUND_STRIDE = 50
+# Seeds: node "debate.round" of agora.agents.seeds.NODES: round r starts 50·r after the node's
+# offset; in the first round the j-th distinct model's request adds 10·j, in later rounds agent i
+# adds i (as COMED's baseline always did).
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,8 @@ from agora.agents.pool import MAX_POOL_TEMPERATURE
 from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.problem import Problem
 
-#: Seed offsets from the question's seed (:func:`agora.graphs._common.question_seed`): proposer i
-#: samples with ``+ PROPOSER_SEED + i``, the aggregator with ``+ AGGREGATOR_SEED`` (as COMED's
-#: baseline always did, so MoA inside COMED draws the same samples as MoA alone).
-PROPOSER_SEED = 301
-AGGREGATOR_SEED = 401
+# Seeds: nodes "moa.proposer" and "moa.aggregator" of agora.agents.seeds.NODES (the same in COMED's
+# baseline and in MoA alone, so both draw the same samples).
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ except ImportError:  # pragma: no cover - a LangGraph without it: nodes stay syn
     RunnableCallable = None
 
 from agora.agents.pool import ModelPool
+from agora.agents.seeds import item_seed
 from agora.tasks.loaders import Problem
 
 
@@ -127,8 +128,9 @@ def settings_from(value: Any, cls: type[S]) -> S:
 
 
 def question_seed(base: int, question_id: str) -> int:
-    """A per-question seed, reproducible across runs: ``base`` mixed with a CRC of the id."""
-    return (base * 1_000_003 + zlib.crc32(question_id.encode())) % (2**31 - 1)
+    """A per-question seed: :func:`agora.agents.seeds.item_seed` (nodes use
+    :func:`agora.agents.seeds.call_seed`)."""
+    return item_seed(base, question_id)
 
 
 def emit(event: str, message: str, **fields: Any) -> None:

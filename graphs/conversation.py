@@ -35,8 +35,9 @@ from typing_extensions import TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.pool import ModelPool
 from agora.agents.prompts import solver_messages
+from agora.agents.seeds import call_seed, sampling
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
@@ -195,8 +196,7 @@ def _speak(state: ConversationState, runtime: Runtime[ConversationContext], spea
     t = len(history) + 1
     agent = (t - 1) % 2
     speaker, partner = speakers[agent], (speakers[1 - agent] if history else None)
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, problem.id) + t)
+    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "conversation.turn", step=t))
     samples, records = pool.sample(
         speaker, conversation_messages(problem, cfg.shots, history, speaker), params,
         context={"question_id": problem.id, "node": node, "role": "speaker", "agent": agent, "partner": partner})

@@ -33,10 +33,11 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from agora.agents.debate import ROUND_SEED, ROUND_STRIDE, DebateConfig, agent_models, debate_messages
+from agora.agents.debate import DebateConfig, agent_models, debate_messages
 from agora.agents.delegation import plurality
-from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.pool import ModelPool
 from agora.agents.prompts import solver_messages
+from agora.agents.seeds import call_seed, sampling
 from agora.graphs._calls import (
     Cost,
     MethodResult,
@@ -50,7 +51,7 @@ from agora.graphs._calls import (
     partner,
     total_cost,
 )
-from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, settings_from, sync_async_node
 from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("debate", "first_round_vote")
@@ -159,8 +160,8 @@ def _request(task: DebaterTask, runtime: Runtime[DebateContext]) -> tuple[Any, .
     problem = as_problem(task)
     cfg = _config(runtime)
     r, agents = task["round"], task["agents"]
-    params = SamplingParams(n=len(agents), temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, problem.id) + ROUND_SEED + ROUND_STRIDE * r + task["offset"])
+    params = sampling(cfg, n=len(agents),
+                      seed=call_seed(cfg.seed, problem.id, "debate.round", agent=task["offset"], step=r))
     if r == 0:
         messages = solver_messages(problem, cfg.shots)
         context = call_context(problem, "debate_round", "debater", agent=agents[0], round=r)

@@ -43,9 +43,10 @@ from agora.agents.delegation import (
     self_consistency,
     single_agent,
 )
-from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.pool import ModelPool
 from agora.agents.prompts import solver_messages
-from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.agents.seeds import call_seed, sampling
+from agora.graphs._common import as_problem, emit, pool_from, settings_from, sync_async_node
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
 from agora.tasks.answers import find_answer, is_correct
@@ -156,9 +157,7 @@ def _sample_request(state: AgentState, runtime: Runtime[DelegationContext]) -> t
     problem = as_problem(state)
     cfg = _config(runtime)
     agent = state["agent"]
-    params = SamplingParams(n=cfg.k_samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                            max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, problem.id) + 1000 * agent)
+    params = sampling(cfg, n=cfg.k_samples, seed=call_seed(cfg.seed, problem.id, "align.agent", agent=agent))
     return problem, {"name": state["model"], "messages": solver_messages(problem, cfg.shots), "params": params,
                      "context": {"question_id": problem.id, "node": "agent_sample", "role": "agent", "agent": agent}}
 

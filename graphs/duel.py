@@ -45,10 +45,11 @@ from agora.agents.exp3 import Exp3Config, Exp3Leader, LeaderState, leader_reward
 from agora.agents.judge import Judge, JudgeConfig, Judgement, judge_means, position_bias
 from agora.agents.matching import Match, MatchConfig, Matcher, Mode
 from agora.agents.panel import CAUTIOUS, persona_specs
-from agora.agents.pool import ModelCallError, ModelPool, SamplingParams, builtin_pool_specs, pool_from_specs
+from agora.agents.pool import ModelCallError, ModelPool, builtin_pool_specs, pool_from_specs
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
-from agora.graphs._common import emit, question_seed, settings_from
+from agora.agents.seeds import call_seed, sampling
+from agora.graphs._common import emit, settings_from
 from agora.graphs.runner import open_checkpointer, raise_if_drained
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
@@ -362,8 +363,7 @@ def respond(task: RespondTask, runtime: Runtime[DuelContext]) -> dict[str, Any]:
     """
     cfg = _config(runtime)
     slot, model, ins = task["slot"], task["model"], task["instruction"]
-    seed = question_seed(cfg.seed, f"{task['iteration']}:{task['index']}") + slot
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=seed)
+    params = sampling(cfg, seed=call_seed(cfg.seed, f"{task['iteration']}:{task['index']}", "duel.respond", agent=slot))
     samples, records = _pool(runtime).sample(model, task["prompt_messages"], params, context={
         "question_id": task["duel_id"], "node": "respond", "role": "follower", "agent": slot})
     if not samples:

@@ -55,9 +55,10 @@ from agora.agents.escalation import (
     escalation_vote,
     peer_messages,
 )
-from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
+from agora.agents.seeds import call_seed, sampling
 from agora.graphs._calls import (
     Cost,
     MethodResult,
@@ -68,7 +69,7 @@ from agora.graphs._calls import (
     how_of as _how_of,
     total_cost,
 )
-from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs._common import as_problem, emit, pool_from, settings_from, sync_async_node
 from agora.graphs.debate import DebateContext, build_debate_graph
 from agora.graphs.moa import MoAContext, build_moa_graph
 from agora.graphs.spec import ProtocolSpec
@@ -231,8 +232,7 @@ def anchor(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[
     problem = as_problem(state)
     cfg = _config(runtime)
     model = state["route"]["anchor"]
-    params = SamplingParams(n=cfg.n_anchor, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, problem.id))
+    params = sampling(cfg, n=cfg.n_anchor, seed=call_seed(cfg.seed, problem.id, "comed.anchor"))
     samples, records, cost = _ask(pool_from(runtime.context), model, solver_messages(problem, cfg.shots), params,
                                   _context(problem, "anchor", "anchor"))
     found = [_found(s.text, problem) for s in samples] + [(None, None)] * (cfg.n_anchor - len(samples))
@@ -272,8 +272,8 @@ def verify(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[
     problem = as_problem(state)
     cfg = _config(runtime)
     model = state["route"]["probe"]
-    params = SamplingParams(n=1, temperature=0.0, top_p=1.0, max_tokens=cfg.probe_max_tokens,
-                            seed=question_seed(cfg.seed, problem.id) + 101)
+    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "comed.probe"), temperature=0.0, top_p=1.0,
+                      max_tokens=cfg.probe_max_tokens)
     samples, records, cost = _ask(pool_from(runtime.context), model, solver_messages(problem, cfg.shots), params,
                                   _context(problem, "verify", "probe"))
     answer = _answer(samples[0].text, problem) if samples else None
@@ -295,8 +295,7 @@ def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dic
     messages = peer_messages(problem, anchor_info["text"], cfg.shots)
     peers, records, costs = [], [], {}
     for i, model in enumerate(route_info["peers"]):
-        params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                                seed=question_seed(cfg.seed, problem.id) + 201 + i)
+        params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "comed.peer", agent=i))
         samples, recs, cost = _ask(pool, model, messages, params,
                                    _context(problem, "escalate", "peer", agent=i, partner=anchor_info["model"]))
         answer, how = _found(samples[0].text if samples else None, problem)

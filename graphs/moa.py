@@ -33,9 +33,10 @@ from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from agora.agents.delegation import plurality
-from agora.agents.moa import AGGREGATOR_SEED, PROPOSER_SEED, MoAConfig, aggregator_messages, check_pool
-from agora.agents.pool import ModelPool, SamplingParams
+from agora.agents.moa import MoAConfig, aggregator_messages, check_pool
+from agora.agents.pool import ModelPool
 from agora.agents.prompts import solver_messages
+from agora.agents.seeds import call_seed, sampling
 from agora.graphs._calls import (
     Cost,
     MethodResult,
@@ -49,7 +50,7 @@ from agora.graphs._calls import (
     partner,
     total_cost,
 )
-from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, question_seed, settings_from, sync_async_node
+from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, settings_from, sync_async_node
 from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("moa", "proposal_vote")
@@ -136,8 +137,7 @@ def to_proposers(state: MoAState, runtime: Runtime[MoAContext]) -> list[Send]:
 def _propose_request(task: ProposerTask, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
     problem = as_problem(task)
     cfg = _config(runtime)
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, problem.id) + PROPOSER_SEED + task["agent"])
+    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "moa.proposer", agent=task["agent"]))
     return (pool_from(runtime.context), task["model"], solver_messages(problem, cfg.shots), params,
             call_context(problem, "moa_propose", "proposer", agent=task["agent"]))
 
@@ -168,8 +168,7 @@ def _aggregate_request(state: MoAState, runtime: Runtime[MoAContext]) -> tuple[A
     model = cfg.aggregator or pool.names[0]
     proposals = sorted(state.get("proposals") or [], key=lambda p: p["agent"])
     emit("moa_propose", f"MoA proposals {[p['answer'] for p in proposals]}", answers=[p["answer"] for p in proposals])
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, problem.id) + AGGREGATOR_SEED)
+    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "moa.aggregator"))
     return (pool, model, aggregator_messages(problem, [p["text"] for p in proposals], cfg.shots), params,
             call_context(problem, "moa_aggregate", "aggregator", partner=partner(p["model"] for p in proposals)))
 

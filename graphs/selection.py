@@ -62,8 +62,9 @@ from agora.agents.cupid import (
     spec_features,
     ucb_pair,
 )
-from agora.agents.pool import ModelPool, SamplingParams
-from agora.graphs._common import emit, pool_from, question_seed, settings_from
+from agora.agents.pool import ModelPool
+from agora.agents.seeds import call_seed, sampling
+from agora.graphs._common import emit, pool_from, settings_from
 from agora.graphs.spec import ProtocolSpec
 
 StopReason = Literal["rounds", "budget", "confident"]
@@ -237,8 +238,7 @@ def _prompt_items(prompts: Any) -> list[PromptItem]:
 
 def _answer(pool: ModelPool, model: str, item: PromptItem, cfg: CupidConfig, cost_per_1k: float,
             node: str) -> tuple[Generation, list[dict[str, Any]]]:
-    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                            seed=question_seed(cfg.seed, item["id"]))
+    params = sampling(cfg, seed=call_seed(cfg.seed, item["id"], "cupid.answer"))
     samples, records = pool.sample(model, [{"role": "user", "content": item["text"]}], params,
                                    context={"question_id": item["id"], "node": node, "role": "candidate"})
     if not samples:
