@@ -157,23 +157,36 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
     """SIGINT lands in the main thread while Send branches run: the checkpoint then has no ``next``
     node, only pending tasks; the rerun must resume them, not record an empty question."""
     import _thread
-    import threading
+    import signal
 
     store = TraceStore(tmp_path / "t.db")
-    state = {"armed": True}
+    state = {"armed": True, "delivered": False}
+
+    def on_sigint(signum, frame):
+        state["delivered"] = True
+        raise KeyboardInterrupt
 
     def respond(chat, index):
         if "2 + 2" in chat[-1]["content"] and state["armed"]:
             state["armed"] = False
-            threading.Timer(0.05, _thread.interrupt_main).start()
-            time.sleep(0.5)
+            _thread.interrupt_main()
+            # keep this branch running until the main thread has taken the Ctrl-C (however loaded
+            # the machine is), so it always lands during the fan-out
+            deadline = time.monotonic() + 30
+            while not state["delivered"] and time.monotonic() < deadline:
+                time.sleep(0.005)
         return "The answer is 4."
 
     # blocking models run in worker threads (latency_s), so the Ctrl-C lands in the runner's event loop
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond, latency_s=0.001),
                                        "b": ScriptedChatModel(respond=respond, latency_s=0.001)})
-    with pytest.raises(KeyboardInterrupt):
-        run(store, pool, durability=durability)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(store, pool, durability=durability)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert state["delivered"]
     assert store.finished_questions("r1") == {"q1"}
     out = run(store, pool, durability=durability)
     assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
