@@ -16,7 +16,7 @@ import typer
 
 from agora.agents.judge import JudgeConfig
 from agora.agents.pool import ModelSpec, load_pool
-from agora.cli._shared import MAX_SHOTS, console, echo_kv, new_run_id, user_errors
+from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, console, echo_kv, new_run_id, user_errors
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore
 
@@ -143,7 +143,7 @@ def train_grpo_cmd(
     duel_run: Optional[list[str]] = typer.Option(None, "--duel-run", help="Only instructions of these duel runs."),
     num_generations: int = typer.Option(4, "--num-generations", min=2, help="Completions per prompt (G)."),
     max_completion_length: int = typer.Option(256, "--max-completion-length", min=1),
-    temperature: float = typer.Option(1.0, "--temperature", min=0.01),
+    temperature: float = typer.Option(1.0, "--temperature", min=0.01, max=MAX_TEMPERATURE),
     kl_beta: float = typer.Option(0.0, "--kl-beta", min=0.0, help="KL coefficient (paper: 0)."),
     lr: float = typer.Option(1e-6, "--lr"),
     lora_r: int = typer.Option(64, "--lora-r", min=1), lora_alpha: int = typer.Option(16, "--lora-alpha", min=1),

@@ -157,3 +157,12 @@ def test_synthetic_format_with_a_data_file_is_refused(tmp_path, scripted):
     code, output = agora("run", "align", "--format", "synthetic", "--data", data, "--db", tmp_path / "t.db")
     assert code == 2, output
     assert "format 'synthetic' generates its problems and reads no file" in one_error_line(output)
+
+
+def test_grpo_temperature_is_capped_as_every_pool_temperature():
+    from agora.training.config import GRPOSettings
+
+    assert GRPOSettings(temperature=2.0).temperature == 2.0
+    for bad in (0.0, 2.5, 1e9):
+        with pytest.raises(ValueError, match=r"temperature must be in \(0, 2.0\]"):
+            GRPOSettings(temperature=bad)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agora.agents.llamacpp import default_threads
+from agora.agents.pool import MAX_POOL_TEMPERATURE
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +135,8 @@ class GRPOSettings(TrainSettings):
                              f"num_generations ({self.num_generations})")
         if self.max_completion_length < 1:
             raise ValueError(f"max_completion_length must be >= 1, got {self.max_completion_length}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.temperature <= MAX_POOL_TEMPERATURE:
+            raise ValueError(f"temperature must be in (0, {MAX_POOL_TEMPERATURE}], got {self.temperature}")
         if self.beta < 0 or self.epsilon <= 0:
             raise ValueError(f"beta must be >= 0 and epsilon > 0, got {self.beta} and {self.epsilon}")
 
