@@ -75,6 +75,16 @@ class CorruptCheckpointError(ValueError):
 #: store's to report).
 _DAMAGED = (NotImplementedError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError)
 
+
+def _checked(item: CheckpointTuple | None) -> CheckpointTuple | None:
+    """``item``, or ``KeyError`` when a row LangGraph's loop wrote (its metadata has a ``source``) lacks
+    the ``step`` the loop reads back: it would otherwise fail later, mid-run, as a bare
+    ``KeyError: 'step'``. Rows put through the saver's API with other metadata pass."""
+    meta = item.metadata if item is not None else None
+    if isinstance(meta, dict) and "source" in meta and not isinstance(meta.get("step"), int):
+        raise KeyError("metadata has no integer 'step'")
+    return item
+
 _loading = threading.local()  # .blocked: the types refused while this thread deserialises a value
 
 
@@ -171,7 +181,7 @@ class InlineAsyncSqliteSaver(SqliteSaver):
             CorruptCheckpointError: the row cannot be decoded (file and thread named).
         """
         try:
-            return super().get_tuple(config)
+            return _checked(super().get_tuple(config))
         except UnsafeCheckpointError as exc:
             raise self._where(exc, config) from None
         except _DAMAGED as exc:
@@ -180,7 +190,8 @@ class InlineAsyncSqliteSaver(SqliteSaver):
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         try:
-            yield from super().list(config, filter=filter, before=before, limit=limit)
+            for item in super().list(config, filter=filter, before=before, limit=limit):
+                yield _checked(item)
         except UnsafeCheckpointError as exc:
             raise self._where(exc, config) from None
         except _DAMAGED as exc:

@@ -206,7 +206,7 @@ class _RunsCode:
         return (plant_sentinel, ("unused",))
 
 
-@pytest.mark.parametrize("damage", ["pickle checkpoint", "pickle write", "garbage metadata"])
+@pytest.mark.parametrize("damage", ["pickle checkpoint", "pickle write", "garbage metadata", "metadata without step"])
 def test_a_damaged_checkpoint_row_is_one_clear_error_and_runs_nothing(tmp_path, damage):
     import pickle
 
@@ -223,6 +223,8 @@ def test_a_damaged_checkpoint_row_is_one_clear_error_and_runs_nothing(tmp_path, 
         con.execute("update checkpoints set type = 'pickle', checkpoint = ?", (pickle.dumps(_RunsCode()),))
     elif damage == "pickle write":
         con.execute("update writes set type = 'pickle', value = ?", (pickle.dumps(_RunsCode()),))
+    elif damage == "metadata without step":  # valid JSON; LangGraph would fail mid-run with KeyError: 'step'
+        con.execute("update checkpoints set metadata = ?", (b'{"source": "loop"}',))
     else:
         con.execute("update checkpoints set metadata = ?", (b"\x81\xff\xfe",))
     con.commit()
