@@ -1,36 +1,34 @@
 """``agora run comed`` and ``agora calibrate comed``: COMED controlled escalation on a benchmark,
-with anchor-only, router-only, MoA and debate in the same run, and the rescue–harm report."""
+with anchor-only, router-only, MoA and debate in the same run, and the rescue–harm report.
+
+The options the two commands share are declared once below; the report and the calibration are
+computed in :mod:`agora.traces.comed`, and this module prints them."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.table import Table
 
 from agora.agents.escalation import (
     BASELINES,
-    DevOutcome,
     EscalationConfig,
     EscalationThresholds,
-    RescueHarm,
     ThresholdsFile,
-    calibrate,
     check_pool,
     decision_grid,
     load_thresholds,
-    rescue_harm,
-    score_policy,
     write_thresholds,
 )
 from agora.agents.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
+from agora.cli._apps import calibrate_app, run_app
+from agora.cli._run import FORMAT, LIMIT, POOL, RUN_ID, load_benchmark
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
@@ -43,28 +41,46 @@ from agora.cli._shared import (
     question_progress,
     user_errors,
 )
-from agora.cli._apps import calibrate_app, run_app
 from agora.graphs.escalation import METHODS, EscalationContext, build_escalation_graph, comed_detail
 from agora.graphs.runner import RunOutcome, run_problems
-from agora.tasks.loaders import FORMATS, Problem, detect_format, load_problems
-from agora.traces.bench import comed_dev_outcomes
-from agora.traces.report import MethodRow, failed_questions, method_table
+from agora.tasks.problem import Problem
+from agora.traces.comed import ComedSummary, calibrate_run, comed_summary
+from agora.traces.report import failed_questions
 from agora.traces.store import TraceStore
 
 DEFAULT_LAMBDA = 0.01
 """Calibration cost weight λ: the accuracy gain (fraction; 0.01 = 1 pp) one extra model call per
 question must buy (ours; protocols.md §3 gives none). See ``calibration_objective``."""
-DEFAULT_SAMPLES = 3
-"""Anchor samples N when neither ``--samples`` nor the thresholds file gives one."""
+_DEFAULTS = EscalationConfig()
+DEFAULT_SAMPLES = _DEFAULTS.n_anchor
+"""Anchor samples N when neither ``--samples`` nor the thresholds file gives one (3)."""
+
+# Options of both commands, declared once, with the settings' own defaults; --format, --limit (run),
+# --pool and --run-id are the benchmark scaffold's (cli/_run.py).
+ANCHOR = typer.Option(None, "--anchor", help="Fixed anchor model (no router).")
+PROBE = typer.Option(None, "--probe", help="Peer-probe model (default: router runner-up / next model).")
+ROUTER = typer.Option(True, "--router/--no-router", help="Route with kNN over past traces in --db (when any).")
+ROUTER_K = typer.Option(5, "--router-k", help="Neighbours of the kNN router.")
+EMBEDDING = typer.Option("auto", "--embedding", help="Router embedding: auto, minilm or tfidf.")
+MAX_TOKENS = typer.Option(_DEFAULTS.max_tokens, "--max-tokens", help="Max generated tokens per sample.")
+PROBE_MAX_TOKENS = typer.Option(_DEFAULTS.probe_max_tokens, "--probe-max-tokens",
+                                help="Max generated tokens of the probe's answer.")
+TEMPERATURE = typer.Option(_DEFAULTS.temperature, "--temperature", min=0.0, max=MAX_TEMPERATURE,
+                           help="Sampling temperature of the anchor, peers and baselines (the probe is greedy).")
+SEED = typer.Option(_DEFAULTS.seed, "--seed", help="Base seed: each model call mixes in its question's id "
+                                                  "(and the generated problems use it).")
+DB = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); also the router's history.")
+# run comed only
+DATA = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems.")
+# calibrate comed only
+DEV_DATA = typer.Option(..., "--data", help="Dev split (JSONL) with gold answers.")
+DEV_LIMIT = typer.Option(None, "--limit", min=1, help="Use the first N problems.")
 
 
 def _problems(data: Path | None, fmt: str | None, limit: int | None, seed: int) -> tuple[str, list[Problem]]:
-    if data is None:
-        return "synthetic", load_problems(None, "synthetic", limit or 5, seed=seed)
-    fmt_name = fmt or detect_format(data)
-    problems = load_problems(data, fmt_name, limit)
-    if not problems:
-        raise ValueError(f"{data}: no problems to run")
+    """``(format, problems)``: ``--data`` in ``--format`` (guessed when omitted), else ``limit or 5``
+    generated arithmetic problems (whatever ``--format`` says)."""
+    _, fmt_name, problems = load_benchmark(data, "synthetic" if data is None else fmt, limit, seed)
     return fmt_name, problems
 
 
@@ -148,30 +164,32 @@ def _baselines(spec: str) -> tuple[str, ...]:
 @run_app.command("comed", short_help="COMED: accept confident anchor answers, verify ambiguous ones, "
                                      "escalate the rest.")
 def run_comed(
-    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated)."),
+    data: Optional[Path] = DATA,
+    fmt: Optional[str] = FORMAT,
+    limit: Optional[int] = LIMIT,
     thresholds: Optional[Path] = typer.Option(None, "--thresholds", help="Thresholds file written by `agora calibrate comed`."),
     tau_hi: Optional[float] = typer.Option(None, "--tau-hi", help="Accept when SC >= tau_hi (default 0.67, or the file's)."),
     tau_lo: Optional[float] = typer.Option(None, "--tau-lo", help="Escalate when SC < tau_lo (default 0.34, or the file's)."),
     m_min: Optional[float] = typer.Option(None, "--m-min", help="Least router margin for a direct accept (default 0)."),
     samples: Optional[int] = typer.Option(None, "--samples", "-N", help="Anchor samples N for self-consistency "
                                           "(default: the thresholds file's n_anchor, else 3)."),
-    anchor: Optional[str] = typer.Option(None, "--anchor", help="Fixed anchor model (no router)."),
-    probe: Optional[str] = typer.Option(None, "--probe", help="Peer-probe model (default: router runner-up / next model)."),
-    router: bool = typer.Option(True, "--router/--no-router", help="Route with kNN over past traces in --db (when any)."),
-    router_k: int = typer.Option(5, "--router-k", help="Neighbours of the kNN router."),
-    embedding: str = typer.Option("auto", "--embedding", help="Router embedding: auto, minilm or tfidf."),
-    baselines: str = typer.Option("moa,debate", "--baselines", help="Dense baselines in the same run: moa, debate, none."),
-    debate_agents: int = typer.Option(3, "--debate-agents"),
-    debate_rounds: int = typer.Option(2, "--debate-rounds", help="Rounds including the first."),
-    max_tokens: int = typer.Option(128, "--max-tokens", help="Max generated tokens per sample."),
-    probe_max_tokens: int = typer.Option(64, "--probe-max-tokens", help="Max generated tokens of the probe's answer."),
-    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
-    seed: int = typer.Option(0, "--seed"),
-    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); also the router's history."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
+    anchor: Optional[str] = ANCHOR,
+    probe: Optional[str] = PROBE,
+    router: bool = ROUTER,
+    router_k: int = ROUTER_K,
+    embedding: str = EMBEDDING,
+    baselines: str = typer.Option(",".join(_DEFAULTS.baselines), "--baselines",
+                                  help="Dense baselines in the same run: moa, debate, none."),
+    debate_agents: int = typer.Option(_DEFAULTS.debate_agents, "--debate-agents",
+                                      help="Debate agents; agent i plays pool model i mod |pool|."),
+    debate_rounds: int = typer.Option(_DEFAULTS.debate_rounds, "--debate-rounds", help="Rounds including the first."),
+    max_tokens: int = MAX_TOKENS,
+    probe_max_tokens: int = PROBE_MAX_TOKENS,
+    temperature: float = TEMPERATURE,
+    seed: int = SEED,
+    pool: Optional[Path] = POOL,
+    db: Path = DB,
+    run_id: Optional[str] = RUN_ID,
 ) -> None:
     """Accept confident anchor answers, verify ambiguous ones with a peer probe, escalate the rest;
     compare with anchor-only, router-only, Mixture-of-Agents and debate on the same questions."""
@@ -196,33 +214,33 @@ def run_comed(
         console.print(_grid(samples, t, the_router is not None), highlight=False)
         outcome = _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router,
                        store=store, run_id=run_id, label="COMED")
-        print_comed_report(comed_summary(store, run_id), store, run_id)
+        print_comed_report(comed_summary(store, run_id, order=METHODS), store, run_id)
         exit_if_failed(outcome, len(problems), run_id)
 
 
 @calibrate_app.command("comed", short_help="Choose COMED's thresholds on a dev split and write them to --out.")
 def calibrate_comed(
-    data: Path = typer.Option(..., "--data", help="Dev split (JSONL) with gold answers."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed when omitted."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems."),
+    data: Path = DEV_DATA,
+    fmt: Optional[str] = FORMAT,
+    limit: Optional[int] = DEV_LIMIT,
     out: Path = typer.Option(Path("comed-thresholds.toml"), "--out", help="Thresholds file to write (for --thresholds)."),
     lam: float = typer.Option(DEFAULT_LAMBDA, "--lambda", help="Cost weight λ: accuracy gain (0.01 = 1 pp) one extra "
                               "model call per question must buy."),
     max_calls: Optional[float] = typer.Option(None, "--max-calls", help="Budget: COMED's mean model calls per question "
                                               "on the dev split, anchor included (e.g. half a dense baseline's)."),
     samples: int = typer.Option(DEFAULT_SAMPLES, "--samples", "-N", help="Anchor samples N (written to --out)."),
-    anchor: Optional[str] = typer.Option(None, "--anchor", help="Fixed anchor model (no router)."),
-    probe: Optional[str] = typer.Option(None, "--probe", help="Peer-probe model."),
-    router: bool = typer.Option(True, "--router/--no-router", help="Route with kNN over past traces in --db (when any)."),
-    router_k: int = typer.Option(5, "--router-k"),
-    embedding: str = typer.Option("auto", "--embedding", help="auto, minilm or tfidf."),
-    max_tokens: int = typer.Option(128, "--max-tokens"),
-    probe_max_tokens: int = typer.Option(64, "--probe-max-tokens"),
-    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
-    seed: int = typer.Option(0, "--seed"),
-    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
+    anchor: Optional[str] = ANCHOR,
+    probe: Optional[str] = PROBE,
+    router: bool = ROUTER,
+    router_k: int = ROUTER_K,
+    embedding: str = EMBEDDING,
+    max_tokens: int = MAX_TOKENS,
+    probe_max_tokens: int = PROBE_MAX_TOKENS,
+    temperature: float = TEMPERATURE,
+    seed: int = SEED,
+    pool: Optional[Path] = POOL,
+    db: Path = DB,
+    run_id: Optional[str] = RUN_ID,
 ) -> None:
     """Run every COMED branch (probe and escalation) on each dev question, then choose the
     thresholds maximising rescue − harm − λ·cost and write them to --out."""
@@ -246,15 +264,12 @@ def calibrate_comed(
         dev = _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,
                    run_id=run_id, label="COMED dev")
         exit_if_failed(dev, len(problems), run_id, unit="dev questions")  # no thresholds from a partial dev run
-        outcomes = dev_outcomes(store, run_id)
-        best = calibrate(outcomes, lam, max_calls)
+        calibration = calibrate_run(store, run_id, lam, max_calls)
+        best = calibration.chosen
         write_thresholds(out, best, n_anchor=samples, lam=lam, max_calls=max_calls,
-                         source=f"{data} ({len(outcomes)} questions, run {run_id}, anchor "
+                         source=f"{data} ({len(calibration.outcomes)} questions, run {run_id}, anchor "
                                 f"{'routed by kNN' if the_router else 'fixed'}; run with the same anchor mode)")
-        policies = [("chosen", best), ("defaults", score_policy(outcomes, EscalationThresholds(), lam))]
-        if max_calls is not None:
-            policies.append(("without the budget", calibrate(outcomes, lam)))
-        for name, p in policies:
+        for name, p in calibration.policies:
             t = p.thresholds
             console.print(f"{name}: τ_hi={t.tau_hi:.4g}, τ_lo={t.tau_lo:.4g}, m_min={t.m_min:.4g}: objective "
                           f"{p.objective:.4f} (rescues {p.rescues}, harms {p.harms}, extra calls {p.extra_calls}, "
@@ -263,60 +278,12 @@ def calibrate_comed(
         console.print(f"thresholds written to {out}; use them with `agora run comed --thresholds {out}`", highlight=False)
 
 
-# ---------------------------------------------------------------------------- report
-
-
-def dev_outcomes(store: TraceStore, run_id: str) -> list[DevOutcome]:
-    """Calibration inputs from an ``explore`` run: one :class:`DevOutcome` per question with a
-    gold answer and every branch recorded (:func:`agora.traces.bench.comed_dev_outcomes`)."""
-    return comed_dev_outcomes(store, run_id)
-
-
-@dataclass(frozen=True, slots=True)
-class ComedSummary:
-    rows: list[MethodRow]
-    calls_per_question: dict[str, float]
-    """Mean model calls (requests) per question, per method."""
-    tokens_per_question: dict[str, float]
-    """Mean decoded tokens per question, per method."""
-    decisions: dict[str, int]
-    """Questions per decision of the decide step: ``accept``, ``verify``, ``escalate``."""
-    outcomes: dict[str, int]
-    """Questions per outcome: ``accept``, ``verify_accept``, ``verify_escalate``, ``escalate``."""
-    rescue_harm: RescueHarm
-    """Over questions with a gold answer; the identity is checked on each of them."""
-
-
-def comed_summary(store: TraceStore, run_id: str) -> ComedSummary:
-    """The COMED report of a run, from the trace store.
-
-    Raises:
-        ValueError: the rescue–harm identity fails on some question (see :func:`rescue_harm`).
-    """
-    details = {q["question_id"]: json.loads(q["detail"] or "{}") for q in store.questions(run_id)}
-    calls: dict[str, list[int]] = {}
-    by_q: dict[str, dict[str, Any]] = {}
-    tokens: dict[str, list[int]] = {}
-    for r in store.results(run_id):
-        by_q.setdefault(r["question_id"], {})[r["method"]] = r
-        tokens.setdefault(r["method"], []).append(r["completion_tokens"] or 0)
-        n = r.get("calls")  # results.calls; databases from before it keep the count in the detail JSON
-        if n is None:
-            n = (details.get(r["question_id"], {}).get("method_calls") or {}).get(r["method"])
-        calls.setdefault(r["method"], []).append(n or 0)
-    scored = [q for q, ms in by_q.items() if ms.get("comed", {}).get("correct") is not None]
-    rh = rescue_harm([bool(by_q[q]["anchor"]["correct"]) for q in scored],
-                     [bool(by_q[q]["comed"]["correct"]) for q in scored],
-                     [bool(details[q].get("escalated")) for q in scored])
-    return ComedSummary(
-        rows=method_table(store, run_id, order=METHODS),
-        calls_per_question={m: sum(v) / len(v) for m, v in calls.items()},
-        tokens_per_question={m: sum(v) / len(v) for m, v in tokens.items()},
-        decisions=dict(Counter(d.get("decision") for d in details.values())),
-        outcomes=dict(Counter(d.get("outcome") for d in details.values())), rescue_harm=rh)
+# ---------------------------------------------------------------------------- report (computed in traces/comed.py)
 
 
 def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
+    """Print the run's method table, decisions, rescue–harm line, COMED's cost against the dense
+    baselines and its failed questions."""
     table = Table(title=f"COMED run {run_id}")
     for col in ("method", "questions", "failed", "accuracy %", "95% CI", "calls/q", "samples/q", "decoded tok/q"):
         table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")

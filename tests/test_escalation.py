@@ -29,11 +29,12 @@ from agora.agents.pool import ModelPool
 from agora.agents.router import KNNRouter, RouterExample
 from agora.agents.testing import ScriptedChatModel
 import agora.cli.comed as comed_cli
-from agora.cli.comed import comed_summary, dev_outcomes
 from agora.cli.main import app
 from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_detail
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import Problem
+from agora.traces.bench import comed_dev_outcomes
+from agora.traces.comed import calibrate_run, comed_summary
 from agora.traces.store import TraceStore
 
 T = EscalationThresholds(tau_hi=0.67, tau_lo=0.34, m_min=0.2)
@@ -346,13 +347,35 @@ def test_summary_identity_and_dev_outcomes_from_a_run():
     run_problems(build_escalation_graph(), problems, store=store, run_id="dev", protocol="comed",
                  context=EscalationContext(pool, EscalationConfig(thresholds=T, baselines=(), explore=True)),
                  config={}, pool_description=[], dataset={}, detail=comed_detail)
-    outcomes = dev_outcomes(store, "dev")
+    outcomes = comed_dev_outcomes(store, "dev")
     assert [(o.sc, o.anchor_correct, o.probe_agrees, o.escalation_correct) for o in outcomes] == [
         (pytest.approx(1 / 3), False, False, True), (1.0, True, False, True)]
     s = comed_summary(store, "dev")
     rh = s.rescue_harm
     assert (rh.n, rh.rescues, rh.harms, rh.anchor_correct, rh.final_correct) == (2, 1, 0, 1, 2)
     assert s.outcomes == {"escalate": 1, "accept": 1}
+
+
+def test_calibrate_run_scores_the_chosen_thresholds_against_the_defaults():
+    # the dev run above: q1 anchor B (SC 1/3) and one peer (b) rescues it; q2 anchor A unanimous
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(responses=answers("B", "C", "D", "A", "A", "A")),
+                                       "b": ScriptedChatModel(responses=answers("X", "A", "X", "C"))})
+    problems = [Problem(id=f"q{i}", question=MC["question"], gold="A", kind="mc", n_choices=4) for i in (1, 2)]
+    store = TraceStore(":memory:")
+    run_problems(build_escalation_graph(), problems, store=store, run_id="dev", protocol="comed",
+                 context=EscalationContext(pool, EscalationConfig(thresholds=T, baselines=(), explore=True)),
+                 config={}, pool_description=[], dataset={}, detail=comed_detail)
+    c = calibrate_run(store, "dev", lam=0.01)
+    assert len(c.outcomes) == 2 and [name for name, _ in c.policies] == ["chosen", "defaults"]
+    defaults = dict(c.policies)["defaults"]  # 0.67/0.34: q1 escalates (1 extra call, a rescue), q2 accepted
+    assert (defaults.rescues, defaults.harms, defaults.extra_calls) == (1, 0, 1)
+    assert defaults.objective == pytest.approx((1 - 0.01 * 1) / 2)
+    assert c.chosen == calibrate(c.outcomes, 0.01) and c.chosen.objective >= defaults.objective
+    # a budget of the anchor's one call per question leaves only never-escalating thresholds
+    budget = calibrate_run(store, "dev", lam=0.01, max_calls=1)
+    assert [name for name, _ in budget.policies] == ["chosen", "defaults", "without the budget"]
+    assert (budget.chosen.extra_calls, budget.chosen.objective) == (0, 0.0)
+    assert dict(budget.policies)["without the budget"] == c.chosen
 
 
 def test_cli_refuses_bad_thresholds_with_one_line(tmp_path):
