@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -13,30 +13,33 @@ from agora.cli import _run
 from agora.cli._apps import run_app
 from agora.cli._shared import MAX_TEMPERATURE, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
 from agora.graphs.delegation import METHODS, DelegationContext
-from agora.tasks.loaders import FORMATS, load_problems
+from agora.tasks.loaders import load_problems
 from agora.traces.report import method_table, run_totals
 from agora.traces.store import TraceStore
+
+_DEFAULTS = DelegationConfig()  # the options' defaults
 
 
 @run_app.command("align", short_help="ALIGN delegation compared with single-agent, self-consistency and best-of-n·k.")
 def run_align(
-    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL). Default: 5 GSM8K test problems shipped with Agora (--format synthetic: generated arithmetic)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated)."),
-    agents: int = typer.Option(2, "--agents", "-n", min=1, help="Number of agents n."),
-    samples: int = typer.Option(3, "--samples", "-k", min=1, help="Candidates each agent samples (k)."),
-    tau: float = typer.Option(0.5, "--tau", min=0.0, max=1.0, help="Principal's committed acceptance threshold on U."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Max generated tokens per sample."),
-    temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
-    seed: int = typer.Option(0, "--seed"),
-    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
+    data: Optional[Path] = _run.DATA,
+    fmt: Optional[str] = _run.FORMAT,
+    limit: Optional[int] = _run.LIMIT,
+    agents: int = typer.Option(_DEFAULTS.n_agents, "--agents", "-n", min=1, help="Number of agents n."),
+    samples: int = typer.Option(_DEFAULTS.k_samples, "--samples", "-k", min=1, help="Candidates each agent samples (k)."),
+    tau: float = typer.Option(_DEFAULTS.tau, "--tau", min=0.0, max=1.0,
+                              help="Principal's committed acceptance threshold on U."),
+    max_tokens: int = typer.Option(_DEFAULTS.max_tokens, "--max-tokens", min=1, help="Max generated tokens per sample."),
+    temperature: float = typer.Option(_DEFAULTS.temperature, "--temperature", min=0.0, max=MAX_TEMPERATURE),
+    seed: int = typer.Option(_DEFAULTS.seed, "--seed"),
+    pool: Optional[Path] = _run.POOL,
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
+    db: Path = _run.DB,
+    run_id: Optional[str] = _run.RUN_ID,
     concurrency: int = typer.Option(1, "--concurrency", min=1,
                                     help="Questions in flight at once. >1 pays off on a served pool (vLLM batches "
                                          "their requests); the embedded llama.cpp pool decodes one at a time."),
-    durability: Literal["async", "sync", "exit"] = typer.Option("async", "--durability",
+    durability: _run.Durability = typer.Option("async", "--durability",
                                    help="Checkpoint each question after every step (async, sync) or only when it "
                                         "ends or stops (exit: faster; a killed process redoes that question)."),
 ) -> None:
