@@ -35,7 +35,6 @@ from functools import lru_cache
 from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
-from langgraph.errors import GraphDrained
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import RunControl, Runtime
 from langgraph.types import Send
@@ -50,7 +49,7 @@ from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._common import emit, settings_from
-from agora.graphs.runner import open_checkpointer, raise_if_drained
+from agora.graphs.runner import raise_if_drained, recorded_run
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
@@ -569,18 +568,17 @@ def run_duels(
     config = cfg.describe(len(problems))
     fingerprint = duel_traces.instruction_fingerprint([p.id for p in problems])
     dataset = {**(dataset or {}), "count": len(problems), "fingerprint": fingerprint}
-    resumed = store.start_run(run_id, cfg.mode, config=config, pool=pool.describe(), dataset=dataset,
-                              pool_may_change=pool_may_change)
-    if resumed:
-        duel_traces.check_same_run(store, run_id, config, fingerprint)
-    duel_traces.create_tables(store)
-    saved = duel_traces.load_state(store, run_id, cfg.reputation.window)
-    outcome = DuelRunOutcome(run_id=run_id, resumed=resumed, skipped=len(saved.done))
-    reputation, leader, number = saved.reputation, saved.leader, saved.duels
-    ctx = DuelContext(pool=pool, config=cfg, instructions=problems)
-    saver = open_checkpointer(store.path)
-    compiled = build_duel_graph().compile(checkpointer=saver)
-    try:
+    with recorded_run(store, run_id, cfg.mode, config=config, pool=pool.describe(), dataset=dataset,
+                      pool_may_change=pool_may_change) as run:
+        if run.resumed:
+            duel_traces.check_same_run(store, run_id, config, fingerprint)
+        duel_traces.create_tables(store)
+        saved = duel_traces.load_state(store, run_id, cfg.reputation.window)
+        outcome = DuelRunOutcome(run_id=run_id, resumed=run.resumed, skipped=len(saved.done))
+        reputation, leader, number = saved.reputation, saved.leader, saved.duels
+        run.progress = lambda: {"duels": number}  # an error or a stop: the row says how many were played
+        ctx = DuelContext(pool=pool, config=cfg, instructions=problems)
+        compiled = build_duel_graph().compile(checkpointer=run.saver)
         for t in range(cfg.iterations):
             for d in range(cfg.duels):
                 duel_id = f"{run_id}:{t}:{d}"
@@ -594,8 +592,8 @@ def run_duels(
                 pending = bool(snapshot.next) or bool(snapshot.tasks)
                 if pending or "record" not in snapshot.values:
                     inp = None if pending else {"run_id": run_id, "iteration": t, "index": d,
-                                                      "duel_number": number, "reputation": reputation,
-                                                      "leader": leader}
+                                                "duel_number": number, "reputation": reputation,
+                                                "leader": leader}
                     try:
                         for _ns, mode, chunk in compiled.stream(inp, thread, context=ctx, control=control,
                                                                 stream_mode=["custom", "updates"], subgraphs=True):
@@ -606,23 +604,13 @@ def run_duels(
                         raise
                 values = compiled.get_state(thread).values
                 rec = values["record"]
-                duel_traces.record_duel(store, rec, values.get("calls") or [])
-                saver.delete_thread(duel_id)
+                SPEC.record(store, rec, values.get("calls") or [])  # duel_traces.record_duel
+                run.saver.delete_thread(duel_id)
                 reputation, leader, number = values["reputation"], values["leader"], number + 1
                 outcome.records.append(rec)
                 if on_duel is not None:
                     on_duel(rec)
-        store.finish_run(run_id, summary=duel_traces.summary(store, run_id))
-    except BaseException as exc:  # never left "running": interrupted (Ctrl-C, a drain) or failed
-        stopped = isinstance(exc, (GraphDrained, KeyboardInterrupt))
-        try:
-            store.finish_run(run_id, summary={"duels": number, "error": f"{type(exc).__name__}: {exc}"[:500]},
-                             status="interrupted" if stopped else "failed")
-        except Exception:  # noqa: BLE001 - the trace DB itself failed: keep the first error
-            pass
-        raise
-    finally:
-        saver.close()
+        run.finish(duel_traces.summary(store, run_id))
     return outcome
 
 

@@ -23,6 +23,9 @@ worker thread with ``concurrency > 1``; from a worker thread when the caller alr
 as in a notebook), so nodes with an async twin and the checkpoint writes
 (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`) run without a thread hand-off per step;
 sync-only nodes run in the loop's thread pool, as LangGraph arranges.
+
+The run's row and checkpointer: :func:`recorded_run`, which the other drivers
+(:func:`agora.graphs.duel.run_duels`, :func:`agora.graphs.selection.run_session`) share.
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ import asyncio
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence, get_args
+from typing import Any, Callable, Collection, Iterator, Sequence, get_args
 
 from langgraph.errors import GraphDrained
 from langgraph.graph import StateGraph
@@ -91,6 +95,76 @@ def raise_if_drained(control: RunControl | None) -> None:
     """Raise ``GraphDrained`` before new work starts once ``control`` asked for a drain."""
     if control is not None and control.drain_requested:
         raise GraphDrained(control.drain_reason or "shutdown")
+
+
+STOPPED = (GraphDrained, KeyboardInterrupt)
+"""What ends a run ``interrupted`` (a drain asked for, Ctrl-C) rather than ``failed``."""
+
+
+@dataclass
+class RecordedRun:
+    """A run while a driver runs it (:func:`recorded_run`): its ``runs`` row and its checkpointer."""
+
+    store: TraceStore
+    run_id: str
+    saver: InlineAsyncSqliteSaver
+    """The checkpointer beside the trace DB (closed when the run's ``with`` block ends)."""
+    resumed: bool
+    """The run's row existed: this is a rerun of it."""
+    progress: Callable[[], dict[str, Any]] = dict
+    """The row's summary when the run stops on an error, a drain or Ctrl-C (``"error"`` is added)."""
+    done: bool = False
+    """:meth:`finish` has written the row's final status."""
+
+    def finish(self, summary: Any = None, status: str = "finished") -> None:
+        """Write the row's final ``status`` (``finished``, ``partial``, ``failed``, ``interrupted``)
+        and ``summary``; the ``with`` block then leaves the row as it is."""
+        self.store.finish_run(self.run_id, summary=summary, status=status)
+        self.done = True
+
+
+@contextmanager
+def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, pool: Any, dataset: Any,
+                 pool_may_change: bool = False, group_commit: bool = False) -> Iterator[RecordedRun]:
+    """What every driver does around its work (``run_problems``, ``graphs.duel.run_duels``,
+    ``graphs.selection.run_session``): open the checkpointer (:func:`open_checkpointer`, with
+    ``group_commit``), start or resume the run's row (``TraceStore.start_run``, with its refusal
+    rules and ``pool_may_change``), and, when the ``with`` block ends, write the row's status and
+    close the checkpointer.
+
+    The block ends the row with :meth:`RecordedRun.finish` (default: ``finished``, no summary, when
+    the block returns without calling it). An exception leaving the block marks the row
+    ``interrupted`` (``GraphDrained``, ``KeyboardInterrupt``) or ``failed``, with
+    ``{**run.progress(), "error": "Type: message"}`` as its summary, then propagates; a trace DB
+    that cannot take even that write keeps the first error. A row never stays ``running``.
+
+    Raises:
+        TraceStoreError: the checkpoint file cannot be opened (before the row is touched).
+        ValueError: ``start_run`` refuses the rerun (another protocol, settings, pool or dataset);
+            the row is left as it was and the checkpointer closed.
+    """
+    saver = open_checkpointer(store.path, group_commit=group_commit)
+    try:
+        resumed = store.start_run(run_id, protocol, config=config, pool=pool, dataset=dataset,
+                                  pool_may_change=pool_may_change)
+    except BaseException:
+        saver.close()
+        raise
+    run = RecordedRun(store=store, run_id=run_id, saver=saver, resumed=resumed)
+    try:
+        yield run
+        if not run.done:
+            run.finish()
+    except BaseException as exc:
+        if not run.done:
+            try:
+                store.finish_run(run_id, summary={**run.progress(), "error": f"{type(exc).__name__}: {exc}"[:500]},
+                                 status="interrupted" if isinstance(exc, STOPPED) else "failed")
+            except Exception:  # noqa: BLE001 - the trace DB itself is what failed: keep the first error
+                pass
+        raise
+    finally:
+        saver.close()
 
 
 @dataclass
@@ -205,131 +279,118 @@ def run_problems(
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
     if durability not in get_args(Durability):
         raise ValueError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
-    saver = open_checkpointer(store.path, group_commit=True)  # committed after each question (solve)
-    try:
-        resumed = store.start_run(run_id, protocol, config=config, pool=pool_description,
-                                  dataset={**dataset, "count": len(problems)})
-    except BaseException:
-        saver.close()
-        raise
-    done = store.finished_questions(run_id)
-    outcome = RunOutcome(run_id=run_id, resumed=resumed, skipped=sum(p.id in done for p in problems))
-    todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done and (only is None or p.id in only)]
-    later = 0 if only is None else sum(p.id not in done and p.id not in only for p in problems)
-    graph = builder.compile(checkpointer=saver)
+    with recorded_run(store, run_id, protocol, config=config, pool=pool_description,
+                      dataset={**dataset, "count": len(problems)},
+                      group_commit=True) as run:  # its checkpointer commits after each question (solve)
+        saver = run.saver
+        done = store.finished_questions(run_id)
+        outcome = RunOutcome(run_id=run_id, resumed=run.resumed, skipped=sum(p.id in done for p in problems))
+        run.progress = lambda: {"questions": len(problems), "recorded": len(outcome.outcomes),
+                                "failed": len(outcome.failed)}
+        todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done and (only is None or p.id in only)]
+        later = 0 if only is None else sum(p.id not in done and p.id not in only for p in problems)
+        graph = builder.compile(checkpointer=saver)
 
-    keys = list(builder.channels)  # the whole state, so no get_state after a question
-    loops: dict[int, asyncio.AbstractEventLoop] = {}
-    loops_lock = threading.Lock()
+        keys = list(builder.channels)  # the whole state, so no get_state after a question
+        loops: dict[int, asyncio.AbstractEventLoop] = {}
+        loops_lock = threading.Lock()
 
-    def thread_loop() -> asyncio.AbstractEventLoop:
-        """This thread's event loop for this run (created on first use, closed when the run ends)."""
-        with loops_lock:
-            loop = loops.get(threading.get_ident())
-            if loop is None:
-                loop = loops[threading.get_ident()] = asyncio.new_event_loop()
-                # Sync-only chat models (llama.cpp, the OpenAI-compatible client) run in the loop's
-                # default pool; asyncio's default (cpus + 4 threads) would queue a wider fan-out.
-                loop.set_default_executor(ThreadPoolExecutor(max_workers=MODEL_CALL_THREADS,
-                                                             thread_name_prefix="agora-model-call"))
-            return loop
+        def thread_loop() -> asyncio.AbstractEventLoop:
+            """This thread's event loop for this run (created on first use, closed when the run ends)."""
+            with loops_lock:
+                loop = loops.get(threading.get_ident())
+                if loop is None:
+                    loop = loops[threading.get_ident()] = asyncio.new_event_loop()
+                    # Sync-only chat models (llama.cpp, the OpenAI-compatible client) run in the loop's
+                    # default pool; asyncio's default (cpus + 4 threads) would queue a wider fan-out.
+                    loop.set_default_executor(ThreadPoolExecutor(max_workers=MODEL_CALL_THREADS,
+                                                                 thread_name_prefix="agora-model-call"))
+                return loop
 
-    async def run_graph(inp: dict[str, Any] | None, thread: dict[str, Any], problem: Problem) -> dict[str, Any]:
-        if on_event is None:
-            return await graph.ainvoke(inp, thread, context=context, durability=durability, control=control,
-                                       output_keys=keys)
-        values: dict[str, Any] = {}
-        async for ns, mode, chunk in graph.astream(inp, thread, context=context, stream_mode=["custom", "values"],
-                                                   subgraphs=True, durability=durability, control=control,
-                                                   output_keys=keys):
-            if mode == "custom":
-                on_event({"question_id": problem.id, **chunk})
-            elif not ns:
-                values = chunk
-        return values
+        async def run_graph(inp: dict[str, Any] | None, thread: dict[str, Any], problem: Problem) -> dict[str, Any]:
+            if on_event is None:
+                return await graph.ainvoke(inp, thread, context=context, durability=durability, control=control,
+                                           output_keys=keys)
+            values: dict[str, Any] = {}
+            async for ns, mode, chunk in graph.astream(inp, thread, context=context, stream_mode=["custom", "values"],
+                                                       subgraphs=True, durability=durability, control=control,
+                                                       output_keys=keys):
+                if mode == "custom":
+                    on_event({"question_id": problem.id, **chunk})
+                elif not ns:
+                    values = chunk
+            return values
 
-    def solve(problem: Problem) -> tuple[dict[str, Any], float, bool]:
-        """Run (or resume) one question's graph; its final state, wall seconds, whether resumed."""
-        thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
-        start = time.perf_counter()
-        inp: dict[str, Any] | None = problem_input(problem)
-        was_started = False
-        if saver.get_tuple(thread) is not None:  # a checkpoint exists: finish or resume it
-            snapshot = graph.get_state(thread)
-            was_started = bool(snapshot.values)
-            # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
-            # branches appear in ``tasks`` only. A question counts as finished only once the graph
-            # has written its ``methods``; anything else runs (or resumes) the graph.
-            pending = bool(snapshot.next) or bool(snapshot.tasks)
-            if was_started and not pending and finished(snapshot.values):
-                return snapshot.values, time.perf_counter() - start, was_started
-            inp = None if pending else inp
-        try:
-            values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
-        except ModelCallError as exc:  # an unreachable model: keep its failed attempts, then stop the run
-            store.record_calls(run_id, protocol, problem.id, exc.records)
-            raise
-        finally:
-            saver.commit()  # task writes waiting for a shared commit (an error or a stop leaves some)
-        return values, time.perf_counter() - start, was_started
+        def solve(problem: Problem) -> tuple[dict[str, Any], float, bool]:
+            """Run (or resume) one question's graph; its final state, wall seconds, whether resumed."""
+            thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
+            start = time.perf_counter()
+            inp: dict[str, Any] | None = problem_input(problem)
+            was_started = False
+            if saver.get_tuple(thread) is not None:  # a checkpoint exists: finish or resume it
+                snapshot = graph.get_state(thread)
+                was_started = bool(snapshot.values)
+                # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
+                # branches appear in ``tasks`` only. A question counts as finished only once the graph
+                # has written its ``methods``; anything else runs (or resumes) the graph.
+                pending = bool(snapshot.next) or bool(snapshot.tasks)
+                if was_started and not pending and finished(snapshot.values):
+                    return snapshot.values, time.perf_counter() - start, was_started
+                inp = None if pending else inp
+            try:
+                values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
+            except ModelCallError as exc:  # an unreachable model: keep its failed attempts, then stop the run
+                store.record_calls(run_id, protocol, problem.id, exc.records)
+                raise
+            finally:
+                saver.commit()  # task writes waiting for a shared commit (an error or a stop leaves some)
+            return values, time.perf_counter() - start, was_started
 
-    def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
-        methods = values.get("methods") or {}
-        main = methods.get(protocol) or {}
-        calls = values.get("calls") or []
-        if question_failed(protocol, methods, calls):  # no answer: store its calls, retry it on a rerun
-            store.record_calls(run_id, protocol, problem.id, calls)
+        def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
+            methods = values.get("methods") or {}
+            main = methods.get(protocol) or {}
+            calls = values.get("calls") or []
+            if question_failed(protocol, methods, calls):  # no answer: store its calls, retry it on a rerun
+                store.record_calls(run_id, protocol, problem.id, calls)
+                saver.delete_thread(f"{run_id}:{problem.id}")
+                errors = [c["error"] for c in calls if c.get("error")]
+                q = QuestionOutcome(problem, None, methods, calls, wall, resumed=was_started, failed=True,
+                                    error=errors[-1] if errors else "no model call was made")
+                outcome.failed.append(q)
+                if on_question is not None:
+                    on_question(q)
+                return
+            store.record_question(
+                run_id, protocol,
+                {"question_id": problem.id, "idx": idx, "source": problem.source, "kind": problem.kind,
+                 "question": problem.question, "gold": problem.gold, "answer": values.get("answer"),
+                 "correct": main.get("correct"), "wall_s": wall, "detail": detail(values)},
+                methods, values.get("calls") or [],
+            )
             saver.delete_thread(f"{run_id}:{problem.id}")
-            errors = [c["error"] for c in calls if c.get("error")]
-            q = QuestionOutcome(problem, None, methods, calls, wall, resumed=was_started, failed=True,
-                                error=errors[-1] if errors else "no model call was made")
-            outcome.failed.append(q)
+            q = QuestionOutcome(problem, values.get("answer"), methods, values.get("calls") or [], wall,
+                                resumed=was_started)
+            outcome.outcomes.append(q)
             if on_question is not None:
                 on_question(q)
-            return
-        store.record_question(
-            run_id, protocol,
-            {"question_id": problem.id, "idx": idx, "source": problem.source, "kind": problem.kind,
-             "question": problem.question, "gold": problem.gold, "answer": values.get("answer"),
-             "correct": main.get("correct"), "wall_s": wall, "detail": detail(values)},
-            methods, values.get("calls") or [],
-        )
-        saver.delete_thread(f"{run_id}:{problem.id}")
-        q = QuestionOutcome(problem, values.get("answer"), methods, values.get("calls") or [], wall,
-                            resumed=was_started)
-        outcome.outcomes.append(q)
-        if on_question is not None:
-            on_question(q)
 
-    try:
-        if concurrency == 1 and not _in_running_loop():
-            for idx, problem in todo:
-                raise_if_drained(control)
-                record(idx, problem, *solve(problem))
-        else:
-            _run_concurrently(todo, solve, record, concurrency, control)
-        summary: dict[str, Any] = {"questions": len(problems)}
-        if outcome.failed:
-            summary.update(recorded=len(outcome.outcomes), failed=len(outcome.failed),
-                           failed_questions={q.problem.id: (q.error or "")[:200] for q in outcome.failed[:50]})
-        if later:
-            summary["later"] = later
-        store.finish_run(run_id, summary=summary,
-                         status="failed" if outcome.failed else "partial" if later else "finished")
-    except BaseException as exc:  # a drain or Ctrl-C marks the run "interrupted", any other error "failed"
-        stopped = isinstance(exc, (GraphDrained, KeyboardInterrupt))
         try:
-            store.finish_run(run_id, summary={"questions": len(problems), "recorded": len(outcome.outcomes),
-                                              "failed": len(outcome.failed),
-                                              "error": f"{type(exc).__name__}: {exc}"[:500]},
-                             status="interrupted" if stopped else "failed")
-        except (sqlite3.Error, TraceStoreError):  # the trace DB itself is what failed: keep the first error
-            pass
-        raise
-    finally:
-        for loop in loops.values():
-            _close_loop(loop)
-        saver.close()
+            if concurrency == 1 and not _in_running_loop():
+                for idx, problem in todo:
+                    raise_if_drained(control)
+                    record(idx, problem, *solve(problem))
+            else:
+                _run_concurrently(todo, solve, record, concurrency, control)
+            summary: dict[str, Any] = {"questions": len(problems)}
+            if outcome.failed:
+                summary.update(recorded=len(outcome.outcomes), failed=len(outcome.failed),
+                               failed_questions={q.problem.id: (q.error or "")[:200] for q in outcome.failed[:50]})
+            if later:
+                summary["later"] = later
+            run.finish(summary, status="failed" if outcome.failed else "partial" if later else "finished")
+        finally:  # then recorded_run marks a stopped run "interrupted", a failed one "failed"
+            for loop in loops.values():
+                _close_loop(loop)
     return outcome
 
 
