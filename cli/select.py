@@ -6,9 +6,10 @@ files in ``--out`` are named after the thread, made a safe file name: ``../x`` s
 ``--simulate THETA`` a simulated user with hidden preference ``θ`` answers instead, and the report
 adds a cumulative-regret plot against uniform random pairs and RUCB.
 
-The session runs :mod:`agora.graphs.selection` on a SQLite checkpointer beside the trace DB
-(``<db>.checkpoints``); the command, not the graph, writes the model calls to the trace DB
-(``model_calls``, one ``questions`` row per prompt, protocol ``cupid``, run id = thread id).
+The session is :func:`agora.graphs.selection.run_session` (checkpoints beside the trace DB in
+``<db>.checkpoints``; model calls in ``model_calls``, one ``questions`` row per prompt, protocol
+``cupid``, run id = thread id); this command builds the pool, asks the human (or the simulated user)
+through its ``choose`` callback, prints the progress and writes the report.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any, Optional
 
 import numpy as np
 import typer
-from langgraph.types import Command
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -42,12 +42,9 @@ from agora.agents.cupid import (
 )
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
-from agora.graphs.runner import open_checkpointer
-from agora.graphs.selection import SelectionContext, build_selection_graph, known_features, parse_choice
+from agora.graphs.selection import SPEC, known_features, parse_choice, run_session, session_settings
 from agora.tasks.loaders import load_problems
 from agora.traces.store import TraceStore
-
-PROTOCOL = "cupid"
 
 
 @app.command("select")
@@ -72,95 +69,58 @@ def select(
     """Find the model you prefer by judging pairs of anonymous answers (CUPID dueling bandit)."""
     with user_errors():
         store = TraceStore(db)
-        saver = open_checkpointer(db)
-        try:
-            graph = build_selection_graph().compile(checkpointer=saver)
-            thread = thread or new_run_id("select")
-            cfg = {"configurable": {"thread_id": thread}}
-            settings = _session_settings(store, graph, cfg, thread)
-            if settings is None:
-                if prompts is None:
-                    raise ValueError("--prompts FILE is needed to start a session")
-                settings = {
-                    "config": asdict(CupidConfig(budget_rounds=budget_rounds, budget_cost=budget_cost,
-                                                 budget_time_s=budget_time, beta=beta, delta=delta,
-                                                 max_tokens=max_tokens, seed=seed)),
-                    "pool_file": str(pool) if pool else None, "variants": variants,
-                    "simulate": simulate, "noisy": noisy, "prompts_file": str(prompts)}
-            config = CupidConfig(**settings["config"])
-            the_pool = get_pool(Path(settings["pool_file"]) if settings["pool_file"] else None)
-            if settings["variants"] or (settings["variants"] is None and len(the_pool) < 3):
-                the_pool = persona_variants(the_pool)
-            context = SelectionContext(pool=the_pool, config=config)
-            if graph.get_state(cfg).values:
-                console.print(f"continuing session [bold]{thread}[/bold] with its first settings", highlight=False)
-                command: Any = None
-            else:
-                items = load_problems(Path(settings["prompts_file"]), "prompts")
-                if not items:
-                    raise ValueError(f"{settings['prompts_file']}: no prompts")
-                arms = the_pool.names
-                given = trace_features(store, arms)
-                if settings["simulate"]:
-                    names, _ = feature_table({m: {LATENCY: 0.0, **v}
-                                              for m, v in known_features(the_pool, arms, given).items()}, arms)
-                    parse_theta(settings["simulate"], names)
-                store.start_run(thread, PROTOCOL, config=settings, pool=the_pool.describe(),
-                                dataset={"path": settings["prompts_file"], "format": "prompts", "count": len(items)})
-                console.print(f"session [bold]{thread}[/bold]: {len(arms)} models ({', '.join(arms)}), "
-                              f"{len(items)} prompts, up to {config.budget_rounds} rounds", highlight=False)
-                command = {"prompts": [{"id": p.id, "text": p.question} for p in items], "models": arms,
-                           "features": given}
-            finished = _drive(graph, cfg, context, command, store, thread, settings)
-            values = graph.get_state(cfg).values
-        finally:
-            saver.close()
-        if not finished:
-            console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
-                          f"[bold]agora select --thread {thread}[/bold]"
-                          f"{'' if db == Path('agora.db') else f' --db {db}'}", highlight=False)
-            return
-        _report(values, settings, thread, out, sim_seeds)
-        store.finish_run(thread, summary=values["recommendation"])
-
-
-def _session_settings(store: TraceStore, graph, cfg, thread: str) -> dict[str, Any] | None:
-    """The settings a thread was started with, or ``None`` for a new thread."""
-    run = store.get_run(thread)
-    if not graph.get_state(cfg).values:
-        return None
-    if run is None or run["protocol"] != PROTOCOL:
-        raise ValueError(f"thread {thread!r} has a checkpoint but no {PROTOCOL} run in {store.path}")
-    return json.loads(run["config"])
-
-
-def _drive(graph, cfg, context, command, store: TraceStore, thread: str, settings: dict) -> bool:
-    """Run the graph to the end, answering each ``ask_user`` interrupt. False when the user stopped."""
-    while True:
-        if command is not None or graph.get_state(cfg).next:
-            try:
-                for event in graph.stream(command, cfg, context=context, stream_mode="custom"):
-                    if event.get("event") in ("measured", "judged", "budget", "recommend"):
-                        console.print(f"[dim]{escape(event['message'])}[/dim]", highlight=False)
-            except KeyboardInterrupt:
-                _record(store, thread, graph.get_state(cfg).values)
-                err_console.print("[yellow]interrupted[/yellow]: judged rounds are saved; rerun with the same --thread")
-                raise typer.Exit(130) from None
-        snapshot = graph.get_state(cfg)
-        _record(store, thread, snapshot.values)
-        if not snapshot.next:
-            return True
-        if not snapshot.interrupts:
-            command = None
-            continue
-        payload = snapshot.interrupts[0].value
-        if settings["simulate"]:
-            choice = _simulated_choice(snapshot.values, settings)
+        thread = thread or new_run_id("select")
+        settings = session_settings(store, thread)
+        resumed = settings is not None
+        if settings is None:
+            if prompts is None:
+                raise ValueError("--prompts FILE is needed to start a session")
+            settings = {
+                "config": asdict(CupidConfig(budget_rounds=budget_rounds, budget_cost=budget_cost,
+                                             budget_time_s=budget_time, beta=beta, delta=delta,
+                                             max_tokens=max_tokens, seed=seed)),
+                "pool_file": str(pool) if pool else None, "variants": variants,
+                "simulate": simulate, "noisy": noisy, "prompts_file": str(prompts)}
+        config = CupidConfig(**settings["config"])
+        the_pool = get_pool(Path(settings["pool_file"]) if settings["pool_file"] else None)
+        if settings["variants"] or (settings["variants"] is None and len(the_pool) < 3):
+            the_pool = persona_variants(the_pool)
+        items, given = None, None
+        if resumed:
+            console.print(f"continuing session [bold]{thread}[/bold] with its first settings", highlight=False)
         else:
-            choice = _ask_terminal(payload)
-            if choice is None:
-                return False
-        command = Command(resume=choice)
+            items = load_problems(Path(settings["prompts_file"]), "prompts")
+            if not items:
+                raise ValueError(f"{settings['prompts_file']}: no prompts")
+            arms = the_pool.names
+            given = trace_features(store, arms)
+            if settings["simulate"]:
+                names, _ = feature_table({m: {LATENCY: 0.0, **v}
+                                          for m, v in known_features(the_pool, arms, given).items()}, arms)
+                parse_theta(settings["simulate"], names)
+            console.print(f"session [bold]{thread}[/bold]: {len(arms)} models ({', '.join(arms)}), "
+                          f"{len(items)} prompts, up to {config.budget_rounds} rounds", highlight=False)
+        choose = ((lambda payload, values: _simulated_choice(values, settings)) if settings["simulate"]
+                  else (lambda payload, values: _ask_terminal(payload)))
+        try:
+            values = run_session(the_pool, store, thread, settings, choose, features=given,
+                                 prompts=None if items is None else [{"id": p.id, "text": p.question} for p in items],
+                                 dataset={"path": settings["prompts_file"], "format": "prompts"}, on_event=_show_event)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/yellow]: judged rounds are saved; rerun with the same --thread")
+            raise typer.Exit(130) from None
+    if not SPEC.finished(values):
+        console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
+                      f"[bold]agora select --thread {thread}[/bold]"
+                      f"{'' if db == Path('agora.db') else f' --db {db}'}", highlight=False)
+        return
+    _report(values, settings, thread, out, sim_seeds)
+
+
+def _show_event(event: dict) -> None:
+    """Print the session's progress events (features measured, duels judged, budget, recommendation)."""
+    if event.get("event") in ("measured", "judged", "budget", "recommend"):
+        console.print(f"[dim]{escape(event['message'])}[/dim]", highlight=False)
 
 
 def _simulated_choice(values: dict, settings: dict) -> str:
@@ -193,20 +153,6 @@ def _ask_terminal(payload: dict) -> str | None:
         if choice is not None:
             return choice
         console.print("please answer A, B, tie or q")
-
-
-def _record(store: TraceStore, thread: str, values: dict) -> None:
-    """Write the session's model calls to the trace DB, one question row per prompt (idempotent)."""
-    calls = values.get("calls") or []
-    history = values.get("history") or []
-    for idx, item in enumerate(values.get("prompt_items") or []):
-        mine = [c for c in calls if c.get("question_id") == item["id"]]
-        if not mine:
-            continue
-        duels = [h for h in history if h["prompt_id"] == item["id"]]
-        store.record_question(thread, PROTOCOL, {
-            "question_id": item["id"], "idx": idx, "source": "prompts", "kind": "open", "question": item["text"],
-            "gold": None, "answer": None, "correct": None, "wall_s": None, "detail": {"duels": duels}}, {}, mine)
 
 
 def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int) -> None:
