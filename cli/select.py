@@ -45,6 +45,7 @@ from agora.cli._apps import app
 from agora.graphs.selection import SPEC, known_features, parse_choice, run_session, session_settings
 from agora.tasks.loaders import load_problems
 from agora.traces.store import TraceStore
+from agora.traces.plots import plot_regret
 
 
 @app.command("select")
@@ -201,29 +202,3 @@ def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int
     path = out / f"{safe_file_name(thread)}.json"
     path.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     console.print(f"report: {path}", highlight=False)
-
-
-def plot_regret(curves: dict[str, np.ndarray], session: np.ndarray, path: Path, title: str = "") -> None:
-    """Mean cumulative regret vs round of each policy (band: ± one standard error over seeds), and
-    the session's own curve. ``curves``: name → ``(seeds, rounds)``; ``session``: ``(rounds_used,)``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for name, c in curves.items():
-        t = np.arange(1, c.shape[1] + 1)
-        mean = c.mean(axis=0)
-        se = c.std(axis=0, ddof=1) / np.sqrt(c.shape[0]) if c.shape[0] > 1 else np.zeros_like(mean)
-        ax.plot(t, mean, label=f"{name} (mean of {c.shape[0]})")
-        ax.fill_between(t, mean - se, mean + se, alpha=0.2)
-    if session.size:
-        ax.plot(np.arange(1, session.size + 1), session, "k.--", label="this session")
-    ax.set_xlabel("round")
-    ax.set_ylabel("cumulative regret")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -1,7 +1,7 @@
 """The PNG figures of Agora's reports, drawn with matplotlib (Agg backend, no display needed).
 
-``agora report diversity``'s heatmaps are here; ``agora bench`` draws its accuracy-against-tokens
-plot in :mod:`agora.traces.bench`.
+``agora report diversity``'s heatmaps and ``agora select``'s regret curves are here; ``agora bench``
+draws its accuracy-against-tokens plot in :mod:`agora.traces.bench`.
 """
 
 from __future__ import annotations
@@ -64,3 +64,29 @@ def write_heatmaps(report: DiversityReport, out: Path) -> list[Path]:
     heatmap(report.distance, report.models, report.models, "Behavioural distance", "distance", paths[1],
              ("model", "model"))
     return paths
+
+
+def plot_regret(curves: dict[str, np.ndarray], session: np.ndarray, path: Path, title: str = "") -> None:
+    """Mean cumulative regret vs round of each policy (band: ± one standard error over seeds), and
+    the session's own curve. ``curves``: name → ``(seeds, rounds)``; ``session``: ``(rounds_used,)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, c in curves.items():
+        t = np.arange(1, c.shape[1] + 1)
+        mean = c.mean(axis=0)
+        se = c.std(axis=0, ddof=1) / np.sqrt(c.shape[0]) if c.shape[0] > 1 else np.zeros_like(mean)
+        ax.plot(t, mean, label=f"{name} (mean of {c.shape[0]})")
+        ax.fill_between(t, mean - se, mean + se, alpha=0.2)
+    if session.size:
+        ax.plot(np.arange(1, session.size + 1), session, "k.--", label="this session")
+    ax.set_xlabel("round")
+    ax.set_ylabel("cumulative regret")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
