@@ -115,7 +115,7 @@ def _dev_splits(calibrate_on: str | None, dev: int, tasks: list[TaskFile]) -> li
 def _router(store: TraceStore, pool: ModelPool, bench_id: str, questions: set[str], k: int,
             embedding: str) -> KNNRouter | None:
     """A kNN router over the DB's runs outside this bench, never on its test or dev questions."""
-    own = [r["run_id"] for r in store.db.query("select run_id from runs") if r["run_id"].startswith(f"{bench_id}:")]
+    own = store.run_ids(prefix=f"{bench_id}:")
     try:
         router = KNNRouter(history_from_store(store, exclude_runs=own, exclude_questions=questions), pool.names,
                            k=k, embedding=embedding)

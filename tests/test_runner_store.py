@@ -318,3 +318,12 @@ def test_an_unreachable_model_marks_the_run_failed_and_a_rerun_finishes_it(tmp_p
     working = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=answer_twice)})
     out = run(store, working, config=DelegationConfig(n_agents=1, k_samples=1))
     assert out.resumed and len(out.outcomes) == 3 and store.get_run("r1")["status"] == "finished"
+
+
+def test_run_ids_lists_runs_by_prefix_oldest_first():
+    store = TraceStore(":memory:")
+    assert store.run_ids() == []
+    for rid in ("b1:gsm8k:align", "other", "b1:gsm8k:comed", "b10:x:align"):
+        store.start_run(rid, "align", config={}, pool=[], dataset={})
+    assert store.run_ids("b1:") == ["b1:gsm8k:align", "b1:gsm8k:comed"]
+    assert store.run_ids() == ["b1:gsm8k:align", "other", "b1:gsm8k:comed", "b10:x:align"]

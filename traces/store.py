@@ -212,6 +212,13 @@ class TraceStore:
 
     # ------------------------------------------------------------------ questions
 
+    def run_ids(self, prefix: str = "") -> list[str]:
+        """The ids of the runs in this DB that start with ``prefix`` (all by default), oldest first."""
+        if not self._has("runs"):
+            return []
+        return [r["run_id"] for r in self.db.query("select run_id from runs order by rowid")
+                if r["run_id"].startswith(prefix)]
+
     def finished_questions(self, run_id: str) -> set[str]:
         """Ids of questions already recorded for ``run_id`` (a rerun skips them; failed questions
         are not recorded, so a rerun retries them)."""
