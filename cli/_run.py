@@ -54,39 +54,59 @@ CONCURRENCY = typer.Option(1, "--concurrency", min=1, help="Questions in flight 
                                                              "pool (vLLM batches their requests).")
 DURABILITY = typer.Option("async", "--durability", help="Checkpoint each question after every step (async, sync) "
                                                         "or only when it ends or stops (exit).")
-CONFIG = typer.Option(None, "--config", help="Settings file (TOML): a table named after the protocol (moa, "
-                                             "debate) with its settings' fields; options given on the command "
-                                             "line win over the file.")
+CONFIG = typer.Option(None, "--config", help="Settings file (TOML): a table named after the protocol ([moa], "
+                                             "[debate], [comed]) with its settings' fields; options given on the "
+                                             "command line win over the file.")
 
 S = TypeVar("S")
 
 
-def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: str, given: dict[str, Any]) -> S:
-    """The settings dataclass ``cls`` from the command's options (``given``: field → option value, the
-    option named as the field) and, with ``--config FILE``, the file's ``[table]``: a field the
-    command line set wins, else the file's value, else the option's default.
+def config_table(config_file: Path, table: str, cls: type) -> dict[str, Any]:
+    """The ``[table]`` of the TOML settings file ``config_file`` (field → value, not yet checked).
+
+    Raises:
+        ValueError: a missing or invalid file, or no ``[table]`` in it (the fields of ``cls`` listed).
+    """
+    path = Path(config_file)
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8")).get(table)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"--config {path}: invalid TOML: {exc}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path}: no [{table}] table (fields: {', '.join(f.name for f in fields(cls))})")
+    return values
+
+
+def typed_options(ctx: typer.Context) -> set[str]:
+    """The parameters of this command that were set on the command line (not defaults)."""
+    # Typer vendors click (typer._click): compare the source by name, not by click's enum.
+    return {k for k in ctx.params if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"}
+
+
+def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: str, given: dict[str, Any],
+             options: dict[str, tuple[str, ...]] | None = None) -> S:
+    """The settings dataclass ``cls`` from the command's options (``given``: field → option value)
+    and, with ``--config FILE``, the file's ``[table]``: a field the command line set wins, else the
+    file's value, else ``given``'s (the option's default). ``options``: the parameters that set a
+    field, when not the one named as the field (``{"n_anchor": ("samples",)}``); a field in the
+    file that no option sets is taken from the file.
 
     Raises:
         ValueError: a missing or invalid file, no ``[table]`` in it, an unknown field (named), or a
             bad value (the settings' own check, naming the field).
     """
     if config_file is None:
-        return cls(**given)
-    path = Path(config_file)
-    if not path.is_file():
-        raise ValueError(f"--config {path}: no such file")
+        return cls(**given) if not options else settings_from(given, cls)
+    file_values = config_table(config_file, table, cls)
+    typed = typed_options(ctx)
+    options = options or {}
+    from_file = {k: v for k, v in file_values.items() if not any(o in typed for o in options.get(k, (k,)))}
     try:
-        table_values = tomllib.loads(path.read_text(encoding="utf-8")).get(table)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"--config {path}: invalid TOML: {exc}") from None
-    if not isinstance(table_values, dict):
-        raise ValueError(f"--config {path}: no [{table}] table (fields: {', '.join(f.name for f in fields(cls))})")
-    # Typer vendors click (typer._click): compare the source by name, not by click's enum.
-    typed = {k: v for k, v in given.items() if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"}
-    try:
-        return settings_from({**given, **table_values, **typed}, cls)
+        return settings_from({**given, **from_file}, cls)
     except ValueError as exc:
-        raise ValueError(f"--config {path}: [{table}] {exc}") from None
+        raise ValueError(f"--config {config_file}: [{table}] {exc}") from None
 
 
 def names(value: Optional[str]) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from agora.agents.escalation import (
 from agora.agents.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._apps import calibrate_app, run_app
-from agora.cli._run import FORMAT, LIMIT, POOL, RUN_ID, load_benchmark
+from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, load_benchmark, settings
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
@@ -153,6 +153,11 @@ def _check_out(out: Path) -> None:
         raise ValueError(f"--out {out}: not writable")
 
 
+# The options that set an EscalationConfig field, where not the option named as the field: a field
+# one of them set on the command line is not taken from --config.
+_OPTIONS_OF = {"thresholds": ("thresholds", "tau_hi", "tau_lo", "m_min"), "n_anchor": ("samples", "thresholds")}
+
+
 def _baselines(spec: str) -> tuple[str, ...]:
     names = tuple(b.strip() for b in spec.split(",") if b.strip() and b.strip() != "none")
     unknown = [b for b in names if b not in BASELINES]
@@ -164,6 +169,7 @@ def _baselines(spec: str) -> tuple[str, ...]:
 @run_app.command("comed", short_help="COMED: accept confident anchor answers, verify ambiguous ones, "
                                      "escalate the rest.")
 def run_comed(
+    ctx: typer.Context,
     data: Optional[Path] = DATA,
     fmt: Optional[str] = FORMAT,
     limit: Optional[int] = LIMIT,
@@ -190,18 +196,28 @@ def run_comed(
     pool: Optional[Path] = POOL,
     db: Path = DB,
     run_id: Optional[str] = RUN_ID,
+    config_file: Optional[Path] = CONFIG,
 ) -> None:
     """Accept confident anchor answers, verify ambiguous ones with a peer probe, escalate the rest;
-    compare with anchor-only, router-only, Mixture-of-Agents and debate on the same questions."""
+    compare with anchor-only, router-only, Mixture-of-Agents and debate on the same questions.
+
+    ``--config FILE.toml``: a ``[comed]`` table of EscalationConfig fields (``[comed.thresholds]``
+    for tau_hi, tau_lo, m_min); options given on the command line win, and ``--thresholds`` or any
+    ``--tau-*``/``--m-min`` replaces the file's thresholds."""
     with user_errors():
         file = load_thresholds(thresholds) if thresholds else None
         base = file.thresholds if file else EscalationThresholds()
         given = {k: v for k, v in {"tau_hi": tau_hi, "tau_lo": tau_lo, "m_min": m_min}.items() if v is not None}
         samples = _samples(samples, file, thresholds)
-        config = EscalationConfig(
-            thresholds=EscalationThresholds(**{**asdict(base), **given}), n_anchor=samples, anchor=anchor, probe=probe,
-            baselines=_baselines(baselines), debate_agents=debate_agents, debate_rounds=debate_rounds,
-            max_tokens=max_tokens, probe_max_tokens=probe_max_tokens, temperature=temperature, seed=seed)
+        config = settings(ctx, EscalationConfig, config_file, "comed", {
+            "thresholds": asdict(EscalationThresholds(**{**asdict(base), **given})), "n_anchor": samples,
+            "anchor": anchor, "probe": probe, "baselines": _baselines(baselines), "debate_agents": debate_agents,
+            "debate_rounds": debate_rounds, "max_tokens": max_tokens, "probe_max_tokens": probe_max_tokens,
+            "temperature": temperature, "seed": seed}, options=_OPTIONS_OF)
+        if file is not None and file.n_anchor is not None and config.n_anchor != file.n_anchor:
+            raise ValueError(f"--config {config_file}: n_anchor {config.n_anchor}, but the thresholds in {thresholds} "
+                             f"were calibrated with n_anchor = {file.n_anchor}")
+        samples = config.n_anchor
         fmt_name, problems = _problems(data, fmt, limit, seed)
         the_pool = get_pool(pool)
         check_pool(config, the_pool.names)

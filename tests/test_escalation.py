@@ -497,3 +497,29 @@ def test_end_to_end_on_the_embedded_pool(shared_data, tmp_path):
     calls = store.calls("e2e")
     assert {c["model"] for c in calls} == {"smollm2-135m", "gemma3-270m"}
     assert any(c["partner"] for c in calls if c["role"] == "debater")
+
+
+def test_run_comed_takes_settings_from_a_config_file_and_the_command_line_wins(tmp_path, monkeypatch):
+    answer = lambda chat, i: "The answer is 4."  # noqa: E731
+    monkeypatch.setattr(comed_cli, "get_pool", lambda path: ModelPool.from_chat_models(
+        {m: ScriptedChatModel(respond=answer) for m in ("a", "b")}))
+    (tmp_path / "comed.toml").write_text("[comed]\nmax_tokens = 32\ndebate_rounds = 1\nshots = 0\nn_anchor = 5\n"
+                                         "baselines = []\n[comed.thresholds]\ntau_hi = 0.5\ntau_lo = 0.2\n")
+    db = tmp_path / "t.db"
+
+    def config(*extra):
+        rid = f"r{len(extra)}"
+        result = CliRunner().invoke(app, ["run", "comed", "--limit", "1", "--no-router", "--db", str(db),
+                                          "--run-id", rid, "--config", str(tmp_path / "comed.toml"), *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(TraceStore(db).get_run(rid)["config"])
+
+    c = config()
+    assert (c["max_tokens"], c["debate_rounds"], c["shots"], c["n_anchor"], c["baselines"]) == (32, 1, 0, 5, [])
+    assert (c["thresholds"]["tau_hi"], c["thresholds"]["tau_lo"]) == (0.5, 0.2)
+    c = config("--max-tokens", "16", "--samples", "3", "--tau-hi", "0.9")
+    assert (c["max_tokens"], c["n_anchor"], c["debate_rounds"]) == (16, 3, 1)  # typed options win, the rest from the file
+    assert (c["thresholds"]["tau_hi"], c["thresholds"]["tau_lo"]) == (0.9, 0.34)  # --tau-hi replaces the file's thresholds
+    (tmp_path / "comed.toml").write_text("[comed]\nmax_tokns = 3\n")
+    result = CliRunner().invoke(app, ["run", "comed", "--db", str(db), "--config", str(tmp_path / "comed.toml")])
+    assert result.exit_code == 2 and "[comed] EscalationConfig: unknown field(s) max_tokns" in result.output
