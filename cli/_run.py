@@ -189,7 +189,7 @@ def finish(store: TraceStore, run_id: str, outcome: RunOutcome, total: int, titl
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstring under each field of a settings dataclass (its first sentence)."""
+    """The attribute docstring under each field of a settings dataclass (whitespace collapsed)."""
     import ast
     import inspect
     import textwrap
@@ -225,20 +225,37 @@ def _field_option(f: Any, hint: Any, doc: str) -> tuple[Any, Any, Callable[[Any]
     return hint, typer.Option(default, flag, help=doc), lambda v: v
 
 
+#: The options every generated command has after its settings' (parameter → annotation, option);
+#: a settings field may not take one of these names.
+SHARED_PARAMS: dict[str, tuple[Any, Any]] = {
+    "pool": (Optional[Path], POOL), "db": (Path, DB), "run_id": (Optional[str], RUN_ID),
+    "concurrency": (int, CONCURRENCY), "durability": (Durability, DURABILITY), "config_file": (Optional[Path], CONFIG),
+}
+
+
 def benchmark_command(name: str, cls: type, *, short_help: str, help: str, context: Callable[..., Any],
                       check: Callable[[Any, list[str]], Any], label: Callable[[Any, list[str]], str],
                       methods: Sequence[str], title: str) -> Callable[..., None]:
     """Register ``agora run <name>``: one option per field of the settings dataclass ``cls`` (named and
     documented as the field, defaults from it), the shared options and ``--config FILE.toml``
     (its ``[name]`` table); the body is the shared scaffold. ``check(config, pool names)`` refuses
-    settings the pool cannot play, ``label`` describes the run in its first line.
+    settings the pool cannot play, ``label`` describes the run in its first line. The command builds
+    its context as ``context(pool, config)``.
+
+    Raises:
+        ValueError: a settings field named as a shared option (``limit``, ``pool``, ``db``...).
     """
     import inspect
     import typing
 
+    from agora.cli import _shared
     from agora.cli._apps import run_app
-    from agora.cli._shared import get_pool, user_errors
 
+    reserved = {"ctx", "data", "fmt", "format", "limit", *SHARED_PARAMS}
+    clash = sorted(f.name for f in fields(cls) if f.name in reserved)
+    if clash:
+        raise ValueError(f"agora run {name}: settings field(s) {', '.join(clash)} of {cls.__name__} clash with the "
+                         f"shared options; rename them (reserved: {', '.join(sorted(reserved))})")
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     converters: dict[str, Callable[[Any], Any]] = {}
@@ -248,15 +265,14 @@ def benchmark_command(name: str, cls: type, *, short_help: str, help: str, conte
         annotation, option, convert = _field_option(f, hints[f.name], docs.get(f.name, ""))
         converters[f.name] = convert
         common.append((f.name, annotation, option))
-    common += [("pool", Optional[Path], POOL), ("db", Path, DB), ("run_id", Optional[str], RUN_ID),
-               ("concurrency", int, CONCURRENCY), ("durability", Durability, DURABILITY),
-               ("config_file", Optional[Path], CONFIG)]
+    common += [(param, annotation, option) for param, (annotation, option) in SHARED_PARAMS.items()]
     for param, annotation, option in common:
         params.append(inspect.Parameter(param, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option,
                                         annotation=annotation))
 
     def command(ctx: typer.Context, **values: Any) -> None:
-        with user_errors():
+        get_pool = _shared.get_pool  # looked up per call: tests patch agora.cli._shared.get_pool
+        with _shared.user_errors():
             data, fmt_name, problems = load_benchmark(values["data"], values["fmt"], values["limit"],
                                                       values.get("seed", 0))
             config = settings(ctx, cls, values["config_file"], name,

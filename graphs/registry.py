@@ -3,8 +3,8 @@
 Entries are lazy ``"module:attr"`` strings naming a :class:`~agora.graphs.spec.ProtocolSpec`; a spec's
 module is imported only when the spec is asked for. Everything that needs the list of protocols reads
 it here: ``agora.graphs`` (its exports), ``langgraph.json`` (:func:`langgraph_config`; a test checks the
-file against it, ``python -m agora.graphs`` prints it), the CLI (``agora protocols``, the
-``run`` commands), and the docs tests.
+file against it, ``python -m agora.graphs --write`` regenerates it), the CLI (the ``run``
+commands: a spec's ``run`` is its command), and the docs tests.
 
 Adding a protocol: declare ``SPEC = ProtocolSpec(...)`` at the end of its graph module (a top-level
 statement, ``name`` a string literal): the registry finds it by reading the package's modules, without
@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,22 +43,32 @@ class Entry:
         return self.target.split(":", 1)[0]
 
 
-_SPEC_LINE = "\nSPEC = ProtocolSpec("
+_SPEC_START = re.compile(r"^SPEC(?:\s*:\s*ProtocolSpec)?\s*=\s*ProtocolSpec\(", re.MULTILINE)
 
 
 def _entry(path: Path) -> tuple[str, Entry] | None:
-    """The protocol a graph module declares (``SPEC = ProtocolSpec(name=..., build=..., ...)`` at top
-    level), read from its source without importing it; ``None`` for a module without one."""
+    """The protocol a graph module declares (``SPEC = ProtocolSpec(name="...", build=..., ...)`` at
+    top level, ``SPEC: ProtocolSpec = ...`` too), read from its source without importing it;
+    ``None`` for a module without one.
+
+    Raises:
+        TypeError: the spec's ``name`` is not a string literal, or its ``build``, ``context``,
+            ``input`` or ``output`` is not a plain name of the module (what ``agora.graphs`` exports).
+    """
     text = path.read_text(encoding="utf-8")
-    at = text.find(_SPEC_LINE)
-    if at < 0:
+    match = _SPEC_START.search(text)
+    if match is None:
         return None
-    tree = ast.parse(text[at + 1:])  # from the SPEC statement on: a few lines, not the whole module
+    tree = ast.parse(text[match.start():])  # from the SPEC statement on: a few lines, not the whole module
     call = tree.body[0].value
     kw = {k.arg: k.value for k in call.keywords}
-    if not isinstance(kw.get("name"), ast.Constant):
+    if not isinstance(kw.get("name"), ast.Constant) or not isinstance(kw["name"].value, str):
         raise TypeError(f"{path}: SPEC's name must be a string literal (the registry reads it without importing)")
-    exports = tuple(kw[k].id for k in ("build", "context", "input", "output") if isinstance(kw.get(k), ast.Name))
+    odd = [k for k in ("build", "context", "input", "output") if k in kw and not isinstance(kw[k], ast.Name)]
+    if odd:
+        raise TypeError(f"{path}: SPEC's {', '.join(odd)} must be plain names defined in the module "
+                        "(agora.graphs exports them by name)")
+    exports = tuple(kw[k].id for k in ("build", "context", "input", "output") if k in kw)
     return kw["name"].value, Entry(f"agora.graphs.{path.stem}:SPEC", exports)
 
 

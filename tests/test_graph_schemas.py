@@ -1,15 +1,17 @@
-"""Every graph in langgraph.json imports, compiles without a checkpointer and has the JSON schemas
-LangGraph Studio asks for (input, output, context)."""
+"""Every registered graph (what langgraph.json lists, generated from the registry: tests/test_registry.py
+checks the file) imports from its Studio path, compiles without a checkpointer and has the JSON
+schemas LangGraph Studio asks for (input, output, context)."""
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from agora.graphs import registry
+
 ROOT = Path(__file__).resolve().parents[1]
-GRAPHS = json.loads((ROOT / "langgraph.json").read_text())["graphs"]
+GRAPHS = registry.langgraph_config()["graphs"]  # the registry, so a new protocol is checked before the file is regenerated
 
 
 def load(spec):
