@@ -327,3 +327,28 @@ def test_run_ids_lists_runs_by_prefix_oldest_first():
         store.start_run(rid, "align", config={}, pool=[], dataset={})
     assert store.run_ids("b1:") == ["b1:gsm8k:align", "b1:gsm8k:comed"]
     assert store.run_ids() == ["b1:gsm8k:align", "other", "b1:gsm8k:comed", "b10:x:align"]
+
+
+def test_report_runs_lists_statuses_counts_and_flags_a_killed_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.report import run_rows
+
+    store = TraceStore(tmp_path / "t.db")
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=lambda chat, i: "The answer is 4."),
+                                       "b": ScriptedChatModel(respond=lambda chat, i: "The answer is 4.")})
+    run(store, pool)  # r1: three questions, q2 (2 + 2) right
+    store.start_run("killed", "align", config={}, pool=[], dataset={})  # left running, as after kill -9
+    rows = {r.run_id: r for r in run_rows(store, now="2999-01-01T00:00:00+00:00")}
+    assert (rows["r1"].status, rows["r1"].questions, rows["r1"].accuracy, rows["r1"].stale) == ("finished", 3, 1 / 3, False)
+    assert rows["killed"].status == "running" and rows["killed"].stale and rows["killed"].questions == 0
+    assert not {r.run_id: r for r in run_rows(store)}["killed"].stale  # just started: not stale yet
+    out = CliRunner().invoke(app, ["report", "runs", "--db", str(tmp_path / "t.db"), "--stale-after", "0"],
+                             terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert "(stale)" in out.output and "probably killed" in out.output and "33.3" in out.output
+    js = CliRunner().invoke(app, ["report", "runs", "--db", str(tmp_path / "t.db"), "--json"])
+    assert [json.loads(line)["run_id"] for line in js.output.splitlines()] == ["r1", "killed"]
+    missing = CliRunner().invoke(app, ["report", "runs", "--db", str(tmp_path / "none.db")])
+    assert missing.exit_code == 2 and "no such trace database" in missing.output

@@ -83,3 +83,57 @@ def run_totals(store: TraceStore, run_id: str) -> dict[str, float]:
         "from model_calls where run_id = ?", [run_id])
     out = {**next(q), **next(c), "failed_questions": len(failed_questions(store, run_id))}
     return {k: (v or 0) for k, v in out.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One run of a trace DB, as ``agora report runs`` lists it."""
+
+    run_id: str
+    protocol: str
+    status: str
+    """As stored: ``running``, ``finished``, ``partial`` (a bench waiting for its next round),
+    ``interrupted`` (Ctrl-C or a drain: rerun to resume), ``failed``."""
+    questions: int
+    """Items recorded (answered questions; duels and sessions count their recorded questions)."""
+    accuracy: float | None
+    """Share of recorded questions with gold whose main answer is right (``None`` without any)."""
+    started_at: str
+    finished_at: str | None
+    last_activity: str | None
+    """When the run last recorded anything (its newest question, else its start)."""
+    host: str | None
+    stale: bool
+    """``running`` with nothing recorded for over ``stale_after_s``: probably killed (``kill -9``,
+    a crash, a machine gone) rather than running; rerun it to resume."""
+
+
+def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None = None) -> list[RunRow]:
+    """Every run of ``store``, oldest first, with its recorded questions and last activity.
+
+    ``now``: an ISO timestamp to judge staleness against (default: the current UTC time)."""
+    from datetime import datetime, timezone
+
+    if "runs" not in store.db.table_names():
+        return []
+    has_q = "questions" in store.db.table_names()
+    counts: dict[str, tuple[int, int, int, str | None]] = {}
+    if has_q:
+        for r in store.db.query("select run_id, count(*) as n, sum(correct is not null) as scored, "
+                                "sum(coalesce(correct, 0)) as right, max(finished_at) as last "
+                                "from questions group by run_id"):
+            counts[r["run_id"]] = (r["n"], r["scored"] or 0, r["right"] or 0, r["last"])
+    moment = datetime.fromisoformat(now) if now else datetime.now(timezone.utc)
+    rows = []
+    for run in store.db.query("select * from runs order by rowid"):
+        n, scored, right, last = counts.get(run["run_id"], (0, 0, 0, None))
+        last = last or run["started_at"]
+        stale = False
+        if run["status"] == "running" and last:
+            seen = datetime.fromisoformat(last)
+            if seen.tzinfo is None:
+                seen = seen.replace(tzinfo=timezone.utc)
+            stale = (moment - seen).total_seconds() > stale_after_s
+        rows.append(RunRow(run["run_id"], run["protocol"], run["status"], n, right / scored if scored else None,
+                           run["started_at"], run["finished_at"], last, run.get("host"), stale))
+    return rows
