@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence
 
 import typer
 from rich.markup import escape
@@ -50,6 +50,7 @@ from agora.graphs.bench import (
     plan,
     remaining,
     resolve_methods,
+    time_left_s,
     run_bench,
 )
 from agora.graphs.runner import QuestionOutcome
@@ -61,9 +62,10 @@ from agora.traces.store import TraceStore
 class _Bar(BenchProgress):
     """One rich progress bar over every question still to run, with the current task and protocol."""
 
-    def __init__(self, progress: Progress, total: int):
+    def __init__(self, progress: Progress, total: int, store: TraceStore | None = None, steps: Sequence[Step] = ()):
         self.progress = progress
         self.task = progress.add_task("bench", total=total, label="bench", status="")
+        self.store, self.steps = store, list(steps)
 
     def step(self, step: Step, todo: int) -> None:
         what = "COMED dev (calibration)" if step.kind == "calibrate" else step.kind.upper()
@@ -71,8 +73,12 @@ class _Bar(BenchProgress):
         self.progress.update(self.task, label=f"{scope} · {what}", status=f"{todo} to run" if todo else "done before")
         if not self.progress.console.is_terminal:  # a log file gets a line per run instead of a live bar
             t = self.progress.tasks[0]
-            left = t.time_remaining
-            eta = "" if left is None or not t.completed else f", about {left / 60:.0f} min left overall"
+            # from each run's own recorded question times (runs differ 10× in cost per question),
+            # else the bar's overall rate
+            left = time_left_s(self.store, self.steps) if self.store is not None and self.steps else None
+            if left is None and t.completed:
+                left = t.time_remaining
+            eta = "" if left is None else f", about {left / 60:.0f} min left overall"
             part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
             self.progress.console.print(f"{step.run_id}{part}: {todo} of {len(step.problems)} questions to run "
                                         f"({int(t.completed)}/{int(t.total or 0)} bench questions done{eta})",
@@ -250,7 +256,7 @@ def bench(
         try:
             with progress, graceful_stop() as control:
                 result = run_bench(task_files, pool=the_pool, store=store, bench_id=bench_id, config=config,
-                                   dev=dev_splits, router=the_router, progress=_Bar(progress, sum(todo.values())),
+                                   dev=dev_splits, router=the_router, progress=_Bar(progress, sum(todo.values()), store, steps),
                                    control=control, steps=steps)
         except CalibrationError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)

@@ -259,6 +259,29 @@ def remaining(store: TraceStore, steps: Sequence[Step]) -> dict[str, int]:
     return out
 
 
+def time_left_s(store: TraceStore, steps: Sequence[Step]) -> float | None:
+    """Seconds the questions not yet recorded should take: per run, its questions left × the mean
+    wall time of its recorded questions (a run with none yet: the mean of the same kind of run on the
+    other tasks). ``None`` while some run left to do has no measured time to go by."""
+    times = store.question_times([s.run_id for s in steps])
+    by_kind: dict[str, list[float]] = {}
+    for s in steps:
+        if s.run_id in times:
+            by_kind.setdefault(s.kind, []).append(times[s.run_id][1])
+    total = 0.0
+    for s, left in zip(steps, remaining(store, steps).values()):
+        if not left:
+            continue
+        if s.run_id in times:
+            per = times[s.run_id][1]
+        elif by_kind.get(s.kind):
+            per = sum(by_kind[s.kind]) / len(by_kind[s.kind])
+        else:
+            return None
+        total += left * per
+    return total
+
+
 class BenchProgress:
     """What a bench reports as it goes (the CLI draws a progress bar from it); no-ops here."""
 

@@ -509,3 +509,21 @@ def test_router_uses_only_runs_outside_the_bench_and_adds_router_only(tmp_path, 
     assert report["settings"]["comed"]["router.kind"] == "knn"
     again = bench("r", str(math_file))  # resuming: its own runs stay out of its history, same router
     assert again.exit_code == 0, again.output
+
+
+def test_time_left_is_each_runs_questions_left_times_its_own_mean_time():
+    from agora.graphs.bench import Step, time_left_s
+    from agora.tasks.loaders import Problem
+
+    store = TraceStore(":memory:")
+    qs = tuple(Problem(id=f"q{i}", question=f"Q{i}", gold="1", kind="math") for i in range(4))
+    steps = [Step("align", "a", "b:a:align", qs, None, "gsm8k"), Step("comed", "a", "b:a:comed", qs, None, "gsm8k"),
+             Step("align", "z", "b:z:align", qs, None, "gsm8k")]
+    assert time_left_s(store, steps) is None  # nothing measured yet
+    for run_id, walls in (("b:a:align", [10.0, 20.0]), ("b:a:comed", [60.0])):
+        for i, w in enumerate(walls):
+            store.db["questions"].insert({"run_id": run_id, "question_id": f"q{i}", "idx": i, "wall_s": w})
+    # a:align 2 left × 15 s; a:comed 3 left × 60 s; z:align (none yet) 4 left × the align runs' mean, 15 s
+    assert time_left_s(store, steps) == pytest.approx(2 * 15 + 3 * 60 + 4 * 15)
+    assert time_left_s(store, steps[:2]) == pytest.approx(2 * 15 + 3 * 60)
+    assert time_left_s(store, [Step("calibrate", "*", "b:all:comed-dev", qs, None, "dev")]) is None

@@ -219,6 +219,15 @@ class TraceStore:
         return [r["run_id"] for r in self.db.query("select run_id from runs order by rowid")
                 if r["run_id"].startswith(prefix)]
 
+    def question_times(self, run_ids: Sequence[str]) -> dict[str, tuple[int, float]]:
+        """Run id → (questions recorded, their mean wall seconds), for the runs that have any."""
+        if not run_ids or not self._has("questions"):
+            return {}
+        marks = ",".join("?" * len(run_ids))
+        rows = self.db.query(f"select run_id, count(*) as n, avg(wall_s) as wall from questions "
+                             f"where run_id in ({marks}) group by run_id", list(run_ids))
+        return {r["run_id"]: (r["n"], float(r["wall"] or 0.0)) for r in rows}
+
     def finished_questions(self, run_id: str) -> set[str]:
         """Ids of questions already recorded for ``run_id`` (a rerun skips them; failed questions
         are not recorded, so a rerun retries them)."""
