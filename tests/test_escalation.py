@@ -338,8 +338,8 @@ def test_dense_baselines_count_calls_and_record_partners():
     assert (summary.rescue_harm.rescues, summary.rescue_harm.harms) == (0, 0)
 
 
-def test_summary_identity_and_dev_outcomes_from_a_run():
-    # q1: anchor B (SC 1/3) escalates to A -> rescue; q2: anchor A accepted
+def scripted_dev_run() -> TraceStore:
+    """A two-question explore (dev) run "dev": q1 anchor B (SC 1/3), a peer (b) says A; q2 anchor A unanimous."""
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(responses=answers("B", "C", "D", "A", "A", "A")),
                                        "b": ScriptedChatModel(responses=answers("X", "A", "X", "C"))})
     problems = [Problem(id=f"q{i}", question=MC["question"], gold="A", kind="mc", n_choices=4) for i in (1, 2)]
@@ -347,6 +347,12 @@ def test_summary_identity_and_dev_outcomes_from_a_run():
     run_problems(build_escalation_graph(), problems, store=store, run_id="dev", protocol="comed",
                  context=EscalationContext(pool, EscalationConfig(thresholds=T, baselines=(), explore=True)),
                  config={}, pool_description=[], dataset={}, detail=comed_detail)
+    return store
+
+
+def test_summary_identity_and_dev_outcomes_from_a_run():
+    # q1: anchor B (SC 1/3) escalates to A -> rescue; q2: anchor A accepted
+    store = scripted_dev_run()
     outcomes = comed_dev_outcomes(store, "dev")
     assert [(o.sc, o.anchor_correct, o.probe_agrees, o.escalation_correct) for o in outcomes] == [
         (pytest.approx(1 / 3), False, False, True), (1.0, True, False, True)]
@@ -358,13 +364,7 @@ def test_summary_identity_and_dev_outcomes_from_a_run():
 
 def test_calibrate_run_scores_the_chosen_thresholds_against_the_defaults():
     # the dev run above: q1 anchor B (SC 1/3) and one peer (b) rescues it; q2 anchor A unanimous
-    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(responses=answers("B", "C", "D", "A", "A", "A")),
-                                       "b": ScriptedChatModel(responses=answers("X", "A", "X", "C"))})
-    problems = [Problem(id=f"q{i}", question=MC["question"], gold="A", kind="mc", n_choices=4) for i in (1, 2)]
-    store = TraceStore(":memory:")
-    run_problems(build_escalation_graph(), problems, store=store, run_id="dev", protocol="comed",
-                 context=EscalationContext(pool, EscalationConfig(thresholds=T, baselines=(), explore=True)),
-                 config={}, pool_description=[], dataset={}, detail=comed_detail)
+    store = scripted_dev_run()
     c = calibrate_run(store, "dev", lam=0.01)
     assert len(c.outcomes) == 2 and [name for name, _ in c.policies] == ["chosen", "defaults"]
     defaults = dict(c.policies)["defaults"]  # 0.67/0.34: q1 escalates (1 extra call, a rescue), q2 accepted
