@@ -1,7 +1,8 @@
 """Batched sampling on llama.cpp: one prompt evaluated once, n sequences decoded together.
 
 A request for ``n`` samples of one prompt runs on a second llama.cpp context of the loaded model
-(``n_seq_max`` sequences, one unified KV cache). The prompt is decoded once into sequence 0, its
+(``n_seq_max`` sequences, one unified KV cache), with the model's LoRA adapter set on it too when it
+has one (llama.cpp attaches adapters per context). The prompt is decoded once into sequence 0, its
 KV cells are shared with sequences ``1..n-1`` (``llama_memory_seq_cp``, no copy of the data), and
 then every step decodes one token for each unfinished sequence in one ``llama_decode`` batch. Each
 sequence has its own sampler chain seeded with ``seed + i`` (the chain llama-cpp-python builds for
@@ -81,6 +82,13 @@ class BatchDecoder:
         ctx = lib.llama_init_from_model(self.model, params)
         if not ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {size} cells for batched sampling")
+        adapter = getattr(self.llm, "_lora_adapter", None)
+        if adapter is not None:  # a LoRA is set per context: this one must apply it as the model's own does
+            adapters = (lib.llama_adapter_lora_p_ctypes * 1)(adapter)
+            scales = (ctypes.c_float * 1)(float(self.llm.lora_scale))
+            if lib.llama_set_adapters_lora(ctx, adapters, 1, scales):
+                lib.llama_free(ctx)
+                raise RuntimeError(f"llama.cpp could not set the LoRA adapter {self.llm.lora_path} on the batch context")
         self.ctx, self.n_ctx = ctx, size
 
     def close(self) -> None:

@@ -95,12 +95,14 @@ def _log_errors_only() -> None:
 
 
 @lru_cache(maxsize=8)
-def _load(path: str, n_ctx: int, n_threads: int):
+def _load(path: str, n_ctx: int, n_threads: int, lora_path: str | None = None, lora_scale: float = 1.0):
     from llama_cpp import Llama
 
     _disable_extra_buffer_types()
     _log_errors_only()
-    return Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+    extra = {"lora_path": lora_path, "lora_scale": lora_scale} if lora_path else {}
+    return Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
+                 **extra)
 
 
 class LlamaCppChatModel(BaseChatModel):
@@ -115,7 +117,9 @@ class LlamaCppChatModel(BaseChatModel):
     wall time (prompt time split evenly, decode time in proportion to its tokens), so the samples'
     latencies add up to the request's wall time, which ``response_metadata["request_latency_s"]``
     gives. ``batched=False`` draws the ``n`` samples one after the other (each its own wall time).
-    Instances with the same ``model_path`` share weights. A call starts from an empty context and
+    Instances with the same ``model_path`` (and ``lora_path``) share weights. ``lora_path`` is a GGUF
+    LoRA adapter (:func:`agora.agents.lora_gguf.export_lora_gguf` writes one from a peft folder)
+    applied at ``lora_scale`` on top of the model, on both decoding paths. A call starts from an empty context and
     holds the decode lock for all its samples, so a seeded call's text depends only on its prompt,
     seeds and ``n``, not on what ran before or beside it.
     """
@@ -135,6 +139,10 @@ class LlamaCppChatModel(BaseChatModel):
     fewshot_labels: tuple[str, str] = ("Question", "Answer")
     batched: bool = True
     """Decode a request's ``n`` samples together in one batch (see the class docstring)."""
+    lora_path: str | None = None
+    """A GGUF LoRA adapter applied on top of the model (``None``: the model alone)."""
+    lora_scale: float = 1.0
+    """Multiplier of the adapter's ``alpha / r`` (1: as trained)."""
     _llm: Any = PrivateAttr(default=None)
 
     @property
@@ -143,13 +151,13 @@ class LlamaCppChatModel(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "prompt_format": self.prompt_format}
+        return {"model_path": self.model_path, "prompt_format": self.prompt_format, "lora_path": self.lora_path}
 
     def llm(self):
         """The underlying ``llama_cpp.Llama`` (loaded on first use)."""
         if self._llm is None:
             with _LOAD_LOCK:
-                self._llm = _load(self.model_path, self.n_ctx, self.n_threads)
+                self._llm = _load(self.model_path, self.n_ctx, self.n_threads, self.lora_path, self.lora_scale)
         return self._llm
 
     def _generate(

@@ -29,6 +29,8 @@ runs ``model`` (an HF folder or id) in-process with ``vllm.LLM``; ``vllm_args`` 
 engine arguments to it and to ``agora serve``. ``prompt_format = "fewshot"`` works for every backend.
 ``backend = "transformers"`` runs ``path`` (an HF folder, or ``builtin:...`` converted once) in-process
 with transformers, plus an optional peft ``adapter`` folder (a model trained by ``agora train``).
+A ``llamacpp`` entry takes an ``adapter`` too: the same peft folder (converted once to a GGUF LoRA
+beside it, :mod:`agora.agents.lora_gguf`) or a GGUF LoRA file, applied by llama.cpp on the GGUF.
 """
 
 from __future__ import annotations
@@ -149,7 +151,8 @@ class ModelSpec:
     structured_outputs: StructuredOutputs = "response_format"
     """openai: how ``json_schema`` is sent (``response_format`` json_schema, vLLM's ``structured_outputs``, or not)."""
     adapter: str | None = None
-    """transformers: a peft adapter folder applied on top of ``path``."""
+    """transformers: a peft adapter folder applied on top of ``path``; llamacpp: a peft LoRA folder
+    (converted once to ``<folder>/adapter.gguf``, :mod:`agora.agents.lora_gguf`) or a GGUF LoRA file."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept for later tools (adapters, endpoints...)."""
 
@@ -190,8 +193,18 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         from agora.agents.llamacpp import LlamaCppChatModel
 
         path = resolve_builtin(spec.path) if spec.path.startswith("builtin:") else spec.path
+        lora = None
+        if spec.adapter:
+            lora = spec.adapter
+            if Path(lora).is_dir():  # a peft folder from `agora train`: its GGUF LoRA, written once beside it
+                from agora.agents.lora_gguf import LoraConversionError, export_lora_gguf
+
+                try:
+                    lora = str(export_lora_gguf(lora, path))
+                except (LoraConversionError, ImportError) as exc:
+                    raise PoolConfigError(f"model {spec.name!r}: field 'adapter': {exc}") from None
         return LlamaCppChatModel(model_path=path, model_name=spec.name, prompt_format=spec.prompt_format,
-                                 n_ctx=spec.n_ctx)
+                                 n_ctx=spec.n_ctx, lora_path=lora)
     if spec.backend == "transformers":
         from agora.agents.hf_backend import TransformersChatModel
 
@@ -475,6 +488,18 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
                 if fh.read(4) != b"GGUF":
                     fail("path", f"{p} is not a GGUF file (llamacpp needs a .gguf model)")
             kwargs["path"] = str(p)
+        if "adapter" in entry:  # a peft folder (converted to a GGUF LoRA when loaded) or a GGUF LoRA file
+            value = entry["adapter"]
+            if not isinstance(value, str) or not value:
+                fail("adapter", "must be a peft adapter folder or a GGUF LoRA file")
+            p = local(value)
+            if p.is_file():
+                with p.open("rb") as fh:
+                    if fh.read(4) != b"GGUF":
+                        fail("adapter", f"{p} is not a GGUF file (a llamacpp adapter is a GGUF LoRA or a peft folder)")
+            elif not (p / "adapter_config.json").is_file():
+                fail("adapter", f"{p} is neither a peft adapter folder (no adapter_config.json) nor a GGUF LoRA file")
+            kwargs["adapter"] = str(p)
     elif backend == "transformers":
         def folder(key: str, marker: str) -> str:
             value = entry.get(key)
