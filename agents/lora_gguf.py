@@ -87,9 +87,13 @@ def _rope_permute(b: Any, heads: int, *, where: str) -> Any:
     return b.reshape(heads, 2, rows // heads // 2, *b.shape[1:]).swapaxes(1, 2).reshape(b.shape)
 
 
-def _alpha(config: dict[str, Any], folder: Path, ranks: set[int]) -> float:
+def _refuse(folder: Path, what: str) -> None:
+    raise LoraConversionError(f"{folder / 'adapter_config.json'}: {what}; llama.cpp's LoRA cannot apply it")
+
+
+def _check_config(config: dict[str, Any], folder: Path) -> None:
     def refuse(what: str) -> None:
-        raise LoraConversionError(f"{folder / 'adapter_config.json'}: {what}; llama.cpp's LoRA cannot apply it")
+        _refuse(folder, what)
 
     if str(config.get("peft_type", "LORA")).upper() != "LORA":
         refuse(f"field 'peft_type' is {config.get('peft_type')!r}, not LORA")
@@ -107,10 +111,13 @@ def _alpha(config: dict[str, Any], folder: Path, ranks: set[int]) -> float:
         refuse("field 'alora_invocation_tokens' is set (activated LoRA)")
     if config.get("alpha_pattern"):
         refuse("field 'alpha_pattern' sets per-module alphas (one alpha per adapter)")
+
+
+def _alpha(config: dict[str, Any], folder: Path, ranks: set[int]) -> float:
     alpha = float(config.get("lora_alpha") or config.get("r") or 8)
     if config.get("use_rslora"):
         if len(ranks) != 1:
-            refuse("rsLoRA with per-module ranks (field 'rank_pattern')")
+            _refuse(folder, "rsLoRA with per-module ranks (field 'rank_pattern')")
         alpha *= math.sqrt(next(iter(ranks)))  # α/√r == α·√r / r
     return alpha
 
@@ -154,6 +161,7 @@ def export_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise LoraConversionError(f"{config_file}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    _check_config(config, folder)
 
     reader = gguf.GGUFReader(str(base))
     arch = str(_field(reader, "general.architecture", base))

@@ -23,8 +23,10 @@ inside: finished questions, duels and evaluated batches are kept):
    ``grpo`` (GRPO with the correctness reward, ``--generations`` completions per prompt). Each arm
    writes ``OUT/<run-id>/<arm>/pool.toml``: the default pool with the 0.5B served with its adapter.
 4. ``eval:base``, ``eval:<arm>``: the 0.5B greedy on the first ``--eval-questions`` GSM8K *test*
-   questions (never trained on), base weights and each adapter, same backend (transformers, fp32:
-   what the pool file serves), same prompt as the protocols; the paired difference after − before
+   questions (never trained on), base weights and each adapter, same backend (``--eval-backend``:
+   transformers in fp32 on the dequantised weights, or llamacpp on the pool's quantised GGUF with the
+   adapter as a GGUF LoRA; the pool file serves the arm the same way), same prompt as the protocols;
+   the paired difference after − before
    with its 95 % CI (normal approximation and bootstrap) and McNemar's exact p.
 5. ``serve:<arm>``: the best arm's ``pool.toml`` loaded as a pool and run through the ALIGN graph (one
    agent, one greedy sample) on the first ``--serve-check`` held-out questions: the served adapter
@@ -81,7 +83,7 @@ BASE = builtin_pool_specs(POOL)[0].path
 #: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
 MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch")
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
-OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all"}
+OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -122,6 +124,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--arms", default=",".join(ARMS), help=f"training arms ({','.join(ARMS)})")
     ap.add_argument("--serve-check", type=int, default=4, help="held-out questions re-run through the served pool file")
     ap.add_argument("--eval-batch", type=int, default=10, help="questions per generation batch in evaluation")
+    ap.add_argument("--eval-backend", default="transformers", choices=("transformers", "llamacpp"),
+                    help="evaluation and the served pool file: transformers (fp32, the dequantised weights "
+                         "trained on) or llamacpp (the pool's quantised GGUF with the adapter as a GGUF LoRA)")
     ap.add_argument("--threads", type=int, default=default_threads(), help="torch threads (AGORA_LLAMA_THREADS: llama.cpp)")
     ap.add_argument("--report", action="store_true", help="print the figures recorded so far and stop")
     args = ap.parse_args(argv)
@@ -224,7 +229,7 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
     from agora.training.datasets import PairFilter, grpo_rows_from_problems, load_preference_pairs
     from agora.training.pipeline import dpo_member, grpo_member
     from agora.training.rewards import correctness_reward
-    from agora.training.trainers import spec_entry, write_pool_file
+    from agora.training.trainers import spec_entry, trained_entry, write_pool_file
 
     specs = list(builtin_pool_specs(POOL))
     spec = next(s for s in specs if s.name == TARGET)
@@ -270,8 +275,8 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
                  "chosen_from": _count(r["chosen_model"] for r in member.train_rows),
                  "rejected_from": _count(r["rejected_model"] for r in member.train_rows)}
     res = member.result
-    pool_file = write_pool_file([member.entry if s.name == TARGET else spec_entry(s) for s in specs],
-                                out / "pool.toml")
+    entry = trained_entry(spec, res, backend=args.eval_backend)  # served as it is evaluated
+    pool_file = write_pool_file([entry if s.name == TARGET else spec_entry(s) for s in specs], out / "pool.toml")
     flat = [h["frac_reward_zero_std"] for h in res.log_history if "frac_reward_zero_std" in h]
     rewards = [h["reward"] for h in res.log_history if "reward" in h]
     return {"arm": arm, "adapter": str(res.adapter_dir), "pool_file": str(pool_file), "steps": res.steps,
@@ -295,7 +300,7 @@ def eval_phase(args, held_out, name: str, adapter: str | None) -> dict:
 
     rows = greedy_outcomes(held_out, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl",
                            max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
-                           progress=progress)
+                           progress=progress, backend=args.eval_backend)
     return {"name": name, "adapter": adapter, "question_ids": [r["question_id"] for r in rows],
             "correct": [r["correct"] for r in rows],
             "completion_tokens": sum(r["completion_tokens"] for r in rows) / max(1, len(rows)),

@@ -22,6 +22,8 @@ def base_gguf(path: Path, arch: str = "llama") -> Path:
     """A metadata-and-shapes-only base: q (8→8), k (8→4) per layer, as a model GGUF lists them."""
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(LAYERS)
+    w.add_head_count(2)     # q: 2 heads of 4
+    w.add_head_count_kv(1)  # k: 1 head of 4
     for i in range(LAYERS):
         w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((HIDDEN, HIDDEN), dtype=np.float32))  # [out, in]
         w.add_tensor(f"blk.{i}.attn_k.weight", np.zeros((KV, HIDDEN), dtype=np.float32))
@@ -72,7 +74,20 @@ def test_names_shapes_and_alpha_are_what_llamacpp_checks(tmp_path):
     a = src["base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight"]
     b = src["base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"]
     np.testing.assert_array_equal(data["blk.0.attn_k.weight.lora_a"].reshape(a.shape), a)
-    np.testing.assert_array_equal(data["blk.0.attn_k.weight.lora_b"].reshape(b.shape), b)
+    # llama: each head's rotary halves interleaved, as llama.cpp stores attn_k: one head of 4 rows → 0, 2, 1, 3
+    np.testing.assert_array_equal(data["blk.0.attn_k.weight.lora_b"].reshape(b.shape), b[[0, 2, 1, 3]])
+    q = src["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"]  # two heads of 4 rows
+    np.testing.assert_array_equal(data["blk.0.attn_q.weight.lora_b"].reshape(q.shape), q[[0, 2, 1, 3, 4, 6, 5, 7]])
+
+
+def test_other_architectures_keep_the_rows_as_peft_has_them(tmp_path):
+    base = base_gguf(tmp_path / "base.gguf", arch="qwen2")
+    adapter = peft_folder(tmp_path / "adapter")
+    reader = gguf.GGUFReader(str(export_lora_gguf(adapter, base)))
+    src = safetensors_numpy.load_file(str(adapter / "adapter_model.safetensors"))
+    b = src["base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight"]
+    got = next(np.asarray(t.data) for t in reader.tensors if t.name == "blk.0.attn_k.weight.lora_b")
+    np.testing.assert_array_equal(got.reshape(b.shape), b)
 
 
 def test_rslora_alpha_becomes_alpha_times_sqrt_r_and_reconversion_is_cached(tmp_path):
@@ -242,3 +257,64 @@ def test_a_pool_entry_with_a_peft_adapter_generates_with_it_on_both_decoding_pat
     assert (tmp_path / "adapter" / "adapter.gguf").is_file()  # converted once, beside the peft files
     assert tuned_batched == tuned_sequential
     assert tuned_batched != greedy("base", True)
+
+
+def test_a_trained_member_can_be_served_by_llamacpp_and_trained_on_from_there(tmp_path):
+    from agora.agents.pool import ModelSpec
+    from agora.training.pipeline import base_of
+    from agora.training.trainers import TrainResult, trained_entry
+
+    adapter = peft_folder(tmp_path / "adapter")
+    result = TrainResult(kind="dpo", adapter_dir=adapter, base="builtin:smollm2", previous_adapter=None,
+                         rows=1, steps=1, losses=[0.7])
+    spec = ModelSpec(name="m", backend="llamacpp", path="builtin:smollm2", n_ctx=4096, temperature=0.3)
+    entry = trained_entry(spec, result, 2, backend="llamacpp")
+    assert entry == {"name": "m", "temperature": 0.3, "max_retries": 3, "cost_per_1k_tokens": 0.0,
+                     "prompt_format": "chat", "n_ctx": 4096, "backend": "llamacpp", "path": "builtin:smollm2",
+                     "adapter": str(adapter.resolve()), "iteration": 2}
+    assert trained_entry(spec, result)["backend"] == "transformers"  # the default is unchanged
+    hf = TrainResult(kind="dpo", adapter_dir=adapter, base=str(tmp_path), previous_adapter=None, rows=1, steps=1,
+                     losses=[0.7])
+    with pytest.raises(ValueError, match="not a GGUF: llama.cpp cannot serve its adapter"):
+        trained_entry(spec, hf, backend="llamacpp")
+    # the next round trains on from the peft folder; a GGUF LoRA cannot be trained further
+    assert base_of(ModelSpec(name="m", backend="llamacpp", path="builtin:smollm2", adapter=str(adapter))) == (
+        "builtin:smollm2", str(adapter))
+    gguf_adapter = export_lora_gguf(adapter, base_gguf(tmp_path / "base.gguf"))
+    with pytest.raises(ValueError, match="is a GGUF LoRA, which cannot be trained further"):
+        base_of(ModelSpec(name="m", backend="llamacpp", path="builtin:smollm2", adapter=str(gguf_adapter)))
+
+
+@pytest.mark.slow
+def test_greedy_evaluation_on_llamacpp_with_an_adapter_resumes_and_matches_the_pool(tmp_path):
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    from agora.agents.convert import export_hf
+    from agora.agents.pool import ModelPool, ModelSpec, PoolMember, SamplingParams, build_chat_model
+    from agora.agents.prompts import solver_messages
+    from agora.tasks.loaders import load_problems
+    from agora.tasks.samples import sample_path
+    from agora.training.evaluation import greedy_outcomes
+
+    model = AutoModelForCausalLM.from_pretrained(export_hf("builtin:smollm2"), dtype=torch.float32)
+    torch.manual_seed(2)
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj"],
+                                                      init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    problems = load_problems(*sample_path("gsm8k"), 2)
+    out = tmp_path / "eval.jsonl"
+    first = greedy_outcomes(problems[:1], "builtin:smollm2", str(tmp_path / "adapter"), out, max_tokens=12,
+                            backend="llamacpp")
+    both = greedy_outcomes(problems, "builtin:smollm2", str(tmp_path / "adapter"), out, max_tokens=12,
+                           backend="llamacpp")
+    assert [r["question_id"] for r in both] == [p.id for p in problems] and both[0] == first[0]
+    assert len(out.read_text().splitlines()) == 2  # the first question was not redone
+    spec = ModelSpec(name="m", backend="llamacpp", path="builtin:smollm2", adapter=str(tmp_path / "adapter"))
+    pool = ModelPool([PoolMember(spec, build_chat_model(spec))])
+    served, _ = pool.sample("m", solver_messages(problems[1], 2),
+                            SamplingParams(n=1, temperature=0.0, max_tokens=12, seed=0))
+    assert served[0].text == both[1]["text"]
+    with pytest.raises(ValueError, match="backend 'vllm'"):
+        greedy_outcomes(problems, "builtin:smollm2", None, tmp_path / "x.jsonl", backend="vllm")

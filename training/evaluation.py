@@ -2,7 +2,8 @@
 
 * :func:`greedy_outcomes`: a model (base folder or ``builtin:...``, optional LoRA adapter) answers
   problems greedily through :class:`agora.agents.hf_backend.TransformersChatModel`, the backend a
-  ``backend = "transformers"`` pool entry uses, with the solver prompt of every protocol
+  ``backend = "transformers"`` pool entry uses (or, with ``backend="llamacpp"``, through a
+  ``llamacpp`` entry: the GGUF plus the adapter converted to a GGUF LoRA), with the solver prompt of every protocol
   (:func:`agora.agents.prompts.solver_messages`), in left-padded batches; each batch's outcomes are
   appended to a JSONL file as it finishes, so an interrupted evaluation resumes where it stopped.
 * :func:`paired_difference`: after − before on the same questions: the mean per-question
@@ -100,17 +101,51 @@ def paired_difference(before: Sequence[int | bool], after: Sequence[int | bool],
             "gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}
 
 
+def _llamacpp_generate(base: str, adapter: str | None, max_tokens: int):
+    """``generate(list of message lists) -> outputs`` on llama.cpp, through a one-member pool exactly as
+    a ``backend = "llamacpp"`` entry with ``adapter`` serves it (one greedy request per question)."""
+    from agora.agents.convert import resolve_gguf
+    from agora.agents.pool import ModelPool, ModelSpec, PoolMember, SamplingParams, build_chat_model
+
+    spec = ModelSpec(name="evaluated", backend="llamacpp", path=str(resolve_gguf(base)), adapter=adapter, n_ctx=4096)
+    pool = ModelPool([PoolMember(spec, build_chat_model(spec))])
+    params = SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens, seed=0)
+
+    def generate(batch):
+        outs = []
+        for messages in batch:
+            samples, records = pool.sample("evaluated", messages, params)
+            if records[-1]["error"] is not None or not samples:  # never scored: a failed call is not a wrong answer
+                raise RuntimeError(f"llama.cpp evaluation call failed: {records[-1]['error']}")
+            s = samples[0]
+            outs.append({"text": s.text, "completion_tokens": s.completion_tokens, "finish_reason": s.finish_reason})
+        return outs
+
+    return generate
+
+
 def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out_file: str | Path, *,
                     max_tokens: int = 256, shots: int = 2, batch_size: int = 8, threads: int | None = None,
-                    dtype: str = "float32", progress: Any = None) -> list[dict[str, Any]]:
+                    dtype: str = "float32", progress: Any = None, backend: str = "transformers") -> list[dict[str, Any]]:
     """Greedy answers of ``base`` (+ ``adapter``) to ``problems``, one JSON line per question in
     ``out_file`` (``question_id``, ``answer``, ``correct``, ``completion_tokens``, ``finish_reason``,
     ``text``); questions already in the file are not redone. Returns the rows in ``problems`` order.
+
+    ``backend``: ``"transformers"`` (``base`` an HF folder or ``builtin:...`` dequantised, ``dtype``,
+    left-padded batches of ``batch_size``) or ``"llamacpp"`` (``base`` a GGUF or built-in name, the
+    peft ``adapter`` converted to a GGUF LoRA: the quantised model as the embedded pool serves it;
+    one question at a time, llama.cpp threads from ``AGORA_LLAMA_THREADS``).
+
+    Raises:
+        ValueError: an unknown backend.
+        RuntimeError: a llama.cpp call that failed after its retries (answers so far are kept).
     """
-    from agora.agents.hf_backend import TransformersChatModel
     from agora.agents.llamacpp import default_threads
     from agora.agents.prompts import solver_messages
     from agora.tasks import find_answer, is_correct
+
+    if backend not in ("transformers", "llamacpp"):
+        raise ValueError(f"backend {backend!r}: evaluation runs on 'transformers' or 'llamacpp'")
 
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -125,12 +160,20 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
                 done[row["question_id"]] = row
     todo = [p for p in problems if p.id not in done]
     if todo:
-        model = TransformersChatModel(model_path=base, adapter_path=adapter, max_tokens=max_tokens, dtype=dtype,
-                                      threads=threads or default_threads())
+        if backend == "llamacpp":
+            generate = _llamacpp_generate(base, adapter, max_tokens)
+        else:
+            from agora.agents.hf_backend import TransformersChatModel
+
+            model = TransformersChatModel(model_path=base, adapter_path=adapter, max_tokens=max_tokens, dtype=dtype,
+                                          threads=threads or default_threads())
+
+            def generate(batch):
+                return model.generate_texts(batch, temperature=0.0)
         with out_file.open("a", encoding="utf-8") as f:
             for i in range(0, len(todo), batch_size):
                 batch = todo[i:i + batch_size]
-                outs = model.generate_texts([solver_messages(p, shots) for p in batch], temperature=0.0)
+                outs = generate([solver_messages(p, shots) for p in batch])
                 for p, o in zip(batch, outs):
                     found = find_answer(o["text"], p.kind, p.n_choices or 4)
                     row = {"question_id": p.id, "answer": found.answer, "how": found.how,
@@ -142,8 +185,10 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
                 f.flush()
                 if progress is not None:
                     progress(len(done), len(problems))
-        del model
-        from agora.agents.hf_backend import load_model
+        del generate
+        if backend == "transformers":
+            del model
+            from agora.agents.hf_backend import load_model
 
-        load_model.cache_clear()  # one evaluated model in memory at a time (fp32 0.5B: 2 GB)
+            load_model.cache_clear()  # one evaluated model in memory at a time (fp32 0.5B: 2 GB)
     return [done[p.id] for p in problems]

@@ -34,14 +34,18 @@ from agora.training.trainers import (
 
 def base_of(spec: ModelSpec) -> tuple[str, str | None]:
     """``(base, adapter)`` to train pool member ``spec`` from: its GGUF (``builtin:...`` or a
-    ``.gguf`` path, converted on use), its HF folder and current adapter, or a vllm HF folder.
+    ``.gguf`` path, converted on use) and its current peft adapter, its HF folder and current adapter,
+    or a vllm HF folder.
 
     Raises:
-        ValueError: a member served over an OpenAI-compatible API, or a vllm model id that is not
-        a local folder (no weights to train here).
+        ValueError: a member served over an OpenAI-compatible API, a vllm model id that is not
+        a local folder (no weights to train here), or a llamacpp member whose adapter is a GGUF file.
     """
     if spec.backend == "llamacpp":
-        return spec.path, None
+        if spec.adapter and not Path(spec.adapter).is_dir():
+            raise ValueError(f"model {spec.name!r}: its adapter {spec.adapter} is a GGUF LoRA, which cannot be "
+                             "trained further; point 'adapter' at the peft folder it was converted from")
+        return spec.path, spec.adapter
     if spec.backend == "transformers":
         return spec.path, spec.adapter
     if spec.backend == "vllm" and spec.model and Path(spec.model).is_dir():

@@ -252,16 +252,32 @@ def preference_accuracy(base: str, adapter: str | None, rows: Sequence[dict[str,
 _KEPT = ("name", "family", "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "prompt_format")
 
 
-def trained_entry(spec, result: TrainResult, iteration: int | None = None) -> dict[str, Any]:
+def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
+                  backend: str = "transformers") -> dict[str, Any]:
     """The ``[[models]]`` entry serving ``result``'s adapter in place of pool member ``spec``.
 
-    Same name, persona and sampling settings as ``spec``; ``backend = "transformers"`` with the
-    base folder and the adapter (in-process, CPU or GPU), and the ``iteration`` it came from.
+    Same name, persona and sampling settings as ``spec``, and the ``iteration`` it came from.
+    ``backend = "transformers"``: the base folder (or ``builtin:...``, dequantised) and the adapter,
+    in-process on CPU or GPU. ``backend = "llamacpp"``: the member's GGUF with the adapter applied by
+    llama.cpp (converted once to ``<adapter>/adapter.gguf``, :mod:`agora.agents.lora_gguf`): the
+    quantised weights the pool served before training, at llama.cpp's speed.
+
+    Raises:
+        ValueError: ``llamacpp`` for a model trained from an HF folder (no GGUF to apply it to), or
+            an unknown backend.
     """
+    if backend not in ("transformers", "llamacpp"):
+        raise ValueError(f"backend {backend!r}: a trained member is served by 'transformers' or 'llamacpp'")
     entry = {k: getattr(spec, k) for k in _KEPT if getattr(spec, k) not in (None, "")}
     # Absolute paths: a pool file reads relative paths relative to itself, not to the working directory.
     base = result.base if result.base.startswith("builtin:") else str(Path(result.base).resolve())
-    entry.update(backend="transformers", path=base, adapter=str(Path(result.adapter_dir).resolve()))
+    if backend == "llamacpp":
+        if not (base.startswith("builtin:") or base.endswith(".gguf")):
+            raise ValueError(f"model {spec.name!r} was trained from {base}, not a GGUF: llama.cpp cannot serve its "
+                             "adapter (use backend 'transformers')")
+        if getattr(spec, "backend", None) == "llamacpp":
+            entry["n_ctx"] = spec.n_ctx
+    entry.update(backend=backend, path=base, adapter=str(Path(result.adapter_dir).resolve()))
     if iteration is not None:
         entry["iteration"] = iteration
     return entry
