@@ -95,6 +95,9 @@ def train_dpo_cmd(
     max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
     seed: int = typer.Option(0, "--seed"),
+    serve_with: str = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
+                                   "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the adapter "
+                                   "as a GGUF LoRA, converted once)."),
     run_id: Optional[str] = typer.Option(None, "--run-id"),
 ) -> None:
     """DPO of a LoRA adapter on the member's non-tied duel pairs; reference = its current weights."""
@@ -108,6 +111,7 @@ def train_dpo_cmd(
             raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first)")
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
+        check_serve_with(spec, serve_with)
         pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
         flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
                          run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
@@ -122,7 +126,7 @@ def train_dpo_cmd(
             store, run_id, "train-dpo", specs, out,
             config={"model": model, "settings": settings, "filter": flt}, dataset={"db": str(db), "align": align},
             train=lambda: dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation),
-            summary=lambda run: {"validation_accuracy": run.validation_accuracy},
+            summary=lambda run: {"validation_accuracy": run.validation_accuracy}, serve_with=serve_with, spec=spec,
         )
 
 
@@ -155,6 +159,9 @@ def train_grpo_cmd(
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     seed: int = typer.Option(0, "--seed"),
+    serve_with: str = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
+                                   "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the adapter "
+                                   "as a GGUF LoRA, converted once)."),
     run_id: Optional[str] = typer.Option(None, "--run-id"),
 ) -> None:
     """GRPO of a LoRA adapter with correctness, stored-judge or online peer-judge rewards."""
@@ -169,6 +176,7 @@ def train_grpo_cmd(
             raise ValueError(f"--reward {unknown[0]!r} is not one of {', '.join(REWARDS)}")
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
+        check_serve_with(spec, serve_with)
         settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout), epochs=epochs,
                                 max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                 num_generations=num_generations, max_completion_length=max_completion_length,
@@ -196,16 +204,32 @@ def train_grpo_cmd(
             store, run_id, "train-grpo", specs, out,
             config={"model": model, "settings": settings, "rewards": reward}, dataset=source,
             train=lambda: grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source),
+            serve_with=serve_with, spec=spec,
         )
 
 
+def check_serve_with(spec: ModelSpec, serve_with: str) -> None:
+    """Refuse ``--serve-with`` values that cannot serve ``spec`` before anything is loaded or trained.
+
+    Raises:
+        ValueError: an unknown backend, or ``llamacpp`` for a member without a GGUF.
+    """
+    if serve_with not in ("transformers", "llamacpp"):
+        raise ValueError(f"--serve-with {serve_with!r} is not one of transformers, llamacpp")
+    path = str(spec.path or "")
+    if serve_with == "llamacpp" and not (path.startswith("builtin:") or path.endswith(".gguf")):
+        raise ValueError(f"--serve-with llamacpp: model {spec.name!r} has no GGUF ({path or spec.backend}) for "
+                         "llama.cpp to apply the adapter to; use --serve-with transformers")
+
+
 def _train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out: Path, *, config: dict,
-                      dataset: dict, train, summary=lambda run: {}) -> None:
+                      dataset: dict, train, summary=lambda run: {}, serve_with: str = "transformers",
+                      spec=None) -> None:
     """Run ``train()`` as trace run ``run_id``: the run row, a failed status if it raises, then the
-    selected checkpoint, the summary and the result pool file. Under ``accelerate launch`` every
-    process trains and only the main one writes."""
+    selected checkpoint, the summary and the result pool file (the member served by ``serve_with``).
+    Under ``accelerate launch`` every process trains and only the main one writes."""
     from agora.training.pipeline import select_checkpoint
-    from agora.training.trainers import is_main_process
+    from agora.training.trainers import is_main_process, trained_entry
 
     main = is_main_process()
     if main:
@@ -220,7 +244,8 @@ def _train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out:
         select_checkpoint(store, run.checkpoint_id)
         store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
                                           **summary(run)})
-        report(run, write_result_pool(specs, run.entry, out), store)
+        entry = run.entry if serve_with == "transformers" else trained_entry(spec, run.result, backend=serve_with)
+        report(run, write_result_pool(specs, entry, out), store)
 
 
 def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,

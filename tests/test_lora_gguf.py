@@ -318,3 +318,23 @@ def test_greedy_evaluation_on_llamacpp_with_an_adapter_resumes_and_matches_the_p
     assert served[0].text == both[1]["text"]
     with pytest.raises(ValueError, match="backend 'vllm'"):
         greedy_outcomes(problems, "builtin:smollm2", None, tmp_path / "x.jsonl", backend="vllm")
+
+
+def test_train_serve_with_llamacpp_needs_a_gguf_member_and_says_so_before_training(tmp_path):
+    import sqlite_utils
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m1"\nbackend = "transformers"\npath = "{folder}"\n')
+    db = tmp_path / "t.db"
+    sqlite_utils.Database(db)["other"].insert({"x": 1})
+    res = CliRunner().invoke(app, ["train", "dpo", "--db", str(db), "--model", "m1", "--pool", str(pool),
+                                   "--out", str(tmp_path / "out"), "--serve-with", "llamacpp", "--run-id", "r"])
+    assert res.exit_code == 2, res.output
+    assert "--serve-with llamacpp: model 'm1' has no GGUF" in " ".join(res.output.split())
+    assert "runs" not in sqlite_utils.Database(db).table_names()  # refused before any run row or training
