@@ -40,3 +40,17 @@ def test_readme_lists_every_task_format():
     assert listed.split("|") == list(FORMATS)
     table = set(re.findall(r"^\| `([a-z0-9-]+)` \|", readme, flags=re.M))
     assert set(FORMATS) <= table
+
+
+def test_the_protocol_tables_list_every_registered_protocol():
+    """README.md's protocol table names each protocol's graph module; docs/README.md links its page and
+    gives its Studio id. A protocol added to the registry must be added to both tables."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    docs_index = (DOCS / "README.md").read_text(encoding="utf-8")
+    readme_rows = [line for line in readme.splitlines() if line.startswith("| ")]
+    index_rows = [line for line in docs_index.splitlines() if line.startswith("| [")]
+    for spec in registry.specs():
+        module = spec.build.__module__
+        assert any(f"`{module}`" in row for row in readme_rows), f"README.md: no protocol-table row for {module}"
+        assert any(f"]({spec.docs})" in row and f"`{spec.graph_id}`" in row for row in index_rows), (
+            f"docs/README.md: no row linking {spec.docs} with Studio id `{spec.graph_id}`")
