@@ -101,8 +101,12 @@ def _load(path: str, n_ctx: int, n_threads: int, lora_path: str | None = None, l
     _disable_extra_buffer_types()
     _log_errors_only()
     extra = {"lora_path": lora_path, "lora_scale": lora_scale} if lora_path else {}
-    return Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
-                 **extra)
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
+                **extra)
+    if lora_path and not llm._lora_adapter:  # llama-cpp-python 0.3 keeps a NULL adapter that crashes at decode
+        llm.close()
+        raise ValueError(f"llama.cpp could not load the LoRA adapter {lora_path} for {path} (see its message above)")
+    return llm
 
 
 class LlamaCppChatModel(BaseChatModel):

@@ -33,11 +33,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 #: Default file name of the converted adapter, written inside the peft folder.
 GGUF_NAME = "adapter.gguf"
+#: Metadata key of a converted file: what it was made from (:func:`_fingerprint`).
+FINGERPRINT_KEY = "agora.lora.made_from"
 _KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<side>[AB])(?:\.[^.]+)?\.weight$")
 
 
@@ -52,11 +55,137 @@ class LoraConversionError(ValueError):
     """The adapter cannot be converted (or would not mean the same thing in llama.cpp)."""
 
 
-def _field(reader: Any, key: str, where: Path) -> Any:
-    field = reader.get_field(key)
-    if field is None:
-        raise LoraConversionError(f"{where}: no '{key}' in the GGUF metadata (not a llama.cpp model file?)")
-    return field.contents()
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What a GGUF file's header says: scalar metadata (arrays skipped) and tensor shapes (ggml order)."""
+
+    path: Path
+    metadata: dict[str, Any]
+    shapes: dict[str, tuple[int, ...]]
+
+    def get(self, key: str) -> Any:
+        """``metadata[key]``.
+
+        Raises:
+            LoraConversionError: the key is missing.
+        """
+        if key not in self.metadata:
+            raise LoraConversionError(f"{self.path}: no '{key}' in the GGUF metadata (not a llama.cpp model file?)")
+        return self.metadata[key]
+
+
+def read_gguf_header(path: str | Path) -> GGUFHeader:
+    """The header of a GGUF file, read without loading tensors or the tokenizer's arrays (gguf-py's
+    ``GGUFReader`` parses every vocabulary entry: ≈ 12 CPU-s for Gemma's 262k tokens; this skips them).
+
+    Raises:
+        LoraConversionError: not a GGUF file (version 2 or 3), or a header cut short.
+    """
+    import mmap
+    import struct
+
+    path = Path(path)
+    with path.open("rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise LoraConversionError(f"{path}: not a GGUF file")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            pos = 4
+
+            def take(fmt: str) -> Any:
+                nonlocal pos
+                value = struct.unpack_from("<" + fmt, buf, pos)[0]
+                pos += struct.calcsize("<" + fmt)
+                return value
+
+            def string() -> str:
+                nonlocal pos
+                n = take("Q")
+                text = bytes(buf[pos:pos + n]).decode("utf-8", errors="replace")
+                pos += n
+                return text
+
+            def skip(vtype: int) -> None:
+                nonlocal pos
+                if vtype in _SCALARS:
+                    pos += struct.calcsize("<" + _SCALARS[vtype])
+                elif vtype == 8:
+                    pos += 8 + struct.unpack_from("<Q", buf, pos)[0]
+                elif vtype == 9:
+                    etype, count = take("I"), take("Q")
+                    if etype in _SCALARS:
+                        pos += count * struct.calcsize("<" + _SCALARS[etype])
+                    else:
+                        for _ in range(count):
+                            skip(etype)
+                else:
+                    raise LoraConversionError(f"{path}: unknown GGUF value type {vtype}")
+
+            try:
+                version = take("I")
+                if version not in (2, 3):
+                    raise LoraConversionError(f"{path}: GGUF version {version} (2 or 3 expected)")
+                n_tensors, n_kv = take("Q"), take("Q")
+                metadata: dict[str, Any] = {}
+                for _ in range(n_kv):
+                    key, vtype = string(), take("I")
+                    if vtype in _SCALARS:
+                        metadata[key] = take(_SCALARS[vtype])
+                    elif vtype == 8:
+                        metadata[key] = string()
+                    else:
+                        skip(vtype)
+                shapes: dict[str, tuple[int, ...]] = {}
+                for _ in range(n_tensors):
+                    name, n_dims = string(), take("I")
+                    shapes[name] = tuple(take("Q") for _ in range(n_dims))
+                    pos += 4 + 8  # type, offset
+            except struct.error:
+                raise LoraConversionError(f"{path}: the GGUF header is cut short") from None
+    return GGUFHeader(path, metadata, shapes)
+
+
+def check_lora_gguf(adapter: str | Path, base: str | Path) -> None:
+    """Check that a GGUF LoRA file fits a GGUF model before llama.cpp loads it (a LoRA llama.cpp
+    refuses leaves llama-cpp-python 0.3 with a null adapter that crashes the process at the first decode).
+
+    Raises:
+        LoraConversionError: not an adapter GGUF, not a LoRA, another architecture, or a tensor
+            that is not in the model or does not fit its shape.
+    """
+    a, m = read_gguf_header(adapter), read_gguf_header(base)
+    if a.metadata.get("general.type") != "adapter":
+        raise LoraConversionError(f"{a.path}: general.type is {a.metadata.get('general.type')!r}, not 'adapter' "
+                                  "(a model file, not a LoRA?)")
+    if a.metadata.get("adapter.type") != "lora":
+        raise LoraConversionError(f"{a.path}: adapter.type is {a.metadata.get('adapter.type')!r}, not 'lora'")
+    arch, base_arch = a.metadata.get("general.architecture"), m.get("general.architecture")
+    if arch != base_arch:
+        raise LoraConversionError(f"{a.path}: a LoRA for architecture {arch!r}, but {m.path.name} is {base_arch!r}")
+    for name, shape in a.shapes.items():
+        weight, _, side = name.rpartition(".")
+        if side not in ("lora_a", "lora_b") or weight not in m.shapes:
+            raise LoraConversionError(f"{a.path}: tensor {name!r} has no weight {weight!r} in {m.path.name}")
+        w = m.shapes[weight] + (1,)
+        fits = shape[0] == w[0] if side == "lora_a" else len(shape) > 1 and shape[1] == w[1]
+        if not fits:
+            raise LoraConversionError(f"{a.path}: tensor {name!r} {shape} does not fit {weight} {m.shapes[weight]} of "
+                                      f"{m.path.name}: was the adapter made for another model?")
+
+
+def _fingerprint(folder: Path, base: Path) -> str:
+    """What a converted file was made from: the adapter's config and weights (sha256) and the base
+    GGUF (name and size). A cached conversion is used only when this matches."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        with (folder / name).open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return f"{h.hexdigest()}:{base.name}:{base.stat().st_size}"
 
 
 def _read_weights(folder: Path) -> dict[str, Any]:
@@ -131,11 +260,12 @@ def export_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path
         base_gguf: the model's GGUF file (or a built-in pool name / ``builtin:...``): its architecture,
             layer count and tensor shapes decide the names and are checked.
         out: the file to write; default ``<adapter>/adapter.gguf``.
-        force: convert again even when ``out`` is newer than the adapter's weights.
+        force: convert again even when ``out`` was made from the same adapter files and base.
 
     Returns:
-        The written (or already current) file. Conversion takes well under a second for a rank-16
-        attention adapter; tensors are stored as float32.
+        The written (or already current) file. ``out`` is current when its ``agora.lora.made_from``
+        metadata names the same adapter files (sha256) and base GGUF (name and size); otherwise it is
+        rewritten. Tensors are stored as float32; a rank-16 attention adapter of the 0.5B is 8.7 MB.
 
     Raises:
         LoraConversionError: not a LoRA folder, an option llama.cpp cannot apply (see the module
@@ -154,23 +284,29 @@ def export_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path
     base = Path(base_gguf) if str(base_gguf).endswith(".gguf") else resolve_gguf(str(base_gguf))
     target = Path(out) if out is not None else folder / GGUF_NAME
     weights_file = folder / "adapter_model.safetensors"
-    if (not force and target.is_file() and weights_file.is_file()
-            and target.stat().st_mtime >= max(weights_file.stat().st_mtime, config_file.stat().st_mtime)):
-        return target
+    if not weights_file.is_file():
+        raise LoraConversionError(f"{folder}: no adapter_model.safetensors (a peft LoRA adapter folder is needed)")
+    made_from = _fingerprint(folder, base)
+    if not force and target.is_file():
+        try:
+            if read_gguf_header(target).metadata.get(FINGERPRINT_KEY) == made_from:
+                return target  # converted before from these very files, for this base
+        except LoraConversionError:
+            pass  # unreadable: convert again
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise LoraConversionError(f"{config_file}: line {exc.lineno}: not JSON ({exc.msg})") from None
     _check_config(config, folder)
 
-    reader = gguf.GGUFReader(str(base))
-    arch = str(_field(reader, "general.architecture", base))
-    blocks = int(_field(reader, f"{arch}.block_count", base))
+    header = read_gguf_header(base)
+    arch = str(header.get("general.architecture"))
+    blocks = int(header.get(f"{arch}.block_count"))
     arch_enum = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}.get(arch)
     if arch_enum is None:
         raise LoraConversionError(f"{base}: architecture {arch!r} is unknown to this gguf-py (pip install -U gguf)")
     names = gguf.get_tensor_name_map(arch_enum, blocks)
-    shapes = {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
+    shapes = header.shapes
 
     pairs: dict[str, dict[str, Any]] = {}
     for key, value in _read_weights(folder).items():
@@ -196,9 +332,9 @@ def export_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path
                 f"{weights_file}: module {module!r}: lora_A {tuple(a.shape)} and lora_B {tuple(b.shape)} do not fit "
                 f"{gguf_name} (in {w_in}, out {w_out}): was the adapter trained on another model than {base.name}?")
         if arch in ROPE_PERMUTED and gguf_name.endswith((".attn_q.weight", ".attn_k.weight")):
-            heads = int(_field(reader, f"{arch}.attention.head_count", base))
+            heads = int(header.get(f"{arch}.attention.head_count"))
             if gguf_name.endswith(".attn_k.weight"):
-                heads = int(_field(reader, f"{arch}.attention.head_count_kv", base))
+                heads = int(header.get(f"{arch}.attention.head_count_kv"))
             b = _rope_permute(b, heads, where=f"{weights_file}: module {module!r}")
         tensors.append((gguf_name, a, b))
     alpha = _alpha(config, folder, {a.shape[0] for _, a, _ in tensors})
@@ -209,6 +345,7 @@ def export_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
+    writer.add_string(FINGERPRINT_KEY, made_from)
     for gguf_name, a, b in tensors:
         writer.add_tensor(f"{gguf_name}.lora_a", np.ascontiguousarray(a, dtype=np.float32))
         writer.add_tensor(f"{gguf_name}.lora_b", np.ascontiguousarray(b, dtype=np.float32))

@@ -195,14 +195,15 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
         path = resolve_builtin(spec.path) if spec.path.startswith("builtin:") else spec.path
         lora = None
         if spec.adapter:
-            lora = spec.adapter
-            if Path(lora).is_dir():  # a peft folder from `agora train`: its GGUF LoRA, written once beside it
-                from agora.agents.lora_gguf import LoraConversionError, export_lora_gguf
+            from agora.agents.lora_gguf import LoraConversionError, check_lora_gguf, export_lora_gguf
 
-                try:
+            lora = spec.adapter
+            try:
+                if Path(lora).is_dir():  # a peft folder from `agora train`: its GGUF LoRA, written once beside it
                     lora = str(export_lora_gguf(lora, path))
-                except (LoraConversionError, ImportError) as exc:
-                    raise PoolConfigError(f"model {spec.name!r}: field 'adapter': {exc}") from None
+                check_lora_gguf(lora, path)  # llama.cpp refusing it would crash the process later
+            except (LoraConversionError, ImportError) as exc:
+                raise PoolConfigError(f"model {spec.name!r}: field 'adapter': {exc}") from None
         return LlamaCppChatModel(model_path=path, model_name=spec.name, prompt_format=spec.prompt_format,
                                  n_ctx=spec.n_ctx, lora_path=lora)
     if spec.backend == "transformers":
@@ -572,7 +573,10 @@ def load_pool(path: str | Path) -> ModelPool:
     if not isinstance(entries, list) or not entries:
         raise PoolConfigError(f"{path}: needs at least one [[models]] table")
     specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent) for i, e in enumerate(entries)]
-    return pool_from_specs(specs, source=str(path))
+    try:
+        return pool_from_specs(specs, source=str(path))
+    except PoolConfigError as exc:  # e.g. an adapter that does not fit its model: name the file too
+        raise PoolConfigError(f"{path}: {exc}") from None
 
 
 def pool_from_specs(specs: Sequence[ModelSpec], source: str = "<memory>") -> ModelPool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional, get_args
 
 import typer
 
@@ -21,6 +21,11 @@ from agora.cli._apps import train_app
 from agora.traces.store import TraceStore
 
 REWARDS = ("correctness", "stored", "judge")
+
+
+#: ``--serve-with`` values: how the result pool file serves the trained member.
+ServeWith = Literal["transformers", "llamacpp"]
+SERVE_WITH = get_args(ServeWith)
 
 
 def member_specs(pool: Path | None) -> list[ModelSpec]:
@@ -37,7 +42,13 @@ def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec
         if spec.name == name:
             return spec
     where = pool if pool is not None else "the embedded duel pool"
-    raise ValueError(f"--model {name!r} is not in {where} ({', '.join(s.name for s in specs)})")
+    hint = ""
+    from agora.agents.builtins import BUILTIN_POOLS
+
+    holders = [p for p, members in BUILTIN_POOLS.items() if any(m == name for m, _ in members)]
+    if holders and (pool is None or str(pool) not in holders):
+        hint = f"; it is in the built-in pool '{holders[0]}': add --pool {holders[0]}"
+    raise ValueError(f"--model {name!r} is not in {where} ({', '.join(s.name for s in specs)}){hint}")
 
 
 def write_result_pool(specs: list[ModelSpec], entry: dict, out: Path) -> Path:
@@ -95,7 +106,8 @@ def train_dpo_cmd(
     max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
     seed: int = typer.Option(0, "--seed"),
-    serve_with: str = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
+    serve_with: ServeWith = typer.Option("transformers", "--serve-with",
+                                         help="How OUT/pool.toml serves the trained member: "
                                    "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the adapter "
                                    "as a GGUF LoRA, converted once)."),
     run_id: Optional[str] = typer.Option(None, "--run-id"),
@@ -159,7 +171,8 @@ def train_grpo_cmd(
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     seed: int = typer.Option(0, "--seed"),
-    serve_with: str = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
+    serve_with: ServeWith = typer.Option("transformers", "--serve-with",
+                                         help="How OUT/pool.toml serves the trained member: "
                                    "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the adapter "
                                    "as a GGUF LoRA, converted once)."),
     run_id: Optional[str] = typer.Option(None, "--run-id"),
@@ -214,7 +227,7 @@ def check_serve_with(spec: ModelSpec, serve_with: str) -> None:
     Raises:
         ValueError: an unknown backend, or ``llamacpp`` for a member without a GGUF.
     """
-    if serve_with not in ("transformers", "llamacpp"):
+    if serve_with not in SERVE_WITH:
         raise ValueError(f"--serve-with {serve_with!r} is not one of transformers, llamacpp")
     path = str(spec.path or "")
     if serve_with == "llamacpp" and not (path.startswith("builtin:") or path.endswith(".gguf")):

@@ -338,3 +338,79 @@ def test_train_serve_with_llamacpp_needs_a_gguf_member_and_says_so_before_traini
     assert res.exit_code == 2, res.output
     assert "--serve-with llamacpp: model 'm1' has no GGUF" in " ".join(res.output.split())
     assert "runs" not in sqlite_utils.Database(db).table_names()  # refused before any run row or training
+
+
+def test_a_cached_conversion_is_redone_for_other_weights_or_another_base(tmp_path):
+    import os
+    import shutil
+
+    base = base_gguf(tmp_path / "base.gguf")
+    adapter = peft_folder(tmp_path / "adapter", r=2)
+    out = export_lora_gguf(adapter, base)
+    stamp = out.stat().st_mtime_ns
+    assert export_lora_gguf(adapter, base) == out and out.stat().st_mtime_ns == stamp  # same files, same base
+    # other weights copied in with their old mtimes (cp -p): the content decides, not the clock
+    other = peft_folder(tmp_path / "other", r=4)
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        shutil.copy2(other / name, adapter / name)
+        os.utime(adapter / name, ns=(1, 1))
+    export_lora_gguf(adapter, base)
+    assert {tuple(int(x) for x in t.shape) for t in gguf.GGUFReader(str(out)).tensors
+            if t.name == "blk.0.attn_q.weight.lora_a"} == {(HIDDEN, 4)}
+    # the same folder for another base of the same architecture and shapes: converted for that one
+    bigger = base_gguf(tmp_path / "bigger.gguf")
+    with bigger.open("ab") as fh:
+        fh.write(b"\0" * 64)
+    before = out.read_bytes()
+    export_lora_gguf(adapter, bigger)
+    assert out.read_bytes() != before and "bigger.gguf" in out.read_bytes().decode("latin-1")
+
+
+def test_a_gguf_adapter_that_does_not_fit_is_refused_when_the_pool_loads(tmp_path):
+    """llama.cpp refusing a LoRA leaves llama-cpp-python 0.3 with a NULL adapter that segfaults at the
+    first decode: the pool checks the file against the model first."""
+    from agora.agents.pool import PoolConfigError, load_pool
+
+    llama_base = base_gguf(tmp_path / "llama.gguf")
+    qwen_base = base_gguf(tmp_path / "qwen.gguf", arch="qwen2")
+    converted = export_lora_gguf(peft_folder(tmp_path / "adapter"), llama_base, tmp_path / "llama-lora.gguf")
+
+    def load(path, adapter):
+        pool_file = tmp_path / "pool.toml"
+        pool_file.write_text(f'[[models]]\nname = "m"\nbackend = "llamacpp"\npath = "{path}"\nadapter = "{adapter}"\n')
+        return load_pool(pool_file)
+
+    with pytest.raises(PoolConfigError, match=r"field 'adapter': .*a LoRA for architecture 'llama', but qwen.gguf is 'qwen2'"):
+        load(qwen_base, converted)
+    with pytest.raises(PoolConfigError, match=r"field 'adapter': .*general.type is None, not 'adapter'"):
+        load(llama_base, llama_base)  # a model file given as the adapter
+    small = tmp_path / "small.gguf"  # same architecture, other shapes
+    w = gguf.GGUFWriter(str(small), "llama")
+    w.add_block_count(LAYERS)
+    for i in range(LAYERS):
+        w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((6, 6), dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_k.weight", np.zeros((6, 6), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(PoolConfigError, match=r"does not fit blk.0.attn_\w.weight \(6, 6\) of small.gguf"):
+        load(small, converted)
+    assert load(llama_base, converted)["m"].chat_model.lora_path == str(converted)
+
+
+def test_the_header_reader_agrees_with_gguf_py(tmp_path):
+    from agora.agents.lora_gguf import read_gguf_header
+
+    base = base_gguf(tmp_path / "base.gguf")
+    header = read_gguf_header(base)
+    reader = gguf.GGUFReader(str(base))
+    assert header.shapes == {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
+    assert header.get("general.architecture") == "llama" and header.get("llama.block_count") == LAYERS
+    assert header.get("llama.attention.head_count") == 2
+    (tmp_path / "cut.gguf").write_bytes(base.read_bytes()[:40])
+    with pytest.raises(LoraConversionError, match="cut short"):
+        read_gguf_header(tmp_path / "cut.gguf")
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(LoraConversionError, match="not a GGUF file"):
+        read_gguf_header(tmp_path / "notes.txt")
