@@ -14,7 +14,7 @@ from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.cli._shared import console, new_run_id, user_errors
 from agora.cli._apps import app
-from agora.cli.train import lora_settings, member_specs
+from agora.cli.train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.store import TraceStore
 
@@ -55,6 +55,10 @@ def evolve_cmd(
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database."),
     out: Path = typer.Option(Path("runs/evolve"), "--out", help="Datasets, adapters and per-iteration pool files."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes its duels."),
+    serve_with: ServeWith = typer.Option("transformers", "--serve-with", help="How a selected member plays the "
+                                         "next iteration: transformers (dequantised weights + peft) or llamacpp "
+                                         "(its GGUF + the adapter as a GGUF LoRA; HF-folder members stay on "
+                                         "transformers)."),
 ) -> None:
     """T iterations of: D duels → each member's preference data → LoRA training → the trained
     models replace their pool entries (when they do no worse on held-out pairs) → next iteration."""
@@ -80,7 +84,7 @@ def evolve_cmd(
             algorithm=algo, train_models=tuple(m.strip() for m in train_models.split(",")) if train_models else (),
             validation_fraction=validation, min_margin=min_margin, dpo=DPOSettings(**common),
             grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length)
-            if algo == "grpo" else GRPOSettings(), rewards=tuple(reward))
+            if algo == "grpo" else GRPOSettings(), rewards=tuple(reward), serve_with=serve_with)
         store = TraceStore(db)
         run_id = run_id or new_run_id("evolve")
         console.print(f"run [bold]{run_id}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "

@@ -414,3 +414,29 @@ def test_the_header_reader_agrees_with_gguf_py(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model")
     with pytest.raises(LoraConversionError, match="not a GGUF file"):
         read_gguf_header(tmp_path / "notes.txt")
+
+
+def test_evolve_plays_a_selected_member_on_llamacpp_when_asked(tmp_path):
+    from agora.agents.pool import ModelSpec
+    from agora.training.evolve import EvolveConfig, next_spec
+    from agora.training.pipeline import MemberRun
+    from agora.training.trainers import TrainResult, trained_entry
+
+    adapter = peft_folder(tmp_path / "adapter")
+    spec = ModelSpec(name="q-cautious", backend="llamacpp", path="builtin:qwen2.5-coder-0.5b",
+                     system_prompt="Be careful.", n_ctx=4096)
+    result = TrainResult(kind="dpo", adapter_dir=adapter, base="builtin:qwen2.5-coder-0.5b", previous_adapter=None,
+                         rows=1, steps=1, losses=[0.7])
+    run = MemberRun("q-cautious", result, "ck", [], [], None, trained_entry(spec, result, 1))
+    on_llama = next_spec(spec, run, 1, "llamacpp")
+    assert (on_llama.backend, on_llama.path, on_llama.adapter, on_llama.system_prompt, on_llama.n_ctx) == (
+        "llamacpp", "builtin:qwen2.5-coder-0.5b", str(adapter.resolve()), "Be careful.", 4096)
+    assert on_llama.extra == {"iteration": 1}
+    assert next_spec(spec, run, 1).backend == "transformers"  # the default, as before
+    hf = TrainResult(kind="dpo", adapter_dir=adapter, base=str(tmp_path), previous_adapter=None, rows=1, steps=1,
+                     losses=[0.7])
+    hf_spec = ModelSpec(name="h", backend="transformers", path=str(tmp_path))
+    hf_run = MemberRun("h", hf, "ck", [], [], None, trained_entry(hf_spec, hf, 1))
+    assert next_spec(hf_spec, hf_run, 1, "llamacpp").backend == "transformers"  # no GGUF: stays on transformers
+    with pytest.raises(ValueError, match="serve_with must be 'transformers' or 'llamacpp'"):
+        EvolveConfig(serve_with="vllm")

@@ -41,7 +41,7 @@ from agora.training.datasets import (
     split_by_instruction,
 )
 from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint
-from agora.training.trainers import preference_accuracy, spec_entry, write_pool_file
+from agora.training.trainers import preference_accuracy, spec_entry, trained_entry, write_pool_file
 
 Algorithm = Literal["dpo", "grpo"]
 RewardName = Literal["judge", "correctness", "stored"]
@@ -66,6 +66,10 @@ class EvolveConfig:
     rewards: tuple[RewardName, ...] = ("judge",)
     """GRPO rewards: ``judge`` (online peers, reputation-weighted, min–max per group: the paper's),
     ``correctness`` (gold answers), ``stored`` (judge scores of already duelled answers)."""
+    serve_with: str = "transformers"
+    """How a selected member plays the next iteration: ``transformers`` (its dequantised weights and
+    the adapter) or ``llamacpp`` (its GGUF with the adapter as a GGUF LoRA: the quantised model at
+    llama.cpp's speed; members trained from an HF folder stay on transformers)."""
 
     def __post_init__(self):
         if self.algorithm not in ("dpo", "grpo"):
@@ -74,6 +78,8 @@ class EvolveConfig:
             raise ValueError(f"EvolveConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.min_margin < 0:
             raise ValueError(f"EvolveConfig.min_margin must be >= 0, got {self.min_margin}")
+        if self.serve_with not in ("transformers", "llamacpp"):
+            raise ValueError(f"EvolveConfig.serve_with must be 'transformers' or 'llamacpp', got {self.serve_with!r}")
         bad = [r for r in self.rewards if r not in ("judge", "correctness", "stored")]
         if bad or not self.rewards:
             raise ValueError(f"EvolveConfig.rewards must name judge, correctness or stored, got {self.rewards!r}")
@@ -145,6 +151,16 @@ def _spec_of(entry: dict[str, Any]) -> ModelSpec:
     known = set(ModelSpec.__dataclass_fields__) - {"extra"}
     return ModelSpec(**{k: v for k, v in entry.items() if k in known},
                      extra={k: v for k, v in entry.items() if k not in known})
+
+
+def next_spec(spec: ModelSpec, run: MemberRun, iteration: int, serve_with: str = "transformers") -> ModelSpec:
+    """The spec a selected member plays the next iteration with: ``run``'s adapter on ``spec``'s
+    weights, served by ``serve_with`` (``llamacpp`` only where the member has a GGUF; otherwise the
+    transformers entry the training wrote)."""
+    gguf = run.result.base.startswith("builtin:") or run.result.base.endswith(".gguf")
+    if serve_with == "llamacpp" and gguf:
+        return _spec_of(trained_entry(spec, run.result, iteration, backend="llamacpp"))
+    return _spec_of(run.entry)
 
 
 def _duels_recorded(store: TraceStore, duel_run_id: str, iteration: int) -> int:
@@ -223,7 +239,10 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
     specs = list(specs)
     names = trainable(specs, cfg.train_models)
     duel_run_id = f"{run_id}-duels"
-    store.start_run(run_id, "evolve", config={**asdict(cfg), "duel_run": duel_run_id},
+    recorded = asdict(cfg)
+    if recorded["serve_with"] == "transformers":  # the default, left out: runs recorded before it existed resume
+        del recorded["serve_with"]
+    store.start_run(run_id, "evolve", config={**recorded, "duel_run": duel_run_id},
                     pool=[s.describe() for s in specs], dataset={"instructions": len(problems)})
     emit = on_event or (lambda e: None)
     outcome = EvolveOutcome(run_id, duel_run_id, [], specs)
@@ -254,7 +273,7 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
                 m.selected = m.accuracy_current is None or m.accuracy_new >= m.accuracy_current
                 if m.selected:
                     select_checkpoint(store, run.checkpoint_id)
-                    specs = [_spec_of(run.entry) if s.name == name else s for s in specs]
+                    specs = [next_spec(spec, run, t, cfg.serve_with) if s.name == name else s for s in specs]
                 members.append(m)
                 emit({"event": "selected" if m.selected else "kept",
                       "message": f"iteration {t}: {name} " + ("→ new adapter" if m.selected else "keeps its model")
