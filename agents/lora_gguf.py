@@ -25,7 +25,9 @@ alpha per adapter), a module the base GGUF does not have, or a shape that does n
 
 For ``llama`` models llama.cpp's converter reorders the rows of ``attn_q`` and ``attn_k`` (each
 head's rotary halves interleaved); ``lora_B`` of those modules is reordered the same way
-(:data:`ROPE_PERMUTED`). Checked numerically on SmolLM2 (``llama``) and Qwen2.5 (``qwen2``).
+(:data:`ROPE_PERMUTED`). Checked numerically against peft: the next-token log-probabilities move
+the same way on SmolLM2 (``llama``), Qwen2.5 (``qwen2``; both in ``tests/test_lora_gguf.py``) and
+Gemma 3 (``gemma3``: correlation 0.993, slope 0.98, measured once by hand on a random q/k/v LoRA).
 """
 
 from __future__ import annotations
