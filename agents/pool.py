@@ -187,6 +187,10 @@ def resolve_builtin(path: str) -> str:
         raise PoolConfigError(str(exc)) from None
 
 
+class _AdapterError(PoolConfigError):
+    """A llamacpp entry's adapter cannot be converted or does not fit its model."""
+
+
 def build_chat_model(spec: ModelSpec) -> BaseChatModel:
     """The LangChain chat model for a spec (weights load lazily, on the first call)."""
     if spec.backend == "llamacpp":
@@ -203,7 +207,7 @@ def build_chat_model(spec: ModelSpec) -> BaseChatModel:
                     lora = str(export_lora_gguf(lora, path))
                 check_lora_gguf(lora, path)  # llama.cpp refusing it would crash the process later
             except (LoraConversionError, ImportError) as exc:
-                raise PoolConfigError(f"model {spec.name!r}: field 'adapter': {exc}") from None
+                raise _AdapterError(f"model {spec.name!r}: field 'adapter': {exc}") from None
         return LlamaCppChatModel(model_path=path, model_name=spec.name, prompt_format=spec.prompt_format,
                                  n_ctx=spec.n_ctx, lora_path=lora)
     if spec.backend == "transformers":
@@ -575,7 +579,7 @@ def load_pool(path: str | Path) -> ModelPool:
     specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent) for i, e in enumerate(entries)]
     try:
         return pool_from_specs(specs, source=str(path))
-    except PoolConfigError as exc:  # e.g. an adapter that does not fit its model: name the file too
+    except _AdapterError as exc:  # an adapter that does not fit its model: name the pool file too
         raise PoolConfigError(f"{path}: {exc}") from None
 
 
