@@ -53,6 +53,11 @@ FEWSHOT_CHAT_TEMPLATE = (
 _MARKER = "agora_export.json"
 
 
+def is_gguf_source(path: str) -> bool:
+    """Whether a model path names GGUF weights: ``builtin:...`` or a ``.gguf`` file (else an HF folder)."""
+    return path.startswith("builtin:") or path.endswith(".gguf")
+
+
 def resolve_gguf(name_or_gguf: str) -> Path:
     """A built-in pool member's name (``qwen2.5-coder-0.5b``, ``smollm2-135m``...), ``builtin:...`` or
     ``.gguf`` path → the GGUF file.

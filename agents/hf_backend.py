@@ -38,9 +38,9 @@ _LOAD_LOCK = threading.Lock()
 def resolve_model_folder(path: str) -> str:
     """An HF folder path as is; ``builtin:smollm2`` / ``builtin:gemma3-270m`` / a ``.gguf`` file → its
     converted folder (:func:`agora.agents.convert.export_hf`, cached)."""
-    if path.startswith("builtin:") or path.endswith(".gguf"):
-        from agora.agents.convert import export_hf
+    from agora.agents.convert import export_hf, is_gguf_source
 
+    if is_gguf_source(path):
         return str(export_hf(path))
     return path
 

@@ -283,7 +283,7 @@ def export_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path
     config_file = folder / "adapter_config.json"
     if not config_file.is_file():
         raise LoraConversionError(f"{folder}: no adapter_config.json (a peft LoRA adapter folder is needed)")
-    base = Path(base_gguf) if str(base_gguf).endswith(".gguf") else resolve_gguf(str(base_gguf))
+    base = resolve_gguf(str(base_gguf))
     target = Path(out) if out is not None else folder / GGUF_NAME
     weights_file = folder / "adapter_model.safetensors"
     if not weights_file.is_file():
@@ -357,8 +357,3 @@ def export_lora_gguf(adapter: str | Path, base_gguf: str | Path, out: str | Path
     writer.close()
     partial.replace(target)  # a killed conversion never leaves a half-written adapter under the real name
     return target
-
-
-def is_peft_folder(path: str | Path) -> bool:
-    """Whether ``path`` is a peft adapter folder (has ``adapter_config.json``)."""
-    return (Path(path) / "adapter_config.json").is_file()

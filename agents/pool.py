@@ -455,6 +455,11 @@ MAX_POOL_TEMPERATURE = 2.0
 _EXTRA_KEYS = {"vllm_args", "chat_template", "adapters", "features"}
 
 
+def _is_gguf_file(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(4) == b"GGUF"
+
+
 def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) -> ModelSpec:
     def fail(field_name: str, message: str):
         raise PoolConfigError(f"{where}: field '{field_name}': {message}")
@@ -489,9 +494,8 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
             p = local(entry["path"])
             if not p.is_file():
                 fail("path", f"no such file: {p}")
-            with p.open("rb") as fh:
-                if fh.read(4) != b"GGUF":
-                    fail("path", f"{p} is not a GGUF file (llamacpp needs a .gguf model)")
+            if not _is_gguf_file(p):
+                fail("path", f"{p} is not a GGUF file (llamacpp needs a .gguf model)")
             kwargs["path"] = str(p)
         if "adapter" in entry:  # a peft folder (converted to a GGUF LoRA when loaded) or a GGUF LoRA file
             value = entry["adapter"]
@@ -499,9 +503,8 @@ def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) ->
                 fail("adapter", "must be a peft adapter folder or a GGUF LoRA file")
             p = local(value)
             if p.is_file():
-                with p.open("rb") as fh:
-                    if fh.read(4) != b"GGUF":
-                        fail("adapter", f"{p} is not a GGUF file (a llamacpp adapter is a GGUF LoRA or a peft folder)")
+                if not _is_gguf_file(p):
+                    fail("adapter", f"{p} is not a GGUF file (a llamacpp adapter is a GGUF LoRA or a peft folder)")
             elif not (p / "adapter_config.json").is_file():
                 fail("adapter", f"{p} is neither a peft adapter folder (no adapter_config.json) nor a GGUF LoRA file")
             kwargs["adapter"] = str(p)

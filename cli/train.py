@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal, Optional, get_args
+from typing import Literal, Optional
 
 import typer
 
@@ -25,7 +25,10 @@ REWARDS = ("correctness", "stored", "judge")
 
 #: ``--serve-with`` values: how the result pool file serves the trained member.
 ServeWith = Literal["transformers", "llamacpp"]
-SERVE_WITH = get_args(ServeWith)
+#: The ``--serve-with`` option of ``train dpo`` and ``train grpo`` (one declaration, as Typer allows).
+SERVE_WITH_OPTION = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
+                                 "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the "
+                                 "adapter as a GGUF LoRA, converted once).")
 
 
 def member_specs(pool: Path | None) -> list[ModelSpec]:
@@ -106,10 +109,7 @@ def train_dpo_cmd(
     max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
     seed: int = typer.Option(0, "--seed"),
-    serve_with: ServeWith = typer.Option("transformers", "--serve-with",
-                                         help="How OUT/pool.toml serves the trained member: "
-                                   "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the adapter "
-                                   "as a GGUF LoRA, converted once)."),
+    serve_with: ServeWith = SERVE_WITH_OPTION,
     run_id: Optional[str] = typer.Option(None, "--run-id"),
 ) -> None:
     """DPO of a LoRA adapter on the member's non-tied duel pairs; reference = its current weights."""
@@ -171,10 +171,7 @@ def train_grpo_cmd(
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     seed: int = typer.Option(0, "--seed"),
-    serve_with: ServeWith = typer.Option("transformers", "--serve-with",
-                                         help="How OUT/pool.toml serves the trained member: "
-                                   "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the adapter "
-                                   "as a GGUF LoRA, converted once)."),
+    serve_with: ServeWith = SERVE_WITH_OPTION,
     run_id: Optional[str] = typer.Option(None, "--run-id"),
 ) -> None:
     """GRPO of a LoRA adapter with correctness, stored-judge or online peer-judge rewards."""
@@ -222,15 +219,15 @@ def train_grpo_cmd(
 
 
 def check_serve_with(spec: ModelSpec, serve_with: str) -> None:
-    """Refuse ``--serve-with`` values that cannot serve ``spec`` before anything is loaded or trained.
+    """Refuse ``--serve-with llamacpp`` for a member without a GGUF, before anything is loaded or trained.
 
     Raises:
-        ValueError: an unknown backend, or ``llamacpp`` for a member without a GGUF.
+        ValueError: ``llamacpp`` for a member without a GGUF.
     """
-    if serve_with not in SERVE_WITH:
-        raise ValueError(f"--serve-with {serve_with!r} is not one of transformers, llamacpp")
+    from agora.agents.convert import is_gguf_source
+
     path = str(spec.path or "")
-    if serve_with == "llamacpp" and not (path.startswith("builtin:") or path.endswith(".gguf")):
+    if serve_with == "llamacpp" and not is_gguf_source(path):
         raise ValueError(f"--serve-with llamacpp: model {spec.name!r} has no GGUF ({path or spec.backend}) for "
                          "llama.cpp to apply the adapter to; use --serve-with transformers")
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 from agora.agents._files import safe_file_name
+from agora.agents.convert import is_gguf_source
 from agora.agents.pool import ModelPool, ModelSpec, pool_from_specs
 from agora.graphs.duel import DuelConfig, DuelContext, run_duels
 from agora.tasks.loaders import Problem
@@ -157,8 +158,7 @@ def next_spec(spec: ModelSpec, run: MemberRun, iteration: int, serve_with: str =
     """The spec a selected member plays the next iteration with: ``run``'s adapter on ``spec``'s
     weights, served by ``serve_with`` (``llamacpp`` only where the member has a GGUF; otherwise the
     transformers entry the training wrote)."""
-    gguf = run.result.base.startswith("builtin:") or run.result.base.endswith(".gguf")
-    if serve_with == "llamacpp" and gguf:
+    if serve_with == "llamacpp" and is_gguf_source(run.result.base):
         return _spec_of(trained_entry(spec, run.result, iteration, backend="llamacpp"))
     return _spec_of(run.entry)
 

@@ -272,7 +272,9 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
     # Absolute paths: a pool file reads relative paths relative to itself, not to the working directory.
     base = result.base if result.base.startswith("builtin:") else str(Path(result.base).resolve())
     if backend == "llamacpp":
-        if not (base.startswith("builtin:") or base.endswith(".gguf")):
+        from agora.agents.convert import is_gguf_source
+
+        if not is_gguf_source(base):
             raise ValueError(f"model {spec.name!r} was trained from {base}, not a GGUF: llama.cpp cannot serve its "
                              "adapter (use backend 'transformers')")
         if getattr(spec, "backend", None) == "llamacpp":
