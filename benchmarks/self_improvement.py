@@ -81,7 +81,7 @@ POOL = "default"
 TARGET, PEER = (s.name for s in builtin_pool_specs(POOL))
 BASE = builtin_pool_specs(POOL)[0].path
 #: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
-MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch")
+MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch", "save_steps")
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers"}
 
@@ -120,6 +120,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "(groups on the others are constant zeros)")
     ap.add_argument("--pairs-per-question", type=int, default=2, help="ALIGN pairs per training question, at most")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-steps", type=int, default=4,
+                    help="a training checkpoint every this many steps: an interrupted arm resumes from the last one "
+                         "(0: none, the arm restarts)")
     ap.add_argument("--phases", default=",".join(PHASES), help=f"phases to run ({','.join(PHASES)})")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"training arms ({','.join(ARMS)})")
     ap.add_argument("--serve-check", type=int, default=4, help="held-out questions re-run through the served pool file")
@@ -236,7 +239,8 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
     out = args.out / args.run_id / arm
     run_id = f"{args.run_id}:train:{arm}"
     common = dict(learning_rate=args.lr, lr_scheduler="constant_with_warmup", warmup_ratio=args.warmup_ratio,
-                  max_steps=args.steps, threads=args.threads, seed=args.seed, lora=_lora(args))
+                  max_steps=args.steps, threads=args.threads, seed=args.seed, lora=_lora(args),
+                  save_steps=args.save_steps)
     if arm == "grpo":
         g = args.generations
         settings = GRPOSettings(**common, batch_size=g * args.grpo_prompts_per_step, num_generations=g,

@@ -29,6 +29,9 @@ ServeWith = Literal["transformers", "llamacpp"]
 SERVE_WITH_OPTION = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
                                  "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the "
                                  "adapter as a GGUF LoRA, converted once).")
+SAVE_STEPS_OPTION = typer.Option(0, "--save-steps", min=0, help="A checkpoint every N optimiser steps in "
+                                 "OUT/trainer/: rerunning the same command resumes an interrupted run from the "
+                                 "last one (0: none).")
 
 
 def member_specs(pool: Path | None) -> list[ModelSpec]:
@@ -109,6 +112,7 @@ def train_dpo_cmd(
     max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
     seed: int = typer.Option(0, "--seed"),
+    save_steps: int = SAVE_STEPS_OPTION,
     serve_with: ServeWith = SERVE_WITH_OPTION,
     run_id: Optional[str] = typer.Option(None, "--run-id"),
 ) -> None:
@@ -129,7 +133,7 @@ def train_dpo_cmd(
                          run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
         settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout),
                                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
-                               max_length=max_length, threads=_threads(threads), seed=seed)
+                               max_length=max_length, threads=_threads(threads), seed=seed, save_steps=save_steps)
         store = TraceStore(db)
         run_id = run_id or new_run_id("train-dpo")
         console.print(f"run [bold]{run_id}[/bold]: DPO of {model} from {db} ({len(pairs)} pairs before filters)",
@@ -171,6 +175,7 @@ def train_grpo_cmd(
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     seed: int = typer.Option(0, "--seed"),
+    save_steps: int = SAVE_STEPS_OPTION,
     serve_with: ServeWith = SERVE_WITH_OPTION,
     run_id: Optional[str] = typer.Option(None, "--run-id"),
 ) -> None:
@@ -190,7 +195,8 @@ def train_grpo_cmd(
         settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout), epochs=epochs,
                                 max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                 num_generations=num_generations, max_completion_length=max_completion_length,
-                                temperature=temperature, beta=kl_beta, threads=_threads(threads), seed=seed)
+                                temperature=temperature, beta=kl_beta, threads=_threads(threads), seed=seed,
+                                save_steps=save_steps)
         if data is not None:
             from agora.tasks.loaders import detect_format, load_problems
 

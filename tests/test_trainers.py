@@ -101,6 +101,94 @@ def test_grpo_two_steps_and_adapter_as_pool_entry(tiny, tmp_path):
     assert type(model).__name__ == "PeftModelForCausalLM"
 
 
+class _Stop(Exception):
+    pass
+
+
+def _callbacks(stop_at=None):
+    """A callback recording the optimiser steps it sees, raising ``_Stop`` at step ``stop_at``."""
+    from transformers import TrainerCallback
+
+    class Watch(TrainerCallback):
+        steps: list = []
+
+        def on_step_end(self, args, state, control, **kw):
+            Watch.steps.append(state.global_step)
+            if state.global_step == stop_at:
+                raise _Stop(stop_at)
+
+    Watch.steps = []
+    return Watch
+
+
+def test_dpo_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, tmp_path):
+    settings = DPOSettings(max_steps=4, batch_size=1, learning_rate=5e-2, warmup_ratio=0.0, threads=1, lora=LORA,
+                           save_steps=2)
+    rows = dpo_rows(pairs())
+    whole = train_dpo(tiny, rows, tmp_path / "whole", settings)
+    assert whole.steps == 4 and not list((tmp_path / "whole" / "trainer").glob("checkpoint-*"))
+
+    watch = _callbacks(stop_at=3)
+    with pytest.raises(_Stop):
+        train_dpo(tiny, rows, tmp_path / "cut", settings, callbacks=[watch()])
+    assert [p.name for p in (tmp_path / "cut" / "trainer").glob("checkpoint-*")] == ["checkpoint-2"]
+    watch = _callbacks()
+    resumed = train_dpo(tiny, rows, tmp_path / "cut", settings, callbacks=[watch()])
+    assert watch.steps == [3, 4]  # steps 1-2 came from the checkpoint
+    assert resumed.steps == 4 and resumed.losses == pytest.approx(whole.losses, abs=1e-5)
+    a, b = lora_weights(whole.adapter_dir), lora_weights(resumed.adapter_dir)
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert not list((tmp_path / "cut" / "trainer").glob("checkpoint-*"))  # removed once the adapter is saved
+
+
+def test_a_checkpoint_of_other_rows_is_not_resumed(tiny, tmp_path):
+    settings = DPOSettings(max_steps=3, batch_size=1, learning_rate=5e-2, warmup_ratio=0.0, threads=1, lora=LORA,
+                           save_steps=1)
+    rows = dpo_rows(pairs())
+    with pytest.raises(_Stop):
+        train_dpo(tiny, rows, tmp_path / "run", settings, callbacks=[_callbacks(stop_at=2)()])
+    watch = _callbacks()
+    other = train_dpo(tiny, rows[::-1], tmp_path / "run", settings, callbacks=[watch()])
+    assert watch.steps == [1, 2, 3] and other.losses[0] == pytest.approx(math.log(2), abs=1e-3)
+    # without save_steps nothing is resumed either, and leftovers are cleared
+    with pytest.raises(_Stop):
+        train_dpo(tiny, rows, tmp_path / "run", settings, callbacks=[_callbacks(stop_at=2)()])
+    watch = _callbacks()
+    train_dpo(tiny, rows, tmp_path / "run", DPOSettings(**{**settings_kw(settings), "save_steps": 0}),
+              callbacks=[watch()])
+    assert watch.steps == [1, 2, 3]
+    with pytest.raises(ValueError, match="save_steps"):
+        DPOSettings(save_steps=-1)
+
+
+def settings_kw(settings):
+    from dataclasses import asdict
+
+    d = asdict(settings)
+    d["lora"] = settings.lora
+    return d
+
+
+def test_grpo_interrupted_then_resumed(tiny, tmp_path):
+    rows = grpo_rows_from_problems(synthetic_problems(4, seed=3), shots=0)
+
+    def length_reward(completions, **_):
+        return [float(len(completion_text(c))) for c in completions]
+
+    settings = GRPOSettings(max_steps=3, batch_size=2, num_generations=2, max_completion_length=6, seed=1,
+                            learning_rate=5e-2, warmup_ratio=0.0, threads=1, lora=LORA, save_steps=1)
+    whole = train_grpo(tiny, rows, tmp_path / "whole", [length_reward], settings)
+    with pytest.raises(_Stop):
+        train_grpo(tiny, rows, tmp_path / "cut", [length_reward], settings, callbacks=[_callbacks(stop_at=2)()])
+    watch = _callbacks()
+    resumed = train_grpo(tiny, rows, tmp_path / "cut", [length_reward], settings, callbacks=[watch()])
+    assert watch.steps == [2, 3] and resumed.steps == 3  # checkpoint-1: step 2 stopped before its save
+    assert [h["reward"] for h in resumed.log_history if "reward" in h] == pytest.approx(
+        [h["reward"] for h in whole.log_history if "reward" in h])
+    a, b = lora_weights(whole.adapter_dir), lora_weights(resumed.adapter_dir)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
 def test_preference_accuracy_is_complementary_under_swapping(tiny):
     rows = dpo_rows(pairs())
     swapped = [{**r, "chosen": r["rejected"], "rejected": r["chosen"]} for r in rows]
@@ -155,9 +243,10 @@ def test_cli_train_dpo_then_align_uses_the_adapter(tiny, tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["train", "dpo", "--db", str(db), "--model", "m1", "--pool", str(pool), "--out", str(out),
                               "--max-steps", "2", "--batch-size", "2", "--lora-r", "4", "--lr", "1e-2",
-                              "--validation", "0.25", "--threads", "1", "--run-id", "tr1"])
+                              "--validation", "0.25", "--threads", "1", "--run-id", "tr1", "--save-steps", "1"])
     assert res.exit_code == 0, res.output
     assert "validation preference accuracy" in res.output
+    assert not list((out / "trainer").glob("checkpoint-*"))  # checkpoints go once the adapter is saved
     trained = load_pool(out / "pool.toml")["m1"].spec
     assert (trained.adapter, trained.system_prompt) == (str(out / "adapter"), "Be brief .")
     store = sqlite_utils.Database(db)

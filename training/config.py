@@ -67,6 +67,10 @@ class TrainSettings:
     threads: int = field(default_factory=default_threads)
     """torch CPU threads (default: the cores this process may use)."""
     logging_steps: int = 1
+    save_steps: int = 0
+    """When > 0, a resumable checkpoint (adapter, optimiser, scheduler, RNG states) every this many
+    optimiser steps in ``<out>/trainer/checkpoint-N``; a rerun into the same folder with the same
+    rows and settings resumes from the last one (:mod:`agora.training.trainers`). 0: none."""
     lora: LoraSettings = field(default_factory=LoraSettings)
 
     def __post_init__(self):
@@ -79,6 +83,8 @@ class TrainSettings:
         for name in ("batch_size", "grad_accum", "max_length", "threads", "logging_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.save_steps < 0:
+            raise ValueError(f"save_steps must be >= 0 (0: no checkpoints), got {self.save_steps}")
 
     def common_args(self, output_dir: str) -> dict:
         """Keyword arguments shared by ``DPOConfig`` and ``GRPOConfig``.
@@ -94,7 +100,9 @@ class TrainSettings:
             warmup_steps=self.warmup_ratio, num_train_epochs=self.epochs, max_steps=self.max_steps,
             per_device_train_batch_size=self.batch_size, per_device_eval_batch_size=self.batch_size,
             gradient_accumulation_steps=self.grad_accum, seed=self.seed, logging_steps=self.logging_steps,
-            use_cpu=not gpu, bf16=gpu and torch.cuda.is_bf16_supported(), report_to="none", save_strategy="no",
+            use_cpu=not gpu, bf16=gpu and torch.cuda.is_bf16_supported(), report_to="none",
+            **(dict(save_strategy="steps", save_steps=self.save_steps, save_total_limit=1) if self.save_steps
+               else dict(save_strategy="no")),
             activation_checkpointing=False, dataloader_num_workers=0, disable_tqdm=True,
         )
 

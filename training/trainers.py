@@ -13,6 +13,14 @@ pass ``adapter=<previous adapter>``: it is loaded trainable and TRL copies it in
 adapter (TRL ≥ 1.x DPO behaviour for a ``PeftModel`` without ``ref_model``), so the reference is the
 previous iteration's model and the new adapter keeps training from it.
 
+**Resumable** with ``settings.save_steps > 0``: the trainer checkpoints every that many steps under
+``<out>/trainer/`` (only the last one kept) beside ``agora_resume.json``, a fingerprint of what is
+trained (base, previous adapter, rows, settings but the thread count). A rerun into the same
+folder with the same fingerprint resumes from the last checkpoint (transformers' own resume: the
+optimiser, scheduler, RNG states and data order are restored, so the result is the uninterrupted
+one); other rows or settings start afresh and the stale checkpoints are removed. The checkpoints
+are removed once the adapter is saved.
+
 Device handling is TRL/accelerate's: ``use_cpu`` and fp32 without CUDA, bf16 with it; the torch
 thread count is set explicitly. Run the same code on several GPUs with ``accelerate launch``: every
 process trains, only the main one (:func:`is_main_process`) writes the adapter, datasets and trace rows.
@@ -20,9 +28,12 @@ process trains, only the main one (:func:`is_main_process`) writes the adapter, 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +42,9 @@ from typing import Any, Callable, Literal, Sequence
 from agora.training.config import DPOSettings, GRPOSettings, TrainSettings
 
 TRAIN_META = "agora_train.json"
+RESUME_META = "agora_resume.json"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -98,6 +112,55 @@ def load_policy(base: str, adapter: str | None = None, threads: int | None = Non
     return model, tokenizer
 
 
+def _fingerprint(kind: str, base: str, adapter: str | None, rows: Sequence[dict[str, Any]],
+                 settings: TrainSettings, extra: Any = None) -> str:
+    """sha256 of what a run trains: a checkpoint resumes only a run with the same one."""
+    what = {k: v for k, v in asdict(settings).items() if k not in ("threads", "save_steps", "logging_steps")}
+    blob = json.dumps({"kind": kind, "base": base, "adapter": adapter, "rows": list(rows), "settings": what,
+                       "extra": extra}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _checkpoints(trainer_dir: Path) -> list[Path]:
+    return sorted(p for p in trainer_dir.glob("checkpoint-*") if p.is_dir())
+
+
+def resume_point(trainer_dir: str | Path, fingerprint: str, save_steps: int) -> str | None:
+    """The checkpoint to resume from, or ``None`` (and the folder readied for a fresh run).
+
+    With ``save_steps`` 0 nothing is resumed. A folder whose ``agora_resume.json`` names another
+    fingerprint holds another run's checkpoints: they are removed (logged), as is anything left by a
+    run without the fingerprint file.
+    """
+    trainer_dir = Path(trainer_dir)
+    meta = trainer_dir / RESUME_META
+    stale = _checkpoints(trainer_dir)
+    if save_steps:
+        same = meta.is_file() and json.loads(meta.read_text(encoding="utf-8")).get("fingerprint") == fingerprint
+        if same and stale:
+            from transformers.trainer_utils import get_last_checkpoint
+
+            last = get_last_checkpoint(str(trainer_dir))
+            if last:
+                log.info("resuming training from %s", last)
+                return last
+        if stale:
+            log.warning("%s: checkpoints of another training run (other rows or settings) removed: %s",
+                        trainer_dir, ", ".join(p.name for p in stale))
+    for p in stale:
+        shutil.rmtree(p)
+    if save_steps:
+        trainer_dir.mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps({"fingerprint": fingerprint}), encoding="utf-8")
+    return None
+
+
+def _drop_checkpoints(trainer_dir: Path) -> None:
+    for p in _checkpoints(trainer_dir):
+        shutil.rmtree(p)
+    (trainer_dir / RESUME_META).unlink(missing_ok=True)
+
+
 def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: str | None, rows: int,
             settings: TrainSettings, eval_rows: int, start: tuple[float, float]) -> TrainResult:
     metrics = {k: float(v) for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
@@ -117,6 +180,8 @@ def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: st
         (adapter_dir / TRAIN_META).write_text(json.dumps(
             {**result.describe(), "settings": asdict(settings), "log_history": None}, indent=2, default=str))
     trainer.accelerator.wait_for_everyone()
+    if main:
+        _drop_checkpoints(out_dir / "trainer")
     return result
 
 
@@ -137,7 +202,7 @@ def _check_finite(kind: str, losses: Sequence[float]) -> None:
 
 def train_dpo(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Path,
               settings: DPOSettings = DPOSettings(), *, eval_rows: Sequence[dict[str, Any]] = (),
-              adapter: str | None = None) -> TrainResult:
+              adapter: str | None = None, callbacks: Sequence[Any] = ()) -> TrainResult:
     """DPO (TRL ``DPOTrainer``, sigmoid loss, Rafailov et al. 2023 Eq. 7) of a LoRA adapter.
 
     Args:
@@ -146,6 +211,9 @@ def train_dpo(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Pa
         out_dir: run folder; the adapter goes to ``out_dir/adapter``.
         settings: :class:`~agora.training.config.DPOSettings`.
         adapter: previous iteration's adapter: trained further, and the reference model.
+        callbacks: transformers ``TrainerCallback`` objects added to the trainer's.
+
+    With ``settings.save_steps`` a rerun into ``out_dir`` resumes (module docstring).
 
     Raises:
         ValueError: no training rows. FloatingPointError: a non-finite loss.
@@ -163,8 +231,10 @@ def train_dpo(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Pa
     args = DPOConfig(**settings.common_args(str(out_dir / "trainer")), beta=settings.beta,
                      max_length=settings.max_length, eval_strategy="no")
     trainer = DPOTrainer(model=model, args=args, train_dataset=train, eval_dataset=evals,
-                         processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config())
-    trainer.train()
+                         processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config(),
+                         callbacks=list(callbacks) or None)
+    fingerprint = _fingerprint("dpo", base, adapter, [{k: r[k] for k in keep} for r in train_rows], settings)
+    trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
     result = _finish("dpo", trainer, tokenizer, out_dir, base, adapter, len(train), settings, len(eval_rows), start)
     _check_finite("dpo", result.losses)
     return result
@@ -175,7 +245,7 @@ RewardFunc = Callable[..., list]
 
 def train_grpo(base: str, rows: Sequence[dict[str, Any]], out_dir: str | Path, reward_funcs: Sequence[RewardFunc],
                settings: GRPOSettings = GRPOSettings(), *, adapter: str | None = None,
-               reward_weights: Sequence[float] | None = None) -> TrainResult:
+               reward_weights: Sequence[float] | None = None, callbacks: Sequence[Any] = ()) -> TrainResult:
     """GRPO (TRL ``GRPOTrainer``; Shao et al. 2024, DeepSeekMath Eq. 3) of a LoRA adapter.
 
     Args:
@@ -186,6 +256,9 @@ def train_grpo(base: str, rows: Sequence[dict[str, Any]], out_dir: str | Path, r
             divisible by ``num_generations``).
         adapter: previous iteration's adapter, trained further.
         reward_weights: one weight per reward function (default 1 each).
+        callbacks: transformers ``TrainerCallback`` objects added to the trainer's.
+
+    With ``settings.save_steps`` a rerun into ``out_dir`` resumes (module docstring).
 
     Raises:
         ValueError: no rows or no reward function. FloatingPointError: a non-finite loss.
@@ -205,8 +278,11 @@ def train_grpo(base: str, rows: Sequence[dict[str, Any]], out_dir: str | Path, r
                       beta=settings.beta, epsilon=settings.epsilon,
                       reward_weights=list(reward_weights) if reward_weights is not None else None)
     trainer = GRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args, train_dataset=train,
-                          processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config())
-    trainer.train()
+                          processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config(),
+                          callbacks=list(callbacks) or None)
+    rewards = [getattr(f, "__name__", repr(f)) for f in reward_funcs]
+    fingerprint = _fingerprint("grpo", base, adapter, rows, settings, {"rewards": rewards, "weights": reward_weights})
+    trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
     result = _finish("grpo", trainer, tokenizer, out_dir, base, adapter, len(train), settings, 0, start)
     _check_finite("grpo", result.losses)
     return result
