@@ -65,10 +65,24 @@ def write_result_pool(specs: list[ModelSpec], entry: dict, out: Path) -> Path:
     return write_pool_file(entries, out / "pool.toml")
 
 
-def lora_settings(r: int, alpha: int, dropout: float):
+def lora_settings(r: int | None, alpha: int | None, dropout: float | None, spec: ModelSpec | None = None):
+    """The LoRA of a fresh adapter (unset values: the paper's r 64, α 16, dropout 0.1).
+
+    Raises:
+        ValueError: a LoRA option given for a member that already carries an adapter: training goes
+            on from that adapter, whose shape cannot change.
+    """
     from agora.training.config import LoraSettings
 
-    return LoraSettings(r=r, alpha=alpha, dropout=dropout)
+    if spec is not None and spec.adapter:
+        given = [f"--lora-{k}" for k, v in (("r", r), ("alpha", alpha), ("dropout", dropout)) if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: model {spec.name!r} already carries the adapter {spec.adapter}, "
+                             "and training goes on from it with its own LoRA shape; drop the option, or train a "
+                             "fresh adapter from a pool entry without 'adapter'")
+    d = LoraSettings()
+    return LoraSettings(r=d.r if r is None else r, alpha=d.alpha if alpha is None else alpha,
+                        dropout=d.dropout if dropout is None else dropout)
 
 
 def report(run, pool_file: Path, store: TraceStore) -> None:
@@ -104,8 +118,10 @@ def train_dpo_cmd(
     iteration: Optional[list[int]] = typer.Option(None, "--iteration", help="Only pairs of these duel iterations."),
     lr: float = typer.Option(1e-6, "--lr", help="Learning rate (paper: 1e-6; ~1e-4 for short CPU runs)."),
     beta: float = typer.Option(0.1, "--beta", help="DPO β."),
-    lora_r: int = typer.Option(64, "--lora-r", min=1), lora_alpha: int = typer.Option(16, "--lora-alpha", min=1),
-    lora_dropout: float = typer.Option(0.1, "--lora-dropout", min=0.0, max=0.99),
+    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64]."),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16]."),
+    lora_dropout: Optional[float] = typer.Option(None, "--lora-dropout", min=0.0, max=0.99,
+                                                 help="LoRA dropout [default: 0.1]."),
     epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps",
                                                                                  help="> 0 overrides --epochs."),
     batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
@@ -131,7 +147,7 @@ def train_dpo_cmd(
         pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
         flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
                          run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
-        settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout),
+        settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
                                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                max_length=max_length, threads=_threads(threads), seed=seed, save_steps=save_steps)
         store = TraceStore(db)
@@ -166,8 +182,10 @@ def train_grpo_cmd(
     temperature: float = typer.Option(1.0, "--temperature", min=0.01, max=MAX_TEMPERATURE),
     kl_beta: float = typer.Option(0.0, "--kl-beta", min=0.0, help="KL coefficient (paper: 0)."),
     lr: float = typer.Option(1e-6, "--lr"),
-    lora_r: int = typer.Option(64, "--lora-r", min=1), lora_alpha: int = typer.Option(16, "--lora-alpha", min=1),
-    lora_dropout: float = typer.Option(0.1, "--lora-dropout", min=0.0, max=0.99),
+    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64]."),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16]."),
+    lora_dropout: Optional[float] = typer.Option(None, "--lora-dropout", min=0.0, max=0.99,
+                                                 help="LoRA dropout [default: 0.1]."),
     epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps"),
     batch_size: int = typer.Option(4, "--batch-size", min=1, help="Completions per step (a multiple of G)."),
     grad_accum: int = typer.Option(1, "--grad-accum", min=1),
@@ -192,7 +210,7 @@ def train_grpo_cmd(
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
-        settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout), epochs=epochs,
+        settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec), epochs=epochs,
                                 max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                 num_generations=num_generations, max_completion_length=max_completion_length,
                                 temperature=temperature, beta=kl_beta, threads=_threads(threads), seed=seed,

@@ -267,6 +267,11 @@ def test_cli_train_dpo_then_align_uses_the_adapter(tiny, tmp_path):
                               "--out", str(out)])
     assert res.exit_code == 2 and "'nobody' is not in" in res.output
 
+    # training on from the adapter keeps its LoRA shape: a LoRA option is refused, not ignored
+    res = runner.invoke(app, ["train", "dpo", "--db", str(db), "--model", "m1", "--pool", str(out / "pool.toml"),
+                              "--out", str(tmp_path / "out2"), "--lora-r", "8", "--max-steps", "1"])
+    assert res.exit_code == 2 and "--lora-r: model 'm1' already carries the adapter" in res.output
+
 
 def test_evolve_two_iterations_on_tiny_models_with_scripted_judges(tiny, tmp_path):
     import zlib
