@@ -144,9 +144,11 @@ def resume_point(trainer_dir: str | Path, fingerprint: str, save_steps: int) -> 
             if last:
                 log.info("resuming training from %s", last)
                 return last
-        if stale:
-            log.warning("%s: checkpoints of another training run (other rows or settings) removed: %s",
-                        trainer_dir, ", ".join(p.name for p in stale))
+    if not is_main_process():  # under accelerate launch only rank 0 touches the folder
+        return None
+    if save_steps and stale:
+        log.warning("%s: checkpoints of another training run (other rows or settings) removed: %s",
+                    trainer_dir, ", ".join(p.name for p in stale))
     for p in stale:
         shutil.rmtree(p)
     if save_steps:
