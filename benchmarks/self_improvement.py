@@ -46,6 +46,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -465,6 +466,11 @@ def main(argv=None) -> None:
     if not args.report:
         import torch
 
+        def terminate(signum, frame):  # SIGTERM (a job runner, a session's end) stops like Ctrl-C: the
+            raise KeyboardInterrupt  # unfinished phase's cost is booked, checkpoints stay for the rerun
+
+        signal.signal(signal.SIGTERM, terminate)
+
         torch.set_num_threads(args.threads)
         train, held_out = problems_of(args)
         def phase(name: str, fn) -> None:
@@ -509,4 +515,9 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished phases and the unfinished one's progress are kept; rerun the same "
+              "command to resume", file=sys.stderr)
+        sys.exit(130)
