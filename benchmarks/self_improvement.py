@@ -451,6 +451,12 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
             total += c["cpu_s"]
             log(f"  {name:<20} {c['wall_s'] / 60:>7.1f} min wall {c['cpu_s'] / 3600:>7.3f} CPU-h")
         log(f"  {'total':<20} {'':>16} {total / 3600:>7.3f} CPU-h")
+    if book.attempts:
+        log("\nInterrupted phases (cost of their attempts so far; a rerun resumes them):")
+        for name, c in book.attempts.items():
+            log(f"  {name:<20} {c['wall_s'] / 60:>7.1f} min wall {c['cpu_s'] / 3600:>7.3f} CPU-h, "
+                f"{c['attempts']} attempt(s)")
+        summary["interrupted"] = book.attempts
     return summary
 
 
