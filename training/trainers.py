@@ -149,8 +149,7 @@ def resume_point(trainer_dir: str | Path, fingerprint: str, save_steps: int) -> 
     if save_steps and stale:
         log.warning("%s: checkpoints of another training run (other rows or settings) removed: %s",
                     trainer_dir, ", ".join(p.name for p in stale))
-    for p in stale:
-        shutil.rmtree(p)
+    _drop_checkpoints(trainer_dir)
     if save_steps:
         trainer_dir.mkdir(parents=True, exist_ok=True)
         meta.write_text(json.dumps({"fingerprint": fingerprint}), encoding="utf-8")
