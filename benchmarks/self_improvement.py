@@ -35,6 +35,12 @@ inside: finished questions, duels and evaluated batches are kept):
    leader's claim compares it with phase 2 per iteration: share of non-tied duels and mean score
    gap, with 95 % CIs (no training involved).
 
+``--record benchmarks/si-full/phases.json`` keeps a second copy of the book in the checkout, written
+with every phase: a new machine (no ``OUT/<run-id>``) resumes from it. Evaluations (per-question
+verdicts), the duels' table, the ALIGN solved sets (GRPO's prompts) and every cost come back; the
+trace database and adapters do not, so a DPO arm whose trace phase ran on a lost machine is refused
+with that reason, and the serve check runs on the best arm whose adapter is on this machine.
+
 Figures are printed at the end (and with ``--report`` alone, from what is recorded) and saved to
 ``OUT/<run-id>/summary.json``. CPU seconds are the process's (all threads: llama.cpp and torch).
 """
@@ -133,6 +139,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "trained on) or llamacpp (the pool's quantised GGUF with the adapter as a GGUF LoRA)")
     ap.add_argument("--threads", type=int, default=default_threads(), help="torch threads (AGORA_LLAMA_THREADS: llama.cpp)")
     ap.add_argument("--report", action="store_true", help="print the figures recorded so far and stop")
+    ap.add_argument("--record", type=Path, default=None,
+                    help="a second copy of phases.json, written with every phase (e.g. benchmarks/si-full/phases.json "
+                         "in the checkout): a machine without OUT/<run-id> resumes from it (evaluations and costs "
+                         "come back; trace phases whose traces.db is lost must be rerun under a new run id)")
     args = ap.parse_args(argv)
     for name in ("phases", "arms"):
         allowed = PHASES if name == "phases" else ARMS
@@ -149,7 +159,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def settings_of(args: argparse.Namespace) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-            if k != "out" and not (k in OMITTED_DEFAULTS and v == OMITTED_DEFAULTS[k])}
+            if k not in ("out", "record") and not (k in OMITTED_DEFAULTS and v == OMITTED_DEFAULTS[k])}
 
 
 def configure(args: argparse.Namespace) -> None:
@@ -197,7 +207,10 @@ def align_phase(args, store: TraceStore, train) -> dict:
                            on_question=progress)
     if outcome.failed:
         raise SystemExit(f"align traces: {len(outcome.failed)} questions failed; rerun to retry them")
-    return {"run_id": run_id, "questions": n, "candidates": candidate_stats(store, [run_id])}
+    # The solved sets travel with phases.json, so GRPO's prompts need no traces.db (a new machine).
+    return {"run_id": run_id, "questions": n, "candidates": candidate_stats(store, [run_id]),
+            "solved": sorted(solved_questions(store, [run_id])),
+            "solved_by_target": sorted(solved_questions(store, [run_id], models=[TARGET]))}
 
 
 def duel_phase(args, store: TraceStore, train, mode: str) -> dict:
@@ -214,7 +227,9 @@ def duel_phase(args, store: TraceStore, train, mode: str) -> dict:
     run_duels(store, run_id, DuelContext(pool=pool, config=cfg, instructions=train),
               dataset={"path": str(args.train_data), "format": "gsm8k", "limit": len(train)}, on_duel=on_duel)
     rows = store.duel_rows([run_id])
-    return {"run_id": run_id, "duels": len(rows), "ties": sum(bool(r["tie"]) for r in rows)}
+    # what the leader's table needs travels with phases.json (the duels' traces.db may stay behind)
+    return {"run_id": run_id, "duels": len(rows), "ties": sum(bool(r["tie"]) for r in rows),
+            "table": [{k: r[k] for k in ("iteration", "tie", "margin", "instruction_id")} for r in rows]}
 
 
 def book_done(args, name: str) -> bool:
@@ -250,8 +265,12 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
         if args.grpo_prompts == "solved":
             if not book_done(args, "align-traces"):
                 raise ValueError("--grpo-prompts solved needs the align-traces phase")
-            solved = solved_questions(store, [f"{args.run_id}:align"])
+            recorded = json.loads((args.out / args.run_id / "phases.json").read_text(encoding="utf-8"))
+            recorded = recorded["phases"]["align-traces"].get("result", {}).get("solved")
+            solved = set(recorded) if recorded is not None else solved_questions(store, [f"{args.run_id}:align"])
             prompts = [p for p in train if p.id in solved]
+            if not prompts:
+                raise ValueError("--grpo-prompts solved: no ALIGN candidate was right on any training question")
         member = grpo_member(store, run_id, spec, grpo_rows_from_problems(prompts, shots=2), out, settings,
                              [correctness_reward], source={"questions": len(prompts), "reward": "correctness",
                                                            "prompts": args.grpo_prompts})
@@ -266,6 +285,11 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
             duel_run = f"{args.run_id}:duels-sparta"
             flt = PairFilter(run_ids=(duel_run,))
             pairs = [p for p in load_preference_pairs(store) if p["run_id"] == duel_run]
+        traced = (store.protocol_questions("align", [f"{args.run_id}:align"]) if arm == "align-dpo"
+                  else store.duel_rows([f"{args.run_id}:duels-sparta"]))
+        if not traced:  # the phase is in the record, its traces are on the machine that ran it
+            raise ValueError(f"the traces this arm trains on are not in {args.out / args.run_id / 'traces.db'} "
+                             "(the phase finished on another machine); rerun it under a new --run-id")
         if not pairs:
             raise ValueError("no pairs: " + ("no training question has both a correct candidate and an incorrect one "
                                              f"of {TARGET}" if arm == "align-dpo" else "every duel was a tie"))
@@ -332,11 +356,20 @@ def serve_phase(args, store: TraceStore, held_out, arm: str, pool_file: str, eva
 # ----------------------------------------------------------------------------- figures
 
 
-def leader_table(store: TraceStore, run_id: str) -> dict:
-    """The leader's claim: per mode and iteration, non-tie share and mean score gap with 95 % CIs."""
+def duel_table(book: PhaseBook, store: TraceStore, run_id: str, mode: str) -> list[dict]:
+    """The duels of one mode: from the phase's record (any machine), else from ``traces.db``."""
+    table = book.result(f"duels-{mode}").get("table")
+    return table if table is not None else store.duel_rows([f"{run_id}:duels-{mode}"])
+
+
+def leader_table(rows_by_mode: dict[str, list[dict]]) -> dict:
+    """The leader's claim: per mode and iteration, non-tie share and mean score gap with 95 % CIs.
+
+    ``rows_by_mode``: ``{"sparta": rows, "stackelberg": rows}``, each row a duel with ``iteration``,
+    ``tie``, ``margin`` (the judges' score gap) and ``instruction_id``."""
     out = {}
     for mode in ("sparta", "stackelberg"):
-        rows = store.duel_rows([f"{run_id}:duels-{mode}"])
+        rows = rows_by_mode[mode]
         per = {}
         for it in sorted({r["iteration"] for r in rows}):
             sel = [r for r in rows if r["iteration"] == it]
@@ -360,9 +393,9 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
 
 
-def changed_outputs(args, arm: str) -> int:
+def changed_outputs(args, arm: str) -> int | None:
     """Held-out answers whose text differs from the base model's (training moved the model even when
-    the verdicts did not change)."""
+    the verdicts did not change); None when an evaluation's answers are not on this machine."""
     def texts(name):
         path = args.out / args.run_id / "eval" / f"{name}.jsonl"
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -371,8 +404,12 @@ def changed_outputs(args, arm: str) -> int:
     try:
         base, after = texts("base"), texts(arm)
     except (OSError, ValueError):
-        return -1
+        return None
     return sum(after.get(q) != t for q, t in base.items())
+
+
+def _or_dash(value) -> str:
+    return "—" if value is None else str(value)
 
 
 def interval(lo: float, hi: float, digits: int = 1) -> str:
@@ -420,7 +457,7 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
             log(f"  {arm:<10} {pct(d['after']):>9} {interval(lo, hi):>16} {d['diff'] * 100:>+11.1f}pp "
                 f"{pp_interval(d['wald_low'], d['wald_high']):>18} "
                 f"{pp_interval(d['boot_low'], d['boot_high']):>18} "
-                f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f} {changed_outputs(args, arm):>8}")
+                f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f} {_or_dash(changed_outputs(args, arm)):>8}")
             summary["eval"][arm] = {"correct": after["correct"], "paired": d, "changed": changed_outputs(args, arm)}
     for arm in ARMS:
         if book.done(f"serve:{arm}"):
@@ -429,7 +466,7 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
                 f"correct vs {s['benchmark_correct']}/{s['questions']} in the benchmark; same verdict on "
                 f"{s['agree']}/{s['questions']}")
     if book.done("duels-stackelberg") and book.done("duels-sparta"):
-        table = leader_table(store, args.run_id)
+        table = leader_table({m: duel_table(book, store, args.run_id, m) for m in ("sparta", "stackelberg")})
         summary["leader"] = table
         log("\nThe leader's claim (same duels, instructions and seed; no training):")
         log(f"  {'mode':<12} {'iter':>4} {'duels':>5} {'non-tie':>8} {'95% CI':>16} {'mean gap':>9} {'95% CI':>14} "
@@ -452,7 +489,7 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
             log(f"  {name:<20} {c['wall_s'] / 60:>7.1f} min wall {c['cpu_s'] / 3600:>7.3f} CPU-h")
         log(f"  {'total':<20} {'':>16} {total / 3600:>7.3f} CPU-h")
     if book.attempts:
-        log("\nInterrupted phases (cost of their attempts so far; a rerun resumes them):")
+        log("\nUnfinished phases (interrupted or failed; cost of their attempts so far; a rerun resumes them):")
         for name, c in book.attempts.items():
             log(f"  {name:<20} {c['wall_s'] / 60:>7.1f} min wall {c['cpu_s'] / 3600:>7.3f} CPU-h, "
                 f"{c['attempts']} attempt(s)")
@@ -465,7 +502,7 @@ def main(argv=None) -> None:
     configure(args)
     run_dir = args.out / args.run_id
     try:
-        book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE)
+        book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE, record=args.record)
     except PhaseBookError as exc:
         raise SystemExit(str(exc)) from None
     store = TraceStore(run_dir / "traces.db")
@@ -501,18 +538,19 @@ def main(argv=None) -> None:
                 except ValueError as exc:  # no pairs: reported, the other arms go on
                     log(f"train:{arm} failed: {exc}")
             if "eval" in args.phases and book.done(f"train:{arm}"):
-                phase("eval:base", lambda: eval_phase(args, held_out, "base", None))
+                # the arm first: its adapter lives only on this machine, the base evaluation anywhere
                 adapter = book.result(f"train:{arm}")["adapter"]
                 phase(f"eval:{arm}", lambda arm=arm, adapter=adapter: eval_phase(args, held_out, arm, adapter))
-        if "eval" in args.phases:
-            phase("eval:base", lambda: eval_phase(args, held_out, "base", None))
-        if "serve" in args.phases and args.serve_check > 0 and book.done("eval:base"):
-            evaluated = [a for a in ARMS if book.done(f"eval:{a}")]
+        if "serve" in args.phases and args.serve_check > 0:
+            evaluated = [a for a in ARMS if book.done(f"eval:{a}")  # and its adapter here (not a lost machine's)
+                         and Path(book.result(f"train:{a}")["adapter"]).is_dir()]
             if evaluated:  # the arm with the most right answers (ties: the first in ARMS)
                 best = max(evaluated, key=lambda a: (sum(book.result(f"eval:{a}")["correct"]), -ARMS.index(a)))
                 pool_file = book.result(f"train:{best}")["pool_file"]
                 phase(f"serve:{best}", lambda: serve_phase(args, store, held_out, best, pool_file,
                                                           book.result(f"eval:{best}")))
+        if "eval" in args.phases:
+            phase("eval:base", lambda: eval_phase(args, held_out, "base", None))
         if "leader" in args.phases:
             phase("duels-stackelberg", lambda: duel_phase(args, store, train, "stackelberg"))
     summary = report(args, book, store)

@@ -4,6 +4,7 @@ resumable greedy evaluation on the tiny local LM."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -162,6 +163,25 @@ def test_phase_book_resumes_and_refuses_other_settings(tmp_path):
         PhaseBook(path, {"steps": 8, "phases": "b"}, mutable=("phases",))
 
 
+def test_phase_book_record_outlives_the_run_folder(tmp_path):
+    """A second copy (``record=``, e.g. in the checkout) brings a run back on a machine that lost its folder."""
+    path, record = tmp_path / "runs" / "phases.json", tmp_path / "checkout" / "phases.json"
+    book = PhaseBook(path, {"steps": 4}, record=record)
+    book.run("a", lambda: {"value": 1})
+    with pytest.raises(KeyboardInterrupt):
+        book.run("b", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert json.loads(record.read_text()) == json.loads(path.read_text())
+
+    path.unlink()                                                  # a new machine: the run folder is gone
+    again = PhaseBook(path, {"steps": 4}, record=record)
+    assert again.run("a", lambda: {"value": 2}) == {"value": 1}     # finished elsewhere: not redone
+    assert again.attempts["b"]["attempts"] == 1                     # the lost attempt's cost still counts
+    assert path.is_file() and json.loads(path.read_text())["phases"]["a"]["result"] == {"value": 1}
+    with pytest.raises(PhaseBookError, match="steps"):              # the copy is held to the same settings
+        path.unlink()
+        PhaseBook(path, {"steps": 8}, record=record)
+
+
 def test_dpo_step_on_align_pairs_then_resumable_evaluation(traces, tmp_path):
     pytest.importorskip("trl")
     from tiny_lm import build_tiny_lm
@@ -202,3 +222,40 @@ def test_trained_entry_loads_from_a_relative_out_folder(tmp_path, monkeypatch):
     assert entry["adapter"] == str(tmp_path / "runs" / "x" / "adapter") and entry["path"] == "builtin:smollm2"
     spec = load_pool(write_pool_file([entry], Path("runs/x/pool.toml")))["m"].spec
     assert spec.adapter == str(tmp_path / "runs" / "x" / "adapter")
+
+
+def _benchmark_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "self_improvement.py"
+    spec = importlib.util.spec_from_file_location("_self_improvement", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_leader_table_from_recorded_duels():
+    """The leader's table needs only the duels' record (iteration, tie, margin, instruction), by hand."""
+    si = _benchmark_script()
+
+    def duel(it, margin, instruction="q1"):
+        return {"iteration": it, "tie": margin is None, "margin": margin, "instruction_id": instruction}
+
+    table = si.leader_table({
+        "sparta": [duel(0, None), duel(0, None), duel(1, 2.0), duel(1, None, "q2")],
+        "stackelberg": [duel(0, 1.0), duel(0, None), duel(1, 3.0), duel(1, 1.0)],
+    })
+    assert table["sparta"][0]["non_tie"] == 0 and table["sparta"][1]["gap"] == pytest.approx(1.0)
+    assert table["sparta"][1]["instructions"] == 2
+    assert table["stackelberg"][1]["share"] == 1.0 and table["stackelberg"][1]["gap"] == pytest.approx(2.0)
+    active = table["leader_active"]                   # iterations ≥ 1: Stackelberg 2/2, Sparta 1/2
+    assert active["stackelberg"] == (2, 2) and active["sparta"] == (1, 2)
+    assert active["diff"] == pytest.approx(0.5)
+
+
+def test_record_path_is_not_a_setting():
+    """Where the book's copy is kept may change between machines: it is not part of the run's settings."""
+    si = _benchmark_script()
+    a = si.settings_of(si.parse_args(["--record", "x/phases.json"]))
+    b = si.settings_of(si.parse_args([]))
+    assert a == b and "record" not in a and "out" not in a

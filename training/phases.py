@@ -10,6 +10,11 @@ total when it finishes, so a rerun redoes it; phases that checkpoint themselves,
 atomically. Reopening a run id with other settings is refused (it would mix two experiments),
 unless the differing keys are listed as ``mutable`` (sizes a rerun may change, e.g. which phases
 to run).
+
+``record=`` names a second copy of the book, written with every write (e.g. inside a git checkout,
+so a run outlives the machine it ran on). A book whose file is missing starts from that copy: the
+finished phases' results and costs, and the cost of interrupted attempts, come back; what a phase
+left only on the old machine (trace databases, adapters) does not, and the caller checks for it.
 """
 
 from __future__ import annotations
@@ -36,23 +41,28 @@ def cpu_seconds() -> float:
 class PhaseBook:
     """Which phases of a run are done, with their results and costs (module docstring)."""
 
-    def __init__(self, path: str | Path, settings: dict[str, Any], *, mutable: Iterable[str] = ()):
+    def __init__(self, path: str | Path, settings: dict[str, Any], *, mutable: Iterable[str] = (),
+                 record: str | Path | None = None):
         self.path = Path(path)
+        self.record = Path(record) if record is not None else None
         self.settings = json.loads(json.dumps(settings, default=str))
         self.mutable = set(mutable)
-        if self.path.is_file():
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+        source = self.path if self.path.is_file() or self.record is None or not self.record.is_file() else self.record
+        if source.is_file():
+            data = json.loads(source.read_text(encoding="utf-8"))
             before = data.get("settings", {})
             changed = sorted(k for k in set(before) | set(self.settings)
                              if k not in self.mutable and before.get(k) != self.settings.get(k))
             if changed:
                 raise PhaseBookError(
-                    f"{self.path}: this run was started with other settings ("
+                    f"{source}: this run was started with other settings ("
                     + "; ".join(f"{k} {before.get(k)!r} → {self.settings.get(k)!r}" for k in changed)
                     + "); rerun with the same options to resume it, or pick a new --run-id")
             self.phases: dict[str, dict[str, Any]] = data.get("phases", {})
             self.attempts: dict[str, dict[str, Any]] = data.get("unfinished", {})
             self.created_at = data.get("created_at")
+            if source != self.path:
+                self._write()
         else:
             self.phases, self.attempts, self.created_at = {}, {}, _now()
             self._write()
@@ -96,11 +106,13 @@ class PhaseBook:
         return {k: {"wall_s": v["wall_s"], "cpu_s": v["cpu_s"]} for k, v in self.phases.items()}
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}")
-        tmp.write_text(json.dumps({"settings": self.settings, "created_at": self.created_at,
-                                   "phases": self.phases, "unfinished": self.attempts}, indent=2), encoding="utf-8")
-        tmp.replace(self.path)
+        text = json.dumps({"settings": self.settings, "created_at": self.created_at,
+                           "phases": self.phases, "unfinished": self.attempts}, indent=2)
+        for path in (self.path, self.record) if self.record is not None else (self.path,):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_text(text + "\n", encoding="utf-8")
+            tmp.replace(path)
 
 
 def _now() -> str:
