@@ -61,7 +61,7 @@ class PhaseBook:
             self.phases: dict[str, dict[str, Any]] = data.get("phases", {})
             self.attempts: dict[str, dict[str, Any]] = data.get("unfinished", {})
             self.created_at = data.get("created_at")
-            if source != self.path:
+            if self.record is not None:  # both copies in step from the start
                 self._write()
         else:
             self.phases, self.attempts, self.created_at = {}, {}, _now()
