@@ -253,9 +253,12 @@ def test_leader_table_from_recorded_duels():
     assert active["diff"] == pytest.approx(0.5)
 
 
-def test_record_path_is_not_a_setting():
+def test_record_path_is_not_a_setting(tmp_path):
     """Where the book's copy is kept may change between machines: it is not part of the run's settings."""
     si = _benchmark_script()
-    a = si.settings_of(si.parse_args(["--record", "x/phases.json"]))
-    b = si.settings_of(si.parse_args([]))
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    files = ["--train-data", str(data), "--eval-data", str(data)]
+    a = si.settings_of(si.parse_args(files + ["--record", "x/phases.json"]))
+    b = si.settings_of(si.parse_args(files))
     assert a == b and "record" not in a and "out" not in a
