@@ -232,18 +232,13 @@ def duel_phase(args, store: TraceStore, train, mode: str) -> dict:
             "table": [{k: r[k] for k in ("iteration", "tie", "margin", "instruction_id")} for r in rows]}
 
 
-def book_done(args, name: str) -> bool:
-    path = args.out / args.run_id / "phases.json"
-    return path.is_file() and name in json.loads(path.read_text(encoding="utf-8")).get("phases", {})
-
-
 def _lora(args):
     from agora.training.config import LoraSettings
 
     return LoraSettings(r=args.lora_r, alpha=2 * args.lora_r, dropout=0.0)
 
 
-def train_phase(args, store: TraceStore, train, arm: str) -> dict:
+def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str) -> dict:
     from agora.training.config import DPOSettings, GRPOSettings
     from agora.training.datasets import PairFilter, grpo_rows_from_problems, load_preference_pairs
     from agora.training.pipeline import dpo_member, grpo_member
@@ -263,10 +258,9 @@ def train_phase(args, store: TraceStore, train, arm: str) -> dict:
                                 max_completion_length=args.max_tokens, temperature=args.grpo_temperature)
         prompts = train
         if args.grpo_prompts == "solved":
-            if not book_done(args, "align-traces"):
+            if not book.done("align-traces"):
                 raise ValueError("--grpo-prompts solved needs the align-traces phase")
-            recorded = json.loads((args.out / args.run_id / "phases.json").read_text(encoding="utf-8"))
-            recorded = recorded["phases"]["align-traces"].get("result", {}).get("solved")
+            recorded = book.result("align-traces").get("solved")  # older books: from traces.db
             solved = set(recorded) if recorded is not None else solved_questions(store, [f"{args.run_id}:align"])
             prompts = [p for p in train if p.id in solved]
             if not prompts:
@@ -534,7 +528,7 @@ def main(argv=None) -> None:
                     log(f"skip train:{arm}: phase {needs} has not finished")
                     continue
                 try:
-                    phase(f"train:{arm}", lambda arm=arm: train_phase(args, store, train, arm))
+                    phase(f"train:{arm}", lambda arm=arm: train_phase(args, book, store, train, arm))
                 except ValueError as exc:  # no pairs: reported, the other arms go on
                     log(f"train:{arm} failed: {exc}")
             if "eval" in args.phases and book.done(f"train:{arm}"):

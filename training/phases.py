@@ -47,7 +47,8 @@ class PhaseBook:
         self.record = Path(record) if record is not None else None
         self.settings = json.loads(json.dumps(settings, default=str))
         self.mutable = set(mutable)
-        source = self.path if self.path.is_file() or self.record is None or not self.record.is_file() else self.record
+        lost = not self.path.is_file() and self.record is not None and self.record.is_file()
+        source = self.record if lost else self.path  # a new machine: start from the copy
         if source.is_file():
             data = json.loads(source.read_text(encoding="utf-8"))
             before = data.get("settings", {})
