@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -226,8 +227,13 @@ def test_llamacpp_moves_the_next_token_distribution_as_peft_does(tmp_path, name,
 @pytest.mark.slow
 def test_a_pool_entry_with_a_peft_adapter_generates_with_it_on_both_decoding_paths(tmp_path):
     """The batched decoder runs on a second llama.cpp context, which must get the adapter too: greedy
-    text through a pool entry with ``adapter = <peft folder>`` is the same on the batched and the
-    sequential path, and not the base model's."""
+    text through a pool entry with ``adapter = <peft folder>`` starts the same on the batched and the
+    sequential path, and not as the base model's does.
+
+    Only the start is compared: the two contexts decode with different batch shapes, so their float
+    sums differ in order and greedy texts part at the first near-tie. Measured on an AVX2 machine
+    (and in CI): tuned "The three colours are:\\n\\nred, blue, green" then ", blue, blue" (batched)
+    against "\\n\\nThe three are" (sequential); the base model parts after ten words likewise."""
     torch = pytest.importorskip("torch")
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
@@ -255,8 +261,10 @@ def test_a_pool_entry_with_a_peft_adapter_generates_with_it_on_both_decoding_pat
 
     tuned_batched, tuned_sequential = greedy("tuned", True), greedy("tuned", False)
     assert (tmp_path / "adapter" / "adapter.gguf").is_file()  # converted once, beside the peft files
-    assert tuned_batched == tuned_sequential
-    assert tuned_batched != greedy("base", True)
+    base_batched = greedy("base", True)
+    shared = len(os.path.commonprefix([tuned_batched, tuned_sequential]))
+    assert shared >= 24, (tuned_batched, tuned_sequential)
+    assert len(os.path.commonprefix([tuned_batched, base_batched])) < shared, (tuned_batched, base_batched)
 
 
 def test_a_trained_member_can_be_served_by_llamacpp_and_trained_on_from_there(tmp_path):
