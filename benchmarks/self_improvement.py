@@ -496,7 +496,8 @@ def main(argv=None) -> None:
     configure(args)
     run_dir = args.out / args.run_id
     try:
-        book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE, record=args.record)
+        book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE, record=args.record,
+                         read_only=args.report)
     except PhaseBookError as exc:
         raise SystemExit(str(exc)) from None
     store = TraceStore(run_dir / "traces.db")

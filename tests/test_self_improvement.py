@@ -182,6 +182,24 @@ def test_phase_book_record_outlives_the_run_folder(tmp_path):
         PhaseBook(path, {"steps": 8}, record=record)
 
 
+def test_a_read_only_book_writes_nothing(tmp_path):
+    """``--report`` while the run goes on: the reader must not put an older book back over a phase
+    the running process has just finished."""
+    path, record = tmp_path / "runs" / "phases.json", tmp_path / "checkout" / "phases.json"
+    running = PhaseBook(path, {"steps": 4, "phases": "b"}, mutable=["phases"], record=record)
+    running.run("a", lambda: {"value": 1})
+    reader = PhaseBook(path, {"steps": 4, "phases": "all"}, mutable=["phases"], record=record, read_only=True)
+    running.run("b", lambda: {"value": 2})                          # finished after the reader opened
+    assert reader.run("a", lambda: {"value": 9}) == {"value": 1}    # what was finished reads as before
+    with pytest.raises(PhaseBookError, match="read-only"):
+        reader.run("c", lambda: {"value": 3})
+    reader._write()
+    for copy in (path, record):
+        data = json.loads(copy.read_text())
+        assert set(data["phases"]) == {"a", "b"} and data["settings"]["phases"] == "b"
+    assert not PhaseBook(tmp_path / "none.json", {"steps": 4}, read_only=True).path.exists()
+
+
 def test_dpo_step_on_align_pairs_then_resumable_evaluation(traces, tmp_path):
     pytest.importorskip("trl")
     from tiny_lm import build_tiny_lm

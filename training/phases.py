@@ -15,6 +15,10 @@ to run).
 so a run outlives the machine it ran on). A book whose file is missing starts from that copy: the
 finished phases' results and costs, and the cost of interrupted attempts, come back; what a phase
 left only on the old machine (trace databases, adapters) does not, and the caller checks for it.
+
+``read_only=True`` opens a book to read it (a report while the run goes on): nothing is written, not
+even at open, so a reader cannot put back an older state over a phase the running process just
+finished; :meth:`PhaseBook.run` then refuses any phase that has not finished.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ class PhaseBook:
     """Which phases of a run are done, with their results and costs (module docstring)."""
 
     def __init__(self, path: str | Path, settings: dict[str, Any], *, mutable: Iterable[str] = (),
-                 record: str | Path | None = None):
+                 record: str | Path | None = None, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only
         self.record = Path(record) if record is not None else None
         self.settings = json.loads(json.dumps(settings, default=str))
         self.mutable = set(mutable)
@@ -83,6 +88,8 @@ class PhaseBook:
         """``fn()``'s result, computed once: a finished phase returns its stored result (JSON round-trip)."""
         if name in self.phases:
             return self.phases[name]["result"]
+        if self.read_only:
+            raise PhaseBookError(f"{self.path}: phase {name!r} has not finished and this book is open read-only")
         start_wall, start_cpu = time.perf_counter(), cpu_seconds()
         earlier = self.attempts.get(name, {"wall_s": 0.0, "cpu_s": 0.0, "attempts": 0})
         try:
@@ -107,6 +114,8 @@ class PhaseBook:
         return {k: {"wall_s": v["wall_s"], "cpu_s": v["cpu_s"]} for k, v in self.phases.items()}
 
     def _write(self) -> None:
+        if self.read_only:
+            return
         text = json.dumps({"settings": self.settings, "created_at": self.created_at,
                            "phases": self.phases, "unfinished": self.attempts}, indent=2)
         for path in (self.path, self.record) if self.record is not None else (self.path,):
