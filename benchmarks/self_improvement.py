@@ -75,7 +75,8 @@ from agora.training.align_pairs import (  # noqa: E402
     candidate_stats,
     solved_questions,
 )
-from agora.training.evaluation import mean_ci, paired_difference, proportion_ci, proportion_difference  # noqa: E402
+from agora.training.evaluation import (  # noqa: E402
+    mean_ci, mean_difference, paired_difference, proportion_ci, proportion_difference)
 from agora.training.phases import PhaseBook, PhaseBookError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -375,11 +376,16 @@ def leader_table(rows_by_mode: dict[str, list[dict]]) -> dict:
                        "gap": gap, "gap_low": glo, "gap_high": ghi,
                        "instructions": len({r["instruction_id"] for r in sel})}
         out[mode] = per
-    # Where the leader acts (iteration 0 draws uniformly in both modes): pooled non-tie shares, difference.
+    # Where the leader acts (iteration 0 draws uniformly in both modes): pooled non-tie shares and mean
+    # score gaps, Stackelberg minus Sparta.
     later = {m: [r for it, r in out[m].items() if int(it) >= 1] for m in out}
     s = {m: (sum(r["non_tie"] for r in rs), sum(r["duels"] for r in rs)) for m, rs in later.items()}
     d, lo, hi = proportion_difference(*s["stackelberg"], *s["sparta"])
-    out["leader_active"] = {"stackelberg": s["stackelberg"], "sparta": s["sparta"], "diff": d, "low": lo, "high": hi}
+    gaps = {m: [float(r["margin"] or 0.0) for r in rows_by_mode[m] if int(r["iteration"]) >= 1] for m in out}
+    g, glo, ghi = mean_difference(gaps["stackelberg"], gaps["sparta"])
+    out["leader_active"] = {"stackelberg": s["stackelberg"], "sparta": s["sparta"], "diff": d, "low": lo, "high": hi,
+                            "gap": {m: mean_ci(v)[0] for m, v in gaps.items()},
+                            "gap_diff": g, "gap_low": glo, "gap_high": ghi}
     return out
 
 
@@ -474,6 +480,8 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
         (s1, n1), (s2, n2) = la["stackelberg"], la["sparta"]
         log(f"  iterations ≥ 1 (the leader acts): non-tie Stackelberg {s1}/{n1}, Sparta {s2}/{n2}, difference "
             f"{'—' if math.isnan(la['diff']) else '%+.0f pp' % (100 * la['diff'])} {pp_interval(la['low'], la['high'])}")
+        log(f"  iterations ≥ 1: mean score gap Stackelberg {la['gap']['stackelberg']:.2f}, Sparta "
+            f"{la['gap']['sparta']:.2f}, difference {la['gap_diff']:+.2f} [{la['gap_low']:+.2f}, {la['gap_high']:+.2f}]")
     costs = book.costs()
     if costs:
         log("\nCost per phase (process CPU, all threads):")

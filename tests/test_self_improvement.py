@@ -269,6 +269,11 @@ def test_leader_table_from_recorded_duels():
     active = table["leader_active"]                   # iterations ≥ 1: Stackelberg 2/2, Sparta 1/2
     assert active["stackelberg"] == (2, 2) and active["sparta"] == (1, 2)
     assert active["diff"] == pytest.approx(0.5)
+    # gaps in iterations ≥ 1: Stackelberg [3, 1] (mean 2, s² 2), Sparta [2, 0] (mean 1, s² 2):
+    # 2 − 1 = 1 ± 1.96·√(2/2 + 2/2)
+    assert active["gap"] == {"stackelberg": pytest.approx(2.0), "sparta": pytest.approx(1.0)}
+    assert active["gap_diff"] == pytest.approx(1.0)
+    assert active["gap_high"] - active["gap_diff"] == pytest.approx(1.959964 * 2 ** 0.5, rel=1e-5)
 
 
 def test_record_path_is_not_a_setting(tmp_path):

@@ -65,6 +65,22 @@ def proportion_difference(s1: int, n1: int, s2: int, n2: int, level: float = 0.9
     return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
+def mean_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean(a) − mean(b), low, high)`` for two independent samples, Welch's normal interval
+    ``± z·√(s_a²/n_a + s_b²/n_b)`` (sample variances, ``n − 1``); ``(nan, nan, nan)`` when either has
+    fewer than two values."""
+    if len(a) < 2 or len(b) < 2:
+        return float("nan"), float("nan"), float("nan")
+
+    def mean_var(x):
+        m = sum(x) / len(x)
+        return m, sum((v - m) ** 2 for v in x) / (len(x) - 1)
+
+    (ma, va), (mb, vb) = mean_var(a), mean_var(b)
+    half = _z(level) * math.sqrt(va / len(a) + vb / len(b))
+    return ma - mb, ma - mb - half, ma - mb + half
+
+
 def mcnemar_exact_p(gained: int, lost: int) -> float:
     """Two-sided exact McNemar p-value: ``min(1, 2·P(X ≤ min(b, c)))`` for ``X ~ Bin(b + c, 1/2)``."""
     n = gained + lost
