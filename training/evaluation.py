@@ -35,12 +35,18 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float,
     n = len(values)
     if n == 0:
         return float("nan"), float("nan"), float("nan")
-    mean = sum(values) / n
     if n == 1:
-        return mean, mean, mean
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = _z(level) * sd / math.sqrt(n)
+        one = float(values[0])
+        return one, one, one
+    mean, var = _mean_var(values)
+    half = _z(level) * math.sqrt(var / n)
     return mean, mean - half, mean + half
+
+
+def _mean_var(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample variance (``n − 1``) of two or more values."""
+    mean = sum(values) / len(values)
+    return mean, sum((v - mean) ** 2 for v in values) / (len(values) - 1)
 
 
 def proportion_ci(successes: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
@@ -71,12 +77,7 @@ def mean_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95)
     fewer than two values."""
     if len(a) < 2 or len(b) < 2:
         return float("nan"), float("nan"), float("nan")
-
-    def mean_var(x):
-        m = sum(x) / len(x)
-        return m, sum((v - m) ** 2 for v in x) / (len(x) - 1)
-
-    (ma, va), (mb, vb) = mean_var(a), mean_var(b)
+    (ma, va), (mb, vb) = _mean_var(a), _mean_var(b)
     half = _z(level) * math.sqrt(va / len(a) + vb / len(b))
     return ma - mb, ma - mb - half, ma - mb + half
 
