@@ -27,7 +27,11 @@ inside: finished questions, duels and evaluated batches are kept):
    transformers in fp32 on the dequantised weights, or llamacpp on the pool's quantised GGUF with the
    adapter as a GGUF LoRA; the pool file serves the arm the same way), same prompt as the protocols;
    the paired difference after − before
-   with its 95 % CI (normal approximation and bootstrap) and McNemar's exact p.
+   with its 95 % CI (normal approximation and bootstrap) and McNemar's exact p. Greedy llama.cpp
+   decoding reproduces only on machines of one kind (AVX2 and AVX-512 kernels sum in other orders),
+   so each arm is paired with a base evaluation from its own kind: when ``eval:base`` ran on another
+   kind, ``eval:base@<isa>`` evaluates the base again here, and the two base runs' disagreement is
+   the machine effect, printed.
 5. ``serve:<arm>``: the best arm's ``pool.toml`` loaded as a pool and run through the ALIGN graph (one
    agent, one greedy sample) on the first ``--serve-check`` held-out questions: the served adapter
    must answer as the evaluation did.
@@ -77,7 +81,7 @@ from agora.training.align_pairs import (  # noqa: E402
 )
 from agora.training.evaluation import (  # noqa: E402
     mean_ci, mean_difference, paired_difference, proportion_ci, proportion_difference)
-from agora.training.phases import PhaseBook, PhaseBookError  # noqa: E402
+from agora.training.phases import PhaseBook, PhaseBookError, machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "gsm8k"
@@ -393,7 +397,29 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
 
 
-def changed_outputs(args, arm: str) -> int | None:
+def isa_of(book: PhaseBook, name: str) -> str | None:
+    """The vector extension of the machine a finished phase ran on (None: not recorded)."""
+    return (book.phases.get(name, {}).get("machine") or {}).get("isa")
+
+
+def base_phase_here(book: PhaseBook) -> str:
+    """The base evaluation to run on this machine: ``eval:base`` first, ``eval:base@<isa>`` when the
+    recorded one ran on another kind of machine (or on one not recorded)."""
+    if not book.done("eval:base") or isa_of(book, "eval:base") == machine()["isa"]:
+        return "eval:base"
+    return f"eval:base@{machine()['isa']}"
+
+
+def base_for(book: PhaseBook, arm: str) -> str:
+    """The finished base evaluation an arm is paired with: the one from the arm's kind of machine,
+    else ``eval:base`` (a cross-machine pairing, flagged in the report)."""
+    isa = isa_of(book, f"eval:{arm}")
+    if isa is not None and book.done(f"eval:base@{isa}"):
+        return f"eval:base@{isa}"
+    return "eval:base"
+
+
+def changed_outputs(args, arm: str, base: str = "base") -> int | None:
     """Held-out answers whose text differs from the base model's (training moved the model even when
     the verdicts did not change); None when an evaluation's answers are not on this machine."""
     def texts(name):
@@ -402,7 +428,7 @@ def changed_outputs(args, arm: str) -> int | None:
         return {r["question_id"]: r["text"] for r in rows}
 
     try:
-        base, after = texts("base"), texts(arm)
+        base, after = texts(base), texts(arm)
     except (OSError, ValueError):
         return None
     return sum(after.get(q) != t for q, t in base.items())
@@ -444,21 +470,38 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
         _, lo, hi = proportion_ci(sum(base["correct"]), len(base["correct"]))
         log(f"\nHeld-out greedy accuracy of {TARGET} (n = {len(base['correct'])}):")
         log(f"  {'model':<10} {'accuracy':>9} {'95% CI':>16} {'after−before':>13} {'95% CI (normal)':>18} "
-            f"{'95% CI (boot)':>18} {'+/−':>7} {'McNemar p':>10} {'changed':>8}")
-        log(f"  {'base':<10} {pct(sum(base['correct']) / len(base['correct'])):>9} "
-            f"{interval(lo, hi):>16}")
+            f"{'95% CI (boot)':>18} {'+/−':>7} {'McNemar p':>10} {'changed':>8}  paired with")
         summary["eval"] = {"base": base["correct"]}
+        bases = ["eval:base"] + sorted(n for n in book.phases if n.startswith("eval:base@"))
+        for name in bases:
+            b = book.result(name)
+            _, lo, hi = proportion_ci(sum(b["correct"]), len(b["correct"]))
+            label = "base" + name[len("eval:base"):]
+            log(f"  {label:<10} {pct(sum(b['correct']) / len(b['correct'])):>9} {interval(lo, hi):>16}"
+                f"{'':>80}  {isa_of(book, name) or 'machine not recorded'}")
+            summary["eval"][label] = b["correct"]
+        for name in bases[1:]:  # the same weights and questions on two kinds of machine
+            b = book.result(name)
+            d = paired_difference(base["correct"], b["correct"])
+            log(f"  machine effect, {name[len('eval:'):]} − base: {d['diff'] * 100:+.1f} pp "
+                f"{pp_interval(d['wald_low'], d['wald_high'])}, verdicts +{d['gained']}/−{d['lost']} of "
+                f"{len(b['correct'])}, answers changed {_or_dash(changed_outputs(args, name[len('eval:'):]))}")
+            summary["eval"][f"machine_effect:{name[len('eval:'):]}"] = d
         for arm in ARMS:
             if not book.done(f"eval:{arm}"):
                 continue
-            after = book.result(f"eval:{arm}")
-            d = paired_difference(base["correct"], after["correct"])
+            after, paired = book.result(f"eval:{arm}"), base_for(book, arm)
+            d = paired_difference(book.result(paired)["correct"], after["correct"])
             _, lo, hi = proportion_ci(sum(after["correct"]), len(after["correct"]))
+            same = isa_of(book, paired) is not None and isa_of(book, paired) == isa_of(book, f"eval:{arm}")
+            changed = changed_outputs(args, arm, paired[len("eval:"):])
             log(f"  {arm:<10} {pct(d['after']):>9} {interval(lo, hi):>16} {d['diff'] * 100:>+11.1f}pp "
                 f"{pp_interval(d['wald_low'], d['wald_high']):>18} "
                 f"{pp_interval(d['boot_low'], d['boot_high']):>18} "
-                f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f} {_or_dash(changed_outputs(args, arm)):>8}")
-            summary["eval"][arm] = {"correct": after["correct"], "paired": d, "changed": changed_outputs(args, arm)}
+                f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f} {_or_dash(changed):>8}  "
+                f"{paired[len('eval:'):]}{'' if same else ' (other or unrecorded machine: includes the machine effect)'}")
+            summary["eval"][arm] = {"correct": after["correct"], "paired": d, "paired_with": paired,
+                                    "same_machine": same, "changed": changed}
     for arm in ARMS:
         if book.done(f"serve:{arm}"):
             s = book.result(f"serve:{arm}")
@@ -552,8 +595,9 @@ def main(argv=None) -> None:
                 pool_file = book.result(f"train:{best}")["pool_file"]
                 phase(f"serve:{best}", lambda: serve_phase(args, store, held_out, best, pool_file,
                                                           book.result(f"eval:{best}")))
-        if "eval" in args.phases:
-            phase("eval:base", lambda: eval_phase(args, held_out, "base", None))
+        if "eval" in args.phases:  # on another kind of machine than the recorded one: again, here
+            name = base_phase_here(book)
+            phase(name, lambda: eval_phase(args, held_out, name[len("eval:"):], None))
         if "leader" in args.phases:
             phase("duels-stackelberg", lambda: duel_phase(args, store, train, "stackelberg"))
     summary = report(args, book, store)

@@ -13,7 +13,7 @@ from agora.traces.store import TraceStore
 from agora.training.align_pairs import AlignPairConfig, align_target_pairs, candidate_stats
 from agora.training.datasets import dpo_rows
 from agora.training.evaluation import mcnemar_exact_p, mean_ci, paired_difference, proportion_ci
-from agora.training.phases import PhaseBook, PhaseBookError
+from agora.training.phases import PhaseBook, PhaseBookError, machine
 
 SMALL, BIG = "qwen-0.5b", "qwen-1.5b"
 PROMPT = [{"role": "system", "content": "Solve the math problem ."}, {"role": "user", "content": "Tom has 3 + 4 ?"}]
@@ -182,6 +182,23 @@ def test_phase_book_record_outlives_the_run_folder(tmp_path):
         PhaseBook(path, {"steps": 8}, record=record)
 
 
+def test_each_phase_records_the_kind_of_machine_it_ran_on(tmp_path):
+    """Greedy llama.cpp decoding reproduces only between machines of one kind (AVX2 vs AVX-512 sum
+    in other orders), so a phase's record says which kind it ran on."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n\n"
+                       "processor\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    assert machine(cpuinfo) | {"cores": 0} == {"cpu": "AMD EPYC", "isa": "avx2", "cores": 0}
+    cpuinfo.write_text("model name\t: Intel Xeon\nflags\t\t: avx avx2 avx512f avx512bw\n")
+    assert machine(cpuinfo)["isa"] == "avx512"
+    cpuinfo.write_text("model name\t: Intel Xeon\nflags\t\t: avx2 avx512f amx_tile amx_bf16\n")
+    assert machine(cpuinfo)["isa"] == "amx"
+    assert machine(tmp_path / "missing")["cores"] >= 1                # no cpuinfo: still an answer
+    book = PhaseBook(tmp_path / "phases.json", {"steps": 4})
+    book.run("a", lambda: 1)
+    assert book.phases["a"]["machine"] == machine()
+
+
 def test_a_read_only_book_writes_nothing(tmp_path):
     """``--report`` while the run goes on: the reader must not put an older book back over a phase
     the running process has just finished."""
@@ -285,3 +302,33 @@ def test_record_path_is_not_a_setting(tmp_path):
     a = si.settings_of(si.parse_args(files + ["--record", "x/phases.json"]))
     b = si.settings_of(si.parse_args(files))
     assert a == b and "record" not in a and "out" not in a
+
+
+def test_each_arm_is_paired_with_a_base_evaluation_from_its_kind_of_machine(tmp_path, monkeypatch):
+    """An arm evaluated on AVX-512 pairs with the base evaluated on AVX-512 (``eval:base@avx512``),
+    not with the AVX2 one recorded on an earlier machine; the report prints the machine effect."""
+    si = _benchmark_script()
+    here = {"cpu": "x", "isa": "avx512", "cores": 2}
+    monkeypatch.setattr(si, "machine", lambda: here)
+    book = PhaseBook(tmp_path / "phases.json", {"steps": 4})
+    assert si.base_phase_here(book) == "eval:base"                 # nothing yet: the plain name
+    book.phases["eval:base"] = {"result": {"correct": [1, 0, 0, 1]}, "wall_s": 1, "cpu_s": 1,
+                                "machine": {"isa": "avx2"}}
+    assert si.base_phase_here(book) == "eval:base@avx512"         # recorded on AVX2: again, here
+    book.phases["eval:align-dpo"] = {"result": {"correct": [1, 1, 0, 1]}, "wall_s": 1, "cpu_s": 1,
+                                     "machine": here}
+    assert si.base_for(book, "align-dpo") == "eval:base"          # no base here yet: cross-machine
+    book.phases["eval:base@avx512"] = {"result": {"correct": [1, 0, 1, 1]}, "wall_s": 1, "cpu_s": 1,
+                                       "machine": here}
+    assert si.base_for(book, "align-dpo") == "eval:base@avx512"
+    monkeypatch.setattr(si, "machine", lambda: {"isa": "avx512"})
+    assert si.base_phase_here(book) == "eval:base@avx512"         # done: the main loop skips it
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    args = si.parse_args(["--train-data", str(data), "--eval-data", str(data), "--out", str(tmp_path)])
+    summary = si.report(args, book, TraceStore(tmp_path / "t.db"))
+    arm = summary["eval"]["align-dpo"]
+    assert arm["paired_with"] == "eval:base@avx512" and arm["same_machine"]
+    assert arm["paired"]["gained"] == 1 and arm["paired"]["lost"] == 1   # [1,0,1,1] → [1,1,0,1]
+    effect = summary["eval"]["machine_effect:base@avx512"]
+    assert effect["gained"] == 1 and effect["lost"] == 0 and effect["diff"] == pytest.approx(0.25)

@@ -16,6 +16,11 @@ so a run outlives the machine it ran on). A book whose file is missing starts fr
 finished phases' results and costs, and the cost of interrupted attempts, come back; what a phase
 left only on the old machine (trace databases, adapters) does not, and the caller checks for it.
 
+Each finished phase also records the ``machine`` it ran on (:func:`machine`: CPU model, widest
+x86 vector extension, core count), because greedy decoding on llama.cpp is reproducible only
+between machines of one kind: float summation order differs between AVX2 and AVX-512 kernels, and
+near-ties flip, so a paired comparison across kinds carries a machine effect.
+
 ``read_only=True`` opens a book to read it (a report while the run goes on): nothing is written, not
 even at open, so a reader cannot put back an older state over a phase the running process just
 finished; :meth:`PhaseBook.run` then refuses any phase that has not finished.
@@ -104,7 +109,8 @@ class PhaseBook:
         self.phases[name] = {"result": json.loads(json.dumps(result, default=str)),
                              "wall_s": earlier["wall_s"] + time.perf_counter() - start_wall,
                              "cpu_s": earlier["cpu_s"] + cpu_seconds() - start_cpu,
-                             "attempts": earlier["attempts"] + 1, "finished_at": _now()}
+                             "attempts": earlier["attempts"] + 1, "finished_at": _now(),
+                             "machine": machine()}
         self.attempts.pop(name, None)
         self._write()
         return self.phases[name]["result"]
@@ -123,6 +129,35 @@ class PhaseBook:
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
             tmp.write_text(text + "\n", encoding="utf-8")
             tmp.replace(path)
+
+
+def machine(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, Any]:
+    """The kind of machine this process runs on: ``{"cpu", "isa", "cores"}``.
+
+    ``cpu`` is the model name from ``cpuinfo`` (``platform.processor()`` elsewhere); ``isa``
+    the widest x86 vector extension the CPU reports (``"amx"``, ``"avx512"``, ``"avx2"``, ``"avx"``),
+    else the architecture (``platform.machine()``); ``cores`` the CPUs this process may use.
+    """
+    import platform
+
+    model, flags = "", set()
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    isa = next((name for name, flag in (("amx", "amx_tile"), ("avx512", "avx512f"), ("avx2", "avx2"),
+                                        ("avx", "avx")) if flag in flags), platform.machine())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return {"cpu": model or platform.processor(), "isa": isa, "cores": cores}
 
 
 def _now() -> str:
