@@ -469,7 +469,7 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
         base = book.result("eval:base")
         _, lo, hi = proportion_ci(sum(base["correct"]), len(base["correct"]))
         log(f"\nHeld-out greedy accuracy of {TARGET} (n = {len(base['correct'])}):")
-        log(f"  {'model':<10} {'accuracy':>9} {'95% CI':>16} {'after−before':>13} {'95% CI (normal)':>18} "
+        log(f"  {'model':<12} {'accuracy':>9} {'95% CI':>16} {'after−before':>13} {'95% CI (normal)':>18} "
             f"{'95% CI (boot)':>18} {'+/−':>7} {'McNemar p':>10} {'changed':>8}  paired with")
         summary["eval"] = {"base": base["correct"]}
         bases = ["eval:base"] + sorted(n for n in book.phases if n.startswith("eval:base@"))
@@ -477,7 +477,7 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
             b = book.result(name)
             _, lo, hi = proportion_ci(sum(b["correct"]), len(b["correct"]))
             label = "base" + name[len("eval:base"):]
-            log(f"  {label:<10} {pct(sum(b['correct']) / len(b['correct'])):>9} {interval(lo, hi):>16}"
+            log(f"  {label:<12} {pct(sum(b['correct']) / len(b['correct'])):>9} {interval(lo, hi):>16}"
                 f"{'':>80}  {isa_of(book, name) or 'machine not recorded'}")
             summary["eval"][label] = b["correct"]
         for name in bases[1:]:  # the same weights and questions on two kinds of machine
@@ -495,7 +495,7 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
             _, lo, hi = proportion_ci(sum(after["correct"]), len(after["correct"]))
             same = isa_of(book, paired) is not None and isa_of(book, paired) == isa_of(book, f"eval:{arm}")
             changed = changed_outputs(args, arm, paired[len("eval:"):])
-            log(f"  {arm:<10} {pct(d['after']):>9} {interval(lo, hi):>16} {d['diff'] * 100:>+11.1f}pp "
+            log(f"  {arm:<12} {pct(d['after']):>9} {interval(lo, hi):>16} {d['diff'] * 100:>+11.1f}pp "
                 f"{pp_interval(d['wald_low'], d['wald_high']):>18} "
                 f"{pp_interval(d['boot_low'], d['boot_high']):>18} "
                 f"{'+%d/−%d' % (d['gained'], d['lost']):>7} {d['mcnemar_p']:>10.3f} {_or_dash(changed):>8}  "
