@@ -467,7 +467,6 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
             log(f"  {arm:<10} {t['steps']} steps, {what}, {loss}")
     if book.done("eval:base"):
         base = book.result("eval:base")
-        _, lo, hi = proportion_ci(sum(base["correct"]), len(base["correct"]))
         log(f"\nHeld-out greedy accuracy of {TARGET} (n = {len(base['correct'])}):")
         log(f"  {'model':<12} {'accuracy':>9} {'95% CI':>16} {'after−before':>13} {'95% CI (normal)':>18} "
             f"{'95% CI (boot)':>18} {'+/−':>7} {'McNemar p':>10} {'changed':>8}  paired with")
@@ -481,12 +480,12 @@ def report(args, book: PhaseBook, store: TraceStore) -> dict:
                 f"{'':>80}  {isa_of(book, name) or 'machine not recorded'}")
             summary["eval"][label] = b["correct"]
         for name in bases[1:]:  # the same weights and questions on two kinds of machine
-            b = book.result(name)
+            label, b = name[len("eval:"):], book.result(name)
             d = paired_difference(base["correct"], b["correct"])
-            log(f"  machine effect, {name[len('eval:'):]} − base: {d['diff'] * 100:+.1f} pp "
+            log(f"  machine effect, {label} − base: {d['diff'] * 100:+.1f} pp "
                 f"{pp_interval(d['wald_low'], d['wald_high'])}, verdicts +{d['gained']}/−{d['lost']} of "
-                f"{len(b['correct'])}, answers changed {_or_dash(changed_outputs(args, name[len('eval:'):]))}")
-            summary["eval"][f"machine_effect:{name[len('eval:'):]}"] = d
+                f"{len(b['correct'])}, answers changed {_or_dash(changed_outputs(args, label))}")
+            summary["eval"][f"machine_effect:{label}"] = d
         for arm in ARMS:
             if not book.done(f"eval:{arm}"):
                 continue
