@@ -143,7 +143,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="evaluation and the served pool file: transformers (fp32, the dequantised weights "
                          "trained on) or llamacpp (the pool's quantised GGUF with the adapter as a GGUF LoRA)")
     ap.add_argument("--threads", type=int, default=default_threads(), help="torch threads (AGORA_LLAMA_THREADS: llama.cpp)")
-    ap.add_argument("--report", action="store_true", help="print the figures recorded so far and stop")
+    ap.add_argument("--report", action="store_true", help="print the figures recorded so far and stop (writes nothing)")
     ap.add_argument("--record", type=Path, default=None,
                     help="a second copy of phases.json, written with every phase (e.g. benchmarks/si-full/phases.json "
                          "in the checkout): a machine without OUT/<run-id> resumes from it (evaluations and costs "
@@ -355,10 +355,13 @@ def serve_phase(args, store: TraceStore, held_out, arm: str, pool_file: str, eva
 # ----------------------------------------------------------------------------- figures
 
 
-def duel_table(book: PhaseBook, store: TraceStore, run_id: str, mode: str) -> list[dict]:
-    """The duels of one mode: from the phase's record (any machine), else from ``traces.db``."""
+def duel_table(book: PhaseBook, store: TraceStore | None, run_id: str, mode: str) -> list[dict]:
+    """The duels of one mode: from the phase's record (any machine), else from ``traces.db``
+    (none when there is no store: a ``--report`` on a machine without the run folder)."""
     table = book.result(f"duels-{mode}").get("table")
-    return table if table is not None else store.duel_rows([f"{run_id}:duels-{mode}"])
+    if table is not None:
+        return table
+    return store.duel_rows([f"{run_id}:duels-{mode}"]) if store is not None else []
 
 
 def leader_table(rows_by_mode: dict[str, list[dict]]) -> dict:
@@ -446,7 +449,7 @@ def pp_interval(lo: float, hi: float) -> str:
     return f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pp"
 
 
-def report(args, book: PhaseBook, store: TraceStore) -> dict:
+def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
     summary: dict = {"run_id": args.run_id, "settings": book.settings, "costs": book.costs()}
     log(f"\n== self-improvement {args.run_id}: {args.train_questions} training questions (GSM8K train), "
         f"{args.eval_questions} held-out (GSM8K test), {args.steps} steps per arm ==")
@@ -550,7 +553,8 @@ def main(argv=None) -> None:
                          read_only=args.report)
     except PhaseBookError as exc:
         raise SystemExit(str(exc)) from None
-    store = TraceStore(run_dir / "traces.db")
+    # --report writes nothing: no traces.db is created where the run folder is missing
+    store = TraceStore(run_dir / "traces.db") if not args.report or (run_dir / "traces.db").is_file() else None
     if not args.report:
         import torch
 
@@ -600,6 +604,8 @@ def main(argv=None) -> None:
         if "leader" in args.phases:
             phase("duels-stackelberg", lambda: duel_phase(args, store, train, "stackelberg"))
     summary = report(args, book, store)
+    if args.report:
+        return
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     log(f"\nrecorded in {run_dir} (phases.json, traces.db, eval/, <arm>/pool.toml, summary.json)")
 

@@ -332,3 +332,22 @@ def test_each_arm_is_paired_with_a_base_evaluation_from_its_kind_of_machine(tmp_
     assert arm["paired"]["gained"] == 1 and arm["paired"]["lost"] == 1   # [1,0,1,1] → [1,1,0,1]
     effect = summary["eval"]["machine_effect:base@avx512"]
     assert effect["gained"] == 1 and effect["lost"] == 0 and effect["diff"] == pytest.approx(0.25)
+
+
+def test_report_on_a_machine_without_the_run_folder_writes_nothing(tmp_path, monkeypatch, capsys):
+    """``--report`` from the committed record alone prints the figures and leaves no run folder
+    (no empty traces.db, no summary.json) behind."""
+    si = _benchmark_script()
+    monkeypatch.setattr(si, "configure", lambda args: None)
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    argv = ["--train-data", str(data), "--eval-data", str(data), "--out", str(tmp_path / "runs"),
+            "--record", str(tmp_path / "checkout" / "phases.json")]
+    writer = PhaseBook(tmp_path / "elsewhere" / "phases.json", si.settings_of(si.parse_args(argv)),
+                       mutable=si.MUTABLE, record=tmp_path / "checkout" / "phases.json")
+    writer.run("eval:base", lambda: {"name": "base", "correct": [1, 0, 0, 1], "question_ids": list("abcd"),
+                                     "completion_tokens": 10.0, "capped": 0.0})
+    si.main(argv + ["--report"])
+    out = capsys.readouterr().out + capsys.readouterr().err
+    assert "50.0%" in out and "eval:base" in out                      # 2 of 4, and its cost line
+    assert not (tmp_path / "runs").exists()
