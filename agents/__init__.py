@@ -1,4 +1,4 @@
-"""The players: model pool and backends, principal, proposer, judge, router, EXP3 leader,
+"""The players: principal, proposer, judge, router, EXP3 leader,
 reputation, simulated user. Plain classes and functions, no LangGraph, so each piece is testable
 on its own and usable outside a graph.
 
@@ -8,7 +8,7 @@ Public surface::
     from agora.agents import delegation  # ALIGN proposer/principal rules
 """
 
-from agora.agents.pool import (
+from agora.models.pool import (
     ModelCallError,
     ModelPool,
     ModelSpec,

@@ -31,7 +31,7 @@ from typing import Any, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from agora.agents.pool import ModelPool, PoolMember
+from agora.models.pool import ModelPool, PoolMember
 
 COST = "cost_per_1k_tokens"
 """Feature name: price of 1000 (prompt + completion) tokens, from ``ModelSpec.cost_per_1k_tokens``."""

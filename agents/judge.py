@@ -24,7 +24,7 @@ from typing import Any, Literal, Sequence
 
 from typing_extensions import TypedDict
 
-from agora.agents.pool import ModelCallError, ModelPool, SamplingParams
+from agora.models.pool import ModelCallError, ModelPool, SamplingParams
 
 Presentation = Literal["single", "pair", "both_orders"]
 

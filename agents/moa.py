@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from agora.agents.pool import MAX_POOL_TEMPERATURE
+from agora.models.pool import MAX_POOL_TEMPERATURE
 from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.problem import Problem
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from agora.agents.behaviour import DEFAULT_DETECTORS, CueDetector, measure
 from agora.agents.delegation import plurality
-from agora.agents.pool import ModelSpec, builtin_pool_specs
+from agora.models.pool import ModelSpec, builtin_pool_specs
 from agora.agents.stats import bootstrap_ci
 
 NO_PARTNER = "(none)"

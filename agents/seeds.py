@@ -5,11 +5,11 @@ question keeps its seed whatever its position or run) plus the node's offset fro
 plus a stride per agent and per step (a debate round, a conversation turn). The offsets keep the
 streams of different nodes apart for one question, so, for example, COMED's MoA baseline and
 ``agora run moa`` draw the same proposals (same node, same seed) while COMED's anchor and peer
-never share a sample. :func:`sampling` builds the :class:`~agora.agents.pool.SamplingParams` of a
+never share a sample. :func:`sampling` builds the :class:`~agora.models.pool.SamplingParams` of a
 call from a protocol's settings (their ``temperature``, ``top_p``, ``max_tokens``).
 
 Several samples of one request (``n > 1``) come from its one seed: each backend derives sample
-``i``'s stream from it (llama.cpp: ``seed + i``, :class:`~agora.agents.pool.SamplingParams`).
+``i``'s stream from it (llama.cpp: ``seed + i``, :class:`~agora.models.pool.SamplingParams`).
 
     >>> call_seed(0, "q1", "moa.proposer", agent=1) == item_seed(0, "q1") + 301 + 1
     True
@@ -21,7 +21,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from agora.agents.pool import SamplingParams
+from agora.models.pool import SamplingParams
 
 SEED_MODULUS = 2**31 - 1
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from agora.agents._llama_batch import decode_only_rate
-from agora.agents.llamacpp import _DECODE_LOCK, _decoder
-from agora.agents.pool import SamplingParams, builtin_pool
+from agora.models._llama_batch import decode_only_rate
+from agora.models.llamacpp import _DECODE_LOCK, _decoder
+from agora.models.pool import SamplingParams, builtin_pool
 from agora.agents.prompts import solver_messages
 from agora.tasks.loaders import load_problems
 from agora.tasks.samples import sample_path

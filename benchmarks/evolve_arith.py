@@ -5,7 +5,7 @@ machine. The script trains a LoRA adapter with TRL's GRPO (reward = :func:`agora
 correctness_reward`) on generated 1–2 step word problems, then scores the base model and the
 adapter on a disjoint held-out set, greedy, with the same solver prompt (2 worked exemplars,
 :func:`agora.agents.prompts.solver_messages`) and the same in-process transformers backend
-(:class:`agora.agents.hf_backend.TransformersChatModel`: the adapter is loaded as a pool entry would
+(:class:`agora.models.hf_backend.TransformersChatModel`: the adapter is loaded as a pool entry would
 load it). It prints both accuracies with 95% bootstrap CIs, the paired difference, and the CPU time
 of each phase (process CPU seconds, all threads).
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from agora.agents.hf_backend import TransformersChatModel  # noqa: E402
-from agora.agents.llamacpp import default_threads  # noqa: E402
+from agora.models.hf_backend import TransformersChatModel  # noqa: E402
+from agora.models.llamacpp import default_threads  # noqa: E402
 from agora.agents.prompts import solver_messages  # noqa: E402
 from agora.tasks import extract_answer, is_correct, synthetic_problems  # noqa: E402
 from agora.traces.report import bootstrap_ci  # noqa: E402

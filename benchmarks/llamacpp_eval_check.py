@@ -1,7 +1,7 @@
 """Re-evaluate a self-improvement run's base model and adapters on llama.cpp and compare with its
 transformers evaluation (issue 19): accuracy, same verdicts, same texts, CPU seconds per answer.
 
-The adapters are converted to GGUF LoRAs (``agora.agents.lora_gguf``) and applied on the 0.5B's
+The adapters are converted to GGUF LoRAs (``agora.models.lora_gguf``) and applied on the 0.5B's
 quantised GGUF, one greedy question at a time, exactly as a ``backend = "llamacpp"`` pool entry
 serves them. Answers go to ``--out`` (resumable).
 

@@ -42,8 +42,8 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import ModelPool, SamplingParams, default_pool, load_pool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, SamplingParams, default_pool, load_pool
+from agora.models.testing import ScriptedChatModel
 from agora.graphs._common import problem_input
 from agora.graphs.delegation import (
     DelegationContext,

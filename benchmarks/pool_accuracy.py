@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import load_pool
+from agora.models.pool import load_pool
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import detect_format, load_problems

@@ -66,8 +66,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from agora.agents.delegation import DelegationConfig  # noqa: E402
 from agora.agents.judge import JudgeConfig  # noqa: E402
-from agora.agents.llamacpp import default_threads  # noqa: E402
-from agora.agents.pool import builtin_pool_specs, load_pool, pool_from_specs  # noqa: E402
+from agora.models.llamacpp import default_threads  # noqa: E402
+from agora.models.pool import builtin_pool_specs, load_pool, pool_from_specs  # noqa: E402
 from agora.graphs.delegation import DelegationContext, build_delegation_graph  # noqa: E402
 from agora.graphs.duel import DuelConfig, DuelContext, default_duel_specs, run_duels  # noqa: E402
 from agora.graphs.runner import run_problems  # noqa: E402

@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 import typer
 from rich.table import Table
 
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.cli._shared import (
     console,
     exit_if_failed,

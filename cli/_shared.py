@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agora.agents.pool import (
+from agora.models.pool import (
     MAX_POOL_TEMPERATURE,
     ModelCallError,
     ModelPool,

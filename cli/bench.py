@@ -23,7 +23,7 @@ from rich.table import Table
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, EscalationThresholds, load_thresholds
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._shared import (
     MAX_TEMPERATURE,

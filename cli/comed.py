@@ -25,7 +25,7 @@ from agora.agents.escalation import (
     load_thresholds,
     write_thresholds,
 )
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._apps import calibrate_app, run_app
 from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, load_benchmark, settings

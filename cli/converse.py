@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse, converse_default_specs
-from agora.agents.pool import ModelPool, builtin_pool_name, load_pool, pool_from_specs
+from agora.models.pool import ModelPool, builtin_pool_name, load_pool, pool_from_specs
 from agora.cli._shared import (
     MAX_SHOTS,
     MAX_TEMPERATURE,

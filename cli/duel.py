@@ -11,7 +11,7 @@ from rich.table import Table
 
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
-from agora.agents.pool import ModelCallError, builtin_pool_name, load_pool
+from agora.models.pool import ModelCallError, builtin_pool_name, load_pool
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from agora.agents._files import safe_file_name
+from agora.models._files import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.cli._shared import console, new_run_id, user_errors
@@ -64,8 +64,8 @@ def evolve_cmd(
     models replace their pool entries (when they do no worse on held-out pairs) → next iteration."""
     with user_errors("duels"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from agora.agents.llamacpp import default_threads
-        from agora.agents.pool import pool_from_specs
+        from agora.models.llamacpp import default_threads
+        from agora.models.pool import pool_from_specs
         from agora.graphs.duel import DuelConfig, duel_pool
         from agora.training.config import DPOSettings, GRPOSettings
         from agora.training.evolve import EvolveConfig, evolve

@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from agora.agents.builtins import BUILTIN_POOLS, describe_builtins
+from agora.models.builtins import BUILTIN_POOLS, describe_builtins
 from agora.cli._shared import console
 from agora.cli._apps import app
 

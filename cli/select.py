@@ -25,7 +25,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from agora.agents._files import safe_file_name
+from agora.models._files import safe_file_name
 from agora.agents.cupid import (
     LATENCY,
     CupidConfig,

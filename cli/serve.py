@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from agora.agents.pool import DEFAULT_SPECS
-from agora.agents.serving import ServeConfig, ServedPool, default_python
+from agora.models.pool import DEFAULT_SPECS
+from agora.models.serving import ServeConfig, ServedPool, default_python
 from agora.cli._shared import console, err_console, get_pool, user_errors
 from agora.cli._apps import app
 

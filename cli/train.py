@@ -15,7 +15,7 @@ from typing import Literal, Optional
 import typer
 
 from agora.agents.judge import JudgeConfig
-from agora.agents.pool import ModelSpec, load_pool
+from agora.models.pool import ModelSpec, load_pool
 from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, console, echo_kv, new_run_id, user_errors
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore
@@ -49,7 +49,7 @@ def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec
             return spec
     where = pool if pool is not None else "the embedded duel pool"
     hint = ""
-    from agora.agents.builtins import BUILTIN_POOLS
+    from agora.models.builtins import BUILTIN_POOLS
 
     holders = [p for p, members in BUILTIN_POOLS.items() if any(m == name for m, _ in members)]
     if holders and (pool is None or str(pool) not in holders):
@@ -97,7 +97,7 @@ def report(run, pool_file: Path, store: TraceStore) -> None:
 
 
 def _threads(threads: Optional[int]) -> int:
-    from agora.agents.llamacpp import default_threads
+    from agora.models.llamacpp import default_threads
 
     return threads or default_threads()
 
@@ -248,7 +248,7 @@ def check_serve_with(spec: ModelSpec, serve_with: str) -> None:
     Raises:
         ValueError: ``llamacpp`` for a member without a GGUF.
     """
-    from agora.agents.convert import is_gguf_source
+    from agora.models.convert import is_gguf_source
 
     path = str(spec.path or "")
     if serve_with == "llamacpp" and not is_gguf_source(path):

@@ -18,7 +18,7 @@ from typing_extensions import TypedDict
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 

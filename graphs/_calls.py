@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from agora.agents.pool import ModelPool, Sample, SamplingParams
+from agora.models.pool import ModelPool, Sample, SamplingParams
 from agora.tasks.answers import find_answer, is_correct
 from agora.tasks.problem import Problem
 from agora.traces.schema import CallRecord, Cost, MethodResult  # noqa: F401 (the one declaration of each)

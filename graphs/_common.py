@@ -19,7 +19,7 @@ try:  # LangGraph's node wrapper taking a sync and an async function (internal, 
 except ImportError:  # pragma: no cover - a LangGraph without it: nodes stay sync-only
     RunnableCallable = None
 
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.seeds import item_seed
 from agora.tasks.loaders import Problem
 
@@ -82,7 +82,7 @@ def as_problem(state: dict[str, Any]) -> Problem:
 
 @lru_cache(maxsize=1)
 def _default_pool() -> ModelPool:
-    from agora.agents.pool import default_pool
+    from agora.models.pool import default_pool
 
     return default_pool()
 

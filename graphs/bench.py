@@ -28,7 +28,7 @@ from langgraph.runtime import RunControl
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, calibrate, check_pool
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter
 from agora.graphs.delegation import METHODS as ALIGN_METHODS, DelegationContext, build_delegation_graph
 from agora.graphs.escalation import METHODS as COMED_METHODS, EscalationContext, build_escalation_graph, comed_detail

@@ -35,7 +35,7 @@ from typing_extensions import TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from

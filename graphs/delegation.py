@@ -43,7 +43,7 @@ from agora.agents.delegation import (
     self_consistency,
     single_agent,
 )
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._common import as_problem, emit, pool_from, settings_from, sync_async_node

@@ -44,7 +44,7 @@ from agora.agents.exp3 import Exp3Config, Exp3Leader, LeaderState, leader_reward
 from agora.agents.judge import Judge, JudgeConfig, Judgement, judge_means, position_bias
 from agora.agents.matching import Match, MatchConfig, Matcher, Mode
 from agora.agents.panel import CAUTIOUS, persona_specs
-from agora.agents.pool import ModelCallError, ModelPool, builtin_pool_specs, pool_from_specs
+from agora.models.pool import ModelCallError, ModelPool, builtin_pool_specs, pool_from_specs
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.agents.seeds import call_seed, sampling

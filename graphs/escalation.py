@@ -55,7 +55,7 @@ from agora.agents.escalation import (
     escalation_vote,
     peer_messages,
 )
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.agents.seeds import call_seed, sampling

@@ -34,7 +34,7 @@ from typing_extensions import TypedDict
 
 from agora.agents.delegation import plurality
 from agora.agents.moa import MoAConfig, aggregator_messages, check_pool
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._calls import (

@@ -45,7 +45,7 @@ from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
-from agora.agents.pool import ModelCallError
+from agora.models.pool import ModelCallError
 from agora.graphs._common import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.graphs.registry import get as protocol_spec

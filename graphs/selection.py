@@ -78,7 +78,7 @@ from agora.agents.cupid import (
     trace_features,
     ucb_pair,
 )
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._common import emit, pool_from, settings_from
 from agora.graphs.runner import open_checkpointer, raise_if_drained, recorded_run

@@ -7,8 +7,8 @@ import sqlite_utils
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, EscalationThresholds
-from agora.agents.pool import ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.runner import run_problems

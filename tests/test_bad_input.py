@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 import agora.cli.align as align_cli
 import agora.cli.select as select_cli
-from agora.agents.pool import ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.runner import open_checkpointer
 

@@ -8,7 +8,7 @@ in chunks with the seeds continuing.
 import pytest
 
 from agora.agents import _llama_batch
-from agora.agents.pool import SamplingParams, builtin_pool
+from agora.models.pool import SamplingParams, builtin_pool
 from agora.agents.prompts import solver_messages
 from agora.tasks.loaders import load_problems
 from agora.tasks.samples import sample_path

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 import agora.cli.bench as bench_cli
-from agora.agents.pool import ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.bench import PROTOCOL_OF, load_tasks, resolve_methods
 from agora.traces.bench import (

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agora.agents import builtins as b
-from agora.agents.builtins import BuiltinModel, BuiltinModelError, Part, join_parts
-from agora.agents.pool import PoolConfigError, builtin_pool_name, builtin_pool_specs, load_pool
+from agora.models.builtins import BuiltinModel, BuiltinModelError, Part, join_parts
+from agora.models.pool import PoolConfigError, builtin_pool_name, builtin_pool_specs, load_pool
 from agora.cli.main import app
 
 
@@ -84,7 +84,7 @@ def test_a_refused_builtin_is_one_line_from_the_cli(tmp_path, monkeypatch):
     monkeypatch.setattr(b, "cache_dir", lambda: tmp_path / "cache")
     b.resolve_builtin.cache_clear()
     monkeypatch.setattr(b, "BUILTIN_MODELS", (*b.BUILTIN_MODELS, "builtin:fake"))
-    import agora.agents.pool as pool_module
+    import agora.models.pool as pool_module
 
     monkeypatch.setattr(pool_module, "BUILTIN_MODELS", b.BUILTIN_MODELS)
     pool = tmp_path / "pool.toml"

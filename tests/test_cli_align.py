@@ -120,7 +120,7 @@ def test_pool_errors_keep_their_brackets_and_reject_non_gguf_files(tmp_path):
 
 
 def test_unknown_pool_fields_are_reported(tmp_path, caplog):
-    from agora.agents.pool import load_pool
+    from agora.models.pool import load_pool
 
     pool = tmp_path / "pool.toml"
     pool.write_text('[[models]]\nname = "x"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'

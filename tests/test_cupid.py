@@ -30,8 +30,8 @@ from agora.agents.cupid import (
     trace_features,
     ucb_pair,
 )
-from agora.agents.pool import ModelPool, ModelSpec, PoolMember, SamplingParams
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, ModelSpec, PoolMember, SamplingParams
+from agora.models.testing import ScriptedChatModel
 from agora.traces.store import TraceStore
 
 

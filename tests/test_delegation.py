@@ -12,8 +12,8 @@ from agora.agents.delegation import (
     self_consistency,
     single_agent,
 )
-from agora.agents.pool import ModelPool, SamplingParams
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, SamplingParams
+from agora.models.testing import ScriptedChatModel
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 
 

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agora.agents.panel import analyse
-from agora.agents.pool import ModelPool, ModelSpec, PoolMember
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, ModelSpec, PoolMember
+from agora.models.testing import ScriptedChatModel
 from agora.cli.converse import ordered_pairs
 from agora.cli.main import app
 from agora.graphs.conversation import (

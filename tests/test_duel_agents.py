@@ -29,7 +29,7 @@ from agora.agents.matching import (
     sparta_opponent_probabilities,
     stackelberg_opponent_probabilities,
 )
-from agora.agents.pool import ModelCallError, ModelPool
+from agora.models.pool import ModelCallError, ModelPool
 from agora.agents.reputation import (
     Reputation,
     ReputationConfig,
@@ -39,7 +39,7 @@ from agora.agents.reputation import (
     k_factor,
     rating_delta,
 )
-from agora.agents.testing import ScriptedChatModel
+from agora.models.testing import ScriptedChatModel
 
 TANH_HALF = 0.46211715726000974
 ERF_ONE = 0.8427007929497149

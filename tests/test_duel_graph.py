@@ -11,8 +11,8 @@ import pytest
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.agents.matching import MatchConfig
-from agora.agents.pool import ModelCallError, ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelCallError, ModelPool
+from agora.models.testing import ScriptedChatModel
 from agora.graphs.duel import DuelConfig, DuelContext, build_duel_graph, duel_pool, run_duels
 from agora.tasks import Problem, synthetic_problems
 from agora.traces import duels as duel_traces

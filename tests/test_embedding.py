@@ -10,8 +10,8 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 
 

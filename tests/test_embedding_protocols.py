@@ -19,8 +19,8 @@ from agora.agents.cupid import CupidConfig
 from agora.agents.escalation import EscalationConfig, EscalationThresholds
 from agora.agents.judge import JudgeConfig
 from agora.agents.matching import MatchConfig
-from agora.agents.pool import ModelPool, ModelSpec, PoolMember
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, ModelSpec, PoolMember
+from agora.models.testing import ScriptedChatModel
 from agora.graphs.conversation import (
     ConversationConfig,
     ConversationContext,

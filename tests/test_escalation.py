@@ -25,9 +25,9 @@ from agora.agents.escalation import (
     ThresholdsFile,
     write_thresholds,
 )
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, RouterExample
-from agora.agents.testing import ScriptedChatModel
+from agora.models.testing import ScriptedChatModel
 import agora.cli.comed as comed_cli
 from agora.cli.main import app
 from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_detail

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agora.agents.pool import ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
 
 APP = Path(__file__).resolve().parents[1] / "examples" / "agent_app.py"
 

@@ -17,8 +17,8 @@ from openai_stub import DROP, Raw, StubServer, chat_reply, default_handler
 from typer.testing import CliRunner
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import ModelCallError, ModelPool, ModelSpec, pool_from_specs
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelCallError, ModelPool, ModelSpec, pool_from_specs
+from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems

@@ -1,4 +1,4 @@
-"""The layer contract: ``cli > training > graphs > traces > agents > tasks``, and no import cycles.
+"""The layer contract: ``cli > training > graphs > traces > agents > models > tasks``, and no import cycles.
 
 Every module's imports are read with :mod:`ast` (module-level, function-level and ``TYPE_CHECKING``
 imports alike: a lazy import that hides a cycle is still a cycle). A module may import its own layer
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("tasks", "agents", "traces", "graphs", "training", "cli")
+LAYERS = ("tasks", "models", "agents", "traces", "graphs", "training", "cli")
 """Lowest first: a module may import its own layer and any layer before it in this tuple."""
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 
@@ -108,7 +108,7 @@ def test_no_upward_import():
         for edge in EDGES
         if RANK[_layer(edge.target)] > RANK[_layer(edge.source)]
     ]
-    assert not bad, "upward imports (cli > training > graphs > traces > agents > tasks):\n" + "\n".join(bad)
+    assert not bad, "upward imports (cli > training > graphs > traces > agents > models > tasks):\n" + "\n".join(bad)
 
 
 def _cycles(edges: list[Edge]) -> list[list[Edge]]:

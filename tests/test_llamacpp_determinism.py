@@ -8,7 +8,7 @@ MoA and debate answers with the same seeds).
 
 import pytest
 
-from agora.agents.pool import SamplingParams, builtin_pool
+from agora.models.pool import SamplingParams, builtin_pool
 from agora.agents.prompts import solver_messages
 from agora.tasks.loaders import load_problems
 

@@ -90,8 +90,8 @@ def test_bare_prompts_are_detected_but_an_unknown_gold_field_is_not(tmp_path):
 
 def test_converse_reads_a_prompts_file_without_format(tmp_path, monkeypatch):
     import agora.cli.converse as converse_cli
-    from agora.agents.pool import ModelPool
-    from agora.agents.testing import ScriptedChatModel
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
     from agora.cli.main import app
     from agora.traces.store import TraceStore
 

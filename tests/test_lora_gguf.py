@@ -1,4 +1,4 @@
-"""peft LoRA → GGUF LoRA (agents/lora_gguf.py): names, shapes and alpha on a hand-written base GGUF,
+"""peft LoRA → GGUF LoRA (models/lora_gguf.py): names, shapes and alpha on a hand-written base GGUF,
 the refusals, the pool entry, and (slow) llama.cpp moving the logits as peft does on SmolLM2-135M."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-from agora.agents.lora_gguf import LoraConversionError, export_lora_gguf  # noqa: E402
+from agora.models.lora_gguf import LoraConversionError, export_lora_gguf  # noqa: E402
 
 HIDDEN, KV, LAYERS = 8, 4, 2
 
@@ -132,7 +132,7 @@ def test_a_module_or_shape_the_base_lacks_is_refused(tmp_path):
 
 
 def test_a_llamacpp_pool_entry_takes_a_peft_folder_or_a_gguf_adapter(tmp_path):
-    from agora.agents.pool import PoolConfigError, load_pool
+    from agora.models.pool import PoolConfigError, load_pool
 
     base = base_gguf(tmp_path / "base.gguf")
     adapter = peft_folder(tmp_path / "adapter")
@@ -155,9 +155,9 @@ def _next_token_logprobs(name: str, targets: list[str], tmp: Path, permute: bool
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import agora.agents.lora_gguf as lora_gguf
-    from agora.agents.convert import export_hf, resolve_gguf
-    from agora.agents.llamacpp import _load
+    import agora.models.lora_gguf as lora_gguf
+    from agora.models.convert import export_hf, resolve_gguf
+    from agora.models.llamacpp import _load
 
     def log_softmax(x):
         x = np.asarray(x, dtype=np.float64)
@@ -238,8 +238,8 @@ def test_a_pool_entry_with_a_peft_adapter_generates_with_it_on_both_decoding_pat
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
-    from agora.agents.convert import export_hf
-    from agora.agents.pool import SamplingParams, load_pool
+    from agora.models.convert import export_hf
+    from agora.models.pool import SamplingParams, load_pool
 
     model = AutoModelForCausalLM.from_pretrained(export_hf("builtin:smollm2"), dtype=torch.float32)
     torch.manual_seed(1)
@@ -268,7 +268,7 @@ def test_a_pool_entry_with_a_peft_adapter_generates_with_it_on_both_decoding_pat
 
 
 def test_a_trained_member_can_be_served_by_llamacpp_and_trained_on_from_there(tmp_path):
-    from agora.agents.pool import ModelSpec
+    from agora.models.pool import ModelSpec
     from agora.training.pipeline import base_of
     from agora.training.trainers import TrainResult, trained_entry
 
@@ -299,8 +299,8 @@ def test_greedy_evaluation_on_llamacpp_with_an_adapter_resumes_and_matches_the_p
     peft = pytest.importorskip("peft")
     from transformers import AutoModelForCausalLM
 
-    from agora.agents.convert import export_hf
-    from agora.agents.pool import ModelPool, ModelSpec, PoolMember, SamplingParams, build_chat_model
+    from agora.models.convert import export_hf
+    from agora.models.pool import ModelPool, ModelSpec, PoolMember, SamplingParams, build_chat_model
     from agora.agents.prompts import solver_messages
     from agora.tasks.loaders import load_problems
     from agora.tasks.samples import sample_path
@@ -377,7 +377,7 @@ def test_a_cached_conversion_is_redone_for_other_weights_or_another_base(tmp_pat
 def test_a_gguf_adapter_that_does_not_fit_is_refused_when_the_pool_loads(tmp_path):
     """llama.cpp refusing a LoRA leaves llama-cpp-python 0.3 with a NULL adapter that segfaults at the
     first decode: the pool checks the file against the model first."""
-    from agora.agents.pool import PoolConfigError, load_pool
+    from agora.models.pool import PoolConfigError, load_pool
 
     llama_base = base_gguf(tmp_path / "llama.gguf")
     qwen_base = base_gguf(tmp_path / "qwen.gguf", arch="qwen2")
@@ -408,7 +408,7 @@ def test_a_gguf_adapter_that_does_not_fit_is_refused_when_the_pool_loads(tmp_pat
 
 
 def test_the_header_reader_agrees_with_gguf_py(tmp_path):
-    from agora.agents.lora_gguf import read_gguf_header
+    from agora.models.lora_gguf import read_gguf_header
 
     base = base_gguf(tmp_path / "base.gguf")
     header = read_gguf_header(base)
@@ -425,7 +425,7 @@ def test_the_header_reader_agrees_with_gguf_py(tmp_path):
 
 
 def test_evolve_plays_a_selected_member_on_llamacpp_when_asked(tmp_path):
-    from agora.agents.pool import ModelSpec
+    from agora.models.pool import ModelSpec
     from agora.training.evolve import EvolveConfig, next_spec
     from agora.training.pipeline import MemberRun
     from agora.training.trainers import TrainResult, trained_entry

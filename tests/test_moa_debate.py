@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from agora.agents.debate import DebateConfig, agent_models
 from agora.agents.escalation import EscalationConfig, EscalationThresholds
 from agora.agents.moa import MoAConfig
-from agora.agents.pool import ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs._common import question_seed
 from agora.graphs.debate import DebateContext, DebateOutput, build_debate_graph

@@ -11,9 +11,9 @@ import pytest
 from openai_stub import StubServer, chat_reply
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.openai_backend import OpenAICompatibleChatModel, split_tokens
-from agora.agents.pool import ModelCallError, ModelPool, ModelSpec, PoolConfigError, SamplingParams, load_pool, pool_from_specs
-from agora.agents.structured import parse_json_reply
+from agora.models.openai_backend import OpenAICompatibleChatModel, split_tokens
+from agora.models.pool import ModelCallError, ModelPool, ModelSpec, PoolConfigError, SamplingParams, load_pool, pool_from_specs
+from agora.models.structured import parse_json_reply
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import Problem

@@ -18,7 +18,7 @@ from agora.agents.panel import (
     partner_shift,
     persona_specs,
 )
-from agora.agents.pool import ModelSpec
+from agora.models.pool import ModelSpec
 
 
 def test_partner_shift_hand_computed():

@@ -106,8 +106,8 @@ def test_a_registered_entry_must_name_a_spec_of_that_name(monkeypatch):
 
 
 def test_run_protocol_takes_graph_name_detail_and_finished_from_the_spec():
-    from agora.agents.pool import ModelPool
-    from agora.agents.testing import ScriptedChatModel
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
     from agora.graphs.moa import MoAContext
     from agora.graphs.runner import run_protocol
     from agora.tasks import Problem
@@ -177,8 +177,8 @@ def test_a_generated_command_looks_get_pool_up_when_it_runs(tmp_path, monkeypatc
     import agora.cli._shared as shared
     from typer.testing import CliRunner
 
-    from agora.agents.testing import ScriptedChatModel
-    from agora.agents.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.models.pool import ModelPool
 
     seen = []
 

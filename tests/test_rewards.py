@@ -6,8 +6,8 @@ import logging
 import pytest
 
 from agora.agents.judge import JudgeConfig
-from agora.agents.pool import ModelPool
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
 from agora.training.rewards import (
     PeerJudgeReward,
     completion_text,

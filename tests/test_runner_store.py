@@ -8,8 +8,8 @@ import pytest
 import sqlite_utils
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import ModelPool, SamplingParams
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, SamplingParams
+from agora.models.testing import ScriptedChatModel
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks import Problem
@@ -304,7 +304,7 @@ def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(tmp_p
 
 
 def test_an_unreachable_model_marks_the_run_failed_and_a_rerun_finishes_it(tmp_path):
-    from agora.agents.pool import ModelCallError, ModelUnavailableError
+    from agora.models.pool import ModelCallError, ModelUnavailableError
 
     def unreachable(chat, index):
         raise ModelUnavailableError("connection refused")

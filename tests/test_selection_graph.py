@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 import agora.cli.select as select_cli
 from agora.agents.cupid import CupidConfig
-from agora.agents.pool import ModelPool, ModelSpec, PoolMember
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, ModelSpec, PoolMember
+from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.selection import SelectionContext, build_selection_graph, parse_choice
 

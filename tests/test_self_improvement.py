@@ -245,7 +245,7 @@ def test_trained_entry_loads_from_a_relative_out_folder(tmp_path, monkeypatch):
     """``--out runs/x`` (relative): the pool file written in runs/x must still find its adapter."""
     from pathlib import Path
 
-    from agora.agents.pool import ModelSpec, load_pool
+    from agora.models.pool import ModelSpec, load_pool
     from agora.training.trainers import TrainResult, trained_entry, write_pool_file
 
     monkeypatch.chdir(tmp_path)

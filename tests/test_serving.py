@@ -16,8 +16,8 @@ import pytest
 from openai_stub import StubServer
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.pool import ModelSpec, SamplingParams, load_pool
-from agora.agents.serving import (
+from agora.models.pool import ModelSpec, SamplingParams, load_pool
+from agora.models.serving import (
     ServeConfig,
     ServedPool,
     cpu_slices,
@@ -206,8 +206,8 @@ def test_real_vllm_cpu_serves_smollm2_for_two_align_questions(tmp_path):
     ("--host 0.0.0.0", "must be a table"),
 ])
 def test_vllm_args_that_move_the_server_or_run_remote_code_are_refused(tmp_path, args, needle):
-    from agora.agents.pool import PoolConfigError
-    from agora.agents.serving import vllm_args_problem
+    from agora.models.pool import PoolConfigError
+    from agora.models.serving import vllm_args_problem
 
     assert needle in vllm_args_problem(args)
     spec = ModelSpec(name="m", backend="vllm", model="/hf/m", extra={"vllm_args": args})
@@ -222,7 +222,7 @@ def test_vllm_args_that_move_the_server_or_run_remote_code_are_refused(tmp_path,
 
 
 def test_usual_vllm_args_still_pass():
-    from agora.agents.serving import vllm_args_problem
+    from agora.models.serving import vllm_args_problem
 
     assert vllm_args_problem({"max_num_seqs": 16, "enable_prefix_caching": True, "max_model_len": 1024,
                               "no_enable_chunked_prefill": True, "kv_cache_dtype": "fp8", "seed": -1,
@@ -230,7 +230,7 @@ def test_usual_vllm_args_still_pass():
 
 
 def test_server_logs_stay_in_the_log_folder_whatever_the_model_name(tmp_path, monkeypatch):
-    import agora.agents.serving as serving
+    import agora.models.serving as serving
 
     started = []
     monkeypatch.setattr(serving.subprocess, "Popen", lambda cmd, **kw: started.append(cmd) or object())

@@ -8,8 +8,8 @@ import json
 import pytest
 from langgraph.errors import GraphDrained
 
-from agora.agents.pool import ModelPool, ModelSpec, PoolMember
-from agora.agents.testing import ScriptedChatModel
+from agora.models.pool import ModelPool, ModelSpec, PoolMember
+from agora.models.testing import ScriptedChatModel
 from agora.graphs import registry
 from agora.graphs.runner import recorded_run
 from agora.graphs.selection import record_session, run_session, session_settings

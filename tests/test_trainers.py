@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from agora.agents.pool import ModelSpec, PoolConfigError, SamplingParams, load_pool  # noqa: E402
+from agora.models.pool import ModelSpec, PoolConfigError, SamplingParams, load_pool  # noqa: E402
 from agora.tasks import synthetic_problems  # noqa: E402
 from agora.training.config import DPOSettings, GRPOSettings, LoraSettings  # noqa: E402
 from agora.training.datasets import dpo_rows, grpo_rows_from_problems  # noqa: E402
@@ -276,8 +276,8 @@ def test_cli_train_dpo_then_align_uses_the_adapter(tiny, tmp_path):
 def test_evolve_two_iterations_on_tiny_models_with_scripted_judges(tiny, tmp_path):
     import zlib
 
-    from agora.agents.pool import ModelPool, PoolMember, build_chat_model
-    from agora.agents.testing import ScriptedChatModel
+    from agora.models.pool import ModelPool, PoolMember, build_chat_model
+    from agora.models.testing import ScriptedChatModel
     from agora.graphs.duel import DuelConfig
     from agora.traces.store import TraceStore
     from agora.training import tables

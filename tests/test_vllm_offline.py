@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from agora.agents.pool import PoolConfigError, load_pool
-from agora.agents.vllm_offline import MicroBatcher, VLLMChatModel
+from agora.models.pool import PoolConfigError, load_pool
+from agora.models.vllm_offline import MicroBatcher, VLLMChatModel
 
 
 def test_concurrent_submissions_are_batched_and_each_gets_its_own_results():

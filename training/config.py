@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agora.agents.llamacpp import default_threads
-from agora.agents.pool import MAX_POOL_TEMPERATURE
+from agora.models.llamacpp import default_threads
+from agora.models.pool import MAX_POOL_TEMPERATURE
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Before/after evaluation of a trained adapter: greedy accuracy per question and the paired difference.
 
 * :func:`greedy_outcomes`: a model (base folder or ``builtin:...``, optional LoRA adapter) answers
-  problems greedily through :class:`agora.agents.hf_backend.TransformersChatModel`, the backend a
+  problems greedily through :class:`agora.models.hf_backend.TransformersChatModel`, the backend a
   ``backend = "transformers"`` pool entry uses (or, with ``backend="llamacpp"``, through a
   ``llamacpp`` entry: the GGUF plus the adapter converted to a GGUF LoRA), with the solver prompt of every protocol
   (:func:`agora.agents.prompts.solver_messages`), in left-padded batches; each batch's outcomes are
@@ -123,8 +123,8 @@ def _llamacpp_generate(base: str, adapter: str | None, max_tokens: int):
     a ``backend = "llamacpp"`` entry with ``adapter`` serves it, one greedy request per question.
     (Decoding several questions in one llama.cpp batch was tried: 6.0 instead of 7.0 CPU-s per answer
     on the 0.5B with one thread, but 7 of 16 greedy answers then differed from the served ones.)"""
-    from agora.agents.convert import resolve_gguf
-    from agora.agents.pool import ModelPool, ModelSpec, PoolMember, SamplingParams, build_chat_model
+    from agora.models.convert import resolve_gguf
+    from agora.models.pool import ModelPool, ModelSpec, PoolMember, SamplingParams, build_chat_model
 
     spec = ModelSpec(name="evaluated", backend="llamacpp", path=str(resolve_gguf(base)), adapter=adapter, n_ctx=4096)
     pool = ModelPool([PoolMember(spec, build_chat_model(spec))])
@@ -159,7 +159,7 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
         ValueError: an unknown backend.
         RuntimeError: a llama.cpp call that failed after its retries (answers so far are kept).
     """
-    from agora.agents.llamacpp import default_threads
+    from agora.models.llamacpp import default_threads
     from agora.agents.prompts import solver_messages
     from agora.tasks import find_answer, is_correct
 
@@ -182,7 +182,7 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
         if backend == "llamacpp":
             generate = _llamacpp_generate(base, adapter, max_tokens)
         else:
-            from agora.agents.hf_backend import TransformersChatModel
+            from agora.models.hf_backend import TransformersChatModel
 
             model = TransformersChatModel(model_path=base, adapter_path=adapter, max_tokens=max_tokens, dtype=dtype,
                                           threads=threads or default_threads())
@@ -207,7 +207,7 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
         del generate
         if backend == "transformers":
             del model
-            from agora.agents.hf_backend import load_model
+            from agora.models.hf_backend import load_model
 
             load_model.cache_clear()  # one evaluated model in memory at a time (fp32 0.5B: 2 GB)
     return [done[p.id] for p in problems]

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from agora.agents._files import safe_file_name
-from agora.agents.convert import is_gguf_source
-from agora.agents.pool import ModelPool, ModelSpec, pool_from_specs
+from agora.models._files import safe_file_name
+from agora.models.convert import is_gguf_source
+from agora.models.pool import ModelPool, ModelSpec, pool_from_specs
 from agora.graphs.duel import DuelConfig, DuelContext, run_duels
 from agora.tasks.loaders import Problem
 from agora.traces.store import TraceStore

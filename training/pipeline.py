@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from agora.agents.pool import ModelSpec
+from agora.models.pool import ModelSpec
 from agora.traces.store import TraceStore, call_rows
 from agora.training import tables
 from agora.training.config import DPOSettings, GRPOSettings

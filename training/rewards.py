@@ -28,7 +28,7 @@ import logging
 from typing import Any, Callable, Mapping, Sequence
 
 from agora.agents.judge import Judge, JudgeConfig, judge_means
-from agora.agents.pool import ModelPool
+from agora.models.pool import ModelPool
 from agora.agents.reputation import ReputationConfig, aggregate_score
 from agora.tasks import answer_key, extract_answer, is_correct
 

@@ -96,7 +96,7 @@ def load_policy(base: str, adapter: str | None = None, threads: int | None = Non
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agora.agents.hf_backend import resolve_model_folder
+    from agora.models.hf_backend import resolve_model_folder
 
     if threads:
         torch.set_num_threads(threads)
@@ -336,7 +336,7 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
     Same name, persona and sampling settings as ``spec``, and the ``iteration`` it came from.
     ``backend = "transformers"``: the base folder (or ``builtin:...``, dequantised) and the adapter,
     in-process on CPU or GPU. ``backend = "llamacpp"``: the member's GGUF with the adapter applied by
-    llama.cpp (converted once to ``<adapter>/adapter.gguf``, :mod:`agora.agents.lora_gguf`): the
+    llama.cpp (converted once to ``<adapter>/adapter.gguf``, :mod:`agora.models.lora_gguf`): the
     quantised weights the pool served before training, at llama.cpp's speed.
 
     Raises:
@@ -349,7 +349,7 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
     # Absolute paths: a pool file reads relative paths relative to itself, not to the working directory.
     base = result.base if result.base.startswith("builtin:") else str(Path(result.base).resolve())
     if backend == "llamacpp":
-        from agora.agents.convert import is_gguf_source
+        from agora.models.convert import is_gguf_source
 
         if not is_gguf_source(base):
             raise ValueError(f"model {spec.name!r} was trained from {base}, not a GGUF: llama.cpp cannot serve its "

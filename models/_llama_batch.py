@@ -47,7 +47,7 @@ class SeqResult:
 class BatchDecoder:
     """A second llama.cpp context over an already loaded ``llama_cpp.Llama``'s weights.
 
-    Not thread-safe: callers hold the process-wide decode lock (:mod:`agora.agents.llamacpp`).
+    Not thread-safe: callers hold the process-wide decode lock (:mod:`agora.models.llamacpp`).
     """
 
     def __init__(self, llm: Any, n_threads: int):

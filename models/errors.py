@@ -1,0 +1,30 @@
+"""The pool's errors, in a module of their own so that backends can raise them without importing
+the pool (which imports the backends). :mod:`agora.models.pool` re-exports every one."""
+
+from __future__ import annotations
+
+
+class PoolConfigError(ValueError):
+    """A pool file that cannot be used: ``file: models[i] (name): field 'x': what is wrong``."""
+
+
+class ModelUnavailableError(ConnectionError):
+    """A backend that cannot reach its model at all (every endpoint refuses connections).
+
+    The pool retries it like any failure, then raises :class:`ModelCallError` instead of returning
+    no samples: a dead server stops the run (finished questions stay recorded and the run resumes
+    with the same run id) rather than recording every later question as failed.
+    """
+
+
+class ModelCallError(RuntimeError):
+    """A model call that failed after all retries. ``records`` holds the logged attempts."""
+
+    def __init__(self, message: str, records: list[dict]):
+        super().__init__(message)
+        self.records = records
+
+
+class EmptyResponseError(RuntimeError):
+    """A backend answered without any generation (e.g. a server reply with zero choices): a failed
+    attempt like any other, logged as a trace record and retried."""
