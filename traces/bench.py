@@ -45,6 +45,10 @@ from agora.traces.store import TraceStore, now
 
 LEVEL = 0.95
 RESAMPLES = 2000
+MIN_QUESTIONS = 30
+"""Fewest (paired) questions a cell, difference or claim needs before the report states it as a
+finding; below it, or with a degenerate interval (low == high), it reads "too few questions"."""
+TOO_FEW = "too few questions"
 BASELINES = ("single_agent", "self_consistency")
 """The methods every other method is paired against."""
 
@@ -57,6 +61,17 @@ BENCH_CELLS = {
 
 
 # ---------------------------------------------------------------------------- statistics
+
+
+def too_few(questions: int, low: float, high: float) -> bool:
+    """Whether an estimate on ``questions`` (paired) questions with interval ``[low, high]`` is too
+    thin to report as a finding: fewer than :data:`MIN_QUESTIONS` questions, or a degenerate
+    (``low == high``, e.g. every resample equal) or missing interval.
+
+    >>> too_few(2, 0.0, 0.0), too_few(40, -0.1, 0.2), too_few(40, 0.0, 0.0)
+    (True, False, True)
+    """
+    return questions < MIN_QUESTIONS or low != low or high != high or low == high
 
 
 def mcnemar_exact(wins: int, losses: int) -> float:
@@ -213,20 +228,23 @@ def comed_dev_outcomes(store: TraceStore, run_id: str, question_ids: Sequence[st
     """Calibration inputs from a COMED ``explore`` run: one :class:`DevOutcome` per recorded
     question (of ``question_ids``, when given) with a gold answer and every branch (probe and
     escalation) recorded."""
-    out = []
     keep = None if question_ids is None else set(question_ids)
-    for q in store.questions(run_id):
-        if keep is not None and q["question_id"] not in keep:
-            continue
-        d = json.loads(q["detail"] or "{}")
-        if d.get("anchor_correct") is None or d.get("probe") is None or d.get("escalation") is None:
-            continue
-        out.append(DevOutcome(sc=d["anchor"]["sc"], margin=(d.get("route") or {}).get("margin"),
-                              anchor_correct=d["anchor_correct"], probe_agrees=d["probe"]["agrees"],
-                              escalation_correct=d["escalation_correct"], probe_calls=d["probe_calls"] or 0,
-                              escalation_calls=d["escalation_calls"] or 0,
-                              anchor_calls=(d.get("method_calls") or {}).get("anchor") or 1))
-    return out
+    outcomes = (dev_outcome(json.loads(q["detail"] or "{}")) for q in store.questions(run_id)
+                if keep is None or q["question_id"] in keep)
+    return [o for o in outcomes if o is not None]
+
+
+def dev_outcome(detail: dict[str, Any]) -> DevOutcome | None:
+    """One COMED question's calibration input from its ``questions.detail``; ``None`` without gold
+    or without both branches (probe and escalation) recorded."""
+    d = detail
+    if d.get("anchor_correct") is None or d.get("probe") is None or d.get("escalation") is None:
+        return None
+    return DevOutcome(sc=d["anchor"]["sc"], margin=(d.get("route") or {}).get("margin"),
+                      anchor_correct=d["anchor_correct"], probe_agrees=d["probe"]["agrees"],
+                      escalation_correct=d["escalation_correct"], probe_calls=d["probe_calls"] or 0,
+                      escalation_calls=d["escalation_calls"] or 0,
+                      anchor_calls=(d.get("method_calls") or {}).get("anchor") or 1)
 
 
 def _calls(method: str, protocol: str, row: dict[str, Any], question: dict[str, Any], data: _TaskData) -> float:
@@ -251,6 +269,7 @@ def _cell(method: str, protocol: str, task: BenchTask, data: _TaskData, seed: in
     return {
         "task": task.name, "method": method, "protocol": protocol, "run_id": task.runs.get(protocol),
         "questions": len(scored), "accuracy": acc, "ci_low": lo, "ci_high": hi,
+        "too_few": too_few(len(scored), lo, hi),
         "method_failed": sum(r["samples"] == 0 for r in recorded),
         "failed_questions": len(data.failed.get(protocol, {})),
         "missing": sum(q not in questions and q not in data.failed.get(protocol, {}) for q in task.question_ids),
@@ -275,7 +294,8 @@ def _paired(task: str, a: str, b: str, x: Sequence[float], y: Sequence[float], s
     wins = sum(1 for u, v in zip(x, y) if u > v)
     losses = sum(1 for u, v in zip(x, y) if u < v)
     return {"task": task, "method": a, "baseline": b, "questions": len(x), "diff": diff, "ci_low": lo, "ci_high": hi,
-            "wins": wins, "losses": losses, "p_mcnemar": mcnemar_exact(wins, losses)}
+            "wins": wins, "losses": losses, "p_mcnemar": mcnemar_exact(wins, losses),
+            "too_few": too_few(len(x), lo, hi)}
 
 
 def _single_models(store: TraceStore, task: BenchTask, data: _TaskData) -> dict[str, dict[str, float]]:
@@ -342,7 +362,7 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
         for model, values in single_values[task.name].items():
             acc, lo, hi = bootstrap_ci(list(values.values()), seed=seed)
             singles.append({"task": task.name, "model": model, "questions": len(values), "accuracy": acc,
-                            "ci_low": lo, "ci_high": hi})
+                            "ci_low": lo, "ci_high": hi, "too_few": too_few(len(values), lo, hi)})
         c = _comed(task, data)
         if c is not None:
             comed.append(c)
@@ -356,7 +376,7 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
         mine = [c for c in cells if c["method"] == m]
         acc, lo, hi = macro_bootstrap_ci(groups, seed=seed)
         macro.append({"method": m, "tasks": sum(1 for g in groups if g), "all_tasks": all(groups), "accuracy": acc,
-                      "ci_low": lo, "ci_high": hi,
+                      "ci_low": lo, "ci_high": hi, "too_few": too_few(sum(len(g) for g in groups), lo, hi),
                       **{k: _mean([c[k] for c in mine if c[k] == c[k]])
                          for k in ("calls_per_q", "samples_per_q", "tokens_per_q", "model_s_per_q", "wall_s_per_q")}})
     macro_paired = []
@@ -377,14 +397,14 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
                 d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
                 macro_paired.append({"task": "macro", "method": m, "baseline": b, "questions": n, "diff": d,
                                      "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
-                                     "p_mcnemar": mcnemar_exact(wins, losses)})
+                                     "p_mcnemar": mcnemar_exact(wins, losses), "too_few": too_few(n, lo, hi)})
     macro_singles = []
     models = sorted({s["model"] for s in singles})
     for model in models:
         groups = [list(single_values[t.name].get(model, {}).values()) for t in spec.tasks]
         acc, lo, hi = macro_bootstrap_ci(groups, seed=seed)
         macro_singles.append({"model": model, "tasks": sum(1 for g in groups if g), "accuracy": acc,
-                              "ci_low": lo, "ci_high": hi})
+                              "ci_low": lo, "ci_high": hi, "too_few": too_few(sum(len(g) for g in groups), lo, hi)})
 
     runs_done = {t.name: {p: {"answered": len(per_task[t.name].questions.get(p, {})),
                               "failed": len(per_task[t.name].failed.get(p, {})),
@@ -413,14 +433,17 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
 
 def _claims(report: dict[str, Any], spec: BenchSpec, per_task: dict[str, _TaskData],
             single_values: dict[str, dict[str, dict[str, float]]], seed: int) -> list[dict[str, Any]]:
-    """The three claims of issue 18, measured (whatever the numbers are)."""
+    """The three claims of issue 18, measured (whatever the numbers are). A claim on fewer than
+    :data:`MIN_QUESTIONS` paired questions, or with a degenerate interval, ``holds`` "too few
+    questions" (:data:`TOO_FEW`), never yes or no."""
     out: list[dict[str, Any]] = []
     align_sc = next((p for p in report["paired"] if p["task"] == "macro" and p["method"] == "align"
                      and p["baseline"] == "self_consistency"), None)
     if align_sc:
         out.append({"claim": "ALIGN − self-consistency on the same n·k candidates ≥ 0 (macro, paired)",
                     "value": align_sc["diff"], "ci_low": align_sc["ci_low"], "ci_high": align_sc["ci_high"],
-                    "p_mcnemar": align_sc["p_mcnemar"], "holds": _holds(align_sc["diff"], align_sc["ci_low"], 0.0)})
+                    "p_mcnemar": align_sc["p_mcnemar"], "questions": align_sc["questions"],
+                    "holds": TOO_FEW if align_sc["too_few"] else _holds(align_sc["diff"], align_sc["ci_low"], 0.0)})
     macro = {m["method"]: m for m in report["macro"] if m["all_tasks"]}
     multi = [m for m in ("align", "self_consistency", "best_of_n", "comed", "moa", "debate") if m in macro]
     singles = [s for s in report["macro_single_models"] if s["tasks"] == len(spec.tasks)]
@@ -433,9 +456,11 @@ def _claims(report: dict[str, Any], spec: BenchSpec, per_task: dict[str, _TaskDa
             diffs.append([int(rows[q]["correct"]) - values[q] for q in values
                           if q in rows and rows[q]["correct"] is not None and rows[q]["samples"] != 0])
         d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
+        n = sum(len(x) for x in diffs)
         out.append({"claim": f"best multi-model method ({best_multi}) − best single model ({best_single['model']}, "
                              "expected one-sample accuracy), macro", "value": d, "ci_low": lo, "ci_high": hi,
-                    "p_mcnemar": None, "holds": _holds(d, lo, 0.0, strict=True),
+                    "p_mcnemar": None, "questions": n,
+                    "holds": TOO_FEW if too_few(n, lo, hi) else _holds(d, lo, 0.0, strict=True),
                     "note": "the best single model is picked on the test questions themselves (optimistic for it)"})
     for dense in ("moa", "debate"):
         pair = _macro_pair(spec, per_task, "comed", dense, seed)
@@ -448,13 +473,15 @@ def _claims(report: dict[str, Any], spec: BenchSpec, per_task: dict[str, _TaskDa
         out.append({"claim": f"COMED ≥ {dense} in accuracy (macro, paired) with ≤ 50 % of its model calls and "
                              "rescues > harms", "value": pair["diff"], "ci_low": pair["ci_low"], "ci_high": pair["ci_high"],
                     "p_mcnemar": pair["p_mcnemar"], "calls_ratio": ratio, "rescues": rescues, "harms": harms,
-                    "holds": "-" if ratio != ratio else ("no" if ratio > 0.5 or rescues <= harms
-                                                         else _holds(pair["diff"], pair["ci_low"], 0.0))})
+                    "questions": pair["questions"],
+                    "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
+                    else "-" if ratio != ratio else ("no" if ratio > 0.5 or rescues <= harms
+                                                     else _holds(pair["diff"], pair["ci_low"], 0.0))})
     return out
 
 
 def _macro_pair(spec: BenchSpec, per_task: dict[str, _TaskData], a: str, b: str, seed: int) -> dict[str, Any] | None:
-    diffs, wins, losses = [], 0, 0
+    diffs, wins, losses, n = [], 0, 0, 0
     for t in spec.tasks:
         data = per_task[t.name]
         if a in data.results and b in data.results:
@@ -462,10 +489,11 @@ def _macro_pair(spec: BenchSpec, per_task: dict[str, _TaskData], a: str, b: str,
             diffs.append([u - v for u, v in zip(x, y)])
             wins += sum(u > v for u, v in zip(x, y))
             losses += sum(u < v for u, v in zip(x, y))
+            n += len(x)
     if not any(diffs):
         return None
     d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
-    return {"diff": d, "ci_low": lo, "ci_high": hi, "p_mcnemar": mcnemar_exact(wins, losses)}
+    return {"diff": d, "ci_low": lo, "ci_high": hi, "p_mcnemar": mcnemar_exact(wins, losses), "questions": n}
 
 
 def _holds(value: float, low: float, bound: float, strict: bool = False) -> str:
@@ -499,6 +527,21 @@ def _p(p: float | None) -> str:
     return "-" if p is None else (f"{p:.3g}" if p >= 0.001 else f"{p:.1e}")
 
 
+def _few(entry: dict[str, Any]) -> str:
+    return " †" if entry.get("too_few") else ""
+
+
+def _any_few(report: dict[str, Any]) -> bool:
+    return any(c.get("too_few") for key in ("cells", "macro", "single_models", "macro_single_models")
+               for c in report.get(key) or [])
+
+
+def claim_lines(report: dict[str, Any]) -> list[str]:
+    """The report's claims as console lines: ``claim: value pp [CI] (n questions): holds``."""
+    return [f"{c['claim']}: {_pct(c['value'])} pp {_ci(c['ci_low'], c['ci_high'])} "
+            f"({c.get('questions', '?')} paired questions): {c['holds']}" for c in report.get("claims") or []]
+
+
 def report_markdown(report: dict[str, Any]) -> str:
     """The report as a markdown page (``bench.md``)."""
     tasks = [t["name"] for t in report["tasks"]]
@@ -530,10 +573,10 @@ def report_markdown(report: dict[str, Any]) -> str:
     for m in report["methods"]:
         if not any((t, m) in cells for t in tasks):
             continue
-        row = [f"{_pct(cells[t, m]['accuracy'])} {_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}"
+        row = [f"{_pct(cells[t, m]['accuracy'])} {_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}{_few(cells[t, m])}"
                if (t, m) in cells else "-" for t in tasks]
         mac = macro.get(m)
-        row.append("-" if mac is None else f"**{_pct(mac['accuracy'])}** {_ci(mac['ci_low'], mac['ci_high'])}"
+        row.append("-" if mac is None else f"**{_pct(mac['accuracy'])}** {_ci(mac['ci_low'], mac['ci_high'])}{_few(mac)}"
                    + ("" if mac["all_tasks"] else " (not every task)"))
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     if report["macro_single_models"]:
@@ -541,11 +584,14 @@ def report_markdown(report: dict[str, Any]) -> str:
             row = []
             for t in tasks:
                 c = next((x for x in report["single_models"] if x["task"] == t and x["model"] == s["model"]), None)
-                row.append("-" if c is None else f"{_pct(c['accuracy'])} {_ci(c['ci_low'], c['ci_high'])}")
+                row.append("-" if c is None else f"{_pct(c['accuracy'])} {_ci(c['ci_low'], c['ci_high'])}{_few(c)}")
             lines.append(f"| model `{s['model']}` (one sample) | " + " | ".join(row)
-                         + f" | **{_pct(s['accuracy'])}** {_ci(s['ci_low'], s['ci_high'])} |")
+                         + f" | **{_pct(s['accuracy'])}** {_ci(s['ci_low'], s['ci_high'])}{_few(s)} |")
         lines += ["", "A model's one-sample row is the share of its ALIGN candidates that are right (its expected "
                   "accuracy from one temperature sample), on the ALIGN run's questions."]
+    if _any_few(report):
+        lines += ["", f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions, or a degenerate interval "
+                  "(every resample equal); the number is shown, but it is no finding."]
     lines += ["", "Questions scored / failed per cell:", "", "| method | " + " | ".join(tasks) + " |",
               "|---|" + "---|" * len(tasks)]
     for m in report["methods"]:
@@ -560,11 +606,12 @@ def report_markdown(report: dict[str, Any]) -> str:
               "wins/losses (questions only one of the two got right) and the exact McNemar p-value (two-sided "
               "binomial test on the discordant pairs); `macro` pools the tasks (mean of per-task differences, "
               "McNemar on all discordant pairs).", "",
-              "| method | vs | task | questions | diff pp | 95% CI | wins / losses | McNemar p |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| method | vs | task | questions | diff pp | 95% CI | wins / losses | McNemar p | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for p in report["paired"]:
         lines.append(f"| {p['method']} | {p['baseline']} | {p['task']} | {p['questions']} | {_pct(p['diff'])} | "
-                     f"{_ci(p['ci_low'], p['ci_high'])} | {p['wins']} / {p['losses']} | {_p(p['p_mcnemar'])} |")
+                     f"{_ci(p['ci_low'], p['ci_high'])} | {p['wins']} / {p['losses']} | {_p(p['p_mcnemar'])} | "
+                     f"{TOO_FEW if p.get('too_few') else ''} |")
 
     lines += ["", "## Cost per question", "",
               "Model calls are requests (N samples of one prompt are one call); tokens are generated tokens; model "
@@ -604,7 +651,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += ["", "Acc(COMED) − Acc(anchor) = (rescues − harms) / questions, checked on every question."]
 
     if report["claims"]:
-        lines += ["", "## Claims", "", "| claim | value pp | 95% CI | McNemar p | holds |", "|---|---|---|---|---|"]
+        lines += ["", "## Claims", "", "| claim | value pp | 95% CI | McNemar p | paired questions | holds |",
+                  "|---|---|---|---|---|---|"]
         for c in report["claims"]:
             extra = ""
             if "calls_ratio" in c:
@@ -612,9 +660,10 @@ def report_markdown(report: dict[str, Any]) -> str:
             if c.get("note"):
                 extra += f"; {c['note']}"
             lines.append(f"| {c['claim']}{extra} | {_pct(c['value'])} | {_ci(c['ci_low'], c['ci_high'])} | "
-                         f"{_p(c['p_mcnemar'])} | {c['holds']} |")
+                         f"{_p(c['p_mcnemar'])} | {c.get('questions', '-')} | {c['holds']} |")
         lines += ["", "`yes`: the whole 95 % CI is on the claim's side; `undecided`: the estimate is, the CI is not; "
-                  "`no`: the estimate is not (or, for COMED, the calls or rescues part fails)."]
+                  "`no`: the estimate is not (or, for COMED, the calls or rescues part fails); "
+                  f"`{TOO_FEW}`: fewer than {MIN_QUESTIONS} paired questions, or a degenerate interval: no verdict."]
     if report["failed_questions"]:
         lines += ["", "## Failed questions", "", "Every model call of these questions failed: they are not scored; a "
                   "rerun with the same `--run-id` retries them.", ""]
@@ -626,7 +675,10 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 def plot_accuracy_vs_tokens(report: dict[str, Any], path: str | Path) -> Path:
     """One PNG: accuracy against generated tokens per question, a point per method and task
-    (marker per method, colour per task), and the Pareto front of all points (dashed)."""
+    (marker per method, colour per task) with its 95 % CI as a vertical bar, and each task's Pareto
+    front (dashed). Methods at the same point (ALIGN's baselines often coincide) are spread
+    sideways by a few points and labelled, so none hides another; a hollow marker is a cell on too
+    few questions."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -639,9 +691,26 @@ def plot_accuracy_vs_tokens(report: dict[str, Any], path: str | Path) -> Path:
     markers = dict(zip(report["methods"], "os^vDP*XhpH<>"))
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(9, 5))
-    for c in cells:
-        ax.scatter(c["tokens_per_q"], 100 * c["accuracy"], marker=markers.get(c["method"], "o"),
-                   color=colours(tasks.index(c["task"]) % 10), s=55, alpha=0.85, zorder=3)
+    groups: dict[tuple[float, float], list[int]] = {}
+    for i, c in enumerate(cells):
+        groups.setdefault((round(c["tokens_per_q"], 6), round(c["accuracy"], 6)), []).append(i)
+    from matplotlib.transforms import offset_copy
+
+    for members in groups.values():
+        for rank, i in enumerate(members):
+            c = cells[i]
+            shift = 7.0 * (rank - (len(members) - 1) / 2)  # points, sideways: coincident methods stay visible
+            where = offset_copy(ax.transData, fig=fig, x=shift, y=0.0, units="points")
+            colour = colours(tasks.index(c["task"]) % 10)
+            x, y = c["tokens_per_q"], 100 * c["accuracy"]
+            if c["ci_low"] == c["ci_low"]:
+                ax.errorbar([x], [y], yerr=[[y - 100 * c["ci_low"]], [100 * c["ci_high"] - y]], fmt="none",
+                            ecolor=colour, elinewidth=0.9, alpha=0.6, capsize=2, transform=where, zorder=2)
+            ax.scatter([x], [y], marker=markers.get(c["method"], "o"), s=55, alpha=0.9, zorder=3, transform=where,
+                       facecolors="none" if c.get("too_few") else colour, edgecolors=colour)
+            if len(members) > 1:
+                ax.annotate(c["method"], (x, y), xytext=(shift, 6 + 7 * rank), textcoords="offset points",
+                            fontsize=6, color=colour, ha="center")
     points = [(c["tokens_per_q"], c["accuracy"]) for c in cells]
     for t in tasks:
         mine = [i for i, c in enumerate(cells) if c["task"] == t]
@@ -653,6 +722,8 @@ def plot_accuracy_vs_tokens(report: dict[str, Any], path: str | Path) -> Path:
                if any(c["method"] == m for c in cells)]
     handles += [Line2D([], [], ls="--", color=colours(i % 10), label=f"{t} (Pareto front dashed)")
                 for i, t in enumerate(tasks)]
+    handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="none", color="0.35",
+                          label=f"hollow: {TOO_FEW} (< {MIN_QUESTIONS})"))
     ax.set_xlabel("generated tokens per question")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(-5, 105)

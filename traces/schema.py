@@ -12,7 +12,8 @@
     idx (position in the dataset), source, kind (``math``/``mc``/``open``), question, gold,
     answer (the protocol's final answer), correct (0/1, NULL without gold), wall_s (seconds),
     model_calls, prompt_tokens, completion_tokens, detail (JSON: proposals, selection, ...),
-    finished_at.
+    finished_at, n_choices (options of an ``mc`` question, as the scorer reads them; NULL in
+    databases written before the column, until ``agora traces backfill``).
 
 ``results``: one row per question and method (primary key ``run_id, question_id, method``).
     The protocol itself and each baseline computed from the same candidates: answer, correct (NULL
@@ -30,7 +31,15 @@
     completion_tokens, latency_s, finish_reason, attempt (0-based retry count), error (NULL when
     the call succeeded), created_at (when the attempt began, UTC), partner (the model(s) whose
     answer the prompt showed, comma-separated: COMED peers, debate rounds after the first, the MoA
-    aggregator; NULL for a call that answered alone).
+    aggregator; NULL for a call that answered alone). Answer-level columns (issue 30), filled when
+    the question is recorded (:func:`agora.tasks.answers.find_answer` with the question's kind and
+    option count) and by ``agora traces backfill`` in older databases: answer (the sample's
+    extracted canonical answer, NULL without one), how (``marker``, ``boxed``, ``####``,
+    ``fallback``, or ``none`` when the output has no answer; NULL: not extracted, i.e. a failed
+    attempt, a call without a question row, or an old database not backfilled), sample_index
+    (0-based position of the sample among its request's n samples; NULL for failed attempts),
+    request_id (the ``call_id`` of the request's first sample: the n samples of one request share
+    it).
 
 A question's rows (question, results, its model calls) are written in one transaction, after the
 question finished; rerunning a run id skips questions already in ``questions``, so a rerun
@@ -50,6 +59,7 @@ QUESTIONS = {
     "run_id": str, "question_id": str, "idx": int, "source": str, "kind": str, "question": str,
     "gold": str, "answer": str, "correct": int, "wall_s": float, "model_calls": int,
     "prompt_tokens": int, "completion_tokens": int, "detail": str, "finished_at": str,
+    "n_choices": int,
 }
 RESULTS = {
     "run_id": str, "question_id": str, "method": str, "answer": str, "correct": int,
@@ -60,6 +70,25 @@ MODEL_CALLS = {
     "agent": int, "model": str, "messages": str, "completion": str, "params": str,
     "prompt_tokens": int, "completion_tokens": int, "latency_s": float, "finish_reason": str,
     "attempt": int, "error": str, "created_at": str, "partner": str,
+    "answer": str, "how": str, "sample_index": int, "request_id": str,
+}
+
+#: The core tables every run writes, by name (column → Python type): what the store creates, what a
+#: bundle (:mod:`agora.traces.bundle`) carries and what a schema check compares a database with.
+TABLES: dict[str, dict[str, type]] = {"runs": RUNS, "questions": QUESTIONS, "results": RESULTS,
+                                      "model_calls": MODEL_CALLS}
+#: Primary key of each core table.
+PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
+    "runs": ("run_id",), "questions": ("run_id", "question_id"),
+    "results": ("run_id", "question_id", "method"), "model_calls": ("call_id",),
+}
+#: Columns added to a core table after its first release, oldest first. A writable store adds the
+#: ones a database lacks when it opens it (nullable: NULL in old rows); readers treat a missing one
+#: as unknown (NULL). Every other column of :data:`TABLES` is required.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "model_calls": ("partner", "answer", "how", "sample_index", "request_id"),
+    "results": ("how", "calls"),
+    "questions": ("n_choices",),
 }
 
 # ----------------------------------------------------------------------------- duels (protocols.md §2)

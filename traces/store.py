@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import logging
+import os
 import platform
+import re
 import sqlite3
 import subprocess
 import threading
@@ -14,6 +18,12 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import sqlite_utils
 
+try:  # POSIX: a run id's live-run lock (TraceStore.run_lock); elsewhere runs are not locked
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+from agora.tasks.answers import find_answer
 from agora.traces import schema
 
 
@@ -26,15 +36,31 @@ BUSY_TIMEOUT_S = 30.0
 TRANSPORT_FIELDS = ("base_url", "endpoints", "timeout_s", "max_retries", "api_key")
 
 
+log = logging.getLogger(__name__)
+
+
 class TraceStoreError(ValueError):
     """A trace database (or its checkpoints file) that cannot be opened or written; the message is
     one line naming the file and what is wrong."""
+
+
+class RunLockedError(TraceStoreError):
+    """The run id is being run by another live process (or thread) on the same trace database
+    (:meth:`TraceStore.run_lock`); the message names its pid and host."""
+
+
+class ResumeRefusedError(ValueError):
+    """A rerun of a run id with other options than the run was started with
+    (:meth:`TraceStore.start_run`); the message names each setting that differs."""
 
 
 def describe_sqlite_error(path: str | Path, exc: BaseException) -> str:
     """One line for an SQLite (or file-system) error on the database ``path``."""
     msg = str(exc)
     low = msg.lower()
+    if "disk is full" in low or isinstance(exc, OSError) and exc.errno == 28:  # SQLITE_FULL, ENOSPC
+        return (f"{path}: the disk is full ({msg}); free some space, then rerun with the same --run-id to "
+                "resume (what was recorded is kept)")
     if "locked" in low or "busy" in low:
         return (f"{path}: the database is locked by another process (waited {BUSY_TIMEOUT_S:g} s); "
                 "try again once it is done")
@@ -59,6 +85,143 @@ def check_db_path(path: str | Path) -> None:
         raise TraceStoreError(f"{path}: is a folder, not a database file")
     if p.exists() and not p.is_file():
         raise TraceStoreError(f"{path}: not a regular file (a database needs one)")
+
+
+#: Tables Agora writes besides the core ones (:data:`agora.traces.schema.TABLES`): a database that
+#: holds only these (and SQLite's own) is Agora's; any other table without the core ones marks a
+#: database of another tool, which a writable store refuses to touch (:func:`schema_problem`).
+OWN_TABLES = frozenset({"duels", "reputation_snapshots", "leader_snapshots", "preference_pairs", "benches",
+                        "bench_cells"})
+
+
+def schema_problem(conn: sqlite3.Connection) -> str | None:
+    """Why an existing SQLite database cannot take Agora's traces, as one phrase, or ``None``.
+
+    Read-only (``sqlite_master`` and ``PRAGMA table_info``), against the declared schema
+    (:data:`agora.traces.schema.TABLES`, ``PRIMARY_KEYS``, ``ADDED_COLUMNS``), so a column added
+    there is checked without changing this function. Accepted: an empty database; core tables
+    lacking only columns added after their first release (an older Agora's database: the store
+    adds them, NULL in old rows); extra columns that are nullable or have a default (a newer
+    Agora's, whose rows this one writes without them). Refused: tables of another tool and none of
+    Agora's; a core table that is a view; a core table with another primary key, without a column
+    that every version writes, or with an extra ``NOT NULL`` column without a default (an insert
+    would fail after the first question's work).
+    """
+    objects = {name: kind for kind, name in conn.execute(
+        "select type, name from sqlite_master where type in ('table', 'view')")}
+    core = [t for t in schema.TABLES if t in objects]
+    if not core:
+        foreign = sorted(n for n in objects if not n.startswith("sqlite_") and n not in OWN_TABLES)
+        if foreign:
+            shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+            return f"not an Agora trace database (it holds {shown}, and no runs table); give --db a new file"
+        return None
+    for table in core:
+        if objects[table] != "table":
+            return f"{table} is a {objects[table]}, not a table: not a trace database Agora can write"
+        info = conn.execute(f"PRAGMA table_info([{table}])").fetchall()  # cid, name, type, notnull, default, pk
+        have = {r[1]: r for r in info}
+        pk = tuple(r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5]))
+        want = schema.PRIMARY_KEYS[table]
+        if pk != want:
+            return (f"table {table} has primary key ({', '.join(pk) or 'none'}), Agora's has ({', '.join(want)}): "
+                    "a database of another tool or version; give --db a new file")
+        addable = set(schema.ADDED_COLUMNS.get(table, ()))
+        missing = [c for c in schema.TABLES[table] if c not in have and c not in addable]
+        if missing:
+            return (f"table {table} lacks column(s) {', '.join(missing)} that Agora writes: a database of another "
+                    "tool or version; give --db a new file")
+        required = [n for n, r in have.items() if n not in schema.TABLES[table] and r[3] and r[4] is None and not r[5]]
+        if required:
+            return (f"table {table} has NOT NULL column(s) {', '.join(required)} without a default, which this "
+                    "Agora does not write (a database of a newer version?); upgrade Agora or give --db a new file")
+    return None
+
+
+def check_schema(path: str | Path) -> None:
+    """Refuse an existing database that cannot take Agora's traces (:func:`schema_problem`) before
+    anything is written to it: it is opened read-only, so its journal mode, tables and columns are
+    left as they were. A missing or empty file passes (the store creates the schema).
+
+    Raises:
+        TraceStoreError: naming the file and the problem.
+    """
+    p = Path(path)
+    if not p.is_file() or p.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            problem = schema_problem(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
+    if problem:
+        raise TraceStoreError(f"{path}: {problem} (nothing was written to it)")
+
+
+def lock_path(db_path: str | Path, run_id: str) -> Path:
+    """The live-run lock file of ``run_id`` on the trace database ``db_path``:
+    ``<db>.locks/<sha256 of the run id>.lock`` (any run id gives a safe, distinct file name)."""
+    p = Path(db_path)
+    digest = hashlib.sha256(str(run_id).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return p.with_name(p.name + ".locks") / f"{digest}.lock"
+
+
+@contextlib.contextmanager
+def run_lock(db_path: str | Path, run_id: str) -> Iterator[None]:
+    """Hold the live-run lock of ``run_id`` on the database ``db_path`` while the block runs.
+
+    An exclusive ``flock`` on :func:`lock_path`, taken without waiting: the kernel releases it when
+    the holder ends however it ends (``kill -9`` included), so a lock left by a dead process is
+    simply taken over; the file holds the holder's pid, host and start time for the refusal
+    message. Two threads of one process are refused as two processes are (a lock belongs to an
+    open file). The file is removed when the block ends. Taken once per run, not per step.
+    ``":memory:"`` databases and systems without ``fcntl`` (Windows) are not locked.
+
+    Raises:
+        RunLockedError: another live process (or thread) holds the lock; names its pid and host.
+        TraceStoreError: the lock folder cannot be created.
+    """
+    if str(db_path) == ":memory:" or fcntl is None:
+        yield
+        return
+    path = lock_path(db_path, run_id)
+    while True:
+        try:
+            path.parent.mkdir(exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the folder was removed by a holder releasing its lock: again
+            continue
+        except OSError as exc:
+            raise TraceStoreError(f"{path.parent}: cannot create the run lock ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").split("\n")
+            os.close(fd)
+            who = (f"pid {holder[0]} on {holder[1]}, since {holder[2]}" if len(holder) >= 3 and holder[0]
+                   else "a process that is starting")
+            raise RunLockedError(f"run id {run_id!r} is being run by another process ({who}) on {db_path}; wait "
+                                 "for it to end (or stop it), or pick a new --run-id") from None
+        try:  # the file may have been unlinked by its last holder between our open and flock: retry
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n{platform.node()}\n{now()}\n{run_id}\n".encode("utf-8", "replace"), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)  # releases the flock
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # when no other run holds a lock there
 
 
 def now() -> str:
@@ -125,6 +288,7 @@ class TraceStore:
                                    timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             conn.execute("select count(*) from sqlite_master").fetchone()  # not a database: fails here
             return sqlite_utils.Database(conn)
+        check_schema(self.path)  # read-only: a database of another tool or version is left untouched
         parent = Path(self.path).parent
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -147,12 +311,11 @@ class TraceStore:
         db["questions"].create(schema.QUESTIONS, pk=("run_id", "question_id"), if_not_exists=True)
         db["results"].create(schema.RESULTS, pk=("run_id", "question_id", "method"), if_not_exists=True)
         db["model_calls"].create(schema.MODEL_CALLS, pk="call_id", if_not_exists=True)
-        if "partner" not in db["model_calls"].columns_dict:  # databases written before the column existed
-            db["model_calls"].add_column("partner", str)
-        if "how" not in db["results"].columns_dict:  # nor before results.how (issue 15)
-            db["results"].add_column("how", str)
-        if "calls" not in db["results"].columns_dict:  # nor before results.calls (issue 17)
-            db["results"].add_column("calls", int)
+        for table, added in schema.ADDED_COLUMNS.items():  # databases written before these columns existed
+            have = db[table].columns_dict
+            for column in added:
+                if column not in have:
+                    db[table].add_column(column, schema.TABLES[table][column])
         db["model_calls"].create_index(["run_id", "question_id"], if_not_exists=True)
         db["results"].create_index(["run_id", "method"], if_not_exists=True)
 
@@ -176,35 +339,118 @@ class TraceStore:
             existing = self.get_run(run_id)
             if existing is not None:
                 if existing["protocol"] != protocol:
-                    raise ValueError(f"run id {run_id!r} already holds a {existing['protocol']} run in {self.path}")
-                before = json.loads(existing["dataset"] or "null") or {}
+                    raise ResumeRefusedError(f"run id {run_id!r} already holds a {existing['protocol']} run in "
+                                             f"{self.path}; pick a new --run-id")
+                before = self._run_json(existing, "dataset") or {}
                 now_ds = json.loads(_json(dataset)) or {}
-                changed = [k for k in ("path", "format") if isinstance(before, dict) and isinstance(now_ds, dict)
-                           and before.get(k) != now_ds.get(k)]
+                changed, details = [], []
+                if isinstance(before, dict) and isinstance(now_ds, dict):
+                    for k in ("path", "format"):
+                        if before.get(k) != now_ds.get(k):
+                            changed.append(k)
+                            details.append(f"data {k}: {_shown(now_ds.get(k))} here, {_shown(before.get(k))} in the run")
+                    edited = _changed_questions(before.get(QUESTION_HASHES), now_ds.get(QUESTION_HASHES))
+                    if edited and not changed:
+                        shown = ", ".join(repr(q) for q in edited[:5]) + (f" and {len(edited) - 5} more"
+                                                                         if len(edited) > 5 else "")
+                        raise ResumeRefusedError(
+                            f"run id {run_id!r} in {self.path}: the data changed since the run started: question(s) "
+                            f"{shown} differ from the ones the run was started on (text, gold or options); rerun "
+                            "with the original file to resume it, or pick a new --run-id")
                 if existing["config"] != _json(config):
                     changed.append("settings")
-                if (not pool_may_change
-                        and _models(json.loads(existing["pool"] or "null")) != _models(json.loads(_json(pool)))):
-                    changed.append("pool")
+                    details += _differences(json.loads(_json(config)), self._run_json(existing, "config"))
+                pool_note = ""
+                if not pool_may_change:
+                    old_pool, new_pool = _models(self._run_json(existing, "pool")), _models(json.loads(_json(pool)))
+                    if old_pool != new_pool:
+                        changed.append("pool")
+                        pool_note = "\n  pool: " + "; ".join(_pool_differences(new_pool, old_pool)[:4])
                 if changed:
-                    raise ValueError(f"run id {run_id!r} in {self.path} was started with other {', '.join(changed)}; "
-                                     "rerun with the same options to resume it, or pick a new --run-id")
-                update = {"status": "running", "finished_at": None}
+                    said = f" ({'; '.join(details[:4])})" if details else ""
+                    raise ResumeRefusedError(
+                        f"run id {run_id!r} in {self.path} was started with other {', '.join(changed)}{said}; "
+                        f"rerun with the same options to resume it, or pick a new --run-id{pool_note}")
+                update: dict[str, Any] = {"status": "running", "finished_at": None}
                 if pool_may_change:
-                    update["pool"] = _json(pool)
+                    update["pool"] = _clean_text(_json(pool))
+                if isinstance(before, dict) and isinstance(now_ds, dict) and isinstance(now_ds.get(QUESTION_HASHES), dict):
+                    # questions first seen now (a larger --limit) are checked from now on too
+                    update["dataset"] = _clean_text(_json({**before, QUESTION_HASHES: {
+                        **now_ds[QUESTION_HASHES], **(before.get(QUESTION_HASHES) or {})}}))
                 self.db["runs"].update(run_id, update)
                 return True
             self.db["runs"].insert({
                 "run_id": run_id, "protocol": protocol, "status": "running", "started_at": now(),
-                "finished_at": None, "config": _json(config), "pool": _json(pool), "dataset": _json(dataset),
-                "code_revision": code_revision(), "host": platform.node(), "summary": None,
+                "finished_at": None, "config": _clean_text(_json(config)), "pool": _clean_text(_json(pool)),
+                "dataset": _clean_text(_json(dataset)), "code_revision": code_revision(), "host": platform.node(),
+                "summary": None,
             })
             return False
 
+    def run_lock(self, run_id: str) -> contextlib.AbstractContextManager[None]:
+        """The live-run lock of ``run_id`` on this database (:func:`run_lock`): a driver holds it
+        while it runs the run, so a second process given the same run id is refused.
+
+        Raises:
+            RunLockedError: another live process holds it.
+        """
+        return run_lock(self.path, run_id)
+
+    def _run_json(self, row: dict[str, Any], column: str) -> Any:
+        """The JSON column ``column`` of a ``runs`` row, decoded.
+
+        Raises:
+            TraceStoreError: the value is not JSON (the row was changed outside Agora): names the
+                database, the run and the column.
+        """
+        try:
+            return json.loads(row[column] or "null")
+        except (TypeError, ValueError) as exc:
+            raise TraceStoreError(f"{self.path}: runs row {row['run_id']!r}, column {column}: not valid JSON ({exc}); "
+                                  "the row was changed outside Agora: repair it or pick a new --run-id") from None
+
     def finish_run(self, run_id: str, summary: Any = None, status: str = "finished") -> None:
-        """Mark the run ``status`` (``finished``, ``failed``, ``interrupted``) with its summary."""
-        with self._lock, self.db.conn:
-            self.db["runs"].update(run_id, {"status": status, "finished_at": now(), "summary": _json(summary)})
+        """Mark the run ``status`` (``finished``, ``failed``, ``interrupted``) with its summary.
+
+        On a full disk the write is tried once more after a WAL checkpoint (which lets SQLite reuse
+        the space of its write-ahead log), so that a run stopped by a full disk is not left
+        ``running`` when it can be helped.
+        """
+        update = {"status": status, "finished_at": now(), "summary": _clean_text(_json(summary))}
+        try:
+            with self._lock, self.db.conn:
+                self.db["runs"].update(run_id, update)
+        except sqlite3.OperationalError as exc:
+            if "full" not in str(exc).lower():
+                raise
+            with self._lock:
+                with contextlib.suppress(sqlite3.Error):
+                    self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                with self.db.conn:
+                    self.db["runs"].update(run_id, update)
+
+    @staticmethod
+    def mark_stopped(path: str | Path, run_id: str, status: str = "interrupted", summary: Any = None,
+                     timeout_s: float = 2.0) -> bool:
+        """Set a ``running`` run's status from outside its store (a signal handler about to end the
+        process: the store's own connection may be in the middle of a write), through a connection
+        of its own that waits at most ``timeout_s`` for SQLite's lock. Returns whether the row was
+        marked; never raises (``":memory:"``: nothing to mark)."""
+        if str(path) == ":memory:":
+            return False
+        try:
+            conn = sqlite3.connect(str(path), timeout=timeout_s)
+            try:
+                with conn:
+                    cur = conn.execute("update runs set status = ?, finished_at = ?, summary = ? "
+                                       "where run_id = ? and status = 'running'",
+                                       [status, now(), _clean_text(_json(summary)), run_id])
+                return cur.rowcount > 0
+            finally:
+                conn.close()
+        except (sqlite3.Error, OSError, UnicodeError):
+            return False
 
     def get_run(self, run_id: str) -> dict | None:
         rows = list(self.db["runs"].rows_where("run_id = ?", [run_id]))
@@ -250,7 +496,8 @@ class TraceStore:
         as failed).
         """
         qid = question["question_id"]
-        rows = call_rows(calls, run_id, qid, protocol)
+        n_choices = question.get("n_choices") or option_count(question.get("question"), question.get("kind"))
+        rows = call_rows(calls, run_id, qid, protocol, kind=question.get("kind"), n_choices=n_choices)
         ok = [c for c in rows if not c["error"]]
         row = {
             "run_id": run_id, "question_id": qid, "idx": question.get("idx"), "source": question.get("source"),
@@ -259,7 +506,7 @@ class TraceStore:
             "wall_s": question.get("wall_s"), "model_calls": len(ok),
             "prompt_tokens": sum(c["prompt_tokens"] or 0 for c in ok),
             "completion_tokens": sum(c["completion_tokens"] or 0 for c in ok),
-            "detail": _json(question.get("detail")), "finished_at": now(),
+            "detail": _json(question.get("detail")), "finished_at": now(), "n_choices": n_choices,
         }
         result_rows = [{"run_id": run_id, "question_id": qid, "method": method, "answer": r.get("answer"),
                         "correct": None if r.get("samples") == 0 else _bool(r.get("correct")),
@@ -377,16 +624,105 @@ class TraceStore:
         self.db.close()
 
 
-def call_rows(calls: Iterable[dict[str, Any]], run_id: str, question_id: str, protocol: str) -> list[dict[str, Any]]:
+def call_rows(calls: Iterable[dict[str, Any]], run_id: str, question_id: str, protocol: str, *,
+              kind: str | None = None, n_choices: int | None = None) -> list[dict[str, Any]]:
     """The ``model_calls`` rows of trace records (:meth:`ModelPool.sample` records), with the
-    messages of records that share their request's prompt (``messages_of``) filled back in."""
+    messages of records that share their request's prompt (``messages_of``) filled back in, each
+    sample's ``sample_index`` and ``request_id`` (from ``messages_of``: a request's first sample has
+    none, its others point at it), and, when the question's ``kind`` is given, each sample's
+    extracted ``answer`` and ``how`` (:func:`answer_fields`)."""
     calls = list(calls)
     encoded: dict[str, str] = {}
     for c in calls:
         if c.get("messages") is not None:
             encoded[c["call_id"]] = _json(c["messages"])
-    return [call_row(c, run_id, question_id, protocol,
-                     messages=encoded.get(c["call_id"]) or encoded.get(c.get("messages_of"))) for c in calls]
+    rows, taken = [], {}
+    for c in calls:
+        row = call_row(c, run_id, question_id, protocol,
+                       messages=encoded.get(c["call_id"]) or encoded.get(c.get("messages_of")))
+        if not c.get("error"):
+            request = c.get("messages_of") or c["call_id"]
+            row["request_id"], row["sample_index"] = request, taken.get(request, 0)
+            taken[request] = row["sample_index"] + 1
+            if kind is not None:
+                row["answer"], row["how"] = answer_fields(c.get("completion"), kind, n_choices)
+        rows.append(row)
+    return rows
+
+
+#: An option line of a multiple-choice question as the loaders write it (``A. text``).
+_OPTION_LINE = re.compile(r"^[A-J]\. ", re.MULTILINE)
+
+
+def option_count(question: str | None, kind: str | None) -> int | None:
+    """The option count of an ``mc`` question read from its text (its ``A. ...`` lines, as the
+    loaders write them), ``None`` for other kinds or a text without option lines."""
+    if kind != "mc" or not question:
+        return None
+    return len(_OPTION_LINE.findall(question)) or None
+
+
+def answer_fields(completion: str | None, kind: str | None, n_choices: int | None) -> tuple[str | None, str | None]:
+    """``(answer, how)`` of one sample for the ``model_calls`` columns: the scorer's reading
+    (:func:`agora.tasks.answers.find_answer` with ``kind`` and ``n_choices``, 4 options when
+    unknown, as the graphs read it); ``how`` is ``"none"`` for an output without an answer, and
+    ``(None, None)`` for no completion or no kind (not extracted)."""
+    if completion is None or kind is None:
+        return None, None
+    found = find_answer(completion, kind, n_choices or 4)  # type: ignore[arg-type]
+    return (found.answer, found.how) if found.answer is not None else (None, "none")
+
+
+def backfill(store: "TraceStore", run_ids: Sequence[str] = ()) -> dict[str, int]:
+    """Fill the answer-level columns of an older database (``agora traces backfill``), once:
+    ``questions.n_choices`` from the question text, and, for model calls of recorded questions
+    that lack them, ``answer``/``how`` (:func:`answer_fields`) and ``sample_index``/``request_id``.
+    The samples of one request share their ``created_at``, node, agent and model (the pool stamps a
+    request's start on each), so they are grouped on those and numbered in write order (rowid).
+    Rows already filled are left alone, so a second backfill changes nothing. Returns counts:
+    ``questions`` and ``calls`` updated.
+
+    Raises:
+        TraceStoreError: a read-only store.
+    """
+    if store.readonly:
+        raise TraceStoreError(f"{store.path}: opened read-only; backfill needs to write")
+    where, params = "", []
+    if run_ids:
+        where = f" and q.run_id in ({', '.join('?' for _ in run_ids)})"
+        params = list(run_ids)
+    db = store.db
+    counts = {"questions": 0, "calls": 0}
+    with store._lock, db.conn:
+        qs = list(db.query(f"select run_id, question_id, kind, question, n_choices from questions q where 1 = 1{where}",
+                           params))
+        meta = {}
+        for q in qs:
+            n = q["n_choices"] or option_count(q["question"], q["kind"])
+            meta[q["run_id"], q["question_id"]] = (q["kind"], n)
+            if q["n_choices"] is None and n is not None:
+                db.execute("update questions set n_choices = ? where run_id = ? and question_id = ?",
+                           [n, q["run_id"], q["question_id"]])
+                counts["questions"] += 1
+        rows = db.query(
+            "select c.rowid as rid, c.call_id, c.run_id, c.question_id, c.node, c.agent, c.model, c.created_at, "
+            "c.completion, c.how, c.sample_index from model_calls c join questions q using (run_id, question_id) "
+            f"where c.error is null{where} order by c.rowid", params)
+        firsts: dict[tuple, tuple[str, int]] = {}
+        updates = []
+        for r in rows:
+            key = (r["run_id"], r["question_id"], r["node"], r["agent"], r["model"], r["created_at"])
+            request, index = firsts.get(key, (r["call_id"], -1))
+            firsts[key] = (request, index + 1)
+            if r["how"] is not None and r["sample_index"] is not None:
+                continue
+            kind, n = meta[r["run_id"], r["question_id"]]
+            answer, how = answer_fields(r["completion"], kind, n)
+            updates.append((answer, how, index + 1, request, r["call_id"]))
+        db.conn.executemany("update model_calls set answer = ?, how = ?, sample_index = ?, request_id = ? "
+                            "where call_id = ?", updates)
+        counts["calls"] = len(updates)
+    return counts
 
 
 def call_row(c: dict[str, Any], run_id: str, question_id: str, protocol: str, *,
@@ -403,6 +739,7 @@ def call_row(c: dict[str, Any], run_id: str, question_id: str, protocol: str, *,
         "completion_tokens": c.get("completion_tokens", 0), "latency_s": c.get("latency_s"),
         "finish_reason": c.get("finish_reason"), "attempt": c.get("attempt", 0),
         "error": c.get("error"), "created_at": c.get("created_at") or now(),
+        "answer": None, "how": None, "sample_index": None, "request_id": None,
     }
 
 
@@ -415,10 +752,113 @@ def _upsert(conn: Any, table: str, rows: list[dict[str, Any]], pk: tuple[str, ..
     cols = list(rows[0])
     names = ", ".join(f"[{c}]" for c in cols)
     updates = ", ".join(f"[{c}] = excluded.[{c}]" for c in cols if c not in pk)
-    conn.executemany(
-        f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(cols))}) "
-        f"ON CONFLICT ({', '.join(f'[{c}]' for c in pk)}) DO UPDATE SET {updates}",
-        [tuple(_json(v) if isinstance(v, (dict, list, tuple)) else v for v in (r[c] for c in cols)) for r in rows])
+    sql = (f"INSERT INTO [{table}] ({names}) VALUES ({', '.join('?' * len(cols))}) "
+           f"ON CONFLICT ({', '.join(f'[{c}]' for c in pk)}) DO UPDATE SET {updates}")
+    params = [tuple(_json(v) if isinstance(v, (dict, list, tuple)) else v for v in (r[c] for c in cols)) for r in rows]
+    try:
+        conn.executemany(sql, params)
+    except (UnicodeEncodeError, OverflowError):  # a lone surrogate (a model's reply, a gold answer) or an
+        # integer past SQLite's 64 bits (a server's token count): the rows again, made valid
+        conn.executemany(sql, _clean_rows(table, rows, params))  # upserts: rows written before are rewritten
+
+
+#: The key of ``runs.dataset`` holding each question's content hash (:func:`question_hash`), which a
+#: resume compares (:meth:`TraceStore.start_run`).
+QUESTION_HASHES = "question_sha256"
+
+
+def question_hash(question: str, gold: str | None, kind: str | None = None, n_choices: int | None = None) -> str:
+    """A short content hash of one question as a run asks and scores it: its text (options
+    included, as the loaders render them), gold answer, kind and option count (16 hex digits of
+    SHA-256; lone surrogates hashed as they are)."""
+    text = json.dumps([question, gold, kind, n_choices or 0], ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
+
+
+def _changed_questions(before: Any, now_hashes: Any) -> list[str]:
+    """Ids whose hash differs between the run's stored hashes and this call's (ids in only one of
+    them are not compared: a larger or smaller ``--limit``); ``[]`` when either has none (a run
+    started before hashes were stored)."""
+    if not isinstance(before, dict) or not isinstance(now_hashes, dict):
+        return []
+    return [qid for qid, h in now_hashes.items() if qid in before and before[qid] != h]
+
+
+def _shown(value: Any, width: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _differences(here: Any, there: Any, prefix: str = "") -> list[str]:
+    """``"field: X here, Y in the run"`` for each leaf of two JSON values (settings) that differs,
+    with dotted names for nested fields."""
+    if isinstance(here, dict) and isinstance(there, dict):
+        out: list[str] = []
+        for key in dict.fromkeys([*here, *there]):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in there:
+                out.append(f"{name}: {_shown(here[key])} here, unset in the run")
+            elif key not in here:
+                out.append(f"{name}: unset here, {_shown(there[key])} in the run")
+            else:
+                out += _differences(here[key], there[key], name)
+        return out
+    if isinstance(here, list) and isinstance(there, list) and len(here) == len(there):
+        out = []
+        for i, (a, b) in enumerate(zip(here, there)):
+            out += _differences(a, b, f"{prefix}[{i}]")
+        return out
+    return [] if here == there else [f"{prefix or 'value'}: {_shown(here)} here, {_shown(there)} in the run"]
+
+
+def _pool_differences(here: Any, there: Any) -> list[str]:
+    """What differs between two pools (lists of model descriptions): members, then fields by member name."""
+    def by_name(pool: Any) -> dict[str, Any]:
+        if not isinstance(pool, list):
+            return {}
+        return {str(m.get("name", i)) if isinstance(m, dict) else str(i): m for i, m in enumerate(pool)}
+
+    a, b = by_name(here), by_name(there)
+    if list(a) != list(b):
+        return [f"members {', '.join(a) or 'none'} here, {', '.join(b) or 'none'} in the run"]
+    out = []
+    for name in a:
+        out += [f"{name}.{d}" for d in _differences(a[name], b[name])]
+    return out or ["the pools differ"]
+
+
+#: A lone UTF-16 surrogate (``\ud800``–``\udfff``): valid in a Python string, not in UTF-8 or SQLite.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+#: The integers SQLite stores (64-bit signed); :func:`_clean_text` makes others NULL.
+_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _clean_text(value: Any) -> Any:
+    """``value`` with lone surrogates replaced by U+FFFD (a surrogate pair becomes its character),
+    ``None`` for an integer SQLite cannot store; anything else unchanged."""
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+        return None
+    if not isinstance(value, str) or not _SURROGATE.search(value):
+        return value
+    return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _clean_rows(table: str, rows: list[dict[str, Any]], params: list[tuple]) -> list[tuple]:
+    """``params`` with lone surrogates replaced (:func:`_clean_text`), one warning per row changed."""
+    cols = list(rows[0])
+    out = []
+    for row, values in zip(rows, params):
+        cleaned = tuple(_clean_text(v) for v in values)
+        changed = [c for c, a, b in zip(cols, values, cleaned) if a is not b]
+        if changed:
+            key = row.get("call_id") or row.get("question_id") or row.get("run_id")
+            log.warning("%s row %s: lone UTF-16 surrogates (not valid UTF-8) in %s recorded as U+FFFD, or an "
+                        "integer beyond 64 bits as NULL",
+                        table, key, ", ".join(changed))
+        out.append(cleaned)
+    return out
 
 
 def _bool(value: Any) -> int | None:
