@@ -10,7 +10,10 @@ Which statement of a model's output is its final answer, and when that answer co
    the sum of ...``) is not a statement.
 2. **Fallback** when there is no explicit statement: the last number or math expression of the output
    (``math``), or the option letter(s) of its last sentence that names one (``mc``). Answers found
-   this way are marked ``how="fallback"``: guessed, not stated.
+   this way are marked ``how="fallback"``: guessed, not stated. The rules of 3 apply to them too: a
+   guess from a sentence that gives up or doubts (``It cannot be determined whether she has 12``,
+   ``I'm not sure, but I think it's B``) is a refusal, and a bound or inequality (``at least 12``,
+   ``x > 12``, ``12 or more``) is a bound.
 3. **No answer** (``None``, always wrong): an empty output; a final statement that is negated
    (``The answer is not 25.``, ``Not A.``) or a refusal (``cannot be determined``, ``I don't know``,
    ``I'm not sure`` after the value); an unfinished expression (an output cut mid-calculation,
@@ -183,7 +186,24 @@ _REFUSAL = re.compile(
 _DOUBT = re.compile(
     r"\b(?:not\s+(?:sure|certain|confident)|unsure|i\s+(?:do\s+not|don't)\s+know|(?:might|may|could)\s+be\s+wrong"
     r"|i\s+(?:might|may)\s+be\s+mistaken|(?:not\s+possible|impossible)\s+to\s+(?:say|tell|determine|know|find)"
+    r"|(?:can\s*not|can't)\s+be\s+(?:sure|certain)"
     r"|cannot\s+be\s+determined|can't\s+be\s+determined|not\s+enough\s+information)\b", re.I)
+#: Giving up in the sentence of a guessed number (the fallback): ``It cannot be determined whether
+#: she has 12``, ``I am unable to determine ...``: a refusal, whatever number the sentence names.
+_GIVES_UP = re.compile(
+    r"\b(?:(?:can\s*not|can't|could\s*not|couldn't|unable\s+to|impossible\s+to|not\s+possible\s+to|no\s+way\s+to)"
+    r"\s+(?:determine|know|tell|say|solve|answer)|(?:can\s*not|can't|could\s*not|couldn't)\s+be\s+"
+    r"(?:determined|known|calculated|computed|found|answered|solved)|(?:not\s+enough|insufficient|missing)\s+"
+    r"(?:information|data)|undetermined|indeterminate|i\s+(?:do\s+not|don't)\s+know|no\s+idea)\b", re.I)
+#: A bound just before a guessed number (the fallback): ``at least 12``, ``x > 12``, ``no more than
+#: 12``, ``up to 12`` (not ``adds up to 12``, a total); an arrow (``=>``, ``->``) is not ``>``.
+_BOUND_BEFORE = re.compile(
+    r"(?:\bat\s+(?:least|most)|\b(?:no|not)\s+(?:more|less|fewer|greater|higher|lower)\s+than|\b(?:more|less|fewer"
+    r"|greater|higher|lower)\s+than|(?<!\badd\s)(?<!adds\s)(?<!added\s)(?<!adding\s)(?<!sums\s)(?<!comes\s)"
+    r"(?<!came\s)(?<!totals\s)\bup\s+to|\ba\s+(?:minimum|maximum)\s+of|\b(?:over|under)"
+    r"|(?<=[^\s=<>-])\s*(?:>=?|<=?)|[≥≤])\s*(?:[$€£]\s*)?$", re.I)
+#: A bound or inequality just after a guessed number: ``12 or more``, ``12 < x``.
+_BOUND_AFTER_GUESS = re.compile(r"^\s*(?:<(?!<)|>(?!>)|≤|≥)")
 _FILLER = re.compile(
     r"^(?:[:=\s*]|-(?=\s+[A-Za-z])|(?:therefore|thus|hence|so|then|simply|just|exactly|approximately|about|around|"
     r"roughly|probably|likely|clearly|indeed|now|actually|still|finally|that|option|choice|letter|i\s+think|"
@@ -503,8 +523,12 @@ def _fallback_math(text: str) -> Extraction:
         return Extraction(None, "fallback", "negated", span=body)
     after = text[end:]
     following = len(after) - len(after[_sentence(after, 0) + 1:].lstrip())  # where the next sentence starts
-    if _DOUBT.search(after[:_sentence(after, following)]):  # the rest of the value's sentence and the next one
+    window = after[:_sentence(after, following)]  # the rest of the value's sentence and the next one
+    sentence = re.split(r"[.!?]\s|\n", text[:start])[-1]  # the value's sentence up to the value
+    if _DOUBT.search(window) or _GIVES_UP.search(window) or _DOUBT.search(sentence) or _GIVES_UP.search(sentence):
         return Extraction(None, "fallback", "refusal", span=body)
+    if not latex and (_BOUND_BEFORE.search(clause) or _BOUND_AFTER.match(after) or _BOUND_AFTER_GUESS.match(after)):
+        return Extraction(None, "fallback", "bound", span=body)  # "at least 12", "x > 12", "12 or more"
     values, reason = _values(body if latex else re.sub(r"[.,]+$", "", body))
     hedge = None if latex else _HEDGE_BEFORE.search(text[max(0, start - 80):start])
     if hedge and values:
@@ -589,8 +613,11 @@ def _fallback_mc(text: str, letters: str) -> Extraction:
         stop = _sentence(text, start)
         sentences.append(text[start:stop])
         start = stop + 1
-    for sentence in reversed(sentences):
+    for k in range(len(sentences) - 1, -1, -1):
+        sentence = sentences[k]
         found, reason = _letters(sentence, letters)
+        if found and any(_DOUBT.search(s) or _GIVES_UP.search(s) for s in sentences[k:k + 2]):
+            return _result([], "refusal", "fallback", sentence.strip())  # "I'm not sure, but I think it's B"
         if found or reason == "negated":
             return _result(found, reason, "fallback", sentence.strip())
     return Extraction(None, None, "refusal" if _REFUSAL.search(text) else "none")

@@ -271,3 +271,62 @@ def test_qa_trial_hedges_say_why():
 )
 def test_qa_trial_narrow(output, kind, answer):
     assert extract_answer(output, kind) == answer
+
+
+# ----------------------------------------------------------------------------- the fallback applies the policy (issue 33)
+
+
+@pytest.mark.parametrize(
+    "output, reason",
+    [
+        # a refusal in the guessed number's sentence: no credit, whatever number it names
+        ("It cannot be determined whether she has 12 apples.", "refusal"),
+        ("Without the price we cannot determine the total; if each costs $3, it is 12.", "refusal"),
+        ("I don't know how many apples she has, maybe 12.", "refusal"),
+        ("There is not enough information to find how many of the 12 apples are left.", "refusal"),
+        ("I am unable to determine the number of apples in the 12 boxes.", "refusal"),
+        ("She has 12 apples, I can't be sure though.", "refusal"),
+        # a bound or an inequality is not a value
+        ("So she needs at least 12 boxes.", "bound"),
+        ("She can buy no more than 12 apples.", "bound"),
+        ("So the number of apples is more than 12.", "bound"),
+        ("It takes up to 12 hours.", "bound"),
+        ("He needs 12 or more apples.", "bound"),
+        ("Therefore x > 12.", "bound"),
+        ("So x>=12", "bound"),
+        ("So x ≥ 12.", "bound"),
+        ("So 12 < x.", "bound"),
+        ("So $x > 12$.", "bound"),
+    ],
+)
+def test_the_fallback_gives_no_credit_to_a_refusal_or_a_bound(output, reason):
+    found = find_answer(output)
+    assert (found.answer, found.how, found.reason) == (None, "fallback", reason)
+    assert not is_correct(found.answer, "12")
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "So 5 + 7 => 12.",  # an arrow, not ">"
+        "Total: 5 + 7 -> 12.",
+        "The costs add up to 12.",  # a total, not "up to"
+        "Since 15 > 3, she keeps 12.",  # the inequality is not the guessed number's
+        "We cannot use the 3 red ones. She has 12 apples.",  # another sentence, and no giving up
+    ],
+)
+def test_the_fallback_still_reads_a_plain_value(output):
+    assert find_answer(output) == Extraction("12", "fallback", span="12")
+
+
+@pytest.mark.parametrize("output, answer, reason", [
+    ("I'm not sure, but I think it's B.", None, "refusal"),
+    ("I cannot determine whether it is B.", None, "refusal"),
+    ("It is probably B. But I'm not sure.", None, "refusal"),  # doubt in the next sentence
+    ("I don't know, C?", None, "refusal"),
+    ("B is correct. None of the others fit.", "B", None),  # "none" alone is no refusal
+    ("A is wrong. So B.", "B", None),
+])
+def test_the_multiple_choice_fallback_gives_no_credit_to_a_refusal(output, answer, reason):
+    found = find_answer(output, "mc")
+    assert (found.answer, found.how, found.reason) == (answer, "fallback", reason)
