@@ -7,7 +7,7 @@ in chunks with the seeds continuing.
 
 import pytest
 
-from agora.agents import _llama_batch
+from agora.models import _llama_batch
 from agora.models.pool import SamplingParams, builtin_pool
 from agora.agents.prompts import solver_messages
 from agora.tasks.loaders import load_problems

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agora.agents import builtins as b
+from agora.models import builtins as b
 from agora.models.builtins import BuiltinModel, BuiltinModelError, Part, join_parts
 from agora.models.pool import PoolConfigError, builtin_pool_name, builtin_pool_specs, load_pool
 from agora.cli.main import app

@@ -3,7 +3,7 @@ ggml.h: DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5)."""
 
 import pytest
 
-from agora.agents import llamacpp
+from agora.models import llamacpp
 from agora.models.pool import resolve_builtin
 
 
