@@ -1,11 +1,15 @@
-"""Shared pieces of the chat-model backends: message conversion, sample metadata, few-shot rendering."""
+"""Shared pieces of the chat-model backends: message conversion, sample metadata, few-shot
+rendering, and :class:`NativeMember`, the member contract of Agora's own chat models."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration
+
+from agora.models.contract import Sample, SamplingParams
 
 _ROLE = {"human": "user", "ai": "assistant", "system": "system", "user": "user", "assistant": "assistant"}
 
@@ -27,6 +31,58 @@ def to_messages(dicts: Sequence[dict]) -> list[BaseMessage]:
     return [kinds[d["role"]](content=d["content"]) for d in dicts]
 
 
+def to_sample(gen: ChatGeneration, *, latency_s: float, seed: int | None, usage: str | None = None) -> Sample:
+    """A :class:`Sample` of one LangChain generation: its text, its ``usage_metadata`` tokens
+    (``usage="unknown"`` and zero counts when it has none; ``usage`` overrides the mark), and its
+    ``response_metadata`` ``latency_s``/``finish_reason``/``logprob``/``top_logprobs`` (``latency_s``
+    the argument when it has none). ``model`` and ``call_id`` are left for the pool."""
+    msg = gen.message
+    tokens = msg.usage_metadata if isinstance(msg, AIMessage) else None
+    meta = msg.response_metadata or {}
+    info = gen.generation_info or {}
+    mark = usage or meta.get("usage") or ("exact" if tokens else "unknown")
+    content = msg.content
+    text = content if isinstance(content, str) else (msg.text if content else "")
+    return Sample(
+        text=text or "", model="",
+        prompt_tokens=int(tokens.get("input_tokens", 0) or 0) if tokens else 0,
+        completion_tokens=int(tokens.get("output_tokens", 0) or 0) if tokens else 0,
+        latency_s=float(meta.get("latency_s", latency_s)),
+        finish_reason=meta.get("finish_reason", info.get("finish_reason")),
+        logprob=meta.get("logprob"), top_logprobs=meta.get("top_logprobs"), seed=seed,
+        usage="unknown" if not tokens else mark)
+
+
+def _seed(params: SamplingParams, i: int) -> int | None:
+    return None if params.seed is None else int(params.seed) + i
+
+
+class NativeMember:
+    """The member contract (:class:`agora.models.contract.ModelMember`) for Agora's own chat models
+    (llama.cpp, OpenAI-compatible, transformers, vLLM, the scripted fake): they take every
+    :class:`SamplingParams` field as a ``generate`` keyword, honour ``n`` and count each
+    sample's tokens, so a call is one ``_generate`` (``_agenerate``) and its generations become
+    the samples (sample ``i`` seeded ``seed + i``). LangChain's callback layer is skipped: the
+    pool traces every call itself."""
+
+    def sample(self, messages: list[dict[str, str]], params: SamplingParams) -> list[Sample]:
+        start = time.perf_counter()
+        result = self._generate(to_messages(messages), stop=list(params.stop) or None,  # type: ignore[attr-defined]
+                                **params.backend_kwargs())
+        return self._samples(result.generations, params, start)
+
+    async def asample(self, messages: list[dict[str, str]], params: SamplingParams) -> list[Sample]:
+        start = time.perf_counter()
+        result = await self._agenerate(to_messages(messages), stop=list(params.stop) or None,  # type: ignore[attr-defined]
+                                       **params.backend_kwargs())
+        return self._samples(result.generations, params, start)
+
+    @staticmethod
+    def _samples(generations: list, params: SamplingParams, start: float) -> list[Sample]:
+        share = (time.perf_counter() - start) / max(1, len(generations))
+        return [to_sample(g, latency_s=share, seed=_seed(params, i)) for i, g in enumerate(generations)]
+
+
 def generation(
     text: str,
     *,
@@ -38,7 +94,8 @@ def generation(
     logprob: float | None = None,
     extra: dict[str, Any] | None = None,
 ) -> ChatGeneration:
-    """One sample as a ChatGeneration carrying token usage and latency in standard fields."""
+    """One sample as a ChatGeneration carrying token usage and latency in standard fields
+    (``extra={"usage": "split"}`` marks completion tokens that are a share of the request's)."""
     meta = {"model_name": model_name, "finish_reason": finish_reason, "latency_s": latency_s}
     if logprob is not None:
         meta["logprob"] = logprob

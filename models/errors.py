@@ -26,5 +26,11 @@ class ModelCallError(RuntimeError):
 
 
 class EmptyResponseError(RuntimeError):
-    """A backend answered without any generation (e.g. a server reply with zero choices): a failed
-    attempt like any other, logged as a trace record and retried."""
+    """A backend answered without any generation (e.g. a server reply with zero choices), or with
+    an empty or null text: a failed attempt like any other, logged as a trace record and retried;
+    when every attempt is empty the question is failed, not wrong."""
+
+
+class InvalidReplyError(RuntimeError):
+    """A server reply that is not a completion (an HTML page, a body without ``choices``): a
+    transient failure, retried like a 5xx."""

@@ -28,7 +28,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field
 
-from agora.models._chat import fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
 from agora.models.llamacpp import default_threads
 
 _GENERATE_LOCK = threading.RLock()
@@ -68,7 +68,7 @@ def load_model(path: str, adapter: str | None = None, dtype: str = "float32"):
     return model, tokenizer
 
 
-class TransformersChatModel(BaseChatModel):
+class TransformersChatModel(NativeMember, BaseChatModel):
     """A transformers causal LM (plus optional LoRA adapter) as a LangChain chat model.
 
     ``prompt_format="chat"`` renders with the tokenizer's chat template; ``"fewshot"`` with

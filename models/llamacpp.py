@@ -30,7 +30,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from agora.models._chat import fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
 
 #: One in-process decode at a time: two llama.cpp contexts decoding at once on a 2-core machine
 #: run slower together than one after the other.
@@ -109,7 +109,7 @@ def _load(path: str, n_ctx: int, n_threads: int, lora_path: str | None = None, l
     return llm
 
 
-class LlamaCppChatModel(BaseChatModel):
+class LlamaCppChatModel(NativeMember, BaseChatModel):
     """A GGUF model run in-process by llama.cpp, as a LangChain chat model.
 
     ``prompt_format="chat"`` applies the GGUF's chat template; ``"fewshot"`` renders the
@@ -148,6 +148,17 @@ class LlamaCppChatModel(BaseChatModel):
     lora_scale: float = 1.0
     """Multiplier of the adapter's ``alpha / r`` (1: as trained)."""
     _llm: Any = PrivateAttr(default=None)
+
+    def __new__(cls, *args: Any, **fields: Any):
+        """``AGORA_LLAMA_ENGINE=server`` builds llama.cpp's server engine instead (issue 29:
+        :class:`agora.models.llamacpp_server.LlamaCppServerChatModel`, same fields but ``batched``)."""
+        if cls is LlamaCppChatModel and fields:
+            from agora.models.llamacpp_server import LlamaCppServerChatModel, server_engine_selected
+
+            if server_engine_selected():
+                known = LlamaCppServerChatModel.model_fields
+                return LlamaCppServerChatModel(**{k: v for k, v in fields.items() if k in known})
+        return super().__new__(cls)
 
     @property
     def _llm_type(self) -> str:

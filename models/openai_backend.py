@@ -41,8 +41,8 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from agora.models._chat import fewshot_stops, generation, render_fewshot, to_dicts
-from agora.models.errors import ModelUnavailableError
+from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models.errors import InvalidReplyError, ModelUnavailableError
 
 log = logging.getLogger("agora.openai")
 
@@ -115,7 +115,7 @@ class EndpointRotation:
             self._dead_until.pop(endpoint, None)
 
 
-class OpenAICompatibleChatModel(BaseChatModel):
+class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
     """An OpenAI-compatible server (one or several replica endpoints) as a LangChain chat model.
 
     ``generate`` keywords: ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed``, ``stop``,
@@ -124,9 +124,15 @@ class OpenAICompatibleChatModel(BaseChatModel):
     the request's ``request_latency_s`` over the choices it returned), ``finish_reason``, ``endpoint`` and,
     with logprobs, ``logprob`` (sum over tokens) and ``top_logprobs`` (per token ``{token: lp}``).
 
+    It implements the member contract itself (:class:`agora.models._chat.NativeMember`): ``n``
+    samples per call, each with its own completion tokens where the server returns logprobs, else
+    its share of the request's (``response_metadata["usage"] == "split"``).
+
     Raises:
         ModelUnavailableError: every endpoint refused the connection.
-        openai.APIError: any other server error (timeouts, HTTP 4xx/5xx), for the pool to retry.
+        InvalidReplyError: a reply that is not a completion (an HTML page).
+        openai.APIError: any other server error (timeouts, HTTP 4xx/5xx), classified by the pool
+            (:func:`agora.models.retry.is_transient`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -258,7 +264,7 @@ class OpenAICompatibleChatModel(BaseChatModel):
             response, endpoint = self._send({**request, "n": want})
             latency = time.perf_counter() - start
             if not hasattr(response, "choices"):  # the SDK hands back the body of a non-JSON reply (HTML...)
-                raise ValueError(f"model {self.model_name or self.model} at {endpoint} sent a reply that is not "
+                raise InvalidReplyError(f"model {self.model_name or self.model} at {endpoint} sent a reply that is not "
                                  f"a completion: {str(response)[:200]!r}")
             choices = list(response.choices or [])[:want]
             if not choices:  # with no generation at all the pool logs a failed attempt and retries
@@ -269,11 +275,13 @@ class OpenAICompatibleChatModel(BaseChatModel):
             parsed = [self._choice(c) for c in choices]
             shares = split_tokens(int(getattr(usage, "completion_tokens", 0) or 0), len(choices))
             for (text, lp, top, count), share, choice in zip(parsed, shares, choices):
+                # a count of its own (one logprob per token), else its share of the request's usage
+                mark = "unknown" if usage is None else "exact" if count is not None or len(choices) == 1 else "split"
                 generations.append(generation(
                     text.strip(), prompt_tokens=prompt_tokens,
                     completion_tokens=count if count is not None else share, latency_s=latency / len(choices),
                     model_name=self.model_name or self.model, finish_reason=choice.finish_reason,
-                    logprob=lp, extra={"endpoint": endpoint, "request_latency_s": latency,
+                    logprob=lp, extra={"endpoint": endpoint, "request_latency_s": latency, "usage": mark,
                                        **({"top_logprobs": top} if top else {})},
                 ))
         if len(generations) < n:

@@ -3,7 +3,9 @@
 ``ScriptedChatModel(responses=["The answer is 4.", ...])`` returns the scripted texts in order,
 one per sample (cycling when ``cycle=True``), or ``ScriptedChatModel(respond=fn)`` answers with
 ``fn(messages_as_dicts, sample_index)``. Token counts are word counts; latency is ``latency_s``.
-Every call is recorded in ``.calls`` (messages and keyword arguments) for assertions.
+Every call is recorded in ``.calls`` (messages and keyword arguments) for assertions. A ``None``
+text (or ``""``) is a null (empty) reply, which the pool counts as a failed attempt. The model
+implements the member contract itself, as Agora's backends do (:class:`agora.models._chat.NativeMember`).
 
 Under ``agenerate`` (async graph runs) a model without ``latency_s`` answers inline on the event
 loop, like a native async client, so a ``respond`` function must not block; with ``latency_s`` it
@@ -21,14 +23,14 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, PrivateAttr
 
-from agora.models._chat import generation, to_dicts
+from agora.models._chat import NativeMember, generation, to_dicts
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(NativeMember, BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    responses: list[str] = []
-    respond: Callable[[list[dict], int], str] | None = None
+    responses: list[str | None] = []
+    respond: Callable[[list[dict], int], str | None] | None = None
     cycle: bool = False
     fail_times: int = 0
     """Raise ``RuntimeError`` on the first ``fail_times`` calls (to test retries)."""
@@ -66,9 +68,9 @@ class ScriptedChatModel(BaseChatModel):
         if self.latency_s:
             time.sleep(self.latency_s)
         prompt_tokens = sum(len(m["content"].split()) for m in chat)
-        return ChatResult(generations=[
-            generation(t, prompt_tokens=prompt_tokens, completion_tokens=len(t.split()), latency_s=self.latency_s,
-                       model_name=self.name_, finish_reason="stop")
+        return ChatResult(generations=[  # a None text is a null reply (content: null): an empty sample
+            generation(t or "", prompt_tokens=prompt_tokens, completion_tokens=len((t or "").split()),
+                       latency_s=self.latency_s, model_name=self.name_, finish_reason="stop")
             for t in texts
         ])
 

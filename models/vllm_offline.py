@@ -29,7 +29,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from agora.models._chat import fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
 
 _ENGINES: dict[tuple[str, str], Any] = {}
 _ENGINES_LOCK = threading.Lock()
@@ -99,7 +99,7 @@ def _engine(model: str, engine_args: dict[str, Any]) -> Any:
         return _ENGINES[key]
 
 
-class VLLMChatModel(BaseChatModel):
+class VLLMChatModel(NativeMember, BaseChatModel):
     """A model run in this process by ``vllm.LLM``, as a LangChain chat model (see module docstring).
 
     Raises:
