@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
+import os
+import textwrap
 import typing
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import fields, is_dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, NotRequired, TypeVar
 
+from pydantic import ConfigDict
 from typing_extensions import TypedDict
 
 from langgraph.config import get_stream_writer
@@ -19,9 +25,14 @@ try:  # LangGraph's node wrapper taking a sync and an async function (internal, 
 except ImportError:  # pragma: no cover - a LangGraph without it: nodes stay sync-only
     RunnableCallable = None
 
-from agora.models.pool import ModelPool
+from agora.models.pool import ModelPool, builtin_pool, builtin_pool_name, load_pool
+from agora.models.builtins import BUILTIN_POOLS
 from agora.agents.seeds import item_seed
 from agora.tasks.loaders import Problem
+from agora.tasks.problem import AnswerKind
+
+S = TypeVar("S")
+C = TypeVar("C")
 
 
 class ProblemState(TypedDict, total=False):
@@ -30,21 +41,111 @@ class ProblemState(TypedDict, total=False):
     question_id: str
     question: str
     gold: str | None
-    kind: str
+    kind: AnswerKind
     n_choices: int
 
 
+# ---------------------------------------------------------------------------- Studio-grade schemas
+
+SHARED_FIELD_DOCS: dict[str, str] = {
+    "temperature": "Sampling temperature of the model calls (0 = greedy); a pool member's own "
+                   "``temperature`` overrides it.",
+    "top_p": "Nucleus sampling: each token is drawn from the smallest set of tokens whose probability "
+             "reaches ``top_p``, in (0, 1].",
+    "max_tokens": "Upper bound on the tokens generated per sample.",
+    "seed": "Base seed: every sampled call derives its own seed from it, the question and its role "
+            "(agora.agents.seeds.call_seed), so a rerun draws the same samples.",
+    "s_min": "Lowest score on the judge's scale (a reply's score is clipped to [s_min, s_max]).",
+    "s_max": "Highest score on the judge's scale.",
+    "thresholds": "The decide rule's thresholds tau_hi, tau_lo and m_min (protocols.md §3).",
+}
+"""Descriptions of settings fields that mean the same in every settings class (sampling, judge
+scale), used in a JSON schema where the field's own class gives it no docstring."""
+
+
+@lru_cache(maxsize=None)
+def _own_field_docs(cls: type) -> dict[str, str]:
+    """``{field: docstring}`` of the attributes ``cls`` declares in its own body (the string literal
+    right after an annotated attribute), read from its source; ``{}`` without source."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field: docstring}`` of ``cls`` and of the classes it derives from (a TypedDict's bases
+    included), the class's own docstring winning."""
+    docs: dict[str, str] = {}
+    for base in reversed(_lineage(cls)):
+        docs.update(_own_field_docs(base))
+    return docs
+
+
+def _lineage(cls: type) -> list[type]:
+    """``cls`` then its bases, nearest first (``__orig_bases__`` for a TypedDict, whose MRO is ``dict``)."""
+    seen: list[type] = []
+    todo = [cls]
+    while todo:
+        c = todo.pop(0)
+        if not isinstance(c, type) or c in seen or c in (object, dict):
+            continue
+        seen.append(c)
+        todo.extend([*getattr(c, "__orig_bases__", ()), *c.__bases__])
+    return seen
+
+
+def studio_schema(example: Mapping[str, Any] | None = None) -> Callable[[type[S]], type[S]]:
+    """Class decorator for a graph's input, output, context or settings type: its JSON schema (what
+    LangGraph Studio draws its forms from) gets a ``description`` for every field, from the field's
+    docstring (pydantic's ``use_attribute_docstrings``, for nested settings classes too), a base
+    class's docstring for an inherited field, or :data:`SHARED_FIELD_DOCS`; and ``example``, when
+    given, as the schema's worked example (``examples: [example]``)."""
+
+    def extra(schema: dict[str, Any], owner: type) -> None:
+        docs = field_docs(owner)
+        for name, prop in (schema.get("properties") or {}).items():
+            if not prop.get("description") and (doc := docs.get(name) or SHARED_FIELD_DOCS.get(name)):
+                prop["description"] = doc
+        if example is not None and owner is target:
+            schema["examples"] = [dict(example)]
+
+    def apply(cls: type[S]) -> type[S]:
+        nonlocal target
+        target = cls
+        cls.__pydantic_config__ = ConfigDict(use_attribute_docstrings=True, json_schema_extra=extra)
+        return cls
+
+    target: type | None = None
+    return apply
+
+
+@studio_schema()
 class QuestionInput(TypedDict):
     """What a caller passes to a per-question protocol graph (MoA, debate)."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
+    """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
     gold: NotRequired[str | None]
     """Gold answer, if known: each method's ``correct`` is then filled in."""
-    kind: NotRequired[str]
-    """``math`` (default) or ``mc``: how answers are extracted."""
+    kind: NotRequired[AnswerKind]
+    """``math`` (default), ``mc`` or ``open``: how answers are extracted and compared."""
     n_choices: NotRequired[int]
+    """Number of lettered options of a ``mc`` question (default 4)."""
+
+
+MATH_EXAMPLE = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "gold": "7",
+                "kind": "math"}
+"""The worked example each per-question graph's input schema shows (Studio fills its form with it)."""
 
 
 def sync_async_node(func: Callable[..., Any], afunc: Callable[..., Awaitable[Any]] | None = None) -> Any:
@@ -80,22 +181,6 @@ def as_problem(state: dict[str, Any]) -> Problem:
                    n_choices=int(state.get("n_choices") or 0))
 
 
-@lru_cache(maxsize=1)
-def _default_pool() -> ModelPool:
-    from agora.models.pool import default_pool
-
-    return default_pool()
-
-
-def pool_from(context: Any) -> ModelPool:
-    """The pool in the runtime context, or the embedded default pool (Studio runs pass none)."""
-    pool = getattr(context, "pool", None) if context is not None else None
-    return pool if pool is not None else _default_pool()
-
-
-S = TypeVar("S")
-
-
 def settings_from(value: Any, cls: type[S]) -> S:
     """``value`` as the frozen settings dataclass ``cls``: ``value`` itself, ``cls()`` for ``None``,
     or built from a dict, as JSON clients send it (LangGraph Studio, the ``langgraph dev`` HTTP API),
@@ -125,6 +210,145 @@ def settings_from(value: Any, cls: type[S]) -> S:
             v = tuple(v)
         kwargs[name] = v
     return cls(**kwargs)
+
+
+# ---------------------------------------------------------------------------- run-time context
+
+
+class ContextError(TypeError):
+    """A graph's run-time context that is neither its own context type nor a mapping of that type's
+    fields, or a ``pool`` that is neither a pool, a built-in pool name nor a pool file. One line."""
+
+
+@lru_cache(maxsize=1)
+def _default_pool() -> ModelPool:
+    from agora.models.pool import default_pool
+
+    return default_pool()
+
+
+_POOL_CACHE: dict[tuple[Any, ...], ModelPool] = {}
+
+
+def clear_pool_cache() -> None:
+    """Forget the pools built from names and files (tests; a long-lived server after editing weights)."""
+    _POOL_CACHE.clear()
+
+
+def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_pool,
+                 where: str = "context") -> ModelPool | None:
+    """A context's ``pool`` as a :class:`ModelPool`: a pool as is, ``None`` as is (the graph's
+    embedded pool), a built-in pool name (``"tiny"``, ``"default"``: ``builtin(name)``) or the path
+    of a TOML pool file (:func:`agora.models.pool.load_pool`). A pool built from a name or a file is
+    built once per process and reused (a Studio server does not reload weights per run or node);
+    a file edited since is built again.
+
+    Raises:
+        ContextError: any other type (one line naming what is accepted).
+        PoolConfigError: a pool file that is missing or invalid (its own one-line message).
+    """
+    if value is None or isinstance(value, ModelPool):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        text = os.fspath(value)
+        name = builtin_pool_name(text)
+        if name is not None:
+            key: tuple[Any, ...] = ("builtin", name, builtin)
+            make = functools.partial(builtin, name)
+        else:
+            path = Path(text).expanduser().resolve()
+            stat = path.stat() if path.is_file() else None
+            key = ("file", str(path), stat and stat.st_mtime_ns, stat and stat.st_size)
+            make = functools.partial(load_pool, path if stat else Path(text))
+        if key not in _POOL_CACHE:
+            _POOL_CACHE[key] = make()
+        return _POOL_CACHE[key]
+    raise ContextError(f"{where}.pool: expected a ModelPool, a built-in pool name ({', '.join(BUILTIN_POOLS)}) "
+                       f"or a pool file path, got {type(value).__name__}")
+
+
+def _context_fields(cls: type) -> list[str]:
+    return [f.name for f in fields(cls) if f.init]
+
+
+def graph_context(cls: type[C]) -> type[C]:
+    """Class decorator (above ``@dataclass``) for a graph's run-time context: keyword fields the
+    class does not have are refused with one line naming its fields (LangGraph builds the context
+    from a JSON mapping with ``cls(**mapping)``), and its JSON schema gets field descriptions
+    (:func:`studio_schema`). The class's ``__post_init__`` resolves its pool (:func:`resolve_pool`)."""
+    init = cls.__init__
+    names = _context_fields(cls)
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown or len(args) > len(names):
+            got = f"unknown field(s) {', '.join(unknown)}" if unknown else f"{len(args)} positional arguments"
+            raise ContextError(f"{cls.__name__}: {got}; its fields are {', '.join(names)}")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    _describe_settings(cls)
+    return studio_schema()(cls)
+
+
+def _describe_settings(cls: type, seen: set[type] | None = None) -> None:
+    """Give every settings dataclass reachable from ``cls``'s fields (``config``, and the settings
+    nested in it) :func:`studio_schema`'s descriptions, unless it declares its own pydantic config:
+    a settings field without a docstring then still gets :data:`SHARED_FIELD_DOCS`' description."""
+    seen = set() if seen is None else seen
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: no schema help, nothing else lost
+        return
+    for f in fields(cls):
+        for kind in {hints.get(f.name), *typing.get_args(hints.get(f.name))}:
+            if isinstance(kind, type) and is_dataclass(kind) and kind not in seen:
+                seen.add(kind)
+                if "__pydantic_config__" not in vars(kind):
+                    studio_schema()(kind)
+                _describe_settings(kind, seen)
+
+
+_DEFAULT_CONTEXTS: dict[type, Any] = {}
+
+
+def context_as(context: Any, cls: type[C]) -> C:
+    """The run's context as the graph's own context type ``cls``: ``context`` itself when it is one,
+    built from a mapping of ``cls``'s fields (an app's dict, Studio's JSON; a ``pool`` given by name
+    or path, settings as a dict), or ``cls()`` for ``None`` (no context given: the graph's embedded
+    pool and default settings).
+
+    Raises:
+        ContextError: anything else (another class, even one with ``pool`` and ``config``
+            attributes), or a mapping with fields ``cls`` does not have: one line naming ``cls`` and
+            its fields. A graph never runs on a default pool in place of a context it did not understand.
+    """
+    if isinstance(context, cls):
+        return context
+    if context is None:
+        if cls not in _DEFAULT_CONTEXTS:
+            _DEFAULT_CONTEXTS[cls] = cls()
+        return _DEFAULT_CONTEXTS[cls]
+    if isinstance(context, Mapping):
+        return cls(**context)
+    raise ContextError(f"context: expected a {cls.__name__} or a mapping with its fields "
+                       f"({', '.join(_context_fields(cls))}), got {type(context).__module__}.{type(context).__qualname__}")
+
+
+def pool_from(context: Any, cls: type | None = None) -> ModelPool:
+    """The pool of the run-time context (:func:`context_as` ``(context, cls)`` when ``cls`` is given),
+    or the embedded default pool when the context names none.
+
+    Raises:
+        ContextError: as :func:`context_as`.
+    """
+    if cls is not None:
+        context = context_as(context, cls)
+    pool = getattr(context, "pool", None) if context is not None else None
+    if pool is not None and not isinstance(pool, ModelPool):
+        pool = resolve_pool(pool)
+    return pool if pool is not None else _default_pool()
 
 
 def question_seed(base: int, question_id: str) -> int:

@@ -38,11 +38,23 @@ from langgraph.runtime import Runtime
 from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import as_problem, emit, pool_from, question_seed, settings_from
+from agora.graphs._common import (
+    MATH_EXAMPLE,
+    as_problem,
+    context_as,
+    emit,
+    graph_context,
+    pool_from,
+    question_seed,
+    resolve_pool,
+    settings_from,
+    studio_schema,
+)
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
+from agora.tasks.problem import AnswerKind
 
 METHODS = ("converse", "opening")
 
@@ -64,7 +76,9 @@ class ConversationConfig:
     max_tokens: int = 128
     """Upper bound on generated tokens per turn."""
     temperature: float = 0.7
+    """Sampling temperature of every turn (0 = greedy); a pool member's own ``temperature`` overrides it."""
     top_p: float = 0.95
+    """Nucleus sampling mass of every turn, in (0, 1]."""
     shots: int = 2
     """Worked exemplars in the solver prompt (math and multiple choice)."""
     seed: int = 0
@@ -101,15 +115,23 @@ class ConversationConfig:
         return a, b
 
 
+@graph_context
 @dataclass
 class ConversationContext:
-    """Run-time context: the pool and the conversation's settings."""
+    """Run-time context: the pool and the conversation's settings.
 
-    pool: ModelPool | None = None
-    """The model pool; ``None`` = the embedded default pool."""
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
+    HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
+    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
     config: ConversationConfig = field(default_factory=ConversationConfig)
+    """Conversation settings: speakers, turns, sampling."""
 
     def __post_init__(self):
+        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
         self.config = settings_from(self.config, ConversationConfig)  # JSON clients (Studio) send a dict
 
 
@@ -128,24 +150,30 @@ class Turn(TypedDict):
     call_id: str
 
 
+@studio_schema(example=MATH_EXAMPLE)
 class ConversationInput(TypedDict):
     """What a caller passes in."""
 
     question: str
+    """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
+    """Id under which the conversation's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
     gold: NotRequired[str | None]
     """Gold answer, if known: ``methods`` are then scored."""
-    kind: NotRequired[str]
+    kind: NotRequired[AnswerKind]
     """``math`` (default), ``mc`` or ``open``."""
     n_choices: NotRequired[int]
+    """Number of lettered options of a ``mc`` question (default 4)."""
 
 
+@studio_schema()
 class ConversationOutput(TypedDict):
     """What the graph returns."""
 
     answer: str | None
     """The last turn's answer."""
     turns: list[Turn]
+    """Every response in order: speaker, the partner it replied to, text and extracted answer."""
     methods: dict[str, MethodResult]
     """``converse`` (last turn) and ``opening`` (A's first answer)."""
 
@@ -165,7 +193,7 @@ class ConversationState(ConversationInput, total=False):
 
 
 def _config(runtime: Runtime) -> ConversationConfig:
-    return getattr(runtime.context, "config", None) or ConversationConfig()
+    return context_as(runtime.context, ConversationContext).config
 
 
 def conversation_messages(problem: Problem, shots: int, history: Sequence[Turn], speaker: str) -> list[dict[str, str]]:
@@ -191,7 +219,7 @@ def _speak(state: ConversationState, runtime: Runtime[ConversationContext], spea
     """The next turn: the speaker whose turn it is answers, seeing the conversation so far."""
     problem = as_problem(state)
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
+    pool = pool_from(runtime.context, ConversationContext)
     history = state.get("turns") or []
     t = len(history) + 1
     agent = (t - 1) % 2
@@ -218,7 +246,7 @@ def _speak(state: ConversationState, runtime: Runtime[ConversationContext], spea
 def answer(state: ConversationState, runtime: Runtime[ConversationContext]) -> dict[str, Any]:
     """Speaker A answers the question alone."""
     problem = as_problem(state)
-    speakers = list(_config(runtime).speakers(pool_from(runtime.context)))
+    speakers = list(_config(runtime).speakers(pool_from(runtime.context, ConversationContext)))
     return {"question_id": problem.id, "speakers": speakers, **_speak(state, runtime, speakers, "answer")}
 
 

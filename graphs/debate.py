@@ -51,24 +51,45 @@ from agora.graphs._calls import (
     partner,
     total_cost,
 )
-from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, settings_from, sync_async_node
+from agora.graphs._common import (
+    MATH_EXAMPLE,
+    QuestionInput,
+    as_problem,
+    context_as,
+    emit,
+    graph_context,
+    pool_from,
+    resolve_pool,
+    settings_from,
+    studio_schema,
+    sync_async_node,
+)
 from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("debate", "first_round_vote")
 
 
+@graph_context
 @dataclass
 class DebateContext:
-    """Run-time context: the pool and the debate settings."""
+    """Run-time context: the pool and the debate settings.
 
-    pool: ModelPool | None = None
-    """The model pool; ``None`` = the embedded default pool."""
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
+    HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
+    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
     config: DebateConfig = field(default_factory=DebateConfig)
+    """Debate settings: agents, rounds, models, sampling."""
 
     def __post_init__(self):
+        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
         self.config = settings_from(self.config, DebateConfig)  # JSON clients (Studio) send a dict
 
 
+@studio_schema(example=MATH_EXAMPLE)
 class DebateInput(QuestionInput):
     """What a caller passes in (:class:`agora.graphs._common.QuestionInput`)."""
 
@@ -81,17 +102,20 @@ class DebateAnswer(TypedDict):
     text: str
 
 
+@studio_schema()
 class DebateOutput(TypedDict):
     """What the graph returns."""
 
     answer: str | None
     """The plurality of the last round."""
     how: str | None
+    """How the answer was found in the text that gives it (``marker``, ``boxed``, ...)."""
     rounds: list[list[DebateAnswer]]
     """Each round's answers, in agent order (an agent whose call failed is missing)."""
     costs: dict[str, Cost]
     """Cost of each round: ``round_1``, ``round_2``..."""
     methods: dict[str, MethodResult]
+    """``debate`` (last round's plurality) and ``first_round_vote``: answer, correctness, cost."""
 
 
 class DebateState(DebateInput, total=False):
@@ -121,7 +145,7 @@ class DebaterTask(DebateInput, total=False):
 
 
 def _config(runtime: Runtime) -> DebateConfig:
-    return getattr(runtime.context, "config", None) or DebateConfig()
+    return context_as(runtime.context, DebateContext).config
 
 
 _PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
@@ -129,7 +153,7 @@ _PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
 
 def _tasks(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send]:
     """The requests of the next round: per distinct model in the first, per agent afterwards."""
-    models = agent_models(_config(runtime), pool_from(runtime.context).names)
+    models = agent_models(_config(runtime), pool_from(runtime.context, DebateContext).names)
     problem = as_problem(state)
     base = {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": problem.id}
     rounds = state.get("rounds") or []
@@ -170,7 +194,7 @@ def _request(task: DebaterTask, runtime: Runtime[DebateContext]) -> tuple[Any, .
         messages = debate_messages(problem, [o["text"] for o in others], cfg.shots)
         context = call_context(problem, "debate_round", "debater", agent=agents[0], round=r,
                                partner=partner(o["model"] for o in others))
-    return pool_from(runtime.context), task["model"], messages, params, context
+    return pool_from(runtime.context, DebateContext), task["model"], messages, params, context
 
 
 def _answered(task: DebaterTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:

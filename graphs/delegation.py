@@ -46,48 +46,72 @@ from agora.agents.delegation import (
 from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import as_problem, emit, pool_from, settings_from, sync_async_node
+from agora.graphs._common import (
+    MATH_EXAMPLE,
+    as_problem,
+    context_as,
+    emit,
+    graph_context,
+    pool_from,
+    resolve_pool,
+    settings_from,
+    studio_schema,
+    sync_async_node,
+)
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
 from agora.tasks.answers import find_answer, is_correct
+from agora.tasks.problem import AnswerKind
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
 
 
+@graph_context
 @dataclass
 class DelegationContext:
-    """Run-time context: which pool plays and under which settings (one compiled graph, many pools)."""
+    """Run-time context: which pool plays and under which settings (one compiled graph, many pools).
 
-    pool: ModelPool | None = None
-    """The model pool; ``None`` = the embedded default pool."""
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"n_agents": 2}}``, as Studio
+    and the HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
+    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
     config: DelegationConfig = field(default_factory=DelegationConfig)
     """ALIGN settings (n, k, tau, rules, sampling)."""
 
     def __post_init__(self):
+        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
         self.config = settings_from(self.config, DelegationConfig)  # JSON clients (Studio) send a dict
 
 
+@studio_schema(example=MATH_EXAMPLE)
 class DelegationInput(TypedDict):
     """What a caller passes in."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
+    """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
     gold: NotRequired[str | None]
     """Gold answer, if known: each method's ``correct`` is then filled in."""
-    kind: NotRequired[str]
+    kind: NotRequired[AnswerKind]
     """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
     """Number of options for ``mc``."""
 
 
+@studio_schema()
 class DelegationOutput(TypedDict):
     """What the graph returns."""
 
     answer: str | None
     """The principal's selected answer (ALIGN)."""
     selection: Selection
+    """The principal's choice: the selected agent, its answer, its utility U and whether U >= tau."""
     proposals: list[Proposal]
+    """One proposal per agent (its answer, text and confidence signal), in agent order."""
     methods: dict[str, MethodResult]
     """ALIGN and the three baselines computed from the same candidates."""
 
@@ -124,8 +148,7 @@ class AgentState(TypedDict, total=False):
 
 
 def _config(runtime: Runtime) -> DelegationConfig:
-    ctx = runtime.context
-    return getattr(ctx, "config", None) or DelegationConfig()
+    return context_as(runtime.context, DelegationContext).config
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -135,7 +158,7 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
     """The principal assigns the question to n agents (agent i plays model i mod |models|)."""
     problem = as_problem(state)
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
+    pool = pool_from(runtime.context, DelegationContext)
     models = list(cfg.models) or pool.names
     for m in models:
         if m not in pool:
@@ -187,13 +210,13 @@ def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Comm
     own ``agent_propose``: an agent proposes from its candidates only.
     """
     problem, request = _sample_request(state, runtime)
-    return _sampled(state, problem, *pool_from(runtime.context).sample(**request))
+    return _sampled(state, problem, *pool_from(runtime.context, DelegationContext).sample(**request))
 
 
 async def aagent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Command[Literal["agent_propose"]]:
     """:func:`agent_sample` for async runs (``ainvoke``, Studio): awaits the model call."""
     problem, request = _sample_request(state, runtime)
-    return _sampled(state, problem, *await pool_from(runtime.context).asample(**request))
+    return _sampled(state, problem, *await pool_from(runtime.context, DelegationContext).asample(**request))
 
 
 def agent_propose(state: AgentState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:

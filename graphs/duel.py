@@ -48,7 +48,7 @@ from agora.models.pool import ModelCallError, ModelPool, builtin_pool_specs, poo
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import emit, settings_from
+from agora.graphs._common import context_as, emit, graph_context, resolve_pool, settings_from, studio_schema
 from agora.graphs.runner import raise_if_drained, recorded_run
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
@@ -77,14 +77,19 @@ class DuelConfig:
     temperature: float = 0.7
     """Followers' sampling temperature (a pool member's own ``temperature`` overrides it)."""
     top_p: float = 0.9
+    """Followers' nucleus sampling mass, in (0, 1]."""
     max_tokens: int = 256
     """Upper bound on a follower's answer, in tokens."""
     shots: int = 0
     """Worked exemplars in the followers' prompt (:func:`agora.agents.prompts.solver_messages`)."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """How the other pool members judge both answers (1-10 scale, prompt shots, presentation)."""
     reputation: ReputationConfig = field(default_factory=ReputationConfig)
+    """The reputation update (Elo-like, with uncertainty) of the two followers after each duel."""
     leader: Exp3Config = field(default_factory=Exp3Config)
+    """The leader's EXP3 bandit over instructions (exploration gamma, step eta, the g* schedule)."""
     match: MatchConfig = field(default_factory=MatchConfig)
+    """How the matcher pairs two followers by reputation (random-pair share, opponents considered)."""
 
     def __post_init__(self):
         if self.mode not in ("sparta", "stackelberg"):
@@ -133,31 +138,41 @@ def _embedded_duel_pool(name: str = "default") -> ModelPool:
     return pool_from_specs(default_duel_specs(name), source=f"builtin:duel-{name}" if name != "default" else "builtin:duel")
 
 
+@graph_context
 @dataclass
 class DuelContext:
-    """Run-time context of the duel graph."""
+    """Run-time context of the duel graph.
 
-    pool: ModelPool | None = None
-    """At least 3 models; ``None`` = the embedded duel pool."""
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"max_tokens": 32}}``, as
+    Studio and the HTTP API send it); any other object is refused
+    (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """At least 3 models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``,
+    ``default``: its two models plus a ``cautious`` persona of each) or a TOML pool-file path;
+    ``None`` = the embedded duel pool (the default pool's models and their personas)."""
     config: DuelConfig = field(default_factory=DuelConfig)
+    """Duel settings: mode, sampling, judging, reputation, leader and matching."""
     instructions: Sequence[Problem] = ()
     """The leader's instruction pool; empty = 16 generated arithmetic problems (for Studio)."""
 
     def __post_init__(self):
+        self.pool = resolve_pool(self.pool, builtin=_embedded_duel_pool, where=type(self).__name__)
         self.config = settings_from(self.config, DuelConfig)  # JSON clients (Studio) send a dict
 
 
 def _config(runtime: Runtime) -> DuelConfig:
-    return getattr(runtime.context, "config", None) or DuelConfig()
+    return context_as(runtime.context, DuelContext).config
 
 
 def _instructions(runtime: Runtime) -> Sequence[Problem]:
-    given = getattr(runtime.context, "instructions", None)
+    given = context_as(runtime.context, DuelContext).instructions
     return given if given else synthetic_problems(16, seed=_config(runtime).seed)
 
 
 def _pool(runtime: Runtime) -> ModelPool:
-    return duel_pool(getattr(runtime.context, "pool", None))
+    return duel_pool(context_as(runtime.context, DuelContext).pool)
 
 
 def _rng(cfg: DuelConfig, iteration: int, index: int, stream: int) -> np.random.Generator:
@@ -252,6 +267,7 @@ class DuelRecord(TypedDict):
     pair: PreferencePair | None
 
 
+@studio_schema(example={"run_id": "studio", "iteration": 0, "index": 0})
 class DuelInput(TypedDict, total=False):
     """Where the duel sits in its run and the state carried over from the previous duel."""
 
@@ -269,11 +285,18 @@ class DuelInput(TypedDict, total=False):
     """Default: uniform weights."""
 
 
+@studio_schema()
 class DuelOutput(TypedDict):
+    """What the graph returns: the duel's record and the state the next duel starts from."""
+
     record: DuelRecord
+    """The duel: instruction, followers, both answers, every judge's scores, winner, updates."""
     reputation: ReputationState
+    """Reputations after this duel (pass it to the next duel's input)."""
     leader: LeaderState
+    """The leader's EXP3 weights after this duel (pass it to the next duel's input)."""
     calls: list[dict[str, Any]]
+    """Trace records of every model call of the duel (followers and judges)."""
 
 
 class DuelState(DuelInput, total=False):
@@ -283,6 +306,8 @@ class DuelState(DuelInput, total=False):
     match: Match
     ratings_before: dict[str, float]
     answers: Annotated[list[FollowerAnswer], operator.add]
+    judges: list[str]
+    """The pool members judging this duel (set by ``collect_answers``)."""
     judgements: Annotated[list[Judgement], operator.add]
     calls: Annotated[list[dict[str, Any]], operator.add]
     """Trace records of every model call (written to the store by :func:`run_duels`)."""
@@ -377,10 +402,12 @@ def respond(task: RespondTask, runtime: Runtime[DuelContext]) -> dict[str, Any]:
             "calls": records}
 
 
-def collect_answers(state: DuelState) -> dict[str, Any]:
-    """Both answers are in: the judging can start."""
-    emit("answers", "both followers answered", models=[a["model"] for a in _ordered(state["answers"])])
-    return {}
+def collect_answers(state: DuelState, runtime: Runtime[DuelContext]) -> dict[str, Any]:
+    """Both answers are in: the judging can start; its update names the judges (every pool member
+    outside the duel, as :func:`fan_out_judges` sends them)."""
+    followers = [a["model"] for a in _ordered(state["answers"])]
+    emit("answers", "both followers answered", models=followers)
+    return {"judges": [name for name in _pool(runtime).names if name not in followers]}
 
 
 def fan_out_judges(state: DuelState, runtime: Runtime[DuelContext]) -> list[Send]:

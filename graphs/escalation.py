@@ -69,41 +69,68 @@ from agora.graphs._calls import (
     how_of as _how_of,
     total_cost,
 )
-from agora.graphs._common import as_problem, emit, pool_from, settings_from, sync_async_node
+from agora.graphs._common import (
+    as_problem,
+    context_as,
+    emit,
+    graph_context,
+    pool_from,
+    resolve_pool,
+    settings_from,
+    studio_schema,
+    sync_async_node,
+)
 from agora.graphs.debate import DebateContext, build_debate_graph
 from agora.graphs.moa import MoAContext, build_moa_graph
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
+from agora.tasks.problem import AnswerKind
 
 METHODS = ("comed", "anchor", "router_only", "moa", "debate")
 
 
+@graph_context
 @dataclass
 class EscalationContext:
-    """Run-time context: the pool, COMED's settings and an optional router."""
+    """Run-time context: the pool, COMED's settings and an optional router.
 
-    pool: ModelPool | None = None
-    """The model pool; ``None`` = the embedded default pool."""
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"n_anchor": 3}}``, as Studio
+    and the HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
+    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
     config: EscalationConfig = field(default_factory=EscalationConfig)
+    """COMED settings: thresholds, anchor samples N, anchor/probe/peers, sampling, baselines."""
     router: KNNRouter | None = None
     """Router over past traces; ``None`` (or a fixed ``config.anchor``) = fixed anchor, no margin."""
 
     def __post_init__(self):
+        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
         self.config = settings_from(self.config, EscalationConfig)  # JSON clients (Studio) send a dict
 
 
+MC_EXAMPLE = {"question": "Which gas do plants absorb from the air for photosynthesis?\nA. Oxygen\nB. Nitrogen\n"
+                          "C. Carbon dioxide\nD. Helium", "gold": "C", "kind": "mc", "n_choices": 4}
+"""The worked example of COMED's input schema (Studio fills its form with it)."""
+
+
+@studio_schema(example=MC_EXAMPLE)
 class EscalationInput(TypedDict):
     """What a caller passes in."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
+    """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
     gold: NotRequired[str | None]
     """Gold answer, if known: each method's ``correct`` is then filled in."""
-    kind: NotRequired[str]
-    """``math`` (default) or ``mc``: how answers are extracted."""
+    kind: NotRequired[AnswerKind]
+    """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
+    """Number of lettered options of a ``mc`` question (default 4)."""
 
 
 class RouteInfo(TypedDict):
@@ -145,21 +172,28 @@ class EscalationInfo(TypedDict):
     """How the vote's answer was found (the anchor's, else the first peer's that gives it)."""
 
 
+@studio_schema()
 class EscalationOutput(TypedDict):
     """What the graph returns."""
 
     answer: str | None
     """COMED's final answer."""
     decision: Decision
+    """The decide rule's verdict on the anchor: ``accept``, ``verify`` or ``escalate``."""
     outcome: str
     """``accept``, ``verify_accept``, ``verify_escalate`` or ``escalate``."""
     route: RouteInfo
+    """Who plays: the anchor, the probe and the peers, and the router's scores and margin."""
     anchor: AnchorInfo
+    """The anchor's N samples: their answers, the plurality answer and its self-consistency."""
     probe: ProbeInfo
+    """The peer probe's answer and whether it agrees with the anchor (when COMED verified)."""
     escalation: EscalationInfo
+    """The peers' answers and their vote (when COMED escalated)."""
     costs: dict[str, Cost]
     """Cost of each step that ran: ``anchor``, ``verify``, ``escalate``, ``moa``, ``debate``."""
     methods: dict[str, MethodResult]
+    """COMED and its baselines (anchor, router-only, MoA, debate), each with answer, correctness and cost."""
 
 
 def _total(costs: list[Cost]) -> Cost:
@@ -188,7 +222,7 @@ class EscalationState(EscalationInput, total=False):
 
 
 def _config(runtime: Runtime) -> EscalationConfig:
-    return getattr(runtime.context, "config", None) or EscalationConfig()
+    return context_as(runtime.context, EscalationContext).config
 
 
 def _answer(text: str, problem: Problem) -> str | None:
@@ -202,8 +236,8 @@ def route(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
     """Pick the anchor (router or fixed), the probe model and the peers."""
     problem = as_problem(state)
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
-    router = getattr(runtime.context, "router", None)
+    pool = pool_from(runtime.context, EscalationContext)
+    router = context_as(runtime.context, EscalationContext).router
     scores = margin = None
     if router is not None and cfg.anchor is None:
         verdict = router.route(problem.question)
@@ -233,7 +267,7 @@ def anchor(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[
     cfg = _config(runtime)
     model = state["route"]["anchor"]
     params = sampling(cfg, n=cfg.n_anchor, seed=call_seed(cfg.seed, problem.id, "comed.anchor"))
-    samples, records, cost = _ask(pool_from(runtime.context), model, solver_messages(problem, cfg.shots), params,
+    samples, records, cost = _ask(pool_from(runtime.context, EscalationContext), model, solver_messages(problem, cfg.shots), params,
                                   _context(problem, "anchor", "anchor"))
     found = [_found(s.text, problem) for s in samples] + [(None, None)] * (cfg.n_anchor - len(samples))
     answers = [a for a, _how in found]
@@ -262,9 +296,9 @@ def after_decide(state: EscalationState, runtime: Runtime[EscalationContext]) ->
 
 
 def accept(state: EscalationState) -> dict[str, Any]:
-    """Keep the anchor's answer."""
+    """Keep the anchor's answer (its update says which: ``score`` writes the same one as COMED's)."""
     emit("accept", f"accepted the anchor's answer {state['anchor']['answer']}")
-    return {}
+    return {"answer": state["anchor"]["answer"]}
 
 
 def verify(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
@@ -274,7 +308,7 @@ def verify(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[
     model = state["route"]["probe"]
     params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "comed.probe"), temperature=0.0, top_p=1.0,
                       max_tokens=cfg.probe_max_tokens)
-    samples, records, cost = _ask(pool_from(runtime.context), model, solver_messages(problem, cfg.shots), params,
+    samples, records, cost = _ask(pool_from(runtime.context, EscalationContext), model, solver_messages(problem, cfg.shots), params,
                                   _context(problem, "verify", "probe"))
     answer = _answer(samples[0].text, problem) if samples else None
     agrees = answer is not None and answer == state["anchor"]["answer"]
@@ -290,7 +324,7 @@ def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dic
     """Each peer answers after seeing the anchor's answer; a vote replaces the anchor's answer."""
     problem = as_problem(state)
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
+    pool = pool_from(runtime.context, EscalationContext)
     anchor_info, route_info = state["anchor"], state["route"]
     messages = peer_messages(problem, anchor_info["text"], cfg.shots)
     peers, records, costs = [], [], {}
@@ -330,7 +364,7 @@ def to_baselines(state: EscalationState, runtime: Runtime[EscalationContext]) ->
 def _moa_call(state: EscalationState, runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], MoAContext]:
     """The MoA subgraph's input and context: the same problem and pool, the anchor as aggregator."""
     cfg = _config(runtime).moa_config(aggregator=state["route"]["anchor"])
-    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, MoAContext(pool_from(runtime.context), cfg)
+    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, MoAContext(pool_from(runtime.context, EscalationContext), cfg)
 
 
 def _moa_update(out: dict[str, Any]) -> dict[str, Any]:
@@ -355,7 +389,7 @@ async def amoa(state: EscalationState, runtime: Runtime[EscalationContext]) -> d
 
 def _debate_call(state: EscalationState, runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], DebateContext]:
     cfg = _config(runtime).debate_config()
-    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, DebateContext(pool_from(runtime.context), cfg)
+    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, DebateContext(pool_from(runtime.context, EscalationContext), cfg)
 
 
 def _debate_update(out: dict[str, Any]) -> dict[str, Any]:

@@ -50,24 +50,45 @@ from agora.graphs._calls import (
     partner,
     total_cost,
 )
-from agora.graphs._common import QuestionInput, as_problem, emit, pool_from, settings_from, sync_async_node
+from agora.graphs._common import (
+    MATH_EXAMPLE,
+    QuestionInput,
+    as_problem,
+    context_as,
+    emit,
+    graph_context,
+    pool_from,
+    resolve_pool,
+    settings_from,
+    studio_schema,
+    sync_async_node,
+)
 from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("moa", "proposal_vote")
 
 
+@graph_context
 @dataclass
 class MoAContext:
-    """Run-time context: the pool and the MoA settings."""
+    """Run-time context: the pool and the MoA settings.
 
-    pool: ModelPool | None = None
-    """The model pool; ``None`` = the embedded default pool."""
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
+    HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
+    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
     config: MoAConfig = field(default_factory=MoAConfig)
+    """MoA settings: proposers, aggregator, sampling."""
 
     def __post_init__(self):
+        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
         self.config = settings_from(self.config, MoAConfig)  # JSON clients (Studio) send a dict
 
 
+@studio_schema(example=MATH_EXAMPLE)
 class MoAInput(QuestionInput):
     """What a caller passes in (:class:`agora.graphs._common.QuestionInput`)."""
 
@@ -81,18 +102,22 @@ class Proposal(TypedDict):
     text: str
 
 
+@studio_schema()
 class MoAOutput(TypedDict):
     """What the graph returns."""
 
     answer: str | None
     """The aggregator's answer."""
     how: str | None
+    """How the answer was found in the aggregator's text (``marker``, ``boxed``, ...)."""
     proposals: list[Proposal]
     """One per proposer that answered, in proposer order."""
     aggregator: str
+    """The pool member that read the proposals and wrote the answer."""
     costs: dict[str, Cost]
     """Cost of each step: ``propose``, ``aggregate``."""
     methods: dict[str, MethodResult]
+    """``moa`` (the aggregator) and ``proposal_vote`` (plurality of the proposals): answer, correctness, cost."""
 
 
 class MoAState(MoAInput, total=False):
@@ -117,7 +142,7 @@ class ProposerTask(MoAInput, total=False):
 
 
 def _config(runtime: Runtime) -> MoAConfig:
-    return getattr(runtime.context, "config", None) or MoAConfig()
+    return context_as(runtime.context, MoAContext).config
 
 
 _PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
@@ -126,7 +151,7 @@ _PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
 def to_proposers(state: MoAState, runtime: Runtime[MoAContext]) -> list[Send]:
     """One ``Send`` per proposer (every pool model unless configured)."""
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
+    pool = pool_from(runtime.context, MoAContext)
     check_pool(cfg, pool.names)
     problem = as_problem(state)
     base = {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": problem.id}
@@ -138,7 +163,7 @@ def _propose_request(task: ProposerTask, runtime: Runtime[MoAContext]) -> tuple[
     problem = as_problem(task)
     cfg = _config(runtime)
     params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "moa.proposer", agent=task["agent"]))
-    return (pool_from(runtime.context), task["model"], solver_messages(problem, cfg.shots), params,
+    return (pool_from(runtime.context, MoAContext), task["model"], solver_messages(problem, cfg.shots), params,
             call_context(problem, "moa_propose", "proposer", agent=task["agent"]))
 
 
@@ -164,7 +189,7 @@ async def amoa_propose(task: ProposerTask, runtime: Runtime[MoAContext]) -> dict
 def _aggregate_request(state: MoAState, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
     problem = as_problem(state)
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
+    pool = pool_from(runtime.context, MoAContext)
     model = cfg.aggregator or pool.names[0]
     proposals = sorted(state.get("proposals") or [], key=lambda p: p["agent"])
     emit("moa_propose", f"MoA proposals {[p['answer'] for p in proposals]}", answers=[p["answer"] for p in proposals])

@@ -80,7 +80,7 @@ from agora.agents.cupid import (
 )
 from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import emit, pool_from, settings_from
+from agora.graphs._common import context_as, emit, graph_context, pool_from, resolve_pool, settings_from, studio_schema
 from agora.graphs.runner import open_checkpointer, raise_if_drained, recorded_run
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.store import TraceStore
@@ -88,22 +88,34 @@ from agora.traces.store import TraceStore
 StopReason = Literal["rounds", "budget", "confident"]
 
 
+@graph_context
 @dataclass
 class SelectionContext:
-    """Run-time context: the pool to choose from and the session's settings."""
+    """Run-time context: the pool to choose from and the session's settings.
 
-    pool: ModelPool | None = None
-    """The model pool; ``None`` = the embedded default pool."""
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"budget_rounds": 3}}``, as
+    Studio and the HTTP API send it); any other object is refused
+    (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
+    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
     config: CupidConfig = field(default_factory=CupidConfig)
     """Budgets, UCB width, stopping level δ, prior, sampling."""
 
     def __post_init__(self):
+        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
         self.config = settings_from(self.config, CupidConfig)  # JSON clients (Studio) send a dict
 
 
 class PromptItem(TypedDict):
+    """A prompt with an id of its own."""
+
     id: str
+    """Id under which the prompt's answers are kept and traced."""
     text: str
+    """What both models are asked."""
 
 
 class Generation(TypedDict):
@@ -170,6 +182,8 @@ class Recommendation(TypedDict):
     ranking: list[RankedModel]
 
 
+@studio_schema(example={"prompts": ["Explain in one sentence why the sky is blue.",
+                                     "Write a haiku about autumn."]})
 class SelectionInput(TypedDict):
     """What a caller passes in."""
 
@@ -182,18 +196,28 @@ class SelectionInput(TypedDict):
     file's values win over these."""
 
 
+@studio_schema()
 class SelectionOutput(TypedDict):
     """What the graph returns."""
 
     recommendation: Recommendation
+    """The recommended model, its P(best), why the session stopped, and the full ranking."""
     history: list[DuelRecord]
+    """Every judged round: the pair, how it was shown, the user's choice, the belief before it."""
     arms: list[str]
+    """The models compared, in feature-row order."""
     feature_names: list[str]
+    """Names of the feature columns (``raw_features``)."""
     raw_features: list[list[float]]
+    """``(m, d)`` features per model, in their units."""
     p_best: list[float]
+    """Posterior P(model i is best), in ``arms`` order."""
     spent_cost: float
+    """Cost of every answer generated, in the unit of ``cost_per_1k_tokens``."""
     spent_time_s: float
+    """Seconds the models took for every answer generated."""
     calls: list[dict[str, Any]]
+    """Trace records of every model call."""
 
 
 def _merge(left: dict, right: dict) -> dict:
@@ -233,7 +257,7 @@ class SelectionState(SelectionInput, total=False):
 
 
 def _config(runtime: Runtime) -> CupidConfig:
-    return getattr(runtime.context, "config", None) or CupidConfig()
+    return context_as(runtime.context, SelectionContext).config
 
 
 def _key(model: str, prompt_id: str) -> str:
@@ -305,7 +329,7 @@ def model_features(state: SelectionState, runtime: Runtime[SelectionContext]) ->
     """Features ``x_i`` of every model and the prior belief; a model with no known latency answers
     the first prompt, which measures it (the answer is kept for the duels)."""
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
+    pool = pool_from(runtime.context, SelectionContext)
     items = _prompt_items(state.get("prompts"))
     arms = list(state.get("models") or pool.names)
     for m in arms:
@@ -377,7 +401,7 @@ def choose_pair(state: SelectionState, runtime: Runtime[SelectionContext]) -> di
 def generate(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict[str, Any]:
     """Both models answer the round's prompt (answers already in state are reused, not regenerated)."""
     cfg = _config(runtime)
-    pool = pool_from(runtime.context)
+    pool = pool_from(runtime.context, SelectionContext)
     duel = state["duel"]
     gens = state.get("generations") or {}
     item = PromptItem(id=duel["prompt_id"], text=duel["prompt"])

@@ -424,3 +424,143 @@ def test_a_context_sent_as_json_builds_nested_settings():
         ConversationContext(config={"turn": 3})
     with pytest.raises(ValueError, match="EscalationThresholds.tau_lo"):
         EscalationContext(config={"thresholds": {"tau_hi": 0.2, "tau_lo": 0.5}})
+
+
+# ---------------------------------------------------------------------------- strict context, every protocol
+
+from dataclasses import dataclass, field as dc_field  # noqa: E402
+
+from agora.graphs import _common, registry  # noqa: E402
+from agora.graphs._common import ContextError  # noqa: E402
+from agora.graphs.duel import _embedded_duel_pool  # noqa: E402
+from agora.models import pool as pool_module  # noqa: E402
+from agora.models.pool import builtin_pool_specs  # noqa: E402
+
+SMALL = {
+    "align": ({"question": "What is 3 + 4?"}, {"n_agents": 2, "k_samples": 1, "max_tokens": 16, "shots": 0}),
+    "comed": (MC, {"n_anchor": 2, "max_tokens": 16, "shots": 0, "baselines": []}),
+    "moa": ({"question": "What is 3 + 4?"}, {"max_tokens": 16, "shots": 0}),
+    "debate": ({"question": "What is 3 + 4?"}, {"agents": 2, "rounds": 1, "max_tokens": 16, "shots": 0}),
+    "converse": ({"question": "What is 3 + 4?"}, {"turns": 2, "max_tokens": 16, "shots": 0}),
+    "duel": ({"run_id": "r"}, {"duels": 1, "iterations": 1, "max_tokens": 16, "judge": {"shots": 0}}),
+    "cupid": ({"prompts": ["Say hi."]}, {"budget_rounds": 1, "max_tokens": 8, "mc_samples": 200}),
+}
+"""Per protocol: an input and small settings (a JSON mapping, as Studio sends them)."""
+
+
+def test_every_registered_protocol_has_a_small_case():
+    assert set(SMALL) == set(registry.names())
+
+
+@dataclass
+class ForeignContext:
+    """An app's own context: it has a pool and settings, but it is not the graph's context type."""
+
+    pool: Any = "tiny"
+    config: dict = dc_field(default_factory=dict)
+
+
+@pytest.fixture
+def scripted_builtin_models(monkeypatch):
+    """Built-in pools (``"tiny"``) built from their real member specs, each member a scripted model:
+    what a context naming a pool resolves to is checked without loading weights."""
+
+    def respond(chat, index):
+        text = chat[-1]["content"]
+        return '{"score": 7}' if "Response to be evaluated" in text else \
+            "The answer is C." if "\nC. " in text else "The answer is 7."
+
+    monkeypatch.setattr(pool_module, "build_chat_model", lambda spec: ScriptedChatModel(respond=respond))
+    _common.clear_pool_cache()
+    _embedded_duel_pool.cache_clear()
+    yield
+    _common.clear_pool_cache()
+    _embedded_duel_pool.cache_clear()
+
+
+def models_called(graph, inp, context) -> set[str]:
+    """The pool members every model call of one run went to (from the ``calls`` of each node update)."""
+    models = set()
+    thread = {"configurable": {"thread_id": "t"}}
+    for _ns, chunk in graph.stream(inp, thread, context=context, stream_mode="updates", subgraphs=True):
+        for update in chunk.values():
+            for call in (update or {}).get("calls") or [] if isinstance(update, dict) else []:
+                models.add(call["model"])
+    return models
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_a_plain_mapping_naming_the_tiny_pool_runs_the_tiny_pool(name, scripted_builtin_models):
+    spec = registry.get(name)
+    inp, config = SMALL[name]
+    graph = spec.build().compile(checkpointer=InMemorySaver())
+    called = models_called(graph, inp, {"pool": "tiny", "config": config})
+    tiny = {s.name for s in builtin_pool_specs("tiny")}
+    expected = {m.name for m in _embedded_duel_pool("tiny")} if name == "duel" else tiny
+    assert called and called <= expected, called  # tiny members only (COMED may ask its anchor alone)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+@pytest.mark.parametrize("context", [ForeignContext(), "tiny", ["tiny"], {"pol": "tiny"}, {"pool": 3}],
+                         ids=["foreign-dataclass", "string", "list", "unknown-field", "pool-number"])
+def test_a_context_of_another_type_fails_with_one_line(name, context, scripted_builtin_models):
+    spec = registry.get(name)
+    inp, _config = SMALL[name]
+    graph = spec.build().compile(checkpointer=InMemorySaver())
+    with pytest.raises(ContextError) as err:
+        graph.invoke(inp, {"configurable": {"thread_id": "t"}}, context=context)
+    message = str(err.value)
+    assert "\n" not in message
+    if isinstance(context, dict) and "pool" in context:
+        assert message.startswith(f"{spec.context.__name__}.pool: expected a ModelPool, a built-in pool name"), message
+    else:
+        assert spec.context.__name__ in message and "pool, config" in message, message
+
+
+def test_the_context_rule_holds_for_a_graph_embedded_as_a_node():
+    """A parent app without a context schema passes its context on as it is: the ALIGN subgraph
+    refuses the app's own object, and takes a mapping of its fields."""
+    pool, _ = cupid_pool()  # any three-member pool answering text
+
+    class AppState(TypedDict, total=False):
+        question: str
+        answer: str | None
+
+    parent = StateGraph(AppState)
+    parent.add_node("align", registry.get("align").build().compile())
+    parent.add_edge(START, "align")
+    parent.add_edge("align", END)
+    app = parent.compile()
+    with pytest.raises(ContextError) as err:
+        app.invoke({"question": "What is 3 + 4?"}, context=ForeignContext(pool=pool))
+    assert re.fullmatch(r"context: expected a DelegationContext or a mapping with its fields \(pool, config\), "
+                        r"got test_embedding_protocols\.ForeignContext", str(err.value)), str(err.value)
+    out = app.invoke({"question": "What is 3 + 4?"}, context={"pool": pool, "config": SMALL["align"][1]})
+    assert "answer" in out
+
+
+def test_a_pool_named_by_name_or_file_is_built_once(tmp_path, scripted_builtin_models):
+    from agora.graphs.delegation import DelegationContext
+
+    assert DelegationContext(pool="tiny").pool is DelegationContext(pool="tiny").pool
+    assert DelegationContext(pool="tiny").pool.names == [s.name for s in builtin_pool_specs("tiny")]
+    pool_file = tmp_path / "pool.toml"
+    pool_file.write_text('[[models]]\nname = "x"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    first = DelegationContext(pool=str(pool_file)).pool
+    assert first.names == ["x"] and DelegationContext(pool=pool_file).pool is first
+    pool_file.write_text(pool_file.read_text().replace('"x"', '"y"') + "\n")  # edited: built again
+    assert DelegationContext(pool=str(pool_file)).pool.names == ["y"]
+    with pytest.raises(ValueError, match="pool file not found"):
+        DelegationContext(pool=str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_no_node_update_is_empty(name, scripted_builtin_models):
+    """Every node says what it did in the ``updates`` stream (Studio shows an empty one as null)."""
+    inp, config = SMALL[name]
+    graph = registry.get(name).build().compile(checkpointer=InMemorySaver())
+    empty = []
+    for ns, chunk in graph.stream(inp, {"configurable": {"thread_id": "t"}}, context={"pool": "tiny", "config": config},
+                                  stream_mode="updates", subgraphs=True):
+        empty += [(ns, node) for node, update in chunk.items() if not update and node != "__interrupt__"]
+    assert not empty, empty
