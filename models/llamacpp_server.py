@@ -27,7 +27,7 @@ What this module adds on top of the server, measured on xllamacpp 2026.10 (issue
 * **The loopback port.** llama.cpp's HTTP server always listens on 127.0.0.1 (a random port); it is
   given a random API key so that no other local process can use it. Calls go in-process.
 
-Threads: ``AGORA_LLAMA_THREADS`` (:func:`agora.models.llamacpp.default_threads`); slots:
+Threads: ``AGORA_LLAMA_THREADS`` (:func:`default_threads`, the same rule as the current engine's); slots:
 ``AGORA_LLAMA_SLOTS`` (:func:`default_slots`). Selected for the pool's ``llamacpp`` backend with
 ``AGORA_LLAMA_ENGINE=server`` (see :class:`agora.models.llamacpp.LlamaCppChatModel`).
 """
@@ -49,7 +49,6 @@ from pydantic import ConfigDict, Field
 
 from agora.models._chat import fewshot_stops, generation, render_fewshot, to_dicts
 from agora.models.errors import ModelUnavailableError
-from agora.models.llamacpp import default_threads
 
 #: Environment variable choosing the embedded engine of the pool's ``llamacpp`` backend.
 ENGINE_ENV = "AGORA_LLAMA_ENGINE"
@@ -61,6 +60,19 @@ DEFAULT_SLOTS = 8
 
 _SERVERS: dict[tuple, "_Engine"] = {}
 _SERVERS_LOCK = threading.Lock()
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp: ``AGORA_LLAMA_THREADS`` or the cores this process may use (the rule of
+    :func:`agora.models.llamacpp.default_threads`, not imported from there: that module builds this
+    one when ``AGORA_LLAMA_ENGINE=server``, and the layer test forbids the cycle)."""
+    env = os.environ.get("AGORA_LLAMA_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def default_slots() -> int:
