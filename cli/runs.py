@@ -1,4 +1,5 @@
-"""``agora report runs``: every run in a trace database, with its status and what it recorded."""
+"""``agora report runs`` (every run in a trace database, with its status and what it recorded), ``agora
+report run`` (one run at a glance) and ``agora report question`` (one question's candidates and choices)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from agora.cli._apps import report_app
-from agora.cli._shared import console, fmt_pct, user_errors
-from agora.traces.report import run_rows
+from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
+from agora.traces.replay import question_report
+from agora.traces.report import TOO_FEW, run_rows, run_summary
 from agora.traces.store import TraceStore
 
 
@@ -48,3 +50,91 @@ def report_runs(
                           "(kill -9, a crash); rerun it with its --run-id to resume", highlight=False, soft_wrap=True)
         if not rows:
             console.print("no runs", highlight=False)
+
+
+def _short(text: str | None, width: int = 60) -> str:
+    one = " ".join((text or "").split())
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+@report_app.command("run", short_help="One run at a glance: methods with CIs, cost, how answers were found.")
+def report_run(
+    run_id: str = typer.Argument(..., help="The run (see `agora report runs`)."),
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object instead of the tables."),
+) -> None:
+    """A compact summary of one run: status, questions, model calls and tokens, each method's accuracy
+    with its 95 % CI ("too few questions" under 30 scored questions or with a degenerate interval), how
+    the samples' answers were found, and on how many questions the methods disagree."""
+    with user_errors():
+        if not db.is_file():
+            raise FileNotFoundError(f"{db}: no such trace database")
+        s = run_summary(TraceStore(db, readonly=True), run_id)
+        if as_json:
+            print(json.dumps({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]]},
+                             ensure_ascii=False, default=str))
+            return
+        t = s["totals"]
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {s['protocol']}, {s['status']}; {int(t['questions'])} "
+                      f"questions recorded, {int(t['failed_questions'])} failed; {int(t['calls'])} model calls "
+                      f"({int(t['failed'])} failed attempts), {int(t['completion_tokens'])} generated tokens, "
+                      f"{t['wall_s']:.1f} s wall; started {s['started_at']} on {s['host'] or '?'} at "
+                      f"{s['code_revision'] or '?'}", highlight=False, soft_wrap=True)
+        table = Table(title="methods")
+        for col in ("method", "questions", "accuracy %", "95% CI", "samples/q", "gen. tokens", "failed", "guessed",
+                    "note"):
+            table.add_column(col, justify="left" if col in ("method", "note") else "right")
+        for m in s["methods"]:
+            table.add_row(m.method, str(m.questions), fmt_pct(m.accuracy), fmt_ci(m.ci_low, m.ci_high),
+                          f"{m.samples_per_question:.1f}", str(m.completion_tokens), str(m.failed), str(m.guessed),
+                          TOO_FEW if m.too_few else "")
+        console.print(table)
+        hows = s["sample_answers"]
+        if hows:
+            total = sum(hows.values())
+            console.print("samples' answers found by: " + ", ".join(f"{h} {n} ({100 * n / total:.0f}%)"
+                                                                  for h, n in hows.items()), highlight=False)
+        console.print(f"questions where the methods disagree: {s['questions_methods_disagree']}", highlight=False)
+
+
+@report_app.command("question", short_help="One question: every candidate, its answer, and what each method chose.")
+def report_question(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    run_id: str = typer.Option(..., "--run-id", help="The run."),
+    question_id: str = typer.Option(..., "--question-id", help="The question (its id in the task file)."),
+    full: bool = typer.Option(False, "--full", help="Print every sample's whole completion."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object instead of the tables."),
+) -> None:
+    """Every sample of one recorded question (node, role, agent, model, sample index, extracted answer,
+    how it was found, right or wrong, votes for its answer) and every method's answer with why it chose
+    it (the selection rule's reasoning, replayed from the traces)."""
+    with user_errors():
+        if not db.is_file():
+            raise FileNotFoundError(f"{db}: no such trace database")
+        r = question_report(TraceStore(db, readonly=True), run_id, question_id)
+        if as_json:
+            print(json.dumps(r, ensure_ascii=False, default=str))
+            return
+        opts = f", {r['n_choices']} options" if r["n_choices"] else ""
+        console.print(f"[bold]{escape(question_id)}[/bold] in {escape(run_id)} ({r['protocol']}; {r['kind']}{opts}; "
+                      f"gold {escape(str(r['gold']))})", highlight=False)
+        console.print(escape(_short(r["question"], 300)), highlight=False, soft_wrap=True)
+        cand = Table(title="candidates (samples in call order)")
+        for col in ("#", "node", "role", "agent", "model", "sample", "answer", "how", "right", "votes", "partner",
+                    "completion"):
+            cand.add_column(col, justify="right" if col in ("#", "agent", "sample", "votes") else "left")
+        for i, c in enumerate(r["samples"]):
+            cand.add_row(str(i), c["node"] or "-", c["role"] or "-", "-" if c["agent"] is None else str(c["agent"]),
+                         escape(c["model"] or "-"), "-" if c["sample_index"] is None else str(c["sample_index"]),
+                         escape(str(c["answer"])), c["how"] or "-",
+                         "-" if c["correct"] is None else ("yes" if c["correct"] else "no"), str(c["votes"]),
+                         escape(c["partner"] or "-"),
+                         escape(c["completion"] or "" if full else _short(c["completion"], 40)))
+        console.print(cand)
+        meth = Table(title="methods: what each chose and why")
+        for col in ("method", "answer", "right", "how", "samples", "why"):
+            meth.add_column(col)
+        for m in r["methods"]:
+            meth.add_row(m["method"], escape(str(m["answer"])), "-" if m["correct"] is None else
+                         ("yes" if m["correct"] else "no"), m["how"] or "-", str(m["samples"]), escape(m["why"]))
+        console.print(meth)

@@ -40,15 +40,11 @@ import numpy as np
 
 from agora.agents.escalation import DevOutcome, rescue_harm
 from agora.tasks.answers import extract_answer, is_correct
-from agora.traces.report import bootstrap_ci, failed_questions
+from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, failed_questions, too_few  # noqa: F401
 from agora.traces.store import TraceStore, now
 
 LEVEL = 0.95
 RESAMPLES = 2000
-MIN_QUESTIONS = 30
-"""Fewest (paired) questions a cell, difference or claim needs before the report states it as a
-finding; below it, or with a degenerate interval (low == high), it reads "too few questions"."""
-TOO_FEW = "too few questions"
 BASELINES = ("single_agent", "self_consistency")
 """The methods every other method is paired against."""
 
@@ -61,17 +57,6 @@ BENCH_CELLS = {
 
 
 # ---------------------------------------------------------------------------- statistics
-
-
-def too_few(questions: int, low: float, high: float) -> bool:
-    """Whether an estimate on ``questions`` (paired) questions with interval ``[low, high]`` is too
-    thin to report as a finding: fewer than :data:`MIN_QUESTIONS` questions, or a degenerate
-    (``low == high``, e.g. every resample equal) or missing interval.
-
-    >>> too_few(2, 0.0, 0.0), too_few(40, -0.1, 0.2), too_few(40, 0.0, 0.0)
-    (True, False, True)
-    """
-    return questions < MIN_QUESTIONS or low != low or high != high or low == high
 
 
 def mcnemar_exact(wins: int, losses: int) -> float:

@@ -18,7 +18,7 @@ from agora.agents.escalation import (
     rescue_harm,
     score_policy,
 )
-from agora.traces.bench import comed_dev_outcomes
+from agora.traces.replay import ReplayResult, dev_outcomes, load_run, replay
 from agora.traces.report import MethodRow, method_table
 from agora.traces.store import TraceStore
 
@@ -84,20 +84,29 @@ class Calibration:
     policies: list[tuple[str, PolicyScore]]
     """``("chosen", chosen)``, ``("defaults", ...)`` (:class:`EscalationThresholds` defaults) and,
     with a budget, ``("without the budget", ...)``, each scored on ``outcomes``."""
+    replayed: ReplayResult | None = None
+    """The dev run re-decided under the chosen thresholds (``agora replay --rule comed``): each
+    question's answer and why, as the test run will decide it."""
 
 
 def calibrate_run(store: TraceStore, run_id: str, lam: float, max_calls: float | None = None) -> Calibration:
-    """Calibrate COMED's thresholds on the ``explore`` run ``run_id``
-    (:func:`agora.traces.bench.comed_dev_outcomes`, then :func:`agora.agents.escalation.calibrate`
-    with cost weight ``lam``, accuracy fraction per extra model call per question, and the optional
-    budget ``max_calls``, mean model calls per question).
+    """Calibrate COMED's thresholds on the ``explore`` run ``run_id``, as a replay over its traces:
+    the run is read once (:func:`agora.traces.replay.load_run`), every candidate policy is scored on
+    its recorded branches (:func:`agora.traces.replay.dev_outcomes`, then
+    :func:`agora.agents.escalation.calibrate` with cost weight ``lam``, accuracy fraction per extra
+    model call per question, and the optional budget ``max_calls``, mean model calls per
+    question), and the chosen thresholds are replayed over the run (the ``comed`` rule), with no
+    model call.
 
     Raises:
         ValueError: no dev outcomes, a bad ``lam``, or a budget no thresholds fit (from ``calibrate``).
     """
-    outcomes = comed_dev_outcomes(store, run_id)
+    run = load_run(store, run_id)
+    outcomes = dev_outcomes(run)
     chosen = calibrate(outcomes, lam, max_calls)
     policies = [("chosen", chosen), ("defaults", score_policy(outcomes, EscalationThresholds(), lam))]
     if max_calls is not None:
         policies.append(("without the budget", calibrate(outcomes, lam)))
-    return Calibration(outcomes, chosen, policies)
+    t = chosen.thresholds
+    return Calibration(outcomes, chosen, policies,
+                       replay(run, "comed", {"tau_hi": t.tau_hi, "tau_lo": t.tau_lo, "m_min": t.m_min}))

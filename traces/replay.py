@@ -36,7 +36,7 @@ from agora.agents.delegation import agreement_utility, plurality, principal_sele
 from agora.agents.escalation import DevOutcome, EscalationThresholds, decide, escalates
 from agora.tasks.answers import is_correct
 from agora.traces.bench import dev_outcome, mcnemar_exact, paired_bootstrap_ci, too_few
-from agora.traces.report import bootstrap_ci
+from agora.agents.stats import bootstrap_ci
 from agora.traces.store import TraceStore, answer_fields, option_count
 
 # ---------------------------------------------------------------------------- a recorded run, read once
@@ -544,3 +544,47 @@ def paired_table(run: RunTrace, result: ReplayResult, *, seed: int = 0) -> list[
                     "method_accuracy": sum(y) / len(y), "diff": diff, "ci_low": lo, "ci_high": hi, "wins": wins,
                     "losses": losses, "p_mcnemar": mcnemar_exact(wins, losses), "too_few": too_few(len(x), lo, hi)})
     return out
+
+
+# ---------------------------------------------------------------------------- one question, explained
+
+
+def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[str, Any]:
+    """One recorded question in full (``agora report question``): the question (kind, options, gold),
+    every sample (node, role, agent, model, sample index, extracted answer, how it was found, whether
+    it is right, how many samples of the question give the same answer), and every recorded method
+    (answer, correct, samples, how) with why it chose that answer: the ``why`` of the registered rule
+    that reproduces it under the run's settings (and whether the replay agrees), else "recorded".
+
+    Raises:
+        ValueError: no such run, or no such recorded question in it.
+    """
+    run = load_run(store, run_id, [question_id])
+    if not run.questions:
+        raise ValueError(f"{store.path}: run {run_id!r} has no recorded question {question_id!r}")
+    q = run.questions[0]
+    votes = Counter(s.answer for s in q.samples if s.answer is not None)
+    samples = [{"node": s.node, "role": s.role, "agent": s.agent, "model": s.model, "sample_index": s.sample_index,
+                "answer": s.answer, "how": s.how, "votes": votes.get(s.answer, 0) if s.answer is not None else 0,
+                "correct": None if q.gold is None else bool(is_correct(s.answer, q.gold, q.kind)),  # type: ignore[arg-type]
+                "partner": s.partner, "completion_tokens": s.completion_tokens, "call_id": s.call_id,
+                "completion": s.completion} for s in q.samples]
+    explain = {}
+    for spec in RULES.values():
+        method = spec.reproduces.get(run.protocol)
+        if method and method in q.results and not spec.needs_dev:
+            result = replay(run, spec.name, rules={spec.name: spec})
+            explain[method] = (spec.name, result.rows[0])
+    methods = []
+    for m, r in q.results.items():
+        rule, row = explain.get(m, (None, None))
+        why = "recorded (no replay rule reproduces this method)"
+        if row is not None:
+            agrees = row.unavailable is None and row.answer == r["answer"]
+            why = f"rule {rule}: {row.why}" + ("" if agrees else f" [replay gives {row.answer!r}, recorded "
+                                                                   f"{r['answer']!r}]")
+        methods.append({"method": m, "answer": r["answer"], "correct": None if r["correct"] is None else bool(r["correct"]),
+                        "how": r.get("how"), "samples": r["samples"], "calls": r.get("calls"), "why": why})
+    return {"run_id": run_id, "protocol": run.protocol, "question_id": q.question_id, "kind": q.kind,
+            "n_choices": q.n_choices, "gold": q.gold, "question": q.question, "samples": samples,
+            "methods": methods, "detail": q.detail}

@@ -11,6 +11,23 @@ from agora.agents.stats import bootstrap_ci  # noqa: F401 (its home is agents/, 
 from agora.traces.store import TraceStore
 
 
+MIN_QUESTIONS = 30
+"""Fewest (paired) questions a cell, difference or claim needs before a report states it as a
+finding; below it, or with a degenerate interval (low == high), it reads :data:`TOO_FEW`."""
+TOO_FEW = "too few questions"
+
+
+def too_few(questions: int, low: float, high: float) -> bool:
+    """Whether an estimate on ``questions`` (paired) questions with interval ``[low, high]`` is too
+    thin to report as a finding: fewer than :data:`MIN_QUESTIONS` questions, or a degenerate
+    (``low == high``: every resample equal) or missing interval.
+
+    >>> too_few(2, 0.0, 0.0), too_few(40, -0.1, 0.2), too_few(40, 0.0, 0.0)
+    (True, False, True)
+    """
+    return questions < MIN_QUESTIONS or low != low or high != high or low == high
+
+
 @dataclass(frozen=True, slots=True)
 class MethodRow:
     method: str
@@ -32,6 +49,11 @@ class MethodRow:
     guessed: int = 0
     """Scored questions whose answer came from the scorer's fallback (the last number or letter
     of an output without an explicit final answer: docs/scoring.md), not from a stated answer."""
+
+    @property
+    def too_few(self) -> bool:
+        """Too few scored questions (or a degenerate interval) to read the accuracy as a finding."""
+        return too_few(self.questions, self.ci_low, self.ci_high)
 
 
 def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> list[MethodRow]:
@@ -73,16 +95,25 @@ def failed_questions(store: TraceStore, run_id: str) -> dict[str, str]:
 def run_totals(store: TraceStore, run_id: str) -> dict[str, float]:
     """Model calls, tokens and failed attempts of a run, from ``model_calls``, question wall time,
     and ``failed_questions`` (:func:`failed_questions`; meaningful for benchmark runs only, whose
-    model calls belong to questions)."""
+    model calls belong to questions). ``calls_unknown_usage``: samples whose model reported no
+    token usage (NULL tokens, not in the token sums: :func:`unknown_tokens_note`)."""
     q = store.db.query(
         "select count(*) as questions, coalesce(sum(wall_s), 0) as wall_s from questions where run_id = ?",
         [run_id])
     c = store.db.query(
         "select sum(error is null) as calls, sum(error is not null) as failed, "
-        "coalesce(sum(prompt_tokens), 0) as prompt_tokens, coalesce(sum(completion_tokens), 0) as completion_tokens "
+        "coalesce(sum(prompt_tokens), 0) as prompt_tokens, coalesce(sum(completion_tokens), 0) as completion_tokens, "
+        "sum(error is null and completion_tokens is null) as calls_unknown_usage "
         "from model_calls where run_id = ?", [run_id])
     out = {**next(q), **next(c), "failed_questions": len(failed_questions(store, run_id))}
     return {k: (v or 0) for k, v in out.items()}
+
+
+def unknown_tokens_note(totals: dict[str, float]) -> str:
+    """``" (+ unknown for N samples whose model reports no usage)"``, or ``""`` when every sample's
+    tokens are known: printed after a token total so that a sum missing some samples says so."""
+    unknown = int(totals.get("calls_unknown_usage") or 0)
+    return f" (+ unknown for {unknown} sample{'s' * (unknown != 1)} whose model reports no usage)" if unknown else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,3 +168,33 @@ def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None =
         rows.append(RunRow(run["run_id"], run["protocol"], run["status"], n, right / scored if scored else None,
                            run["started_at"], run["finished_at"], last, run.get("host"), stale))
     return rows
+
+
+def run_summary(store: TraceStore, run_id: str) -> dict[str, object]:
+    """A run at a glance (``agora report run``): its row (protocol, status, times, host, code),
+    questions recorded and failed, model calls and tokens, each method's accuracy with its CI (and
+    ``too_few``: fewer than :data:`MIN_QUESTIONS` scored questions or a degenerate interval), how the samples' answers were found (``marker``, ``boxed``, ``####``,
+    ``fallback``, ``none``; ``unknown`` in an old database not backfilled), and on how many
+    questions the methods disagree.
+
+    Raises:
+        ValueError: no such run.
+    """
+    run = store.get_run(run_id) if "runs" in store.db.table_names() else None
+    if run is None:
+        raise ValueError(f"{store.path}: no run {run_id!r} (`agora report runs --db {store.path}` lists them)")
+    totals = run_totals(store, run_id)
+    hows: dict[str, int] = {}
+    if "how" in store.db["model_calls"].columns_dict:
+        for r in store.db.query("select coalesce(how, 'unknown') as how, count(*) as n from model_calls "
+                                "where run_id = ? and error is null group by 1 order by 2 desc", [run_id]):
+            hows[r["how"]] = r["n"]
+    answers: dict[str, set] = {}
+    for r in store.results(run_id):
+        answers.setdefault(r["question_id"], set()).add(r["answer"])
+    return {
+        "run_id": run_id, "protocol": run["protocol"], "status": run["status"], "started_at": run["started_at"],
+        "finished_at": run["finished_at"], "host": run.get("host"), "code_revision": run.get("code_revision"),
+        "totals": totals, "methods": method_table(store, run_id), "sample_answers": hows,
+        "questions_methods_disagree": sum(len(a) > 1 for a in answers.values()),
+    }

@@ -1,0 +1,72 @@
+"""``agora export`` / ``agora import`` (trace bundles, :mod:`agora.traces.bundle`) and ``agora traces
+backfill`` (the answer-level columns of an older trace database, :func:`agora.traces.store.backfill`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from agora.cli._apps import app
+from agora.cli._shared import console, user_errors
+from agora.traces.bundle import SUFFIX, export_bundle, import_bundle
+from agora.traces.store import TraceStore, backfill
+
+traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)
+app.add_typer(traces_app, name="traces")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+@app.command("export", short_help="Write runs (or a bench) of a trace DB as one compressed bundle file.")
+def export_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); opened read-only."),
+    run_id: Optional[list[str]] = typer.Option(None, "--run-id", help="A run to export (repeatable)."),
+    bench_id: Optional[list[str]] = typer.Option(None, "--bench-id", help="A bench to export: its report rows and "
+                                                 "every run <bench>:... (repeatable)."),
+    out: Path = typer.Option(..., "--out", help=f"Bundle file to write (*{SUFFIX})."),
+) -> None:
+    """Write the runs (every question, result and model call, and their protocol tables) to one
+    gzip JSON Lines bundle that `agora import` loads into any trace DB (format: docs/traces.md)."""
+    with user_errors():
+        if not db.is_file():
+            raise FileNotFoundError(f"{db}: no such trace database")
+        summary = export_bundle(TraceStore.reading(db), out, run_id or (), bench_id or ())
+        rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n)
+        console.print(f"wrote {escape(str(out))}: {len(summary.runs)} runs"
+                      + (f", benches {', '.join(summary.benches)}" if summary.benches else "")
+                      + f"; rows: {rows}; {_size(summary.bytes)}", highlight=False, soft_wrap=True)
+
+
+@app.command("import", short_help="Load a trace bundle into a trace DB (importing twice adds nothing).")
+def import_cmd(
+    bundle: Path = typer.Argument(..., help=f"Bundle file (*{SUFFIX}) written by `agora export`."),
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database to load it into (created if missing)."),
+) -> None:
+    """Add the bundle's rows to --db: rows already there (same primary key) are left alone, so a second
+    import adds nothing; a run id that exists in --db as another run is refused."""
+    with user_errors():
+        summary = import_bundle(bundle, TraceStore(db))
+        rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n) or "none"
+        console.print(f"imported {escape(str(bundle))} into {escape(str(db))}: {len(summary.runs)} runs; rows added: "
+                      f"{rows}; already present: {summary.skipped}", highlight=False, soft_wrap=True)
+
+
+@traces_app.command("backfill", short_help="Fill the answer-level columns of an older trace DB (once).")
+def backfill_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database to update in place."),
+    run_id: Optional[list[str]] = typer.Option(None, "--run-id", help="Only these runs (repeatable; default all)."),
+) -> None:
+    """Extract each recorded sample's answer (and how it was found), its sample index and request, and
+    each question's option count, for databases written before these columns existed. Rows already
+    filled are left alone."""
+    with user_errors():
+        if not db.is_file():
+            raise FileNotFoundError(f"{db}: no such trace database")
+        counts = backfill(TraceStore(db), run_id or ())
+        console.print(f"{escape(str(db))}: {counts['calls']} model calls and {counts['questions']} questions filled",
+                      highlight=False)

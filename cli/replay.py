@@ -1,0 +1,104 @@
+"""``agora replay``: re-decide a recorded run under another selection rule or other parameters, with
+zero model calls, and compare it with every method the run recorded (:mod:`agora.traces.replay`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from agora.cli._apps import app
+from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
+from agora.traces.bench import MIN_QUESTIONS, TOO_FEW
+from agora.traces.replay import RULES, load_run, paired_table, parse_params, replay, reproduced
+from agora.traces.store import TraceStore
+
+
+def _p(p: float) -> str:
+    return f"{p:.3g}" if p >= 0.001 else f"{p:.1e}"
+
+
+def print_rules() -> None:
+    """The registered selection rules with their parameters."""
+    table = Table(title="selection rules (agora replay --rule NAME --param k=v)")
+    for col in ("rule", "parameters (defaults; the run's own settings override them)", "reproduces", "what"):
+        table.add_column(col)
+    for r in sorted(RULES.values(), key=lambda r: r.name):
+        table.add_row(r.name, ", ".join(f"{k}={v!r}" for k, v in r.params.items()) or "-",
+                      ", ".join(f"{m} ({p})" for p, m in r.reproduces.items()) or "-",
+                      escape(r.help) + (" [needs --dev-run-id]" if r.needs_dev else ""))
+    console.print(table)
+
+
+@app.command("replay", short_help="Re-decide a recorded run under another selection rule, with no model call.")
+def replay_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); opened read-only."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="The recorded run to replay."),
+    rule: Optional[str] = typer.Option(None, "--rule", help="Selection rule (without it: list the rules)."),
+    param: Optional[list[str]] = typer.Option(None, "--param", help="A rule parameter k=v (repeatable), e.g. "
+                                              "tau=0.9, proposal_rule=first, tau_hi=0.9."),
+    dev_run_id: Optional[str] = typer.Option(None, "--dev-run-id", help="Run whose per-model accuracy weighs "
+                                             "weighted_vote (a dev run, not the replayed one)."),
+    questions: bool = typer.Option(False, "--questions", help="Also list each question: answer, correct, why."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object (rule, params, paired table, rows)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """Apply --rule to every recorded question of --run-id, score it against the stored gold with the
+    task's scorer, and print the paired table against each recorded method: accuracies, difference
+    (replay − method, pp) with a 95 % paired-bootstrap CI, wins/losses and the exact McNemar p. No
+    model is called. Under the run's own settings a rule reproduces the method it names."""
+    with user_errors():
+        if rule is None:
+            print_rules()
+            return
+        if run_id is None:
+            raise ValueError("--run-id: which run to replay (`agora report runs --db ...` lists them)")
+        if rule not in RULES:
+            raise ValueError(f"--rule {rule}: unknown; choose from {', '.join(sorted(RULES))}")
+        store = TraceStore.reading(db)
+        run = load_run(store, run_id)
+        params = parse_params(RULES[rule], param or [], run)
+        dev = load_run(store, dev_run_id) if dev_run_id else None
+        result = replay(run, rule, params, dev=dev)
+        table = paired_table(run, result, seed=seed)
+        method = RULES[rule].reproduces.get(run.protocol)
+        same = reproduced(run, result, method) if method else None
+        if as_json:
+            print(json.dumps({**result.to_json(), "protocol": run.protocol, "paired": table,
+                              "reproduces": method, "identical": same}, ensure_ascii=False, default=str))
+            return
+        shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "no parameters"
+        console.print(f"replayed {escape(run_id)} ({run.protocol}, {len(run.questions)} questions) under "
+                      f"[bold]{rule}[/bold] ({escape(shown)})" + (f", weights from {escape(dev_run_id)}" if dev_run_id
+                                                                   else "") + ": 0 model calls", highlight=False)
+        if same is not None and same[1]:
+            console.print(f"answers identical to the recorded {method}: {same[0]}/{same[1]} questions", highlight=False)
+        if result.unavailable:
+            first = next(r.unavailable for r in result.rows if r.unavailable)
+            console.print(f"unavailable: {result.unavailable} questions (their trace lacks a branch this rule takes; "
+                          f"e.g. {escape(first or '')}); left out of the pairs", highlight=False)
+        out = Table(title=f"{rule} (replay) vs each recorded method: same questions, 95% paired-bootstrap CI")
+        for col in ("vs", "questions", "replay %", "method %", "diff pp", "95% CI", "wins / losses", "McNemar p",
+                    "note"):
+            out.add_column(col, justify="left" if col in ("vs", "note") else "right")
+        for row in table:
+            out.add_row(row["method"], str(row["questions"]), fmt_pct(row["replay_accuracy"]),
+                        fmt_pct(row["method_accuracy"]), f"{100 * row['diff']:+.1f}",
+                        fmt_ci(row["ci_low"], row["ci_high"]), f"{row['wins']} / {row['losses']}",
+                        _p(row["p_mcnemar"]), TOO_FEW if row["too_few"] else "")
+        console.print(out)
+        if any(r["too_few"] for r in table):
+            console.print(f"{TOO_FEW}: fewer than {MIN_QUESTIONS} paired questions or a degenerate interval; the "
+                          "numbers are no finding", highlight=False)
+        if questions:
+            qt = Table(title="questions")
+            for col in ("question", "answer", "correct", "why"):
+                qt.add_column(col)
+            for r in result.rows:
+                qt.add_row(escape(r.question_id), escape(str(r.answer)), "-" if r.correct is None else str(r.correct),
+                           escape(r.why))
+            console.print(qt)

@@ -1,0 +1,236 @@
+"""Trace bundles: one or more runs (or a whole bench) as one compressed, versioned file that any trace
+database can import (``agora export`` / ``agora import``, issue 30; format: ``docs/traces.md``).
+
+A bundle is gzip-compressed JSON Lines (``*.agora.jsonl.gz``):
+
+1. a header object: ``format`` (:data:`FORMAT`), ``version`` (:data:`VERSION`), ``created_at``,
+   ``code_revision`` (of the exporting tree), ``runs`` (run ids), ``benches`` (bench ids), and
+   ``tables``: per table its ``columns`` (name → SQLite type, in row order) and ``primary_key``;
+2. one line per row: ``{"t": table, "v": [values in the header's column order]}``, tables in the
+   header's order (``runs`` first), rows in their database order (model calls keep their call
+   order, which sample indices and "first call" readers rely on);
+3. a footer ``{"end": true, "rows": {table: count}}``: an import without it, or with other
+   counts, is a truncated file and writes nothing.
+
+Tables: the core ones (:data:`agora.traces.schema.TABLES`) and every other table with a ``run_id``
+column and a primary key (duels, reputation and leader snapshots, preference pairs, ...), each
+restricted to the bundle's runs; with a bench, its ``benches`` and ``bench_cells`` rows. The gzip
+header carries no time stamp, so exporting the same rows twice gives the same bytes.
+
+Import (:func:`import_bundle`) inserts rows whose primary key is new and leaves existing ones
+alone, in one transaction: importing a bundle twice adds nothing. A run id that already exists
+as another run (other protocol, start time or settings) is refused rather than mixed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from agora.traces import schema
+from agora.traces.store import TraceStore, TraceStoreError, code_revision, now
+
+FORMAT = "agora-trace-bundle"
+VERSION = 1
+"""Bundle format version; an importer reads versions up to its own and refuses newer ones."""
+SUFFIX = ".agora.jsonl.gz"
+BENCH_TABLES = ("benches", "bench_cells")
+_TYPES = {"TEXT": str, "INTEGER": int, "REAL": float, "FLOAT": float, "BLOB": bytes, "NUMERIC": float, "": str}
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be written or read; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class BundleSummary:
+    path: Path
+    runs: tuple[str, ...]
+    benches: tuple[str, ...]
+    rows: dict[str, int]
+    """Rows written (export) or added (import) per table."""
+    bytes: int
+    """Size of the bundle file."""
+    skipped: int = 0
+    """Rows already in the database (import; their primary key exists)."""
+
+
+def _table_info(store: TraceStore, table: str) -> tuple[list[tuple[str, str]], list[str]]:
+    cols = store.db[table].columns
+    pk = [c.name for c in sorted((c for c in cols if c.is_pk), key=lambda c: c.is_pk)]
+    return [(c.name, (c.type or "").upper()) for c in cols], pk
+
+
+def _plan(store: TraceStore, run_ids: Sequence[str], bench_ids: Sequence[str]) -> list[tuple[str, str, list[Any]]]:
+    """(table, where clause, parameters) for each table the bundle carries, in file order."""
+    names = store.db.table_names()
+    marks = ", ".join("?" for _ in run_ids)
+    out = [(t, f"run_id in ({marks})", list(run_ids)) for t in schema.TABLES if t in names]
+    for t in sorted(names):
+        if t in schema.TABLES or t in BENCH_TABLES or t.startswith("sqlite_") or t.startswith("checkpoint"):
+            continue
+        cols, pk = _table_info(store, t)
+        if pk and any(c == "run_id" for c, _ in cols):
+            out.append((t, f"run_id in ({marks})", list(run_ids)))
+    if bench_ids:
+        bmarks = ", ".join("?" for _ in bench_ids)
+        out += [(t, f"bench_id in ({bmarks})", list(bench_ids)) for t in BENCH_TABLES if t in names]
+    return out
+
+
+def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (),
+                  bench_ids: Sequence[str] = ()) -> BundleSummary:
+    """Write the runs ``run_ids`` and the benches ``bench_ids`` (each with every run whose id starts
+    with ``<bench>:``) from ``store`` to the bundle ``out``.
+
+    Raises:
+        BundleError: nothing to export, a run or bench that is not in ``store``, or an unwritable ``out``.
+    """
+    out = Path(out)
+    runs = list(dict.fromkeys(run_ids))
+    known = set(store.run_ids())
+    missing = [r for r in runs if r not in known]
+    if missing:
+        raise BundleError(f"{store.path}: no run {', '.join(map(repr, missing))} (`agora report runs` lists them)")
+    benches = list(dict.fromkeys(bench_ids))
+    for b in benches:
+        if "benches" not in store.db.table_names() or not list(store.db.query(
+                "select 1 from benches where bench_id = ?", [b])):
+            raise BundleError(f"{store.path}: no bench {b!r}")
+        runs += [r for r in store.run_ids(f"{b}:") if r not in runs]
+    if not runs:
+        raise BundleError("nothing to export: give --run-id or --bench-id")
+    plan = _plan(store, runs, benches)
+    tables = {}
+    for t, _, _ in plan:
+        cols, pk = _table_info(store, t)
+        tables[t] = {"columns": dict(cols), "primary_key": pk}
+    header = {"format": FORMAT, "version": VERSION, "created_at": now(), "code_revision": code_revision(),
+              "runs": runs, "benches": benches, "tables": tables,
+              "doc": "gzip JSON Lines: this header, one {\"t\": table, \"v\": [values in columns order]} per row, "
+                     "then {\"end\": true, \"rows\": {table: count}}; see docs/traces.md"}
+    counts: dict[str, int] = {}
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
+                io.TextIOWrapper(gz, encoding="utf-8") as f:
+            f.write(json.dumps(header, ensure_ascii=False) + "\n")
+            for t, where, params in plan:
+                cols = list(tables[t]["columns"])
+                names = ", ".join(f"[{c}]" for c in cols)
+                n = 0
+                for row in store.db.execute(f"select {names} from [{t}] where {where} order by rowid", params):
+                    f.write(json.dumps({"t": t, "v": list(row)}, ensure_ascii=False) + "\n")
+                    n += 1
+                counts[t] = n
+            f.write(json.dumps({"end": True, "rows": counts}) + "\n")
+    except OSError as exc:
+        raise BundleError(f"{out}: cannot write the bundle ({exc.strerror or exc})") from None
+    return BundleSummary(out, tuple(runs), tuple(benches), counts, out.stat().st_size)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        yield i, json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise BundleError(f"{path}:{i}: not JSON ({exc.msg})") from None
+    except (OSError, EOFError) as exc:  # not gzip, or cut short
+        raise BundleError(f"{path}: not a readable gzip bundle ({exc})") from None
+
+
+def read_header(path: str | Path) -> dict[str, Any]:
+    """The bundle's header (first line), checked.
+
+    Raises:
+        BundleError: not a bundle, or a newer format version than this Agora reads.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BundleError(f"{path}: no such bundle file")
+    for i, first in _lines(path):
+        return _check_header(path, first)
+    raise BundleError(f"{path}: empty file, not a bundle")
+
+
+def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise BundleError(f"{path}:1: format: not an {FORMAT} file")
+    if not isinstance(head.get("version"), int) or head["version"] > VERSION:
+        raise BundleError(f"{path}:1: version: {head.get('version')!r}; this Agora reads versions up to {VERSION}")
+    if not isinstance(head.get("tables"), dict):
+        raise BundleError(f"{path}:1: tables: missing")
+    return head
+
+
+def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("protocol", "started_at", "config"))
+
+
+def import_bundle(path: str | Path, store: TraceStore) -> BundleSummary:
+    """Load the bundle ``path`` into ``store``: rows whose primary key is new are added, existing ones
+    are kept as they are (importing twice adds nothing), all in one transaction.
+
+    Raises:
+        BundleError: not a bundle, a newer version, a truncated file (no footer, or other counts),
+            a row of an unknown table, or a run id that exists in ``store`` as another run.
+        TraceStoreError: a read-only store.
+    """
+    path = Path(path)
+    head = read_header(path)
+    if store.readonly:
+        raise TraceStoreError(f"{store.path}: opened read-only; import needs to write")
+    tables: dict[str, dict[str, Any]] = head["tables"]
+    added = {t: 0 for t in tables}
+    read = {t: 0 for t in tables}
+    skipped = 0
+    footer = None
+    db = store.db
+    with store.transaction():
+        for t, info in tables.items():
+            cols = dict(info["columns"])
+            pk = list(info.get("primary_key") or [])
+            if t not in db.table_names():
+                db[t].create({c: _TYPES.get(ty, str) for c, ty in cols.items()}, pk=pk[0] if len(pk) == 1 else tuple(pk))
+            have = db[t].columns_dict
+            for c, ty in cols.items():
+                if c not in have:
+                    db[t].add_column(c, _TYPES.get(ty, str))
+        lines = _lines(path)
+        next(lines)
+        for i, line in lines:
+            if line.get("end"):
+                footer = line
+                continue
+            t = line.get("t")
+            if footer is not None or t not in tables or not isinstance(line.get("v"), list):
+                raise BundleError(f"{path}:{i}: a row of unknown table {t!r}, or after the footer")
+            cols = list(tables[t]["columns"])
+            if len(line["v"]) != len(cols):
+                raise BundleError(f"{path}:{i}: {len(line['v'])} values for {len(cols)} columns of {t}")
+            row = dict(zip(cols, line["v"]))
+            if t == "runs":
+                old = store.get_run(row["run_id"])
+                if old is not None and not _same_run(old, row):
+                    raise BundleError(f"{path}:{i}: run_id: {row['run_id']!r} already exists in {store.path} as "
+                                      f"another run (started {old.get('started_at')}); import into another database")
+            names = ", ".join(f"[{c}]" for c in cols)
+            cur = db.conn.execute(f"INSERT OR IGNORE INTO [{t}] ({names}) VALUES ({', '.join('?' * len(cols))})",
+                                  line["v"])
+            added[t] += cur.rowcount
+            read[t] += 1
+            skipped += 1 - cur.rowcount
+        if footer is None:
+            raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
+        expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
+        if expected != {t: n for t, n in read.items() if n}:
+            raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+    return BundleSummary(path, tuple(head.get("runs") or ()), tuple(head.get("benches") or ()), added,
+                         path.stat().st_size, skipped)
