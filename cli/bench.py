@@ -55,7 +55,7 @@ from agora.graphs.bench import (
 )
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
-from agora.traces.bench import read_bench_spec, write_report
+from agora.traces.bench import claim_lines, read_bench_spec, write_report
 from agora.traces.store import TraceStore
 
 
@@ -292,6 +292,8 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
         scope = "all tasks" if c["scope"] == "*" else c["scope"]
         console.print(f"COMED thresholds ({scope}): τ_hi={t['tau_hi']:.4g}, τ_lo={t['tau_lo']:.4g}, "
                       f"m_min={t['m_min']:.4g}: {c['source']}", highlight=False, soft_wrap=True)
+    for line in claim_lines(report):  # "too few questions" under 30 paired questions, never yes/no
+        console.print(f"claim: {escape(line)}", highlight=False, soft_wrap=True)
     failed = sum(len(ids) for per in report["failed_questions"].values() for ids in per.values())
     if failed:
         console.print(f"failed questions: {failed} (not scored; see the report)", highlight=False)

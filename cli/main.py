@@ -16,6 +16,8 @@ from agora.cli import evolve  # noqa: E402,F401
 from agora.cli import pool  # noqa: E402,F401
 from agora.cli import bench  # noqa: E402,F401
 from agora.cli import runs  # noqa: E402,F401
+from agora.cli import replay  # noqa: E402,F401
+from agora.cli import export  # noqa: E402,F401
 from agora.cli import _run  # noqa: E402
 
 # `agora run <name>` for every protocol whose spec sets `run` (MoA, debate): no CLI module of their own.
@@ -23,7 +25,8 @@ _run.spec_commands()
 
 # A command module imported before this one (a test, a script) registered its commands early: list
 # every app's commands in the order of the imports above, whatever order the modules loaded in.
-_ORDER = [m.__name__ for m in (align, duel, serve, select, converse, comed, _run, train, evolve, pool, bench, runs)]
+_ORDER = [m.__name__ for m in (align, duel, serve, select, converse, comed, _run, train, evolve, pool, bench, runs,
+                                   replay, export)]
 
 
 def _import_order(info) -> int:
