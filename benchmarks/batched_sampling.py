@@ -14,6 +14,21 @@ shipped sample, Agora's solver prompt), with the same seeds on both paths:
   the batched decoder at batch 1 (k times) and at batch k, beside llama.cpp's own rate at batch k
   (``llama_decode`` alone, no sampling: the ceiling) and our batched rate as a share of it.
 
+**--mode engines** (issue 29): today's engine (llama-cpp-python, a request's ``n`` samples batched,
+one request at a time) against llama.cpp's server in process (xllamacpp,
+:mod:`agora.models.llamacpp_server`) with 1, 2, 4 and 8 questions in flight, on the same GSM8K
+questions with the same seeds (question ``q``'s samples: ``seed + 1000·q + i``), natural stops,
+each model in turn. A repeat runs today's engine once over the questions, then the server at every
+level (the order reversed on odd repeats). Printed per model and level: wall seconds, generated
+tokens per second (each engine's own count: the server counts a final end token, today's engine
+does not), the speed-up ``wall(today) / wall(server)`` as a mean over repeats with a 95 % t
+interval, and the accuracy (a sample is right when its extracted answer is the gold one) paired by
+question: the server's minus today's, mean over questions with a 95 % interval::
+
+    python benchmarks/batched_sampling.py --mode engines                  # 16 questions × n 3, 3 repeats
+    python benchmarks/batched_sampling.py --mode engines --models qwen2.5-coder-0.5b --questions 1 \
+        --max-tokens 16 --levels 1 --repeats 1                            # smoke
+
 Threads: ``AGORA_LLAMA_THREADS`` (default: the cores this process may use). Run it on an idle
 machine: another busy process halves llama.cpp's speed.
 """
@@ -21,7 +36,12 @@ machine: another busy process halves llama.cpp's speed.
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from agora.models._llama_batch import decode_only_rate
 from agora.models.llamacpp import _DECODE_LOCK, _decoder
@@ -35,14 +55,122 @@ def rate(samples, seconds: float) -> float:
     return sum(s.completion_tokens for s in samples) / seconds
 
 
+#: The GSM8K test set beside the checkout (the shipped sample has 5 questions only).
+SHARED_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "test.jsonl"
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95 % Student-t interval of ``values`` (the interval is the mean alone for one value)."""
+    from scipy import stats
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def run_questions(model, problems, messages, *, n: int, in_flight: int, max_tokens: int, temperature: float,
+                  seed: int) -> tuple[float, list[list]]:
+    """Wall seconds and, per question, its ``n`` generations (``AIMessage``), ``in_flight`` questions at once."""
+    from agora.models._chat import to_messages
+
+    def ask(q: int) -> list:
+        result = model.generate([to_messages(messages[q])], n=n, temperature=temperature, max_tokens=max_tokens,
+                                seed=seed + 1000 * q)
+        return [g.message for g in result.generations[0]]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=in_flight) as pool:
+        answers = list(pool.map(ask, range(len(problems))))
+    return time.perf_counter() - start, answers
+
+
+def engines(args) -> None:
+    """``--mode engines``: today's embedded engine against llama.cpp's server (see the module docstring)."""
+    os.environ.pop("AGORA_LLAMA_ENGINE", None)  # the baseline is today's engine whatever the shell says
+    from agora.models.builtins import BUILTINS, resolve_builtin
+    from agora.models.llamacpp import LlamaCppChatModel
+    from agora.models.llamacpp_server import LlamaCppServerChatModel, close_servers
+    from agora.tasks.answers import extract_answer, is_correct
+
+    levels = [int(x) for x in args.levels.split(",")]
+    data = Path(args.data) if args.data else (SHARED_GSM8K if SHARED_GSM8K.is_file() else None)
+    path, fmt = (data, "gsm8k") if data else sample_path("gsm8k")
+    problems = load_problems(path, fmt, args.questions)
+    messages = [solver_messages(p, 2) for p in problems]
+    slots = args.slots or max(levels) * args.n
+    print(f"{len(problems)} GSM8K questions ({path}) × n {args.n}, temperature {args.temperature}, max "
+          f"{args.max_tokens} tokens, natural stops, seeds {args.seed} + 1000·q + i; in flight {levels}; "
+          f"{args.repeats} repeat(s); server: {slots} slots × {args.slot_ctx} tokens; threads "
+          f"{os.environ.get('AGORA_LLAMA_THREADS', 'all cores')}")
+    kw = dict(n=args.n, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+
+    def right(problem, gens) -> list[float]:
+        return [float(is_correct(extract_answer(m.content, problem.kind, problem.n_choices), problem.gold,
+                                 problem.kind)) for m in gens]
+
+    for name in args.models.split(","):
+        gguf = resolve_builtin(f"builtin:{name}")
+        today = LlamaCppChatModel(model_path=gguf, model_name=name, prompt_format=BUILTINS[name].prompt_format,
+                                  n_ctx=4096)
+        server = LlamaCppServerChatModel(model_path=gguf, model_name=name, prompt_format=BUILTINS[name].prompt_format,
+                                         n_ctx=args.slot_ctx, n_parallel=slots)
+        for model in (today, server):  # warm-up: load, first contexts
+            run_questions(model, problems[:1], messages[:1], in_flight=1, **dict(kw, max_tokens=4))
+        walls: dict[object, list[float]] = {"today": [], **{lv: [] for lv in levels}}
+        tokens: dict[object, list[int]] = {"today": [], **{lv: [] for lv in levels}}
+        acc: dict[object, list[list[float]]] = {"today": [], **{lv: [] for lv in levels}}  # [repeat][question]
+        for r in range(args.repeats):
+            order: list[object] = ["today", *levels]
+            for cell in (order if r % 2 == 0 else order[::-1]):
+                model, in_flight = (today, 1) if cell == "today" else (server, int(cell))
+                wall, answers = run_questions(model, problems, messages, in_flight=in_flight, **kw)
+                walls[cell].append(wall)
+                tokens[cell].append(sum(m.usage_metadata["output_tokens"] for gens in answers for m in gens))
+                acc[cell].append([statistics.fmean(right(p, g)) for p, g in zip(problems, answers)])
+                print(f"  {name} repeat {r + 1} {'today' if cell == 'today' else f'server ×{cell}'}: {wall:.1f} s, "
+                      f"{tokens[cell][-1]} tokens", flush=True)
+        base_acc = [statistics.fmean(col) for col in zip(*acc["today"])]  # per question, over repeats
+        print(f"\n{name} (threads {today.n_threads})")
+        print(f"{'engine':<16} {'in flight':>9} {'wall s':>8} {'tok/s':>7} {'speed-up [95% CI]':>22} "
+              f"{'accuracy':>9} {'Δ acc vs today [95% CI]':>26}")
+        mean_acc = statistics.fmean(base_acc)
+        print(f"{'llama-cpp-python':<16} {1:>9} {statistics.fmean(walls['today']):8.1f} "
+              f"{sum(tokens['today']) / sum(walls['today']):7.1f} {'1 (baseline)':>22} {mean_acc:9.3f} {'':>26}")
+        for lv in levels:
+            ratio = t_interval([a / b for a, b in zip(walls["today"], walls[lv])])
+            cell_acc = [statistics.fmean(col) for col in zip(*acc[lv])]
+            diff = t_interval([a - b for a, b in zip(cell_acc, base_acc)])
+            print(f"{'server':<16} {lv:>9} {statistics.fmean(walls[lv]):8.1f} {sum(tokens[lv]) / sum(walls[lv]):7.1f} "
+                  f"{ratio[0]:8.2f} [{ratio[1]:.2f}, {ratio[2]:.2f}]{'':>2} {statistics.fmean(cell_acc):9.3f} "
+                  f"{diff[0]:+10.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]", flush=True)
+        close_servers()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("samples", "engines"), default="samples",
+                        help="samples: k samples of one prompt, batched vs sequential (issue 14); engines: today's "
+                             "engine vs llama.cpp's server with questions in flight (issue 29)")
     parser.add_argument("--models", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
-    parser.add_argument("--ks", default="1,2,4,8")
+    parser.add_argument("--ks", default="1,2,4,8", help="samples mode: samples per prompt")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--levels", default="1,2,4,8", help="engines mode: questions in flight on the server")
+    parser.add_argument("--questions", type=int, default=16, help="engines mode: GSM8K test questions (the first)")
+    parser.add_argument("--n", type=int, default=3, help="engines mode: samples per question")
+    parser.add_argument("--repeats", type=int, default=3, help="engines mode: repeats (the speed-up's interval)")
+    parser.add_argument("--slots", type=int, default=0, help="engines mode: server slots (0: max level × n)")
+    parser.add_argument("--slot-ctx", type=int, default=1024, help="engines mode: tokens per server slot")
+    parser.add_argument("--data", default=None, help="engines mode: a GSM8K jsonl (default: ../shared/data/gsm8k/"
+                                                     "test.jsonl, else the shipped sample)")
     args = parser.parse_args()
+    if args.mode == "engines":
+        engines(args)
+        return
+    os.environ.pop("AGORA_LLAMA_ENGINE", None)  # this mode measures today's engine's batched decoder
     ks = [int(k) for k in args.ks.split(",")]
     pool = builtin_pool("default")
     path, fmt = sample_path("gsm8k")

@@ -92,3 +92,25 @@ def test_run_align_on_the_default_qwen_pool_traces_every_call(tmp_path):
     assert len(calls) == 2 * 2 * 2  # questions x agents x samples
     assert {c["model"] for c in calls} == {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
     assert all(c["error"] is None and c["completion_tokens"] > 0 for c in calls)
+
+
+def test_the_engines_side_by_side_runs_in_a_smoke_configuration():
+    """``benchmarks/batched_sampling.py --mode engines`` (issue 29) on SmolLM2: both engines, two
+    levels in flight, the table with speed-up and paired accuracy columns."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("xllamacpp")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "batched_sampling.py"
+    path, _ = sample_path("gsm8k")
+    env = {**os.environ, "AGORA_LLAMA_THREADS": "1", "AGORA_LLAMA_ENGINE": "server"}  # the baseline ignores it
+    out = subprocess.run([sys.executable, str(script), "--mode", "engines", "--models", "smollm2", "--questions", "2",
+                          "--max-tokens", "8", "--levels", "1,2", "--repeats", "1", "--data", str(path)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith(("llama-cpp-python", "server "))]
+    assert [r[:2] for r in rows] == [["llama-cpp-python", "1"], ["server", "1"], ["server", "2"]], out.stdout
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)  # wall seconds, tokens per second
+    assert "2 GSM8K questions" in out.stdout and "speed-up" in out.stdout
