@@ -14,7 +14,7 @@ from agora.cli._apps import run_app
 from agora.cli._shared import MAX_TEMPERATURE, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
 from agora.graphs.delegation import METHODS, DelegationContext
 from agora.tasks.loaders import load_problems
-from agora.traces.report import method_table, run_totals
+from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore
 
 _DEFAULTS = DelegationConfig()  # the options' defaults
@@ -78,6 +78,6 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
                       "recorded, not counted in accuracy; a rerun with this --run-id retries them)", highlight=False)
     console.print(
         f"samples drawn: {int(totals['calls'])} (one trace row each; failed attempts: {int(totals['failed'])}), "
-        f"generated tokens: {int(totals['completion_tokens'])}, prompt tokens: {int(totals['prompt_tokens'])}, "
+        f"generated tokens: {int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, prompt tokens: {int(totals['prompt_tokens'])}, "
         f"question time: {totals['wall_s']:.1f} s summed over {int(totals['questions'])} questions", highlight=False)
     console.print(f"traces: {store.path}", highlight=False)

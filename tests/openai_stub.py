@@ -28,20 +28,25 @@ Handler = Callable[[str, dict[str, Any]], tuple[int, Any]]
 
 
 class Raw:
-    """A reply body sent as is (``content_type`` header), e.g. invalid JSON or an HTML page."""
+    """A reply body sent as is (``content_type`` header, plus any ``headers`` such as
+    ``{"Retry-After": "0.05"}``), e.g. invalid JSON, an HTML page, or an error with its headers."""
 
-    def __init__(self, body: str | bytes, content_type: str = "application/json"):
+    def __init__(self, body: str | bytes, content_type: str = "application/json",
+                 headers: dict[str, str] | None = None):
         self.body = body.encode() if isinstance(body, str) else body
         self.content_type = content_type
+        self.headers = dict(headers or {})
 
 
 DROP = object()
 """A payload: close the connection without sending a reply."""
 
 
-def chat_reply(body: dict[str, Any], texts: list[str] | None = None, choices: int | None = None,
-               logprobs: list[tuple[str, float]] | None = None) -> dict[str, Any]:
-    """A chat completion with ``choices`` (default ``n``) choices cycling through ``texts``."""
+def chat_reply(body: dict[str, Any], texts: list[str | None] | None = None, choices: int | None = None,
+               logprobs: list[tuple[str, float]] | None = None, usage: bool = True) -> dict[str, Any]:
+    """A chat completion with ``choices`` (default ``n``; ``choices=1`` is a server that ignores
+    ``n``) choices cycling through ``texts`` (``None``: ``content: null``); ``usage=False``
+    leaves out the usage block. Usage: 11 prompt tokens, 5 completion tokens per choice."""
     k = body.get("n", 1) if choices is None else choices
     texts = texts or ["The answer is 4."]
     out = []
@@ -55,8 +60,11 @@ def chat_reply(body: dict[str, Any], texts: list[str] | None = None, choices: in
                                   {"token": "x", "logprob": lp - 1.0, "bytes": None}]}
                 for t, lp in logprobs]}
         out.append(choice)
-    return {"id": "cmpl-stub", "object": "chat.completion", "created": 0, "model": body.get("model", "stub"),
-            "choices": out, "usage": {"prompt_tokens": 11, "completion_tokens": 5 * k, "total_tokens": 11 + 5 * k}}
+    reply = {"id": "cmpl-stub", "object": "chat.completion", "created": 0, "model": body.get("model", "stub"),
+             "choices": out, "usage": {"prompt_tokens": 11, "completion_tokens": 5 * k, "total_tokens": 11 + 5 * k}}
+    if not usage:
+        del reply["usage"]
+    return reply
 
 
 def text_reply(body: dict[str, Any], text: str = " 4") -> dict[str, Any]:
@@ -101,6 +109,8 @@ class StubServer:
                 data = raw.body
                 self.send_response(status)
                 self.send_header("Content-Type", raw.content_type)
+                for key, value in raw.headers.items():
+                    self.send_header(key, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
