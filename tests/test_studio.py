@@ -1,9 +1,13 @@
-"""``langgraph dev`` loads every graph of langgraph.json offline (LangGraph Studio's server), runs the
-delegation graph through its HTTP API with settings sent as context, and pauses the CUPID graph at
-its interrupt until a resume command answers it."""
+"""``agora studio`` (the documented Studio command: LangGraph's dev server, as ``langgraph dev`` runs it,
+without its pickle files) loads every graph of langgraph.json offline on 127.0.0.1, runs the delegation
+graph through its HTTP API on the pool its context names, refuses a context it cannot use, pauses the
+CUPID graph at its interrupt until a resume command answers it, and never loads a crafted
+``.langgraph_api/*.pckl`` from the project folder."""
 
 import json
 import os
+import pickle
+import signal
 import shutil
 import socket
 import subprocess
@@ -35,52 +39,90 @@ def get(url):
 
 
 def run_and_wait(base: str, graph_id: str, body: dict) -> tuple[str, dict]:
-    """A new thread, one run of ``graph_id`` on it (``body``: input or command, context), its output.
-    The run uses the embedded pool (real models): a few seconds with the small settings given."""
+    """A new thread, one run of ``graph_id`` on it (``body``: input or command, context), its output."""
     thread = post(f"{base}/threads", {})["thread_id"]
     return thread, post(f"{base}/threads/{thread}/runs/wait", {"assistant_id": graph_id, **body}, timeout_s=300)
 
 
-@pytest.mark.slow
-def test_langgraph_dev_lists_every_graph_runs_delegation_and_pauses_cupid(tmp_path):
-    exe = shutil.which("langgraph") or str(Path(sys.executable).with_name("langgraph"))
+TINY = {"smollm2-135m", "gemma3-270m"}
+
+
+def agora_exe() -> str:
+    exe = shutil.which("agora") or str(Path(sys.executable).with_name("agora"))
     if not Path(exe).exists():
-        pytest.skip("langgraph-cli is not installed (pip install -e '.[dev]')")
+        pytest.skip("the agora console script is not installed (pip install -e .)")
+    try:
+        import langgraph_api  # noqa: F401
+    except ImportError:
+        pytest.skip("langgraph-api is not installed (pip install -e '.[dev]')")
+    return exe
+
+
+def start_studio(tmp_path: Path, cwd: Path, *args: str) -> tuple[subprocess.Popen, str, Path, object]:
+    """``agora studio --port P ...`` started in ``cwd``; its log goes to a file (a full pipe would stall it)."""
     port = free_port()
-    env = {**os.environ, "LANGSMITH_TRACING": "false", "LANGGRAPH_NO_VERSION_CHECK": "1"}
-    log = tmp_path / "langgraph-dev.log"  # a file, not a pipe: a full pipe would stall the server mid-run
+    env = {**os.environ, "LANGSMITH_TRACING": "false", "AGORA_LLAMA_THREADS": os.environ.get("AGORA_LLAMA_THREADS", "1")}
+    log = tmp_path / "studio.log"
     sink = log.open("w")
-    proc = subprocess.Popen([exe, "dev", "--no-browser", "--no-reload", "--port", str(port)], cwd=ROOT,
-                            stdout=sink, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen([agora_exe(), "studio", "--port", str(port), *args], cwd=cwd, stdout=sink,
+                            stderr=subprocess.STDOUT, env=env)
+    return proc, f"http://127.0.0.1:{port}", log, sink
+
+
+def wait_until_up(proc: subprocess.Popen, base: str, log: Path, timeout_s: float = 120) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if get(f"{base}/ok")["ok"]:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"the server did not come up:\n{log.read_text()[-4000:]}")
+
+
+def stop(proc: subprocess.Popen, sink) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        proc.kill()
+        return proc.wait()
+    finally:
+        sink.close()
+
+
+@pytest.mark.slow
+def test_agora_studio_serves_every_graph_on_the_pool_its_context_names(tmp_path):
+    pickles = {p: p.stat().st_mtime_ns for p in ROOT.glob(".langgraph_api/*.pckl")}
+    proc, base, log, sink = start_studio(tmp_path, ROOT)
     try:
         expected = set(json.loads((ROOT / "langgraph.json").read_text())["graphs"])
-        found: set[str] = set()
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                found = {a["graph_id"] for a in post(f"http://127.0.0.1:{port}/assistants/search", {"limit": 100})}
-                if expected <= found:
-                    break
-            except OSError:
-                pass
-            time.sleep(1)
-        assert proc.poll() is None, log.read_text()[-4000:]
-        assert expected <= found
-        base = f"http://127.0.0.1:{port}"
+        wait_until_up(proc, base, log)
+        assert expected <= {a["graph_id"] for a in post(f"{base}/assistants/search", {"limit": 100})}
 
-        # Studio's context form: the settings, and a pool that JSON cannot carry (the embedded one runs)
+        # Studio's context form: a pool named by a string, and the settings
         [assistant] = post(f"{base}/assistants/search", {"graph_id": "align_delegation"})
-        context_schema = get(f"{base}/assistants/{assistant['assistant_id']}/schemas")["context_schema"]
+        schemas = get(f"{base}/assistants/{assistant['assistant_id']}/schemas")
+        context_schema = schemas["context_schema"]
         assert set(context_schema["properties"]) == {"pool", "config"}
+        assert {"type": "string"} in context_schema["properties"]["pool"]["anyOf"]
+        assert schemas["input_schema"]["examples"] and schemas["input_schema"]["properties"]["question"]["description"]
+
         _, out = run_and_wait(base, "align_delegation", {
             "input": {"question": "What is 2 + 3?", "gold": "5"},
-            "context": {"config": {"n_agents": 1, "k_samples": 1, "max_tokens": 24, "shots": 0}}})
+            "context": {"pool": "tiny", "config": {"n_agents": 2, "k_samples": 1, "max_tokens": 24, "shots": 0}}})
         assert set(out) == {"answer", "selection", "proposals", "methods"}, out
-        assert len(out["proposals"]) == 1 and out["methods"]["self_consistency"]["samples"] == 1  # context used
-        assert out["answer"] == out["selection"]["answer"] and isinstance(out["methods"]["align"]["correct"], bool)
+        assert {p["model"] for p in out["proposals"]} == TINY, out["proposals"]  # the tiny pool, not the default
+        assert out["methods"]["self_consistency"]["samples"] == 2  # the settings were used too
 
-        # CUPID pauses at ask_user (both models answer the one prompt, 8 tokens), a command resumes it
-        context = {"config": {"budget_rounds": 1, "max_tokens": 8, "mc_samples": 200}}
+        # a pool the graph cannot use: the run fails with the one-line error, nothing runs on a default
+        _, bad = run_and_wait(base, "align_delegation", {"input": {"question": "What is 2 + 3?"}, "context": {"pool": 3}})
+        assert bad["__error__"]["error"] == "ContextError", bad
+        assert bad["__error__"]["message"].startswith("DelegationContext.pool: expected a ModelPool"), bad
+
+        # CUPID pauses at ask_user (both tiny models answer the one prompt, 8 tokens), a command resumes it
+        context = {"pool": "tiny", "config": {"budget_rounds": 1, "max_tokens": 8, "mc_samples": 200}}
         thread, paused = run_and_wait(base, "cupid_selection", {"input": {"prompts": ["Say hi."]},
                                                                 "context": context})
         [question] = paused["__interrupt__"]
@@ -88,12 +130,72 @@ def test_langgraph_dev_lists_every_graph_runs_delegation_and_pauses_cupid(tmp_pa
         assert get(f"{base}/threads/{thread}/state")["next"] == ["ask_user"]
         done = post(f"{base}/threads/{thread}/runs/wait", {"assistant_id": "cupid_selection",
                                                              "command": {"resume": "A"}, "context": context},
-                    timeout_s=120)
+                    timeout_s=300)
         assert done["recommendation"]["rounds"] == 1 and len(done["history"]) == 1, done
+        assert set(done["arms"]) == TINY
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-        sink.close()
+        stop(proc, sink)
+    assert {p: p.stat().st_mtime_ns for p in ROOT.glob(".langgraph_api/*.pckl")} == pickles  # none read or written
+
+
+class Payload:
+    """Unpickling it opens ``marker`` for writing: the file appears iff the pickle was loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+GRAPH = """from typing_extensions import TypedDict
+from langgraph.graph import END, START, StateGraph
+
+
+class State(TypedDict):
+    n: int
+
+
+def step(state: State) -> dict:
+    return {"n": state["n"] + 1}
+
+
+builder = StateGraph(State)
+builder.add_node("step", step)
+builder.add_edge(START, "step")
+builder.add_edge("step", END)
+graph = builder.compile()
+"""
+
+PICKLES = (".langgraph_ops.pckl", ".langgraph_retry_counter.pckl", ".langgraph_checkpoint.1.pckl",
+           ".langgraph_checkpoint.2.pckl", "store.pckl", "store.vectors.pckl")
+"""Every file langgraph-runtime-inmem's file persistence loads with pickle (0.36)."""
+
+
+def test_a_crafted_pickle_in_the_project_folder_does_not_run_through_agora_studio(tmp_path):
+    project = tmp_path / "project"
+    (project / ".langgraph_api").mkdir(parents=True)
+    (project / "graph.py").write_text(GRAPH)
+    (project / "langgraph.json").write_text(json.dumps({"dependencies": ["."], "graphs": {"counter": "./graph.py:graph"}}))
+    marker = tmp_path / "payload-ran"
+    for name in PICKLES:
+        (project / ".langgraph_api" / name).write_bytes(pickle.dumps(Payload(marker)))
+    # the payload is live: loading one of the files as the dev server would (pickle.load) runs it
+    subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))",
+                    str(project / ".langgraph_api" / PICKLES[0])], check=False, capture_output=True)
+    assert marker.exists()
+    marker.unlink()
+    before = {p.name: p.read_bytes() for p in (project / ".langgraph_api").iterdir()}
+
+    proc, base, log, sink = start_studio(tmp_path, project)  # the documented command, from the project folder
+    try:
+        wait_until_up(proc, base, log)
+        thread = post(f"{base}/threads", {})["thread_id"]  # threads, runs and checkpoints are used, then shut down
+        out = post(f"{base}/threads/{thread}/runs/wait", {"assistant_id": "counter", "input": {"n": 1}})
+        assert out == {"n": 2}
+    finally:
+        code = stop(proc, sink)
+    assert code == 0, log.read_text()[-4000:]
+    assert "pickle file(s)" in log.read_text()  # it says it ignores them
+    assert not marker.exists(), "a crafted .langgraph_api pickle ran through agora studio"
+    assert {p.name: p.read_bytes() for p in (project / ".langgraph_api").iterdir()} == before  # nothing written

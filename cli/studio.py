@@ -1,0 +1,169 @@
+"""``agora studio``: LangGraph's development server (what ``langgraph dev`` runs, for LangGraph
+Studio and the HTTP API) for every graph of ``langgraph.json``, without the dev server's pickle files.
+
+``langgraph dev`` keeps its threads, runs, store and checkpoints in ``.langgraph_api/*.pckl`` under
+the folder it starts in, and loads them with :mod:`pickle` at startup (langgraph-runtime-inmem's
+file persistence): a crafted file there runs code before the first request. In langgraph-api
+0.16 / langgraph-runtime-inmem 0.36 ``langgraph dev`` always turns that persistence on (it sets
+``LANGGRAPH_DISABLE_FILE_PERSISTENCE`` from a ``disable_persistence`` key that ``langgraph.json``
+validation drops), and the operations file ``.langgraph_ops.pckl`` is loaded even when it is off.
+So this command starts the same server (``langgraph_api.cli.run_server``) itself:
+
+- in a fresh private folder (``mkdtemp``, mode 0700, removed on exit) as its working directory,
+  so no ``.langgraph_api`` of the project (or anyone's) is ever read; the graph paths of
+  ``langgraph.json`` are made absolute, so the graphs load from the project as before;
+- with file persistence off (``disable_persistence=True``: ``LANGGRAPH_DISABLE_FILE_PERSISTENCE=true``),
+  so threads and runs live in memory only and end with the server;
+- with strict msgpack (``LANGGRAPH_STRICT_MSGPACK=true``: checkpoints deserialize only the types the
+  graphs declare) and no pickle fallback in the checkpoint serializer (``pickle_fallback: false``);
+- on 127.0.0.1 without reload, browser or tunnel unless asked.
+
+The HTTP API works offline; the Studio web UI (https://smith.langchain.com/studio) is a web page
+loaded from the internet that talks to this local server (docs/studio.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agora.cli._apps import app
+from agora.cli._shared import err_console, user_errors
+
+STUDIO_URL = "https://smith.langchain.com/studio/?baseUrl=http://{host}:{port}"
+"""The Studio web UI for a local server (a web page from the internet; the server itself is local)."""
+
+SAFE_ENV = {
+    "LANGGRAPH_DISABLE_FILE_PERSISTENCE": "true",
+    "LANGGRAPH_STRICT_MSGPACK": "true",
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+    "LANGGRAPH_NO_VERSION_CHECK": "1",
+}
+"""What the server process starts with (``run_server`` sets the first one again from
+``disable_persistence``; the strict-msgpack switch is read when LangGraph's serializer is imported,
+so it must be in the environment before the process starts)."""
+
+SAFE_CHECKPOINTER = {"serde": {"pickle_fallback": False}}
+"""langgraph-api's checkpoint serializer without its cloudpickle fallback (``langgraph.json``'s
+``checkpointer.serde.pickle_fallback``)."""
+
+
+def server_graphs(config_path: Path) -> dict[str, Any]:
+    """The ``graphs`` of a ``langgraph.json`` with every relative file path made absolute (relative
+    to the file's folder), so the server can start in another folder.
+
+    Raises:
+        ValueError: the file is not JSON, or has no ``graphs`` object (the message names the file).
+    """
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{config_path}: cannot read the LangGraph config ({exc})") from None
+    graphs = config.get("graphs") if isinstance(config, dict) else None
+    if not isinstance(graphs, dict) or not graphs:
+        raise ValueError(f"{config_path}: no 'graphs' object (a langgraph.json lists graph id -> path)")
+    root = config_path.resolve().parent
+
+    def absolute(path: str) -> str:
+        file, _, attr = path.rpartition(":")
+        if file.endswith(".py") and not Path(file).is_absolute():
+            return f"{(root / file).resolve()}:{attr}"
+        return path
+
+    out: dict[str, Any] = {}
+    for graph_id, entry in graphs.items():
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            out[graph_id] = {**entry, "path": absolute(entry["path"])}
+        elif isinstance(entry, str):
+            out[graph_id] = absolute(entry)
+        else:
+            raise ValueError(f"{config_path}: graphs.{graph_id}: expected a path or an object with 'path'")
+    return out
+
+
+def server_command(config_path: Path, host: str, port: int, browser: bool) -> list[str]:
+    """The child process that runs the server (``python -m agora.cli.studio CONFIG HOST PORT BROWSER``)."""
+    return [sys.executable, "-m", "agora.cli.studio", str(config_path.resolve()), host, str(port), str(int(browser))]
+
+
+def stale_pickles(project: Path) -> list[Path]:
+    """``.langgraph_api/*.pckl`` files in ``project`` (left by ``langgraph dev``; never read here)."""
+    folder = project / ".langgraph_api"
+    return sorted(folder.glob("*.pckl")) if folder.is_dir() else []
+
+
+@app.command("studio", short_help="LangGraph's dev server for Studio and the HTTP API, without its pickle files.")
+def studio(
+    config: Path = typer.Option(Path("langgraph.json"), "--config", help="The LangGraph config listing the graphs."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (127.0.0.1: this machine only)."),
+    port: int = typer.Option(2024, "--port", min=1, max=65535, help="Port of the HTTP API."),
+    browser: bool = typer.Option(False, "--browser/--no-browser", help="Open the Studio web UI (loaded from "
+                                 "the internet) in a browser."),
+) -> None:
+    """Serve every graph of CONFIG for LangGraph Studio and the HTTP API (as ``langgraph dev`` does),
+    from a fresh private folder, with file persistence off and strict msgpack: no pickle file is
+    read or written, threads and runs end with the server. Ctrl-C stops it.
+
+    A run picks its models in its context: {"pool": "tiny"}, {"pool": "default"} or a pool-file path.
+    """
+    with user_errors():
+        config = config.expanduser()
+        if not config.is_file():
+            raise FileNotFoundError(f"{config}: no such LangGraph config (run from the project folder, or --config)")
+        server_graphs(config)  # a bad config fails here, in one line, before a process starts
+        stale = stale_pickles(config.resolve().parent)
+        if stale:
+            err_console.print(f"note: {len(stale)} pickle file(s) in {stale[0].parent} are ignored (never loaded); "
+                              "delete the folder if you did not make them", highlight=False)
+        workdir = tempfile.mkdtemp(prefix="agora-studio-")
+        env = {**os.environ, **SAFE_ENV}
+        err_console.print(f"API: http://{host}:{port}  (docs: http://{host}:{port}/docs)\n"
+                          f"Studio (web UI from the internet): {STUDIO_URL.format(host=host, port=port)}",
+                          highlight=False)
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the server as Ctrl-C does
+        proc = subprocess.Popen(server_command(config, host, port, browser), cwd=workdir, env=env)
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()  # uvicorn shuts down on SIGTERM (Ctrl-C in a terminal reached it already)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            err_console.print("stopped", highlight=False)
+            code = 0
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            shutil.rmtree(workdir, ignore_errors=True)
+        if code:
+            raise typer.Exit(code)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _serve(config: str, host: str, port: str, browser: str) -> None:
+    """The server process (started by :func:`studio` in its private folder, with :data:`SAFE_ENV`)."""
+    from langgraph_api.cli import run_server
+
+    config_path = Path(config)
+    sys.path.insert(0, str(config_path.parent))  # langgraph.json's "dependencies": ["."]
+    raw = json.loads(config_path.read_text(encoding="utf-8"))
+    run_server(host, int(port), False, server_graphs(config_path), open_browser=browser == "1",
+               env=raw.get("env"), store=raw.get("store"), auth=raw.get("auth"), http=raw.get("http"),
+               checkpointer={**(raw.get("checkpointer") or {}), **SAFE_CHECKPOINTER}, disable_persistence=True)
+
+
+if __name__ == "__main__":
+    _serve(*sys.argv[1:5])
