@@ -18,6 +18,7 @@ from agora.cli import bench  # noqa: E402,F401
 from agora.cli import runs  # noqa: E402,F401
 from agora.cli import replay  # noqa: E402,F401
 from agora.cli import export  # noqa: E402,F401
+from agora.cli import studio  # noqa: E402,F401
 from agora.cli import _run  # noqa: E402
 
 # `agora run <name>` for every protocol whose spec sets `run` (MoA, debate): no CLI module of their own.
