@@ -84,7 +84,7 @@ def replay_cmd(
         out = Table(title=f"{rule} (replay) vs each recorded method: same questions, 95% paired-bootstrap CI")
         for col in ("vs", "questions", "replay %", "method %", "diff pp", "95% CI", "wins / losses", "McNemar p",
                     "note"):
-            out.add_column(col, justify="left" if col in ("vs", "note") else "right")
+            out.add_column(col, justify="left" if col in ("vs", "note") else "right", no_wrap=col in ("vs", "note"))
         for row in table:
             out.add_row(row["method"], str(row["questions"]), fmt_pct(row["replay_accuracy"]),
                         fmt_pct(row["method_accuracy"]), f"{100 * row['diff']:+.1f}",

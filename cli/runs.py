@@ -83,7 +83,8 @@ def report_run(
         table = Table(title="methods")
         for col in ("method", "questions", "accuracy %", "95% CI", "samples/q", "gen. tokens", "failed", "guessed",
                     "note"):
-            table.add_column(col, justify="left" if col in ("method", "note") else "right")
+            table.add_column(col, justify="left" if col in ("method", "note") else "right",
+                             no_wrap=col in ("method", "note"))
         for m in s["methods"]:
             table.add_row(m.method, str(m.questions), fmt_pct(m.accuracy), fmt_ci(m.ci_low, m.ci_high),
                           f"{m.samples_per_question:.1f}", str(m.completion_tokens), str(m.failed), str(m.guessed),
