@@ -15,7 +15,8 @@ A bundle is gzip-compressed JSON Lines (``*.agora.jsonl.gz``):
 Tables: the core ones (:data:`agora.traces.schema.TABLES`) and every other table with a ``run_id``
 column and a primary key (duels, reputation and leader snapshots, preference pairs, ...), each
 restricted to the bundle's runs; with a bench, its ``benches`` and ``bench_cells`` rows. The gzip
-header carries no time stamp, so exporting the same rows twice gives the same bytes.
+header carries no time stamp or file name (only the JSON header's ``created_at`` differs between two
+exports of the same rows).
 
 Import (:func:`import_bundle`) inserts rows whose primary key is new and leaves existing ones
 alone, in one transaction: importing a bundle twice adds nothing. A run id that already exists

@@ -1,0 +1,133 @@
+"""Trace bundles (issue 30 item 5): ``agora export`` → ``agora import`` into an empty DB gives the same
+reports, replays and DPO rows as the original; importing twice adds nothing; truncated, newer and
+conflicting bundles are refused without writing anything."""
+
+import gzip
+import json
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+import agora.cli.bench as bench_cli
+from agora.cli.main import app
+from agora.training.datasets import align_pairs, dpo_rows
+from agora.traces.bench import bench_report, read_bench_spec
+from agora.traces.bundle import FORMAT, VERSION, read_header
+from agora.traces.store import TraceStore
+from test_bench import bench_args, scripted_pool, write_tasks
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bundle")
+    math_file, mc_file = write_tasks(tmp)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+        result = CliRunner().invoke(app, bench_args(math_file, mc_file, tmp / "t.db", tmp / "b"))
+    assert result.exit_code == 0, result.output
+    bundle = tmp / "b1.agora.jsonl.gz"
+    result = CliRunner().invoke(app, ["export", "--db", str(tmp / "t.db"), "--bench-id", "b1", "--out", str(bundle)])
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and "4 runs" in result.output
+    return tmp / "t.db", bundle
+
+
+def table_counts(db):
+    with sqlite3.connect(db) as conn:
+        have = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+        return {t: conn.execute(f"select count(*) from [{t}]").fetchone()[0] if t in have else 0
+                for t in ("runs", "questions", "results", "model_calls", "benches", "bench_cells")}
+
+
+def outputs(db):
+    """What a user reads from a trace DB: reports, replays, DPO rows, the bench report."""
+    run = CliRunner()
+    out = {"runs": run.invoke(app, ["report", "runs", "--db", str(db), "--json"]).output}
+    for r in ("b1:arith:align", "b1:quiz:comed"):
+        out[f"run {r}"] = run.invoke(app, ["report", "run", r, "--db", str(db), "--json"]).output
+    out["question"] = run.invoke(app, ["report", "question", "--db", str(db), "--run-id", "b1:arith:align",
+                                       "--question-id", "arith-3", "--json"]).output
+    for r, rule, extra in (("b1:arith:align", "align", ["--param", "tau=0.9"]), ("b1:arith:align", "plurality", []),
+                           ("b1:quiz:comed", "comed", []),
+                           ("b1:arith:align", "weighted_vote", ["--dev-run-id", "b1:quiz:align"])):
+        out[f"replay {r} {rule}"] = run.invoke(app, ["replay", "--db", str(db), "--run-id", r, "--rule", rule,
+                                                     "--json", *extra]).output
+    out["dpo"] = dpo_rows(align_pairs(db))
+    store = TraceStore(db, readonly=True)
+    report = bench_report(store, read_bench_spec(store, "b1"))
+    report.pop("generated_at")
+    out["bench"] = json.dumps(report, sort_keys=True, default=str)
+    return out
+
+
+def test_export_then_import_into_an_empty_db_reads_exactly_like_the_original(exported, tmp_path):
+    db, bundle = exported
+    head = read_header(bundle)
+    assert (head["format"], head["version"]) == (FORMAT, VERSION)
+    assert head["runs"] == ["b1:arith:align", "b1:arith:comed", "b1:quiz:align", "b1:quiz:comed"]
+    assert head["tables"]["model_calls"]["primary_key"] == ["call_id"]
+    assert "answer" in head["tables"]["model_calls"]["columns"]
+    copy = tmp_path / "copy.db"
+    result = CliRunner().invoke(app, ["import", str(bundle), "--db", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert "already present: 0" in result.output
+    assert table_counts(copy) == table_counts(db)
+    want, got = outputs(db), outputs(copy)
+    # ALIGN pairs: arith, agent 0 right over agent 1's plurality "0" (4); quiz, agent 1's A over agent 0's B (3)
+    assert len(want["dpo"]) == 7
+    for key in want:
+        assert got[key] == want[key], key
+    assert json.loads(want["replay b1:arith:align align"])["rows"]
+
+
+def test_importing_twice_adds_nothing(exported, tmp_path):
+    _, bundle = exported
+    copy = tmp_path / "copy.db"
+    assert CliRunner().invoke(app, ["import", str(bundle), "--db", str(copy)]).exit_code == 0
+    before = table_counts(copy)
+    result = CliRunner().invoke(app, ["import", str(bundle), "--db", str(copy)])
+    assert result.exit_code == 0 and "rows added: none" in result.output
+    assert table_counts(copy) == before
+    assert f"already present: {sum(before.values())}" in result.output
+
+
+def test_a_truncated_newer_or_conflicting_bundle_is_refused_and_writes_nothing(exported, tmp_path):
+    db, bundle = exported
+    lines = gzip.open(bundle, "rt", encoding="utf-8").read().splitlines()
+    cut = tmp_path / "cut.agora.jsonl.gz"
+    with gzip.open(cut, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines[:-1]) + "\n")  # no footer
+    target = tmp_path / "t.db"
+    result = CliRunner().invoke(app, ["import", str(cut), "--db", str(target)])
+    assert result.exit_code == 2 and "truncated" in result.output
+    assert table_counts(target)["model_calls"] == 0
+    newer = tmp_path / "newer.agora.jsonl.gz"
+    with gzip.open(newer, "wt", encoding="utf-8") as f:
+        f.write("\n".join([json.dumps({**json.loads(lines[0]), "version": VERSION + 1})] + lines[1:]) + "\n")
+    result = CliRunner().invoke(app, ["import", str(newer), "--db", str(target)])
+    assert result.exit_code == 2 and f"reads versions up to {VERSION}" in result.output
+    # the same run id, started at another time: another run, refused rather than mixed
+    other = TraceStore(tmp_path / "other.db")
+    other.start_run("b1:arith:align", "align", config={}, pool=[], dataset={})
+    other.close()
+    result = CliRunner().invoke(app, ["import", str(bundle), "--db", str(tmp_path / "other.db")])
+    assert result.exit_code == 2 and "already exists" in result.output and "as another run" in result.output
+    assert table_counts(tmp_path / "other.db")["model_calls"] == 0
+    notgz = tmp_path / "x.agora.jsonl.gz"
+    notgz.write_text("hello")
+    result = CliRunner().invoke(app, ["import", str(notgz), "--db", str(target)])
+    assert result.exit_code == 2 and "not a readable gzip bundle" in result.output
+
+
+def test_export_refuses_unknown_runs_and_exports_single_runs(exported, tmp_path):
+    db, _ = exported
+    result = CliRunner().invoke(app, ["export", "--db", str(db), "--run-id", "nope", "--out", str(tmp_path / "x.gz")])
+    assert result.exit_code == 2 and "no run 'nope'" in result.output
+    one = tmp_path / "one.agora.jsonl.gz"
+    assert CliRunner().invoke(app, ["export", "--db", str(db), "--run-id", "b1:quiz:comed", "--out",
+                                    str(one)]).exit_code == 0
+    copy = tmp_path / "one.db"
+    assert CliRunner().invoke(app, ["import", str(one), "--db", str(copy)]).exit_code == 0
+    counts = table_counts(copy)
+    assert counts["runs"] == 1 and counts["questions"] == 3 and counts["benches"] == 0
