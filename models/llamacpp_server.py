@@ -181,7 +181,12 @@ def _load(path: str, n_ctx: int, n_threads: int, slots: int, lora_path: str | No
 
 
 class ServerReplyError(RuntimeError):
-    """llama.cpp's server answered a request with an error (its message and HTTP code)."""
+    """llama.cpp's server answered a request with an error: its message, and its HTTP status as
+    ``status_code`` (read by :mod:`agora.models.retry` as for any OpenAI-compatible server)."""
+
+    def __init__(self, message: str, status_code: int | None = None):
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class LlamaCppServerChatModel(BaseChatModel):
@@ -336,7 +341,11 @@ def _collect(chunks: list[dict], m: int, path: str) -> list[dict[str, Any]]:
             raise ServerReplyError(f"llama.cpp's server ({path}) sent a chunk that is not JSON: {str(chunk)[:200]}")
         if "error" in chunk or ("code" in chunk and "message" in chunk):
             err = chunk.get("error", chunk)
-            raise ServerReplyError(f"llama.cpp's server ({path}): HTTP {err.get('code')}: {err.get('message')}")
+            code = err.get("code") if isinstance(err.get("code"), int) else None
+            if err.get("type") == "exceed_context_size_error":  # worded as llama-cpp-python words it
+                raise ServerReplyError(f"Requested tokens ({err.get('n_prompt_tokens')}) exceed context window of "
+                                       f"{err.get('n_ctx')} (llama.cpp's server, {path}: n_ctx is per slot)", code)
+            raise ServerReplyError(f"llama.cpp's server ({path}): HTTP {code}: {err.get('message')}", code)
         for ch in chunk.get("choices") or []:
             i = int(ch.get("index", 0))
             if not 0 <= i < m:

@@ -79,8 +79,9 @@ def test_each_choice_gets_its_own_usage_from_the_stream():
                   {"choices": [{"index": 0, "text": "", "finish_reason": "stop"}],
                    "usage": {"completion_tokens": 2, "prompt_tokens": 5}}]
     assert _collect(completion, 1, "m.gguf")[0]["completion_tokens"] == 2
-    with pytest.raises(ServerReplyError, match="HTTP 400: Field 'n'"):
+    with pytest.raises(ServerReplyError, match="HTTP 400: Field 'n'") as refused:
         _collect([{"error": {"code": 400, "message": "Field 'n': Value must be between 1 <= value <= 4"}}], 9, "m")
+    assert refused.value.status_code == 400  # classified by agora.models.retry like any server's 400
     with pytest.raises(ServerReplyError, match="ended choice 0 of 2 without"):
         _collect(chat[:5], 2, "m.gguf")
 
@@ -191,9 +192,10 @@ def test_a_json_schema_reply_parses(smol):
 
 
 @pytest.mark.slow
-def test_a_prompt_longer_than_the_context_is_refused_with_the_servers_reason(smol):
-    with pytest.raises(ServerReplyError, match="exceeds the available context size"):
+def test_a_prompt_longer_than_the_context_is_refused_as_the_current_engine_words_it(smol):
+    with pytest.raises(ServerReplyError, match=r"Requested tokens \(\d+\) exceed context window of 2048") as refused:
         sample(smol, [{"role": "user", "content": "word " * 3000}], max_tokens=4)
+    assert refused.value.status_code == 400
     assert sample(smol, max_tokens=3, seed=1)[0].content  # the server still answers
 
 
