@@ -97,3 +97,107 @@ def test_resume_after_a_crash_gives_the_uninterrupted_final_state(tmp_path):
     assert [(p["agent"], p["answer"], p["signal"]) for p in resumed["proposals"]] == \
            [(p["agent"], p["answer"], p["signal"]) for p in reference["proposals"]]
     conn.close()
+
+
+# ---------------------------------------------------------------------------- traces from an embedded run
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from agora.agents.escalation import EscalationConfig, EscalationThresholds  # noqa: E402
+from agora.graphs.escalation import EscalationContext, build_escalation_graph  # noqa: E402
+from agora.graphs.recording import TraceRecorder  # noqa: E402
+from agora.graphs.runner import run_protocol  # noqa: E402
+from agora.tasks.loaders import Problem  # noqa: E402
+from agora.traces.store import TraceStore  # noqa: E402
+from agora.training.datasets import align_pairs  # noqa: E402
+
+QUESTION = Problem(id="q1", question="What is 4 + 5?", gold="9", kind="math")
+
+
+def parent_app(node_graph, context_schema=None):
+    """An app whose one node is a protocol graph (a subgraph, as in the tests above)."""
+
+    class AppState(TypedDict, total=False):
+        question: str
+        question_id: str
+        gold: str | None
+        kind: str
+        n_choices: int
+        answer: str | None
+
+    parent = StateGraph(AppState, context_schema=context_schema)
+    parent.add_node("protocol", node_graph)
+    parent.add_edge(START, "protocol")
+    parent.add_edge("protocol", END)
+    return parent.compile()
+
+
+def comparable(rows: list[dict], drop=("run_id", "pair_id", "created_at", "finished_at", "started_at", "call_id",
+                                       "wall_s", "latency_s", "idx", "messages_of")) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+
+
+def split_pool() -> ModelPool:
+    """Model a answers 9 (right), model b 4 (wrong): ALIGN's two proposals make one preference pair."""
+    return ModelPool.from_chat_models({"a": ScriptedChatModel(responses=["The answer is 9."], cycle=True),
+                                       "b": ScriptedChatModel(responses=["The answer is 4."], cycle=True)})
+
+
+def test_an_embedded_align_run_is_recorded_like_a_cli_run_and_feeds_dpo(tmp_path):
+    db = tmp_path / "traces.db"
+    pool = split_pool()
+    with TraceRecorder(db, run_id="app") as recorder:
+        app = parent_app(build_delegation_graph().compile(), DelegationContext)
+        out = app.invoke({"question": QUESTION.question, "question_id": "q1", "gold": "9"},
+                         {"callbacks": [recorder]}, context=DelegationContext(pool, CONFIG))
+    assert recorder.run_ids == {"align": "app-align"} and recorder.recorded == {"align": 1}
+
+    pool = split_pool()  # the same question through the runner (what `agora run align` does)
+    store = TraceStore(db)
+    run_protocol("align", [QUESTION], store=store, run_id="cli", context=DelegationContext(pool, CONFIG),
+                 config=CONFIG, pool_description=pool.describe(), dataset={"path": "q", "format": "jsonl"})
+
+    # the same rows: question, results, model calls, and the DPO pairs drawn from them
+    embedded, cli = store.questions("app-align"), store.questions("cli")
+    assert comparable(embedded) == comparable(cli) and embedded[0]["answer"] == out["answer"]
+    assert comparable(store.results("app-align")) == comparable(store.results("cli"))
+    calls = store.calls("app-align")
+    volatile = ("run_id", "call_id", "request_id", "created_at", "latency_s", "messages_of")  # per call
+    assert len(calls) == 4 and comparable(calls, drop=volatile) == comparable(store.calls("cli"), drop=volatile)
+    pairs = {p["run_id"]: p for p in align_pairs(db)}
+    assert set(pairs) == {"app-align", "cli"}  # agent 0 proposed 9 (correct), agent 1 4: one pair per run
+    assert comparable([pairs["app-align"]]) == comparable([pairs["cli"]])
+    assert pairs["app-align"]["chosen"] == "The answer is 9." and pairs["app-align"]["rejected"] == "The answer is 4."
+
+    # `agora report runs` lists it like the CLI run
+    report = subprocess.run([sys.executable, "-m", "agora.cli", "report", "runs", "--db", str(db), "--json"],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    rows = {r["run_id"]: r for r in map(json.loads, report.stdout.splitlines())}
+    assert (rows["app-align"]["protocol"], rows["app-align"]["status"], rows["app-align"]["questions"]) == \
+        ("align", "finished", 1)
+    assert rows["app-align"]["accuracy"] == rows["cli"]["accuracy"] == 1.0
+
+
+def test_an_embedded_comed_run_with_its_moa_baseline_is_one_comed_question(tmp_path):
+    def respond(chat, index):
+        return "The answer is C."
+
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond), "b": ScriptedChatModel(respond=respond)})
+    config = EscalationConfig(thresholds=EscalationThresholds(tau_hi=0.7, tau_lo=0.34), n_anchor=2, shots=0,
+                              baselines=("moa",))
+    mc = {"question": "Which gas?\nA. O2\nB. N2\nC. CO2\nD. He", "question_id": "mc1", "gold": "C", "kind": "mc",
+          "n_choices": 4}
+    with TraceRecorder(tmp_path / "t.db", run_id="app") as recorder:
+        out = build_escalation_graph().compile().invoke(mc, {"callbacks": [recorder]},
+                                                        context=EscalationContext(pool, config))
+    assert out["methods"]["moa"]["answer"] == "C"
+    assert recorder.run_ids == {"comed": "app-comed"} and recorder.recorded == {"comed": 1}  # MoA inside: not its own
+    store = TraceStore(tmp_path / "t.db")
+    [question] = store.questions("app-comed")
+    assert question["answer"] == "C" and question["correct"] == 1
+    assert {r["method"] for r in store.results("app-comed")} == {"comed", "anchor", "moa"}
+    # 2 anchor samples, then MoA: 2 proposers and the aggregator, each call once (none counted twice)
+    assert len(store.calls("app-comed")) == 5
