@@ -688,14 +688,20 @@ def plot_accuracy_vs_tokens(report: dict[str, Any], path: str | Path) -> Path:
             where = offset_copy(ax.transData, fig=fig, x=shift, y=0.0, units="points")
             colour = colours(tasks.index(c["task"]) % 10)
             x, y = c["tokens_per_q"], 100 * c["accuracy"]
+            ax.update_datalim([(x, y)])  # shifted artists do not widen the axes themselves
             if c["ci_low"] == c["ci_low"]:
                 ax.errorbar([x], [y], yerr=[[y - 100 * c["ci_low"]], [100 * c["ci_high"] - y]], fmt="none",
                             ecolor=colour, elinewidth=0.9, alpha=0.6, capsize=2, transform=where, zorder=2)
             ax.scatter([x], [y], marker=markers.get(c["method"], "o"), s=55, alpha=0.9, zorder=3, transform=where,
                        facecolors="none" if c.get("too_few") else colour, edgecolors=colour)
             if len(members) > 1:
-                ax.annotate(c["method"], (x, y), xytext=(shift, 6 + 7 * rank), textcoords="offset points",
-                            fontsize=6, color=colour, ha="center")
+                down = y > 50  # the label runs away from the nearer edge, one upright label per marker
+                ax.annotate(c["method"], (x, y), xytext=(shift, -7 if down else 7), textcoords="offset points",
+                            fontsize=6, color=colour, ha="center", va="top" if down else "bottom", rotation=90)
+    ax.autoscale_view()
+    if cells:
+        left, right = ax.get_xlim()
+        ax.set_xlim(left - 0.04 * (right - left or 1), right + 0.04 * (right - left or 1))  # room for the spread
     points = [(c["tokens_per_q"], c["accuracy"]) for c in cells]
     for t in tasks:
         mine = [i for i, c in enumerate(cells) if c["task"] == t]
