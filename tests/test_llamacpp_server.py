@@ -303,3 +303,41 @@ def test_the_interpreter_exits_cleanly_after_a_refused_request_and_ctrl_c_still_
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "refused:" in out.stdout and "interrupted" in out.stdout and out.stdout.rstrip().endswith("bye")
+
+
+@pytest.mark.slow
+def test_both_engines_give_the_same_next_token_distribution_with_and_without_the_lora(smol, tmp_path):
+    """The server applies a LoRA as today's engine (llama-cpp-python) does: the top next-token
+    log-probabilities after one prompt agree, with the adapter and without it (the self-improvement
+    benchmark's serve check reads the same adapter through either engine)."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gguf")
+    from agora.models.llamacpp import _load
+    from agora.models.lora_gguf import export_lora_gguf
+
+    adapter = str(export_lora_gguf(_random_lora(tmp_path / "adapter", smol.model_path, std=0.1), smol.model_path))
+    question = [{"role": "user", "content": "Tom has 3 apples and buys 4 more. How many apples does Tom have?"}]
+    prompt = "Question: Tom has 3 apples and buys 4 more. How many apples does Tom have?\nAnswer:"
+    top: dict = {}
+    for lora in (None, adapter):
+        server = LlamaCppServerChatModel(model_path=smol.model_path, prompt_format="fewshot", lora_path=lora,
+                                         n_ctx=512, n_parallel=1)
+        first = sample(server, question, temperature=0, max_tokens=1, seed=0, logprobs=10)[0]
+        got = first.response_metadata["top_logprobs"][0]  # {token: logprob}, the 10 likeliest
+        llm = _load(smol.model_path, 512, 1, lora)
+        llm.reset()
+        llm.eval(llm.tokenize(prompt.encode(), add_bos=True, special=True))
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float64)
+        logp = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+        want = {llm.detokenize([int(t)]).decode("utf-8", errors="replace"): float(logp[t])
+                for t in np.argsort(-logp)[:5]}
+        assert list(got)[:3] == list(want)[:3], (lora, got, want)
+        for token, value in want.items():  # the builds differ (portable AVX2 vs native): ≈ 0.1 apart
+            assert got[token] == pytest.approx(value, abs=0.2), (lora, token, got, want)
+        top[lora] = (got, want)
+    (base_got, base_want), (tuned_got, tuned_want) = top[None], top[adapter]
+    first_token = next(iter(base_want))
+    # the adapter moves the likeliest token far more than the builds differ, the same way on both
+    assert base_got[first_token] - tuned_got[first_token] > 0.3
+    assert base_want[first_token] - tuned_want[first_token] > 0.3
