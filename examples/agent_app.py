@@ -1,36 +1,61 @@
-"""A small LangGraph agent that answers with Agora's protocols.
+"""A small LangGraph agent that answers with Agora's protocols, on models you bring.
 
 Math questions go to ALIGN delegation, multiple-choice questions to COMED escalation; both
-protocol graphs run as subgraphs (called from a node, so their events stream and checkpoint under
-the parent's). The pool and settings travel in the app's runtime context, not in globals.
+protocol graphs run as subgraphs (invoked from a node, so their events stream and checkpoint under
+the parent's). The pool and settings travel in the app's runtime context, not in globals: a
+``ModelPool`` of your own LangChain chat models (:func:`pool_of_chat_models`), or a built-in pool
+name (``tiny``, ``default``) or a pool file, which the protocol graphs resolve themselves. The app
+streams the protocols' progress events, records every protocol question in a trace database
+(:class:`agora.graphs.recording.TraceRecorder`) and prints a report of the recorded runs.
 
-    python examples/agent_app.py            # one math and one multiple-choice question, embedded pool
+    python examples/agent_app.py                          # the tiny built-in pool, traces in agent_app.db
+    python examples/agent_app.py --pool default           # the embedded Qwen pool (slower, better)
+    python examples/agent_app.py --openai-url http://127.0.0.1:8000/v1 --openai-model my-model
+                                                          # your own model behind an OpenAI-compatible API
+
+Then ``agora report runs --db agent_app.db``; ``agora train dpo --align --db agent_app.db ...`` trains
+on the ALIGN questions.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from langchain_core.language_models import BaseChatModel
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
-from agora.models.pool import ModelPool
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
+from agora.graphs.recording import TraceRecorder
+from agora.models.pool import ModelPool
+from agora.traces.report import run_rows
+from agora.traces.store import TraceStore
 
 ALIGN = build_delegation_graph().compile()
 COMED = build_escalation_graph().compile()
 _OPTION = re.compile(r"^\s*([A-J])[.)]\s", re.MULTILINE)
 
+QUESTIONS = (
+    "Mia has 4 bags with 5 marbles in each bag. How many marbles does she have?",
+    "Which gas do plants absorb from the air for photosynthesis?\nA. Oxygen\nB. Nitrogen\n"
+    "C. Carbon dioxide\nD. Helium",
+)
+
 
 @dataclass
 class AppContext:
-    pool: ModelPool | None = None
-    """Models for both protocols; ``None`` = the embedded pool."""
+    pool: ModelPool | str | None = None
+    """Models for both protocols: a ``ModelPool``, a built-in pool name or a pool file; ``None`` =
+    the embedded pool."""
     align: DelegationConfig = field(default_factory=lambda: DelegationConfig(n_agents=2, k_samples=2, max_tokens=64))
     comed: EscalationConfig = field(default_factory=lambda: EscalationConfig(n_anchor=3, max_tokens=48, baselines=()))
 
@@ -51,6 +76,7 @@ def classify(state: AppState) -> dict:
 
 def solve_math(state: AppState, runtime: Runtime[AppContext]) -> dict:
     ctx = runtime.context or AppContext()
+    # The protocol graph's own context type: an app's context object would be refused (one line).
     out = ALIGN.invoke({"question": state["question"], "kind": "math"},
                        context=DelegationContext(pool=ctx.pool, config=ctx.align))
     sel = out["selection"]
@@ -80,16 +106,59 @@ def build_app() -> StateGraph:
     return builder
 
 
-def main() -> None:
+def pool_of_chat_models(models: dict[str, BaseChatModel]) -> ModelPool:
+    """Your own LangChain chat models as an Agora pool (retried, traced sampling; any
+    ``BaseChatModel``: ``ChatOpenAI``, ``ChatOllama``, a fake in tests). Give ALIGN and COMED two or
+    more members: a pool of one model runs, but its agents and peers are all the same model."""
+    return ModelPool.from_chat_models(models)
+
+
+def run(context: AppContext, db: str | Path, run_id: str = "agent-app", questions: Iterable[str] = QUESTIONS,
+        out=sys.stdout) -> TraceRecorder:
+    """Answer ``questions`` with the app, printing the protocols' progress events as they stream, record
+    every protocol question in ``db`` under ``<run_id>-align`` / ``<run_id>-comed``, then print the runs
+    of ``db`` (as ``agora report runs`` lists them). Returns the recorder (its ``run_ids``, ``recorded``)."""
     app = build_app().compile()
-    context = AppContext()
-    for question in (
-        "Mia has 4 bags with 5 marbles in each bag. How many marbles does she have?",
-        "Which gas do plants absorb from the air for photosynthesis?\nA. Oxygen\nB. Nitrogen\n"
-        "C. Carbon dioxide\nD. Helium",
-    ):
-        out = app.invoke({"question": question}, context=context)
-        print(f"Q: {question.splitlines()[0]}\n-> {out['protocol']}: {out['answer']}  ({out['explanation']})\n")
+    with TraceRecorder(db, run_id=run_id) as recorder:
+        for question in questions:
+            print(f"Q: {question.splitlines()[0]}", file=out)
+            final: dict = {}
+            # subgraphs=True: the protocol graphs' events too (without it a parent sees only its own nodes)
+            for namespace, mode, chunk in app.stream({"question": question}, {"callbacks": [recorder]},
+                                                     context=context, stream_mode=["custom", "updates"],
+                                                     subgraphs=True):
+                if mode == "custom":
+                    print(f"   [{chunk['event']}] {chunk['message']}", file=out)
+                elif not namespace:  # the app's own nodes: its state as it fills in
+                    for update in chunk.values():
+                        final.update(update or {})
+            print(f"-> {final['protocol']}: {final['answer']}  ({final['explanation']})\n", file=out)
+    print(f"traces in {db}:", file=out)
+    for row in run_rows(TraceStore(db, readonly=True)):
+        accuracy = "-" if row.accuracy is None else f"{100 * row.accuracy:.0f} %"
+        print(f"  {row.run_id}  {row.protocol}  {row.status}  {row.questions} question(s)  accuracy {accuracy}",
+              file=out)
+    return recorder
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pool", default="tiny", help="built-in pool name (tiny, default) or a pool file")
+    parser.add_argument("--openai-url", help="your own model: an OpenAI-compatible server's base URL")
+    parser.add_argument("--openai-model", help="the model name to ask that server for")
+    parser.add_argument("--db", default="agent_app.db", help="trace database (SQLite)")
+    parser.add_argument("--run-id", default="agent-app")
+    args = parser.parse_args(argv)
+    pool: ModelPool | str = args.pool
+    if args.openai_url:  # a user-supplied chat model; two temperatures make two distinct members
+        from langchain_openai import ChatOpenAI
+
+        model = args.openai_model or "default"
+        pool = pool_of_chat_models({
+            f"{model}-t0": ChatOpenAI(base_url=args.openai_url, model=model, api_key="EMPTY", temperature=0.0),
+            f"{model}-t1": ChatOpenAI(base_url=args.openai_url, model=model, api_key="EMPTY", temperature=1.0),
+        })
+    run(AppContext(pool=pool), args.db, args.run_id)
 
 
 if __name__ == "__main__":
