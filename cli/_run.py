@@ -147,7 +147,7 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
     store = TraceStore(db)
     console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, {label}, "
                   f"pool {', '.join(pool.names)}", highlight=False)
-    with question_progress(len(problems)) as progress, graceful_stop() as control:
+    with question_progress(len(problems)) as progress, graceful_stop(run_id) as control:
         task = progress.add_task(name, total=len(problems), label=name, status="")
         outcome = run_protocol(
             spec.name, problems, store=store, run_id=run_id, context=context,

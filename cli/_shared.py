@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import signal
 import sqlite3
 import sys
@@ -56,6 +57,11 @@ def user_errors(unit: str = "questions") -> Iterator[None]:
     except typer.Exit:
         raise
     except (KeyboardInterrupt, GraphDrained):
+        if _stop.signal == signal.SIGTERM:
+            err_console.print(f"[yellow]terminated[/yellow] (SIGTERM): finished {unit} are saved and the run is "
+                              f"marked interrupted; resume with: {escape(resume_command())}", highlight=False,
+                              soft_wrap=True)
+            raise typer.Exit(143) from None
         err_console.print(f"[yellow]interrupted[/yellow]: finished {unit} are saved; rerun with the same "
                           "--run-id to resume")
         raise typer.Exit(130) from None
@@ -87,41 +93,115 @@ def exit_if_failed(outcome: Any, total: int, run_id: str, unit: str = "questions
     raise typer.Exit(1)
 
 
+class _StopState:
+    """What :func:`graceful_stop` saw: the signal that asked for the drain, and the run id to name."""
+
+    signal: int | None = None
+    run_id: str | None = None
+
+
+_stop = _StopState()
+
+#: Seconds a SIGTERM's drain may take before the process ends anyway (its runs marked
+#: ``interrupted`` first): ``docker stop`` and ``timeout -k`` send SIGKILL about 10 s after SIGTERM.
+TERM_GRACE_S = 8.0
+
+
+def resume_command(run_id: str | None = None) -> str:
+    """The command line that resumes the current run: this process's own arguments, with
+    ``--run-id`` added when the run id was generated (``agora`` as the program)."""
+    run_id = run_id or _stop.run_id
+    args = list(sys.argv[1:])
+    if run_id and "--run-id" not in args and not any(a.startswith("--run-id=") for a in args):
+        args += ["--run-id", run_id]
+    return shlex.join(["agora", *args])
+
+
+def _end_now(code: int, message: str) -> None:
+    """Mark this process's live runs ``interrupted`` (not left ``running``), print ``message`` and
+    end the process at once with ``code``."""
+    from agora.graphs.runner import mark_live_runs
+
+    marked = mark_live_runs("interrupted", "stopped at once: " + message)
+    note = "the run is marked interrupted" if marked else "finished work is saved"
+    err_console.print(f"[yellow]stopped[/yellow]: {message}; model calls in flight abandoned; {note}; resume with: "
+                      f"{escape(resume_command())}", highlight=False, soft_wrap=True)
+    console.show_cursor(True)  # a progress display hides it
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 @contextlib.contextmanager
-def graceful_stop() -> Iterator[RunControl]:
-    """Ctrl-C stops a run at the next step boundary instead of mid-step; a second Ctrl-C at once.
+def graceful_stop(run_id: str | None = None) -> Iterator[RunControl]:
+    """Ctrl-C or SIGTERM stops a run at the next step boundary instead of mid-step; a second signal
+    at once.
 
     Yields the ``RunControl`` to pass to :func:`agora.graphs.runner.run_problems` (or
-    ``run_duels``). The first SIGINT asks LangGraph to drain: the running step finishes and is
-    checkpointed with every sample it drew, then ``GraphDrained`` is raised and
-    :func:`user_errors` prints the resume hint. The second SIGINT ends the process at once (exit
-    130): model calls in flight run in worker threads that cannot be interrupted, and LangGraph
-    would wait for them. Finished questions and checkpointed steps are already on disk; the
-    resumed run redoes the running step. Outside the main thread (where signal handlers cannot be
-    set) it only yields the control.
+    ``run_duels``). The first SIGINT (or SIGTERM: what ``timeout``, ``docker stop`` and Slurm send)
+    asks LangGraph to drain: the running step finishes and is checkpointed with every sample it
+    drew, then ``GraphDrained`` is raised, the run is marked ``interrupted`` and :func:`user_errors`
+    prints the resume hint and exits 130 (143 after SIGTERM, naming the command that resumes).
+    A second signal ends the process at once (exit 130, or 143 for SIGTERM): model calls in flight
+    run in worker threads that cannot be interrupted, and LangGraph would wait for them; the
+    process's runs are marked ``interrupted`` first (:func:`agora.graphs.runner.mark_live_runs`).
+    A SIGTERM's drain that takes more than :data:`TERM_GRACE_S` ends the same way. Finished
+    questions and checkpointed steps are already on disk; the resumed run redoes the running step.
+    ``run_id``: the run (or bench) id the resume hint names. Outside the main thread (where signal
+    handlers cannot be set) it only yields the control.
     """
     control = RunControl()
     if threading.current_thread() is not threading.main_thread():
         yield control
         return
+    _stop.signal, _stop.run_id = None, run_id
+    timers: list[threading.Timer] = []
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
+        code = 143 if signum == signal.SIGTERM else 130
         if control.drain_requested:
-            err_console.print("[yellow]stopped[/yellow]: model calls in flight abandoned; finished work is saved; "
-                              "rerun with the same --run-id to resume")
-            console.show_cursor(True)  # a progress display hides it
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
-            os._exit(130)
+            _end_now(code, "a second " + ("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"))
+        _stop.signal = signum
+        if signum == signal.SIGTERM:
+            control.request_drain("terminated")
+            err_console.print(f"[yellow]terminating[/yellow] (SIGTERM) after the running step, which is saved; "
+                              f"at most {TERM_GRACE_S:g} s")
+            timer = threading.Timer(TERM_GRACE_S, _end_now, (143, f"SIGTERM, the running step took over "
+                                                                  f"{TERM_GRACE_S:g} s to finish"))
+            timer.daemon = True
+            timers.append(timer)
+            timer.start()
+            return
         control.request_drain("interrupted")
         err_console.print("[yellow]stopping[/yellow] after the running step, which is saved "
                           "(model calls in flight finish first); Ctrl-C again to stop at once")
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield control
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for timer in timers:  # the drain ended in time
+            timer.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def check_out_path(out: Path | None, option: str = "--out") -> None:
+    """Refuse an output folder that names an existing file (or lies under one), before any work.
+
+    Raises:
+        ValueError: naming the option and the path.
+    """
+    if out is None:
+        return
+    out = Path(out)
+    for p in (out, *out.parents):
+        if p.exists() and not p.is_dir():
+            what = "names an existing file" if p == out else f"lies under the file {p}"
+            raise ValueError(f"{option} {out}: {what}; it must be a folder (give a new or existing folder)")
+        if p.exists():
+            return
 
 
 def get_pool(path: Path | None) -> ModelPool:

@@ -31,6 +31,7 @@ from agora.cli._shared import (
     err_console,
     fmt_ci,
     fmt_pct,
+    check_out_path,
     get_pool,
     graceful_stop,
     new_run_id,
@@ -193,6 +194,7 @@ def bench(
     and self-consistency with McNemar p-values, cost per question, COMED's shares, rescues and harms
     and thresholds, and accuracy against generated tokens as a PNG."""
     with user_errors():
+        check_out_path(out)  # an existing file as --out: refused now, not after every run finished
         if report_only:
             if run_id is None:
                 raise ValueError("--report-only needs the --run-id of a bench")
@@ -236,6 +238,7 @@ def bench(
         the_pool = get_pool(pool)
         bench_id = run_id or new_run_id("bench")
         out_dir = out or Path(f"bench-{bench_id}")
+        check_out_path(out_dir)
         store = TraceStore(db)
         the_router = None
         if router and "comed" in config.protocols and anchor is None:
@@ -254,7 +257,7 @@ def bench(
                             TextColumn("{task.fields[status]}", style="dim"), console=console,
                             speed_estimate_period=600, disable=not sys.stdout.isatty() and total_q == 0)
         try:
-            with progress, graceful_stop() as control:
+            with progress, graceful_stop(bench_id) as control, store.run_lock(bench_id):
                 result = run_bench(task_files, pool=the_pool, store=store, bench_id=bench_id, config=config,
                                    dev=dev_splits, router=the_router, progress=_Bar(progress, sum(todo.values()), store, steps),
                                    control=control, steps=steps)

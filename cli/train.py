@@ -8,6 +8,7 @@ adapter in which the member is served by its adapter (``backend = "transformers"
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Literal, Optional
@@ -16,7 +17,7 @@ import typer
 
 from agora.agents.judge import JudgeConfig
 from agora.models.pool import ModelSpec, load_pool
-from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, console, echo_kv, new_run_id, user_errors
+from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, echo_kv, new_run_id, user_errors
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore
 
@@ -139,6 +140,7 @@ def train_dpo_cmd(
         from agora.training.datasets import PairFilter, align_pairs, load_preference_pairs
         from agora.training.pipeline import dpo_member
 
+        check_out_path(out)
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first)")
         specs = member_specs(pool)
@@ -204,6 +206,7 @@ def train_grpo_cmd(
         from agora.training.datasets import grpo_rows_from_duels, grpo_rows_from_problems, load_duels
         from agora.training.pipeline import grpo_member
 
+        check_out_path(out)
         unknown = [r for r in reward if r not in REWARDS]
         if unknown:
             raise ValueError(f"--reward {unknown[0]!r} is not one of {', '.join(REWARDS)}")
@@ -266,20 +269,23 @@ def _train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out:
     from agora.training.trainers import is_main_process, trained_entry
 
     main = is_main_process()
-    if main:
-        store.start_run(run_id, protocol, config=config, pool=[s.describe() for s in specs], dataset=dataset)
-    try:
-        run = train()
-    except BaseException:
+    with contextlib.ExitStack() as held:
         if main:
-            store.finish_run(run_id, status="failed")
-        raise
-    if main:
-        select_checkpoint(store, run.checkpoint_id)
-        store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
-                                          **summary(run)})
-        entry = run.entry if serve_with == "transformers" else trained_entry(spec, run.result, backend=serve_with)
-        report(run, write_result_pool(specs, entry, out), store)
+            held.enter_context(store.run_lock(run_id))  # a second process on this run id is refused
+            store.start_run(run_id, protocol, config=config, pool=[s.describe() for s in specs], dataset=dataset)
+        try:
+            run = train()
+        except BaseException as exc:
+            if main:
+                store.finish_run(run_id, summary={"error": f"{type(exc).__name__}: {exc}"[:500]},
+                                 status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            raise
+        if main:
+            select_checkpoint(store, run.checkpoint_id)
+            store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
+                                              **summary(run)})
+            entry = run.entry if serve_with == "transformers" else trained_entry(spec, run.result, backend=serve_with)
+            report(run, write_result_pool(specs, entry, out), store)
 
 
 def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,

@@ -32,18 +32,20 @@ from it. No pickle either.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.serde.base import maybe_add_typed_methods
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _is_safe_json_type
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Send
 
 #: The types (``(module, name)``) a checkpoint may hold besides plain data (dicts, lists, strings,
 #: numbers, ``None``: all that Agora's graph states and ``Send`` payloads hold, TypedDicts included):
@@ -59,6 +61,33 @@ ALLOWED_TYPES: tuple[tuple[str, str], ...] = (
         ("human", "HumanMessage"), ("ai", "AIMessage"), ("system", "SystemMessage"), ("chat", "ChatMessage"),
         ("tool", "ToolMessage"), ("ai", "AIMessageChunk"))),
 )
+
+
+log = logging.getLogger(__name__)
+
+#: The integers a checkpoint (msgpack) holds: signed and unsigned 64-bit.
+_MSGPACK_INTS = (-(2**63), 2**64 - 1)
+
+
+def _bounded(value: Any, found: list[int]) -> Any:
+    """``value`` with every integer msgpack cannot hold replaced by ``None`` (appended to ``found``),
+    through dicts, lists, tuples and ``Send`` payloads; other objects as they are."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if _MSGPACK_INTS[0] <= value <= _MSGPACK_INTS[1]:
+            return value
+        found.append(value)
+        return None
+    if isinstance(value, dict):
+        return {k: _bounded(v, found) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bounded(v, found) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_bounded(v, found) for v in value)
+    if isinstance(value, Send):
+        return Send(value.node, _bounded(value.arg, found))
+    return value
 
 
 class UnsafeCheckpointError(ValueError):
@@ -104,6 +133,49 @@ class StrictSerializer(JsonPlusSerializer):
 
     def __init__(self, allowed: tuple[tuple[str, str], ...] = ALLOWED_TYPES) -> None:
         super().__init__(pickle_fallback=False, allowed_json_modules=None, allowed_msgpack_modules=allowed)
+        self._agora_allowed = frozenset(allowed)
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        """As LangGraph's, but an integer msgpack cannot hold (beyond 64 bits: a server reporting
+        10^30 usage tokens) does not break the checkpoint: such integers are written as ``None``,
+        with a logged warning, and the write is tried again (only after the first attempt failed,
+        so a normal step pays nothing)."""
+        try:
+            return super().dumps_typed(obj)
+        except TypeError:  # "Integer exceeds 64-bit range", or "not serializable: Send" holding one
+            found: list[int] = []
+            cleaned = _bounded(obj, found)
+            if not found:
+                raise
+            log.warning("a checkpoint write held %d integer(s) beyond 64 bits (e.g. %.3g), written as None: a model "
+                        "server reported impossible usage numbers?", len(found), float(found[0]))
+            return super().dumps_typed(cleaned)
+
+    def _reviver(self, value: dict[str, Any]) -> Any:
+        """Revive one object of a ``json``-typed row (the format before LangGraph's msgpack one):
+        a constructor envelope (``{"lc": 1|2, "type": "constructor", "id": [...]}``) naming a type
+        outside :data:`ALLOWED_TYPES` and LangGraph's safe list raises :class:`UnsafeCheckpointError`
+        (LangGraph itself would drop it silently, or fail with a bare ``ValueError``)."""
+        if isinstance(value, dict) and value.get("type") == "constructor" and value.get("lc") in (1, 2):
+            ids = value.get("id")
+            if not (isinstance(ids, list) and len(ids) >= 2 and all(isinstance(x, str) for x in ids)):
+                raise UnsafeCheckpointError(f"a checkpoint holds a constructor with the id {str(ids)[:80]}, which "
+                                            "Agora does not load; nothing of it was run. The file was changed outside "
+                                            "Agora: delete it or use a new run id")
+            dotted = ".".join(ids)
+            allowed = (".".join(ids[:-1]), ids[-1]) in self._agora_allowed or _is_safe_json_type(ids)
+            if value.get("lc") == 2 and not allowed:
+                raise UnsafeCheckpointError(
+                    f"a checkpoint holds {dotted}, a type Agora does not load from checkpoints (only plain data and "
+                    "LangGraph's and LangChain's own types); nothing of it was run. The file was changed outside "
+                    "Agora: delete it or use a new run id")
+            try:
+                return super()._reviver(value)
+            except ValueError as exc:  # LangChain's own reviver refuses a type outside its namespaces
+                raise UnsafeCheckpointError(
+                    f"a checkpoint holds {dotted}, which LangChain refuses to load ({str(exc)[:120]}); nothing of it "
+                    "was run. The file was changed outside Agora: delete it or use a new run id") from None
+        return super()._reviver(value)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         outer = getattr(_loading, "blocked", None)
@@ -148,6 +220,7 @@ class InlineAsyncSqliteSaver(SqliteSaver):
         self._local = threading.local()  # .defer: this thread's statement joins the shared commit
         self._pending = False  # uncommitted task writes in the connection's transaction
         self._timers: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
+        self._failure: sqlite3.Error | None = None  # a deferred commit's error, raised by the next call
 
     def with_allowlist(self, extra_allowlist: Any) -> "InlineAsyncSqliteSaver":
         """Add the types of a graph's schemas (LangGraph asks at compile time under
@@ -213,20 +286,29 @@ class InlineAsyncSqliteSaver(SqliteSaver):
                                       "the file was changed or damaged outside Agora: delete it or use a new run id")
 
     def commit(self) -> None:
-        """Commit task writes still waiting for a shared commit (a no-op without any)."""
+        """Commit task writes still waiting for a shared commit (a no-op without any).
+
+        Raises:
+            sqlite3.Error: the commit failed (a full disk), or a deferred commit failed in the timer
+                since the last call.
+        """
+        self._raise_failure()
         with self.lock:
             if self._pending:
                 self.conn.commit()
                 self._pending = False
 
     def close(self) -> None:
-        """Commit what is pending and close the connection."""
-        self.commit()
-        with self.lock:
-            for timer in self._timers.values():
-                timer.cancel()
-            self._timers.clear()
-        self.conn.close()
+        """Commit what is pending and close the connection (closed even when the commit fails,
+        e.g. on a full disk; the commit's error is raised then)."""
+        try:
+            self.commit()
+        finally:
+            with self.lock:
+                for timer in self._timers.values():
+                    timer.cancel()
+                self._timers.clear()
+            self.conn.close()
 
     def _commit_soon(self) -> None:
         loop = asyncio.get_running_loop()
@@ -237,7 +319,22 @@ class InlineAsyncSqliteSaver(SqliteSaver):
     def _timer_fired(self, loop: asyncio.AbstractEventLoop) -> None:
         with self.lock:
             self._timers.pop(loop, None)
-        self.commit()
+        try:
+            self.commit()
+        except sqlite3.Error as exc:  # a full disk, an I/O error: raised by the run's next checkpoint call,
+            # not logged by the event loop as a traceback per timer (the uncommitted writes are rolled back;
+            # the resumed run redoes their tasks)
+            with suppress(sqlite3.Error):
+                self.conn.rollback()
+            with self.lock:
+                self._pending = False
+                self._failure = exc
+
+    def _raise_failure(self) -> None:
+        """Raise (once) the error a deferred commit met in the timer."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.get_tuple(config)
@@ -251,10 +348,12 @@ class InlineAsyncSqliteSaver(SqliteSaver):
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
+        self._raise_failure()
         return self.put(config, checkpoint, metadata, new_versions)  # commits pending task writes too
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
+        self._raise_failure()
         if not self.group_commit:
             self.put_writes(config, writes, task_id, task_path)
             return

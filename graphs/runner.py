@@ -34,7 +34,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
@@ -51,7 +51,15 @@ from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.graphs.registry import get as protocol_spec
 from agora.graphs.spec import methods_written
 from agora.tasks.loaders import Problem
-from agora.traces.store import BUSY_TIMEOUT_S, TraceStore, TraceStoreError, check_db_path, describe_sqlite_error
+from agora.traces.store import (
+    BUSY_TIMEOUT_S,
+    QUESTION_HASHES,
+    TraceStore,
+    TraceStoreError,
+    check_db_path,
+    describe_sqlite_error,
+    question_hash,
+)
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -80,6 +88,7 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
     path = ":memory:" if memory else checkpoint_path(db_path)
     if not memory:
         check_db_path(path)
+        check_checkpoint_schema(path)
     try:
         conn = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -89,6 +98,57 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
     except sqlite3.Error as exc:
         raise TraceStoreError(describe_sqlite_error(path, exc)) from None
     return saver
+
+
+#: The tables of LangGraph's SQLite checkpointer: a checkpoints file holding any other table belongs
+#: to another tool and is left untouched (:func:`check_checkpoint_schema`).
+CHECKPOINT_TABLES = frozenset({"checkpoints", "writes"})
+
+
+def check_checkpoint_schema(path: str | Path) -> None:
+    """Refuse an existing checkpoints file that holds tables other than LangGraph's
+    (:data:`CHECKPOINT_TABLES`), reading it read-only, before its journal mode or tables change.
+
+    Raises:
+        TraceStoreError: naming the file and its foreign tables.
+    """
+    p = Path(path)
+    if not p.is_file() or p.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            names = {r[0] for r in conn.execute("select name from sqlite_master where type in ('table', 'view')")}
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
+    foreign = sorted(n for n in names - CHECKPOINT_TABLES if not n.startswith("sqlite_"))
+    if foreign:
+        raise TraceStoreError(f"{path}: not an Agora checkpoints file (it holds {', '.join(foreign[:4])}); move it "
+                              "away or give --db another file (nothing was written to it)")
+
+
+_live_runs: dict[tuple[str, str], "RecordedRun"] = {}
+_live_lock = threading.Lock()
+
+
+def mark_live_runs(status: str = "interrupted", reason: str = "stopped") -> list[str]:
+    """Mark every run this process is running (inside :func:`recorded_run`) ``status``, through a
+    connection of its own (:meth:`TraceStore.mark_stopped`): what a signal handler calls before it
+    ends the process at once (a second Ctrl-C, a SIGTERM whose drain takes too long), so that no
+    run is left ``running``. Returns the run ids marked; never raises."""
+    with _live_lock:
+        runs = list(_live_runs.values())
+    marked = []
+    for run in runs:
+        try:
+            summary = {**run.progress(), "error": reason}
+        except Exception:  # noqa: BLE001 - a summary is a nicety here
+            summary = {"error": reason}
+        if TraceStore.mark_stopped(run.store.path, run.run_id, status, summary):
+            marked.append(run.run_id)
+    return marked
 
 
 def raise_if_drained(control: RunControl | None) -> None:
@@ -138,33 +198,52 @@ def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, 
     ``{**run.progress(), "error": "Type: message"}`` as its summary, then propagates; a trace DB
     that cannot take even that write keeps the first error. A row never stays ``running``.
 
+    The run id's live-run lock (:meth:`TraceStore.run_lock`) is held from before the checkpointer
+    opens until the block ends, so a second process given the same run id is refused before it
+    touches anything; a lock left by a dead process is taken over. While the block runs the run is
+    one of this process's live runs (:func:`mark_live_runs`).
+
     Raises:
+        RunLockedError: another live process runs this run id (nothing touched).
         TraceStoreError: the checkpoint file cannot be opened (before the row is touched).
         ValueError: ``start_run`` refuses the rerun (another protocol, settings, pool or dataset);
             the row is left as it was and the checkpointer closed.
     """
-    saver = open_checkpointer(store.path, group_commit=group_commit)
-    try:
-        resumed = store.start_run(run_id, protocol, config=config, pool=pool, dataset=dataset,
-                                  pool_may_change=pool_may_change)
-    except BaseException:
-        saver.close()
-        raise
-    run = RecordedRun(store=store, run_id=run_id, saver=saver, resumed=resumed)
-    try:
-        yield run
-        if not run.done:
-            run.finish()
-    except BaseException as exc:
-        if not run.done:
-            try:
-                store.finish_run(run_id, summary={**run.progress(), "error": f"{type(exc).__name__}: {exc}"[:500]},
-                                 status="interrupted" if isinstance(exc, STOPPED) else "failed")
-            except Exception:  # noqa: BLE001 - the trace DB itself is what failed: keep the first error
-                pass
-        raise
-    finally:
-        saver.close()
+    with ExitStack() as held:
+        held.enter_context(store.run_lock(run_id))
+        saver = open_checkpointer(store.path, group_commit=group_commit)
+        try:
+            resumed = store.start_run(run_id, protocol, config=config, pool=pool, dataset=dataset,
+                                      pool_may_change=pool_may_change)
+        except BaseException:
+            saver.close()
+            raise
+        run = RecordedRun(store=store, run_id=run_id, saver=saver, resumed=resumed)
+        key = (store.path, run_id)
+        with _live_lock:
+            _live_runs[key] = run
+        failed = False
+        try:
+            yield run
+            if not run.done:
+                run.finish()
+        except BaseException as exc:
+            failed = True
+            if not run.done:
+                try:
+                    store.finish_run(run_id, summary={**run.progress(), "error": f"{type(exc).__name__}: {exc}"[:500]},
+                                     status="interrupted" if isinstance(exc, STOPPED) else "failed")
+                except Exception:  # noqa: BLE001 - the trace DB itself is what failed: keep the first error
+                    pass
+            raise
+        finally:
+            with _live_lock:
+                _live_runs.pop(key, None)
+            if failed:  # a full disk fails the checkpointer's last commit too: keep the first error
+                with suppress(sqlite3.Error):
+                    saver.close()
+            else:
+                saver.close()
 
 
 @dataclass
@@ -279,8 +358,10 @@ def run_problems(
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
     if durability not in get_args(Durability):
         raise ValueError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
+    # each question's content hash, so a resume on an edited data file is refused (TraceStore.start_run)
+    hashes = {p.id: question_hash(p.question, p.gold, p.kind, p.n_choices) for p in problems}
     with recorded_run(store, run_id, protocol, config=config, pool=pool_description,
-                      dataset={**dataset, "count": len(problems)},
+                      dataset={**dataset, "count": len(problems), QUESTION_HASHES: hashes},
                       group_commit=True) as run:  # its checkpointer commits after each question (solve)
         saver = run.saver
         done = store.finished_questions(run_id)

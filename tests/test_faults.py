@@ -468,3 +468,372 @@ def test_report_duels_on_a_missing_or_empty_db_writes_nothing(tmp_path, content)
 def test_readonly_store_refuses_a_missing_file_and_a_non_database():
     with pytest.raises(TraceStoreError, match="no such trace database"):
         TraceStore("/nonexistent/t.db", readonly=True)
+
+
+# ============================================================================= issue 33: the third round
+# Each test below fails on the code before issue 33 (commit 3ea9a0d) and passes now.
+
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from agora.graphs import runner as runner_module  # noqa: E402
+from agora.graphs.checkpoint import InlineAsyncSqliteSaver, UnsafeCheckpointError  # noqa: E402
+from agora.graphs.runner import open_checkpointer  # noqa: E402
+from agora.traces.store import RunLockedError, run_lock  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def subprocess_env() -> dict:
+    """The environment of an ``agora`` subprocess: this source tree first on the path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO.parent), os.environ.get("PYTHONPATH", "")]),
+            "COLUMNS": "300"}
+
+
+def hold_run_lock(db: Path, run_id: str) -> subprocess.Popen:
+    """Another process that holds ``run_id``'s live-run lock on ``db`` until killed."""
+    code = ("import sys, time; from agora.traces.store import run_lock\n"
+            "with run_lock(sys.argv[1], sys.argv[2]):\n    print('held', flush=True); time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db), run_id], stdout=subprocess.PIPE, text=True,
+                            env=subprocess_env())
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+# ----------------------------------------------------------------------------- item 1: one process per run id
+
+
+def test_a_run_id_running_in_another_process_is_refused_naming_it_and_a_dead_holders_lock_is_taken_over(
+        tmp_path, served_pool):
+    db = tmp_path / "t.db"
+    other = hold_run_lock(db, "r")
+    try:
+        out = run_align(served_pool, db)
+        assert out.exit_code == 2, out.output
+        [line] = error_lines(out)
+        assert f"pid {other.pid}" in line and "run id 'r' is being run by another process" in line
+        assert not db.exists() or sqlite_utils.Database(db)["model_calls"].count == 0  # nothing ran twice
+        assert run_align(served_pool, db, "--run-id", "other").exit_code == 0  # another run id is not held
+    finally:
+        other.kill()  # as kill -9: its lock file stays, its flock goes with the process
+        other.wait()
+    out = run_align(served_pool, db)
+    assert out.exit_code == 0, out.output
+    assert sqlite_utils.Database(db)["questions"].count == 2  # run r's and run other's
+    assert not (tmp_path / "t.db.locks").exists()  # released when the run ended
+
+
+def test_the_same_run_id_twice_at_once_in_one_process_is_refused_by_the_runner(tmp_path):
+    store = TraceStore(tmp_path / "t.db")
+    with run_lock(store.path, "r"):
+        with pytest.raises(RunLockedError, match=f"pid {os.getpid()}"):
+            run(store, ModelPool.from_chat_models({"m": ScriptedChatModel(responses=["4"], cycle=True)}))
+    assert store.get_run("r") is None  # refused before its row was written
+
+
+# ----------------------------------------------------------------------------- item 2: lone surrogates
+
+
+def test_a_lone_surrogate_in_a_model_reply_and_a_gold_answer_is_recorded_safely(tmp_path, caplog):
+    store = TraceStore(tmp_path / "t.db")
+    with StubServer(lambda p, b: (200, chat_reply(b, texts=["The answer is 4. \ud800"]))) as srv:
+        out = run(store, pool_of(srv.base_url), problems=[Problem("q1", "What is 2 + 2?", "4\ud800")])
+    assert not out.failed and [q.problem.id for q in out.outcomes] == ["q1"]
+    [row] = store.questions("r")
+    assert row["gold"] == "4\ufffd"
+    calls = store.calls("r", "q1")
+    assert len(calls) == 2 and all(c["completion"] == "The answer is 4. \ufffd" and c["error"] is None for c in calls)
+    assert "U+FFFD" in caplog.text
+    assert store.get_run("r")["status"] == "finished"
+
+
+# ----------------------------------------------------------------------------- item 3: foreign and other-version DBs
+
+
+def foreign_db(path: Path) -> Path:
+    db = sqlite3.connect(path)
+    db.execute("create table items (id integer primary key, name text)")
+    db.execute("insert into items values (1, 'kept')")
+    db.commit()
+    db.close()
+    return path
+
+
+def foreign_runs_table(path: Path) -> Path:
+    db = sqlite3.connect(path)
+    db.execute("create table runs (id integer primary key, name text, started real)")
+    db.commit()
+    db.close()
+    return path
+
+
+def trace_db(path: Path, sql: str) -> Path:
+    """A trace database with one question recorded, then changed by ``sql``."""
+    store = TraceStore(path)
+    store.start_run("old", "align", config={}, pool=[], dataset={})
+    store.record_question("old", "align", {"question_id": "q0", "question": "1 + 1?", "gold": "2", "answer": "2"},
+                          {}, [])
+    store.close()
+    db = sqlite3.connect(path)
+    db.executescript(sql)
+    db.commit()
+    db.execute("pragma wal_checkpoint(TRUNCATE)")
+    db.close()
+    return path
+
+
+OTHER_DBS = {
+    "another tool's tables": (foreign_db, "not an Agora trace database (it holds items"),
+    "another tool's runs table": (foreign_runs_table, "table runs has primary key (id)"),
+    "a newer NOT NULL column": (lambda p: trace_db(p, "alter table questions add column rubric text not null "
+                                                      "default 'x'; create table q2 as select * from questions; "
+                                                      "drop table questions; create table questions (run_id text, "
+                                                      "question_id text, idx int, source text, kind text, question "
+                                                      "text, gold text, answer text, correct int, wall_s float, "
+                                                      "model_calls int, prompt_tokens int, completion_tokens int, "
+                                                      "detail text, finished_at text, n_choices int, rubric text not "
+                                                      "null, primary key (run_id, question_id)); insert into "
+                                                      "questions select * from q2; drop table q2;"),
+                                "has NOT NULL column(s) rubric without a default"),
+    "a missing column": (lambda p: trace_db(p, "alter table questions drop column gold;"),
+                         "table questions lacks column(s) gold"),
+    "a model_calls view": (lambda p: trace_db(p, "drop table model_calls; create view model_calls as select * from "
+                                                 "results;"), "model_calls is a view"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OTHER_DBS))
+def test_a_db_of_another_tool_or_version_is_refused_before_anything_is_written(tmp_path, served_pool, case):
+    make, message = OTHER_DBS[case]
+    db = make(tmp_path / "other.db")
+    before = db.read_bytes()
+    conn = sqlite3.connect(db)
+    mode = conn.execute("pragma journal_mode").fetchone()[0]
+    conn.close()
+    out = run_align(served_pool, db)
+    assert out.exit_code == 2, out.output
+    assert "Traceback" not in out.output
+    [line] = error_lines(out)
+    assert line.startswith(f"error: {db}: ") and message in line and "nothing was written" in line
+    assert db.read_bytes() == before  # no table, column, row or journal-mode change
+    conn = sqlite3.connect(db)
+    assert conn.execute("pragma journal_mode").fetchone()[0] == mode
+    conn.close()
+    kept = ["other.db", "pool.toml"] if mode == "delete" else ["other.db", "other.db-shm", "other.db-wal", "pool.toml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) in (kept, ["other.db", "pool.toml"])  # no checkpoints, lock
+
+
+def test_an_older_trace_db_missing_an_added_column_is_upgraded_and_keeps_its_rows(tmp_path, served_pool):
+    db = trace_db(tmp_path / "t.db", "alter table model_calls drop column partner;")
+    out = run_align(served_pool, db)
+    assert out.exit_code == 0, out.output
+    t = sqlite_utils.Database(db)
+    assert "partner" in t["model_calls"].columns_dict
+    assert {r["question_id"] for r in t["questions"].rows} == {"q0", "gsm8k_test_sample-1"}
+
+
+def test_a_foreign_checkpoints_file_is_refused_untouched(tmp_path, served_pool):
+    db = tmp_path / "t.db"
+    foreign_db(tmp_path / "t.db.checkpoints")
+    before = (tmp_path / "t.db.checkpoints").read_bytes()
+    out = run_align(served_pool, db)
+    assert out.exit_code == 2
+    [line] = error_lines(out)
+    assert "t.db.checkpoints: not an Agora checkpoints file (it holds items)" in line
+    assert (tmp_path / "t.db.checkpoints").read_bytes() == before
+
+
+# ----------------------------------------------------------------------------- item 4: an edited data file; settings named
+
+
+def test_a_data_file_edited_between_a_run_and_its_resume_is_refused_naming_the_question(tmp_path, served_pool):
+    data = tmp_path / "q.jsonl"
+    rows = [{"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in (1, 2, 3)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = tmp_path / "t.db"
+    args = ["run", "align", "--data", data, "--agents", 1, "--samples", 1, "--pool", served_pool, "--db", db,
+            "--run-id", "r"]
+    assert agora(*args, "--limit", 2).exit_code == 0
+    rows[2]["question"] = "What is 30 + 30?"  # not yet run: a larger --limit still resumes
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert agora(*args).exit_code == 0
+    rows[1]["answer"] = "#### 5"  # a recorded question's gold changed
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = agora(*args)
+    assert out.exit_code == 2, out.output
+    [line] = error_lines(out)
+    assert "the data changed since the run started: question(s) 'q2' differ" in line
+    assert sqlite_utils.Database(db)["runs"].get("r")["status"] == "finished"  # left as it was
+
+
+def test_a_refused_resume_names_the_setting_that_differs(tmp_path, served_pool):
+    db = tmp_path / "t.db"
+    assert run_align(served_pool, db, "--max-tokens", 64).exit_code == 0
+    out = run_align(served_pool, db, "--max-tokens", 256)
+    assert out.exit_code == 2
+    [line] = error_lines(out)
+    assert "was started with other settings (max_tokens: 256 here, 64 in the run)" in line
+
+
+# ----------------------------------------------------------------------------- item 5: one line, not a traceback
+
+
+def test_a_full_disk_mid_run_is_one_line_marks_the_run_failed_and_the_rerun_resumes(tmp_path, monkeypatch, caplog):
+    """The checkpointer's deferred commit (its timer) meets a full disk: no traceback per timer, one
+    line, exit 2, the run marked failed, and a rerun once there is space finishes every question."""
+    full = threading.Event()
+    commit = InlineAsyncSqliteSaver.commit
+
+    def commit_on_a_full_disk(self):
+        if full.is_set() and self._pending:
+            raise sqlite3.OperationalError("database or disk is full")
+        return commit(self)
+
+    record = TraceStore.record_question
+
+    def record_then_fill(self, *args, **kwargs):
+        record(self, *args, **kwargs)
+        full.set()  # the disk fills up after the first question
+
+    monkeypatch.setattr(InlineAsyncSqliteSaver, "commit", commit_on_a_full_disk)
+    monkeypatch.setattr(TraceStore, "record_question", record_then_fill)
+    delays = iter([0.0, 0.05] * 20)  # one agent answers later: the other's writes wait for the timer
+
+    def slow(path, body):
+        time.sleep(next(delays, 0.0))
+        return 200, chat_reply(body)
+
+    db = tmp_path / "t.db"
+    with StubServer(slow) as srv:
+        pool = pool_file(tmp_path / "pool.toml", srv.base_url)
+        args = ["run", "align", "--limit", 3, "--agents", 2, "--samples", 1, "--pool", pool, "--db", db, "--run-id", "r"]
+        out = agora(*args)
+        assert out.exit_code == 2, out.output
+        assert "Traceback" not in out.output and "Exception in callback" not in caplog.text
+        [line] = error_lines(out)
+        assert "the disk is full" in line and "rerun with the same --run-id" in line
+        assert sqlite_utils.Database(db)["runs"].get("r")["status"] == "failed"
+        full.clear()
+        monkeypatch.setattr(TraceStore, "record_question", record)
+        out = agora(*args)
+    assert out.exit_code == 0, out.output
+    assert sqlite_utils.Database(db)["questions"].count == 3
+
+
+def test_a_server_reporting_1e30_usage_tokens_does_not_lose_the_question(tmp_path, caplog):
+    def huge(path, body):
+        reply = chat_reply(body)
+        reply["usage"] = {"prompt_tokens": 10**30, "completion_tokens": 10**30, "total_tokens": 2 * 10**30}
+        return 200, reply
+
+    store = TraceStore(tmp_path / "t.db")
+    with StubServer(huge) as srv:
+        out = run(store, pool_of(srv.base_url))
+    assert not out.failed and [q.problem.id for q in out.outcomes] == ["q1"]
+    [row] = store.questions("r")
+    assert row["answer"] == "4" and row["prompt_tokens"] is None  # beyond 64 bits: NULL, not a crash
+    calls = store.calls("r", "q1")
+    assert len(calls) == 2 and all(c["completion"] == "The answer is 4." for c in calls)
+    assert "beyond 64 bits" in caplog.text
+
+
+@pytest.mark.parametrize("command", [
+    ("bench", "--limit", 1, "--protocols", "align"),
+    ("train", "dpo", "--model", "m"),
+    ("train", "grpo", "--model", "m", "--data", "synthetic"),
+])
+def test_out_naming_an_existing_file_is_refused_before_any_work(tmp_path, command):
+    out_file = tmp_path / "report.md"
+    out_file.write_text("mine")
+    db = tmp_path / "t.db"
+    out = agora(*command, "--db", db, "--out", out_file)
+    assert out.exit_code == 2, out.output
+    assert error_lines(out) == [f"error: --out {out_file}: names an existing file; it must be a folder (give a new "
+                                "or existing folder)"]
+    assert out_file.read_text() == "mine" and not db.exists()
+
+
+@pytest.mark.parametrize("column", ["dataset", "config", "pool"])
+def test_a_corrupt_json_runs_row_is_one_line_naming_the_row_and_column(tmp_path, served_pool, column):
+    db = tmp_path / "t.db"
+    assert run_align(served_pool, db).exit_code == 0
+    sqlite_utils.Database(db)["runs"].update("r", {column: "{not json"})
+    out = run_align(served_pool, db)
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    [line] = error_lines(out)
+    assert f"runs row 'r', column {column}: not valid JSON" in line
+
+
+# ----------------------------------------------------------------------------- item 7: signals
+
+
+def agora_process(tmp_path, pool: Path, *extra) -> subprocess.Popen:
+    args = ["run", "align", "--limit", 2, "--agents", 1, "--samples", 1, "--pool", pool, "--db", tmp_path / "t.db", *extra]
+    return subprocess.Popen([sys.executable, "-m", "agora.cli", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(),
+                            cwd=tmp_path)
+
+
+def test_sigterm_drains_marks_the_run_interrupted_and_exits_143_naming_the_resume_command(tmp_path):
+    arrived = threading.Event()
+
+    def slow(path, body):
+        arrived.set()
+        time.sleep(0.5)
+        return 200, chat_reply(body)
+
+    with StubServer(slow) as srv:
+        pool = pool_file(tmp_path / "pool.toml", srv.base_url)
+        proc = agora_process(tmp_path, pool)  # no --run-id: the message names the generated one
+        assert arrived.wait(60)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, err
+        assert "Traceback" not in err
+        [run_row] = sqlite_utils.Database(tmp_path / "t.db")["runs"].rows
+        assert run_row["status"] == "interrupted"
+        assert f"resume with: agora run align --limit 2" in err and f"--run-id {run_row['run_id']}" in err
+        resumed = agora("run", "align", "--limit", 2, "--agents", 1, "--samples", 1, "--pool", pool,
+                        "--db", tmp_path / "t.db", "--run-id", run_row["run_id"])
+    assert resumed.exit_code == 0, resumed.output
+    assert sqlite_utils.Database(tmp_path / "t.db")["questions"].count == 2
+
+
+def test_a_second_ctrl_c_ends_at_once_and_leaves_the_run_marked_interrupted(tmp_path):
+    arrived, release = threading.Event(), threading.Event()
+
+    def hangs(path, body):
+        arrived.set()
+        release.wait(30)
+        return 200, chat_reply(body)
+
+    with StubServer(hangs) as srv:
+        pool = pool_file(tmp_path / "pool.toml", srv.base_url, timeout_s=30)
+        proc = agora_process(tmp_path, pool, "--run-id", "r")
+        assert arrived.wait(60)
+        proc.send_signal(signal.SIGINT)  # drain: waits for the model call in flight
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # at once
+        _, err = proc.communicate(timeout=30)
+        release.set()
+    assert proc.returncode == 130, err
+    assert "the run is marked interrupted" in err
+    assert sqlite_utils.Database(tmp_path / "t.db")["runs"].get("r")["status"] == "interrupted"
+
+
+# ----------------------------------------------------------------------------- item 9: JSON checkpoint rows
+
+
+def test_a_json_typed_checkpoint_row_with_a_refused_constructor_raises(tmp_path):
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = open_checkpointer(tmp_path / "t.db")
+    config = {"configurable": {"thread_id": "R:q1", "checkpoint_ns": ""}}
+    saver.put(config, empty_checkpoint(), {}, {})
+    crafted = {"lc": 2, "type": "constructor", "id": ["os", "system"], "args": ["touch x"]}
+    saver.conn.execute("update checkpoints set type = 'json', checkpoint = ?", [json.dumps(crafted).encode()])
+    saver.conn.commit()
+    with pytest.raises(UnsafeCheckpointError, match="os.system"):
+        saver.get_tuple(config)
+    saver.close()
