@@ -121,8 +121,14 @@ def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: 
     the loader, :func:`agora.tasks.load_problems`).
 
     Raises:
-        TaskFormatError / ValueError: a bad file or format, or no problems.
+        TaskFormatError / ValueError: a bad file or format (an unknown ``--format``, or one without
+        ``--data`` that is neither ``synthetic`` nor the sample's ``gsm8k``), or no problems.
     """
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"--format {fmt!r}: unknown format; choose one of {', '.join(FORMATS)}")
+    if data is None and fmt not in (None, "synthetic", "gsm8k"):
+        raise ValueError(f"--format {fmt} needs a file: give --data FILE; without one only --format synthetic "
+                         "(generated arithmetic) and gsm8k (the shipped GSM8K sample) run")
     if data is None and fmt == "synthetic":
         return None, "synthetic", load(None, "synthetic", limit or 5, seed=seed)
     if data is None:

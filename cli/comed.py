@@ -79,8 +79,9 @@ DEV_LIMIT = typer.Option(None, "--limit", min=1, help="Use the first N problems.
 
 def _problems(data: Path | None, fmt: str | None, limit: int | None, seed: int) -> tuple[str, list[Problem]]:
     """``(format, problems)``: ``--data`` in ``--format`` (guessed when omitted), else ``limit or 5``
-    generated arithmetic problems (whatever ``--format`` says)."""
-    _, fmt_name, problems = load_benchmark(data, "synthetic" if data is None else fmt, limit, seed)
+    generated arithmetic problems (``--format gsm8k`` without a file: the shipped sample; any other
+    format without a file is refused by :func:`load_benchmark`)."""
+    _, fmt_name, problems = load_benchmark(data, (fmt or "synthetic") if data is None else fmt, limit, seed)
     return fmt_name, problems
 
 

@@ -88,6 +88,9 @@ def converse(
     """Run two-model conversations (A answers, B replies to A, A replies, ...) for every ordered
     pair, tracing each response with its partner, for `agora report diversity`."""
     with user_errors():
+        if prompts is None and fmt not in (None, "synthetic"):
+            raise ValueError(f"--format {fmt} needs a file: give --prompts FILE, or leave out --format "
+                             "(generated arithmetic)")
         if prompts is None:
             fmt_name, problems = "synthetic", load_problems(None, "synthetic", limit or 3, seed=seed)
         else:

@@ -218,6 +218,9 @@ def train_grpo_cmd(
                                 num_generations=num_generations, max_completion_length=max_completion_length,
                                 temperature=temperature, beta=kl_beta, threads=_threads(threads), seed=seed,
                                 save_steps=save_steps)
+        if data is None and fmt is not None:
+            raise ValueError(f"--format {fmt} reads a --data file; without --data the prompts are the duels' "
+                             "instructions in --db")
         if data is not None:
             from agora.tasks.loaders import detect_format, load_problems
 

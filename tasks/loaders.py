@@ -5,7 +5,8 @@ Each loader turns one JSON line into a :class:`Problem`. A malformed line raises
 
 Formats (``fmt`` argument of :func:`load_problems`):
 
-* ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N`` (thousands commas allowed).
+* ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N``: a number (thousands commas
+  allowed; ``#### seven`` is refused, as no answer could ever match it).
 * ``gsm-hard``: ``input``, ``target`` (a finite number; an integer target compares exactly, others with a relative tolerance: docs/scoring.md).
 * ``math``: ``problem`` with ``answer``, or ``solution`` whose last ``\\boxed{...}`` (brace-matched)
   is the answer.
@@ -16,15 +17,24 @@ Formats (``fmt`` argument of :func:`load_problems`):
   (``a`` is option ``A``; two labels differing only in case are refused), and must be the first n
   letters (A, B, C, ... at most J). ARC's numeric labels must be ``1``..``n`` in order: label k is
   the k-th option (``"1"`` → A, ``"2"`` → B, ...); an ``answerKey`` that is not one of the labels,
-  such as ``"0"`` or ``"11"``, is refused.
+  such as ``"0"`` or ``"11"``, is refused. Option texts must be strings (``null`` is refused, not
+  shown as ``A. None``).
 * ``prompts``: any of the above, or ``prompt``/``instruction``/``text`` alone (no gold answer),
   for protocols that need instructions only (duels).
+
+Every format reads strict UTF-8 text: a line that is not UTF-8, or a string holding a lone UTF-16
+surrogate (the JSON escape ``"\\ud800"``, which no UTF-8 text can hold and the trace database
+could not store), is refused with its file, line and field. So are JSON nested deeper than
+:data:`MAX_NESTING` levels and integers of more digits than Python converts
+(``sys.get_int_max_str_digits()``, 4300 by default).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -33,6 +43,11 @@ from agora.tasks.problem import AnswerKind, Problem  # noqa: F401 (re-exported: 
 #: Option letters of multiple-choice problems (answers are extracted among the first ``n_choices``).
 LETTERS = "ABCDEFGHIJ"
 FORMATS = ("gsm8k", "gsm-hard", "math", "mc", "synthetic", "prompts")
+#: Deepest nesting of JSON arrays and objects a problem line may have (real ones have 3 or 4).
+MAX_NESTING = 64
+#: A GSM8K gold answer after ``####`` (thousands commas removed): a plain decimal number.
+_GSM8K_GOLD = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class TaskFormatError(ValueError):
@@ -63,6 +78,8 @@ def _gsm8k(rec: dict, path: Path, line: int) -> Problem:
     gold = answer.rsplit("####", 1)[1].strip().replace(",", "")
     if not gold:
         raise TaskFormatError(path, line, "answer", "empty final answer after '####'")
+    if not _GSM8K_GOLD.fullmatch(gold):
+        raise TaskFormatError(path, line, "answer", f"the final answer after '####' is not a number: {gold!r:.60}")
     return Problem(_id(rec, path, line), question.strip(), gold, "math", source="gsm8k")
 
 
@@ -112,6 +129,13 @@ def _math(rec: dict, path: Path, line: int) -> Problem:
     return Problem(_id(rec, path, line), problem.strip(), gold.strip(), "math", source="math", meta=meta)
 
 
+def _check_texts(letters: list[str], texts: list, field: str, path: Path, line: int) -> None:
+    """Option texts are strings: ``null`` or a number would be shown to the models as ``A. None``."""
+    for letter, text in zip(letters, texts):
+        if not isinstance(text, str):
+            raise TaskFormatError(path, line, field, f"option {letter} is not a string: {text!r:.60}")
+
+
 def _format_options(question: str, letters: list[str], texts: list[str]) -> str:
     options = "\n".join(f"{letter}. {str(text).strip()}" for letter, text in zip(letters, texts))
     return f"{question.strip()}\n{options}"
@@ -144,6 +168,7 @@ def _mc(rec: dict, path: Path, line: int) -> Problem:
         letters = [str(k).strip().upper() for k in options]
         texts = list(options.values())
         _check_letters(letters, "options", path, line)
+        _check_texts(letters, texts, "options", path, line)
         gold = str(_require(rec, "answer_idx", path, line)).strip().upper()
         gold_field = "answer_idx"
     elif isinstance(rec.get("choices"), dict):  # ARC
@@ -165,6 +190,7 @@ def _mc(rec: dict, path: Path, line: int) -> Problem:
                 raise TaskFormatError(path, line, "choices", f"{len(numbers)} options; at most {len(LETTERS)} are supported")
             letters, gold = list(LETTERS[: len(numbers)]), LETTERS[int(gold) - 1]
         _check_letters(letters, "choices", path, line)
+        _check_texts(letters, texts, "choices", path, line)
     elif isinstance(rec.get("choices"), list):  # MMLU
         texts = rec["choices"]
         if len(texts) < 2:
@@ -172,6 +198,7 @@ def _mc(rec: dict, path: Path, line: int) -> Problem:
         if len(texts) > len(LETTERS):
             raise TaskFormatError(path, line, "choices", f"{len(texts)} options; at most {len(LETTERS)} (A-J) are supported")
         letters = list(LETTERS[: len(texts)])
+        _check_texts(letters, texts, "choices", path, line)
         answer = rec.get("answer")
         if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(texts):
             gold = letters[answer]
@@ -227,20 +254,51 @@ def _id(rec: dict, path: Path, line: int) -> str:
     return f"{path.stem}-{line}"
 
 
+def _check_record(record: Any, path: Path, line: int) -> None:
+    """Refuse a decoded line holding a lone UTF-16 surrogate (JSON ``"\\ud800"``) in a key or a
+    string, or nested deeper than :data:`MAX_NESTING`; the field is named by its path
+    (``choices[1]``, ``question.stem``). Iterative: a deep record cannot exhaust the stack."""
+    todo: list[tuple[Any, str, int]] = [(record, "", 0)]
+    while todo:
+        value, field, depth = todo.pop()
+        if isinstance(value, str):
+            bad = _SURROGATE.search(value)
+            if bad:
+                raise TaskFormatError(path, line, field or None,
+                                      f"not UTF-8 text: a lone UTF-16 surrogate (\\u{ord(bad.group(0)):04x})")
+            continue
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth >= MAX_NESTING:
+            top = re.split(r"[.\[]", field, maxsplit=1)[0]  # the line's field it is in
+            raise TaskFormatError(path, line, top or None, f"JSON nested more than {MAX_NESTING} levels deep")
+        items = list(value.items() if isinstance(value, dict) else enumerate(value))
+        for key, item in reversed(items):  # popped in order: the first bad field is named
+            if isinstance(key, str) and _SURROGATE.search(key):
+                raise TaskFormatError(path, line, field or None,
+                                      f"not UTF-8 text: a lone UTF-16 surrogate in the key {key!r:.60}")
+            name = f"{field}[{key}]" if isinstance(key, int) else (f"{field}.{key}" if field else key)
+            todo.append((item, name, depth + 1))
+
+
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, record)`` for each non-blank line of a JSONL file (1-based lines).
 
     Raises:
-        TaskFormatError: a missing, unreadable or non-UTF-8 file, a read error (``OSError``), or a
-        line that is not a JSON object; the message names the file and line.
+        TaskFormatError: a missing, unreadable or non-UTF-8 file, something other than a regular
+        file (a FIFO, ``/dev/zero``), a read error (``OSError``), a line that is not a JSON object,
+        JSON nested deeper than :data:`MAX_NESTING`, an integer too long to convert, or a string
+        holding a lone UTF-16 surrogate; the message names the file and line (and the field).
     """
     path = Path(path)
     number = 0
     try:
         if path.is_dir():
             raise TaskFormatError(path, 0, None, "is a directory, not a JSONL file")
-        if not path.is_file():
+        if not path.exists():
             raise TaskFormatError(path, 0, None, "file not found")
+        if not path.is_file():  # a FIFO would block, /dev/zero never ends
+            raise TaskFormatError(path, 0, None, "not a regular file (a FIFO, device or socket); give a JSONL file")
         fh = path.open("rb")
     except OSError as exc:  # permission denied, I/O error, ...
         raise TaskFormatError(path, 0, None, f"cannot read the file: {exc.strerror or exc}") from None
@@ -263,8 +321,15 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
                 record = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise TaskFormatError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+            except RecursionError:  # the C decoder's bound (about 1000 levels) on Python's stack
+                raise TaskFormatError(path, number, None, f"JSON nested more than {MAX_NESTING} levels deep") from None
+            except ValueError as exc:  # an integer longer than sys.get_int_max_str_digits()
+                what = (f"an integer of more than {sys.get_int_max_str_digits()} digits" if "digits" in str(exc)
+                        else str(exc))
+                raise TaskFormatError(path, number, None, f"invalid JSON ({what})") from None
             if not isinstance(record, dict):
                 raise TaskFormatError(path, number, None, f"expected a JSON object, got {type(record).__name__}")
+            _check_record(record, path, number)
             yield number, record
 
 

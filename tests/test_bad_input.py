@@ -166,3 +166,83 @@ def test_grpo_temperature_is_capped_as_every_pool_temperature():
     for bad in (0.0, 2.5, 1e9):
         with pytest.raises(ValueError, match=r"temperature must be in \(0, 2.0\]"):
             GRPOSettings(temperature=bad)
+
+
+# ----------------------------------------------------------------------------- issue 33: bad data at load time
+
+@pytest.mark.parametrize("fmt, line, needle", [
+    # a lone UTF-16 surrogate, written as a JSON escape: no UTF-8 text holds it (the trace DB could not store it)
+    ("gsm8k", '{"question": "Q\\ud800?", "answer": "#### 4"}',
+     "field 'question': not UTF-8 text: a lone UTF-16 surrogate (\\ud800)"),
+    ("mc", '{"question": "Q?", "choices": ["a", "b\\udfff"], "answer": 0}',
+     "field 'choices[1]': not UTF-8 text: a lone UTF-16 surrogate (\\udfff)"),
+    # a GSM8K gold that is not a number: no answer could ever match it
+    ("gsm8k", {"question": "Q?", "answer": "so\n#### seven"}, "field 'answer': the final answer after '####' is not a number"),
+    # non-string options would be shown to the models as "A. None"
+    ("mc", {"question": "Q?", "options": {"A": None, "B": "x"}, "answer_idx": "B"},
+     "field 'options': option A is not a string: None"),
+    ("mc", {"question": "Q?", "choices": ["a", 3], "answer": 0}, "field 'choices': option B is not a string: 3"),
+    ("mc", {"question": "Q?", "choices": {"text": ["a", ["b"]], "label": ["A", "B"]}, "answerKey": "A"},
+     "field 'choices': option B is not a string: ['b']"),
+    # JSON nested 200,000 deep (RecursionError before), and a 5000-digit integer (no file or line before)
+    ("gsm8k", '{"question": "Q?", "answer": "#### 4", "x": ' + "[" * 200_000 + "]" * 200_000 + "}",
+     "JSON nested more than 64 levels deep"),
+    ("gsm8k", '{"question": "Q?", "answer": "#### 4", "x": ' + "[" * 100 + "]" * 100 + "}",
+     "field 'x': JSON nested more than 64 levels deep"),
+    ("gsm-hard", '{"input": "Q?", "target": ' + "1" * 5000 + "}", "invalid JSON (an integer of more than 4300 digits)"),
+])
+def test_bad_data_is_refused_at_load_with_file_line_and_field(tmp_path, scripted, fmt, line, needle):
+    data = write(tmp_path / "bad.jsonl", line)
+    code, output = agora("run", "align", "--data", data, "--format", fmt, "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output).startswith(f"error: {data}:1: {needle}")
+    assert not (tmp_path / "t.db").exists()  # refused before anything is written
+
+
+def test_a_surrogate_pair_is_one_character_not_a_lone_surrogate(tmp_path):
+    from agora.tasks import load_problems
+
+    data = write(tmp_path / "ok.jsonl", '{"question": "Q \\ud83d\\ude00?", "answer": "#### 4"}')
+    assert load_problems(data, "gsm8k")[0].question == "Q \U0001F600?"
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_fifo_or_a_device_as_data_is_not_a_regular_file(tmp_path, scripted, special):
+    import os
+
+    path = tmp_path / "fifo" if special == "fifo" else Path(special)
+    if special == "fifo":
+        os.mkfifo(path)
+    code, output = agora("run", "align", "--data", path, "--format", "gsm8k", "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output).startswith(f"error: {path}:0: not a regular file")
+
+
+@pytest.mark.parametrize("command, fmt, needle", [
+    (["run", "align"], "mc", "--format mc needs a file: give --data FILE"),
+    (["run", "align"], "synthtic", "--format 'synthtic': unknown format; choose one of gsm8k,"),
+    (["run", "align"], "GSM8K", "--format 'GSM8K': unknown format"),
+    (["run", "comed"], "math", "--format math needs a file: give --data FILE"),
+    (["run", "comed"], "prompt", "--format 'prompt': unknown format"),
+    (["converse"], "mc", "--format mc needs a file: give --prompts FILE"),
+    (["train", "grpo", "--model", "qwen2.5-coder-0.5b", "--out", "o"], "mc", "--format mc reads a --data file"),
+])
+def test_a_format_without_a_file_is_refused_not_ignored(tmp_path, scripted, monkeypatch, command, fmt, needle):
+    import agora.cli.comed as comed_cli
+    import agora.cli.converse as converse_cli
+
+    monkeypatch.setattr(comed_cli, "get_pool", lambda path: scripted)
+    monkeypatch.setattr(converse_cli, "get_pool", lambda path: scripted, raising=False)
+    code, output = agora(*command, "--format", fmt, "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert needle in one_error_line(output)
+
+
+def test_gsm8k_or_synthetic_format_without_a_file_is_honoured():
+    from agora.cli._run import load_benchmark
+    from agora.tasks.samples import sample_path
+
+    data, fmt, problems = load_benchmark(None, "gsm8k", 2, 0)
+    assert (data, fmt, len(problems), problems[0].source) == (sample_path("gsm8k")[0], "gsm8k", 2, "gsm8k")
+    assert load_benchmark(None, "synthetic", 2, 0)[1:] == ("synthetic", load_benchmark(None, "synthetic", 2, 0)[2])
+    assert load_benchmark(None, "synthetic", 2, 0)[2][0].source == "synthetic"
