@@ -107,7 +107,7 @@ def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, 
 
 def _run(problems: list[Problem], fmt_name: str, data: Path | None, limit: int | None, *, config: EscalationConfig,
          pool: ModelPool, router: KNNRouter | None, store: TraceStore, run_id: str, label: str) -> RunOutcome:
-    with question_progress(len(problems)) as progress, graceful_stop() as control:
+    with question_progress(len(problems)) as progress, graceful_stop(run_id) as control:
         task = progress.add_task("comed", total=len(problems), label=label, status="")
         outcome = run_problems(
             build_escalation_graph(), problems, store=store, run_id=run_id, protocol="comed",

@@ -107,7 +107,7 @@ def converse(
         console.print(f"run [bold]{base}[/bold]: {len(todo)} ordered pairs × {len(problems)} {fmt_name} prompts × "
                       f"{turns} turns; pool {', '.join(the_pool.names)}", highlight=False)
         calls = 0
-        with question_progress(len(todo) * len(problems)) as progress, graceful_stop() as control:
+        with question_progress(len(todo) * len(problems)) as progress, graceful_stop(base) as control:
             task = progress.add_task("converse", total=len(todo) * len(problems), label="converse", status="")
             for a, b in todo:
                 config = ConversationConfig(speaker_a=a, speaker_b=b, turns=turns, max_tokens=max_tokens,

@@ -75,7 +75,7 @@ def duel(
         console.print(f"run [bold]{run_id}[/bold] ({mode}): {total} duels ({iterations} × {duels}) on "
                       f"{len(problems)} instructions, pool {', '.join(the_pool.names)}", highlight=False)
         try:
-            with question_progress(total) as progress, graceful_stop() as control:
+            with question_progress(total) as progress, graceful_stop(run_id) as control:
                 task = progress.add_task("duels", total=total, label="duels", status="")
                 outcome = run_duels(
                     store, run_id, DuelContext(pool=the_pool, config=config, instructions=problems),
