@@ -1,6 +1,7 @@
 """The docs stay true: each protocol page's Mermaid picture is the graph's current one, and its
 Python snippets run."""
 
+import json
 import re
 from pathlib import Path
 
@@ -54,3 +55,28 @@ def test_the_protocol_tables_list_every_registered_protocol():
         assert any(f"`{module}`" in row for row in readme_rows), f"README.md: no protocol-table row for {module}"
         assert any(f"]({spec.docs})" in row and f"`{spec.graph_id}`" in row for row in index_rows), (
             f"docs/README.md: no row linking {spec.docs} with Studio id `{spec.graph_id}`")
+
+
+def test_embedding_page_snippets_run_in_order(capsys, monkeypatch):
+    """docs/embedding.md: your own models, the context rule, streaming, recording traces and the example
+    app (examples/agent_app.py, on scripted models), run in order in one namespace, as a reader would."""
+    monkeypatch.chdir(DOCS.parent)
+    namespace: dict = {}
+    for code in blocks("embedding.md", "python"):
+        exec(compile(code, str(DOCS / "embedding.md"), "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "DelegationContext: unknown field(s) pol; its fields are pool, config" in out
+    assert "{'align': 'my-app-align'} {'align': 1}" in out
+    assert "-> align: 7" in out and "agent-app-align  align  finished  1 question(s)" in out  # the example app
+
+
+def test_the_embedding_and_studio_pages_are_linked_from_the_readme():
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    assert "(docs/embedding.md)" in readme and "(docs/studio.md)" in readme
+
+
+def test_the_studio_page_documents_the_safe_command_and_a_context_with_a_pool():
+    page = (DOCS / "studio.md").read_text(encoding="utf-8")
+    assert "agora studio" in page and "loaded from the internet" in page
+    bodies = [json.loads(b) for b in re.findall(r"-d '(\{.*?\})'", page, flags=re.S)]
+    assert any(b.get("context", {}).get("pool") == "tiny" for b in bodies), bodies
