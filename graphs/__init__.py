@@ -1,8 +1,10 @@
 """The games: one module per protocol, each building a LangGraph ``StateGraph`` from ``agora.agents``
 parts. Builders return an **uncompiled** graph: compile it with your checkpointer, or without one,
 and pass the pool and settings as the run-time context (``context=...``), so one compiled graph
-serves many pools. Each module also has ``graph``, compiled without a checkpointer, for LangGraph
-Studio (``langgraph.json``).
+serves many pools. The context is the graph's own context type or a mapping of its fields (its pool
+a ``ModelPool``, a built-in pool name or a pool file); anything else is refused with one line
+(:class:`agora.graphs._common.ContextError`; docs/embedding.md). Each module also has ``graph``,
+compiled without a checkpointer, for LangGraph Studio (``langgraph.json``, ``agora studio``).
 
 | protocol | builder | context | input / output |
 |---|---|---|---|
@@ -18,7 +20,8 @@ The list comes from the protocol registry (:mod:`agora.graphs.registry`: one
 :class:`~agora.graphs.spec.ProtocolSpec` per protocol, declared in its module). Names load lazily, so
 ``from agora.graphs import build_delegation_graph`` imports only that module.
 ``run_problems`` (:mod:`agora.graphs.runner`) runs a benchmark graph over a problem list, traced
-and resumable.
+and resumable; ``TraceRecorder`` (:mod:`agora.graphs.recording`), a LangChain callback, records the
+protocol questions of any invocation of yours the same way.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from agora.graphs import registry
 from agora.graphs.spec import ProtocolSpec
 
 # Each protocol's builder, context, input and output, as its registry entry lists them.
-_WHERE = {**registry.exports(), "run_problems": "agora.graphs.runner"}
+_WHERE = {**registry.exports(), "run_problems": "agora.graphs.runner", "TraceRecorder": "agora.graphs.recording"}
 __all__ = sorted([*_WHERE, "ProtocolSpec", "registry"])
 
 

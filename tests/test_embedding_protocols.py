@@ -564,3 +564,14 @@ def test_no_node_update_is_empty(name, scripted_builtin_models):
                                   stream_mode="updates", subgraphs=True):
         empty += [(ns, node) for node, update in chunk.items() if not update and node != "__interrupt__"]
     assert not empty, empty
+
+
+@pytest.mark.slow
+def test_a_plain_mapping_naming_the_tiny_pool_runs_the_real_tiny_models():
+    """One real run: MoA on ``{"pool": "tiny"}`` loads SmolLM2 and Gemma and asks both (seconds on a CPU)."""
+    _common.clear_pool_cache()
+    out = registry.get("moa").compiled().invoke(
+        {"question": "What is 2 + 3?", "gold": "5"},
+        context={"pool": "tiny", "config": {"max_tokens": 16, "shots": 0}})
+    assert {p["model"] for p in out["proposals"]} == {"smollm2-135m", "gemma3-270m"}
+    assert out["aggregator"] == "smollm2-135m" and out["methods"]["moa"]["samples"] >= 1
