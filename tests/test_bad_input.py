@@ -246,3 +246,32 @@ def test_gsm8k_or_synthetic_format_without_a_file_is_honoured():
     assert (data, fmt, len(problems), problems[0].source) == (sample_path("gsm8k")[0], "gsm8k", 2, "gsm8k")
     assert load_benchmark(None, "synthetic", 2, 0)[1:] == ("synthetic", load_benchmark(None, "synthetic", 2, 0)[2])
     assert load_benchmark(None, "synthetic", 2, 0)[2][0].source == "synthetic"
+
+
+# ----------------------------------------------------------------------------- issue 33: malformed preference_pairs rows
+
+def _pair_row(**changes) -> dict:
+    row = {"pair_id": "p1", "run_id": "duel-1", "duel_id": "d1", "iteration": 0, "prompt": "2+2?",
+           "prompt_messages": json.dumps([{"role": "user", "content": "2+2?"}]), "chosen": "4", "rejected": "5",
+           "chosen_model": "qwen2.5-coder-0.5b", "rejected_model": "m2", "chosen_score": 8.0, "rejected_score": 6.0,
+           "margin": 2.0, "judge_scores": "{}", "reputations": "{}", "gold": None, "kind": None, "created_at": "t"}
+    return {**row, **changes}
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"prompt_messages": '{"a": 1}'}, "column 'prompt_messages': expected a JSON list, got {'a': 1}"),  # TypeError before
+    ({"prompt_messages": '["hi"]'}, "column 'prompt_messages': message 0 is not a"),  # TypeError before
+    ({"margin": "big"}, "column 'margin': expected a finite number, got str 'big'"),  # TypeError before
+    ({"chosen": None}, "column 'chosen': expected text, got NULL"),  # AttributeError before
+    ({"rejected": 5}, "column 'rejected': expected text, got int 5"),  # AttributeError before
+    ({"judge_scores": "{oops"}, "column 'judge_scores': not JSON (Expecting property name"),  # no table, row or column
+])
+def test_a_malformed_preference_pair_is_one_line_naming_table_row_and_column(tmp_path, changes, needle):
+    import sqlite_utils
+
+    db = tmp_path / "t.db"
+    sqlite_utils.Database(db)["preference_pairs"].insert_all([_pair_row(**changes)], pk="pair_id")
+    code, output = agora("train", "dpo", "--db", db, "--model", "qwen2.5-coder-0.5b", "--out", tmp_path / "out")
+    assert code == 2, output
+    assert one_error_line(output).startswith(f"error: {db}: table preference_pairs, row pair_id='p1': {needle}")
+    assert not (tmp_path / "out").exists()

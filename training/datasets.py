@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,15 +85,71 @@ def _loads(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+class PairRowError(ValueError):
+    """A ``preference_pairs`` row that cannot become a DPO pair, in one line:
+    ``DB: table preference_pairs, row pair_id='p1': column 'chosen': expected text, got NULL``."""
+
+
+def _sql_value(value: Any) -> str:
+    return "NULL" if value is None else f"{type(value).__name__} {value!r:.40}"
+
+
+def _pair_row(r: dict[str, Any], where: str) -> dict[str, Any]:
+    """One ``preference_pairs`` row checked and its JSON columns decoded (``where`` names the row).
+
+    Raises:
+        PairRowError: a column of the wrong type (``chosen`` NULL or a number, ``margin`` text, ...),
+        a JSON column that is not JSON or not of its shape (``prompt_messages``: a list of
+        ``{"role", "content"}`` texts; ``judge_scores``, ``reputations``: objects).
+    """
+    def bad(column: str, what: str) -> PairRowError:
+        return PairRowError(f"{where}: column {column!r}: {what}")
+
+    for column in ("pair_id", "run_id", "chosen", "rejected", "chosen_model", "rejected_model"):
+        if not isinstance(r.get(column), str):
+            raise bad(column, f"expected text, got {_sql_value(r.get(column))}")
+    for column in ("prompt",):
+        if r.get(column) is not None and not isinstance(r[column], str):
+            raise bad(column, f"expected text or NULL, got {_sql_value(r[column])}")
+    for column, required in (("margin", True), ("chosen_score", False), ("rejected_score", False)):
+        value = r.get(column)
+        if value is None and not required:
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise bad(column, f"expected a finite number{'' if required else ' or NULL'}, got {_sql_value(value)}")
+    if r.get("iteration") is not None and (not isinstance(r["iteration"], int) or isinstance(r["iteration"], bool)):
+        raise bad("iteration", f"expected an integer or NULL, got {_sql_value(r['iteration'])}")
+    decoded = {}
+    for column, default in (("prompt_messages", []), ("judge_scores", {}), ("reputations", {})):
+        try:
+            value = _loads(r.get(column), default)
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+            what = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+            raise bad(column, f"not JSON ({what}): {r.get(column)!r:.40}") from None
+        if not isinstance(value, type(default)):
+            raise bad(column, f"expected a JSON {'list' if isinstance(default, list) else 'object'}, got {value!r:.40}")
+        decoded[column] = value
+    for i, m in enumerate(decoded["prompt_messages"]):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise bad("prompt_messages", f"message {i} is not a {{\"role\": text, \"content\": text}} object: {m!r:.40}")
+    return {**r, **decoded}
+
+
 def load_preference_pairs(db: str | Path | TraceStore | sqlite_utils.Database) -> list[dict[str, Any]]:
     """Every row of ``preference_pairs``, JSON columns decoded, ordered by run, iteration, time, id.
 
     Returns ``[]`` when the table does not exist (a DB without duels).
+
+    Raises:
+        PairRowError: a malformed row (a ``ValueError`` whose one line names the database, the
+        table, the row by its ``pair_id`` and the column; see :func:`_pair_row`).
     """
+    store = _store(db)
     rows = []
-    for r in _store(db).preference_pairs():
-        rows.append({**r, "prompt_messages": _loads(r["prompt_messages"], []),
-                     "judge_scores": _loads(r["judge_scores"], {}), "reputations": _loads(r["reputations"], {})})
+    for n, r in enumerate(store.preference_pairs(), start=1):
+        pid = r.get("pair_id")
+        row = f"pair_id={pid!r}" if isinstance(pid, str) else f"{n} (by run, iteration, time; pair_id {_sql_value(pid)})"
+        rows.append(_pair_row(r, f"{store.path}: table preference_pairs, row {row}"))
     return rows
 
 
