@@ -837,3 +837,27 @@ def test_a_json_typed_checkpoint_row_with_a_refused_constructor_raises(tmp_path)
     with pytest.raises(UnsafeCheckpointError, match="os.system"):
         saver.get_tuple(config)
     saver.close()
+
+
+def test_a_bench_id_running_elsewhere_is_refused(tmp_path, served_pool):
+    db = tmp_path / "t.db"
+    with run_lock(db, "b"):  # another holder of the bench id (a lock belongs to an open file)
+        out = agora("bench", "--limit", 1, "--protocols", "align", "--pool", served_pool, "--db", db, "--run-id", "b",
+                    "--out", tmp_path / "report")
+    assert out.exit_code == 2, out.output
+    [line] = error_lines(out)
+    assert "run id 'b' is being run by another process" in line and f"pid {os.getpid()}" in line
+    assert sqlite_utils.Database(db)["model_calls"].count == 0
+
+
+def test_sigterm_asks_for_a_drain_and_the_handlers_are_restored(monkeypatch):
+    from agora.cli import _shared
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with _shared.graceful_stop("r1") as control:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert control.drain_requested and control.drain_reason == "terminated"
+        assert _shared._stop.signal == signal.SIGTERM
+        assert _shared.resume_command().endswith("--run-id r1")
+    assert {s: signal.getsignal(s) for s in before} == before  # and the grace timer is cancelled
+    time.sleep(0.1)
