@@ -16,6 +16,12 @@ from agora.models.pool import MAX_POOL_TEMPERATURE
 from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.problem import Problem
 
+#: Most agents and rounds of one debate: Du et al. (2023) study up to 7 agents and 4 rounds (§3.3,
+#: Fig. 10 and 11); every question costs ``agents × rounds`` model calls, so a value far beyond these
+#: (``rounds = 100000`` in a ``--config`` file) would run for ever rather than debate more.
+MAX_DEBATE_AGENTS = 16
+MAX_DEBATE_ROUNDS = 10
+
 # Seeds: node "debate.round" of agora.agents.seeds.NODES: round r starts 50·r after the node's
 # offset; in the first round the j-th distinct model's request adds 10·j, in later rounds agent i
 # adds i (as COMED's baseline always did).
@@ -30,9 +36,9 @@ class DebateConfig:
     """
 
     agents: int = 3
-    """Debate agents; agent i plays pool model i mod |pool| (or ``models[i mod len(models)]``)."""
+    """Debate agents (1 to 16); agent i plays pool model i mod |pool| (or ``models[i mod len(models)]``)."""
     rounds: int = 2
-    """Rounds including the first, independent one."""
+    """Rounds including the first, independent one (1 to 10)."""
     models: tuple[str, ...] = ()
     """Models the agents play, in turn; empty = the pool's models in pool order."""
     temperature: float = 0.7
@@ -51,6 +57,10 @@ class DebateConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"DebateConfig.{name} must be an integer >= 1, got {value!r}")
+        for name, bound in (("agents", MAX_DEBATE_AGENTS), ("rounds", MAX_DEBATE_ROUNDS)):
+            if getattr(self, name) > bound:
+                raise ValueError(f"DebateConfig.{name} must be at most {bound} (each question costs agents × rounds "
+                                 f"model calls), got {getattr(self, name)!r}")
         if self.shots < 0:
             raise ValueError(f"DebateConfig.shots must be >= 0, got {self.shots}")
         if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # NaN fails too

@@ -1,28 +1,43 @@
-"""``agora pool list``: the built-in models and pools, and whether their weights are installed."""
+"""``agora pool list``: the backends a pool file may name (built-in and plug-in), the built-in models
+and pools, and whether their weights are installed."""
 
 from __future__ import annotations
 
 import json
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agora.models.builtins import BUILTIN_POOLS, describe_builtins
+from agora.models.registry import available_backends
 from agora.cli._shared import console
 from agora.cli._apps import app
 
-pool_app = typer.Typer(help="Built-in models and pools.", no_args_is_help=True)
+pool_app = typer.Typer(help="Backends, built-in models and pools.", no_args_is_help=True)
 app.add_typer(pool_app, name="pool")
 
 
 @pool_app.command("list")
 def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
-    """List the built-in pools (use them as --pool NAME) and models (use them as path = "builtin:KEY")."""
+    """List the backends (a pool entry's backend = NAME), the built-in pools (use them as --pool NAME)
+    and models (use them as path = "builtin:KEY")."""
     rows = describe_builtins()
+    backends, failed = available_backends()
+    backend_rows = [{"backend": b.name, "from": b.origin, "agora serve": b.serve, "summary": b.summary} for b in backends]
     if as_json:
-        typer.echo(json.dumps({"pools": {k: [m for m, _ in v] for k, v in BUILTIN_POOLS.items()}, "models": rows},
+        typer.echo(json.dumps({"backends": backend_rows, "failed_backends": failed,
+                               "pools": {k: [m for m, _ in v] for k, v in BUILTIN_POOLS.items()}, "models": rows},
                               indent=2))
         return
+    table = Table(title="backends (pool file: backend = \"NAME\"; plug-ins: the agora.backends entry point)")
+    for col in ("backend", "from", "agora serve", "what it runs"):
+        table.add_column(col)
+    for r in backend_rows:
+        table.add_row(escape(r["backend"]), escape(r["from"]), r["agora serve"], escape(r["summary"]))
+    console.print(table)
+    for name, why in failed.items():  # a broken plug-in is named, never a traceback
+        console.print(f"backend {escape(name)} did not load: {escape(why)}", soft_wrap=True, highlight=False)
     pools = Table(title="built-in pools (--pool NAME)")
     for col in ("pool", "members"):
         pools.add_column(col)

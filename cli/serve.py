@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from agora.models.pool import DEFAULT_SPECS
-from agora.models.serving import ServeConfig, ServedPool, default_python
+from agora.models.serving import ServeConfig, ServedPool, default_python, serve_mode
 from agora.cli._shared import console, err_console, get_pool, user_errors
 from agora.cli._apps import app
 
@@ -38,26 +39,27 @@ def serve(
         config = ServeConfig(python=python or default_python(), port=port, enforce_eager=enforce_eager,
                              memory_fraction=memory_fraction, max_model_len=max_model_len,
                              startup_timeout_s=startup_timeout, log_dir=log_dir)
-    served = ServedPool(specs, config)
+        served = ServedPool(specs, config)  # asks each entry's backend whether and how it is served
+        on_vllm = [s.name for s in specs if serve_mode(s) == "vllm"]
 
     def terminate(signum, frame):
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
-        console.print(f"starting vLLM for {', '.join(s.name for s in specs if s.backend != 'openai')} "
-                      f"with {config.python}", highlight=False)
+        console.print(f"starting vLLM for {escape(', '.join(on_vllm))} with {escape(config.python)}", highlight=False)
         with served:
             out.write_text(served.pool_toml(), encoding="utf-8")
             for plan in served.plans:
-                console.print(f"[bold]{plan.spec.name}[/bold] → {plan.base_url}  (log: {plan.log_path})", highlight=False)
-            console.print(f"pool file: [bold]{out}[/bold]  (Ctrl-C stops the servers)", highlight=False)
+                console.print(f"[bold]{escape(plan.spec.name)}[/bold] → {plan.base_url}  (log: {escape(str(plan.log_path))})",
+                              highlight=False)
+            console.print(f"pool file: [bold]{escape(str(out))}[/bold]  (Ctrl-C stops the servers)", highlight=False)
             while True:
                 time.sleep(2.0)
                 dead = served.dead()
                 if dead:
                     names = ", ".join(p.spec.name for p in dead)
-                    err_console.print(f"[red]error:[/red] vLLM server for {names} exited; see {dead[0].log_path}",
+                    err_console.print(f"[red]error:[/red] vLLM server for {escape(names)} exited; see {escape(str(dead[0].log_path))}",
                                       highlight=False)
                     raise typer.Exit(1)
     except typer.Exit:  # a click Exit is a RuntimeError too
@@ -65,7 +67,7 @@ def serve(
     except KeyboardInterrupt:
         console.print("stopped the vLLM servers", highlight=False)
     except (RuntimeError, ImportError, ValueError, FileNotFoundError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     finally:
         signal.signal(signal.SIGTERM, previous)

