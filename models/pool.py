@@ -31,6 +31,9 @@ engine arguments to it and to ``agora serve``. ``prompt_format = "fewshot"`` wor
 with transformers, plus an optional peft ``adapter`` folder (a model trained by ``agora train``).
 A ``llamacpp`` entry takes an ``adapter`` too: the same peft folder (converted once to a GGUF LoRA
 beside it, :mod:`agora.models.lora_gguf`) or a GGUF LoRA file, applied by llama.cpp on the GGUF.
+``backend = "langchain"`` builds any LangChain chat model (``class = "pkg.mod:ChatClass"``, a
+``[models.kwargs]`` table). Every backend, and each entry's validation, comes from the registry
+(:mod:`agora.models.registry`): a package adds one through the ``agora.backends`` entry point.
 """
 
 from __future__ import annotations
