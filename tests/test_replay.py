@@ -223,3 +223,28 @@ def test_comed_calibration_is_a_replay_over_its_dev_run(tmp_path, monkeypatch):
     spec = json.loads((tmp_path / "b" / "bench.json").read_text())["calibration"]
     quiz = next(c for c in spec if c["scope"] == "quiz")
     assert quiz["thresholds"] == {k: getattr(cal.chosen.thresholds, k) for k in ("tau_hi", "tau_lo", "m_min")}
+
+
+@pytest.mark.slow
+def test_replay_on_a_tiny_pool_bench_calls_no_model_and_reproduces_it(shared_data, tmp_path):
+    """The issue's done-when on real models: `agora bench --pool tiny --limit 2`, then three other rules."""
+    from agora.tasks.samples import sample_path
+
+    gsm8k, _ = sample_path("gsm8k")
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, [
+        "bench", "--tasks", f"{gsm8k},{shared_data / 'arc' / 'arc_challenge_test.jsonl'}", "--limit", "2", "--pool",
+        "tiny", "--db", str(db), "--out", str(tmp_path / "b"), "--run-id", "e2e", "--agents", "2", "--samples", "2",
+        "--max-tokens", "24", "--probe-max-tokens", "8", "--protocols", "align,comed"])
+    assert result.exit_code == 0, result.output
+    before = calls_in(db)
+    for run_id in ("e2e:gsm8k_test_sample:align", "e2e:arc_challenge_test:align"):
+        for args in (["--rule", "align", "--param", "tau=0.9"], ["--rule", "plurality"],
+                     ["--rule", "weighted_vote", "--dev-run-id", "e2e:gsm8k_test_sample:align"]):
+            out = CliRunner().invoke(app, ["replay", "--db", str(db), "--run-id", run_id, *args])
+            assert out.exit_code == 0 and "McNemar p" in out.output, out.output
+        run = load_run(TraceStore(db, readonly=True), run_id)
+        for rule, method in (("align", "align"), ("best_of_n", "best_of_n"), ("plurality", "self_consistency"),
+                             ("first_sample", "single_agent")):
+            assert reproduced(run, replay(run, rule), method) == (2, 2), (run_id, rule)
+    assert calls_in(db) == before
