@@ -98,13 +98,13 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
     """Why an existing SQLite database cannot take Agora's traces, as one phrase, or ``None``.
 
     Read-only (``sqlite_master`` and ``PRAGMA table_info``), against the declared schema
-    (:data:`agora.traces.schema.TABLES`, ``PRIMARY_KEYS``, ``ADDED_COLUMNS``), so a column added
-    there is checked without changing this function. Accepted: an empty database; core tables
-    lacking only columns added after their first release (an older Agora's database: the store
-    adds them, NULL in old rows); extra columns that are nullable or have a default (a newer
-    Agora's, whose rows this one writes without them). Refused: tables of another tool and none of
-    Agora's; a core table that is a view; a core table with another primary key, without a column
-    that every version writes, or with an extra ``NOT NULL`` column without a default (an insert
+    (:data:`agora.traces.schema.TABLES`, ``PRIMARY_KEYS``), so a column added there is checked
+    without changing this function. Accepted: an empty database; core tables with Agora's primary
+    key that lack columns (an older Agora's database, e.g. without those of ``ADDED_COLUMNS``: the
+    store adds them, every Agora column being nullable, NULL in old rows); extra columns that are
+    nullable or have a default (a newer Agora's, whose rows this one writes without them).
+    Refused: tables of another tool and none of Agora's; a core table that is a view; a core table
+    with another primary key, or with an extra ``NOT NULL`` column without a default (an insert
     would fail after the first question's work).
     """
     objects = {name: kind for kind, name in conn.execute(
@@ -126,11 +126,6 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
         if pk != want:
             return (f"table {table} has primary key ({', '.join(pk) or 'none'}), Agora's has ({', '.join(want)}): "
                     "a database of another tool or version; give --db a new file")
-        addable = set(schema.ADDED_COLUMNS.get(table, ()))
-        missing = [c for c in schema.TABLES[table] if c not in have and c not in addable]
-        if missing:
-            return (f"table {table} lacks column(s) {', '.join(missing)} that Agora writes: a database of another "
-                    "tool or version; give --db a new file")
         required = [n for n, r in have.items() if n not in schema.TABLES[table] and r[3] and r[4] is None and not r[5]]
         if required:
             return (f"table {table} has NOT NULL column(s) {', '.join(required)} without a default, which this "
@@ -311,11 +306,11 @@ class TraceStore:
         db["questions"].create(schema.QUESTIONS, pk=("run_id", "question_id"), if_not_exists=True)
         db["results"].create(schema.RESULTS, pk=("run_id", "question_id", "method"), if_not_exists=True)
         db["model_calls"].create(schema.MODEL_CALLS, pk="call_id", if_not_exists=True)
-        for table, added in schema.ADDED_COLUMNS.items():  # databases written before these columns existed
-            have = db[table].columns_dict
-            for column in added:
+        for table, columns in schema.TABLES.items():  # databases written before some columns existed
+            have = db[table].columns_dict  # (ADDED_COLUMNS; schema_problem let only such a database in)
+            for column, kind in columns.items():
                 if column not in have:
-                    db[table].add_column(column, schema.TABLES[table][column])
+                    db[table].add_column(column, kind)
         db["model_calls"].create_index(["run_id", "question_id"], if_not_exists=True)
         db["results"].create_index(["run_id", "method"], if_not_exists=True)
 
