@@ -56,7 +56,7 @@ from agora.graphs.bench import (
 )
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
-from agora.traces.bench import claim_lines, read_bench_spec, write_report
+from agora.traces.bench import MIN_QUESTIONS, TOO_FEW, claim_lines, read_bench_spec, write_report
 from agora.traces.store import TraceStore
 
 
@@ -286,10 +286,13 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
         if m not in macro:
             continue
         row = [f"{fmt_pct(cells[t, m]['accuracy'])} {fmt_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}"
-               if (t, m) in cells else "-" for t in tasks]
+               + (" †" if cells[t, m].get("too_few") else "") if (t, m) in cells else "-" for t in tasks]
         table.add_row(m, *row, f"{fmt_pct(macro[m]['accuracy'])} {fmt_ci(macro[m]['ci_low'], macro[m]['ci_high'])}",
                       f"{macro[m]['tokens_per_q']:.0f}")
     console.print(table)
+    if any(c.get("too_few") for c in report["cells"]):
+        console.print(f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions or a degenerate interval; no finding",
+                      highlight=False)
     for c in report["calibration"]:
         t = c["thresholds"]
         scope = "all tasks" if c["scope"] == "*" else c["scope"]
