@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import textwrap
+import threading
 import typing
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
@@ -228,11 +229,13 @@ def _default_pool() -> ModelPool:
 
 
 _POOL_CACHE: dict[tuple[Any, ...], ModelPool] = {}
+_POOL_LOCK = threading.Lock()  # a server's parallel first runs build a named pool once
 
 
 def clear_pool_cache() -> None:
     """Forget the pools built from names and files (tests; a long-lived server after editing weights)."""
-    _POOL_CACHE.clear()
+    with _POOL_LOCK:
+        _POOL_CACHE.clear()
 
 
 def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_pool,
@@ -260,9 +263,10 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
             stat = path.stat() if path.is_file() else None
             key = ("file", str(path), stat and stat.st_mtime_ns, stat and stat.st_size)
             make = functools.partial(load_pool, path if stat else Path(text))
-        if key not in _POOL_CACHE:
-            _POOL_CACHE[key] = make()
-        return _POOL_CACHE[key]
+        with _POOL_LOCK:
+            if key not in _POOL_CACHE:
+                _POOL_CACHE[key] = make()
+            return _POOL_CACHE[key]
     raise ContextError(f"{where}.pool: expected a ModelPool, a built-in pool name ({', '.join(BUILTIN_POOLS)}) "
                        f"or a pool file path, got {type(value).__name__}")
 
