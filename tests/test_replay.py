@@ -15,7 +15,7 @@ import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.traces.comed import calibrate_run
 from agora.traces.replay import RULES, Choice, load_run, paired_table, parse_params, replay, reproduced, selection_rule
-from agora.traces.store import TraceStore, backfill
+from agora.traces.store import TraceStore
 from test_bench import bench_args, scripted_pool, write_tasks
 
 ALIGN, COMED, QUIZ_ALIGN = "b1:arith:align", "b1:arith:comed", "b1:quiz:align"
