@@ -61,8 +61,10 @@ from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError, _Adap
 
 log = logging.getLogger("agora.pool")
 
-Backend = Literal["llamacpp", "openai", "vllm", "transformers"]
-BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
+#: A backend name: a built-in or a plug-in's (:func:`agora.models.registry.backend_names`).
+Backend = str
+#: The built-in backends (plug-ins add theirs through the registry).
+BACKENDS = ("llamacpp", "openai", "vllm", "transformers", "langchain")
 StructuredOutputs = Literal["response_format", "vllm", "none"]
 
 
