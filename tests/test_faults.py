@@ -863,3 +863,16 @@ def test_sigterm_asks_for_a_drain_and_the_handlers_are_restored(monkeypatch):
         assert _shared.resume_command().endswith("--run-id r1")
     assert {s: signal.getsignal(s) for s in before} == before  # and the grace timer is cancelled
     time.sleep(0.1)
+
+
+def test_a_refused_resume_names_the_pool_and_data_differences():
+    store = TraceStore(":memory:")
+    pool = [{"name": "m", "backend": "openai", "model": "x"}]
+    store.start_run("r", "align", config={"n": 2, "tau": 0.5}, pool=pool, dataset={"path": "a.jsonl", "format": "gsm8k"})
+    with pytest.raises(ValueError) as refused:
+        store.start_run("r", "align", config={"n": 2, "tau": 0.7}, pool=[{**pool[0], "model": "y"}],
+                        dataset={"path": "b.jsonl", "format": "gsm8k"})
+    first, second = str(refused.value).split("\n")
+    assert "was started with other path, settings, pool (data path: \"b.jsonl\" here, \"a.jsonl\" in the run; " \
+           "tau: 0.7 here, 0.5 in the run)" in first
+    assert second == '  pool: m.model: "y" here, "x" in the run'
