@@ -486,9 +486,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def subprocess_env() -> dict:
-    """The environment of an ``agora`` subprocess: this source tree first on the path."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO.parent), os.environ.get("PYTHONPATH", "")]),
-            "COLUMNS": "300"}
+    """The environment of an ``agora`` subprocess: this source tree first on the path when its
+    folder is named ``agora`` (else the installed package, editable or not, as in this process)."""
+    first = [str(REPO.parent)] if REPO.name == "agora" else []
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([*first, os.environ.get("PYTHONPATH", "")]), "COLUMNS": "300"}
 
 
 def hold_run_lock(db: Path, run_id: str) -> subprocess.Popen:
