@@ -61,6 +61,9 @@ def describe_sqlite_error(path: str | Path, exc: BaseException) -> str:
     if "disk is full" in low or isinstance(exc, OSError) and exc.errno == 28:  # SQLITE_FULL, ENOSPC
         return (f"{path}: the disk is full ({msg}); free some space, then rerun with the same --run-id to "
                 "resume (what was recorded is kept)")
+    if "disk i/o error" in low:  # SQLITE_IOERR: a write refused (a file-size limit, a full or failing device)
+        return (f"{path}: a disk I/O error ({msg}: a full disk or file-size limit, or a failing device); fix it, then "
+                "rerun with the same --run-id to resume (what was recorded is kept)")
     if "locked" in low or "busy" in low:
         return (f"{path}: the database is locked by another process (waited {BUSY_TIMEOUT_S:g} s); "
                 "try again once it is done")
