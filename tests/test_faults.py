@@ -877,3 +877,31 @@ def test_a_refused_resume_names_the_pool_and_data_differences():
     assert "was started with other path, settings, pool (data path: \"b.jsonl\" here, \"a.jsonl\" in the run; " \
            "tau: 0.7 here, 0.5 in the run)" in first
     assert second == '  pool: m.model: "y" here, "x" in the run'
+
+
+def test_a_write_refused_by_the_file_system_mid_run_is_one_line_and_the_rerun_finishes(tmp_path, served_pool):
+    """A real refused write, not a simulated one: the run's process may write files of at most
+    400 kB (RLIMIT_FSIZE, as a nearly full disk), so its trace writes fail mid-run."""
+    import resource
+
+    data = tmp_path / "q.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}? " + "x" * 2000,
+                                        "answer": f"#### {2 * i}"}) + "\n" for i in range(40)))
+    args = ["run", "align", "--data", data, "--agents", 2, "--samples", 2, "--pool", served_pool, "--db",
+            tmp_path / "t.db", "--run-id", "r"]
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (400_000, resource.RLIM_INFINITY))
+
+    proc = subprocess.run([sys.executable, "-m", "agora.cli", *map(str, args)], capture_output=True, text=True,
+                          env=subprocess_env(), cwd=tmp_path, preexec_fn=small_files, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception in callback" not in proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "rerun with the same --run-id to resume" in line
+    t = sqlite_utils.Database(tmp_path / "t.db")
+    assert t["runs"].get("r")["status"] == "failed" and 0 < t["questions"].count < 40
+    out = agora(*args)
+    assert out.exit_code == 0, out.output
+    assert t["questions"].count == 40
