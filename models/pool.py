@@ -57,7 +57,7 @@ from agora.models.retry import backoff_s, cause, is_transient, is_unreachable
 from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS  # noqa: F401 (BUILTIN_MODELS re-exported)
 from agora.models.errors import EmptyResponseError, ModelCallError, ModelUnavailableError, PoolConfigError  # noqa: F401
 from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError, _AdapterError,  # noqa: F401 (re-exported)
-                                   get_backend, resolve_builtin, validate_entry)
+                                   get_backend, resolve_builtin, spec_problem, validate_entry)
 
 log = logging.getLogger("agora.pool")
 
@@ -102,6 +102,10 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
     """The fields a backend's config class declares beyond these (``class`` and ``kwargs`` of a
     ``langchain`` entry, a plug-in's own settings), validated; its factory reads them."""
+
+    def __post_init__(self):
+        if problem := spec_problem(self):  # a spec made in Python gets the pool file's bounds
+            raise PoolConfigError(f"model {self.name!r}: {problem}")
 
     def describe(self) -> dict[str, Any]:
         """The spec as a dict for run records, without empty fields and secrets (``api_key``, and

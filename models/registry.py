@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
+import math
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -165,6 +166,24 @@ class BackendConfig(BaseModel):
         if value is not None and (problem := vllm_args_problem(value)):
             raise ValueError(problem)
         return value
+
+
+def spec_problem(spec: Any) -> str | None:
+    """What is wrong with the numbers of a spec made in Python (``ModelSpec(...)``, no pool file),
+    or ``None``: the bounds :class:`BackendConfig` puts on a pool entry, so a value that would fail
+    every call (``timeout_s = inf`` or ``0``, ``n_ctx = 0``) is refused there too. (``cost_per_1k_tokens``
+    is left to its readers, which name it: :mod:`agora.agents.cupid`.)"""
+    checks = (("timeout_s", spec.timeout_s, 0.0, MAX_TIMEOUT_S, False), ("n_ctx", spec.n_ctx, MIN_N_CTX, MAX_N_CTX, True),
+              ("max_retries", spec.max_retries, 0, MAX_POOL_RETRIES, True),
+              ("temperature", 0.0 if spec.temperature is None else spec.temperature, 0.0, MAX_POOL_TEMPERATURE, True))
+    for field, value, low, high, low_ok in checks:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or not (low <= value if low_ok else low < value) or not value <= high:
+            bounds = f"in {'[' if low_ok else '('}{low}, {high}]" if math.isfinite(high) else f">= {low}"
+            return f"field '{field}': must be a finite number {bounds}, got {value!r}"
+    if spec.system_prompt is not None and not isinstance(spec.system_prompt, str):
+        return f"field 'system_prompt': must be a string, got {spec.system_prompt!r}"
+    return None
 
 
 def pool_path(value: str, info: ValidationInfo | None) -> Path:

@@ -240,3 +240,16 @@ def test_no_safe_vllm_arg_is_an_abbreviation_of_a_refused_one():
     # is older than --reasoning-parser-plugin in vLLM, so it is never read as its abbreviation.
     clashes = [(s, r) for s in SAFE_VLLM_ARGS for r in REFUSED_VLLM_ARGS if r.startswith(s) and r != s]
     assert clashes == [("reasoning_parser", "reasoning_parser_plugin")]
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ({"timeout_s": float("inf")}, "field 'timeout_s': must be a finite number in (0.0, 86400.0], got inf"),
+    ({"timeout_s": 0}, "field 'timeout_s': must be a finite number in (0.0, 86400.0], got 0"),
+    ({"n_ctx": 0}, "field 'n_ctx': must be a finite number in [16, 4194304], got 0"),
+    ({"system_prompt": 5}, "field 'system_prompt': must be a string, got 5"),
+    ({"temperature": float("nan")}, "field 'temperature': must be a finite number in [0.0, 2.0], got nan"),
+])
+def test_a_spec_made_in_python_gets_the_pool_file_bounds(fields, needle):
+    with pytest.raises(PoolConfigError) as err:
+        ModelSpec(name="m", backend="openai", base_url="http://h/v1", model="m", **fields)
+    assert str(err.value) == f"model 'm': {needle}"
