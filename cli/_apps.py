@@ -4,7 +4,10 @@ so that a command imports the apps and not the module that imports it (no import
 
 from __future__ import annotations
 
+import inspect
+
 import typer
+from rich.markup import escape
 
 app = typer.Typer(help="Agora: multi-LLM protocols as LangGraph state machines on local models.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -16,3 +19,36 @@ app.add_typer(run_app, name="run")
 app.add_typer(report_app, name="report")
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(train_app, name="train")
+
+
+#: Help texts already escaped, as ``(id(obj), attribute) -> obj`` (the object kept, so its id stays its own).
+_ESCAPED: dict[tuple[int, str], object] = {}
+
+
+def escape_help(typer_app: typer.Typer) -> None:
+    """Escape rich markup in every help text below ``typer_app`` (command docstrings and ``help=``,
+    option and group help), so that Typer's rich help shows ``[moa]`` or ``[default: 64]`` as
+    written instead of reading them as markup tags and dropping them. Each text is escaped once,
+    however often this is called (option declarations are shared between commands); call it after
+    every command is registered."""
+
+    def once(obj: object, attr: str) -> None:
+        value = getattr(obj, attr, None)
+        if isinstance(value, str) and (id(obj), attr) not in _ESCAPED:
+            _ESCAPED[id(obj), attr] = obj
+            setattr(obj, attr, escape(value))
+
+    once(typer_app.info, "help")
+    for info in typer_app.registered_commands:
+        if info.callback is None:
+            continue
+        if info.help is None:
+            info.help = inspect.getdoc(info.callback)
+        once(info, "help")
+        once(info, "short_help")
+        for param in inspect.signature(info.callback).parameters.values():
+            once(param.default, "help")
+    for group in typer_app.registered_groups:
+        once(group, "help")
+        if group.typer_instance is not None:
+            escape_help(group.typer_instance)

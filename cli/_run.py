@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agora.models.pool import ModelPool
@@ -151,8 +152,8 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
     spec = protocol(name)
     run_id = run_id or new_run_id(name)
     store = TraceStore(db)
-    console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, {label}, "
-                  f"pool {', '.join(pool.names)}", highlight=False)
+    console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, {escape(label)}, "
+                  f"pool {escape(', '.join(pool.names))}", highlight=False)
     with question_progress(len(problems)) as progress, graceful_stop(run_id) as control:
         task = progress.add_task(name, total=len(problems), label=name, status="")
         outcome = run_protocol(
@@ -173,15 +174,15 @@ def print_methods(store: TraceStore, run_id: str, title: str, order: Sequence[st
     """The method table (accuracy, CI, requests/samples/tokens per question) and the run's totals."""
     rows = method_table(store, run_id, order=order)
     totals = run_totals(store, run_id)
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for col in ("method", "questions", "failed", "accuracy %", "95% CI", "samples/q", "gen. tokens", "model time s"):
         table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     for r in rows:
-        table.add_row(r.method, str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
+        table.add_row(escape(r.method), str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
                       f"{r.samples_per_question:.1f}", str(r.completion_tokens), f"{r.model_time_s:.1f}")
     console.print(table)
     console.print(f"samples drawn: {int(totals['calls'])} (failed attempts: {int(totals['failed'])}), generated tokens: "
-                  f"{int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, question time: {totals['wall_s']:.1f} s; traces: {store.path}",
+                  f"{int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, question time: {totals['wall_s']:.1f} s; traces: {escape(str(store.path))}",
                   highlight=False)
 
 

@@ -57,7 +57,8 @@ def user_errors(unit: str = "questions") -> Iterator[None]:
     except typer.Exit:
         raise
     except (KeyboardInterrupt, GraphDrained):
-        if _stop.signal == signal.SIGTERM:
+        stopped_by, _stop.signal = _stop.signal, None
+        if stopped_by == signal.SIGTERM:
             err_console.print(f"[yellow]terminated[/yellow] (SIGTERM): finished {unit} are saved and the run is "
                               f"marked interrupted; resume with: {escape(resume_command())}", highlight=False,
                               soft_wrap=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agora.agents.delegation import DelegationConfig
@@ -64,12 +65,12 @@ def run_align(
 def print_method_table(store: TraceStore, run_id: str) -> None:
     rows = method_table(store, run_id, order=METHODS)
     totals = run_totals(store, run_id)
-    table = Table(title=f"ALIGN run {run_id}")
+    table = Table(title=f"ALIGN run {escape(run_id)}")
     for col in ("method", "questions", "failed", "guessed", "accuracy %", "95% CI", "samples/q", "gen. tokens",
                 "model time s"):
         table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     for r in rows:
-        table.add_row(r.method, str(r.questions), str(r.failed), str(r.guessed), fmt_pct(r.accuracy),
+        table.add_row(escape(r.method), str(r.questions), str(r.failed), str(r.guessed), fmt_pct(r.accuracy),
                       fmt_ci(r.ci_low, r.ci_high),
                       f"{r.samples_per_question:.1f}", str(r.completion_tokens), f"{r.model_time_s:.1f}")
     console.print(table)
@@ -80,4 +81,4 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
         f"samples drawn: {int(totals['calls'])} (one trace row each; failed attempts: {int(totals['failed'])}), "
         f"generated tokens: {int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, prompt tokens: {int(totals['prompt_tokens'])}, "
         f"question time: {totals['wall_s']:.1f} s summed over {int(totals['questions'])} questions", highlight=False)
-    console.print(f"traces: {store.path}", highlight=False)
+    console.print(f"traces: {escape(str(store.path))}", highlight=False)

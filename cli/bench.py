@@ -81,7 +81,7 @@ class _Bar(BenchProgress):
                 left = t.time_remaining
             eta = "" if left is None else f", about {left / 60:.0f} min left overall"
             part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
-            self.progress.console.print(f"{step.run_id}{part}: {todo} of {len(step.problems)} questions to run "
+            self.progress.console.print(f"{escape(step.run_id)}{part}: {todo} of {len(step.problems)} questions to run "
                                         f"({int(t.completed)}/{int(t.total or 0)} bench questions done{eta})",
                                         highlight=False)
 
@@ -127,9 +127,11 @@ def _router(store: TraceStore, pool: ModelPool, bench_id: str, questions: set[st
         router = KNNRouter(history_from_store(store, exclude_runs=own, exclude_questions=questions), pool.names,
                            k=k, embedding=embedding)
     except ValueError as exc:
-        console.print(f"{exc}: no router, fixed anchor {pool.names[0]}", highlight=False, soft_wrap=True)
+        console.print(f"{escape(str(exc))}: no router, fixed anchor {escape(pool.names[0])}", highlight=False,
+                      soft_wrap=True)
         return None
-    console.print(f"router: kNN (k={k}, {router.embedder.name}) over past traces in {store.path} outside this bench",
+    console.print(f"router: kNN (k={k}, {escape(router.embedder.name)}) over past traces in {escape(str(store.path))} "
+                  "outside this bench",
                   highlight=False, soft_wrap=True)
     return router
 
@@ -249,12 +251,12 @@ def bench(
         todo = remaining(store, steps)
         total_q = sum(len(s.problems) for s in steps)
         console.print(f"bench [bold]{escape(bench_id)}[/bold]: {len(task_files)} tasks "
-                      f"({', '.join(f'{t.name} {len(t.problems)}' for t in task_files)}), runs "
-                      f"{', '.join(dict.fromkeys(s.kind for s in steps))}, pool {', '.join(the_pool.names)}; "
+                      f"({escape(', '.join(f'{t.name} {len(t.problems)}' for t in task_files))}), runs "
+                      f"{', '.join(dict.fromkeys(s.kind for s in steps))}, pool {escape(', '.join(the_pool.names))}; "
                       f"{sum(todo.values())} of {total_q} questions to run", highlight=False)
-        progress = Progress(TextColumn("[bold]{task.fields[label]}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                            TextColumn("{task.fields[status]}", style="dim"), console=console,
+        progress = Progress(TextColumn("{task.fields[label]}", style="bold", markup=False), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                            TextColumn("{task.fields[status]}", style="dim", markup=False), console=console,
                             speed_estimate_period=600, disable=not sys.stdout.isatty() and total_q == 0)
         try:
             with progress, graceful_stop(bench_id) as control, store.run_lock(bench_id):
@@ -279,15 +281,15 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
     tasks = [t["name"] for t in report["tasks"]]
     cells = {(c["task"], c["method"]): c for c in report["cells"]}
     macro = {m["method"]: m for m in report["macro"]}
-    table = Table(title=f"bench {report['bench_id']}: accuracy % [95% CI]" + ("" if report["complete"] else " (incomplete)"))
+    table = Table(title=f"bench {escape(report['bench_id'])}: accuracy % [95% CI]" + ("" if report["complete"] else " (incomplete)"))
     for col in ["method", *tasks, "macro", "tokens/q"]:
-        table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
+        table.add_column(escape(col), justify="left" if col == "method" else "right", no_wrap=col == "method")
     for m in report["methods"]:
         if m not in macro:
             continue
         row = [f"{fmt_pct(cells[t, m]['accuracy'])} {fmt_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}"
                + (" †" if cells[t, m].get("too_few") else "") if (t, m) in cells else "-" for t in tasks]
-        table.add_row(m, *row, f"{fmt_pct(macro[m]['accuracy'])} {fmt_ci(macro[m]['ci_low'], macro[m]['ci_high'])}",
+        table.add_row(escape(m), *row, f"{fmt_pct(macro[m]['accuracy'])} {fmt_ci(macro[m]['ci_low'], macro[m]['ci_high'])}",
                       f"{macro[m]['tokens_per_q']:.0f}")
     console.print(table)
     if any(c.get("too_few") for c in report["cells"]):
@@ -296,11 +298,11 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
     for c in report["calibration"]:
         t = c["thresholds"]
         scope = "all tasks" if c["scope"] == "*" else c["scope"]
-        console.print(f"COMED thresholds ({scope}): τ_hi={t['tau_hi']:.4g}, τ_lo={t['tau_lo']:.4g}, "
-                      f"m_min={t['m_min']:.4g}: {c['source']}", highlight=False, soft_wrap=True)
+        console.print(f"COMED thresholds ({escape(scope)}): τ_hi={t['tau_hi']:.4g}, τ_lo={t['tau_lo']:.4g}, "
+                      f"m_min={t['m_min']:.4g}: {escape(str(c['source']))}", highlight=False, soft_wrap=True)
     for line in claim_lines(report):  # "too few questions" under 30 paired questions, never yes/no
         console.print(f"claim: {escape(line)}", highlight=False, soft_wrap=True)
     failed = sum(len(ids) for per in report["failed_questions"].values() for ids in per.values())
     if failed:
         console.print(f"failed questions: {failed} (not scored; see the report)", highlight=False)
-    console.print(f"report: {files.markdown}, {files.json}, {files.png}", highlight=False)
+    console.print(f"report: {escape(f'{files.markdown}, {files.json}, {files.png}')}", highlight=False)

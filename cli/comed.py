@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agora.agents.escalation import (
@@ -99,9 +101,10 @@ def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, 
         history = history_from_store(store, exclude_runs=[run_id], exclude_questions={p.question for p in problems})
         router = KNNRouter(history, pool.names, k=k, embedding=embedding)
     except ValueError as exc:
-        console.print(f"{exc}: no router, fixed anchor {pool.names[0]}", highlight=False)
+        console.print(f"{escape(str(exc))}: no router, fixed anchor {escape(pool.names[0])}", highlight=False)
         return None
-    console.print(f"router: kNN (k={k}, {router.embedder.name}) over past traces in {store.path}", highlight=False)
+    console.print(f"router: kNN (k={k}, {escape(router.embedder.name)}) over past traces in {escape(str(store.path))}",
+                  highlight=False)
     return router
 
 
@@ -226,7 +229,8 @@ def run_comed(
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
         t = config.thresholds
-        console.print(f"run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} problems, pool {', '.join(the_pool.names)}, "
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, pool "
+                      f"{escape(', '.join(the_pool.names))}, "
                       f"N={samples}, τ_hi={t.tau_hi}, τ_lo={t.tau_lo}, m_min={t.m_min}", highlight=False)
         console.print(_grid(samples, t, the_router is not None), highlight=False)
         outcome = _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router,
@@ -276,7 +280,7 @@ def calibrate_comed(
         run_id = run_id or new_run_id("comed-dev")
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
-        console.print(f"calibration run [bold]{run_id}[/bold]: {len(problems)} {fmt_name} dev problems, "
+        console.print(f"calibration run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} dev problems, "
                       f"every branch on every question", highlight=False)
         dev = _run(problems, fmt_name, data, limit, config=config, pool=the_pool, router=the_router, store=store,
                    run_id=run_id, label="COMED dev")
@@ -292,7 +296,8 @@ def calibrate_comed(
                           f"{p.objective:.4f} (rescues {p.rescues}, harms {p.harms}, extra calls {p.extra_calls}, "
                           f"{p.calls_per_question:.2f} model calls per question)", highlight=False)
         console.print(_grid(samples, best.thresholds, the_router is not None), highlight=False)
-        console.print(f"thresholds written to {out}; use them with `agora run comed --thresholds {out}`", highlight=False)
+        console.print(f"thresholds written to {escape(str(out))}; use them with `agora run comed --thresholds "
+                      f"{escape(shlex.quote(str(out)))}`", highlight=False)
 
 
 # ---------------------------------------------------------------------------- report (computed in traces/comed.py)
@@ -301,11 +306,11 @@ def calibrate_comed(
 def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
     """Print the run's method table, decisions, rescue–harm line, COMED's cost against the dense
     baselines and its failed questions."""
-    table = Table(title=f"COMED run {run_id}")
+    table = Table(title=f"COMED run {escape(run_id)}")
     for col in ("method", "questions", "failed", "accuracy %", "95% CI", "calls/q", "samples/q", "decoded tok/q"):
         table.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     for r in s.rows:
-        table.add_row(r.method, str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
+        table.add_row(escape(r.method), str(r.questions), str(r.failed), fmt_pct(r.accuracy), fmt_ci(r.ci_low, r.ci_high),
                       f"{s.calls_per_question[r.method]:.2f}", f"{r.samples_per_question:.2f}",
                       f"{s.tokens_per_question[r.method]:.1f}")
     console.print(table)
@@ -333,4 +338,4 @@ def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
     if failed:
         console.print(f"failed questions: {len(failed)} (every model call failed: no answer recorded, not counted "
                       "above; a rerun with this --run-id retries them)", highlight=False)
-    console.print(f"traces: {store.path}", highlight=False)
+    console.print(f"traces: {escape(str(store.path))}", highlight=False)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse, converse_default_specs
@@ -104,8 +106,8 @@ def converse(
         todo = ordered_pairs(the_pool, models, pairs)
         base = run_id or new_run_id("converse")
         store = TraceStore(db)
-        console.print(f"run [bold]{base}[/bold]: {len(todo)} ordered pairs × {len(problems)} {fmt_name} prompts × "
-                      f"{turns} turns; pool {', '.join(the_pool.names)}", highlight=False)
+        console.print(f"run [bold]{escape(base)}[/bold]: {len(todo)} ordered pairs × {len(problems)} {escape(fmt_name)} "
+                      f"prompts × {turns} turns; pool {escape(', '.join(the_pool.names))}", highlight=False)
         calls = 0
         with question_progress(len(todo) * len(problems)) as progress, graceful_stop(base) as control:
             task = progress.add_task("converse", total=len(todo) * len(problems), label="converse", status="")
@@ -125,8 +127,8 @@ def converse(
                 progress.advance(task, outcome.skipped)
                 calls += sum(len(q.calls) for q in outcome.outcomes)
             progress.update(task, status="done")
-        console.print(f"{calls} model calls recorded in {store.path}; next: "
-                      f"agora report diversity --db {store.path} --out diversity/", highlight=False)
+        console.print(f"{calls} model calls recorded in {escape(str(store.path))}; next: "
+                      f"agora report diversity --db {escape(shlex.quote(str(store.path)))} --out diversity/", highlight=False)
 
 
 # ----------------------------------------------------------------------------- report
@@ -145,12 +147,12 @@ def print_report(report: DiversityReport) -> None:
     table.add_column("partner", no_wrap=True)
     table.add_column("turns", justify="right", no_wrap=True)
     for name, exploratory in report.detectors:
-        table.add_column(name + ("†" if exploratory else ""), justify="right", no_wrap=True)
+        table.add_column(escape(name) + ("†" if exploratory else ""), justify="right", no_wrap=True)
     table.add_column("tokens", justify="right", no_wrap=True)
     for c in report.cells:
         cues = [f"{_fmt(e.mean)} [{_fmt(e.low)}, {_fmt(e.high)}]" for e in c.cues.values()]
         style = None if c.enough or c.partner is None else "dim"
-        table.add_row(c.speaker, c.partner or NO_PARTNER, str(c.turns) + ("" if c.enough else "*"), *cues,
+        table.add_row(escape(c.speaker), escape(c.partner or NO_PARTNER), str(c.turns) + ("" if c.enough else "*"), *cues,
                       _fmt(c.mean_tokens, 1), style=style)
     console.print(table)
     console.print(f"† exploratory lexicon (not validated); * fewer than {cfg.min_turns} turns: shown, not used "
@@ -163,16 +165,17 @@ def print_report(report: DiversityReport) -> None:
         if s.cue != "hedging":
             continue
         pct = "-" if math.isnan(s.shift) else ("inf" if math.isinf(s.shift) else f"{100 * s.shift:.0f}%")
-        shifts.add_row(s.speaker, report.families.get(s.speaker) or "-", str(s.partners),
-                       f"{_fmt(s.low)} ({s.low_partner or '-'})", f"{_fmt(s.high)} ({s.high_partner or '-'})", pct)
+        shifts.add_row(escape(s.speaker), escape(report.families.get(s.speaker) or "-"), str(s.partners),
+                       f"{_fmt(s.low)} ({escape(s.low_partner or '-')})", f"{_fmt(s.high)} ({escape(s.high_partner or '-')})",
+                       pct)
     console.print(shifts)
 
     dist = Table(title="Behavioural distance")
     dist.add_column("", no_wrap=True)
     for m in report.models:
-        dist.add_column(m, justify="right")
+        dist.add_column(escape(m), justify="right")
     for i, m in enumerate(report.models):
-        dist.add_row(m, *[f"{_fmt(v, 2)}" + (f" (n={int(n)})" if i != j and n else "")
+        dist.add_row(escape(m), *[f"{_fmt(v, 2)}" + (f" (n={int(n)})" if i != j and n else "")
                           for j, (v, n) in enumerate(zip(report.distance[i], report.agreement_n[i]))])
     console.print(dist)
     console.print("distance: root mean square of the min–max normalised differences in cue rates and mean "
@@ -181,13 +184,13 @@ def print_report(report: DiversityReport) -> None:
     p = report.panel
     if p is not None:
         console.print(f"suggested panel of {p.size} ({'exact' if p.exact else 'local search'}): "
-                      f"[bold]{', '.join(p.members)}[/bold], total distance {p.total:.2f}", highlight=False)
+                      f"[bold]{escape(', '.join(p.members))}[/bold], total distance {p.total:.2f}", highlight=False)
         ties = (f"; {p.family_ties} panels tie on family labels, totals {p.family_total_range[0]:.2f}–"
                 f"{p.family_total_range[1]:.2f}" if p.family_ties > 1 else "")
-        console.print(f"family-label-only panel: {', '.join(p.family_members)}, total distance "
+        console.print(f"family-label-only panel: {escape(', '.join(p.family_members))}, total distance "
                       f"{p.family_total:.2f}{ties}", highlight=False)
     for note in report.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {escape(str(note))}", highlight=False)
 
 
 @report_app.command("diversity", short_help="Cue rates per speaker and partner, behavioural distances and a "
@@ -211,10 +214,10 @@ def report_diversity(
         report = analyse(data.rows, data.families, config, model_order=data.model_order, notes=data.notes)
         protocols = sorted({r["protocol"] or "?" for r in data.rows})
         exchanged = sum(r["partner"] is not None for r in data.rows)
-        console.print(f"{db}: {len(data.rows)} responses ({exchanged} with a partner) from "
-                      f"{len({r['run_id'] for r in data.rows})} run(s), protocols {', '.join(protocols)}",
+        console.print(f"{escape(str(db))}: {len(data.rows)} responses ({exchanged} with a partner) from "
+                      f"{len({r['run_id'] for r in data.rows})} run(s), protocols {escape(', '.join(protocols))}",
                       highlight=False)
         print_report(report)
         paths = write_heatmaps(report, out)
         (out / "diversity.json").write_text(json.dumps(report.as_dict(), indent=2), encoding="utf-8")
-        console.print(f"wrote {', '.join(str(p) for p in [*paths, out / 'diversity.json'])}", highlight=False)
+        console.print(f"wrote {escape(', '.join(str(p) for p in [*paths, out / 'diversity.json']))}", highlight=False)

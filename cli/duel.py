@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agora.agents.exp3 import Exp3Config
@@ -72,8 +74,8 @@ def duel(
         run_id = run_id or new_run_id(mode)
         store = TraceStore(db)
         total = duels * iterations
-        console.print(f"run [bold]{run_id}[/bold] ({mode}): {total} duels ({iterations} × {duels}) on "
-                      f"{len(problems)} instructions, pool {', '.join(the_pool.names)}", highlight=False)
+        console.print(f"run [bold]{escape(run_id)}[/bold] ({mode}): {total} duels ({iterations} × {duels}) on "
+                      f"{len(problems)} instructions, pool {escape(', '.join(the_pool.names))}", highlight=False)
         try:
             with question_progress(total) as progress, graceful_stop(run_id) as control:
                 task = progress.add_task("duels", total=total, label="duels", status="")
@@ -84,7 +86,8 @@ def duel(
                     on_duel=lambda rec: progress.advance(task), control=control)
                 progress.update(task, completed=total, status="done")
         except ModelCallError as exc:
-            err_console.print(f"[red]error:[/red] {exc}; finished duels are saved: rerun with --run-id {run_id} "
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}; finished duels are saved: rerun with --run-id "
+                              f"{escape(shlex.quote(run_id))} "
                               f"to resume", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         if outcome.skipped:
@@ -94,11 +97,11 @@ def duel(
 
 def print_duel_table(store: TraceStore, run_id: str) -> None:
     """The end table: per model reputation, win/tie rates and judge parse failures; then totals."""
-    table = Table(title=f"duel run {run_id}")
+    table = Table(title=f"duel run {escape(run_id)}")
     for col in ("model", "reputation", "σ", "duels", "win %", "tie %", "loss %", "judge calls", "parse fail %"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for r in duel_traces.model_table(store, run_id):
-        table.add_row(r.model, f"{r.reputation:.3f}", f"{r.sigma:.3f}", str(r.duels), fmt_pct(r.win_rate),
+        table.add_row(escape(r.model), f"{r.reputation:.3f}", f"{r.sigma:.3f}", str(r.duels), fmt_pct(r.win_rate),
                       fmt_pct(r.tie_rate), fmt_pct(r.losses / r.duels if r.duels else float("nan")),
                       str(r.judge_calls), fmt_pct(r.parse_failures / r.judge_calls if r.judge_calls else float("nan")))
     console.print(table)
@@ -110,7 +113,7 @@ def print_duel_table(store: TraceStore, run_id: str) -> None:
         f"judge parse failures: {s['parse_failures']}/{s['judge_calls']} ({fmt_pct(s['parse_failure_rate'])}%){bias}",
         highlight=False)
     console.print(f"model calls: {int(totals['calls'])} (failed attempts: {int(totals['failed'])}), generated tokens: "
-                  f"{int(totals['completion_tokens'])}; traces: {store.path}", highlight=False)
+                  f"{int(totals['completion_tokens'])}; traces: {escape(str(store.path))}", highlight=False)
 
 
 @report_app.command("duels")
@@ -133,4 +136,4 @@ def report_duels(
         run_id = run_id or runs[-1]
         print_duel_table(store, run_id)
         for path in duel_traces.plot_duels(store, run_id, out, top=top):
-            console.print(f"wrote {path}", highlight=False)
+            console.print(f"wrote {escape(str(path))}", highlight=False)

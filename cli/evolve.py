@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from agora.models._files import safe_file_name
@@ -87,23 +88,23 @@ def evolve_cmd(
             if algo == "grpo" else GRPOSettings(), rewards=tuple(reward), serve_with=serve_with)
         store = TraceStore(db)
         run_id = run_id or new_run_id("evolve")
-        console.print(f"run [bold]{run_id}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
-                      f"{len(problems)} instructions, pool {', '.join(s.name for s in specs)}", highlight=False)
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
+                      f"{len(problems)} instructions, pool {escape(', '.join(s.name for s in specs))}", highlight=False)
         outcome = evolve(store, run_id, specs, problems, cfg, out / safe_file_name(run_id),
-                         on_event=lambda e: console.print(e["message"], highlight=False)
+                         on_event=lambda e: console.print(escape(e["message"]), highlight=False)
                          if e.get("event") in LOOP_EVENTS else None)
-        table = Table(title=f"evolve run {run_id}")
+        table = Table(title=f"evolve run {escape(run_id)}")
         for col in ("iteration", "duels", "pairs", "model", "trained", "steps", "held-out", "acc. new", "acc. current",
                     "in pool"):
             table.add_column(col, justify="left" if col == "model" else "right")
         for it in outcome.iterations:
             for m in it.members:
-                table.add_row(str(it.iteration), str(it.duels), str(it.pairs), m.model, "yes" if m.trained else "no",
+                table.add_row(str(it.iteration), str(it.duels), str(it.pairs), escape(m.model), "yes" if m.trained else "no",
                               str(m.steps), str(m.validation_pairs), _f(m.accuracy_new), _f(m.accuracy_current),
                               "new" if m.selected else "kept")
         console.print(table)
-        console.print(f"final pool: {outcome.iterations[-1].pool_file}; traces: {db} (duel run "
-                      f"{outcome.duel_run_id}, tables checkpoints and training_datasets)", highlight=False)
+        console.print(f"final pool: {escape(str(outcome.iterations[-1].pool_file))}; traces: {escape(str(db))} (duel run "
+                      f"{escape(outcome.duel_run_id)}, tables checkpoints and training_datasets)", highlight=False)
 
 
 def _f(x: float | None) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agora.cli._apps import app, calibrate_app, report_app, run_app, train_app  # noqa: F401
+from agora.cli._apps import app, calibrate_app, escape_help, report_app, run_app, train_app  # noqa: F401
 
 # Command modules register themselves on the apps above (one import per module).
 from agora.cli import align  # noqa: E402,F401
@@ -37,3 +37,5 @@ def _import_order(info) -> int:
 
 for _app in (app, run_app, report_app, calibrate_app, train_app):
     _app.registered_commands.sort(key=_import_order)
+
+escape_help(app)  # "[moa]" and "[default: 64]" in help texts shown as written, not read as rich markup

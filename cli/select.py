@@ -15,6 +15,7 @@ through its ``choose`` callback, prints the progress and writes the report.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
@@ -88,7 +89,7 @@ def select(
             the_pool = persona_variants(the_pool)
         items, given = None, None
         if resumed:
-            console.print(f"continuing session [bold]{thread}[/bold] with its first settings", highlight=False)
+            console.print(f"continuing session [bold]{escape(thread)}[/bold] with its first settings", highlight=False)
         else:
             items = load_problems(Path(settings["prompts_file"]), "prompts")
             if not items:
@@ -99,7 +100,7 @@ def select(
                 names, _ = feature_table({m: {LATENCY: 0.0, **v}
                                           for m, v in known_features(the_pool, arms, given).items()}, arms)
                 parse_theta(settings["simulate"], names)
-            console.print(f"session [bold]{thread}[/bold]: {len(arms)} models ({', '.join(arms)}), "
+            console.print(f"session [bold]{escape(thread)}[/bold]: {len(arms)} models ({escape(', '.join(arms))}), "
                           f"{len(items)} prompts, up to {config.budget_rounds} rounds", highlight=False)
         choose = ((lambda payload, values: _simulated_choice(values, settings)) if settings["simulate"]
                   else (lambda payload, values: _ask_terminal(payload)))
@@ -112,8 +113,8 @@ def select(
             raise typer.Exit(130) from None
     if not SPEC.finished(values):
         console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
-                      f"[bold]agora select --thread {thread}[/bold]"
-                      f"{'' if db == Path('agora.db') else f' --db {db}'}", highlight=False)
+                      f"[bold]{escape(shlex.join(['agora', 'select', '--thread', thread]))}[/bold]"
+                      f"{'' if db == Path('agora.db') else escape(f' --db {shlex.quote(str(db))}')}", highlight=False)
         return
     _report(values, settings, thread, out, sim_seeds)
 
@@ -158,13 +159,13 @@ def _ask_terminal(payload: dict) -> str | None:
 
 def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int) -> None:
     rec = values["recommendation"]
-    table = Table(title=f"CUPID session {thread}")
+    table = Table(title=f"CUPID session {escape(thread)}")
     for col in ("model", "P(best)", "posterior utility", "duels", "wins"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for r in rec["ranking"]:
-        table.add_row(r["model"], f"{r['p_best']:.3f}", f"{r['utility']:+.3f}", str(r["duels"]), f"{r['wins']:g}")
+        table.add_row(escape(r["model"]), f"{r['p_best']:.3f}", f"{r['utility']:+.3f}", str(r["duels"]), f"{r['wins']:g}")
     console.print(table)
-    console.print(f"[bold]recommended[/bold]: {rec['model']} (P(best) = {rec['p_best']:.3f})", highlight=False)
+    console.print(f"[bold]recommended[/bold]: {escape(rec['model'])} (P(best) = {rec['p_best']:.3f})", highlight=False)
     console.print(f"rounds used: {rec['rounds']}; cost spent: {rec['spent_cost']:.4g}; model time: "
                   f"{rec['spent_time_s']:.1f} s; stopped by: {rec['stop_reason']}", highlight=False)
     report: dict[str, Any] = {"thread": thread, "recommendation": rec, "arms": values["arms"],
@@ -191,14 +192,14 @@ def _report(values: dict, settings: dict, thread: str, out: Path, sim_seeds: int
         png = out / f"{safe_file_name(thread)}-regret.png"
         plot_regret(curves, session, png, title=f"simulated user θ: {settings['simulate']}")
         verdict = "[green]yes[/green]" if rec["model"] == best else "[red]no[/red]"
-        console.print(f"simulated user's best model: {best}; recommended it: {verdict}", highlight=False)
+        console.print(f"simulated user's best model: {escape(best)}; recommended it: {verdict}", highlight=False)
         console.print(f"cumulative regret after {rounds} rounds, mean of {len(seeds)} simulated runs: "
                       + ", ".join(f"{name} {c[:, -1].mean():.2f}" for name, c in curves.items()), highlight=False)
         console.print(f"this session: {session[-1] if session.size else 0:.2f} after {session.size} rounds",
                       highlight=False)
-        console.print(f"regret plot: {png}", highlight=False)
+        console.print(f"regret plot: {escape(str(png))}", highlight=False)
         report.update(simulated_best=best, theta=theta.tolist(), session_regret=session.tolist(),
                       mean_regret={k: c.mean(axis=0).tolist() for k, c in curves.items()}, plot=str(png))
     path = out / f"{safe_file_name(thread)}.json"
     path.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
-    console.print(f"report: {path}", highlight=False)
+    console.print(f"report: {escape(str(path))}", highlight=False)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 from pathlib import Path
 from typing import Literal, Optional
 
 import typer
+from rich.markup import escape
 
 from agora.agents.judge import JudgeConfig
 from agora.models.pool import ModelSpec, load_pool
@@ -94,7 +96,7 @@ def report(run, pool_file: Path, store: TraceStore) -> None:
         "validation preference accuracy": "-" if run.validation_accuracy is None else f"{run.validation_accuracy:.3f}",
         "time": f"{res.wall_s:.0f} s wall, {res.cpu_s:.0f} s CPU", "pool file": pool_file, "traces": store.path,
     })
-    console.print(f"use it: agora run align --pool {pool_file}", highlight=False)
+    console.print(f"use it: agora run align --pool {escape(shlex.quote(str(pool_file)))}", highlight=False)
 
 
 def _threads(threads: Optional[int]) -> int:
@@ -154,7 +156,8 @@ def train_dpo_cmd(
                                max_length=max_length, threads=_threads(threads), seed=seed, save_steps=save_steps)
         store = TraceStore(db)
         run_id = run_id or new_run_id("train-dpo")
-        console.print(f"run [bold]{run_id}[/bold]: DPO of {model} from {db} ({len(pairs)} pairs before filters)",
+        console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(str(db))} ({len(pairs)} pairs "
+                      "before filters)",
                       highlight=False)
         _train_and_record(
             store, run_id, "train-dpo", specs, out,
@@ -238,8 +241,8 @@ def train_grpo_cmd(
         store = TraceStore(db)
         run_id = run_id or new_run_id("train-grpo")
         funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
-        console.print(f"run [bold]{run_id}[/bold]: GRPO of {model} on {len(rows)} prompts, rewards "
-                      f"{', '.join(reward)}", highlight=False)
+        console.print(f"run [bold]{escape(run_id)}[/bold]: GRPO of {escape(model)} on {len(rows)} prompts, rewards "
+                      f"{escape(', '.join(reward))}", highlight=False)
         _train_and_record(
             store, run_id, "train-grpo", specs, out,
             config={"model": model, "settings": settings, "rewards": reward}, dataset=source,

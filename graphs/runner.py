@@ -138,8 +138,13 @@ def mark_live_runs(status: str = "interrupted", reason: str = "stopped") -> list
     connection of its own (:meth:`TraceStore.mark_stopped`): what a signal handler calls before it
     ends the process at once (a second Ctrl-C, a SIGTERM whose drain takes too long), so that no
     run is left ``running``. Returns the run ids marked; never raises."""
-    with _live_lock:
-        runs = list(_live_runs.values())
+    runs: list[RecordedRun] = []
+    for _ in range(3):  # no lock: a signal handler may interrupt the thread that holds it
+        try:
+            runs = list(_live_runs.values())
+            break
+        except RuntimeError:  # the dict changed size while being read
+            continue
     marked = []
     for run in runs:
         try:

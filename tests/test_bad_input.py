@@ -390,3 +390,40 @@ def test_select_prints_a_thread_with_markup_as_written(tmp_path, monkeypatch):
                          "--sim-seeds", "1", "--db", tmp_path / "t.db", "--thread", "exp[v2]", "--out", tmp_path / "out")
     assert code == 0, output
     assert "session exp[v2]:" in output and "CUPID session exp[v2]" in output
+
+
+# ----------------------------------------------------------------------------- issue 33: rich markup in user strings
+
+def test_markup_in_a_run_id_or_member_name_is_printed_as_written(tmp_path, monkeypatch):
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=["The answer is 4."], cycle=True)
+                                       for m in ("a[/x]", "b[bold]")})
+    monkeypatch.setattr(align_cli, "get_pool", lambda path: pool)
+    for run_id in ("[/x]", "exp[v2]"):  # MarkupError, and "exp" printed, before
+        code, output = agora("run", "align", "--format", "synthetic", "--limit", "1", "--db", tmp_path / "t.db",
+                             "--run-id", run_id)
+        assert code == 0, output
+        assert f"run {run_id}: 1 synthetic problems" in output and f"ALIGN run {run_id}" in output
+        assert "pool a[/x], b[bold]" in output
+
+
+def test_the_failed_questions_hint_names_the_run_id_as_typed(capsys):
+    import typer
+    from types import SimpleNamespace
+
+    from agora.cli._shared import exit_if_failed
+
+    failed = SimpleNamespace(problem=SimpleNamespace(id="q[/x]"), error="boom [red]")
+    with pytest.raises(typer.Exit):
+        exit_if_failed(SimpleNamespace(failed=[failed]), 1, "exp[v2]")
+    err = capsys.readouterr().err
+    assert "(q[/x]: boom [red])" in err and "rerun with --run-id 'exp[v2]' to retry them" in " ".join(err.split())
+
+
+def test_select_prints_a_thread_with_markup_as_written(tmp_path, monkeypatch):
+    pool, _ = scripted_pool(LATENCIES)
+    monkeypatch.setattr(select_cli, "get_pool", lambda path: pool)
+    prompts = write(tmp_path / "prompts.jsonl", {"id": "q0", "prompt": "Say hi."})
+    code, output = agora("select", "--prompts", prompts, "--budget-rounds", "1", "--simulate", "latency_s=-2",
+                         "--sim-seeds", "1", "--db", tmp_path / "t.db", "--thread", "exp[v2]", "--out", tmp_path / "out")
+    assert code == 0, output
+    assert "session exp[v2]:" in output and "CUPID session exp[v2]" in output
