@@ -253,3 +253,21 @@ def test_a_spec_made_in_python_gets_the_pool_file_bounds(fields, needle):
     with pytest.raises(PoolConfigError) as err:
         ModelSpec(name="m", backend="openai", base_url="http://h/v1", model="m", **fields)
     assert str(err.value) == f"model 'm': {needle}"
+
+
+def test_the_plugin_example_of_docs_backends_md_runs(tmp_path):
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text(encoding="utf-8")
+    [plugin] = [code for code in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "BackendConfig" in code]
+    [entry] = [t for t in re.findall(r"```toml\n(.*?)```", page, flags=re.S) if 'backend = "echo"' in t]
+    namespace: dict = {}
+    exec(compile(plugin, "docs/backends.md", "exec"), namespace)
+    register_backend(namespace["backend"])
+    try:
+        pool = load_pool(pool_file(tmp_path, entry))
+        samples, _ = pool.sample("e", [{"role": "user", "content": "2 + 2?"}], SamplingParams(n=2))
+        assert [s.text for s in samples] == ["The answer is 4."] * 2
+    finally:
+        unregister_backend("echo")
