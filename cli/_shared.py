@@ -89,7 +89,8 @@ def exit_if_failed(outcome: Any, total: int, run_id: str, unit: str = "questions
     shown = "; ".join(f"{q.problem.id}: {q.error}"[:300] for q in failed[:5])
     more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
     err_console.print(f"[red]error:[/red] {len(failed)} of {total} {unit} failed: no model call answered, so they "
-                      f"are not recorded as answered ({escape(shown)}{more}); rerun with --run-id {run_id} to "
+                      f"are not recorded as answered ({escape(shown)}{more}); rerun with --run-id "
+                      f"{escape(shlex.quote(run_id))} to "
                       "retry them", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
@@ -216,8 +217,8 @@ def new_run_id(protocol: str) -> str:
 
 def question_progress(total: int) -> Progress:
     return Progress(
-        TextColumn("[bold]{task.fields[label]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}", style="dim"),
+        TextColumn("{task.fields[label]}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("{task.fields[status]}", style="dim", markup=False),  # user strings: no markup
         console=console, transient=False, disable=not sys.stdout.isatty() and total == 0,
     )
 
@@ -232,4 +233,4 @@ def fmt_ci(lo: float, hi: float) -> str:
 
 def echo_kv(items: dict[str, Any]) -> None:
     for k, v in items.items():
-        console.print(f"[bold]{k}[/bold]: {v}", highlight=False, soft_wrap=True)
+        console.print(f"[bold]{escape(str(k))}[/bold]: {escape(str(v))}", highlight=False, soft_wrap=True)
