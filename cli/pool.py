@@ -18,7 +18,7 @@ pool_app = typer.Typer(help="Backends, built-in models and pools.", no_args_is_h
 app.add_typer(pool_app, name="pool")
 
 
-@pool_app.command("list")
+@pool_app.command("list", short_help="List the backends, built-in pools and built-in models.")
 def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables.")) -> None:
     """List the backends (a pool entry's backend = NAME), the built-in pools (use them as --pool NAME)
     and models (use them as path = "builtin:KEY")."""
