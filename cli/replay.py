@@ -72,21 +72,22 @@ def replay_cmd(
                               "reproduces": method, "identical": same}, ensure_ascii=False, default=str))
             return
         shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "no parameters"
-        console.print(f"replayed {escape(run_id)} ({run.protocol}, {len(run.questions)} questions) under "
-                      f"[bold]{rule}[/bold] ({escape(shown)})" + (f", weights from {escape(dev_run_id)}" if dev_run_id
+        console.print(f"replayed {escape(run_id)} ({escape(str(run.protocol))}, {len(run.questions)} questions) under "
+                      f"[bold]{escape(rule)}[/bold] ({escape(shown)})" + (f", weights from {escape(dev_run_id)}" if dev_run_id
                                                                    else "") + ": 0 model calls", highlight=False)
         if same is not None and same[1]:
-            console.print(f"answers identical to the recorded {method}: {same[0]}/{same[1]} questions", highlight=False)
+            console.print(f"answers identical to the recorded {escape(str(method))}: {same[0]}/{same[1]} questions",
+                          highlight=False)
         if result.unavailable:
             first = next(r.unavailable for r in result.rows if r.unavailable)
             console.print(f"unavailable: {result.unavailable} questions (their trace lacks a branch this rule takes; "
                           f"e.g. {escape(first or '')}); left out of the pairs", highlight=False)
-        out = Table(title=f"{rule} (replay) vs each recorded method: same questions, 95% paired-bootstrap CI")
+        out = Table(title=f"{escape(rule)} (replay) vs each recorded method: same questions, 95% paired-bootstrap CI")
         for col in ("vs", "questions", "replay %", "method %", "diff pp", "95% CI", "wins / losses", "McNemar p",
                     "note"):
             out.add_column(col, justify="left" if col in ("vs", "note") else "right", no_wrap=col in ("vs", "note"))
         for row in table:
-            out.add_row(row["method"], str(row["questions"]), fmt_pct(row["replay_accuracy"]),
+            out.add_row(escape(row["method"]), str(row["questions"]), fmt_pct(row["replay_accuracy"]),
                         fmt_pct(row["method_accuracy"]), f"{100 * row['diff']:+.1f}",
                         fmt_ci(row["ci_low"], row["ci_high"]), f"{row['wins']} / {row['losses']}",
                         _p(row["p_mcnemar"]), TOO_FEW if row["too_few"] else "")

@@ -41,7 +41,7 @@ def report_runs(
             table.add_column(col, justify="right" if col in ("questions", "accuracy %") else "left")
         for r in rows:
             status = r.status + (" (stale)" if r.stale else "")
-            table.add_row(escape(r.run_id), r.protocol, status, str(r.questions),
+            table.add_row(escape(r.run_id), escape(str(r.protocol)), escape(status), str(r.questions),
                           "-" if r.accuracy is None else fmt_pct(r.accuracy), r.started_at or "-",
                           r.last_activity or "-")
         console.print(table)

@@ -123,12 +123,12 @@ def studio(
         stale = stale_pickles(config.resolve().parent)
         if stale:
             err_console.print(f"note: {len(stale)} pickle file(s) in {stale[0].parent} are ignored (never loaded); "
-                              "delete the folder if you did not make them", highlight=False)
+                              "delete the folder if you did not make them", highlight=False, markup=False)
         workdir = tempfile.mkdtemp(prefix="agora-studio-")
         env = {**os.environ, **SAFE_ENV}
         err_console.print(f"API: http://{host}:{port}  (docs: http://{host}:{port}/docs)\n"
                           f"Studio (web UI from the internet): {STUDIO_URL.format(host=host, port=port)}",
-                          highlight=False)
+                          highlight=False, markup=False)
         previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the server as Ctrl-C does
         proc = subprocess.Popen(server_command(config, host, port, browser), cwd=workdir, env=env)
         try:
