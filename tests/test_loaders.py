@@ -247,3 +247,20 @@ def test_synthetic_with_a_file_is_refused(tmp_path):
     with pytest.raises(TaskFormatError, match="format 'synthetic' generates its problems and reads no file"):
         load_problems(path, "synthetic")
     assert len(load_problems(None, "synthetic", 3)) == 3
+
+
+def test_detect_format_and_every_format_check_lines_strictly(tmp_path):
+    """Issue 33: the strict checks sit in ``iter_records``, so format detection and the prompts
+    format refuse a lone surrogate or deep nesting too (file, line, field)."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"prompt": "Hi", "x": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    with pytest.raises(TaskFormatError, match=r"deep.jsonl:1: .*JSON nested more than 64 levels deep"):
+        detect_format(deep)
+    lone = tmp_path / "lone.jsonl"
+    lone.write_text('{"prompt": "ok"}\n{"prompt": "Hi \\udc00"}\n')
+    with pytest.raises(TaskFormatError, match=r"lone.jsonl:2: field 'prompt': not UTF-8 text: a lone UTF-16 surrogate"):
+        load_problems(lone, "prompts")
+    gold = tmp_path / "gold.jsonl"
+    for answer in ("#### 1,234", "#### -7", "#### 2.5"):  # numbers still load
+        gold.write_text(json.dumps({"question": "Q?", "answer": answer}) + "\n")
+        assert load_problems(gold, "gsm8k")[0].gold == answer[5:].replace(",", "")
