@@ -50,9 +50,16 @@ if [ -z "$DRY" ]; then
 fi
 
 TASKS="gsm8k=$DATA/gsm8k/test.jsonl,arc=$DATA/arc/arc_challenge_test.jsonl,math500=$DATA/math/math500_test.jsonl,mmlu=$DATA/mmlu/mmlu_dev.jsonl"
-CONVERT='from agora.models.convert import export_hf
+# Converts both Qwen models and writes the pool file agora serve reads: HF-folder entries, so the
+# check does not depend on which engine the embedded pool uses.
+CONVERT='import sys
+from agora.models.convert import export_hf
+lines = []
 for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
-    print(name, "->", export_hf(name), flush=True)'
+    folder = export_hf(name)
+    print(name, "->", folder, flush=True)
+    lines += ["[[models]]", f"name = \"{name}\"", "backend = \"vllm\"", f"model = \"{folder}\"", "n_ctx = 4096", ""]
+open(sys.argv[1], "w").write("\n".join(lines))'
 
 STEP=0
 STARTED=$SECONDS
@@ -127,9 +134,10 @@ if [ -n "$DRY" ] || ! "$VLLM_VENV/bin/python" -c "import vllm" >/dev/null 2>&1; 
     step "install vLLM, the CUDA build, in its own venv" \
         bash -c "python3 -m venv '$VLLM_VENV' && '$VLLM_VENV/bin/pip' install '$VLLM_SPEC'"
 fi
-step "convert the built-in Qwen GGUF models to HF folders (export_hf)" "$AGORA_VENV/bin/python" -c "$CONVERT"
+step "convert the built-in Qwen GGUF models to HF folders (export_hf) and write their pool file" \
+    "$AGORA_VENV/bin/python" -c "$CONVERT" "$OUT/pool-in.toml"
 step "serve both Qwen models on vLLM (agora serve, 127.0.0.1)" serve \
-    "$AGORA_VENV/bin/agora" serve --out "$OUT/served.toml" --python "$VLLM_VENV/bin/python" --port "$PORT" \
+    "$AGORA_VENV/bin/agora" serve --pool "$OUT/pool-in.toml" --out "$OUT/served.toml" --python "$VLLM_VENV/bin/python" --port "$PORT" \
     --memory-fraction "$MEMORY_FRACTION" --startup-timeout 400 --log-dir "$OUT/logs"
 step "reference bench questions at --concurrency $CONCURRENCY on the served pool (agora bench)" \
     "$AGORA_VENV/bin/agora" bench --pool "$OUT/served.toml" --tasks "$TASKS" --limit "$LIMIT" --dev 20 \
