@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -273,13 +274,18 @@ def _requests(calls: list[dict]) -> dict[str, list[dict]]:
     return grouped
 
 
-def _served_requests(base_url: str) -> float:
-    """Requests a vLLM server has finished (its Prometheus counter ``vllm:request_success_total``)."""
+def _metric(base_url: str, name: str) -> float:
+    """A vLLM server's Prometheus metric, summed over its labels (``vllm:request_success_total``: requests
+    finished; ``vllm:num_requests_running``: in the running batch now)."""
     import httpx
 
     text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:request_success_total"))
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def _served_requests(base_url: str) -> float:
+    return _metric(base_url, "vllm:request_success_total")
 
 
 TWO_QUESTIONS = [("a", "Tom has 3 apples and buys 4 more. How many apples does he have?", "7"),
@@ -405,21 +411,39 @@ def test_served_replicas_keep_a_run_going_when_one_is_killed(served, tmp_path):
         pool = load_pool(served.pool_file(tmp_path / "pool.toml", {SERVED_MODEL: {}},
                                           endpoints=[served.base_url, replica.base_url]))
         killed: list[float] = []
+        mid_request = threading.Event()
 
-        def kill_the_replica_after_the_first_question(outcome):
-            if not killed:
+        def kill_when_it_is_decoding():
+            """SIGKILL the replica's process group while it has a request running (at most 120 s wait)."""
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    if _metric(replica.base_url, "vllm:num_requests_running") > 0:
+                        mid_request.set()
+                        break
+                except Exception:  # noqa: BLE001 - a metrics read racing the server; poll again
+                    pass
+                time.sleep(0.02)
+            os.killpg(replica.process.pid, signal.SIGKILL)
+            replica.process.wait(timeout=30)
+            killed.append(_served_requests(served.base_url))
+
+        watcher = threading.Thread(target=kill_when_it_is_decoding, daemon=True)
+
+        def after_each_question(outcome):
+            if not watcher.is_alive() and not killed:
                 assert _served_requests(replica.base_url) > 0  # both replicas served the first question
-                os.killpg(replica.process.pid, signal.SIGKILL)
-                replica.process.wait(timeout=30)
-                killed.append(_served_requests(served.base_url))
+                watcher.start()
 
         store = TraceStore(tmp_path / "t.db")
         outcome = run_problems(
-            build_delegation_graph(), synthetic_problems(3), store=store, run_id="r", protocol="align",
+            build_delegation_graph(), synthetic_problems(4), store=store, run_id="r", protocol="align",
             context=DelegationContext(pool=pool, config=DelegationConfig(n_agents=2, k_samples=2, max_tokens=32)),
-            config={}, pool_description=[], dataset={}, on_question=kill_the_replica_after_the_first_question)
+            config={}, pool_description=[], dataset={}, on_question=after_each_question)
+        watcher.join(timeout=150)
         assert second.dead() == [replica]
-    assert len(outcome.outcomes) == 3 and not outcome.failed
+    assert mid_request.is_set()  # killed while decoding a request of the run
+    assert len(outcome.outcomes) == 4 and not outcome.failed
     calls = store.calls("r")
     assert not any(c["error"] for c in calls) and all(c["completion_tokens"] > 0 for c in calls)
     assert killed and _served_requests(served.base_url) > killed[0]  # the survivor took the rest
