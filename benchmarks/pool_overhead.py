@@ -17,7 +17,8 @@ questions) with a 95 % t-interval over the round means.
     python benchmarks/pool_overhead.py --compare 00979c4    # also the commit before issue 28, side by side
 
 ``--compare REV`` checks ``REV`` out into a temporary git worktree and runs this script against it
-in a subprocess (``agora`` imported from the worktree through a shim folder on ``PYTHONPATH``).
+and against this checkout in ``--pairs`` alternating subprocesses (``agora`` imported from the
+worktree through a shim folder on ``PYTHONPATH``), so both versions meet the same machine load.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("models", "agents", "graphs", "training", "tasks", "traces", "cli")
-T95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26, 11: 2.23, 16: 2.13, 21: 2.09}
 
 
 def mean_ci(values: list[float]) -> tuple[float, float, float]:
@@ -43,7 +43,9 @@ def mean_ci(values: list[float]) -> tuple[float, float, float]:
     m = statistics.fmean(values)
     if len(values) < 2:
         return m, m, m
-    t = T95.get(len(values), 2.0)
+    from scipy.stats import t as student_t
+
+    t = float(student_t.ppf(0.975, len(values) - 1))
     half = t * statistics.stdev(values) / len(values) ** 0.5
     return m, m - half, m + half
 
@@ -70,7 +72,7 @@ def instant_models():
     return ScriptedChatModel(responses=["The answer is B."], cycle=True), Plain()
 
 
-def per_call(rounds: int, calls: int) -> dict[str, tuple[float, float, float]]:
+def per_call(rounds: int, calls: int) -> dict[str, list[float]]:
     from agora.models.pool import ModelPool, SamplingParams
 
     scripted, plain = instant_models()
@@ -96,11 +98,11 @@ def per_call(rounds: int, calls: int) -> dict[str, tuple[float, float, float]]:
                                 await pool.asample(name, chat, params, context={"node": "bench"})
                             return time.perf_counter() - t0
                         means.append(asyncio.run(run()) / calls * 1e6)
-                out[f"{name} n={n} {mode}"] = mean_ci(means[1:] if len(means) > 2 else means)  # round 0 warms up
+                out[f"{name} n={n} {mode}"] = means[1:]  # round 0 warms up
     return out
 
 
-def per_step(rounds: int, questions: int) -> dict[str, tuple[float, float, float]]:
+def per_step(rounds: int, questions: int) -> dict[str, list[float]]:
     from agora.agents.delegation import DelegationConfig
     from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.graphs.moa import MoAContext, build_moa_graph
@@ -125,48 +127,67 @@ def per_step(rounds: int, questions: int) -> dict[str, tuple[float, float, float
                 steps += sum(1 for _ in graph.stream(question, context=context, stream_mode="updates"))
             per_step_us.append((time.perf_counter() - start) / steps * 1e6)
             steps_seen = steps // questions
-        out[f"{name} ({steps_seen} node runs/question)"] = mean_ci(per_step_us[1:] if len(per_step_us) > 2 else per_step_us)
+        out[f"{name} ({steps_seen} node runs/question)"] = per_step_us[1:]
     return out
 
 
 def measure(args) -> dict:
+    """Round means (µs) of every figure, measured in this process."""
     import agora.models.pool as pool_module
 
     return {"source": str(Path(pool_module.__file__).resolve().parent.parent),
             "per_call_us": per_call(args.rounds, args.calls), "per_step_us": per_step(args.rounds, args.questions)}
 
 
-def run_before(rev: str, args) -> dict:
-    """Run this script against ``rev`` (a temporary worktree) in a subprocess; its JSON."""
+def subprocess_measure(args, env: dict[str, str] | None = None, cwd: Path | None = None) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--json", "--rounds", str(args.rounds), "--calls",
+           str(args.calls), "--questions", str(args.questions)]
+    done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=cwd)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def merge(into: dict | None, part: dict) -> dict:
+    if into is None:
+        return part
+    for kind in ("per_call_us", "per_step_us"):
+        for name, values in part[kind].items():
+            into[kind].setdefault(name, []).extend(values)
+    return into
+
+
+def compare(rev: str, args) -> dict[str, dict]:
+    """``--pairs`` alternating subprocess runs of ``rev`` (a temporary worktree) and this checkout,
+    so that both meet the same machine load; their round means pooled per version."""
     work = Path(tempfile.mkdtemp(prefix="agora-before-"))
     tree, shim = work / "tree", work / "shim"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev], check=True,
                    capture_output=True)
+    before = after = None
     try:
         (shim / "agora").mkdir(parents=True)
         (shim / "agora" / "__init__.py").write_text("")
         for sub in SUBPACKAGES:
             (shim / "agora" / sub).symlink_to(tree / sub)
         env = {**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        cmd = [sys.executable, __file__, "--json", "--rounds", str(args.rounds), "--calls", str(args.calls),
-               "--questions", str(args.questions)]
-        done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True, cwd=work)
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        for _ in range(args.pairs):
+            before = merge(before, subprocess_measure(args, env, work))
+            after = merge(after, subprocess_measure(args, cwd=work))
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    return {f"before ({rev})": before, "this checkout": after}
 
 
-def show(title: str, results: dict[str, dict], unit: str) -> None:
+def show(title: str, results: dict[str, dict[str, list[float]]], unit: str) -> None:
     names = list(next(iter(results.values())))
     print(f"\n{title}")
     print(f"{'':34s}" + "".join(f"{label:>26s}" for label in results))
     for name in names:
         cells = []
         for res in results.values():
-            m, lo, hi = res.get(name, (float("nan"),) * 3)
+            m, lo, hi = mean_ci(res[name]) if name in res else (float("nan"),) * 3
             cells.append(f"{m:9.1f} [{lo:7.1f}, {hi:7.1f}]")
         print(f"{name:34s}" + "".join(f"{c:>26s}" for c in cells))
-    print(f"({unit}: mean [95 % CI] over rounds)")
+    print(f"({unit}: mean [95 % t-interval] over the rounds' means)")
 
 
 def main() -> None:
@@ -175,15 +196,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="pool calls per round")
     parser.add_argument("--questions", type=int, default=20, help="graph questions per round")
     parser.add_argument("--compare", metavar="REV", help="also measure git revision REV (e.g. 00979c4)")
+    parser.add_argument("--pairs", type=int, default=3, help="--compare: alternating runs of each version")
     parser.add_argument("--json", action="store_true", help="print one JSON line (used by --compare)")
     args = parser.parse_args()
     if args.json:
         print(json.dumps(measure(args)))
         return
-    results = {}
-    if args.compare:
-        results[f"before ({args.compare})"] = run_before(args.compare, args)
-    results["this checkout"] = measure(args)
+    results = compare(args.compare, args) if args.compare else {"this checkout": measure(args)}
     for label, res in results.items():
         print(f"{label}: agora from {res['source']}")
     show("pool.sample per call, instant model", {k: r["per_call_us"] for k, r in results.items()}, "µs per call")

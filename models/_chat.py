@@ -31,9 +31,11 @@ def to_messages(dicts: Sequence[dict]) -> list[BaseMessage]:
     return [kinds[d["role"]](content=d["content"]) for d in dicts]
 
 
-def to_sample(gen: ChatGeneration, *, latency_s: float, seed: int | None, usage: str | None = None) -> Sample:
+def to_sample(gen: ChatGeneration, *, latency_s: float, seed: int | None, usage: str | None = None,
+              completion_tokens: int | None = None) -> Sample:
     """A :class:`Sample` of one LangChain generation: its text, its ``usage_metadata`` tokens
-    (``usage="unknown"`` and zero counts when it has none; ``usage`` overrides the mark), and its
+    (``usage="unknown"`` and zero counts when it has none; ``usage`` overrides the mark and
+    ``completion_tokens`` the count, when it has usage), and its
     ``response_metadata`` ``latency_s``/``finish_reason``/``logprob``/``top_logprobs`` (``latency_s``
     the argument when it has none). ``model`` and ``call_id`` are left for the pool."""
     msg = gen.message
@@ -46,7 +48,8 @@ def to_sample(gen: ChatGeneration, *, latency_s: float, seed: int | None, usage:
     return Sample(
         text=text or "", model="",
         prompt_tokens=int(tokens.get("input_tokens", 0) or 0) if tokens else 0,
-        completion_tokens=int(tokens.get("output_tokens", 0) or 0) if tokens else 0,
+        completion_tokens=(completion_tokens if completion_tokens is not None else
+                           int(tokens.get("output_tokens", 0) or 0)) if tokens else 0,
         latency_s=float(meta.get("latency_s", latency_s)),
         finish_reason=meta.get("finish_reason", info.get("finish_reason")),
         logprob=meta.get("logprob"), top_logprobs=meta.get("top_logprobs"), seed=seed,

@@ -170,9 +170,7 @@ class LangChainMember:
         marks = self._usage_marks(gens, params)
         for i, (g, (mark, count)) in enumerate(zip(gens, marks)):
             s = to_sample(g, latency_s=wall / max(1, len(gens)), seed=None if first_seed is None else first_seed + i,
-                          usage=mark)
-            if count is not None and s.usage != "unknown":
-                s = _with(s, completion_tokens=count)
+                          usage=mark, completion_tokens=count)
             if params.logprobs is not None:
                 s = _with(s, **_logprobs(g, params.logprobs))
             out.append(s)
