@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from agora.tasks.loaders import load_problems
-from agora.training.evaluation import greedy_outcomes, paired_difference, proportion_ci
+from agora.agents.stats import proportion_ci
+from agora.training.evaluation import greedy_outcomes, paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
 

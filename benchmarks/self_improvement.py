@@ -79,8 +79,8 @@ from agora.training.align_pairs import (  # noqa: E402
     candidate_stats,
     solved_questions,
 )
-from agora.training.evaluation import (  # noqa: E402
-    mean_ci, mean_difference, paired_difference, proportion_ci, proportion_difference)
+from agora.agents.stats import mean_ci, mean_difference, proportion_ci, proportion_difference  # noqa: E402
+from agora.training.evaluation import paired_difference  # noqa: E402
 from agora.training.phases import PhaseBook, PhaseBookError, machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,13 +17,8 @@ from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.bench import PROTOCOL_OF, load_tasks, resolve_methods
-from agora.traces.bench import (
-    macro_bootstrap_ci,
-    mcnemar_exact,
-    paired_bootstrap_ci,
-    pareto_front,
-    read_bench_spec,
-)
+from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
+from agora.traces.bench import pareto_front, read_bench_spec
 from agora.traces.store import TraceStore
 
 

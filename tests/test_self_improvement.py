@@ -12,7 +12,8 @@ from agora.tasks import Problem
 from agora.traces.store import TraceStore
 from agora.training.align_pairs import AlignPairConfig, align_target_pairs, candidate_stats
 from agora.training.datasets import dpo_rows
-from agora.training.evaluation import mcnemar_exact_p, mean_ci, paired_difference, proportion_ci
+from agora.agents.stats import mcnemar_exact as mcnemar_exact_p, mean_ci, proportion_ci
+from agora.training.evaluation import paired_difference
 from agora.training.phases import PhaseBook, PhaseBookError, machine
 
 SMALL, BIG = "qwen-0.5b", "qwen-1.5b"
@@ -129,7 +130,7 @@ def test_proportion_and_mean_intervals():
     assert mean == 4.0 and hi - mean == pytest.approx(1.959964 * 2 / math.sqrt(3), abs=1e-5)
     assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
     assert mcnemar_exact_p(1, 4) == pytest.approx(2 * (1 + 5) / 32) and mcnemar_exact_p(0, 0) == 1.0
-    from agora.training.evaluation import proportion_difference
+    from agora.agents.stats import proportion_difference
 
     d, lo, hi = proportion_difference(56, 70, 48, 80)            # Newcombe (1998), example (a), method 10: [0.0524, 0.3339]
     assert d == pytest.approx(0.2) and lo == pytest.approx(0.0524, abs=1e-3) and hi == pytest.approx(0.3339, abs=1e-3)

@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agora.agents.escalation import DevOutcome, rescue_harm
+from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci  # noqa: F401 (their home)
 from agora.tasks.answers import extract_answer, is_correct
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, failed_questions, too_few  # noqa: F401
 from agora.traces.store import TraceStore, now
@@ -57,56 +58,6 @@ BENCH_CELLS = {
 
 
 # ---------------------------------------------------------------------------- statistics
-
-
-def mcnemar_exact(wins: int, losses: int) -> float:
-    """Two-sided exact McNemar p-value from the discordant pairs of a paired comparison: ``wins``
-    questions only the first method got right, ``losses`` only the second. Under H0 a discordant
-    pair is a fair coin, so p = the two-sided binomial test of ``wins`` out of ``wins + losses``
-    at 1/2 (:func:`scipy.stats.binomtest`); 1.0 without discordant pairs.
-
-    >>> mcnemar_exact(5, 0)  # 2 · 0.5⁵
-    0.0625
-    """
-    from scipy.stats import binomtest
-
-    if wins < 0 or losses < 0:
-        raise ValueError(f"mcnemar_exact: counts must be >= 0, got {wins}, {losses}")
-    n = wins + losses
-    return 1.0 if n == 0 else float(binomtest(wins, n, 0.5, alternative="two-sided").pvalue)
-
-
-def paired_bootstrap_ci(x: Sequence[float], y: Sequence[float], *, level: float = LEVEL,
-                        resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float, float]:
-    """``mean(x) − mean(y)`` over paired outcomes (same questions, same order) and its percentile
-    bootstrap CI: questions are resampled with replacement, each keeping both of its outcomes.
-    ``(nan, nan, nan)`` for no pairs.
-
-    Raises:
-        ValueError: ``x`` and ``y`` differ in length.
-    """
-    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    if a.shape != b.shape:
-        raise ValueError(f"paired_bootstrap_ci: {a.size} outcomes against {b.size}; pairs need the same questions")
-    return bootstrap_ci(a - b, level=level, resamples=resamples, seed=seed)
-
-
-def macro_bootstrap_ci(groups: Sequence[Sequence[float]], *, level: float = LEVEL, resamples: int = RESAMPLES,
-                       seed: int = 0) -> tuple[float, float, float]:
-    """The macro-average (mean over groups of each group's mean) and its stratified percentile
-    bootstrap CI: each group (task) is resampled within itself, so every task keeps its weight.
-    Empty groups are left out; ``(nan, nan, nan)`` when all are."""
-    kept = [np.asarray(g, dtype=float) for g in groups if len(g)]
-    if not kept:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = np.zeros(resamples)
-    for g in kept:
-        means += g[rng.integers(0, g.size, size=(resamples, g.size))].mean(axis=1)
-    means /= len(kept)
-    alpha = (1 - level) / 2
-    return (float(np.mean([g.mean() for g in kept])), float(np.quantile(means, alpha)),
-            float(np.quantile(means, 1 - alpha)))
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:

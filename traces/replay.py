@@ -35,8 +35,8 @@ from typing import Any, Callable, Sequence
 from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
 from agora.agents.escalation import DevOutcome, EscalationThresholds, decide, escalates
 from agora.tasks.answers import is_correct
-from agora.traces.bench import dev_outcome, mcnemar_exact, paired_bootstrap_ci, too_few
-from agora.agents.stats import bootstrap_ci
+from agora.agents.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
+from agora.traces.bench import dev_outcome, too_few
 from agora.traces.store import TraceStore, answer_fields, option_count
 
 # ---------------------------------------------------------------------------- a recorded run, read once

@@ -10,86 +10,19 @@
   difference with a normal-approximation (Wald) interval ``d̄ ± z·s_d/√n`` and a percentile
   bootstrap interval over questions (pairs kept), the discordant counts (``gained``: wrong → right,
   ``lost``: right → wrong) and McNemar's exact two-sided p-value on them.
-* :func:`proportion_ci` (Wilson), :func:`proportion_difference` (Newcombe) and :func:`mean_ci` for
-  per-iteration duel statistics.
+* The intervals and McNemar's test themselves (Wilson, Newcombe, Wald, Welch, bootstrap) live in
+  :mod:`agora.agents.stats`; ``proportion_ci``, ``proportion_difference``, ``mean_ci`` and
+  ``mean_difference`` are re-exported here for older imports.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any, Sequence
 
-from agora.agents.stats import bootstrap_ci
-
-
-def _z(level: float) -> float:
-    return NormalDist().inv_cdf(1 - (1 - level) / 2)
-
-
-def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """``(mean, low, high)``: the mean with a normal-approximation interval ``± z·s/√n`` (sample
-    standard deviation, ``n − 1``); ``(nan, nan, nan)`` for no values, a zero-width interval for one."""
-    n = len(values)
-    if n == 0:
-        return float("nan"), float("nan"), float("nan")
-    if n == 1:
-        one = float(values[0])
-        return one, one, one
-    mean, var = _mean_var(values)
-    half = _z(level) * math.sqrt(var / n)
-    return mean, mean - half, mean + half
-
-
-def _mean_var(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample variance (``n − 1``) of two or more values."""
-    mean = sum(values) / len(values)
-    return mean, sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-
-
-def proportion_ci(successes: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
-    """``(share, low, high)`` with the Wilson score interval; ``(nan, nan, nan)`` for ``n = 0``."""
-    if n == 0:
-        return float("nan"), float("nan"), float("nan")
-    z = _z(level)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return p, max(0.0, centre - half), min(1.0, centre + half)
-
-
-def proportion_difference(s1: int, n1: int, s2: int, n2: int, level: float = 0.95) -> tuple[float, float, float]:
-    """``(p1 − p2, low, high)`` for two independent shares, Newcombe's hybrid score interval (from the two
-    Wilson intervals); ``(nan, nan, nan)`` when either ``n`` is 0."""
-    if n1 == 0 or n2 == 0:
-        return float("nan"), float("nan"), float("nan")
-    p1, l1, u1 = proportion_ci(s1, n1, level)
-    p2, l2, u2 = proportion_ci(s2, n2, level)
-    d = p1 - p2
-    return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-
-
-def mean_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """``(mean(a) − mean(b), low, high)`` for two independent samples, Welch's normal interval
-    ``± z·√(s_a²/n_a + s_b²/n_b)`` (sample variances, ``n − 1``); ``(nan, nan, nan)`` when either has
-    fewer than two values."""
-    if len(a) < 2 or len(b) < 2:
-        return float("nan"), float("nan"), float("nan")
-    (ma, va), (mb, vb) = _mean_var(a), _mean_var(b)
-    half = _z(level) * math.sqrt(va / len(a) + vb / len(b))
-    return ma - mb, ma - mb - half, ma - mb + half
-
-
-def mcnemar_exact_p(gained: int, lost: int) -> float:
-    """Two-sided exact McNemar p-value: ``min(1, 2·P(X ≤ min(b, c)))`` for ``X ~ Bin(b + c, 1/2)``."""
-    n = gained + lost
-    if n == 0:
-        return 1.0
-    k = min(gained, lost)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
+from agora.agents.stats import (  # noqa: F401 (proportion_ci ... mean_difference: re-exported, their home is agents/stats)
+    bootstrap_ci, mcnemar_exact, mean_ci, mean_difference, proportion_ci, proportion_difference)
 
 
 def paired_difference(before: Sequence[int | bool], after: Sequence[int | bool], *, level: float = 0.95,
@@ -115,7 +48,7 @@ def paired_difference(before: Sequence[int | bool], after: Sequence[int | bool],
     lost = sum(x == -1 for x in d)
     return {"n": n, "before": sum(b) / n if n else float("nan"), "after": sum(a) / n if n else float("nan"),
             "diff": diff, "wald_low": wald_low, "wald_high": wald_high, "boot_low": boot_low, "boot_high": boot_high,
-            "gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact_p(gained, lost)}
+            "gained": gained, "lost": lost, "mcnemar_p": mcnemar_exact(gained, lost)}
 
 
 def _llamacpp_generate(base: str, adapter: str | None, max_tokens: int):
