@@ -247,7 +247,7 @@ class LangChainMember:
         stop = list(params.stop) or None
         if params.json_schema is not None and self.structured == "method":
             return [_structured_generation(model.with_structured_output(params.json_schema, include_raw=True)
-                                           .invoke(lc_messages, stop=stop, **kwargs))]
+                                           .invoke(lc_messages))]
         return list(model.generate([lc_messages], stop=stop, **kwargs).generations[0])
 
     async def _acall(self, model: BaseChatModel, lc_messages: list, params: SamplingParams,
@@ -255,7 +255,7 @@ class LangChainMember:
         stop = list(params.stop) or None
         if params.json_schema is not None and self.structured == "method":
             return [_structured_generation(await model.with_structured_output(params.json_schema, include_raw=True)
-                                           .ainvoke(lc_messages, stop=stop, **kwargs))]
+                                           .ainvoke(lc_messages))]
         return list((await model.agenerate([lc_messages], stop=stop, **kwargs)).generations[0])
 
 

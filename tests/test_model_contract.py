@@ -147,6 +147,49 @@ def test_a_json_schema_goes_as_response_format_to_chat_openai():
     assert samples[0].text == '{"score": 7}'
 
 
+class WithStructured(BaseChatModel):
+    """A chat model with its own ``with_structured_output`` (tool calling: the raw text is empty)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "with-structured"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="free text"))])
+
+    def with_structured_output(self, schema, *, include_raw=False, **kwargs):
+        from langchain_core.runnables import RunnableLambda
+
+        usage = {"input_tokens": 9, "output_tokens": 3, "total_tokens": 12}
+        return RunnableLambda(lambda msgs: {"raw": AIMessage(content="", usage_metadata=usage),
+                                            "parsed": {"score": 7}, "parsing_error": None})
+
+
+def test_a_json_schema_uses_the_models_structured_output_or_else_the_prompt():
+    schema = {"type": "object", "required": ["score"], "properties": {"score": {"type": "integer"}}}
+    pool = ModelPool.from_chat_models({"w": WithStructured(), "p": ScriptedFree()})
+    samples, _ = pool.sample("w", HI, SamplingParams(n=2, json_schema=schema))
+    assert [(s.text, s.completion_tokens) for s in samples] == [('{"score": 7}', 3)] * 2
+    assert asyncio.run(pool.asample("w", HI, SamplingParams(json_schema=schema)))[0][0].text == '{"score": 7}'
+    pool.sample("p", HI, SamplingParams(json_schema=schema))
+    prompt = pool["p"].chat_model.seen[-1]
+    assert prompt.startswith("What is 2 + 2?") and '"required": ["score"]' in prompt  # schema in the prompt
+
+
+class ScriptedFree(BaseChatModel):
+    """No structured output of its own: records the last user message it saw."""
+
+    seen: list = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "free"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.seen.append(messages[-1].content)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content='{"score": 5}'))])
+
+
 class OllamaShaped(BaseChatModel):
     """Shaped like ``ChatOllama``: sampling settings are fields (``num_predict`` for max tokens, no
     ``n``), and any call keyword reaches a client that refuses it with ``TypeError``."""
