@@ -402,3 +402,18 @@ def test_a_dropped_connection_mid_reply_is_unreachable_for_chat_openai_too():
         pool = ModelPool.from_chat_models({"m": chat_openai(srv.base_url)}, max_retries=0)
         with pytest.raises(ModelCallError):
             pool.sample("m", HI)
+
+
+def test_a_pool_file_langchain_member_is_the_same_correct_member(tmp_path):
+    with StubServer(lambda p, b: (200, chat_reply(b, choices=1))) as srv:  # a server that ignores n
+        pool_file = tmp_path / "pool.toml"
+        pool_file.write_text(f'[[models]]\nname = "lc"\nbackend = "langchain"\nclass = "langchain_openai:ChatOpenAI"\n'
+                             f'max_retries = 0\n\n[models.kwargs]\nbase_url = "{srv.base_url}"\napi_key = "x"\n'
+                             f'model = "stub"\nmax_retries = 0\n')
+        from agora.models.pool import load_pool
+
+        pool = load_pool(pool_file)
+        assert pool["lc"].spec.backend == "langchain" and isinstance(pool["lc"].sampler, LangChainMember)
+        samples, _ = pool.sample("lc", HI, SamplingParams(n=3, seed=1, max_tokens=9))
+    assert len(samples) == 3 and [b["seed"] for b in srv.bodies()] == [1, 2, 3]
+    assert all(b["max_tokens"] == 9 for b in srv.bodies())
