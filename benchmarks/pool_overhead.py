@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("models", "agents", "graphs", "training", "tasks", "traces", "cli")
+SUBPACKAGES = ("models", "agents", "graphs", "runs", "training", "tasks", "traces", "cli")
 
 
 def mean_ci(values: list[float]) -> tuple[float, float, float]:

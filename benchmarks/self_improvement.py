@@ -69,7 +69,8 @@ from agora.agents.judge import JudgeConfig  # noqa: E402
 from agora.models.llamacpp import default_threads  # noqa: E402
 from agora.models.pool import builtin_pool_specs, load_pool, pool_from_specs  # noqa: E402
 from agora.graphs.delegation import DelegationContext, build_delegation_graph  # noqa: E402
-from agora.graphs.duel import DuelConfig, DuelContext, default_duel_specs, run_duels  # noqa: E402
+from agora.graphs.duel import DuelConfig, DuelContext, default_duel_specs  # noqa: E402
+from agora.runs.duel import run_duels  # noqa: E402
 from agora.graphs.runner import run_problems  # noqa: E402
 from agora.tasks.loaders import load_problems  # noqa: E402
 from agora.traces.store import TraceStore  # noqa: E402

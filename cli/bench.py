@@ -1,5 +1,5 @@
 """``agora bench``: every protocol on every task file, one report (markdown, JSON, PNG) with
-paired statistics, cost and COMED's calibration stated. Runs: :mod:`agora.graphs.bench`;
+paired statistics, cost and COMED's calibration stated. Runs: :mod:`agora.runs.bench`;
 report: :mod:`agora.traces.bench`."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from agora.cli._shared import (
     user_errors,
 )
 from agora.cli._apps import app
-from agora.graphs.bench import (
+from agora.runs.bench import (
     DEFAULT_SOURCE,
     BenchConfig,
     BenchProgress,

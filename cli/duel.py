@@ -25,7 +25,8 @@ from agora.cli._shared import (
     user_errors,
 )
 from agora.cli._apps import app, report_app
-from agora.graphs.duel import DuelConfig, DuelContext, duel_pool, run_duels
+from agora.graphs.duel import DuelConfig, DuelContext, duel_pool
+from agora.runs.duel import run_duels
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces import duels as duel_traces
 from agora.traces.report import run_totals

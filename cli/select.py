@@ -6,7 +6,7 @@ files in ``--out`` are named after the thread, made a safe file name: ``../x`` s
 ``--simulate THETA`` a simulated user with hidden preference ``θ`` answers instead, and the report
 adds a cumulative-regret plot against uniform random pairs and RUCB.
 
-The session is :func:`agora.graphs.selection.run_session` (checkpoints beside the trace DB in
+The session is :func:`agora.runs.selection.run_session` (checkpoints beside the trace DB in
 ``<db>.checkpoints``; model calls in ``model_calls``, one ``questions`` row per prompt, protocol
 ``cupid``, run id = thread id); this command builds the pool, asks the human (or the simulated user)
 through its ``choose`` callback, prints the progress and writes the report.
@@ -43,7 +43,8 @@ from agora.agents.cupid import (
 )
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
-from agora.graphs.selection import SPEC, known_features, parse_choice, run_session, session_settings
+from agora.graphs.selection import SPEC, known_features, parse_choice
+from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems
 from agora.traces.store import TraceStore
 from agora.traces.plots import plot_regret

@@ -19,8 +19,8 @@ recorder saw ends, one transaction per question (:meth:`TraceStore.record_questi
 
 What it does not record: a question resumed from a checkpoint (the nodes that ran before the stop
 are not seen again: use :func:`agora.graphs.runner.run_problems` for resumable runs), duels and CUPID
-sessions (they have their own drivers and records: :func:`agora.graphs.duel.run_duels`,
-:func:`agora.graphs.selection.run_session`).
+sessions (they have their own drivers and records: :func:`agora.runs.duel.run_duels`,
+:func:`agora.runs.selection.run_session`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ as in a notebook), so nodes with an async twin and the checkpoint writes
 sync-only nodes run in the loop's thread pool, as LangGraph arranges.
 
 The run's row and checkpointer: :func:`recorded_run`, which the other drivers
-(:func:`agora.graphs.duel.run_duels`, :func:`agora.graphs.selection.run_session`) share.
+(:func:`agora.runs.duel.run_duels`, :func:`agora.runs.selection.run_session`) share.
 """
 
 from __future__ import annotations
@@ -191,8 +191,8 @@ class RecordedRun:
 @contextmanager
 def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, pool: Any, dataset: Any,
                  pool_may_change: bool = False, group_commit: bool = False) -> Iterator[RecordedRun]:
-    """What every driver does around its work (``run_problems``, ``graphs.duel.run_duels``,
-    ``graphs.selection.run_session``): open the checkpointer (:func:`open_checkpointer`, with
+    """What every driver does around its work (``run_problems``, ``runs.duel.run_duels``,
+    ``runs.selection.run_session``): open the checkpointer (:func:`open_checkpointer`, with
     ``group_commit``), start or resume the run's row (``TraceStore.start_run``, with its refusal
     rules and ``pool_may_change``), and, when the ``with`` block ends, write the row's status and
     close the checkpointer.

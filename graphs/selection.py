@@ -33,9 +33,9 @@ Usage::
         graph.invoke(Command(resume="A"), thread, context=SelectionContext(pool=my_pool))
     graph.get_state(thread).values["recommendation"]
 
-or, recorded in a trace store and resumable (``agora select`` does this)::
+or, recorded in a trace store and resumable (``agora select`` does this; the driver is :mod:`agora.runs.selection`)::
 
-    from agora.graphs.selection import run_session
+    from agora.runs.selection import run_session
     from agora.traces import TraceStore
 
     def choose(duel, state):                      # duel: {"round", "prompt", "A", "B", "options"}
@@ -49,16 +49,14 @@ or, recorded in a trace store and resumable (``agora select`` does this)::
 
 from __future__ import annotations
 
-import contextlib
-import json
 import operator
-from dataclasses import asdict, dataclass, field
-from typing import Annotated, Any, Callable, Literal, Mapping, NotRequired, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Mapping, NotRequired
 
 import numpy as np
 from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import RunControl, Runtime
-from langgraph.types import Command, interrupt
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
 from agora.agents.cupid import (
@@ -75,13 +73,11 @@ from agora.agents.cupid import (
     prior_belief,
     prob_best,
     spec_features,
-    trace_features,
     ucb_pair,
 )
 from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._common import context_as, emit, graph_context, pool_from, resolve_pool, settings_from, studio_schema
-from agora.graphs.runner import open_checkpointer, raise_if_drained, recorded_run
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.store import TraceStore
 
@@ -542,24 +538,13 @@ def _recommended(values: Mapping[str, Any]) -> bool:
     return "recommendation" in values
 
 
-# ---------------------------------------------------------------------------- sessions
-
-Chooser = Callable[[dict[str, Any], dict[str, Any]], "str | None"]
-"""``choose(payload, values)``: the user's reply to one ``ask_user`` interrupt, ``"A"``, ``"B"`` or
-``"tie"`` (anything :func:`parse_choice` reads; another reply asks again), or ``None`` to stop the
-session here. ``payload`` is what the user may see (``round``, ``prompt``, ``A``, ``B``,
-``options``, and ``error`` after an unreadable reply); ``values`` is the session's state, where a
-simulated user finds who is shown as A and B (``values["duel"]["shown"]``)."""
-
-
-def _thread(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id}}
+# ---------------------------------------------------------------------------- records
 
 
 def record_session(store: TraceStore, run_id: str, values: Mapping[str, Any]) -> None:
     """Write a session's model calls to ``store``: one ``questions`` row per prompt that has calls
     (protocol ``cupid``, kind ``open``, ``detail = {"duels": [its judged DuelRecords]}``) with
-    those calls. Idempotent (rows are upserted), so :func:`run_session` writes the whole state
+    those calls. Idempotent (rows are upserted), so :func:`agora.runs.selection.run_session` writes the whole state
     again after every round. ``values``: a :class:`SelectionState`."""
     calls = values.get("calls") or []
     history = values.get("history") or []
@@ -571,137 +556,6 @@ def record_session(store: TraceStore, run_id: str, values: Mapping[str, Any]) ->
         store.record_question(run_id, SPEC.name, {
             "question_id": item["id"], "idx": idx, "source": "prompts", "kind": "open", "question": item["text"],
             "gold": None, "answer": None, "correct": None, "wall_s": None, "detail": {"duels": duels}}, {}, mine)
-
-
-def session_settings(store: TraceStore, thread_id: str) -> dict[str, Any] | None:
-    """The ``settings`` session ``thread_id`` was started with (as given to :func:`run_session`, kept
-    in its ``runs`` row), or ``None`` when the thread has no checkpoint yet: a new session.
-
-    Raises:
-        ValueError: the thread has a checkpoint (``<db>.checkpoints``) but ``store`` holds no
-            ``cupid`` run of that id.
-        TraceStoreError: the checkpoint file cannot be opened.
-    """
-    saver = open_checkpointer(store.path)
-    try:
-        values = build_selection_graph().compile(checkpointer=saver).get_state(_thread(thread_id)).values
-    finally:
-        saver.close()
-    if not values:
-        return None
-    run = store.get_run(thread_id)
-    if run is None or run["protocol"] != SPEC.name:
-        raise ValueError(f"thread {thread_id!r} has a checkpoint but no {SPEC.name} run in {store.path}")
-    return json.loads(run["config"])
-
-
-def run_session(
-    pool: ModelPool,
-    store: TraceStore,
-    thread_id: str,
-    settings: Mapping[str, Any],
-    choose: Chooser,
-    *,
-    prompts: Sequence[str | PromptItem] | None = None,
-    features: Mapping[str, Mapping[str, float]] | None = None,
-    dataset: Mapping[str, Any] | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    control: RunControl | None = None,
-) -> dict[str, Any]:
-    """Run the CUPID session ``thread_id`` until it recommends a model or ``choose`` stops it,
-    answering each ``ask_user`` interrupt with ``choose``; returns the session's state values
-    (a :class:`SelectionState`: ``recommendation`` in it once finished, ``round`` judged so far).
-
-    The session's checkpoints live beside the trace DB (``<db>.checkpoints``, thread
-    ``thread_id``); its row in ``runs`` has protocol ``cupid``, run id ``thread_id`` and
-    ``settings`` as its config. After every round (and before an error propagates) the model
-    calls in state are written by the spec's ``record`` (:func:`record_session`).
-
-    Resuming: a thread that has a checkpoint continues where it stopped, at its pending interrupt
-    (the answers shown there are in state: nothing is generated twice); ``prompts`` and
-    ``features`` are then ignored, and ``settings``, the pool's models and the dataset's path and
-    format must be the stored ones (:func:`session_settings` gives the settings back; ``dataset``
-    defaults to the stored one). A finished session returns its state at once.
-
-    The row ends ``finished`` (summary: the recommendation), ``interrupted`` when ``choose``
-    returns ``None`` (summary ``{"rounds", "stopped"}``), on Ctrl-C or a drain, or ``failed`` on
-    an error (:func:`agora.graphs.runner.recorded_run`).
-
-    Args:
-        pool: the models to choose from (all of its members, in its order).
-        store: the trace store; a file, so that a later call can resume (``":memory:"`` keeps
-            neither the row nor the checkpoints from one call to the next).
-        thread_id: the session's id: checkpoint thread and run id.
-        settings: ``settings["config"]`` is the :class:`~agora.agents.cupid.CupidConfig` (or its
-            fields as a dict); other keys are the caller's own, kept with the run (``agora
-            select`` keeps its pool file, prompts file and simulated user there).
-        choose: the user (:data:`Chooser`).
-        prompts: a new session's prompts, one per round, cycling (strings or ``{"id", "text"}``).
-        features: known model features (``acc:gsm8k``, ``latency_s``...); default: those measured
-            in ``store`` (:func:`~agora.agents.cupid.trace_features`).
-        dataset: described in the ``runs`` row (``path``, ``format``); ``count`` is added.
-        on_event: called with each custom stream event of the graph (``measured``, ``pair``,
-            ``judged``, ``recommend``...).
-        control: LangGraph's ``RunControl``: after ``request_drain()`` the session stops at its
-            next step boundary (checkpointed) and ``GraphDrained`` is raised.
-
-    Raises:
-        ValueError: a new session without prompts, or with a bad prompt; fewer than two models;
-            bad settings; a rerun refused by ``TraceStore.start_run`` (another protocol, settings,
-            pool or dataset), or a checkpoint without its run (:func:`session_settings`).
-        GraphDrained, KeyboardInterrupt: the session stopped; rerun with the same ``thread_id``.
-        ModelCallError: a model failed after its retries (the pool's errors propagate).
-    """
-    config = settings_from(settings.get("config"), CupidConfig)
-    settings = {**settings, "config": asdict(config)}
-    stored = session_settings(store, thread_id)
-    resumed = stored is not None
-    if resumed:
-        run_row = store.get_run(thread_id) or {}
-        dataset = dict(dataset) if dataset is not None else json.loads(run_row.get("dataset") or "null") or {}
-        command: Any = None
-    else:
-        if prompts is None:
-            raise ValueError(f"session {thread_id!r} is new: it needs prompts")
-        prompts = list(prompts)
-        count = len(_prompt_items(prompts))  # a bad prompt is refused before the run's row is written
-        arms = pool.names
-        given = trace_features(store, arms) if features is None else {m: dict(v) for m, v in features.items()}
-        dataset = {**(dataset or {}), "count": count}
-        command = {"prompts": prompts, "models": arms, "features": given}
-    context = SelectionContext(pool=pool, config=config)
-    thread = _thread(thread_id)
-    with recorded_run(store, thread_id, SPEC.name, config=settings, pool=pool.describe(), dataset=dataset) as run:
-        graph = build_selection_graph().compile(checkpointer=run.saver)
-        values: dict[str, Any] = graph.get_state(thread).values
-        run.progress = lambda: {"rounds": values.get("round", 0)}
-        while True:
-            if command is not None or graph.get_state(thread).next:
-                raise_if_drained(control)
-                try:
-                    for event in graph.stream(command, thread, context=context, stream_mode="custom",
-                                              control=control):
-                        if on_event is not None:
-                            on_event(event)
-                except BaseException:  # Ctrl-C, a drain, an error: keep the calls made so far
-                    with contextlib.suppress(Exception):
-                        values = graph.get_state(thread).values
-                        SPEC.record(store, thread_id, values)
-                    raise
-            snapshot = graph.get_state(thread)
-            values = snapshot.values
-            SPEC.record(store, thread_id, values)
-            if not snapshot.next:
-                run.finish(values.get("recommendation"))
-                return values
-            if not snapshot.interrupts:  # steps left over from a crash: run them
-                command = None
-                continue
-            choice = choose(snapshot.interrupts[0].value, values)
-            if choice is None:
-                run.finish({"rounds": values.get("round", 0), "stopped": "no choice"}, status="interrupted")
-                return values
-            command = Command(resume=choice)
 
 
 SPEC = ProtocolSpec(

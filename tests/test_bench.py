@@ -16,7 +16,7 @@ import agora.cli.bench as bench_cli
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
-from agora.graphs.bench import PROTOCOL_OF, load_tasks, resolve_methods
+from agora.runs.bench import PROTOCOL_OF, load_tasks, resolve_methods
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench import pareto_front, read_bench_spec
 from agora.traces.store import TraceStore
@@ -317,7 +317,7 @@ def test_rounds_interleave_tasks_and_runs_and_change_nothing_else(tmp_path, monk
 
 
 def test_round_size_must_be_a_positive_integer_or_none():
-    from agora.graphs.bench import BenchConfig
+    from agora.runs.bench import BenchConfig
     for bad in (0, -1, True, 2.0):
         with pytest.raises(ValueError, match="round_size"):
             BenchConfig(round_size=bad)
@@ -507,7 +507,7 @@ def test_router_uses_only_runs_outside_the_bench_and_adds_router_only(tmp_path, 
 
 
 def test_time_left_is_each_runs_questions_left_times_its_own_mean_time():
-    from agora.graphs.bench import Step, time_left_s
+    from agora.runs.bench import Step, time_left_s
     from agora.tasks.loaders import Problem
 
     store = TraceStore(":memory:")

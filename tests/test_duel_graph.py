@@ -13,7 +13,8 @@ from agora.agents.judge import JudgeConfig
 from agora.agents.matching import MatchConfig
 from agora.models.pool import ModelCallError, ModelPool
 from agora.models.testing import ScriptedChatModel
-from agora.graphs.duel import DuelConfig, DuelContext, build_duel_graph, duel_pool, run_duels
+from agora.graphs.duel import DuelConfig, DuelContext, build_duel_graph, duel_pool
+from agora.runs.duel import run_duels
 from agora.tasks import Problem, synthetic_problems
 from agora.traces import duels as duel_traces
 from agora.traces.store import TraceStore

@@ -1,4 +1,4 @@
-"""The layer contract: ``cli > training > graphs > traces > agents > models > tasks``, and no import cycles.
+"""The layer contract: ``cli > training > runs > graphs > traces > agents > models > tasks``, and no import cycles.
 
 Every module's imports are read with :mod:`ast` (module-level, function-level and ``TYPE_CHECKING``
 imports alike: a lazy import that hides a cycle is still a cycle). A module may import its own layer
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("tasks", "models", "agents", "traces", "graphs", "training", "cli")
+LAYERS = ("tasks", "models", "agents", "traces", "graphs", "runs", "training", "cli")
 """Lowest first: a module may import its own layer and any layer before it in this tuple."""
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 
@@ -108,7 +108,23 @@ def test_no_upward_import():
         for edge in EDGES
         if RANK[_layer(edge.target)] > RANK[_layer(edge.source)]
     ]
-    assert not bad, "upward imports (cli > training > graphs > traces > agents > models > tasks):\n" + "\n".join(bad)
+    assert not bad, "upward imports (cli > training > runs > graphs > traces > agents > models > tasks):\n" + "\n".join(bad)
+
+
+DRIVERS = {"run_bench": "runs/bench.py", "run_duels": "runs/duel.py", "run_session": "runs/selection.py",
+           "session_settings": "runs/selection.py"}
+"""Drivers (code that runs graphs but is not a graph) and their one home in ``runs/``."""
+
+
+def test_drivers_live_in_runs_not_in_graphs():
+    defined: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in DRIVERS:
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert defined == {name: [home] for name, home in DRIVERS.items()}
+    assert RANK["graphs"] < RANK["runs"] < RANK["training"]  # a graph importing agora.runs fails test_no_upward_import
+    assert not [e.where() for e in EDGES if _layer(e.source) == "graphs" and _layer(e.target) == "runs"]
 
 
 def _cycles(edges: list[Edge]) -> list[list[Edge]]:

@@ -32,7 +32,7 @@ def test_protocols_are_found_in_their_modules_without_importing_them(tmp_path):
     """A graph module declaring ``SPEC = ProtocolSpec(...)`` is registered; one without (runner, bench) is not."""
     assert registry.PROTOCOLS["moa"] == registry.Entry("agora.graphs.moa:SPEC",
                                                        ("build_moa_graph", "MoAContext", "MoAInput", "MoAOutput"))
-    assert not any(e.module in ("agora.graphs.runner", "agora.graphs.bench") for e in registry.PROTOCOLS.values())
+    assert not any(e.module in ("agora.graphs.runner", "agora.runs.bench") for e in registry.PROTOCOLS.values())
     module = tmp_path / "council.py"
     module.write_text("import nothing_that_exists\n\nSPEC = ProtocolSpec(\n    name='council', graph_id='council', "
                       "build=build_council_graph, context=CouncilContext,\n    input=CouncilInput, output=CouncilOutput)\n")

@@ -367,7 +367,8 @@ def test_served_comed_runs_and_its_anchor_request_returns_logprobs(served, tmp_p
 @pytest.mark.timeout(1500)
 def test_served_duel_and_its_judge_prompt_under_a_json_schema(served, tmp_path):
     from agora.agents.judge import JudgeConfig, judge_messages, parse_score
-    from agora.graphs.duel import DuelConfig, DuelContext, run_duels
+    from agora.graphs.duel import DuelConfig, DuelContext
+    from agora.runs.duel import run_duels
     from agora.models.structured import parse_json_reply
     from agora.tasks.synthetic import synthetic_problems
     from agora.traces.store import TraceStore

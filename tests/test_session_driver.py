@@ -1,6 +1,6 @@
 """The run drivers' shared run handling and CUPID's session driver (issue 17 item 2):
 ``graphs.runner.recorded_run`` (checkpointer, ``start_run`` refusals, final statuses) and
-``graphs.selection.run_session`` (a scripted ``choose``, a ``None`` choice that stops cleanly, resuming
+``runs.selection.run_session`` (a scripted ``choose``, a ``None`` choice that stops cleanly, resuming
 at the pending interrupt, the run row's status), with scripted models."""
 
 import json
@@ -12,7 +12,8 @@ from agora.models.pool import ModelPool, ModelSpec, PoolMember
 from agora.models.testing import ScriptedChatModel
 from agora.graphs import registry
 from agora.graphs.runner import recorded_run
-from agora.graphs.selection import record_session, run_session, session_settings
+from agora.graphs.selection import record_session
+from agora.runs.selection import run_session, session_settings
 from agora.traces.store import TraceStore, TraceStoreError
 
 LATENCIES = {"fast": 0.5, "mid": 1.0, "slow": 2.0, "slowest": 3.0}

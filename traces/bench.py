@@ -1,6 +1,6 @@
 """The bench report: every method on every task, from the trace store, with paired statistics.
 
-:mod:`agora.graphs.bench` runs the protocols of a bench as ordinary runs (one per task and
+:mod:`agora.runs.bench` runs the protocols of a bench as ordinary runs (one per task and
 protocol, ids ``<bench>:<task>:<protocol>``) and describes them in a :class:`BenchSpec`; this
 module reads those runs back and builds the report (:func:`bench_report`): accuracy per method ×
 task with a 95 % bootstrap CI and the macro-average, paired differences against the single agent

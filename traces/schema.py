@@ -92,7 +92,7 @@ ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 # ----------------------------------------------------------------------------- duels (protocols.md §2)
-# Written by agora.graphs.duel.run_duels through agora.traces.duels.record_duel: one transaction per
+# Written by agora.runs.duel.run_duels through agora.traces.duels.record_duel: one transaction per
 # finished duel (its four kinds of rows and its model calls, whose question_id is the duel id and
 # whose role is follower or judge; a judge's partner is the follower whose answer it scored, or
 # both followers "a,b" when shown both). Duel ids are "<run_id>:<iteration>:<index>"; a rerun of

@@ -5,7 +5,7 @@ App. C; protocols.md §2): after each iteration of ``D`` leader-selected duels, 
 trained on the data its duels produced (DPO on non-tied pairs, or GRPO with the reputation-weighted
 peer-judge reward), and the trained models play the next iteration.
 
-The duels are :func:`agora.graphs.duel.run_duels`'s, unchanged: one duel run holds all ``T``
+The duels are :func:`agora.runs.duel.run_duels`'s, unchanged: one duel run holds all ``T``
 iterations (reputations, leader weights and the annealed schedules carry over), and it is played
 one iteration per call. ``run_duels`` resumes after the last recorded duel, so each call continues
 with the pool as it stands (trained members keep their names, hence their reputations), and an
@@ -29,7 +29,8 @@ from typing import Any, Callable, Literal, Sequence
 from agora.models._files import safe_file_name
 from agora.models.convert import is_gguf_source
 from agora.models.pool import ModelPool, ModelSpec, pool_from_specs
-from agora.graphs.duel import DuelConfig, DuelContext, run_duels
+from agora.graphs.duel import DuelConfig, DuelContext
+from agora.runs.duel import run_duels
 from agora.tasks.loaders import Problem
 from agora.traces.store import TraceStore
 from agora.training.config import DPOSettings, GRPOSettings
@@ -233,7 +234,7 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
         make_pool: builds each iteration's pool from its specs (tests put scripted judges in).
 
     Raises:
-        ValueError: bad members or settings (see :func:`trainable`, :func:`~agora.graphs.duel.run_duels`).
+        ValueError: bad members or settings (see :func:`trainable`, :func:`~agora.runs.duel.run_duels`).
     """
     out_dir = Path(out_dir)
     specs = list(specs)

@@ -14,8 +14,8 @@ it applies to (test questions are dropped from it, and counted), then
 and their source go into the report (:mod:`agora.traces.bench`); without a dev split the report says
 the fixed thresholds were used.
 
-Layers: this module uses ``agents``, ``tasks`` and ``traces``; the report lives in
-:mod:`agora.traces.bench` and the command line in :mod:`agora.cli.bench`.
+Layers: a driver (:mod:`agora.runs`): this module runs the ``graphs`` and uses ``agents``, ``tasks`` and
+``traces``; the report lives in :mod:`agora.traces.bench` and the command line in :mod:`agora.cli.bench`.
 """
 
 from __future__ import annotations
