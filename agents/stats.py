@@ -9,6 +9,7 @@ Intervals (each returns ``(estimate, low, high)``; ``(nan, nan, nan)`` where it 
 * :func:`proportion_ci`: a share with the Wilson score interval (Wilson 1927).
 * :func:`proportion_difference`: two independent shares, Newcombe's hybrid score interval (Newcombe 1998, method 10).
 * :func:`mean_ci`: a mean with the normal-approximation (Wald) interval ``± z·s/√n``.
+* :func:`t_mean_ci`: a mean of few values with Student's t interval ``± t_{n−1}·s/√n``.
 * :func:`mean_difference`: two independent means, Welch's normal interval.
 
 Test: :func:`mcnemar_exact`, the two-sided exact McNemar p-value (McNemar 1947; the exact
@@ -168,6 +169,23 @@ def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float
         return one, one, one
     mean, var = _mean_var(values)
     half = _z(level) * math.sqrt(var / n)
+    return mean, mean - half, mean + half
+
+
+def t_mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean with Student's t interval ``± t_{n−1, (1+level)/2}·s/√n`` (sample
+    standard deviation, ``n − 1``; Student 1908), for a handful of values such as repeated timing rounds;
+    ``(nan, nan, nan)`` for no values, a zero-width interval for one."""
+    from scipy.stats import t as student_t
+
+    n = len(values)
+    if n == 0:
+        return _NAN3
+    if n == 1:
+        one = float(values[0])
+        return one, one, one
+    mean, var = _mean_var(values)
+    half = float(student_t.ppf(1 - (1 - level) / 2, n - 1)) * math.sqrt(var / n)
     return mean, mean - half, mean + half
 
 

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,18 +35,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("models", "agents", "graphs", "runs", "training", "tasks", "traces", "cli")
-
-
-def mean_ci(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95 % t-interval of ``values``."""
-    m = statistics.fmean(values)
-    if len(values) < 2:
-        return m, m, m
-    from scipy.stats import t as student_t
-
-    t = float(student_t.ppf(0.975, len(values) - 1))
-    half = t * statistics.stdev(values) / len(values) ** 0.5
-    return m, m - half, m + half
 
 
 def instant_models():
@@ -178,6 +165,8 @@ def compare(rev: str, args) -> dict[str, dict]:
 
 
 def show(title: str, results: dict[str, dict[str, list[float]]], unit: str) -> None:
+    from agora.agents.stats import t_mean_ci as mean_ci
+
     names = list(next(iter(results.values())))
     print(f"\n{title}")
     print(f"{'':34s}" + "".join(f"{label:>26s}" for label in results))

@@ -18,6 +18,7 @@ from agora.agents.stats import (
     paired_bootstrap_ci,
     proportion_ci,
     proportion_difference,
+    t_mean_ci,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,9 @@ def test_normal_mean_and_welch_difference():
     mean, lo, hi = mean_ci([2.0, 4.0, 6.0])  # s = 2, half = z · 2 / √3 = 2.2632
     assert mean == 4.0 and hi - mean == pytest.approx(Z95 * 2 / math.sqrt(3), abs=1e-5) and mean - lo == pytest.approx(hi - mean)
     assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
+    mean, lo, hi = t_mean_ci([2.0, 4.0, 6.0])  # t(2 df, 0.975) = 4.302653, half = 4.302653 · 2 / √3 = 4.9683
+    assert mean == 4.0 and hi - mean == pytest.approx(4.302653 * 2 / math.sqrt(3), abs=1e-5)
+    assert t_mean_ci([5.0]) == (5.0, 5.0, 5.0) and all(math.isnan(v) for v in t_mean_ci([]))
     # a = [1, 2, 3], b = [2, 4, 6]: s_a² = 1, s_b² = 4, half = z · √(1/3 + 4/3) = 2.5303
     d, lo, hi = mean_difference([1, 2, 3], [2, 4, 6])
     assert d == -2.0 and hi - d == pytest.approx(Z95 * math.sqrt(5 / 3), abs=1e-5)
@@ -101,6 +105,7 @@ def _code_files() -> list[Path]:
     (r"def\s+\w*mcnemar\w*\s*\(", "agents/stats.py"),
     (r"def\s+\w*(wilson|proportion_ci)\w*\s*\(", "agents/stats.py"),
     (r"def\s+\w*bootstrap\w*\s*\(", "agents/stats.py"),
+    (r"def\s+\w*(mean_ci|mean_difference|proportion_difference)\s*\(", "agents/stats.py"),
 ])
 def test_one_implementation_in_the_code_base(pattern, home):
     found = [f"{p.relative_to(ROOT)}:{n}" for p in _code_files()
