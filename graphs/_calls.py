@@ -2,7 +2,7 @@
 
 A node asks a model with :func:`ask` (or :func:`aask` in its async twin) and gets the samples, their
 trace records and one :class:`Cost`; costs add up per step with :func:`add_costs` (the reducer of a
-``costs`` state key) and :func:`total_cost`.
+``costs`` state key) and :func:`total_cost`. A method's row is :func:`method_result`, unscored.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from agora.models.pool import ModelPool, Sample, SamplingParams
-from agora.tasks.answers import find_answer, is_correct
+from agora.tasks.answers import find_answer
 from agora.tasks.problem import Problem
 from agora.traces.schema import CallRecord, Cost, MethodResult  # noqa: F401 (the one declaration of each)
 
@@ -71,7 +71,7 @@ def partner(models: Iterable[str]) -> str | None:
     return ",".join(dict.fromkeys(models)) or None
 
 
-def method_result(answer: str | None, how: str | None, cost: Cost, gold: str | None, kind: str) -> MethodResult:
-    """A method's row: its answer, correctness against ``gold`` (``None`` without one), cost and mark."""
-    return MethodResult(answer=answer, correct=None if gold is None else is_correct(answer, gold, kind), **cost,
-                        how=how if answer is not None else None)
+def method_result(answer: str | None, how: str | None, cost: Cost) -> MethodResult:
+    """A method's row: its answer, cost and mark, ``correct`` left ``None`` (graphs do not score:
+    the runner does, :func:`agora.tasks.scoring.score_results`)."""
+    return MethodResult(answer=answer, correct=None, **cost, how=how if answer is not None else None)

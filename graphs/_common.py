@@ -41,7 +41,6 @@ class ProblemState(TypedDict, total=False):
 
     question_id: str
     question: str
-    gold: str | None
     kind: AnswerKind
     n_choices: int
 
@@ -130,22 +129,23 @@ def studio_schema(example: Mapping[str, Any] | None = None) -> Callable[[type[S]
 
 @studio_schema()
 class QuestionInput(TypedDict):
-    """What a caller passes to a per-question protocol graph (MoA, debate)."""
+    """What a caller passes to a per-question protocol graph (MoA, debate).
+
+    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
+    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
+    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
     """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
-    gold: NotRequired[str | None]
-    """Gold answer, if known: each method's ``correct`` is then filled in."""
     kind: NotRequired[AnswerKind]
     """``math`` (default), ``mc`` or ``open``: how answers are extracted and compared."""
     n_choices: NotRequired[int]
     """Number of lettered options of a ``mc`` question (default 4)."""
 
 
-MATH_EXAMPLE = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "gold": "7",
-                "kind": "math"}
+MATH_EXAMPLE = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "kind": "math"}
 """The worked example each per-question graph's input schema shows (Studio fills its form with it)."""
 
 
@@ -167,13 +167,16 @@ def sync_async_node(func: Callable[..., Any], afunc: Callable[..., Awaitable[Any
 
 
 def problem_input(problem: Problem) -> dict[str, Any]:
-    """Graph input fields for a :class:`~agora.tasks.Problem`."""
-    return {"question_id": problem.id, "question": problem.question, "gold": problem.gold,
-            "kind": problem.kind, "n_choices": problem.n_choices}
+    """Graph input fields for a :class:`~agora.tasks.Problem`: no gold (graphs do not score; the
+    runner does, :func:`agora.tasks.scoring.score_results`)."""
+    return {"question_id": problem.id, "question": problem.question, "kind": problem.kind,
+            "n_choices": problem.n_choices}
 
 
 def as_problem(state: dict[str, Any]) -> Problem:
-    """The problem described by a graph state's input fields."""
+    """The problem described by a graph state's input fields. Its ``gold`` is the mapping's
+    ``gold`` if it has one (a caller's input, as the trace recorder reads it); a graph's state has
+    none, so inside a node it is ``None``."""
     question = state.get("question")
     if not isinstance(question, str) or not question.strip():
         raise ValueError("graph input needs a non-empty 'question'")

@@ -50,9 +50,10 @@ from agora.graphs._common import (
     settings_from,
     studio_schema,
 )
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
-from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.answers import extract_answer
 from agora.tasks.loaders import Problem
 from agora.tasks.problem import AnswerKind
 
@@ -152,14 +153,16 @@ class Turn(TypedDict):
 
 @studio_schema(example=MATH_EXAMPLE)
 class ConversationInput(TypedDict):
-    """What a caller passes in."""
+    """What a caller passes in.
+
+    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
+    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
+    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
     """Id under which the conversation's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
-    gold: NotRequired[str | None]
-    """Gold answer, if known: ``methods`` are then scored."""
     kind: NotRequired[AnswerKind]
     """``math`` (default), ``mc`` or ``open``."""
     n_choices: NotRequired[int]
@@ -261,19 +264,18 @@ def more_turns(state: ConversationState, runtime: Runtime[ConversationContext]) 
 
 
 def conclude(state: ConversationState) -> dict[str, Any]:
-    """Score A's opening answer and the last turn's answer."""
+    """A's opening answer and the last turn's answer as methods (``correct`` left ``None``: the
+    runner scores, :func:`agora.tasks.scoring.score_results`)."""
     turns, usage = state["turns"], state.get("usage") or []
-    gold, kind = state.get("gold"), state.get("kind") or "math"
 
     def result(turn: Turn, used: list[dict[str, Any]]) -> MethodResult:
-        correct = None if gold is None or kind == "open" else is_correct(turn["answer"], gold, kind)
-        return MethodResult(answer=turn["answer"], correct=correct, samples=len(used),
+        return MethodResult(answer=turn["answer"], correct=None, samples=len(used),
                             completion_tokens=sum(u["completion_tokens"] for u in used),
                             latency_s=sum(u["latency_s"] for u in used))
 
     methods = {"converse": result(turns[-1], usage), "opening": result(turns[0], usage[:1])}
     emit("conclude", f"opening answer {turns[0]['answer']}, final answer {turns[-1]['answer']} after "
-         f"{len(turns)} turns" + (f" (gold {gold})" if gold is not None else ""),
+         f"{len(turns)} turns",
          opening=turns[0]["answer"], answer=turns[-1]["answer"])
     return {"methods": methods, "answer": turns[-1]["answer"]}
 
@@ -287,8 +289,8 @@ def build_conversation_graph() -> StateGraph:
     Input: :class:`ConversationInput`; output: :class:`ConversationOutput`; run-time context:
     :class:`ConversationContext` (defaults: embedded pool, its first two models, 3 turns).
     """
-    builder = StateGraph(ConversationState, context_schema=ConversationContext,
-                         input_schema=ConversationInput, output_schema=ConversationOutput)
+    builder = ProtocolGraph(ConversationState, context_schema=ConversationContext,
+                          input_schema=ConversationInput, output_schema=ConversationOutput)
     builder.add_node("answer", answer)
     builder.add_node("reply", reply)
     builder.add_node("conclude", conclude)

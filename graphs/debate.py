@@ -64,6 +64,7 @@ from agora.graphs._common import (
     studio_schema,
     sync_async_node,
 )
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("debate", "first_round_vote")
@@ -148,7 +149,7 @@ def _config(runtime: Runtime) -> DebateConfig:
     return context_as(runtime.context, DebateContext).config
 
 
-_PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
+_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices")
 
 
 def _tasks(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send]:
@@ -228,7 +229,6 @@ def debate_tally(state: DebateState) -> dict[str, Any]:
 def debate_vote(state: DebateState) -> dict[str, Any]:
     """The last round's plurality (``debate``) and the first round's (``first_round_vote``)."""
     rounds, costs = state.get("rounds") or [[]], state.get("costs") or {}
-    gold, kind = state.get("gold"), state.get("kind") or "math"
 
     def vote(answers: list[DebateAnswer]) -> tuple[str | None, str | None]:
         winner = plurality([a["answer"] for a in answers])[0]
@@ -236,9 +236,8 @@ def debate_vote(state: DebateState) -> dict[str, Any]:
 
     answer, how = vote(rounds[-1])
     first, first_how = vote(rounds[0])
-    methods = {"debate": method_result(answer, how, total_cost(costs.values()), gold, kind),
-               "first_round_vote": method_result(first, first_how, total_cost([costs[k] for k in ("round_1",) if k in costs]),
-                                                 gold, kind)}
+    methods = {"debate": method_result(answer, how, total_cost(costs.values())),  # unscored: the runner scores
+               "first_round_vote": method_result(first, first_how, total_cost([costs[k] for k in ("round_1",) if k in costs]))}
     emit("debate_vote", f"debate answer {answer} after {len(rounds)} rounds (first round {first})", answer=answer)
     return {"answer": answer, "how": how, "methods": methods}
 
@@ -248,8 +247,8 @@ def build_debate_graph() -> StateGraph:
 
     Input: :class:`DebateInput`; output: :class:`DebateOutput`; run-time context: :class:`DebateContext`.
     """
-    builder = StateGraph(DebateState, context_schema=DebateContext, input_schema=DebateInput,
-                         output_schema=DebateOutput)
+    builder = ProtocolGraph(DebateState, context_schema=DebateContext, input_schema=DebateInput,
+                          output_schema=DebateOutput)
     builder.add_node("debate_round", sync_async_node(debate_round, adebate_round))
     builder.add_node("debate_tally", sync_async_node(debate_tally))
     builder.add_node("debate_vote", sync_async_node(debate_vote))

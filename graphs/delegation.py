@@ -58,9 +58,10 @@ from agora.graphs._common import (
     studio_schema,
     sync_async_node,
 )
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
-from agora.tasks.answers import find_answer, is_correct
+from agora.tasks.answers import find_answer
 from agora.tasks.problem import AnswerKind
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
@@ -88,14 +89,16 @@ class DelegationContext:
 
 @studio_schema(example=MATH_EXAMPLE)
 class DelegationInput(TypedDict):
-    """What a caller passes in."""
+    """What a caller passes in.
+
+    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
+    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
+    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
     """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
-    gold: NotRequired[str | None]
-    """Gold answer, if known: each method's ``correct`` is then filled in."""
     kind: NotRequired[AnswerKind]
     """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
@@ -139,7 +142,6 @@ class AgentState(TypedDict, total=False):
     model: str
     question_id: str
     question: str
-    gold: str | None
     kind: str
     n_choices: int
     candidates: Annotated[list[Candidate], operator.add]
@@ -171,7 +173,7 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
 
 def fan_out(state: DelegationState) -> list[Send]:
     """One ``Send`` per agent: the agents work in parallel."""
-    base = {k: state.get(k) for k in ("question_id", "question", "gold", "kind", "n_choices")}
+    base = {k: state.get(k) for k in ("question_id", "question", "kind", "n_choices")}
     return [Send("agent_sample", {**base, **a}) for a in state["assignments"]]
 
 
@@ -229,17 +231,16 @@ def agent_propose(state: AgentState, runtime: Runtime[DelegationContext]) -> dic
 
 
 def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
-    """The principal applies its committed rule; baselines are scored on the same candidates."""
+    """The principal applies its committed rule; the baselines answer from the same candidates
+    (each method's ``correct`` is left ``None``: the runner scores)."""
     cfg = _config(runtime)
     proposals = sorted(state.get("proposals", []), key=lambda p: p["agent"])
     candidates = state.get("candidates", [])
     utilities = agreement_utility([p["answer"] for p in proposals], proposals)
     selection = select_rule(proposals, utilities, cfg.tau)
-    gold, kind = state.get("gold"), state.get("kind") or "math"
 
-    def result(answer: str | None, used: list[Candidate]) -> MethodResult:
-        correct = None if gold is None else is_correct(answer, gold, kind)
-        return MethodResult(answer=answer, correct=correct, samples=len(used),
+    def result(answer: str | None, used: list[Candidate]) -> MethodResult:  # unscored: the runner scores
+        return MethodResult(answer=answer, correct=None, samples=len(used),
                             completion_tokens=sum(c["completion_tokens"] for c in used),
                             latency_s=sum(c["latency_s"] for c in used),
                             how=next((c.get("how") for c in used if answer is not None and c["answer"] == answer), None))
@@ -266,8 +267,8 @@ def build_delegation_graph() -> StateGraph:
     Input: :class:`DelegationInput`; output: :class:`DelegationOutput`; run-time context:
     :class:`DelegationContext` (pool and settings; defaults to the embedded pool).
     """
-    builder = StateGraph(DelegationState, context_schema=DelegationContext,
-                         input_schema=DelegationInput, output_schema=DelegationOutput)
+    builder = ProtocolGraph(DelegationState, context_schema=DelegationContext,
+                          input_schema=DelegationInput, output_schema=DelegationOutput)
     # Each node runs natively under invoke and ainvoke (no thread hop per node in async runs).
     builder.add_node("delegate", sync_async_node(delegate))
     builder.add_node("agent_sample", sync_async_node(agent_sample, aagent_sample), destinations=("agent_propose",))

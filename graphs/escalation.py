@@ -82,8 +82,10 @@ from agora.graphs._common import (
 )
 from agora.graphs.debate import DebateContext, build_debate_graph
 from agora.graphs.moa import MoAContext, build_moa_graph
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
-from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.answers import extract_answer
+from agora.tasks.scoring import score_answer
 from agora.tasks.loaders import Problem
 from agora.tasks.problem import AnswerKind
 
@@ -113,20 +115,22 @@ class EscalationContext:
 
 
 MC_EXAMPLE = {"question": "Which gas do plants absorb from the air for photosynthesis?\nA. Oxygen\nB. Nitrogen\n"
-                          "C. Carbon dioxide\nD. Helium", "gold": "C", "kind": "mc", "n_choices": 4}
+                          "C. Carbon dioxide\nD. Helium", "kind": "mc", "n_choices": 4}
 """The worked example of COMED's input schema (Studio fills its form with it)."""
 
 
 @studio_schema(example=MC_EXAMPLE)
 class EscalationInput(TypedDict):
-    """What a caller passes in."""
+    """What a caller passes in.
+
+    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
+    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
+    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
     question_id: NotRequired[str]
     """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
-    gold: NotRequired[str | None]
-    """Gold answer, if known: each method's ``correct`` is then filled in."""
     kind: NotRequired[AnswerKind]
     """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
@@ -349,7 +353,7 @@ def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dic
 #: parent's, so a resumed COMED question resumes inside a baseline too).
 MOA_GRAPH = build_moa_graph().compile(name="moa")
 DEBATE_GRAPH = build_debate_graph().compile(name="debate")
-_PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
+_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices")
 
 
 def to_baselines(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
@@ -422,16 +426,16 @@ def comed_outcome(decision: Decision, probe_agrees: bool | None) -> str:
 
 
 def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    """COMED's final answer, and every method's answer, correctness and cost."""
+    """COMED's final answer, and every method's answer and cost (``correct`` left ``None``: the
+    runner scores, :func:`agora.tasks.scoring.score_results`)."""
     costs = state.get("costs") or {}
-    gold, kind = state.get("gold"), state.get("kind") or "math"
     anchor_info, decision = state["anchor"], state["decision"]
     probe_agrees = (state.get("probe") or {}).get("agrees")
     escalated = escalates(decision, probe_agrees)
 
     def result(answer: str | None, *steps: str, how: str | None = None) -> MethodResult:
-        return MethodResult(answer=answer, correct=None if gold is None else is_correct(answer, gold, kind),
-                            **_total([costs[s] for s in steps if s in costs]), how=how if answer is not None else None)
+        return MethodResult(answer=answer, correct=None, **_total([costs[s] for s in steps if s in costs]),
+                            how=how if answer is not None else None)
 
     comed_steps = ["anchor"] + (["verify"] if decision == "verify" else []) + (["escalate"] if escalated else [])
     final = state["escalation"]["answer"] if escalated else anchor_info["answer"]
@@ -441,7 +445,7 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
     if state["route"]["routed"]:
         first = anchor_info["first"]
         methods["router_only"] = MethodResult(
-            answer=first["answer"], correct=None if gold is None else is_correct(first["answer"], gold, kind),
+            answer=first["answer"], correct=None,
             calls=1, samples=1 if costs.get("anchor", {}).get("samples") else 0,  # 0: the anchor's call failed
             completion_tokens=first["completion_tokens"], latency_s=first["latency_s"], how=first.get("how"))
     if "moa" in state:
@@ -451,20 +455,22 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
         vote = plurality([a["answer"] for a in last])[0]
         methods["debate"] = result(vote, "debate", how=_how_of(vote, [(a["answer"], a.get("how")) for a in last]))
     outcome = comed_outcome(decision, probe_agrees)
-    emit("score", f"COMED {outcome}: {final} (anchor {anchor_info['answer']}, gold {gold})", outcome=outcome)
+    emit("score", f"COMED {outcome}: {final} (anchor {anchor_info['answer']})", outcome=outcome)
     return {"methods": methods, "answer": final, "outcome": outcome}
 
 
 def comed_detail(values: dict[str, Any]) -> dict[str, Any]:
     """What the runner stores in ``questions.detail`` for a COMED question: the route, SC, the
     decision and branches (with each branch's correctness and calls, for calibration) and each
-    method's model calls."""
+    method's model calls. The branches are scored with :func:`agora.tasks.scoring.score_answer`
+    against ``values["gold"]``, which the runner puts beside the state
+    (:func:`agora.graphs.runner.scored_values`; the graph's state holds no gold): ``None`` without."""
     gold, kind = values.get("gold"), values.get("kind") or "math"
     costs = values.get("costs") or {}
     anchor_info, probe, esc = values.get("anchor") or {}, values.get("probe"), values.get("escalation")
 
     def correct(answer):
-        return None if gold is None else is_correct(answer, gold, kind)
+        return score_answer(answer, gold, kind)
 
     return {
         "route": values.get("route"), "decision": values.get("decision"), "outcome": values.get("outcome"),
@@ -487,8 +493,8 @@ def build_escalation_graph() -> StateGraph:
     Input: :class:`EscalationInput`; output: :class:`EscalationOutput`; run-time context:
     :class:`EscalationContext` (pool, settings, router; defaults to the embedded pool, fixed anchor).
     """
-    builder = StateGraph(EscalationState, context_schema=EscalationContext,
-                         input_schema=EscalationInput, output_schema=EscalationOutput)
+    builder = ProtocolGraph(EscalationState, context_schema=EscalationContext,
+                          input_schema=EscalationInput, output_schema=EscalationOutput)
     for name, node in [("route", route), ("anchor", anchor), ("decide", decide), ("accept", accept),
                        ("verify", verify), ("escalate", escalate), ("score", score)]:
         builder.add_node(name, node)

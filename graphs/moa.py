@@ -63,6 +63,7 @@ from agora.graphs._common import (
     studio_schema,
     sync_async_node,
 )
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec, RunCommand
 
 METHODS = ("moa", "proposal_vote")
@@ -145,7 +146,7 @@ def _config(runtime: Runtime) -> MoAConfig:
     return context_as(runtime.context, MoAContext).config
 
 
-_PROBLEM_KEYS = ("question", "question_id", "gold", "kind", "n_choices")
+_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices")
 
 
 def to_proposers(state: MoAState, runtime: Runtime[MoAContext]) -> list[Send]:
@@ -204,11 +205,10 @@ def _aggregated(state: MoAState, model: str, samples: list, records: list[dict],
     proposals = sorted(state.get("proposals") or [], key=lambda p: p["agent"])
     costs = add_costs(state.get("costs"), {"aggregate": cost})
     vote = plurality([p["answer"] for p in proposals])[0]
-    gold, kind = state.get("gold"), state.get("kind") or "math"
-    methods = {
-        "moa": method_result(answer, how, total_cost(costs.values()), gold, kind),
+    methods = {  # unscored: the runner scores (agora.tasks.scoring)
+        "moa": method_result(answer, how, total_cost(costs.values())),
         "proposal_vote": method_result(vote, how_of(vote, [(p["answer"], p["how"]) for p in proposals]),
-                                       total_cost([costs["propose"]] if "propose" in costs else []), gold, kind),
+                                       total_cost([costs["propose"]] if "propose" in costs else [])),
     }
     emit("moa_aggregate", f"MoA aggregator {model} answered {answer}", answer=answer)
     return {"aggregator": model, "answer": answer, "how": how, "costs": {"aggregate": cost},
@@ -231,7 +231,7 @@ def build_moa_graph() -> StateGraph:
 
     Input: :class:`MoAInput`; output: :class:`MoAOutput`; run-time context: :class:`MoAContext`.
     """
-    builder = StateGraph(MoAState, context_schema=MoAContext, input_schema=MoAInput, output_schema=MoAOutput)
+    builder = ProtocolGraph(MoAState, context_schema=MoAContext, input_schema=MoAInput, output_schema=MoAOutput)
     builder.add_node("moa_propose", sync_async_node(moa_propose, amoa_propose))
     builder.add_node("moa_aggregate", sync_async_node(moa_aggregate, amoa_aggregate))
     builder.add_conditional_edges(START, to_proposers, ["moa_propose"])

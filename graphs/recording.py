@@ -36,7 +36,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from agora.graphs import registry
 from agora.graphs._common import as_problem
-from agora.graphs.runner import default_detail, question_failed
+from agora.graphs.runner import default_detail, question_failed, scored_values
 from agora.traces.store import TraceStore
 
 
@@ -179,9 +179,10 @@ class TraceRecorder(BaseCallbackHandler):
                     values[key] = value
         values.update(graph_run.outputs)
         calls = values.get("calls") or []
-        problem = as_problem(inputs)
+        problem = as_problem(inputs)  # the caller's input: its gold, if any, scores the methods
+        values = scored_values(values, problem)
         spec = self._protocols[protocol]
-        methods = values.get("methods") or {}
+        methods = values["methods"]
         run_id = self._start(protocol, calls)
         if question_failed(protocol, methods, calls):
             self.store.record_calls(run_id, protocol, problem.id, calls)

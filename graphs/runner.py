@@ -4,7 +4,9 @@ The convention every benchmark graph follows: its state has ``answer`` (the prot
 answer), ``methods`` (method name → ``{"answer", "correct", "samples", "completion_tokens"}``, the
 protocol and the baselines computed in the same run) and ``calls`` (trace records of every model
 call). The runner, not the nodes, writes them to the :class:`~agora.traces.TraceStore`, one
-question per transaction, after the question finished.
+question per transaction, after the question finished. The runner also scores them: the graph
+leaves every ``correct`` ``None`` and never sees the gold answer, and the runner fills ``correct``
+in from the problem with :func:`agora.tasks.scoring.score_results` (:func:`scored_values`).
 
 Resuming: each question runs on its own checkpoint thread ``<run_id>:<question_id>`` in a SQLite
 checkpointer beside the trace DB. A rerun with the same run id skips recorded questions and picks
@@ -49,8 +51,10 @@ from agora.models.pool import ModelCallError
 from agora.graphs._common import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.graphs.registry import get as protocol_spec
+from agora.graphs.scoring import noted_event
 from agora.graphs.spec import methods_written
 from agora.tasks.loaders import Problem
+from agora.tasks.scoring import score_results
 from agora.traces.store import (
     BUSY_TIMEOUT_S,
     QUESTION_HASHES,
@@ -284,6 +288,15 @@ def question_failed(protocol: str, methods: dict[str, dict[str, Any]], calls: li
     return (methods.get(protocol) or {}).get("samples") == 0
 
 
+def scored_values(values: dict[str, Any], problem: Problem) -> dict[str, Any]:
+    """A finished question's final state as it is recorded: its ``methods`` scored against
+    ``problem`` by :func:`agora.tasks.scoring.score_results` (the one scorer: graphs leave
+    ``correct`` ``None``; a resumed checkpoint of an older run is re-scored the same way) and the
+    problem's ``gold`` beside them, for a protocol's ``detail`` that scores more than its methods
+    (COMED's branches, :func:`agora.graphs.escalation.comed_detail`). The graph's state holds no gold."""
+    return {**values, "methods": score_results(values.get("methods") or {}, problem), "gold": problem.gold}
+
+
 def default_detail(values: dict[str, Any]) -> dict[str, Any]:
     return {k: values[k] for k in ("proposals", "selection", "decision", "trace") if k in values}
 
@@ -402,7 +415,7 @@ def run_problems(
                                                        subgraphs=True, durability=durability, control=control,
                                                        output_keys=keys):
                 if mode == "custom":
-                    on_event({"question_id": problem.id, **chunk})
+                    on_event({"question_id": problem.id, **noted_event(chunk, problem)})
                 elif not ns:
                     values = chunk
             return values
@@ -433,7 +446,8 @@ def run_problems(
             return values, time.perf_counter() - start, was_started
 
         def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
-            methods = values.get("methods") or {}
+            values = scored_values(values, problem)  # the one scorer, here and not in the graph
+            methods = values["methods"]
             main = methods.get(protocol) or {}
             calls = values.get("calls") or []
             if question_failed(protocol, methods, calls):  # no answer: store its calls, retry it on a rerun

@@ -7,10 +7,12 @@ their methods against its gold answer, and training turns the same answer checke
 Public surface::
 
     from agora.tasks import Problem, load_problems, extract_answer, find_answer, is_correct, synthetic_problems
+    from agora.tasks import score_answer, score_results   # the one scorer of runs, bench and replay
 """
 
 from agora.tasks.answers import Extraction, answer_key, extract_answer, find_answer, is_correct
 from agora.tasks.loaders import FORMATS, Problem, TaskFormatError, load_problems
+from agora.tasks.scoring import score_answer, score_results
 from agora.tasks.synthetic import synthetic_problems
 
 __all__ = [
@@ -23,5 +25,7 @@ __all__ = [
     "find_answer",
     "is_correct",
     "load_problems",
+    "score_answer",
+    "score_results",
     "synthetic_problems",
 ]

@@ -40,7 +40,8 @@ import numpy as np
 
 from agora.agents.escalation import DevOutcome, rescue_harm
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci  # noqa: F401 (their home)
-from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.answers import extract_answer
+from agora.tasks.scoring import score_answer
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, failed_questions, too_few  # noqa: F401
 from agora.traces.store import TraceStore, now
 
@@ -248,7 +249,7 @@ def _single_models(store: TraceStore, task: BenchTask, data: _TaskData) -> dict[
             continue
         kind = q["kind"] or "math"
         answer = extract_answer(c["completion"] or "", kind, len(_OPTION_LINE.findall(q["question"] or "")) or 4)
-        by.setdefault(c["model"], {}).setdefault(c["question_id"], []).append(is_correct(answer, q["gold"], kind))
+        by.setdefault(c["model"], {}).setdefault(c["question_id"], []).append(bool(score_answer(answer, q["gold"], kind)))
     return {m: {q: sum(v) / len(v) for q, v in per_q.items()} for m, per_q in by.items()}
 
 

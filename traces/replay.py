@@ -6,8 +6,8 @@ Every candidate a run drew is a ``model_calls`` row with its extracted answer (s
 re-applied to a finished run: ALIGN under another τ or proposal rule, best-of-n, plurality, a vote
 weighted by each model's accuracy on a dev run, COMED under other thresholds. A rule is one function
 registered by name (:func:`selection_rule`); :func:`replay` applies it to every recorded question and
-scores the answers with the task's scorer (:func:`agora.tasks.answers.is_correct`, against the
-question's stored gold), never by re-running a graph; :func:`paired_table` compares the replayed
+scores the answers with the task's scorer (:func:`agora.tasks.scoring.score_answer`, the one the
+runner records with, against the question's stored gold), never by re-running a graph; :func:`paired_table` compares the replayed
 answers with every method the run recorded, on the same questions (paired bootstrap CI and exact
 McNemar from :mod:`agora.traces.bench`).
 
@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
 from agora.agents.escalation import DevOutcome, EscalationThresholds, decide, escalates
-from agora.tasks.answers import is_correct
+from agora.tasks.scoring import score_answer
 from agora.agents.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench import dev_outcome, too_few
 from agora.traces.store import TraceStore, answer_fields, option_count
@@ -342,14 +342,14 @@ def first_sample_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -
 
 def model_accuracy(run: RunTrace, roles: str | None = None) -> dict[str, tuple[int, int]]:
     """Per model: (right, scored) samples of ``roles`` (default: the run's first-stage role) on the
-    run's questions with gold, scored with :func:`agora.tasks.answers.is_correct`."""
+    run's questions with gold, scored with :func:`agora.tasks.scoring.score_answer`."""
     out: dict[str, list[int]] = {}
     for q in run.questions:
         if q.gold is None:
             continue
         for c in _candidates(q, roles or _default_roles(run)):
             tally = out.setdefault(c["model"], [0, 0])
-            tally[0] += int(is_correct(c["answer"], q.gold, q.kind))  # type: ignore[arg-type]
+            tally[0] += int(bool(score_answer(c["answer"], q.gold, q.kind)))
             tally[1] += 1
     return {m: (r, n) for m, (r, n) in out.items()}
 
@@ -474,7 +474,7 @@ class ReplayResult:
 def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, dev: RunTrace | None = None,
            rules: dict[str, Rule] | None = None) -> ReplayResult:
     """Apply rule ``rule`` to every question of ``run`` and score it against the stored gold with
-    :func:`agora.tasks.answers.is_correct`. ``params``: as :func:`parse_params` returns them (the
+    :func:`agora.tasks.scoring.score_answer`. ``params``: as :func:`parse_params` returns them (the
     rule's defaults and the run's settings when ``None``); ``dev``: the run whose per-model
     accuracy weighs ``weighted_vote``. No model is called.
 
@@ -498,7 +498,7 @@ def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, de
         except Unavailable as exc:
             rows.append(Replayed(q.question_id, None, None, f"unavailable: {exc}", 0, str(exc)))
             continue
-        correct = None if q.gold is None or c.samples == 0 else bool(is_correct(c.answer, q.gold, q.kind))  # type: ignore[arg-type]
+        correct = None if c.samples == 0 else score_answer(c.answer, q.gold, q.kind)
         rows.append(Replayed(q.question_id, c.answer, correct, c.why, c.samples))
     return ReplayResult(run.run_id, rule, dict(params), rows, dev.run_id if dev else None)
 
@@ -566,7 +566,7 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
     votes = Counter(s.answer for s in q.samples if s.answer is not None)
     samples = [{"node": s.node, "role": s.role, "agent": s.agent, "model": s.model, "sample_index": s.sample_index,
                 "answer": s.answer, "how": s.how, "votes": votes.get(s.answer, 0) if s.answer is not None else 0,
-                "correct": None if q.gold is None else bool(is_correct(s.answer, q.gold, q.kind)),  # type: ignore[arg-type]
+                "correct": score_answer(s.answer, q.gold, q.kind),
                 "partner": s.partner, "completion_tokens": s.completion_tokens, "call_id": s.call_id,
                 "completion": s.completion} for s in q.samples]
     explain = {}
