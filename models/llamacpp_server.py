@@ -47,7 +47,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field
 
-from agora.models._chat import fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
 from agora.models.errors import ModelUnavailableError
 
 #: Environment variable choosing the embedded engine of the pool's ``llamacpp`` backend.
@@ -189,7 +189,7 @@ class ServerReplyError(RuntimeError):
         self.status_code = status_code
 
 
-class LlamaCppServerChatModel(BaseChatModel):
+class LlamaCppServerChatModel(NativeMember, BaseChatModel):
     """A GGUF model run in-process by llama.cpp's server (xllamacpp), as a LangChain chat model.
 
     Same fields and generation metadata as :class:`agora.models.llamacpp.LlamaCppChatModel`:
