@@ -12,13 +12,30 @@ from typing import Any, Iterable
 from agora.models.pool import ModelPool, Sample, SamplingParams
 from agora.tasks.answers import find_answer
 from agora.tasks.problem import Problem
-from agora.traces.schema import CallRecord, Cost, MethodResult  # noqa: F401 (the one declaration of each)
+from agora.traces.schema import SHARED_COST_FIELDS, CallRecord, Cost, MethodResult  # noqa: F401 (the one declaration of each)
+
+
+_BASE_COST = ("calls", "samples", "completion_tokens", "latency_s")
 
 
 def total_cost(costs: Iterable[Cost]) -> Cost:
-    """The sum of ``costs`` field by field (all zero for none)."""
+    """The sum of ``costs`` field by field (all zero for none); the shared part
+    (:data:`~agora.traces.schema.SHARED_COST_FIELDS`) only when some cost has one."""
     costs = list(costs)
-    return Cost(**{k: sum(c[k] for c in costs) for k in Cost.__annotations__})
+    out = Cost(**{k: sum(c[k] for c in costs) for k in _BASE_COST})
+    if any(f in c for c in costs for f in SHARED_COST_FIELDS):
+        out.update({f: sum(c.get(f) or 0 for c in costs) for f in SHARED_COST_FIELDS})  # type: ignore[misc]
+    return out
+
+
+def shared_cost(samples: list[Sample], calls: int = 1) -> Cost:
+    """The cost of samples taken from the shared candidate pool (:func:`agora.graphs._common.take_shared`):
+    counted in full (``calls`` requests, default one: a model's samples of a question are one
+    request) and all of it shared, none added."""
+    tokens, latency = sum(s.completion_tokens for s in samples), sum(s.latency_s for s in samples)
+    return Cost(calls=calls, samples=len(samples), completion_tokens=tokens, latency_s=latency,
+                shared_calls=calls, shared_samples=len(samples), shared_completion_tokens=tokens,
+                shared_latency_s=latency)
 
 
 def add_costs(a: dict[str, Cost] | None, b: dict[str, Cost] | None) -> dict[str, Cost]:

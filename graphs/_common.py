@@ -26,7 +26,7 @@ try:  # LangGraph's node wrapper taking a sync and an async function (internal, 
 except ImportError:  # pragma: no cover - a LangGraph without it: nodes stay sync-only
     RunnableCallable = None
 
-from agora.models.pool import ModelPool, builtin_pool, builtin_pool_name, load_pool
+from agora.models.pool import ModelPool, Sample, builtin_pool, builtin_pool_name, load_pool
 from agora.models.builtins import BUILTIN_POOLS
 from agora.agents.seeds import item_seed
 from agora.tasks.loaders import Problem
@@ -127,6 +127,65 @@ def studio_schema(example: Mapping[str, Any] | None = None) -> Callable[[type[S]
     return apply
 
 
+# ---------------------------------------------------------------------------- shared candidates (issue 32)
+
+
+class SharedCandidate(TypedDict):
+    """One sample of a question's **shared candidate pool**: drawn once per question and model by
+    ``agora bench`` (node ``candidates``, role ``candidate``, the protocol-neutral solver prompt
+    :func:`agora.agents.prompts.solver_messages`) and handed to every protocol that starts from
+    independent samples (ALIGN's agents, COMED's anchor, MoA's proposers, debate's first round).
+    Its trace row is the draw's own ``model_calls`` row (``call_id``): a protocol that takes it
+    writes no new row and counts its cost as *shared*, not added (:class:`agora.traces.schema.Cost`)."""
+
+    model: str
+    """The pool member that generated it."""
+    text: str
+    call_id: str
+    """The ``model_calls`` row of this sample (in the bench's candidates run)."""
+    sample_index: int
+    """0-based position among the model's k samples for this question."""
+    seed: int | None
+    """The seed of the request that drew it (samples of one request share it)."""
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    """Its share of the request's wall time, in seconds."""
+    finish_reason: str | None
+    answer: NotRequired[str | None]
+    """The extracted answer, when the drawer extracted it (``docs/scoring.md``)."""
+    how: NotRequired[str | None]
+    """How the answer was found (``marker``, ``boxed``, ``####``, ``fallback``)."""
+
+
+def shared_candidate(sample: Sample, index: int, answer: str | None = None, how: str | None = None) -> SharedCandidate:
+    """A drawn :class:`~agora.models.pool.Sample` as a :class:`SharedCandidate` (``index``: its
+    position among its model's samples for the question)."""
+    return SharedCandidate(model=sample.model, text=sample.text, call_id=sample.call_id, sample_index=index,
+                           seed=sample.seed, prompt_tokens=sample.prompt_tokens,
+                           completion_tokens=sample.completion_tokens, latency_s=sample.latency_s,
+                           finish_reason=sample.finish_reason, answer=answer, how=how)
+
+
+def take_shared(state: Mapping[str, Any], model: str, k: int, start: int = 0) -> list[Sample] | None:
+    """Samples ``start .. start + k - 1`` of ``model`` from the state's ``shared_candidates``
+    (model → its samples for this question), as :class:`~agora.models.pool.Sample` objects with
+    the shared rows' ``call_id`` (so the trace rows are the shared ones, not new ones); ``None``
+    when the state has no shared pool, none for ``model``, or fewer than ``start + k`` samples:
+    the node then draws as it would without a bench.
+
+    ``start`` lets two agents that play the same model take disjoint shares (ALIGN agent ``i``
+    with the model's ``j``-th share takes ``start = j·k``)."""
+    pool = state.get("shared_candidates") or {}
+    mine = sorted(pool.get(model) or [], key=lambda c: c["sample_index"])
+    if k < 1 or len(mine) < start + k:
+        return None
+    return [Sample(text=c["text"], model=c["model"], prompt_tokens=c.get("prompt_tokens") or 0,
+                   completion_tokens=c.get("completion_tokens") or 0, latency_s=c.get("latency_s") or 0.0,
+                   finish_reason=c.get("finish_reason"), call_id=c["call_id"], seed=c.get("seed"))
+            for c in mine[start:start + k]]
+
+
 @studio_schema()
 class QuestionInput(TypedDict):
     """What a caller passes to a per-question protocol graph (MoA, debate).
@@ -143,6 +202,9 @@ class QuestionInput(TypedDict):
     """``math`` (default), ``mc`` or ``open``: how answers are extracted and compared."""
     n_choices: NotRequired[int]
     """Number of lettered options of a ``mc`` question (default 4)."""
+    shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
+    """Model → its samples of this question drawn once for every protocol (``agora bench``); the
+    first answers are taken from them instead of drawn (:func:`take_shared`). Absent: drawn."""
 
 
 MATH_EXAMPLE = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "kind": "math"}

@@ -281,11 +281,13 @@ class RunOutcome:
 
 
 def question_failed(protocol: str, methods: dict[str, dict[str, Any]], calls: list[dict[str, Any]]) -> bool:
-    """Whether a finished question has no answer to record: none of its model calls succeeded, or
-    its protocol's method drew on no sample (``methods[protocol]["samples"] == 0``)."""
-    if not any(not c.get("error") for c in calls):
-        return True
-    return (methods.get(protocol) or {}).get("samples") == 0
+    """Whether a finished question has no answer to record: none of its model calls succeeded (and
+    its protocol's method took no sample from a bench's shared candidate pool), or its protocol's
+    method drew on no sample (``methods[protocol]["samples"] == 0``)."""
+    main = methods.get(protocol) or {}
+    if not any(not c.get("error") for c in calls) and not main.get("shared_samples"):
+        return True  # (samples from a bench's shared candidate pool have their rows in its candidates run)
+    return main.get("samples") == 0
 
 
 def scored_values(values: dict[str, Any], problem: Problem) -> dict[str, Any]:
@@ -320,6 +322,7 @@ def run_problems(
     control: RunControl | None = None,
     finished: Callable[[dict[str, Any]], bool] = methods_written,
     only: Collection[str] | None = None,
+    inputs: Callable[[Problem], dict[str, Any]] | None = None,
 ) -> RunOutcome:
     """Run ``builder``'s graph on each problem, recording every question in ``store``.
 
@@ -340,6 +343,9 @@ def run_problems(
         only: run just these question ids of ``problems`` this call (the others keep their place,
             ``idx``, for later calls: ``agora bench`` runs its runs in rounds). While some question
             of ``problems`` is still unrecorded the run's row ends ``partial``.
+        inputs: extra graph-input fields per question, merged into :func:`problem_input`'s
+            (``agora bench``: ``shared_candidates``, :class:`agora.graphs._common.SharedCandidate`);
+            read when the question starts, not when it resumes from a checkpoint.
         durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
             (default) or ``"sync"`` after every step, so even a killed process resumes a question
             from its last finished step; ``"exit"`` once, when the question ends, drains (see
@@ -424,7 +430,7 @@ def run_problems(
             """Run (or resume) one question's graph; its final state, wall seconds, whether resumed."""
             thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
             start = time.perf_counter()
-            inp: dict[str, Any] | None = problem_input(problem)
+            inp: dict[str, Any] | None = problem_input(problem) | (inputs(problem) if inputs is not None else {})
             was_started = False
             if saver.get_tuple(thread) is not None:  # a checkpoint exists: finish or resume it
                 snapshot = graph.get_state(thread)

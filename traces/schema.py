@@ -24,6 +24,10 @@
     without an answer, and in databases written before the column existed), calls (requests the
     method's answer needed, N samples of one prompt being one request: COMED and its baselines, MoA,
     debate; NULL for protocols that count samples only, and in databases written before the column).
+    shared_calls, shared_samples, shared_tokens, shared_latency_s (issue 32: of calls, samples,
+    completion_tokens and latency_s, the part drawn from ``agora bench``'s shared candidate pool,
+    whose rows belong to the bench's candidates run; the method *added* the rest. NULL: nothing
+    shared, or a database written before the columns).
 
 ``model_calls``: one row per generated sample or failed attempt (``call_id`` primary key).
     run_id, question_id, protocol, node (graph node), role (agent, judge, anchor, ...), agent,
@@ -64,6 +68,7 @@ QUESTIONS = {
 RESULTS = {
     "run_id": str, "question_id": str, "method": str, "answer": str, "correct": int,
     "samples": int, "completion_tokens": int, "latency_s": float, "how": str, "calls": int,
+    "shared_calls": int, "shared_samples": int, "shared_tokens": int, "shared_latency_s": float,
 }
 MODEL_CALLS = {
     "call_id": str, "run_id": str, "question_id": str, "protocol": str, "node": str, "role": str,
@@ -87,7 +92,7 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
 #: as unknown (NULL). Every other column of :data:`TABLES` is required.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "model_calls": ("partner", "answer", "how", "sample_index", "request_id"),
-    "results": ("how", "calls"),
+    "results": ("how", "calls", "shared_calls", "shared_samples", "shared_tokens", "shared_latency_s"),
     "questions": ("n_choices",),
 }
 
@@ -191,6 +196,31 @@ class Cost(TypedDict):
     """Decoded tokens."""
     latency_s: float
     """Model seconds."""
+    shared_calls: NotRequired[int]
+    """Of ``calls``, the requests whose samples came from the bench's shared candidate pool
+    (:class:`agora.graphs._common.SharedCandidate`): drawn once per question for every protocol, not
+    this method's added compute. Absent (old rows, a run outside a bench): 0. Added = total − shared."""
+    shared_samples: NotRequired[int]
+    """Of ``samples``, those taken from the shared pool."""
+    shared_completion_tokens: NotRequired[int]
+    """Of ``completion_tokens``, those of shared samples."""
+    shared_latency_s: NotRequired[float]
+    """Of ``latency_s``, the model seconds of shared samples."""
+
+
+#: The shared part of a :class:`Cost` (each field's total is the Cost field without ``shared_``).
+SHARED_COST_FIELDS = ("shared_calls", "shared_samples", "shared_completion_tokens", "shared_latency_s")
+
+
+def added_cost(cost: dict[str, Any]) -> dict[str, Any]:
+    """What a method added beyond the shared pool: each total minus its shared part (a cost or
+    results row without shared fields added everything). Keys: calls, samples, completion_tokens,
+    latency_s (``None`` where the total is unknown)."""
+    out: dict[str, Any] = {}
+    for f in SHARED_COST_FIELDS:
+        total, shared = cost.get(f[len("shared_"):]), cost.get(f) or 0
+        out[f[len("shared_"):]] = None if total is None else total - shared
+    return out
 
 
 class MethodResult(TypedDict):
@@ -208,3 +238,12 @@ class MethodResult(TypedDict):
     how: NotRequired[str | None]
     """How the answer was found in the first output that gives it (``docs/scoring.md``;
     ``fallback``: guessed from the output's last number or letter); ``None`` without an answer."""
+    shared_calls: NotRequired[int]
+    """Of ``calls`` (or of the requests its samples came from), those of the shared candidate pool
+    (:class:`Cost`); ``results.shared_calls``. Absent: nothing shared."""
+    shared_samples: NotRequired[int]
+    """Of ``samples``, those from the shared candidate pool (``results.shared_samples``)."""
+    shared_completion_tokens: NotRequired[int]
+    """Of ``completion_tokens``, those of shared samples (``results.shared_tokens``)."""
+    shared_latency_s: NotRequired[float]
+    """Of ``latency_s``, the model seconds of shared samples (``results.shared_latency_s``)."""

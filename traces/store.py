@@ -510,7 +510,11 @@ class TraceStore:
                         "correct": None if r.get("samples") == 0 else _bool(r.get("correct")),
                         "samples": r.get("samples"),
                         "completion_tokens": r.get("completion_tokens"),
-                        "latency_s": r.get("latency_s"), "how": r.get("how"), "calls": r.get("calls")}
+                        "latency_s": r.get("latency_s"), "how": r.get("how"), "calls": r.get("calls"),
+                        # issue 32: the part drawn from a bench's shared candidate pool (NULL: none)
+                        "shared_calls": r.get("shared_calls"), "shared_samples": r.get("shared_samples"),
+                        "shared_tokens": r.get("shared_completion_tokens"),
+                        "shared_latency_s": r.get("shared_latency_s")}
                        for method, r in results.items()]
         with self._lock, self.db.conn:
             # One statement per table, not sqlite-utils' two per row (33 → 3 statements for an
