@@ -49,6 +49,7 @@ from agora.graphs._calls import (
     how_of,
     method_result,
     partner,
+    shared_cost,
     total_cost,
 )
 from agora.graphs._common import (
@@ -63,6 +64,7 @@ from agora.graphs._common import (
     settings_from,
     studio_schema,
     sync_async_node,
+    take_shared,
 )
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec, RunCommand
@@ -149,20 +151,24 @@ def _config(runtime: Runtime) -> DebateConfig:
     return context_as(runtime.context, DebateContext).config
 
 
-_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices")
+_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices", "shared_candidates")
 
 
 def _tasks(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send]:
     """The requests of the next round: per distinct model in the first, per agent afterwards."""
     models = agent_models(_config(runtime), pool_from(runtime.context, DebateContext).names)
     problem = as_problem(state)
-    base = {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": problem.id}
+    base = {k: state[k] for k in _PROBLEM_KEYS if k in state and k != "shared_candidates"} | {"question_id": problem.id}
     rounds = state.get("rounds") or []
     r = len(rounds)
     if r == 0:
+        shared = state.get("shared_candidates") or {}
         return [Send("debate_round", DebaterTask(**base, round=0, model=model, offset=10 * j,
-                                                 agents=[i for i, m in enumerate(models) if m == model]))
+                                                 agents=[i for i, m in enumerate(models) if m == model],
+                                                 **({"shared_candidates": {model: shared[model]}}
+                                                    if model in shared else {})))
                 for j, model in enumerate(dict.fromkeys(models))]
+    # later rounds draw new answers (no shared candidates in their payloads)
     previous = {a["agent"]: a for a in rounds[-1]}
     return [Send("debate_round", DebaterTask(**base, round=r, model=model, offset=i, agents=[i],
                                              others=[{"model": previous[j]["model"], "text": previous[j]["text"]}
@@ -208,13 +214,23 @@ def _answered(task: DebaterTask, samples: list, records: list[dict], cost: Cost)
     return {"answers": answers, "costs": {f"round_{task['round'] + 1}": cost}, "calls": records}
 
 
+def _shared_first(task: DebaterTask) -> tuple[list, list[dict], Cost] | None:
+    """A first-round request answered from the bench's shared candidates (its model's first
+    samples, one per agent that plays it): no new call; ``None`` otherwise."""
+    if task["round"] != 0:
+        return None
+    shared = take_shared(task, task["model"], len(task["agents"]))
+    return None if shared is None else (shared, [], shared_cost(shared))
+
+
 def debate_round(task: DebaterTask, runtime: Runtime[DebateContext]) -> dict[str, Any]:
-    """One request of a round: alone in the first round, after the others' answers later."""
-    return _answered(task, *ask(*_request(task, runtime)))
+    """One request of a round: alone in the first round (or from the shared candidates), after the
+    others' answers later."""
+    return _answered(task, *(_shared_first(task) or ask(*_request(task, runtime))))
 
 
 async def adebate_round(task: DebaterTask, runtime: Runtime[DebateContext]) -> dict[str, Any]:
-    return _answered(task, *await aask(*_request(task, runtime)))
+    return _answered(task, *(_shared_first(task) or await aask(*_request(task, runtime))))
 
 
 def debate_tally(state: DebateState) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._common import (
     MATH_EXAMPLE,
+    SharedCandidate,
     as_problem,
     context_as,
     emit,
@@ -57,6 +58,7 @@ from agora.graphs._common import (
     settings_from,
     studio_schema,
     sync_async_node,
+    take_shared,
 )
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
@@ -103,6 +105,9 @@ class DelegationInput(TypedDict):
     """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
     """Number of options for ``mc``."""
+    shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
+    """Model → its samples of this question drawn once for every protocol (``agora bench``): an
+    agent takes its k candidates from its model's share instead of drawing them (:func:`take_shared`)."""
 
 
 @studio_schema()
@@ -144,6 +149,8 @@ class AgentState(TypedDict, total=False):
     question: str
     kind: str
     n_choices: int
+    shared_candidates: dict[str, list[SharedCandidate]]
+    """This agent's model's shared samples only (``agora bench``), when the question has them."""
     candidates: Annotated[list[Candidate], operator.add]
     proposals: Annotated[list[Proposal], operator.add]
     calls: Annotated[list[dict[str, Any]], operator.add]
@@ -174,7 +181,10 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
 def fan_out(state: DelegationState) -> list[Send]:
     """One ``Send`` per agent: the agents work in parallel."""
     base = {k: state.get(k) for k in ("question_id", "question", "kind", "n_choices")}
-    return [Send("agent_sample", {**base, **a}) for a in state["assignments"]]
+    shared = state.get("shared_candidates") or {}
+    return [Send("agent_sample", {**base, **a, **({"shared_candidates": {a["model"]: shared[a["model"]]}}
+                                                    if a["model"] in shared else {})})
+            for a in state["assignments"]]
 
 
 def _sample_request(state: AgentState, runtime: Runtime[DelegationContext]) -> tuple[Any, dict[str, Any]]:
@@ -187,15 +197,28 @@ def _sample_request(state: AgentState, runtime: Runtime[DelegationContext]) -> t
                      "context": {"question_id": problem.id, "node": "agent_sample", "role": "agent", "agent": agent}}
 
 
-def _sampled(state: AgentState, problem: Any, samples: list[Any], records: list[dict[str, Any]]) -> Command:
-    """``agent_sample``'s result: candidates to the shared pool and to this agent's ``agent_propose``."""
+def _shared_share(state: AgentState, runtime: Runtime[DelegationContext]) -> list[Any] | None:
+    """This agent's k candidates from the bench's shared pool (agent ``i`` whose model ``j`` agents
+    before it also play takes samples ``j·k .. j·k + k − 1``), or ``None``: draw them."""
+    if not state.get("shared_candidates"):
+        return None
+    cfg = _config(runtime)
+    models = list(cfg.models) or pool_from(runtime.context, DelegationContext).names
+    share = sum(1 for a in range(state["agent"]) if models[a % len(models)] == state["model"])
+    return take_shared(state, state["model"], cfg.k_samples, start=share * cfg.k_samples)
+
+
+def _sampled(state: AgentState, problem: Any, samples: list[Any], records: list[dict[str, Any]],
+             shared: bool = False) -> Command:
+    """``agent_sample``'s result: candidates to the shared pool and to this agent's ``agent_propose``
+    (``shared``: taken from the bench's shared candidates, whose rows are the draw's: no records)."""
     agent, model = state["agent"], state["model"]
     found = [find_answer(s.text, problem.kind, problem.n_choices or 4) for s in samples]
     candidates = [
         Candidate(agent=agent, model=model, index=i, text=s.text, answer=f.answer,
                   how=f.how if f.answer is not None else None,
                   prompt_tokens=s.prompt_tokens, completion_tokens=s.completion_tokens,
-                  latency_s=s.latency_s, call_id=s.call_id)
+                  latency_s=s.latency_s, call_id=s.call_id, **({"shared": True} if shared else {}))
         for i, (s, f) in enumerate(zip(samples, found))
     ]
     emit("sampled", f"agent {agent} ({model}) sampled {len(candidates)} candidates: "
@@ -212,12 +235,16 @@ def agent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Comm
     own ``agent_propose``: an agent proposes from its candidates only.
     """
     problem, request = _sample_request(state, runtime)
+    if (shared := _shared_share(state, runtime)) is not None:
+        return _sampled(state, problem, shared, [], shared=True)
     return _sampled(state, problem, *pool_from(runtime.context, DelegationContext).sample(**request))
 
 
 async def aagent_sample(state: AgentState, runtime: Runtime[DelegationContext]) -> Command[Literal["agent_propose"]]:
     """:func:`agent_sample` for async runs (``ainvoke``, Studio): awaits the model call."""
     problem, request = _sample_request(state, runtime)
+    if (shared := _shared_share(state, runtime)) is not None:
+        return _sampled(state, problem, shared, [], shared=True)
     return _sampled(state, problem, *await pool_from(runtime.context, DelegationContext).asample(**request))
 
 
@@ -240,10 +267,16 @@ def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]
     selection = select_rule(proposals, utilities, cfg.tau)
 
     def result(answer: str | None, used: list[Candidate]) -> MethodResult:  # unscored: the runner scores
-        return MethodResult(answer=answer, correct=None, samples=len(used),
-                            completion_tokens=sum(c["completion_tokens"] for c in used),
-                            latency_s=sum(c["latency_s"] for c in used),
-                            how=next((c.get("how") for c in used if answer is not None and c["answer"] == answer), None))
+        out = MethodResult(answer=answer, correct=None, samples=len(used),
+                           completion_tokens=sum(c["completion_tokens"] for c in used),
+                           latency_s=sum(c["latency_s"] for c in used),
+                           how=next((c.get("how") for c in used if answer is not None and c["answer"] == answer), None))
+        shared = [c for c in used if c.get("shared")]
+        if shared:  # from the bench's shared pool: one request per model drew them, none added here
+            out.update(shared_calls=len({c["model"] for c in shared}), shared_samples=len(shared),
+                       shared_completion_tokens=sum(c["completion_tokens"] for c in shared),
+                       shared_latency_s=sum(c["latency_s"] for c in shared))
+        return out
 
     first = [c for c in candidates if c["agent"] == 0 and c["index"] == 0]
     methods = {

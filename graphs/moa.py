@@ -48,6 +48,7 @@ from agora.graphs._calls import (
     how_of,
     method_result,
     partner,
+    shared_cost,
     total_cost,
 )
 from agora.graphs._common import (
@@ -62,6 +63,7 @@ from agora.graphs._common import (
     settings_from,
     studio_schema,
     sync_async_node,
+    take_shared,
 )
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec, RunCommand
@@ -140,13 +142,16 @@ class ProposerTask(MoAInput, total=False):
 
     agent: int
     model: str
+    share: int
+    """Proposers before this one that play the same model: it takes that model's shared sample
+    ``share`` (``agora bench``'s shared candidates)."""
 
 
 def _config(runtime: Runtime) -> MoAConfig:
     return context_as(runtime.context, MoAContext).config
 
 
-_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices")
+_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices", "shared_candidates")
 
 
 def to_proposers(state: MoAState, runtime: Runtime[MoAContext]) -> list[Send]:
@@ -155,9 +160,12 @@ def to_proposers(state: MoAState, runtime: Runtime[MoAContext]) -> list[Send]:
     pool = pool_from(runtime.context, MoAContext)
     check_pool(cfg, pool.names)
     problem = as_problem(state)
-    base = {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": problem.id}
-    return [Send("moa_propose", ProposerTask(**base, agent=i, model=m))
-            for i, m in enumerate(cfg.proposers or pool.names)]
+    base = {k: state[k] for k in _PROBLEM_KEYS if k in state and k != "shared_candidates"} | {"question_id": problem.id}
+    shared = state.get("shared_candidates") or {}
+    proposers = list(cfg.proposers or pool.names)
+    return [Send("moa_propose", ProposerTask(**base, agent=i, model=m, share=proposers[:i].count(m),
+                                             **({"shared_candidates": {m: shared[m]}} if m in shared else {})))
+            for i, m in enumerate(proposers)]
 
 
 def _propose_request(task: ProposerTask, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
@@ -178,13 +186,20 @@ def _proposed(task: ProposerTask, samples: list, records: list[dict], cost: Cost
     return {"proposals": proposals, "costs": {"propose": cost}, "calls": records}
 
 
+def _shared_proposal(task: ProposerTask) -> tuple[list, list[dict], Cost] | None:
+    """The proposal from the bench's shared candidates (this proposer's model's sample ``share``):
+    no new call, its row is the shared draw's; ``None`` without shared candidates."""
+    shared = take_shared(task, task["model"], 1, start=task.get("share", 0))
+    return None if shared is None else (shared, [], shared_cost(shared))
+
+
 def moa_propose(task: ProposerTask, runtime: Runtime[MoAContext]) -> dict[str, Any]:
-    """MoA layer 1: one proposer answers alone."""
-    return _proposed(task, *ask(*_propose_request(task, runtime)))
+    """MoA layer 1: one proposer answers alone (or its answer is taken from the shared candidates)."""
+    return _proposed(task, *(_shared_proposal(task) or ask(*_propose_request(task, runtime))))
 
 
 async def amoa_propose(task: ProposerTask, runtime: Runtime[MoAContext]) -> dict[str, Any]:
-    return _proposed(task, *await aask(*_propose_request(task, runtime)))
+    return _proposed(task, *(_shared_proposal(task) or await aask(*_propose_request(task, runtime))))
 
 
 def _aggregate_request(state: MoAState, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
