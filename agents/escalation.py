@@ -22,7 +22,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 from agora.agents.debate import DebateConfig, debate_messages  # noqa: F401 (debate's own home)
 from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's own home)
@@ -31,6 +31,24 @@ from agora.tasks.loaders import Problem
 
 Decision = Literal["accept", "verify", "escalate"]
 BASELINES = ("moa", "debate")
+"""COMED's default dense baselines. Which names ``EscalationConfig.baselines`` accepts is not a
+list kept here: every protocol whose registry spec declares a dense baseline
+(:func:`agora.graphs.registry.dense_baselines`) is one; :func:`baseline_names` says which."""
+
+_baseline_source: Callable[[], Sequence[str]] | None = None
+
+
+def use_baseline_source(source: Callable[[], Sequence[str]] | None) -> None:
+    """Where :func:`baseline_names` reads the dense baselines from. :mod:`agora.graphs.escalation`
+    sets it to the protocol registry when it loads (this layer may not import ``graphs``)."""
+    global _baseline_source
+    _baseline_source = source
+
+
+def baseline_names() -> tuple[str, ...]:
+    """The dense baselines COMED can run: the registry's (once :mod:`agora.graphs.escalation` is
+    loaded), else :data:`BASELINES`."""
+    return tuple(_baseline_source()) if _baseline_source is not None else BASELINES
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +109,8 @@ class EscalationConfig:
     """Run the probe and the escalation on every question, whatever the decision (calibration);
     COMED's answer and cost still follow the decision."""
     baselines: tuple[str, ...] = BASELINES
-    """Dense-collaboration baselines run in the same pool: ``moa``, ``debate``."""
+    """Dense-collaboration baselines run in the same pool: ``moa``, ``debate``, or any registered dense
+    baseline (``council``; :func:`baseline_names`)."""
     moa_proposers: tuple[str, ...] = ()
     """MoA proposer models (one answer each); empty = every pool model."""
     moa_aggregator: str | None = None
@@ -114,9 +133,10 @@ class EscalationConfig:
             raise ValueError(f"EscalationConfig.temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"EscalationConfig.top_p must be in (0, 1], got {self.top_p}")
-        unknown = [b for b in self.baselines if b not in BASELINES]
+        known = baseline_names()
+        unknown = [b for b in self.baselines if b not in known]
         if unknown:
-            raise ValueError(f"EscalationConfig.baselines: unknown {unknown}; choose from {', '.join(BASELINES)}")
+            raise ValueError(f"EscalationConfig.baselines: unknown {unknown}; choose from {', '.join(known)}")
 
     def moa_config(self, aggregator: str | None = None) -> MoAConfig:
         """The Mixture-of-Agents baseline's settings (aggregator: ``moa_aggregator``, else ``aggregator``,

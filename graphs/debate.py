@@ -67,7 +67,7 @@ from agora.graphs._common import (
     take_shared,
 )
 from agora.graphs.scoring import ProtocolGraph
-from agora.graphs.spec import ProtocolSpec, RunCommand
+from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 
 METHODS = ("debate", "first_round_vote")
 
@@ -296,6 +296,9 @@ SPEC = ProtocolSpec(
                  "last round's plurality is the answer, the first round's vote is scored beside it."),
     build=build_debate_graph, context=DebateContext, config=DebateConfig, input=DebateInput, output=DebateOutput,
     methods=METHODS, detail=debate_detail, cli=("run debate",), docs="debate.md",
+    bench=BenchRole(methods=("debate",), sharing={"debate": "its own samples: every agent in every round"}),
+    dense=DenseBaseline(context=lambda comed, pool, anchor: DebateContext(pool, comed.debate_config()),
+                        keep=lambda out: out.get("rounds") or [], order=20),
     run=RunCommand(
         short_help="Multi-agent debate: agents answer, read each other, answer again; beside a first-round vote.",
         help="Agents answer each problem alone, then read the others' answers and answer again for each later "

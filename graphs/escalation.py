@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NotRequired, get_type_hints
 
 from typing_extensions import TypedDict
 
@@ -54,6 +54,7 @@ from agora.agents.escalation import (
     escalates,
     escalation_vote,
     peer_messages,
+    use_baseline_source,
 )
 from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
@@ -67,11 +68,9 @@ from agora.graphs._calls import (
     call_context as _context,
     found as _found,
     how_of as _how_of,
-    shared_cost,
     total_cost,
 )
 from agora.graphs._common import (
-    SharedCandidate,
     as_problem,
     context_as,
     emit,
@@ -81,10 +80,8 @@ from agora.graphs._common import (
     settings_from,
     studio_schema,
     sync_async_node,
-    take_shared,
 )
-from agora.graphs.debate import DebateContext, build_debate_graph
-from agora.graphs.moa import MoAContext, build_moa_graph
+from agora.graphs import registry
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer
@@ -92,7 +89,8 @@ from agora.tasks.scoring import score_answer
 from agora.tasks.loaders import Problem
 from agora.tasks.problem import AnswerKind
 
-METHODS = ("comed", "anchor", "router_only", "moa", "debate")
+OWN_METHODS = ("comed", "anchor", "router_only")
+"""COMED's own methods; its dense baselines' follow them (:func:`comed_methods`)."""
 
 
 @graph_context
@@ -138,9 +136,6 @@ class EscalationInput(TypedDict):
     """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
     """Number of lettered options of a ``mc`` question (default 4)."""
-    shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
-    """Model → its samples of this question drawn once for every protocol (``agora bench``): the
-    anchor's N samples, MoA's proposals and debate's first round are taken from them (:func:`take_shared`)."""
 
 
 class RouteInfo(TypedDict):
@@ -206,6 +201,10 @@ class EscalationOutput(TypedDict):
     """COMED and its baselines (anchor, router-only, MoA, debate), each with answer, correctness and cost."""
 
 
+def _merge(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
+    return {**(a or {}), **(b or {})}
+
+
 def _total(costs: list[Cost]) -> Cost:
     return total_cost(costs)
 
@@ -222,6 +221,11 @@ class EscalationState(EscalationInput, total=False):
     """MoA proposals (model, answer, text) and the aggregator's answer."""
     debate: Annotated[list[list[dict[str, Any]]], operator.add]
     """Debate rounds, each a list of ``{"agent", "model", "answer", "text"}``."""
+    dense: Annotated[dict[str, Any], _merge]
+    """Every dense baseline that ran, by protocol name: what COMED keeps of its output
+    (:attr:`agora.graphs.spec.DenseBaseline.keep`; ``moa`` and ``debate`` also under their own keys)."""
+    dense_methods: Annotated[dict[str, MethodResult], _merge]
+    """The dense baselines' methods (their specs' bench methods), as each subgraph computed them."""
     costs: Annotated[dict[str, Cost], _add_costs]
     """Cost per step: ``anchor``, ``verify``, ``escalate``, ``moa``, ``debate``."""
     calls: Annotated[list[dict[str, Any]], operator.add]
@@ -229,6 +233,10 @@ class EscalationState(EscalationInput, total=False):
     outcome: str
     methods: dict[str, MethodResult]
     answer: str | None
+
+
+_DECLARED = frozenset(("moa", "debate"))
+"""Baselines :class:`EscalationState` keeps under a key of their own (older callers read them there)."""
 
 
 def _config(runtime: Runtime) -> EscalationConfig:
@@ -277,12 +285,8 @@ def anchor(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[
     cfg = _config(runtime)
     model = state["route"]["anchor"]
     params = sampling(cfg, n=cfg.n_anchor, seed=call_seed(cfg.seed, problem.id, "comed.anchor"))
-    shared = take_shared(state, model, cfg.n_anchor)  # the bench's shared pool: the anchor model's first N
-    if shared is not None:
-        samples, records, cost = shared, [], shared_cost(shared)
-    else:
-        samples, records, cost = _ask(pool_from(runtime.context, EscalationContext), model,
-                                      solver_messages(problem, cfg.shots), params, _context(problem, "anchor", "anchor"))
+    samples, records, cost = _ask(pool_from(runtime.context, EscalationContext), model, solver_messages(problem, cfg.shots), params,
+                                  _context(problem, "anchor", "anchor"))
     found = [_found(s.text, problem) for s in samples] + [(None, None)] * (cfg.n_anchor - len(samples))
     answers = [a for a, _how in found]
     answer, sc = plurality(answers)
@@ -359,70 +363,89 @@ def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dic
 
 # ---------------------------------------------------------------------------- dense baselines (subgraphs)
 
-#: The baselines are protocols of their own, embedded compiled (no checkpointer: they inherit the
-#: parent's, so a resumed COMED question resumes inside a baseline too).
-MOA_GRAPH = build_moa_graph().compile(name="moa")
-DEBATE_GRAPH = build_debate_graph().compile(name="debate")
+#: The baselines are protocols of their own, read from the registry (every spec with a
+#: :class:`~agora.graphs.spec.DenseBaseline`: MoA, debate, the council, and any protocol registered
+#: later) and embedded compiled (no checkpointer: they inherit the parent's, so a resumed COMED
+#: question resumes inside a baseline too).
 _PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices", "shared_candidates")
+_compiled: dict[int, Any] = {}
 
 
-def to_baselines(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
-    baselines = _config(runtime).baselines
-    if "moa" in baselines and "moa" not in state:
-        return "moa"
-    if "debate" in baselines and not state.get("debate"):
-        return "debate"
-    return "score"
+def dense_baselines() -> list[ProtocolSpec]:
+    """COMED's possible dense baselines, in their order (:func:`agora.graphs.registry.dense_baselines`)."""
+    return registry.dense_baselines()
 
 
-def _moa_call(state: EscalationState, runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], MoAContext]:
-    """The MoA subgraph's input and context: the same problem and pool, the anchor as aggregator."""
-    cfg = _config(runtime).moa_config(aggregator=state["route"]["anchor"])
-    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, MoAContext(pool_from(runtime.context, EscalationContext), cfg)
+use_baseline_source(lambda: tuple(s.name for s in dense_baselines()))  # EscalationConfig.baselines checks the registry
 
 
-def _moa_update(out: dict[str, Any]) -> dict[str, Any]:
-    info = {"proposals": out.get("proposals") or [], "aggregator": out.get("aggregator"), "answer": out.get("answer"),
-            "how": out.get("how")}
-    return {"moa": info, "costs": {"moa": total_cost((out.get("costs") or {}).values())}, "calls": out.get("calls") or []}
+def comed_methods() -> tuple[str, ...]:
+    """Every method a COMED run can report, in report order: its own, then each registered dense
+    baseline's bench methods (``moa``, ``debate``, ``council``, ``council_top``, ``council_vote``...)."""
+    return OWN_METHODS + tuple(m for spec in dense_baselines() for m in spec.bench.methods)
 
 
-_MOA_KEYS = ["proposals", "aggregator", "answer", "how", "costs", "calls"]
+METHODS = comed_methods()
+"""COMED's methods when this module loaded (:func:`comed_methods` reads the registry again)."""
 
 
-def moa(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    """Mixture-of-Agents baseline (:mod:`agora.graphs.moa`): every proposer answers, the anchor aggregates."""
-    inp, context = _moa_call(state, runtime)
-    return _moa_update(MOA_GRAPH.invoke(inp, context=context, output_keys=_MOA_KEYS))
+def _subgraph(spec: ProtocolSpec) -> Any:
+    """The baseline's graph, compiled once per spec object."""
+    if id(spec) not in _compiled:
+        _compiled[id(spec)] = (spec, spec.build().compile(name=spec.name))
+    return _compiled[id(spec)][1]
 
 
-async def amoa(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    inp, context = _moa_call(state, runtime)
-    return _moa_update(await MOA_GRAPH.ainvoke(inp, context=context, output_keys=_MOA_KEYS))
+def _next_baseline(names: list[str], after: str | None) -> Any:
+    """The routing function after node ``after`` (``None``: after COMED's answer): the next of
+    ``names`` that the run's ``baselines`` asks for, else ``score``."""
+    rest = names[names.index(after) + 1:] if after is not None else names
+
+    def to_baselines(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
+        wanted = _config(runtime).baselines
+        return next((n for n in rest if n in wanted), "score")
+
+    to_baselines.__name__ = "to_baselines" if after is None else f"after_{after}"
+    return to_baselines
 
 
-def _debate_call(state: EscalationState, runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], DebateContext]:
-    cfg = _config(runtime).debate_config()
-    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, DebateContext(pool_from(runtime.context, EscalationContext), cfg)
+def _baseline_call(spec: ProtocolSpec, state: EscalationState,
+                   runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], Any, list[str]]:
+    """The subgraph's input (the same problem), context (from COMED's settings, the anchor) and output keys."""
+    pool = pool_from(runtime.context, EscalationContext)
+    context = spec.dense.context(_config(runtime), pool, state["route"]["anchor"])
+    keys = sorted(set(get_type_hints(spec.output)) | {"methods", "costs", "calls"})
+    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, context, keys
 
 
-def _debate_update(out: dict[str, Any]) -> dict[str, Any]:
-    return {"debate": out.get("rounds") or [], "costs": {"debate": total_cost((out.get("costs") or {}).values())},
-            "calls": out.get("calls") or []}
+def _baseline_update(spec: ProtocolSpec, out: dict[str, Any]) -> dict[str, Any]:
+    """COMED's update from a baseline's output: what it keeps (state key of the protocol's name when
+    :class:`EscalationState` declares one, and ``dense``), its total cost, its calls and its bench methods."""
+    kept = (spec.dense.keep(out) if spec.dense.keep is not None
+            else {k: v for k, v in out.items() if k not in ("methods", "costs", "calls")})
+    methods = out.get("methods") or {}
+    update = {"dense": {spec.name: kept}, "costs": {spec.name: total_cost((out.get("costs") or {}).values())},
+              "calls": out.get("calls") or [],
+              "dense_methods": {m: methods[m] for m in spec.bench.methods if m in methods}}
+    if spec.name in _DECLARED:
+        update[spec.name] = kept
+    return update
 
 
-_DEBATE_KEYS = ["rounds", "costs", "calls"]
+def baseline_node(spec: ProtocolSpec) -> Any:
+    """COMED's node running the dense baseline ``spec`` (sync and async), named after the protocol."""
+    graph = _subgraph(spec)
 
+    def run(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+        inp, context, keys = _baseline_call(spec, state, runtime)
+        return _baseline_update(spec, graph.invoke(inp, context=context, output_keys=keys))
 
-def debate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    """Multi-agent debate baseline (:mod:`agora.graphs.debate`): agents answer, read each other, answer again."""
-    inp, context = _debate_call(state, runtime)
-    return _debate_update(DEBATE_GRAPH.invoke(inp, context=context, output_keys=_DEBATE_KEYS))
+    async def arun(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
+        inp, context, keys = _baseline_call(spec, state, runtime)
+        return _baseline_update(spec, await graph.ainvoke(inp, context=context, output_keys=keys))
 
-
-async def adebate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-    inp, context = _debate_call(state, runtime)
-    return _debate_update(await DEBATE_GRAPH.ainvoke(inp, context=context, output_keys=_DEBATE_KEYS))
+    run.__doc__ = f"The {spec.name} baseline ({spec.module}), embedded as a compiled subgraph."
+    return sync_async_node(run, arun)
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -458,16 +481,7 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
             answer=first["answer"], correct=None,
             calls=1, samples=1 if costs.get("anchor", {}).get("samples") else 0,  # 0: the anchor's call failed
             completion_tokens=first["completion_tokens"], latency_s=first["latency_s"], how=first.get("how"))
-        if costs.get("anchor", {}).get("shared_samples"):  # the anchor's samples came from the bench's shared pool
-            r = methods["router_only"]
-            methods["router_only"].update(shared_calls=1, shared_samples=r["samples"],
-                                          shared_completion_tokens=r["completion_tokens"], shared_latency_s=r["latency_s"])
-    if "moa" in state:
-        methods["moa"] = result(state["moa"].get("answer"), "moa", how=state["moa"].get("how"))
-    if state.get("debate"):
-        last = state["debate"][-1]
-        vote = plurality([a["answer"] for a in last])[0]
-        methods["debate"] = result(vote, "debate", how=_how_of(vote, [(a["answer"], a.get("how")) for a in last]))
+    methods.update(state.get("dense_methods") or {})  # the baselines', in the order they ran
     outcome = comed_outcome(decision, probe_agrees)
     emit("score", f"COMED {outcome}: {final} (anchor {anchor_info['answer']})", outcome=outcome)
     return {"methods": methods, "answer": final, "outcome": outcome}
@@ -512,18 +526,22 @@ def build_escalation_graph() -> StateGraph:
     for name, node in [("route", route), ("anchor", anchor), ("decide", decide), ("accept", accept),
                        ("verify", verify), ("escalate", escalate), ("score", score)]:
         builder.add_node(name, node)
-    builder.add_node("moa", sync_async_node(moa, amoa))  # the MoA protocol, as a subgraph
-    builder.add_node("debate", sync_async_node(debate, adebate))  # the debate protocol, as a subgraph
+    dense = dense_baselines()
+    names = [spec.name for spec in dense]
+    for spec in dense:  # MoA, debate, the council, ...: each protocol as a subgraph (registry order)
+        builder.add_node(spec.name, baseline_node(spec))
     builder.add_edge(START, "route")
     builder.add_edge("route", "anchor")
     builder.add_edge("anchor", "decide")
     builder.add_conditional_edges("decide", after_decide, ["accept", "verify", "escalate"])
     builder.add_conditional_edges("verify", after_verify, ["accept", "escalate"])
-    after = ["moa", "debate", "score"]
-    builder.add_conditional_edges("accept", to_baselines, after)
-    builder.add_conditional_edges("escalate", to_baselines, after)
-    builder.add_conditional_edges("moa", to_baselines, ["debate", "score"])
-    builder.add_edge("debate", "score")
+    for node in ("accept", "escalate"):
+        builder.add_conditional_edges(node, _next_baseline(names, None), [*names, "score"])
+    for i, name in enumerate(names):
+        if i + 1 < len(names):
+            builder.add_conditional_edges(name, _next_baseline(names, name), [*names[i + 1:], "score"])
+        else:
+            builder.add_edge(name, "score")
     builder.add_edge("score", END)
     return builder
 
@@ -533,7 +551,7 @@ graph = build_escalation_graph().compile(name="comed_escalation")
 
 SPEC = ProtocolSpec(
     name="comed", graph_id="comed_escalation", module=__name__,
-    description="COMED: route to an anchor, sample it N times, accept if self-consistent (and the router margin is large), verify with a peer probe if ambiguous, escalate to peers who see the anchor's answer otherwise; Mixture-of-Agents and debate baselines in the same pool, every method cost-counted.",
+    description="COMED: route to an anchor, sample it N times, accept if self-consistent (and the router margin is large), verify with a peer probe if ambiguous, escalate to peers who see the anchor's answer otherwise; the registry's dense baselines (Mixture-of-Agents, debate, the LLM council) in the same pool, every method cost-counted.",
     build=build_escalation_graph, context=EscalationContext, config=EscalationConfig,
     input=EscalationInput, output=EscalationOutput, methods=METHODS, detail=comed_detail,
     cli=("run comed", "calibrate comed"), docs="comed.md",

@@ -66,7 +66,7 @@ from agora.graphs._common import (
     take_shared,
 )
 from agora.graphs.scoring import ProtocolGraph
-from agora.graphs.spec import ProtocolSpec, RunCommand
+from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 
 METHODS = ("moa", "proposal_vote")
 
@@ -277,6 +277,10 @@ SPEC = ProtocolSpec(
     build=build_moa_graph, context=MoAContext, config=MoAConfig, input=MoAInput, output=MoAOutput,
     methods=METHODS, detail=moa_detail,
     cli=("run moa",), docs="moa.md",
+    bench=BenchRole(methods=("moa",), sharing={
+        "moa": "its own samples: one proposal per pool model and the aggregator's answer"}),
+    dense=DenseBaseline(context=lambda comed, pool, anchor: MoAContext(pool, comed.moa_config(aggregator=anchor)),
+                        order=10),
     run=RunCommand(
         short_help="Mixture-of-Agents: every model proposes, one aggregates; beside a vote on the proposals.",
         help="Each proposer answers every problem alone, the aggregator reads all proposals and answers; "

@@ -23,7 +23,7 @@ import importlib
 import json
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,9 @@ class Entry:
     target: str
     """``"module:attr"`` of the :class:`ProtocolSpec`."""
     exports: tuple[str, ...] = ()
+    dense: bool | None = field(default=None, compare=False)
+    """Whether the spec declares a COMED dense baseline (``dense=``), read from the source without
+    importing it; ``None``: unknown until the spec is loaded (an entry added by target)."""
 
     @property
     def module(self) -> str:
@@ -69,7 +72,8 @@ def _entry(path: Path) -> tuple[str, Entry] | None:
         raise TypeError(f"{path}: SPEC's {', '.join(odd)} must be plain names defined in the module "
                         "(agora.graphs exports them by name)")
     exports = tuple(kw[k].id for k in ("build", "context", "input", "output") if k in kw)
-    return kw["name"].value, Entry(f"agora.graphs.{path.stem}:SPEC", exports)
+    dense = "dense" in kw and not (isinstance(kw["dense"], ast.Constant) and kw["dense"].value is None)
+    return kw["name"].value, Entry(f"agora.graphs.{path.stem}:SPEC", exports, dense)
 
 
 def _discover() -> dict[str, Entry]:
@@ -91,17 +95,47 @@ _loaded: dict[str, ProtocolSpec] = {}
 _lock = threading.RLock()  # re-entrant: a spec module may itself ask for another spec while it loads
 
 
-def register(name: str, target: str, exports: tuple[str, ...] = ()) -> None:
-    """Add a protocol by its spec's ``"module:attr"`` (nothing is imported until it is asked for).
+def register(spec: ProtocolSpec | str, target: str | None = None, exports: tuple[str, ...] = ()) -> None:
+    """Add a protocol: a :class:`ProtocolSpec` object (an app's or a test's), or a name and its spec's
+    ``"module:attr"`` (nothing is imported until it is asked for). A registered protocol is in every
+    list read from here: ``agora bench``'s methods (its spec's ``bench``) and COMED's dense baselines
+    (its ``dense``) included. :func:`unregister` undoes it.
+
+        registry.register(MY_SPEC)          # or register("mine", "my_pkg.graphs:SPEC")
 
     Raises:
-        ValueError: ``name`` is taken by another target, or ``target`` is not ``"module:attr"``.
+        ValueError: the name is taken by another spec or target, or ``target`` is not ``"module:attr"``
+            (or missing with a name, or given with a spec).
     """
-    if target.count(":") != 1 or not all(target.split(":")):
+    if isinstance(spec, ProtocolSpec):
+        if target is not None:
+            raise ValueError(f"register({spec.name!r}): give a spec or a name and a target, not both")
+        with _lock:
+            if spec.name in PROTOCOLS and _loaded.get(spec.name) is not spec:
+                raise ValueError(f"protocol {spec.name!r} is already registered as {PROTOCOLS[spec.name].target}")
+            PROTOCOLS[spec.name] = Entry(f"{spec.module}:SPEC", tuple(exports), spec.dense is not None)
+            _loaded[spec.name] = spec
+        return
+    name = spec
+    if target is None or target.count(":") != 1 or not all(target.split(":")):
         raise ValueError(f"register({name!r}): target must be 'module:attr', got {target!r}")
     if name in PROTOCOLS and PROTOCOLS[name].target != target:
         raise ValueError(f"protocol {name!r} is already registered as {PROTOCOLS[name].target}")
-    PROTOCOLS[name] = Entry(target, tuple(exports))
+    PROTOCOLS[name] = Entry(target, tuple(exports), PROTOCOLS[name].dense if name in PROTOCOLS else None)
+
+
+def unregister(name: str) -> None:
+    """Remove protocol ``name`` (what a test registered); a package protocol comes back on the next
+    import of the registry only.
+
+    Raises:
+        KeyError: an unknown name.
+    """
+    with _lock:
+        if name not in PROTOCOLS:
+            raise KeyError(f"unknown protocol {name!r}")
+        del PROTOCOLS[name]
+        _loaded.pop(name, None)
 
 
 def names() -> list[str]:
@@ -133,6 +167,22 @@ def get(name: str) -> ProtocolSpec:
 def specs() -> list[ProtocolSpec]:
     """Every registered spec, in registry order (imports every protocol module)."""
     return [get(name) for name in PROTOCOLS]
+
+
+def dense_baselines() -> list[ProtocolSpec]:
+    """The specs that declare a COMED dense baseline (:class:`~agora.graphs.spec.DenseBaseline`), in
+    their ``order`` (then name) order: MoA, debate, then the others. Only those modules are imported
+    (the registry reads ``dense=`` from each package module's source), so COMED's own module may
+    call this while it loads."""
+    found = [get(n) for n, e in list(PROTOCOLS.items()) if e.dense is not False]
+    dense = [s for s in found if s.dense is not None]
+    return sorted(dense, key=lambda s: (s.dense.order, s.name))
+
+
+def bench_specs() -> list[ProtocolSpec]:
+    """The specs that take part in ``agora bench`` by themselves (a :class:`~agora.graphs.spec.BenchRole`):
+    today the dense baselines, which run inside COMED's run, in the same order."""
+    return [s for s in dense_baselines() if s.bench is not None]
 
 
 def by_graph_id(graph_id: str) -> ProtocolSpec:

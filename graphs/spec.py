@@ -42,6 +42,51 @@ class RunCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class BenchRole:
+    """How a protocol takes part in ``agora bench`` (:mod:`agora.runs.bench` reads it from the registry).
+
+    A protocol with a :class:`DenseBaseline` runs inside COMED's run of each task (the same questions,
+    pool and seeds), so its bench methods are listed under COMED's run; ``methods`` are what the
+    bench reports for it, in report order, after ALIGN's and COMED's own.
+    """
+
+    methods: tuple[str, ...]
+    """The methods the bench reports (a subset of the spec's ``methods``, the main one first)."""
+    sharing: Mapping[str, str]
+    """Method → the samples it draws on, in words (the report's "shares" column); one per method."""
+    needs: str = "question"
+    """The input it needs per question: ``question`` (the problem alone; with the bench's shared
+    candidates, ``shared_candidates`` too, :func:`agora.graphs._common.take_shared`)."""
+
+    def __post_init__(self):
+        if not self.methods:
+            raise ValueError("BenchRole.methods must name at least one method")
+        missing = [m for m in self.methods if m not in self.sharing]
+        if missing:
+            raise ValueError(f"BenchRole.sharing: no text for {missing} (one per method)")
+
+
+@dataclass(frozen=True, slots=True)
+class DenseBaseline:
+    """How COMED (:mod:`agora.graphs.escalation`) embeds a protocol as one of its dense-collaboration
+    baselines: a compiled subgraph run on the same question and pool after COMED's own answer, whose
+    ``methods`` (those of the spec's :class:`BenchRole`) COMED reports beside its own.
+
+    ``EscalationConfig.baselines`` names it by the protocol's name; COMED's graph gets one node of that
+    name per registered dense baseline, in ``order`` (then name) order.
+    """
+
+    context: Callable[[Any, Any, str], Any]
+    """``context(comed_config, pool, anchor)``: the subgraph's run-time context, its settings taken
+    from COMED's (sampling, seed, shots) and the question's anchor (MoA's aggregator, the council's chair)."""
+    keep: Callable[[Mapping[str, Any]], Any] | None = None
+    """What COMED keeps of the subgraph's output in its state key of the protocol's name (``None``:
+    the output without ``methods``, ``costs`` and ``calls``)."""
+    order: int = 100
+    """Position among COMED's baselines and in the bench's report (lower first; MoA 10, debate 20)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProtocolSpec:
     """One protocol: its graph, types, methods, and how a finished item is told and recorded.
 
@@ -82,6 +127,12 @@ class ProtocolSpec:
     """Benchmark protocols: ``agora run <name>`` made from the settings, no CLI module needed."""
     docs: str = ""
     """Its page under ``docs/`` (``align.md``): the Mermaid picture there is the graph's."""
+    bench: BenchRole | None = None
+    """How it takes part in ``agora bench`` (``None``: it does not, or the bench runs it by hand:
+    ALIGN and COMED)."""
+    dense: DenseBaseline | None = None
+    """How COMED runs it as a dense-collaboration baseline (``None``: it is not one). A dense
+    baseline needs ``bench`` too: its bench methods are what COMED reports."""
 
     def __post_init__(self):
         if not self.name or not self.graph_id:
@@ -92,6 +143,9 @@ class ProtocolSpec:
         if self.run is not None and (self.kind != "benchmark" or f"run {self.name}" not in self.cli):
             raise ValueError(f"ProtocolSpec.run: only a benchmark protocol listing 'run {self.name}' in its cli "
                              f"gets a generated command")
+        if self.dense is not None and (self.bench is None or self.kind != "benchmark"):
+            raise ValueError(f"ProtocolSpec.dense: {self.name!r} must be a benchmark protocol with a BenchRole "
+                             "(its bench methods are what COMED reports)")
 
     @property
     def studio_path(self) -> str:

@@ -31,22 +31,15 @@ from agora.agents.escalation import EscalationConfig, calibrate, check_pool
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter
 from agora.graphs.delegation import METHODS as ALIGN_METHODS, DelegationContext, build_delegation_graph
-from agora.graphs.escalation import METHODS as COMED_METHODS, EscalationContext, build_escalation_graph, comed_detail
-from agora.graphs.candidates import CandidatesContext, build_candidates_graph
+from agora.graphs import registry
+from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS, EscalationContext, build_escalation_graph, comed_detail
 from agora.graphs.runner import QuestionOutcome, RunOutcome, run_problems
-from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
 from agora.tasks.loaders import Problem, detect_format, load_problems
 from agora.tasks.samples import sample_path
 from agora.traces.bench import BenchSpec, BenchTask, comed_dev_outcomes, record_bench
 from agora.traces.store import TraceStore
 
-#: Every method a bench reports, in report order, with the protocol whose run computes it.
-PROTOCOL_OF: dict[str, str] = {**{m: "align" for m in ALIGN_METHODS}, **{m: "comed" for m in COMED_METHODS}}
-METHODS = tuple(PROTOCOL_OF)
-#: What ``--protocols`` accepts besides method names: a protocol with its own baselines.
-GROUPS: dict[str, tuple[str, ...]] = {"align": ALIGN_METHODS, "comed": ("comed", "anchor", "router_only")}
-#: The samples each method draws on (methods naming the same samples share them).
-SHARING = {
+_OWN_SHARING = {
     "align": "ALIGN's n·k candidates (the principal's pick among all of them)",
     "single_agent": "ALIGN's n·k candidates (agent 0's first sample only)",
     "self_consistency": "ALIGN's n·k candidates (majority over all of them)",
@@ -54,9 +47,42 @@ SHARING = {
     "comed": "COMED's anchor samples (N), plus the probe's answer and the peers' answers when it verifies or escalates",
     "anchor": "COMED's anchor samples (N; their plurality)",
     "router_only": "COMED's anchor samples (the first one)",
-    "moa": "its own samples: one proposal per pool model and the aggregator's answer",
-    "debate": "its own samples: every agent in every round",
 }
+
+
+def protocol_of() -> dict[str, str]:
+    """Every method a bench reports, in report order, with the protocol whose run computes it: ALIGN's,
+    COMED's own, then every registered protocol with a bench role
+    (:func:`agora.graphs.registry.bench_specs`: MoA, debate, the council...), which runs inside COMED's
+    run as one of its dense baselines. Read from the registry on every call, so a protocol registered
+    after this module loaded is in it."""
+    return {**{m: "align" for m in ALIGN_METHODS}, **{m: "comed" for m in COMED_OWN_METHODS},
+            **{m: "comed" for spec in registry.bench_specs() for m in spec.bench.methods}}
+
+
+def groups() -> dict[str, tuple[str, ...]]:
+    """What ``--protocols`` accepts besides method names: a protocol, standing for its methods."""
+    return {"align": ALIGN_METHODS, "comed": COMED_OWN_METHODS,
+            **{spec.name: spec.bench.methods for spec in registry.bench_specs()}}
+
+
+def sharing() -> dict[str, str]:
+    """The samples each method draws on (methods naming the same samples share them); a registered
+    protocol's come from its spec's :class:`~agora.graphs.spec.BenchRole`."""
+    return {**_OWN_SHARING, **{m: text for spec in registry.bench_specs() for m, text in spec.bench.sharing.items()
+                              if m in spec.bench.methods}}
+
+
+def dense_baseline_of() -> dict[str, str]:
+    """Method → the COMED dense baseline (protocol name) whose run computes it."""
+    return {m: spec.name for spec in registry.bench_specs() for m in spec.bench.methods}
+
+
+#: The registry's lists when this module loaded (the functions above read it again).
+PROTOCOL_OF: dict[str, str] = protocol_of()
+METHODS = tuple(PROTOCOL_OF)
+GROUPS: dict[str, tuple[str, ...]] = groups()
+SHARING = sharing()
 DEFAULT_SOURCE = "fixed default thresholds, not calibrated on a dev split (give --calibrate-on FILE or --dev N)"
 
 
@@ -70,18 +96,19 @@ def resolve_methods(spec: str | Sequence[str] | None) -> tuple[str, ...]:
         ValueError: an unknown name (the message lists the choices).
     """
     names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec or ()) if s.strip()]
+    every, named = tuple(protocol_of()), groups()
     if not names or names == ["all"]:
-        return METHODS
+        return every
     chosen: set[str] = set()
     for n in names:
-        if n in GROUPS:
-            chosen.update(GROUPS[n])
-        elif n in PROTOCOL_OF:
+        if n in named:
+            chosen.update(named[n])
+        elif n in every:
             chosen.add(n)
         else:
-            raise ValueError(f"--protocols: unknown {n!r}; choose from all, {', '.join(GROUPS)} or a method "
-                             f"({', '.join(METHODS)})")
-    return tuple(m for m in METHODS if m in chosen)
+            raise ValueError(f"--protocols: unknown {n!r}; choose from all, {', '.join(named)} or a method "
+                             f"({', '.join(every)})")
+    return tuple(m for m in every if m in chosen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +204,8 @@ class BenchConfig:
     align: DelegationConfig = field(default_factory=DelegationConfig)
     comed: EscalationConfig = field(default_factory=EscalationConfig)
     """COMED's settings; its thresholds are the fixed ones, used unless a dev split calibrates them."""
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = field(default_factory=lambda: tuple(protocol_of()))
+    """The methods to report (default: every method of :func:`protocol_of`)."""
     thresholds_source: str = DEFAULT_SOURCE
     """Where ``comed.thresholds`` came from, for the report, when no dev split is given."""
     lam: float = 0.01
@@ -191,21 +219,12 @@ class BenchConfig:
     runs on their first ``round_size`` questions, then on the next ones, so an interrupted bench
     already has every cell of its table, on fewer questions. ``None``: each run in one go.
     Rounds change only the order: the questions, their runs and their results are the same."""
-    shared: bool = False
-    """One candidate pool per question (issue 32): draw k samples from every pool model once per
-    question (run ``<bench>:<task>:candidates``) and give them to every protocol that starts from
-    independent samples; with a dev split, also choose the best single model (``single_agent``, COMED's
-    fixed anchor) on dev and add ``comed_routed`` (kNN router trained on the dev draw). ``False``:
-    the first edition's bench (each protocol draws its own samples; ``single_agent`` is ALIGN's agent 0)."""
-    router_k: int = 5
-    """Neighbours of ``comed_routed``'s dev-trained kNN router."""
-    embedding: str = "auto"
-    """Embedding of ``comed_routed``'s router: ``auto``, ``minilm`` or ``tfidf``."""
 
     def __post_init__(self):
-        unknown = [m for m in self.methods if m not in PROTOCOL_OF]
+        every = protocol_of()
+        unknown = [m for m in self.methods if m not in every]
         if unknown or not self.methods:
-            raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(METHODS)}")
+            raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")
         if self.round_size is not None and (isinstance(self.round_size, bool) or not isinstance(self.round_size, int)
                                             or self.round_size < 1):
             raise ValueError(f"BenchConfig.round_size must be an integer >= 1 or None, got {self.round_size!r}")
@@ -213,19 +232,22 @@ class BenchConfig:
     @property
     def protocols(self) -> tuple[str, ...]:
         """The runs a task needs: ``align`` and/or ``comed``."""
-        return tuple(p for p in ("align", "comed") if any(PROTOCOL_OF[m] == p for m in self.methods))
+        every = protocol_of()
+        return tuple(p for p in ("align", "comed") if any(every[m] == p for m in self.methods))
 
     @property
     def baselines(self) -> tuple[str, ...]:
-        """The dense baselines COMED's run computes (only those asked for: they cost calls)."""
-        return tuple(b for b in ("moa", "debate") if b in self.methods)
+        """The dense baselines COMED's run computes (only those asked for: they cost calls), in the
+        registry's order (:func:`agora.graphs.registry.bench_specs`)."""
+        of = dense_baseline_of()
+        return tuple(dict.fromkeys(of[m] for m in protocol_of() if m in of and m in self.methods))
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     """One run of a bench: a dev calibration run, or a task's ALIGN or COMED run."""
 
-    kind: Literal["calibrate", "align", "comed", "candidates", "candidates-dev", "comed-routed"]
+    kind: Literal["calibrate", "align", "comed"]
     task: str
     """The task's name (``*``: a dev split for all tasks)."""
     run_id: str
@@ -250,22 +272,14 @@ def run_id_of(bench_id: str, task: str, protocol: str) -> str:
 
 
 def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Sequence[DevSplit] = ()) -> list[Step]:
-    """The runs of a bench in the order they run: the dev draws (shared candidates), the dev
-    calibrations, then per task the shared draw, ALIGN, COMED and COMED with a routed anchor."""
+    """The runs of a bench in the order they run: the dev calibrations, then per task ALIGN and COMED."""
     steps = []
-    if config.shared:
-        for d in dev:
-            steps.append(Step("candidates-dev", d.scope, run_id_of(bench_id, d.scope, "candidates-dev"), d.problems,
-                              d.source, "dev"))
     if "comed" in config.protocols:
         for d in dev:
             steps.append(Step("calibrate", d.scope, run_id_of(bench_id, d.scope, "comed-dev"), d.problems,
                               d.source, "dev"))
     for t in tasks:
-        protocols = (("candidates",) if config.shared else ()) + config.protocols
-        if config.shared and dev and "comed" in config.protocols:
-            protocols += ("comed-routed",)
-        for p in protocols:
+        for p in config.protocols:
             steps.append(Step(p, t.name, run_id_of(bench_id, t.name, p), t.problems, str(t.path), t.format))
     return steps
 
@@ -328,7 +342,7 @@ class BenchResult:
     @property
     def failed(self) -> list[tuple[str, QuestionOutcome]]:
         """Test questions that failed in this call (every model call failed), with their run id."""
-        return [(r, q) for r, o in self.runs.items() if not r.endswith(("-dev")) for q in o.failed]
+        return [(r, q) for r, o in self.runs.items() if not r.endswith(":comed-dev") for q in o.failed]
 
 
 def run_bench(
@@ -363,44 +377,15 @@ def run_bench(
     steps = list(steps) if steps is not None else plan(bench_id, tasks, config, dev)
     result = BenchResult(spec=None)  # type: ignore[arg-type]
     calibration: dict[str, dict[str, Any]] = {}
-    # issue 32: one candidate pool per question, and the best single model chosen on dev
-    check_edition(store, [s.run_id for s in steps if s.kind in ("align", "comed", "calibrate", "comed-routed")],
-                  config.shared)
-    shared_cfg = candidates_config(config.align if "align" in config.protocols else None,
-                                   comed_cfg if "comed" in config.protocols else None, pool.names,
-                                   config.baselines) if config.shared else None
-    best_model: dict[str, dict[str, Any]] = {}
-    """Scope → the best single model on its dev draw: ``model``, ``means`` (every model's), ``run_id``."""
-    routers: dict[str, KNNRouter] = {}
-
-    def best_for(task: str) -> dict[str, Any] | None:
-        return best_model.get(task) or best_model.get("*")
-
-    def candidates_of(task: str, dev_run: bool = False) -> str:
-        """The candidates run a step of ``task`` takes its shared samples from."""
-        if not dev_run:
-            return run_id_of(bench_id, task, "candidates")
-        scope = task if any(s.kind == "candidates-dev" and s.task == task for s in steps) else "*"
-        return run_id_of(bench_id, scope, "candidates-dev")
-
-    def anchor_for(task: str) -> str | None:
-        """COMED's fixed anchor: ``--anchor`` when given, else the dev-chosen best model (shared
-        bench with a dev split), else the first pool model (:func:`agora.graphs.escalation.route`)."""
-        if comed_cfg.anchor is not None or router is not None or not config.shared:
-            return comed_cfg.anchor
-        best = best_for(task)
-        return best["model"] if best else None
 
     def go(step: Step, builder: Any, context: Any, run_config: dict[str, Any], protocol: str,
-           detail: Callable | None = None, inputs: Callable | None = None) -> RunOutcome:
+           detail: Callable | None = None) -> RunOutcome:
         done = store.finished_questions(step.run_id)
         only = step.round_ids(config.round_size)
         progress.step(step, sum(p.id not in done and (only is None or p.id in only) for p in step.problems))
         kwargs: dict[str, Any] = {"detail": detail} if detail is not None else {}
         if only is not None:
             kwargs["only"] = only
-        if inputs is not None:
-            kwargs["inputs"] = inputs
         outcome = run_problems(
             builder, list(step.problems), store=store, run_id=step.run_id, protocol=protocol, context=context,
             config=run_config, pool_description=pool.describe(),
@@ -414,33 +399,15 @@ def run_bench(
         result.runs[step.run_id] = outcome
         return outcome
 
-    def comed_run_config(cfg: EscalationConfig, shared_from: str | None = None,
-                         with_router: KNNRouter | None = None) -> dict[str, Any]:
-        used = with_router or router
-        out = {**asdict(cfg), "router": used.description if used else None}
-        return {**out, SHARED_KEY: shared_from} if shared_from else out
-
-    for step in steps:  # the shared draw on the dev questions, and the best single model there
-        if step.kind != "candidates-dev":
-            continue
-        outcome = go(step, build_candidates_graph(), CandidatesContext(pool=pool, config=shared_cfg),
-                     asdict(shared_cfg), "candidates")
-        if outcome.failed:
-            raise CalibrationError(
-                f"{len(outcome.failed)} dev questions of {step.run_id} failed (no model call answered); no best model "
-                f"from a partial dev split: rerun with --run-id {bench_id} to retry them")
-        model, means = best_on_dev(store, step.run_id, pool.names)
-        best_model[step.task] = {"scope": step.task, "model": model, "means": means, "run_id": step.run_id,
-                                 "questions": len(step.problems), "source": step.path}
+    def comed_run_config(cfg: EscalationConfig) -> dict[str, Any]:
+        return {**asdict(cfg), "router": router.description if router else None}
 
     for step in steps:
         if step.kind != "calibrate":
             continue
-        dev_cfg = replace(comed_cfg, explore=True, baselines=(), anchor=anchor_for(step.task))
-        dev_shared = candidates_of(step.task, dev_run=True) if config.shared else None
+        dev_cfg = replace(comed_cfg, explore=True, baselines=())
         outcome = go(step, build_escalation_graph(), EscalationContext(pool=pool, config=dev_cfg, router=router),
-                     comed_run_config(dev_cfg, dev_shared), "comed", comed_detail,
-                     inputs=shared_inputs(store, dev_shared) if dev_shared else None)
+                     comed_run_config(dev_cfg), "comed", comed_detail)
         if outcome.failed:
             raise CalibrationError(
                 f"{len(outcome.failed)} dev questions of {step.run_id} failed (no model call answered); no thresholds "
@@ -457,9 +424,7 @@ def run_bench(
                        f"{'none' if config.max_calls is None else f'{config.max_calls} calls/question'}; dev "
                        f"objective {best.objective:.4f}: rescues {best.rescues}, harms {best.harms}, "
                        f"{best.calls_per_question:.2f} calls/question; anchor "
-                       f"{'routed by kNN' if router else 'fixed'}"
-                       + (f" {dev_cfg.anchor}, the best single model on dev" if config.shared and best_for(step.task)
-                          and dev_cfg.anchor == best_for(step.task)["model"] else "") + ")"),
+                       f"{'routed by kNN' if router else 'fixed'})"),
         }
 
     def thresholds_for(task: str) -> dict[str, Any]:
@@ -469,7 +434,7 @@ def run_bench(
 
     runs: dict[str, dict[str, str]] = {t.name: {} for t in tasks}
     for step in steps:
-        if step.kind in ("calibrate", "candidates-dev"):
+        if step.kind == "calibrate":
             continue
         runs[step.task][step.kind] = step.run_id
     calib_rows: list[dict[str, Any]] = []
@@ -487,50 +452,28 @@ def run_bench(
         settings.pop("align")
     if "comed" not in config.protocols:
         settings.pop("comed")
-    every, shares = PROTOCOL_OF, SHARING
-    methods = {m: every[m] for m in config.methods if m != "router_only" or router is not None}
-    renames: dict[str, dict[str, str]] = {}
-    if config.shared:
-        routed = any(s.kind == "comed-routed" for s in steps)
-        methods, shares = _shared_methods(methods, shares, config, routed)
-        if routed:
-            renames["comed-routed"] = {"comed": "comed_routed"}
-        settings["shared"] = _shared_settings(shared_cfg, best_model, tasks, pool.names)
+    every, shares = protocol_of(), sharing()
     spec = BenchSpec(
         bench_id=bench_id,
         tasks=tuple(BenchTask(t.name, str(t.path), t.format, tuple(p.id for p in t.problems), runs[t.name])
                     for t in tasks),
-        methods=methods, sharing={m: shares.get(m, "-") for m in methods}, calibration=tuple(calib_rows),
-        settings=settings, renames=renames)
+        methods={m: every[m] for m in config.methods if m != "router_only" or router is not None},
+        sharing={m: shares[m] for m in config.methods}, calibration=tuple(calib_rows), settings=settings)
     result.spec = spec
     record_bench(store, spec)  # the spec first: an interrupted bench can still be reported
 
     def run_test(step: Step) -> None:
-        """One task's shared draw, ALIGN, COMED or routed-COMED run (or one round of it)."""
-        shared_from = candidates_of(step.task) if config.shared else None
-        inputs = shared_inputs(store, shared_from) if shared_from else None
-        if step.kind == "candidates":
-            best = best_for(step.task)
-            cfg_c = replace(shared_cfg, single_model=best["model"] if best else None)
-            go(step, build_candidates_graph(), CandidatesContext(pool=pool, config=cfg_c), asdict(cfg_c), "candidates")
-        elif step.kind == "align":
+        """One task's ALIGN or COMED run (or one round of it)."""
+        if step.kind == "align":
             go(step, build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
-               {**asdict(config.align), **({SHARED_KEY: shared_from} if shared_from else {})}, "align", inputs=inputs)
+               asdict(config.align), "align")
         elif step.kind == "comed":
             t = thresholds_for(step.task)["thresholds"]
-            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=anchor_for(step.task))
+            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t))
             go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=router),
-               comed_run_config(cfg, shared_from), "comed", comed_detail, inputs=inputs)
-        elif step.kind == "comed-routed":  # the same COMED, its anchor routed by kNN trained on the dev draw
-            dev_run = candidates_of(step.task, dev_run=True)
-            if dev_run not in routers:
-                routers[dev_run] = dev_router(store, dev_run, pool.names, k=config.router_k, embedding=config.embedding)
-            t = thresholds_for(step.task)["thresholds"]
-            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=None, baselines=())
-            go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=routers[dev_run]),
-               comed_run_config(cfg, shared_from, routers[dev_run]), "comed", comed_detail, inputs=inputs)
+               comed_run_config(cfg), "comed", comed_detail)
 
-    tests = [s for s in steps if s.kind not in ("calibrate", "candidates-dev")]
+    tests = [s for s in steps if s.kind != "calibrate"]
     size = config.round_size
     rounds = max((-(-len(s.problems) // size) for s in tests), default=0) if size else 1
     for r in range(1, rounds + 1):
@@ -541,48 +484,6 @@ def run_bench(
                 step = replace(step, round=(r, rounds))
             run_test(step)
     return result
-
-
-def _shared_methods(methods: dict[str, str], shares: dict[str, str], config: BenchConfig,
-                    routed: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """A shared bench's methods and what each draws on: ``single_agent`` from the candidates run (the
-    dev-chosen best model's first sample), ``comed_routed`` and its ``router_only`` from the routed
-    COMED run, every first step from the one candidate pool."""
-    methods = dict(methods)
-    if "single_agent" in methods:
-        methods["single_agent"] = "candidates"
-    if routed:
-        methods["comed_routed"] = "comed-routed"
-        if "router_only" in config.methods:
-            methods["router_only"] = "comed-routed"
-    pool = "the shared pool (k samples per model and question, drawn once)"
-    shares = {**shares,
-              "align": f"{pool}: ALIGN's n·k candidates are its agents' models' shares; the principal's pick is free",
-              "single_agent": f"{pool}: the first sample of the best single model (chosen on dev when there is a dev split)",
-              "self_consistency": f"{pool}: majority over ALIGN's n·k candidates",
-              "best_of_n": f"{pool}: argmax of U over ALIGN's n·k candidates",
-              "comed": f"{pool}: the anchor's first N samples; adds the probe's and the peers' answers",
-              "anchor": f"{pool}: the anchor's first N samples (their plurality)",
-              "comed_routed": f"{pool}: the routed anchor's first N samples; adds the probe's and the peers' answers",
-              "router_only": f"{pool}: the routed anchor's first sample",
-              "moa": f"{pool}: one proposal per proposer (its model's first sample); adds the aggregator",
-              "debate": f"{pool}: the first round (its agents' models' first samples); adds every later round"}
-    return methods, shares
-
-
-def _shared_settings(cfg: Any, best: dict[str, dict[str, Any]], tasks: Sequence[TaskFile],
-                     names: Sequence[str]) -> dict[str, Any]:
-    """The report's account of the shared pool and of how the single model was chosen."""
-    chosen = {}
-    for t in tasks:
-        b = best.get(t.name) or best.get("*")
-        chosen[t.name] = ({"model": b["model"], "on_dev": True, "dev_run": b["run_id"], "dev_means": b["means"],
-                           "source": f"best expected one-sample accuracy on {b['questions']} dev questions "
-                                     f"({b['source']}), never a test question"} if b else
-                          {"model": names[0], "on_dev": False,
-                           "source": "NOT chosen on dev (no dev split): the first pool model, as in the first edition"})
-    return {"k": cfg.k, "models": list(cfg.models), "temperature": cfg.temperature, "max_tokens": cfg.max_tokens,
-            "shots": cfg.shots, "single_model": chosen}
 
 
 def _short(settings: dict[str, Any]) -> dict[str, Any]:

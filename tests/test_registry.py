@@ -193,3 +193,109 @@ def test_a_generated_command_looks_get_pool_up_when_it_runs(tmp_path, monkeypatc
     out = CliRunner().invoke(app, ["run", "moa", "--data", str(data), "--pool", "x", "--db", str(tmp_path / "t.db")])
     assert out.exit_code == 0, out.output
     assert [str(p) for p in seen] == ["x"] and "100.0" in out.output
+
+
+# ---------------------------------------------------------------------------- issue 32: methods from the registry
+
+from dataclasses import dataclass as _dataclass  # noqa: E402
+
+from typing_extensions import TypedDict as _TypedDict  # noqa: E402
+
+from agora.graphs.spec import BenchRole, DenseBaseline  # noqa: E402
+
+
+@_dataclass
+class EchoConfig:
+    answer: str = "42"
+
+
+@_dataclass
+class EchoContext:
+    pool: object = None
+    config: EchoConfig = None
+
+
+class EchoInput(_TypedDict, total=False):
+    question: str
+    question_id: str
+    kind: str
+    n_choices: int
+
+
+class EchoOutput(_TypedDict, total=False):
+    answer: str
+    methods: dict
+    costs: dict
+    calls: list
+
+
+def echo_node(state: EchoOutput, runtime) -> dict:
+    answer = runtime.context.config.answer
+    cost = {"calls": 0, "samples": 0, "completion_tokens": 0, "latency_s": 0.0}
+    return {"answer": answer, "costs": {"echo": cost}, "calls": [],
+            "methods": {"echo": {"answer": answer, "correct": None, "how": None, **cost}}}
+
+
+def build_echo_graph():
+    builder = StateGraph(EchoOutput, context_schema=EchoContext, input_schema=EchoInput, output_schema=EchoOutput)
+    builder.add_node("echo_answer", echo_node)
+    builder.set_entry_point("echo_answer")
+    builder.set_finish_point("echo_answer")
+    return builder
+
+
+#: A tiny protocol defined here, not in agora: registering it is the only edit.
+ECHO = ProtocolSpec(
+    name="echo", graph_id="echo", module=__name__, description="Answers 42 without asking anyone.",
+    build=build_echo_graph, context=EchoContext, config=EchoConfig, input=EchoInput, output=EchoOutput,
+    methods=("echo",), bench=BenchRole(methods=("echo",), sharing={"echo": "no samples at all"}),
+    dense=DenseBaseline(context=lambda comed, pool, anchor: EchoContext(pool, EchoConfig(answer=anchor))))
+
+
+def test_a_protocol_registered_in_a_test_module_is_in_the_bench_and_a_comed_baseline():
+    from agora.agents.escalation import EscalationConfig, EscalationThresholds
+    from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_methods
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.runs.bench import BenchConfig, protocol_of, resolve_methods, sharing
+
+    with pytest.raises(ValueError, match="unknown 'echo'"):
+        resolve_methods("echo")
+    registry.register(ECHO)
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register(dataclasses_replace(ECHO, description="another"))
+        assert registry.get("echo") is ECHO and ECHO in registry.dense_baselines()
+        assert resolve_methods("echo") == ("echo",) and resolve_methods("all")[-1] == "echo"
+        assert protocol_of()["echo"] == "comed" and sharing()["echo"] == "no samples at all"
+        assert BenchConfig().baselines == ("moa", "debate", "council", "echo")
+        assert comed_methods()[-1] == "echo"
+        pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=lambda chat, i: "The answer is 4.")
+                                           for m in ("a", "b")})
+        cfg = EscalationConfig(thresholds=EscalationThresholds(0.5, 0.34), anchor="b", baselines=("echo",))
+        graph = build_escalation_graph().compile()
+        assert "echo" in graph.get_graph().nodes
+        out = graph.invoke({"question": "What is 2 + 2?", "gold": "4"}, context=EscalationContext(pool, cfg),
+                           output_keys=["methods", "costs"])
+        assert list(out["methods"]) == ["comed", "anchor", "echo"] and out["methods"]["echo"]["answer"] == "b"
+    finally:
+        registry.unregister("echo")
+    assert "echo" not in protocol_of() and "echo" not in build_escalation_graph().compile().get_graph().nodes
+    with pytest.raises(ValueError, match="EscalationConfig.baselines: unknown"):
+        EscalationConfig(baselines=("echo",))
+    with pytest.raises(KeyError, match="unknown protocol 'echo'"):
+        registry.unregister("echo")
+
+
+def dataclasses_replace(spec, **changes):
+    import dataclasses
+
+    return dataclasses.replace(spec, **changes)
+
+
+def test_moa_debate_and_the_council_are_comed_baselines_in_report_order():
+    from agora.graphs.escalation import METHODS
+
+    assert [s.name for s in registry.dense_baselines()] == ["moa", "debate", "council"]
+    assert METHODS == ("comed", "anchor", "router_only", "moa", "debate", "council", "council_top", "council_vote")
+    assert {n for n, e in registry.PROTOCOLS.items() if e.dense} == {"moa", "debate", "council"}  # read from source

@@ -1,0 +1,427 @@
+"""LLM council as a LangGraph state machine: members answer, rank each other's anonymised answers,
+a chair writes the final answer (rules, ballots and prompts: :mod:`agora.agents.council`).
+
+    START ─Send×n─▶ council_answer ─▶ council_collect ─Send×n─▶ council_review ─▶ council_chair ─▶ END
+
+One ``Send`` per member runs ``council_answer`` (the member's first answer; from the bench's shared
+candidate pool when the input carries one, :func:`agora.graphs._common.take_shared`).
+``council_collect`` sends every member that answered the others' answers, shuffled by its own seeded
+permutation and labelled ``Response A``, ``B``... (its own left out, no model names: 
+:func:`agora.agents.council.ballot_order`); each ``council_review`` returns its ranking.
+``council_chair`` aggregates the ballots (normalised Borda, :func:`agora.agents.council.aggregate`)
+and shows the chair every first answer and the aggregate ranking.
+
+Methods (``state["methods"]``): ``council`` (the chair's answer; cost: answers, ballots, chair),
+``council_top`` (the top-ranked first answer; cost: answers and ballots: what the ranking alone
+picks) and ``council_vote`` (the plurality of the first answers; cost: the answers). Each carries
+``calls``, ``samples``, ``completion_tokens`` and ``latency_s`` (and the shared parts taken from a
+bench's candidate pool). Review and chair calls carry ``partner`` (the members whose answers they read).
+
+COMED runs it as a dense baseline through the registry (the spec's ``dense``: chair = COMED's anchor),
+and ``agora bench`` reports its three methods beside MoA's and debate's.
+
+Usage::
+
+    from agora.graphs.council import build_council_graph, CouncilContext
+    out = build_council_graph().compile().invoke({"question": "...", "gold": "7"}, context=CouncilContext(pool=my_pool))
+    out["answer"], out["ranking"], out["methods"]["council_top"]
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from typing_extensions import TypedDict
+
+from agora.agents.council import (
+    ANSWER_SEED,
+    CHAIR_SEED,
+    REVIEW_SEED,
+    CouncilConfig,
+    aggregate,
+    ballot_order,
+    chair_messages,
+    chair_of,
+    check_pool,
+    council_members,
+    parse_ranking,
+    review_messages,
+    standings_table,
+)
+from agora.agents.delegation import plurality
+from agora.agents.prompts import solver_messages
+from agora.agents.seeds import call_seed, sampling
+from agora.models.pool import ModelPool
+from agora.graphs._calls import (
+    Cost,
+    MethodResult,
+    aask,
+    add_costs,
+    ask,
+    call_context,
+    found,
+    how_of,
+    method_result,
+    partner,
+    shared_cost,
+    total_cost,
+)
+from agora.graphs._common import (
+    MATH_EXAMPLE,
+    QuestionInput,
+    as_problem,
+    context_as,
+    emit,
+    graph_context,
+    pool_from,
+    resolve_pool,
+    settings_from,
+    studio_schema,
+    sync_async_node,
+    take_shared,
+)
+from agora.graphs.scoring import ProtocolGraph
+from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
+
+METHODS = ("council", "council_top", "council_vote")
+
+
+@graph_context
+@dataclass
+class CouncilContext:
+    """Run-time context: the pool and the council settings.
+
+    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
+    HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    """
+
+    pool: ModelPool | str | None = None
+    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
+    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
+    config: CouncilConfig = field(default_factory=CouncilConfig)
+    """Council settings: members, chair, sampling."""
+
+    def __post_init__(self):
+        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
+        self.config = settings_from(self.config, CouncilConfig)  # JSON clients (Studio) send a dict
+
+
+@studio_schema(example=MATH_EXAMPLE)
+class CouncilInput(QuestionInput):
+    """What a caller passes in (:class:`agora.graphs._common.QuestionInput`)."""
+
+
+class FirstAnswer(TypedDict):
+    member: int
+    """The member's position in the member list."""
+    model: str
+    answer: str | None
+    how: str | None
+    text: str
+
+
+class Review(TypedDict):
+    reviewer: int
+    """The reviewing member."""
+    model: str
+    shown: list[int]
+    """The members whose answers it ranked, in the order shown (``Response A`` first); never itself."""
+    ranking: list[int]
+    """The members it ranked, best first (those it left out are not listed)."""
+    text: str
+
+
+class CouncilStanding(TypedDict):
+    member: int
+    model: str
+    borda: float
+    """Mean normalised Borda points over the ballots that showed its answer (1 = always ranked first)."""
+    mean_rank: float
+    ballots: int
+
+
+@studio_schema()
+class CouncilOutput(TypedDict):
+    """What the graph returns."""
+
+    answer: str | None
+    """The chair's answer."""
+    how: str | None
+    """How the answer was found in the chair's text (``marker``, ``boxed``, ...)."""
+    answers: list[FirstAnswer]
+    """The members' first answers, in member order."""
+    reviews: list[Review]
+    """Every ballot, in reviewer order."""
+    ranking: list[CouncilStanding]
+    """The aggregate ranking, best first."""
+    chair: str
+    """The pool member that wrote the final answer."""
+    costs: dict[str, Cost]
+    """Cost of each stage: ``answer``, ``review``, ``chair``."""
+    methods: dict[str, MethodResult]
+    """``council``, ``council_top``, ``council_vote``: answer, correctness, cost."""
+
+
+class CouncilState(CouncilInput, total=False):
+    """Full state of one council question."""
+
+    answers: Annotated[list[FirstAnswer], operator.add]
+    reviews: Annotated[list[Review], operator.add]
+    ranking: list[CouncilStanding]
+    chair: str
+    costs: Annotated[dict[str, Cost], add_costs]
+    calls: Annotated[list[dict[str, Any]], operator.add]
+    """Trace records of every model call (written to the trace store by the runner)."""
+    methods: dict[str, MethodResult]
+    answer: str | None
+    how: str | None
+
+
+class MemberTask(CouncilInput, total=False):
+    """One ``Send`` payload: a member's first answer, or its ballot (``shown``: what it ranks)."""
+
+    member: int
+    model: str
+    shown: list[int]
+    texts: list[str]
+    models: list[str]
+
+
+_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices")
+
+
+def _config(runtime: Runtime) -> CouncilConfig:
+    return context_as(runtime.context, CouncilContext).config
+
+
+def _base(state: CouncilState) -> dict[str, Any]:
+    return {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": as_problem(state).id}
+
+
+def _answers(state: CouncilState) -> list[FirstAnswer]:
+    return sorted(state.get("answers") or [], key=lambda a: a["member"])
+
+
+# ---------------------------------------------------------------------------- stage 1: first answers
+
+
+def to_members(state: CouncilState, runtime: Runtime[CouncilContext]) -> list[Send]:
+    """One ``Send`` per member (every pool model unless configured), with its shared candidates if any."""
+    members = council_members(_config(runtime), pool_from(runtime.context, CouncilContext).names)
+    shared = state.get("shared_candidates") or {}
+    return [Send("council_answer", MemberTask(**_base(state), member=i, model=m,
+                                              **({"shared_candidates": {m: shared[m]}} if m in shared else {})))
+            for i, m in enumerate(members)]
+
+
+def _answer_request(task: MemberTask, runtime: Runtime[CouncilContext]) -> tuple[Any, ...]:
+    problem = as_problem(task)
+    cfg = _config(runtime)
+    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, ANSWER_SEED, agent=task["member"]))
+    return (pool_from(runtime.context, CouncilContext), task["model"], solver_messages(problem, cfg.shots), params,
+            call_context(problem, "council_answer", "member", agent=task["member"]))
+
+
+def _shared_answer(task: MemberTask) -> tuple[list, list[dict], Cost] | None:
+    """The member's first answer from the bench's shared candidate pool: no new call; ``None`` without one."""
+    shared = take_shared(task, task["model"], 1)
+    return None if shared is None else (shared, [], shared_cost(shared))
+
+
+def _answered(task: MemberTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    problem = as_problem(task)
+    answers = []
+    if samples:
+        answer, how = found(samples[0].text, problem)
+        answers.append(FirstAnswer(member=task["member"], model=task["model"], answer=answer, how=how,
+                                   text=samples[0].text))
+    return {"answers": answers, "costs": {"answer": cost}, "calls": records}
+
+
+def council_answer(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
+    """Stage 1: one member answers alone (or takes its shared candidate)."""
+    return _answered(task, *(_shared_answer(task) or ask(*_answer_request(task, runtime))))
+
+
+async def acouncil_answer(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
+    return _answered(task, *(_shared_answer(task) or await aask(*_answer_request(task, runtime))))
+
+
+def council_collect(state: CouncilState) -> dict[str, Any]:
+    """Every first answer is in (the barrier before the ballots)."""
+    answers = _answers(state)
+    emit("council_answer", f"council first answers {[a['answer'] for a in answers]}",
+         answers=[a["answer"] for a in answers])
+    return {}
+
+
+# ---------------------------------------------------------------------------- stage 2: ballots
+
+
+def to_reviewers(state: CouncilState, runtime: Runtime[CouncilContext]) -> list[Send] | str:
+    """One ``Send`` per member that answered, with the *other* answers in its own seeded order."""
+    cfg = _config(runtime)
+    answers = {a["member"]: a for a in _answers(state)}
+    base = _base(state)
+    sends = []
+    for i, a in answers.items():
+        shown = ballot_order(i, list(answers), cfg.seed, base["question_id"])
+        if shown:
+            sends.append(Send("council_review", MemberTask(**base, member=i, model=a["model"], shown=shown,
+                                                           texts=[answers[j]["text"] for j in shown],
+                                                           models=[answers[j]["model"] for j in shown])))
+    return sends or "council_chair"
+
+
+def _review_request(task: MemberTask, runtime: Runtime[CouncilContext]) -> tuple[Any, ...]:
+    problem = as_problem(task)
+    cfg = _config(runtime)
+    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, REVIEW_SEED, agent=task["member"]),
+                      temperature=cfg.review_temperature, max_tokens=cfg.review_max_tokens)
+    return (pool_from(runtime.context, CouncilContext), task["model"], review_messages(problem, task["texts"], cfg.shots),
+            params, call_context(problem, "council_review", "reviewer", agent=task["member"],
+                                 partner=partner(task["models"])))
+
+
+def _reviewed(task: MemberTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    text = samples[0].text if samples else ""
+    ranked = parse_ranking(text, len(task["shown"]))
+    review = Review(reviewer=task["member"], model=task["model"], shown=list(task["shown"]),
+                    ranking=[task["shown"][p] for p in ranked], text=text)
+    return {"reviews": [review], "costs": {"review": cost}, "calls": records}
+
+
+def council_review(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
+    """Stage 2: one member ranks the others' anonymised answers."""
+    return _reviewed(task, *ask(*_review_request(task, runtime)))
+
+
+async def acouncil_review(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
+    return _reviewed(task, *await aask(*_review_request(task, runtime)))
+
+
+# ---------------------------------------------------------------------------- stage 3: chair
+
+
+def _standings(state: CouncilState) -> list[CouncilStanding]:
+    answers = _answers(state)
+    reviews = sorted(state.get("reviews") or [], key=lambda r: r["reviewer"])
+    ballots = [(r["shown"], [r["shown"].index(m) for m in r["ranking"]]) for r in reviews]
+    table = aggregate(ballots, [a["member"] for a in answers])
+    return [CouncilStanding(**row) for row in standings_table(table, {a["member"]: a["model"] for a in answers})]
+
+
+def _chair_request(state: CouncilState, runtime: Runtime[CouncilContext]) -> tuple[Any, ...]:
+    problem = as_problem(state)
+    cfg = _config(runtime)
+    pool = pool_from(runtime.context, CouncilContext)
+    answers = _answers(state)
+    position = {a["member"]: i for i, a in enumerate(answers)}
+    ranking = [(position[s["member"]], s["borda"]) for s in _standings(state)]
+    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, CHAIR_SEED))
+    return (pool, chair_of(cfg, pool.names), chair_messages(problem, [a["text"] for a in answers], ranking, cfg.shots),
+            params, call_context(problem, "council_chair", "chair", partner=partner(a["model"] for a in answers)))
+
+
+def _chaired(state: CouncilState, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    problem = as_problem(state)
+    answer, how = found(samples[0].text if samples else None, problem)
+    answers = _answers(state)
+    standings = _standings(state)
+    costs = add_costs(state.get("costs"), {"chair": cost})
+    stages = {k: [costs[k]] if k in costs else [] for k in ("answer", "review")}
+    top = next((a for s in standings for a in answers if a["member"] == s["member"]), None)
+    vote = plurality([a["answer"] for a in answers])[0]
+    methods = {  # unscored: the runner scores (agora.tasks.scoring)
+        "council": method_result(answer, how, total_cost(costs.values())),
+        "council_top": method_result(top["answer"] if top else None, top["how"] if top else None,
+                                     total_cost(stages["answer"] + stages["review"])),
+        "council_vote": method_result(vote, how_of(vote, [(a["answer"], a["how"]) for a in answers]),
+                                      total_cost(stages["answer"])),
+    }
+    emit("council_chair", f"council chair {model} answered {answer} (top-ranked {top['answer'] if top else None})",
+         answer=answer)
+    return {"chair": model, "ranking": standings, "answer": answer, "how": how, "costs": {"chair": cost},
+            "calls": records, "methods": methods}
+
+
+def council_chair(state: CouncilState, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
+    """Stage 3: the chair reads every answer and the aggregate ranking and writes the final answer."""
+    pool, model, *rest = _chair_request(state, runtime)
+    return _chaired(state, model, *ask(pool, model, *rest))
+
+
+async def acouncil_chair(state: CouncilState, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
+    pool, model, *rest = _chair_request(state, runtime)
+    return _chaired(state, model, *await aask(pool, model, *rest))
+
+
+def build_council_graph() -> StateGraph:
+    """The council graph, uncompiled. Compile it with or without a checkpointer.
+
+    Input: :class:`CouncilInput`; output: :class:`CouncilOutput`; run-time context: :class:`CouncilContext`.
+    """
+    builder = ProtocolGraph(CouncilState, context_schema=CouncilContext, input_schema=CouncilInput,
+                            output_schema=CouncilOutput)
+    builder.add_node("council_answer", sync_async_node(council_answer, acouncil_answer))
+    builder.add_node("council_collect", sync_async_node(council_collect))
+    builder.add_node("council_review", sync_async_node(council_review, acouncil_review))
+    builder.add_node("council_chair", sync_async_node(council_chair, acouncil_chair))
+    builder.add_conditional_edges(START, to_members, ["council_answer"])
+    builder.add_edge("council_answer", "council_collect")
+    builder.add_conditional_edges("council_collect", to_reviewers, ["council_review", "council_chair"])
+    builder.add_edge("council_review", "council_chair")
+    builder.add_edge("council_chair", END)
+    return builder
+
+
+def council_detail(values: dict[str, Any]) -> dict[str, Any]:
+    """What the runner stores in ``questions.detail`` for a council question: answers, ballots, ranking, chair."""
+    return {"chair": values.get("chair"), "ranking": values.get("ranking"),
+            "answers": [{k: a[k] for k in ("member", "model", "answer")} for a in values.get("answers") or []],
+            "reviews": [{k: r[k] for k in ("reviewer", "model", "shown", "ranking")} for r in values.get("reviews") or []]}
+
+
+def comed_council(comed: Any, pool: ModelPool, anchor: str) -> CouncilContext:
+    """The council as COMED's dense baseline: every pool model a member, COMED's anchor the chair,
+    COMED's sampling, shots and seed (:class:`agora.agents.escalation.EscalationConfig`)."""
+    return CouncilContext(pool, CouncilConfig(chair=anchor, temperature=comed.temperature, top_p=comed.top_p,
+                                              max_tokens=comed.max_tokens, shots=comed.shots, seed=comed.seed))
+
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = build_council_graph().compile(name="council")
+
+
+def _run_label(config: CouncilConfig, names: list[str]) -> str:
+    """``agora run council``'s first line: the members and the chair."""
+    return f"{len(config.members or names)} members, chair {chair_of(config, names)}"
+
+
+SPEC = ProtocolSpec(
+    name="council", graph_id="council", module=__name__,
+    description=("LLM council: every member answers alone, every member ranks the others' answers anonymised "
+                 "(Response A, B... shuffled per reviewer, its own left out), the rankings are aggregated by "
+                 "normalised Borda count, and a chair writes the final answer from all answers and the ranking; "
+                 "the top-ranked answer and the plurality of the first answers are scored beside it."),
+    build=build_council_graph, context=CouncilContext, config=CouncilConfig, input=CouncilInput,
+    output=CouncilOutput, methods=METHODS, detail=council_detail,
+    cli=("run council",), docs="council.md",
+    run=RunCommand(
+        short_help="LLM council: members answer, rank each other anonymously, a chair answers.",
+        help="Each member answers every problem alone, ranks the other members' anonymised answers, and the "
+             "chair writes the final answer from all answers and the aggregate (Borda) ranking; compare with "
+             "the top-ranked answer (council_top) and the plurality of the first answers (council_vote).",
+        check=check_pool, label=_run_label, title="council"),
+    bench=BenchRole(methods=METHODS, sharing={
+        "council": "its own samples: one first answer per pool model (shared pool when given), every member's "
+                   "ranking and the chair's answer",
+        "council_top": "the council's first answers and rankings (the top-ranked first answer)",
+        "council_vote": "the council's first answers (their plurality)"}),
+    dense=DenseBaseline(context=comed_council, order=30),
+)
