@@ -189,6 +189,11 @@ def bench(
                                    "questions (0: each run in one go)."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing: write the report of --run-id "
                                      "from --db (e.g. of an interrupted bench)."),
+    shared_candidates: bool = typer.Option(False, "--shared-candidates/--no-shared-candidates",
+                                           help="One candidate pool per question: k samples from every pool model, "
+                                           "drawn once and shared by every protocol's first step; with --dev/"
+                                           "--calibrate-on the best single model and COMED's anchor are chosen on dev "
+                                           "and comed_routed is added (docs/bench.md)."),
 ) -> None:
     """Run ALIGN (with single-agent, self-consistency and best-of-n·k on its candidates) and COMED
     (with anchor, router-only, MoA and debate) on every task file, then write the report: accuracy
@@ -233,10 +238,12 @@ def bench(
                                    max_tokens=max_tokens, probe_max_tokens=probe_max_tokens, temperature=temperature,
                                    seed=seed),
             methods=methods, thresholds_source=source, lam=lam, max_calls=max_calls, concurrency=concurrency,
-            durability=durability, round_size=round_size or None)
+            durability=durability, round_size=round_size or None, shared=shared_candidates, router_k=router_k,
+            embedding=embedding)
         if embedding not in ("auto", "minilm", "tfidf"):
             raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
-        dev_splits = _dev_splits(calibrate_on, dev, task_files) if "comed" in config.protocols else []
+        dev_splits = (_dev_splits(calibrate_on, dev, task_files)
+                      if "comed" in config.protocols or shared_candidates else [])
         the_pool = get_pool(pool)
         bench_id = run_id or new_run_id("bench")
         out_dir = out or Path(f"bench-{bench_id}")

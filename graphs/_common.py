@@ -141,6 +141,7 @@ class SharedCandidate(TypedDict):
     model: str
     """The pool member that generated it."""
     text: str
+    """The generated text."""
     call_id: str
     """The ``model_calls`` row of this sample (in the bench's candidates run)."""
     sample_index: int
@@ -148,10 +149,13 @@ class SharedCandidate(TypedDict):
     seed: int | None
     """The seed of the request that drew it (samples of one request share it)."""
     prompt_tokens: int
+    """Tokens of the prompt it was generated from."""
     completion_tokens: int
+    """Tokens it generated."""
     latency_s: float
     """Its share of the request's wall time, in seconds."""
     finish_reason: str | None
+    """Why generation stopped (``stop``, ``length``), as the backend says."""
     answer: NotRequired[str | None]
     """The extracted answer, when the drawer extracted it (``docs/scoring.md``)."""
     how: NotRequired[str | None]

@@ -68,9 +68,11 @@ from agora.graphs._calls import (
     call_context as _context,
     found as _found,
     how_of as _how_of,
+    shared_cost,
     total_cost,
 )
 from agora.graphs._common import (
+    SharedCandidate,
     as_problem,
     context_as,
     emit,
@@ -80,6 +82,7 @@ from agora.graphs._common import (
     settings_from,
     studio_schema,
     sync_async_node,
+    take_shared,
 )
 from agora.graphs import registry
 from agora.graphs.scoring import ProtocolGraph
@@ -136,6 +139,9 @@ class EscalationInput(TypedDict):
     """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
     n_choices: NotRequired[int]
     """Number of lettered options of a ``mc`` question (default 4)."""
+    shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
+    """Model → its samples of this question drawn once for every protocol (``agora bench``): the
+    anchor's N samples, MoA's proposals and debate's first round are taken from them (:func:`take_shared`)."""
 
 
 class RouteInfo(TypedDict):
@@ -285,8 +291,12 @@ def anchor(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[
     cfg = _config(runtime)
     model = state["route"]["anchor"]
     params = sampling(cfg, n=cfg.n_anchor, seed=call_seed(cfg.seed, problem.id, "comed.anchor"))
-    samples, records, cost = _ask(pool_from(runtime.context, EscalationContext), model, solver_messages(problem, cfg.shots), params,
-                                  _context(problem, "anchor", "anchor"))
+    shared = take_shared(state, model, cfg.n_anchor)  # the bench's shared pool: the anchor model's first N
+    if shared is not None:
+        samples, records, cost = shared, [], shared_cost(shared)
+    else:
+        samples, records, cost = _ask(pool_from(runtime.context, EscalationContext), model,
+                                      solver_messages(problem, cfg.shots), params, _context(problem, "anchor", "anchor"))
     found = [_found(s.text, problem) for s in samples] + [(None, None)] * (cfg.n_anchor - len(samples))
     answers = [a for a, _how in found]
     answer, sc = plurality(answers)
@@ -481,6 +491,10 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
             answer=first["answer"], correct=None,
             calls=1, samples=1 if costs.get("anchor", {}).get("samples") else 0,  # 0: the anchor's call failed
             completion_tokens=first["completion_tokens"], latency_s=first["latency_s"], how=first.get("how"))
+        if costs.get("anchor", {}).get("shared_samples"):  # the anchor's samples came from the bench's shared pool
+            r = methods["router_only"]
+            methods["router_only"].update(shared_calls=1, shared_samples=r["samples"],
+                                          shared_completion_tokens=r["completion_tokens"], shared_latency_s=r["latency_s"])
     methods.update(state.get("dense_methods") or {})  # the baselines', in the order they ran
     outcome = comed_outcome(decision, probe_agrees)
     emit("score", f"COMED {outcome}: {final} (anchor {anchor_info['answer']})", outcome=outcome)

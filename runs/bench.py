@@ -33,7 +33,9 @@ from agora.agents.router import KNNRouter
 from agora.graphs.delegation import METHODS as ALIGN_METHODS, DelegationContext, build_delegation_graph
 from agora.graphs import registry
 from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS, EscalationContext, build_escalation_graph, comed_detail
+from agora.graphs.candidates import CandidatesContext, build_candidates_graph
 from agora.graphs.runner import QuestionOutcome, RunOutcome, run_problems
+from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
 from agora.tasks.loaders import Problem, detect_format, load_problems
 from agora.tasks.samples import sample_path
 from agora.traces.bench import BenchSpec, BenchTask, comed_dev_outcomes, record_bench
@@ -219,6 +221,16 @@ class BenchConfig:
     runs on their first ``round_size`` questions, then on the next ones, so an interrupted bench
     already has every cell of its table, on fewer questions. ``None``: each run in one go.
     Rounds change only the order: the questions, their runs and their results are the same."""
+    shared: bool = False
+    """One candidate pool per question (issue 32): draw k samples from every pool model once per
+    question (run ``<bench>:<task>:candidates``) and give them to every protocol that starts from
+    independent samples; with a dev split, also choose the best single model (``single_agent``, COMED's
+    fixed anchor) on dev and add ``comed_routed`` (kNN router trained on the dev draw). ``False``:
+    the first edition's bench (each protocol draws its own samples; ``single_agent`` is ALIGN's agent 0)."""
+    router_k: int = 5
+    """Neighbours of ``comed_routed``'s dev-trained kNN router."""
+    embedding: str = "auto"
+    """Embedding of ``comed_routed``'s router: ``auto``, ``minilm`` or ``tfidf``."""
 
     def __post_init__(self):
         every = protocol_of()
@@ -247,7 +259,7 @@ class BenchConfig:
 class Step:
     """One run of a bench: a dev calibration run, or a task's ALIGN or COMED run."""
 
-    kind: Literal["calibrate", "align", "comed"]
+    kind: Literal["calibrate", "align", "comed", "candidates", "candidates-dev", "comed-routed"]
     task: str
     """The task's name (``*``: a dev split for all tasks)."""
     run_id: str
@@ -272,14 +284,22 @@ def run_id_of(bench_id: str, task: str, protocol: str) -> str:
 
 
 def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Sequence[DevSplit] = ()) -> list[Step]:
-    """The runs of a bench in the order they run: the dev calibrations, then per task ALIGN and COMED."""
+    """The runs of a bench in the order they run: the dev draws (shared candidates), the dev
+    calibrations, then per task the shared draw, ALIGN, COMED and COMED with a routed anchor."""
     steps = []
+    if config.shared:
+        for d in dev:
+            steps.append(Step("candidates-dev", d.scope, run_id_of(bench_id, d.scope, "candidates-dev"), d.problems,
+                              d.source, "dev"))
     if "comed" in config.protocols:
         for d in dev:
             steps.append(Step("calibrate", d.scope, run_id_of(bench_id, d.scope, "comed-dev"), d.problems,
                               d.source, "dev"))
     for t in tasks:
-        for p in config.protocols:
+        protocols = (("candidates",) if config.shared else ()) + config.protocols
+        if config.shared and dev and "comed" in config.protocols:
+            protocols += ("comed-routed",)
+        for p in protocols:
             steps.append(Step(p, t.name, run_id_of(bench_id, t.name, p), t.problems, str(t.path), t.format))
     return steps
 
@@ -342,7 +362,7 @@ class BenchResult:
     @property
     def failed(self) -> list[tuple[str, QuestionOutcome]]:
         """Test questions that failed in this call (every model call failed), with their run id."""
-        return [(r, q) for r, o in self.runs.items() if not r.endswith(":comed-dev") for q in o.failed]
+        return [(r, q) for r, o in self.runs.items() if not r.endswith(("-dev")) for q in o.failed]
 
 
 def run_bench(
@@ -377,15 +397,44 @@ def run_bench(
     steps = list(steps) if steps is not None else plan(bench_id, tasks, config, dev)
     result = BenchResult(spec=None)  # type: ignore[arg-type]
     calibration: dict[str, dict[str, Any]] = {}
+    # issue 32: one candidate pool per question, and the best single model chosen on dev
+    check_edition(store, [s.run_id for s in steps if s.kind in ("align", "comed", "calibrate", "comed-routed")],
+                  config.shared)
+    shared_cfg = candidates_config(config.align if "align" in config.protocols else None,
+                                   comed_cfg if "comed" in config.protocols else None, pool.names,
+                                   config.baselines) if config.shared else None
+    best_model: dict[str, dict[str, Any]] = {}
+    """Scope → the best single model on its dev draw: ``model``, ``means`` (every model's), ``run_id``."""
+    routers: dict[str, KNNRouter] = {}
+
+    def best_for(task: str) -> dict[str, Any] | None:
+        return best_model.get(task) or best_model.get("*")
+
+    def candidates_of(task: str, dev_run: bool = False) -> str:
+        """The candidates run a step of ``task`` takes its shared samples from."""
+        if not dev_run:
+            return run_id_of(bench_id, task, "candidates")
+        scope = task if any(s.kind == "candidates-dev" and s.task == task for s in steps) else "*"
+        return run_id_of(bench_id, scope, "candidates-dev")
+
+    def anchor_for(task: str) -> str | None:
+        """COMED's fixed anchor: ``--anchor`` when given, else the dev-chosen best model (shared
+        bench with a dev split), else the first pool model (:func:`agora.graphs.escalation.route`)."""
+        if comed_cfg.anchor is not None or router is not None or not config.shared:
+            return comed_cfg.anchor
+        best = best_for(task)
+        return best["model"] if best else None
 
     def go(step: Step, builder: Any, context: Any, run_config: dict[str, Any], protocol: str,
-           detail: Callable | None = None) -> RunOutcome:
+           detail: Callable | None = None, inputs: Callable | None = None) -> RunOutcome:
         done = store.finished_questions(step.run_id)
         only = step.round_ids(config.round_size)
         progress.step(step, sum(p.id not in done and (only is None or p.id in only) for p in step.problems))
         kwargs: dict[str, Any] = {"detail": detail} if detail is not None else {}
         if only is not None:
             kwargs["only"] = only
+        if inputs is not None:
+            kwargs["inputs"] = inputs
         outcome = run_problems(
             builder, list(step.problems), store=store, run_id=step.run_id, protocol=protocol, context=context,
             config=run_config, pool_description=pool.describe(),
@@ -399,15 +448,33 @@ def run_bench(
         result.runs[step.run_id] = outcome
         return outcome
 
-    def comed_run_config(cfg: EscalationConfig) -> dict[str, Any]:
-        return {**asdict(cfg), "router": router.description if router else None}
+    def comed_run_config(cfg: EscalationConfig, shared_from: str | None = None,
+                         with_router: KNNRouter | None = None) -> dict[str, Any]:
+        used = with_router or router
+        out = {**asdict(cfg), "router": used.description if used else None}
+        return {**out, SHARED_KEY: shared_from} if shared_from else out
+
+    for step in steps:  # the shared draw on the dev questions, and the best single model there
+        if step.kind != "candidates-dev":
+            continue
+        outcome = go(step, build_candidates_graph(), CandidatesContext(pool=pool, config=shared_cfg),
+                     asdict(shared_cfg), "candidates")
+        if outcome.failed:
+            raise CalibrationError(
+                f"{len(outcome.failed)} dev questions of {step.run_id} failed (no model call answered); no best model "
+                f"from a partial dev split: rerun with --run-id {bench_id} to retry them")
+        model, means = best_on_dev(store, step.run_id, pool.names)
+        best_model[step.task] = {"scope": step.task, "model": model, "means": means, "run_id": step.run_id,
+                                 "questions": len(step.problems), "source": step.path}
 
     for step in steps:
         if step.kind != "calibrate":
             continue
-        dev_cfg = replace(comed_cfg, explore=True, baselines=())
+        dev_cfg = replace(comed_cfg, explore=True, baselines=(), anchor=anchor_for(step.task))
+        dev_shared = candidates_of(step.task, dev_run=True) if config.shared else None
         outcome = go(step, build_escalation_graph(), EscalationContext(pool=pool, config=dev_cfg, router=router),
-                     comed_run_config(dev_cfg), "comed", comed_detail)
+                     comed_run_config(dev_cfg, dev_shared), "comed", comed_detail,
+                     inputs=shared_inputs(store, dev_shared) if dev_shared else None)
         if outcome.failed:
             raise CalibrationError(
                 f"{len(outcome.failed)} dev questions of {step.run_id} failed (no model call answered); no thresholds "
@@ -424,7 +491,9 @@ def run_bench(
                        f"{'none' if config.max_calls is None else f'{config.max_calls} calls/question'}; dev "
                        f"objective {best.objective:.4f}: rescues {best.rescues}, harms {best.harms}, "
                        f"{best.calls_per_question:.2f} calls/question; anchor "
-                       f"{'routed by kNN' if router else 'fixed'})"),
+                       f"{'routed by kNN' if router else 'fixed'}"
+                       + (f" {dev_cfg.anchor}, the best single model on dev" if config.shared and best_for(step.task)
+                          and dev_cfg.anchor == best_for(step.task)["model"] else "") + ")"),
         }
 
     def thresholds_for(task: str) -> dict[str, Any]:
@@ -434,7 +503,7 @@ def run_bench(
 
     runs: dict[str, dict[str, str]] = {t.name: {} for t in tasks}
     for step in steps:
-        if step.kind == "calibrate":
+        if step.kind in ("calibrate", "candidates-dev"):
             continue
         runs[step.task][step.kind] = step.run_id
     calib_rows: list[dict[str, Any]] = []
@@ -453,27 +522,49 @@ def run_bench(
     if "comed" not in config.protocols:
         settings.pop("comed")
     every, shares = protocol_of(), sharing()
+    methods = {m: every[m] for m in config.methods if m != "router_only" or router is not None}
+    renames: dict[str, dict[str, str]] = {}
+    if config.shared:
+        routed = any(s.kind == "comed-routed" for s in steps)
+        methods, shares = _shared_methods(methods, shares, config, routed)
+        if routed:
+            renames["comed-routed"] = {"comed": "comed_routed"}
+        settings["shared"] = _shared_settings(shared_cfg, best_model, tasks, pool.names)
     spec = BenchSpec(
         bench_id=bench_id,
         tasks=tuple(BenchTask(t.name, str(t.path), t.format, tuple(p.id for p in t.problems), runs[t.name])
                     for t in tasks),
-        methods={m: every[m] for m in config.methods if m != "router_only" or router is not None},
-        sharing={m: shares[m] for m in config.methods}, calibration=tuple(calib_rows), settings=settings)
+        methods=methods, sharing={m: shares.get(m, "-") for m in methods}, calibration=tuple(calib_rows),
+        settings=settings, renames=renames)
     result.spec = spec
     record_bench(store, spec)  # the spec first: an interrupted bench can still be reported
 
     def run_test(step: Step) -> None:
-        """One task's ALIGN or COMED run (or one round of it)."""
-        if step.kind == "align":
+        """One task's shared draw, ALIGN, COMED or routed-COMED run (or one round of it)."""
+        shared_from = candidates_of(step.task) if config.shared else None
+        inputs = shared_inputs(store, shared_from) if shared_from else None
+        if step.kind == "candidates":
+            best = best_for(step.task)
+            cfg_c = replace(shared_cfg, single_model=best["model"] if best else None)
+            go(step, build_candidates_graph(), CandidatesContext(pool=pool, config=cfg_c), asdict(cfg_c), "candidates")
+        elif step.kind == "align":
             go(step, build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
-               asdict(config.align), "align")
+               {**asdict(config.align), **({SHARED_KEY: shared_from} if shared_from else {})}, "align", inputs=inputs)
         elif step.kind == "comed":
             t = thresholds_for(step.task)["thresholds"]
-            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t))
+            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=anchor_for(step.task))
             go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=router),
-               comed_run_config(cfg), "comed", comed_detail)
+               comed_run_config(cfg, shared_from), "comed", comed_detail, inputs=inputs)
+        elif step.kind == "comed-routed":  # the same COMED, its anchor routed by kNN trained on the dev draw
+            dev_run = candidates_of(step.task, dev_run=True)
+            if dev_run not in routers:
+                routers[dev_run] = dev_router(store, dev_run, pool.names, k=config.router_k, embedding=config.embedding)
+            t = thresholds_for(step.task)["thresholds"]
+            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=None, baselines=())
+            go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=routers[dev_run]),
+               comed_run_config(cfg, shared_from, routers[dev_run]), "comed", comed_detail, inputs=inputs)
 
-    tests = [s for s in steps if s.kind != "calibrate"]
+    tests = [s for s in steps if s.kind not in ("calibrate", "candidates-dev")]
     size = config.round_size
     rounds = max((-(-len(s.problems) // size) for s in tests), default=0) if size else 1
     for r in range(1, rounds + 1):
@@ -484,6 +575,48 @@ def run_bench(
                 step = replace(step, round=(r, rounds))
             run_test(step)
     return result
+
+
+def _shared_methods(methods: dict[str, str], shares: dict[str, str], config: BenchConfig,
+                    routed: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """A shared bench's methods and what each draws on: ``single_agent`` from the candidates run (the
+    dev-chosen best model's first sample), ``comed_routed`` and its ``router_only`` from the routed
+    COMED run, every first step from the one candidate pool."""
+    methods = dict(methods)
+    if "single_agent" in methods:
+        methods["single_agent"] = "candidates"
+    if routed:
+        methods["comed_routed"] = "comed-routed"
+        if "router_only" in config.methods:
+            methods["router_only"] = "comed-routed"
+    pool = "the shared pool (k samples per model and question, drawn once)"
+    shares = {**shares,
+              "align": f"{pool}: ALIGN's n·k candidates are its agents' models' shares; the principal's pick is free",
+              "single_agent": f"{pool}: the first sample of the best single model (chosen on dev when there is a dev split)",
+              "self_consistency": f"{pool}: majority over ALIGN's n·k candidates",
+              "best_of_n": f"{pool}: argmax of U over ALIGN's n·k candidates",
+              "comed": f"{pool}: the anchor's first N samples; adds the probe's and the peers' answers",
+              "anchor": f"{pool}: the anchor's first N samples (their plurality)",
+              "comed_routed": f"{pool}: the routed anchor's first N samples; adds the probe's and the peers' answers",
+              "router_only": f"{pool}: the routed anchor's first sample",
+              "moa": f"{pool}: one proposal per proposer (its model's first sample); adds the aggregator",
+              "debate": f"{pool}: the first round (its agents' models' first samples); adds every later round"}
+    return methods, shares
+
+
+def _shared_settings(cfg: Any, best: dict[str, dict[str, Any]], tasks: Sequence[TaskFile],
+                     names: Sequence[str]) -> dict[str, Any]:
+    """The report's account of the shared pool and of how the single model was chosen."""
+    chosen = {}
+    for t in tasks:
+        b = best.get(t.name) or best.get("*")
+        chosen[t.name] = ({"model": b["model"], "on_dev": True, "dev_run": b["run_id"], "dev_means": b["means"],
+                           "source": f"best expected one-sample accuracy on {b['questions']} dev questions "
+                                     f"({b['source']}), never a test question"} if b else
+                          {"model": names[0], "on_dev": False,
+                           "source": "NOT chosen on dev (no dev split): the first pool model, as in the first edition"})
+    return {"k": cfg.k, "models": list(cfg.models), "temperature": cfg.temperature, "max_tokens": cfg.max_tokens,
+            "shots": cfg.shots, "single_model": chosen}
 
 
 def _short(settings: dict[str, Any]) -> dict[str, Any]:

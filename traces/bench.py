@@ -115,6 +115,9 @@ class BenchSpec:
     ``lambda``, ``max_calls``, ``dropped`` (dev questions dropped because they were test questions)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """The protocols' settings and the pool (for the report's header)."""
+    renames: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Protocol → {method as its run records it → method in this bench}: a run computing a method
+    under another name (the routed COMED run's ``comed`` is the bench's ``comed_routed``)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,17 +145,21 @@ class _TaskData:
     """ALIGN question id → agents (requests) with a successful sample."""
 
 
-def _read_task(store: TraceStore, task: BenchTask, methods: dict[str, str]) -> _TaskData:
+def _read_task(store: TraceStore, task: BenchTask, methods: dict[str, str],
+               renames: dict[str, dict[str, str]] | None = None) -> _TaskData:
     ids = set(task.question_ids)
+    renames = renames or {}
     data = _TaskData({}, {}, {}, {})
     for protocol, run_id in task.runs.items():
         rows = {q["question_id"]: {**q, "detail": json.loads(q["detail"] or "{}")}
                 for q in store.questions(run_id) if q["question_id"] in ids}
         data.questions[protocol] = rows
         data.failed[protocol] = {q: e for q, e in failed_questions(store, run_id).items() if q in ids and q not in rows}
+        names = renames.get(protocol, {})
         for r in store.results(run_id):
-            if r["question_id"] in rows and methods.get(r["method"]) == protocol:
-                data.results.setdefault(r["method"], {})[r["question_id"]] = r
+            name = names.get(r["method"], r["method"])
+            if r["question_id"] in rows and methods.get(name) == protocol:
+                data.results.setdefault(name, {})[r["question_id"]] = {**r, "method": name}
     if "align" in task.runs:
         for r in store.db.query(
                 "select question_id, count(distinct agent) as n from model_calls where run_id = ? and error is null "
@@ -186,6 +193,10 @@ def dev_outcome(detail: dict[str, Any]) -> DevOutcome | None:
 
 def _calls(method: str, protocol: str, row: dict[str, Any], question: dict[str, Any], data: _TaskData) -> float:
     """Model calls (requests; N samples of one prompt are one) this method's answer needed."""
+    if row.get("calls") is not None and protocol != "align":  # COMED's runs, the shared draw
+        return float(row["calls"])
+    if row.get("shared_calls") and protocol == "align":  # ALIGN on the shared pool: no rows of its own
+        return float(row["shared_calls"])
     if protocol == "comed":
         return float((question["detail"].get("method_calls") or {}).get(method) or 0)
     if method == "single_agent":
@@ -215,7 +226,27 @@ def _cell(method: str, protocol: str, task: BenchTask, data: _TaskData, seed: in
         "tokens_per_q": _mean([r["completion_tokens"] or 0 for r in recorded]),
         "model_s_per_q": _mean([r["latency_s"] or 0.0 for r in recorded]),
         "wall_s_per_q": _mean([questions[r["question_id"]]["wall_s"] or 0.0 for r in recorded]),
+        **_shared_added(method, protocol, recorded, questions, data),
     }
+
+
+#: The shared / added split of a cell's cost (issue 32), per question.
+SPLIT_KEYS = ("shared_calls_per_q", "shared_samples_per_q", "shared_tokens_per_q",
+              "added_calls_per_q", "added_samples_per_q", "added_tokens_per_q")
+
+
+def _shared_added(method: str, protocol: str, recorded: list[dict[str, Any]], questions: dict[str, Any],
+                  data: _TaskData) -> dict[str, float]:
+    """Per question, what the method took from the bench's shared candidate pool and what it added
+    (total − shared; a row without shared columns added everything)."""
+    calls = [_calls(method, protocol, r, questions[r["question_id"]], data) for r in recorded]
+    sc = [float(r.get("shared_calls") or 0) for r in recorded]
+    ss = [float(r.get("shared_samples") or 0) for r in recorded]
+    st = [float(r.get("shared_tokens") or 0) for r in recorded]
+    return {"shared_calls_per_q": _mean(sc), "shared_samples_per_q": _mean(ss), "shared_tokens_per_q": _mean(st),
+            "added_calls_per_q": _mean([max(0.0, c - s) for c, s in zip(calls, sc)]),
+            "added_samples_per_q": _mean([(r["samples"] or 0) - s for r, s in zip(recorded, ss)]),
+            "added_tokens_per_q": _mean([(r["completion_tokens"] or 0) - t for r, t in zip(recorded, st)])}
 
 
 def _pairs(data: _TaskData, a: str, b: str) -> tuple[list[str], list[int], list[int]]:
@@ -236,14 +267,18 @@ def _paired(task: str, a: str, b: str, x: Sequence[float], y: Sequence[float], s
 
 
 def _single_models(store: TraceStore, task: BenchTask, data: _TaskData) -> dict[str, dict[str, float]]:
-    """Each pool model's expected one-sample accuracy per ALIGN question: the share of its ALIGN
-    candidates (temperature-sampled, as the agents drew them) that are right."""
-    if "align" not in task.runs:
+    """Each pool model's expected one-sample accuracy per question: the share of its samples
+    (temperature-sampled) that are right: its share of the bench's shared candidate pool when the
+    bench drew one (every pool model), else its ALIGN candidates (the agents' models)."""
+    if "candidates" in task.runs:
+        run, role, questions = task.runs["candidates"], "candidate", data.questions.get("candidates", {})
+    elif "align" in task.runs:
+        run, role, questions = task.runs["align"], "agent", data.questions.get("align", {})
+    else:
         return {}
-    questions = data.questions.get("align", {})
     by: dict[str, dict[str, list[bool]]] = {}
     for c in store.db.query("select question_id, model, completion from model_calls where run_id = ? and "
-                            "error is null and role = 'agent' order by model", [task.runs["align"]]):
+                            "error is null and role = ? order by model", [run, role]):
         q = questions.get(c["question_id"])
         if q is None or q["gold"] is None:
             continue
@@ -251,6 +286,34 @@ def _single_models(store: TraceStore, task: BenchTask, data: _TaskData) -> dict[
         answer = extract_answer(c["completion"] or "", kind, len(_OPTION_LINE.findall(q["question"] or "")) or 4)
         by.setdefault(c["model"], {}).setdefault(c["question_id"], []).append(bool(score_answer(answer, q["gold"], kind)))
     return {m: {q: sum(v) / len(v) for q, v in per_q.items()} for m, per_q in by.items()}
+
+
+def _pool(store: TraceStore, task: BenchTask, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The task's shared candidate pool (issue 32): its cost per question (drawn once, for every
+    protocol) and each model's self-consistency over its own k samples (the candidates run's
+    ``sc:<model>`` methods: free, no call of their own). Empty without a shared pool."""
+    run = task.runs.get("candidates")
+    if run is None:
+        return [], []
+    ids = set(task.question_ids)
+    rows = [r for r in store.results(run) if r["question_id"] in ids]
+    pool = [r for r in rows if r["method"] == "candidates"]
+    out = [{"task": task.name, "run_id": run, "questions": len(pool),
+            "calls_per_q": _mean([r["calls"] or 0 for r in pool]), "samples_per_q": _mean([r["samples"] or 0 for r in pool]),
+            "tokens_per_q": _mean([r["completion_tokens"] or 0 for r in pool]),
+            "model_s_per_q": _mean([r["latency_s"] or 0.0 for r in pool])}] if pool else []
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["method"].startswith("sc:"):
+            by.setdefault(r["method"][3:], []).append(r)
+    sc = []
+    for model, mine in by.items():
+        scored = [int(r["correct"]) for r in mine if r["correct"] is not None and r["samples"]]
+        acc, lo, hi = bootstrap_ci(scored, seed=seed)
+        sc.append({"task": task.name, "model": model, "questions": len(scored), "accuracy": acc, "ci_low": lo,
+                   "ci_high": hi, "too_few": too_few(len(scored), lo, hi),
+                   "samples_per_q": _mean([r["samples"] or 0 for r in mine])})
+    return out, sc
 
 
 def _comed(task: BenchTask, data: _TaskData) -> dict[str, Any] | None:
@@ -283,10 +346,12 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
     failed (an interrupted bench: rerun it with the same id)."""
     methods = spec.methods
     cells, paired, singles, comed = [], [], [], []
+    pools: list[dict[str, Any]] = []
+    model_sc: list[dict[str, Any]] = []
     per_task: dict[str, _TaskData] = {}
     single_values: dict[str, dict[str, dict[str, float]]] = {}
     for task in spec.tasks:
-        data = per_task[task.name] = _read_task(store, task, methods)
+        data = per_task[task.name] = _read_task(store, task, methods, spec.renames)
         for m, protocol in methods.items():
             if protocol in task.runs and m in data.results:
                 cells.append(_cell(m, protocol, task, data, seed))
@@ -303,6 +368,9 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
         c = _comed(task, data)
         if c is not None:
             comed.append(c)
+        pool_rows, sc_rows = _pool(store, task, seed)
+        pools += pool_rows
+        model_sc += sc_rows
 
     macro = []
     for m in methods:
@@ -315,7 +383,8 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
         macro.append({"method": m, "tasks": sum(1 for g in groups if g), "all_tasks": all(groups), "accuracy": acc,
                       "ci_low": lo, "ci_high": hi, "too_few": too_few(sum(len(g) for g in groups), lo, hi),
                       **{k: _mean([c[k] for c in mine if c[k] == c[k]])
-                         for k in ("calls_per_q", "samples_per_q", "tokens_per_q", "model_s_per_q", "wall_s_per_q")}})
+                         for k in ("calls_per_q", "samples_per_q", "tokens_per_q", "model_s_per_q", "wall_s_per_q",
+                                   *SPLIT_KEYS)}})
     macro_paired = []
     for b in BASELINES:
         for m in methods:
@@ -361,6 +430,7 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
             BASELINES.index(p["baseline"]), list(methods).index(p["method"]),
             [t.name for t in spec.tasks].index(p["task"]) if p["task"] != "macro" else len(spec.tasks))),
         "single_models": singles, "macro_single_models": macro_singles, "comed": comed,
+        "shared_pool": pools, "model_self_consistency": model_sc,
         "failed_questions": {t: f for t, f in failed.items() if f},
         "level": LEVEL, "resamples": RESAMPLES, "seed": seed,
     }
@@ -384,7 +454,21 @@ def _claims(report: dict[str, Any], spec: BenchSpec, per_task: dict[str, _TaskDa
     macro = {m["method"]: m for m in report["macro"] if m["all_tasks"]}
     multi = [m for m in ("align", "self_consistency", "best_of_n", "comed", "moa", "debate") if m in macro]
     singles = [s for s in report["macro_single_models"] if s["tasks"] == len(spec.tasks)]
-    if multi and singles:
+    chosen = ((spec.settings.get("shared") or {}).get("single_model") or {})
+    on_dev = bool(chosen) and all(c.get("on_dev") for c in chosen.values())
+    if multi and on_dev and "single_agent" in macro:
+        best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
+        pair = _macro_pair(spec, per_task, best_multi, "single_agent", seed)
+        if pair is not None:
+            models = ", ".join(sorted({c["model"] for c in chosen.values()}))
+            out.append({"claim": f"best multi-model method ({best_multi}) − the dev-chosen best single model "
+                                 f"({models}, its first sample), macro, paired", "value": pair["diff"],
+                        "ci_low": pair["ci_low"], "ci_high": pair["ci_high"], "p_mcnemar": pair["p_mcnemar"],
+                        "questions": pair["questions"],
+                        "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
+                        else _holds(pair["diff"], pair["ci_low"], 0.0, strict=True),
+                        "note": "the best single model is chosen on the dev split, never on test questions"})
+    elif multi and singles:
         best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
         best_single = max(singles, key=lambda s: s["accuracy"])
         diffs = []
@@ -398,7 +482,8 @@ def _claims(report: dict[str, Any], spec: BenchSpec, per_task: dict[str, _TaskDa
                              "expected one-sample accuracy), macro", "value": d, "ci_low": lo, "ci_high": hi,
                     "p_mcnemar": None, "questions": n,
                     "holds": TOO_FEW if too_few(n, lo, hi) else _holds(d, lo, 0.0, strict=True),
-                    "note": "the best single model is picked on the test questions themselves (optimistic for it)"})
+                    "note": "the best single model was NOT chosen on a dev split: it is picked on the test questions "
+                            "themselves (optimistic for it)"})
     for dense in ("moa", "debate"):
         pair = _macro_pair(spec, per_task, "comed", dense, seed)
         if pair is None:
@@ -563,6 +648,8 @@ def report_markdown(report: dict[str, Any]) -> str:
                 lines.append(f"| {m} | {t} | {_num(c['calls_per_q'])} | {_num(c['samples_per_q'])} | "
                              f"{_num(c['tokens_per_q'], 1)} | {_num(c['model_s_per_q'])} | {_num(c['wall_s_per_q'])} |")
 
+    lines += _shared_markdown(report, tasks, cells, macro)
+
     lines += ["", "## Shared samples", "", "| method | draws on |", "|---|---|"]
     lines += [f"| {m} | {report['sharing'].get(m, '-')} |" for m in report["methods"]]
 
@@ -608,6 +695,53 @@ def report_markdown(report: dict[str, Any]) -> str:
             for p, ids in per.items():
                 lines.append(f"- {t} / {p}: {len(ids)} ({', '.join(ids[:10])}{', ...' if len(ids) > 10 else ''})")
     return "\n".join(lines) + "\n"
+
+
+def _shared_markdown(report: dict[str, Any], tasks: list[str], cells: dict[tuple[str, str], dict[str, Any]],
+                     macro: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's issue-32 sections: the shared pool's cost, each method's shared and added
+    compute (matched-compute comparison: the added calls column), the single model's choice, and each
+    model's self-consistency over its own share of the pool."""
+    shared = (report.get("settings") or {}).get("shared")
+    lines = ["", "## Shared and added compute", ""]
+    if not shared:
+        lines.append("No shared candidate pool: every protocol drew its own samples (first edition; "
+                     "`--shared-candidates` draws one pool per question for all of them). Everything below is added.")
+    else:
+        lines.append(f"One candidate pool per question: k = {shared['k']} samples from each of "
+                     + ", ".join(f"`{m}`" for m in shared["models"])
+                     + f" (temperature {shared['temperature']}, max {shared['max_tokens']} tokens, {shared['shots']} "
+                       "shots, the neutral solver prompt), drawn once and given to every protocol that starts from "
+                       "independent samples.")
+        for p in report.get("shared_pool") or []:
+            lines.append(f"- {p['task']}: the pool cost {_num(p['calls_per_q'])} calls, {_num(p['samples_per_q'])} "
+                         f"samples, {_num(p['tokens_per_q'], 1)} generated tokens per question (`{p['run_id']}`).")
+        for t, c in (shared.get("single_model") or {}).items():
+            lines.append(f"- {t}: single model `{c['model']}`: {c['source']}.")
+    lines += ["", "Per question: shared = taken from the pool (drawn once for all methods); added = the method's own "
+              "calls beyond it. Compare methods at matched compute on the added calls.", "",
+              "| method | task | shared calls | shared samples | shared tokens | added calls | added samples | "
+              "added tokens |", "|---|---|---|---|---|---|---|---|"]
+    for m in report["methods"]:
+        for t in tasks + ["macro"]:
+            c = macro.get(m) if t == "macro" else cells.get((t, m))
+            if c is not None and "added_calls_per_q" in c:
+                lines.append(f"| {m} | {t} | {_num(c['shared_calls_per_q'])} | {_num(c['shared_samples_per_q'])} | "
+                             f"{_num(c['shared_tokens_per_q'], 1)} | **{_num(c['added_calls_per_q'])}** | "
+                             f"{_num(c['added_samples_per_q'])} | {_num(c['added_tokens_per_q'], 1)} |")
+    sc = report.get("model_self_consistency") or []
+    if sc:
+        lines += ["", "## Per-model self-consistency (free)", "",
+                  "Each model's plurality over its own share of the pool (no call of its own), beside its expected "
+                  "one-sample accuracy.", "", "| model | task | samples | self-consistency | one sample |",
+                  "|---|---|---|---|---|"]
+        one = {(x["task"], x["model"]): x for x in report.get("single_models") or []}
+        for x in sc:
+            o = one.get((x["task"], x["model"]))
+            lines.append(f"| `{x['model']}` | {x['task']} | {_num(x['samples_per_q'], 0)} | {_pct(x['accuracy'])} "
+                         f"{_ci(x['ci_low'], x['ci_high'])}{_few(x)} | "
+                         + ("-" if o is None else f"{_pct(o['accuracy'])} {_ci(o['ci_low'], o['ci_high'])}") + " |")
+    return lines
 
 
 def plot_accuracy_vs_tokens(report: dict[str, Any], path: str | Path) -> Path:
