@@ -84,7 +84,8 @@ class CouncilConfig:
             raise ValueError(f"CouncilConfig.shots must be an integer >= 0, got {self.shots!r}")
         for name in ("temperature", "review_temperature"):
             if not 0 <= getattr(self, name) <= MAX_POOL_TEMPERATURE:  # NaN fails too
-                raise ValueError(f"CouncilConfig.{name} must be in [0, {MAX_POOL_TEMPERATURE}], got {getattr(self, name)}")
+                raise ValueError(f"CouncilConfig.{name} must be in [0, {MAX_POOL_TEMPERATURE}], "
+                                 f"got {getattr(self, name)}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"CouncilConfig.top_p must be in (0, 1], got {self.top_p}")
         if len(set(self.members)) != len(self.members):

@@ -1,7 +1,8 @@
 """LLM council as a LangGraph state machine: members answer, rank each other's anonymised answers,
 a chair writes the final answer (rules, ballots and prompts: :mod:`agora.agents.council`).
 
-    START ─Send×n─▶ council_answer ─▶ council_collect ─Send×n─▶ council_review ─▶ council_chair ─▶ END
+    START ─Send×n─▶ council_answer ─▶ council_collect ─Send×n─▶ council_review ─▶ council_chair
+          ─▶ END
 
 One ``Send`` per member runs ``council_answer`` (the member's first answer; from the bench's shared
 candidate pool when the input carries one, :func:`agora.graphs._common.take_shared`).
@@ -283,8 +284,8 @@ def _review_request(task: MemberTask, runtime: Runtime[CouncilContext]) -> tuple
     cfg = _config(runtime)
     params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, REVIEW_SEED, agent=task["member"]),
                       temperature=cfg.review_temperature, max_tokens=cfg.review_max_tokens)
-    return (pool_from(runtime.context, CouncilContext), task["model"], review_messages(problem, task["texts"], cfg.shots),
-            params, call_context(problem, "council_review", "reviewer", agent=task["member"],
+    return (pool_from(runtime.context, CouncilContext), task["model"],
+            review_messages(problem, task["texts"], cfg.shots), params, call_context(problem, "council_review", "reviewer", agent=task["member"],
                                  partner=partner(task["models"])))
 
 
@@ -384,7 +385,8 @@ def council_detail(values: dict[str, Any]) -> dict[str, Any]:
     """What the runner stores in ``questions.detail`` for a council question: answers, ballots, ranking, chair."""
     return {"chair": values.get("chair"), "ranking": values.get("ranking"),
             "answers": [{k: a[k] for k in ("member", "model", "answer")} for a in values.get("answers") or []],
-            "reviews": [{k: r[k] for k in ("reviewer", "model", "shown", "ranking")} for r in values.get("reviews") or []]}
+            "reviews": [{k: r[k] for k in ("reviewer", "model", "shown", "ranking")}
+                        for r in values.get("reviews") or []]}
 
 
 def comed_council(comed: Any, pool: ModelPool, anchor: str) -> CouncilContext:
@@ -403,6 +405,8 @@ def _run_label(config: CouncilConfig, names: list[str]) -> str:
     return f"{len(config.members or names)} members, chair {chair_of(config, names)}"
 
 
+_POOL = "the shared pool (k samples per model and question, drawn once)"
+
 SPEC = ProtocolSpec(
     name="council", graph_id="council", module=__name__,
     description=("LLM council: every member answers alone, every member ranks the others' answers anonymised "
@@ -419,9 +423,12 @@ SPEC = ProtocolSpec(
              "the top-ranked answer (council_top) and the plurality of the first answers (council_vote).",
         check=check_pool, label=_run_label, title="council"),
     bench=BenchRole(methods=METHODS, sharing={
-        "council": "its own samples: one first answer per pool model (shared pool when given), every member's "
-                   "ranking and the chair's answer",
+        "council": "its own samples: one first answer per pool model, every member's ranking and the chair's answer",
         "council_top": "the council's first answers and rankings (the top-ranked first answer)",
-        "council_vote": "the council's first answers (their plurality)"}),
+        "council_vote": "the council's first answers (their plurality)"}, shared_sharing={
+        "council": f"{_POOL}: one first answer per member (its model's first sample); adds every member's "
+                   "ranking and the chair's answer",
+        "council_top": f"{_POOL}: the members' first samples; adds the rankings (the top-ranked answer)",
+        "council_vote": f"{_POOL}: the members' first samples (their plurality); adds nothing"}),
     dense=DenseBaseline(context=comed_council, order=30),
 )

@@ -296,7 +296,9 @@ SPEC = ProtocolSpec(
                  "last round's plurality is the answer, the first round's vote is scored beside it."),
     build=build_debate_graph, context=DebateContext, config=DebateConfig, input=DebateInput, output=DebateOutput,
     methods=METHODS, detail=debate_detail, cli=("run debate",), docs="debate.md",
-    bench=BenchRole(methods=("debate",), sharing={"debate": "its own samples: every agent in every round"}),
+    bench=BenchRole(methods=("debate",), sharing={"debate": "its own samples: every agent in every round"},
+                    shared_sharing={"debate": "the shared pool (k samples per model and question, drawn once): the first round "
+                                              "(its agents' models' first samples); adds every later round"}),
     dense=DenseBaseline(context=lambda comed, pool, anchor: DebateContext(pool, comed.debate_config()),
                         keep=lambda out: out.get("rounds") or [], order=20),
     run=RunCommand(

@@ -278,7 +278,9 @@ SPEC = ProtocolSpec(
     methods=METHODS, detail=moa_detail,
     cli=("run moa",), docs="moa.md",
     bench=BenchRole(methods=("moa",), sharing={
-        "moa": "its own samples: one proposal per pool model and the aggregator's answer"}),
+        "moa": "its own samples: one proposal per pool model and the aggregator's answer"}, shared_sharing={
+        "moa": "the shared pool (k samples per model and question, drawn once): one proposal per proposer "
+               "(its model's first sample); adds the aggregator"}),
     dense=DenseBaseline(context=lambda comed, pool, anchor: MoAContext(pool, comed.moa_config(aggregator=anchor)),
                         order=10),
     run=RunCommand(

@@ -8,7 +8,7 @@ imports no protocol, so every graph module can import it (no cycle through the r
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["benchmark", "carried", "interactive"]
@@ -54,6 +54,9 @@ class BenchRole:
     """The methods the bench reports (a subset of the spec's ``methods``, the main one first)."""
     sharing: Mapping[str, str]
     """Method → the samples it draws on, in words (the report's "shares" column); one per method."""
+    shared_sharing: Mapping[str, str] = field(default_factory=dict)
+    """Method → the same in a bench with one shared candidate pool per question (``--shared-candidates``):
+    which of its samples come from the pool and what it adds; a method without one keeps ``sharing``'s."""
     needs: str = "question"
     """The input it needs per question: ``question`` (the problem alone; with the bench's shared
     candidates, ``shared_candidates`` too, :func:`agora.graphs._common.take_shared`)."""

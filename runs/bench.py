@@ -32,7 +32,12 @@ from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter
 from agora.graphs.delegation import METHODS as ALIGN_METHODS, DelegationContext, build_delegation_graph
 from agora.graphs import registry
-from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS, EscalationContext, build_escalation_graph, comed_detail
+from agora.graphs.escalation import (
+    OWN_METHODS as COMED_OWN_METHODS,
+    EscalationContext,
+    build_escalation_graph,
+    comed_detail,
+)
 from agora.graphs.candidates import CandidatesContext, build_candidates_graph
 from agora.graphs.runner import QuestionOutcome, RunOutcome, run_problems
 from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
@@ -599,8 +604,7 @@ def _shared_methods(methods: dict[str, str], shares: dict[str, str], config: Ben
               "anchor": f"{pool}: the anchor's first N samples (their plurality)",
               "comed_routed": f"{pool}: the routed anchor's first N samples; adds the probe's and the peers' answers",
               "router_only": f"{pool}: the routed anchor's first sample",
-              "moa": f"{pool}: one proposal per proposer (its model's first sample); adds the aggregator",
-              "debate": f"{pool}: the first round (its agents' models' first samples); adds every later round"}
+              **{m: text for spec in registry.bench_specs() for m, text in spec.bench.shared_sharing.items()}}
     return methods, shares
 
 

@@ -180,3 +180,19 @@ def test_the_council_is_in_the_bench_and_a_comed_baseline_through_the_registry()
     assert out["methods"]["council"]["answer"] == "9" and out["methods"]["council_top"]["answer"] == "7"
     assert out["methods"]["council"]["calls"] == out["costs"]["council"]["calls"] == 7
     assert [c["model"] for c in out["calls"] if c["node"] == "council_chair"] == ["beta"]  # COMED's anchor chairs
+
+
+def test_comed_hands_the_shared_pool_to_the_council_and_the_bench_says_so():
+    from agora.runs.bench import _shared_methods
+
+    shared = {m: [{"model": m, "text": TEXT[m], "call_id": f"c-{m}-{j}", "sample_index": j, "seed": 1,
+                   "prompt_tokens": 5, "completion_tokens": 4, "latency_s": 0.5, "finish_reason": "stop"}
+                  for j in range(3)] for m in TEXT}
+    pool, _ = scripted_council()
+    cfg = EscalationConfig(thresholds=EscalationThresholds(0.5, 0.34), anchor="alpha", baselines=("council",))
+    out = build_escalation_graph().compile().invoke({**Q, "shared_candidates": shared},
+                                                    context=EscalationContext(pool, cfg), output_keys=["methods", "calls"])
+    assert not any(c["node"] in ("anchor", "council_answer") for c in out["calls"])  # both took the pool's samples
+    assert (out["methods"]["council_vote"]["shared_calls"], out["methods"]["council"]["shared_calls"]) == (3, 3)
+    _methods, texts = _shared_methods({"council": "comed"}, sharing(), BenchConfig(), routed=False)
+    assert texts["council_vote"].startswith("the shared pool") and texts["moa"].startswith("the shared pool")
