@@ -18,11 +18,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from agora.agents.escalation import (
-    BASELINES,
     EscalationConfig,
     EscalationThresholds,
     ThresholdsFile,
     check_pool,
+    baseline_names,
     decision_grid,
     load_thresholds,
     write_thresholds,
@@ -164,9 +164,10 @@ _OPTIONS_OF = {"thresholds": ("thresholds", "tau_hi", "tau_lo", "m_min"), "n_anc
 
 def _baselines(spec: str) -> tuple[str, ...]:
     names = tuple(b.strip() for b in spec.split(",") if b.strip() and b.strip() != "none")
-    unknown = [b for b in names if b not in BASELINES]
+    known = baseline_names()  # the registry's dense baselines (agora.graphs.escalation sets the source)
+    unknown = [b for b in names if b not in known]
     if unknown:
-        raise ValueError(f"--baselines: unknown {unknown}; choose from {', '.join(BASELINES)} or none")
+        raise ValueError(f"--baselines: unknown {unknown}; choose from {', '.join(known)} or none")
     return names
 
 
@@ -189,7 +190,7 @@ def run_comed(
     router_k: int = ROUTER_K,
     embedding: str = EMBEDDING,
     baselines: str = typer.Option(",".join(_DEFAULTS.baselines), "--baselines",
-                                  help="Dense baselines in the same run: moa, debate, none."),
+                                  help="Dense baselines in the same run: moa, debate, council (any registered dense baseline), none."),
     debate_agents: int = typer.Option(_DEFAULTS.debate_agents, "--debate-agents",
                                       help="Debate agents; agent i plays pool model i mod |pool|."),
     debate_rounds: int = typer.Option(_DEFAULTS.debate_rounds, "--debate-rounds", help="Rounds including the first."),

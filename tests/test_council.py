@@ -196,3 +196,24 @@ def test_comed_hands_the_shared_pool_to_the_council_and_the_bench_says_so():
     assert (out["methods"]["council_vote"]["shared_calls"], out["methods"]["council"]["shared_calls"]) == (3, 3)
     _methods, texts = _shared_methods({"council": "comed"}, sharing(), BenchConfig(), routed=False)
     assert texts["council_vote"].startswith("the shared pool") and texts["moa"].startswith("the shared pool")
+
+
+def test_agora_run_council_and_comeds_baselines_option(tmp_path, monkeypatch):
+    import json
+
+    import agora.cli._shared as shared
+    from typer.testing import CliRunner
+
+    from agora.cli.comed import _baselines
+    from agora.cli.main import app
+
+    monkeypatch.setattr(shared, "get_pool", lambda path: scripted_council()[0])
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": Q["question"], "answer": "#### 7"}) + "\n")
+    out = CliRunner().invoke(app, ["run", "council", "--data", str(data), "--pool", "x", "--db", str(tmp_path / "t.db"),
+                                   "--chair", "gamma"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert "3 members, chair gamma" in out.output and "council_top" in out.output
+    assert _baselines("moa,council") == ("moa", "council") and _baselines("none") == ()
+    with pytest.raises(ValueError, match="unknown \\['vote'\\]; choose from moa, debate, council"):
+        _baselines("vote")
