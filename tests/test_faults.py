@@ -905,3 +905,28 @@ def test_a_write_refused_by_the_file_system_mid_run_is_one_line_and_the_rerun_fi
     out = agora(*args)
     assert out.exit_code == 0, out.output
     assert t["questions"].count == 40
+
+
+def test_a_lone_surrogate_in_a_duel_reply_is_recorded_safely(tmp_path, caplog):
+    """Duels write through their own tables (traces/duels.py): a follower's reply with a lone
+    surrogate is stored as U+FFFD, with a warning, and the duel is recorded (issue 33 item 2)."""
+    from agora.graphs.duel import DuelConfig, DuelContext
+    from agora.models.testing import ScriptedChatModel
+    from agora.runs.duel import run_duels
+    from agora.tasks import synthetic_problems
+
+    def member(name):
+        def respond(messages, i):
+            last = messages[-1]["content"]
+            return '{"score": 7}' if "Response to be evaluated" in last else f"{name} says \ud800 the answer is 4."
+        return ScriptedChatModel(respond=respond)
+
+    pool = ModelPool.from_chat_models({n: member(n) for n in ("a", "b", "c")}, max_retries=0)
+    store = TraceStore(tmp_path / "t.db")
+    out = run_duels(store, "d", DuelContext(pool, DuelConfig(mode="sparta", duels=1, iterations=1),
+                                            synthetic_problems(2)))
+    assert len(out.records) == 1
+    [duel] = list(store.db.query("select answer_a, answer_b from duels where run_id = 'd'"))
+    assert all("\ud800" not in duel[k] and duel[k].endswith(" the answer is 4.") for k in ("answer_a", "answer_b"))
+    completions = [r["completion"] for r in store.db.query("select completion from model_calls where completion like '% says %'")]
+    assert len(completions) == 2 and all("\ud800" not in c for c in completions)

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from agora.traces import schema
-from agora.traces.store import TraceStore, call_rows, now
+from agora.traces.store import TraceStore, call_rows, clean_rows, now
 
 
 def _json(value: Any) -> str:
@@ -105,7 +105,7 @@ def load_state(store: TraceStore, run_id: str, window: int) -> SavedState:
 
 def record_calls(store: TraceStore, run_id: str, protocol: str, duel_id: str, calls: Iterable[dict]) -> None:
     """Write model-call records of a duel (e.g. the failed attempts of an interrupted one)."""
-    rows = call_rows(calls, run_id, duel_id, protocol)
+    rows = clean_rows("model_calls", call_rows(calls, run_id, duel_id, protocol))
     if rows:
         with store.transaction() as db:
             db["model_calls"].upsert_all(rows, pk="call_id")
@@ -143,16 +143,18 @@ def record_duel(store: TraceStore, rec: dict[str, Any], calls: Iterable[dict[str
               "log_w_rest": rec["leader_state"]["log_w_rest"], "log_w": _json(rec["leader_state"]["log_w"]),
               "created_at": created}
     pair = rec["pair"]
-    rows_of_calls = call_rows(calls, run_id, duel_id, rec["mode"])
+    rows_of_calls = clean_rows("model_calls", call_rows(calls, run_id, duel_id, rec["mode"]))
+    [duel] = clean_rows("duels", [duel])  # a lone surrogate in a reply or instruction is stored as U+FFFD
     with store.transaction() as db:
         if rows_of_calls:
             db["model_calls"].upsert_all(rows_of_calls, pk="call_id")
         db["reputation_snapshots"].upsert_all(reps, pk=("duel_id", "model"))
         db["leader_snapshots"].upsert(leader, pk="duel_id")
         if pair is not None:
-            db["preference_pairs"].upsert({
+            [pair_row] = clean_rows("preference_pairs", [{
                 **pair, "prompt_messages": _json(pair["prompt_messages"]), "judge_scores": _json(pair["judge_scores"]),
-                "reputations": _json(pair["reputations"]), "created_at": created}, pk="pair_id")
+                "reputations": _json(pair["reputations"]), "created_at": created}])
+            db["preference_pairs"].upsert(pair_row, pk="pair_id")
         db["duels"].upsert(duel, pk="duel_id")
 
 

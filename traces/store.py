@@ -863,6 +863,19 @@ def _clean_rows(table: str, rows: list[dict[str, Any]], params: list[tuple]) -> 
     return out
 
 
+def clean_rows(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (dicts) made storable: lone surrogates as U+FFFD, integers beyond 64 bits as NULL
+    (:func:`_clean_text`), one logged warning per row changed. For writers that do not go through
+    :meth:`TraceStore.record_question` (duels, sessions)."""
+    if not rows:
+        return rows
+    cleaned = []
+    for row in rows:
+        [values] = _clean_rows(table, [row], [tuple(row.values())])
+        cleaned.append(dict(zip(row, values)))
+    return cleaned
+
+
 def _bool(value: Any) -> int | None:
     return None if value is None else int(bool(value))
 
