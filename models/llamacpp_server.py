@@ -155,7 +155,10 @@ def _load(path: str, n_ctx: int, n_threads: int, slots: int, lora_path: str | No
                 raise ModelUnavailableError(f"{file}: cannot read the {what}: {exc.strerror}") from None
             if magic != b"GGUF":
                 raise ModelUnavailableError(f"{file}: not a GGUF file (the {what} of llama.cpp's server)")
-        import xllamacpp
+        try:
+            import xllamacpp
+        except ImportError:
+            raise ImportError("AGORA_LLAMA_ENGINE=server needs xllamacpp: pip install 'agora-llm[server-engine]'") from None
 
         params = xllamacpp.CommonParams()
         params.model.path = path
