@@ -83,6 +83,32 @@ def _print_errors(level: int, text: bytes, user_data: Any = None) -> None:
         print(text.decode("utf-8", errors="replace"), end="", file=sys.stderr, flush=True)
 
 
+class _KeepStreams:
+    """Stands in for llama-cpp-python's ``suppress_stdout_stderr``, which with ``verbose=False``
+    points file descriptors 1 and 2 of the whole process at ``/dev/null`` while a model loads: any
+    other thread's output in that window (an app printing a graph's streamed events) was lost. The
+    log callback (:func:`_print_errors`) already keeps llama.cpp to its errors."""
+
+    def __init__(self, disable: bool = True) -> None:
+        pass
+
+    def __enter__(self) -> "_KeepStreams":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _keep_std_streams() -> None:
+    """Load models without llama-cpp-python's process-wide redirect of stdout and stderr."""
+    import llama_cpp._internals
+    import llama_cpp.llama
+
+    for module in (llama_cpp.llama, llama_cpp._internals):
+        if hasattr(module, "suppress_stdout_stderr"):
+            module.suppress_stdout_stderr = _KeepStreams
+
+
 def _log_errors_only() -> None:
     """Install :func:`_print_errors` as llama.cpp's log callback (replacing llama-cpp-python's)."""
     global _log_callback
@@ -100,6 +126,7 @@ def _load(path: str, n_ctx: int, n_threads: int, lora_path: str | None = None, l
 
     _disable_extra_buffer_types()
     _log_errors_only()
+    _keep_std_streams()
     extra = {"lora_path": lora_path, "lora_scale": lora_scale} if lora_path else {}
     llm = Llama(model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False,
                 **extra)
