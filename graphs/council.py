@@ -174,6 +174,8 @@ class CouncilState(CouncilInput, total=False):
     answers: Annotated[list[FirstAnswer], operator.add]
     reviews: Annotated[list[Review], operator.add]
     ranking: list[CouncilStanding]
+    first_answers: list[str | None]
+    """The members' first answers, in member order, once all are in (what the ballots rank)."""
     chair: str
     costs: Annotated[dict[str, Cost], add_costs]
     calls: Annotated[list[dict[str, Any]], operator.add]
@@ -258,7 +260,7 @@ def council_collect(state: CouncilState) -> dict[str, Any]:
     answers = _answers(state)
     emit("council_answer", f"council first answers {[a['answer'] for a in answers]}",
          answers=[a["answer"] for a in answers])
-    return {}
+    return {"first_answers": [a["answer"] for a in answers]}
 
 
 # ---------------------------------------------------------------------------- stage 2: ballots
