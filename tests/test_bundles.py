@@ -131,3 +131,35 @@ def test_export_refuses_unknown_runs_and_exports_single_runs(exported, tmp_path)
     assert CliRunner().invoke(app, ["import", str(one), "--db", str(copy)]).exit_code == 0
     counts = table_counts(copy)
     assert counts["runs"] == 1 and counts["questions"] == 3 and counts["benches"] == 0
+
+
+def test_import_refuses_rows_of_runs_the_header_does_not_list_or_new_rows_for_an_existing_run(exported, tmp_path):
+    _, bundle = exported
+    lines = gzip.open(bundle, "rt", encoding="utf-8").read().splitlines()
+    head = json.loads(lines[0])
+    target = tmp_path / "t.db"
+    assert CliRunner().invoke(app, ["import", str(bundle), "--db", str(target)]).exit_code == 0
+    before = table_counts(target)
+
+    def write(name, rows):
+        p = tmp_path / name
+        with gzip.open(p, "wt", encoding="utf-8") as f:
+            f.write("\n".join(rows) + "\n")
+        return p
+
+    # a questions row re-labelled with a run id the header does not list
+    qcols = list(head["tables"]["questions"]["columns"])
+    qline = next(json.loads(x) for x in lines[1:] if json.loads(x).get("t") == "questions")
+    v = list(qline["v"])
+    v[qcols.index("run_id")] = "not-in-header"
+    evil = write("e1.gz", [lines[0], json.dumps({"t": "questions", "v": v})] + lines[1:])
+    result = CliRunner().invoke(app, ["import", str(evil), "--db", str(target)])
+    assert result.exit_code == 2 and "questions: run_id 'not-in-header' is not one of the bundle header's runs" in result.output
+    # a new question injected into a run that already exists in the target
+    v = list(qline["v"])
+    v[qcols.index("question_id")] = "injected-1"
+    runs_end = max(i for i, x in enumerate(lines) if json.loads(x).get("t") == "runs")
+    evil = write("e2.gz", lines[:runs_end + 1] + [json.dumps({"t": "questions", "v": v})] + lines[runs_end + 1:])
+    result = CliRunner().invoke(app, ["import", str(evil), "--db", str(target)])
+    assert result.exit_code == 2 and "already exists" in result.output and "identical rows" in result.output
+    assert table_counts(target) == before

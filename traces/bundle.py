@@ -204,6 +204,8 @@ def import_bundle(path: str | Path, store: TraceStore) -> BundleSummary:
             for c, ty in cols.items():
                 if c not in have:
                     db[t].add_column(c, _TYPES.get(ty, str))
+        head_runs = {r for r in head.get("runs") or () if isinstance(r, str)}
+        bundle_runs: dict[str, bool] = {}
         lines = _lines(path)
         next(lines)
         for i, line in lines:
@@ -222,9 +224,26 @@ def import_bundle(path: str | Path, store: TraceStore) -> BundleSummary:
                 if old is not None and not _same_run(old, row):
                     raise BundleError(f"{path}:{i}: run_id: {row['run_id']!r} already exists in {store.path} as "
                                       f"another run (started {old.get('started_at')}); import into another database")
+            rid = row.get("run_id")
+            if rid is not None and t != "runs":  # (bench_cells of a whole bench carry no run id)
+                if rid not in head_runs:
+                    raise BundleError(f"{path}:{i}: {t}: run_id {rid!r} is not one of the bundle header's runs; "
+                                      "nothing was imported")
+                if rid not in bundle_runs:
+                    raise BundleError(f"{path}:{i}: {t}: run_id {rid!r} has no runs row in the bundle; "
+                                      "nothing was imported")
+            elif t == "runs":
+                if rid not in head_runs:
+                    raise BundleError(f"{path}:{i}: runs: run_id {rid!r} is not one of the bundle header's runs; "
+                                      "nothing was imported")
             names = ", ".join(f"[{c}]" for c in cols)
             cur = db.conn.execute(f"INSERT OR IGNORE INTO [{t}] ({names}) VALUES ({', '.join('?' * len(cols))})",
                                   line["v"])
+            if t == "runs":
+                bundle_runs[rid] = cur.rowcount == 0  # True: the run already existed in the store
+            elif rid is not None and bundle_runs.get(rid) and cur.rowcount:
+                raise BundleError(f"{path}:{i}: {t}: a new row for run {rid!r}, which already exists in "
+                                  f"{store.path}; a re-import may only repeat identical rows; nothing was imported")
             added[t] += cur.rowcount
             read[t] += 1
             skipped += 1 - cur.rowcount
