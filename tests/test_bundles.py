@@ -163,3 +163,17 @@ def test_import_refuses_rows_of_runs_the_header_does_not_list_or_new_rows_for_an
     result = CliRunner().invoke(app, ["import", str(evil), "--db", str(target)])
     assert result.exit_code == 2 and "already exists" in result.output and "identical rows" in result.output
     assert table_counts(target) == before
+
+
+def test_a_tampered_header_column_is_refused_naming_the_file_and_field(exported, tmp_path):
+    _, bundle = exported
+    lines = gzip.open(bundle, "rt", encoding="utf-8").read().splitlines()
+    head = json.loads(lines[0])
+    cols = head["tables"]["runs"]["columns"]
+    head["tables"]["runs"]["columns"] = {('run_id" TEXT); DROP x' if c == "run_id" else c): ty for c, ty in cols.items()}
+    bad = tmp_path / "bad.gz"
+    with gzip.open(bad, "wt", encoding="utf-8") as f:
+        f.write("\n".join([json.dumps(head)] + lines[1:]) + "\n")
+    result = CliRunner().invoke(app, ["import", str(bad), "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2
+    assert f"{bad}:1: tables.runs.columns: " in result.output and "not a plain column name" in result.output

@@ -168,6 +168,19 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
         raise BundleError(f"{path}:1: version: {head.get('version')!r}; this Agora reads versions up to {VERSION}")
     if not isinstance(head.get("tables"), dict):
         raise BundleError(f"{path}:1: tables: missing")
+    for t, info in head["tables"].items():
+        cols = info.get("columns") if isinstance(info, dict) else None
+        if not isinstance(cols, dict) or not cols:
+            raise BundleError(f"{path}:1: tables.{t}.columns: missing or not a mapping of column names to types")
+        for c in cols:
+            if not c.replace("_", "").isalnum() or not c.isascii():
+                raise BundleError(f"{path}:1: tables.{t}.columns: {c!r} is not a plain column name "
+                                  "(letters, digits, _); the header is damaged or tampered with")
+        pk = info.get("primary_key") or []
+        if not isinstance(pk, list) or any(k not in cols for k in pk):
+            raise BundleError(f"{path}:1: tables.{t}.primary_key: {pk!r} names columns the table does not have")
+    if "runs" in head["tables"] and "run_id" not in head["tables"]["runs"]["columns"]:
+        raise BundleError(f"{path}:1: tables.runs.columns: no run_id column; the header is damaged or tampered with")
     return head
 
 
