@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
-from agora.traces.bundle import SUFFIX, export_bundle, import_bundle
+from agora.traces.bundle import SUFFIX, check_bundle, export_bundle, import_bundle
 from agora.traces.store import TraceStore, backfill
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)
@@ -29,12 +29,15 @@ def export_cmd(
     bench_id: Optional[list[str]] = typer.Option(None, "--bench-id", help="A bench to export: its report rows and "
                                                  "every run <bench>:... (repeatable)."),
     out: Path = typer.Option(..., "--out", help=f"Bundle file to write (*{SUFFIX})."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
 ) -> None:
     """Write the runs (every question, result and model call, and their protocol tables) to one
     gzip JSON Lines bundle that `agora import` loads into any trace DB (format: docs/traces.md)."""
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
+        if out.exists() and not force:
+            raise ValueError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
         summary = export_bundle(TraceStore.reading(db), out, run_id or (), bench_id or ())
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n)
         console.print(f"wrote {escape(str(out))}: {len(summary.runs)} runs"
@@ -50,6 +53,8 @@ def import_cmd(
     """Add the bundle's rows to --db: rows already there (same primary key) are left alone, so a second
     import adds nothing; a run id that exists in --db as another run is refused."""
     with user_errors():
+        if not db.exists():
+            check_bundle(bundle)  # a bad bundle must not leave a new empty database behind
         summary = import_bundle(bundle, TraceStore(db))
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n) or "none"
         console.print(f"imported {escape(str(bundle))} into {escape(str(db))}: {len(summary.runs)} runs; rows added: "

@@ -177,3 +177,21 @@ def test_a_tampered_header_column_is_refused_naming_the_file_and_field(exported,
     result = CliRunner().invoke(app, ["import", str(bad), "--db", str(tmp_path / "t.db")])
     assert result.exit_code == 2
     assert f"{bad}:1: tables.runs.columns: " in result.output and "not a plain column name" in result.output
+
+
+def test_export_refuses_an_existing_out_and_a_bad_import_creates_no_database(exported, tmp_path):
+    db, bundle = exported
+    keep = tmp_path / "keep.txt"
+    keep.write_text("mine")
+    result = CliRunner().invoke(app, ["export", "--db", str(db), "--bench-id", "b1", "--out", str(keep)])
+    assert result.exit_code == 2 and "the file exists" in result.output and "--force" in result.output
+    assert keep.read_text() == "mine"
+    assert CliRunner().invoke(app, ["export", "--db", str(db), "--bench-id", "b1", "--out", str(keep),
+                                    "--force"]).exit_code == 0
+    lines = gzip.open(bundle, "rt", encoding="utf-8").read().splitlines()
+    cut = tmp_path / "cut.gz"
+    with gzip.open(cut, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines[:-1]) + "\n")
+    result = CliRunner().invoke(app, ["import", str(cut), "--db", str(tmp_path / "new.db")])
+    assert result.exit_code == 2 and "truncated" in result.output
+    assert not (tmp_path / "new.db").exists()

@@ -161,6 +161,36 @@ def read_header(path: str | Path) -> dict[str, Any]:
     raise BundleError(f"{path}: empty file, not a bundle")
 
 
+def check_bundle(path: str | Path) -> dict[str, Any]:
+    """Read the whole bundle without a database: its header, and a footer whose counts match the rows.
+
+    Returns:
+        The header. Used before creating a target database, so a bad bundle creates nothing.
+
+    Raises:
+        BundleError: not a bundle, a newer version, a damaged header, or a truncated file.
+    """
+    path = Path(path)
+    head = read_header(path)
+    read: dict[str, int] = {}
+    footer = None
+    for i, line in _lines(path):
+        if i == 1:
+            continue
+        if footer is not None:
+            raise BundleError(f"{path}:{i}: a row after the footer")
+        if line.get("end"):
+            footer = line
+        else:
+            read[line.get("t")] = read.get(line.get("t"), 0) + 1
+    if footer is None:
+        raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
+    expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
+    if expected != read:
+        raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+    return head
+
+
 def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise BundleError(f"{path}:1: format: not an {FORMAT} file")
