@@ -144,11 +144,13 @@ def _grid(n_anchor: int, t: EscalationThresholds, routed: bool) -> str:
     return f"decide: SC {cells}" + (f" (accept needs router margin M >= {t.m_min:.4g}, else verify)" if routed else "")
 
 
-def _check_out(out: Path) -> None:
+def _check_out(out: Path, force: bool = False) -> None:
     """Refuse an ``--out`` the thresholds cannot be written to before the dev run: its folder is
     created (as other commands create theirs) and must be writable."""
     if out.is_dir():
         raise ValueError(f"--out {out}: is a folder; give a file name, e.g. {out / 'comed-thresholds.toml'}")
+    if out.exists() and not force:
+        raise ValueError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -263,6 +265,7 @@ def calibrate_comed(
     pool: Optional[Path] = POOL,
     db: Path = DB,
     run_id: Optional[str] = RUN_ID,
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
 ) -> None:
     """Run every COMED branch (probe and escalation) on each dev question, then choose the
     thresholds maximising rescue − harm − λ·cost and write them to --out."""
@@ -277,7 +280,7 @@ def calibrate_comed(
         fmt_name, problems = _problems(data, fmt, limit, seed)
         the_pool = get_pool(pool)
         check_pool(config, the_pool.names)
-        _check_out(out)
+        _check_out(out, force)
         run_id = run_id or new_run_id("comed-dev")
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)

@@ -390,3 +390,18 @@ def test_select_prints_a_thread_with_markup_as_written(tmp_path, monkeypatch):
                          "--sim-seeds", "1", "--db", tmp_path / "t.db", "--thread", "exp[v2]", "--out", tmp_path / "out")
     assert code == 0, output
     assert "session exp[v2]:" in output and "CUPID session exp[v2]" in output
+
+
+def test_calibrate_comed_refuses_an_existing_out_file(tmp_path):
+    from typer.testing import CliRunner as _Runner
+
+    from agora.cli.main import app as _app
+
+    data = tmp_path / "dev.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    keep = tmp_path / "keep.toml"
+    keep.write_text("mine")
+    result = _Runner().invoke(_app, ["calibrate", "comed", "--data", str(data), "--format", "gsm8k", "--out", str(keep),
+                                     "--db", str(tmp_path / "c.db")])
+    assert result.exit_code == 2 and "the file exists" in result.output and "--force" in result.output
+    assert keep.read_text() == "mine" and not (tmp_path / "c.db").exists()
