@@ -67,6 +67,7 @@ def _transient_kinds() -> tuple[type, ...]:
         import openai
 
         kinds += [openai.APIConnectionError]  # includes APITimeoutError
+        kinds += [openai.APIResponseValidationError]  # a 200 reply that is not a completion
     except ImportError:  # pragma: no cover
         pass
     try:
@@ -113,7 +114,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, permanent):
         return False
     if isinstance(exc, ValueError):
-        return False
+        # langchain-openai's reply to a 200 that is not a completion (an HTML page): a garbled reply
+        return str(exc).startswith("Unexpected response type from OpenAI-compatible endpoint")
     return True
 
 

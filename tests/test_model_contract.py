@@ -417,3 +417,17 @@ def test_a_pool_file_langchain_member_is_the_same_correct_member(tmp_path):
         samples, _ = pool.sample("lc", HI, SamplingParams(n=3, seed=1, max_tokens=9))
     assert len(samples) == 3 and [b["seed"] for b in srv.bodies()] == [1, 2, 3]
     assert all(b["max_tokens"] == 9 for b in srv.bodies())
+
+
+def test_html_200_reply_is_transient():
+    """F17: a 200 HTML page (langchain-openai's ValueError, or the SDK's validation error) is retried."""
+    import httpx
+    import openai
+
+    from agora.models.retry import is_transient
+
+    assert is_transient(ValueError("Unexpected response type from OpenAI-compatible endpoint. Expected dict"))
+    assert not is_transient(ValueError("temperature must be >= 0"))
+    req = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    resp = httpx.Response(200, request=req, text="<html>oops</html>")
+    assert is_transient(openai.APIResponseValidationError(response=resp, body="<html>oops</html>"))
