@@ -37,5 +37,12 @@ def score_results(results: Mapping[str, Mapping[str, Any]], problem: Problem) ->
         results: method name → ``{"answer", ...}`` (a graph's ``methods``).
         problem: the question; its ``gold`` (``None``: every ``correct`` is ``None``) and ``kind``.
     """
-    return {method: {**row, "correct": score_answer(row.get("answer"), problem.gold, problem.kind)}
+    return {method: {**row, "correct": None if _failed(row) else score_answer(row.get("answer"), problem.gold,
+                                                                              problem.kind)}
             for method, row in results.items()}
+
+
+def _failed(row: Mapping[str, Any]) -> bool:
+    """A method that drew no sample (every attempt failed) is failed, not wrong: as the store and
+    report count it (``samples == 0``, or a ``failed`` flag)."""
+    return bool(row.get("failed")) or (row.get("answer") is None and row.get("samples") == 0)

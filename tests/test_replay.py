@@ -248,3 +248,13 @@ def test_replay_on_a_tiny_pool_bench_calls_no_model_and_reproduces_it(shared_dat
                              ("first_sample", "single_agent")):
             assert reproduced(run, replay(run, rule), method) == (2, 2), (run_id, rule)
     assert calls_in(db) == before
+
+
+def test_score_results_gives_none_for_a_failed_method_and_false_for_a_wrong_one():
+    from agora.tasks.scoring import score_results
+    from agora.tasks.problem import Problem
+
+    p = Problem(id="q", question="1+1?", gold="2", kind="math")
+    out = score_results({"a": {"answer": None, "samples": 0}, "b": {"answer": "3", "samples": 2},
+                         "c": {"answer": "2", "samples": 2}}, p)
+    assert [out[m]["correct"] for m in "abc"] == [None, False, True]
