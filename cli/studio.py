@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import typer
 
@@ -55,6 +55,50 @@ so it must be in the environment before the process starts)."""
 SAFE_CHECKPOINTER = {"serde": {"pickle_fallback": False}}
 """langgraph-api's checkpoint serializer without its cloudpickle fallback (``langgraph.json``'s
 ``checkpointer.serde.pickle_fallback``)."""
+
+
+STUDIO_ORIGIN = "https://smith.langchain.com"
+"""The Studio web UI's origin: the one web page, besides the server's own, allowed to call the API."""
+
+
+def allowed_origins(host: str, port: int, extra: Sequence[str] = ()) -> list[str]:
+    """Origins whose browser requests the server answers: Studio's, the server's own address (and
+    ``localhost``/``127.0.0.1`` for it), and ``extra`` (``--allow-origin``). Requests without an
+    ``Origin`` header (curl, the SDK, scripts) are not browser requests and always pass."""
+    own = [f"http://{h}:{port}" for h in dict.fromkeys([host, "127.0.0.1", "localhost"])]
+    return list(dict.fromkeys([STUDIO_ORIGIN, *own, *extra]))
+
+
+def _guard_origins() -> None:
+    """Make langgraph-api's CORS middleware refuse (403) a request whose ``Origin`` is not allowed.
+
+    langgraph-api answers any origin (``access-control-allow-origin: *``) and allows private-network
+    requests, so any web page a user visits could start runs on this server with a plain
+    ``text/plain`` POST (a browser sends it without a preflight; CORS only hides the reply). The server
+    builds its middleware from ``starlette.middleware.cors.CORSMiddleware`` when it is imported, so the
+    class is replaced here, in the server process, before that import; the allowed origins come from
+    ``CORS_ALLOW_ORIGINS`` (:func:`allowed_origins`)."""
+    import starlette.middleware.cors as cors
+    from starlette.responses import PlainTextResponse
+
+    base = cors.CORSMiddleware
+    if getattr(base, "agora_guard", False):
+        return
+
+    class OriginGuard(base):  # type: ignore[misc, valid-type]
+        agora_guard = True
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                origin = dict(scope.get("headers") or []).get(b"origin")
+                if origin is not None and not self.is_allowed_origin(origin.decode("latin-1")):
+                    refusal = PlainTextResponse("origin not allowed by agora studio (see --allow-origin)",
+                                                status_code=403)
+                    await refusal(scope, receive, send)
+                    return
+            await super().__call__(scope, receive, send)
+
+    cors.CORSMiddleware = OriginGuard
 
 
 def server_graphs(config_path: Path) -> dict[str, Any]:
@@ -108,6 +152,9 @@ def studio(
     port: int = typer.Option(2024, "--port", min=1, max=65535, help="Port of the HTTP API."),
     browser: bool = typer.Option(False, "--browser/--no-browser", help="Open the Studio web UI (loaded from "
                                  "the internet) in a browser."),
+    allow_origin: list[str] = typer.Option([], "--allow-origin", help="Another web origin whose pages may call "
+                                           "the API (repeatable). Studio's and the server's own are allowed; "
+                                           "browser requests from any other origin are refused."),
 ) -> None:
     """Serve every graph of CONFIG for LangGraph Studio and the HTTP API (as ``langgraph dev`` does),
     from a fresh private folder, with file persistence off and strict msgpack: no pickle file is
@@ -125,7 +172,7 @@ def studio(
             err_console.print(f"note: {len(stale)} pickle file(s) in {stale[0].parent} are ignored (never loaded); "
                               "delete the folder if you did not make them", highlight=False, markup=False)
         workdir = tempfile.mkdtemp(prefix="agora-studio-")
-        env = {**os.environ, **SAFE_ENV}
+        env = {**os.environ, **SAFE_ENV, "CORS_ALLOW_ORIGINS": ",".join(allowed_origins(host, port, allow_origin))}
         err_console.print(f"API: http://{host}:{port}  (docs: http://{host}:{port}/docs)\n"
                           f"Studio (web UI from the internet): {STUDIO_URL.format(host=host, port=port)}",
                           highlight=False, markup=False)
@@ -157,6 +204,7 @@ def _serve(config: str, host: str, port: str, browser: str) -> None:
     """The server process (started by :func:`studio` in its private folder, with :data:`SAFE_ENV`)."""
     from langgraph_api.cli import run_server
 
+    _guard_origins()
     config_path = Path(config)
     sys.path.insert(0, str(config_path.parent))  # langgraph.json's "dependencies": ["."]
     raw = json.loads(config_path.read_text(encoding="utf-8"))

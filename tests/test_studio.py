@@ -199,3 +199,41 @@ def test_a_crafted_pickle_in_the_project_folder_does_not_run_through_agora_studi
     assert "pickle file(s)" in log.read_text()  # it says it ignores them
     assert not marker.exists(), "a crafted .langgraph_api pickle ran through agora studio"
     assert {p.name: p.read_bytes() for p in (project / ".langgraph_api").iterdir()} == before  # nothing written
+
+
+def test_allowed_origins_are_studio_the_server_itself_and_the_ones_given():
+    from agora.cli.studio import STUDIO_ORIGIN, allowed_origins
+
+    assert allowed_origins("127.0.0.1", 2024) == [STUDIO_ORIGIN, "http://127.0.0.1:2024", "http://localhost:2024"]
+    assert allowed_origins("0.0.0.0", 9, ["https://app.example"])[-1] == "https://app.example"
+
+
+@pytest.mark.slow
+def test_a_web_page_of_another_origin_cannot_start_runs_on_agora_studio(tmp_path):
+    """langgraph-api answers any origin and a browser sends a ``text/plain`` POST without asking: under
+    ``agora studio`` such a request from a foreign page is refused (403) and starts nothing, while
+    Studio's origin, ``--allow-origin`` and plain clients without an ``Origin`` header are served."""
+    proc, base, log, sink = start_studio(tmp_path, ROOT, "--allow-origin", "https://app.example")
+    try:
+        wait_until_up(proc, base, log)
+
+        def request(origin):
+            headers = {"content-type": "text/plain"} | ({"Origin": origin} if origin else {})
+            req = urllib.request.Request(f"{base}/threads", data=b"{}", headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return resp.status, dict(resp.headers)
+            except urllib.error.HTTPError as exc:
+                return exc.code, dict(exc.headers)
+
+        status, headers = request("https://evil.example")
+        assert status == 403 and "access-control-allow-origin" not in {k.lower() for k in headers}
+        for origin in ("https://smith.langchain.com", "https://app.example", None):
+            status, headers = request(origin)
+            assert status == 200, (origin, status)
+            if origin:
+                assert {k.lower(): v for k, v in headers.items()}["access-control-allow-origin"] == origin
+        threads = post(f"{base}/threads/search", {"limit": 100})
+        assert len(threads) == 3  # the refused request made none
+    finally:
+        stop(proc, sink)
