@@ -31,6 +31,7 @@ Errors propagate to the pool, which classifies them (:mod:`agora.models.retry`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -252,11 +253,12 @@ class LangChainMember:
 
     async def _acall(self, model: BaseChatModel, lc_messages: list, params: SamplingParams,
                      kwargs: dict[str, Any]) -> list:
-        stop = list(params.stop) or None
-        if params.json_schema is not None and self.structured == "method":
-            return [_structured_generation(await model.with_structured_output(params.json_schema, include_raw=True)
-                                           .ainvoke(lc_messages))]
-        return list((await model.agenerate([lc_messages], stop=stop, **kwargs)).generations[0])
+        """:meth:`_call` in a worker thread. A chat model's own async client may be bound to the first
+        event loop that used it (langchain-openai caches one ``httpx.AsyncClient``): a second
+        ``asyncio.run``, or the runner's per-thread loops under ``--concurrency``, then failed with
+        "bound to a different event loop" or "Event loop is closed" and lost samples. The sync
+        client works from any thread, so every loop gets the same, correct behaviour."""
+        return await asyncio.to_thread(self._call, model, lc_messages, params, kwargs)
 
 
 def langchain_member(chat_model: BaseChatModel, *, name: str) -> LangChainMember:

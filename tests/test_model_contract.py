@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import Any
 
@@ -431,3 +432,26 @@ def test_html_200_reply_is_transient():
     req = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
     resp = httpx.Response(200, request=req, text="<html>oops</html>")
     assert is_transient(openai.APIResponseValidationError(response=resp, body="<html>oops</html>"))
+
+
+def test_a_chat_openai_member_works_from_several_event_loops():
+    """Two ``asyncio.run`` calls on one pool (an app), and concurrent loops in threads (the runner's
+    ``--concurrency``): every call gives its n samples. langchain-openai's cached async client is
+    bound to the first loop ("Event loop is closed" on the second run before the fix)."""
+    with StubServer() as srv:
+        pool = ModelPool.from_chat_models({"m": chat_openai(srv.base_url)}, max_retries=0)
+        params = SamplingParams(n=2, max_tokens=8, seed=1)
+        for _ in range(2):
+            samples, records = asyncio.run(pool.asample("m", HI, params))
+            assert len(samples) == 2 and all(r["error"] is None for r in records)
+        got: list[int] = []
+
+        def in_own_loop():
+            got.append(len(asyncio.run(pool.asample("m", HI, params))[0]))
+
+        threads = [threading.Thread(target=in_own_loop) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert got == [2, 2, 2]
