@@ -121,8 +121,12 @@ def _redacted(value: Any) -> Any:
     """``value`` with the values of secret-looking keys replaced by ``"***"`` (nested tables too)."""
     if not isinstance(value, dict):
         return value
-    secret = ("key", "token", "secret", "password")
-    return {k: "***" if any(s in str(k).lower() for s in secret) else _redacted(v) for k, v in value.items()}
+    secret = ("key", "token", "secret", "password", "passwd", "authorization", "auth", "cookie", "credential")
+
+    def hidden(k: Any, v: Any) -> bool:
+        return any(s in str(k).lower() for s in secret) or (isinstance(v, str) and v.lower().startswith(("bearer ", "basic ")))
+
+    return {k: "***" if hidden(k, v) else _redacted(v) for k, v in value.items()}
 
 
 @dataclass

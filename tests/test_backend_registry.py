@@ -271,3 +271,18 @@ def test_the_plugin_example_of_docs_backends_md_runs(tmp_path):
         assert [s.text for s in samples] == ["The answer is 4."] * 2
     finally:
         unregister_backend("echo")
+
+
+def test_headers_and_credentials_in_plugin_options_are_masked_in_run_records():
+    """A langchain member's ``default_headers = {Authorization = "Bearer ..."}`` (and cookies,
+    credentials, nested) never reach ``runs.pool``, checkpoints or bundles as written."""
+    from agora.models.pool import _redacted
+
+    options = {"kwargs": {"base_url": "http://x/v1", "default_headers": {"Authorization": "Bearer sk-SECRET",
+                                                                         "X-Trace": "Basic dXNlcg==", "Accept": "json"},
+                          "http_client_args": {"cookies": {"s": "1"}}, "model": "m"}}
+    masked = _redacted(options)
+    assert masked["kwargs"]["default_headers"] == {"Authorization": "***", "X-Trace": "***", "Accept": "json"}
+    assert masked["kwargs"]["http_client_args"]["cookies"] == "***"
+    assert masked["kwargs"]["base_url"] == "http://x/v1" and masked["kwargs"]["model"] == "m"
+    assert "SECRET" not in repr(masked)
