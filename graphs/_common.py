@@ -309,8 +309,8 @@ def clear_pool_cache() -> None:
 
 def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_pool,
                  where: str = "context") -> ModelPool | None:
-    """A context's ``pool`` as a :class:`ModelPool`: a pool as is, ``None`` as is (the graph's
-    embedded pool), a built-in pool name (``"tiny"``, ``"default"``: ``builtin(name)``) or the path
+    """A context's ``pool`` as a :class:`ModelPool`: a pool as is, ``None`` or an empty string as
+    ``None`` (the graph's embedded pool), a built-in pool name (``"tiny"``, ``"default"``: ``builtin(name)``) or the path
     of a TOML pool file (:func:`agora.models.pool.load_pool`). A pool built from a name or a file is
     built once per process and reused (a Studio server does not reload weights per run or node);
     a file edited since is built again.
@@ -323,6 +323,8 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
         return value
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
+        if isinstance(value, str) and not text.strip():  # Studio's form sends "" for a field left empty
+            return None
         name = builtin_pool_name(text)
         if name is not None:
             key: tuple[Any, ...] = ("builtin", name, builtin)

@@ -576,3 +576,10 @@ def test_a_plain_mapping_naming_the_tiny_pool_runs_the_real_tiny_models():
         context={"pool": "tiny", "config": {"max_tokens": 16, "shots": 0}})
     assert {p["model"] for p in out["proposals"]} == {"smollm2-135m", "gemma3-270m"}
     assert out["aggregator"] == "smollm2-135m" and out["methods"]["moa"]["samples"] >= 1
+
+
+def test_an_empty_pool_in_a_context_means_the_graphs_default_pool():
+    """Studio sends ``""`` for a pool field left empty: the graph's default pool, as docs/studio.md says."""
+    assert _common.resolve_pool("") is None and _common.resolve_pool("  ") is None
+    with pytest.raises(ContextError):
+        _common.resolve_pool(3)
