@@ -66,7 +66,7 @@ def test_score_results_fills_correct_and_keeps_every_other_field():
             "single_agent": {"answer": None, "correct": True, "samples": 0, "how": None}}
     scored = score_results(rows, Problem("q", "Q?", "12"))
     assert scored == {"align": {"answer": "12", "correct": True, "samples": 4, "how": "marker"},
-                      "single_agent": {"answer": None, "correct": False, "samples": 0, "how": None}}
+                      "single_agent": {"answer": None, "correct": None, "samples": 0, "how": None}}  # failed, not wrong
     assert rows["align"]["correct"] is None  # not changed in place
     assert score_results(rows, Problem("q", "Q?", None))["align"]["correct"] is None
 
