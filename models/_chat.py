@@ -3,6 +3,7 @@ rendering, and :class:`NativeMember`, the member contract of Agora's own chat mo
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Sequence
 
@@ -12,6 +13,18 @@ from langchain_core.outputs import ChatGeneration
 from agora.models.contract import Sample, SamplingParams
 
 _ROLE = {"human": "user", "ai": "assistant", "system": "system", "user": "user", "assistant": "assistant"}
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp (both embedded engines): ``AGORA_LLAMA_THREADS`` or the cores this
+    process may use."""
+    env = os.environ.get("AGORA_LLAMA_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def to_dicts(messages: Sequence[BaseMessage | dict]) -> list[dict[str, str]]:

@@ -30,7 +30,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models._chat import NativeMember, default_threads, fewshot_stops, generation, render_fewshot, to_dicts
 
 #: One in-process decode at a time: two llama.cpp contexts decoding at once on a 2-core machine
 #: run slower together than one after the other.
@@ -41,17 +41,6 @@ _PATCHED = False
 _GGML_LOG_ERROR, _GGML_LOG_CONT = 4, 5
 _log_level = 0
 _log_callback = None
-
-
-def default_threads() -> int:
-    """Threads for llama.cpp: ``AGORA_LLAMA_THREADS`` or the cores this process may use."""
-    env = os.environ.get("AGORA_LLAMA_THREADS")
-    if env:
-        return max(1, int(env))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _disable_extra_buffer_types() -> None:

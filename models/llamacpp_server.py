@@ -47,7 +47,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field
 
-from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models._chat import NativeMember, default_threads, fewshot_stops, generation, render_fewshot, to_dicts
 from agora.models.errors import ModelUnavailableError
 
 #: Environment variable choosing the embedded engine of the pool's ``llamacpp`` backend.
@@ -60,19 +60,6 @@ DEFAULT_SLOTS = 8
 
 _SERVERS: dict[tuple, "_Engine"] = {}
 _SERVERS_LOCK = threading.Lock()
-
-
-def default_threads() -> int:
-    """Threads for llama.cpp: ``AGORA_LLAMA_THREADS`` or the cores this process may use (the rule of
-    :func:`agora.models.llamacpp.default_threads`, not imported from there: that module builds this
-    one when ``AGORA_LLAMA_ENGINE=server``, and the layer test forbids the cycle)."""
-    env = os.environ.get("AGORA_LLAMA_THREADS")
-    if env:
-        return max(1, int(env))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def default_slots() -> int:
