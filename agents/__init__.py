@@ -4,30 +4,9 @@ on its own and usable outside a graph.
 
 Public surface::
 
-    from agora.agents import ModelPool, SamplingParams, Sample, default_pool, load_pool
     from agora.agents import delegation  # ALIGN proposer/principal rules
+    from agora.agents import ModelPool, SamplingParams  # kept: the pool now lives in agora.models
 """
 
-from agora.models.pool import (
-    ModelCallError,
-    ModelPool,
-    ModelSpec,
-    PoolConfigError,
-    PoolMember,
-    Sample,
-    SamplingParams,
-    default_pool,
-    load_pool,
-)
-
-__all__ = [
-    "ModelCallError",
-    "ModelPool",
-    "ModelSpec",
-    "PoolConfigError",
-    "PoolMember",
-    "Sample",
-    "SamplingParams",
-    "default_pool",
-    "load_pool",
-]
+from agora.models import *  # noqa: F401,F403 - the pool's public names, from their home in agora.models
+from agora.models import __all__  # noqa: F401
