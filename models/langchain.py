@@ -225,24 +225,12 @@ class LangChainMember:
         return samples
 
     async def asample(self, messages: list[dict[str, str]], params: SamplingParams) -> list[Sample]:
-        samples: list[Sample] = []
-        for _ in range(params.n + 1):
-            if len(samples) >= params.n:
-                break
-            n, seed = self._plan(params, len(samples))
-            model, lc_messages, kwargs = self._request(messages, params, n, seed)
-            start = time.perf_counter()
-            try:
-                gens = await self._acall(model, lc_messages, params, kwargs)
-            except TypeError as exc:
-                if self._refused(exc, kwargs):
-                    continue
-                raise
-            self._learn(n, len(gens))
-            if not gens:
-                break
-            samples += self._samples(gens[:n], params, seed, time.perf_counter() - start)
-        return samples
+        """:meth:`sample` in a worker thread. A chat model's own async client may be bound to the
+        first event loop that used it (langchain-openai caches one ``httpx.AsyncClient``): a second
+        ``asyncio.run``, or the runner's per-thread loops under ``--concurrency``, then failed with
+        "bound to a different event loop" or "Event loop is closed" and lost samples. The sync
+        client works from any thread, so every loop gets the same, correct behaviour."""
+        return await asyncio.to_thread(self.sample, messages, params)
 
     def _call(self, model: BaseChatModel, lc_messages: list, params: SamplingParams, kwargs: dict[str, Any]) -> list:
         stop = list(params.stop) or None
@@ -251,14 +239,6 @@ class LangChainMember:
                                            .invoke(lc_messages))]
         return list(model.generate([lc_messages], stop=stop, **kwargs).generations[0])
 
-    async def _acall(self, model: BaseChatModel, lc_messages: list, params: SamplingParams,
-                     kwargs: dict[str, Any]) -> list:
-        """:meth:`_call` in a worker thread. A chat model's own async client may be bound to the first
-        event loop that used it (langchain-openai caches one ``httpx.AsyncClient``): a second
-        ``asyncio.run``, or the runner's per-thread loops under ``--concurrency``, then failed with
-        "bound to a different event loop" or "Event loop is closed" and lost samples. The sync
-        client works from any thread, so every loop gets the same, correct behaviour."""
-        return await asyncio.to_thread(self._call, model, lc_messages, params, kwargs)
 
 
 def langchain_member(chat_model: BaseChatModel, *, name: str) -> LangChainMember:
