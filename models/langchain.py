@@ -240,7 +240,6 @@ class LangChainMember:
         return list(model.generate([lc_messages], stop=stop, **kwargs).generations[0])
 
 
-
 def langchain_member(chat_model: BaseChatModel, *, name: str) -> LangChainMember:
     """The pool member of a LangChain chat model (what a ``backend = "langchain"`` factory returns,
     and what :class:`agora.models.pool.PoolMember` wraps a plain ``BaseChatModel`` in)."""
