@@ -189,7 +189,7 @@ def bench(
                                    "questions (0: each run in one go)."),
     report_only: bool = typer.Option(False, "--report-only", help="Run nothing: write the report of --run-id "
                                      "from --db (e.g. of an interrupted bench)."),
-    shared_candidates: bool = typer.Option(False, "--shared-candidates/--no-shared-candidates",
+    shared_candidates: bool = typer.Option(True, "--shared-candidates/--no-shared-candidates",
                                            help="One candidate pool per question: k samples from every pool model, "
                                            "drawn once and shared by every protocol's first step; with --dev/"
                                            "--calibrate-on the best single model and COMED's anchor are chosen on dev "

@@ -138,9 +138,12 @@ def scripted_pool(counter=None, interrupt_at=None):
     return ModelPool.from_chat_models({m: ScriptedChatModel(respond=make(m), latency_s=0.001) for m in ("a", "b")})
 
 
-def bench_args(math_file, mc_file, db, out, *extra):
+def bench_args(math_file, mc_file, db, out, *extra, design="--no-shared-candidates"):
+    """The scripted bench's arguments. The hand-checked values below are the first edition's design, where
+    every protocol draws its own samples (`--no-shared-candidates`); tests/test_bench_shared.py checks the
+    default, one candidate pool per question."""
     return ["bench", "--tasks", f"{math_file},{mc_file}", "--db", str(db), "--out", str(out), "--run-id", "b1",
-            "--max-tokens", "16", *extra]
+            "--max-tokens", "16", design, *extra]
 
 
 def test_bench_on_two_task_files_writes_hand_checked_markdown_json_and_png(tmp_path, monkeypatch):
@@ -263,6 +266,35 @@ def test_interrupted_bench_resumes_without_redoing_anything_finished(tmp_path, m
     assert before["cells"] == after["cells"] and before["paired"] == after["paired"]
 
 
+@pytest.mark.parametrize("interrupt_at", [5, 17, 40])
+def test_interrupted_default_bench_resumes_to_the_same_results(tmp_path, monkeypatch, interrupt_at):
+    """The default design (one candidate pool per question), interrupted at the nth model call: in the
+    candidate draw, in ALIGN/COMED's later steps; the resumed bench redoes at most the step in flight and
+    its results are those of a bench run in one go."""
+    math_file, mc_file = write_tasks(tmp_path)
+    full = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(full))
+    args = lambda db, out: bench_args(math_file, mc_file, db, out, design="--shared-candidates")  # noqa: E731
+    assert CliRunner().invoke(app, args(tmp_path / "ref.db", tmp_path / "ref")).exit_code == 0
+    counter = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(counter, interrupt_at=[interrupt_at]))
+    db, out = tmp_path / "t.db", tmp_path / "b"
+    cut = CliRunner().invoke(app, args(db, out))
+    assert cut.exit_code == 130 and "rerun with the same --run-id" in cut.output, cut.output
+    resumed = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(resumed))
+    result = CliRunner().invoke(app, args(db, out))
+    assert result.exit_code == 0, result.output
+    # at most the step in flight redone: one question's draw is 2 models × 3 samples (a scripted call each)
+    assert interrupt_at - 1 + resumed["total"] <= full["total"] + 6
+    key = "select run_id, question_id, method, answer, correct from results order by run_id, question_id, method"
+    assert list(TraceStore(db).db.query(key)) == list(TraceStore(tmp_path / "ref.db").db.query(key))
+    want = json.loads((tmp_path / "ref" / "bench.json").read_text())
+    got = json.loads((out / "bench.json").read_text())
+    untimed = lambda cells: [{k: v for k, v in c.items() if not k.endswith("_s_per_q")} for c in cells]  # noqa: E731
+    assert got["complete"] and untimed(got["cells"]) == untimed(want["cells"])
+
+
 def test_rounds_interleave_tasks_and_runs_and_change_nothing_else(tmp_path, monkeypatch):
     """--round-size 2: every task's ALIGN and COMED runs on questions 1-2, then 3-4; an interrupted
     bench then has every cell; the results are those of a bench run in one go."""
@@ -360,7 +392,7 @@ def test_failed_questions_are_counted_apart_never_as_wrong(tmp_path, monkeypatch
     out = tmp_path / "b"
     result = CliRunner().invoke(app, ["bench", "--tasks", str(math_file), "--db", str(tmp_path / "t.db"), "--out",
                                       str(out), "--run-id", "f", "--max-tokens", "16",
-                                      "--protocols", "align,comed"])
+                                      "--protocols", "align,comed", "--no-shared-candidates"])
     assert result.exit_code == 1
     assert "2 test questions failed" in result.output and "not scored" in result.output
     report = json.loads((out / "bench.json").read_text())
@@ -382,7 +414,7 @@ def test_calibrate_on_a_dev_file_drops_test_questions_and_states_its_thresholds(
     out = tmp_path / "b"
     result = CliRunner().invoke(app, ["bench", "--tasks", f"{math_file},{mc_file}", "--calibrate-on", str(dev),
                                       "--db", str(tmp_path / "t.db"), "--out", str(out), "--run-id", "c",
-                                      "--protocols", "comed", "--max-tokens", "16"])
+                                      "--protocols", "comed", "--max-tokens", "16", "--no-shared-candidates"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "bench.json").read_text())
     [cal] = report["calibration"]
@@ -400,7 +432,7 @@ def test_dev_option_calibrates_each_task_on_the_last_questions_of_its_file(tmp_p
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
     out = tmp_path / "b"
     args = ["bench", "--tasks", f"{math_file},{mc_file}", "--dev", "2", "--db", str(tmp_path / "t.db"), "--out",
-            str(out), "--run-id", "d", "--protocols", "comed", "--max-tokens", "16"]
+            str(out), "--run-id", "d", "--protocols", "comed", "--max-tokens", "16", "--no-shared-candidates"]
     result = CliRunner().invoke(app, [*args, "--limit", "2"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "bench.json").read_text())
@@ -492,7 +524,7 @@ def test_router_uses_only_runs_outside_the_bench_and_adds_router_only(tmp_path, 
     def bench(run_id, tasks, *extra):
         return CliRunner().invoke(app, ["bench", "--tasks", tasks, "--db", str(db), "--out", str(tmp_path / run_id),
                                         "--run-id", run_id, "--protocols", "comed,moa", "--max-tokens", "16",
-                                        "--router", "--embedding", "tfidf", *extra])
+                                        "--router", "--embedding", "tfidf", "--no-shared-candidates", *extra])
 
     first = bench("h", str(mc_file))  # a fresh DB has no history: fixed anchor
     assert first.exit_code == 0, first.output

@@ -161,11 +161,12 @@ def test_a_first_edition_bench_id_is_refused_with_shared_candidates_and_resumes_
     f = write_math(tmp_path)
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_tiny())
     db, out = tmp_path / "t.db", tmp_path / "b"
-    assert CliRunner().invoke(app, args(f, db, out, "--limit", "2", "--protocols", "align")).exit_code == 0
+    assert CliRunner().invoke(app, args(f, db, out, "--limit", "2", "--protocols", "align",
+                                               "--no-shared-candidates")).exit_code == 0
     result = CliRunner().invoke(app, args(f, db, out, "--limit", "3", "--protocols", "align", "--shared-candidates"))
     assert result.exit_code == 2
     assert "was run before shared candidates" in result.output and "--no-shared-candidates" in result.output
-    again = CliRunner().invoke(app, args(f, db, out, "--limit", "3", "--protocols", "align"))
+    again = CliRunner().invoke(app, args(f, db, out, "--limit", "3", "--protocols", "align", "--no-shared-candidates"))
     assert again.exit_code == 0, again.output
     assert len(TraceStore(db).finished_questions("s1:arith:align")) == 3
 

@@ -213,7 +213,8 @@ def test_comed_calibration_is_a_replay_over_its_dev_run(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
     result = CliRunner().invoke(app, ["bench", "--tasks", str(mc_file), "--dev", "2", "--db",
                                       str(tmp_path / "t.db"), "--out", str(tmp_path / "b"), "--run-id", "c",
-                                      "--protocols", "comed", "--max-tokens", "16", "--limit", "2"])
+                                      "--protocols", "comed", "--max-tokens", "16", "--limit", "2",
+                                      "--no-shared-candidates"])  # the first pool model anchors, as scripted
     assert result.exit_code == 0, result.output
     store = TraceStore(tmp_path / "t.db", readonly=True)
     cal = calibrate_run(store, "c:quiz:comed-dev", lam=0.01)
