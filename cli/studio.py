@@ -38,6 +38,7 @@ import typer
 
 from agora.cli._apps import app
 from agora.cli._shared import err_console, user_errors
+from agora.graphs._common import POOL_DIR_ENV
 
 STUDIO_URL = "https://smith.langchain.com/studio/?baseUrl=http://{host}:{port}"
 """The Studio web UI for a local server (a web page from the internet; the server itself is local)."""
@@ -172,7 +173,8 @@ def studio(
             err_console.print(f"note: {len(stale)} pickle file(s) in {stale[0].parent} are ignored (never loaded); "
                               "delete the folder if you did not make them", highlight=False, markup=False)
         workdir = tempfile.mkdtemp(prefix="agora-studio-")
-        env = {**os.environ, **SAFE_ENV, "CORS_ALLOW_ORIGINS": ",".join(allowed_origins(host, port, allow_origin))}
+        env = {**os.environ, **SAFE_ENV, "CORS_ALLOW_ORIGINS": ",".join(allowed_origins(host, port, allow_origin)),
+               POOL_DIR_ENV: os.environ.get(POOL_DIR_ENV) or os.getcwd()}  # relative pool paths: from here
         err_console.print(f"API: http://{host}:{port}  (docs: http://{host}:{port}/docs)\n"
                           f"Studio (web UI from the internet): {STUDIO_URL.format(host=host, port=port)}",
                           highlight=False, markup=False)

@@ -307,11 +307,33 @@ def clear_pool_cache() -> None:
         _POOL_CACHE.clear()
 
 
+POOL_DIR_ENV = "AGORA_POOL_DIR"
+"""Environment variable: the folder a relative pool-file path in a context is read from. ``agora
+studio`` sets it to the folder it was started in (its server runs in a private temporary folder)."""
+
+
+def pool_base_dir() -> str:
+    """The folder relative pool paths are resolved against: ``$AGORA_POOL_DIR``, else the current
+    folder. Under a plain ``langgraph dev``, whose ASGI server refuses ``os.getcwd()`` inside a
+    request as a blocking call (blockbuster), the shell's ``$PWD`` stands in for it."""
+    base = os.environ.get(POOL_DIR_ENV)
+    if base:
+        return base
+    try:
+        return os.getcwd()
+    except Exception:  # blockbuster's BlockingError
+        pwd = os.environ.get("PWD")
+        if pwd and os.path.isabs(pwd):
+            return pwd
+        raise
+
+
 def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_pool,
                  where: str = "context") -> ModelPool | None:
     """A context's ``pool`` as a :class:`ModelPool`: a pool as is, ``None`` or an empty string as
     ``None`` (the graph's embedded pool), a built-in pool name (``"tiny"``, ``"default"``: ``builtin(name)``) or the path
-    of a TOML pool file (:func:`agora.models.pool.load_pool`). A pool built from a name or a file is
+    of a TOML pool file (:func:`agora.models.pool.load_pool`); a relative path is read from
+    :func:`pool_base_dir` (under ``agora studio``, the folder it was started in). A pool built from a name or a file is
     built once per process and reused (a Studio server does not reload weights per run or node);
     a file edited since is built again.
 
@@ -330,7 +352,10 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
             key: tuple[Any, ...] = ("builtin", name, builtin)
             make = functools.partial(builtin, name)
         else:
-            path = Path(text).expanduser().resolve()
+            path = Path(text).expanduser()
+            if not path.is_absolute():  # against the launch folder: `agora studio` serves from a private one
+                path = Path(pool_base_dir()) / path
+            path = Path(os.path.normpath(path))
             stat = path.stat() if path.is_file() else None
             key = ("file", str(path), stat and stat.st_mtime_ns, stat and stat.st_size)
             make = functools.partial(load_pool, path if stat else Path(text))

@@ -583,3 +583,35 @@ def test_an_empty_pool_in_a_context_means_the_graphs_default_pool():
     assert _common.resolve_pool("") is None and _common.resolve_pool("  ") is None
     with pytest.raises(ContextError):
         _common.resolve_pool(3)
+
+
+def test_a_relative_pool_path_is_read_from_agora_pool_dir_then_the_current_folder(tmp_path, monkeypatch):
+    """`agora studio` runs its server in a private folder and passes the folder it was started in as
+    $AGORA_POOL_DIR; without it a relative path is read from the current folder, and where
+    `langgraph dev` refuses os.getcwd() in a request (blockbuster), from $PWD."""
+    from agora.graphs import _common
+    from agora.graphs.delegation import DelegationContext
+
+    launch, elsewhere = tmp_path / "project", tmp_path / "server"
+    launch.mkdir(), elsewhere.mkdir()
+    (launch / "pools").mkdir()
+    (launch / "pools" / "p.toml").write_text('[[models]]\nname = "rel"\nbackend = "openai"\n'
+                                             'base_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("AGORA_POOL_DIR", str(launch))
+    assert DelegationContext(pool="pools/p.toml").pool.names == ["rel"]
+    monkeypatch.delenv("AGORA_POOL_DIR")
+    with pytest.raises(Exception, match=r"pools/p.toml"):
+        DelegationContext(pool="pools/p.toml")  # not in the server's folder
+    monkeypatch.chdir(launch)
+    assert DelegationContext(pool="pools/p.toml").pool.names == ["rel"]
+
+    def blocked():
+        raise RuntimeError("Blocking call to os.getcwd")
+
+    monkeypatch.setattr(_common.os, "getcwd", blocked)
+    monkeypatch.setenv("PWD", str(launch))
+    assert _common.pool_base_dir() == str(launch)
+    monkeypatch.setenv("PWD", "relative")
+    with pytest.raises(RuntimeError, match="Blocking call"):
+        _common.pool_base_dir()

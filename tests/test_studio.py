@@ -116,6 +116,16 @@ def test_agora_studio_serves_every_graph_on_the_pool_its_context_names(tmp_path)
         assert {p["model"] for p in out["proposals"]} == TINY, out["proposals"]  # the tiny pool, not the default
         assert out["methods"]["self_consistency"]["samples"] == 2  # the settings were used too
 
+        # a relative pool-file path: read from the folder `agora studio` was started in, not the server's
+        (tmp_path / "rel").mkdir()
+        (tmp_path / "rel" / "one.toml").write_text('[[models]]\nname = "only"\nbackend = "llamacpp"\n'
+                                                   'path = "builtin:smollm2"\n')
+        relative = os.path.relpath(tmp_path / "rel" / "one.toml", ROOT)
+        _, out = run_and_wait(base, "align_delegation", {
+            "input": {"question": "What is 2 + 3?"},
+            "context": {"pool": relative, "config": {"n_agents": 1, "k_samples": 1, "max_tokens": 8, "shots": 0}}})
+        assert [p["model"] for p in out.get("proposals", [])] == ["only"], out
+
         # a pool the graph cannot use: the run fails with the one-line error, nothing runs on a default
         _, bad = run_and_wait(base, "align_delegation", {"input": {"question": "What is 2 + 3?"}, "context": {"pool": 3}})
         assert bad["__error__"]["error"] == "ContextError", bad
