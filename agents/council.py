@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 
 from agora.agents.prompts import finish_instruction, with_question
 from agora.agents.seeds import SeedNode, call_seed
-from agora.models.pool import MAX_POOL_TEMPERATURE
+from agora.agents._checks import check_name, check_names, check_sampling
 from agora.tasks.problem import Problem
 
 ANSWER_SEED = SeedNode(301, agent_stride=1)
@@ -76,18 +76,11 @@ class CouncilConfig:
     """Per-question seeds (answers, rankings, the reviewers' shuffles) derive from it and the question id."""
 
     def __post_init__(self):
-        for name in ("max_tokens", "review_max_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"CouncilConfig.{name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.shots, bool) or not isinstance(self.shots, int) or self.shots < 0:
-            raise ValueError(f"CouncilConfig.shots must be an integer >= 0, got {self.shots!r}")
-        for name in ("temperature", "review_temperature"):
-            if not 0 <= getattr(self, name) <= MAX_POOL_TEMPERATURE:  # NaN fails too
-                raise ValueError(f"CouncilConfig.{name} must be in [0, {MAX_POOL_TEMPERATURE}], "
-                                 f"got {getattr(self, name)}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"CouncilConfig.top_p must be in (0, 1], got {self.top_p}")
+        owner = "CouncilConfig"
+        check_sampling(owner, self, temperatures=("temperature", "review_temperature"),
+                       max_tokens=("max_tokens", "review_max_tokens"))
+        check_names(owner, "members", self.members)
+        check_name(owner, "chair", self.chair)
         if len(set(self.members)) != len(self.members):
             raise ValueError(f"CouncilConfig.members: a model is listed twice in {self.members}")
         if len(self.members) == 1:

@@ -31,6 +31,7 @@ from typing import Any, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from agora.agents._checks import check_count, check_number, check_sampling, is_count
 from agora.models.pool import ModelPool, PoolMember
 
 COST = "cost_per_1k_tokens"
@@ -48,7 +49,12 @@ Choice = Literal["A", "B", "tie"]
 @dataclass(frozen=True, slots=True)
 class CupidConfig:
     """Settings of one CUPID selection session (protocols.md §4; the abstract gives no defaults,
-    so these are ours, sized for a person answering in a terminal)."""
+    so these are ours, sized for a person answering in a terminal).
+
+    Raises:
+        ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
+            names the field and the value.
+    """
 
     budget_rounds: int = 20
     """Most duels the user is asked to judge (the time budget of the person); at least 1, as with
@@ -73,25 +79,17 @@ class CupidConfig:
     """Seeds generation, the A/B order of each duel and the Monte Carlo estimate."""
 
     def __post_init__(self):
-        if self.budget_rounds < 1:
-            raise ValueError(f"budget_rounds must be >= 1 (a session with no duel learns no preference), "
-                             f"got {self.budget_rounds}")
+        owner = "CupidConfig"
+        if not is_count(self.budget_rounds) or self.budget_rounds < 1:
+            raise ValueError(f"CupidConfig.budget_rounds must be >= 1 (a session with no duel learns no preference), "
+                             f"got {self.budget_rounds!r}")
         for name in ("budget_cost", "budget_time_s"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < math.inf:
-                raise ValueError(f"{name} must be a finite number >= 0 or None, got {value}")
-        if not 0 <= self.beta < math.inf:
-            raise ValueError(f"beta must be a finite number >= 0, got {self.beta}")
-        if not 0 < self.delta < 1:
-            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
-        if not self.prior_sd > 0:
-            raise ValueError(f"prior_sd must be > 0, got {self.prior_sd}")
-        if self.mc_samples < 1:
-            raise ValueError(f"mc_samples must be >= 1, got {self.mc_samples}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            check_number(owner, name, getattr(self, name), 0.0, optional=True)
+        check_number(owner, "beta", self.beta, 0.0)
+        check_number(owner, "delta", self.delta, 0.0, 1.0, low_open=True, high_open=True)
+        check_number(owner, "prior_sd", self.prior_sd, 0.0, low_open=True)
+        check_count(owner, "mc_samples", self.mc_samples)
+        check_sampling(owner, self, top_p=False, shots=False)
 
 
 # ----------------------------------------------------------------------------- Bradley–Terry belief

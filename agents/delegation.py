@@ -17,6 +17,8 @@ from typing import Literal, NotRequired, Sequence
 
 from typing_extensions import TypedDict
 
+from agora.agents._checks import check_choice, check_count, check_names, check_number, check_sampling
+
 ProposalRule = Literal["plurality", "first"]
 UtilityName = Literal["agreement"]
 
@@ -57,7 +59,12 @@ class Proposal(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class DelegationConfig:
-    """Settings of one ALIGN delegation (defaults: protocols.md §1, sized for CPU pools)."""
+    """Settings of one ALIGN delegation (defaults: protocols.md §1, sized for CPU pools).
+
+    Raises:
+        ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
+            names the field and the value (:mod:`agora.agents._checks`).
+    """
 
     n_agents: int = 2
     """Number of agents n; agent i uses pool model ``models[i % len(models)]``."""
@@ -79,16 +86,14 @@ class DelegationConfig:
     """Pool members acting as agents, in order; empty = every pool member."""
 
     def __post_init__(self):
-        if self.n_agents < 1:
-            raise ValueError(f"n_agents must be >= 1, got {self.n_agents}")
-        if self.k_samples < 1:
-            raise ValueError(f"k_samples must be >= 1, got {self.k_samples}")
-        if not 0.0 <= self.tau <= 1.0:
-            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
-        if self.proposal_rule not in ("plurality", "first"):
-            raise ValueError(f"proposal_rule must be 'plurality' or 'first', got {self.proposal_rule!r}")
-        if self.utility not in ("agreement",):
-            raise ValueError(f"utility must be 'agreement', got {self.utility!r}")
+        owner = "DelegationConfig"
+        check_count(owner, "n_agents", self.n_agents)
+        check_count(owner, "k_samples", self.k_samples)
+        check_number(owner, "tau", self.tau, 0.0, 1.0)
+        check_choice(owner, "proposal_rule", self.proposal_rule, ("plurality", "first"))
+        check_choice(owner, "utility", self.utility, ("agreement",))
+        check_sampling(owner, self)
+        check_names(owner, "models", self.models)
 
 
 def plurality(answers: Sequence[str | None]) -> tuple[str | None, float]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
+from agora.agents._checks import check_count, check_flag, check_name, check_names, check_sampling
 from agora.agents.debate import DebateConfig, debate_messages  # noqa: F401 (debate's own home)
 from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's own home)
 from agora.agents.prompts import finish_instruction, with_question
@@ -123,16 +124,15 @@ class EscalationConfig:
     def __post_init__(self):
         if not isinstance(self.thresholds, EscalationThresholds):
             raise ValueError("EscalationConfig.thresholds must be an EscalationThresholds")
-        for name in ("n_anchor", "max_tokens", "probe_max_tokens", "debate_agents", "debate_rounds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"EscalationConfig.{name} must be an integer >= 1, got {value!r}")
-        if self.shots < 0:
-            raise ValueError(f"EscalationConfig.shots must be >= 0, got {self.shots}")
-        if self.temperature < 0:
-            raise ValueError(f"EscalationConfig.temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"EscalationConfig.top_p must be in (0, 1], got {self.top_p}")
+        owner = "EscalationConfig"
+        for name in ("n_anchor", "debate_agents", "debate_rounds"):
+            check_count(owner, name, getattr(self, name))
+        check_sampling(owner, self, max_tokens=("max_tokens", "probe_max_tokens"))
+        check_flag(owner, "explore", self.explore)
+        for name in ("anchor", "probe", "moa_aggregator"):
+            check_name(owner, name, getattr(self, name))
+        for name in ("peers", "baselines", "moa_proposers"):
+            check_names(owner, name, getattr(self, name))
         known = baseline_names()
         unknown = [b for b in self.baselines if b not in known]
         if unknown:

@@ -24,6 +24,8 @@ from typing import Sequence
 import numpy as np
 from typing_extensions import TypedDict
 
+from agora.agents._checks import check_flag, check_number, is_number
+
 
 @dataclass(frozen=True, slots=True)
 class Exp3Config:
@@ -53,20 +55,21 @@ class Exp3Config:
     """Weight ``λ₂`` of ``r_pref``."""
 
     def __post_init__(self):
-        if not 0 <= self.gamma <= 1:
-            raise ValueError(f"Exp3Config.gamma must be in [0, 1], got {self.gamma}")
-        if self.eta is not None and not 0 < self.eta < math.inf:
-            raise ValueError(f"Exp3Config.eta must be a finite number > 0 (or None for 1/K), got {self.eta}")
-        if not self.s_min < self.tau_th < self.s_max:
-            raise ValueError(f"Exp3Config.tau_th must lie strictly between s_min and s_max, got {self.tau_th}")
-        if not self.sigma_r > 0:
-            raise ValueError(f"Exp3Config.sigma_r must be > 0, got {self.sigma_r}")
+        owner = "Exp3Config"
+        check_number(owner, "gamma", self.gamma, 0.0, 1.0)
+        if self.eta is not None and not (is_number(self.eta) and self.eta > 0):
+            raise ValueError(f"Exp3Config.eta must be a finite number > 0 (or None for 1/K), got {self.eta!r}")
+        check_flag(owner, "uniform_first_iteration", self.uniform_first_iteration)
+        check_number(owner, "s_min", self.s_min)
+        check_number(owner, "s_max", self.s_max)
+        if not self.s_min < self.s_max:
+            raise ValueError(f"Exp3Config.s_min must be < s_max, got {self.s_min} and {self.s_max}")
+        check_number(owner, "tau_th", self.tau_th, self.s_min, self.s_max, low_open=True, high_open=True)
+        check_number(owner, "sigma_r", self.sigma_r, 0.0, low_open=True)
         for name in ("g_start", "g_end"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"Exp3Config.{name} must be in [0, 1], got {getattr(self, name)}")
+            check_number(owner, name, getattr(self, name), 0.0, 1.0)
         for name in ("lambda_diff", "lambda_pref"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"Exp3Config.{name} must be >= 0, got {getattr(self, name)}")
+            check_number(owner, name, getattr(self, name), 0.0)
 
 
 def annealed(t: int, iterations: int, start: float, end: float) -> float:

@@ -24,6 +24,7 @@ from typing import Any, Literal, Sequence
 
 from typing_extensions import TypedDict
 
+from agora.agents._checks import check_choice, check_count, check_number, check_sampling
 from agora.models.pool import ModelCallError, ModelPool, SamplingParams
 
 Presentation = Literal["single", "pair", "both_orders"]
@@ -58,19 +59,15 @@ class JudgeConfig:
     ``pair`` in both orders, averaged, to measure position bias."""
 
     def __post_init__(self):
-        if self.max_tokens < 1:
-            raise ValueError(f"JudgeConfig.max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"JudgeConfig.temperature must be >= 0, got {self.temperature}")
+        owner = "JudgeConfig"
+        check_sampling(owner, self, top_p=False, shots=False, seed=False)
+        check_number(owner, "s_min", self.s_min)
+        check_number(owner, "s_max", self.s_max)
         if not self.s_min < self.s_max:
             raise ValueError(f"JudgeConfig.s_min must be < s_max, got {self.s_min} and {self.s_max}")
-        if not self.s_min <= self.fallback <= self.s_max:
-            raise ValueError(f"JudgeConfig.fallback must be in [s_min, s_max], got {self.fallback}")
-        if not 0 <= self.shots <= len(_EXEMPLARS):
-            raise ValueError(f"JudgeConfig.shots must be in 0..{len(_EXEMPLARS)}, got {self.shots}")
-        if self.presentation not in ("single", "pair", "both_orders"):
-            raise ValueError(f"JudgeConfig.presentation must be 'single', 'pair' or 'both_orders', "
-                             f"got {self.presentation!r}")
+        check_number(owner, "fallback", self.fallback, self.s_min, self.s_max)
+        check_count(owner, "shots", self.shots, 0, len(_EXEMPLARS))
+        check_choice(owner, "presentation", self.presentation, ("single", "pair", "both_orders"))
 
 
 class Judgement(TypedDict):

@@ -20,6 +20,7 @@ from typing import Literal, Mapping, Sequence
 import numpy as np
 from typing_extensions import TypedDict
 
+from agora.agents._checks import check_count, check_number
 from agora.agents.exp3 import annealed
 
 Mode = Literal["sparta", "stackelberg"]
@@ -37,12 +38,10 @@ class MatchConfig:
     """Stackelberg: width ``σ_g`` of the kernel on the normalised gap."""
 
     def __post_init__(self):
-        if not 0 <= self.p_rand <= 1:
-            raise ValueError(f"MatchConfig.p_rand must be in [0, 1], got {self.p_rand}")
-        if self.n_opp < 1:
-            raise ValueError(f"MatchConfig.n_opp must be >= 1, got {self.n_opp}")
-        if not self.sigma_g > 0:
-            raise ValueError(f"MatchConfig.sigma_g must be > 0, got {self.sigma_g}")
+        owner = "MatchConfig"
+        check_number(owner, "p_rand", self.p_rand, 0.0, 1.0)
+        check_count(owner, "n_opp", self.n_opp)
+        check_number(owner, "sigma_g", self.sigma_g, 0.0, low_open=True)
 
 
 def _opponents(active: str, ratings: Mapping[str, float]) -> list[str]:

@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from agora.agents._checks import check_count, check_names, check_number, check_seed
 from agora.agents.behaviour import DEFAULT_DETECTORS, CueDetector, measure
 from agora.agents.delegation import plurality
 from agora.models.pool import ModelSpec, builtin_pool_specs
@@ -80,7 +81,12 @@ def converse_default_specs(pool: str = "default") -> list[ModelSpec]:
 
 @dataclass(frozen=True, slots=True)
 class DiversityConfig:
-    """Settings of a diversity analysis."""
+    """Settings of a diversity analysis.
+
+    Raises:
+        ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
+            names the field and the value.
+    """
 
     min_turns: int = 5
     """Responses a (speaker, partner) cell needs before it counts for Δ_m."""
@@ -98,16 +104,14 @@ class DiversityConfig:
     """Largest number of candidate panels searched exhaustively; above it, local search."""
 
     def __post_init__(self):
-        if self.min_turns < 1:
-            raise ValueError(f"min_turns must be >= 1, got {self.min_turns}")
-        if self.panel_size < 2:
-            raise ValueError(f"panel_size must be >= 2, got {self.panel_size}")
-        if not 0 < self.level < 1:
-            raise ValueError(f"level must be in (0, 1), got {self.level}")
-        if self.resamples < 1:
-            raise ValueError(f"resamples must be >= 1, got {self.resamples}")
-        if self.max_exact < 1:
-            raise ValueError(f"max_exact must be >= 1, got {self.max_exact}")
+        owner = "DiversityConfig"
+        check_count(owner, "min_turns", self.min_turns)
+        check_count(owner, "panel_size", self.panel_size, 2)
+        check_number(owner, "level", self.level, 0.0, 1.0, low_open=True, high_open=True)
+        check_count(owner, "resamples", self.resamples)
+        check_seed(owner, "seed", self.seed)
+        check_names(owner, "exclude_roles", self.exclude_roles)
+        check_count(owner, "max_exact", self.max_exact)
 
 
 # ----------------------------------------------------------------------------- results

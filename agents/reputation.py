@@ -19,6 +19,8 @@ from typing import Mapping
 import numpy as np
 from typing_extensions import TypedDict
 
+from agora.agents._checks import check_count, check_number
+
 
 @dataclass(frozen=True, slots=True)
 class ReputationConfig:
@@ -48,15 +50,13 @@ class ReputationConfig:
     """Lowest reputation a model can fall to."""
 
     def __post_init__(self):
-        for name in ("initial", "initial_sigma", "k0", "k_min", "n_s", "lam", "epsilon", "sigma_min"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"ReputationConfig.{name} must be > 0, got {getattr(self, name)}")
-        if not 0 < self.alpha <= 1:
-            raise ValueError(f"ReputationConfig.alpha must be in (0, 1], got {self.alpha}")
-        if self.window < 2:
-            raise ValueError(f"ReputationConfig.window must be >= 2, got {self.window}")
-        if self.floor < 0:
-            raise ValueError(f"ReputationConfig.floor must be >= 0, got {self.floor}")
+        owner = "ReputationConfig"
+        for name in ("initial", "initial_sigma", "k0", "k_min", "n_s", "lam", "sigma_min"):
+            check_number(owner, name, getattr(self, name), 0.0, low_open=True)
+        check_number(owner, "epsilon", self.epsilon, 0.0, 1.0, low_open=True)  # bounds |Φ(z) − Φ(−z)| <= 1
+        check_number(owner, "alpha", self.alpha, 0.0, 1.0, low_open=True)
+        check_count(owner, "window", self.window, 2)
+        check_number(owner, "floor", self.floor, 0.0)
 
 
 class ReputationState(TypedDict):
