@@ -35,6 +35,7 @@ from typing_extensions import TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
+from agora.agents._checks import check_count, check_name, check_sampling
 from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
@@ -86,16 +87,10 @@ class ConversationConfig:
     """Base seed; turn t of a question uses ``question_seed(seed, question_id) + t``."""
 
     def __post_init__(self):
-        if self.turns < 2:
-            raise ValueError(f"turns must be >= 2, got {self.turns}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.shots < 0:
-            raise ValueError(f"shots must be >= 0, got {self.shots}")
+        check_count("ConversationConfig", "turns", self.turns, 2)
+        check_sampling("ConversationConfig", self)
+        for name in ("speaker_a", "speaker_b"):
+            check_name("ConversationConfig", name, getattr(self, name))
         if self.speaker_a is not None and self.speaker_a == self.speaker_b:
             raise ValueError(f"speaker_b must differ from speaker_a, both are {self.speaker_a!r}")
 

@@ -37,6 +37,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
+from agora.agents._checks import check_count, check_sampling
 from agora.agents.exp3 import Exp3Config, Exp3Leader, LeaderState, leader_reward, target_gap
 from agora.agents.judge import Judge, JudgeConfig, Judgement, judge_means, position_bias
 from agora.agents.matching import Match, MatchConfig, Matcher, Mode
@@ -89,15 +90,13 @@ class DuelConfig:
     def __post_init__(self):
         if self.mode not in ("sparta", "stackelberg"):
             raise ValueError(f"DuelConfig.mode must be 'sparta' or 'stackelberg', got {self.mode!r}")
-        for name in ("duels", "iterations", "max_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DuelConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise ValueError(f"DuelConfig.temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"DuelConfig.top_p must be in (0, 1], got {self.top_p}")
-        if self.shots < 0:
-            raise ValueError(f"DuelConfig.shots must be >= 0, got {self.shots}")
+        for name in ("duels", "iterations"):
+            check_count("DuelConfig", name, getattr(self, name))
+        check_sampling("DuelConfig", self)
+        for name, kind in (("judge", JudgeConfig), ("reputation", ReputationConfig), ("leader", Exp3Config),
+                           ("match", MatchConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"DuelConfig.{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
 
     def describe(self, n_instructions: int) -> dict[str, Any]:
         """The settings as stored with the run, with the step ``η`` actually used."""
