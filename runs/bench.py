@@ -15,7 +15,8 @@ and their source go into the report (:mod:`agora.traces.bench`); without a dev s
 the fixed thresholds were used.
 
 Layers: a driver (:mod:`agora.runs`): this module runs the ``graphs`` and uses ``agents``, ``tasks`` and
-``traces``; the report lives in :mod:`agora.traces.bench` and the command line in :mod:`agora.cli.bench`.
+``traces``; the report's data is read by :mod:`agora.traces.bench`, its claims and files are written by
+:mod:`agora.runs.report`, and the command line is :mod:`agora.cli.bench`.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.runs.bench import PROTOCOL_OF, load_tasks, resolve_methods
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
-from agora.traces.bench import pareto_front, read_bench_spec
+from agora.runs.report import pareto_front
+from agora.traces.bench import read_bench_spec
 from agora.traces.store import TraceStore
 
 

@@ -127,6 +127,38 @@ def test_drivers_live_in_runs_not_in_graphs():
     assert not [e.where() for e in EDGES if _layer(e.source) == "graphs" and _layer(e.target) == "runs"]
 
 
+REPORT = {"bench_report": "traces/bench.py", "report_markdown": "runs/report.py",
+          "plot_accuracy_vs_tokens": "runs/report.py", "claims": "runs/report.py", "write_report": "runs/report.py"}
+"""The bench report's parts and their one home: the data read from the trace store in ``traces/``,
+its claims, markdown and plot beside the driver in ``runs/`` (issue 32 item 5)."""
+
+
+def _imported_roots(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports (any form, any level of the file)."""
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_the_bench_report_renders_and_plots_in_runs_and_traces_only_reads():
+    defined: dict[str, list[str]] = {}
+    for path in MODULES.values():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in REPORT:
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert defined == {name: [home] for name, home in REPORT.items()}
+    assert "matplotlib" not in _imported_roots(ROOT / "traces" / "bench.py")
+    assert "matplotlib" in _imported_roots(ROOT / "runs" / "report.py")  # the check above reads imports at all
+    tables = [f"{MODULES[m].relative_to(ROOT)}:{node.lineno}" for m in MODULES if _layer(m) == "traces"
+              for node in ast.walk(ast.parse(MODULES[m].read_text(encoding="utf-8")))
+              if isinstance(node, ast.Constant) and isinstance(node.value, str) and "|---" in node.value]
+    assert not tables, f"markdown tables rendered in traces/ (render them in runs/): {tables}"
+
+
 def _cycles(edges: list[Edge]) -> list[list[Edge]]:
     """One cycle (as its edges) per strongly connected component with more than one module (Tarjan)."""
     graph: dict[str, list[Edge]] = {}

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 import agora.cli.bench as bench_cli
 from agora.cli.main import app
-from agora.traces.bench import MIN_QUESTIONS, TOO_FEW, _holds, too_few
+from agora.runs.report import _holds
+from agora.traces.bench import MIN_QUESTIONS, TOO_FEW, too_few
 from test_bench import bench_args, scripted_pool, write_tasks
 
 
@@ -77,7 +78,7 @@ def test_the_plot_draws_intervals_and_spreads_coincident_methods(two_question_be
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from agora.traces.bench import plot_accuracy_vs_tokens
+    from agora.runs.report import plot_accuracy_vs_tokens
 
     figures = []
     monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))

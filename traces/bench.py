@@ -1,15 +1,17 @@
-"""The bench report: every method on every task, from the trace store, with paired statistics.
+"""The bench report's data: every method on every task, read back from the trace store, with paired statistics.
 
 :mod:`agora.runs.bench` runs the protocols of a bench as ordinary runs (one per task and
 protocol, ids ``<bench>:<task>:<protocol>``) and describes them in a :class:`BenchSpec`; this
-module reads those runs back and builds the report (:func:`bench_report`): accuracy per method ×
-task with a 95 % bootstrap CI and the macro-average, paired differences against the single agent
-and against self-consistency on the same questions (95 % paired-bootstrap CI, exact McNemar
-p-value), cost per question (model calls, samples, generated tokens, model and wall seconds), the
-expected one-sample accuracy of each pool model, COMED's accept/verify/escalate shares with its
-rescues and harms, and how COMED's thresholds were chosen. :func:`write_report` writes it as
-markdown, JSON and one PNG (accuracy against generated tokens per question, with the Pareto front)
-and records it in the trace DB (tables below).
+module reads those runs back (:func:`read_bench`) and builds the report's data
+(:func:`bench_report`, what ``bench.json`` holds but its claims): accuracy per method × task with a
+95 % bootstrap CI and the macro-average, paired differences against the single agent and against
+self-consistency on the same questions (95 % paired-bootstrap CI, exact McNemar p-value from
+:mod:`agora.agents.stats`), cost per question (model calls, samples, generated tokens, model and
+wall seconds), the expected one-sample accuracy of each pool model, COMED's accept/verify/escalate
+shares with its rescues and harms, and how COMED's thresholds were chosen. It records the report in
+the trace DB (:func:`record_bench`, tables below) and gives its JSON text (:func:`report_json`).
+The claims, the markdown page and the PNG are :mod:`agora.runs.report`'s (``agora bench`` writes
+the files with :func:`agora.runs.report.write_report`): nothing here renders or plots.
 
 Failed questions are never wrong: a question none of whose model calls succeeded has no
 ``questions`` row (:func:`agora.traces.report.failed_questions`) and a method that drew on no sample
@@ -33,16 +35,15 @@ import math
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from agora.agents.escalation import DevOutcome, rescue_harm
-from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci  # noqa: F401 (their home)
+from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.tasks.answers import extract_answer
 from agora.tasks.scoring import score_answer
-from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, failed_questions, too_few  # noqa: F401
+from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, failed_questions, too_few  # noqa: F401 (re-exported)
 from agora.traces.store import TraceStore, now
 
 LEVEL = 0.95
@@ -56,30 +57,6 @@ BENCH_CELLS = {
     "accuracy": float, "ci_low": float, "ci_high": float, "calls_per_q": float, "samples_per_q": float,
     "tokens_per_q": float, "model_s_per_q": float, "wall_s_per_q": float,
 }
-
-
-# ---------------------------------------------------------------------------- statistics
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point dominates, for a cost ``x`` (lower is better) and an
-    accuracy ``y`` (higher is better), ordered by cost. A point is dominated when another costs no
-    more and is no less accurate, and is better in one of the two; NaN points are left out.
-
-    >>> pareto_front([(1, 0.5), (2, 0.4), (3, 0.7), (3, 0.6)])
-    [0, 2]
-    """
-    ok = [i for i, (x, y) in enumerate(points) if x == x and y == y]
-    front = [i for i in ok if not any(
-        points[j][0] <= points[i][0] and points[j][1] >= points[i][1]
-        and (points[j][0] < points[i][0] or points[j][1] > points[i][1]) for j in ok)]
-    seen: set[tuple[float, float]] = set()
-    out = []
-    for i in sorted(front, key=lambda i: (points[i][0], -points[i][1], i)):
-        if tuple(points[i]) not in seen:  # two methods at the same point: one front vertex
-            seen.add(tuple(points[i]))
-            out.append(i)
-    return out
 
 
 # ---------------------------------------------------------------------------- the spec of a bench
@@ -340,32 +317,88 @@ def _comed(task: BenchTask, data: _TaskData) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------- the report
 
 
-def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[str, Any]:
-    """The bench's report as JSON-ready data (see the module docstring); ``seed`` fixes every
-    bootstrap. ``complete`` is false while some test question of some run is neither answered nor
-    failed (an interrupted bench: rerun it with the same id)."""
+@dataclass(frozen=True, slots=True)
+class BenchData:
+    """A bench's runs as read back from the trace store, per task: what the report's numbers and
+    the claims (:mod:`agora.runs.report`) are computed from."""
+
+    tasks: dict[str, _TaskData]
+    """Task name → its results, questions and failed questions per method / protocol."""
+    single_values: dict[str, dict[str, dict[str, float]]]
+    """Task name → pool model → question id → expected one-sample accuracy (0..1)."""
+
+
+def read_bench(store: TraceStore, spec: BenchSpec) -> BenchData:
+    """Read every run of the bench ``spec`` describes (its test questions only) from ``store``."""
+    tasks: dict[str, _TaskData] = {}
+    singles: dict[str, dict[str, dict[str, float]]] = {}
+    for task in spec.tasks:
+        tasks[task.name] = _read_task(store, task, spec.methods, spec.renames)
+        singles[task.name] = _single_models(store, task, tasks[task.name])
+    return BenchData(tasks, singles)
+
+
+def macro_pair(spec: BenchSpec, data: BenchData, a: str, b: str, seed: int = 0) -> dict[str, Any] | None:
+    """Method ``a`` against method ``b`` over every task, on the questions both were scored on:
+    ``diff`` (mean of the per-task accuracy differences, 0..1 scale) with its 95 % stratified
+    bootstrap CI ``ci_low``/``ci_high``, ``wins``/``losses`` (discordant questions), ``p_mcnemar``
+    (exact, on all discordant pairs) and ``questions`` (pairs); ``None`` without any pair."""
+    diffs, wins, losses, n = [], 0, 0, 0
+    for t in spec.tasks:
+        per = data.tasks[t.name]
+        if a in per.results and b in per.results:
+            _, x, y = _pairs(per, a, b)
+            diffs.append([u - v for u, v in zip(x, y)])
+            wins += sum(u > v for u, v in zip(x, y))
+            losses += sum(u < v for u, v in zip(x, y))
+            n += len(x)
+    if not n:
+        return None
+    d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
+    return {"diff": d, "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
+            "p_mcnemar": mcnemar_exact(wins, losses), "questions": n}
+
+
+def expected_gap(spec: BenchSpec, data: BenchData, method: str, model: str, seed: int = 0) -> dict[str, Any]:
+    """Method ``method``'s correctness (0/1) minus pool model ``model``'s expected one-sample
+    accuracy, per question both have, over every task: ``diff`` (mean of the per-task means, 0..1
+    scale) with its 95 % stratified bootstrap CI ``ci_low``/``ci_high``, and ``questions``."""
+    diffs = []
+    for t in spec.tasks:
+        rows, values = data.tasks[t.name].results.get(method, {}), data.single_values[t.name].get(model, {})
+        diffs.append([int(rows[q]["correct"]) - values[q] for q in values
+                      if q in rows and rows[q]["correct"] is not None and rows[q]["samples"] != 0])
+    d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
+    return {"diff": d, "ci_low": lo, "ci_high": hi, "questions": sum(len(x) for x in diffs)}
+
+
+def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: BenchData | None = None) -> dict[str, Any]:
+    """The bench's report data, JSON-ready (see the module docstring); ``seed`` fixes every
+    bootstrap; ``data`` is :func:`read_bench`'s reading of the runs (read here when not given).
+    ``complete`` is false while some test question of some run is neither answered nor failed (an
+    interrupted bench: rerun it with the same id). The claims are added by
+    :func:`agora.runs.report.build_report`, which also writes the files."""
     methods = spec.methods
+    data = read_bench(store, spec) if data is None else data
+    per_task, single_values = data.tasks, data.single_values
     cells, paired, singles, comed = [], [], [], []
     pools: list[dict[str, Any]] = []
     model_sc: list[dict[str, Any]] = []
-    per_task: dict[str, _TaskData] = {}
-    single_values: dict[str, dict[str, dict[str, float]]] = {}
     for task in spec.tasks:
-        data = per_task[task.name] = _read_task(store, task, methods, spec.renames)
+        mine = per_task[task.name]
         for m, protocol in methods.items():
-            if protocol in task.runs and m in data.results:
-                cells.append(_cell(m, protocol, task, data, seed))
+            if protocol in task.runs and m in mine.results:
+                cells.append(_cell(m, protocol, task, mine, seed))
         for b in BASELINES:
             for m in methods:
-                if m != b and b in data.results and m in data.results:
-                    _, x, y = _pairs(data, m, b)
+                if m != b and b in mine.results and m in mine.results:
+                    _, x, y = _pairs(mine, m, b)
                     paired.append(_paired(task.name, m, b, x, y, seed))
-        single_values[task.name] = _single_models(store, task, data)
         for model, values in single_values[task.name].items():
             acc, lo, hi = bootstrap_ci(list(values.values()), seed=seed)
             singles.append({"task": task.name, "model": model, "questions": len(values), "accuracy": acc,
                             "ci_low": lo, "ci_high": hi, "too_few": too_few(len(values), lo, hi)})
-        c = _comed(task, data)
+        c = _comed(task, mine)
         if c is not None:
             comed.append(c)
         pool_rows, sc_rows = _pool(store, task, seed)
@@ -378,32 +411,22 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
                    if r["correct"] is not None and r["samples"] != 0] for t in spec.tasks]
         if not any(groups):
             continue
-        mine = [c for c in cells if c["method"] == m]
+        mine_cells = [c for c in cells if c["method"] == m]
         acc, lo, hi = macro_bootstrap_ci(groups, seed=seed)
         macro.append({"method": m, "tasks": sum(1 for g in groups if g), "all_tasks": all(groups), "accuracy": acc,
                       "ci_low": lo, "ci_high": hi, "too_few": too_few(sum(len(g) for g in groups), lo, hi),
-                      **{k: _mean([c[k] for c in mine if c[k] == c[k]])
+                      **{k: _mean([c[k] for c in mine_cells if c[k] == c[k]])
                          for k in ("calls_per_q", "samples_per_q", "tokens_per_q", "model_s_per_q", "wall_s_per_q",
                                    *SPLIT_KEYS)}})
     macro_paired = []
     for b in BASELINES:
         for m in methods:
-            if m == b:
-                continue
-            diffs, wins, losses, n = [], 0, 0, 0
-            for t in spec.tasks:
-                data = per_task[t.name]
-                if b in data.results and m in data.results:
-                    _, x, y = _pairs(data, m, b)
-                    diffs.append([u - v for u, v in zip(x, y)])
-                    wins += sum(u > v for u, v in zip(x, y))
-                    losses += sum(u < v for u, v in zip(x, y))
-                    n += len(x)
-            if n:
-                d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
-                macro_paired.append({"task": "macro", "method": m, "baseline": b, "questions": n, "diff": d,
-                                     "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
-                                     "p_mcnemar": mcnemar_exact(wins, losses), "too_few": too_few(n, lo, hi)})
+            pair = None if m == b else macro_pair(spec, data, m, b, seed)
+            if pair is not None:
+                macro_paired.append({"task": "macro", "method": m, "baseline": b, "questions": pair["questions"],
+                                     "diff": pair["diff"], "ci_low": pair["ci_low"], "ci_high": pair["ci_high"],
+                                     "wins": pair["wins"], "losses": pair["losses"], "p_mcnemar": pair["p_mcnemar"],
+                                     "too_few": too_few(pair["questions"], pair["ci_low"], pair["ci_high"])})
     macro_singles = []
     models = sorted({s["model"] for s in singles})
     for model in models:
@@ -434,385 +457,10 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
         "failed_questions": {t: f for t, f in failed.items() if f},
         "level": LEVEL, "resamples": RESAMPLES, "seed": seed,
     }
-    report["claims"] = _claims(report, spec, per_task, single_values, seed)
     return report
 
 
-def _claims(report: dict[str, Any], spec: BenchSpec, per_task: dict[str, _TaskData],
-            single_values: dict[str, dict[str, dict[str, float]]], seed: int) -> list[dict[str, Any]]:
-    """The three claims of issue 18, measured (whatever the numbers are). A claim on fewer than
-    :data:`MIN_QUESTIONS` paired questions, or with a degenerate interval, ``holds`` "too few
-    questions" (:data:`TOO_FEW`), never yes or no."""
-    out: list[dict[str, Any]] = []
-    align_sc = next((p for p in report["paired"] if p["task"] == "macro" and p["method"] == "align"
-                     and p["baseline"] == "self_consistency"), None)
-    if align_sc:
-        out.append({"claim": "ALIGN − self-consistency on the same n·k candidates ≥ 0 (macro, paired)",
-                    "value": align_sc["diff"], "ci_low": align_sc["ci_low"], "ci_high": align_sc["ci_high"],
-                    "p_mcnemar": align_sc["p_mcnemar"], "questions": align_sc["questions"],
-                    "holds": TOO_FEW if align_sc["too_few"] else _holds(align_sc["diff"], align_sc["ci_low"], 0.0)})
-    macro = {m["method"]: m for m in report["macro"] if m["all_tasks"]}
-    multi = [m for m in ("align", "self_consistency", "best_of_n", "comed", "moa", "debate") if m in macro]
-    singles = [s for s in report["macro_single_models"] if s["tasks"] == len(spec.tasks)]
-    chosen = ((spec.settings.get("shared") or {}).get("single_model") or {})
-    on_dev = bool(chosen) and all(c.get("on_dev") for c in chosen.values())
-    if multi and on_dev and "single_agent" in macro:
-        best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
-        pair = _macro_pair(spec, per_task, best_multi, "single_agent", seed)
-        if pair is not None:
-            models = ", ".join(sorted({c["model"] for c in chosen.values()}))
-            out.append({"claim": f"best multi-model method ({best_multi}) − the dev-chosen best single model "
-                                 f"({models}, its first sample), macro, paired", "value": pair["diff"],
-                        "ci_low": pair["ci_low"], "ci_high": pair["ci_high"], "p_mcnemar": pair["p_mcnemar"],
-                        "questions": pair["questions"],
-                        "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
-                        else _holds(pair["diff"], pair["ci_low"], 0.0, strict=True),
-                        "note": "the best single model is chosen on the dev split, never on test questions"})
-    elif multi and singles:
-        best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
-        best_single = max(singles, key=lambda s: s["accuracy"])
-        diffs = []
-        for t in spec.tasks:
-            rows, values = per_task[t.name].results.get(best_multi, {}), single_values[t.name].get(best_single["model"], {})
-            diffs.append([int(rows[q]["correct"]) - values[q] for q in values
-                          if q in rows and rows[q]["correct"] is not None and rows[q]["samples"] != 0])
-        d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
-        n = sum(len(x) for x in diffs)
-        out.append({"claim": f"best multi-model method ({best_multi}) − best single model ({best_single['model']}, "
-                             "expected one-sample accuracy), macro", "value": d, "ci_low": lo, "ci_high": hi,
-                    "p_mcnemar": None, "questions": n,
-                    "holds": TOO_FEW if too_few(n, lo, hi) else _holds(d, lo, 0.0, strict=True),
-                    "note": "the best single model was NOT chosen on a dev split: it is picked on the test questions "
-                            "themselves (optimistic for it)"})
-    for dense in ("moa", "debate"):
-        pair = _macro_pair(spec, per_task, "comed", dense, seed)
-        if pair is None:
-            continue
-        calls = {m: macro[m]["calls_per_q"] for m in ("comed", dense) if m in macro}
-        ratio = calls["comed"] / calls[dense] if len(calls) == 2 and calls[dense] else float("nan")
-        rescues = sum(c["rescues"] for c in report["comed"])
-        harms = sum(c["harms"] for c in report["comed"])
-        out.append({"claim": f"COMED ≥ {dense} in accuracy (macro, paired) with ≤ 50 % of its model calls and "
-                             "rescues > harms", "value": pair["diff"], "ci_low": pair["ci_low"], "ci_high": pair["ci_high"],
-                    "p_mcnemar": pair["p_mcnemar"], "calls_ratio": ratio, "rescues": rescues, "harms": harms,
-                    "questions": pair["questions"],
-                    "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
-                    else "-" if ratio != ratio else ("no" if ratio > 0.5 or rescues <= harms
-                                                     else _holds(pair["diff"], pair["ci_low"], 0.0))})
-    return out
-
-
-def _macro_pair(spec: BenchSpec, per_task: dict[str, _TaskData], a: str, b: str, seed: int) -> dict[str, Any] | None:
-    diffs, wins, losses, n = [], 0, 0, 0
-    for t in spec.tasks:
-        data = per_task[t.name]
-        if a in data.results and b in data.results:
-            _, x, y = _pairs(data, a, b)
-            diffs.append([u - v for u, v in zip(x, y)])
-            wins += sum(u > v for u, v in zip(x, y))
-            losses += sum(u < v for u, v in zip(x, y))
-            n += len(x)
-    if not any(diffs):
-        return None
-    d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
-    return {"diff": d, "ci_low": lo, "ci_high": hi, "p_mcnemar": mcnemar_exact(wins, losses), "questions": n}
-
-
-def _holds(value: float, low: float, bound: float, strict: bool = False) -> str:
-    """Whether a claim ``value ≥ bound`` (``> bound`` when ``strict``) holds: ``yes`` when the whole
-    CI satisfies it, ``no`` when the estimate does not, else ``undecided``."""
-    if value != value:
-        return "-"
-    if low > bound or (not strict and low >= bound):
-        return "yes"
-    if value < bound or (strict and value <= bound):
-        return "no"
-    return "undecided"
-
-
-# ---------------------------------------------------------------------------- markdown, PNG, DB
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{100 * x:.1f}"
-
-
-def _ci(lo: float, hi: float) -> str:
-    return "-" if lo != lo else f"[{100 * lo:.1f}, {100 * hi:.1f}]"
-
-
-def _num(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None or x != x else f"{x:.{digits}f}"
-
-
-def _p(p: float | None) -> str:
-    return "-" if p is None else (f"{p:.3g}" if p >= 0.001 else f"{p:.1e}")
-
-
-def _few(entry: dict[str, Any]) -> str:
-    return " †" if entry.get("too_few") else ""
-
-
-def _any_few(report: dict[str, Any]) -> bool:
-    return any(c.get("too_few") for key in ("cells", "macro", "single_models", "macro_single_models")
-               for c in report.get(key) or [])
-
-
-def claim_lines(report: dict[str, Any]) -> list[str]:
-    """The report's claims as console lines: ``claim: value pp [CI] (n questions): holds``."""
-    return [f"{c['claim']}: {_pct(c['value'])} pp {_ci(c['ci_low'], c['ci_high'])} "
-            f"({c.get('questions', '?')} paired questions): {c['holds']}" for c in report.get("claims") or []]
-
-
-def report_markdown(report: dict[str, Any]) -> str:
-    """The report as a markdown page (``bench.md``)."""
-    tasks = [t["name"] for t in report["tasks"]]
-    cells = {(c["task"], c["method"]): c for c in report["cells"]}
-    macro = {m["method"]: m for m in report["macro"]}
-    lines = [f"# Bench `{report['bench_id']}`", ""]
-    if not report["complete"]:
-        left = "; ".join(f"{t} {p}: {r['missing']}" for t, per in report["runs_done"].items() for p, r in per.items()
-                         if r["missing"])
-        lines += ["**Incomplete**: some test questions have not run yet (" + left + "); rerun `agora bench` with the "
-                  "same `--run-id` to finish (nothing finished is redone).", ""]
-    lines += [f"Generated {report['generated_at']}. Accuracies in %, with {int(100 * report['level'])} % "
-              f"percentile-bootstrap CIs ({report['resamples']} resamples, seed {report['seed']}); the macro-average is "
-              "the mean over tasks, its CI resamples each task within itself. Failed questions (every model call "
-              "failed) and method failures (the method got no sample) are counted apart, never as wrong.", ""]
-    lines += ["## Tasks", "", "| task | file | format | test questions | runs |", "|---|---|---|---|---|"]
-    for t in report["tasks"]:
-        lines.append(f"| {t['name']} | `{t['path']}` | {t['format']} | {t['questions']} | "
-                     + ", ".join(f"`{r}`" for r in t["runs"].values()) + " |")
-    settings = report.get("settings") or {}
-    if settings.get("pool"):
-        lines += ["", "Pool: " + ", ".join(f"`{m}`" for m in settings["pool"]) + "."]
-    for key in ("align", "comed"):
-        if settings.get(key):
-            lines += ["", f"{key.upper()} settings: " + ", ".join(f"{k} = {v}" for k, v in settings[key].items()) + "."]
-
-    lines += ["", "## Accuracy", "", "| method | " + " | ".join(tasks) + " | macro |",
-              "|---|" + "---|" * (len(tasks) + 1)]
-    for m in report["methods"]:
-        if not any((t, m) in cells for t in tasks):
-            continue
-        row = [f"{_pct(cells[t, m]['accuracy'])} {_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}{_few(cells[t, m])}"
-               if (t, m) in cells else "-" for t in tasks]
-        mac = macro.get(m)
-        row.append("-" if mac is None else f"**{_pct(mac['accuracy'])}** {_ci(mac['ci_low'], mac['ci_high'])}{_few(mac)}"
-                   + ("" if mac["all_tasks"] else " (not every task)"))
-        lines.append(f"| {m} | " + " | ".join(row) + " |")
-    if report["macro_single_models"]:
-        for s in report["macro_single_models"]:
-            row = []
-            for t in tasks:
-                c = next((x for x in report["single_models"] if x["task"] == t and x["model"] == s["model"]), None)
-                row.append("-" if c is None else f"{_pct(c['accuracy'])} {_ci(c['ci_low'], c['ci_high'])}{_few(c)}")
-            lines.append(f"| model `{s['model']}` (one sample) | " + " | ".join(row)
-                         + f" | **{_pct(s['accuracy'])}** {_ci(s['ci_low'], s['ci_high'])}{_few(s)} |")
-        lines += ["", "A model's one-sample row is the share of its ALIGN candidates that are right (its expected "
-                  "accuracy from one temperature sample), on the ALIGN run's questions."]
-    if _any_few(report):
-        lines += ["", f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions, or a degenerate interval "
-                  "(every resample equal); the number is shown, but it is no finding."]
-    lines += ["", "Questions scored / failed per cell:", "", "| method | " + " | ".join(tasks) + " |",
-              "|---|" + "---|" * len(tasks)]
-    for m in report["methods"]:
-        if any((t, m) in cells for t in tasks):
-            lines.append(f"| {m} | " + " | ".join(
-                f"{cells[t, m]['questions']} / {cells[t, m]['failed_questions'] + cells[t, m]['method_failed']}"
-                + (f" ({cells[t, m]['missing']} not run)" if cells[t, m]["missing"] else "")
-                if (t, m) in cells else "-" for t in tasks) + " |")
-
-    lines += ["", "## Paired differences", "",
-              "Same questions, both methods scored: difference in accuracy (pp) with a 95 % paired-bootstrap CI, "
-              "wins/losses (questions only one of the two got right) and the exact McNemar p-value (two-sided "
-              "binomial test on the discordant pairs); `macro` pools the tasks (mean of per-task differences, "
-              "McNemar on all discordant pairs).", "",
-              "| method | vs | task | questions | diff pp | 95% CI | wins / losses | McNemar p | note |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for p in report["paired"]:
-        lines.append(f"| {p['method']} | {p['baseline']} | {p['task']} | {p['questions']} | {_pct(p['diff'])} | "
-                     f"{_ci(p['ci_low'], p['ci_high'])} | {p['wins']} / {p['losses']} | {_p(p['p_mcnemar'])} | "
-                     f"{TOO_FEW if p.get('too_few') else ''} |")
-
-    lines += ["", "## Cost per question", "",
-              "Model calls are requests (N samples of one prompt are one call); tokens are generated tokens; model "
-              "seconds sum the latencies of the samples a method drew on; wall seconds are the question time of the "
-              "run that computed the method (methods of one run share it).", "",
-              "| method | task | calls/q | samples/q | gen. tokens/q | model s/q | wall s/q (run) |",
-              "|---|---|---|---|---|---|---|"]
-    for m in report["methods"]:
-        for t in tasks + ["macro"]:
-            c = macro.get(m) if t == "macro" else cells.get((t, m))
-            if c is not None:
-                lines.append(f"| {m} | {t} | {_num(c['calls_per_q'])} | {_num(c['samples_per_q'])} | "
-                             f"{_num(c['tokens_per_q'], 1)} | {_num(c['model_s_per_q'])} | {_num(c['wall_s_per_q'])} |")
-
-    lines += _shared_markdown(report, tasks, cells, macro)
-
-    lines += ["", "## Shared samples", "", "| method | draws on |", "|---|---|"]
-    lines += [f"| {m} | {report['sharing'].get(m, '-')} |" for m in report["methods"]]
-
-    lines += ["", "## COMED thresholds", ""]
-    if not report["calibration"]:
-        lines.append("No COMED run.")
-    for c in report["calibration"]:
-        t = c["thresholds"]
-        scope = "all tasks" if c["scope"] == "*" else f"task {c['scope']}"
-        lines.append(f"- {scope}: τ_hi = {t['tau_hi']:.4g}, τ_lo = {t['tau_lo']:.4g}, m_min = {t['m_min']:.4g} "
-                     f"(N = {c['n_anchor']}); {c['source']}")
-    if report["comed"]:
-        lines += ["", "## COMED decisions, rescues and harms", "",
-                  "| task | questions | accept | verify | escalate | verify → accept | verify → escalate | escalated | "
-                  "rescues | harms | Acc(COMED) − Acc(anchor) pp |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for c in report["comed"]:
-            n = c["questions"] or 1
-            d, o = c["decisions"], c["outcomes"]
-            lines.append(f"| {c['task']} | {c['questions']} | " + " | ".join(
-                f"{d[k]} ({_pct(d[k] / n)}%)" for k in ("accept", "verify", "escalate"))
-                + f" | {o['verify_accept']} | {o['verify_escalate']} | {c['escalated']} | {c['rescues']} | {c['harms']} | "
-                  f"{_pct(c['gain'])} |")
-        lines += ["", "Acc(COMED) − Acc(anchor) = (rescues − harms) / questions, checked on every question."]
-
-    if report["claims"]:
-        lines += ["", "## Claims", "", "| claim | value pp | 95% CI | McNemar p | paired questions | holds |",
-                  "|---|---|---|---|---|---|"]
-        for c in report["claims"]:
-            extra = ""
-            if "calls_ratio" in c:
-                extra = f"; calls {_pct(c['calls_ratio'])} % of it, rescues {c['rescues']} vs harms {c['harms']}"
-            if c.get("note"):
-                extra += f"; {c['note']}"
-            lines.append(f"| {c['claim']}{extra} | {_pct(c['value'])} | {_ci(c['ci_low'], c['ci_high'])} | "
-                         f"{_p(c['p_mcnemar'])} | {c.get('questions', '-')} | {c['holds']} |")
-        lines += ["", "`yes`: the whole 95 % CI is on the claim's side; `undecided`: the estimate is, the CI is not; "
-                  "`no`: the estimate is not (or, for COMED, the calls or rescues part fails); "
-                  f"`{TOO_FEW}`: fewer than {MIN_QUESTIONS} paired questions, or a degenerate interval: no verdict."]
-    if report["failed_questions"]:
-        lines += ["", "## Failed questions", "", "Every model call of these questions failed: they are not scored; a "
-                  "rerun with the same `--run-id` retries them.", ""]
-        for t, per in report["failed_questions"].items():
-            for p, ids in per.items():
-                lines.append(f"- {t} / {p}: {len(ids)} ({', '.join(ids[:10])}{', ...' if len(ids) > 10 else ''})")
-    return "\n".join(lines) + "\n"
-
-
-def _shared_markdown(report: dict[str, Any], tasks: list[str], cells: dict[tuple[str, str], dict[str, Any]],
-                     macro: dict[str, dict[str, Any]]) -> list[str]:
-    """The report's issue-32 sections: the shared pool's cost, each method's shared and added
-    compute (matched-compute comparison: the added calls column), the single model's choice, and each
-    model's self-consistency over its own share of the pool."""
-    shared = (report.get("settings") or {}).get("shared")
-    lines = ["", "## Shared and added compute", ""]
-    if not shared:
-        lines.append("No shared candidate pool: every protocol drew its own samples (first edition; "
-                     "`--shared-candidates` draws one pool per question for all of them). Everything below is added.")
-    else:
-        lines.append(f"One candidate pool per question: k = {shared['k']} samples from each of "
-                     + ", ".join(f"`{m}`" for m in shared["models"])
-                     + f" (temperature {shared['temperature']}, max {shared['max_tokens']} tokens, {shared['shots']} "
-                       "shots, the neutral solver prompt), drawn once and given to every protocol that starts from "
-                       "independent samples.")
-        for p in report.get("shared_pool") or []:
-            lines.append(f"- {p['task']}: the pool cost {_num(p['calls_per_q'])} calls, {_num(p['samples_per_q'])} "
-                         f"samples, {_num(p['tokens_per_q'], 1)} generated tokens per question (`{p['run_id']}`).")
-        for t, c in (shared.get("single_model") or {}).items():
-            lines.append(f"- {t}: single model `{c['model']}`: {c['source']}.")
-    lines += ["", "Per question: shared = taken from the pool (drawn once for all methods); added = the method's own "
-              "calls beyond it. Compare methods at matched compute on the added calls.", "",
-              "| method | task | shared calls | shared samples | shared tokens | added calls | added samples | "
-              "added tokens |", "|---|---|---|---|---|---|---|---|"]
-    for m in report["methods"]:
-        for t in tasks + ["macro"]:
-            c = macro.get(m) if t == "macro" else cells.get((t, m))
-            if c is not None and "added_calls_per_q" in c:
-                lines.append(f"| {m} | {t} | {_num(c['shared_calls_per_q'])} | {_num(c['shared_samples_per_q'])} | "
-                             f"{_num(c['shared_tokens_per_q'], 1)} | **{_num(c['added_calls_per_q'])}** | "
-                             f"{_num(c['added_samples_per_q'])} | {_num(c['added_tokens_per_q'], 1)} |")
-    sc = report.get("model_self_consistency") or []
-    if sc:
-        lines += ["", "## Per-model self-consistency (free)", "",
-                  "Each model's plurality over its own share of the pool (no call of its own), beside its expected "
-                  "one-sample accuracy.", "", "| model | task | samples | self-consistency | one sample |",
-                  "|---|---|---|---|---|"]
-        one = {(x["task"], x["model"]): x for x in report.get("single_models") or []}
-        for x in sc:
-            o = one.get((x["task"], x["model"]))
-            lines.append(f"| `{x['model']}` | {x['task']} | {_num(x['samples_per_q'], 0)} | {_pct(x['accuracy'])} "
-                         f"{_ci(x['ci_low'], x['ci_high'])}{_few(x)} | "
-                         + ("-" if o is None else f"{_pct(o['accuracy'])} {_ci(o['ci_low'], o['ci_high'])}") + " |")
-    return lines
-
-
-def plot_accuracy_vs_tokens(report: dict[str, Any], path: str | Path) -> Path:
-    """One PNG: accuracy against generated tokens per question, a point per method and task
-    (marker per method, colour per task) with its 95 % CI as a vertical bar, and each task's Pareto
-    front (dashed). Methods at the same point (ALIGN's baselines often coincide) are spread
-    sideways by a few points and labelled, so none hides another; a hollow marker is a cell on too
-    few questions."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from matplotlib.lines import Line2D
-
-    cells = [c for c in report["cells"] if c["accuracy"] == c["accuracy"] and c["tokens_per_q"] == c["tokens_per_q"]]
-    tasks = [t["name"] for t in report["tasks"]]
-    markers = dict(zip(report["methods"], "os^vDP*XhpH<>"))
-    colours = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(9, 5))
-    groups: dict[tuple[float, float], list[int]] = {}
-    for i, c in enumerate(cells):
-        groups.setdefault((round(c["tokens_per_q"], 6), round(c["accuracy"], 6)), []).append(i)
-    from matplotlib.transforms import offset_copy
-
-    for members in groups.values():
-        for rank, i in enumerate(members):
-            c = cells[i]
-            shift = 7.0 * (rank - (len(members) - 1) / 2)  # points, sideways: coincident methods stay visible
-            where = offset_copy(ax.transData, fig=fig, x=shift, y=0.0, units="points")
-            colour = colours(tasks.index(c["task"]) % 10)
-            x, y = c["tokens_per_q"], 100 * c["accuracy"]
-            ax.update_datalim([(x, y)])  # shifted artists do not widen the axes themselves
-            if c["ci_low"] == c["ci_low"]:
-                ax.errorbar([x], [y], yerr=[[y - 100 * c["ci_low"]], [100 * c["ci_high"] - y]], fmt="none",
-                            ecolor=colour, elinewidth=0.9, alpha=0.6, capsize=2, transform=where, zorder=2)
-            ax.scatter([x], [y], marker=markers.get(c["method"], "o"), s=55, alpha=0.9, zorder=3, transform=where,
-                       facecolors="none" if c.get("too_few") else colour, edgecolors=colour)
-            if len(members) > 1:
-                down = y > 50  # the label runs away from the nearer edge, one upright label per marker
-                ax.annotate(c["method"], (x, y), xytext=(shift, -7 if down else 7), textcoords="offset points",
-                            fontsize=6, color=colour, ha="center", va="top" if down else "bottom", rotation=90)
-    ax.autoscale_view()
-    if cells:
-        left, right = ax.get_xlim()
-        ax.set_xlim(left - 0.04 * (right - left or 1), right + 0.04 * (right - left or 1))  # room for the spread
-    points = [(c["tokens_per_q"], c["accuracy"]) for c in cells]
-    for t in tasks:
-        mine = [i for i, c in enumerate(cells) if c["task"] == t]
-        front = [mine[i] for i in pareto_front([points[i] for i in mine])]
-        if front:
-            ax.plot([points[i][0] for i in front], [100 * points[i][1] for i in front], "--",
-                    color=colours(tasks.index(t) % 10), lw=1, zorder=2)
-    handles = [Line2D([], [], ls="", marker=markers[m], color="0.35", label=m) for m in report["methods"]
-               if any(c["method"] == m for c in cells)]
-    handles += [Line2D([], [], ls="--", color=colours(i % 10), label=f"{t} (Pareto front dashed)")
-                for i, t in enumerate(tasks)]
-    handles.append(Line2D([], [], ls="", marker="o", markerfacecolor="none", color="0.35",
-                          label=f"hollow: {TOO_FEW} (< {MIN_QUESTIONS})"))
-    ax.set_xlabel("generated tokens per question")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(-5, 105)
-    ax.set_title(f"bench {report['bench_id']}: accuracy vs generated tokens per question")
-    if handles:
-        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+# ---------------------------------------------------------------------------- JSON and the trace DB
 
 
 def _json_default(value: Any) -> Any:
@@ -832,6 +480,11 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def report_json(report: dict[str, Any]) -> str:
+    """The text of ``bench.json``: ``report`` indented, NaN as ``null``, numpy numbers as numbers."""
+    return json.dumps(_finite(report), indent=2, ensure_ascii=False, default=_json_default) + "\n"
 
 
 def record_bench(store: TraceStore, spec: BenchSpec, report: dict[str, Any] | None = None) -> None:
@@ -864,27 +517,3 @@ def read_bench_spec(store: TraceStore, bench_id: str) -> BenchSpec | None:
         return None
     row = next(iter(store.db["benches"].rows_where("bench_id = ?", [bench_id])), None)
     return None if row is None else BenchSpec.from_json(json.loads(row["spec"]))
-
-
-@dataclass(frozen=True, slots=True)
-class ReportFiles:
-    markdown: Path
-    json: Path
-    png: Path
-
-
-def write_report(store: TraceStore, spec: BenchSpec, out: str | Path, *, seed: int = 0,
-                 record: bool = True) -> tuple[dict[str, Any], ReportFiles]:
-    """Build the report and write ``bench.md``, ``bench.json`` and ``accuracy_vs_tokens.png`` to
-    ``out`` (created); with ``record``, also its rows in the trace DB (:func:`record_bench`)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    report = bench_report(store, spec, seed=seed)
-    files = ReportFiles(out / "bench.md", out / "bench.json", out / "accuracy_vs_tokens.png")
-    files.markdown.write_text(report_markdown(report), encoding="utf-8")
-    files.json.write_text(json.dumps(_finite(report), indent=2, ensure_ascii=False, default=_json_default) + "\n",
-                          encoding="utf-8")
-    plot_accuracy_vs_tokens(report, files.png)
-    if record:
-        record_bench(store, spec, report)
-    return report, files

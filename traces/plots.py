@@ -1,7 +1,8 @@
 """The PNG figures of Agora's reports, drawn with matplotlib (Agg backend, no display needed).
 
 ``agora report diversity``'s heatmaps and ``agora select``'s regret curves are here; ``agora bench``
-draws its accuracy-against-tokens plot in :mod:`agora.traces.bench`.
+draws its accuracy-against-tokens plot in :mod:`agora.runs.report`, beside the report it plots
+(a plot of the report's data, not of the trace store).
 """
 
 from __future__ import annotations
