@@ -38,7 +38,7 @@ from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.tasks.problem import Problem
 from agora.tasks.samples import sample_path
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 
 Durability = Literal["async", "sync", "exit"]
 
@@ -150,7 +150,7 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
     Returns the store, the run id and the runner's outcome (the caller prints its report).
     """
     spec = protocol(name)
-    run_id = run_id or new_run_id(name)
+    run_id = new_run_id(name) if run_id is None else check_run_id(run_id)  # refused before the DB is created
     store = TraceStore(db)
     console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, {escape(label)}, "
                   f"pool {escape(', '.join(pool.names))}", highlight=False)

@@ -1,6 +1,6 @@
 """``agora bench``: every protocol on every task file, one report (markdown, JSON, PNG) with
 paired statistics, cost and COMED's calibration stated. Runs: :mod:`agora.runs.bench`;
-report: :mod:`agora.runs.report` (its data: :mod:`agora.traces.bench`)."""
+report: :mod:`agora.traces.bench`."""
 
 from __future__ import annotations
 
@@ -56,10 +56,8 @@ from agora.runs.bench import (
 )
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
-from agora.runs.report import claim_lines, write_report
-from agora.traces.bench import read_bench_spec
-from agora.traces.report import MIN_QUESTIONS, TOO_FEW
-from agora.traces.store import TraceStore
+from agora.traces.bench import MIN_QUESTIONS, TOO_FEW, claim_lines, read_bench_spec, write_report
+from agora.traces.store import TraceStore, check_run_id
 
 
 class _Bar(BenchProgress):
@@ -247,7 +245,7 @@ def bench(
         dev_splits = (_dev_splits(calibrate_on, dev, task_files)
                       if "comed" in config.protocols or shared_candidates else [])
         the_pool = get_pool(pool)
-        bench_id = run_id or new_run_id("bench")
+        bench_id = new_run_id("bench") if run_id is None else check_run_id(run_id)
         out_dir = out or Path(f"bench-{bench_id}")
         check_out_path(out_dir)
         store = TraceStore(db)

@@ -37,7 +37,7 @@ from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.traces.diversity import read_exchanges
 from agora.traces.plots import write_heatmaps
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 
 
 def _names(value: str) -> list[str]:
@@ -104,7 +104,7 @@ def converse(
         the_pool = (load_pool(pool) if builtin_name is None
                     else pool_from_specs(converse_default_specs(builtin_name), source=f"builtin:converse-{builtin_name}"))
         todo = ordered_pairs(the_pool, models, pairs)
-        base = run_id or new_run_id("converse")
+        base = new_run_id("converse") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(base)}[/bold]: {len(todo)} ordered pairs × {len(problems)} {escape(fmt_name)} "
                       f"prompts × {turns} turns; pool {escape(', '.join(the_pool.names))}", highlight=False)

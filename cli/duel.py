@@ -30,7 +30,7 @@ from agora.runs.duel import run_duels
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces import duels as duel_traces
 from agora.traces.report import run_totals
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 
 
 @app.command("duel", short_help="Duel-then-judge rounds whose non-tied duels become preference pairs.")
@@ -72,7 +72,7 @@ def duel(
                                               presentation=presentation),
                             leader=Exp3Config(eta=eta))
         the_pool = duel_pool(builtin_pool_name(pool) or load_pool(pool) if pool is not None else None)
-        run_id = run_id or new_run_id(mode)
+        run_id = new_run_id(mode) if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         total = duels * iterations
         console.print(f"run [bold]{escape(run_id)}[/bold] ({mode}): {total} duels ({iterations} × {duels}) on "

@@ -17,7 +17,7 @@ from agora.cli._shared import console, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.cli.train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 
 #: Progress lines printed (the duels' own events are too many on a terminal).
 LOOP_EVENTS = {"iteration", "train", "skip", "selected", "kept"}
@@ -86,8 +86,8 @@ def evolve_cmd(
             validation_fraction=validation, min_margin=min_margin, dpo=DPOSettings(**common),
             grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length)
             if algo == "grpo" else GRPOSettings(), rewards=tuple(reward), serve_with=serve_with)
+        run_id = new_run_id("evolve") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        run_id = run_id or new_run_id("evolve")
         console.print(f"run [bold]{escape(run_id)}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
                       f"{len(problems)} instructions, pool {escape(', '.join(s.name for s in specs))}", highlight=False)
         outcome = evolve(store, run_id, specs, problems, cfg, out / safe_file_name(run_id),

@@ -12,7 +12,7 @@ from rich.markup import escape
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
 from agora.traces.bundle import SUFFIX, check_bundle, export_bundle, import_bundle
-from agora.traces.store import TraceStore, backfill
+from agora.traces.store import TraceStore, backfill, check_run_id
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)
 app.add_typer(traces_app, name="traces")
@@ -38,6 +38,8 @@ def export_cmd(
             raise FileNotFoundError(f"{db}: no such trace database")
         if out.exists() and not force:
             raise ValueError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
+        for r in run_id or ():
+            check_run_id(r)
         summary = export_bundle(TraceStore.reading(db), out, run_id or (), bench_id or ())
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n)
         console.print(f"wrote {escape(str(out))}: {len(summary.runs)} runs"
@@ -49,16 +51,22 @@ def export_cmd(
 def import_cmd(
     bundle: Path = typer.Argument(..., help=f"Bundle file (*{SUFFIX}) written by `agora export`."),
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database to load it into (created if missing)."),
+    force: bool = typer.Option(False, "--force", help="The bundle wins: replace rows of --db whose key exists with "
+                               "other content, and add new rows to runs --db already holds (without it both are "
+                               "refused)."),
 ) -> None:
-    """Add the bundle's rows to --db: rows already there (same primary key) are left alone, so a second
-    import adds nothing; a run id that exists in --db as another run is refused."""
+    """Add the bundle's rows to --db: rows already there with the same content are skipped, so a second
+    import adds nothing. Refused, writing nothing: a row whose key exists in --db with other content, or a
+    new row for a run --db already holds (unless --force); a run id that exists in --db as another run;
+    orphan rows (results or model calls of a question the bundle does not hold). See docs/traces.md."""
     with user_errors():
         if not db.exists():
             check_bundle(bundle)  # a bad bundle must not leave a new empty database behind
-        summary = import_bundle(bundle, TraceStore(db))
+        summary = import_bundle(bundle, TraceStore(db), force=force)
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n) or "none"
         console.print(f"imported {escape(str(bundle))} into {escape(str(db))}: {len(summary.runs)} runs; rows added: "
-                      f"{rows}; already present: {summary.skipped}", highlight=False, soft_wrap=True)
+                      f"{rows}; already present: {summary.skipped}"
+                      + (f"; replaced (--force): {summary.replaced}" if force else ""), highlight=False, soft_wrap=True)
 
 
 @traces_app.command("backfill", short_help="Fill the answer-level columns of an older trace DB (once).")
@@ -72,6 +80,8 @@ def backfill_cmd(
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
+        for r in run_id or ():
+            check_run_id(r)
         counts = backfill(TraceStore(db), run_id or ())
         console.print(f"{escape(str(db))}: {counts['calls']} model calls and {counts['questions']} questions filled",
                       highlight=False)

@@ -14,8 +14,8 @@ from rich.table import Table
 from agora.cli._apps import app
 from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
 from agora.traces.bench import MIN_QUESTIONS, TOO_FEW
-from agora.traces.replay import RULES, load_run, paired_table, parse_params, replay, reproduced
-from agora.traces.store import TraceStore
+from agora.traces.replay import RULES, check_rule, load_run, paired_table, parse_params, replay, reproduced
+from agora.traces.store import TraceStore, check_run_id
 
 
 def _p(p: float) -> str:
@@ -25,10 +25,10 @@ def _p(p: float) -> str:
 def print_rules() -> None:
     """The registered selection rules with their parameters."""
     table = Table(title="selection rules (agora replay --rule NAME --param k=v)")
-    for col in ("rule", "parameters (defaults; the run's own settings override them)", "reproduces", "what"):
+    for col in ("rule", "runs", "parameters (defaults; the run's own settings override them)", "reproduces", "what"):
         table.add_column(col)
     for r in sorted(RULES.values(), key=lambda r: r.name):
-        table.add_row(r.name, ", ".join(f"{k}={v!r}" for k, v in r.params.items()) or "-",
+        table.add_row(r.name, ", ".join(r.protocols) or "any", ", ".join(f"{k}={v!r}" for k, v in r.params.items()) or "-",
                       ", ".join(f"{m} ({p})" for p, m in r.reproduces.items()) or "-",
                       escape(r.help) + (" [needs --dev-run-id]" if r.needs_dev else ""))
     console.print(table)
@@ -57,10 +57,14 @@ def replay_cmd(
             return
         if run_id is None:
             raise ValueError("--run-id: which run to replay (`agora report runs --db ...` lists them)")
+        check_run_id(run_id)
+        if dev_run_id is not None:
+            check_run_id(dev_run_id, "--dev-run-id")
         if rule not in RULES:
             raise ValueError(f"--rule {rule}: unknown; choose from {', '.join(sorted(RULES))}")
         store = TraceStore.reading(db)
         run = load_run(store, run_id)
+        check_rule(run, rule)  # before its parameters: a COMED rule on an ALIGN run is refused as such
         params = parse_params(RULES[rule], param or [], run)
         dev = load_run(store, dev_run_id) if dev_run_id else None
         result = replay(run, rule, params, dev=dev)

@@ -15,7 +15,7 @@ from agora.cli._apps import report_app
 from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
 from agora.traces.replay import question_report
 from agora.traces.report import TOO_FEW, run_rows, run_summary
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 
 
 @report_app.command("runs", short_help="Every run in a trace DB: protocol, status, questions recorded, accuracy.")
@@ -38,7 +38,9 @@ def report_runs(
             return
         table = Table(title=f"runs in {escape(str(db))}")
         for col in ("run id", "protocol", "status", "questions", "accuracy %", "started", "last activity"):
-            table.add_column(col, justify="right" if col in ("questions", "accuracy %") else "left")
+            # a run id is what a user copies into --run-id: folded onto more lines, never cut with "…"
+            table.add_column(col, justify="right" if col in ("questions", "accuracy %") else "left", overflow="fold",
+                             min_width=8 if col == "run id" else None)
         for r in rows:
             status = r.status + (" (stale)" if r.stale else "")
             table.add_row(escape(r.run_id), escape(str(r.protocol)), escape(status), str(r.questions),
@@ -69,6 +71,7 @@ def report_run(
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
+        check_run_id(run_id, "RUN_ID")
         s = run_summary(TraceStore(db, readonly=True), run_id)
         if as_json:
             print(json.dumps({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]]},
@@ -112,9 +115,17 @@ def report_question(
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
+        check_run_id(run_id)
         r = question_report(TraceStore(db, readonly=True), run_id, question_id)
         if as_json:
             print(json.dumps(r, ensure_ascii=False, default=str))
+            return
+        if r["failed"]:
+            console.print(f"[bold]{escape(question_id)}[/bold] in {escape(run_id)} ({r['protocol']}): failed, no "
+                          f"answer recorded: {len(r['failed_attempts'])} failed attempts, {r['successful_calls']} "
+                          "successful calls; rerun the run with its --run-id to retry it", highlight=False,
+                          soft_wrap=True)
+            _print_failed_attempts(r["failed_attempts"], full)
             return
         opts = f", {r['n_choices']} options" if r["n_choices"] else ""
         console.print(f"[bold]{escape(question_id)}[/bold] in {escape(run_id)} ({r['protocol']}; {r['kind']}{opts}; "
@@ -132,6 +143,8 @@ def report_question(
                          escape(c["partner"] or "-"),
                          escape(c["completion"] or "" if full else _short(c["completion"], 40)))
         console.print(cand)
+        if r["failed_attempts"]:
+            _print_failed_attempts(r["failed_attempts"], full)
         meth = Table(title="methods: what each chose and why")
         for col in ("method", "answer", "right", "how", "samples", "why"):
             meth.add_column(col)
@@ -139,3 +152,17 @@ def report_question(
             meth.add_row(m["method"], escape(str(m["answer"])), "-" if m["correct"] is None else
                          ("yes" if m["correct"] else "no"), m["how"] or "-", str(m["samples"]), escape(m["why"]))
         console.print(meth)
+
+
+def _print_failed_attempts(rows: list[dict], full: bool) -> None:
+    """The failed model calls of a question: model, error class, message, attempt (0 first)."""
+    table = Table(title="failed attempts (model calls with an error, in call order)")
+    for col in ("#", "node", "role", "agent", "model", "attempt", "error class", "message"):
+        table.add_column(col, justify="right" if col in ("#", "agent", "attempt") else "left",
+                         overflow="fold" if col in ("model", "message") else "ellipsis")
+    for i, f in enumerate(rows):
+        table.add_row(str(i), escape(f["node"] or "-"), escape(f["role"] or "-"),
+                      "-" if f["agent"] is None else str(f["agent"]), escape(f["model"] or "-"),
+                      "-" if f["attempt"] is None else str(f["attempt"]), escape(f["error_class"] or "-"),
+                      escape(f["message"] or "" if full else _short(f["message"], 200)))
+    console.print(table)

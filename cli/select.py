@@ -46,7 +46,7 @@ from agora.cli._apps import app
 from agora.graphs.selection import SPEC, known_features, parse_choice
 from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 from agora.traces.plots import plot_regret
 
 
@@ -71,8 +71,18 @@ def select(
 ) -> None:
     """Find the model you prefer by judging pairs of anonymous answers (CUPID dueling bandit)."""
     with user_errors():
+        thread = new_run_id("select") if thread is None else check_run_id(thread, "--thread")
+        checked_items = checked_pool = None
+        if not db.exists():  # a new session for sure: its inputs are checked before the DB is created
+            checked_items = _check_prompts(prompts)
+            checked_pool = get_pool(pool)
+            if variants or (variants is None and len(checked_pool) < 3):
+                checked_pool = persona_variants(checked_pool)
+            if simulate:  # (no traces yet: the features are the pool file's)
+                names, _ = feature_table({m: {LATENCY: 0.0, **v} for m, v in known_features(
+                    checked_pool, checked_pool.names, {}).items()}, checked_pool.names)
+                parse_theta(simulate, names)
         store = TraceStore(db)
-        thread = thread or new_run_id("select")
         settings = session_settings(store, thread)
         resumed = settings is not None
         if settings is None:
@@ -85,16 +95,17 @@ def select(
                 "pool_file": str(pool) if pool else None, "variants": variants,
                 "simulate": simulate, "noisy": noisy, "prompts_file": str(prompts)}
         config = CupidConfig(**settings["config"])
-        the_pool = get_pool(Path(settings["pool_file"]) if settings["pool_file"] else None)
-        if settings["variants"] or (settings["variants"] is None and len(the_pool) < 3):
-            the_pool = persona_variants(the_pool)
+        if checked_pool is not None and not resumed:
+            the_pool = checked_pool
+        else:
+            the_pool = get_pool(Path(settings["pool_file"]) if settings["pool_file"] else None)
+            if settings["variants"] or (settings["variants"] is None and len(the_pool) < 3):
+                the_pool = persona_variants(the_pool)
         items, given = None, None
         if resumed:
             console.print(f"continuing session [bold]{escape(thread)}[/bold] with its first settings", highlight=False)
         else:
-            items = load_problems(Path(settings["prompts_file"]), "prompts")
-            if not items:
-                raise ValueError(f"{settings['prompts_file']}: no prompts")
+            items = checked_items or _check_prompts(Path(settings["prompts_file"]))
             arms = the_pool.names
             given = trace_features(store, arms)
             if settings["simulate"]:
@@ -118,6 +129,21 @@ def select(
                       f"{'' if db == Path('agora.db') else escape(f' --db {shlex.quote(str(db))}')}", highlight=False)
         return
     _report(values, settings, thread, out, sim_seeds)
+
+
+def _check_prompts(prompts: Path | None) -> list:
+    """The prompts of ``--prompts`` for a new session.
+
+    Raises:
+        ValueError: no ``--prompts``, or a file with no prompts; FileNotFoundError,
+            TaskFormatError: as :func:`agora.tasks.loaders.load_problems`.
+    """
+    if prompts is None:
+        raise ValueError("--prompts FILE is needed to start a session")
+    items = load_problems(Path(prompts), "prompts")
+    if not items:
+        raise ValueError(f"--prompts {prompts}: no prompts in the file")
+    return items
 
 
 def _show_event(event: dict) -> None:

@@ -21,7 +21,7 @@ from agora.agents.judge import JudgeConfig
 from agora.models.pool import ModelSpec, load_pool
 from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, echo_kv, new_run_id, user_errors
 from agora.cli._apps import train_app
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 
 REWARDS = ("correctness", "stored", "judge")
 
@@ -154,8 +154,8 @@ def train_dpo_cmd(
         settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
                                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                max_length=max_length, threads=_threads(threads), seed=seed, save_steps=save_steps)
+        run_id = new_run_id("train-dpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        run_id = run_id or new_run_id("train-dpo")
         console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(str(db))} ({len(pairs)} pairs "
                       "before filters)",
                       highlight=False)
@@ -238,8 +238,8 @@ def train_grpo_cmd(
             rows = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
                                         model=None if all_prompts else model)[:limit]
             source = {"db": str(db), "duel_runs": duel_run, "all_prompts": all_prompts}
+        run_id = new_run_id("train-grpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        run_id = run_id or new_run_id("train-grpo")
         funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
         console.print(f"run [bold]{escape(run_id)}[/bold]: GRPO of {escape(model)} on {len(rows)} prompts, rewards "
                       f"{escape(', '.join(reward))}", highlight=False)

@@ -37,7 +37,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from agora.graphs import registry
 from agora.graphs._common import as_problem
 from agora.graphs.runner import default_detail, question_failed, scored_values
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, check_run_id
 
 
 @dataclass
@@ -78,14 +78,22 @@ class TraceRecorder(BaseCallbackHandler):
 
     Recording errors (the database, a run id that holds another protocol) are raised in the
     invocation that ran the question (``raise_error``), not logged and lost.
+
+    Run status: as ``agora run`` records it (:func:`agora.graphs.runner.run_problems`): ``failed``
+    when any of a protocol's questions failed (their ids and last errors in the summary's
+    ``failed_questions``), else the status :meth:`finish` is given (``finished`` on a clean exit).
+
+    Raises:
+        ValueError: a ``run_id`` that :func:`agora.traces.store.check_run_id` refuses (blank, control
+            characters), before the database is opened or created.
     """
 
     raise_error = True
 
     def __init__(self, db: str | Path | TraceStore, run_id: str, *, config: Any = None, pool: Any = None):
         super().__init__()
+        self.run_id = check_run_id(run_id, "run_id")
         self.store = db if isinstance(db, TraceStore) else TraceStore(db)
-        self.run_id = run_id
         self.config = config if config is not None else {"recorded_by": "TraceRecorder"}
         self.pool = pool.describe() if hasattr(pool, "describe") else pool
         self.run_ids: dict[str, str] = {}
@@ -94,6 +102,8 @@ class TraceRecorder(BaseCallbackHandler):
         """Protocol → questions recorded by this recorder."""
         self.failed: dict[str, int] = {}
         """Protocol → questions whose every model call failed (their calls are stored, no answer)."""
+        self.failed_questions: dict[str, dict[str, str]] = {}
+        """Protocol → failed question id → its last model-call error (as the runner's summary)."""
         self._runs: dict[UUID, _Run] = {}
         self._lock = threading.RLock()
         self._protocols = {spec.name: spec for spec in registry.specs() if spec.kind == "benchmark"}
@@ -187,6 +197,9 @@ class TraceRecorder(BaseCallbackHandler):
         if question_failed(protocol, methods, calls):
             self.store.record_calls(run_id, protocol, problem.id, calls)
             self.failed[protocol] = self.failed.get(protocol, 0) + 1
+            errors = [c.get("error") for c in calls if c.get("error")]
+            self.failed_questions.setdefault(protocol, {})[problem.id] = (errors[-1] if errors else
+                                                                           "no sample for the protocol's method")[:200]
             return
         main = methods.get(protocol) or {}
         self.store.record_question(
@@ -211,10 +224,17 @@ class TraceRecorder(BaseCallbackHandler):
     # ------------------------------------------------------------------ the runs' rows
 
     def finish(self, status: str = "finished") -> None:
-        """Mark every run this recorder wrote ``status``, with ``{"questions", "failed"}`` as summary."""
+        """Mark every run this recorder wrote ``status``, with ``{"questions", "failed"}`` as summary
+        (and ``failed_questions``: id → last error, the first 50). A run with failed questions is
+        marked ``failed`` instead of ``finished``, as :func:`agora.graphs.runner.run_problems` marks
+        a CLI run (``interrupted`` and ``failed`` are kept as given)."""
         for protocol, run_id in self.run_ids.items():
-            self.store.finish_run(run_id, summary={"questions": self.recorded.get(protocol, 0),
-                                                   "failed": self.failed.get(protocol, 0)}, status=status)
+            failed = self.failed.get(protocol, 0)
+            summary: dict[str, Any] = {"questions": self.recorded.get(protocol, 0), "failed": failed}
+            if failed:
+                summary["failed_questions"] = dict(list(self.failed_questions.get(protocol, {}).items())[:50])
+            self.store.finish_run(run_id, summary=summary,
+                                  status="failed" if failed and status == "finished" else status)
 
     def __enter__(self) -> "TraceRecorder":
         return self

@@ -18,9 +18,12 @@ restricted to the bundle's runs; with a bench, its ``benches`` and ``bench_cells
 header carries no time stamp or file name (only the JSON header's ``created_at`` differs between two
 exports of the same rows).
 
-Import (:func:`import_bundle`) inserts rows whose primary key is new and leaves existing ones
-alone, in one transaction: importing a bundle twice adds nothing. A run id that already exists
-as another run (other protocol, start time or settings) is refused rather than mixed.
+Import (:func:`import_bundle`) inserts rows whose primary key is new and skips identical ones, in
+one transaction: importing a bundle twice adds nothing. Refused, writing nothing: a row whose key
+exists with other content and a new row for a run already there (both unless ``force``: the
+bundle's rows win), a run id that already exists as another run (other protocol, start time or
+settings) rather than mixed, and orphan ``results`` or ``model_calls`` rows (a question the
+bundle's ``questions`` lack for that run; a failed question's calls are not orphans).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from agora.traces import schema
-from agora.traces.store import TraceStore, TraceStoreError, code_revision, now
+from agora.traces.store import TraceStore, TraceStoreError, check_run_id, code_revision, now
 
 FORMAT = "agora-trace-bundle"
 VERSION = 1
@@ -57,7 +60,9 @@ class BundleSummary:
     bytes: int
     """Size of the bundle file."""
     skipped: int = 0
-    """Rows already in the database (import; their primary key exists)."""
+    """Rows already in the database with the same content (import)."""
+    replaced: int = 0
+    """Rows whose primary key existed with other content, replaced by the bundle's (import ``force``)."""
 
 
 def _table_info(store: TraceStore, table: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -168,12 +173,15 @@ def check_bundle(path: str | Path) -> dict[str, Any]:
         The header. Used before creating a target database, so a bad bundle creates nothing.
 
     Raises:
-        BundleError: not a bundle, a newer version, a damaged header, or a truncated file.
+        BundleError: not a bundle, a newer version, a damaged header, a truncated file, a run id
+            :func:`agora.traces.store.check_run_id` refuses, or an orphan row (:func:`import_bundle`).
     """
     path = Path(path)
     head = read_header(path)
+    _check_runs(path, head)
     read: dict[str, int] = {}
     footer = None
+    orphans = _Orphans()
     for i, line in _lines(path):
         if i == 1:
             continue
@@ -182,12 +190,17 @@ def check_bundle(path: str | Path) -> dict[str, Any]:
         if line.get("end"):
             footer = line
         else:
-            read[line.get("t")] = read.get(line.get("t"), 0) + 1
+            t = line.get("t")
+            read[t] = read.get(t, 0) + 1
+            info = head["tables"].get(t)
+            if isinstance(info, dict) and isinstance(line.get("v"), list):
+                orphans.see(t, dict(zip(info["columns"], line["v"])), i)
     if footer is None:
         raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
     expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
     if expected != read:
         raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+    orphans.check(path)
     return head
 
 
@@ -218,25 +231,89 @@ def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in ("protocol", "started_at", "config"))
 
 
-def import_bundle(path: str | Path, store: TraceStore) -> BundleSummary:
-    """Load the bundle ``path`` into ``store``: rows whose primary key is new are added, existing ones
-    are kept as they are (importing twice adds nothing), all in one transaction.
+class _Orphans:
+    """Finds orphan rows while a bundle is read (see :func:`import_bundle`)."""
+
+    def __init__(self) -> None:
+        self.questions: set[tuple[Any, Any]] = set()
+        self.runs_with_questions: set[Any] = set()
+        self.results: dict[tuple[Any, Any], int] = {}
+        self.calls: dict[tuple[Any, Any], list[Any]] = {}  # (run, question) -> [first line, any failed attempt]
+
+    def see(self, table: str, row: dict[str, Any], line: int) -> None:
+        rid, qid = row.get("run_id"), row.get("question_id")
+        if table == "questions":
+            self.questions.add((rid, qid))
+            self.runs_with_questions.add(rid)
+        elif table == "results":
+            self.results.setdefault((rid, qid), line)
+        elif table == "model_calls" and rid is not None and qid is not None:
+            seen = self.calls.setdefault((rid, qid), [line, False])
+            seen[1] = seen[1] or row.get("error") is not None
+
+    def check(self, path: Path) -> None:
+        """Raises BundleError naming the first orphan's line, table, run and question."""
+        for (rid, qid), i in self.results.items():
+            if (rid, qid) not in self.questions:
+                raise BundleError(f"{path}:{i}: results: run {rid!r} has results for question {qid!r}, which is not "
+                                  "among the bundle's questions of that run (an orphan); nothing was imported")
+        for (rid, qid), (i, any_failed) in self.calls.items():
+            if rid in self.runs_with_questions and (rid, qid) not in self.questions and not any_failed:
+                raise BundleError(f"{path}:{i}: model_calls: run {rid!r} has model calls for question {qid!r}, which "
+                                  "is not among the bundle's questions of that run and has no failed attempt (an "
+                                  "orphan, not a failed question); nothing was imported")
+
+
+def _check_runs(path: Path, head: dict[str, Any]) -> None:
+    for r in head.get("runs") or ():
+        try:
+            check_run_id(r, "run id")
+        except ValueError as exc:
+            raise BundleError(f"{path}:1: runs: {exc}; nothing was imported") from None
+
+
+def _key_text(pk: Sequence[str], row: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={row.get(k)!r}" for k in pk)
+
+
+def _differing(cols: Sequence[str], old: Sequence[Any], new: Sequence[Any]) -> list[str]:
+    """Columns whose stored value differs from the bundle's (``1`` and ``1.0`` are the same value)."""
+    return [c for c, a, b in zip(cols, old, new) if a != b]
+
+
+def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -> BundleSummary:
+    """Load the bundle ``path`` into ``store`` in one transaction: rows whose primary key is new are
+    added; rows already there with the same content are skipped (importing twice adds nothing).
+
+    Refused, writing nothing: a row whose primary key exists in ``store`` with other content (the
+    message names the table, the key and the columns that differ), and a new row for a run that
+    already exists in ``store`` (a later state of that run), unless ``force``: the bundle's rows then
+    replace the stored ones in place (their row order kept) and the new rows are added. Always
+    refused, ``force`` or not: a run id that exists in ``store`` as another run (other protocol,
+    start time or settings), a run id :func:`agora.traces.store.check_run_id` refuses, and orphans:
+    a ``results`` row of a question the bundle's ``questions`` do not hold for that run, or a
+    question's ``model_calls`` rows in a run that has questions when that question is not among
+    them and none of its calls failed (a failed question, recorded without a ``questions`` row,
+    has at least one failed attempt; runs without questions, duels and training, are not checked).
 
     Raises:
         BundleError: not a bundle, a newer version, a truncated file (no footer, or other counts),
-            a row of an unknown table, or a run id that exists in ``store`` as another run.
+            a row of an unknown table, an orphan, a conflicting row without ``force``, or a run id
+            that exists in ``store`` as another run.
         TraceStoreError: a read-only store.
     """
     path = Path(path)
     head = read_header(path)
+    _check_runs(path, head)
     if store.readonly:
         raise TraceStoreError(f"{store.path}: opened read-only; import needs to write")
     tables: dict[str, dict[str, Any]] = head["tables"]
     added = {t: 0 for t in tables}
     read = {t: 0 for t in tables}
-    skipped = 0
+    skipped = replaced = 0
     footer = None
     db = store.db
+    orphans = _Orphans()
     with store.transaction():
         for t, info in tables.items():
             cols = dict(info["columns"])
@@ -259,6 +336,7 @@ def import_bundle(path: str | Path, store: TraceStore) -> BundleSummary:
             if footer is not None or t not in tables or not isinstance(line.get("v"), list):
                 raise BundleError(f"{path}:{i}: a row of unknown table {t!r}, or after the footer")
             cols = list(tables[t]["columns"])
+            pk = list(tables[t].get("primary_key") or [])
             if len(line["v"]) != len(cols):
                 raise BundleError(f"{path}:{i}: {len(line['v'])} values for {len(cols)} columns of {t}")
             row = dict(zip(cols, line["v"]))
@@ -279,14 +357,29 @@ def import_bundle(path: str | Path, store: TraceStore) -> BundleSummary:
                 if rid not in head_runs:
                     raise BundleError(f"{path}:{i}: runs: run_id {rid!r} is not one of the bundle header's runs; "
                                       "nothing was imported")
+            orphans.see(t, row, i)
             names = ", ".join(f"[{c}]" for c in cols)
             cur = db.conn.execute(f"INSERT OR IGNORE INTO [{t}] ({names}) VALUES ({', '.join('?' * len(cols))})",
                                   line["v"])
             if t == "runs":
                 bundle_runs[rid] = cur.rowcount == 0  # True: the run already existed in the store
-            elif rid is not None and bundle_runs.get(rid) and cur.rowcount:
+            elif rid is not None and bundle_runs.get(rid) and cur.rowcount and not force:
                 raise BundleError(f"{path}:{i}: {t}: a new row for run {rid!r}, which already exists in "
-                                  f"{store.path}; a re-import may only repeat identical rows; nothing was imported")
+                                  f"{store.path}; a re-import may only repeat identical rows; nothing was imported "
+                                  "(--force adds it: the bundle holds a later state of the run)")
+            if not cur.rowcount and pk:
+                where = " and ".join(f"[{k}] = ?" for k in pk)
+                stored = db.conn.execute(f"select {names} from [{t}] where {where}", [row[k] for k in pk]).fetchone()
+                differ = _differing(cols, stored, line["v"]) if stored is not None else []
+                if differ and not force:
+                    raise BundleError(f"{path}:{i}: {t}: the row {_key_text(pk, row)} already exists in {store.path} "
+                                      f"with other content ({', '.join(differ[:6])} differ); nothing was imported "
+                                      "(--force replaces such rows with the bundle's)")
+                if differ:
+                    sets = ", ".join(f"[{c}] = ?" for c in cols if c not in pk)
+                    db.conn.execute(f"update [{t}] set {sets} where {where}",
+                                    [row[c] for c in cols if c not in pk] + [row[k] for k in pk])
+                    replaced += 1
             added[t] += cur.rowcount
             read[t] += 1
             skipped += 1 - cur.rowcount
@@ -295,5 +388,6 @@ def import_bundle(path: str | Path, store: TraceStore) -> BundleSummary:
         expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
         if expected != {t: n for t, n in read.items() if n}:
             raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+        orphans.check(path)
     return BundleSummary(path, tuple(head.get("runs") or ()), tuple(head.get("benches") or ()), added,
-                         path.stat().st_size, skipped)
+                         path.stat().st_size, skipped - replaced, replaced)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -186,6 +187,12 @@ class Rule:
     reproduces: dict[str, str] = field(default_factory=dict)
     """protocol → the recorded method this rule computes under the run's own settings."""
     needs_dev: bool = False
+    protocols: tuple[str, ...] = ()
+    """The protocols whose runs the rule applies to (their traces hold what it reads); empty: any
+    protocol (a rule over the samples of ``roles``)."""
+
+    def applies_to(self, protocol: str) -> bool:
+        return not self.protocols or protocol in self.protocols
 
 
 #: Every registered rule, by name.
@@ -194,12 +201,14 @@ RULES: dict[str, Rule] = {}
 
 def selection_rule(name: str, *, params: dict[str, Any] | None = None, help: str = "",
                    from_config: Callable[[RunTrace], dict[str, Any]] | None = None,
-                   reproduces: dict[str, str] | None = None, needs_dev: bool = False) -> Callable[[RuleFn], RuleFn]:
+                   reproduces: dict[str, str] | None = None, needs_dev: bool = False,
+                   protocols: Sequence[str] = ()) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn(question, params, context) -> Choice`` as rule ``name`` (a plug-in: a new rule
     is one decorated function). ``params``: name → default; ``from_config``: the run's own values;
     ``reproduces``: protocol → the recorded method it equals under those; ``needs_dev``: the rule
-    reads per-model accuracy from a dev run. Raise :class:`Unavailable` for a question whose trace
-    lacks what the rule needs.
+    reads per-model accuracy from a dev run; ``protocols``: the protocols whose runs it applies to
+    (default: any; :func:`check_rule` refuses the others). Raise :class:`Unavailable` for a question
+    whose trace lacks what the rule needs.
 
     Raises:
         ValueError: ``name`` is taken.
@@ -208,7 +217,7 @@ def selection_rule(name: str, *, params: dict[str, Any] | None = None, help: str
         if name in RULES:
             raise ValueError(f"selection rule {name!r} is already registered")
         RULES[name] = Rule(name, fn, dict(params or {}), help or (fn.__doc__ or "").strip().split("\n")[0],
-                           from_config, dict(reproduces or {}), needs_dev)
+                           from_config, dict(reproduces or {}), needs_dev, tuple(protocols))
         return fn
     return register
 
@@ -282,7 +291,7 @@ def _check_choice(value: str, allowed: Sequence[str], name: str) -> None:
 
 
 @selection_rule("align", params={"tau": 0.5, "proposal_rule": "plurality"}, from_config=_align_config,
-                reproduces={"align": "align"},
+                reproduces={"align": "align"}, protocols=("align",),
                 help="ALIGN's principal: best proposal with utility U >= tau, else argmax U (agents' samples).")
 def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
     """ALIGN's committed rule (:func:`agora.agents.delegation.principal_select`) on the recorded
@@ -303,7 +312,7 @@ def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choic
 @selection_rule("best_of_n", params={"proposal_rule": "plurality", "utility": "agreement"},
                 from_config=lambda run: {"proposal_rule": run.config.get("proposal_rule"),
                                          "utility": run.config.get("utility")},
-                reproduces={"align": "best_of_n"},
+                reproduces={"align": "best_of_n"}, protocols=("align",),
                 help="The candidate with the highest principal utility U over all agents' samples.")
 def best_of_n_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
     """Best-of-n·k (:func:`agora.agents.delegation.best_of_n`) under ``utility`` (``agreement``)."""
@@ -392,7 +401,7 @@ def _comed_config(run: RunTrace) -> dict[str, Any]:
 
 @selection_rule("comed", params={"tau_hi": EscalationThresholds().tau_hi, "tau_lo": EscalationThresholds().tau_lo,
                                  "m_min": EscalationThresholds().m_min},
-                from_config=_comed_config, reproduces={"comed": "comed"},
+                from_config=_comed_config, reproduces={"comed": "comed"}, protocols=("comed",),
                 help="COMED's decide rule under other thresholds (needs the branches it takes recorded).")
 def comed_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
     """COMED (:func:`agora.agents.escalation.decide`) on the recorded anchor SC and router margin:
@@ -471,6 +480,46 @@ class ReplayResult:
         return asdict(self)
 
 
+def check_rule(run: RunTrace, rule: str, rules: dict[str, Rule] | None = None) -> Rule:
+    """The registered rule ``rule``, if it applies to ``run``'s protocol.
+
+    Raises:
+        ValueError: an unknown rule (the message lists them), or one for other protocols (the
+            message names the run's protocol and the rules that apply to it).
+    """
+    registry = RULES if rules is None else rules
+    if rule not in registry:
+        raise ValueError(f"--rule {rule}: unknown; choose from {', '.join(sorted(registry))}")
+    spec = registry[rule]
+    if not spec.applies_to(run.protocol):
+        fits = sorted(r.name for r in registry.values() if r.applies_to(run.protocol))
+        raise ValueError(f"--rule {rule}: applies to {', '.join(spec.protocols)} runs only; run {run.run_id!r} has "
+                         f"protocol {run.protocol}, whose rules are {', '.join(fits) or 'none'}")
+    return spec
+
+
+def run_roles(run: RunTrace) -> list[str]:
+    """The roles of the run's recorded samples (``agent``, ``anchor``, ``probe``, ``peer`` ...), sorted."""
+    return sorted({s.role for q in run.questions for s in q.samples if s.role})
+
+
+def check_roles(run: RunTrace, roles: str, option: str = "--param roles") -> None:
+    """Refuse ``roles`` (comma-separated) naming a role none of ``run``'s samples has, which would
+    replay every question on no candidate (a run without samples is not checked).
+
+    Raises:
+        ValueError: naming the unknown roles, the run and the roles it has.
+    """
+    known = run_roles(run)
+    wanted = [r.strip() for r in roles.split(",") if r.strip()]
+    if not known:
+        return
+    unknown = [r for r in wanted if r not in known] if wanted else [roles]
+    if unknown:
+        raise ValueError(f"{option}={roles}: run {run.run_id!r} has no samples of role(s) "
+                         f"{', '.join(map(repr, unknown))}; its roles: {', '.join(known)}")
+
+
 def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, dev: RunTrace | None = None,
            rules: dict[str, Rule] | None = None) -> ReplayResult:
     """Apply rule ``rule`` to every question of ``run`` and score it against the stored gold with
@@ -479,17 +528,19 @@ def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, de
     accuracy weighs ``weighted_vote``. No model is called.
 
     Raises:
-        ValueError: an unknown rule (the message lists them), a rule needing ``dev`` without one, or
-            a bad parameter value.
+        ValueError: an unknown rule (the message lists them), a rule for other protocols than
+            ``run``'s (:func:`check_rule`), a rule needing ``dev`` without one, a role none of the
+            run's samples has (:func:`check_roles`), or a bad parameter value.
     """
-    registry = RULES if rules is None else rules
-    if rule not in registry:
-        raise ValueError(f"unknown rule {rule!r}; choose from {', '.join(sorted(registry))}")
-    spec = registry[rule]
+    spec = check_rule(run, rule, rules)
     if params is None:
         params = parse_params(spec, [], run)
     if spec.needs_dev and dev is None:
         raise ValueError(f"rule {rule} weighs models by their accuracy on a dev run: give --dev-run-id")
+    if "roles" in params:
+        check_roles(run, params["roles"] or _default_roles(run))
+        if dev is not None:
+            check_roles(dev, params["roles"] or _default_roles(dev), "--param roles (on the dev run)")
     ctx = ReplayContext(run, model_accuracy(dev, params.get("roles") or _default_roles(dev)) if dev else {})
     rows = []
     for q in run.questions:
@@ -549,19 +600,51 @@ def paired_table(run: RunTrace, result: ReplayResult, *, seed: int = 0) -> list[
 # ---------------------------------------------------------------------------- one question, explained
 
 
+_ERROR = re.compile(r"^([A-Za-z_][\w.]*): (.*)$", re.DOTALL)
+
+
+def failed_attempts(store: TraceStore, run_id: str, question_id: str) -> list[dict[str, Any]]:
+    """The failed model calls (``model_calls`` rows with an error) of one question, in call order:
+    node, role, agent, model, attempt (0 first), ``error_class`` and ``message`` (the recorded
+    ``"Class: message"`` split; ``None`` class when the error is not in that form), created_at."""
+    if "model_calls" not in store.db.table_names():
+        return []
+    out = []
+    for c in store.db.query("select node, role, agent, model, attempt, error, created_at from model_calls "
+                            "where run_id = ? and question_id = ? and error is not null order by rowid",
+                            [run_id, question_id]):
+        m = _ERROR.match(c["error"] or "")
+        out.append({"node": c["node"], "role": c["role"], "agent": c["agent"], "model": c["model"],
+                    "attempt": c["attempt"], "error_class": m.group(1) if m else None,
+                    "message": m.group(2) if m else c["error"], "created_at": c["created_at"]})
+    return out
+
+
 def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[str, Any]:
     """One recorded question in full (``agora report question``): the question (kind, options, gold),
     every sample (node, role, agent, model, sample index, extracted answer, how it was found, whether
-    it is right, how many samples of the question give the same answer), and every recorded method
+    it is right, how many samples of the question give the same answer), every recorded method
     (answer, correct, samples, how) with why it chose that answer: the ``why`` of the registered rule
-    that reproduces it under the run's settings (and whether the replay agrees), else "recorded".
+    that reproduces it under the run's settings (and whether the replay agrees), else "recorded";
+    and its failed attempts (:func:`failed_attempts`).
+
+    A failed question (model calls but no recorded answer: ``failed`` True) has no question row:
+    its report holds the failed attempts, ``successful_calls`` (its calls without an error), and
+    ``None`` for the question's text, kind and gold.
 
     Raises:
-        ValueError: no such run, or no such recorded question in it.
+        ValueError: no such run, or neither a recorded question nor model calls of that id in it.
     """
     run = load_run(store, run_id, [question_id])
+    failures = failed_attempts(store, run_id, question_id)
     if not run.questions:
-        raise ValueError(f"{store.path}: run {run_id!r} has no recorded question {question_id!r}")
+        ok = next(iter(store.db.query("select count(*) as n from model_calls where run_id = ? and question_id = ? "
+                                      "and error is null", [run_id, question_id])))["n"]
+        if not failures and not ok:
+            raise ValueError(f"{store.path}: run {run_id!r} has no recorded question {question_id!r}")
+        return {"run_id": run_id, "protocol": run.protocol, "question_id": question_id, "failed": True,
+                "kind": None, "n_choices": None, "gold": None, "question": None, "samples": [], "methods": [],
+                "detail": {}, "failed_attempts": failures, "successful_calls": ok}
     q = run.questions[0]
     votes = Counter(s.answer for s in q.samples if s.answer is not None)
     samples = [{"node": s.node, "role": s.role, "agent": s.agent, "model": s.model, "sample_index": s.sample_index,
@@ -585,6 +668,7 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
                                                                    f"{r['answer']!r}]")
         methods.append({"method": m, "answer": r["answer"], "correct": None if r["correct"] is None else bool(r["correct"]),
                         "how": r.get("how"), "samples": r["samples"], "calls": r.get("calls"), "why": why})
-    return {"run_id": run_id, "protocol": run.protocol, "question_id": q.question_id, "kind": q.kind,
-            "n_choices": q.n_choices, "gold": q.gold, "question": q.question, "samples": samples,
-            "methods": methods, "detail": q.detail}
+    return {"run_id": run_id, "protocol": run.protocol, "question_id": q.question_id, "failed": False,
+            "kind": q.kind, "n_choices": q.n_choices, "gold": q.gold, "question": q.question, "samples": samples,
+            "methods": methods, "detail": q.detail, "failed_attempts": failures,
+            "successful_calls": len(q.samples)}

@@ -159,6 +159,35 @@ def check_schema(path: str | Path) -> None:
         raise TraceStoreError(f"{path}: {problem} (nothing was written to it)")
 
 
+#: Characters a run id may not hold: C0/C1 control characters (a bell, a newline, an escape),
+#: line and paragraph separators, and lone surrogates; they hide in terminals, logs and file names.
+_RUN_ID_BAD = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def check_run_id(run_id: Any, option: str = "--run-id") -> str:
+    """``run_id`` if it is a usable run id, else a one-line refusal naming ``option``: the one check
+    every command that takes a run id (``--run-id``, ``--thread``, ``--dev-run-id``, a bundle's
+    runs) and :meth:`TraceStore.start_run` apply, before anything is created.
+
+    Refused: a non-string, an empty or blank id, leading or trailing white space, and control
+    characters (:data:`_RUN_ID_BAD`, shown escaped in the message).
+
+    Raises:
+        ValueError: naming ``option`` and the id as Python writes it (``'a\\x07b'``).
+    """
+    if not isinstance(run_id, str):
+        raise ValueError(f"{option}: a run id is text, got {run_id!r}")
+    if not run_id.strip():
+        raise ValueError(f"{option} {run_id!r}: a blank run id; give a name (letters, digits, - _ : . …)")
+    bad = _RUN_ID_BAD.search(run_id)
+    if bad:
+        raise ValueError(f"{option} {run_id!r}: holds the control character {bad.group()!r} at position "
+                         f"{bad.start()}; run ids are printed and written to files, so use visible characters")
+    if run_id != run_id.strip():
+        raise ValueError(f"{option} {run_id!r}: leading or trailing white space in a run id; remove it")
+    return run_id
+
+
 def lock_path(db_path: str | Path, run_id: str) -> Path:
     """The live-run lock file of ``run_id`` on the trace database ``db_path``:
     ``<db>.locks/<sha256 of the run id>.lock`` (any run id gives a safe, distinct file name)."""
@@ -328,11 +357,13 @@ class TraceStore:
         pool instead of refusing it.
 
         Raises:
-            ValueError: the run id exists for another protocol, or with other settings, another
+            ValueError: a run id that :func:`check_run_id` refuses (blank, control characters); the
+                run id exists for another protocol, or with other settings, another
                 pool (its models and their settings; how they are reached, :data:`TRANSPORT_FIELDS`,
                 may change) or another dataset (path and format): resuming would mix two
                 experiments in one run.
         """
+        check_run_id(run_id, "run id")
         with self._lock, self.db.conn:
             existing = self.get_run(run_id)
             if existing is not None:

@@ -1,0 +1,362 @@
+"""Quiet failures a fresh user of the trace tools found (issue 30 follow-up): each is now refused with
+one line naming the file, run or field (exit 2), or shown; fast (scripted models, no real one)."""
+
+import gzip
+import json
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+import agora.cli._shared as shared_cli
+import agora.cli.bench as bench_cli
+import agora.cli.select as select_cli
+from agora.agents.delegation import DelegationConfig
+from agora.cli.main import app
+from agora.graphs.delegation import DelegationContext, build_delegation_graph
+from agora.graphs.recording import TraceRecorder
+from agora.graphs.runner import run_protocol
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
+from agora.tasks.loaders import Problem
+from agora.traces.store import TraceStore, check_run_id
+from test_bench import bench_args, scripted_pool, write_tasks
+from test_bundles import table_counts
+from test_selection_graph import LATENCIES
+from test_selection_graph import scripted_pool as select_pool
+
+ALIGN, COMED = "b1:arith:align", "b1:arith:comed"
+
+
+def agora(*args, **kw):
+    result = CliRunner().invoke(app, [str(a) for a in args], **kw)
+    return result.exit_code, result.output
+
+
+def error_line(output: str) -> str:
+    """The one ``error: ...`` line of a refused command (no traceback), whitespace joined."""
+    assert "Traceback" not in output, output
+    text = " ".join(output.split())
+    assert text.count("error: ") == 1, output
+    return text[text.index("error: "):]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """The scripted bench of tests/test_bench.py (arith: 4 questions, quiz: 3) and its bundle."""
+    tmp = tmp_path_factory.mktemp("probes")
+    math_file, mc_file = write_tasks(tmp)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+        result = CliRunner().invoke(app, bench_args(math_file, mc_file, tmp / "t.db", tmp / "b"))
+    assert result.exit_code == 0, result.output
+    bundle = tmp / "b1.agora.jsonl.gz"
+    assert agora("export", "--db", tmp / "t.db", "--bench-id", "b1", "--out", bundle)[0] == 0
+    return tmp / "t.db", bundle
+
+
+def bundle_lines(bundle):
+    return [json.loads(line) for line in gzip.open(bundle, "rt", encoding="utf-8").read().splitlines()]
+
+
+def write_bundle(path, lines):
+    """``lines`` (header, rows, footer) as a bundle, the footer's counts made to match the rows."""
+    counts = {}
+    for line in lines[1:-1]:
+        counts[line["t"]] = counts.get(line["t"], 0) + 1
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for line in lines[:-1] + [{"end": True, "rows": counts}]:
+            f.write(json.dumps(line) + "\n")
+    return path
+
+
+def row_index(lines, table, **where):
+    """(line number in the file, index in ``lines``) of the first row of ``table`` matching ``where``."""
+    for i, line in enumerate(lines):
+        if line.get("t") != table:
+            continue
+        row = dict(zip(lines[0]["tables"][table]["columns"], line["v"]))
+        if all(row[k] == v for k, v in where.items()):
+            return i + 1, i
+    raise AssertionError(f"no {table} row {where}")
+
+
+def set_value(lines, index, table, column, value):
+    cols = list(lines[0]["tables"][table]["columns"])
+    lines[index] = {**lines[index], "v": [value if c == column else v for c, v in zip(cols, lines[index]["v"])]}
+
+
+# ----------------------------------------------------------------------------- 1. import: orphans and conflicts
+
+def test_import_refuses_orphan_results_and_model_calls_and_creates_no_database(bench, tmp_path):
+    _, bundle = bench
+    lines = bundle_lines(bundle)
+    line_no, i = row_index(lines, "results", run_id=ALIGN, question_id="arith-3", method="align")
+    set_value(lines, i, "results", "question_id", "ghost")
+    orphan = write_bundle(tmp_path / "orphan-results.agora.jsonl.gz", lines)
+    target = tmp_path / "t.db"
+    code, output = agora("import", orphan, "--db", target)
+    assert code == 2
+    assert error_line(output) == (
+        f"error: {orphan}:{line_no}: results: run '{ALIGN}' has results for question 'ghost', which is not among the "
+        "bundle's questions of that run (an orphan); nothing was imported")
+    assert not target.exists()
+
+    lines = bundle_lines(bundle)
+    line_no, i = row_index(lines, "model_calls", run_id=ALIGN, question_id="arith-2")
+    set_value(lines, i, "model_calls", "question_id", "ghost")
+    orphan = write_bundle(tmp_path / "orphan-calls.agora.jsonl.gz", lines)
+    code, output = agora("import", orphan, "--db", target)
+    assert code == 2
+    assert error_line(output) == (
+        f"error: {orphan}:{line_no}: model_calls: run '{ALIGN}' has model calls for question 'ghost', which is not "
+        "among the bundle's questions of that run and has no failed attempt (an orphan, not a failed question); "
+        "nothing was imported")
+    assert not target.exists()
+    # into an existing database: refused the same way, nothing written
+    TraceStore(target).close()
+    before = table_counts(target)
+    assert agora("import", orphan, "--db", target)[0] == 2 and table_counts(target) == before
+
+    # a failed question (its calls failed, no questions row) is not an orphan: accepted
+    lines = bundle_lines(bundle)
+    _, i = row_index(lines, "model_calls", run_id=ALIGN, question_id="arith-2")
+    set_value(lines, i, "model_calls", "question_id", "arith-9")
+    set_value(lines, i, "model_calls", "error", "RuntimeError: server down")
+    failed = write_bundle(tmp_path / "failed.agora.jsonl.gz", lines)
+    code, output = agora("import", failed, "--db", tmp_path / "ok.db")
+    assert code == 0, output
+
+
+def test_import_refuses_a_row_whose_key_exists_with_other_content_unless_force(bench, tmp_path):
+    _, bundle = bench
+    copy = tmp_path / "copy.db"
+    assert agora("import", bundle, "--db", copy)[0] == 0
+    lines = bundle_lines(bundle)
+    line_no, i = row_index(lines, "model_calls", run_id=ALIGN, question_id="arith-3", agent=1, sample_index=0)
+    call_id = dict(zip(lines[0]["tables"]["model_calls"]["columns"], lines[i]["v"]))["call_id"]
+    set_value(lines, i, "model_calls", "completion", "The answer is 7.")
+    edited = write_bundle(tmp_path / "edited.agora.jsonl.gz", lines)
+    before = table_counts(copy)
+    order = [r[0] for r in sqlite3.connect(copy).execute("select call_id from model_calls order by rowid")]
+
+    code, output = agora("import", edited, "--db", copy)
+    assert code == 2
+    assert error_line(output) == (
+        f"error: {edited}:{line_no}: model_calls: the row call_id='{call_id}' already exists in {copy} with other "
+        "content (completion differ); nothing was imported (--force replaces such rows with the bundle's)")
+    assert table_counts(copy) == before
+    stored = sqlite3.connect(copy).execute("select completion from model_calls where call_id = ?", [call_id]).fetchone()
+    assert stored == ("The answer is 6.",)
+
+    code, output = agora("import", edited, "--db", copy, "--force")
+    assert code == 0, output
+    assert "rows added: none" in output and "replaced (--force): 1" in output
+    assert f"already present: {sum(before.values()) - 1}" in output
+    conn = sqlite3.connect(copy)
+    assert conn.execute("select completion from model_calls where call_id = ?", [call_id]).fetchone() == (
+        "The answer is 7.",)
+    assert [r[0] for r in conn.execute("select call_id from model_calls order by rowid")] == order  # call order kept
+    assert table_counts(copy) == before
+
+
+def test_import_refuses_a_bundle_whose_run_ids_are_blank_or_hold_control_characters(bench, tmp_path):
+    _, bundle = bench
+    lines = bundle_lines(bundle)
+    lines[0] = {**lines[0], "runs": lines[0]["runs"] + ["a\x07b"]}
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", lines)
+    code, output = agora("import", bad, "--db", tmp_path / "t.db")
+    assert code == 2 and not (tmp_path / "t.db").exists()
+    assert error_line(output) == (f"error: {bad}:1: runs: run id 'a\\x07b': holds the control character '\\x07' at "
+                                  "position 1; run ids are printed and written to files, so use visible characters; "
+                                  "nothing was imported")
+
+
+# ----------------------------------------------------------------------------- 2. replay: roles and protocols
+
+def test_replay_refuses_an_unknown_role_listing_the_known_ones(bench):
+    db, _ = bench
+    code, output = agora("replay", "--db", db, "--run-id", ALIGN, "--rule", "plurality", "--param", "roles=nobody")
+    assert code == 2
+    assert error_line(output) == f"error: --param roles=nobody: run '{ALIGN}' has no samples of role(s) 'nobody'; its roles: agent"
+    code, output = agora("replay", "--db", db, "--run-id", COMED, "--rule", "first_sample", "--param",
+                         "roles=anchor,judge")
+    assert code == 2
+    assert error_line(output) == (f"error: --param roles=anchor,judge: run '{COMED}' has no samples of role(s) "
+                                  "'judge'; its roles: aggregator, anchor, chair, debater, member, probe, proposer, reviewer")
+    # known roles still replay
+    assert agora("replay", "--db", db, "--run-id", COMED, "--rule", "plurality", "--param", "roles=anchor")[0] == 0
+
+
+def test_replay_refuses_a_rule_for_another_protocol_naming_the_runs_protocol_and_its_rules(bench):
+    db, _ = bench
+    code, output = agora("replay", "--db", db, "--run-id", ALIGN, "--rule", "comed")
+    assert code == 2
+    assert error_line(output) == (f"error: --rule comed: applies to comed runs only; run '{ALIGN}' has protocol align, "
+                                  "whose rules are align, best_of_n, first_sample, plurality, weighted_vote")
+    code, output = agora("replay", "--db", db, "--run-id", COMED, "--rule", "align")
+    assert code == 2
+    assert error_line(output) == (f"error: --rule align: applies to align runs only; run '{COMED}' has protocol comed, "
+                                  "whose rules are comed, first_sample, plurality, weighted_vote")
+
+
+# ----------------------------------------------------------------------------- 3 and 7: a failed question
+
+def failing_pool():
+    """Models a and b answer 4 (right on "2 + 2"), and raise on "What is 3 + 3?" (no retry)."""
+    def respond(chat, i):
+        if "What is 3 + 3?" in chat[-1]["content"]:
+            raise RuntimeError("server down")
+        return "The answer is 4."
+    return ModelPool.from_chat_models({m: ScriptedChatModel(respond=respond) for m in ("a", "b")}, max_retries=0)
+
+
+PROBLEMS = [Problem(id="q1", question="What is 2 + 2?", gold="4", kind="math"),
+            Problem(id="q2", question="What is 3 + 3?", gold="6", kind="math")]
+CONFIG = DelegationConfig(n_agents=2, k_samples=2, tau=0.5)
+
+
+@pytest.fixture
+def failed_run(tmp_path):
+    """One ALIGN run (``cli``, as `agora run align` records it) whose question q2 failed: every call raised."""
+    db = tmp_path / "t.db"
+    pool = failing_pool()
+    store = TraceStore(db)
+    outcome = run_protocol("align", PROBLEMS, store=store, run_id="cli", context=DelegationContext(pool, CONFIG),
+                           config=CONFIG, pool_description=pool.describe(), dataset={"path": "q", "format": "jsonl"})
+    assert [q.problem.id for q in outcome.failed] == ["q2"]
+    return db, store
+
+
+def test_report_question_shows_a_failed_questions_attempts(failed_run):
+    db, _ = failed_run
+    code, output = agora("report", "question", "--db", db, "--run-id", "cli", "--question-id", "q2")
+    assert code == 0, output
+    text = " ".join(output.split())
+    assert ("q2 in cli (align): failed, no answer recorded: 2 failed attempts, 0 successful calls; rerun the run with "
+            "its --run-id to retry it") in text
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│")]
+    assert rows == [["0", "agent_sample", "agent", "0", "a", "0", "RuntimeError", "server down"],
+                    ["1", "agent_sample", "agent", "1", "b", "0", "RuntimeError", "server down"]]
+    code, output = agora("report", "question", "--db", db, "--run-id", "cli", "--question-id", "q2", "--json")
+    report = json.loads(output)
+    assert report["failed"] is True and report["successful_calls"] == 0
+    assert [(f["model"], f["attempt"], f["error_class"], f["message"]) for f in report["failed_attempts"]] == [
+        ("a", 0, "RuntimeError", "server down"), ("b", 0, "RuntimeError", "server down")]
+    # an answered question has none, and a question with no call at all is still refused
+    assert json.loads(agora("report", "question", "--db", db, "--run-id", "cli", "--question-id", "q1",
+                            "--json")[1])["failed_attempts"] == []
+    code, output = agora("report", "question", "--db", db, "--run-id", "cli", "--question-id", "q3")
+    assert code == 2 and error_line(output) == f"error: {db}: run 'cli' has no recorded question 'q3'"
+
+
+def test_trace_recorder_marks_a_run_with_a_failed_question_as_the_cli_does(failed_run):
+    db, store = failed_run
+    graph = build_delegation_graph().compile()
+    pool = failing_pool()
+    with TraceRecorder(store, run_id="app") as recorder:
+        for p in PROBLEMS:
+            graph.invoke({"question": p.question, "question_id": p.id, "gold": p.gold, "kind": p.kind},
+                         {"callbacks": [recorder]}, context=DelegationContext(pool, CONFIG))
+    assert recorder.recorded == {"align": 1} and recorder.failed == {"align": 1}
+    cli, embedded = store.get_run("cli"), store.get_run("app-align")
+    assert cli["status"] == embedded["status"] == "failed"
+    assert json.loads(embedded["summary"]) == {"questions": 1, "failed": 1,
+                                               "failed_questions": {"q2": "RuntimeError: server down"}}
+    assert json.loads(cli["summary"])["failed_questions"] == {"q2": "RuntimeError: server down"}
+    # no failure: finished, as before
+    with TraceRecorder(store, run_id="clean") as recorder:
+        graph.invoke({"question": PROBLEMS[0].question, "question_id": "q1", "gold": "4"}, {"callbacks": [recorder]},
+                     context=DelegationContext(pool, CONFIG))
+    assert store.get_run("clean-align")["status"] == "finished"
+
+
+# ----------------------------------------------------------------------------- 4. select validates before creating
+
+@pytest.mark.parametrize("case", ["missing", "empty", "not json", "no option"])
+def test_select_refuses_bad_prompts_before_creating_the_database(tmp_path, monkeypatch, case):
+    pool, _ = select_pool(LATENCIES)
+    monkeypatch.setattr(select_cli, "get_pool", lambda path: pool)
+    prompts = tmp_path / "prompts.jsonl"
+    if case == "empty":
+        prompts.write_text("")
+    elif case == "not json":
+        prompts.write_text("hello\n")
+    args = [] if case == "no option" else ["--prompts", prompts]
+    db = tmp_path / "t.db"
+    code, output = agora("select", *args, "--db", db, "--simulate", "latency_s=-2", "--out", tmp_path / "out")
+    assert code == 2
+    expected = {"missing": f"error: {prompts}:0: file not found",
+                "empty": f"error: --prompts {prompts}: no prompts in the file",
+                "not json": f"error: {prompts}:1: invalid JSON (Expecting value at column 1)",
+                "no option": "error: --prompts FILE is needed to start a session"}[case]
+    assert error_line(output) == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if case in ("missing", "no option") else ["prompts.jsonl"])
+
+
+def test_select_refuses_a_bad_simulated_theta_before_creating_the_database(tmp_path, monkeypatch):
+    pool, _ = select_pool(LATENCIES)
+    monkeypatch.setattr(select_cli, "get_pool", lambda path: pool)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "q0", "prompt": "Say hi."}) + "\n")
+    code, output = agora("select", "--prompts", prompts, "--db", tmp_path / "t.db", "--simulate", "speed=1")
+    assert code == 2 and "speed" in error_line(output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl"]
+
+
+# ----------------------------------------------------------------------------- 5. report runs never truncates ids
+
+def test_report_runs_prints_long_run_ids_whole(tmp_path):
+    db = tmp_path / "t.db"
+    long_id = "bench-2026-12-03:" + "".join(f"{i:02d}" for i in range(60)) + ":arith:align"
+    store = TraceStore(db)
+    store.start_run(long_id, "align", config={}, pool=[], dataset={})
+    store.start_run("short", "align", config={}, pool=[], dataset={})
+    store.close()
+    code, output = agora("report", "runs", "--db", db)
+    assert code == 0, output
+    assert "…" not in output
+    cells = [line.split("│")[1].strip() for line in output.splitlines() if line.startswith("│")]
+    cells = [c for c in cells if c]  # (a row's other folded columns may take more lines)
+    assert "".join(cells[:-1]) == long_id and cells[-1] == "short"
+    assert len(cells) > 2  # folded onto several lines, not cut
+
+
+# ----------------------------------------------------------------------------- 6. blank and control-character run ids
+
+@pytest.mark.parametrize("bad, said", [
+    (" ", "' ': a blank run id; give a name (letters, digits, - _ : . …)"),
+    ("", "'': a blank run id; give a name (letters, digits, - _ : . …)"),
+    ("a\x07b", "'a\\x07b': holds the control character '\\x07' at position 1; run ids are printed and written to "
+               "files, so use visible characters"),
+    (" a", "' a': leading or trailing white space in a run id; remove it"),
+])
+def test_blank_or_control_character_run_ids_are_refused_everywhere(bench, tmp_path, monkeypatch, bad, said):
+    db, _ = bench
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "What is 1 + 1?", "answer": "#### 2"}) + "\n")
+    monkeypatch.setattr(shared_cli, "get_pool", lambda path: scripted_pool())
+    new_db = tmp_path / "new.db"
+    for args, option in [
+        (["run", "align", "--data", data, "--db", new_db, "--run-id", bad], "--run-id"),
+        (["select", "--prompts", data, "--db", new_db, "--thread", bad], "--thread"),
+        (["replay", "--db", db, "--run-id", bad, "--rule", "plurality"], "--run-id"),
+        (["replay", "--db", db, "--run-id", ALIGN, "--rule", "weighted_vote", "--dev-run-id", bad], "--dev-run-id"),
+        (["report", "question", "--db", db, "--run-id", bad, "--question-id", "arith-1"], "--run-id"),
+        (["report", "run", bad, "--db", db], "RUN_ID"),
+        (["export", "--db", db, "--run-id", bad, "--out", tmp_path / "x.agora.jsonl.gz"], "--run-id"),
+    ]:
+        code, output = agora(*args)
+        assert code == 2, (args, output)
+        assert error_line(output) == f"error: {option} {said}", args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.jsonl"]  # no database, no bundle
+    with pytest.raises(ValueError, match="run_id"):
+        TraceRecorder(new_db, run_id=bad)
+    assert not new_db.exists()
+    with pytest.raises(ValueError, match="^run id "):
+        TraceStore(":memory:").start_run(bad, "align", config={}, pool=[], dataset={})
+
+
+def test_check_run_id_keeps_ordinary_ids():
+    for ok in ("b1:arith:align", "exp[v2]", "../../x", "select-20261203-1200-ab12", "séance ü"):
+        assert check_run_id(ok) == ok
