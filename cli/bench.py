@@ -1,6 +1,6 @@
 """``agora bench``: every protocol on every task file, one report (markdown, JSON, PNG) with
 paired statistics, cost and COMED's calibration stated. Runs: :mod:`agora.runs.bench`;
-report: :mod:`agora.traces.bench`."""
+report: :mod:`agora.runs.report` (its data: :mod:`agora.traces.bench`)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ from agora.runs.bench import (
 )
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
-from agora.traces.bench import MIN_QUESTIONS, TOO_FEW, claim_lines, read_bench_spec, write_report
+from agora.runs.report import claim_lines, write_report
+from agora.traces.bench import read_bench_spec
+from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore, check_run_id
 
 
