@@ -13,6 +13,16 @@ belief-aware UCB rule within the remaining budgets, ``generate`` has both answer
 random order, and ``update_belief`` makes the Laplace step with the user's choice. ``recommend``
 names the model most probably best once a budget is spent or ``P(best) ≥ 1 − δ``.
 
+Blind until the end: what a person or a client of the HTTP API sees while the session runs (the
+interrupt payload, the custom stream events, and the graph's output at each pause) names no model
+behind A or B: the ``pair`` and ``judged`` events carry no model names, and the output keys that
+would tell (``history``: who was shown as A and B; the per-model ``p_best``; the model ``calls``
+with their completions) are not output until ``recommend`` has run (``history`` is written then;
+``p_best`` is in the recommendation's ranking; ``calls`` stay in the state and the trace store).
+The state itself (``duel.shown``, ``generations``, ``calls``: what a checkpoint must keep to
+resume, and what a simulated user reads) does name them: a UI shows the interrupt payload, never
+the thread's state.
+
 Resume safety: every answer is stored in state (``generations``) by ``generate``, which finishes
 before ``ask_user`` starts; resuming re-runs only ``ask_user``, so nothing is generated or charged
 twice, and an answer already generated for a prompt is reused (free) when a model meets it again.
@@ -197,23 +207,21 @@ class SelectionOutput(TypedDict):
     """What the graph returns."""
 
     recommendation: Recommendation
-    """The recommended model, its P(best), why the session stopped, and the full ranking."""
+    """The recommended model, its P(best), why the session stopped, and the full ranking (each
+    model's posterior P(best))."""
     history: list[DuelRecord]
-    """Every judged round: the pair, how it was shown, the user's choice, the belief before it."""
+    """Every judged round: the pair, how it was shown, the user's choice, the belief before it.
+    Written by ``recommend`` only: while the session runs, the output names no model behind A or B."""
     arms: list[str]
     """The models compared, in feature-row order."""
     feature_names: list[str]
     """Names of the feature columns (``raw_features``)."""
     raw_features: list[list[float]]
     """``(m, d)`` features per model, in their units."""
-    p_best: list[float]
-    """Posterior P(model i is best), in ``arms`` order."""
     spent_cost: float
     """Cost of every answer generated, in the unit of ``cost_per_1k_tokens``."""
     spent_time_s: float
     """Seconds the models took for every answer generated."""
-    calls: list[dict[str, Any]]
-    """Trace records of every model call."""
 
 
 def _merge(left: dict, right: dict) -> dict:
@@ -246,7 +254,10 @@ class SelectionState(SelectionInput, total=False):
     duel: Duel | None
     """The current round's pair (``None`` when no pair fits the budgets)."""
     choice: Choice
-    history: Annotated[list[DuelRecord], operator.add]
+    judged: Annotated[list[DuelRecord], operator.add]
+    """Every judged round so far (``history`` once the session has ended; not in the output)."""
+    history: list[DuelRecord]
+    """``judged``, written by ``recommend``: the output reveals who was A and B only at the end."""
     calls: Annotated[list[dict[str, Any]], operator.add]
     """Trace records of every model call (written to the trace store by the caller)."""
     recommendation: Recommendation
@@ -300,6 +311,13 @@ def _column(state: SelectionState, name: str) -> np.ndarray:
 def _belief(state: SelectionState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     precision = np.array(state["precision"])
     return np.array(state["mu"]), precision, np.linalg.inv(precision)
+
+
+def judged_duels(values: Mapping[str, Any]) -> list[DuelRecord]:
+    """The judged duels of a session's state, by round: ``judged`` (and ``history``, where a session
+    checkpointed before ``judged`` existed kept them; each round once)."""
+    by_round = {d["round"]: d for d in [*(values.get("history") or []), *(values.get("judged") or [])]}
+    return [by_round[r] for r in sorted(by_round)]
 
 
 def _stop_reason(state: SelectionState, cfg: CupidConfig) -> StopReason | None:
@@ -390,7 +408,7 @@ def choose_pair(state: SelectionState, runtime: Runtime[SelectionContext]) -> di
     a, b = arms[pair[0]], arms[pair[1]]
     swap = np.random.default_rng((cfg.seed, t + 1, 7)).random() < 0.5
     duel = Duel(round=t + 1, prompt_id=item["id"], prompt=item["text"], a=a, b=b, shown=[b, a] if swap else [a, b])
-    emit("pair", f"round {t + 1}: {a} vs {b}", round=t + 1, a=a, b=b)
+    emit("pair", f"round {t + 1}: two models chosen", round=t + 1)  # no names: the user judges blind
     return {"duel": duel}
 
 
@@ -460,12 +478,12 @@ def update_belief(state: SelectionState, runtime: Runtime[SelectionContext]) -> 
     mu, precision = laplace_update(mu, precision, x[a] - x[b], y)
     p_best = prob_best(mu, np.linalg.inv(precision), x, cfg.mc_samples, seed=(cfg.seed, duel["round"]))
     leader = int(np.argmax(p_best))
-    emit("judged", f"round {duel['round']}: {choice} ({winner or 'tie'}); leader {arms[leader]} "
-         f"P(best)={p_best[leader]:.2f}", round=duel["round"], winner=winner, leader=arms[leader],
-         p_best=float(p_best[leader]))
+    # no model names before the session ends: they would tell the user who was A and B
+    emit("judged", f"round {duel['round']}: {choice}; the leader's P(best) is now {p_best[leader]:.2f}",
+         round=duel["round"], choice=choice, p_best=float(p_best[leader]))
     record = DuelRecord(**duel, choice=choice, winner=winner, y=y, p=p)
     return {"mu": mu.tolist(), "precision": precision.tolist(), "p_best": p_best.tolist(),
-            "round": duel["round"], "history": [record]}
+            "round": duel["round"], "judged": [record]}
 
 
 def recommend(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict[str, Any]:
@@ -476,7 +494,8 @@ def recommend(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict
     utility = np.array(state["x"]) @ mu
     duels = {m: 0 for m in arms}
     wins = {m: 0.0 for m in arms}
-    for r in state.get("history") or []:
+    judged = judged_duels(state)
+    for r in judged:
         for m in (r["a"], r["b"]):
             duels[m] += 1
             wins[m] += 0.5 if r["winner"] is None else float(r["winner"] == m)
@@ -489,7 +508,7 @@ def recommend(state: SelectionState, runtime: Runtime[SelectionContext]) -> dict
                          stop_reason=_stop_reason(state, cfg), ranking=ranking)
     emit("recommend", f"recommended {rec['model']} (P(best)={rec['p_best']:.2f}) after {rec['rounds']} rounds",
          **{k: rec[k] for k in ("model", "p_best", "rounds", "stop_reason")})
-    return {"recommendation": rec}
+    return {"recommendation": rec, "history": judged}
 
 
 # ---------------------------------------------------------------------------- edges
@@ -547,7 +566,7 @@ def record_session(store: TraceStore, run_id: str, values: Mapping[str, Any]) ->
     those calls. Idempotent (rows are upserted), so :func:`agora.runs.selection.run_session` writes the whole state
     again after every round. ``values``: a :class:`SelectionState`."""
     calls = values.get("calls") or []
-    history = values.get("history") or []
+    history = judged_duels(values)
     for idx, item in enumerate(values.get("prompt_items") or []):
         mine = [c for c in calls if c.get("question_id") == item["id"]]
         if not mine:
