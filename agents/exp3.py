@@ -29,7 +29,12 @@ from agora.agents._checks import check_flag, check_number, is_number
 
 @dataclass(frozen=True, slots=True)
 class Exp3Config:
-    """Settings of the EXP3 leader and its rewards; defaults from protocols.md §2."""
+    """Settings of the EXP3 leader and its rewards; defaults from protocols.md §2.
+
+    Raises:
+        ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
+            names the field and the value.
+    """
 
     gamma: float = 0.2
     """Exploration share ``γ`` mixed uniformly into the sampling distribution."""

@@ -42,7 +42,12 @@ _EXEMPLARS: tuple[tuple[str, str, str], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class JudgeConfig:
-    """Judging settings; defaults from protocols.md §2 (shots and presentation: see module doc)."""
+    """Judging settings; defaults from protocols.md §2 (shots and presentation: see module doc).
+
+    Raises:
+        ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
+            names the field and the value.
+    """
 
     max_tokens: int = 64
     """Upper bound on the judge's reply, in tokens."""

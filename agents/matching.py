@@ -28,7 +28,12 @@ Mode = Literal["sparta", "stackelberg"]
 
 @dataclass(frozen=True, slots=True)
 class MatchConfig:
-    """Matchmaking settings; defaults from protocols.md §2."""
+    """Matchmaking settings; defaults from protocols.md §2.
+
+    Raises:
+        ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
+            names the field and the value.
+    """
 
     p_rand: float = 0.2
     """Probability of a uniformly random opponent (both modes)."""

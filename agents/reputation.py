@@ -24,7 +24,12 @@ from agora.agents._checks import check_count, check_number
 
 @dataclass(frozen=True, slots=True)
 class ReputationConfig:
-    """Settings of Sparta's reputation system (Eq. 9); defaults from protocols.md §2."""
+    """Settings of Sparta's reputation system (Eq. 9); defaults from protocols.md §2.
+
+    Raises:
+        ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
+            names the field and the value.
+    """
 
     initial: float = 100.0
     """Reputation ``R`` of a model that has not duelled yet."""

@@ -123,7 +123,8 @@ def run_session(
             in ``store`` (:func:`~agora.agents.cupid.trace_features`).
         dataset: described in the ``runs`` row (``path``, ``format``); ``count`` is added.
         on_event: called with each custom stream event of the graph (``measured``, ``pair``,
-            ``judged``, ``recommend``...).
+            ``judged``, ``recommend``...); before ``recommend`` none names the model behind A or B,
+            so a UI may show them to the person judging.
         control: LangGraph's ``RunControl``: after ``request_drain()`` the session stops at its
             next step boundary (checkpointed) and ``GraphDrained`` is raised.
 
