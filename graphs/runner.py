@@ -47,7 +47,7 @@ from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
-from agora.models.pool import ModelCallError
+from agora.models.pool import ModelCallError, unreturned_attempts
 from agora.graphs._common import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.graphs.registry import get as protocol_spec
@@ -369,7 +369,8 @@ def run_problems(
         Failed questions (see the module docstring) raise nothing: they are in
         :attr:`RunOutcome.failed` and the run's row ends ``failed``. When a node fails (e.g. an unreachable
         model raises ``ModelCallError``), LangGraph cancels the other nodes of that step still
-        running under ``ainvoke``: the rerun redoes those (nodes that finished are kept).
+        running under ``ainvoke``: the rerun redoes those (nodes that finished are kept); the failed
+        attempts of every model call of the question, cancelled ones included, are stored.
         KeyboardInterrupt and model errors propagate after the finished questions are stored
         (with ``concurrency > 1``, after the questions already running have finished and been
         stored; the ones not started are left for the rerun); rerunning with the same ``run_id``
@@ -443,9 +444,12 @@ def run_problems(
                     return snapshot.values, time.perf_counter() - start, was_started
                 inp = None if pending else inp
             try:
-                values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
-            except ModelCallError as exc:  # an unreachable model: keep its failed attempts, then stop the run
-                store.record_calls(run_id, protocol, problem.id, exc.records)
+                with unreturned_attempts() as unreturned:  # failed attempts of calls cut short by the error
+                    values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
+            except ModelCallError as exc:  # an unreachable model: keep every failed attempt, then stop the run
+                seen = {r["call_id"] for r in exc.records}  # (other members' too, whose nodes were cancelled)
+                store.record_calls(run_id, protocol, problem.id,
+                                   exc.records + [r for r in unreturned if r["call_id"] not in seen])
                 raise
             finally:
                 saver.commit()  # task writes waiting for a shared commit (an error or a stop leaves some)

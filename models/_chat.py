@@ -81,6 +81,11 @@ class NativeMember:
     the samples (sample ``i`` seeded ``seed + i``). LangChain's callback layer is skipped: the
     pool traces every call itself."""
 
+    tops_up = True
+    """Fewer than ``n`` samples means the model kept returning fewer: the OpenAI-compatible backend
+    already asked its server again for the rest (:mod:`agora.models.openai_backend`), so the pool
+    accepts them (:class:`agora.models.contract.ModelMember`)."""
+
     def sample(self, messages: list[dict[str, str]], params: SamplingParams) -> list[Sample]:
         start = time.perf_counter()
         result = self._generate(to_messages(messages), stop=list(params.stop) or None,  # type: ignore[attr-defined]

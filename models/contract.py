@@ -112,10 +112,17 @@ class ModelMember(Protocol):
     the member's system prompt already prepended. The returned samples' ``call_id`` is left empty
     and ``model`` may be anything: the pool sets both.
 
-    A member returns ``params.n`` samples where it can (fewer only when the model keeps returning
-    fewer: the pool logs it). Sample ``i`` of a seeded call uses ``params.seed + i``. An empty
-    text is allowed (the pool counts it as a failed attempt and asks again). Errors propagate: the
-    pool classifies them (:func:`agora.models.retry.is_transient`) and retries the transient ones.
+    A member returns a ``list`` of exactly ``params.n`` :class:`Sample` objects. The pool checks
+    what it gets (:class:`agora.models.pool.ModelPool`): more than ``n`` keeps the first ``n``
+    (a warning, once per member); an empty list is a reply without choices (a failed attempt,
+    retried); anything else (fewer than ``n``, not a list, items that are not :class:`Sample`,
+    plain strings) is a :class:`~agora.models.errors.MemberContractError`: a failed attempt naming
+    the member and what it returned, not retried. A member that already asks its model again for
+    missing samples, and so returns fewer only when the model keeps returning fewer, says so with
+    a class attribute ``tops_up = True`` (Agora's backends and the LangChain adapter do); the pool
+    then accepts fewer. Sample ``i`` of a seeded call uses ``params.seed + i``. An empty text is
+    allowed (the pool counts it as a failed attempt and asks again). Errors propagate: the pool
+    classifies them (:func:`agora.models.retry.is_transient`) and retries the transient ones.
     """
 
     def sample(self, messages: list[dict[str, str]], params: SamplingParams) -> list[Sample]:

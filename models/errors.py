@@ -31,6 +31,15 @@ class EmptyResponseError(RuntimeError):
     when every attempt is empty the question is failed, not wrong."""
 
 
+class MemberContractError(TypeError):
+    """A member whose ``sample``/``asample`` broke the member contract
+    (:class:`agora.models.contract.ModelMember`): it returned something that is not a list of
+    :class:`~agora.models.contract.Sample`, or fewer samples than ``n`` without saying it tops up
+    itself. A permanent error (:func:`agora.models.retry.is_transient` is false): the pool records
+    the attempt as failed, with this message naming the member and what it returned, and does not
+    ask again (the same code would return the same thing)."""
+
+
 class InvalidReplyError(RuntimeError):
     """A server reply that is not a completion (an HTML page, a body without ``choices``): a
     transient failure, retried like a 5xx."""

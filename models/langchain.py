@@ -76,6 +76,10 @@ class LangChainMember:
     learns about its model (it refuses call keywords, it ignores ``n``) is set once under a lock.
     """
 
+    tops_up = True
+    """Fewer than ``n`` samples means the model kept returning fewer after further requests
+    (:meth:`sample`): the pool accepts them (:class:`agora.models.contract.ModelMember`)."""
+
     def __init__(self, chat_model: BaseChatModel, *, name: str):
         self.chat_model = chat_model
         self.name = name

@@ -39,10 +39,13 @@ beside it, :mod:`agora.models.lora_gguf`) or a GGUF LoRA file, applied by llama.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import time
 import tomllib
 import uuid
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -55,9 +58,11 @@ from agora.models.contract import ModelMember, Sample, SamplingParams  # noqa: F
 from agora.models.langchain import langchain_member
 from agora.models.retry import backoff_s, cause, is_transient, is_unreachable
 from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS  # noqa: F401 (BUILTIN_MODELS re-exported)
-from agora.models.errors import EmptyResponseError, ModelCallError, ModelUnavailableError, PoolConfigError  # noqa: F401
+from agora.models.errors import (EmptyResponseError, MemberContractError, ModelCallError,  # noqa: F401
+                                 ModelUnavailableError, PoolConfigError)
 from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError, _AdapterError,  # noqa: F401 (re-exported)
-                                   get_backend, resolve_builtin, spec_problem, validate_entry)
+                                   build_member, resolve_builtin, shadowing_plugins, spec_problem,
+                                   validate_entry)
 
 log = logging.getLogger("agora.pool")
 
@@ -146,7 +151,14 @@ class PoolMember:
 
     def __post_init__(self) -> None:
         model = self.chat_model
-        self.sampler = model if isinstance(model, ModelMember) else langchain_member(model, name=self.spec.name)
+        if isinstance(model, ModelMember):
+            self.sampler = model
+        elif isinstance(model, BaseChatModel):
+            self.sampler = langchain_member(model, name=self.spec.name)
+        else:
+            raise PoolConfigError(f"model {self.spec.name!r}: {_shown(model)} is not a model: a member is a "
+                                  "langchain_core BaseChatModel or an object with sample() and asample() "
+                                  "(agora.models.contract.ModelMember, docs/models.md)")
 
     @property
     def name(self) -> str:
@@ -159,6 +171,38 @@ class PoolMember:
             log.log(level, message, *args)
 
 
+def _shown(value: Any, width: int = 60) -> str:
+    """``value`` in a message: its type and a short repr (``a str ('The answer is 4.')``)."""
+    text = repr(value)
+    text = text if len(text) <= width else text[:width - 3] + "..."
+    kind = type(value).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} ({text})"
+
+
+#: Failed attempts of the model calls that ended by raising (:class:`ModelCallError`) or were
+#: cancelled, while :func:`unreturned_attempts` collects them (``None``: nobody does).
+_UNRETURNED: ContextVar[list[dict[str, Any]] | None] = ContextVar("agora_unreturned_attempts", default=None)
+
+
+@contextlib.contextmanager
+def unreturned_attempts() -> Iterator[list[dict[str, Any]]]:
+    """Collect the failed-attempt trace records of model calls that do not return them.
+
+    A call returns its records with its samples; one that raises :class:`ModelCallError` (an
+    unreachable model) carries its own in ``exc.records``, but when several members are unreachable
+    at once, a graph stops at the first error and cancels (or drops the errors of) the other
+    calls of that step. Inside this context (and in asyncio tasks created inside it, which copy
+    it), every call that raises or is cancelled adds its failed attempts (records with ``error``
+    set) to the yielded list, so the runner stores every attempt that failed, not one member's.
+    """
+    sink: list[dict[str, Any]] = []
+    token = _UNRETURNED.set(sink)
+    try:
+        yield sink
+    finally:
+        _UNRETURNED.reset(token)
+
+
 def build_chat_model(spec: ModelSpec) -> Any:
     """The chat model for a spec, made by its backend's factory (:mod:`agora.models.registry`);
     weights load lazily, on the first call. A LangChain ``BaseChatModel`` for the built-in backends.
@@ -166,12 +210,11 @@ def build_chat_model(spec: ModelSpec) -> Any:
     Raises:
         PoolConfigError: an unknown backend (the message lists the registered ones), or the
             factory refused a value (:class:`MemberBuildError`: ``model 'name': field 'x': ...``).
+        MemberBuildError: a plug-in's factory raised, or a factory returned something that is not a
+            model: ``model 'name': field 'backend': backend 'x' (entry point ...): what went wrong``
+            (:func:`agora.models.registry.build_member`).
     """
-    try:
-        backend = get_backend(spec.backend)
-    except KeyError as exc:
-        raise PoolConfigError(f"model {spec.name!r}: field 'backend': {exc.args[0]}") from None
-    return backend.factory(spec)
+    return build_member(spec)
 
 
 class PythonObject:
@@ -267,15 +310,19 @@ class ModelPool(PythonObject):
             ModelCallError: the model is unreachable (:class:`ModelUnavailableError`) after its retries.
         """
         call = _Call(self[name], messages, params, context)
-        while (request := call.next_request()) is not None:
-            start = time.perf_counter()
-            try:
-                got = call.checked(call.sampler.sample(call.chat, request))
-            except Exception as exc:  # noqa: BLE001 - classified once (agora.models.retry), logged, maybe retried
-                if wait := call.failed(exc, start):
-                    time.sleep(wait)
-                continue
-            call.received(got, start)
+        try:
+            while (request := call.next_request()) is not None:
+                start = time.perf_counter()
+                try:
+                    got = call.checked(call.sampler.sample(call.chat, request), request)
+                except Exception as exc:  # noqa: BLE001 - classified once (agora.models.retry), logged, maybe retried
+                    if wait := call.failed(exc, start):
+                        time.sleep(wait)
+                    continue
+                call.received(got, start)
+        except BaseException:  # ModelCallError, a cancellation, Ctrl-C: its failed attempts stay known
+            call.unreturned()
+            raise
         return call.result()
 
     async def asample(
@@ -295,15 +342,24 @@ class ModelPool(PythonObject):
         loop's default executor is larger (the runner's loops have 64 threads).
         """
         call = _Call(self[name], messages, params, context)
-        while (request := call.next_request()) is not None:
-            start = time.perf_counter()
-            try:
-                got = call.checked(await call.sampler.asample(call.chat, request))
-            except Exception as exc:  # noqa: BLE001 - classified once (agora.models.retry), logged, maybe retried
-                if wait := call.failed(exc, start):
-                    await asyncio.sleep(wait)
-                continue
-            call.received(got, start)
+        try:
+            while (request := call.next_request()) is not None:
+                start = time.perf_counter()
+                try:
+                    pending = call.sampler.asample(call.chat, request)
+                    if not inspect.isawaitable(pending):
+                        raise MemberContractError(f"model {call.base['model']!r} (member {type(call.sampler).__name__}): "
+                                                  f"asample() returned {_shown(pending)}, not an awaitable: define it "
+                                                  "with async def (docs/models.md)")
+                    got = call.checked(await pending, request)
+                except Exception as exc:  # noqa: BLE001 - classified once (agora.models.retry), logged, maybe retried
+                    if wait := call.failed(exc, start):
+                        await asyncio.sleep(wait)
+                    continue
+                call.received(got, start)
+        except BaseException:  # ModelCallError, a cancellation (a sibling node failed), Ctrl-C
+            call.unreturned()
+            raise
         return call.result()
 
 
@@ -349,14 +405,42 @@ class _Call:
         seed = None if self.params.seed is None else self.params.seed + self.asked
         return replace(self.params, n=self.params.n - len(self.samples), seed=seed)
 
-    def checked(self, samples: list[Sample]) -> list[Sample]:
-        """``samples`` if there is at least one.
+    def checked(self, samples: Any, request: SamplingParams) -> list[Sample]:
+        """What a member returned for ``request``, checked against the member contract
+        (docs/models.md, "What a member must support"): a list (or tuple) of :class:`Sample`, at
+        most ``request.n`` of them (more: the first ``n`` are kept, said once per member).
 
         Raises:
             EmptyResponseError: none (zero choices), so the attempt is logged and retried.
+            MemberContractError: not a list of :class:`Sample`, or fewer than ``request.n`` from a
+                member that does not top up itself (``tops_up``): a permanent error, one failed
+                attempt naming the member and what it returned.
         """
+        name = self.base["model"]
+        if type(samples) is not list:
+            if not isinstance(samples, (list, tuple)):
+                raise MemberContractError(f"model {name!r} (member {type(self.sampler).__name__}): sample() returned "
+                                          f"{_shown(samples)}, not a list of agora.models.contract.Sample "
+                                          "(docs/models.md)")
+            samples = list(samples)
+        for i, s in enumerate(samples):
+            if not isinstance(s, Sample):
+                raise MemberContractError(f"model {name!r} (member {type(self.sampler).__name__}): sample() returned "
+                                          f"a list holding {_shown(s)} at index {i}, not an agora.models.contract."
+                                          "Sample (docs/models.md)")
+        n = request.n
         if not samples:
-            raise EmptyResponseError(f"model {self.base['model']!r} returned no samples (zero choices)")
+            raise EmptyResponseError(f"model {name!r} returned no samples (zero choices)")
+        if len(samples) > n:
+            self.member.say_once("too-many", logging.WARNING, "model %r (member %s): sample() returned %d samples for "
+                                 "n=%d: the first %d are kept (a member returns exactly n; said once per member)",
+                                 name, type(self.sampler).__name__, len(samples), n, n)
+            return samples[:n]
+        if len(samples) < n and not getattr(self.sampler, "tops_up", False):
+            raise MemberContractError(f"model {name!r} (member {type(self.sampler).__name__}): sample() returned "
+                                      f"{len(samples)} sample{'s' if len(samples) != 1 else ''} for n={n}; a member "
+                                      "returns exactly n (or sets tops_up = True when it already asked its model "
+                                      "again for the rest: docs/models.md)")
         return samples
 
     def _failure(self, attempt: int, error: str, start: float, **fields: Any) -> None:
@@ -420,6 +504,13 @@ class _Call:
                     "y" if empty == 1 else "ies", len(samples), attempt + 1, self.attempts)
         self._failure(attempt, f"EmptyResponseError: model {name!r} returned {empty} empty or null "
                       f"repl{'y' if empty == 1 else 'ies'} of {len(samples)}", start)
+
+    def unreturned(self) -> None:
+        """The call ends without returning (it raised or was cancelled): its failed attempts go to
+        the collecting :func:`unreturned_attempts`, if any."""
+        sink = _UNRETURNED.get()
+        if sink is not None:
+            sink.extend(r for r in self.records if r.get("error"))
 
     def result(self) -> tuple[list[Sample], list[dict[str, Any]]]:
         if 0 < len(self.samples) < self.params.n and self.asked > len(self.samples):
@@ -521,6 +612,7 @@ def load_pool(path: str | Path) -> ModelPool:
     if not isinstance(entries, list) or not entries:
         raise PoolConfigError(f"{path}: needs at least one [[models]] table")
     specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent) for i, e in enumerate(entries)]
+    shadowing_plugins()  # a plug-in named like a built-in is refused: said once, as a warning
     members = []
     for i, spec in enumerate(specs):
         try:

@@ -336,6 +336,20 @@ class Backend:
     """One line for ``agora pool list``."""
     origin: str = "agora"
     """``agora`` or the distribution whose entry point registered it (set when loaded)."""
+    entry_point: str | None = None
+    """``module:attr`` of the entry point it was loaded from (set when loaded); ``None`` for a
+    built-in or a backend registered from Python."""
+
+    @property
+    def where(self) -> str:
+        """The backend in a message: its name and where it comes from, e.g. ``backend 'echo'
+        (entry point agora.backends: echo = agora_echo:backend, from agora-echo 0.1)``."""
+        if self.entry_point is not None:
+            return (f"backend {self.name!r} (entry point {ENTRY_POINT_GROUP}: {self.name} = {self.entry_point}, "
+                    f"from {self.origin})")
+        factory = f"{getattr(self.factory, '__module__', '?')}:{getattr(self.factory, '__qualname__', '?')}"
+        kind = "built in" if self.origin == "agora" else f"registered from Python by {self.origin}"
+        return f"backend {self.name!r} ({kind}, factory {factory})"
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -395,16 +409,101 @@ def _load(ep: importlib.metadata.EntryPoint) -> Backend:
         PoolConfigError: it does not import or is not a backend of that name (one line naming the distribution).
     """
     where = f"backend {ep.name!r} (entry point {ENTRY_POINT_GROUP}: {ep.name} = {ep.value}, from {_origin(ep)})"
+    if _is_builtin(ep.name):
+        raise PoolConfigError(_shadow_message(ep))
     try:
         obj = ep.load()
-        backend = obj if isinstance(obj, Backend) else obj()
     except Exception as exc:  # noqa: BLE001 - a broken plug-in is reported, never a traceback
         raise PoolConfigError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
+    if isinstance(obj, Backend):
+        backend = obj
+    elif not callable(obj):
+        raise PoolConfigError(f"{where} names {_shown(obj)}, which is neither an agora.models.registry.Backend nor "
+                              "a function without arguments that returns one")
+    else:
+        try:
+            backend = obj()
+        except Exception as exc:  # noqa: BLE001 - a broken plug-in is reported, never a traceback
+            raise PoolConfigError(f"{where} failed to load: calling {ep.value}() raised {type(exc).__name__}: "
+                                  f"{exc}") from None
     if not isinstance(backend, Backend):
-        raise PoolConfigError(f"{where} is a {type(backend).__name__}, not an agora.models.registry.Backend")
+        raise PoolConfigError(f"{where} is {_shown(backend)}, not an agora.models.registry.Backend")
     if backend.name != ep.name:
         raise PoolConfigError(f"{where} names itself {backend.name!r}; the entry point's name must be the backend's")
-    return replace(backend, origin=_origin(ep))
+    return replace(backend, origin=_origin(ep), entry_point=ep.value)
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    text = text if len(text) <= width else text[:width - 3] + "..."
+    kind = type(value).__name__
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} ({text})"
+
+
+def _is_builtin(name: str) -> bool:
+    with _LOCK:
+        return name in _BACKENDS and _BACKENDS[name].origin == "agora"
+
+
+def _shadow_message(ep: importlib.metadata.EntryPoint) -> str:
+    return (f"backend {ep.name!r} (entry point {ENTRY_POINT_GROUP}: {ep.name} = {ep.value}, from {_origin(ep)}) is "
+            f"ignored: a plug-in may not shadow the built-in backend {ep.name!r}; rename the entry point "
+            "(docs/backends.md)")
+
+
+_SHADOWS_SAID: set[tuple[str, str]] = set()
+
+
+def shadowing_plugins() -> dict[str, str]:
+    """Installed entry points named like a built-in backend, name → why each is ignored (a
+    plug-in may not shadow a built-in: a pool file's ``backend = "openai"`` always means Agora's).
+    Each is logged as a warning once per process; :func:`load_pool
+    <agora.models.pool.load_pool>` and ``agora pool list`` call this."""
+    found = {}
+    for ep in _entry_points():
+        if _is_builtin(ep.name):
+            found[ep.name] = _shadow_message(ep)
+            if (ep.name, ep.value) not in _SHADOWS_SAID:
+                _SHADOWS_SAID.add((ep.name, ep.value))
+                log.warning("%s", found[ep.name])
+    return found
+
+
+def build_member(spec: Any) -> Any:
+    """The model of ``spec`` made by its backend's factory, checked: a LangChain ``BaseChatModel``
+    or a member (:class:`agora.models.contract.ModelMember`).
+
+    Raises:
+        PoolConfigError: an unknown backend (field ``backend``, listing the registered ones), its
+            entry point failed to load, or the factory refused a value (:class:`MemberBuildError`,
+            passed on as it is).
+        MemberBuildError: (field ``backend``) a plug-in's factory raised anything else, or any
+            factory returned something that is not a model; the message names the backend, its
+            entry point (``module:attr``) or factory, and what went wrong.
+    """
+    from langchain_core.language_models import BaseChatModel
+
+    from agora.models.contract import ModelMember
+
+    try:
+        backend = get_backend(spec.backend)
+    except KeyError as exc:
+        raise PoolConfigError(f"model {spec.name!r}: field 'backend': {exc.args[0]}") from None
+    if backend.origin == "agora":  # a built-in's errors are Agora's own, already one line where expected
+        model = backend.factory(spec)
+    else:
+        try:
+            model = backend.factory(spec)
+        except PoolConfigError:  # MemberBuildError included: the factory named the field
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plug-in's bug is one line naming it, not a traceback
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise MemberBuildError("backend", f"{backend.where}: its factory raised {detail:.500}", spec.name) from None
+    if not isinstance(model, (BaseChatModel, ModelMember)):
+        raise MemberBuildError("backend", f"{backend.where}: its factory returned {_shown(model)}, not a model (a "
+                               "langchain_core BaseChatModel, or an object with sample() and asample(): "
+                               "agora.models.contract.ModelMember)", spec.name)
+    return model
 
 
 def get_backend(name: str) -> Backend:
@@ -447,6 +546,8 @@ def available_backends() -> tuple[list[Backend], dict[str, str]]:
             found.append(get_backend(name))
         except (KeyError, PoolConfigError) as exc:
             failed[name] = exc.args[0] if exc.args else str(exc)
+    for name, why in shadowing_plugins().items():  # a plug-in named like a built-in: refused, said
+        failed[f"{name} (plug-in)"] = why
     return found, failed
 
 

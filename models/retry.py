@@ -9,7 +9,9 @@ asks :func:`is_transient` after every failed attempt:
   kind not listed below (a scripted failure, a crashed worker);
 * **permanent**, not retried: HTTP 401, 403, 404 and 422 (a wrong key, a wrong model name), a
   ``TypeError``, ``NotImplementedError`` or ``ValueError`` raised by the client (a parameter the
-  model does not take, a model file that will not load), a missing package or file.
+  model does not take, a model file that will not load), a missing package or file, a member that
+  breaks the member contract (:class:`~agora.models.errors.MemberContractError`: wrong types, too
+  few samples).
 
 HTTP 400 stays transient: the fault-injection suite (``tests/test_faults.py``, issue 16) records a
 context-length 400 as two attempts, and a server that refuses a structured-output constraint with
@@ -27,7 +29,7 @@ import json
 import time
 from email.utils import parsedate_to_datetime
 
-from agora.models.errors import EmptyResponseError, ModelUnavailableError
+from agora.models.errors import EmptyResponseError, MemberContractError, ModelUnavailableError
 
 #: HTTP statuses retried with backoff.
 TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 521, 522, 524, 529})
@@ -49,7 +51,7 @@ def status_code(exc: BaseException) -> int | None:
 
 
 def _permanent_kinds() -> tuple[type, ...]:
-    kinds: list[type] = [TypeError, NotImplementedError, ImportError, FileNotFoundError, PermissionError]
+    kinds: list[type] = [MemberContractError, TypeError, NotImplementedError, ImportError, FileNotFoundError, PermissionError]
     try:
         from langchain_core.exceptions import (ModelAuthenticationError, ModelNotFoundError,
                                                ModelPermissionDeniedError)

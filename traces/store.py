@@ -34,6 +34,15 @@ BUSY_TIMEOUT_S = 30.0
 #: ``pool`` fields that say how a model is reached, not which model answers: a resumed run may
 #: change them (a server restarted on another port), unlike any other field of the pool.
 TRANSPORT_FIELDS = ("base_url", "endpoints", "timeout_s", "max_retries", "api_key")
+#: The same for a member's ``options`` and a ``langchain`` member's ``options.kwargs`` (the LangChain
+#: class's own names for its endpoint, credentials, client and timeouts: ``ChatOpenAI``,
+#: ``ChatOllama``, ``ChatAnthropic``...): the same model served elsewhere gives the same samples.
+TRANSPORT_KWARGS = frozenset(TRANSPORT_FIELDS) | {
+    "openai_api_base", "api_base", "endpoint", "endpoint_url", "azure_endpoint", "anthropic_api_url",
+    "openai_api_key", "anthropic_api_key", "google_api_key", "timeout", "request_timeout",
+    "default_request_timeout", "http_client", "http_async_client", "default_headers", "default_query",
+    "client_kwargs", "async_client_kwargs", "sync_client_kwargs", "openai_proxy", "proxy", "keep_alive",
+    "organization", "openai_organization"}
 
 
 log = logging.getLogger(__name__)
@@ -912,7 +921,19 @@ def _bool(value: Any) -> int | None:
 
 
 def _models(pool: Any) -> Any:
-    """A pool description without :data:`TRANSPORT_FIELDS` (what a resume compares)."""
+    """A pool description without :data:`TRANSPORT_FIELDS` (what a resume compares), nor
+    :data:`TRANSPORT_KWARGS` in a member's ``options`` and ``options.kwargs`` (a ``langchain``
+    member's ``base_url``, like an ``openai`` member's)."""
+    def member(m: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in m.items() if k not in TRANSPORT_FIELDS}
+        options = out.get("options")
+        if isinstance(options, dict):
+            options = {k: v for k, v in options.items() if k not in TRANSPORT_KWARGS}
+            if isinstance(options.get("kwargs"), dict):
+                options["kwargs"] = {k: v for k, v in options["kwargs"].items() if k not in TRANSPORT_KWARGS}
+            out["options"] = options
+        return out
+
     if isinstance(pool, list):
-        return [{k: v for k, v in m.items() if k not in TRANSPORT_FIELDS} if isinstance(m, dict) else m for m in pool]
+        return [member(m) if isinstance(m, dict) else m for m in pool]
     return pool
