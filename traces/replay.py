@@ -9,7 +9,7 @@ registered by name (:func:`selection_rule`); :func:`replay` applies it to every 
 scores the answers with the task's scorer (:func:`agora.tasks.scoring.score_answer`, the one the
 runner records with, against the question's stored gold), never by re-running a graph; :func:`paired_table` compares the replayed
 answers with every method the run recorded, on the same questions (paired bootstrap CI and exact
-McNemar from :mod:`agora.traces.bench`).
+McNemar from :mod:`agora.agents.stats`).
 
 A question whose recorded trace lacks what a rule needs (COMED thresholds that would verify a
 question the run accepted: its probe was never asked) is *unavailable*: left out of the pairs and
