@@ -345,6 +345,10 @@ def test_blank_or_control_character_run_ids_are_refused_everywhere(bench, tmp_pa
         (["report", "question", "--db", db, "--run-id", bad, "--question-id", "arith-1"], "--run-id"),
         (["report", "run", bad, "--db", db], "RUN_ID"),
         (["export", "--db", db, "--run-id", bad, "--out", tmp_path / "x.agora.jsonl.gz"], "--run-id"),
+        (["bench", "--tasks", data, "--db", new_db, "--run-id", bad], "--run-id"),
+        (["duel", "--instructions", data, "--db", new_db, "--run-id", bad], "--run-id"),
+        (["converse", "--prompts", data, "--db", new_db, "--run-id", bad], "--run-id"),
+        (["evolve", "--instructions", data, "--db", new_db, "--run-id", bad], "--run-id"),
     ]:
         code, output = agora(*args)
         assert code == 2, (args, output)
