@@ -32,7 +32,8 @@ def export_cmd(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
 ) -> None:
     """Write the runs (every question, result and model call, and their protocol tables) to one
-    gzip JSON Lines bundle that `agora import` loads into any trace DB (format: docs/traces.md)."""
+    gzip JSON Lines bundle that `agora import` loads into any trace DB (format: docs/traces.md). A bench
+    run that took the bench's shared candidates brings their run along (named in the summary line)."""
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
@@ -42,7 +43,8 @@ def export_cmd(
             check_run_id(r)
         summary = export_bundle(TraceStore.reading(db), out, run_id or (), bench_id or ())
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n)
-        console.print(f"wrote {escape(str(out))}: {len(summary.runs)} runs"
+        carried = "".join(f" + run {escape(r)} (its shared candidates)" for r in summary.carried)
+        console.print(f"wrote {escape(str(out))}: {len(summary.runs) - len(summary.carried)} runs{carried}"
                       + (f", benches {', '.join(summary.benches)}" if summary.benches else "")
                       + f"; rows: {rows}; {_size(summary.bytes)}", highlight=False, soft_wrap=True)
 
@@ -58,11 +60,22 @@ def import_cmd(
     """Add the bundle's rows to --db: rows already there with the same content are skipped, so a second
     import adds nothing. Refused, writing nothing: a row whose key exists in --db with other content, or a
     new row for a run --db already holds (unless --force); a run id that exists in --db as another run;
-    orphan rows (results or model calls of a question the bundle does not hold). See docs/traces.md."""
+    orphan rows (results or model calls of a question the bundle does not hold), malformed rows, values of
+    the wrong type, and a bundle holding two contents under one key. A refused import into a new --db
+    leaves no file. See docs/traces.md."""
     with user_errors():
-        if not db.exists():
-            check_bundle(bundle)  # a bad bundle must not leave a new empty database behind
-        summary = import_bundle(bundle, TraceStore(db), force=force)
+        created = not db.exists()
+        if created:
+            check_bundle(bundle)  # the whole bundle, before --db is created
+        store = TraceStore(db)
+        try:
+            summary = import_bundle(bundle, store, force=force)
+        except BaseException:
+            if created:  # a refusal found only against the store: leave no new empty database behind
+                store.close()
+                for extra in ("", "-wal", "-shm", "-journal"):
+                    Path(f"{db}{extra}").unlink(missing_ok=True)
+            raise
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n) or "none"
         console.print(f"imported {escape(str(bundle))} into {escape(str(db))}: {len(summary.runs)} runs; rows added: "
                       f"{rows}; already present: {summary.skipped}"

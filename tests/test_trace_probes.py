@@ -364,3 +364,155 @@ def test_blank_or_control_character_run_ids_are_refused_everywhere(bench, tmp_pa
 def test_check_run_id_keeps_ordinary_ids():
     for ok in ("b1:arith:align", "exp[v2]", "../../x", "select-20261203-1200-ab12", "séance ü"):
         assert check_run_id(ok) == ok
+
+
+# ----------------------------------------------------------------------------- 8. import checks the whole bundle first
+
+def malformed(lines, case):
+    """``lines`` edited as the tester did; returns (line number the refusal names, the message after it)."""
+    run_cols = list(lines[0]["tables"]["runs"]["columns"])
+    if case == "unknown table":
+        line_no, i = row_index(lines, "results", run_id=ALIGN, question_id="arith-1", method="align")
+        lines[i] = {**lines[i], "t": "resluts"}
+        return line_no, ("a row of unknown table 'resluts' (the header's tables: runs, questions, results, "
+                         "model_calls, benches, bench_cells); nothing was imported")
+    if case == "wrong count":
+        line_no, i = row_index(lines, "questions", run_id=ALIGN, question_id="arith-2")
+        lines[i] = {**lines[i], "v": lines[i]["v"][:-1]}
+        n = len(lines[0]["tables"]["questions"]["columns"])
+        return line_no, f"questions: {n - 1} values for {n} columns; nothing was imported"
+    if case == "v not a list":
+        line_no, i = row_index(lines, "runs", run_id=COMED)
+        lines[i] = {"t": "runs", "v": "abc"}
+        return line_no, "runs: the row's values \"v\" are not a list (str \"abc\"); nothing was imported"
+    if case == "two contents under one key":
+        line_no, i = row_index(lines, "questions", run_id=ALIGN, question_id="arith-2")
+        lines.insert(i + 1, dict(lines[i]))
+        set_value(lines, i + 1, "questions", "answer", "5")
+        return line_no + 1, (f"questions: the row run_id='{ALIGN}', question_id='arith-2' is also on line {line_no} "
+                             f"with other content: the bundle contradicts itself (lines {line_no} and {line_no + 1}); "
+                             "nothing was imported, --force or not")
+    if case == "text in an integer column":
+        line_no, i = row_index(lines, "questions", run_id=ALIGN, question_id="arith-3")
+        set_value(lines, i, "questions", "correct", "yes")
+        return line_no, "questions.correct: \"yes\" is not an integer; nothing was imported"
+    if case == "text in a real column":
+        line_no, i = row_index(lines, "model_calls", run_id=COMED, question_id="arith-1")
+        set_value(lines, i, "model_calls", "latency_s", "fast")
+        return line_no, "model_calls.latency_s: \"fast\" is not a real number; nothing was imported"
+    if case == "run not in the header":
+        lines[0] = {**lines[0], "runs": [r for r in lines[0]["runs"] if r != COMED]}
+        line_no, _ = row_index(lines, "runs", run_id=COMED)
+        return line_no, (f"runs: run_id '{COMED}' is not one of the bundle header's runs ('b1:arith:align', "
+                         "'b1:quiz:align', 'b1:quiz:comed'); nothing was imported")
+    if case == "version true":
+        lines[0] = {**lines[0], "version": True}
+        return 1, "version: true is not a version number (an integer from 1); this Agora reads versions up to 1"
+    raise AssertionError(case)
+
+
+CASES = ["unknown table", "wrong count", "v not a list", "two contents under one key", "text in an integer column",
+         "text in a real column", "run not in the header", "version true"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_import_refuses_a_malformed_bundle_naming_its_line_and_creates_no_database(bench, tmp_path, case):
+    _, bundle = bench
+    lines = bundle_lines(bundle)
+    line_no, said = malformed(lines, case)
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", lines)
+    target = tmp_path / "new.db"
+    for force in ((), ("--force",)):
+        code, output = agora("import", bad, "--db", target, *force)
+        assert code == 2, output
+        assert error_line(output) == f"error: {bad}:{line_no}: {said}"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.agora.jsonl.gz"]  # no new.db, no -wal
+    # into an existing database (the whole bundle is checked before it is touched): refused the same way
+    copy = tmp_path / "copy.db"
+    assert agora("import", bundle, "--db", copy)[0] == 0
+    before = table_counts(copy)
+    for force in ((), ("--force",)):
+        code, output = agora("import", bad, "--db", copy, *force)
+        assert code == 2 and error_line(output) == f"error: {bad}:{line_no}: {said}"
+    assert table_counts(copy) == before
+
+
+def test_import_accepts_identical_twin_rows_and_values_sqlite_stores_alike(bench, tmp_path):
+    _, bundle = bench
+    lines = bundle_lines(bundle)
+    _, i = row_index(lines, "questions", run_id=ALIGN, question_id="arith-3")
+    lines.insert(i + 1, dict(lines[i]))  # the same row twice: no contradiction, imported once
+    _, j = row_index(lines, "questions", run_id=ALIGN, question_id="arith-1")
+    set_value(lines, j, "questions", "correct", True)  # stored as 1
+    set_value(lines, j, "questions", "model_calls", 12.0)  # stored as 12
+    ok = write_bundle(tmp_path / "ok.agora.jsonl.gz", lines)
+    target = tmp_path / "t.db"
+    code, output = agora("import", ok, "--db", target)
+    assert code == 0, output
+    assert "already present: 1" in output
+    row = sqlite3.connect(target).execute("select correct, model_calls from questions where run_id = ? and "
+                                          "question_id = 'arith-1'", [ALIGN]).fetchone()
+    assert row == (1, 12) and type(row[1]) is int
+    assert agora("report", "run", ALIGN, "--db", target)[0] == 0
+
+
+def test_a_refusal_found_only_against_the_new_database_removes_it(bench, tmp_path, monkeypatch):
+    import agora.cli.export as export_cli
+    from agora.traces.bundle import BundleError
+
+    def refuse(path, store, force=False):
+        store.db["runs"].insert({"run_id": "x"}, alter=True)  # something written, then refused
+        raise BundleError(f"{path}: refused")
+
+    _, bundle = bench
+    monkeypatch.setattr(export_cli, "import_bundle", refuse)
+    target = tmp_path / "new.db"
+    code, output = agora("import", bundle, "--db", target)
+    assert code == 2 and error_line(output) == f"error: {bundle}: refused"
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- 9. export carries shared candidates
+
+def test_export_of_a_run_that_took_shared_candidates_carries_the_candidates_run(tmp_path, monkeypatch):
+    from agora.runs.shared import SHARED_KEY
+    from agora.traces.bundle import SHARED_CANDIDATES_KEY
+
+    assert SHARED_CANDIDATES_KEY == SHARED_KEY
+    math_file, mc_file = write_tasks(tmp_path)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    db = tmp_path / "b.db"
+    code, output = agora(*bench_args(math_file, mc_file, db, tmp_path / "out", design="--shared-candidates"))
+    assert code == 0, output
+    store = TraceStore(db, readonly=True)
+    assert json.loads(store.get_run(ALIGN)["config"])[SHARED_KEY] == "b1:arith:candidates"
+    bundle = tmp_path / "align.agora.jsonl.gz"
+    code, output = agora("export", "--db", db, "--run-id", ALIGN, "--out", bundle)
+    assert code == 0, output
+    assert " ".join(output.split()).startswith(
+        f"wrote {bundle}: 1 runs + run b1:arith:candidates (its shared candidates); rows: runs 2, ")
+    assert bundle_lines(bundle)[0]["runs"] == [ALIGN, "b1:arith:candidates"]
+
+    target = tmp_path / "empty.db"
+    code, output = agora("import", bundle, "--db", target)
+    assert code == 0, output
+    src, dst = sqlite3.connect(db), sqlite3.connect(target)
+    query = "select * from model_calls where run_id = ? order by rowid"
+    candidates = src.execute(query, ["b1:arith:candidates"]).fetchall()
+    assert len(candidates) > 0 and dst.execute(query, ["b1:arith:candidates"]).fetchall() == candidates
+    # every shared sample the align run's results count is a model call of the imported candidates run
+    shared = src.execute("select sum(shared_samples) from results where run_id = ? and method = 'align'",
+                         [ALIGN]).fetchone()[0]
+    assert shared > 0
+    report = [json.loads(agora("report", "run", ALIGN, "--db", d, "--json")[1]) for d in (db, target)]
+    assert report[0]["totals"] == report[1]["totals"]
+
+    # a run whose candidates run is gone: refused, not exported without its samples
+    copy = tmp_path / "partial.db"
+    assert agora("import", bundle, "--db", copy)[0] == 0
+    with sqlite3.connect(copy) as conn:
+        conn.execute("delete from runs where run_id = 'b1:arith:candidates'")
+    code, output = agora("export", "--db", copy, "--run-id", ALIGN, "--out", tmp_path / "x.agora.jsonl.gz")
+    assert code == 2
+    assert error_line(output) == (f"error: {copy}: run '{ALIGN}' took its shared candidates from run "
+                                  "'b1:arith:candidates', which is not in the database; its samples cannot be exported")

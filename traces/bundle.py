@@ -23,15 +23,22 @@ one transaction: importing a bundle twice adds nothing. Refused, writing nothing
 exists with other content and a new row for a run already there (both unless ``force``: the
 bundle's rows win), a run id that already exists as another run (other protocol, start time or
 settings) rather than mixed, and orphan ``results`` or ``model_calls`` rows (a question the
-bundle's ``questions`` lack for that run; a failed question's calls are not orphans).
+bundle's ``questions`` lack for that run; a failed question's calls are not orphans). Before the
+database is touched, the whole bundle is checked (:func:`check_bundle`): each row's table, shape and
+value types (:data:`SCHEMA_TYPES`), its run among the header's, and no key given two contents.
+
+Export carries along the shared candidates run of a bench run that took its samples from one
+(:data:`SHARED_CANDIDATES_KEY`).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -44,6 +51,16 @@ VERSION = 1
 SUFFIX = ".agora.jsonl.gz"
 BENCH_TABLES = ("benches", "bench_cells")
 _TYPES = {"TEXT": str, "INTEGER": int, "REAL": float, "FLOAT": float, "BLOB": bytes, "NUMERIC": float, "": str}
+SHARED_CANDIDATES_KEY = "shared_candidates"
+"""The key of a run's recorded settings (``runs.config``) naming the run it took its shared candidate
+samples from (:data:`agora.runs.shared.SHARED_KEY`; spelled here because traces may not import runs):
+an export of that run carries the candidates run along."""
+#: Column → Python type of every table :mod:`agora.traces.schema` documents; a bundle's values are
+#: checked against these (other tables: against the SQLite types of the bundle's header).
+SCHEMA_TYPES: dict[str, dict[str, type]] = {
+    **schema.TABLES, "duels": schema.DUELS, "reputation_snapshots": schema.REPUTATION_SNAPSHOTS,
+    "leader_snapshots": schema.LEADER_SNAPSHOTS, "preference_pairs": schema.PREFERENCE_PAIRS}
+_TYPE_NAMES = {int: "an integer", float: "a real number", str: "text", bytes: "bytes"}
 
 
 class BundleError(ValueError):
@@ -63,6 +80,9 @@ class BundleSummary:
     """Rows already in the database with the same content (import)."""
     replaced: int = 0
     """Rows whose primary key existed with other content, replaced by the bundle's (import ``force``)."""
+    carried: dict[str, str] = field(default_factory=dict)
+    """Export: runs added because a requested run took its shared candidates from them (candidates
+    run → the run that named it in its settings, :data:`SHARED_CANDIDATES_KEY`)."""
 
 
 def _table_info(store: TraceStore, table: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -91,10 +111,14 @@ def _plan(store: TraceStore, run_ids: Sequence[str], bench_ids: Sequence[str]) -
 def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (),
                   bench_ids: Sequence[str] = ()) -> BundleSummary:
     """Write the runs ``run_ids`` and the benches ``bench_ids`` (each with every run whose id starts
-    with ``<bench>:``) from ``store`` to the bundle ``out``.
+    with ``<bench>:``) from ``store`` to the bundle ``out``. A run whose recorded settings name a shared
+    candidates run (:data:`SHARED_CANDIDATES_KEY`: a bench protocol run that took its first samples from
+    ``<bench>:<task>:candidates``) brings that run along, since its samples live there
+    (:attr:`BundleSummary.carried`).
 
     Raises:
-        BundleError: nothing to export, a run or bench that is not in ``store``, or an unwritable ``out``.
+        BundleError: nothing to export, a run or bench that is not in ``store``, a run whose shared
+            candidates run is not in ``store``, or an unwritable ``out``.
     """
     out = Path(out)
     runs = list(dict.fromkeys(run_ids))
@@ -110,6 +134,16 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
         runs += [r for r in store.run_ids(f"{b}:") if r not in runs]
     if not runs:
         raise BundleError("nothing to export: give --run-id or --bench-id")
+    carried: dict[str, str] = {}
+    for r in runs:  # (grows while read: a carried run may name its own)
+        source = _shared_source(store, r)
+        if source is None or source in runs:
+            continue
+        if source not in known:
+            raise BundleError(f"{store.path}: run {r!r} took its shared candidates from run {source!r}, which is not "
+                              "in the database; its samples cannot be exported")
+        runs.append(source)
+        carried[source] = r
     plan = _plan(store, runs, benches)
     tables = {}
     for t, _, _ in plan:
@@ -136,7 +170,18 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
             f.write(json.dumps({"end": True, "rows": counts}) + "\n")
     except OSError as exc:
         raise BundleError(f"{out}: cannot write the bundle ({exc.strerror or exc})") from None
-    return BundleSummary(out, tuple(runs), tuple(benches), counts, out.stat().st_size)
+    return BundleSummary(out, tuple(runs), tuple(benches), counts, out.stat().st_size, carried=carried)
+
+
+def _shared_source(store: TraceStore, run_id: str) -> str | None:
+    """The candidates run whose samples ``run_id`` took (its config's :data:`SHARED_CANDIDATES_KEY`), or None."""
+    config = (store.get_run(run_id) or {}).get("config")
+    try:
+        config = json.loads(config) if isinstance(config, str) else config
+    except json.JSONDecodeError:
+        return None
+    source = config.get(SHARED_CANDIDATES_KEY) if isinstance(config, dict) else None
+    return source if isinstance(source, str) and source else None
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -167,18 +212,42 @@ def read_header(path: str | Path) -> dict[str, Any]:
 
 
 def check_bundle(path: str | Path) -> dict[str, Any]:
-    """Read the whole bundle without a database: its header, and a footer whose counts match the rows.
+    """Read and check the whole bundle without a database: everything :func:`import_bundle` refuses
+    that does not depend on the target database.
 
     Returns:
-        The header. Used before creating a target database, so a bad bundle creates nothing.
+        The header. Used before creating or touching a target database, so a bad bundle creates nothing.
 
     Raises:
         BundleError: not a bundle, a newer version, a damaged header, a truncated file, a run id
-            :func:`agora.traces.store.check_run_id` refuses, or an orphan row (:func:`import_bundle`).
+            :func:`agora.traces.store.check_run_id` refuses, a row of an unknown table, after the
+            footer, whose ``v`` is not a list or has another number of values than its table has
+            columns, a value of the wrong type (:func:`_check_values`), a row of a run the header does not
+            list or before that run's ``runs`` row, two rows with one primary key and different content
+            (a self-contradicting bundle), or an orphan row (:func:`import_bundle`); each names the line.
     """
     path = Path(path)
+    head, footer, read = _scan(path)
+    _check_footer(path, footer, read)
+    return head
+
+
+def _check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int]) -> None:
+    if footer is None:
+        raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
+    expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
+    if expected != {t: n for t, n in read.items() if n}:
+        raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+
+
+def _scan(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, int]]:
+    """:func:`check_bundle` but the footer's counts: (header, footer or None, rows read per table)."""
     head = read_header(path)
     _check_runs(path, head)
+    tables: dict[str, dict[str, Any]] = head["tables"]
+    head_runs = {r for r in head.get("runs") or () if isinstance(r, str)}
+    runs_seen: set[str] = set()
+    keys: dict[tuple[str, str], tuple[int, bytes]] = {}  # (table, key) -> (first line, digest of its values)
     read: dict[str, int] = {}
     footer = None
     orphans = _Orphans()
@@ -186,29 +255,59 @@ def check_bundle(path: str | Path) -> dict[str, Any]:
         if i == 1:
             continue
         if footer is not None:
-            raise BundleError(f"{path}:{i}: a row after the footer")
+            raise BundleError(f"{path}:{i}: a row after the footer; nothing was imported")
+        if not isinstance(line, dict):
+            raise BundleError(f"{path}:{i}: not a row object {{\"t\": table, \"v\": [values]}}; nothing was imported")
         if line.get("end"):
             footer = line
-        else:
-            t = line.get("t")
-            read[t] = read.get(t, 0) + 1
-            info = head["tables"].get(t)
-            if isinstance(info, dict) and isinstance(line.get("v"), list):
-                orphans.see(t, dict(zip(info["columns"], line["v"])), i)
-    if footer is None:
-        raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
-    expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
-    if expected != read:
-        raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+            continue
+        t = line.get("t")
+        if t not in tables:
+            raise BundleError(f"{path}:{i}: a row of unknown table {t!r} (the header's tables: "
+                              f"{', '.join(tables)}); nothing was imported")
+        values = line.get("v")
+        if not isinstance(values, list):
+            raise BundleError(f"{path}:{i}: {t}: the row's values \"v\" are not a list ({type(values).__name__} "
+                              f"{_short(values)}); nothing was imported")
+        cols = list(tables[t]["columns"])
+        if len(values) != len(cols):
+            raise BundleError(f"{path}:{i}: {t}: {len(values)} values for {len(cols)} columns; nothing was imported")
+        row = dict(zip(cols, values))
+        pk = list(tables[t].get("primary_key") or [])
+        _check_values(path, i, t, tables[t], row, pk)
+        rid = row.get("run_id")
+        if t == "runs" or rid is not None:  # (bench_cells of a whole bench carry no run id)
+            if rid not in head_runs:
+                raise BundleError(f"{path}:{i}: {t}: run_id {rid!r} is not one of the bundle header's runs ("
+                                  f"{', '.join(map(repr, head.get('runs') or ())) or 'none'}); nothing was imported")
+            if t == "runs":
+                runs_seen.add(rid)
+            elif rid not in runs_seen:
+                raise BundleError(f"{path}:{i}: {t}: run {rid!r} has no runs row before this line in the bundle; "
+                                  "nothing was imported")
+        if pk:
+            key = json.dumps([row[k] for k in pk])
+            digest = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).digest()
+            first = keys.setdefault((t, key), (i, digest))
+            if first[1] != digest:
+                raise BundleError(f"{path}:{i}: {t}: the row {_key_text(pk, row)} is also on line {first[0]} with "
+                                  f"other content: the bundle contradicts itself (lines {first[0]} and {i}); "
+                                  "nothing was imported, --force or not")
+        read[t] = read.get(t, 0) + 1
+        orphans.see(t, row, i)
     orphans.check(path)
-    return head
+    return head, footer, read
 
 
 def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise BundleError(f"{path}:1: format: not an {FORMAT} file")
-    if not isinstance(head.get("version"), int) or head["version"] > VERSION:
-        raise BundleError(f"{path}:1: version: {head.get('version')!r}; this Agora reads versions up to {VERSION}")
+    version = head.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise BundleError(f"{path}:1: version: {json.dumps(version)} is not a version number (an integer from 1); "
+                          f"this Agora reads versions up to {VERSION}")
+    if version > VERSION:
+        raise BundleError(f"{path}:1: version: {version!r}; this Agora reads versions up to {VERSION}")
     if not isinstance(head.get("tables"), dict):
         raise BundleError(f"{path}:1: tables: missing")
     for t, info in head["tables"].items():
@@ -225,6 +324,49 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
     if "runs" in head["tables"] and "run_id" not in head["tables"]["runs"]["columns"]:
         raise BundleError(f"{path}:1: tables.runs.columns: no run_id column; the header is damaged or tampered with")
     return head
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _column_type(table: str, info: dict[str, Any], column: str) -> type | None:
+    """The Python type of ``table.column``: :data:`SCHEMA_TYPES`, else the header's SQLite type (None: any)."""
+    known = SCHEMA_TYPES.get(table, {}).get(column)
+    if known is not None:
+        return known
+    declared = str(info["columns"].get(column) or "").upper()
+    return {"TEXT": str, "INTEGER": int, "REAL": float, "FLOAT": float}.get(declared)
+
+
+def _check_values(path: Path, line: int, table: str, info: dict[str, Any], row: dict[str, Any],
+                  pk: Sequence[str]) -> None:
+    """Refuse a value the store would not have written to its column: text in an integer or real
+    column, a number in a text column, a list or object anywhere, a NULL primary key column. Integer
+    columns take integers (a JSON ``true``/``false`` or a whole real such as ``3.0`` is stored as the
+    integer SQLite makes of it); real columns take integers and reals (not NaN or infinite); any
+    other column may be NULL."""
+    for column, value in row.items():
+        if value is None:
+            if column in pk:
+                raise BundleError(f"{path}:{line}: {table}.{column}: null in a primary key column; nothing was imported")
+            continue
+        want = _column_type(table, info, column)
+        if want is None:
+            ok = isinstance(value, (str, int, float))
+        elif want is int:
+            ok = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        elif want is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        elif want is str:
+            ok = isinstance(value, str)
+        else:
+            ok = isinstance(value, (str, int, float))
+        if not ok:
+            what = _TYPE_NAMES.get(want, "a text or number")
+            raise BundleError(f"{path}:{line}: {table}.{column}: {_short(value)} is not {what}; "
+                              "nothing was imported")
 
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -296,24 +438,22 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
     them and none of its calls failed (a failed question, recorded without a ``questions`` row,
     has at least one failed attempt; runs without questions, duels and training, are not checked).
 
+    The whole bundle is checked first (:func:`check_bundle`: row shapes, value types, runs, keys
+    the bundle gives two contents, orphans), before ``store`` is touched.
+
     Raises:
-        BundleError: not a bundle, a newer version, a truncated file (no footer, or other counts),
-            a row of an unknown table, an orphan, a conflicting row without ``force``, or a run id
-            that exists in ``store`` as another run.
+        BundleError: anything :func:`check_bundle` refuses, a conflicting row or a new row of a run
+            already in ``store`` without ``force``, or a run id that exists in ``store`` as another run.
         TraceStoreError: a read-only store.
     """
     path = Path(path)
-    head = read_header(path)
-    _check_runs(path, head)
+    head, footer, read = _scan(path)  # check_bundle; its footer counts last, after the store's own refusals
     if store.readonly:
         raise TraceStoreError(f"{store.path}: opened read-only; import needs to write")
     tables: dict[str, dict[str, Any]] = head["tables"]
     added = {t: 0 for t in tables}
-    read = {t: 0 for t in tables}
     skipped = replaced = 0
-    footer = None
     db = store.db
-    orphans = _Orphans()
     with store.transaction():
         for t, info in tables.items():
             cols = dict(info["columns"])
@@ -324,21 +464,15 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
             for c, ty in cols.items():
                 if c not in have:
                     db[t].add_column(c, _TYPES.get(ty, str))
-        head_runs = {r for r in head.get("runs") or () if isinstance(r, str)}
         bundle_runs: dict[str, bool] = {}
         lines = _lines(path)
         next(lines)
         for i, line in lines:
             if line.get("end"):
-                footer = line
-                continue
-            t = line.get("t")
-            if footer is not None or t not in tables or not isinstance(line.get("v"), list):
-                raise BundleError(f"{path}:{i}: a row of unknown table {t!r}, or after the footer")
+                break
+            t = line["t"]  # (shape, types, runs, keys, orphans and footer: checked by check_bundle above)
             cols = list(tables[t]["columns"])
             pk = list(tables[t].get("primary_key") or [])
-            if len(line["v"]) != len(cols):
-                raise BundleError(f"{path}:{i}: {len(line['v'])} values for {len(cols)} columns of {t}")
             row = dict(zip(cols, line["v"]))
             if t == "runs":
                 old = store.get_run(row["run_id"])
@@ -346,23 +480,11 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
                     raise BundleError(f"{path}:{i}: run_id: {row['run_id']!r} already exists in {store.path} as "
                                       f"another run (started {old.get('started_at')}); import into another database")
             rid = row.get("run_id")
-            if rid is not None and t != "runs":  # (bench_cells of a whole bench carry no run id)
-                if rid not in head_runs:
-                    raise BundleError(f"{path}:{i}: {t}: run_id {rid!r} is not one of the bundle header's runs; "
-                                      "nothing was imported")
-                if rid not in bundle_runs:
-                    raise BundleError(f"{path}:{i}: {t}: run_id {rid!r} has no runs row in the bundle; "
-                                      "nothing was imported")
-            elif t == "runs":
-                if rid not in head_runs:
-                    raise BundleError(f"{path}:{i}: runs: run_id {rid!r} is not one of the bundle header's runs; "
-                                      "nothing was imported")
-            orphans.see(t, row, i)
             names = ", ".join(f"[{c}]" for c in cols)
             cur = db.conn.execute(f"INSERT OR IGNORE INTO [{t}] ({names}) VALUES ({', '.join('?' * len(cols))})",
                                   line["v"])
             if t == "runs":
-                bundle_runs[rid] = cur.rowcount == 0  # True: the run already existed in the store
+                bundle_runs.setdefault(rid, cur.rowcount == 0)  # True: the run already existed in the store
             elif rid is not None and bundle_runs.get(rid) and cur.rowcount and not force:
                 raise BundleError(f"{path}:{i}: {t}: a new row for run {rid!r}, which already exists in "
                                   f"{store.path}; a re-import may only repeat identical rows; nothing was imported "
@@ -381,13 +503,7 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
                                     [row[c] for c in cols if c not in pk] + [row[k] for k in pk])
                     replaced += 1
             added[t] += cur.rowcount
-            read[t] += 1
             skipped += 1 - cur.rowcount
-        if footer is None:
-            raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
-        expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
-        if expected != {t: n for t, n in read.items() if n}:
-            raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
-        orphans.check(path)
+        _check_footer(path, footer, read)
     return BundleSummary(path, tuple(head.get("runs") or ()), tuple(head.get("benches") or ()), added,
                          path.stat().st_size, skipped - replaced, replaced)
