@@ -470,7 +470,7 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
         for i, line in lines:
             if line.get("end"):
                 break
-            t = line["t"]  # (shape, types, runs, keys, orphans and footer: checked by check_bundle above)
+            t = line["t"]  # (shape, types, runs, keys and orphans: checked by _scan above)
             cols = list(tables[t]["columns"])
             pk = list(tables[t].get("primary_key") or [])
             row = dict(zip(cols, line["v"]))
