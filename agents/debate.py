@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from agora.models.pool import MAX_POOL_TEMPERATURE
+from agora.agents._checks import check_count, check_names, check_number, check_sampling
 from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.problem import Problem
 
@@ -32,7 +33,8 @@ class DebateConfig:
     """Settings of one debate (defaults from Du et al.'s cheapest setting, sized for CPU pools).
 
     Raises:
-        ValueError: a bad value; the message names the field.
+        ValueError: a bad value (a wrong type, a bool, NaN or inf, out of range); one line naming the
+            class, the field and the value (:mod:`agora.agents._checks`).
     """
 
     agents: int = 3
@@ -53,20 +55,17 @@ class DebateConfig:
     """Per-question seeds derive from it and the question id."""
 
     def __post_init__(self):
-        for name in ("agents", "rounds", "max_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"DebateConfig.{name} must be an integer >= 1, got {value!r}")
         for name, bound in (("agents", MAX_DEBATE_AGENTS), ("rounds", MAX_DEBATE_ROUNDS)):
+            check_count("DebateConfig", name, getattr(self, name))
             if getattr(self, name) > bound:
                 raise ValueError(f"DebateConfig.{name} must be at most {bound} (each question costs agents × rounds "
                                  f"model calls), got {getattr(self, name)!r}")
-        if self.shots < 0:
-            raise ValueError(f"DebateConfig.shots must be >= 0, got {self.shots}")
-        if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # NaN fails too
-            raise ValueError(f"DebateConfig.temperature must be in [0, {MAX_POOL_TEMPERATURE}], got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"DebateConfig.top_p must be in (0, 1], got {self.top_p}")
+        check_number("DebateConfig", "temperature", self.temperature)  # a type, bool, NaN or inf: the shared message
+        if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # the range keeps its message (the CLI's tests pin it)
+            raise ValueError(f"DebateConfig.temperature must be in [0, {MAX_POOL_TEMPERATURE}], "
+                             f"got {self.temperature!r}")
+        check_sampling("DebateConfig", self, temperatures=())
+        check_names("DebateConfig", "models", self.models)
 
 
 def agent_models(config: DebateConfig, pool_names: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from agora.models.pool import MAX_POOL_TEMPERATURE
+from agora.agents._checks import check_name, check_names, check_number, check_sampling
 from agora.agents.prompts import finish_instruction, with_question
 from agora.tasks.problem import Problem
 
@@ -25,7 +26,8 @@ class MoAConfig:
     """Settings of one Mixture-of-Agents run (defaults as COMED's baseline, sized for CPU pools).
 
     Raises:
-        ValueError: a bad value; the message names the field.
+        ValueError: a bad value (a wrong type, a bool, NaN or inf, out of range); one line naming the
+            class, the field and the value (:mod:`agora.agents._checks`).
     """
 
     proposers: tuple[str, ...] = ()
@@ -44,14 +46,12 @@ class MoAConfig:
     """Per-question seeds derive from it and the question id."""
 
     def __post_init__(self):
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"MoAConfig.max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if self.shots < 0:
-            raise ValueError(f"MoAConfig.shots must be >= 0, got {self.shots}")
-        if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # NaN fails too
-            raise ValueError(f"MoAConfig.temperature must be in [0, {MAX_POOL_TEMPERATURE}], got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"MoAConfig.top_p must be in (0, 1], got {self.top_p}")
+        check_number("MoAConfig", "temperature", self.temperature)  # a type, bool, NaN or inf: the shared message
+        if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # the range keeps its message (the CLI's tests pin it)
+            raise ValueError(f"MoAConfig.temperature must be in [0, {MAX_POOL_TEMPERATURE}], got {self.temperature!r}")
+        check_sampling("MoAConfig", self, temperatures=())
+        check_names("MoAConfig", "proposers", self.proposers)
+        check_name("MoAConfig", "aggregator", self.aggregator)
 
 
 def check_pool(config: MoAConfig, names: Sequence[str]) -> None:

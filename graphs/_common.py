@@ -26,7 +26,7 @@ try:  # LangGraph's node wrapper taking a sync and an async function (internal, 
 except ImportError:  # pragma: no cover - a LangGraph without it: nodes stay sync-only
     RunnableCallable = None
 
-from agora.models.pool import ModelPool, Sample, builtin_pool, builtin_pool_name, load_pool
+from agora.models.pool import ModelPool, PoolConfigError, Sample, builtin_pool, builtin_pool_name, load_pool
 from agora.models.builtins import BUILTIN_POOLS
 from agora.agents.seeds import item_seed
 from agora.tasks.loaders import Problem
@@ -339,7 +339,8 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
 
     Raises:
         ContextError: any other type (one line naming what is accepted).
-        PoolConfigError: a pool file that is missing or invalid (its own one-line message).
+        PoolConfigError: a pool file that is missing or invalid (its own one-line message; a missing relative
+            path names the folder it was read from).
     """
     if value is None or isinstance(value, ModelPool):
         return value
@@ -353,10 +354,15 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
             make = functools.partial(builtin, name)
         else:
             path = Path(text).expanduser()
-            if not path.is_absolute():  # against the launch folder: `agora studio` serves from a private one
-                path = Path(pool_base_dir()) / path
+            base = None if path.is_absolute() else pool_base_dir()
+            if base is not None:  # against the launch folder: `agora studio` serves from a private one
+                path = Path(base) / path
             path = Path(os.path.normpath(path))
             stat = path.stat() if path.is_file() else None
+            if stat is None and base is not None:  # say where a relative path was looked for
+                raise PoolConfigError(f"{text}: pool file not found in {base} (a relative pool path is read from "
+                                      f"${POOL_DIR_ENV}, else the current folder; built-in pools: "
+                                      f"{', '.join(BUILTIN_POOLS)})")
             key = ("file", str(path), stat and stat.st_mtime_ns, stat and stat.st_size)
             make = functools.partial(load_pool, path if stat else Path(text))
         with _POOL_LOCK:

@@ -32,6 +32,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
+from agora.agents._checks import check_count, check_name, check_names, check_sampling
 from agora.agents.delegation import plurality
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import SeedNode, call_seed, sampling
@@ -76,8 +77,10 @@ class CandidatesConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"CandidatesConfig.k must be an integer >= 1, got {self.k!r}")
+        check_count("CandidatesConfig", "k", self.k)
+        check_names("CandidatesConfig", "models", self.models)
+        check_name("CandidatesConfig", "single_model", self.single_model)
+        check_sampling("CandidatesConfig", self)  # temperature, top_p, max_tokens, shots, seed
         if self.single_model is not None and self.models and self.single_model not in self.models:
             raise ValueError(f"CandidatesConfig.single_model {self.single_model!r} is not one of models {self.models}")
 

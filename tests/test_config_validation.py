@@ -15,19 +15,23 @@ from typer.testing import CliRunner
 import agora.cli.select as select_cli
 from agora.agents.council import CouncilConfig
 from agora.agents.cupid import CupidConfig
+from agora.agents.debate import DebateConfig
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.agents.matching import MatchConfig
+from agora.agents.moa import MoAConfig
 from agora.agents.panel import DiversityConfig
 from agora.agents.reputation import ReputationConfig
 from agora.cli.main import app
 from agora.graphs import registry
+from agora.graphs._common import pool_base_dir, resolve_pool
+from agora.graphs.candidates import CandidatesConfig, CandidatesContext
 from agora.graphs.conversation import ConversationConfig
 from agora.graphs.duel import DuelConfig
 from agora.graphs.selection import SelectionContext, build_selection_graph
-from agora.models.pool import ModelPool, ModelSpec, PoolMember
+from agora.models.pool import ModelPool, ModelSpec, PoolConfigError, PoolMember
 from agora.models.testing import ScriptedChatModel
 
 NAN, INF = float("nan"), float("inf")
@@ -249,3 +253,168 @@ def test_the_terminal_session_shows_no_model_name_until_its_report(tmp_path, mon
     before_report = second.output[:second.output.index("recommended")]
     assert names_in(before_report) == set(), before_report
     assert "recommended" in second.output and names_in(second.output)  # named once the session has ended
+
+
+# ---------------------------------------------------------------------------- MoA, debate and the bench's shared draw
+
+SAMPLING_BAD = [
+    # (settings class, field, bad value, the message's "must be ..." part)
+    *[(cls, name, value, expected) for cls in (MoAConfig, DebateConfig) for name, value, expected in [
+        ("temperature", "0.7", "a finite number"),
+        ("temperature", None, "a finite number"),
+        ("temperature", [0.7], "a finite number"),
+        ("temperature", True, "a finite number"),
+        ("temperature", NAN, "a finite number"),
+        ("top_p", "0.9", "a finite number in (0, 1]"),
+        ("top_p", None, "a finite number in (0, 1]"),
+        ("top_p", True, "a finite number in (0, 1]"),
+        ("top_p", 0.0, "a finite number in (0, 1]"),
+        ("shots", "2", "an integer >= 0"),
+        ("shots", None, "an integer >= 0"),
+        ("shots", [2], "an integer >= 0"),
+        ("shots", True, "an integer >= 0"),
+        ("shots", NAN, "an integer >= 0"),
+        ("shots", INF, "an integer >= 0"),
+        ("shots", -1, "an integer >= 0"),
+        ("seed", True, "an integer"),
+        ("seed", NAN, "an integer"),
+        ("seed", INF, "an integer"),
+        ("seed", "3", "an integer"),
+        ("seed", None, "an integer"),
+        ("seed", [1], "an integer"),
+        ("max_tokens", True, "an integer >= 1"),
+    ]],
+    (MoAConfig, "proposers", "ab", "a tuple of non-empty names"),
+    (MoAConfig, "aggregator", "", "a non-empty string or None"),
+    (DebateConfig, "agents", True, "an integer >= 1"),
+    (DebateConfig, "rounds", "2", "an integer >= 1"),
+    (DebateConfig, "models", "ab", "a tuple of non-empty names"),
+    *[(CandidatesConfig, name, value, expected) for name, value, expected in [
+        ("k", True, "an integer >= 1"),
+        ("temperature", NAN, "a finite number in [0, 2]"),
+        ("temperature", INF, "a finite number in [0, 2]"),
+        ("temperature", True, "a finite number in [0, 2]"),
+        ("temperature", "0.7", "a finite number in [0, 2]"),
+        ("temperature", None, "a finite number in [0, 2]"),
+        ("temperature", 5.0, "a finite number in [0, 2]"),
+        ("top_p", NAN, "a finite number in (0, 1]"),
+        ("top_p", True, "a finite number in (0, 1]"),
+        ("top_p", None, "a finite number in (0, 1]"),
+        ("top_p", 1.5, "a finite number in (0, 1]"),
+        ("max_tokens", INF, "an integer >= 1"),
+        ("max_tokens", True, "an integer >= 1"),
+        ("max_tokens", "256", "an integer >= 1"),
+        ("max_tokens", 0, "an integer >= 1"),
+        ("shots", NAN, "an integer >= 0"),
+        ("shots", True, "an integer >= 0"),
+        ("shots", "2", "an integer >= 0"),
+        ("shots", None, "an integer >= 0"),
+        ("seed", INF, "an integer"),
+        ("seed", True, "an integer"),
+        ("seed", "0", "an integer"),
+        ("seed", None, "an integer"),
+        ("models", "ab", "a tuple of non-empty names"),
+        ("single_model", "", "a non-empty string or None"),
+    ]],
+]
+
+
+@pytest.mark.parametrize("cls, name, value, expected", SAMPLING_BAD,
+                         ids=[f"{c.__name__}.{n}={v!r}" for c, n, v, _ in SAMPLING_BAD])
+def test_moa_debate_and_the_shared_draw_refuse_a_bad_value_naming_class_field_and_value(cls, name, value, expected):
+    with pytest.raises(ValueError) as err:
+        cls(**{name: value})
+    assert str(err.value) == f"{cls.__name__}.{name} must be {expected}, got {value!r}"
+
+
+def test_moa_and_debate_keep_the_messages_their_tests_pin():
+    for cls in (MoAConfig, DebateConfig):
+        with pytest.raises(ValueError) as err:
+            cls(temperature=5.0)
+        assert str(err.value) == f"{cls.__name__}.temperature must be in [0, 2.0], got 5.0"
+        with pytest.raises(ValueError) as err:
+            cls(max_tokens=True)
+        assert str(err.value) == f"{cls.__name__}.max_tokens must be an integer >= 1, got True"
+    with pytest.raises(ValueError) as err:
+        DebateConfig(rounds=11)
+    assert str(err.value) == ("DebateConfig.rounds must be at most 10 (each question costs agents × rounds model calls), "
+                              "got 11")
+    with pytest.raises(ValueError) as err:
+        CandidatesConfig(models=("a", "b"), single_model="c")
+    assert str(err.value) == "CandidatesConfig.single_model 'c' is not one of models ('a', 'b')"
+
+
+def test_moa_debate_and_the_shared_draw_accept_defaults_bounds_and_numpy_integers():
+    for cls in (MoAConfig, DebateConfig, CandidatesConfig):
+        assert cls() == cls()
+        for t in (0, 0.0, 2, 2.0):
+            assert cls(temperature=t).temperature == t
+        settings = cls(top_p=1, shots=np.int64(0), seed=np.int64(-3), max_tokens=np.int64(1))
+        assert (settings.top_p, settings.shots, settings.seed, settings.max_tokens) == (1, 0, -3, 1)
+    assert MoAConfig(proposers=["a", "b"], aggregator="a").proposers == ["a", "b"]
+    assert DebateConfig(agents=16, rounds=10, models=("a",)).rounds == 10
+    assert CandidatesConfig(k=np.int64(2), models=("a", "b"), single_model="b").k == 2
+
+
+@pytest.mark.parametrize("protocol, config, message", [
+    ("moa", {"shots": "2"}, "MoAConfig.shots must be an integer >= 0, got '2'"),
+    ("moa", {"seed": None}, "MoAConfig.seed must be an integer, got None"),
+    ("debate", {"top_p": True}, "DebateConfig.top_p must be a finite number in (0, 1], got True"),
+    ("debate", {"temperature": "0.7"}, "DebateConfig.temperature must be a finite number, got '0.7'"),
+])
+def test_a_bad_moa_or_debate_setting_in_a_graphs_context_is_one_line_before_any_model_call(protocol, config, message):
+    pool, models = scripted_pool()
+    graph = registry.get(protocol).build().compile(checkpointer=InMemorySaver())
+    with pytest.raises(ValueError) as err:
+        graph.invoke({"question": "What is 3 + 4?"}, {"configurable": {"thread_id": "t"}},
+                     context={"pool": pool, "config": config})
+    assert str(err.value) == message
+    assert sum(len(m.calls) for m in models.values()) == 0
+
+
+def test_a_bad_shared_draw_setting_in_its_context_is_one_line():
+    with pytest.raises(ValueError) as err:
+        CandidatesContext(pool=scripted_pool()[0], config={"max_tokens": INF})
+    assert str(err.value) == "CandidatesConfig.max_tokens must be an integer >= 1, got inf"
+
+
+@pytest.mark.parametrize("command, line, message", [
+    ("moa", 'shots = "2"', "MoAConfig.shots must be an integer >= 0, got '2'"),
+    ("moa", "seed = true", "MoAConfig.seed must be an integer, got True"),
+    ("debate", "shots = nan", "DebateConfig.shots must be an integer >= 0, got nan"),
+])
+def test_run_with_a_bad_sampling_setting_in_its_config_file_is_one_error_line(tmp_path, command, line, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(f"[{command}]\n{line}\n")
+    pool = tmp_path / "pool.toml"
+    pool.write_text('[[models]]\nname = "m"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    result = CliRunner().invoke(app, ["run", command, "--format", "synthetic", "--pool", str(pool),
+                                      "--config", str(config), "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error: ")]
+    assert errors == [f"error: --config {config}: [{command}] {message}"], result.output
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_a_missing_relative_pool_file_names_the_folder_it_was_read_from(tmp_path, monkeypatch):
+    from agora.graphs.delegation import DelegationContext
+
+    monkeypatch.setenv("AGORA_POOL_DIR", str(tmp_path))
+    assert pool_base_dir() == str(tmp_path)
+    expected = (f"pools/missing.toml: pool file not found in {tmp_path} (a relative pool path is read from "
+                "$AGORA_POOL_DIR, else the current folder; built-in pools: default, tiny)")
+    with pytest.raises(PoolConfigError) as err:
+        resolve_pool("pools/missing.toml")
+    assert str(err.value) == expected
+    with pytest.raises(PoolConfigError) as err:
+        DelegationContext(pool="pools/missing.toml")
+    assert str(err.value) == expected
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "pools" / "missing.toml").write_text(
+        '[[models]]\nname = "x"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    assert resolve_pool("pools/missing.toml").names == ["x"]  # found once it is there
+    absent = tmp_path / "elsewhere" / "pool.toml"  # an absolute path: its own message, as before
+    with pytest.raises(PoolConfigError) as err:
+        resolve_pool(str(absent))
+    assert str(err.value) == f"{absent}: pool file not found (built-in pools: default, tiny)"
