@@ -132,7 +132,8 @@ def test_debate_resumes_after_a_crash_without_redoing_finished_requests(tmp_path
         thread = {"configurable": {"thread_id": "t"}}
         with pytest.raises(Crash):
             graph.invoke(MC, thread, context=DebateContext(pool))
-        assert graph.get_state(thread).next == ("debate_round",)
+        # the crashed round is pending: one task, or two when a's concurrent task was cut short too (load)
+        assert set(graph.get_state(thread).next) == {"debate_round"}
         graph.invoke(None, thread, context=DebateContext(pool))
         resumed = graph.get_state(thread).values
     assert resumed["methods"] == reference.get_state({"configurable": {"thread_id": "ref"}}).values["methods"]
