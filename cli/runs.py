@@ -65,7 +65,8 @@ def report_run(
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object instead of the tables."),
 ) -> None:
-    """A compact summary of one run: status, questions, model calls and tokens, each method's accuracy
+    """A compact summary of one run: status, questions, model calls and tokens (its own, and those it
+    took from a bench's shared candidates, counted apart), each method's accuracy
     with its 95 % CI ("too few questions" under 30 scored questions or with a degenerate interval), how
     the samples' answers were found, and on how many questions the methods disagree."""
     with user_errors():
@@ -83,6 +84,11 @@ def report_run(
                       f"({int(t['failed'])} failed attempts), {int(t['completion_tokens'])} generated tokens, "
                       f"{t['wall_s']:.1f} s wall; started {s['started_at']} on {s['host'] or '?'} at "
                       f"{s['code_revision'] or '?'}", highlight=False, soft_wrap=True)
+        sh = s["shared"]
+        if sh["shared_from"]:
+            console.print(f"shared: {int(sh['shared_calls'])} model calls, {int(sh['shared_completion_tokens'])} "
+                          f"generated tokens taken from the bench's shared candidates ({escape(sh['shared_from'])}; "
+                          "counted there, not in its own calls above)", highlight=False, soft_wrap=True)
         table = Table(title="methods")
         for col in ("method", "questions", "accuracy %", "95% CI", "samples/q", "gen. tokens", "failed", "guessed",
                     "note"):
@@ -136,13 +142,19 @@ def report_question(
                     "completion"):
             cand.add_column(col, justify="right" if col in ("#", "agent", "sample", "votes") else "left")
         for i, c in enumerate(r["samples"]):
-            cand.add_row(str(i), c["node"] or "-", c["role"] or "-", "-" if c["agent"] is None else str(c["agent"]),
+            node = (c["node"] or "-") + (" *" if c.get("shared_from") else "")
+            cand.add_row(str(i), node, c["role"] or "-", "-" if c["agent"] is None else str(c["agent"]),
                          escape(c["model"] or "-"), "-" if c["sample_index"] is None else str(c["sample_index"]),
                          escape(str(c["answer"])), c["how"] or "-",
                          "-" if c["correct"] is None else ("yes" if c["correct"] else "no"), str(c["votes"]),
                          escape(c["partner"] or "-"),
                          escape(c["completion"] or "" if full else _short(c["completion"], 40)))
         console.print(cand)
+        shared = sorted({c["shared_from"] for c in r["samples"] if c.get("shared_from")})
+        if shared:
+            console.print(f"* taken from the bench's shared candidates: the row is in {escape(', '.join(shared))} "
+                          "(node candidates, role candidate); node and role as the protocol saw it", highlight=False,
+                          soft_wrap=True)
         if r["failed_attempts"]:
             _print_failed_attempts(r["failed_attempts"], full)
         meth = Table(title="methods: what each chose and why")

@@ -38,6 +38,7 @@ from agora.agents.escalation import DevOutcome, EscalationThresholds, decide, es
 from agora.tasks.scoring import score_answer
 from agora.agents.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench import dev_outcome, too_few
+from agora.traces.report import SHARED_KEY, shared_takes  # noqa: F401 (SHARED_KEY re-exported)
 from agora.traces.store import TraceStore, answer_fields, option_count
 
 # ---------------------------------------------------------------------------- a recorded run, read once
@@ -61,6 +62,10 @@ class SampleRow:
     latency_s: float
     partner: str | None
     completion: str | None
+    shared_from: str | None = None
+    """The bench's candidates run whose row this is, for a sample the run took from the shared pool
+    (:func:`agora.traces.report.shared_takes`: ``node`` and ``role`` are then the taker's); ``None``: the
+    run's own row."""
 
 
 @dataclass(slots=True)
@@ -138,6 +143,13 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
         q.samples.append(SampleRow(c["call_id"], c["node"], c["role"], c["agent"], c["model"], index, answer, how,
                                    c["completion_tokens"] or 0, c["latency_s"] or 0.0, c.get("partner"),
                                    c["completion"]))
+    # samples taken from the bench's shared candidates (issue 32): their rows are the candidates run's
+    takes = shared_takes(store, run_id, {q.question_id: q.detail for q in questions.values()})
+    for qid, got in takes.items():
+        q = questions[qid]
+        q.samples[:0] = [SampleRow(s["call_id"], s["node"], s["role"], s["agent"], s["model"], s["sample_index"],
+                                   s["answer"], s["how"], s["completion_tokens"], s["latency_s"], None,
+                                   s["completion"], s["shared_from"]) for s in got]
     config = json.loads(run["config"] or "{}") or {}
     return RunTrace(run_id, run["protocol"], config if isinstance(config, dict) else {},
                     sorted(questions.values(), key=lambda q: (q.idx is None, q.idx or 0, q.question_id)))
@@ -265,7 +277,7 @@ def _candidates(q: QuestionTrace, roles: str) -> list[dict[str, Any]]:
 
 
 def _default_roles(run: RunTrace) -> str:
-    return "anchor" if run.protocol == "comed" else "agent"
+    return {"comed": "anchor", "candidates": "candidate"}.get(run.protocol, "agent")
 
 
 def _votes(answers: Sequence[str | None]) -> str:
@@ -327,11 +339,13 @@ def best_of_n_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> C
                   f"highest U {utilities[best]:.2f}; candidates {_votes([c['answer'] for c in cands])}", len(cands))
 
 
-@selection_rule("plurality", params={"roles": ""}, reproduces={"align": "self_consistency", "comed": "anchor"},
+@selection_rule("plurality", params={"roles": ""}, reproduces={"align": "self_consistency", "comed": "anchor",
+                                                                  "candidates": "candidates"},
                 help="Majority vote over the first-stage samples (ALIGN agents', COMED anchor's; --param roles=...).")
 def plurality_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
     """Plurality (:func:`agora.agents.delegation.plurality`) over the samples of ``roles``
-    (comma-separated; default: ``agent`` for ALIGN runs, ``anchor`` for COMED runs), ties to the
+    (comma-separated; default: ``agent`` for ALIGN runs, ``anchor`` for COMED runs, ``candidate`` for a
+    bench's candidates run), ties to the
     answer seen first (by agent, then sample)."""
     cands = _candidates(q, p["roles"] or _default_roles(ctx.run))
     answer, share = plurality([c["answer"] for c in cands])
@@ -626,7 +640,8 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
     it is right, how many samples of the question give the same answer), every recorded method
     (answer, correct, samples, how) with why it chose that answer: the ``why`` of the registered rule
     that reproduces it under the run's settings (and whether the replay agrees), else "recorded";
-    and its failed attempts (:func:`failed_attempts`).
+    and its failed attempts (:func:`failed_attempts`). A sample the run took from a bench's shared
+    candidates carries ``shared_from`` (the candidates run holding its row; ``None`` for its own).
 
     A failed question (model calls but no recorded answer: ``failed`` True) has no question row:
     its report holds the failed attempts, ``successful_calls`` (its calls without an error), and
@@ -651,7 +666,7 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
                 "answer": s.answer, "how": s.how, "votes": votes.get(s.answer, 0) if s.answer is not None else 0,
                 "correct": score_answer(s.answer, q.gold, q.kind),
                 "partner": s.partner, "completion_tokens": s.completion_tokens, "call_id": s.call_id,
-                "completion": s.completion} for s in q.samples]
+                "completion": s.completion, "shared_from": s.shared_from} for s in q.samples]
     explain = {}
     for spec in RULES.values():
         method = spec.reproduces.get(run.protocol)
