@@ -4,6 +4,8 @@ report: :mod:`agora.runs.report` (its data: :mod:`agora.traces.bench`)."""
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +19,6 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -67,8 +68,8 @@ class _Bar(BenchProgress):
 
     def __init__(self, progress: Progress, total: int, store: TraceStore | None = None, steps: Sequence[Step] = ()):
         self.progress = progress
-        self.task = progress.add_task("bench", total=total, label="bench", status="")
         self.store, self.steps = store, list(steps)
+        self.task = progress.add_task("bench", total=total, label="bench", status="", eta=self.eta())
 
     def step(self, step: Step, todo: int) -> None:
         what = "COMED dev (calibration)" if step.kind == "calibrate" else step.kind.upper()
@@ -76,12 +77,10 @@ class _Bar(BenchProgress):
         self.progress.update(self.task, label=f"{scope} · {what}", status=f"{todo} to run" if todo else "done before")
         if not self.progress.console.is_terminal:  # a log file gets a line per run instead of a live bar
             t = self.progress.tasks[0]
-            # from each run's own recorded question times (runs differ 10× in cost per question),
-            # else the bar's overall rate
+            # from each run's own recorded question times (runs differ 10× in cost per question);
+            # a run kind with no finished question yet: unknown, never another kind's rate
             left = time_left_s(self.store, self.steps) if self.store is not None and self.steps else None
-            if left is None and t.completed:
-                left = t.time_remaining
-            eta = "" if left is None else f", about {left / 60:.0f} min left overall"
+            eta = ", time left unknown" if left is None else f", about {left / 60:.0f} min left overall"
             part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
             self.progress.console.print(f"{escape(step.run_id)}{part}: {todo} of {len(step.problems)} questions to run "
                                         f"({int(t.completed)}/{int(t.total or 0)} bench questions done{eta})",
@@ -89,9 +88,26 @@ class _Bar(BenchProgress):
 
     def question(self, step: Step, outcome: QuestionOutcome) -> None:
         self.progress.advance(self.task)
+        self.progress.update(self.task, eta=self.eta())
+
+    def eta(self) -> str:
+        """The bar's time left, from each run kind's own finished questions (:func:`time_left_s`);
+        ``unknown`` while a run left to do has no measured kind to go by."""
+        left = time_left_s(self.store, self.steps) if self.store is not None and self.steps else None
+        if left is None:
+            return "unknown"
+        left = int(round(left))
+        return f"{left // 3600}:{left % 3600 // 60:02d}:{left % 60:02d}"
 
     def event(self, step: Step, event: dict[str, Any]) -> None:
         self.progress.update(self.task, status=escape(str(event.get("message", "")))[:60])
+
+
+def default_out(bench_id: str) -> Path:
+    """The default report folder ``bench-<id>``, one folder in the current one: path separators and
+    ``..`` in the id are replaced by ``_`` (``--run-id ../../x`` → ``bench-______x``). An explicit
+    ``--out`` is taken as given."""
+    return Path("bench-" + re.sub(r"[/\\]", "_", bench_id).replace("..", "__"))
 
 
 def _dev_splits(calibrate_on: str | None, dev: int, tasks: list[TaskFile]) -> list[DevSplit]:
@@ -211,9 +227,12 @@ def bench(
             spec = read_bench_spec(store, run_id)
             if spec is None:
                 raise ValueError(f"{db}: no bench {run_id!r}")
-            report, files = write_report(store, spec, out or Path(f"bench-{run_id}"), seed=seed, record=False)
+            report, files = write_report(store, spec, out or default_out(run_id), seed=seed, record=False)
             _print_summary(report, files)
             return
+        for flag, value in (("--lambda", lam), ("--max-calls", max_calls)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{flag} must be a finite number >= 0, got {value}")
         methods = resolve_methods(protocols)
         task_files = load_tasks(tasks, limit, 0 if calibrate_on else dev)
         if thresholds is not None and (calibrate_on or dev):
@@ -248,7 +267,7 @@ def bench(
                       if "comed" in config.protocols or shared_candidates else [])
         the_pool = get_pool(pool)
         bench_id = new_run_id("bench") if run_id is None else check_run_id(run_id)
-        out_dir = out or Path(f"bench-{bench_id}")
+        out_dir = out or default_out(bench_id)
         check_out_path(out_dir)
         store = TraceStore(db)
         the_router = None
@@ -264,7 +283,7 @@ def bench(
                       f"{', '.join(dict.fromkeys(s.kind for s in steps))}, pool {escape(', '.join(the_pool.names))}; "
                       f"{sum(todo.values())} of {total_q} questions to run", highlight=False)
         progress = Progress(TextColumn("{task.fields[label]}", style="bold", markup=False), BarColumn(),
-                            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta {task.fields[eta]}", markup=False),
                             TextColumn("{task.fields[status]}", style="dim", markup=False), console=console,
                             speed_estimate_period=600, disable=not sys.stdout.isatty() and total_q == 0)
         try:

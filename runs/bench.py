@@ -21,10 +21,13 @@ Layers: a driver (:mod:`agora.runs`): this module runs the ``graphs`` and uses `
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+from langgraph.graph import END, START
 from langgraph.runtime import RunControl
 
 from agora.agents.delegation import DelegationConfig
@@ -36,16 +39,24 @@ from agora.graphs import registry
 from agora.graphs.escalation import (
     OWN_METHODS as COMED_OWN_METHODS,
     EscalationContext,
+    EscalationInput,
+    EscalationOutput,
+    EscalationState,
+    _next_baseline,
+    baseline_node,
+    dense_baselines,
+    route,
     build_escalation_graph,
     comed_detail,
 )
 from agora.graphs.candidates import CandidatesContext, build_candidates_graph
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.runner import QuestionOutcome, RunOutcome, run_problems
 from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
 from agora.tasks.loaders import Problem, detect_format, load_problems
 from agora.tasks.samples import sample_path
 from agora.traces.bench import BenchSpec, BenchTask, comed_dev_outcomes, record_bench
-from agora.traces.store import TraceStore
+from agora.traces.store import ResumeRefusedError, TraceStore, _differences, _json, _models
 
 _OWN_SHARING = {
     "align": "ALIGN's n·k candidates (the principal's pick among all of them)",
@@ -254,6 +265,13 @@ class BenchConfig:
         return tuple(p for p in ("align", "comed") if any(every[m] == p for m in self.methods))
 
     @property
+    def comed_own(self) -> bool:
+        """Whether COMED's own methods are asked for (``comed``, ``anchor``, ``router_only``): without
+        them COMED's run computes only the chosen dense baselines, and none of COMED's own steps
+        (anchor, probe, peers) nor its dev calibration runs."""
+        return any(m in COMED_OWN_METHODS for m in self.methods)
+
+    @property
     def baselines(self) -> tuple[str, ...]:
         """The dense baselines COMED's run computes (only those asked for: they cost calls), in the
         registry's order (:func:`agora.graphs.registry.bench_specs`)."""
@@ -284,6 +302,31 @@ class Step:
         return frozenset(p.id for p in self.problems[r * size:(r + 1) * size])
 
 
+def _dense_methods(state: dict[str, Any]) -> dict[str, Any]:
+    """The dense baselines' methods, as each subgraph computed them (COMED's own are not run)."""
+    return {"methods": dict(state.get("dense_methods") or {}), "answer": None}
+
+
+def build_dense_graph() -> Any:
+    """COMED's run without COMED's own steps (a bench whose ``--protocols`` names only dense
+    baselines): ``route`` (no model call; it names the anchor the baselines take their context
+    from), then each dense baseline the run's ``baselines`` asks for, as in
+    :func:`agora.graphs.escalation.build_escalation_graph`, then their methods. Uncompiled."""
+    builder = ProtocolGraph(EscalationState, context_schema=EscalationContext, input_schema=EscalationInput,
+                            output_schema=EscalationOutput)
+    builder.add_node("route", route)
+    builder.add_node("score", _dense_methods)  # the name the baselines' routing ends at
+    names = [spec.name for spec in dense_baselines()]
+    for spec in dense_baselines():
+        builder.add_node(spec.name, baseline_node(spec))
+    builder.add_edge(START, "route")
+    builder.add_conditional_edges("route", _next_baseline(names, None), [*names, "score"])
+    for i, name in enumerate(names):
+        builder.add_conditional_edges(name, _next_baseline(names, name), [*names[i + 1:], "score"])
+    builder.add_edge("score", END)
+    return builder
+
+
 def run_id_of(bench_id: str, task: str, protocol: str) -> str:
     """``<bench>:<task>:<protocol>`` (``all`` for a dev split that serves every task)."""
     return f"{bench_id}:{'all' if task == '*' else task}:{protocol}"
@@ -297,13 +340,13 @@ def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Seq
         for d in dev:
             steps.append(Step("candidates-dev", d.scope, run_id_of(bench_id, d.scope, "candidates-dev"), d.problems,
                               d.source, "dev"))
-    if "comed" in config.protocols:
+    if config.comed_own:
         for d in dev:
             steps.append(Step("calibrate", d.scope, run_id_of(bench_id, d.scope, "comed-dev"), d.problems,
                               d.source, "dev"))
     for t in tasks:
         protocols = (("candidates",) if config.shared else ()) + config.protocols
-        if config.shared and dev and "comed" in config.protocols:
+        if config.shared and dev and config.comed_own:
             protocols += ("comed-routed",)
         for p in protocols:
             steps.append(Step(p, t.name, run_id_of(bench_id, t.name, p), t.problems, str(t.path), t.format))
@@ -340,6 +383,29 @@ def time_left_s(store: TraceStore, steps: Sequence[Step]) -> float | None:
             return None
         total += left * per
     return total
+
+
+def resume_refusal(store: TraceStore, run_id: str, protocol: str, config: Any, pool: Any) -> str | None:
+    """Why ``TraceStore.start_run`` would refuse to resume ``run_id`` with this protocol, settings and
+    pool (one line), or ``None`` (a new run, or the same). Checked for every run of a bench before the
+    bench's spec is recorded, so a refused rerun changes nothing in the DB (``start_run`` still checks
+    the dataset when each run starts)."""
+    existing = store.get_run(run_id)
+    if existing is None:
+        return None
+    changed, details = [], []
+    if existing["protocol"] != protocol:
+        return f"run id {run_id!r} already holds a {existing['protocol']} run in {store.path}; pick a new --run-id"
+    if existing["config"] != _json(config):
+        changed.append("settings")
+        details = _differences(json.loads(_json(config)), store._run_json(existing, "config"))
+    if _models(store._run_json(existing, "pool")) != _models(json.loads(_json(pool))):
+        changed.append("pool")
+    if not changed:
+        return None
+    said = f" ({'; '.join(details[:4])})" if details else ""
+    return (f"run id {run_id!r} in {store.path} was started with other {', '.join(changed)}{said}; rerun with the same "
+            "options to resume it, or pick a new --run-id (nothing was run or recorded)")
 
 
 class BenchProgress:
@@ -408,7 +474,7 @@ def run_bench(
                   config.shared)
     shared_cfg = candidates_config(config.align if "align" in config.protocols else None,
                                    comed_cfg if "comed" in config.protocols else None, pool.names,
-                                   config.baselines) if config.shared else None
+                                   config.baselines, anchor=config.comed_own) if config.shared else None
     best_model: dict[str, dict[str, Any]] = {}
     """Scope → the best single model on its dev draw: ``model``, ``means`` (every model's), ``run_id``."""
     routers: dict[str, KNNRouter] = {}
@@ -513,7 +579,7 @@ def run_bench(
             continue
         runs[step.task][step.kind] = step.run_id
     calib_rows: list[dict[str, Any]] = []
-    if "comed" in config.protocols:
+    if config.comed_own:
         calib_rows = list(calibration.values())
         if "*" not in calibration:
             uncalibrated = [t.name for t in tasks if t.name not in calibration]
@@ -527,6 +593,8 @@ def run_bench(
         settings.pop("align")
     if "comed" not in config.protocols:
         settings.pop("comed")
+    elif not config.comed_own:
+        settings["comed"]["own_steps"] = False  # only the chosen dense baselines ran in COMED's run
     every, shares = protocol_of(), sharing()
     methods = {m: every[m] for m in config.methods if m != "router_only" or router is not None}
     renames: dict[str, dict[str, str]] = {}
@@ -542,35 +610,49 @@ def run_bench(
                     for t in tasks),
         methods=methods, sharing={m: shares.get(m, "-") for m in methods}, calibration=tuple(calib_rows),
         settings=settings, renames=renames)
-    result.spec = spec
-    record_bench(store, spec)  # the spec first: an interrupted bench can still be reported
-
-    def run_test(step: Step) -> None:
-        """One task's shared draw, ALIGN, COMED or routed-COMED run (or one round of it)."""
+    def test_call(step: Step) -> tuple[Any, Any, dict[str, Any], str, Callable | None, Callable | None]:
+        """What :func:`go` runs for a task's shared draw, ALIGN, COMED or routed-COMED run: the graph,
+        its context, the run's settings, its protocol, its detail and its inputs."""
         shared_from = candidates_of(step.task) if config.shared else None
         inputs = shared_inputs(store, shared_from) if shared_from else None
         if step.kind == "candidates":
             best = best_for(step.task)
             cfg_c = replace(shared_cfg, single_model=best["model"] if best else None)
-            go(step, build_candidates_graph(), CandidatesContext(pool=pool, config=cfg_c), asdict(cfg_c), "candidates")
-        elif step.kind == "align":
-            go(step, build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
-               {**asdict(config.align), **({SHARED_KEY: shared_from} if shared_from else {})}, "align", inputs=inputs)
-        elif step.kind == "comed":
-            t = thresholds_for(step.task)["thresholds"]
+            return build_candidates_graph(), CandidatesContext(pool=pool, config=cfg_c), asdict(cfg_c), "candidates", \
+                None, None
+        if step.kind == "align":
+            return (build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
+                    {**asdict(config.align), **({SHARED_KEY: shared_from} if shared_from else {})}, "align", None, inputs)
+        t = thresholds_for(step.task)["thresholds"]
+        if step.kind == "comed":
             cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=anchor_for(step.task))
-            go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=router),
-               comed_run_config(cfg, shared_from), "comed", comed_detail, inputs=inputs)
-        elif step.kind == "comed-routed":  # the same COMED, its anchor routed by kNN trained on the dev draw
-            dev_run = candidates_of(step.task, dev_run=True)
-            if dev_run not in routers:
-                routers[dev_run] = dev_router(store, dev_run, pool.names, k=config.router_k, embedding=config.embedding)
-            t = thresholds_for(step.task)["thresholds"]
-            cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=None, baselines=())
-            go(step, build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=routers[dev_run]),
-               comed_run_config(cfg, shared_from, routers[dev_run]), "comed", comed_detail, inputs=inputs)
+            if not config.comed_own:  # only the chosen dense baselines: none of COMED's own calls
+                return (build_dense_graph(), EscalationContext(pool=pool, config=cfg, router=router),
+                        {**comed_run_config(cfg, shared_from), "own_steps": False}, "comed", comed_detail, inputs)
+            return (build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=router),
+                    comed_run_config(cfg, shared_from), "comed", comed_detail, inputs)
+        # comed-routed: the same COMED, its anchor routed by kNN trained on the dev draw
+        dev_run = candidates_of(step.task, dev_run=True)
+        if dev_run not in routers:
+            routers[dev_run] = dev_router(store, dev_run, pool.names, k=config.router_k, embedding=config.embedding)
+        cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=None, baselines=())
+        return (build_escalation_graph(), EscalationContext(pool=pool, config=cfg, router=routers[dev_run]),
+                comed_run_config(cfg, shared_from, routers[dev_run]), "comed", comed_detail, inputs)
 
     tests = [s for s in steps if s.kind not in ("calibrate", "candidates-dev")]
+    calls = {s.run_id: test_call(s) for s in tests}
+    for s in tests:  # check first: a refused rerun changes nothing, not even the bench's recorded spec
+        refused = resume_refusal(store, s.run_id, calls[s.run_id][3], calls[s.run_id][2], pool.describe())
+        if refused:
+            raise ResumeRefusedError(refused)
+    result.spec = spec
+    record_bench(store, spec)  # then the spec: an interrupted bench can still be reported
+
+    def run_test(step: Step) -> None:
+        """One task's shared draw, ALIGN, COMED or routed-COMED run (or one round of it)."""
+        builder, context, run_config, protocol, detail, inputs = calls[step.run_id]
+        go(step, builder, context, run_config, protocol, detail, inputs=inputs)
+
     size = config.round_size
     rounds = max((-(-len(s.problems) // size) for s in tests), default=0) if size else 1
     for r in range(1, rounds + 1):
@@ -626,11 +708,11 @@ def _shared_settings(cfg: Any, best: dict[str, dict[str, Any]], tasks: Sequence[
 
 def _short(settings: dict[str, Any]) -> dict[str, Any]:
     """Settings for the report's header: nested dicts flattened (``thresholds.tau_hi``), empty
-    values left out."""
+    values left out, tuples as lists (so the live report and ``--report-only`` print the same)."""
     out: dict[str, Any] = {}
     for k, v in settings.items():
         if isinstance(v, dict):
             out.update({f"{k}.{kk}": vv for kk, vv in v.items()})
         elif v not in ((), [], None, ""):
-            out[k] = v
+            out[k] = list(v) if isinstance(v, tuple) else v  # lists, as bench.json and --report-only read them
     return out

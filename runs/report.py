@@ -234,8 +234,11 @@ def report_markdown(report: dict[str, Any]) -> str:
                 row.append("-" if c is None else f"{_pct(c['accuracy'])} {_ci(c['ci_low'], c['ci_high'])}{_few(c)}")
             lines.append(f"| model `{s['model']}` (one sample) | " + " | ".join(row)
                          + f" | **{_pct(s['accuracy'])}** {_ci(s['ci_low'], s['ci_high'])}{_few(s)} |")
-        lines += ["", "A model's one-sample row is the share of its ALIGN candidates that are right (its expected "
-                  "accuracy from one temperature sample), on the ALIGN run's questions."]
+        pooled = bool((report.get("settings") or {}).get("shared"))
+        lines += ["", "A model's one-sample row is the share of its samples that are right (its expected accuracy "
+                  "from one temperature sample): "
+                  + ("its k samples in the shared candidate pool, on the candidates run's questions."
+                     if pooled else "its ALIGN candidates, on the ALIGN run's questions.")]
     if _any_few(report):
         lines += ["", f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions, or a degenerate interval "
                   "(every resample equal); the number is shown, but it is no finding."]

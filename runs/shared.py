@@ -30,10 +30,11 @@ SHARED_KEY = "shared_candidates"
 
 
 def candidates_config(align: DelegationConfig | None, comed: EscalationConfig | None, pool_names: Sequence[str],
-                      baselines: Sequence[str] = ()) -> CandidatesConfig:
+                      baselines: Sequence[str] = (), anchor: bool = True) -> CandidatesConfig:
     """The shared draw's settings: the protocols' common sampling settings, and k large enough for
     every protocol that takes its first samples from it (per model: ALIGN's agents on it × k,
-    COMED's N, MoA's proposers on it, debate's agents on it).
+    COMED's N, MoA's proposers on it, debate's agents on it). ``anchor``: whether COMED's own
+    methods run (its anchor's N samples count); ``False`` when only its dense baselines do.
 
     Raises:
         ValueError: the protocols sample with different settings (temperature, top_p, max_tokens,
@@ -57,7 +58,7 @@ def candidates_config(align: DelegationConfig | None, comed: EscalationConfig | 
             need[m] = max(need[m], n * align.k_samples)
     if comed is not None:
         for m in names:
-            need[m] = max(need[m], comed.n_anchor)
+            need[m] = max(need[m], comed.n_anchor if anchor else 0)
         if "debate" in baselines:
             for m, n in Counter(agent_models(comed.debate_config(), names)).items():
                 need[m] = max(need[m], n)
