@@ -127,3 +127,23 @@ def test_a_mapping_that_cannot_be_rebuilt_is_refused_in_one_line(bench_db, tmp_p
         db.execute("delete from runs where run_id = 's1:arith:candidates'")
     code, out = agora("report", "run", "s1:arith:comed", "--db", str(broken))
     assert code == 2 and "that run is not in this database" in out
+
+
+def test_a_dev_split_benchs_calibration_and_routed_runs_replay_from_their_own_draws(tmp_path, monkeypatch):
+    """With --dev the calibration run took the dev draw, the routed COMED its per-question anchor's."""
+    f = write_math(tmp_path, n=6)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_tiny(a_right=lambda i, j: False,
+                                                                          b_right=lambda i, j: j != 1))
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, args(f, db, tmp_path / "b", "--limit", "3", "--dev", "3", "--embedding", "tfidf",
+                                          "--protocols", "align,comed"))
+    assert result.exit_code == 0, result.output
+    store = TraceStore(db, readonly=True)
+    for run_id, rule, method in [("s1:arith:comed-dev", "comed", "comed"), ("s1:arith:comed-dev", "plurality", "anchor"),
+                                 ("s1:arith:comed-routed", "first_sample", "router_only"),
+                                 ("s1:arith:comed-routed", "comed", "comed")]:
+        run = load_run(store, run_id)
+        assert reproduced(run, replay(run, rule), method) == (3, 3), (run_id, rule)
+    assert {s.shared_from for q in load_run(store, "s1:arith:comed-dev").questions for s in q.samples
+            if s.role == "anchor"} == {"s1:arith:candidates-dev"}
+    assert trace_report.shared_totals(store, "s1:arith:comed-routed")["shared_calls"] == 9  # 3 anchor samples × 3
