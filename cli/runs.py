@@ -167,7 +167,8 @@ def report_question(
 
 
 def _print_failed_attempts(rows: list[dict], full: bool) -> None:
-    """The failed model calls of a question: model, error class, message, attempt (0 first)."""
+    """The failed model calls of a question: model, error class, message, attempt (1 first, as the
+    run's log counts them; the trace and ``--json`` keep the stored 0-based value)."""
     table = Table(title="failed attempts (model calls with an error, in call order)")
     for col in ("#", "node", "role", "agent", "model", "attempt", "error class", "message"):
         table.add_column(col, justify="right" if col in ("#", "agent", "attempt") else "left",
@@ -175,6 +176,6 @@ def _print_failed_attempts(rows: list[dict], full: bool) -> None:
     for i, f in enumerate(rows):
         table.add_row(str(i), escape(f["node"] or "-"), escape(f["role"] or "-"),
                       "-" if f["agent"] is None else str(f["agent"]), escape(f["model"] or "-"),
-                      "-" if f["attempt"] is None else str(f["attempt"]), escape(f["error_class"] or "-"),
+                      "-" if f["attempt"] is None else str(f["attempt"] + 1), escape(f["error_class"] or "-"),
                       escape(f["message"] or "" if full else _short(f["message"], 200)))
     console.print(table)

@@ -236,8 +236,8 @@ def test_report_question_shows_a_failed_questions_attempts(failed_run):
     assert ("q2 in cli (align): failed, no answer recorded: 2 failed attempts, 0 successful calls; rerun the run with "
             "its --run-id to retry it") in text
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│")]
-    assert rows == [["0", "agent_sample", "agent", "0", "a", "0", "RuntimeError", "server down"],
-                    ["1", "agent_sample", "agent", "1", "b", "0", "RuntimeError", "server down"]]
+    assert rows == [["0", "agent_sample", "agent", "0", "a", "1", "RuntimeError", "server down"],  # attempt 1 of 1
+                    ["1", "agent_sample", "agent", "1", "b", "1", "RuntimeError", "server down"]]
     code, output = agora("report", "question", "--db", db, "--run-id", "cli", "--question-id", "q2", "--json")
     report = json.loads(output)
     assert report["failed"] is True and report["successful_calls"] == 0
