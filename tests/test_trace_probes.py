@@ -21,7 +21,7 @@ from agora.models.testing import ScriptedChatModel
 from agora.tasks.loaders import Problem
 from agora.traces.store import TraceStore, check_run_id
 from test_bench import bench_args, scripted_pool, write_tasks
-from test_bundles import table_counts
+from test_bundles import exported, table_counts  # noqa: F401 (exported: a fixture)
 from test_selection_graph import LATENCIES
 from test_selection_graph import scripted_pool as select_pool
 
@@ -42,17 +42,10 @@ def error_line(output: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    """The scripted bench of tests/test_bench.py (arith: 4 questions, quiz: 3) and its bundle."""
-    tmp = tmp_path_factory.mktemp("probes")
-    math_file, mc_file = write_tasks(tmp)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
-        result = CliRunner().invoke(app, bench_args(math_file, mc_file, tmp / "t.db", tmp / "b"))
-    assert result.exit_code == 0, result.output
-    bundle = tmp / "b1.agora.jsonl.gz"
-    assert agora("export", "--db", tmp / "t.db", "--bench-id", "b1", "--out", bundle)[0] == 0
-    return tmp / "t.db", bundle
+def bench(exported):
+    """The scripted bench of tests/test_bench.py (arith: 4 questions, quiz: 3) and its bundle
+    (tests/test_bundles.py's fixture, made once per module)."""
+    return exported
 
 
 def bundle_lines(bundle):
