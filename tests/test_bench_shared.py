@@ -186,3 +186,44 @@ def test_shared_candidates_on_the_real_tiny_pool(tmp_path):
     assert len(draws) == 3 * 2 and all(d["requests"] == 1 for d in draws)
     assert not list(store.db.query("select 1 from model_calls where node in ('agent_sample', 'anchor', 'moa_propose')"))
     assert "## Shared and added compute" in (out / "bench.md").read_text()
+
+
+def test_the_default_bench_on_a_users_chat_openai_that_ignores_n_and_sometimes_replies_empty(tmp_path, monkeypatch):
+    """`agora bench` (shared candidates, the default) on two ChatOpenAI members of a user's own, on the
+    loopback stub: one ignores n, the other answers the first request of every prompt with empty
+    content. Each (question, model) still gets its k shared samples, every one non-empty and seeded."""
+    from langchain_openai import ChatOpenAI
+    from openai_stub import StubServer, chat_reply
+
+    seen: dict[str, int] = {}
+
+    def empty_first(path, body):
+        key = body["messages"][-1]["content"]
+        seen[key] = seen.get(key, 0) + 1
+        return 200, chat_reply(body, texts=[""] if seen[key] == 1 else ["The answer is 2."])
+
+    with StubServer(lambda p, b: (200, chat_reply(b, choices=1, texts=["The answer is 2."]))) as one, \
+            StubServer(empty_first) as empty:
+        user = {"ignores-n": ChatOpenAI(base_url=one.base_url, api_key="k", model="m", max_retries=0, timeout=5),
+                "empty-first": ChatOpenAI(base_url=empty.base_url, api_key="k", model="m", max_retries=0, timeout=5)}
+        monkeypatch.setattr(bench_cli, "get_pool", lambda path: ModelPool.from_chat_models(user))
+        db, out = tmp_path / "t.db", tmp_path / "b"
+        result = CliRunner().invoke(app, ["bench", "--tasks", str(write_math(tmp_path, n=2)), "--db", str(db),
+                                          "--out", str(out), "--run-id", "u", "--protocols", "align",
+                                          "--max-tokens", "16"])
+        ignored = [(b["messages"][-1]["content"], b["seed"]) for b in one.bodies()]
+    assert result.exit_code == 0, result.output
+    store = TraceStore(db)
+    rows = list(store.db.query("select question_id, model, completion from model_calls where "
+                               "run_id = 'u:arith:candidates' and error is null"))
+    per = {}
+    for r in rows:
+        per.setdefault((r["question_id"], r["model"]), []).append(r)
+    assert len(per) == 2 * 2 and all(len(v) == 3 for v in per.values())  # k = 3 shared samples each
+    assert all(r["completion"] for r in rows)  # an empty reply is retried, never a candidate
+    by_prompt: dict[str, list[int]] = {}
+    for prompt, seed in ignored:
+        by_prompt.setdefault(prompt, []).append(seed)
+    assert len(by_prompt) == 2 and all(s == [s[0], s[0] + 1, s[0] + 2] for s in by_prompt.values())  # seed + i
+    report = json.loads((out / "bench.json").read_text())
+    assert {c["method"] for c in report["cells"]} >= {"align", "self_consistency", "single_agent"}
