@@ -110,41 +110,58 @@ def engines(args) -> None:
         return [float(is_correct(extract_answer(m.content, problem.kind, problem.n_choices), problem.gold,
                                  problem.kind)) for m in gens]
 
+    engines_wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = set(engines_wanted) - {"native", "server"}
+    if unknown:
+        raise SystemExit(f"--engines: unknown {sorted(unknown)} (native, server)")
+    cells: list[tuple[str, int]] = [("native", 1)]  # the baseline: today's engine, one question at a time
+    if "native" in engines_wanted:
+        cells += [("native", lv) for lv in levels if lv > 1]
+    if "server" in engines_wanted:
+        cells += [("server", lv) for lv in levels]
+    label = {"native": "llama-cpp-python", "server": "server"}
     for name in args.models.split(","):
         gguf = resolve_builtin(f"builtin:{name}")
         today = LlamaCppChatModel(model_path=gguf, model_name=name, prompt_format=BUILTINS[name].prompt_format,
                                   n_ctx=4096)
-        server = LlamaCppServerChatModel(model_path=gguf, model_name=name, prompt_format=BUILTINS[name].prompt_format,
-                                         n_ctx=args.slot_ctx, n_parallel=slots)
-        for model in (today, server):  # warm-up: load, first contexts
+        models = {"native": today}
+        if "server" in engines_wanted:
+            models["server"] = LlamaCppServerChatModel(model_path=gguf, model_name=name,
+                                                       prompt_format=BUILTINS[name].prompt_format,
+                                                       n_ctx=args.slot_ctx, n_parallel=slots)
+        for model in models.values():  # warm-up: load, first contexts
             run_questions(model, problems[:1], messages[:1], in_flight=1, **dict(kw, max_tokens=4))
-        walls: dict[object, list[float]] = {"today": [], **{lv: [] for lv in levels}}
-        tokens: dict[object, list[int]] = {"today": [], **{lv: [] for lv in levels}}
-        acc: dict[object, list[list[float]]] = {"today": [], **{lv: [] for lv in levels}}  # [repeat][question]
+        walls: dict[tuple, list[float]] = {c: [] for c in cells}
+        tokens: dict[tuple, list[int]] = {c: [] for c in cells}
+        acc: dict[tuple, list[list[float]]] = {c: [] for c in cells}  # [repeat][question]
+        base = ("native", 1)
         for r in range(args.repeats):
-            order: list[object] = ["today", *levels]
-            for cell in (order if r % 2 == 0 else order[::-1]):
-                model, in_flight = (today, 1) if cell == "today" else (server, int(cell))
-                wall, answers = run_questions(model, problems, messages, in_flight=in_flight, **kw)
+            for cell in (cells if r % 2 == 0 else cells[::-1]):
+                engine, in_flight = cell
+                wall, answers = run_questions(models[engine], problems, messages, in_flight=in_flight, **kw)
                 walls[cell].append(wall)
                 tokens[cell].append(sum(m.usage_metadata["output_tokens"] for gens in answers for m in gens))
                 acc[cell].append([statistics.fmean(right(p, g)) for p, g in zip(problems, answers)])
-                print(f"  {name} repeat {r + 1} {'today' if cell == 'today' else f'server ×{cell}'}: {wall:.1f} s, "
+                print(f"  {name} repeat {r + 1} {label[engine]} ×{in_flight}: {wall:.1f} s, "
                       f"{tokens[cell][-1]} tokens", flush=True)
-        base_acc = [statistics.fmean(col) for col in zip(*acc["today"])]  # per question, over repeats
+        base_acc = [statistics.fmean(col) for col in zip(*acc[base])]  # per question, over repeats
         print(f"\n{name} (threads {today.n_threads})")
         print(f"{'engine':<16} {'in flight':>9} {'wall s':>8} {'tok/s':>7} {'speed-up [95% CI]':>22} "
               f"{'accuracy':>9} {'Δ acc vs today [95% CI]':>26}")
         mean_acc = statistics.fmean(base_acc)
-        print(f"{'llama-cpp-python':<16} {1:>9} {statistics.fmean(walls['today']):8.1f} "
-              f"{sum(tokens['today']) / sum(walls['today']):7.1f} {'1 (baseline)':>22} {mean_acc:9.3f} {'':>26}")
-        for lv in levels:
-            ratio = t_interval([a / b for a, b in zip(walls["today"], walls[lv])])
-            cell_acc = [statistics.fmean(col) for col in zip(*acc[lv])]
+        print(f"{'llama-cpp-python':<16} {1:>9} {statistics.fmean(walls[base]):8.1f} "
+              f"{sum(tokens[base]) / sum(walls[base]):7.1f} {'1 (baseline)':>22} {mean_acc:9.3f} {'':>26}")
+        for cell in cells[1:]:
+            engine, lv = cell
+            ratio = t_interval([a / b for a, b in zip(walls[base], walls[cell])])
+            cell_acc = [statistics.fmean(col) for col in zip(*acc[cell])]
             diff = t_interval([a - b for a, b in zip(cell_acc, base_acc)])
-            print(f"{'server':<16} {lv:>9} {statistics.fmean(walls[lv]):8.1f} {sum(tokens[lv]) / sum(walls[lv]):7.1f} "
+            print(f"{label[engine]:<16} {lv:>9} {statistics.fmean(walls[cell]):8.1f} "
+                  f"{sum(tokens[cell]) / sum(walls[cell]):7.1f} "
                   f"{ratio[0]:8.2f} [{ratio[1]:.2f}, {ratio[2]:.2f}]{'':>2} {statistics.fmean(cell_acc):9.3f} "
                   f"{diff[0]:+10.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]", flush=True)
+        if decoder_peak := getattr(getattr(today.llm(), "_agora_decoder", None), "peak_sequences", 0):
+            print(f"llama-cpp-python: at most {decoder_peak} sequences decoded in one step")
         close_servers()
 
 
@@ -158,7 +175,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--levels", default="1,2,4,8", help="engines mode: questions in flight on the server")
+    parser.add_argument("--levels", default="1,2,4,8", help="engines mode: questions in flight")
+    parser.add_argument("--engines", default="native,server",
+                        help="engines mode: native (llama-cpp-python, continuous batching across the questions in "
+                             "flight) and/or server (xllamacpp); the baseline is native with 1 in flight")
     parser.add_argument("--questions", type=int, default=16, help="engines mode: GSM8K test questions (the first)")
     parser.add_argument("--n", type=int, default=3, help="engines mode: samples per question")
     parser.add_argument("--repeats", type=int, default=3, help="engines mode: repeats (the speed-up's interval)")

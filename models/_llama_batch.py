@@ -1,21 +1,35 @@
-"""Batched sampling on llama.cpp: one prompt evaluated once, n sequences decoded together.
+"""Batched sampling on llama.cpp: a prompt evaluated once, its n sequences decoded together, and
+the requests of concurrent callers sharing decode batches (continuous batching).
 
-A request for ``n`` samples of one prompt runs on a second llama.cpp context of the loaded model
-(``n_seq_max`` sequences, one unified KV cache), with the model's LoRA adapter set on it too when it
-has one (llama.cpp attaches adapters per context). The prompt is decoded once into sequence 0, its
-KV cells are shared with sequences ``1..n-1`` (``llama_memory_seq_cp``, no copy of the data), and
-then every step decodes one token for each unfinished sequence in one ``llama_decode`` batch. Each
-sequence has its own sampler chain seeded with ``seed + i`` (the chain llama-cpp-python builds for
-``create_completion``: top-k 40, typical 1.0, top-p, min-p 0.05, temperature, then a seeded draw;
-greedy at temperature 0), so the same seeds give the same samples, run to run.
+A request for ``n`` samples runs on a second llama.cpp context of the loaded model (one unified KV
+cache holding up to :data:`SEQ_SLOTS` sequences), with the model's LoRA adapter set on it too when
+it has one (llama.cpp attaches adapters per context). The prompt is decoded once into the request's
+first sequence, its KV cells are shared with its other ``n - 1`` sequences
+(``llama_memory_seq_cp``, no copy of the data), and then every step decodes one token for each
+unfinished sequence in one ``llama_decode`` batch. Each sequence has its own sampler chain seeded
+with ``seed + i`` (the chain llama-cpp-python builds for ``create_completion``: top-k 40, typical
+1.0, top-p, min-p 0.05, temperature, then a seeded draw; greedy at temperature 0).
 
-The context starts empty for every request (``llama_memory_clear``) so a seeded request's text
-depends only on its prompt, seeds and ``n``, never on what ran before it. (So a prefix shared with
-the previous request, such as the system prompt and exemplars, is evaluated again: llama.cpp's
-logits after a reused prefix differ slightly from a fresh prefill, which would make a seeded
-sample depend on the request before it. The prefill of a few hundred tokens costs well under a
-second here, against seconds of decoding.) It holds at least
-``prompt + n * max_tokens`` cells and grows (is re-created) when a request needs more.
+**Concurrent requests** (issue 29: questions in flight with ``--concurrency N``, or a question's
+agents) join the running batch: at each step, requests waiting in line are admitted while sequence
+slots and KV cells are free (first come, first served), their prompts are evaluated, and their
+sequences decode in the same ``llama_decode`` calls as the ones already running, so a CPU reads
+the weights once per step for all of them and sequences that finish early are replaced instead of
+leaving the batch short. No thread runs in the background: the calling threads take turns driving
+the loop (the caller whose request is still running drives; when its request finishes it hands the
+loop to another waiting caller). Each step holds the decode lock it is given (the process-wide one of
+:mod:`agora.models.llamacpp`), so two models' batches alternate step by step, never decode at once.
+
+**Determinism.** A request that runs alone (nothing else in flight when it starts or while it
+runs) starts from an empty cache, gets sequences ``0..n-1`` and follows exactly the calls of a
+lone request, so the same seeds give the same samples run to run, whatever ran before. A
+request that shared its batches with others may differ in the last bits of its logits (llama.cpp
+computes a batch's attention over every cell in use), hence sometimes in its text: resume rests on
+stored traces, never on regenerating (llama.cpp PR #6950).
+
+The context holds at least one request's ``prompt + n * max_tokens`` cells; when concurrent
+requests had to wait for cells, it is re-created larger (up to :data:`MAX_CELLS`) the next time
+nothing is in flight.
 
 Why: decoding B tokens in one batch costs little more than one token on a CPU, whose decode is
 bound by reading the weights; measured in ``benchmarks/batched_sampling.py``.
@@ -23,34 +37,75 @@ bound by reading the weights; measured in ``benchmarks/batched_sampling.py``.
 
 from __future__ import annotations
 
+import collections
 import ctypes
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-#: Sequences decoded together at most; a request for more samples runs in chunks of this size.
+#: Sequences of one request decoded together at most; a request for more samples runs in chunks of this size.
 MAX_SEQ = 16
-#: Prompt tokens per ``llama_decode`` call while evaluating the prompt.
+#: Sequences in flight at once across concurrent requests (the context's ``n_seq_max``).
+SEQ_SLOTS = 64
+#: Prompt tokens per ``llama_decode`` call while evaluating a prompt.
 N_BATCH = 512
+#: The most KV cells the shared context grows to for concurrent requests (a single request that
+#: needs more still gets a context of its size).
+MAX_CELLS = 32768
 
 
 @dataclass
 class SeqResult:
-    """One decoded sequence: its text, token count, why it stopped and when (seconds from the request start)."""
+    """One decoded sequence: its text, token count, why it stopped, when (seconds from the request
+    start) and how long its request's prompt evaluation took (seconds)."""
 
     text: str
     completion_tokens: int
     finish_reason: str
     finished_at_s: float
+    prefill_s: float = 0.0
+
+
+@dataclass(eq=False)
+class _Request:
+    """One caller's request while it is in line or in flight (driver-owned once admitted)."""
+
+    tokens: Sequence[int]
+    n: int
+    budget: int
+    temperature: float
+    top_p: float
+    seeds: Sequence[int]
+    stops: Sequence[str]
+    ignore_eos: bool
+    cells: int
+    start: float = field(default_factory=time.perf_counter)
+    seqs: list[int] = field(default_factory=list)
+    samplers: list[Any] = field(default_factory=list)
+    pieces: list[bytearray] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    done: list[SeqResult | None] = field(default_factory=list)
+    idx: list[int] = field(default_factory=list)
+    next_token: list[int | None] = field(default_factory=list)
+    pos: int = 0
+    prefill_s: float = 0.0
+    finished: bool = False
+    error: BaseException | None = None
 
 
 class BatchDecoder:
-    """A second llama.cpp context over an already loaded ``llama_cpp.Llama``'s weights.
+    """A second llama.cpp context over an already loaded ``llama_cpp.Llama``'s weights, shared by
+    the requests of concurrent callers (:meth:`generate` is thread-safe).
 
-    Not thread-safe: callers hold the process-wide decode lock (:mod:`agora.models.llamacpp`).
+    Args:
+        llm: the loaded ``llama_cpp.Llama``.
+        n_threads: llama.cpp threads for decoding.
+        lock: held for each step (prompt evaluations and one batched decode); the process-wide
+            decode lock of :mod:`agora.models.llamacpp`, so no two contexts decode at once.
     """
 
-    def __init__(self, llm: Any, n_threads: int):
+    def __init__(self, llm: Any, n_threads: int, lock: Any = None):
         import llama_cpp
 
         self._lib = llama_cpp
@@ -62,7 +117,17 @@ class BatchDecoder:
         self.n_ctx = 0
         self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.last_prefill_s = 0.0
-        """Seconds the last :meth:`generate` spent evaluating its prompt."""
+        """Seconds the last finished :meth:`generate` spent evaluating its prompt."""
+        self.peak_sequences = 0
+        """The most sequences decoded in one step so far (shows that concurrent requests shared batches)."""
+        self._lock = lock if lock is not None else threading.RLock()
+        self._cv = threading.Condition()
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._active: list[_Request] = []
+        self._driving = False
+        self._used_cells = 0
+        self._capacity_goal = 0
+        self._batch = None
 
     def _ensure_context(self, cells: int) -> None:
         if self.ctx is not None and self.n_ctx >= cells:
@@ -74,7 +139,7 @@ class BatchDecoder:
         params.n_ctx = size
         params.n_batch = N_BATCH
         params.n_ubatch = N_BATCH
-        params.n_seq_max = MAX_SEQ
+        params.n_seq_max = SEQ_SLOTS
         params.kv_unified = True
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
@@ -92,6 +157,9 @@ class BatchDecoder:
         self.ctx, self.n_ctx = ctx, size
 
     def close(self) -> None:
+        if self._batch is not None:
+            self._lib.llama_batch_free(self._batch)
+            self._batch = None
         if self.ctx is not None:
             self._lib.llama_free(self.ctx)
             self.ctx, self.n_ctx = None, 0
@@ -127,18 +195,22 @@ class BatchDecoder:
     def generate(self, prompt_tokens: Sequence[int], n: int, *, max_tokens: int, temperature: float,
                  top_p: float, seeds: Sequence[int], stops: Sequence[str], n_ctx_limit: int,
                  ignore_eos: bool = False) -> list[SeqResult]:
-        """Decode ``n`` continuations of ``prompt_tokens`` (``n <= MAX_SEQ``) in one batch.
+        """Decode ``n`` continuations of ``prompt_tokens`` (``n <= MAX_SEQ``), batched together and
+        with the sequences of any other request in flight on this decoder.
 
-        ``n_ctx_limit`` is the per-sequence context of the model's pool entry: a prompt longer than
-        it raises, and a sequence stops (``finish_reason="length"``) when it would pass it, as the
-        sequential path does. ``ignore_eos`` (benchmarks only) decodes every sequence to
-        ``max_tokens``, treating an end-of-generation token as text.
+        Blocks until the request's sequences are finished. ``n_ctx_limit`` is the per-sequence
+        context of the model's pool entry: a prompt longer than it raises, and a sequence stops
+        (``finish_reason="length"``) when it would pass it, as the sequential path does.
+        ``ignore_eos`` (benchmarks only) decodes every sequence to ``max_tokens``, treating an
+        end-of-generation token as text.
+
+        Returns:
+            ``n`` :class:`SeqResult`, in seed order.
 
         Raises:
             ValueError: ``n`` outside ``1..MAX_SEQ``, or a prompt that does not fit ``n_ctx_limit``.
-            RuntimeError: ``llama_decode`` failed.
+            RuntimeError: ``llama_decode`` failed for a batch this request was in.
         """
-        lib = self._lib
         if not 1 <= n <= MAX_SEQ:
             raise ValueError(f"n must be in 1..{MAX_SEQ}, got {n}")
         n_prompt = len(prompt_tokens)
@@ -147,65 +219,201 @@ class BatchDecoder:
         if n_prompt >= n_ctx_limit:
             raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {n_ctx_limit}")
         budget = min(max_tokens, n_ctx_limit - n_prompt)
-        self._ensure_context(n_prompt + n * budget + 8)
-        start = time.perf_counter()
-        mem = lib.llama_get_memory(self.ctx)
-        lib.llama_memory_clear(mem, True)
-        batch = lib.llama_batch_init(max(N_BATCH, MAX_SEQ), 0, 1)
-        samplers = [self._sampler(temperature, top_p, int(s)) for s in seeds[:n]]
-        try:
-            # 1. the prompt, once, into sequence 0, shared with sequences 1..n-1
-            last_idx = self._prefill(batch, mem, prompt_tokens, n)
-            self.last_prefill_s = time.perf_counter() - start
-            # 2. every sequence draws from the prompt's last logits, then all decode together
-            pieces: list[bytearray] = [bytearray() for _ in range(n)]
-            counts = [0] * n
-            done: list[SeqResult | None] = [None] * n
-            idx = {s: last_idx for s in range(n)}
-            pos = n_prompt
-            while True:
-                active = []
-                for s in range(n):
-                    if done[s] is not None:
-                        continue
-                    tok = lib.llama_sampler_sample(samplers[s], self.ctx, idx[s])
-                    if not ignore_eos and lib.llama_vocab_is_eog(self.vocab, tok):
-                        done[s] = self._finish(pieces[s], counts[s], "stop", stops, start)
-                        continue
-                    pieces[s] += self._piece(tok)
-                    counts[s] += 1
-                    if stops and self._stop_hit(pieces[s], stops):
-                        done[s] = self._finish(pieces[s], counts[s], "stop", stops, start)
-                    elif counts[s] >= budget:
-                        done[s] = self._finish(pieces[s], counts[s], "length", stops, start)
-                    else:
-                        active.append((s, tok))
-                if not active:
-                    break
-                for j, (s, tok) in enumerate(active):
-                    self._put(batch, j, tok, pos, s, True)
-                    idx[s] = j
-                batch.n_tokens = len(active)
-                self._decode(batch)
-                pos += 1
-        finally:
-            lib.llama_batch_free(batch)
-            for smpl in samplers:
-                lib.llama_sampler_free(smpl)
-        return [d for d in done if d is not None]
+        req = _Request(tokens=list(prompt_tokens), n=n, budget=budget, temperature=temperature, top_p=top_p,
+                       seeds=[int(s) for s in seeds[:n]], stops=list(stops), ignore_eos=ignore_eos,
+                       cells=n_prompt + n * budget + 8)
+        with self._cv:
+            self._pending.append(req)
+            try:
+                while not req.finished and self._driving:
+                    self._cv.wait()
+            except BaseException:  # e.g. Ctrl-C while in line: leave the line (a running request just ends unread)
+                if req in self._pending:
+                    self._pending.remove(req)
+                raise
+            if not req.finished:
+                self._driving = True
+        if not req.finished:
+            self._drive(req)
+        if req.error is not None:
+            raise req.error
+        self.last_prefill_s = req.prefill_s
+        return [d for d in req.done if d is not None]
 
-    def _prefill(self, batch: Any, mem: Any, prompt_tokens: Sequence[int], n_seq: int) -> int:
-        """Decode the prompt into sequence 0 (logits of its last token only), share its KV cells
-        with sequences ``1..n_seq-1``, and return the batch index of the last token's logits."""
+    # -- the loop, run by one calling thread at a time ------------------------------------------
+
+    def _drive(self, mine: _Request) -> None:
+        """Run steps until ``mine`` is finished, then hand the loop to another waiting caller."""
+        try:
+            while not mine.finished:
+                with self._lock:
+                    self._step()
+        except BaseException as exc:  # e.g. Ctrl-C in the driving thread: fail what is in flight, keep the line
+            self._fail_active(exc if isinstance(exc, Exception) else RuntimeError(f"decoding interrupted: {exc!r}"))
+            if not mine.finished:  # still in line: take it out, the caller re-raises
+                with self._cv:
+                    if mine in self._pending:
+                        self._pending.remove(mine)
+                mine.finished = True
+            raise
+        finally:
+            with self._cv:
+                self._driving = False
+                self._cv.notify_all()
+
+    def _step(self) -> None:
+        """One step: sample every running sequence's next token from the last decode's logits,
+        admit waiting requests (evaluate their prompts, sample their first tokens), then decode one
+        token for every unfinished sequence in one batch."""
+        lib = self._lib
+        for req in self._active:
+            for i in range(req.n):
+                if req.done[i] is None:
+                    self._sample(req, i)
+        self._retire()
+        self._admit()
+        entries = [(req, i) for req in self._active for i in range(req.n) if req.next_token[i] is not None]
+        if not entries:
+            return
+        batch = self._batch
+        for j, (req, i) in enumerate(entries):
+            self._put(batch, j, req.next_token[i], req.pos, req.seqs[i], True)
+            req.idx[i] = j
+            req.next_token[i] = None
+        batch.n_tokens = len(entries)
+        self.peak_sequences = max(self.peak_sequences, len(entries))
+        try:
+            self._decode(batch)
+        except RuntimeError as exc:
+            self._fail_active(exc)
+            return
+        for req in {id(r): r for r, _ in entries}.values():
+            req.pos += 1
+
+    def _sample(self, req: _Request, i: int) -> None:
+        lib = self._lib
+        tok = lib.llama_sampler_sample(req.samplers[i], self.ctx, req.idx[i])
+        if not req.ignore_eos and lib.llama_vocab_is_eog(self.vocab, tok):
+            req.done[i] = self._finish(req.pieces[i], req.counts[i], "stop", req.stops, req.start, req.prefill_s)
+            return
+        req.pieces[i] += self._piece(tok)
+        req.counts[i] += 1
+        if req.stops and self._stop_hit(req.pieces[i], req.stops):
+            req.done[i] = self._finish(req.pieces[i], req.counts[i], "stop", req.stops, req.start, req.prefill_s)
+        elif req.counts[i] >= req.budget:
+            req.done[i] = self._finish(req.pieces[i], req.counts[i], "length", req.stops, req.start, req.prefill_s)
+        else:
+            req.next_token[i] = tok
+
+    def _retire(self) -> None:
+        """Release the sequences and cells of requests whose sequences are all finished."""
+        finished = [req for req in self._active if all(d is not None for d in req.done)]
+        if not finished:
+            return
+        mem = self._lib.llama_get_memory(self.ctx)
+        for req in finished:
+            self._release(req, mem)
+        with self._cv:
+            for req in finished:
+                req.finished = True
+            self._cv.notify_all()
+
+    def _release(self, req: _Request, mem: Any) -> None:
+        for s in req.seqs:
+            self._lib.llama_memory_seq_rm(mem, s, -1, -1)
+        for smpl in req.samplers:
+            self._lib.llama_sampler_free(smpl)
+        req.samplers = []
+        self._active.remove(req)
+        self._used_cells -= req.cells
+
+    def _admit(self) -> None:
+        """Admit waiting requests in arrival order while sequence slots and KV cells are free."""
+        lib = self._lib
+        while True:
+            with self._cv:
+                if not self._pending:
+                    return
+                req = self._pending[0]
+                idle = not self._active
+                if idle:  # nothing in flight: start clean, sized for what is waiting
+                    need = max(req.cells, min(self._capacity_goal, MAX_CELLS))
+                else:
+                    busy = {s for r in self._active for s in r.seqs}
+                    if (SEQ_SLOTS - len(busy) < req.n or self._used_cells + req.cells > self.n_ctx):
+                        self._capacity_goal = max(self._capacity_goal, self._used_cells + req.cells)
+                        return
+                self._pending.popleft()
+            try:
+                if idle:
+                    self._ensure_context(need)
+                    if self._batch is None:
+                        self._batch = lib.llama_batch_init(max(N_BATCH, SEQ_SLOTS), 0, 1)
+                    lib.llama_memory_clear(lib.llama_get_memory(self.ctx), True)
+                    self._used_cells = 0
+                busy = {s for r in self._active for s in r.seqs}
+                req.seqs = [s for s in range(SEQ_SLOTS) if s not in busy][:req.n]
+                req.samplers = [self._sampler(req.temperature, req.top_p, s) for s in req.seeds]
+                self._active.append(req)
+                self._used_cells += req.cells
+                req.pieces = [bytearray() for _ in range(req.n)]
+                req.counts, req.done = [0] * req.n, [None] * req.n
+                req.next_token = [None] * req.n
+                began = time.perf_counter()
+                last = self._prefill(self._batch, lib.llama_get_memory(self.ctx), req.tokens, req.seqs)
+                req.prefill_s = time.perf_counter() - began
+                req.pos = len(req.tokens)
+                req.idx = [last] * req.n
+                for i in range(req.n):  # the first tokens come from the prompt's logits, before the next decode
+                    self._sample(req, i)
+            except BaseException as exc:  # this request's context or prompt failed; the others go on
+                req.error = exc if isinstance(exc, Exception) else RuntimeError(f"decoding interrupted: {exc!r}")
+                if req in self._active:
+                    self._release(req, lib.llama_get_memory(self.ctx))
+                with self._cv:
+                    req.finished = True
+                    self._cv.notify_all()
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            if all(d is not None for d in req.done):  # every sequence ended on its first token
+                self._release(req, lib.llama_get_memory(self.ctx))
+                with self._cv:
+                    req.finished = True
+                    self._cv.notify_all()
+
+    def _fail_active(self, exc: Exception) -> None:
+        """A batched decode failed: every request in flight fails with it; the cache starts clean."""
+        failed = list(self._active)
+        for req in failed:
+            req.error = exc
+            for smpl in req.samplers:
+                self._lib.llama_sampler_free(smpl)
+            req.samplers = []
+        self._active.clear()
+        self._used_cells = 0
+        if self.ctx is not None:
+            self._lib.llama_memory_clear(self._lib.llama_get_memory(self.ctx), True)
+        with self._cv:
+            for req in failed:
+                req.finished = True
+            self._cv.notify_all()
+
+    def _prefill(self, batch: Any, mem: Any, prompt_tokens: Sequence[int], seqs: Sequence[int] | int) -> int:
+        """Decode the prompt into the first of ``seqs`` (logits of its last token only), share its
+        KV cells with the others, and return the batch index of the last token's logits.
+        (``seqs`` as an int ``n``: sequences ``0..n-1``.)"""
+        if isinstance(seqs, int):
+            seqs = list(range(seqs))
         n_prompt = len(prompt_tokens)
         for begin in range(0, n_prompt, N_BATCH):
             chunk = prompt_tokens[begin:begin + N_BATCH]
             for j, tok in enumerate(chunk):
-                self._put(batch, j, tok, begin + j, 0, begin + j == n_prompt - 1)
+                self._put(batch, j, tok, begin + j, seqs[0], begin + j == n_prompt - 1)
             batch.n_tokens = len(chunk)
             self._decode(batch)
-        for s in range(1, n_seq):
-            self._lib.llama_memory_seq_cp(mem, 0, s, -1, -1)
+        for s in seqs[1:]:
+            self._lib.llama_memory_seq_cp(mem, seqs[0], s, -1, -1)
         return (n_prompt - 1) % N_BATCH
 
     @staticmethod
@@ -227,16 +435,15 @@ class BatchDecoder:
         return any(s in tail for s in stops)
 
     @staticmethod
-    def _finish(data: bytearray, count: int, reason: str, stops: Sequence[str], start: float) -> SeqResult:
+    def _finish(data: bytearray, count: int, reason: str, stops: Sequence[str], start: float,
+                prefill_s: float = 0.0) -> SeqResult:
         text = bytes(data).decode("utf-8", errors="ignore")
         if stops:
             cut = [text.find(s) for s in stops if s in text]
             if cut:
                 text = text[:min(cut)]
         return SeqResult(text=text, completion_tokens=count, finish_reason=reason,
-                         finished_at_s=time.perf_counter() - start)
-
-
+                         finished_at_s=time.perf_counter() - start, prefill_s=prefill_s)
 def decode_only_rate(decoder: BatchDecoder, prompt_tokens: Sequence[int], batch: int, steps: int) -> float:
     """llama.cpp's own batched decode rate, in generated tokens per second: the prompt once, then
     ``steps`` calls of ``llama_decode`` with one token for each of ``batch`` sequences and no

@@ -263,22 +263,24 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
         generations = []
         with _DECODE_LOCK:
             decoder = _decoder(llm, self.n_threads)
-            for first in range(0, n, MAX_SEQ):
-                m = min(MAX_SEQ, n - first)
-                start = time.perf_counter()
-                results = decoder.generate(tokens, m, max_tokens=params["max_tokens"],
-                                           temperature=params["temperature"], top_p=params["top_p"],
-                                           seeds=[base + first + i for i in range(m)], stops=stops,
-                                           n_ctx_limit=self.n_ctx)
-                wall = time.perf_counter() - start
-                total = sum(r.completion_tokens for r in results) or 1
-                prefill = min(decoder.last_prefill_s, wall)
-                for r in results:
-                    share = prefill / m + (wall - prefill) * r.completion_tokens / total
-                    generations.append(generation(
-                        r.text.strip(), prompt_tokens=len(tokens), completion_tokens=r.completion_tokens,
-                        latency_s=share, model_name=self.model_name, finish_reason=r.finish_reason,
-                        extra={"request_latency_s": wall, "batch_size": m}))
+        # not under the lock: the decoder takes it step by step, so concurrent callers' requests
+        # share its decode batches (continuous batching, agora.models._llama_batch)
+        for first in range(0, n, MAX_SEQ):
+            m = min(MAX_SEQ, n - first)
+            start = time.perf_counter()
+            results = decoder.generate(tokens, m, max_tokens=params["max_tokens"],
+                                       temperature=params["temperature"], top_p=params["top_p"],
+                                       seeds=[base + first + i for i in range(m)], stops=stops,
+                                       n_ctx_limit=self.n_ctx)
+            wall = time.perf_counter() - start
+            total = sum(r.completion_tokens for r in results) or 1
+            prefill = min(results[0].prefill_s if results else 0.0, wall)
+            for r in results:
+                share = prefill / m + (wall - prefill) * r.completion_tokens / total
+                generations.append(generation(
+                    r.text.strip(), prompt_tokens=len(tokens), completion_tokens=r.completion_tokens,
+                    latency_s=share, model_name=self.model_name, finish_reason=r.finish_reason,
+                    extra={"request_latency_s": wall, "batch_size": m}))
         return generations
 
 
@@ -288,7 +290,7 @@ def _decoder(llm: Any, n_threads: int):
 
     decoder = getattr(llm, "_agora_decoder", None)
     if decoder is None:
-        decoder = llm._agora_decoder = BatchDecoder(llm, n_threads)
+        decoder = llm._agora_decoder = BatchDecoder(llm, n_threads, lock=_DECODE_LOCK)
     return decoder
 
 

@@ -1,0 +1,164 @@
+"""Continuous batching on the embedded llama.cpp engine (issue 29 item 2; slow: real embedded models).
+
+Concurrent callers' requests share the decoder's ``llama_decode`` batches; a request that runs alone
+still gives exactly its seeded samples; requests wait for sequence slots and KV cells and the context
+grows once nothing is in flight; a failed batch fails the requests in it and not the ones after it;
+``agora run --concurrency`` on the embedded pool records every call.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from agora.models import _llama_batch
+from agora.models._llama_batch import BatchDecoder
+from agora.models.llamacpp import _DECODE_LOCK
+from agora.models.pool import SamplingParams, builtin_pool
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ["Name three colours.", "Count to five.", "What is 2 + 3?", "Say a word about cats."]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return builtin_pool("tiny")
+
+
+def ask(pool, q: int, n: int = 3, max_tokens: int = 32):
+    samples, records = pool.sample("smollm2-135m", [{"role": "user", "content": QUESTIONS[q]}],
+                                   SamplingParams(n=n, temperature=0.8, max_tokens=max_tokens, seed=7 + q))
+    assert len(records) == n and all(r["error"] is None for r in records)
+    return samples
+
+
+def decoder_of(pool):
+    return pool._members["smollm2-135m"].sampler.llm()._agora_decoder
+
+
+def test_concurrent_requests_share_decode_batches_and_each_gets_its_samples(tiny):
+    ask(tiny, 0, max_tokens=2)  # load the model and create its decoder
+    decoder = decoder_of(tiny)
+    decoder.peak_sequences = 0
+    start = threading.Barrier(4)
+
+    def one(q):
+        start.wait()
+        return ask(tiny, q, max_tokens=48)
+
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(one, range(4)))
+    assert [len(r) for r in results] == [3, 3, 3, 3]
+    assert all(s.completion_tokens > 0 and s.prompt_tokens > 0 and s.text for r in results for s in r)
+    assert decoder.peak_sequences > 3  # more than one request's sequences were decoded in one step
+    assert not decoder._active and not decoder._pending and not decoder._driving
+
+
+def test_a_request_alone_gives_the_same_samples_before_and_after_concurrent_traffic(tiny):
+    alone = [s.text for s in ask(tiny, 2)]
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(lambda q: ask(tiny, q), range(4)))
+    assert [s.text for s in ask(tiny, 2)] == alone
+
+
+def test_requests_wait_for_kv_cells_and_the_context_grows_when_nothing_is_in_flight(tiny):
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)  # a fresh context: 2048 cells
+    prompt = llm.tokenize(b"Write a long story about a dragon.", add_bos=True, special=True)
+    kw = dict(max_tokens=200, temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    try:
+        decoder.generate(prompt, 1, seeds=[1], **dict(kw, max_tokens=4))
+        assert decoder.n_ctx == 2048
+        start = threading.Barrier(2)
+
+        def one(seed):
+            start.wait()
+            return decoder.generate(prompt, 8, seeds=[seed + i for i in range(8)], **kw)  # 8 × 200 cells
+
+        with ThreadPoolExecutor(2) as ex:
+            results = list(ex.map(one, (10, 20)))
+        assert [[r.completion_tokens for r in rs] for rs in results] == [[200] * 8, [200] * 8]
+        assert decoder.peak_sequences == 8  # the second request waited for cells: never 16 in one step
+        assert decoder._capacity_goal > 2048
+        decoder.generate(prompt, 1, seeds=[1], **dict(kw, max_tokens=4))  # idle: the context is re-created larger
+        assert decoder.n_ctx >= decoder._capacity_goal
+        with ThreadPoolExecutor(2) as ex:
+            again = list(ex.map(one, (10, 20)))
+        assert decoder.peak_sequences == 16  # now both fit at once
+        assert [[r.completion_tokens for r in rs] for rs in again] == [[200] * 8, [200] * 8]
+    finally:
+        decoder.close()
+
+
+def test_a_failed_batch_fails_the_requests_in_it_and_the_next_request_runs(tiny, monkeypatch):
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    prompt = llm.tokenize(b"Tell me about the sea.", add_bos=True, special=True)
+    kw = dict(max_tokens=40, temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    real, calls = decoder._decode, []
+
+    def flaky(batch):
+        calls.append(batch.n_tokens)
+        if len(calls) == 12:  # a step well inside the run, with both requests in flight
+            raise RuntimeError("llama_decode failed with code -3 (injected)")
+        return real(batch)
+
+    monkeypatch.setattr(decoder, "_decode", flaky)
+    start = threading.Barrier(2)
+
+    def one(seed):
+        start.wait()
+        try:
+            return decoder.generate(prompt, 2, seeds=[seed, seed + 1], **kw)
+        except RuntimeError as exc:
+            return str(exc)
+
+    try:
+        with ThreadPoolExecutor(2) as ex:
+            out = list(ex.map(one, (1, 5)))
+        assert all(isinstance(o, str) and "injected" in o for o in out), out
+        assert not decoder._active and not decoder._pending and decoder._used_cells == 0
+        after = decoder.generate(prompt, 2, seeds=[1, 2], **kw)
+        assert [r.completion_tokens for r in after] == [40, 40]
+    finally:
+        decoder.close()
+
+
+def test_two_models_decode_concurrently_one_step_at_a_time(tiny):
+    from agora.agents.prompts import solver_messages
+    from agora.tasks.loaders import load_problems
+    from agora.tasks.samples import sample_path
+
+    problem = load_problems(*sample_path("gsm8k"), 1)[0]
+
+    def one(model):
+        samples, records = tiny.sample(model, solver_messages(problem, 2), SamplingParams(n=2, max_tokens=24, seed=3))
+        return [r["error"] for r in records], [s.completion_tokens for s in samples]
+
+    with ThreadPoolExecutor(2) as ex:
+        out = list(ex.map(one, ["smollm2-135m", "gemma3-270m"]))
+    assert all(errors == [None, None] and all(c > 0 for c in counts) for errors, counts in out), out
+
+
+def test_run_align_with_concurrency_on_the_embedded_pool_records_every_call(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import sqlite_utils
+
+    db = tmp_path / "t.db"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160", "AGORA_LLAMA_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-m", "agora.cli", "run", "align", "--pool", "tiny", "--limit", "3",
+                          "--samples", "2", "--max-tokens", "24", "--concurrency", "3", "--db", str(db),
+                          "--run-id", "cb"], capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    calls = list(sqlite_utils.Database(db)["model_calls"].rows)
+    assert len(calls) == 3 * 2 * 2  # questions × agents × samples
+    assert all(c["error"] is None and c["completion_tokens"] > 0 for c in calls)
+    assert len(list(sqlite_utils.Database(db)["questions"].rows)) == 3
