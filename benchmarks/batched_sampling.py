@@ -14,16 +14,17 @@ shipped sample, Agora's solver prompt), with the same seeds on both paths:
   the batched decoder at batch 1 (k times) and at batch k, beside llama.cpp's own rate at batch k
   (``llama_decode`` alone, no sampling: the ceiling) and our batched rate as a share of it.
 
-**--mode engines** (issue 29): today's engine (llama-cpp-python, a request's ``n`` samples batched,
-one request at a time) against llama.cpp's server in process (xllamacpp,
-:mod:`agora.models.llamacpp_server`) with 1, 2, 4 and 8 questions in flight, on the same GSM8K
-questions with the same seeds (question ``q``'s samples: ``seed + 1000·q + i``), natural stops,
-each model in turn. A repeat runs today's engine once over the questions, then the server at every
-level (the order reversed on odd repeats). Printed per model and level: wall seconds, generated
-tokens per second (each engine's own count: the server counts a final end token, today's engine
-does not), the speed-up ``wall(today) / wall(server)`` as a mean over repeats with a 95 % t
+**--mode engines** (issue 29): today's engine one question at a time (llama-cpp-python, a request's
+``n`` samples batched: the baseline) against the same engine with 2, 4 and 8 questions in flight
+(continuous batching: concurrent requests share decode batches, :mod:`agora.models._llama_batch`)
+and llama.cpp's server in process (xllamacpp, :mod:`agora.models.llamacpp_server`) at every level,
+on the same GSM8K questions with the same seeds (question ``q``'s samples: ``seed + 1000·q + i``),
+natural stops, each model in turn (``--engines native,server`` picks the engines). A repeat runs
+every cell once (the order reversed on odd repeats). Printed per model and cell: wall seconds,
+generated tokens per second (each engine's own count: the server counts a final end token, today's
+engine does not), the speed-up ``wall(baseline) / wall(cell)`` as a mean over repeats with a 95 % t
 interval, and the accuracy (a sample is right when its extracted answer is the gold one) paired by
-question: the server's minus today's, mean over questions with a 95 % interval::
+question: the cell's minus the baseline's, mean over questions with a 95 % interval::
 
     python benchmarks/batched_sampling.py --mode engines                  # 16 questions × n 3, 3 repeats
     python benchmarks/batched_sampling.py --mode engines --models qwen2.5-coder-0.5b --questions 1 \
@@ -129,6 +130,10 @@ def engines(args) -> None:
             models["server"] = LlamaCppServerChatModel(model_path=gguf, model_name=name,
                                                        prompt_format=BUILTINS[name].prompt_format,
                                                        n_ctx=args.slot_ctx, n_parallel=slots)
+        # room for every question in flight at once (else the first busy cell waits for KV cells
+        # until the context grows, which it does only when nothing is in flight)
+        _decoder(today.llm(), today.n_threads).reserve(
+            max(levels) * (max(len(today.llm().tokenize(str(m).encode())) for m in messages) + args.n * args.max_tokens))
         for model in models.values():  # warm-up: load, first contexts
             run_questions(model, problems[:1], messages[:1], in_flight=1, **dict(kw, max_tokens=4))
         walls: dict[tuple, list[float]] = {c: [] for c in cells}

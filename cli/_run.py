@@ -51,8 +51,10 @@ POOL = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool na
                                          "list`). Default: the embedded Qwen pool.")
 DB = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite).")
 RUN_ID = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run.")
-CONCURRENCY = typer.Option(1, "--concurrency", min=1, help="Questions in flight at once. >1 pays off on a served "
-                                                             "pool (vLLM batches their requests).")
+CONCURRENCY_HELP = ("Questions in flight at once. Default: 8 on the embedded llama.cpp pool (concurrent "
+                    "requests share its decode batches), else 1; raise it for a served pool (vLLM batches "
+                    "requests too).")
+CONCURRENCY = typer.Option(None, "--concurrency", min=1, help=CONCURRENCY_HELP)
 DURABILITY = typer.Option("async", "--durability", help="Checkpoint each question after every step (async, sync) "
                                                         "or only when it ends or stops (exit).")
 CONFIG = typer.Option(None, "--config", help="Settings file (TOML): a table named after the protocol ([moa], "
@@ -144,16 +146,20 @@ def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: 
 
 def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, config: Any, pool: ModelPool, db: Path,
                   run_id: str | None, data: Path | None, fmt_name: str, limit: int | None, label: str,
-                  durability: Durability = "async", concurrency: int = 1) -> tuple[TraceStore, str, RunOutcome]:
+                  durability: Durability = "async", concurrency: int | None = 1) -> tuple[TraceStore, str, RunOutcome]:
     """Run the registered benchmark protocol ``name`` on ``problems`` and record it in ``db``.
 
+    ``concurrency=None``: the pool's :meth:`~agora.models.pool.ModelPool.suggested_concurrency`.
     Returns the store, the run id and the runner's outcome (the caller prints its report).
     """
     spec = protocol(name)
     run_id = new_run_id(name) if run_id is None else check_run_id(run_id)  # refused before the DB is created
+    if concurrency is None:
+        concurrency = min(pool.suggested_concurrency(), max(1, len(problems)))
     store = TraceStore(db)
+    in_flight = f", {concurrency} questions in flight" if concurrency > 1 else ""
     console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, {escape(label)}, "
-                  f"pool {escape(', '.join(pool.names))}", highlight=False)
+                  f"pool {escape(', '.join(pool.names))}{in_flight}", highlight=False)
     with question_progress(len(problems)) as progress, graceful_stop(run_id) as control:
         task = progress.add_task(name, total=len(problems), label=name, status="")
         outcome = run_protocol(
@@ -236,7 +242,7 @@ def _field_option(f: Any, hint: Any, doc: str) -> tuple[Any, Any, Callable[[Any]
 #: a settings field may not take one of these names.
 SHARED_PARAMS: dict[str, tuple[Any, Any]] = {
     "pool": (Optional[Path], POOL), "db": (Path, DB), "run_id": (Optional[str], RUN_ID),
-    "concurrency": (int, CONCURRENCY), "durability": (Durability, DURABILITY), "config_file": (Optional[Path], CONFIG),
+    "concurrency": (Optional[int], CONCURRENCY), "durability": (Durability, DURABILITY), "config_file": (Optional[Path], CONFIG),
 }
 
 

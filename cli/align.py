@@ -37,9 +37,7 @@ def run_align(
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),
     db: Path = _run.DB,
     run_id: Optional[str] = _run.RUN_ID,
-    concurrency: int = typer.Option(1, "--concurrency", min=1,
-                                    help="Questions in flight at once. >1 pays off on a served pool (vLLM batches "
-                                         "their requests); the embedded llama.cpp pool decodes one at a time."),
+    concurrency: Optional[int] = _run.CONCURRENCY,
     durability: _run.Durability = typer.Option("async", "--durability",
                                    help="Checkpoint each question after every step (async, sync) or only when it "
                                         "ends or stops (exit: faster; a killed process redoes that question)."),

@@ -26,6 +26,7 @@ from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, EscalationThresholds, load_thresholds
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
+from agora.cli import _run
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
@@ -199,7 +200,7 @@ def bench(
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Max generated tokens per sample, every method."),
     probe_max_tokens: int = typer.Option(64, "--probe-max-tokens", min=1, help="Max tokens of COMED's probe answer."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
-    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Questions in flight at once (served pools)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help=_run.CONCURRENCY_HELP),
     durability: Literal["async", "sync", "exit"] = typer.Option("async", "--durability",
                                                                 help="When questions are checkpointed (see run align)."),
     round_size: int = typer.Option(10, "--round-size", min=0, help="Test questions per task and run in one round: "

@@ -352,9 +352,10 @@ def run_problems(
             ``control``) or fails (an error keeps the steps and samples finished before it; a
             ``KeyboardInterrupt`` or a killed process redoes the interrupted step or question).
             ``"exit"`` saves ≈ 0.25 ms per step (``benchmarks/orchestration.py``).
-        concurrency: questions in flight at once (threads). A served pool (vLLM) batches the
-            requests of concurrent questions; an in-process llama.cpp pool decodes one at a time,
-            so keep 1 there. Questions are recorded as they finish; ``idx`` keeps their order.
+        concurrency: questions in flight at once (threads). A served pool (vLLM) and the embedded
+            llama.cpp pool (continuous batching, :mod:`agora.models._llama_batch`) batch the
+            requests of concurrent questions. Questions are recorded as they finish; ``idx`` keeps
+            their order.
         control: LangGraph's ``RunControl`` for a graceful stop (e.g. on Ctrl-C, see
             ``agora.cli._shared.graceful_stop``): after ``control.request_drain()`` each running
             question stops at its next step boundary with that step checkpointed (whatever the

@@ -27,9 +27,9 @@ request that shared its batches with others may differ in the last bits of its l
 computes a batch's attention over every cell in use), hence sometimes in its text: resume rests on
 stored traces, never on regenerating (llama.cpp PR #6950).
 
-The context holds at least one request's ``prompt + n * max_tokens`` cells; when concurrent
-requests had to wait for cells, it is re-created larger (up to :data:`MAX_CELLS`) the next time
-nothing is in flight.
+The context holds :data:`MIN_CELLS` cells, or one request's ``prompt + n * max_tokens`` when that is
+more; when concurrent requests had to wait for cells, it is re-created with room for all of them (up
+to :data:`MAX_CELLS`) the next time nothing is in flight.
 
 Why: decoding B tokens in one batch costs little more than one token on a CPU, whose decode is
 bound by reading the weights; measured in ``benchmarks/batched_sampling.py``.
@@ -50,6 +50,10 @@ MAX_SEQ = 16
 SEQ_SLOTS = 64
 #: Prompt tokens per ``llama_decode`` call while evaluating a prompt.
 N_BATCH = 512
+#: KV cells of the shared context at first: room for several requests of a few hundred prompt
+#: tokens and k × 256 generated ones (the KV cache's memory: cells × layers × KV width × 2 bytes ×
+#: 2, about 230 MB for Qwen2.5-1.5B).
+MIN_CELLS = 8192
 #: The most KV cells the shared context grows to for concurrent requests (a single request that
 #: needs more still gets a context of its size).
 MAX_CELLS = 32768
@@ -80,6 +84,7 @@ class _Request:
     stops: Sequence[str]
     ignore_eos: bool
     cells: int
+    alone: bool = False
     start: float = field(default_factory=time.perf_counter)
     seqs: list[int] = field(default_factory=list)
     samplers: list[Any] = field(default_factory=list)
@@ -129,12 +134,18 @@ class BatchDecoder:
         self._capacity_goal = 0
         self._batch = None
 
+    def reserve(self, cells: int) -> None:
+        """Make the context hold at least ``cells`` KV cells (capped at :data:`MAX_CELLS`) from the
+        next time nothing is in flight, so that many concurrent requests' cells fit at once."""
+        with self._cv:
+            self._capacity_goal = max(self._capacity_goal, int(cells))
+
     def _ensure_context(self, cells: int) -> None:
         if self.ctx is not None and self.n_ctx >= cells:
             return
         lib = self._lib
         self.close()
-        size = max(2048, -(-cells // 1024) * 1024)
+        size = max(MIN_CELLS, -(-cells // 1024) * 1024)
         params = lib.llama_context_default_params()
         params.n_ctx = size
         params.n_batch = N_BATCH
@@ -194,7 +205,7 @@ class BatchDecoder:
 
     def generate(self, prompt_tokens: Sequence[int], n: int, *, max_tokens: int, temperature: float,
                  top_p: float, seeds: Sequence[int], stops: Sequence[str], n_ctx_limit: int,
-                 ignore_eos: bool = False) -> list[SeqResult]:
+                 ignore_eos: bool = False, alone: bool = False) -> list[SeqResult]:
         """Decode ``n`` continuations of ``prompt_tokens`` (``n <= MAX_SEQ``), batched together and
         with the sequences of any other request in flight on this decoder.
 
@@ -202,7 +213,8 @@ class BatchDecoder:
         context of the model's pool entry: a prompt longer than it raises, and a sequence stops
         (``finish_reason="length"``) when it would pass it, as the sequential path does.
         ``ignore_eos`` (benchmarks only) decodes every sequence to ``max_tokens``, treating an
-        end-of-generation token as text.
+        end-of-generation token as text. ``alone``: wait until nothing else is in flight on this
+        decoder and admit nothing beside this request (its samples then follow only its seeds).
 
         Returns:
             ``n`` :class:`SeqResult`, in seed order.
@@ -221,7 +233,7 @@ class BatchDecoder:
         budget = min(max_tokens, n_ctx_limit - n_prompt)
         req = _Request(tokens=list(prompt_tokens), n=n, budget=budget, temperature=temperature, top_p=top_p,
                        seeds=[int(s) for s in seeds[:n]], stops=list(stops), ignore_eos=ignore_eos,
-                       cells=n_prompt + n * budget + 8)
+                       cells=n_prompt + n * budget + 8, alone=alone)
         with self._cv:
             self._pending.append(req)
             try:
@@ -340,8 +352,12 @@ class BatchDecoder:
                     need = max(req.cells, min(self._capacity_goal, MAX_CELLS))
                 else:
                     busy = {s for r in self._active for s in r.seqs}
+                    if req.alone or any(r.alone for r in self._active):  # it, or what runs, decodes alone
+                        return
                     if (SEQ_SLOTS - len(busy) < req.n or self._used_cells + req.cells > self.n_ctx):
-                        self._capacity_goal = max(self._capacity_goal, self._used_cells + req.cells)
+                        # the next time nothing is in flight, make room for everything now in line
+                        waiting = sum(r.cells for r in self._pending)
+                        self._capacity_goal = max(self._capacity_goal, self._used_cells + waiting)
                         return
                 self._pending.popleft()
             try:

@@ -136,12 +136,16 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
     (:mod:`agora.models._llama_batch`); a sample's ``latency_s`` is then its share of the request's
     wall time (prompt time split evenly, decode time in proportion to its tokens), so the samples'
     latencies add up to the request's wall time, which ``response_metadata["request_latency_s"]``
-    gives. ``batched=False`` draws the ``n`` samples one after the other (each its own wall time).
+    gives (with other requests in flight, that wall time includes the steps it shared with them and
+    any wait for room in the batch). ``batched=False`` draws the ``n`` samples one after the other (each its own wall time).
     Instances with the same ``model_path`` (and ``lora_path``) share weights. ``lora_path`` is a GGUF
     LoRA adapter (:func:`agora.models.lora_gguf.export_lora_gguf` writes one from a peft folder)
-    applied at ``lora_scale`` on top of the model, on both decoding paths. A call starts from an empty context and
-    holds the decode lock for all its samples, so a seeded call's text depends only on its prompt,
-    seeds and ``n``, not on what ran before or beside it.
+    applied at ``lora_scale`` on top of the model, on both decoding paths. Batched calls made at the
+    same time from several threads (questions in flight with ``--concurrency``, a question's agents)
+    share the model's decode batches (continuous batching, :mod:`agora.models._llama_batch`). A call
+    that runs alone starts from an empty context, so a seeded call's text depends only on its prompt,
+    seeds and ``n``, not on what ran before; a call that shared its batches with others may differ in
+    its last logit bits, hence sometimes in its text (resume rests on stored traces).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -159,6 +163,11 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
     fewshot_labels: tuple[str, str] = ("Question", "Answer")
     batched: bool = True
     """Decode a request's ``n`` samples together in one batch (see the class docstring)."""
+    share_batches: bool = Field(default_factory=lambda: os.environ.get("AGORA_LLAMA_SHARE_BATCHES", "1") != "0")
+    """Let this model's batched requests share decode batches with concurrent requests to the same
+    weights (continuous batching; the default). ``False`` (or ``AGORA_LLAMA_SHARE_BATCHES=0``): each
+    request waits until nothing else is in flight on these weights and decodes alone, so every seeded
+    request is reproducible whatever runs beside it, at the cost of the speed-up."""
     lora_path: str | None = None
     """A GGUF LoRA adapter applied on top of the model (``None``: the model alone)."""
     lora_scale: float = 1.0
@@ -175,6 +184,11 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
                 known = LlamaCppServerChatModel.model_fields
                 return LlamaCppServerChatModel(**{k: v for k, v in fields.items() if k in known})
         return super().__new__(cls)
+
+    @property
+    def batches_concurrent_requests(self) -> bool:
+        """Whether concurrent requests share decode batches (so questions in flight pay off)."""
+        return self.batched and self.share_batches
 
     @property
     def _llm_type(self) -> str:
@@ -260,18 +274,19 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
         tokens, template_stops = self._prompt_tokens(llm, chat, prompt)
         stops = stops + [s for s in template_stops if s and s not in stops]
         base = int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
-        generations = []
         with _DECODE_LOCK:
             decoder = _decoder(llm, self.n_threads)
-        # not under the lock: the decoder takes it step by step, so concurrent callers' requests
-        # share its decode batches (continuous batching, agora.models._llama_batch)
+        # Not under the lock: the decoder takes it step by step, so concurrent callers' requests
+        # share its decode batches (continuous batching), or with share_batches off wait for the
+        # decoder to be idle and run alone (agora.models._llama_batch).
+        generations = []
         for first in range(0, n, MAX_SEQ):
             m = min(MAX_SEQ, n - first)
             start = time.perf_counter()
             results = decoder.generate(tokens, m, max_tokens=params["max_tokens"],
                                        temperature=params["temperature"], top_p=params["top_p"],
                                        seeds=[base + first + i for i in range(m)], stops=stops,
-                                       n_ctx_limit=self.n_ctx)
+                                       n_ctx_limit=self.n_ctx, alone=not self.share_batches)
             wall = time.perf_counter() - start
             total = sum(r.completion_tokens for r in results) or 1
             prefill = min(results[0].prefill_s if results else 0.0, wall)

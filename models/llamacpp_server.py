@@ -40,7 +40,7 @@ import os
 import secrets
 import threading
 import time
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -223,6 +223,9 @@ class LlamaCppServerChatModel(NativeMember, BaseChatModel):
     """A GGUF LoRA adapter applied on top of the model (``None``: the model alone)."""
     lora_scale: float = 1.0
     """Multiplier of the adapter's ``alpha / r`` (1: as trained)."""
+
+    #: Concurrent requests share the server's decode batches (its slots).
+    batches_concurrent_requests: ClassVar[bool] = True
 
     @property
     def _llm_type(self) -> str:

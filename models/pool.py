@@ -230,6 +230,11 @@ class PythonObject:
                                                  python_schema=core_schema.is_instance_schema(cls))
 
 
+#: Questions in flight by default on the embedded llama.cpp pool (measured in
+#: ``benchmarks/batched_sampling.py --mode engines``, benchmarks/README.md).
+EMBEDDED_CONCURRENCY = 8
+
+
 class ModelPool(PythonObject):
     """Named chat models, with retried, traced sampling.
 
@@ -277,6 +282,16 @@ class ModelPool(PythonObject):
 
     def describe(self) -> list[dict[str, Any]]:
         return [m.spec.describe() for m in self]
+
+    def suggested_concurrency(self) -> int:
+        """Questions to keep in flight when the user gives no ``--concurrency``:
+        :data:`EMBEDDED_CONCURRENCY` when every member is an in-process llama.cpp model whose
+        concurrent requests share decode batches (``batches_concurrent_requests``: the embedded
+        pool's continuous batching, or llama.cpp's server engine), else 1 (a user's API model may
+        be rate-limited; a served pool's best setting depends on its server: pass it)."""
+        if all(getattr(m.sampler, "batches_concurrent_requests", False) for m in self):
+            return EMBEDDED_CONCURRENCY
+        return 1
 
     def with_members(self, members: Sequence[PoolMember]) -> "ModelPool":
         return ModelPool(list(self) + list(members), self.source)

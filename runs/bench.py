@@ -231,7 +231,9 @@ class BenchConfig:
     """Calibration cost weight λ (:func:`agora.agents.escalation.calibration_objective`)."""
     max_calls: float | None = None
     """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
-    concurrency: int = 1
+    concurrency: int | None = 1
+    """Questions in flight per run; ``None``: the pool's
+    :meth:`~agora.models.pool.ModelPool.suggested_concurrency` (8 on the embedded llama.cpp pool)."""
     durability: Literal["async", "sync", "exit"] = "async"
     round_size: int | None = 10
     """Test questions per task and run in one round: the bench runs every task's ALIGN and COMED
@@ -254,6 +256,9 @@ class BenchConfig:
         unknown = [m for m in self.methods if m not in every]
         if unknown or not self.methods:
             raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")
+        if self.concurrency is not None and (isinstance(self.concurrency, bool)
+                                             or not isinstance(self.concurrency, int) or self.concurrency < 1):
+            raise ValueError(f"BenchConfig.concurrency must be an integer >= 1 or None, got {self.concurrency!r}")
         if self.round_size is not None and (isinstance(self.round_size, bool) or not isinstance(self.round_size, int)
                                             or self.round_size < 1):
             raise ValueError(f"BenchConfig.round_size must be an integer >= 1 or None, got {self.round_size!r}")
@@ -512,7 +517,8 @@ def run_bench(
             config=run_config, pool_description=pool.describe(),
             dataset={"path": step.path, "format": step.format, "limit": len(step.problems), "bench": bench_id},
             on_event=lambda e: progress.event(step, e), on_question=lambda q: progress.question(step, q),
-            durability=config.durability, concurrency=config.concurrency, control=control, **kwargs)
+            durability=config.durability, control=control, **kwargs,
+            concurrency=config.concurrency if config.concurrency is not None else pool.suggested_concurrency())
         before = result.runs.get(step.run_id)
         if before is not None:  # an earlier round of the same run: one outcome per run
             outcome = RunOutcome(run_id=outcome.run_id, resumed=before.resumed, skipped=before.skipped,

@@ -3,7 +3,7 @@
 Concurrent callers' requests share the decoder's ``llama_decode`` batches; a request that runs alone
 still gives exactly its seeded samples; requests wait for sequence slots and KV cells and the context
 grows once nothing is in flight; a failed batch fails the requests in it and not the ones after it;
-``agora run --concurrency`` on the embedded pool records every call.
+``agora run`` on the embedded pool keeps questions in flight by default and records every call.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def test_a_request_alone_gives_the_same_samples_before_and_after_concurrent_traf
     assert [s.text for s in ask(tiny, 2)] == alone
 
 
-def test_requests_wait_for_kv_cells_and_the_context_grows_when_nothing_is_in_flight(tiny):
+def test_requests_wait_for_kv_cells_and_the_context_grows_when_nothing_is_in_flight(tiny, monkeypatch):
+    monkeypatch.setattr(_llama_batch, "MIN_CELLS", 2048)
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
     decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)  # a fresh context: 2048 cells
@@ -145,7 +146,7 @@ def test_two_models_decode_concurrently_one_step_at_a_time(tiny):
     assert all(errors == [None, None] and all(c > 0 for c in counts) for errors, counts in out), out
 
 
-def test_run_align_with_concurrency_on_the_embedded_pool_records_every_call(tmp_path):
+def test_run_align_on_the_embedded_pool_keeps_questions_in_flight_and_records_every_call(tmp_path):
     import os
     import subprocess
     import sys
@@ -155,10 +156,40 @@ def test_run_align_with_concurrency_on_the_embedded_pool_records_every_call(tmp_
     db = tmp_path / "t.db"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "160", "AGORA_LLAMA_THREADS": "1"}
     out = subprocess.run([sys.executable, "-m", "agora.cli", "run", "align", "--pool", "tiny", "--limit", "3",
-                          "--samples", "2", "--max-tokens", "24", "--concurrency", "3", "--db", str(db),
+                          "--samples", "2", "--max-tokens", "24", "--db", str(db),
                           "--run-id", "cb"], capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "3 questions in flight" in out.stdout  # the default: 8 on the embedded pool, capped at the questions
     calls = list(sqlite_utils.Database(db)["model_calls"].rows)
     assert len(calls) == 3 * 2 * 2  # questions × agents × samples
     assert all(c["error"] is None and c["completion_tokens"] > 0 for c in calls)
     assert len(list(sqlite_utils.Database(db)["questions"].rows)) == 3
+
+
+def test_with_batch_sharing_off_concurrent_requests_decode_alone_and_reproduce(tiny, monkeypatch):
+    """``share_batches=False`` (``AGORA_LLAMA_SHARE_BATCHES=0``): each request waits for the decoder
+    to be idle, so requests made at the same time give exactly their lone samples."""
+    alone = {q: [s.text for s in ask(tiny, q)] for q in range(4)}
+    model = tiny._members["smollm2-135m"].sampler
+    monkeypatch.setattr(model, "share_batches", False)
+    decoder = decoder_of(tiny)
+    decoder.peak_sequences = 0
+    start = threading.Barrier(4)
+
+    def one(q):
+        start.wait()
+        return [s.text for s in ask(tiny, q)]
+
+    with ThreadPoolExecutor(4) as ex:
+        together = dict(zip(range(4), ex.map(one, range(4))))
+    assert together == alone
+    assert decoder.peak_sequences == 3  # one request's sequences per step, never more
+
+
+def test_the_environment_switch_turns_batch_sharing_off(monkeypatch):
+    from agora.models.llamacpp import LlamaCppChatModel
+
+    monkeypatch.setenv("AGORA_LLAMA_SHARE_BATCHES", "0")
+    assert LlamaCppChatModel(model_path="x.gguf").share_batches is False
+    monkeypatch.delenv("AGORA_LLAMA_SHARE_BATCHES")
+    assert LlamaCppChatModel(model_path="x.gguf").share_batches is True
