@@ -166,7 +166,7 @@ def engines(args) -> None:
                   f"{ratio[0]:8.2f} [{ratio[1]:.2f}, {ratio[2]:.2f}]{'':>2} {statistics.fmean(cell_acc):9.3f} "
                   f"{diff[0]:+10.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]", flush=True)
         if decoder_peak := getattr(getattr(today.llm(), "_agora_decoder", None), "peak_sequences", 0):
-            print(f"llama-cpp-python: at most {decoder_peak} sequences decoded in one step")
+            print(f"(today's engine decoded at most {decoder_peak} sequences in one step)")
         close_servers()
 
 

@@ -96,6 +96,7 @@ class _Request:
     pos: int = 0
     prefill_s: float = 0.0
     finished: bool = False
+    cancelled: bool = False
     error: BaseException | None = None
 
 
@@ -141,10 +142,15 @@ class BatchDecoder:
             self._capacity_goal = max(self._capacity_goal, int(cells))
 
     def _ensure_context(self, cells: int) -> None:
+        """Make the context hold ``cells`` KV cells (re-created larger when needed; only called when
+        nothing is in flight). A context that cannot be created leaves the current one in place.
+
+        Raises:
+            RuntimeError: llama.cpp could not create the context, or set the model's LoRA on it.
+        """
         if self.ctx is not None and self.n_ctx >= cells:
             return
         lib = self._lib
-        self.close()
         size = max(MIN_CELLS, -(-cells // 1024) * 1024)
         params = lib.llama_context_default_params()
         params.n_ctx = size
@@ -165,6 +171,8 @@ class BatchDecoder:
             if lib.llama_set_adapters_lora(ctx, adapters, 1, scales):
                 lib.llama_free(ctx)
                 raise RuntimeError(f"llama.cpp could not set the LoRA adapter {self.llm.lora_path} on the batch context")
+        if self.ctx is not None:
+            lib.llama_free(self.ctx)
         self.ctx, self.n_ctx = ctx, size
 
     def close(self) -> None:
@@ -234,20 +242,31 @@ class BatchDecoder:
         req = _Request(tokens=list(prompt_tokens), n=n, budget=budget, temperature=temperature, top_p=top_p,
                        seeds=[int(s) for s in seeds[:n]], stops=list(stops), ignore_eos=ignore_eos,
                        cells=n_prompt + n * budget + 8, alone=alone)
-        with self._cv:
-            self._pending.append(req)
-            try:
+        driving = False
+        try:
+            with self._cv:
+                self._pending.append(req)
                 while not req.finished and self._driving:
                     self._cv.wait()
-            except BaseException:  # e.g. Ctrl-C while in line: leave the line (a running request just ends unread)
+                if not req.finished:
+                    driving = True
+                    self._driving = True
+            if driving:
+                self._drive(req)
+        except BaseException:  # e.g. Ctrl-C: leave the line, or have the running request stop at the next step
+            with self._cv:
+                req.cancelled = True
                 if req in self._pending:
                     self._pending.remove(req)
-                raise
-            if not req.finished:
-                self._driving = True
-        if not req.finished:
-            self._drive(req)
-        if req.error is not None:
+            raise
+        finally:
+            if driving:  # hand the loop to another waiting caller
+                with self._cv:
+                    self._driving = False
+                    self._cv.notify_all()
+        if req.error is not None:  # one error object may fail several callers: each raises its own
+            if isinstance(req.error, RuntimeError):
+                raise RuntimeError(str(req.error)) from req.error
             raise req.error
         self.last_prefill_s = req.prefill_s
         return [d for d in req.done if d is not None]
@@ -255,11 +274,15 @@ class BatchDecoder:
     # -- the loop, run by one calling thread at a time ------------------------------------------
 
     def _drive(self, mine: _Request) -> None:
-        """Run steps until ``mine`` is finished, then hand the loop to another waiting caller."""
+        """Run steps until ``mine`` is finished (the caller hands the loop on afterwards)."""
         try:
             while not mine.finished:
                 with self._lock:
                     self._step()
+                    if not mine.finished and mine not in self._active and mine not in self._pending:
+                        # lost between the line and the batch (an interrupt in a narrow window): fail it
+                        mine.error = RuntimeError("the request was lost by an interrupted decode step")
+                        mine.finished = True
         except BaseException as exc:  # e.g. Ctrl-C in the driving thread: fail what is in flight, keep the line
             self._fail_active(exc if isinstance(exc, Exception) else RuntimeError(f"decoding interrupted: {exc!r}"))
             if not mine.finished:  # still in line: take it out, the caller re-raises
@@ -268,10 +291,6 @@ class BatchDecoder:
                         self._pending.remove(mine)
                 mine.finished = True
             raise
-        finally:
-            with self._cv:
-                self._driving = False
-                self._cv.notify_all()
 
     def _step(self) -> None:
         """One step: sample every running sequence's next token from the last decode's logits,
@@ -281,7 +300,12 @@ class BatchDecoder:
         for req in self._active:
             for i in range(req.n):
                 if req.done[i] is None:
-                    self._sample(req, i)
+                    if req.cancelled:  # its caller left (Ctrl-C): end it here, freeing its slots and cells
+                        req.done[i] = self._finish(req.pieces[i], req.counts[i], "cancelled", req.stops,
+                                                   req.start, req.prefill_s)
+                        req.next_token[i] = None
+                    else:
+                        self._sample(req, i)
         self._retire()
         self._admit()
         entries = [(req, i) for req in self._active for i in range(req.n) if req.next_token[i] is not None]
@@ -359,10 +383,18 @@ class BatchDecoder:
                         waiting = sum(r.cells for r in self._pending)
                         self._capacity_goal = max(self._capacity_goal, self._used_cells + waiting)
                         return
-                self._pending.popleft()
             try:
+                with self._cv:
+                    self._pending.popleft()
                 if idle:
-                    self._ensure_context(need)
+                    try:
+                        self._ensure_context(need)
+                    except RuntimeError:
+                        if need <= max(req.cells, MIN_CELLS):
+                            raise
+                        # the grown context could not be created (memory): forget the growth, size it for this one
+                        self._capacity_goal = 0
+                        self._ensure_context(max(req.cells, MIN_CELLS))
                     if self._batch is None:
                         self._batch = lib.llama_batch_init(max(N_BATCH, SEQ_SLOTS), 0, 1)
                     lib.llama_memory_clear(lib.llama_get_memory(self.ctx), True)
@@ -387,6 +419,8 @@ class BatchDecoder:
                 if req in self._active:
                     self._release(req, lib.llama_get_memory(self.ctx))
                 with self._cv:
+                    if req in self._pending:
+                        self._pending.remove(req)
                     req.finished = True
                     self._cv.notify_all()
                 if not isinstance(exc, Exception):
@@ -464,7 +498,14 @@ def decode_only_rate(decoder: BatchDecoder, prompt_tokens: Sequence[int], batch:
     """llama.cpp's own batched decode rate, in generated tokens per second: the prompt once, then
     ``steps`` calls of ``llama_decode`` with one token for each of ``batch`` sequences and no
     sampling (the token fed back is the prompt's last). The ceiling :meth:`BatchDecoder.generate`
-    is compared with in ``benchmarks/batched_sampling.py``."""
+    is compared with in ``benchmarks/batched_sampling.py``.
+
+    Raises:
+        RuntimeError: requests are in flight on ``decoder`` (this would clear their cache).
+    """
+    with decoder._cv:
+        if decoder._active or decoder._pending or decoder._driving:
+            raise RuntimeError("decode_only_rate needs an idle decoder: requests are in flight on it")
     lib = decoder._lib
     n_prompt = len(prompt_tokens)
     decoder._ensure_context(n_prompt + batch * steps + 8)

@@ -193,3 +193,74 @@ def test_the_environment_switch_turns_batch_sharing_off(monkeypatch):
     assert LlamaCppChatModel(model_path="x.gguf").share_batches is False
     monkeypatch.delenv("AGORA_LLAMA_SHARE_BATCHES")
     assert LlamaCppChatModel(model_path="x.gguf").share_batches is True
+
+
+class _FailingBigContexts:
+    """The llama_cpp module, except that contexts above ``limit`` cells cannot be created (no memory)."""
+
+    def __init__(self, lib, limit):
+        self._real, self._limit, self.refused = lib, limit, []
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def llama_init_from_model(self, model, params):
+        if params.n_ctx > self._limit:
+            self.refused.append(params.n_ctx)
+            return None
+        return self._real.llama_init_from_model(model, params)
+
+
+def test_a_grown_context_that_cannot_be_created_falls_back_to_the_requests_own_size(tiny):
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder._lib = _FailingBigContexts(decoder._lib, limit=_llama_batch.MIN_CELLS)
+    prompt = llm.tokenize(b"Say something.", add_bos=True, special=True)
+    kw = dict(max_tokens=8, temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    try:
+        decoder.generate(prompt, 2, seeds=[1, 2], **kw)
+        decoder.reserve(4 * _llama_batch.MIN_CELLS)  # a burst asked for more than this machine can hold
+        out = decoder.generate(prompt, 2, seeds=[1, 2], **kw)
+        assert [r.completion_tokens for r in out] == [8, 8]
+        assert decoder._lib.refused and decoder.n_ctx == _llama_batch.MIN_CELLS
+        assert decoder._capacity_goal == 0  # the growth is forgotten: later requests do not try it again
+        decoder.generate(prompt, 1, seeds=[3], **kw)
+        assert len(decoder._lib.refused) == 1
+    finally:
+        decoder.close()
+
+
+def test_a_cancelled_request_ends_at_the_next_step_and_frees_its_room(tiny):
+    """A caller interrupted while its request runs (Ctrl-C in a notebook) leaves it cancelled: the
+    request stops at the next step instead of decoding to its budget for nobody."""
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    prompt = llm.tokenize(b"Tell me a long story.", add_bos=True, special=True)
+    kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    real, steps = decoder._decode, []
+
+    def spy(batch):  # cancel the second request once both are decoding
+        steps.append(batch.n_tokens)
+        victim = next((r for r in decoder._active if r.seeds == [50, 51]), None)
+        if len(steps) >= 6 and victim is not None and not victim.cancelled and victim.counts and victim.counts[0] >= 2:
+            victim.cancelled = True
+        return real(batch)
+
+    decoder._decode = spy
+    start = threading.Barrier(2)
+
+    def one(seed, max_tokens):
+        start.wait()
+        return decoder.generate(prompt, 2, seeds=[seed, seed + 1], max_tokens=max_tokens, **kw)
+
+    try:
+        with ThreadPoolExecutor(2) as ex:
+            kept, cancelled = ex.map(one, (10, 50), (64, 400))
+        assert [r.completion_tokens for r in kept] == [64, 64]
+        assert {r.finish_reason for r in cancelled} == {"cancelled"}
+        assert all(r.completion_tokens < 20 for r in cancelled)
+        assert not decoder._active and decoder._used_cells == 0
+    finally:
+        decoder.close()
