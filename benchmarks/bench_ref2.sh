@@ -7,12 +7,17 @@
 #   SIGTERM (kill <pid>) stops it after the running step; the next start resumes.
 # Figures so far: agora bench --run-id ref-2 --db $WORK/bench-ref2.db --report-only --out <folder>.
 set -u
-PINNED=7a54c9a                                  # the code the run started with (2026-12-03)
+# The code the run uses: it started at 7a54c9a (sittings 1-3, one question at a time); from sitting 4
+# (2026-12-03, session 11) it runs at 400a7ef, whose embedded engine batches across questions in flight
+# (continuous batching, issue 29; the bench's default concurrency, capped by --round-size 5). Each
+# sitting's commit is in $WORK/sittings.txt; finished questions are never redone.
+PINNED=400a7ef
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${AGORA_REF2_DIR:-/work/refrun}            # the DB, logs and frozen worktree (not in git)
 DATA=${AGORA_DATA:-$ROOT/../shared/data}        # the benchmark files (shared/data/README.md)
 mkdir -p "$WORK/pkg"
 [ -d "$WORK/src" ] || git -C "$ROOT" worktree add -q "$WORK/src" "$PINNED"
+[ "$(git -C "$WORK/src" rev-parse --short=7 HEAD)" = "$PINNED" ] || git -C "$WORK/src" checkout -q --detach "$PINNED"
 ln -sfn "$WORK/src" "$WORK/pkg/agora"           # `import agora` finds the frozen copy first
 . "$ROOT/.venv/bin/activate"
 export PYTHONPATH="$WORK/pkg"
