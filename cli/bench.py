@@ -84,7 +84,8 @@ class _Bar(BenchProgress):
             eta = ", time left unknown" if left is None else f", about {left / 60:.0f} min left overall"
             part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
             self.progress.console.print(f"{escape(step.run_id)}{part}: {todo} of {len(step.problems)} questions to run "
-                                        f"({int(t.completed)}/{int(t.total or 0)} bench questions done{eta})",
+                                        f"({int(t.completed)} of the {int(t.total or 0)} bench questions left at the start "
+                                        f"done since{eta})",
                                         highlight=False)
 
     def question(self, step: Step, outcome: QuestionOutcome) -> None:
