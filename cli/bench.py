@@ -67,9 +67,10 @@ from agora.traces.store import TraceStore, check_run_id
 class _Bar(BenchProgress):
     """One rich progress bar over every question still to run, with the current task and protocol."""
 
-    def __init__(self, progress: Progress, total: int, store: TraceStore | None = None, steps: Sequence[Step] = ()):
+    def __init__(self, progress: Progress, total: int, store: TraceStore | None = None, steps: Sequence[Step] = (),
+                 in_flight: int = 1):
         self.progress = progress
-        self.store, self.steps = store, list(steps)
+        self.store, self.steps, self.in_flight = store, list(steps), in_flight
         self.task = progress.add_task("bench", total=total, label="bench", status="", eta=self.eta())
 
     def step(self, step: Step, todo: int) -> None:
@@ -80,7 +81,7 @@ class _Bar(BenchProgress):
             t = self.progress.tasks[0]
             # from each run's own recorded question times (runs differ 10× in cost per question);
             # a run kind with no finished question yet: unknown, never another kind's rate
-            left = time_left_s(self.store, self.steps) if self.store is not None and self.steps else None
+            left = time_left_s(self.store, self.steps, self.in_flight) if self.store is not None and self.steps else None
             eta = ", time left unknown" if left is None else f", about {left / 60:.0f} min left overall"
             part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
             self.progress.console.print(f"{escape(step.run_id)}{part}: {todo} of {len(step.problems)} questions to run "
@@ -95,7 +96,7 @@ class _Bar(BenchProgress):
     def eta(self) -> str:
         """The bar's time left, from each run kind's own finished questions (:func:`time_left_s`);
         ``unknown`` while a run left to do has no measured kind to go by."""
-        left = time_left_s(self.store, self.steps) if self.store is not None and self.steps else None
+        left = time_left_s(self.store, self.steps, self.in_flight) if self.store is not None and self.steps else None
         if left is None:
             return "unknown"
         left = int(round(left))
@@ -280,6 +281,8 @@ def bench(
         steps = plan(bench_id, task_files, config, dev_splits)
         todo = remaining(store, steps)
         total_q = sum(len(s.problems) for s in steps)
+        # questions in flight per run, for the time left: the concurrency (default: the pool's), capped by a round
+        in_flight = min(config.concurrency or the_pool.suggested_concurrency(), config.round_size or total_q or 1)
         console.print(f"bench [bold]{escape(bench_id)}[/bold]: {len(task_files)} tasks "
                       f"({escape(', '.join(f'{t.name} {len(t.problems)}' for t in task_files))}), runs "
                       f"{', '.join(dict.fromkeys(s.kind for s in steps))}, pool {escape(', '.join(the_pool.names))}; "
@@ -291,8 +294,8 @@ def bench(
         try:
             with progress, graceful_stop(bench_id) as control, store.run_lock(bench_id):
                 result = run_bench(task_files, pool=the_pool, store=store, bench_id=bench_id, config=config,
-                                   dev=dev_splits, router=the_router, progress=_Bar(progress, sum(todo.values()), store, steps),
-                                   control=control, steps=steps)
+                                   dev=dev_splits, router=the_router, control=control, steps=steps,
+                                   progress=_Bar(progress, sum(todo.values()), store, steps, in_flight=in_flight))
         except CalibrationError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None

@@ -367,10 +367,11 @@ def remaining(store: TraceStore, steps: Sequence[Step]) -> dict[str, int]:
     return out
 
 
-def time_left_s(store: TraceStore, steps: Sequence[Step]) -> float | None:
+def time_left_s(store: TraceStore, steps: Sequence[Step], in_flight: int = 1) -> float | None:
     """Seconds the questions not yet recorded should take: per run, its questions left × the mean
     wall time of its recorded questions (a run with none yet: the mean of the same kind of run on the
-    other tasks). ``None`` while some run left to do has no measured time to go by."""
+    other tasks), divided by ``in_flight``, the questions run at once (a question's wall time then
+    overlaps the others'). ``None`` while some run left to do has no measured time to go by."""
     times = store.question_times([s.run_id for s in steps])
     by_kind: dict[str, list[float]] = {}
     for s in steps:
@@ -387,7 +388,7 @@ def time_left_s(store: TraceStore, steps: Sequence[Step]) -> float | None:
         else:
             return None
         total += left * per
-    return total
+    return total / max(1, in_flight)
 
 
 def resume_refusal(store: TraceStore, run_id: str, protocol: str, config: Any, pool: Any) -> str | None:

@@ -556,3 +556,5 @@ def test_time_left_is_each_runs_questions_left_times_its_own_mean_time():
     assert time_left_s(store, steps) == pytest.approx(2 * 15 + 3 * 60 + 4 * 15)
     assert time_left_s(store, steps[:2]) == pytest.approx(2 * 15 + 3 * 60)
     assert time_left_s(store, [Step("calibrate", "*", "b:all:comed-dev", qs, None, "dev")]) is None
+    # 4 questions in flight: each question's wall time overlaps 3 others', so the time left is a quarter
+    assert time_left_s(store, steps, in_flight=4) == pytest.approx((2 * 15 + 3 * 60 + 4 * 15) / 4)
