@@ -296,7 +296,6 @@ class BatchDecoder:
         """One step: sample every running sequence's next token from the last decode's logits,
         admit waiting requests (evaluate their prompts, sample their first tokens), then decode one
         token for every unfinished sequence in one batch."""
-        lib = self._lib
         for req in self._active:
             for i in range(req.n):
                 if req.done[i] is None:
@@ -357,11 +356,14 @@ class BatchDecoder:
     def _release(self, req: _Request, mem: Any) -> None:
         for s in req.seqs:
             self._lib.llama_memory_seq_rm(mem, s, -1, -1)
+        self._free_samplers(req)
+        self._active.remove(req)
+        self._used_cells -= req.cells
+
+    def _free_samplers(self, req: _Request) -> None:
         for smpl in req.samplers:
             self._lib.llama_sampler_free(smpl)
         req.samplers = []
-        self._active.remove(req)
-        self._used_cells -= req.cells
 
     def _admit(self) -> None:
         """Admit waiting requests in arrival order while sequence slots and KV cells are free."""
@@ -437,9 +439,7 @@ class BatchDecoder:
         failed = list(self._active)
         for req in failed:
             req.error = exc
-            for smpl in req.samplers:
-                self._lib.llama_sampler_free(smpl)
-            req.samplers = []
+            self._free_samplers(req)
         self._active.clear()
         self._used_cells = 0
         if self.ctx is not None:

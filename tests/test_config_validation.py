@@ -109,6 +109,10 @@ BAD = [
 @pytest.mark.parametrize("cls, name, value, expected", BAD,
                          ids=[f"{c.__name__}.{n}={v!r}" for c, n, v, _ in BAD])
 def test_a_bad_value_is_one_error_naming_class_field_and_value(cls, name, value, expected):
+    assert_one_error_naming_class_field_and_value(cls, name, value, expected)
+
+
+def assert_one_error_naming_class_field_and_value(cls, name, value, expected):
     with pytest.raises(ValueError) as err:
         cls(**{name: value})
     assert str(err.value) == f"{cls.__name__}.{name} must be {expected}, got {value!r}"
@@ -322,9 +326,7 @@ SAMPLING_BAD = [
 @pytest.mark.parametrize("cls, name, value, expected", SAMPLING_BAD,
                          ids=[f"{c.__name__}.{n}={v!r}" for c, n, v, _ in SAMPLING_BAD])
 def test_moa_debate_and_the_shared_draw_refuse_a_bad_value_naming_class_field_and_value(cls, name, value, expected):
-    with pytest.raises(ValueError) as err:
-        cls(**{name: value})
-    assert str(err.value) == f"{cls.__name__}.{name} must be {expected}, got {value!r}"
+    assert_one_error_naming_class_field_and_value(cls, name, value, expected)
 
 
 def test_moa_and_debate_keep_the_messages_their_tests_pin():
