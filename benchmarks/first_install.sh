@@ -46,14 +46,18 @@ echo "started $(date -u +%FT%TZ) on $(nproc) cores ($(grep -m1 'model name' /pro
 # Each step of the command is traced with its start time, so the install and the run are timed apart.
 trace="$work/trace.txt"
 start=$EPOCHREALTIME
-BASH_XTRACEFD=7 PS4='+ $EPOCHREALTIME ' bash -x -c "$cmd" 7>"$trace" >"$work/out.txt" 2>&1 || {
+# (PS4 is set inside the shell: bash does not take it from the environment when run as root.)
+BASH_XTRACEFD=7 bash -c "PS4='+ \$EPOCHREALTIME '; set -x; $cmd" 7>"$trace" >"$work/out.txt" 2>&1 || {
   echo "the command failed; its last lines:" >&2; tail -20 "$work/out.txt" >&2; exit 1; }
 end=$EPOCHREALTIME
 run_at="$(awk '$3 == "agora" {print $2; exit}' "$trace")"
 python3 - "$start" "$run_at" "$end" <<'EOF'
 import sys
 start, run_at, end = (float(x) if x else None for x in sys.argv[1:])
-print(f"install: {run_at - start:6.1f} s  (venv, pip install: downloads and the llama-cpp-python compile)")
-print(f"run:     {end - run_at:6.1f} s  (agora run align: weights joined, 5 GSM8K questions)")
+if run_at is None:
+    print("install and run not timed apart (no traced 'agora' step)")
+else:
+    print(f"install: {run_at - start:6.1f} s  (venv, pip install: downloads and the llama-cpp-python compile)")
+    print(f"run:     {end - run_at:6.1f} s  (agora run align: weights joined, 5 GSM8K questions)")
 print(f"total:   {end - start:6.1f} s  = {(end - start) / 60:.2f} min")
 EOF
