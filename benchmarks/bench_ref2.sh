@@ -9,9 +9,12 @@
 set -u
 # The code the run uses: it started at 7a54c9a (sittings 1-3, one question at a time); from sitting 4
 # (2026-12-03, session 11) it runs at 400a7ef, whose embedded engine batches across questions in flight
-# (continuous batching, issue 29; the bench's default concurrency, capped by --round-size 5). Each
-# sitting's commit is in $WORK/sittings.txt; finished questions are never redone.
+# (continuous batching, issue 29; the bench's default concurrency, 8, capped by the round size: 5 in
+# sittings 4-6, 16 from sitting 7 so that 8 questions are in flight; rounds change only the order in
+# which questions run, never their runs or results). Each sitting's commit and round size are in
+# $WORK/sittings.txt; finished questions are never redone.
 PINNED=400a7ef
+ROUND=16
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${AGORA_REF2_DIR:-/work/refrun}            # the DB, logs and frozen worktree (not in git)
 DATA=${AGORA_DATA:-$ROOT/../shared/data}        # the benchmark files (shared/data/README.md)
@@ -24,10 +27,10 @@ export PYTHONPATH="$WORK/pkg"
 cd "$WORK"
 D=$(cd "$DATA" && pwd)
 n=$(ls "$WORK"/log*.txt 2>/dev/null | wc -l)
-echo "start $(date -u +%FT%TZ) commit $(git -C "$WORK/src" rev-parse --short HEAD) cores $(nproc)" >> "$WORK/sittings.txt"
+echo "start $(date -u +%FT%TZ) commit $(git -C "$WORK/src" rev-parse --short HEAD) cores $(nproc) round-size $ROUND" >> "$WORK/sittings.txt"
 agora bench \
   --tasks gsm8k=$D/gsm8k/test.jsonl,arc=$D/arc/arc_challenge_test.jsonl,math500=$D/math/math500_test.jsonl,mmlu=$D/mmlu/mmlu_dev.jsonl \
-  --limit 60 --dev 20 --max-calls 1.5 --seed 0 --round-size 5 \
+  --limit 60 --dev 20 --max-calls 1.5 --seed 0 --round-size $ROUND \
   --db "$WORK/bench-ref2.db" --run-id ref-2 --out "$WORK/bench-ref2" > "$WORK/log$((n+1)).txt" 2>&1
 rc=$?
 echo "end $(date -u +%FT%TZ) rc $rc" >> "$WORK/sittings.txt"
