@@ -80,6 +80,11 @@ def import_cmd(
         console.print(f"imported {escape(str(bundle))} into {escape(str(db))}: {len(summary.runs)} runs; rows added: "
                       f"{rows}; already present: {summary.skipped}"
                       + (f"; replaced (--force): {summary.replaced}" if force else ""), highlight=False, soft_wrap=True)
+        for run, source in summary.missing_shared.items():
+            console.print(f"[yellow]warning:[/yellow] run {escape(run)} took its shared candidates from run "
+                          f"{escape(source)}, which is neither in the bundle nor in {escape(str(db))}: its report and "
+                          f"replay are refused until that run is imported (agora export --run-id {escape(source)} from "
+                          "the database it came from)", highlight=False, soft_wrap=True)
 
 
 @traces_app.command("backfill", short_help="Fill the answer-level columns of an older trace DB (once).")

@@ -509,3 +509,22 @@ def test_export_of_a_run_that_took_shared_candidates_carries_the_candidates_run(
     assert code == 2
     assert error_line(output) == (f"error: {copy}: run '{ALIGN}' took its shared candidates from run "
                                   "'b1:arith:candidates', which is not in the database; its samples cannot be exported")
+
+    # a bundle whose run names a candidates run that neither it nor the database holds (as one written
+    # by hand, or before export carried them): imported, with a warning naming both runs
+    lines = [json.loads(line) for line in gzip.open(bundle, "rt")]
+    cols = list(lines[0]["tables"]["runs"]["columns"])
+    for line in lines[1:]:
+        if line.get("t") == "runs" and line["v"][cols.index("run_id")] == ALIGN:
+            config = json.loads(line["v"][cols.index("config")])
+            config[SHARED_KEY] = "b1:arith:gone"
+            line["v"][cols.index("config")] = json.dumps(config)
+    edited = tmp_path / "edited.agora.jsonl.gz"
+    with gzip.open(edited, "wt") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+    code, output = agora("import", edited, "--db", tmp_path / "warned.db")
+    assert code == 0, output
+    assert (f"warning: run {ALIGN} took its shared candidates from run b1:arith:gone, which is neither in the "
+            f"bundle nor in {tmp_path / 'warned.db'}") in " ".join(output.split())
+    code, output = agora("import", bundle, "--db", tmp_path / "whole.db")
+    assert code == 0 and "warning" not in output, output

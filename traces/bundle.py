@@ -83,6 +83,10 @@ class BundleSummary:
     carried: dict[str, str] = field(default_factory=dict)
     """Export: runs added because a requested run took its shared candidates from them (candidates
     run → the run that named it in its settings, :data:`SHARED_CANDIDATES_KEY`)."""
+    missing_shared: dict[str, str] = field(default_factory=dict)
+    """Import: runs of the bundle that took shared candidates from a run that is neither in the bundle
+    nor in the database (run → its candidates run). They are imported, but their report and replay
+    are refused (:func:`agora.traces.report.shared_takes`) until that run is imported too."""
 
 
 def _table_info(store: TraceStore, table: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -505,5 +509,6 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
             added[t] += cur.rowcount
             skipped += 1 - cur.rowcount
         _check_footer(path, footer, read)
+        missing = {rid: src for rid in bundle_runs if (src := _shared_source(store, rid)) and store.get_run(src) is None}
     return BundleSummary(path, tuple(head.get("runs") or ()), tuple(head.get("benches") or ()), added,
-                         path.stat().st_size, skipped - replaced, replaced)
+                         path.stat().st_size, skipped - replaced, replaced, missing_shared=missing)
