@@ -83,8 +83,8 @@ def import_cmd(
         for run, source in summary.missing_shared.items():
             console.print(f"[yellow]warning:[/yellow] run {escape(run)} took its shared candidates from run "
                           f"{escape(source)}, which is neither in the bundle nor in {escape(str(db))}: its report and "
-                          f"replay are refused until that run is imported (agora export --run-id {escape(source)} from "
-                          "the database it came from)", highlight=False, soft_wrap=True)
+                          f"replay are refused until that run is imported (agora export --db <its database> --run-id "
+                          f"{escape(source)} --out <bundle>, then agora import)", highlight=False, soft_wrap=True)
 
 
 @traces_app.command("backfill", short_help="Fill the answer-level columns of an older trace DB (once).")

@@ -75,16 +75,16 @@ def test_embedded_pool_end_to_end(tmp_path, fmt, shared_data):
 @pytest.mark.slow
 def test_killed_run_resumes_with_same_run_id(tmp_path):
     db = tmp_path / "t.db"
-    # Two questions in flight, so the kill lands while a question is half done (the embedded pool's
-    # default of 8 in flight would finish all of them at once, before the test could kill it).
-    args = ["run", "align", "--format", "synthetic", "--limit", 6, "--agents", 2, "--samples", 2,
+    # Two questions in flight, so the kill lands while questions are half done and at least 3 rounds
+    # remain (the embedded pool's default of 8 in flight would finish all of them at once).
+    args = ["run", "align", "--format", "synthetic", "--limit", 8, "--agents", 2, "--samples", 2,
             "--max-tokens", 48, "--db", db, "--run-id", "killme", "--pool", "tiny", "--concurrency", 2]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([*AGORA, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 600
     done = 0
     while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
+        time.sleep(0.1)
         if db.exists():
             try:
                 done = sqlite_utils.Database(db)["questions"].count
@@ -96,14 +96,14 @@ def test_killed_run_resumes_with_same_run_id(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = sqlite_utils.Database(db)["questions"].count
-    assert 1 <= before < 6
+    assert 1 <= before < 8
     out = agora(*args)
     assert out.returncode == 0, out.stderr
-    assert f"resumed: {before} of 6 questions already done" in out.stdout
+    assert f"resumed: {before} of 8 questions already done" in out.stdout
     tables = sqlite_utils.Database(db)
-    assert tables["questions"].count == 6 and tables["results"].count == 24
+    assert tables["questions"].count == 8 and tables["results"].count == 32
     rows = list(tables.query("select question_id, count(*) n from model_calls group by question_id"))
-    assert len(rows) == 6 and all(r["n"] >= 4 for r in rows)
+    assert len(rows) == 8 and all(r["n"] >= 4 for r in rows)
     # Calls of the question cut off by the kill may be redone, but never written twice.
     assert len({c["call_id"] for c in tables["model_calls"].rows}) == tables["model_calls"].count
 

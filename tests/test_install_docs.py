@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LEAN = 'CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$PWD/cmake/llama-cpp-python-lean.cmake"'
+LEAN = ("CMAKE_ARGS=\"-DLLAVA_BUILD=OFF "
+        "-DCMAKE_PROJECT_llama.cpp_INCLUDE='$PWD/cmake/llama-cpp-python-lean.cmake'\"")
 
 
 def quick_start_commands() -> list[str]:

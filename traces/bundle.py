@@ -445,6 +445,9 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
     The whole bundle is checked first (:func:`check_bundle`: row shapes, value types, runs, keys
     the bundle gives two contents, orphans), before ``store`` is touched.
 
+    Not refused: a run that took shared candidates from a run neither the bundle nor ``store`` holds
+    (matched by run id); it is imported and named in :attr:`BundleSummary.missing_shared`.
+
     Raises:
         BundleError: anything :func:`check_bundle` refuses, a conflicting row or a new row of a run
             already in ``store`` without ``force``, or a run id that exists in ``store`` as another run.
