@@ -288,6 +288,31 @@ def code_revision() -> str:
         return "unknown"
 
 
+class _LockedDatabase(sqlite_utils.Database):
+    """A :class:`sqlite_utils.Database` whose :meth:`query` and :meth:`execute` hold the store's lock.
+
+    The store's one connection is shared by the threads of the questions in flight. sqlite-utils runs
+    every ``query`` inside a savepoint of one fixed name (``sqlite_utils_query``) and commits after an
+    ``execute`` that found no transaction open; two threads doing either at once on one connection
+    release each other's savepoint ("no such savepoint: sqlite_utils_query", which stopped a bench
+    with 8 questions in flight) or commit another thread's half-written transaction. The lock is the
+    store's own re-entrant lock, so a store method that already holds it (its writes) goes on. Rows of
+    a ``query`` are still read lazily, after the lock is let go (one SQLite connection serialises its
+    statements itself)."""
+
+    def __init__(self, *args: Any, lock: threading.RLock, **kwargs: Any):
+        self.lock = lock  # (before sqlite-utils' own __init__, which already executes statements)
+        super().__init__(*args, **kwargs)
+
+    def query(self, *args: Any, **kwargs: Any):  # noqa: D102 - as sqlite_utils.Database.query
+        with self.lock:
+            return super().query(*args, **kwargs)
+
+    def execute(self, *args: Any, **kwargs: Any):  # noqa: D102 - as sqlite_utils.Database.execute
+        with self.lock:
+            return super().execute(*args, **kwargs)
+
+
 class TraceStore:
     """The trace database. Thread-safe for writers in one process (one lock around writes).
 
@@ -307,7 +332,7 @@ class TraceStore:
         self.readonly = readonly
         self._lock = threading.RLock()
         if self.path == ":memory:":
-            self.db = sqlite_utils.Database(memory=True)
+            self.db = _LockedDatabase(memory=True, lock=self._lock)
             self._create()
             return
         check_db_path(self.path)
@@ -323,7 +348,7 @@ class TraceStore:
             conn = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True,
                                    timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             conn.execute("select count(*) from sqlite_master").fetchone()  # not a database: fails here
-            return sqlite_utils.Database(conn)
+            return _LockedDatabase(conn, lock=self._lock)
         check_schema(self.path)  # read-only: a database of another tool or version is left untouched
         parent = Path(self.path).parent
         try:
@@ -331,7 +356,7 @@ class TraceStore:
         except OSError as exc:
             raise TraceStoreError(f"{self.path}: cannot create its folder {parent} ({exc.strerror})") from None
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-        db = sqlite_utils.Database(conn)
+        db = _LockedDatabase(conn, lock=self._lock)
         # WAL without an fsync per commit, as the runner's checkpointer (runner.open_checkpointer):
         # ≈ 0.5 ms less per recorded question here. A crashed process loses nothing; a crashed
         # OS at most the last questions, which the rerun redoes (their checkpoints or a fresh run).
