@@ -11,9 +11,11 @@ set -u
 # (2026-12-03, session 11) it runs at 400a7ef, whose embedded engine batches across questions in flight
 # (continuous batching, issue 29; the bench's default concurrency, 8, capped by the round size: 5 in
 # sittings 4-6, 16 from sitting 7 so that 8 questions are in flight; rounds change only the order in
-# which questions run, never their runs or results). Each sitting's commit and round size are in
-# $WORK/sittings.txt; finished questions are never redone.
-PINNED=400a7ef
+# which questions run, never their runs or results). Sitting 8 stopped on a trace-store race that 8
+# threads exposed ("no such savepoint: sqlite_utils_query", fixed in 02cd30b); from sitting 9 it runs at
+# 02cd30b (the store fix, and 400a7ef's later commits: review fixes that keep behaviour, the ETA).
+# Each sitting's commit and round size are in $WORK/sittings.txt; finished questions are never redone.
+PINNED=02cd30b
 ROUND=16
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${AGORA_REF2_DIR:-/work/refrun}            # the DB, logs and frozen worktree (not in git)
