@@ -41,6 +41,7 @@ from agora.cli._shared import (
 )
 from agora.cli._apps import app
 from agora.runs.bench import (
+    questions_in_flight,
     DEFAULT_SOURCE,
     BenchConfig,
     BenchProgress,
@@ -282,7 +283,7 @@ def bench(
         todo = remaining(store, steps)
         total_q = sum(len(s.problems) for s in steps)
         # questions in flight per run, for the time left: the concurrency (default: the pool's), capped by a round
-        in_flight = min(config.concurrency or the_pool.suggested_concurrency(), config.round_size or total_q or 1)
+        in_flight = min(questions_in_flight(config, the_pool), config.round_size or total_q or 1)
         console.print(f"bench [bold]{escape(bench_id)}[/bold]: {len(task_files)} tasks "
                       f"({escape(', '.join(f'{t.name} {len(t.problems)}' for t in task_files))}), runs "
                       f"{', '.join(dict.fromkeys(s.kind for s in steps))}, pool {escape(', '.join(the_pool.names))}; "

@@ -367,6 +367,12 @@ def remaining(store: TraceStore, steps: Sequence[Step]) -> dict[str, int]:
     return out
 
 
+def questions_in_flight(config: BenchConfig, pool: Any) -> int:
+    """Questions a run of the bench keeps in flight at once: ``config.concurrency``, else the pool's
+    :meth:`~agora.models.pool.ModelPool.suggested_concurrency` (before any cap by a round's size)."""
+    return config.concurrency if config.concurrency is not None else pool.suggested_concurrency()
+
+
 def time_left_s(store: TraceStore, steps: Sequence[Step], in_flight: int = 1) -> float | None:
     """Seconds the questions not yet recorded should take: per run, its questions left × the mean
     wall time of its recorded questions (a run with none yet: the mean of the same kind of run on the
@@ -519,7 +525,7 @@ def run_bench(
             dataset={"path": step.path, "format": step.format, "limit": len(step.problems), "bench": bench_id},
             on_event=lambda e: progress.event(step, e), on_question=lambda q: progress.question(step, q),
             durability=config.durability, control=control, **kwargs,
-            concurrency=config.concurrency if config.concurrency is not None else pool.suggested_concurrency())
+            concurrency=questions_in_flight(config, pool))
         before = result.runs.get(step.run_id)
         if before is not None:  # an earlier round of the same run: one outcome per run
             outcome = RunOutcome(run_id=outcome.run_id, resumed=before.resumed, skipped=before.skipped,

@@ -314,7 +314,8 @@ class _LockedDatabase(sqlite_utils.Database):
 
 
 class TraceStore:
-    """The trace database. Thread-safe for writers in one process (one lock around writes).
+    """The trace database. Thread-safe in one process: one re-entrant lock around its writes and
+    around every ``db.query``/``db.execute`` on its shared connection (:class:`_LockedDatabase`).
 
     Args:
         path: SQLite file (created with its tables if missing). ``":memory:"`` for tests.
