@@ -5,27 +5,35 @@
 # every sitting runs the same code. Usage, from the repository root, with its venv built:
 #   nohup benchmarks/bench_ref2.sh > /dev/null 2>&1 &     # then: tail $WORK/log*.txt, $WORK/sittings.txt
 #   SIGTERM (kill <pid>) stops it after the running step; the next start resumes.
+#   benchmarks/bench_ref2.sh save     # write the run so far to $BUNDLE (commit it at the end of a session)
 # Figures so far: agora bench --run-id ref-2 --db $WORK/bench-ref2.db --report-only --out <folder>.
+#
+# The run outlives machines: a session may start on a new machine without $WORK (this happened on
+# 2026-12-04, when the first attempt's DB, 50 of 240 test questions at mixed code versions, was lost with
+# its machine). So at the end of every session the run so far is exported to $BUNDLE and committed, and a
+# start that finds no DB imports $BUNDLE first (agora import; tests/test_bundles.py checks that a bench
+# moved this way resumes to the results of a bench run in one go). Restarted from scratch on 2026-12-04
+# (session 14) at PINNED, one code version and round size for every sitting.
 set -u
-# The code the run uses: it started at 7a54c9a (sittings 1-3, one question at a time); from sitting 4
-# (2026-12-03, session 11) it runs at 400a7ef, whose embedded engine batches across questions in flight
-# (continuous batching, issue 29; the bench's default concurrency, 8, capped by the round size: 5 in
-# sittings 4-6, 16 from sitting 7 so that 8 questions are in flight; rounds change only the order in
-# which questions run, never their runs or results). Sitting 8 stopped on a trace-store race that 8
-# threads exposed ("no such savepoint: sqlite_utils_query", fixed in 02cd30b); from sitting 9 it runs at
-# 02cd30b (the store fix, and 400a7ef's later commits: review fixes that keep behaviour, the ETA).
-# Each sitting's commit and round size are in $WORK/sittings.txt; finished questions are never redone.
-PINNED=02cd30b
+PINNED=e64c432
 ROUND=16
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${AGORA_REF2_DIR:-/work/refrun}            # the DB, logs and frozen worktree (not in git)
 DATA=${AGORA_DATA:-$ROOT/../shared/data}        # the benchmark files (shared/data/README.md)
+BUNDLE=$ROOT/benchmarks/bench-ref2/ref-2.agora.jsonl.gz   # the run so far, carried between machines
 mkdir -p "$WORK/pkg"
-[ -d "$WORK/src" ] || git -C "$ROOT" worktree add -q "$WORK/src" "$PINNED"
+[ -d "$WORK/src" ] || git -C "$ROOT" worktree add -q -f "$WORK/src" "$PINNED"
 [ "$(git -C "$WORK/src" rev-parse --short=7 HEAD)" = "$PINNED" ] || git -C "$WORK/src" checkout -q --detach "$PINNED"
 ln -sfn "$WORK/src" "$WORK/pkg/agora"           # `import agora` finds the frozen copy first
 . "$ROOT/.venv/bin/activate"
 export PYTHONPATH="$WORK/pkg"
+if [ "${1:-}" = save ]; then
+  mkdir -p "$(dirname "$BUNDLE")"
+  exec agora export --db "$WORK/bench-ref2.db" --bench-id ref-2 --out "$BUNDLE" --force
+fi
+if [ ! -f "$WORK/bench-ref2.db" ] && [ -f "$BUNDLE" ]; then
+  agora import "$BUNDLE" --db "$WORK/bench-ref2.db" >> "$WORK/sittings.txt" 2>&1 || exit 1
+fi
 cd "$WORK"
 D=$(cd "$DATA" && pwd)
 n=$(ls "$WORK"/log*.txt 2>/dev/null | wc -l)

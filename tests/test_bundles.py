@@ -195,3 +195,34 @@ def test_export_refuses_an_existing_out_and_a_bad_import_creates_no_database(exp
     result = CliRunner().invoke(app, ["import", str(cut), "--db", str(tmp_path / "new.db")])
     assert result.exit_code == 2 and "truncated" in result.output
     assert not (tmp_path / "new.db").exists()
+
+
+@pytest.mark.parametrize("interrupt_at", [17, 40])
+def test_a_partial_bench_moved_as_a_bundle_resumes_on_another_machine(tmp_path, monkeypatch, interrupt_at):
+    """A long bench outlives the machine it started on: interrupted, exported, imported into an empty DB
+    (a new machine's), and resumed there, it ends with the results of a bench run in one go (the
+    reference run is carried between sessions this way: benchmarks/bench_ref2.sh)."""
+    math_file, mc_file = write_tasks(tmp_path)
+    args = lambda db, out: bench_args(math_file, mc_file, db, out, "--dev", "1",  # noqa: E731
+                                      design="--shared-candidates")
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    assert CliRunner().invoke(app, args(tmp_path / "ref.db", tmp_path / "ref")).exit_code == 0
+    counter = {}
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(counter, interrupt_at=[interrupt_at]))
+    cut = CliRunner().invoke(app, args(tmp_path / "old.db", tmp_path / "old"))
+    assert cut.exit_code == 130, cut.output
+    bundle = tmp_path / "partial.agora.jsonl.gz"
+    moved = CliRunner().invoke(app, ["export", "--db", str(tmp_path / "old.db"), "--bench-id", "b1", "--out", str(bundle)])
+    assert moved.exit_code == 0, moved.output
+    db = tmp_path / "new.db"
+    loaded = CliRunner().invoke(app, ["import", str(bundle), "--db", str(db)])
+    assert loaded.exit_code == 0, loaded.output
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    result = CliRunner().invoke(app, args(db, tmp_path / "new"))
+    assert result.exit_code == 0, result.output
+    key = "select run_id, question_id, method, answer, correct from results order by run_id, question_id, method"
+    assert list(TraceStore(db).db.query(key)) == list(TraceStore(tmp_path / "ref.db").db.query(key))
+    want = json.loads((tmp_path / "ref" / "bench.json").read_text())
+    got = json.loads((tmp_path / "new" / "bench.json").read_text())
+    untimed = lambda cells: [{k: v for k, v in c.items() if not k.endswith("_s_per_q")} for c in cells]  # noqa: E731
+    assert got["complete"] and untimed(got["cells"]) == untimed(want["cells"])
