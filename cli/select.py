@@ -43,6 +43,7 @@ from agora.agents.cupid import (
 )
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
+from agora.graphs.runner import checkpoint_path
 from agora.graphs.selection import SPEC, known_features, parse_choice
 from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems
@@ -82,6 +83,10 @@ def select(
                 names, _ = feature_table({m: {LATENCY: 0.0, **v} for m, v in known_features(
                     checked_pool, checked_pool.names, {}).items()}, checked_pool.names)
                 parse_theta(simulate, names)
+        elif prompts is None and not Path(checkpoint_path(db)).exists():
+            # no session was ever started in this DB, so this one is new: refused before the DB is opened
+            # (opening would add Agora's tables to a file that may not be a trace DB)
+            raise ValueError(f"--prompts FILE is needed to start a session (no session {thread} in {db})")
         store = TraceStore(db)
         settings = session_settings(store, thread)
         resumed = settings is not None

@@ -287,6 +287,21 @@ def test_select_refuses_bad_prompts_before_creating_the_database(tmp_path, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ([] if case in ("missing", "no option") else ["prompts.jsonl"])
 
 
+def test_select_without_prompts_leaves_an_existing_database_untouched(tmp_path, monkeypatch):
+    """An existing file that holds no session (here a user's own SQLite DB) is refused before it is
+    opened: no Agora tables are added to it and no checkpoint file appears beside it."""
+    pool, _ = select_pool(LATENCIES)
+    monkeypatch.setattr(select_cli, "get_pool", lambda path: pool)
+    db = tmp_path / "mine.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table notes (x text)")
+    before = db.read_bytes()
+    code, output = agora("select", "--db", db, "--thread", "s1", "--out", tmp_path / "out")
+    assert code == 2
+    assert error_line(output) == f"error: --prompts FILE is needed to start a session (no session s1 in {db})"
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine.db"]
+
+
 def test_select_refuses_a_bad_simulated_theta_before_creating_the_database(tmp_path, monkeypatch):
     pool, _ = select_pool(LATENCIES)
     monkeypatch.setattr(select_cli, "get_pool", lambda path: pool)
