@@ -86,17 +86,22 @@ def report_run(
                       f"{s['code_revision'] or '?'}", highlight=False, soft_wrap=True)
         sh = s["shared"]
         if sh["shared_from"]:
+            who = "its agents" if s["protocol"] == "align" else "its anchor" if s["protocol"] == "comed" else "it"
             console.print(f"shared: {int(sh['shared_calls'])} model calls, {int(sh['shared_completion_tokens'])} "
-                          f"generated tokens taken from the bench's shared candidates ({escape(sh['shared_from'])}; "
-                          "counted there, not in its own calls above)", highlight=False, soft_wrap=True)
+                          f"generated tokens taken by {who} from the bench's shared candidates "
+                          f"({escape(sh['shared_from'])}; counted there, not in its own calls above; each method's "
+                          "share is its 'shared/q' column)", highlight=False, soft_wrap=True)
+        with_shared = any(m.shared_samples_per_question for m in s["methods"])
         table = Table(title="methods")
-        for col in ("method", "questions", "accuracy %", "95% CI", "samples/q", "gen. tokens", "failed", "guessed",
-                    "note"):
+        for col in ("method", "questions", "accuracy %", "95% CI", "samples/q", *(["shared/q"] if with_shared else []),
+                    "gen. tokens", "failed", "guessed", "note"):
             table.add_column(col, justify="left" if col in ("method", "note") else "right",
                              no_wrap=col in ("method", "note"))
         for m in s["methods"]:
             table.add_row(m.method, str(m.questions), fmt_pct(m.accuracy), fmt_ci(m.ci_low, m.ci_high),
-                          f"{m.samples_per_question:.1f}", str(m.completion_tokens), str(m.failed), str(m.guessed),
+                          f"{m.samples_per_question:.1f}",
+                          *([f"{m.shared_samples_per_question:.1f}"] if with_shared else []),
+                          str(m.completion_tokens), str(m.failed), str(m.guessed),
                           TOO_FEW if m.too_few else "")
         console.print(table)
         hows = s["sample_answers"]

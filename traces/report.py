@@ -49,6 +49,9 @@ class MethodRow:
     guessed: int = 0
     """Scored questions whose answer came from the scorer's fallback (the last number or letter
     of an output without an explicit final answer: docs/scoring.md), not from a stated answer."""
+    shared_samples_per_question: float = 0.0
+    """Of ``samples_per_question``, the mean samples taken from a bench's shared candidate pool
+    (drawn once per question by the bench's candidates run and counted there; 0 outside a bench)."""
 
     @property
     def too_few(self) -> bool:
@@ -74,6 +77,7 @@ def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> l
             model_time_s=float(sum(r["latency_s"] or 0.0 for r in rs)),
             failed=sum(r["samples"] == 0 for r in rs),
             guessed=sum(r.get("how") == "fallback" for r in rs if r["correct"] is not None and r["samples"] != 0),
+            shared_samples_per_question=float(np.mean([r.get("shared_samples") or 0 for r in rs])),
         ))
     return rows
 
