@@ -349,6 +349,23 @@ def test_rounds_interleave_tasks_and_runs_and_change_nothing_else(tmp_path, monk
     assert len(cells) == 2 * len({m for _, m in cells}) and all(n >= 2 for n in cells.values()), cells
 
 
+def test_report_only_on_a_bench_still_in_its_dev_phase_says_so(tmp_path, monkeypatch):
+    """The spec (and so the report) is recorded when the dev runs finish; before, --report-only names the
+    dev runs recorded so far instead of claiming there is no such bench."""
+    math_file, mc_file = write_tasks(tmp_path, n_math=6)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool({}, interrupt_at=[3]))
+    cut = CliRunner().invoke(app, bench_args(math_file, mc_file, tmp_path / "t.db", tmp_path / "b", "--dev", "2",
+                                             design="--shared-candidates"))
+    assert cut.exit_code == 130, cut.output
+    got = CliRunner().invoke(app, ["bench", "--run-id", "b1", "--db", str(tmp_path / "t.db"), "--report-only"])
+    assert got.exit_code == 2
+    line = " ".join(got.output.split())
+    assert f"error: {tmp_path / 't.db'}: bench 'b1' has no report yet: it is in its dev phase (1 runs so far: " \
+           "b1:arith:candidates-dev); its spec and report start when the dev runs finish" in line, line
+    other = CliRunner().invoke(app, ["bench", "--run-id", "b2", "--db", str(tmp_path / "t.db"), "--report-only"])
+    assert other.exit_code == 2 and "no bench 'b2'" in other.output
+
+
 def test_round_size_must_be_a_positive_integer_or_none():
     from agora.runs.bench import BenchConfig
     for bad in (0, -1, True, 2.0):
