@@ -51,6 +51,9 @@ BASH_XTRACEFD=7 bash -c "PS4='+ \$EPOCHREALTIME '; set -x; $cmd" 7>"$trace" >"$w
   echo "the command failed; its last lines:" >&2; tail -20 "$work/out.txt" >&2; exit 1; }
 end=$EPOCHREALTIME
 run_at="$(awk '$3 == "agora" {print $2; exit}' "$trace")"
+# Which build was installed: libllama's size tells the lean include's -O1 build from an -O3 one.
+lib="$(find "$work/agora" -path '*/llama_cpp/lib/libllama.so' -print -quit 2>/dev/null)"
+[[ -n "$lib" ]] && echo "libllama.so installed: $(stat -c %s "$lib") bytes"
 python3 - "$start" "$run_at" "$end" <<'EOF'
 import sys
 start, run_at, end = (float(x) if x else None for x in sys.argv[1:])

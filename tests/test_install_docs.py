@@ -31,11 +31,14 @@ def test_both_quick_start_commands_build_llama_cpp_lean():
     assert f'{LEAN} pip install -e ".[test,train]" && python -m pytest' in tests
 
 
-def test_the_project_include_turns_llama_cpp_common_off():
+def test_the_project_include_turns_llama_cpp_common_off_and_compiles_only_libllama_at_o1():
     include = (ROOT / "cmake" / "llama-cpp-python-lean.cmake").read_text()
-    code = [line for line in include.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    assert code == [next(line for line in code if line.startswith("set(LLAMA_BUILD_COMMON OFF CACHE BOOL"))]
-    assert code[0].rstrip().endswith("FORCE)")
+    code = [line.strip() for line in include.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert code[0].startswith("set(LLAMA_BUILD_COMMON OFF CACHE BOOL") and code[0].endswith("FORCE)")
+    # -O1 for libllama's C++ alone (ggml's kernels keep the build type's -O3), once every target exists
+    assert code[1:] == ["function(_agora_llama_opt)", "if(TARGET llama)",
+                        "target_compile_options(llama PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O1>)", "endif()",
+                        "endfunction()", "cmake_language(DEFER DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} CALL _agora_llama_opt)"]
 
 
 def test_ci_installs_with_the_readme_command():
