@@ -26,7 +26,7 @@ mkdir -p "$WORK/pkg"
 [ "$(git -C "$WORK/src" rev-parse --short=7 HEAD)" = "$PINNED" ] || git -C "$WORK/src" checkout -q --detach "$PINNED"
 ln -sfn "$WORK/src" "$WORK/pkg/agora"           # `import agora` finds the frozen copy first
 . "$ROOT/.venv/bin/activate"
-export PYTHONPATH="$WORK/pkg"
+# Export and import run the checkout's code, not the frozen copy (which cannot export a bench in its dev phase).
 if [ "${1:-}" = save ]; then
   mkdir -p "$(dirname "$BUNDLE")"
   exec agora export --db "$WORK/bench-ref2.db" --bench-id ref-2 --out "$BUNDLE" --force
@@ -34,6 +34,7 @@ fi
 if [ ! -f "$WORK/bench-ref2.db" ] && [ -f "$BUNDLE" ]; then
   agora import "$BUNDLE" --db "$WORK/bench-ref2.db" >> "$WORK/sittings.txt" 2>&1 || exit 1
 fi
+export PYTHONPATH="$WORK/pkg"
 cd "$WORK"
 D=$(cd "$DATA" && pwd)
 n=$(ls "$WORK"/log*.txt 2>/dev/null | wc -l)

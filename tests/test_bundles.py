@@ -197,11 +197,12 @@ def test_export_refuses_an_existing_out_and_a_bad_import_creates_no_database(exp
     assert not (tmp_path / "new.db").exists()
 
 
-@pytest.mark.parametrize("interrupt_at", [17, 40])
+@pytest.mark.parametrize("interrupt_at", [3, 17, 40])
 def test_a_partial_bench_moved_as_a_bundle_resumes_on_another_machine(tmp_path, monkeypatch, interrupt_at):
-    """A long bench outlives the machine it started on: interrupted, exported, imported into an empty DB
-    (a new machine's), and resumed there, it ends with the results of a bench run in one go (the
-    reference run is carried between sessions this way: benchmarks/bench_ref2.sh)."""
+    """A long bench outlives the machine it started on: interrupted (in its dev phase, before it records
+    its spec, at the 3rd call; in its test runs after), exported, imported into an empty DB (a new
+    machine's), and resumed there, it ends with the results of a bench run in one go (the reference run
+    is carried between sessions this way: benchmarks/bench_ref2.sh)."""
     math_file, mc_file = write_tasks(tmp_path)
     args = lambda db, out: bench_args(math_file, mc_file, db, out, "--dev", "1",  # noqa: E731
                                       design="--shared-candidates")
@@ -214,6 +215,7 @@ def test_a_partial_bench_moved_as_a_bundle_resumes_on_another_machine(tmp_path, 
     bundle = tmp_path / "partial.agora.jsonl.gz"
     moved = CliRunner().invoke(app, ["export", "--db", str(tmp_path / "old.db"), "--bench-id", "b1", "--out", str(bundle)])
     assert moved.exit_code == 0, moved.output
+    assert ("benches b1" in moved.output) == (interrupt_at > 3), moved.output  # no spec yet in the dev phase
     db = tmp_path / "new.db"
     loaded = CliRunner().invoke(app, ["import", str(bundle), "--db", str(db)])
     assert loaded.exit_code == 0, loaded.output

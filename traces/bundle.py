@@ -115,7 +115,8 @@ def _plan(store: TraceStore, run_ids: Sequence[str], bench_ids: Sequence[str]) -
 def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (),
                   bench_ids: Sequence[str] = ()) -> BundleSummary:
     """Write the runs ``run_ids`` and the benches ``bench_ids`` (each with every run whose id starts
-    with ``<bench>:``) from ``store`` to the bundle ``out``. A run whose recorded settings name a shared
+    with ``<bench>:``) from ``store`` to the bundle ``out``. A bench still in its dev phase (runs, but no
+    recorded spec yet) gives its runs only; importing them and rerunning the bench resumes it. A run whose recorded settings name a shared
     candidates run (:data:`SHARED_CANDIDATES_KEY`: a bench protocol run that took its first samples from
     ``<bench>:<task>:candidates``) brings that run along, since its samples live there
     (:attr:`BundleSummary.carried`).
@@ -130,12 +131,16 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
     missing = [r for r in runs if r not in known]
     if missing:
         raise BundleError(f"{store.path}: no run {', '.join(map(repr, missing))} (`agora report runs` lists them)")
-    benches = list(dict.fromkeys(bench_ids))
-    for b in benches:
-        if "benches" not in store.db.table_names() or not list(store.db.query(
-                "select 1 from benches where bench_id = ?", [b])):
+    benches = []
+    for b in dict.fromkeys(bench_ids):
+        recorded = "benches" in store.db.table_names() and bool(list(store.db.query(
+            "select 1 from benches where bench_id = ?", [b])))
+        started = store.run_ids(f"{b}:")
+        if not recorded and not started:
             raise BundleError(f"{store.path}: no bench {b!r}")
-        runs += [r for r in store.run_ids(f"{b}:") if r not in runs]
+        if recorded:  # (a bench in its dev phase has runs but no spec yet: its runs alone are exported)
+            benches.append(b)
+        runs += [r for r in started if r not in runs]
     if not runs:
         raise BundleError("nothing to export: give --run-id or --bench-id")
     carried: dict[str, str] = {}
