@@ -5,7 +5,10 @@
 # every sitting runs the same code. Usage, from the repository root, with its venv built:
 #   nohup benchmarks/bench_ref2.sh > /dev/null 2>&1 &     # then: tail $WORK/log*.txt, $WORK/sittings.txt
 #   SIGTERM (kill <pid>) stops it after the running step; the next start resumes.
-#   benchmarks/bench_ref2.sh save     # write the run so far to $BUNDLE (commit it at the end of a session)
+#   benchmarks/bench_ref2.sh save     # write the run so far to $BUNDLE and its sittings.txt beside it (commit both
+#                                     # at the end of a session). Pausing it (SIGSTOP/SIGCONT) for a quiet
+#                                     # measurement: add a "pause <from>..<to>" line to $WORK/sittings.txt, since
+#                                     # the wall times of the questions in flight then include the pause.
 # Figures so far: agora bench --run-id ref-2 --db $WORK/bench-ref2.db --report-only --out <folder>.
 #
 # The run outlives machines: a session may start on a new machine without $WORK (this happened on
@@ -29,9 +32,12 @@ ln -sfn "$WORK/src" "$WORK/pkg/agora"           # `import agora` finds the froze
 # Export and import run the checkout's code, not the frozen copy (which cannot export a bench in its dev phase).
 if [ "${1:-}" = save ]; then
   mkdir -p "$(dirname "$BUNDLE")"
+  cp "$WORK/sittings.txt" "$(dirname "$BUNDLE")/sittings.txt"   # the sittings and pauses travel with it
   exec agora export --db "$WORK/bench-ref2.db" --bench-id ref-2 --out "$BUNDLE" --force
 fi
 if [ ! -f "$WORK/bench-ref2.db" ] && [ -f "$BUNDLE" ]; then
+  [ -f "$(dirname "$BUNDLE")/sittings.txt" ] && cat "$(dirname "$BUNDLE")/sittings.txt" >> "$WORK/sittings.txt"
+  echo "imported $BUNDLE on $(hostname) at $(date -u +%FT%TZ)" >> "$WORK/sittings.txt"
   agora import "$BUNDLE" --db "$WORK/bench-ref2.db" >> "$WORK/sittings.txt" 2>&1 || exit 1
 fi
 export PYTHONPATH="$WORK/pkg"
