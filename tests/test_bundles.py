@@ -197,6 +197,80 @@ def test_export_refuses_an_existing_out_and_a_bad_import_creates_no_database(exp
     assert not (tmp_path / "new.db").exists()
 
 
+def _rewrite(bundle, out, edit_head=None, edit_row=None):
+    lines = gzip.open(bundle, "rt", encoding="utf-8").read().splitlines()
+    head = json.loads(lines[0])
+    if edit_head:
+        edit_head(head)
+    rows = [json.loads(x) for x in lines[1:]]
+    if edit_row:
+        rows = [edit_row(r) for r in rows]
+    with gzip.open(out, "wt", encoding="utf-8") as f:
+        f.write("\n".join([json.dumps(head)] + [json.dumps(r) for r in rows]) + "\n")
+    return out
+
+
+def _copy_db(db, to):
+    with sqlite3.connect(db) as src, sqlite3.connect(to) as dst:
+        src.backup(dst)
+    return to
+
+
+def test_export_onto_its_own_database_is_refused_and_the_database_survives(exported, tmp_path):
+    db, _ = exported
+    copy = _copy_db(db, tmp_path / "copy.db")
+    before = copy.read_bytes()
+    result = CliRunner().invoke(app, ["export", "--db", str(copy), "--bench-id", "b1", "--out", str(copy), "--force"])
+    assert result.exit_code == 2 and "that is the trace database being exported" in result.output
+    assert copy.read_bytes() == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")]  # no temporary file left behind
+
+
+def test_a_refused_import_leaves_an_existing_databases_schema_unchanged(exported, tmp_path):
+    """The header's new tables and columns are made in the import's transaction: a refusal later in the
+    file (here a run that exists with other content) rolls them back; a table name that is not plain
+    is refused before anything is read."""
+    db, bundle = exported
+    target = _copy_db(db, tmp_path / "t.db")
+    schema = lambda: list(sqlite3.connect(target).execute("select name, sql from sqlite_master order by name"))  # noqa: E731
+    before = schema()
+
+    def extra(head):
+        head["tables"]["runs"]["columns"]["extra"] = "TEXT"
+        head["tables"]["notes2"] = {"columns": {"run_id": "TEXT", "x": "TEXT"}, "primary_key": ["run_id"]}
+
+    def changed(row):
+        if row.get("t") == "runs":
+            row["v"] = [row["v"][0], "moa"] + row["v"][2:] + ["x"]
+        return row
+
+    bad = _rewrite(bundle, tmp_path / "bad.gz", extra, changed)
+    result = CliRunner().invoke(app, ["import", str(bad), "--db", str(target)])
+    assert result.exit_code == 2 and "already exists" in result.output, result.output
+    assert schema() == before
+    evil = _rewrite(bundle, tmp_path / "evil.gz",
+                    lambda h: h["tables"].__setitem__("x]; drop table runs; --", {"columns": {"run_id": "TEXT"}}))
+    result = CliRunner().invoke(app, ["import", str(evil), "--db", str(target)])
+    assert result.exit_code == 2 and f"{evil}:1: tables: " in result.output and "not a plain table name" in result.output
+    assert schema() == before
+
+
+def test_an_integer_beyond_64_bits_is_refused_in_one_line(exported, tmp_path):
+    _, bundle = exported
+    cols = {}
+
+    def big(row):
+        if row.get("t") == "questions" and not cols:
+            cols["done"] = True
+            row["v"] = [10**30 if isinstance(v, int) and not isinstance(v, bool) else v for v in row["v"]]
+        return row
+
+    bad = _rewrite(bundle, tmp_path / "big.gz", edit_row=big)
+    result = CliRunner().invoke(app, ["import", str(bad), "--db", str(tmp_path / "n.db")])
+    assert result.exit_code == 2 and "beyond SQLite's 64-bit integers" in result.output, result.output
+    assert not (tmp_path / "n.db").exists()
+
+
 @pytest.mark.parametrize("interrupt_at", [3, 17, 40])
 def test_a_partial_bench_moved_as_a_bundle_resumes_on_another_machine(tmp_path, monkeypatch, interrupt_at):
     """A long bench outlives the machine it started on: interrupted (in its dev phase, before it records

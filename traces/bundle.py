@@ -36,6 +36,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import json
 import math
 from dataclasses import dataclass, field
@@ -126,6 +127,8 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
             candidates run is not in ``store``, or an unwritable ``out``.
     """
     out = Path(out)
+    if out.exists() and store.path and Path(str(store.path)).exists() and out.samefile(str(store.path)):
+        raise BundleError(f"{out}: that is the trace database being exported; pick another --out")
     runs = list(dict.fromkeys(run_ids))
     known = set(store.run_ids())
     missing = [r for r in runs if r not in known]
@@ -163,9 +166,10 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
               "doc": "gzip JSON Lines: this header, one {\"t\": table, \"v\": [values in columns order]} per row, "
                      "then {\"end\": true, \"rows\": {table: count}}; see docs/traces.md"}
     counts: dict[str, int] = {}
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.part")  # written whole, then renamed over --out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
+        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
                 io.TextIOWrapper(gz, encoding="utf-8") as f:
             f.write(json.dumps(header, ensure_ascii=False) + "\n")
             for t, where, params in plan:
@@ -177,8 +181,11 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
                     n += 1
                 counts[t] = n
             f.write(json.dumps({"end": True, "rows": counts}) + "\n")
+        os.replace(tmp, out)
     except OSError as exc:
         raise BundleError(f"{out}: cannot write the bundle ({exc.strerror or exc})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return BundleSummary(out, tuple(runs), tuple(benches), counts, out.stat().st_size, carried=carried)
 
 
@@ -320,11 +327,14 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(head.get("tables"), dict):
         raise BundleError(f"{path}:1: tables: missing")
     for t, info in head["tables"].items():
+        if not _plain_name(t) or t.lower().startswith("sqlite_"):
+            raise BundleError(f"{path}:1: tables: {t!r} is not a plain table name (letters, digits, _; not sqlite_...); "
+                              "the header is damaged or tampered with")
         cols = info.get("columns") if isinstance(info, dict) else None
         if not isinstance(cols, dict) or not cols:
             raise BundleError(f"{path}:1: tables.{t}.columns: missing or not a mapping of column names to types")
         for c in cols:
-            if not c.replace("_", "").isalnum() or not c.isascii():
+            if not _plain_name(c):
                 raise BundleError(f"{path}:1: tables.{t}.columns: {c!r} is not a plain column name "
                                   "(letters, digits, _); the header is damaged or tampered with")
         pk = info.get("primary_key") or []
@@ -333,6 +343,16 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
     if "runs" in head["tables"] and "run_id" not in head["tables"]["runs"]["columns"]:
         raise BundleError(f"{path}:1: tables.runs.columns: no run_id column; the header is damaged or tampered with")
     return head
+
+
+def _sql_type(declared: Any) -> str:
+    """The SQLite column type for a header's declared type (TEXT when unknown)."""
+    name = str(declared or "").upper()
+    return name if name in _TYPES and name else "TEXT"
+
+
+def _plain_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(name) and name.isascii() and name.replace("_", "").isalnum()
 
 
 def _short(value: Any, width: int = 40) -> str:
@@ -362,10 +382,14 @@ def _check_values(path: Path, line: int, table: str, info: dict[str, Any], row: 
                 raise BundleError(f"{path}:{line}: {table}.{column}: null in a primary key column; nothing was imported")
             continue
         want = _column_type(table, info, column)
+        if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+            raise BundleError(f"{path}:{line}: {table}.{column}: {_short(value)} is beyond SQLite's 64-bit integers; "
+                              "nothing was imported")
         if want is None:
             ok = isinstance(value, (str, int, float))
         elif want is int:
-            ok = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+            ok = (isinstance(value, int) and -2**63 <= value < 2**63) or \
+                (isinstance(value, float) and value.is_integer() and abs(value) < 2**63)
         elif want is float:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         elif want is str:
@@ -467,15 +491,22 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
     skipped = replaced = 0
     db = store.db
     with store.transaction():
+        # Plain SQL inside one explicit transaction: SQLite's DDL is transactional, so a refusal further
+        # down rolls back the tables and columns made here too (sqlite-utils' helpers commit on their own).
+        if not db.conn.in_transaction:
+            db.conn.execute("BEGIN")
         for t, info in tables.items():
             cols = dict(info["columns"])
             pk = list(info.get("primary_key") or [])
             if t not in db.table_names():
-                db[t].create({c: _TYPES.get(ty, str) for c, ty in cols.items()}, pk=pk[0] if len(pk) == 1 else tuple(pk))
-            have = db[t].columns_dict
+                defs = [f"[{c}] {_sql_type(ty)}" for c, ty in cols.items()]
+                if pk:
+                    defs.append(f"PRIMARY KEY ({', '.join(f'[{k}]' for k in pk)})")
+                db.conn.execute(f"CREATE TABLE [{t}] ({', '.join(defs)})")
+            have = {r[1] for r in db.conn.execute(f"PRAGMA table_info([{t}])")}
             for c, ty in cols.items():
                 if c not in have:
-                    db[t].add_column(c, _TYPES.get(ty, str))
+                    db.conn.execute(f"ALTER TABLE [{t}] ADD COLUMN [{c}] {_sql_type(ty)}")
         bundle_runs: dict[str, bool] = {}
         lines = _lines(path)
         next(lines)
