@@ -158,8 +158,13 @@ def run_session(
         graph = build_selection_graph().compile(checkpointer=run.saver)
         values: dict[str, Any] = graph.get_state(thread).values
         run.progress = lambda: {"rounds": values.get("round", 0)}
+        def steps_left(snap: Any) -> bool:
+            # (a step that finished but was not yet applied, e.g. stopped by Ctrl-C right after it, has
+            # its writes saved and shows in ``tasks``, not in ``next``: streaming on applies them)
+            return bool(snap.next or snap.tasks)
+
         while True:
-            if command is not None or graph.get_state(thread).next:
+            if command is not None or steps_left(graph.get_state(thread)):
                 raise_if_drained(control)
                 try:
                     for event in graph.stream(command, thread, context=context, stream_mode="custom",
@@ -174,7 +179,7 @@ def run_session(
             snapshot = graph.get_state(thread)
             values = snapshot.values
             SPEC.record(store, thread_id, values)
-            if not snapshot.next:
+            if not steps_left(snapshot):
                 run.finish(values.get("recommendation"))
                 return values
             if not snapshot.interrupts:  # steps left over from a crash: run them
