@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sqlite3
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
@@ -83,9 +84,9 @@ def select(
                 names, _ = feature_table({m: {LATENCY: 0.0, **v} for m, v in known_features(
                     checked_pool, checked_pool.names, {}).items()}, checked_pool.names)
                 parse_theta(simulate, names)
-        elif prompts is None and not Path(checkpoint_path(db)).exists():
-            # no session was ever started in this DB, so this one is new: refused before the DB is opened
-            # (opening would add Agora's tables to a file that may not be a trace DB)
+        elif prompts is None and not _has_checkpoint(db, thread):
+            # no such session in this DB, so this one is new: refused before the DB is opened (opening
+            # would add Agora's tables or columns to it)
             raise ValueError(f"--prompts FILE is needed to start a session (no session {thread} in {db})")
         store = TraceStore(db)
         settings = session_settings(store, thread)
@@ -134,6 +135,22 @@ def select(
                       f"{'' if db == Path('agora.db') else escape(f' --db {shlex.quote(str(db))}')}", highlight=False)
         return
     _report(values, settings, thread, out, sim_seeds)
+
+
+def _has_checkpoint(db: Path, thread: str) -> bool:
+    """Whether ``db``'s checkpoint file holds thread ``thread``, read without writing anything (a file that
+    cannot be read as one counts as yes: opening it then reports the error)."""
+    path = Path(checkpoint_path(db))
+    if not path.exists():
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return conn.execute("select 1 from checkpoints where thread_id = ? limit 1", [thread]).fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return True
 
 
 def _check_prompts(prompts: Path | None) -> list:

@@ -300,6 +300,24 @@ def test_select_without_prompts_leaves_an_existing_database_untouched(tmp_path, 
     assert code == 2
     assert error_line(output) == f"error: --prompts FILE is needed to start a session (no session s1 in {db})"
     assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine.db"]
+    # an Agora DB whose checkpoint file holds other threads (here an older schema, missing columns): the
+    # same refusal, and the DB is not opened (it would have been migrated)
+    agora_db = tmp_path / "agora.db"
+    TraceStore(agora_db).close()
+    conn = sqlite3.connect(agora_db)
+    conn.execute("alter table model_calls drop column how")
+    conn.commit()
+    conn.close()  # (the last connection to close writes the WAL back into the file)
+    from agora.graphs.runner import open_checkpointer
+    open_checkpointer(agora_db).close()
+    conn = sqlite3.connect(f"{agora_db}.checkpoints")
+    conn.execute("insert into checkpoints (thread_id, checkpoint_ns, checkpoint_id) values ('other', '', 'c1')")
+    conn.commit()
+    conn.close()
+    old = agora_db.read_bytes()
+    code, output = agora("select", "--db", agora_db, "--thread", "s1", "--out", tmp_path / "out")
+    assert code == 2 and error_line(output).endswith(f"(no session s1 in {agora_db})")
+    assert agora_db.read_bytes() == old
 
 
 def test_select_refuses_a_bad_simulated_theta_before_creating_the_database(tmp_path, monkeypatch):
