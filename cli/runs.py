@@ -81,8 +81,8 @@ def report_run(
         t = s["totals"]
         console.print(f"run [bold]{escape(run_id)}[/bold]: {s['protocol']}, {s['status']}; {int(t['questions'])} "
                       f"questions recorded, {int(t['failed_questions'])} failed; {int(t['calls'])} model calls "
-                      f"({int(t['failed'])} failed attempts), {int(t['completion_tokens'])} generated tokens, "
-                      f"{t['wall_s']:.1f} s wall; started {s['started_at']} on {s['host'] or '?'} at "
+                      f"(one per sample; {int(t['failed'])} failed attempts), {int(t['completion_tokens'])} generated "
+                      f"tokens, {t['wall_s']:.1f} s question time (summed over questions, which may overlap); started {s['started_at']} on {s['host'] or '?'} at "
                       f"{s['code_revision'] or '?'}", highlight=False, soft_wrap=True)
         sh = s["shared"]
         if sh["shared_from"]:

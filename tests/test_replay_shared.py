@@ -82,7 +82,7 @@ def test_comeds_anchor_takes_its_models_first_n_and_first_sample_is_the_anchors_
 def test_report_run_counts_the_shared_calls_beside_its_own(bench_db):
     code, out = agora("report", "run", "s1:arith:align", "--db", str(bench_db))
     text = " ".join(out.split())
-    assert code == 0 and "0 model calls (0 failed attempts), 0 generated tokens" in text
+    assert code == 0 and "0 model calls (one per sample; 0 failed attempts), 0 generated tokens" in text
     # 2 agents × 3 samples × 3 questions, 4 tokens each (scripted)
     assert "shared: 18 model calls, 72 generated tokens taken by its agents from the bench's shared candidates " \
            "(s1:arith:candidates;" in text
