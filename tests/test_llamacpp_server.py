@@ -282,6 +282,7 @@ def test_the_interpreter_exits_cleanly_after_a_refused_request_and_ctrl_c_still_
     pytest.importorskip("xllamacpp")
     script = textwrap.dedent("""
         import os, signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background job starts with SIGINT ignored)
         from agora.models._chat import to_messages
         from agora.models.builtins import resolve_builtin
         from agora.models.llamacpp_server import LlamaCppServerChatModel, ServerReplyError
