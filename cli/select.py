@@ -73,6 +73,7 @@ def select(
 ) -> None:
     """Find the model you prefer by judging pairs of anonymous answers (CUPID dueling bandit)."""
     with user_errors():
+        given_thread = thread is not None
         thread = new_run_id("select") if thread is None else check_run_id(thread, "--thread")
         checked_items = checked_pool = None
         if not db.exists():  # a new session for sure: its inputs are checked before the DB is created
@@ -87,7 +88,8 @@ def select(
         elif prompts is None and not _has_checkpoint(db, thread):
             # no such session in this DB, so this one is new: refused before the DB is opened (opening
             # would add Agora's tables or columns to it)
-            raise ValueError(f"--prompts FILE is needed to start a session (no session {thread} in {db})")
+            raise ValueError("--prompts FILE is needed to start a session"
+                             + (f" (no session {thread} in {db})" if given_thread else ""))
         store = TraceStore(db)
         settings = session_settings(store, thread)
         resumed = settings is not None

@@ -299,6 +299,8 @@ def test_select_without_prompts_leaves_an_existing_database_untouched(tmp_path, 
     code, output = agora("select", "--db", db, "--thread", "s1", "--out", tmp_path / "out")
     assert code == 2
     assert error_line(output) == f"error: --prompts FILE is needed to start a session (no session s1 in {db})"
+    code, output = agora("select", "--db", db, "--out", tmp_path / "out")  # no --thread: no made-up id named
+    assert code == 2 and error_line(output) == "error: --prompts FILE is needed to start a session"
     assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["mine.db"]
     # an Agora DB whose checkpoint file holds other threads (here an older schema, missing columns): the
     # same refusal, and the DB is not opened (it would have been migrated)
