@@ -230,9 +230,7 @@ def bench(
             store = TraceStore(db, readonly=True)
             spec = read_bench_spec(store, run_id)
             if spec is None:
-                started = [r["run_id"] for r in store.db.query(
-                    "select run_id from runs where substr(run_id, 1, ?) = ? order by run_id",
-                    [len(run_id) + 1, f"{run_id}:"])] if "runs" in store.db.table_names() else []
+                started = sorted(store.run_ids(f"{run_id}:"))
                 if started:  # the spec is recorded once the dev runs have chosen the test runs' settings
                     raise ValueError(f"{db}: bench {run_id!r} has no report yet: it is in its dev phase "
                                      f"({len(started)} runs so far: {', '.join(started)}); its spec and report start "

@@ -36,9 +36,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import os
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -117,8 +117,8 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
                   bench_ids: Sequence[str] = ()) -> BundleSummary:
     """Write the runs ``run_ids`` and the benches ``bench_ids`` (each with every run whose id starts
     with ``<bench>:``) from ``store`` to the bundle ``out``. A bench still in its dev phase (runs, but no
-    recorded spec yet) gives its runs only; importing them and rerunning the bench resumes it. A run whose recorded settings name a shared
-    candidates run (:data:`SHARED_CANDIDATES_KEY`: a bench protocol run that took its first samples from
+    recorded spec yet) gives its runs only; importing them and rerunning the bench resumes it. A run
+    whose recorded settings name a shared candidates run (:data:`SHARED_CANDIDATES_KEY`: a bench protocol run that took its first samples from
     ``<bench>:<task>:candidates``) brings that run along, since its samples live there
     (:attr:`BundleSummary.carried`).
 
