@@ -14,17 +14,15 @@ shipped sample, Agora's solver prompt), with the same seeds on both paths:
   the batched decoder at batch 1 (k times) and at batch k, beside llama.cpp's own rate at batch k
   (``llama_decode`` alone, no sampling: the ceiling) and our batched rate as a share of it.
 
-**--mode engines** (issue 29): today's engine one question at a time (llama-cpp-python, a request's
-``n`` samples batched: the baseline) against the same engine with 2, 4 and 8 questions in flight
-(continuous batching: concurrent requests share decode batches, :mod:`agora.models._llama_batch`)
-and llama.cpp's server in process (xllamacpp, :mod:`agora.models.llamacpp_server`) at every level,
+**--mode engines** (issue 29): the embedded engine one question at a time (llama-cpp-python, a
+request's ``n`` samples batched: the baseline) against the same engine with 2, 4 and 8 questions in
+flight (continuous batching: concurrent requests share decode batches, :mod:`agora.models._llama_batch`),
 on the same GSM8K questions with the same seeds (question ``q``'s samples: ``seed + 1000·q + i``),
-natural stops, each model in turn (``--engines native,server`` picks the engines). A repeat runs
-every cell once (the order reversed on odd repeats). Printed per model and cell: wall seconds,
-generated tokens per second (each engine's own count: the server counts a final end token, today's
-engine does not), the speed-up ``wall(baseline) / wall(cell)`` as a mean over repeats with a 95 % t
-interval, and the accuracy (a sample is right when its extracted answer is the gold one) paired by
-question: the cell's minus the baseline's, mean over questions with a 95 % interval::
+natural stops, each model in turn. A repeat runs every cell once (the order reversed on odd
+repeats). Printed per model and cell: wall seconds, generated tokens per second, the speed-up
+``wall(baseline) / wall(cell)`` as a mean over repeats with a 95 % t interval, and the accuracy (a
+sample is right when its extracted answer is the gold one) paired by question: the cell's minus the
+baseline's, mean over questions with a 95 % interval::
 
     python benchmarks/batched_sampling.py --mode engines                  # 16 questions × n 3, 3 repeats
     python benchmarks/batched_sampling.py --mode engines --models qwen2.5-coder-0.5b --questions 1 \
@@ -32,6 +30,12 @@ question: the cell's minus the baseline's, mean over questions with a 95 % inter
 
 Threads: ``AGORA_LLAMA_THREADS`` (default: the cores this process may use). Run it on an idle
 machine: another busy process halves llama.cpp's speed.
+
+The ``server`` rows of benchmarks/README.md (llama.cpp's server in process; issue 29) were measured
+with this script at commit f9a60a8, where it can be rerun (``git show f9a60a8:benchmarks/batched_sampling.py``,
+with that commit's ``models/llamacpp_server.py`` and its ``server-engine`` extra installed). That
+engine was removed on 2026-12-04, so ``--engines`` takes ``native`` only (kept so the recorded
+commands still run).
 """
 
 from __future__ import annotations
@@ -88,11 +92,9 @@ def run_questions(model, problems, messages, *, n: int, in_flight: int, max_toke
 
 
 def engines(args) -> None:
-    """``--mode engines``: today's embedded engine against llama.cpp's server (see the module docstring)."""
-    os.environ.pop("AGORA_LLAMA_ENGINE", None)  # the baseline is today's engine whatever the shell says
+    """``--mode engines``: the embedded engine with 1 and more questions in flight (see the module docstring)."""
     from agora.models.builtins import BUILTINS, resolve_builtin
     from agora.models.llamacpp import LlamaCppChatModel
-    from agora.models.llamacpp_server import LlamaCppServerChatModel, close_servers
     from agora.tasks.answers import extract_answer, is_correct
 
     levels = [int(x) for x in args.levels.split(",")]
@@ -100,42 +102,31 @@ def engines(args) -> None:
     path, fmt = (data, "gsm8k") if data else sample_path("gsm8k")
     problems = load_problems(path, fmt, args.questions)
     messages = [solver_messages(p, 2) for p in problems]
-    slots = args.slots or max(levels) * args.n
     print(f"{len(problems)} GSM8K questions ({path}) × n {args.n}, temperature {args.temperature}, max "
           f"{args.max_tokens} tokens, natural stops, seeds {args.seed} + 1000·q + i; in flight {levels}; "
-          f"{args.repeats} repeat(s); server: {slots} slots × {args.slot_ctx} tokens; threads "
-          f"{os.environ.get('AGORA_LLAMA_THREADS', 'all cores')}")
+          f"{args.repeats} repeat(s); threads {os.environ.get('AGORA_LLAMA_THREADS', 'all cores')}")
     kw = dict(n=args.n, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
 
     def right(problem, gens) -> list[float]:
         return [float(is_correct(extract_answer(m.content, problem.kind, problem.n_choices), problem.gold,
                                  problem.kind)) for m in gens]
 
-    engines_wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
-    unknown = set(engines_wanted) - {"native", "server"}
+    unknown = {e.strip() for e in args.engines.split(",") if e.strip()} - {"native"}
     if unknown:
-        raise SystemExit(f"--engines: unknown {sorted(unknown)} (native, server)")
-    cells: list[tuple[str, int]] = [("native", 1)]  # the baseline: today's engine, one question at a time
-    if "native" in engines_wanted:
-        cells += [("native", lv) for lv in levels if lv > 1]
-    if "server" in engines_wanted:
-        cells += [("server", lv) for lv in levels]
-    label = {"native": "llama-cpp-python", "server": "server"}
+        raise SystemExit(f"--engines: unknown {sorted(unknown)}: only native remains (the server engine was "
+                         f"removed; see the module docstring)")
+    # the baseline first: the engine with one question at a time
+    cells: list[tuple[str, int]] = [("native", 1)] + [("native", lv) for lv in levels if lv > 1]
+    label = {"native": "llama-cpp-python"}  # the table's engine column, as in benchmarks/README.md
     for name in args.models.split(","):
         gguf = resolve_builtin(f"builtin:{name}")
-        today = LlamaCppChatModel(model_path=gguf, model_name=name, prompt_format=BUILTINS[name].prompt_format,
+        model = LlamaCppChatModel(model_path=gguf, model_name=name, prompt_format=BUILTINS[name].prompt_format,
                                   n_ctx=4096)
-        models = {"native": today}
-        if "server" in engines_wanted:
-            models["server"] = LlamaCppServerChatModel(model_path=gguf, model_name=name,
-                                                       prompt_format=BUILTINS[name].prompt_format,
-                                                       n_ctx=args.slot_ctx, n_parallel=slots)
         # room for every question in flight at once (else the first busy cell waits for KV cells
         # until the context grows, which it does only when nothing is in flight)
-        _decoder(today.llm(), today.n_threads).reserve(
-            max(levels) * (max(len(today.llm().tokenize(str(m).encode())) for m in messages) + args.n * args.max_tokens))
-        for model in models.values():  # warm-up: load, first contexts
-            run_questions(model, problems[:1], messages[:1], in_flight=1, **dict(kw, max_tokens=4))
+        _decoder(model.llm(), model.n_threads).reserve(
+            max(levels) * (max(len(model.llm().tokenize(str(m).encode())) for m in messages) + args.n * args.max_tokens))
+        run_questions(model, problems[:1], messages[:1], in_flight=1, **dict(kw, max_tokens=4))  # warm-up: first context
         walls: dict[tuple, list[float]] = {c: [] for c in cells}
         tokens: dict[tuple, list[int]] = {c: [] for c in cells}
         acc: dict[tuple, list[list[float]]] = {c: [] for c in cells}  # [repeat][question]
@@ -143,16 +134,16 @@ def engines(args) -> None:
         for r in range(args.repeats):
             for cell in (cells if r % 2 == 0 else cells[::-1]):
                 engine, in_flight = cell
-                wall, answers = run_questions(models[engine], problems, messages, in_flight=in_flight, **kw)
+                wall, answers = run_questions(model, problems, messages, in_flight=in_flight, **kw)
                 walls[cell].append(wall)
                 tokens[cell].append(sum(m.usage_metadata["output_tokens"] for gens in answers for m in gens))
                 acc[cell].append([statistics.fmean(right(p, g)) for p, g in zip(problems, answers)])
                 print(f"  {name} repeat {r + 1} {label[engine]} ×{in_flight}: {wall:.1f} s, "
                       f"{tokens[cell][-1]} tokens", flush=True)
         base_acc = [statistics.fmean(col) for col in zip(*acc[base])]  # per question, over repeats
-        print(f"\n{name} (threads {today.n_threads})")
+        print(f"\n{name} (threads {model.n_threads})")
         print(f"{'engine':<16} {'in flight':>9} {'wall s':>8} {'tok/s':>7} {'speed-up [95% CI]':>22} "
-              f"{'accuracy':>9} {'Δ acc vs today [95% CI]':>26}")
+              f"{'accuracy':>9} {'Δ acc vs 1 in flight [95% CI]':>29}")
         mean_acc = statistics.fmean(base_acc)
         print(f"{'llama-cpp-python':<16} {1:>9} {statistics.fmean(walls[base]):8.1f} "
               f"{sum(tokens[base]) / sum(walls[base]):7.1f} {'1 (baseline)':>22} {mean_acc:9.3f} {'':>26}")
@@ -165,37 +156,33 @@ def engines(args) -> None:
                   f"{sum(tokens[cell]) / sum(walls[cell]):7.1f} "
                   f"{ratio[0]:8.2f} [{ratio[1]:.2f}, {ratio[2]:.2f}]{'':>2} {statistics.fmean(cell_acc):9.3f} "
                   f"{diff[0]:+10.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}]", flush=True)
-        if decoder_peak := getattr(getattr(today.llm(), "_agora_decoder", None), "peak_sequences", 0):
-            print(f"(today's engine decoded at most {decoder_peak} sequences in one step)")
-        close_servers()
+        if decoder_peak := getattr(getattr(model.llm(), "_agora_decoder", None), "peak_sequences", 0):
+            print(f"(the engine decoded at most {decoder_peak} sequences in one step)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("samples", "engines"), default="samples",
-                        help="samples: k samples of one prompt, batched vs sequential (issue 14); engines: today's "
-                             "engine vs llama.cpp's server with questions in flight (issue 29)")
+                        help="samples: k samples of one prompt, batched vs sequential (issue 14); engines: the "
+                             "embedded engine with 1 and more questions in flight (issue 29)")
     parser.add_argument("--models", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
     parser.add_argument("--ks", default="1,2,4,8", help="samples mode: samples per prompt")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--levels", default="1,2,4,8", help="engines mode: questions in flight")
-    parser.add_argument("--engines", default="native,server",
+    parser.add_argument("--engines", default="native",
                         help="engines mode: native (llama-cpp-python, continuous batching across the questions in "
-                             "flight) and/or server (xllamacpp); the baseline is native with 1 in flight")
+                             "flight) is the only engine left; the baseline is native with 1 in flight")
     parser.add_argument("--questions", type=int, default=16, help="engines mode: GSM8K test questions (the first)")
     parser.add_argument("--n", type=int, default=3, help="engines mode: samples per question")
     parser.add_argument("--repeats", type=int, default=3, help="engines mode: repeats (the speed-up's interval)")
-    parser.add_argument("--slots", type=int, default=0, help="engines mode: server slots (0: max level × n)")
-    parser.add_argument("--slot-ctx", type=int, default=1024, help="engines mode: tokens per server slot")
     parser.add_argument("--data", default=None, help="engines mode: a GSM8K jsonl (default: ../shared/data/gsm8k/"
                                                      "test.jsonl, else the shipped sample)")
     args = parser.parse_args()
     if args.mode == "engines":
         engines(args)
         return
-    os.environ.pop("AGORA_LLAMA_ENGINE", None)  # this mode measures today's engine's batched decoder
     ks = [int(k) for k in args.ks.split(",")]
     pool = builtin_pool("default")
     path, fmt = sample_path("gsm8k")

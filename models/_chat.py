@@ -16,7 +16,7 @@ _ROLE = {"human": "user", "ai": "assistant", "system": "system", "user": "user",
 
 
 def default_threads() -> int:
-    """Threads for llama.cpp (both embedded engines): ``AGORA_LLAMA_THREADS`` or the cores this
+    """Threads for the embedded llama.cpp engine: ``AGORA_LLAMA_THREADS`` or the cores this
     process may use."""
     env = os.environ.get("AGORA_LLAMA_THREADS")
     if env:

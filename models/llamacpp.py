@@ -174,17 +174,6 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
     """Multiplier of the adapter's ``alpha / r`` (1: as trained)."""
     _llm: Any = PrivateAttr(default=None)
 
-    def __new__(cls, *args: Any, **fields: Any):
-        """``AGORA_LLAMA_ENGINE=server`` builds llama.cpp's server engine instead (issue 29:
-        :class:`agora.models.llamacpp_server.LlamaCppServerChatModel`, same fields but ``batched``)."""
-        if cls is LlamaCppChatModel and fields:
-            from agora.models.llamacpp_server import LlamaCppServerChatModel, server_engine_selected
-
-            if server_engine_selected():
-                known = LlamaCppServerChatModel.model_fields
-                return LlamaCppServerChatModel(**{k: v for k, v in fields.items() if k in known})
-        return super().__new__(cls)
-
     @property
     def batches_concurrent_requests(self) -> bool:
         """Whether concurrent requests share decode batches (so questions in flight pay off)."""

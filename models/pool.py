@@ -287,8 +287,8 @@ class ModelPool(PythonObject):
         """Questions to keep in flight when the user gives no ``--concurrency``:
         :data:`EMBEDDED_CONCURRENCY` when every member is an in-process llama.cpp model whose
         concurrent requests share decode batches (``batches_concurrent_requests``: the embedded
-        pool's continuous batching, or llama.cpp's server engine), else 1 (a user's API model may
-        be rate-limited; a served pool's best setting depends on its server: pass it)."""
+        pool's continuous batching), else 1 (a user's API model may be rate-limited; a served
+        pool's best setting depends on its server: pass it)."""
         if all(getattr(m.sampler, "batches_concurrent_requests", False) for m in self):
             return EMBEDDED_CONCURRENCY
         return 1

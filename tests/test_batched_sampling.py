@@ -94,25 +94,28 @@ def test_run_align_on_the_default_qwen_pool_traces_every_call(tmp_path):
     assert all(c["error"] is None and c["completion_tokens"] > 0 for c in calls)
 
 
-def test_the_engines_side_by_side_runs_in_a_smoke_configuration():
-    """``benchmarks/batched_sampling.py --mode engines`` (issue 29) on SmolLM2: both engines, two
-    levels in flight (today's engine alone is the baseline; with 2 in flight it batches across the
-    questions), the table with speed-up and paired accuracy columns."""
+def test_the_levels_side_by_side_runs_in_a_smoke_configuration():
+    """``benchmarks/batched_sampling.py --mode engines`` (issue 29) on SmolLM2: the embedded engine at
+    two levels in flight (one question at a time is the baseline; with 2 in flight it batches across
+    the questions), the table with speed-up and paired accuracy columns; the removed server engine
+    is refused by name."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    pytest.importorskip("xllamacpp")
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "batched_sampling.py"
     path, _ = sample_path("gsm8k")
-    env = {**os.environ, "AGORA_LLAMA_THREADS": "1", "AGORA_LLAMA_ENGINE": "server"}  # the baseline ignores it
-    out = subprocess.run([sys.executable, str(script), "--mode", "engines", "--models", "smollm2", "--questions", "2",
-                          "--max-tokens", "8", "--levels", "1,2", "--repeats", "1", "--data", str(path)],
-                         capture_output=True, text=True, env=env, timeout=600)
+    env = {**os.environ, "AGORA_LLAMA_THREADS": "1"}
+    args = [sys.executable, str(script), "--mode", "engines", "--models", "smollm2", "--questions", "2",
+            "--max-tokens", "8", "--levels", "1,2", "--repeats", "1", "--data", str(path)]
+    out = subprocess.run(args + ["--engines", "native"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split() for line in out.stdout.splitlines() if line.startswith(("llama-cpp-python", "server "))]
-    assert [r[:2] for r in rows] == [["llama-cpp-python", "1"], ["llama-cpp-python", "2"], ["server", "1"],
-                                     ["server", "2"]], out.stdout
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("llama-cpp-python")]
+    assert [r[:2] for r in rows] == [["llama-cpp-python", "1"], ["llama-cpp-python", "2"]], out.stdout
     assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)  # wall seconds, tokens per second
+    assert float(rows[1][4]) > 0  # the speed-up of 2 in flight over the baseline
     assert "2 GSM8K questions" in out.stdout and "speed-up" in out.stdout
+    assert "sequences in one step" in out.stdout
+    refused = subprocess.run(args + ["--engines", "native,server"], capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode != 0 and "only native remains" in refused.stderr

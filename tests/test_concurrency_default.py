@@ -32,12 +32,6 @@ def test_other_pools_run_one_question_at_a_time(models):
     assert pool_of(*models).suggested_concurrency() == 1
 
 
-def test_the_server_engine_batches_concurrent_requests_too():
-    from agora.models.llamacpp_server import LlamaCppServerChatModel
-
-    assert LlamaCppServerChatModel.batches_concurrent_requests is True
-
-
 @pytest.mark.parametrize("value", [0, -1, True, 1.5, "4"])
 def test_a_bench_refuses_a_bad_concurrency(value):
     with pytest.raises(ValueError, match="BenchConfig.concurrency"):
