@@ -41,6 +41,8 @@ git clone -q "$repo" "$work/agora"
 # Uncommitted files of this checkout are not in the clone: the README's command must work without them.
 cd "$work/agora"
 export PIP_NO_CACHE_DIR=1 AGORA_CACHE_DIR="$work/cache" HF_HUB_OFFLINE=1
+# pip's verbose log, timestamped line by line, splits the install into its phases (printed at the end).
+export PIP_LOG="$work/pip.log"
 echo "command ($mode): $cmd"
 echo "started $(date -u +%FT%TZ) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
 # Each step of the command is traced with its start time, so the install and the run are timed apart.
@@ -54,9 +56,38 @@ run_at="$(awk '$3 == "agora" {print $2; exit}' "$trace")"
 # Which build was installed: libllama's size tells the lean include's -O1 build from an -O3 one.
 lib="$(find "$work/agora" -path '*/llama_cpp/lib/libllama.so' -print -quit 2>/dev/null)"
 [[ -n "$lib" ]] && echo "libllama.so installed: $(stat -c %s "$lib") bytes"
-python3 - "$start" "$run_at" "$end" <<'EOF'
+python3 - "$start" "$run_at" "$end" "$work/pip.log" <<'EOF'
 import sys
-start, run_at, end = (float(x) if x else None for x in sys.argv[1:])
+from datetime import datetime, timezone
+start, run_at, end = (float(x) if x else None for x in sys.argv[1:4])
+
+
+def stamp(line):
+    """Seconds since the epoch of a pip log line ("2026-12-04T19:00:49,558 ..."), or None."""
+    try:
+        return datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S,%f").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def first(lines, text):
+    return next((t for t, line in lines if text in line), None)
+
+
+try:
+    lines = [(t, line) for line in open(sys.argv[4], errors="replace") if (t := stamp(line)) is not None]
+except OSError:
+    lines = []
+if lines:
+    # pip's own phases: resolve and download (wheels and sdists, and each build environment), the
+    # llama-cpp-python compile, then unpacking every wheel into the venv.
+    marks = [("venv", start), ("pip: resolve, download", lines[0][0]),
+             ("pip: build llama-cpp-python", first(lines, "Building wheel for llama-cpp-python")),
+             ("pip: install wheels", first(lines, "Installing collected packages")),
+             ("after pip", lines[-1][0])]
+    marks = [(name, t) for name, t in marks if t is not None]
+    for (name, t0), (_, t1) in zip(marks, marks[1:]):
+        print(f"  {name:<30} {t1 - t0:6.1f} s")
 if run_at is None:
     print("install and run not timed apart (no traced 'agora' step)")
 else:
