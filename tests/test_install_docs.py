@@ -7,7 +7,10 @@ out.
 """
 from __future__ import annotations
 
+import json
+import platform
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,14 +34,57 @@ def test_both_quick_start_commands_build_llama_cpp_lean():
     assert f'{LEAN} pip install -e ".[test,train]" && python -m pytest' in tests
 
 
-def test_the_project_include_turns_llama_cpp_common_off_and_compiles_only_libllama_at_o1():
+def test_the_project_include_turns_llama_cpp_common_off():
     include = (ROOT / "cmake" / "llama-cpp-python-lean.cmake").read_text()
     code = [line.strip() for line in include.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert code[0].startswith("set(LLAMA_BUILD_COMMON OFF CACHE BOOL") and code[0].endswith("FORCE)")
-    # -O1 for libllama's C++ alone (ggml's kernels keep the build type's -O3), once every target exists
-    assert code[1:] == ["function(_agora_llama_opt)", "if(TARGET llama)",
-                        "target_compile_options(llama PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O1>)", "endif()",
-                        "endfunction()", "cmake_language(DEFER DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR} CALL _agora_llama_opt)"]
+
+
+# A stand-in for llama.cpp's tree: the targets and files the include touches, with ggml's flags.
+_FAKE_ROOT = """cmake_minimum_required(VERSION 3.21)
+project("llama.cpp" C CXX)
+add_subdirectory(ggml/src)
+add_library(llama SHARED src/llama.cpp)
+"""
+_FAKE_GGML = """option(GGML_CPU_REPACK "repack" ON)
+add_library(ggml-cpu SHARED ggml-cpu/ops.cpp ggml-cpu/repack.cpp ggml-cpu/arch/x86/repack.cpp)
+target_compile_options(ggml-cpu PRIVATE -march=native)
+if (GGML_CPU_REPACK)
+    target_compile_definitions(ggml-cpu PRIVATE GGML_USE_CPU_REPACK)
+endif()
+"""
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="needs cmake on x86-64 (the machine that compiles llama-cpp-python)")
+def test_the_project_include_sets_each_files_flags_as_documented(tmp_path):
+    """Configured on a stand-in tree, the include gives: libllama -O1; ggml-cpu's kernels -O3 with AMX
+    compiled out after -march=native; the repack files -O0 and repacking itself off."""
+    (tmp_path / "ggml/src/ggml-cpu/arch/x86").mkdir(parents=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "CMakeLists.txt").write_text(_FAKE_ROOT)
+    (tmp_path / "ggml/src/CMakeLists.txt").write_text(_FAKE_GGML)
+    for name in ("src/llama.cpp", "ggml/src/ggml-cpu/ops.cpp", "ggml/src/ggml-cpu/repack.cpp",
+                 "ggml/src/ggml-cpu/arch/x86/repack.cpp"):
+        (tmp_path / name).write_text("int f() { return 0; }\n")
+    include = ROOT / "cmake" / "llama-cpp-python-lean.cmake"
+    subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "build", "-DCMAKE_BUILD_TYPE=Release",
+                    "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-DCMAKE_PROJECT_llama.cpp_INCLUDE={include}"],
+                   check=True, capture_output=True)
+    commands = json.loads((tmp_path / "build" / "compile_commands.json").read_text())
+    flags = {Path(c["file"]).relative_to(tmp_path).as_posix(): c["command"].split() for c in commands}
+
+    def opt(name):  # the -O flag that wins (the last one)
+        return [f for f in flags[name] if re.fullmatch(r"-O\w", f)][-1]
+
+    assert opt("src/llama.cpp") == "-O1"
+    ops = flags["ggml/src/ggml-cpu/ops.cpp"]
+    assert opt("ggml/src/ggml-cpu/ops.cpp") == "-O3"
+    assert ops.index("-march=native") < ops.index("-mno-amx-int8")
+    assert {"-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"} <= set(ops)
+    assert opt("ggml/src/ggml-cpu/repack.cpp") == opt("ggml/src/ggml-cpu/arch/x86/repack.cpp") == "-O0"
+    assert not any("GGML_USE_CPU_REPACK" in f for command in flags.values() for f in command)
+    assert "-mno-amx-int8" not in flags["src/llama.cpp"]
 
 
 def test_ci_installs_with_the_readme_command():
