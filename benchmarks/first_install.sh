@@ -74,16 +74,22 @@ def first(lines, text):
     return next((t for t, line in lines if text in line), None)
 
 
+def last(lines, text):
+    return next((t for t, line in reversed(lines) if text in line), None)
+
+
 try:
     lines = [(t, line) for line in open(sys.argv[4], errors="replace") if (t := stamp(line)) is not None]
 except OSError:
     lines = []
 if lines:
-    # pip's own phases: resolve and download (wheels and sdists, and each build environment), the
-    # llama-cpp-python compile, then unpacking every wheel into the venv.
+    # pip's own phases: resolve and download (wheels, sdists and the build environments, whose pip
+    # subprocesses log to the same file), the llama-cpp-python compile, then unpacking every wheel into
+    # the venv (the main pip's "Installing collected packages" is the last one in the log).
     marks = [("venv", start), ("pip: resolve, download", lines[0][0]),
-             ("pip: build llama-cpp-python", first(lines, "Building wheel for llama-cpp-python")),
-             ("pip: install wheels", first(lines, "Installing collected packages")),
+             ("pip: compile llama-cpp-python", first(lines, "Building wheel for llama-cpp-python")),
+             ("pip: between", first(lines, "Created wheel for llama-cpp-python")),
+             ("pip: install wheels", last(lines, "Installing collected packages")),
              ("after pip", lines[-1][0])]
     marks = [(name, t) for name, t in marks if t is not None]
     for (name, t0), (_, t1) in zip(marks, marks[1:]):
