@@ -28,7 +28,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agora.models._chat import NativeMember, default_threads, fewshot_stops, generation, render_fewshot, to_dicts
 
@@ -173,6 +173,15 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
     lora_scale: float = 1.0
     """Multiplier of the adapter's ``alpha / r`` (1: as trained)."""
     _llm: Any = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _one_engine(self) -> "LlamaCppChatModel":
+        engine = os.environ.get("AGORA_LLAMA_ENGINE", "")
+        if engine not in ("", "llama-cpp-python"):
+            raise ValueError(f"AGORA_LLAMA_ENGINE={engine!r}: llama-cpp-python is the one embedded engine; the "
+                             "server engine on trial was removed on 2026-12-04 (issue 29, benchmarks/README.md); "
+                             "unset AGORA_LLAMA_ENGINE")
+        return self
 
     @property
     def batches_concurrent_requests(self) -> bool:

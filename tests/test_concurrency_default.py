@@ -41,3 +41,14 @@ def test_a_bench_refuses_a_bad_concurrency(value):
 def test_a_bench_takes_none_as_the_pools_suggestion():
     assert BenchConfig(concurrency=None).concurrency is None
     assert BenchConfig().concurrency == 1  # the Python API's default is unchanged; the CLI passes None
+
+
+@pytest.mark.parametrize("value", ["server", "xllamacpp"])
+def test_a_removed_engine_asked_for_by_name_is_refused_not_ignored(monkeypatch, value):
+    """The server engine on trial was removed (issue 29: one engine); a user who still sets
+    AGORA_LLAMA_ENGINE gets a clear error instead of silently another engine."""
+    monkeypatch.setenv("AGORA_LLAMA_ENGINE", value)
+    with pytest.raises(ValueError, match=f"AGORA_LLAMA_ENGINE='{value}'.*unset AGORA_LLAMA_ENGINE"):
+        embedded()
+    monkeypatch.setenv("AGORA_LLAMA_ENGINE", "llama-cpp-python")
+    assert embedded().batches_concurrent_requests
