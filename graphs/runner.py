@@ -303,6 +303,15 @@ def default_detail(values: dict[str, Any]) -> dict[str, Any]:
     return {k: values[k] for k in ("proposals", "selection", "decision", "trace") if k in values}
 
 
+def run_dataset(dataset: dict[str, Any], problems: Sequence[Problem]) -> dict[str, Any]:
+    """The ``runs.dataset`` a run of ``problems`` records: ``dataset`` (path, format, ...) with
+    ``count`` and each question's content hash by id (:data:`QUESTION_HASHES`), which a resume
+    compares (:meth:`TraceStore.data_changes`: an edited file is refused, the same questions at
+    another path resume)."""
+    hashes = {p.id: question_hash(p.question, p.gold, p.kind, p.n_choices) for p in problems}
+    return {**dataset, "count": len(problems), QUESTION_HASHES: hashes}
+
+
 def run_problems(
     builder: StateGraph,
     problems: Sequence[Problem],
@@ -384,10 +393,8 @@ def run_problems(
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
     if durability not in get_args(Durability):
         raise ValueError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
-    # each question's content hash, so a resume on an edited data file is refused (TraceStore.start_run)
-    hashes = {p.id: question_hash(p.question, p.gold, p.kind, p.n_choices) for p in problems}
     with recorded_run(store, run_id, protocol, config=config, pool=pool_description,
-                      dataset={**dataset, "count": len(problems), QUESTION_HASHES: hashes},
+                      dataset=run_dataset(dataset, problems),
                       group_commit=True) as run:  # its checkpointer commits after each question (solve)
         saver = run.saver
         done = store.finished_questions(run_id)

@@ -51,7 +51,7 @@ from agora.graphs.escalation import (
 )
 from agora.graphs.candidates import CandidatesContext, build_candidates_graph
 from agora.graphs.scoring import ProtocolGraph
-from agora.graphs.runner import QuestionOutcome, RunOutcome, run_problems
+from agora.graphs.runner import QuestionOutcome, RunOutcome, run_dataset, run_problems
 from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
 from agora.tasks.loaders import Problem, detect_format, load_problems
 from agora.tasks.samples import sample_path
@@ -397,20 +397,28 @@ def time_left_s(store: TraceStore, steps: Sequence[Step], in_flight: int = 1) ->
     return total / max(1, in_flight)
 
 
-def resume_refusal(store: TraceStore, run_id: str, protocol: str, config: Any, pool: Any) -> str | None:
-    """Why ``TraceStore.start_run`` would refuse to resume ``run_id`` with this protocol, settings and
-    pool (one line), or ``None`` (a new run, or the same). Checked for every run of a bench before the
-    bench's spec is recorded, so a refused rerun changes nothing in the DB (``start_run`` still checks
-    the dataset when each run starts)."""
+def resume_refusal(store: TraceStore, run_id: str, protocol: str, config: Any, pool: Any,
+                   dataset: Any = None) -> str | None:
+    """Why ``TraceStore.start_run`` would refuse to resume ``run_id`` with this protocol, settings,
+    pool and ``dataset`` (as :func:`agora.graphs.runner.run_dataset` makes it; ``None``: not checked)
+    (one line), or ``None`` (a new run, or the same). Checked for every run of a bench before the
+    bench's spec is recorded, so a refused rerun changes nothing in the DB. Task files at another
+    path holding the same questions (a bench moved to another machine) resume
+    (:meth:`TraceStore.data_changes`); the runs keep the paths they started on, the bench's
+    spec names the files of this call."""
     existing = store.get_run(run_id)
     if existing is None:
         return None
-    changed, details = [], []
     if existing["protocol"] != protocol:
         return f"run id {run_id!r} already holds a {existing['protocol']} run in {store.path}; pick a new --run-id"
+    try:
+        changed, details = store.data_changes(run_id, store._run_json(existing, "dataset") or {},
+                                              json.loads(_json(dataset)) or {}) if dataset is not None else ([], [])
+    except ResumeRefusedError as exc:
+        return f"{exc} (nothing was run or recorded)"
     if existing["config"] != _json(config):
         changed.append("settings")
-        details = _differences(json.loads(_json(config)), store._run_json(existing, "config"))
+        details += _differences(json.loads(_json(config)), store._run_json(existing, "config"))
     if _models(store._run_json(existing, "pool")) != _models(json.loads(_json(pool))):
         changed.append("pool")
     if not changed:
@@ -522,7 +530,7 @@ def run_bench(
         outcome = run_problems(
             builder, list(step.problems), store=store, run_id=step.run_id, protocol=protocol, context=context,
             config=run_config, pool_description=pool.describe(),
-            dataset={"path": step.path, "format": step.format, "limit": len(step.problems), "bench": bench_id},
+            dataset=dataset_of(step),
             on_event=lambda e: progress.event(step, e), on_question=lambda q: progress.question(step, q),
             durability=config.durability, control=control, **kwargs,
             concurrency=questions_in_flight(config, pool))
@@ -532,6 +540,9 @@ def run_bench(
                                  outcomes=before.outcomes + outcome.outcomes, failed=before.failed + outcome.failed)
         result.runs[step.run_id] = outcome
         return outcome
+
+    def dataset_of(step: Step) -> dict[str, Any]:
+        return {"path": step.path, "format": step.format, "limit": len(step.problems), "bench": bench_id}
 
     def comed_run_config(cfg: EscalationConfig, shared_from: str | None = None,
                          with_router: KNNRouter | None = None) -> dict[str, Any]:
@@ -655,7 +666,8 @@ def run_bench(
     tests = [s for s in steps if s.kind not in ("calibrate", "candidates-dev")]
     calls = {s.run_id: test_call(s) for s in tests}
     for s in tests:  # check first: a refused rerun changes nothing, not even the bench's recorded spec
-        refused = resume_refusal(store, s.run_id, calls[s.run_id][3], calls[s.run_id][2], pool.describe())
+        refused = resume_refusal(store, s.run_id, calls[s.run_id][3], calls[s.run_id][2], pool.describe(),
+                                 run_dataset(dataset_of(s), s.problems))
         if refused:
             raise ResumeRefusedError(refused)
     result.spec = spec

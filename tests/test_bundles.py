@@ -302,3 +302,70 @@ def test_a_partial_bench_moved_as_a_bundle_resumes_on_another_machine(tmp_path, 
     got = json.loads((tmp_path / "new" / "bench.json").read_text())
     untimed = lambda cells: [{k: v for k, v in c.items() if not k.endswith("_s_per_q")} for c in cells]  # noqa: E731
     assert got["complete"] and untimed(got["cells"]) == untimed(want["cells"])
+
+
+def _partial_bench_imported(tmp_path, monkeypatch, interrupt_at):
+    """A bench run in one go (``ref.db``), and the same bench interrupted at the ``interrupt_at``-th model
+    call, exported and imported into ``new.db``; returns the task files and the new DB."""
+    math_file, mc_file = write_tasks(tmp_path)
+    args = lambda db, out: bench_args(math_file, mc_file, db, out, "--dev", "1",  # noqa: E731
+                                      design="--shared-candidates")
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    assert CliRunner().invoke(app, args(tmp_path / "ref.db", tmp_path / "ref")).exit_code == 0
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool({}, interrupt_at=[interrupt_at]))
+    assert CliRunner().invoke(app, args(tmp_path / "old.db", tmp_path / "old")).exit_code == 130
+    bundle = tmp_path / "partial.agora.jsonl.gz"
+    assert CliRunner().invoke(app, ["export", "--db", str(tmp_path / "old.db"), "--bench-id", "b1",
+                                    "--out", str(bundle)]).exit_code == 0
+    db = tmp_path / "new.db"
+    assert CliRunner().invoke(app, ["import", str(bundle), "--db", str(db)]).exit_code == 0
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
+    return math_file, mc_file, db
+
+
+def _copied(files, folder):
+    folder.mkdir()
+    for f in files:
+        (folder / f.name).write_text(f.read_text())
+    return [folder / f.name for f in files]
+
+
+RESULTS = "select run_id, question_id, method, answer, correct from results order by run_id, question_id, method"
+
+
+@pytest.mark.parametrize("interrupt_at", [3, 40])
+def test_a_moved_bench_resumes_on_task_files_at_another_path_holding_the_same_questions(tmp_path, monkeypatch,
+                                                                                           interrupt_at):
+    """On another machine the task files sit elsewhere: the imported bench resumes on copies in another
+    folder (same names, so the same task names and run ids) and ends with the results of a bench run in
+    one go; its runs keep the paths they started on, its spec names the files it was resumed on."""
+    math_file, mc_file, db = _partial_bench_imported(tmp_path, monkeypatch, interrupt_at)
+    done_before = TraceStore(db).db.execute("select count(*) from questions").fetchone()[0]
+    moved_math, moved_mc = _copied([math_file, mc_file], tmp_path / "elsewhere")
+    result = CliRunner().invoke(app, bench_args(moved_math, moved_mc, db, tmp_path / "new", "--dev", "1",
+                                                design="--shared-candidates"))
+    assert result.exit_code == 0, result.output
+    store = TraceStore(db)
+    assert list(store.db.query(RESULTS)) == list(TraceStore(tmp_path / "ref.db").db.query(RESULTS))
+    assert done_before > 0 or interrupt_at == 3
+    want = json.loads((tmp_path / "ref" / "bench.json").read_text())
+    got = json.loads((tmp_path / "new" / "bench.json").read_text())
+    untimed = lambda cells: [{k: v for k, v in c.items() if not k.endswith("_s_per_q")} for c in cells]  # noqa: E731
+    assert got["complete"] and untimed(got["cells"]) == untimed(want["cells"])
+    dev_path = json.loads(store.get_run("b1:arith:candidates-dev")["dataset"])["path"]  # started before the move
+    assert dev_path.startswith(f"{math_file}: its last 1 questions"), dev_path
+    assert [t.path for t in read_bench_spec(store, "b1").tasks] == [str(moved_math), str(moved_mc)]
+
+
+def test_a_moved_bench_whose_task_file_holds_edited_questions_is_refused_naming_both_paths(tmp_path, monkeypatch):
+    math_file, mc_file, db = _partial_bench_imported(tmp_path, monkeypatch, 40)
+    moved_math, moved_mc = _copied([math_file, mc_file], tmp_path / "elsewhere")
+    moved_math.write_text(moved_math.read_text().replace("What is 2 + 2?", "What is 2 + 3?"))  # a test question
+    before = table_counts(db), read_bench_spec(TraceStore(db), "b1")
+    result = CliRunner().invoke(app, bench_args(moved_math, moved_mc, db, tmp_path / "new", "--dev", "1",
+                                                design="--shared-candidates"))
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())  # the console wraps long lines
+    assert (f"run id 'b1:arith:candidates' in {db} was started on \"{math_file}\" and is resumed on \"{moved_math}\": "
+            "1 of the 3 questions compared differ (text, gold or options; e.g. 'arith-2')") in line, result.output
+    assert (table_counts(db), read_bench_spec(TraceStore(db), "b1")) == before  # nothing run, the spec as it was

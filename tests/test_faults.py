@@ -21,7 +21,7 @@ from agora.models.pool import ModelCallError, ModelPool, ModelSpec, pool_from_sp
 from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
-from agora.graphs.runner import run_problems
+from agora.graphs.runner import run_dataset, run_problems
 from agora.tasks.loaders import Problem
 from agora.traces import store as store_module
 from agora.traces.report import failed_questions, method_table, run_totals
@@ -668,6 +668,66 @@ def test_a_data_file_edited_between_a_run_and_its_resume_is_refused_naming_the_q
     [line] = error_lines(out)
     assert "the data changed since the run started: question(s) 'q2' differ" in line
     assert sqlite_utils.Database(db)["runs"].get("r")["status"] == "finished"  # left as it was
+
+
+def test_a_run_resumes_on_its_data_file_at_another_path_and_refuses_one_with_other_questions(tmp_path, served_pool):
+    """``agora run align`` moved to another machine (the data file elsewhere) resumes when the file there
+    holds the same questions, with the results of a run in one go; a copy whose recorded question was
+    edited is refused, naming the run id, both paths and how many questions differ."""
+    rows = [{"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in (1, 2, 3)]
+    first, moved, edited = (folder(tmp_path / d) / "q.jsonl" for d in ("a", "b", "c"))
+    for path in (first, moved):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = lambda data, db: ["run", "align", "--data", data, "--agents", 1, "--samples", 2, "--pool",  # noqa: E731
+                             served_pool, "--db", db, "--run-id", "r"]
+    db = tmp_path / "t.db"
+    assert agora(*args(first, db), "--limit", 2).exit_code == 0
+    out = agora(*args(moved, db))
+    assert out.exit_code == 0, out.output
+    assert "resumed: 2 of 3 questions already done" in out.output
+    assert agora(*args(first, tmp_path / "once.db")).exit_code == 0
+    key = "select question_id, method, answer, correct from results order by question_id, method"
+    assert list(sqlite_utils.Database(db).query(key)) == list(sqlite_utils.Database(tmp_path / "once.db").query(key))
+    assert json.loads(sqlite_utils.Database(db)["runs"].get("r")["dataset"])["path"] == str(first)  # as started
+    rows[1]["answer"] = "#### 5"
+    edited.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = agora(*args(edited, db))
+    assert out.exit_code == 2, out.output
+    line = " ".join(out.output.split())  # the console may wrap it
+    assert (f"run id 'r' in {db} was started on \"{first}\" and is resumed on \"{edited}\": 1 of the 3 questions "
+            "compared differ (text, gold or options; e.g. 'q2')") in line
+
+
+def test_a_run_recorded_before_question_hashes_resumes_at_another_path_on_its_recorded_questions():
+    """A run whose dataset has no per-question hashes (recorded before them) is compared on its
+    ``questions`` rows: the same text and gold at another path resume (and the hashes are stored from
+    then on), an edited one is refused, and with no recorded question to compare the path is a difference."""
+    mc = Problem("m1", "Which?\nA. w\nB. x\nC. y\nD. z", "A", kind="mc", n_choices=4)
+    problems = [Problem("q1", "What is 2 + 2?", "4"), mc]
+
+    def old_run(store):
+        store.start_run("r", "align", config={}, pool=[], dataset={"path": "/old/q.jsonl", "format": "gsm8k"})
+        for i, p in enumerate(problems):
+            store.record_question("r", "align", {"question_id": p.id, "idx": i, "kind": p.kind,
+                                                 "question": p.question, "gold": p.gold}, {}, [])
+        store.db.execute("update questions set n_choices = null")  # a row from before the column
+        store.finish_run("r")
+
+    def resume(store, moved):
+        return store.start_run("r", "align", config={}, pool=[],
+                               dataset=run_dataset({"path": "/new/q.jsonl", "format": "gsm8k"}, moved))
+
+    store = TraceStore(":memory:")
+    old_run(store)
+    assert resume(store, problems + [Problem("q3", "What is 3 + 3?", "6")]) is True
+    kept = json.loads(store.get_run("r")["dataset"])
+    assert kept["path"] == "/old/q.jsonl" and set(kept["question_sha256"]) == {"q1", "m1", "q3"}
+    store = TraceStore(":memory:")
+    old_run(store)
+    with pytest.raises(ValueError, match=r"1 of the 2 questions compared differ \(text, gold or options; e\.g\. 'q1'\)"):
+        resume(store, [Problem("q1", "What is 2 + 2?", "5"), mc])
+    with pytest.raises(ValueError, match=r"other path \(data path: \"/new/q.jsonl\" here, \"/old/q.jsonl\" in the run\)"):
+        resume(store, [Problem("q9", "What is 9 + 9?", "18")])
 
 
 def test_a_refused_resume_names_the_setting_that_differs(tmp_path, served_pool):

@@ -395,8 +395,8 @@ class TraceStore:
             ValueError: a run id that :func:`check_run_id` refuses (blank, control characters); the
                 run id exists for another protocol, or with other settings, another
                 pool (its models and their settings; how they are reached, :data:`TRANSPORT_FIELDS`,
-                may change) or another dataset (path and format): resuming would mix two
-                experiments in one run.
+                may change) or another dataset (format, edited questions, or a path whose file holds
+                other questions: :meth:`data_changes`): resuming would mix two experiments in one run.
         """
         check_run_id(run_id, "run id")
         with self._lock, self.db.conn:
@@ -407,20 +407,7 @@ class TraceStore:
                                              f"{self.path}; pick a new --run-id")
                 before = self._run_json(existing, "dataset") or {}
                 now_ds = json.loads(_json(dataset)) or {}
-                changed, details = [], []
-                if isinstance(before, dict) and isinstance(now_ds, dict):
-                    for k in ("path", "format"):
-                        if before.get(k) != now_ds.get(k):
-                            changed.append(k)
-                            details.append(f"data {k}: {_shown(now_ds.get(k))} here, {_shown(before.get(k))} in the run")
-                    edited = _changed_questions(before.get(QUESTION_HASHES), now_ds.get(QUESTION_HASHES))
-                    if edited and not changed:
-                        shown = ", ".join(repr(q) for q in edited[:5]) + (f" and {len(edited) - 5} more"
-                                                                         if len(edited) > 5 else "")
-                        raise ResumeRefusedError(
-                            f"run id {run_id!r} in {self.path}: the data changed since the run started: question(s) "
-                            f"{shown} differ from the ones the run was started on (text, gold or options); rerun "
-                            "with the original file to resume it, or pick a new --run-id")
+                changed, details = self.data_changes(run_id, before, now_ds)
                 if existing["config"] != _json(config):
                     changed.append("settings")
                     details += _differences(json.loads(_json(config)), self._run_json(existing, "config"))
@@ -451,6 +438,73 @@ class TraceStore:
                 "summary": None,
             })
             return False
+
+    def data_changes(self, run_id: str, before: Any, now_ds: Any) -> tuple[list[str], list[str]]:
+        """What differs between the dataset run ``run_id`` was started on (``before``, its ``runs.dataset``)
+        and the one a resume gives (``now_ds``): ``(["path", "format"] or a part, ["data path: X here, Y
+        in the run", ...])``, the fields :meth:`start_run` refuses; ``([], [])`` for the same data.
+
+        A data file at another path (a bench or run moved to another machine, ``agora export`` /
+        ``agora import``) is the same data when it holds the same questions: the questions both
+        calls select (same ids) have the same content hash (:func:`question_hash`: text with options,
+        gold, kind). A run recorded before per-question hashes (no :data:`QUESTION_HASHES` key) is
+        compared on its recorded questions (the ``questions`` rows: text, gold, kind). The run's
+        stored dataset keeps the path it was started on (its provenance; a bench's spec names the
+        files of its latest call); the path stays a difference when no question can be compared
+        (no hashes given now, or no question in common).
+
+        Raises:
+            ResumeRefusedError: questions of the run differ now: edited in the same file (naming
+                them), or in the file at another path (naming the run id, both paths and how many
+                of the questions compared differ).
+        """
+        if not isinstance(before, dict) or not isinstance(now_ds, dict):
+            return [], []
+        changed = [k for k in ("path", "format") if before.get(k) != now_ds.get(k)]
+        if changed == ["path"]:  # the same format at another path: the same data if it holds the same questions
+            compared, differ = self._compared_questions(run_id, before, now_ds)
+            if differ:
+                raise ResumeRefusedError(
+                    f"run id {run_id!r} in {self.path} was started on {_shown(before.get('path'), 500)} and is "
+                    f"resumed on {_shown(now_ds.get('path'), 500)}: {len(differ)} of the {compared} questions "
+                    f"compared differ (text, gold or options; e.g. {', '.join(repr(q) for q in differ[:3])}); "
+                    "resume on a file holding the same questions, or pick a new --run-id")
+            if compared:
+                changed = []
+        if changed:
+            return changed, [f"data {k}: {_shown(now_ds.get(k))} here, {_shown(before.get(k))} in the run"
+                             for k in changed]
+        edited = _changed_questions(before.get(QUESTION_HASHES), now_ds.get(QUESTION_HASHES))
+        if edited:
+            shown = ", ".join(repr(q) for q in edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
+            raise ResumeRefusedError(
+                f"run id {run_id!r} in {self.path}: the data changed since the run started: question(s) "
+                f"{shown} differ from the ones the run was started on (text, gold or options); rerun "
+                "with the original file to resume it, or pick a new --run-id")
+        return [], []
+
+    def _compared_questions(self, run_id: str, before: dict[str, Any], now_ds: dict[str, Any]) -> tuple[int, list[str]]:
+        """``(questions compared, ids of those that differ)`` between a run's questions and the
+        hashes ``now_ds`` gives (:data:`QUESTION_HASHES`; ``(0, [])`` without them): the run's
+        stored hashes, else its recorded ``questions`` rows (an ``mc`` row's option count is read
+        from its text when the row has none, as the loaders render options)."""
+        now_hashes = now_ds.get(QUESTION_HASHES)
+        if not isinstance(now_hashes, dict):
+            return 0, []
+        old = before.get(QUESTION_HASHES)
+        if isinstance(old, dict):
+            common = [q for q in now_hashes if q in old]
+            return len(common), [q for q in common if old[q] != now_hashes[q]]
+        differ, compared = [], 0
+        for r in self.db.query("select question_id, question, gold, kind, n_choices from questions where run_id = ? "
+                               "order by idx, question_id", [run_id]):
+            if r["question_id"] not in now_hashes:
+                continue
+            compared += 1
+            counts = {r["n_choices"], option_count(r["question"], r["kind"])}
+            if now_hashes[r["question_id"]] not in {question_hash(r["question"], r["gold"], r["kind"], n) for n in counts}:
+                differ.append(r["question_id"])
+        return compared, differ
 
     def run_lock(self, run_id: str) -> contextlib.AbstractContextManager[None]:
         """The live-run lock of ``run_id`` on this database (:func:`run_lock`): a driver holds it
