@@ -268,17 +268,22 @@ def test_a_session_stopped_right_after_a_finished_step_continues_on_the_rerun(tm
     from agora.graphs.runner import open_checkpointer
     from agora.runs.selection import _thread, build_selection_graph
 
-    for attempt in range(12):
-        fired = []
-
+    def stopper(fired):
+        # One per attempt, bound to its models: a step of an earlier attempt still running in a worker
+        # thread must not send a second Ctrl-C into a later attempt (it did when the models looked the
+        # function up by name at call time, and the test run then stopped on a stray KeyboardInterrupt).
         def respond(chat, i, m):
             if not fired and threading.current_thread() is not threading.main_thread():
                 fired.append(m)
                 os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, delivered to the main thread
                 time.sleep(0.3)  # ... while this step still runs
             return f"{m} answers"
+        return respond
 
-        models = {m: ScriptedChatModel(respond=lambda chat, i, m=m: respond(chat, i, m)) for m in LATENCIES}
+    for attempt in range(12):
+        respond = stopper([])
+        models = {m: ScriptedChatModel(respond=lambda chat, i, m=m, respond=respond: respond(chat, i, m))
+                  for m in LATENCIES}
         pool = ModelPool([PoolMember(ModelSpec(m, "openai"), models[m]) for m in LATENCIES])  # no features: measured
         store = TraceStore(tmp_path / f"t{attempt}.db")
         try:  # (a step run in the main thread fails on the interrupt instead: tried again)
