@@ -21,8 +21,8 @@ from agora.traces.store import TraceStore, check_run_id
 @report_app.command("runs", short_help="Every run in a trace DB: protocol, status, questions recorded, accuracy.")
 def report_runs(
     db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
-    stale_after: float = typer.Option(60.0, "--stale-after", min=0.0, help="Minutes without a recorded question "
-                                      "after which a 'running' run is flagged as probably killed."),
+    stale_after: float = typer.Option(60.0, "--stale-after", min=0.0, help="Minutes without recorded activity (a "
+                                      "question, a model call) after which a 'running' run is flagged as probably killed."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per run instead of the table."),
 ) -> None:
     """List the runs of --db (oldest first): run id, protocol, status, questions recorded, main-method

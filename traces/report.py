@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Sequence
 
 import numpy as np
@@ -136,41 +137,70 @@ class RunRow:
     started_at: str
     finished_at: str | None
     last_activity: str | None
-    """When the run last recorded anything (its newest question, else its start)."""
+    """When the run last recorded anything: the latest of its start, its questions' ``finished_at``,
+    its model calls' ``created_at`` and its own ``finished_at`` (:func:`latest_time`), as stored."""
     host: str | None
     stale: bool
     """``running`` with nothing recorded for over ``stale_after_s``: probably killed (``kill -9``,
     a crash, a machine gone) rather than running; rerun it to resume."""
 
 
+def _moment(stamp: str) -> datetime | None:
+    """``stamp`` (ISO 8601) as an aware datetime (a naive one is taken as UTC), or ``None``."""
+    try:
+        t = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def latest_time(*stamps: str | None) -> str | None:
+    """The latest of the ISO 8601 timestamps ``stamps``, as given (``None`` and blanks skipped).
+
+    Compared as times, not as text: the store writes ``...:05+00:00`` (seconds) and the pool
+    ``...:04.900+00:00`` (milliseconds). A stamp that is not ISO 8601 counts only when none is.
+
+    >>> latest_time("2026-01-01T10:00:05+00:00", None, "2026-01-01T10:00:04.900+00:00")
+    '2026-01-01T10:00:05+00:00'
+    """
+    given = [s for s in stamps if s]
+    timed = [(t, s) for s in given if (t := _moment(s)) is not None]
+    if timed:
+        return max(timed, key=lambda ts: ts[0])[1]
+    return max(given) if given else None
+
+
 def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None = None) -> list[RunRow]:
-    """Every run of ``store``, oldest first, with its recorded questions and last activity.
+    """Every run of ``store``, oldest first, with its recorded questions and last activity
+    (:attr:`RunRow.last_activity`, which staleness is judged by).
 
-    ``now``: an ISO timestamp to judge staleness against (default: the current UTC time)."""
-    from datetime import datetime, timezone
-
-    if "runs" not in store.db.table_names():
+    ``now``: an ISO timestamp to judge staleness against (default: the current UTC time).
+    """
+    names = store.db.table_names()
+    if "runs" not in names:
         return []
-    has_q = "questions" in store.db.table_names()
     counts: dict[str, tuple[int, int, int, str | None]] = {}
-    if has_q:
+    if "questions" in names:
         for r in store.db.query("select run_id, count(*) as n, sum(correct is not null) as scored, "
                                 "sum(coalesce(correct, 0)) as right, max(finished_at) as last "
                                 "from questions group by run_id"):
             counts[r["run_id"]] = (r["n"], r["scored"] or 0, r["right"] or 0, r["last"])
+    calls: dict[str, str | None] = {}
+    if "model_calls" in names:  # (max as text: UTC stamps of one day-and-second sort so, ms or not)
+        calls = {r["run_id"]: r["last"] for r in store.db.query(
+            "select run_id, max(created_at) as last from model_calls group by run_id")}
     moment = datetime.fromisoformat(now) if now else datetime.now(timezone.utc)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
     rows = []
     for run in store.db.query("select * from runs order by rowid"):
-        n, scored, right, last = counts.get(run["run_id"], (0, 0, 0, None))
-        last = last or run["started_at"]
+        n, scored, right, asked = counts.get(run["run_id"], (0, 0, 0, None))
+        last = latest_time(run["started_at"], asked, calls.get(run["run_id"]), run.get("finished_at"))
         stale = False
-        if run["status"] == "running" and last:
-            seen = datetime.fromisoformat(last)
-            if seen.tzinfo is None:
-                seen = seen.replace(tzinfo=timezone.utc)
+        if run["status"] == "running" and last and (seen := _moment(last)) is not None:
             stale = (moment - seen).total_seconds() > stale_after_s
         rows.append(RunRow(run["run_id"], run["protocol"], run["status"], n, right / scored if scored else None,
-                           run["started_at"], run["finished_at"], last, run.get("host"), stale))
+                           run["started_at"], run.get("finished_at"), last, run.get("host"), stale))
     return rows
 
 

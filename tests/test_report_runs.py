@@ -1,0 +1,85 @@
+"""``agora report runs``: its last-activity column, and what it says about a database without Agora's traces."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from typer.testing import CliRunner
+
+from agora.cli.main import app
+from agora.traces.report import latest_time, run_rows
+from agora.traces.store import TraceStore
+
+
+def agora(*args, **kw):
+    result = CliRunner().invoke(app, [str(a) for a in args], **kw)
+    return result.exit_code, result.output
+
+
+def _run(store: TraceStore, run_id: str, *, started: str, question: str | None = None, call: str | None = None,
+         finished: str | None = None) -> None:
+    """A run with the given stored times: one question finished at ``question`` whose model call
+    began at ``call``, finished at ``finished`` (left ``running`` without)."""
+    store.start_run(run_id, "align", config={}, pool=[], dataset={})
+    if question or call:
+        store.record_question(run_id, "align", {"question_id": "q1", "question": "1 + 1?", "gold": "2",
+                                                "answer": "2", "correct": True},
+                              {"align": {"answer": "2", "correct": True, "samples": 1}},
+                              [{"call_id": f"{run_id}-c1", "model": "a", "completion": "2", "created_at": call}])
+    if finished:
+        store.finish_run(run_id)
+    with store.db.conn:
+        store.db.conn.execute("update runs set started_at = ?, finished_at = ? where run_id = ?",
+                              [started, finished, run_id])
+        store.db.conn.execute("update questions set finished_at = ? where run_id = ?", [question, run_id])
+        store.db.conn.execute("update model_calls set created_at = ? where run_id = ?", [call, run_id])
+
+
+def test_last_activity_is_the_latest_of_start_questions_calls_and_finish(tmp_path):
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    # finished after its last question and call: the finish is its last activity (it was the question's)
+    _run(store, "done", started="2026-12-01T10:00:00+00:00", question="2026-12-01T10:01:00+00:00",
+         call="2026-12-01T10:00:30.250+00:00", finished="2026-12-01T10:03:00+00:00")
+    # still running, a model call under way after its last recorded question: the call
+    _run(store, "calling", started="2026-12-01T11:00:00+00:00", question="2026-12-01T11:01:00+00:00",
+         call="2026-12-01T11:05:00.500+00:00")
+    # nothing recorded: its start
+    _run(store, "idle", started="2026-12-01T12:00:00+00:00")
+    store.close()
+
+    rows = {r.run_id: r for r in run_rows(TraceStore(db, readonly=True), stale_after_s=3600,
+                                          now="2026-12-01T12:04:00+00:00")}
+    assert rows["done"].last_activity == "2026-12-01T10:03:00+00:00"
+    assert rows["calling"].last_activity == "2026-12-01T11:05:00.500+00:00"
+    assert rows["idle"].last_activity == "2026-12-01T12:00:00+00:00"
+    # staleness follows the last activity: 59 min after the call (64 after the question) is not stale
+    assert not rows["calling"].stale
+    later = {r.run_id: r for r in run_rows(TraceStore(db, readonly=True), stale_after_s=3600,
+                                           now="2026-12-01T12:05:01+00:00")}
+    assert later["calling"].stale and not later["done"].stale
+
+    code, output = agora("report", "runs", "--db", db, "--json")
+    assert code == 0, output
+    assert {(r := json.loads(line))["run_id"]: r["last_activity"] for line in output.splitlines()} == {
+        "done": "2026-12-01T10:03:00+00:00", "calling": "2026-12-01T11:05:00.500+00:00",
+        "idle": "2026-12-01T12:00:00+00:00"}
+    code, output = agora("report", "runs", "--db", db)
+    assert code == 0, output
+    lines = [line for line in output.splitlines() if line.startswith("│")]
+    at = next(i for i, line in enumerate(lines) if line.startswith("│ done "))
+    folded = [lines[at]]
+    for line in lines[at + 1:]:  # its cells' continuation lines (a narrow console folds them), until the next run
+        if line.split("│")[1].strip():
+            break
+        folded.append(line)
+    cell = "".join(line.split("│")[-2].strip() for line in folded)
+    assert cell == "2026-12-01T10:03:00+00:00"
+
+
+def test_latest_time_compares_times_not_text():
+    assert latest_time("2026-01-01T10:30:00+01:00", "2026-01-01T10:00:00+00:00") == "2026-01-01T10:00:00+00:00"
+    assert latest_time("2026-01-01T10:00:05Z", "2026-01-01T10:00:05.500+00:00") == "2026-01-01T10:00:05.500+00:00"
+    assert latest_time("2026-01-01T10:00:05", None, "", "2026-01-01T10:00:04.999+00:00") == "2026-01-01T10:00:05"
+    assert latest_time(None, "") is None
