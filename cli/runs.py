@@ -27,7 +27,8 @@ def report_runs(
 ) -> None:
     """List the runs of --db (oldest first): run id, protocol, status, questions recorded, main-method
     accuracy, start, last activity. A run left 'running' with no activity for --stale-after minutes
-    was most likely killed (kill -9, a crash): rerun it with its --run-id to resume."""
+    was most likely killed (kill -9, a crash): rerun it with its --run-id to resume. An SQLite file
+    without Agora's runs table is refused (exit 2), and opened read-only: nothing is written to it."""
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
@@ -51,7 +52,7 @@ def report_runs(
             console.print(f"stale: 'running' with nothing recorded for over {stale_after:g} min, so probably killed "
                           "(kill -9, a crash); rerun it with its --run-id to resume", highlight=False, soft_wrap=True)
         if not rows:
-            console.print("no runs", highlight=False)
+            console.print(f"no runs in {escape(str(db))}", highlight=False, soft_wrap=True)
 
 
 def _short(text: str | None, width: int = 60) -> str:

@@ -83,3 +83,58 @@ def test_latest_time_compares_times_not_text():
     assert latest_time("2026-01-01T10:00:05Z", "2026-01-01T10:00:05.500+00:00") == "2026-01-01T10:00:05.500+00:00"
     assert latest_time("2026-01-01T10:00:05", None, "", "2026-01-01T10:00:04.999+00:00") == "2026-01-01T10:00:05"
     assert latest_time(None, "") is None
+
+
+def _tables(db) -> list[str]:
+    """Table names of ``db``, read with the sqlite3 module (not Agora)."""
+    conn = sqlite3.connect(db)
+    try:
+        return sorted(r[0] for r in conn.execute("select name from sqlite_master where type = 'table'"))
+    finally:
+        conn.close()
+
+
+def _error_line(output: str) -> str:
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_a_database_without_agora_traces_is_refused_and_left_untouched(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("create table people (name text)")
+    conn.execute("insert into people values ('ada')")
+    conn.execute("create table orders (id integer primary key)")
+    conn.commit()
+    conn.close()
+    mlflow = tmp_path / "mlflow.db"  # another tool's table named runs
+    conn = sqlite3.connect(mlflow)
+    conn.execute("create table runs (run_uuid text primary key, status text, start_time integer)")
+    conn.commit()
+    conn.close()
+    before = {p: p.read_bytes() for p in (empty, other, mlflow)}
+
+    for db, why in [(empty, "no runs table; an empty database"), (other, "no runs table; its tables: orders, people"),
+                    (mlflow, "its runs table lacks run_id, protocol, started_at: a database of another tool")]:
+        for extra in ([], ["--json"]):
+            code, output = agora("report", "runs", "--db", db, *extra)
+            assert code == 2, output
+            assert _error_line(output) == f"error: {db}: holds no Agora traces ({why})"
+    # opened read-only: no Agora table created, not a byte changed, no journal left beside it
+    assert _tables(empty) == [] and _tables(other) == ["orders", "people"] and _tables(mlflow) == ["runs"]
+    assert {p: p.read_bytes() for p in (empty, other, mlflow)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "mlflow.db", "other.db"]
+
+
+def test_an_agora_database_without_runs_lists_none(tmp_path):
+    db = tmp_path / "t.db"
+    TraceStore(db).close()
+    code, output = agora("report", "runs", "--db", db)
+    assert code == 0, output
+    assert output.splitlines()[-1] == f"no runs in {db}" and "run id" in output
+    code, output = agora("report", "runs", "--db", db, "--json")
+    assert (code, output) == (0, "")

@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from agora.agents.stats import bootstrap_ci  # noqa: F401 (its home is agents/, below traces)
-from agora.traces.store import TraceStore, answer_fields
+from agora.traces.store import TraceStore, TraceStoreError, answer_fields
 
 
 MIN_QUESTIONS = 30
@@ -170,15 +170,43 @@ def latest_time(*stamps: str | None) -> str | None:
     return max(given) if given else None
 
 
+RUN_COLUMNS = ("run_id", "protocol", "status", "started_at")
+"""Columns of ``runs`` that every Agora trace database has (:data:`agora.traces.schema.TABLES`)."""
+
+
+def not_a_trace_store(store: TraceStore) -> str | None:
+    """Why ``store`` holds no Agora traces to read, as one line naming its file, or ``None``.
+
+    Read-only (table and column names). Refused: no ``runs`` table (an empty SQLite file, or one of
+    another tool: its first four tables are named), or a ``runs`` table without Agora's columns
+    :data:`RUN_COLUMNS` (another tool's, e.g. MLflow's). An Agora database with no runs passes.
+    """
+    names = store.db.table_names()
+    if "runs" not in names:
+        other = sorted(n for n in names if not n.startswith("sqlite_"))
+        held = ("its tables: " + ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
+                if other else "an empty database")
+        return f"{store.path}: holds no Agora traces (no runs table; {held})"
+    missing = [c for c in RUN_COLUMNS if c not in store.db["runs"].columns_dict]
+    if missing:
+        return (f"{store.path}: holds no Agora traces (its runs table lacks {', '.join(missing)}: "
+                "a database of another tool)")
+    return None
+
+
 def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None = None) -> list[RunRow]:
     """Every run of ``store``, oldest first, with its recorded questions and last activity
     (:attr:`RunRow.last_activity`, which staleness is judged by).
 
     ``now``: an ISO timestamp to judge staleness against (default: the current UTC time).
+
+    Raises:
+        TraceStoreError: ``store`` holds no Agora traces (:func:`not_a_trace_store`).
     """
+    problem = not_a_trace_store(store)
+    if problem:
+        raise TraceStoreError(problem)
     names = store.db.table_names()
-    if "runs" not in names:
-        return []
     counts: dict[str, tuple[int, int, int, str | None]] = {}
     if "questions" in names:
         for r in store.db.query("select run_id, count(*) as n, sum(correct is not null) as scored, "
