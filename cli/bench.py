@@ -31,8 +31,6 @@ from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
     err_console,
-    fmt_ci,
-    fmt_pct,
     check_out_path,
     get_pool,
     graceful_stop,
@@ -59,7 +57,7 @@ from agora.runs.bench import (
 )
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
-from agora.runs.report import claim_lines, write_report
+from agora.runs.report import claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens, write_report
 from agora.traces.bench import read_bench_spec
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore, check_run_id
@@ -326,10 +324,9 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
     for m in report["methods"]:
         if m not in macro:
             continue
-        row = [f"{fmt_pct(cells[t, m]['accuracy'])} {fmt_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}"
-               + (" †" if cells[t, m].get("too_few") else "") if (t, m) in cells else "-" for t in tasks]
-        table.add_row(escape(m), *row, f"{fmt_pct(macro[m]['accuracy'])} {fmt_ci(macro[m]['ci_low'], macro[m]['ci_high'])}",
-                      f"{macro[m]['tokens_per_q']:.0f}")
+        # the figures as bench.md prints them (runs/report.py's fmt_*), to the same decimals
+        row = [fmt_accuracy(cells[t, m]) if (t, m) in cells else "-" for t in tasks]
+        table.add_row(escape(m), *row, fmt_accuracy(macro[m]), fmt_tokens(macro[m]["tokens_per_q"]))
     console.print(table)
     if any(c.get("too_few") for c in report["cells"]):
         console.print(f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions or a degenerate interval; no finding",
@@ -337,8 +334,8 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
     for c in report["calibration"]:
         t = c["thresholds"]
         scope = "all tasks" if c["scope"] == "*" else c["scope"]
-        console.print(f"COMED thresholds ({escape(scope)}): τ_hi={t['tau_hi']:.4g}, τ_lo={t['tau_lo']:.4g}, "
-                      f"m_min={t['m_min']:.4g}: {escape(str(c['source']))}", highlight=False, soft_wrap=True)
+        console.print(f"COMED thresholds ({escape(scope)}): {fmt_thresholds(t)}: {escape(str(c['source']))}",
+                      highlight=False, soft_wrap=True)
     for line in claim_lines(report):  # "too few questions" under 30 paired questions, never yes/no
         console.print(f"claim: {escape(line)}", highlight=False, soft_wrap=True)
     failed = sum(len(ids) for per in report["failed_questions"].values() for ids in per.values())

@@ -158,24 +158,50 @@ def build_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
 # ---------------------------------------------------------------------------- markdown
 
 
-def _pct(x: float | None) -> str:
+# One function per kind of figure, used by ``bench.md`` (:func:`report_markdown`) and by the console
+# summary of ``agora bench`` and ``agora bench --report-only`` (:func:`agora.cli.bench._print_summary`),
+# so that a figure reads the same, to the same decimals, in both.
+
+
+def fmt_pct(x: float | None) -> str:
+    """An accuracy, share or difference on the 0..1 scale as % (or pp) with one decimal:
+    ``0.6667`` → ``66.7``; ``-`` for ``None`` or NaN."""
     return "-" if x is None or x != x else f"{100 * x:.1f}"
 
 
-def _ci(lo: float, hi: float) -> str:
+def fmt_ci(lo: float, hi: float) -> str:
+    """A 95 % CI on the 0..1 scale as ``[lo, hi]`` in % with one decimal; ``-`` when NaN."""
     return "-" if lo != lo else f"[{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
-def _num(x: float | None, digits: int = 2) -> str:
+def fmt_num(x: float | None, digits: int = 2) -> str:
+    """A per-question cost (calls, samples, seconds) with ``digits`` decimals; ``-`` for ``None`` or NaN."""
     return "-" if x is None or x != x else f"{x:.{digits}f}"
 
 
-def _p(p: float | None) -> str:
+def fmt_tokens(x: float | None) -> str:
+    """Generated tokens per question, one decimal: ``12.25`` → ``12.2`` (as Python rounds the float)."""
+    return fmt_num(x, 1)
+
+
+def fmt_p(p: float | None) -> str:
+    """A McNemar p-value: 3 significant digits, or ``1.2e-05`` form below 0.001; ``-`` when unpaired."""
     return "-" if p is None else (f"{p:.3g}" if p >= 0.001 else f"{p:.1e}")
 
 
-def _few(entry: dict[str, Any]) -> str:
+def fmt_few(entry: dict[str, Any]) -> str:
+    """`` †`` after a figure on too few questions (``entry["too_few"]``), else ``""``."""
     return " †" if entry.get("too_few") else ""
+
+
+def fmt_accuracy(entry: dict[str, Any]) -> str:
+    """A cell's (or macro row's) accuracy with its CI and the too-few mark: ``66.7 [41.7, 90.0] †``."""
+    return f"{fmt_pct(entry['accuracy'])} {fmt_ci(entry['ci_low'], entry['ci_high'])}{fmt_few(entry)}"
+
+
+def fmt_thresholds(t: dict[str, float]) -> str:
+    """COMED's thresholds, 4 significant digits: ``τ_hi = 0.6667, τ_lo = 0.3333, m_min = 0``."""
+    return f"τ_hi = {t['tau_hi']:.4g}, τ_lo = {t['tau_lo']:.4g}, m_min = {t['m_min']:.4g}"
 
 
 def _any_few(report: dict[str, Any]) -> bool:
@@ -185,7 +211,7 @@ def _any_few(report: dict[str, Any]) -> bool:
 
 def claim_lines(report: dict[str, Any]) -> list[str]:
     """The report's claims as console lines: ``claim: value pp [CI] (n questions): holds``."""
-    return [f"{c['claim']}: {_pct(c['value'])} pp {_ci(c['ci_low'], c['ci_high'])} "
+    return [f"{c['claim']}: {fmt_pct(c['value'])} pp {fmt_ci(c['ci_low'], c['ci_high'])} "
             f"({c.get('questions', '?')} paired questions): {c['holds']}" for c in report.get("claims") or []]
 
 
@@ -220,10 +246,9 @@ def report_markdown(report: dict[str, Any]) -> str:
     for m in report["methods"]:
         if not any((t, m) in cells for t in tasks):
             continue
-        row = [f"{_pct(cells[t, m]['accuracy'])} {_ci(cells[t, m]['ci_low'], cells[t, m]['ci_high'])}{_few(cells[t, m])}"
-               if (t, m) in cells else "-" for t in tasks]
+        row = [fmt_accuracy(cells[t, m]) if (t, m) in cells else "-" for t in tasks]
         mac = macro.get(m)
-        row.append("-" if mac is None else f"**{_pct(mac['accuracy'])}** {_ci(mac['ci_low'], mac['ci_high'])}{_few(mac)}"
+        row.append("-" if mac is None else f"**{fmt_pct(mac['accuracy'])}** {fmt_ci(mac['ci_low'], mac['ci_high'])}{fmt_few(mac)}"
                    + ("" if mac["all_tasks"] else " (not every task)"))
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     if report["macro_single_models"]:
@@ -231,9 +256,9 @@ def report_markdown(report: dict[str, Any]) -> str:
             row = []
             for t in tasks:
                 c = next((x for x in report["single_models"] if x["task"] == t and x["model"] == s["model"]), None)
-                row.append("-" if c is None else f"{_pct(c['accuracy'])} {_ci(c['ci_low'], c['ci_high'])}{_few(c)}")
+                row.append("-" if c is None else fmt_accuracy(c))
             lines.append(f"| model `{s['model']}` (one sample) | " + " | ".join(row)
-                         + f" | **{_pct(s['accuracy'])}** {_ci(s['ci_low'], s['ci_high'])}{_few(s)} |")
+                         + f" | **{fmt_pct(s['accuracy'])}** {fmt_ci(s['ci_low'], s['ci_high'])}{fmt_few(s)} |")
         pooled = bool((report.get("settings") or {}).get("shared"))
         lines += ["", "A model's one-sample row is the share of its samples that are right (its expected accuracy "
                   "from one temperature sample): "
@@ -259,8 +284,8 @@ def report_markdown(report: dict[str, Any]) -> str:
               "| method | vs | task | questions | diff pp | 95% CI | wins / losses | McNemar p | note |",
               "|---|---|---|---|---|---|---|---|---|"]
     for p in report["paired"]:
-        lines.append(f"| {p['method']} | {p['baseline']} | {p['task']} | {p['questions']} | {_pct(p['diff'])} | "
-                     f"{_ci(p['ci_low'], p['ci_high'])} | {p['wins']} / {p['losses']} | {_p(p['p_mcnemar'])} | "
+        lines.append(f"| {p['method']} | {p['baseline']} | {p['task']} | {p['questions']} | {fmt_pct(p['diff'])} | "
+                     f"{fmt_ci(p['ci_low'], p['ci_high'])} | {p['wins']} / {p['losses']} | {fmt_p(p['p_mcnemar'])} | "
                      f"{TOO_FEW if p.get('too_few') else ''} |")
 
     lines += ["", "## Cost per question", "",
@@ -273,8 +298,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         for t in tasks + ["macro"]:
             c = macro.get(m) if t == "macro" else cells.get((t, m))
             if c is not None:
-                lines.append(f"| {m} | {t} | {_num(c['calls_per_q'])} | {_num(c['samples_per_q'])} | "
-                             f"{_num(c['tokens_per_q'], 1)} | {_num(c['model_s_per_q'])} | {_num(c['wall_s_per_q'])} |")
+                lines.append(f"| {m} | {t} | {fmt_num(c['calls_per_q'])} | {fmt_num(c['samples_per_q'])} | "
+                             f"{fmt_tokens(c['tokens_per_q'])} | {fmt_num(c['model_s_per_q'])} | {fmt_num(c['wall_s_per_q'])} |")
 
     lines += _shared_markdown(report, tasks, cells, macro)
 
@@ -287,8 +312,7 @@ def report_markdown(report: dict[str, Any]) -> str:
     for c in report["calibration"]:
         t = c["thresholds"]
         scope = "all tasks" if c["scope"] == "*" else f"task {c['scope']}"
-        lines.append(f"- {scope}: τ_hi = {t['tau_hi']:.4g}, τ_lo = {t['tau_lo']:.4g}, m_min = {t['m_min']:.4g} "
-                     f"(N = {c['n_anchor']}); {c['source']}")
+        lines.append(f"- {scope}: {fmt_thresholds(t)} (N = {c['n_anchor']}); {c['source']}")
     if report["comed"]:
         lines += ["", "## COMED decisions, rescues and harms", "",
                   "| task | questions | accept | verify | escalate | verify → accept | verify → escalate | escalated | "
@@ -297,9 +321,9 @@ def report_markdown(report: dict[str, Any]) -> str:
             n = c["questions"] or 1
             d, o = c["decisions"], c["outcomes"]
             lines.append(f"| {c['task']} | {c['questions']} | " + " | ".join(
-                f"{d[k]} ({_pct(d[k] / n)}%)" for k in ("accept", "verify", "escalate"))
+                f"{d[k]} ({fmt_pct(d[k] / n)}%)" for k in ("accept", "verify", "escalate"))
                 + f" | {o['verify_accept']} | {o['verify_escalate']} | {c['escalated']} | {c['rescues']} | {c['harms']} | "
-                  f"{_pct(c['gain'])} |")
+                  f"{fmt_pct(c['gain'])} |")
         lines += ["", "Acc(COMED) − Acc(anchor) = (rescues − harms) / questions, checked on every question."]
 
     if report["claims"]:
@@ -308,11 +332,11 @@ def report_markdown(report: dict[str, Any]) -> str:
         for c in report["claims"]:
             extra = ""
             if "calls_ratio" in c:
-                extra = f"; calls {_pct(c['calls_ratio'])} % of it, rescues {c['rescues']} vs harms {c['harms']}"
+                extra = f"; calls {fmt_pct(c['calls_ratio'])} % of it, rescues {c['rescues']} vs harms {c['harms']}"
             if c.get("note"):
                 extra += f"; {c['note']}"
-            lines.append(f"| {c['claim']}{extra} | {_pct(c['value'])} | {_ci(c['ci_low'], c['ci_high'])} | "
-                         f"{_p(c['p_mcnemar'])} | {c.get('questions', '-')} | {c['holds']} |")
+            lines.append(f"| {c['claim']}{extra} | {fmt_pct(c['value'])} | {fmt_ci(c['ci_low'], c['ci_high'])} | "
+                         f"{fmt_p(c['p_mcnemar'])} | {c.get('questions', '-')} | {c['holds']} |")
         lines += ["", "`yes`: the whole 95 % CI is on the claim's side; `undecided`: the estimate is, the CI is not; "
                   "`no`: the estimate is not (or, for COMED, the calls or rescues part fails); "
                   f"`{TOO_FEW}`: fewer than {MIN_QUESTIONS} paired questions, or a degenerate interval: no verdict."]
@@ -342,8 +366,8 @@ def _shared_markdown(report: dict[str, Any], tasks: list[str], cells: dict[tuple
                        "shots, the neutral solver prompt), drawn once and given to every protocol that starts from "
                        "independent samples.")
         for p in report.get("shared_pool") or []:
-            lines.append(f"- {p['task']}: the pool cost {_num(p['calls_per_q'])} calls, {_num(p['samples_per_q'])} "
-                         f"samples, {_num(p['tokens_per_q'], 1)} generated tokens per question (`{p['run_id']}`).")
+            lines.append(f"- {p['task']}: the pool cost {fmt_num(p['calls_per_q'])} calls, {fmt_num(p['samples_per_q'])} "
+                         f"samples, {fmt_tokens(p['tokens_per_q'])} generated tokens per question (`{p['run_id']}`).")
         for t, c in (shared.get("single_model") or {}).items():
             lines.append(f"- {t}: single model `{c['model']}`: {c['source']}.")
     lines += ["", "Per question: shared = taken from the pool (drawn once for all methods); added = the method's own "
@@ -354,9 +378,9 @@ def _shared_markdown(report: dict[str, Any], tasks: list[str], cells: dict[tuple
         for t in tasks + ["macro"]:
             c = macro.get(m) if t == "macro" else cells.get((t, m))
             if c is not None and "added_calls_per_q" in c:
-                lines.append(f"| {m} | {t} | {_num(c['shared_calls_per_q'])} | {_num(c['shared_samples_per_q'])} | "
-                             f"{_num(c['shared_tokens_per_q'], 1)} | **{_num(c['added_calls_per_q'])}** | "
-                             f"{_num(c['added_samples_per_q'])} | {_num(c['added_tokens_per_q'], 1)} |")
+                lines.append(f"| {m} | {t} | {fmt_num(c['shared_calls_per_q'])} | {fmt_num(c['shared_samples_per_q'])} | "
+                             f"{fmt_tokens(c['shared_tokens_per_q'])} | **{fmt_num(c['added_calls_per_q'])}** | "
+                             f"{fmt_num(c['added_samples_per_q'])} | {fmt_tokens(c['added_tokens_per_q'])} |")
     sc = report.get("model_self_consistency") or []
     if sc:
         lines += ["", "## Per-model self-consistency (free)", "",
@@ -366,9 +390,8 @@ def _shared_markdown(report: dict[str, Any], tasks: list[str], cells: dict[tuple
         one = {(x["task"], x["model"]): x for x in report.get("single_models") or []}
         for x in sc:
             o = one.get((x["task"], x["model"]))
-            lines.append(f"| `{x['model']}` | {x['task']} | {_num(x['samples_per_q'], 0)} | {_pct(x['accuracy'])} "
-                         f"{_ci(x['ci_low'], x['ci_high'])}{_few(x)} | "
-                         + ("-" if o is None else f"{_pct(o['accuracy'])} {_ci(o['ci_low'], o['ci_high'])}") + " |")
+            lines.append(f"| `{x['model']}` | {x['task']} | {fmt_num(x['samples_per_q'], 0)} | {fmt_accuracy(x)} | "
+                         + ("-" if o is None else f"{fmt_pct(o['accuracy'])} {fmt_ci(o['ci_low'], o['ci_high'])}") + " |")
     return lines
 
 
