@@ -125,6 +125,31 @@ def _load(path: str, n_ctx: int, n_threads: int, lora_path: str | None = None, l
     return llm
 
 
+_ENGINE_NAMES = ("", "llama-cpp-python", "llama_cpp_python", "llamacpp", "llama-cpp", "python", "native")
+
+
+def check_engine_env() -> None:
+    """Refuse an ``AGORA_LLAMA_ENGINE`` that asks for another embedded engine than llama-cpp-python.
+
+    The variable chose the server engine on trial (xllamacpp), removed on 2026-12-04 (issue 29: one
+    engine; benchmarks/README.md); left set, it would now be ignored silently. Case and surrounding
+    spaces do not matter; unset, empty, ``llama-cpp-python`` (and its spellings) are accepted.
+
+    Raises:
+        ValueError: one line naming the value, and what to do.
+    """
+    raw = os.environ.get("AGORA_LLAMA_ENGINE", "")
+    engine = raw.strip().lower()
+    if engine in _ENGINE_NAMES:
+        return
+    if engine in ("server", "xllamacpp", "llama-server", "llamacpp-server"):
+        why = "the server engine on trial was removed on 2026-12-04 (issue 29, benchmarks/README.md)"
+    else:
+        why = "it is not an engine's name"
+    raise ValueError(f"AGORA_LLAMA_ENGINE={raw!r}: llama-cpp-python is the one embedded engine and {why}; "
+                     "unset AGORA_LLAMA_ENGINE")
+
+
 class LlamaCppChatModel(NativeMember, BaseChatModel):
     """A GGUF model run in-process by llama.cpp, as a LangChain chat model.
 
@@ -176,11 +201,7 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
 
     @model_validator(mode="after")
     def _one_engine(self) -> "LlamaCppChatModel":
-        engine = os.environ.get("AGORA_LLAMA_ENGINE", "")
-        if engine not in ("", "llama-cpp-python"):
-            raise ValueError(f"AGORA_LLAMA_ENGINE={engine!r}: llama-cpp-python is the one embedded engine; the "
-                             "server engine on trial was removed on 2026-12-04 (issue 29, benchmarks/README.md); "
-                             "unset AGORA_LLAMA_ENGINE")
+        check_engine_env()
         return self
 
     @property

@@ -607,8 +607,9 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
 
 
 def _llamacpp_model(spec: Any) -> "BaseChatModel":
-    from agora.models.llamacpp import LlamaCppChatModel
+    from agora.models.llamacpp import LlamaCppChatModel, check_engine_env
 
+    check_engine_env()  # a plain ValueError (one line in the CLI), before the model's own validation
     path = resolve_builtin(spec.path) if spec.path.startswith("builtin:") else spec.path
     lora = None
     if spec.adapter:

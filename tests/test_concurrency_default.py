@@ -43,12 +43,40 @@ def test_a_bench_takes_none_as_the_pools_suggestion():
     assert BenchConfig().concurrency == 1  # the Python API's default is unchanged; the CLI passes None
 
 
-@pytest.mark.parametrize("value", ["server", "xllamacpp"])
-def test_a_removed_engine_asked_for_by_name_is_refused_not_ignored(monkeypatch, value):
+@pytest.mark.parametrize("value, why", [("server", "removed on 2026-12-04"), (" XLLAMACPP ", "removed on 2026-12-04"),
+                                        ("bogus", "not an engine's name")])
+def test_a_removed_engine_asked_for_by_name_is_refused_not_ignored(monkeypatch, value, why):
     """The server engine on trial was removed (issue 29: one engine); a user who still sets
     AGORA_LLAMA_ENGINE gets a clear error instead of silently another engine."""
+    from agora.models.llamacpp import check_engine_env
+
     monkeypatch.setenv("AGORA_LLAMA_ENGINE", value)
-    with pytest.raises(ValueError, match=f"AGORA_LLAMA_ENGINE='{value}'.*unset AGORA_LLAMA_ENGINE"):
+    with pytest.raises(ValueError) as refused:
+        check_engine_env()
+    text = str(refused.value)
+    assert text.startswith(f"AGORA_LLAMA_ENGINE={value!r}: llama-cpp-python is the one embedded engine and ")
+    assert text.endswith("; unset AGORA_LLAMA_ENGINE")
+    assert why in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match="unset AGORA_LLAMA_ENGINE"):  # constructed directly: pydantic's error
         embedded()
-    monkeypatch.setenv("AGORA_LLAMA_ENGINE", "llama-cpp-python")
-    assert embedded().batches_concurrent_requests
+    for accepted in ("", "llama-cpp-python", " LLAMA-CPP-PYTHON ", "python", "native"):
+        monkeypatch.setenv("AGORA_LLAMA_ENGINE", accepted)
+        check_engine_env()
+        assert embedded().batches_concurrent_requests
+
+
+def test_the_cli_refuses_a_removed_engine_in_one_line(monkeypatch, tmp_path):
+    """Through a pool file (the factory checks before constructing), the CLI prints one error line."""
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    monkeypatch.setenv("AGORA_LLAMA_ENGINE", "server")
+    (tmp_path / "never-loaded.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")  # a GGUF header: the pool file's check passes
+    pool = tmp_path / "pool.toml"
+    pool.write_text('[[models]]\nname = "m"\nbackend = "llamacpp"\npath = "never-loaded.gguf"\n')
+    out = CliRunner().invoke(app, ["run", "align", "--pool", str(pool), "--limit", "1", "--db", str(tmp_path / "t.db")])
+    assert out.exit_code == 2, out.output
+    errors = [line for line in out.output.splitlines() if "AGORA_LLAMA_ENGINE" in line]
+    assert len(errors) == 1 and "removed on 2026-12-04" in errors[0] and "validation error" not in out.output
+    assert not (tmp_path / "t.db").exists()
