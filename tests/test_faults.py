@@ -698,6 +698,23 @@ def test_a_run_resumes_on_its_data_file_at_another_path_and_refuses_one_with_oth
             "compared differ (text, gold or options; e.g. 'q2')") in line
 
 
+def test_a_moved_run_whose_file_was_renamed_says_that_ids_come_from_the_files_name(tmp_path, served_pool):
+    """Questions without an ``id`` field are numbered from the file's name (``q-1``...): a moved file
+    under another name holds none of the run's ids, and the refusal says to keep the name (probe 15)."""
+    rows = [{"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"} for i in (1, 2)]
+    first, renamed = folder(tmp_path / "a") / "q.jsonl", folder(tmp_path / "b") / "other.jsonl"
+    for path in (first, renamed):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = lambda data: ["run", "align", "--data", data, "--agents", 1, "--samples", 1, "--pool",  # noqa: E731
+                         served_pool, "--db", tmp_path / "t.db", "--run-id", "r"]
+    assert agora(*args(first), "--limit", 1).exit_code == 0
+    out = agora(*args(renamed))
+    assert out.exit_code == 2, out.output
+    line = " ".join(out.output.split())
+    assert ("none of its question ids is one of the run's; questions without an `id` field are numbered from "
+            "the file's name: if it holds the same questions, name it 'q.jsonl' as before)") in line
+
+
 def test_a_run_recorded_before_question_hashes_resumes_at_another_path_on_its_recorded_questions():
     """A run whose dataset has no per-question hashes (recorded before them) is compared on its
     ``questions`` rows: the same text and gold at another path resume (and the hashes are stored from

@@ -461,8 +461,14 @@ class TraceStore:
         if not isinstance(before, dict) or not isinstance(now_ds, dict):
             return [], []
         changed = [k for k in ("path", "format") if before.get(k) != now_ds.get(k)]
+        hint = ""
         if changed == ["path"]:  # the same format at another path: the same data if it holds the same questions
             compared, differ = self._compared_questions(run_id, before, now_ds)
+            old_name, new_name = (Path(str(d.get("path") or "")).name for d in (before, now_ds))
+            if (not compared and old_name != new_name and before.get(QUESTION_HASHES)
+                    and now_ds.get(QUESTION_HASHES)):
+                hint = (f" (none of its question ids is one of the run's; questions without an `id` field are "
+                        f"numbered from the file's name: if it holds the same questions, name it {old_name!r} as before)")
             if differ:
                 raise ResumeRefusedError(
                     f"run id {run_id!r} in {self.path} was started on {_shown(before.get('path'), 500)} and is "
@@ -473,7 +479,7 @@ class TraceStore:
                 changed = []
         if changed:
             return changed, [f"data {k}: {_shown(now_ds.get(k))} here, {_shown(before.get(k))} in the run"
-                             for k in changed]
+                             + (hint if k == "path" else "") for k in changed]
         edited = _changed_questions(before.get(QUESTION_HASHES), now_ds.get(QUESTION_HASHES))
         if edited:
             shown = ", ".join(repr(q) for q in edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
