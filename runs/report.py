@@ -209,9 +209,21 @@ def _any_few(report: dict[str, Any]) -> bool:
                for c in report.get(key) or [])
 
 
+def claim_qualifier(claim: dict[str, Any]) -> str:
+    """What a claim's verdict rests on besides its value, as ``"; ..."`` (``""`` when nothing): COMED's
+    share of the dense method's calls and its rescues vs harms, and the claim's note (e.g. a best single
+    model picked on test questions). The same words on the console and in ``bench.md``."""
+    extra = ""
+    if "calls_ratio" in claim:
+        extra = f"; calls {fmt_pct(claim['calls_ratio'])} % of it, rescues {claim['rescues']} vs harms {claim['harms']}"
+    if claim.get("note"):
+        extra += f"; {claim['note']}"
+    return extra
+
+
 def claim_lines(report: dict[str, Any]) -> list[str]:
-    """The report's claims as console lines: ``claim: value pp [CI] (n questions): holds``."""
-    return [f"{c['claim']}: {fmt_pct(c['value'])} pp {fmt_ci(c['ci_low'], c['ci_high'])} "
+    """The report's claims as console lines: ``claim; qualifier: value pp [CI] (n questions): holds``."""
+    return [f"{c['claim']}{claim_qualifier(c)}: {fmt_pct(c['value'])} pp {fmt_ci(c['ci_low'], c['ci_high'])} "
             f"({c.get('questions', '?')} paired questions): {c['holds']}" for c in report.get("claims") or []]
 
 
@@ -330,12 +342,7 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += ["", "## Claims", "", "| claim | value pp | 95% CI | McNemar p | paired questions | holds |",
                   "|---|---|---|---|---|---|"]
         for c in report["claims"]:
-            extra = ""
-            if "calls_ratio" in c:
-                extra = f"; calls {fmt_pct(c['calls_ratio'])} % of it, rescues {c['rescues']} vs harms {c['harms']}"
-            if c.get("note"):
-                extra += f"; {c['note']}"
-            lines.append(f"| {c['claim']}{extra} | {fmt_pct(c['value'])} | {fmt_ci(c['ci_low'], c['ci_high'])} | "
+            lines.append(f"| {c['claim']}{claim_qualifier(c)} | {fmt_pct(c['value'])} | {fmt_ci(c['ci_low'], c['ci_high'])} | "
                          f"{fmt_p(c['p_mcnemar'])} | {c.get('questions', '-')} | {c['holds']} |")
         lines += ["", "`yes`: the whole 95 % CI is on the claim's side; `undecided`: the estimate is, the CI is not; "
                   "`no`: the estimate is not (or, for COMED, the calls or rescues part fails); "

@@ -58,3 +58,23 @@ def test_console_summary_and_bench_md_print_each_figure_alike(capsys):
     assert "COMED thresholds (all tasks): τ_hi = 0.6667, τ_lo = 0.3333, m_min = 0: defaults" in console
     assert "| ALIGN − self-consistency ≥ 0 | 1.2 | [-5.0, 7.8] | 0.5 | 12 | too few questions |" in md
     assert "claim: ALIGN − self-consistency ≥ 0: 1.2 pp [-5.0, 7.8] (12 paired questions): too few questions" in console
+
+
+def test_console_claims_carry_bench_mds_qualifiers(capsys):
+    """A claim's verdict rests on more than its value: COMED's call share and rescues vs harms, and a best
+    single model picked on test questions. The console said neither (probe 15); both now say the same."""
+    report = _report()
+    report["claims"] = [
+        {"claim": "COMED ≥ MoA with ≤ 50 % of its calls and rescues > harms", "value": 0.0, "ci_low": -0.1,
+         "ci_high": 0.1, "p_mcnemar": 1.0, "questions": 40, "holds": "no", "calls_ratio": 2 / 3, "rescues": 0, "harms": 1},
+        {"claim": "best multi-model − best single model ≥ 0", "value": 0.05, "ci_low": 0.01, "ci_high": 0.09,
+         "p_mcnemar": None, "questions": 40, "holds": "yes", "note": "picked on the test questions (optimistic for it)"}]
+    md = report_markdown(report)
+    files = SimpleNamespace(markdown="bench.md", json="bench.json", png="accuracy_vs_tokens.png")
+    capsys.readouterr()
+    bench_cli._print_summary(report, files)
+    console = " ".join(capsys.readouterr().out.split())
+    comed = "COMED ≥ MoA with ≤ 50 % of its calls and rescues > harms; calls 66.7 % of it, rescues 0 vs harms 1"
+    single = "best multi-model − best single model ≥ 0; picked on the test questions (optimistic for it)"
+    assert f"| {comed} | 0.0 | [-10.0, 10.0] |" in md and f"{comed}: 0.0 pp [-10.0, 10.0] (40 paired questions): no" in console
+    assert f"| {single} | 5.0 |" in md and f"{single}: 5.0 pp [1.0, 9.0] (40 paired questions): yes" in console
