@@ -57,7 +57,8 @@ from agora.runs.bench import (
 )
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
-from agora.runs.report import claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens, write_report
+from agora.runs.report import (any_too_few, claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens,
+                               single_model_rows, write_report)
 from agora.traces.bench import read_bench_spec
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore, check_run_id
@@ -78,11 +79,14 @@ class _Bar(BenchProgress):
         self.progress.update(self.task, label=f"{scope} · {what}", status=f"{todo} to run" if todo else "done before")
         if not self.progress.console.is_terminal:  # a log file gets a line per run instead of a live bar
             t = self.progress.tasks[0]
+            part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
+            if not todo:  # done in an earlier sitting: no counts or time left to give
+                self.progress.console.print(f"{escape(step.run_id)}{part}: done before", highlight=False)
+                return
             # from each run's own recorded question times (runs differ 10× in cost per question);
             # a run kind with no finished question yet: unknown, never another kind's rate
             left = time_left_s(self.store, self.steps, self.in_flight) if self.store is not None and self.steps else None
             eta = ", time left unknown" if left is None else f", about {left / 60:.0f} min left overall"
-            part = f" round {step.round[0]}/{step.round[1]}" if step.round else ""
             self.progress.console.print(f"{escape(step.run_id)}{part}: {todo} of {len(step.problems)} questions to run "
                                         f"({int(t.completed)} of the {int(t.total or 0)} bench questions left at the start "
                                         f"done since{eta})",
@@ -327,14 +331,17 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
         # the figures as bench.md prints them (runs/report.py's fmt_*), to the same decimals
         row = [fmt_accuracy(cells[t, m]) if (t, m) in cells else "-" for t in tasks]
         table.add_row(escape(m), *row, fmt_accuracy(macro[m]), fmt_tokens(macro[m]["tokens_per_q"]))
+    for s, row in single_model_rows(report, tasks):  # bench.md's one-sample rows: the models the claims name
+        table.add_row(f"model {escape(s['model'])} (one sample)", *row, fmt_accuracy(s), "")
     console.print(table)
-    if any(c.get("too_few") for c in report["cells"]):
+    if any_too_few(report):
         console.print(f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions or a degenerate interval; no finding",
                       highlight=False)
     for c in report["calibration"]:
         t = c["thresholds"]
         scope = "all tasks" if c["scope"] == "*" else c["scope"]
-        console.print(f"COMED thresholds ({escape(scope)}): {fmt_thresholds(t)}: {escape(str(c['source']))}",
+        console.print(f"COMED thresholds ({escape(scope)}): {fmt_thresholds(t)} (N = {c['n_anchor']}): "
+                      f"{escape(str(c['source']))}",
                       highlight=False, soft_wrap=True)
     for line in claim_lines(report):  # "too few questions" under 30 paired questions, never yes/no
         console.print(f"claim: {escape(line)}", highlight=False, soft_wrap=True)

@@ -204,7 +204,20 @@ def fmt_thresholds(t: dict[str, float]) -> str:
     return f"τ_hi = {t['tau_hi']:.4g}, τ_lo = {t['tau_lo']:.4g}, m_min = {t['m_min']:.4g}"
 
 
-def _any_few(report: dict[str, Any]) -> bool:
+def single_model_rows(report: dict[str, Any], tasks: Sequence[str]) -> list[tuple[dict[str, Any], list[str]]]:
+    """Each pool model's one-sample figures: its macro entry and its formatted cell per task
+    (``"-"`` where it has none), in the report's order."""
+    rows = []
+    for s in report["macro_single_models"]:
+        row = []
+        for t in tasks:
+            c = next((x for x in report["single_models"] if x["task"] == t and x["model"] == s["model"]), None)
+            row.append("-" if c is None else fmt_accuracy(c))
+        rows.append((s, row))
+    return rows
+
+
+def any_too_few(report: dict[str, Any]) -> bool:
     return any(c.get("too_few") for key in ("cells", "macro", "single_models", "macro_single_models")
                for c in report.get(key) or [])
 
@@ -264,11 +277,7 @@ def report_markdown(report: dict[str, Any]) -> str:
                    + ("" if mac["all_tasks"] else " (not every task)"))
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     if report["macro_single_models"]:
-        for s in report["macro_single_models"]:
-            row = []
-            for t in tasks:
-                c = next((x for x in report["single_models"] if x["task"] == t and x["model"] == s["model"]), None)
-                row.append("-" if c is None else fmt_accuracy(c))
+        for s, row in single_model_rows(report, tasks):
             lines.append(f"| model `{s['model']}` (one sample) | " + " | ".join(row)
                          + f" | **{fmt_pct(s['accuracy'])}** {fmt_ci(s['ci_low'], s['ci_high'])}{fmt_few(s)} |")
         pooled = bool((report.get("settings") or {}).get("shared"))
@@ -276,7 +285,7 @@ def report_markdown(report: dict[str, Any]) -> str:
                   "from one temperature sample): "
                   + ("its k samples in the shared candidate pool, on the candidates run's questions."
                      if pooled else "its ALIGN candidates, on the ALIGN run's questions.")]
-    if _any_few(report):
+    if any_too_few(report):
         lines += ["", f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions, or a degenerate interval "
                   "(every resample equal); the number is shown, but it is no finding."]
     lines += ["", "Questions scored / failed per cell:", "", "| method | " + " | ".join(tasks) + " |",
@@ -398,7 +407,7 @@ def _shared_markdown(report: dict[str, Any], tasks: list[str], cells: dict[tuple
         for x in sc:
             o = one.get((x["task"], x["model"]))
             lines.append(f"| `{x['model']}` | {x['task']} | {fmt_num(x['samples_per_q'], 0)} | {fmt_accuracy(x)} | "
-                         + ("-" if o is None else f"{fmt_pct(o['accuracy'])} {fmt_ci(o['ci_low'], o['ci_high'])}") + " |")
+                         + ("-" if o is None else fmt_accuracy(o)) + " |")
     return lines
 
 

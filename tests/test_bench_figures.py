@@ -55,7 +55,7 @@ def test_console_summary_and_bench_md_print_each_figure_alike(capsys):
     assert "| align | 66.7 [41.7, 90.0] † | **66.7** [41.7, 90.0] † |" in md
     # COMED's thresholds and the claim, to the same digits
     assert "- all tasks: τ_hi = 0.6667, τ_lo = 0.3333, m_min = 0 (N = 3); defaults" in md
-    assert "COMED thresholds (all tasks): τ_hi = 0.6667, τ_lo = 0.3333, m_min = 0: defaults" in console
+    assert "COMED thresholds (all tasks): τ_hi = 0.6667, τ_lo = 0.3333, m_min = 0 (N = 3): defaults" in console
     assert "| ALIGN − self-consistency ≥ 0 | 1.2 | [-5.0, 7.8] | 0.5 | 12 | too few questions |" in md
     assert "claim: ALIGN − self-consistency ≥ 0: 1.2 pp [-5.0, 7.8] (12 paired questions): too few questions" in console
 
@@ -78,3 +78,24 @@ def test_console_claims_carry_bench_mds_qualifiers(capsys):
     single = "best multi-model − best single model ≥ 0; picked on the test questions (optimistic for it)"
     assert f"| {comed} | 0.0 | [-10.0, 10.0] |" in md and f"{comed}: 0.0 pp [-10.0, 10.0] (40 paired questions): no" in console
     assert f"| {single} | 5.0 |" in md and f"{single}: 5.0 pp [1.0, 9.0] (40 paired questions): yes" in console
+
+
+def test_console_has_bench_mds_one_sample_rows_and_per_model_marks(capsys):
+    """The claims name the best single model; its one-sample row was only in bench.md, and bench.md's
+    per-model self-consistency table left the † off the one-sample figure (probe 15, 4c and 4d)."""
+    report = _report()
+    one = {"task": "arith", "model": "m-small", "accuracy": 0.5, "ci_low": 0.25, "ci_high": 0.75, "too_few": True}
+    report["single_models"] = [one]
+    report["macro_single_models"] = [{**one, "task": "macro", "tasks": 1}]
+    report["model_self_consistency"] = [{**one, "accuracy": 7 / 12, "samples_per_q": 3}]
+    report["settings"] = {"shared": {"k": 3, "models": ["m-small"], "temperature": 0.7, "max_tokens": 16, "shots": 0}}
+    md = report_markdown(report)
+    files = SimpleNamespace(markdown="bench.md", json="bench.json", png="accuracy_vs_tokens.png")
+    capsys.readouterr()
+    bench_cli._print_summary(report, files)
+    console = capsys.readouterr().out
+    assert "| model `m-small` (one sample) | 50.0 [25.0, 75.0] † | **50.0** [25.0, 75.0] † |" in md
+    row = next(line for line in console.splitlines() if "one sample" in line)
+    assert [c.strip() for c in row.split("│")[1:-1]] == ["model m-small (one sample)", "50.0 [25.0, 75.0] †",
+                                                          "50.0 [25.0, 75.0] †", ""]
+    assert "| `m-small` | arith | 3 | 58.3 [25.0, 75.0] † | 50.0 [25.0, 75.0] † |" in md

@@ -109,6 +109,8 @@ def test_progress_time_left_uses_each_run_kinds_own_questions_else_says_unknown(
     assert "time left unknown" in console.export_text() and "min left" not in console.export_text()
     store.times["b:t:comed"], store.done["b:t:comed"] = (1, 40.0), {"q0"}
     assert bar.eta() == "0:01:20"  # 2 questions left × 40 s
+    bar.step(steps[0], 0)  # a run finished in an earlier sitting: no "0 of the 0 ... 0 min left" (probe 15, 4e)
+    assert console.export_text().splitlines()[-1] == "b:t:align: done before"
 
 
 def test_live_report_and_report_only_are_the_same_files(tmp_path, monkeypatch):
