@@ -14,8 +14,8 @@ from rich.table import Table
 from agora.cli._apps import report_app
 from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
 from agora.traces.replay import question_report
-from agora.traces.report import TOO_FEW, run_rows, run_summary
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.report import TOO_FEW, open_trace_store, run_rows, run_summary
+from agora.traces.store import check_run_id
 
 
 @report_app.command("runs", short_help="Every run in a trace DB: protocol, status, questions recorded, accuracy.")
@@ -30,12 +30,13 @@ def report_runs(
     was most likely killed (kill -9, a crash): rerun it with its --run-id to resume. An SQLite file
     without Agora's runs table is refused (exit 2), and opened read-only: nothing is written to it."""
     with user_errors():
-        if not db.is_file():
-            raise FileNotFoundError(f"{db}: no such trace database")
-        rows = run_rows(TraceStore(db, readonly=True), stale_after_s=stale_after * 60)
+        rows = run_rows(open_trace_store(db), stale_after_s=stale_after * 60)
         if as_json:
             for r in rows:
                 print(json.dumps(asdict(r), ensure_ascii=False))
+            return
+        if not rows:  # the message alone, not an empty table above it
+            console.print(f"no runs in {escape(str(db))}", highlight=False, soft_wrap=True)
             return
         table = Table(title=f"runs in {escape(str(db))}")
         for col in ("run id", "protocol", "status", "questions", "accuracy %", "started", "last activity"):
@@ -51,8 +52,6 @@ def report_runs(
         if any(r.stale for r in rows):
             console.print(f"stale: 'running' with nothing recorded for over {stale_after:g} min, so probably killed "
                           "(kill -9, a crash); rerun it with its --run-id to resume", highlight=False, soft_wrap=True)
-        if not rows:
-            console.print(f"no runs in {escape(str(db))}", highlight=False, soft_wrap=True)
 
 
 def _short(text: str | None, width: int = 60) -> str:
@@ -71,10 +70,8 @@ def report_run(
     with its 95 % CI ("too few questions" under 30 scored questions or with a degenerate interval), how
     the samples' answers were found, and on how many questions the methods disagree."""
     with user_errors():
-        if not db.is_file():
-            raise FileNotFoundError(f"{db}: no such trace database")
         check_run_id(run_id, "RUN_ID")
-        s = run_summary(TraceStore(db, readonly=True), run_id)
+        s = run_summary(open_trace_store(db), run_id)
         if as_json:
             print(json.dumps({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]]},
                              ensure_ascii=False, default=str))
@@ -125,10 +122,8 @@ def report_question(
     how it was found, right or wrong, votes for its answer) and every method's answer with why it chose
     it (the selection rule's reasoning, replayed from the traces)."""
     with user_errors():
-        if not db.is_file():
-            raise FileNotFoundError(f"{db}: no such trace database")
         check_run_id(run_id)
-        r = question_report(TraceStore(db, readonly=True), run_id, question_id)
+        r = question_report(open_trace_store(db), run_id, question_id)
         if as_json:
             print(json.dumps(r, ensure_ascii=False, default=str))
             return

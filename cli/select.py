@@ -48,7 +48,7 @@ from agora.graphs.runner import checkpoint_path
 from agora.graphs.selection import SPEC, known_features, parse_choice
 from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.store import TraceStore, check_run_id, readonly_uri
 from agora.traces.plots import plot_regret
 
 
@@ -146,7 +146,7 @@ def _has_checkpoint(db: Path, thread: str) -> bool:
     if not path.exists():
         return False
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(readonly_uri(path), uri=True)
         try:
             return conn.execute("select 1 from checkpoints where thread_id = ? limit 1", [thread]).fetchone() is not None
         finally:

@@ -63,6 +63,7 @@ from agora.traces.store import (
     check_db_path,
     describe_sqlite_error,
     question_hash,
+    readonly_uri,
 )
 
 EventHandler = Callable[[dict[str, Any]], None]
@@ -120,7 +121,7 @@ def check_checkpoint_schema(path: str | Path) -> None:
     if not p.is_file() or p.stat().st_size == 0:
         return
     try:
-        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = sqlite3.connect(readonly_uri(p), uri=True, timeout=BUSY_TIMEOUT_S)
         try:
             names = {r[0] for r in conn.execute("select name from sqlite_master where type in ('table', 'view')")}
         finally:

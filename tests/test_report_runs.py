@@ -130,11 +130,59 @@ def test_a_database_without_agora_traces_is_refused_and_left_untouched(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db", "mlflow.db", "other.db"]
 
 
+def test_a_wal_database_read_for_a_report_gets_no_files_beside_it(tmp_path):
+    """``?mode=ro`` on a database in WAL mode left ``-shm`` and ``-wal`` files beside it (probe 15, 2a):
+    a foreign one and a finished Agora one are read as immutable; a live one (its ``-wal`` file is
+    there) is read normally and shows its latest commit."""
+    foreign = tmp_path / "fwal.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("pragma journal_mode=wal")
+    conn.execute("create table runs (id integer, name text)")
+    conn.commit()
+    conn.close()
+    store = TraceStore(tmp_path / "ag.db")  # Agora's store is in WAL mode
+    _run(store, "r1", started="2026-12-04T10:00:00+00:00", question="2026-12-04T10:01:00+00:00",
+         call="2026-12-04T10:00:30+00:00", finished="2026-12-04T10:02:00+00:00")
+    store.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ag.db", "fwal.db"]
+    code, output = agora("report", "runs", "--db", foreign)
+    assert code == 2 and "holds no Agora traces" in output
+    code, output = agora("report", "runs", "--db", tmp_path / "ag.db", "--json")
+    assert code == 0 and json.loads(output.splitlines()[0])["run_id"] == "r1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ag.db", "fwal.db"]
+
+    live = TraceStore(tmp_path / "ag.db")  # a writer holds it open: its commits sit in the -wal file
+    _run(live, "r2", started="2026-12-04T11:00:00+00:00")
+    code, output = agora("report", "runs", "--db", tmp_path / "ag.db", "--json")
+    assert code == 0 and {json.loads(line)["run_id"] for line in output.splitlines()} == {"r1", "r2"}
+    live.close()
+
+
+def test_report_run_and_question_refuse_a_folder_and_a_foreign_database_as_report_runs_does(tmp_path):
+    """They said only "no run" on a database of another tool, and "no such trace database" for a
+    folder (probe 15, 2c and the report run/question leftover)."""
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("create table people (name text)")
+    conn.commit()
+    conn.close()
+    for args in (["report", "runs"], ["report", "run", "r1"], ["report", "question", "--run-id", "r1",
+                                                                  "--question-id", "q1"]):
+        code, output = agora(*args, "--db", other)
+        assert (code, _error_line(output)) == (2, f"error: {other}: holds no Agora traces (no runs table; its "
+                                                  "tables: people)"), args
+        code, output = agora(*args, "--db", tmp_path)
+        assert (code, _error_line(output)) == (2, f"error: {tmp_path}: is a folder, not a database file"), args
+        code, output = agora(*args, "--db", tmp_path / "missing.db")
+        assert (code, _error_line(output)) == (2, f"error: {tmp_path / 'missing.db'}: no such trace database"), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
 def test_an_agora_database_without_runs_lists_none(tmp_path):
     db = tmp_path / "t.db"
     TraceStore(db).close()
     code, output = agora("report", "runs", "--db", db)
     assert code == 0, output
-    assert output.splitlines()[-1] == f"no runs in {db}" and "run id" in output
+    assert output.splitlines() == [f"no runs in {db}"]  # no empty table above it (probe 15, 2d)
     code, output = agora("report", "runs", "--db", db, "--json")
     assert (code, output) == (0, "")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.tasks.answers import extract_answer
+from agora.traces.store import readonly_uri
 
 _OPTION_LINE = re.compile(r"^\s*\(?([A-J])[.)]\s", re.MULTILINE)
 
@@ -52,7 +53,7 @@ def _connect(path: str | Path) -> sqlite3.Connection:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such trace database")
-    conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+    conn = sqlite3.connect(readonly_uri(p), uri=True)
     conn.row_factory = sqlite3.Row
     return conn
 

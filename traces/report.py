@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from agora.agents.stats import bootstrap_ci  # noqa: F401 (its home is agents/, below traces)
-from agora.traces.store import TraceStore, TraceStoreError, answer_fields
+from agora.traces.store import TraceStore, TraceStoreError, answer_fields, check_db_path
 
 
 MIN_QUESTIONS = 30
@@ -192,6 +193,25 @@ def not_a_trace_store(store: TraceStore) -> str | None:
         return (f"{store.path}: holds no Agora traces (its runs table lacks {', '.join(missing)}: "
                 "a database of another tool)")
     return None
+
+
+def open_trace_store(path: str | Path) -> TraceStore:
+    """``path`` opened read-only for a report (:class:`TraceStore` with ``readonly=True``): nothing is
+    created or written in it or beside it.
+
+    Raises:
+        TraceStoreError: one line naming ``path``: a folder, no such file, not an SQLite database,
+            or one that holds no Agora traces (:func:`not_a_trace_store`).
+    """
+    check_db_path(path)
+    if not Path(path).is_file():
+        raise TraceStoreError(f"{path}: no such trace database")
+    store = TraceStore(path, readonly=True)
+    problem = not_a_trace_store(store)
+    if problem:
+        store.close()
+        raise TraceStoreError(problem)
+    return store
 
 
 def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None = None) -> list[RunRow]:

@@ -145,6 +145,30 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
     return None
 
 
+def readonly_uri(path: str | Path) -> str:
+    """The SQLite URI that opens ``path`` for reading without creating anything beside it.
+
+    ``?mode=ro`` alone is not enough for a database in WAL mode: SQLite then creates its ``-shm``
+    and ``-wal`` files and, being read-only, cannot remove them on close. When the file is in WAL
+    mode (header byte 18 is 2) and no ``-wal`` file exists (no connection has it open and every
+    commit is in the main file), ``immutable=1`` is added, so SQLite reads the main file alone. A
+    writer that opens it during the read is not seen (a report of a run that starts meanwhile
+    shows it as it was). With a ``-wal`` file present (a live run) the normal read-only open is
+    used and reads that run's latest commits.
+    """
+    p = Path(path).resolve()
+    uri = f"{p.as_uri()}?mode=ro"
+    try:
+        with open(p, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return uri
+    wal_mode = len(header) == 20 and header[:16] == b"SQLite format 3\x00" and header[18] == 2
+    if wal_mode and not Path(f"{p}-wal").exists():
+        uri += "&immutable=1"
+    return uri
+
+
 def check_schema(path: str | Path) -> None:
     """Refuse an existing database that cannot take Agora's traces (:func:`schema_problem`) before
     anything is written to it: it is opened read-only, so its journal mode, tables and columns are
@@ -157,7 +181,7 @@ def check_schema(path: str | Path) -> None:
     if not p.is_file() or p.stat().st_size == 0:
         return
     try:
-        conn = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = sqlite3.connect(readonly_uri(p), uri=True, timeout=BUSY_TIMEOUT_S)
         try:
             problem = schema_problem(conn)
         finally:
@@ -346,7 +370,7 @@ class TraceStore:
         if self.readonly:
             if not Path(self.path).is_file():
                 raise TraceStoreError(f"{self.path}: no such trace database")
-            conn = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True,
+            conn = sqlite3.connect(readonly_uri(self.path), uri=True,
                                    timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             conn.execute("select count(*) from sqlite_master").fetchone()  # not a database: fails here
             return _LockedDatabase(conn, lock=self._lock)
@@ -426,9 +450,17 @@ class TraceStore:
                 if pool_may_change:
                     update["pool"] = _clean_text(_json(pool))
                 if isinstance(before, dict) and isinstance(now_ds, dict) and isinstance(now_ds.get(QUESTION_HASHES), dict):
-                    # questions first seen now (a larger --limit) are checked from now on too
-                    update["dataset"] = _clean_text(_json({**before, QUESTION_HASHES: {
-                        **now_ds[QUESTION_HASHES], **(before.get(QUESTION_HASHES) or {})}}))
+                    # questions first seen now (a larger --limit) are checked from now on too, and
+                    # counted: the run's limit and count say what it holds, not what it started with
+                    hashes = {**now_ds[QUESTION_HASHES], **(before.get(QUESTION_HASHES) or {})}
+                    grown = {**before, QUESTION_HASHES: hashes}
+                    if "count" in before:
+                        grown["count"] = len(hashes)
+                    if "limit" in before and "limit" in now_ds:
+                        old_limit, new_limit = before["limit"], now_ds["limit"]
+                        grown["limit"] = (None if old_limit is None or new_limit is None
+                                          else max(old_limit, new_limit))
+                    update["dataset"] = _clean_text(_json(grown))
                 self.db["runs"].update(run_id, update)
                 return True
             self.db["runs"].insert({
@@ -913,8 +945,13 @@ def _changed_questions(before: Any, now_hashes: Any) -> list[str]:
 
 
 def _shown(value: Any, width: int = 40) -> str:
+    """``value`` as JSON in at most about ``width`` characters; a long string keeps its quotes and
+    both ends (a path's file name is at its end), a long other value its start."""
+    if isinstance(value, str) and len(value) > width - 2:
+        keep = width - 3
+        value = value[:keep // 3] + "…" + value[-(keep - keep // 3):]
     text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width + 10 else text[:width - 1] + "…"
 
 
 def _differences(here: Any, there: Any, prefix: str = "") -> list[str]:
