@@ -51,11 +51,12 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class TaskFormatError(ValueError):
-    """A problem file line that cannot be read: ``file:line: field 'name': what is wrong``."""
+    """A problem file line that cannot be read: ``file:line: field 'name': what is wrong``
+    (``file: what is wrong`` for the file as a whole, ``line`` 0: missing, unreadable, a folder)."""
 
     def __init__(self, path: str | Path, line: int, field: str | None, message: str):
         self.path, self.line, self.field = str(path), line, field
-        where = f"{self.path}:{line}"
+        where = f"{self.path}:{line}" if line > 0 else self.path  # line 0: the file as a whole
         what = f"field '{field}': {message}" if field else message
         super().__init__(f"{where}: {what}")
 

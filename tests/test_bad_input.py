@@ -96,7 +96,7 @@ def test_a_read_error_is_one_error_naming_the_file(tmp_path, scripted, monkeypat
     monkeypatch.setattr(pathlib.Path, "open", failing_open)
     code, output = agora("run", "align", "--data", data, "--db", tmp_path / "t.db")
     assert code == 2, output
-    assert one_error_line(output) == f"error: {data}:0: cannot read the file: Input/output error"
+    assert one_error_line(output) == f"error: {data}: cannot read the file: Input/output error"
 
 
 # ----------------------------------------------------------------------------- item 7: agora serve pool entries
@@ -215,7 +215,7 @@ def test_a_fifo_or_a_device_as_data_is_not_a_regular_file(tmp_path, scripted, sp
         os.mkfifo(path)
     code, output = agora("run", "align", "--data", path, "--format", "gsm8k", "--db", tmp_path / "t.db")
     assert code == 2, output
-    assert one_error_line(output).startswith(f"error: {path}:0: not a regular file")
+    assert one_error_line(output).startswith(f"error: {path}: not a regular file")
 
 
 @pytest.mark.parametrize("command, fmt, needle", [

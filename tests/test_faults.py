@@ -661,6 +661,11 @@ def test_a_data_file_edited_between_a_run_and_its_resume_is_refused_naming_the_q
     rows[2]["question"] = "What is 30 + 30?"  # not yet run: a larger --limit still resumes
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert agora(*args).exit_code == 0
+    dataset = json.loads(sqlite_utils.Database(db)["runs"].get("r")["dataset"])
+    assert (dataset["limit"], dataset["count"], len(dataset["question_sha256"])) == (None, 3, 3)  # what it holds now
+    assert agora(*args, "--limit", 1).exit_code == 0  # a smaller --limit on a resume: the run still holds 3
+    dataset = json.loads(sqlite_utils.Database(db)["runs"].get("r")["dataset"])
+    assert (dataset["limit"], dataset["count"]) == (None, 3)
     rows[1]["answer"] = "#### 5"  # a recorded question's gold changed
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = agora(*args)
@@ -745,6 +750,13 @@ def test_a_run_recorded_before_question_hashes_resumes_at_another_path_on_its_re
         resume(store, [Problem("q1", "What is 2 + 2?", "5"), mc])
     with pytest.raises(ValueError, match=r"other path \(data path: \"/new/q.jsonl\" here, \"/old/q.jsonl\" in the run\)"):
         resume(store, [Problem("q9", "What is 9 + 9?", "18")])
+
+    def long(path):  # a long path keeps its quotes and its end, where the file name is (probe 15, 1e)
+        return store.start_run("r", "align", config={}, pool=[],
+                               dataset=run_dataset({"path": path, "format": "gsm8k"}, [Problem("q9", "9 + 9?", "18")]))
+    with pytest.raises(ValueError, match=r'data path: "/work/main/t…sm8k_test_sample_v2\.jsonl" here, '
+                                         r'"/old/q\.jsonl" in the run'):
+        long("/work/main/tasks/data/some/deep/folder/gsm8k_test_sample_v2.jsonl")
 
 
 def test_a_refused_resume_names_the_setting_that_differs(tmp_path, served_pool):

@@ -238,7 +238,7 @@ def test_a_read_error_names_the_file(tmp_path, monkeypatch):
         raise PermissionError(errno.EACCES, "Permission denied")
 
     monkeypatch.setattr(pathlib.Path, "open", denied)
-    with pytest.raises(TaskFormatError, match=r"g.jsonl:0: cannot read the file: Permission denied"):
+    with pytest.raises(TaskFormatError, match=r"g.jsonl: cannot read the file: Permission denied"):
         load_problems(path, "gsm8k")
 
 

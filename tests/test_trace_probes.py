@@ -279,7 +279,7 @@ def test_select_refuses_bad_prompts_before_creating_the_database(tmp_path, monke
     db = tmp_path / "t.db"
     code, output = agora("select", *args, "--db", db, "--simulate", "latency_s=-2", "--out", tmp_path / "out")
     assert code == 2
-    expected = {"missing": f"error: {prompts}:0: file not found",
+    expected = {"missing": f"error: {prompts}: file not found",
                 "empty": f"error: --prompts {prompts}: no prompts in the file",
                 "not json": f"error: {prompts}:1: invalid JSON (Expecting value at column 1)",
                 "no option": "error: --prompts FILE is needed to start a session"}[case]
