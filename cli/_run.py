@@ -158,19 +158,27 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
         concurrency = min(pool.suggested_concurrency(), max(1, len(problems)))
     store = TraceStore(db)
     in_flight = f", {concurrency} questions in flight" if concurrency > 1 else ""
-    console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, {escape(label)}, "
-                  f"pool {escape(', '.join(pool.names))}{in_flight}", highlight=False)
-    with question_progress(len(problems)) as progress, graceful_stop(run_id) as control:
-        task = progress.add_task(name, total=len(problems), label=name, status="")
-        outcome = run_protocol(
-            spec.name, problems, store=store, run_id=run_id, context=context,
-            config=asdict(config), pool_description=pool.describe(),
-            dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
-            on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
-            on_question=lambda q: progress.advance(task),
-            durability=durability, concurrency=concurrency, control=control,
-        )
-        progress.update(task, completed=len(problems), status="done")
+    progress = question_progress(len(problems))
+    task = progress.add_task(name, total=len(problems), label=name, status="")
+
+    def started(_: RunOutcome) -> None:  # the run's row accepted: a refused rerun prints only its error
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, "
+                      f"{escape(label)}, pool {escape(', '.join(pool.names))}{in_flight}", highlight=False)
+        progress.start()
+
+    try:
+        with graceful_stop(run_id) as control:
+            outcome = run_protocol(
+                spec.name, problems, store=store, run_id=run_id, context=context,
+                config=asdict(config), pool_description=pool.describe(),
+                dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
+                on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
+                on_question=lambda q: progress.advance(task),
+                durability=durability, concurrency=concurrency, control=control, on_start=started,
+            )
+            progress.update(task, completed=len(problems), status="done")
+    finally:
+        progress.stop()
     if outcome.skipped:
         console.print(f"resumed: {outcome.skipped} of {len(problems)} questions already done", highlight=False)
     return store, run_id, outcome

@@ -333,6 +333,7 @@ def run_problems(
     finished: Callable[[dict[str, Any]], bool] = methods_written,
     only: Collection[str] | None = None,
     inputs: Callable[[Problem], dict[str, Any]] | None = None,
+    on_start: Callable[[RunOutcome], None] | None = None,
 ) -> RunOutcome:
     """Run ``builder``'s graph on each problem, recording every question in ``store``.
 
@@ -347,6 +348,9 @@ def run_problems(
             when ``concurrency > 1`` or when the caller runs an event loop. Without it the graph
             runs with ``ainvoke`` (no stream consumer).
         on_question: called after each question is recorded (from the calling thread).
+        on_start: called once the run's row is started or resumed (its refusal rules passed) and
+            before any question runs, with the outcome so far (``resumed``, ``skipped``): a caller
+            prints its header and progress there, so a refused rerun prints only its error.
         detail: picks the state fields stored as the question's ``detail`` JSON.
         finished: whether a checkpointed state is a finished question (default: its ``methods``
             are written; a protocol's ``ProtocolSpec.finished``).
@@ -404,6 +408,8 @@ def run_problems(
                                 "failed": len(outcome.failed)}
         todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done and (only is None or p.id in only)]
         later = 0 if only is None else sum(p.id not in done and p.id not in only for p in problems)
+        if on_start is not None:
+            on_start(outcome)
         graph = builder.compile(checkpointer=saver)
 
         keys = list(builder.channels)  # the whole state, so no get_state after a question
