@@ -18,7 +18,7 @@ def agora(*args, **kw):
 
 
 def _run(store: TraceStore, run_id: str, *, started: str, question: str | None = None, call: str | None = None,
-         finished: str | None = None) -> None:
+         finished: str | None = None, latency: float | None = None) -> None:
     """A run with the given stored times: one question finished at ``question`` whose model call
     began at ``call``, finished at ``finished`` (left ``running`` without)."""
     store.start_run(run_id, "align", config={}, pool=[], dataset={})
@@ -26,7 +26,8 @@ def _run(store: TraceStore, run_id: str, *, started: str, question: str | None =
         store.record_question(run_id, "align", {"question_id": "q1", "question": "1 + 1?", "gold": "2",
                                                 "answer": "2", "correct": True},
                               {"align": {"answer": "2", "correct": True, "samples": 1}},
-                              [{"call_id": f"{run_id}-c1", "model": "a", "completion": "2", "created_at": call}])
+                              [{"call_id": f"{run_id}-c1", "model": "a", "completion": "2", "created_at": call,
+                                "latency_s": latency}])
     if finished:
         store.finish_run(run_id)
     with store.db.conn:
@@ -42,9 +43,10 @@ def test_last_activity_is_the_latest_of_start_questions_calls_and_finish(tmp_pat
     # finished after its last question and call: the finish is its last activity (it was the question's)
     _run(store, "done", started="2026-12-01T10:00:00+00:00", question="2026-12-01T10:01:00+00:00",
          call="2026-12-01T10:00:30.250+00:00", finished="2026-12-01T10:03:00+00:00")
-    # still running, a model call under way after its last recorded question: the call
+    # still running, a model call after its last recorded question: the call's end (it began at
+    # created_at and took latency_s), in UTC to the millisecond
     _run(store, "calling", started="2026-12-01T11:00:00+00:00", question="2026-12-01T11:01:00+00:00",
-         call="2026-12-01T11:05:00.500+00:00")
+         call="2026-12-01T12:05:00.500+01:00", latency=12.25)
     # nothing recorded: its start
     _run(store, "idle", started="2026-12-01T12:00:00+00:00")
     store.close()
@@ -52,18 +54,18 @@ def test_last_activity_is_the_latest_of_start_questions_calls_and_finish(tmp_pat
     rows = {r.run_id: r for r in run_rows(TraceStore(db, readonly=True), stale_after_s=3600,
                                           now="2026-12-01T12:04:00+00:00")}
     assert rows["done"].last_activity == "2026-12-01T10:03:00+00:00"
-    assert rows["calling"].last_activity == "2026-12-01T11:05:00.500+00:00"
+    assert rows["calling"].last_activity == "2026-12-01T11:05:12.750+00:00"
     assert rows["idle"].last_activity == "2026-12-01T12:00:00+00:00"
-    # staleness follows the last activity: 59 min after the call (64 after the question) is not stale
+    # staleness follows the last activity: 59 min after the call ended (64 after the question) is not stale
     assert not rows["calling"].stale
     later = {r.run_id: r for r in run_rows(TraceStore(db, readonly=True), stale_after_s=3600,
-                                           now="2026-12-01T12:05:01+00:00")}
+                                           now="2026-12-01T12:05:13+00:00")}
     assert later["calling"].stale and not later["done"].stale
 
     code, output = agora("report", "runs", "--db", db, "--json")
     assert code == 0, output
     assert {(r := json.loads(line))["run_id"]: r["last_activity"] for line in output.splitlines()} == {
-        "done": "2026-12-01T10:03:00+00:00", "calling": "2026-12-01T11:05:00.500+00:00",
+        "done": "2026-12-01T10:03:00+00:00", "calling": "2026-12-01T11:05:12.750+00:00",
         "idle": "2026-12-01T12:00:00+00:00"}
     code, output = agora("report", "runs", "--db", db)
     assert code == 0, output

@@ -139,7 +139,8 @@ class RunRow:
     finished_at: str | None
     last_activity: str | None
     """When the run last recorded anything: the latest of its start, its questions' ``finished_at``,
-    its model calls' ``created_at`` and its own ``finished_at`` (:func:`latest_time`), as stored."""
+    the end of its model calls (``created_at``, when a call began, plus its ``latency_s``, in UTC)
+    and its own ``finished_at`` (:func:`latest_time`); stored stamps are shown as stored."""
     host: str | None
     stale: bool
     """``running`` with nothing recorded for over ``stale_after_s``: probably killed (``kill -9``,
@@ -153,6 +154,12 @@ def _moment(stamp: str) -> datetime | None:
     except (TypeError, ValueError):
         return None
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _from_julian(day: float) -> str:
+    """An SQLite Julian day number as an ISO 8601 UTC stamp to the millisecond."""
+    t = datetime.fromtimestamp(round((day - 2440587.5) * 86400.0, 3), tz=timezone.utc)  # to the ms, not below
+    return t.isoformat(timespec="milliseconds")
 
 
 def latest_time(*stamps: str | None) -> str | None:
@@ -234,9 +241,13 @@ def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None =
                                 "from questions group by run_id"):
             counts[r["run_id"]] = (r["n"], r["scored"] or 0, r["right"] or 0, r["last"])
     calls: dict[str, str | None] = {}
-    if "model_calls" in names:  # (max as text: UTC stamps of one day-and-second sort so, ms or not)
-        calls = {r["run_id"]: r["last"] for r in store.db.query(
-            "select run_id, max(created_at) as last from model_calls group by run_id")}
+    if "model_calls" in names:
+        # a call's created_at is when it began: it was last active when it ended, latency_s later
+        # (julianday reads ISO 8601 with a zone; a stamp it cannot read falls back to the latest as text)
+        latency = "coalesce(latency_s, 0)" if "latency_s" in store.db["model_calls"].columns_dict else "0"
+        for r in store.db.query(f"select run_id, max(created_at) as last, max(julianday(created_at) + {latency} "
+                                "/ 86400.0) as ended from model_calls group by run_id"):
+            calls[r["run_id"]] = r["last"] if r["ended"] is None else _from_julian(r["ended"])
     moment = datetime.fromisoformat(now) if now else datetime.now(timezone.utc)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
