@@ -26,6 +26,7 @@ from agora.traces.bench import (
     bench_report,
     expected_gap,
     macro_pair,
+    model_sc_pair,
     read_bench,
     record_bench,
     report_json,
@@ -86,13 +87,26 @@ def _multi_vs_single(report: dict[str, Any], spec: BenchSpec, data: BenchData, s
         if pair is None:
             return []
         models = ", ".join(sorted({c["model"] for c in chosen.values()}))
-        return [{"claim": f"best multi-model method ({best_multi}) − the dev-chosen best single model "
-                          f"({models}, its first sample), macro, paired", "value": pair["diff"],
-                 "ci_low": pair["ci_low"], "ci_high": pair["ci_high"], "p_mcnemar": pair["p_mcnemar"],
-                 "questions": pair["questions"],
-                 "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
-                 else _holds(pair["diff"], pair["ci_low"], 0.0, strict=True),
-                 "note": "the best single model is chosen on the dev split, never on test questions"}]
+        out = [{"claim": f"best multi-model method ({best_multi}) − the dev-chosen best single model "
+                         f"({models}, its first sample), macro, paired", "value": pair["diff"],
+                "ci_low": pair["ci_low"], "ci_high": pair["ci_high"], "p_mcnemar": pair["p_mcnemar"],
+                "questions": pair["questions"],
+                "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
+                else _holds(pair["diff"], pair["ci_low"], 0.0, strict=True),
+                "note": "the best single model is chosen on the dev split, never on test questions"}]
+        # the same model given more samples: its own self-consistency over its share of the pool
+        sc = model_sc_pair(spec, data, best_multi, {t: c["model"] for t, c in chosen.items()}, seed)
+        if sc is not None:
+            out.append({"claim": f"best multi-model method ({best_multi}) − the dev-chosen best single model's own "
+                                 f"self-consistency ({models}, majority over its {fmt_num(sc['samples_per_q'], 1)} "
+                                 "samples in the shared pool), macro, paired", "value": sc["diff"],
+                        "ci_low": sc["ci_low"], "ci_high": sc["ci_high"], "p_mcnemar": sc["p_mcnemar"],
+                        "questions": sc["questions"],
+                        "holds": TOO_FEW if too_few(sc["questions"], sc["ci_low"], sc["ci_high"])
+                        else _holds(sc["diff"], sc["ci_low"], 0.0, strict=True),
+                        "note": f"samples per question: {best_multi} {fmt_num(macro[best_multi]['samples_per_q'], 1)}, "
+                                f"the single model's vote {fmt_num(sc['samples_per_q'], 1)}"})
+        return out
     if multi and singles:
         best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
         best_single = max(singles, key=lambda s: s["accuracy"])

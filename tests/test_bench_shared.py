@@ -153,8 +153,13 @@ def test_dev_chosen_best_model_is_single_agent_and_comeds_anchor(tmp_path, monke
     assert all(r["routed"] and r["anchor"] == B for r in routed)  # the dev router ranks B first
     [cal] = report["calibration"]
     assert f"{B}, the best single model on dev" in cal["source"]
-    claim = next(c for c in report["claims"] if "dev-chosen best single model" in c["claim"])
+    claim = next(c for c in report["claims"] if "dev-chosen best single model (" in c["claim"])
     assert "chosen on the dev split" in claim["note"]
+    # the same model at matched samples: its own majority over its 3 samples in the pool (issue 32, item 6)
+    sc = next(c for c in report["claims"] if "dev-chosen best single model's own self-consistency" in c["claim"])
+    best = claim["claim"].split("(")[1].split(")")[0]
+    assert f"({B}, majority over its 3.0 samples in the shared pool)" in sc["claim"] and f"({best})" in sc["claim"]
+    assert sc["value"] == cells[best]["accuracy"] - 1.0 and sc["questions"] == 3 and sc["holds"] == "too few questions"
 
 
 def test_a_first_edition_bench_id_is_refused_with_shared_candidates_and_resumes_without(tmp_path, monkeypatch):

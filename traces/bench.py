@@ -326,16 +326,33 @@ class BenchData:
     """Task name → its results, questions and failed questions per method / protocol."""
     single_values: dict[str, dict[str, dict[str, float]]]
     """Task name → pool model → question id → expected one-sample accuracy (0..1)."""
+    model_sc: dict[str, dict[str, dict[str, tuple[int, int]]]] = field(default_factory=dict)
+    """Task name → pool model → question id → (its self-consistency over its own share of the
+    shared pool right: 0/1, the samples it voted over); empty without a shared pool."""
+
+
+def _model_sc(store: TraceStore, task: BenchTask) -> dict[str, dict[str, tuple[int, int]]]:
+    """The candidates run's ``sc:<model>`` results of ``task``'s test questions, per model and question."""
+    run = task.runs.get("candidates")
+    if run is None:
+        return {}
+    ids, out = set(task.question_ids), {}
+    for r in store.results(run):
+        if r["method"].startswith("sc:") and r["question_id"] in ids and r["correct"] is not None and r["samples"]:
+            out.setdefault(r["method"][3:], {})[r["question_id"]] = (int(r["correct"]), int(r["samples"]))
+    return out
 
 
 def read_bench(store: TraceStore, spec: BenchSpec) -> BenchData:
     """Read every run of the bench ``spec`` describes (its test questions only) from ``store``."""
     tasks: dict[str, _TaskData] = {}
     singles: dict[str, dict[str, dict[str, float]]] = {}
+    model_sc: dict[str, dict[str, dict[str, tuple[int, int]]]] = {}
     for task in spec.tasks:
         tasks[task.name] = _read_task(store, task, spec.methods, spec.renames)
         singles[task.name] = _single_models(store, task, tasks[task.name])
-    return BenchData(tasks, singles)
+        model_sc[task.name] = _model_sc(store, task)
+    return BenchData(tasks, singles, model_sc)
 
 
 def macro_pair(spec: BenchSpec, data: BenchData, a: str, b: str, seed: int = 0) -> dict[str, Any] | None:
@@ -357,6 +374,31 @@ def macro_pair(spec: BenchSpec, data: BenchData, a: str, b: str, seed: int = 0) 
     d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
     return {"diff": d, "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
             "p_mcnemar": mcnemar_exact(wins, losses), "questions": n}
+
+
+def model_sc_pair(spec: BenchSpec, data: BenchData, method: str, models: dict[str, str],
+                  seed: int = 0) -> dict[str, Any] | None:
+    """Method ``method`` against a single model's own self-consistency (its plurality over its k
+    samples in the shared pool, :attr:`BenchData.model_sc`), paired per question over every task;
+    ``models`` names the model per task (the dev-chosen one). As :func:`macro_pair`, plus
+    ``samples_per_q``: the mean samples the model's vote used. ``None`` without any pair."""
+    diffs, wins, losses, n, samples = [], 0, 0, 0, []
+    for t in spec.tasks:
+        rows = data.tasks[t.name].results.get(method, {})
+        sc = data.model_sc.get(t.name, {}).get(models.get(t.name, ""), {})
+        qs = [q for q in sc if q in rows and rows[q]["correct"] is not None and rows[q]["samples"] != 0]
+        x, y = [int(rows[q]["correct"]) for q in qs], [sc[q][0] for q in qs]
+        if qs:
+            diffs.append([u - v for u, v in zip(x, y)])
+        wins += sum(u > v for u, v in zip(x, y))
+        losses += sum(u < v for u, v in zip(x, y))
+        n += len(qs)
+        samples += [sc[q][1] for q in qs]
+    if not n:
+        return None
+    d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
+    return {"diff": d, "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
+            "p_mcnemar": mcnemar_exact(wins, losses), "questions": n, "samples_per_q": sum(samples) / len(samples)}
 
 
 def expected_gap(spec: BenchSpec, data: BenchData, method: str, model: str, seed: int = 0) -> dict[str, Any]:
