@@ -37,7 +37,8 @@ from agora.traces.store import TraceStore
 MULTI_MODEL = ("align", "self_consistency", "best_of_n", "comed", "moa", "debate")
 """The multi-model methods claim 2 picks its best from (macro accuracy, every task)."""
 DENSE = ("moa", "debate")
-"""The dense collaborations COMED is held against in claim 3."""
+"""The dense collaborations COMED is held against in claim 3 when the bench recorded none in its
+settings (``settings.comed.baselines``: a bench of the first edition)."""
 
 
 # ---------------------------------------------------------------------------- the claims (issue 18)
@@ -122,24 +123,33 @@ def _multi_vs_single(report: dict[str, Any], spec: BenchSpec, data: BenchData, s
 
 
 def _comed_vs_dense(report: dict[str, Any], spec: BenchSpec, data: BenchData, seed: int) -> list[dict[str, Any]]:
-    """Claim 3, once per dense method: COMED ≥ it in accuracy with ≤ 50 % of its calls and rescues > harms."""
+    """Claim 3, once per COMED variant (``comed``, its fixed anchor; ``comed_routed``, its routed
+    anchor, when the bench ran it) and dense method (the COMED baselines the bench recorded in its
+    settings, e.g. MoA, debate and the council; MoA and debate for a bench that recorded none): COMED ≥
+    it in accuracy with ≤ 50 % of its calls and rescues > harms (its own, against its own anchor)."""
     macro = _full_macro(report)
+    dense_methods = ((report.get("settings") or {}).get("comed") or {}).get("baselines") or DENSE
+    variants = [("comed", "COMED", report["comed"]),
+                ("comed_routed", "COMED (routed anchor)", report.get("comed_routed") or [])]
     out = []
-    for dense in DENSE:
-        pair = macro_pair(spec, data, "comed", dense, seed)
-        if pair is None:
+    for method, name, blocks in variants:
+        if method not in macro:
             continue
-        calls = {m: macro[m]["calls_per_q"] for m in ("comed", dense) if m in macro}
-        ratio = calls["comed"] / calls[dense] if len(calls) == 2 and calls[dense] else float("nan")
-        rescues = sum(c["rescues"] for c in report["comed"])
-        harms = sum(c["harms"] for c in report["comed"])
-        out.append({"claim": f"COMED ≥ {dense} in accuracy (macro, paired) with ≤ 50 % of its model calls and "
-                             "rescues > harms", "value": pair["diff"], "ci_low": pair["ci_low"], "ci_high": pair["ci_high"],
-                    "p_mcnemar": pair["p_mcnemar"], "calls_ratio": ratio, "rescues": rescues, "harms": harms,
-                    "questions": pair["questions"],
-                    "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
-                    else "-" if ratio != ratio else ("no" if ratio > 0.5 or rescues <= harms
-                                                     else _holds(pair["diff"], pair["ci_low"], 0.0))})
+        for dense in dense_methods:
+            pair = macro_pair(spec, data, method, dense, seed)
+            if pair is None:
+                continue
+            calls = {m: macro[m]["calls_per_q"] for m in (method, dense) if m in macro}
+            ratio = calls[method] / calls[dense] if len(calls) == 2 and calls[dense] else float("nan")
+            rescues = sum(c["rescues"] for c in blocks)
+            harms = sum(c["harms"] for c in blocks)
+            out.append({"claim": f"{name} ≥ {dense} in accuracy (macro, paired) with ≤ 50 % of its model calls and "
+                                 "rescues > harms", "value": pair["diff"], "ci_low": pair["ci_low"],
+                        "ci_high": pair["ci_high"], "p_mcnemar": pair["p_mcnemar"], "calls_ratio": ratio,
+                        "rescues": rescues, "harms": harms, "questions": pair["questions"],
+                        "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
+                        else "-" if ratio != ratio else ("no" if ratio > 0.5 or rescues <= harms
+                                                         else _holds(pair["diff"], pair["ci_low"], 0.0))})
     return out
 
 
@@ -348,18 +358,22 @@ def report_markdown(report: dict[str, Any]) -> str:
         t = c["thresholds"]
         scope = "all tasks" if c["scope"] == "*" else f"task {c['scope']}"
         lines.append(f"- {scope}: {fmt_thresholds(t)} (N = {c['n_anchor']}); {c['source']}")
-    if report["comed"]:
-        lines += ["", "## COMED decisions, rescues and harms", "",
+    for key, title in (("comed", "COMED decisions, rescues and harms"),
+                       ("comed_routed", "COMED with the routed anchor (`comed_routed`): decisions, rescues and harms")):
+        if not report.get(key):
+            continue
+        lines += ["", f"## {title}", "",
                   "| task | questions | accept | verify | escalate | verify → accept | verify → escalate | escalated | "
                   "rescues | harms | Acc(COMED) − Acc(anchor) pp |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for c in report["comed"]:
+        for c in report[key]:
             n = c["questions"] or 1
             d, o = c["decisions"], c["outcomes"]
             lines.append(f"| {c['task']} | {c['questions']} | " + " | ".join(
                 f"{d[k]} ({fmt_pct(d[k] / n)}%)" for k in ("accept", "verify", "escalate"))
                 + f" | {o['verify_accept']} | {o['verify_escalate']} | {c['escalated']} | {c['rescues']} | {c['harms']} | "
                   f"{fmt_pct(c['gain'])} |")
-        lines += ["", "Acc(COMED) − Acc(anchor) = (rescues − harms) / questions, checked on every question."]
+        lines += ["", "Acc(COMED) − Acc(anchor) = (rescues − harms) / questions, checked on every question"
+                  + (" (the anchor: the routed one's plurality over its N samples)." if key == "comed_routed" else ".")]
 
     if report["claims"]:
         lines += ["", "## Claims", "", "| claim | value pp | 95% CI | McNemar p | paired questions | holds |",

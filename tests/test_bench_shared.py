@@ -232,3 +232,28 @@ def test_the_default_bench_on_a_users_chat_openai_that_ignores_n_and_sometimes_r
     assert len(by_prompt) == 2 and all(s == [s[0], s[0] + 1, s[0] + 2] for s in by_prompt.values())  # seed + i
     report = json.loads((out / "bench.json").read_text())
     assert {c["method"] for c in report["cells"]} >= {"align", "self_consistency", "single_agent"}
+
+
+def test_claim_three_holds_both_comeds_against_every_dense_baseline_the_bench_ran(tmp_path, monkeypatch):
+    """Issue 32, item 6: COMED with its dev-best anchor and with its routed anchor, each against MoA,
+    debate and the council (the baselines the bench recorded, read from its settings, not a fixed
+    list), each with its own rescues and harms; bench.md shows the routed COMED's decisions too."""
+    f = write_math(tmp_path, n=6)
+    pool = lambda path: scripted_tiny(a_right=lambda i, j: False, b_right=lambda i, j: True)  # noqa: E731
+    monkeypatch.setattr(bench_cli, "get_pool", pool)
+    db, out = tmp_path / "t.db", tmp_path / "b"
+    result = CliRunner().invoke(app, args(f, db, out, "--limit", "3", "--dev", "3", "--shared-candidates",
+                                          "--embedding", "tfidf", "--protocols", "comed,moa,debate,council"))
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert report["settings"]["comed"]["baselines"] == ["moa", "debate", "council"]
+    third = [c["claim"].split(" in accuracy")[0] for c in report["claims"] if " ≥ " in c["claim"]]
+    assert third == ["COMED ≥ moa", "COMED ≥ debate", "COMED ≥ council", "COMED (routed anchor) ≥ moa",
+                     "COMED (routed anchor) ≥ debate", "COMED (routed anchor) ≥ council"]
+    [routed] = report["comed_routed"]
+    assert (routed["task"], routed["questions"], routed["rescues"], routed["harms"]) == ("arith", 3, 0, 0)
+    assert routed["anchor_correct"] == routed["comed_correct"] == 3  # B, the routed anchor, is always right
+    claims = {c["claim"].split(" in accuracy")[0]: c for c in report["claims"]}
+    assert claims["COMED (routed anchor) ≥ council"]["questions"] == 3
+    assert claims["COMED (routed anchor) ≥ council"]["holds"] == "too few questions"
+    assert "## COMED with the routed anchor (`comed_routed`): decisions, rescues and harms" in (out / "bench.md").read_text()

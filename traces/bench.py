@@ -293,16 +293,16 @@ def _pool(store: TraceStore, task: BenchTask, seed: int) -> tuple[list[dict[str,
     return out, sc
 
 
-def _comed(task: BenchTask, data: _TaskData) -> dict[str, Any] | None:
-    questions = data.questions.get("comed")
+def _comed(task: BenchTask, questions: dict[str, dict[str, Any]] | None, anchor: dict[str, dict[str, Any]],
+           final: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """COMED's decisions, rescues and harms on ``task``: ``questions`` of its run (with their
+    ``detail``), its anchor's and its own result rows by question id."""
     if not questions:
         return None
     details = [questions[q]["detail"] for q in task.question_ids if q in questions]
-    res = data.results
     scored = [q for q in task.question_ids if q in questions
-              and (res.get("comed", {}).get(q) or {}).get("correct") is not None
-              and (res.get("anchor", {}).get(q) or {}).get("correct") is not None]
-    rh = rescue_harm([bool(res["anchor"][q]["correct"]) for q in scored], [bool(res["comed"][q]["correct"]) for q in scored],
+              and (final.get(q) or {}).get("correct") is not None and (anchor.get(q) or {}).get("correct") is not None]
+    rh = rescue_harm([bool(anchor[q]["correct"]) for q in scored], [bool(final[q]["correct"]) for q in scored],
                      [bool(questions[q]["detail"].get("escalated")) for q in scored])
     decisions = Counter(d.get("decision") for d in details)
     outcomes = Counter(d.get("outcome") for d in details)
@@ -423,7 +423,7 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: Ben
     methods = spec.methods
     data = read_bench(store, spec) if data is None else data
     per_task, single_values = data.tasks, data.single_values
-    cells, paired, singles, comed = [], [], [], []
+    cells, paired, singles, comed, comed_routed = [], [], [], [], []
     pools: list[dict[str, Any]] = []
     model_sc: list[dict[str, Any]] = []
     for task in spec.tasks:
@@ -440,9 +440,17 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: Ben
             acc, lo, hi = bootstrap_ci(list(values.values()), seed=seed)
             singles.append({"task": task.name, "model": model, "questions": len(values), "accuracy": acc,
                             "ci_low": lo, "ci_high": hi, "too_few": too_few(len(values), lo, hi)})
-        c = _comed(task, mine)
+        c = _comed(task, mine.questions.get("comed"), mine.results.get("anchor", {}), mine.results.get("comed", {}))
         if c is not None:
             comed.append(c)
+        routed_run = task.runs.get("comed-routed")
+        if routed_run is not None and "comed_routed" in mine.results:  # its own anchor: the routed one's plurality
+            ids = set(task.question_ids)
+            anchor = {r["question_id"]: r for r in store.results(routed_run)
+                      if r["method"] == "anchor" and r["question_id"] in ids}
+            c = _comed(task, mine.questions.get("comed-routed"), anchor, mine.results["comed_routed"])
+            if c is not None:
+                comed_routed.append(c)
         pool_rows, sc_rows = _pool(store, task, seed)
         pools += pool_rows
         model_sc += sc_rows
@@ -495,6 +503,7 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: Ben
             BASELINES.index(p["baseline"]), list(methods).index(p["method"]),
             [t.name for t in spec.tasks].index(p["task"]) if p["task"] != "macro" else len(spec.tasks))),
         "single_models": singles, "macro_single_models": macro_singles, "comed": comed,
+        **({"comed_routed": comed_routed} if comed_routed else {}),
         "shared_pool": pools, "model_self_consistency": model_sc,
         "failed_questions": {t: f for t, f in failed.items() if f},
         "level": LEVEL, "resamples": RESAMPLES, "seed": seed,
