@@ -178,7 +178,8 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
             )
             progress.update(task, completed=len(problems), status="done")
     finally:
-        progress.stop()
+        if progress.live.is_started:  # (stopping one never started prints a newline on a non-terminal)
+            progress.stop()
     if outcome.skipped:
         console.print(f"resumed: {outcome.skipped} of {len(problems)} questions already done", highlight=False)
     return store, run_id, outcome
