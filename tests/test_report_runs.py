@@ -18,7 +18,7 @@ def agora(*args, **kw):
 
 
 def _run(store: TraceStore, run_id: str, *, started: str, question: str | None = None, call: str | None = None,
-         finished: str | None = None, latency: float | None = None) -> None:
+         finished: str | None = None, latency: float | list[float] | None = None) -> None:
     """A run with the given stored times: one question finished at ``question`` whose model call
     began at ``call``, finished at ``finished`` (left ``running`` without)."""
     store.start_run(run_id, "align", config={}, pool=[], dataset={})
@@ -26,8 +26,9 @@ def _run(store: TraceStore, run_id: str, *, started: str, question: str | None =
         store.record_question(run_id, "align", {"question_id": "q1", "question": "1 + 1?", "gold": "2",
                                                 "answer": "2", "correct": True},
                               {"align": {"answer": "2", "correct": True, "samples": 1}},
-                              [{"call_id": f"{run_id}-c1", "model": "a", "completion": "2", "created_at": call,
-                                "latency_s": latency}])
+                              [{"call_id": f"{run_id}-c{j}", "model": "a", "completion": "2", "created_at": call,
+                                "latency_s": share, **({"messages_of": f"{run_id}-c0"} if j else {})}
+                               for j, share in enumerate(latency if isinstance(latency, list) else [latency])])
     if finished:
         store.finish_run(run_id)
     with store.db.conn:
@@ -43,10 +44,10 @@ def test_last_activity_is_the_latest_of_start_questions_calls_and_finish(tmp_pat
     # finished after its last question and call: the finish is its last activity (it was the question's)
     _run(store, "done", started="2026-12-01T10:00:00+00:00", question="2026-12-01T10:01:00+00:00",
          call="2026-12-01T10:00:30.250+00:00", finished="2026-12-01T10:03:00+00:00")
-    # still running, a model call after its last recorded question: the call's end (it began at
-    # created_at and took latency_s), in UTC to the millisecond
+    # still running, a model request after its last recorded question: the request's end (it began at
+    # created_at; its 3 samples' latency shares add up to its wall time, 12.25 s), in UTC to the ms
     _run(store, "calling", started="2026-12-01T11:00:00+00:00", question="2026-12-01T11:01:00+00:00",
-         call="2026-12-01T12:05:00.500+01:00", latency=12.25)
+         call="2026-12-01T12:05:00.500+01:00", latency=[4.0, 4.0, 4.25])
     # nothing recorded: its start
     _run(store, "idle", started="2026-12-01T12:00:00+00:00")
     store.close()

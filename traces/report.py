@@ -139,8 +139,9 @@ class RunRow:
     finished_at: str | None
     last_activity: str | None
     """When the run last recorded anything: the latest of its start, its questions' ``finished_at``,
-    the end of its model calls (``created_at``, when a call began, plus its ``latency_s``, in UTC)
-    and its own ``finished_at`` (:func:`latest_time`); stored stamps are shown as stored."""
+    the end of its model requests (``created_at``, when a request began, plus its samples'
+    ``latency_s`` shares, which add up to its wall time; in UTC) and its own ``finished_at``
+    (:func:`latest_time`); stored stamps are shown as stored."""
     host: str | None
     stale: bool
     """``running`` with nothing recorded for over ``stale_after_s``: probably killed (``kill -9``,
@@ -242,11 +243,17 @@ def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None =
             counts[r["run_id"]] = (r["n"], r["scored"] or 0, r["right"] or 0, r["last"])
     calls: dict[str, str | None] = {}
     if "model_calls" in names:
-        # a call's created_at is when it began: it was last active when it ended, latency_s later
-        # (julianday reads ISO 8601 with a zone; a stamp it cannot read falls back to the latest as text)
-        latency = "coalesce(latency_s, 0)" if "latency_s" in store.db["model_calls"].columns_dict else "0"
-        for r in store.db.query(f"select run_id, max(created_at) as last, max(julianday(created_at) + {latency} "
-                                "/ 86400.0) as ended from model_calls group by run_id"):
+        # a call's created_at is when its request began; the request ended when its samples' latency
+        # shares (they add up to its wall time) had passed: the latest such end is the run's last
+        # activity (julianday reads ISO 8601 with a zone; a stamp it cannot read falls back to the
+        # latest as text)
+        columns = store.db["model_calls"].columns_dict
+        latency = "coalesce(latency_s, 0)" if "latency_s" in columns else "0"
+        request = "coalesce(request_id, call_id)" if "request_id" in columns else "call_id"
+        for r in store.db.query(
+                f"select run_id, max(last) as last, max(ended) as ended from (select run_id, max(created_at) as last, "
+                f"min(julianday(created_at)) + sum({latency}) / 86400.0 as ended from model_calls "
+                f"group by run_id, {request}) group by run_id"):
             calls[r["run_id"]] = r["last"] if r["ended"] is None else _from_julian(r["ended"])
     moment = datetime.fromisoformat(now) if now else datetime.now(timezone.utc)
     if moment.tzinfo is None:
