@@ -121,7 +121,7 @@ def test_a_database_without_agora_traces_is_refused_and_left_untouched(tmp_path)
     conn.close()
     before = {p: p.read_bytes() for p in (empty, other, mlflow)}
 
-    for db, why in [(empty, "no runs table; an empty database"), (other, "no runs table; its tables: orders, people"),
+    for db, why in [(empty, "no runs table; an empty database, or one a run is creating right now"), (other, "no runs table; its tables: orders, people"),
                     (mlflow, "its runs table lacks run_id, protocol, started_at: a database of another tool")]:
         for extra in ([], ["--json"]):
             code, output = agora("report", "runs", "--db", db, *extra)

@@ -194,7 +194,7 @@ def not_a_trace_store(store: TraceStore) -> str | None:
     if "runs" not in names:
         other = sorted(n for n in names if not n.startswith("sqlite_"))
         held = ("its tables: " + ", ".join(other[:4]) + (f" and {len(other) - 4} more" if len(other) > 4 else "")
-                if other else "an empty database")
+                if other else "an empty database, or one a run is creating right now")
         return f"{store.path}: holds no Agora traces (no runs table; {held})"
     missing = [c for c in RUN_COLUMNS if c not in store.db["runs"].columns_dict]
     if missing:
