@@ -56,6 +56,20 @@ def _holds(value: float, low: float, bound: float, strict: bool = False) -> str:
     return "undecided"
 
 
+def _paired_claim(claim: str, pair: dict[str, Any], *, strict: bool = False, note: str | None = None,
+                  **extra: Any) -> dict[str, Any]:
+    """One claim row from a paired comparison (``diff``, ``ci_low``, ``ci_high``, ``p_mcnemar``,
+    ``questions``): its value and interval, and ``holds`` (:data:`TOO_FEW` on too few questions or a
+    degenerate interval, else :func:`_holds` against 0); ``extra`` fields are added as given."""
+    row = {"claim": claim, "value": pair["diff"], "ci_low": pair["ci_low"], "ci_high": pair["ci_high"],
+           "p_mcnemar": pair["p_mcnemar"], **extra, "questions": pair["questions"],
+           "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
+           else _holds(pair["diff"], pair["ci_low"], 0.0, strict=strict)}
+    if note is not None:
+        row["note"] = note
+    return row
+
+
 def _full_macro(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Method → its macro row, for the methods scored on every task."""
     return {m["method"]: m for m in report["macro"] if m["all_tasks"]}
@@ -88,37 +102,27 @@ def _multi_vs_single(report: dict[str, Any], spec: BenchSpec, data: BenchData, s
         if pair is None:
             return []
         models = ", ".join(sorted({c["model"] for c in chosen.values()}))
-        out = [{"claim": f"best multi-model method ({best_multi}) − the dev-chosen best single model "
-                         f"({models}, its first sample), macro, paired", "value": pair["diff"],
-                "ci_low": pair["ci_low"], "ci_high": pair["ci_high"], "p_mcnemar": pair["p_mcnemar"],
-                "questions": pair["questions"],
-                "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
-                else _holds(pair["diff"], pair["ci_low"], 0.0, strict=True),
-                "note": "the best single model is chosen on the dev split, never on test questions"}]
+        out = [_paired_claim(f"best multi-model method ({best_multi}) − the dev-chosen best single model "
+                             f"({models}, its first sample), macro, paired", pair, strict=True,
+                             note="the best single model is chosen on the dev split, never on test questions")]
         # the same model given more samples: its own self-consistency over its share of the pool
         sc = model_sc_pair(spec, data, best_multi, {t: c["model"] for t, c in chosen.items()}, seed)
         if sc is not None:
-            out.append({"claim": f"best multi-model method ({best_multi}) − the dev-chosen best single model's own "
-                                 f"self-consistency ({models}, majority over its {fmt_num(sc['samples_per_q'], 1)} "
-                                 "samples in the shared pool), macro, paired", "value": sc["diff"],
-                        "ci_low": sc["ci_low"], "ci_high": sc["ci_high"], "p_mcnemar": sc["p_mcnemar"],
-                        "questions": sc["questions"],
-                        "holds": TOO_FEW if too_few(sc["questions"], sc["ci_low"], sc["ci_high"])
-                        else _holds(sc["diff"], sc["ci_low"], 0.0, strict=True),
-                        "note": f"samples per question: {best_multi} {fmt_num(macro[best_multi]['samples_per_q'], 1)}, "
-                                f"the single model's vote {fmt_num(sc['samples_per_q'], 1)}"})
+            out.append(_paired_claim(
+                f"best multi-model method ({best_multi}) − the dev-chosen best single model's own self-consistency "
+                f"({models}, majority over its {fmt_num(sc['samples_per_q'], 1)} samples in the shared pool), "
+                "macro, paired", sc, strict=True,
+                note=f"samples per question: {best_multi} {fmt_num(macro[best_multi]['samples_per_q'], 1)}, "
+                     f"the single model's vote {fmt_num(sc['samples_per_q'], 1)}"))
         return out
     if multi and singles:
         best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
         best_single = max(singles, key=lambda s: s["accuracy"])
         gap = expected_gap(spec, data, best_multi, best_single["model"], seed)
-        d, lo, hi, n = gap["diff"], gap["ci_low"], gap["ci_high"], gap["questions"]
-        return [{"claim": f"best multi-model method ({best_multi}) − best single model ({best_single['model']}, "
-                          "expected one-sample accuracy), macro", "value": d, "ci_low": lo, "ci_high": hi,
-                 "p_mcnemar": None, "questions": n,
-                 "holds": TOO_FEW if too_few(n, lo, hi) else _holds(d, lo, 0.0, strict=True),
-                 "note": "the best single model was NOT chosen on a dev split: it is picked on the test questions "
-                         "themselves (optimistic for it)"}]
+        return [_paired_claim(f"best multi-model method ({best_multi}) − best single model ({best_single['model']}, "
+                              "expected one-sample accuracy), macro", {**gap, "p_mcnemar": None}, strict=True,
+                              note="the best single model was NOT chosen on a dev split: it is picked on the test "
+                                   "questions themselves (optimistic for it)")]
     return []
 
 
@@ -135,21 +139,19 @@ def _comed_vs_dense(report: dict[str, Any], spec: BenchSpec, data: BenchData, se
     for method, name, blocks in variants:
         if method not in macro:
             continue
+        rescues = sum(c["rescues"] for c in blocks)
+        harms = sum(c["harms"] for c in blocks)
         for dense in dense_methods:
             pair = macro_pair(spec, data, method, dense, seed)
             if pair is None:
                 continue
             calls = {m: macro[m]["calls_per_q"] for m in (method, dense) if m in macro}
             ratio = calls[method] / calls[dense] if len(calls) == 2 and calls[dense] else float("nan")
-            rescues = sum(c["rescues"] for c in blocks)
-            harms = sum(c["harms"] for c in blocks)
-            out.append({"claim": f"{name} ≥ {dense} in accuracy (macro, paired) with ≤ 50 % of its model calls and "
-                                 "rescues > harms", "value": pair["diff"], "ci_low": pair["ci_low"],
-                        "ci_high": pair["ci_high"], "p_mcnemar": pair["p_mcnemar"], "calls_ratio": ratio,
-                        "rescues": rescues, "harms": harms, "questions": pair["questions"],
-                        "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
-                        else "-" if ratio != ratio else ("no" if ratio > 0.5 or rescues <= harms
-                                                         else _holds(pair["diff"], pair["ci_low"], 0.0))})
+            row = _paired_claim(f"{name} ≥ {dense} in accuracy (macro, paired) with ≤ 50 % of its model calls and "
+                                "rescues > harms", pair, calls_ratio=ratio, rescues=rescues, harms=harms)
+            if row["holds"] != TOO_FEW:  # the calls and rescues parts decide before the accuracy does
+                row["holds"] = "-" if ratio != ratio else "no" if ratio > 0.5 or rescues <= harms else row["holds"]
+            out.append(row)
     return out
 
 

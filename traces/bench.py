@@ -355,50 +355,44 @@ def read_bench(store: TraceStore, spec: BenchSpec) -> BenchData:
     return BenchData(tasks, singles, model_sc)
 
 
-def macro_pair(spec: BenchSpec, data: BenchData, a: str, b: str, seed: int = 0) -> dict[str, Any] | None:
-    """Method ``a`` against method ``b`` over every task, on the questions both were scored on:
-    ``diff`` (mean of the per-task accuracy differences, 0..1 scale) with its 95 % stratified
-    bootstrap CI ``ci_low``/``ci_high``, ``wins``/``losses`` (discordant questions), ``p_mcnemar``
-    (exact, on all discordant pairs) and ``questions`` (pairs); ``None`` without any pair."""
-    diffs, wins, losses, n = [], 0, 0, 0
-    for t in spec.tasks:
-        per = data.tasks[t.name]
-        if a in per.results and b in per.results:
-            _, x, y = _pairs(per, a, b)
-            diffs.append([u - v for u, v in zip(x, y)])
-            wins += sum(u > v for u, v in zip(x, y))
-            losses += sum(u < v for u, v in zip(x, y))
-            n += len(x)
-    if not n:
+def _macro_paired(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int) -> dict[str, Any] | None:
+    """Paired 0/1 outcomes ``(x, y)`` per task, pooled: ``diff`` (mean of the per-task accuracy
+    differences, 0..1 scale) with its 95 % stratified bootstrap CI ``ci_low``/``ci_high``,
+    ``wins``/``losses`` (discordant questions), ``p_mcnemar`` (exact, on all discordant pairs) and
+    ``questions`` (pairs); ``None`` without any pair."""
+    diffs = [[u - v for u, v in zip(x, y)] for x, y in pairs if x]
+    if not diffs:
         return None
+    wins = sum(u > v for x, y in pairs for u, v in zip(x, y))
+    losses = sum(u < v for x, y in pairs for u, v in zip(x, y))
     d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
     return {"diff": d, "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
-            "p_mcnemar": mcnemar_exact(wins, losses), "questions": n}
+            "p_mcnemar": mcnemar_exact(wins, losses), "questions": sum(len(x) for x, _ in pairs)}
+
+
+def macro_pair(spec: BenchSpec, data: BenchData, a: str, b: str, seed: int = 0) -> dict[str, Any] | None:
+    """Method ``a`` against method ``b`` over every task, on the questions both were scored on
+    (:func:`_macro_paired`'s figures); ``None`` without any pair."""
+    pairs = [_pairs(data.tasks[t.name], a, b)[1:] for t in spec.tasks
+             if a in data.tasks[t.name].results and b in data.tasks[t.name].results]
+    return _macro_paired(pairs, seed)
 
 
 def model_sc_pair(spec: BenchSpec, data: BenchData, method: str, models: dict[str, str],
                   seed: int = 0) -> dict[str, Any] | None:
     """Method ``method`` against a single model's own self-consistency (its plurality over its k
     samples in the shared pool, :attr:`BenchData.model_sc`), paired per question over every task;
-    ``models`` names the model per task (the dev-chosen one). As :func:`macro_pair`, plus
+    ``models`` names the model per task (the dev-chosen one). :func:`_macro_paired`'s figures, plus
     ``samples_per_q``: the mean samples the model's vote used. ``None`` without any pair."""
-    diffs, wins, losses, n, samples = [], 0, 0, 0, []
+    pairs, samples = [], []
     for t in spec.tasks:
         rows = data.tasks[t.name].results.get(method, {})
         sc = data.model_sc.get(t.name, {}).get(models.get(t.name, ""), {})
         qs = [q for q in sc if q in rows and rows[q]["correct"] is not None and rows[q]["samples"] != 0]
-        x, y = [int(rows[q]["correct"]) for q in qs], [sc[q][0] for q in qs]
-        if qs:
-            diffs.append([u - v for u, v in zip(x, y)])
-        wins += sum(u > v for u, v in zip(x, y))
-        losses += sum(u < v for u, v in zip(x, y))
-        n += len(qs)
+        pairs.append(([int(rows[q]["correct"]) for q in qs], [sc[q][0] for q in qs]))
         samples += [sc[q][1] for q in qs]
-    if not n:
-        return None
-    d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
-    return {"diff": d, "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
-            "p_mcnemar": mcnemar_exact(wins, losses), "questions": n, "samples_per_q": sum(samples) / len(samples)}
+    out = _macro_paired(pairs, seed)
+    return None if out is None else {**out, "samples_per_q": sum(samples) / len(samples)}
 
 
 def expected_gap(spec: BenchSpec, data: BenchData, method: str, model: str, seed: int = 0) -> dict[str, Any]:
