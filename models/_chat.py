@@ -114,21 +114,27 @@ def generation(
     finish_reason: str | None,
     logprob: float | None = None,
     extra: dict[str, Any] | None = None,
+    cached_tokens: int = 0,
 ) -> ChatGeneration:
     """One sample as a ChatGeneration carrying token usage and latency in standard fields
-    (``extra={"usage": "split"}`` marks completion tokens that are a share of the request's)."""
+    (``extra={"usage": "split"}`` marks completion tokens that are a share of the request's;
+    ``cached_tokens``, prompt tokens read from a cache instead of evaluated, go to langchain-core's
+    ``usage_metadata["input_token_details"]["cache_read"]``)."""
     meta = {"model_name": model_name, "finish_reason": finish_reason, "latency_s": latency_s}
     if logprob is not None:
         meta["logprob"] = logprob
     if extra:
         meta.update(extra)
+    usage = {
+        "input_tokens": prompt_tokens,
+        "output_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached_tokens:
+        usage["input_token_details"] = {"cache_read": int(cached_tokens)}
     message = AIMessage(
         content=text,
-        usage_metadata={
-            "input_tokens": prompt_tokens,
-            "output_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        usage_metadata=usage,
         response_metadata=meta,
     )
     return ChatGeneration(message=message, generation_info={"finish_reason": finish_reason})

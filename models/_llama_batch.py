@@ -27,6 +27,17 @@ request that shared its batches with others may differ in the last bits of its l
 computes a batch's attention over every cell in use), hence sometimes in its text: resume rests on
 stored traces, never on regenerating (llama.cpp PR #6950).
 
+**Shared prompt prefixes.** A request admitted while others are in flight reuses the KV cells of the
+longest prompt prefix it shares with a recent request (:data:`CACHE_SLOTS` prompts kept, least recently
+used dropped first, at least :data:`MIN_REUSE` tokens): the cells are attached to its first sequence
+(``llama_memory_seq_cp`` over positions ``[0, p)``) and only the rest of its prompt is evaluated. The
+prompts of one question's steps (MoA's aggregator, debate's rounds, the council's reviews and chair)
+repeat the system prompt, the few-shot turns and the question, so concurrent questions evaluate each of
+those once per model. A reused prefix gives slightly different logits than a fresh prefill (its cells sit
+elsewhere in the cache), so it is kept to batches that are shared anyway: a request admitted when nothing
+is in flight starts from an empty cache, forgetting the kept prompts, as before.
+``reuse_prefix=False`` (``LlamaCppChatModel.prefix_cache``, ``AGORA_LLAMA_PREFIX_CACHE=0``) turns it off.
+
 The context holds :data:`MIN_CELLS` cells, or one request's ``prompt + n * max_tokens`` when that is
 more; when concurrent requests had to wait for cells, it is re-created with room for all of them (up
 to :data:`MAX_CELLS`) the next time nothing is in flight.
@@ -48,6 +59,11 @@ from typing import Any, Sequence
 MAX_SEQ = 16
 #: Sequences in flight at once across concurrent requests (the context's ``n_seq_max``).
 SEQ_SLOTS = 64
+#: Sequence ids (the last ones of :data:`SEQ_SLOTS`) that keep recent prompts' KV cells for prefix reuse;
+#: requests' sequences use the others.
+CACHE_SLOTS = 16
+#: The fewest prompt tokens worth reusing from a kept prompt (shorter shared prefixes are evaluated again).
+MIN_REUSE = 16
 #: Prompt tokens per ``llama_decode`` call while evaluating a prompt.
 N_BATCH = 512
 #: KV cells of the shared context at first: room for several requests of a few hundred prompt
@@ -62,13 +78,24 @@ MAX_CELLS = 32768
 @dataclass
 class SeqResult:
     """One decoded sequence: its text, token count, why it stopped, when (seconds from the request
-    start) and how long its request's prompt evaluation took (seconds)."""
+    start), how long its request's prompt evaluation took (seconds) and how many of its prompt tokens
+    came from a kept prompt's cells instead (:data:`MIN_REUSE`)."""
 
     text: str
     completion_tokens: int
     finish_reason: str
     finished_at_s: float
     prefill_s: float = 0.0
+    reused_tokens: int = 0
+
+
+@dataclass(eq=False)
+class _Kept:
+    """A recent prompt whose KV cells a cache sequence keeps (positions ``0..len(tokens)-1``)."""
+
+    tokens: tuple[int, ...]
+    seq: int
+    used: int = 0
 
 
 @dataclass(eq=False)
@@ -85,6 +112,7 @@ class _Request:
     ignore_eos: bool
     cells: int
     alone: bool = False
+    reuse_prefix: bool = True
     start: float = field(default_factory=time.perf_counter)
     seqs: list[int] = field(default_factory=list)
     samplers: list[Any] = field(default_factory=list)
@@ -95,6 +123,7 @@ class _Request:
     next_token: list[int | None] = field(default_factory=list)
     pos: int = 0
     prefill_s: float = 0.0
+    reused: int = 0
     finished: bool = False
     cancelled: bool = False
     error: BaseException | None = None
@@ -126,6 +155,11 @@ class BatchDecoder:
         """Seconds the last finished :meth:`generate` spent evaluating its prompt."""
         self.peak_sequences = 0
         """The most sequences decoded in one step so far (shows that concurrent requests shared batches)."""
+        self.reused_tokens = 0
+        """Prompt tokens taken from kept prompts' cells instead of being evaluated, so far."""
+        self._kept: list[_Kept] = []
+        self._kept_cells = 0
+        self._clock = 0
         self._lock = lock if lock is not None else threading.RLock()
         self._cv = threading.Condition()
         self._pending: collections.deque[_Request] = collections.deque()
@@ -213,7 +247,7 @@ class BatchDecoder:
 
     def generate(self, prompt_tokens: Sequence[int], n: int, *, max_tokens: int, temperature: float,
                  top_p: float, seeds: Sequence[int], stops: Sequence[str], n_ctx_limit: int,
-                 ignore_eos: bool = False, alone: bool = False) -> list[SeqResult]:
+                 ignore_eos: bool = False, alone: bool = False, reuse_prefix: bool = True) -> list[SeqResult]:
         """Decode ``n`` continuations of ``prompt_tokens`` (``n <= MAX_SEQ``), batched together and
         with the sequences of any other request in flight on this decoder.
 
@@ -223,6 +257,9 @@ class BatchDecoder:
         ``ignore_eos`` (benchmarks only) decodes every sequence to ``max_tokens``, treating an
         end-of-generation token as text. ``alone``: wait until nothing else is in flight on this
         decoder and admit nothing beside this request (its samples then follow only its seeds).
+        ``reuse_prefix``: when admitted beside other requests, take the cells of the longest prefix the
+        prompt shares with a kept prompt instead of evaluating them, and keep this prompt for later ones
+        (a request admitted when nothing is in flight always evaluates its whole prompt).
 
         Returns:
             ``n`` :class:`SeqResult`, in seed order.
@@ -241,7 +278,7 @@ class BatchDecoder:
         budget = min(max_tokens, n_ctx_limit - n_prompt)
         req = _Request(tokens=list(prompt_tokens), n=n, budget=budget, temperature=temperature, top_p=top_p,
                        seeds=[int(s) for s in seeds[:n]], stops=list(stops), ignore_eos=ignore_eos,
-                       cells=n_prompt + n * budget + 8, alone=alone)
+                       cells=n_prompt + n * budget + 8, alone=alone, reuse_prefix=reuse_prefix)
         driving = False
         try:
             with self._cv:
@@ -301,7 +338,7 @@ class BatchDecoder:
                 if req.done[i] is None:
                     if req.cancelled:  # its caller left (Ctrl-C): end it here, freeing its slots and cells
                         req.done[i] = self._finish(req.pieces[i], req.counts[i], "cancelled", req.stops,
-                                                   req.start, req.prefill_s)
+                                                   req.start, req.prefill_s, req.reused)
                         req.next_token[i] = None
                     else:
                         self._sample(req, i)
@@ -329,14 +366,14 @@ class BatchDecoder:
         lib = self._lib
         tok = lib.llama_sampler_sample(req.samplers[i], self.ctx, req.idx[i])
         if not req.ignore_eos and lib.llama_vocab_is_eog(self.vocab, tok):
-            req.done[i] = self._finish(req.pieces[i], req.counts[i], "stop", req.stops, req.start, req.prefill_s)
+            req.done[i] = self._finish(req.pieces[i], req.counts[i], "stop", req.stops, req.start, req.prefill_s, req.reused)
             return
         req.pieces[i] += self._piece(tok)
         req.counts[i] += 1
         if req.stops and self._stop_hit(req.pieces[i], req.stops):
-            req.done[i] = self._finish(req.pieces[i], req.counts[i], "stop", req.stops, req.start, req.prefill_s)
+            req.done[i] = self._finish(req.pieces[i], req.counts[i], "stop", req.stops, req.start, req.prefill_s, req.reused)
         elif req.counts[i] >= req.budget:
-            req.done[i] = self._finish(req.pieces[i], req.counts[i], "length", req.stops, req.start, req.prefill_s)
+            req.done[i] = self._finish(req.pieces[i], req.counts[i], "length", req.stops, req.start, req.prefill_s, req.reused)
         else:
             req.next_token[i] = tok
 
@@ -380,7 +417,9 @@ class BatchDecoder:
                     busy = {s for r in self._active for s in r.seqs}
                     if req.alone or any(r.alone for r in self._active):  # it, or what runs, decodes alone
                         return
-                    if (SEQ_SLOTS - len(busy) < req.n or self._used_cells + req.cells > self.n_ctx):
+                    while self._kept and self._used_cells + self._kept_cells + req.cells > self.n_ctx:
+                        self._drop_kept(min(self._kept, key=lambda k: k.used))  # kept prompts give way first
+                    if (SEQ_SLOTS - CACHE_SLOTS - len(busy) < req.n or self._used_cells + req.cells > self.n_ctx):
                         # the next time nothing is in flight, make room for everything now in line
                         waiting = sum(r.cells for r in self._pending)
                         self._capacity_goal = max(self._capacity_goal, self._used_cells + waiting)
@@ -401,8 +440,9 @@ class BatchDecoder:
                         self._batch = lib.llama_batch_init(max(N_BATCH, SEQ_SLOTS), 0, 1)
                     lib.llama_memory_clear(lib.llama_get_memory(self.ctx), True)
                     self._used_cells = 0
+                    self._forget_kept()  # a request that starts alone starts from an empty cache
                 busy = {s for r in self._active for s in r.seqs}
-                req.seqs = [s for s in range(SEQ_SLOTS) if s not in busy][:req.n]
+                req.seqs = [s for s in range(SEQ_SLOTS - CACHE_SLOTS) if s not in busy][:req.n]
                 req.samplers = [self._sampler(req.temperature, req.top_p, s) for s in req.seeds]
                 self._active.append(req)
                 self._used_cells += req.cells
@@ -410,8 +450,12 @@ class BatchDecoder:
                 req.counts, req.done = [0] * req.n, [None] * req.n
                 req.next_token = [None] * req.n
                 began = time.perf_counter()
-                last = self._prefill(self._batch, lib.llama_get_memory(self.ctx), req.tokens, req.seqs)
+                mem = lib.llama_get_memory(self.ctx)
+                req.reused = 0 if idle else self._reuse_prefix(mem, req)
+                last = self._prefill(self._batch, mem, req.tokens, req.seqs, start=req.reused)
                 req.prefill_s = time.perf_counter() - began
+                self.reused_tokens += req.reused
+                self._keep(mem, req)
                 req.pos = len(req.tokens)
                 req.idx = [last] * req.n
                 for i in range(req.n):  # the first tokens come from the prompt's logits, before the next decode
@@ -434,6 +478,68 @@ class BatchDecoder:
                     req.finished = True
                     self._cv.notify_all()
 
+    # -- kept prompts (prefix reuse) ----------------------------------------------------------------
+
+    def _caching(self, req: _Request) -> bool:
+        return req.reuse_prefix and not req.alone and self._cacheable
+
+    @property
+    def _cacheable(self) -> bool:
+        """Whether a prompt's cells can be kept and attached to another sequence: attention over every
+        position (no sliding window, whose cells llama.cpp overwrites once out of the window) and no
+        recurrent state."""
+        if not hasattr(self, "_cacheable_model"):
+            lib, m = self._lib, self.model
+            self._cacheable_model = not (lib.llama_model_n_swa(m) > 0 or lib.llama_model_is_recurrent(m)
+                                         or lib.llama_model_is_hybrid(m))
+        return self._cacheable_model
+
+    def _reuse_prefix(self, mem: Any, req: _Request) -> int:
+        """Attach the cells of the longest prefix ``req`` shares with a kept prompt to its first
+        sequence; returns how many prompt tokens they cover (0: none long enough). At least one prompt
+        token is always left to evaluate (its logits give the first sample)."""
+        if not self._caching(req) or not self._kept:
+            return 0
+        best, best_len = None, 0
+        for kept in self._kept:
+            n = _common_prefix(kept.tokens, req.tokens)
+            if n > best_len:
+                best, best_len = kept, n
+        best_len = min(best_len, len(req.tokens) - 1)
+        if best is None or best_len < MIN_REUSE:
+            return 0
+        self._clock += 1
+        best.used = self._clock
+        self._lib.llama_memory_seq_cp(mem, best.seq, req.seqs[0], 0, best_len)
+        return best_len
+
+    def _keep(self, mem: Any, req: _Request) -> None:
+        """Keep ``req``'s prompt cells under a cache sequence (replacing kept prompts it extends, and the
+        least recently used one when every cache sequence is taken)."""
+        if not self._caching(req):
+            return
+        tokens = tuple(req.tokens)
+        for kept in list(self._kept):
+            if tokens[:len(kept.tokens)] == kept.tokens:  # this prompt extends (or repeats) it
+                self._drop_kept(kept)
+        if len(self._kept) >= CACHE_SLOTS:
+            self._drop_kept(min(self._kept, key=lambda k: k.used))
+        seq = next(s for s in range(SEQ_SLOTS - CACHE_SLOTS, SEQ_SLOTS) if s not in {k.seq for k in self._kept})
+        self._lib.llama_memory_seq_cp(mem, req.seqs[0], seq, 0, len(tokens))
+        self._clock += 1
+        self._kept.append(_Kept(tokens=tokens, seq=seq, used=self._clock))
+        self._kept_cells += len(tokens)
+
+    def _drop_kept(self, kept: _Kept) -> None:
+        self._lib.llama_memory_seq_rm(self._lib.llama_get_memory(self.ctx), kept.seq, -1, -1)
+        self._kept.remove(kept)
+        self._kept_cells -= len(kept.tokens)
+
+    def _forget_kept(self) -> None:
+        """Forget every kept prompt (their cells were cleared with the cache)."""
+        self._kept.clear()
+        self._kept_cells = 0
+
     def _fail_active(self, exc: Exception) -> None:
         """A batched decode failed: every request in flight fails with it; the cache starts clean."""
         failed = list(self._active)
@@ -442,6 +548,7 @@ class BatchDecoder:
             self._free_samplers(req)
         self._active.clear()
         self._used_cells = 0
+        self._forget_kept()
         if self.ctx is not None:
             self._lib.llama_memory_clear(self._lib.llama_get_memory(self.ctx), True)
         with self._cv:
@@ -449,14 +556,16 @@ class BatchDecoder:
                 req.finished = True
             self._cv.notify_all()
 
-    def _prefill(self, batch: Any, mem: Any, prompt_tokens: Sequence[int], seqs: Sequence[int] | int) -> int:
-        """Decode the prompt into the first of ``seqs`` (logits of its last token only), share its
-        KV cells with the others, and return the batch index of the last token's logits.
+    def _prefill(self, batch: Any, mem: Any, prompt_tokens: Sequence[int], seqs: Sequence[int] | int,
+                 start: int = 0) -> int:
+        """Decode the prompt from position ``start`` on into the first of ``seqs`` (whose cells
+        already hold positions ``0..start-1``; logits of its last token only), share its KV cells with
+        the others, and return the batch index of the last token's logits.
         (``seqs`` as an int ``n``: sequences ``0..n-1``.)"""
         if isinstance(seqs, int):
             seqs = list(range(seqs))
         n_prompt = len(prompt_tokens)
-        for begin in range(0, n_prompt, N_BATCH):
+        for begin in range(start, n_prompt, N_BATCH):
             chunk = prompt_tokens[begin:begin + N_BATCH]
             for j, tok in enumerate(chunk):
                 self._put(batch, j, tok, begin + j, seqs[0], begin + j == n_prompt - 1)
@@ -464,7 +573,7 @@ class BatchDecoder:
             self._decode(batch)
         for s in seqs[1:]:
             self._lib.llama_memory_seq_cp(mem, seqs[0], s, -1, -1)
-        return (n_prompt - 1) % N_BATCH
+        return (n_prompt - 1 - start) % N_BATCH
 
     @staticmethod
     def _put(batch: Any, j: int, token: int, pos: int, seq: int, logits: bool) -> None:
@@ -486,14 +595,24 @@ class BatchDecoder:
 
     @staticmethod
     def _finish(data: bytearray, count: int, reason: str, stops: Sequence[str], start: float,
-                prefill_s: float = 0.0) -> SeqResult:
+                prefill_s: float = 0.0, reused: int = 0) -> SeqResult:
         text = bytes(data).decode("utf-8", errors="ignore")
         if stops:
             cut = [text.find(s) for s in stops if s in text]
             if cut:
                 text = text[:min(cut)]
         return SeqResult(text=text, completion_tokens=count, finish_reason=reason,
-                         finished_at_s=time.perf_counter() - start, prefill_s=prefill_s)
+                         finished_at_s=time.perf_counter() - start, prefill_s=prefill_s,
+                         reused_tokens=reused)
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def decode_only_rate(decoder: BatchDecoder, prompt_tokens: Sequence[int], batch: int, steps: int) -> float:
     """llama.cpp's own batched decode rate, in generated tokens per second: the prompt once, then
     ``steps`` calls of ``llama_decode`` with one token for each of ``batch`` sequences and no
@@ -511,6 +630,7 @@ def decode_only_rate(decoder: BatchDecoder, prompt_tokens: Sequence[int], batch:
     decoder._ensure_context(n_prompt + batch * steps + 8)
     mem = lib.llama_get_memory(decoder.ctx)
     lib.llama_memory_clear(mem, True)
+    decoder._forget_kept()
     b = lib.llama_batch_init(max(N_BATCH, MAX_SEQ), 0, 1)
     try:
         decoder._prefill(b, mem, prompt_tokens, batch)

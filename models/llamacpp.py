@@ -193,6 +193,12 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
     weights (continuous batching; the default). ``False`` (or ``AGORA_LLAMA_SHARE_BATCHES=0``): each
     request waits until nothing else is in flight on these weights and decodes alone, so every seeded
     request is reproducible whatever runs beside it, at the cost of the speed-up."""
+    prefix_cache: bool = Field(default_factory=lambda: os.environ.get("AGORA_LLAMA_PREFIX_CACHE", "1") != "0")
+    """With shared batches, let a request admitted beside others reuse the KV cells of the prompt
+    prefix it shares with a recent request (a question's later steps repeat its system prompt,
+    few-shot turns and question) instead of evaluating it again; a request that starts alone still
+    evaluates its whole prompt. ``False`` (or ``AGORA_LLAMA_PREFIX_CACHE=0``): every prompt is
+    evaluated whole (see :mod:`agora.models._llama_batch`)."""
     lora_path: str | None = None
     """A GGUF LoRA adapter applied on top of the model (``None``: the model alone)."""
     lora_scale: float = 1.0
@@ -305,7 +311,8 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
             results = decoder.generate(tokens, m, max_tokens=params["max_tokens"],
                                        temperature=params["temperature"], top_p=params["top_p"],
                                        seeds=[base + first + i for i in range(m)], stops=stops,
-                                       n_ctx_limit=self.n_ctx, alone=not self.share_batches)
+                                       n_ctx_limit=self.n_ctx, alone=not self.share_batches,
+                                       reuse_prefix=self.prefix_cache)
             wall = time.perf_counter() - start
             total = sum(r.completion_tokens for r in results) or 1
             prefill = min(results[0].prefill_s if results else 0.0, wall)
@@ -314,7 +321,7 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
                 generations.append(generation(
                     r.text.strip(), prompt_tokens=len(tokens), completion_tokens=r.completion_tokens,
                     latency_s=share, model_name=self.model_name, finish_reason=r.finish_reason,
-                    extra={"request_latency_s": wall, "batch_size": m}))
+                    extra={"request_latency_s": wall, "batch_size": m}, cached_tokens=r.reused_tokens))
         return generations
 
 

@@ -9,6 +9,7 @@ grows once nothing is in flight; a failed batch fails the requests in it and not
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -264,3 +265,108 @@ def test_a_cancelled_request_ends_at_the_next_step_and_frees_its_room(tiny):
         assert not decoder._active and decoder._used_cells == 0
     finally:
         decoder.close()
+
+
+def _beside_a_running_request(decoder, first, second, **kw):
+    """Run ``first`` (decoding 200 tokens) and, once it is in flight, ``second``; both results."""
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("first", decoder.generate(first, 1, seeds=[1], max_tokens=200, **kw)))
+    t.start()
+    while not decoder._active:  # wait until the first request is admitted (its prompt is then kept)
+        time.sleep(0.001)
+    out["second"] = decoder.generate(second, 1, seeds=[2], max_tokens=8, **kw)
+    t.join()
+    return out["first"], out["second"]
+
+
+def _shared_prompts(llm):
+    long = llm.tokenize(b"You are a careful solver. " * 12 + b"Question: what is 2 + 3?", add_bos=True, special=True)
+    other = long[:40] + llm.tokenize(b" Something else entirely: name a colour.", add_bos=False, special=True)
+    shared = next(i for i, (a, b) in enumerate(zip(long, other)) if a != b)
+    return long, other, shared
+
+
+def test_a_request_beside_others_reuses_the_prompt_prefix_it_shares_with_a_kept_prompt(tiny):
+    """Prefix reuse (issue 32): a request admitted while another runs takes the KV cells of the prefix its
+    prompt shares with the running request's (kept) prompt and evaluates only the rest; a request that
+    then starts alone evaluates its whole prompt again (the seeded-determinism contract above)."""
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    long, other, shared = _shared_prompts(llm)
+    assert shared == 40 and len(other) > 45
+    kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    try:
+        first, second = _beside_a_running_request(decoder, long, other, **kw)
+        assert first[0].reused_tokens == 0  # admitted alone: its whole prompt evaluated
+        assert second[0].reused_tokens == shared and second[0].completion_tokens == 8
+        assert decoder.reused_tokens == shared
+        assert [len(k.tokens) for k in decoder._kept] == [len(long), len(other)]
+        assert decoder._kept_cells == len(long) + len(other)
+        again = decoder.generate(other, 1, seeds=[2], max_tokens=8, **kw)  # nothing in flight: starts clean
+        assert again[0].reused_tokens == 0 and [len(k.tokens) for k in decoder._kept] == [len(other)]
+    finally:
+        decoder.close()
+
+
+def test_prefix_reuse_off_evaluates_every_prompt_whole(tiny):
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    long, other, _ = _shared_prompts(llm)
+    kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True, reuse_prefix=False)
+    try:
+        _, second = _beside_a_running_request(decoder, long, other, **kw)
+        assert second[0].reused_tokens == 0 and decoder.reused_tokens == 0 and not decoder._kept
+    finally:
+        decoder.close()
+
+
+def test_a_sliding_window_model_keeps_no_prompt(tiny):
+    """Gemma 3 attends over a sliding window, whose cells llama.cpp overwrites once out of the window:
+    its prompts are never kept, so nothing is reused."""
+    tiny.sample("gemma3-270m", [{"role": "user", "content": "Hi."}], SamplingParams(n=1, max_tokens=1, seed=0))
+    llm = tiny._members["gemma3-270m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    long, other, _ = _shared_prompts(llm)
+    kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    try:
+        _, second = _beside_a_running_request(decoder, long, other, **kw)
+        assert second[0].reused_tokens == 0 and not decoder._kept
+    finally:
+        decoder.close()
+
+
+def test_kept_prompts_give_way_to_requests_and_are_bounded(tiny, monkeypatch):
+    """At most CACHE_SLOTS prompts are kept (least recently used dropped first), and a request that needs
+    cells held by kept prompts gets them instead of waiting; every request completes."""
+    monkeypatch.setattr(_llama_batch, "CACHE_SLOTS", 2)
+    monkeypatch.setattr(_llama_batch, "MIN_CELLS", 1024)
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    prompts = [llm.tokenize(f"Question {q}: ".encode() * 20, add_bos=True, special=True) for q in range(5)]
+    kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    try:
+        t = threading.Thread(target=lambda: decoder.generate(prompts[0], 1, seeds=[1], max_tokens=300, **kw))
+        t.start()
+        while not decoder._active:
+            time.sleep(0.001)
+        with ThreadPoolExecutor(4) as ex:
+            outs = list(ex.map(lambda q: decoder.generate(prompts[q], 2, seeds=[q, q + 1], max_tokens=40, **kw),
+                               range(1, 5)))
+        t.join()
+        assert [[r.completion_tokens for r in o] for o in outs] == [[40, 40]] * 4
+        assert len(decoder._kept) <= 2 and decoder._kept_cells == sum(len(k.tokens) for k in decoder._kept)
+        assert decoder._kept_cells + sum(r.cells for r in decoder._active) <= decoder.n_ctx
+    finally:
+        decoder.close()
+
+
+def test_the_environment_switch_turns_prefix_reuse_off(monkeypatch):
+    from agora.models.llamacpp import LlamaCppChatModel
+
+    monkeypatch.setenv("AGORA_LLAMA_PREFIX_CACHE", "0")
+    assert LlamaCppChatModel(model_path="x.gguf").prefix_cache is False
+    monkeypatch.delenv("AGORA_LLAMA_PREFIX_CACHE")
+    assert LlamaCppChatModel(model_path="x.gguf").prefix_cache is True
