@@ -276,7 +276,7 @@ def test_a_partial_bench_moved_as_a_bundle_resumes_on_another_machine(tmp_path, 
     """A long bench outlives the machine it started on: interrupted (in its dev phase, before it records
     its spec, at the 3rd call; in its test runs after), exported, imported into an empty DB (a new
     machine's), and resumed there, it ends with the results of a bench run in one go (the reference run
-    is carried between sessions this way: benchmarks/bench_ref2.sh)."""
+    is carried between sessions this way: benchmarks/bench_ref.sh)."""
     math_file, mc_file = write_tasks(tmp_path)
     args = lambda db, out: bench_args(math_file, mc_file, db, out, "--dev", "1",  # noqa: E731
                                       design="--shared-candidates")
