@@ -162,7 +162,7 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
     task = progress.add_task(name, total=len(problems), label=name, status="")
 
     def started(_: RunOutcome) -> None:  # the run's row accepted: a refused rerun prints only its error
-        console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, "
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {counted(len(problems), escape(fmt_name) + ' problem')}, "
                       f"{escape(label)}, pool {escape(', '.join(pool.names))}{in_flight}", highlight=False)
         progress.start()
 
@@ -182,7 +182,16 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
             progress.stop()
     if outcome.skipped:
         console.print(f"resumed: {outcome.skipped} of {len(problems)} questions already done", highlight=False)
+    held = len(store.finished_questions(run_id))
+    if held > len(problems):  # resumed with a smaller --limit: the tables below are the whole run's
+        console.print(f"the run holds {held} questions (an earlier sitting ran more); the tables below cover all "
+                      f"{held}", highlight=False)
     return store, run_id, outcome
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 gsm8k problem``, ``3 gsm8k problems`` (``noun`` singular)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def print_methods(store: TraceStore, run_id: str, title: str, order: Sequence[str]) -> None:

@@ -78,5 +78,5 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
     console.print(
         f"samples drawn: {int(totals['calls'])} (one trace row each; failed attempts: {int(totals['failed'])}), "
         f"generated tokens: {int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, prompt tokens: {int(totals['prompt_tokens'])}, "
-        f"question time: {totals['wall_s']:.1f} s summed over {int(totals['questions'])} questions", highlight=False)
+        f"question time: {totals['wall_s']:.1f} s summed over {_run.counted(int(totals['questions']), 'question')}", highlight=False)
     console.print(f"traces: {escape(str(store.path))}", highlight=False)

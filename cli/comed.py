@@ -30,7 +30,7 @@ from agora.agents.escalation import (
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._apps import calibrate_app, run_app
-from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, load_benchmark, settings
+from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, counted, load_benchmark, settings
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     console,
@@ -232,7 +232,7 @@ def run_comed(
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
         t = config.thresholds
-        console.print(f"run [bold]{escape(run_id)}[/bold]: {len(problems)} {escape(fmt_name)} problems, pool "
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {counted(len(problems), escape(fmt_name) + ' problem')}, pool "
                       f"{escape(', '.join(the_pool.names))}, "
                       f"N={samples}, τ_hi={t.tau_hi}, τ_lo={t.tau_lo}, m_min={t.m_min}", highlight=False)
         console.print(_grid(samples, t, the_router is not None), highlight=False)

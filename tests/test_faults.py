@@ -663,7 +663,10 @@ def test_a_data_file_edited_between_a_run_and_its_resume_is_refused_naming_the_q
     assert agora(*args).exit_code == 0
     dataset = json.loads(sqlite_utils.Database(db)["runs"].get("r")["dataset"])
     assert (dataset["limit"], dataset["count"], len(dataset["question_sha256"])) == (None, 3, 3)  # what it holds now
-    assert agora(*args, "--limit", 1).exit_code == 0  # a smaller --limit on a resume: the run still holds 3
+    out = agora(*args, "--limit", 1)  # a smaller --limit on a resume: the run still holds 3
+    assert out.exit_code == 0
+    assert ": 1 gsm8k problem," in out.output and "resumed: 1 of 1 questions already done" in out.output
+    assert "the run holds 3 questions (an earlier sitting ran more); the tables below cover all 3" in out.output
     dataset = json.loads(sqlite_utils.Database(db)["runs"].get("r")["dataset"])
     assert (dataset["limit"], dataset["count"]) == (None, 3)
     rows[1]["answer"] = "#### 5"  # a recorded question's gold changed
