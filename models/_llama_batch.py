@@ -59,8 +59,8 @@ from typing import Any, Sequence
 MAX_SEQ = 16
 #: Sequences in flight at once across concurrent requests (the context's ``n_seq_max``).
 SEQ_SLOTS = 64
-#: Sequence ids (the last ones of :data:`SEQ_SLOTS`) that keep recent prompts' KV cells for prefix reuse;
-#: requests' sequences use the others.
+#: Sequence ids after the :data:`SEQ_SLOTS` requests' ones that keep recent prompts' KV cells for prefix
+#: reuse (the context's ``n_seq_max`` is their sum).
 CACHE_SLOTS = 16
 #: The fewest prompt tokens worth reusing from a kept prompt (shorter shared prefixes are evaluated again).
 MIN_REUSE = 16
@@ -190,7 +190,7 @@ class BatchDecoder:
         params.n_ctx = size
         params.n_batch = N_BATCH
         params.n_ubatch = N_BATCH
-        params.n_seq_max = SEQ_SLOTS
+        params.n_seq_max = SEQ_SLOTS + CACHE_SLOTS
         params.kv_unified = True
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
@@ -417,9 +417,9 @@ class BatchDecoder:
                     busy = {s for r in self._active for s in r.seqs}
                     if req.alone or any(r.alone for r in self._active):  # it, or what runs, decodes alone
                         return
-                    while self._kept and self._used_cells + self._kept_cells + req.cells > self.n_ctx:
-                        self._drop_kept(min(self._kept, key=lambda k: k.used))  # kept prompts give way first
-                    if (SEQ_SLOTS - CACHE_SLOTS - len(busy) < req.n or self._used_cells + req.cells > self.n_ctx):
+                    if SEQ_SLOTS - len(busy) >= req.n and self._used_cells + req.cells <= self.n_ctx:
+                        self._make_room(req)  # it fits beside what runs: kept prompts give way to it
+                    if (SEQ_SLOTS - len(busy) < req.n or self._used_cells + req.cells > self.n_ctx):
                         # the next time nothing is in flight, make room for everything now in line
                         waiting = sum(r.cells for r in self._pending)
                         self._capacity_goal = max(self._capacity_goal, self._used_cells + waiting)
@@ -442,7 +442,7 @@ class BatchDecoder:
                     self._used_cells = 0
                     self._forget_kept()  # a request that starts alone starts from an empty cache
                 busy = {s for r in self._active for s in r.seqs}
-                req.seqs = [s for s in range(SEQ_SLOTS - CACHE_SLOTS) if s not in busy][:req.n]
+                req.seqs = [s for s in range(SEQ_SLOTS) if s not in busy][:req.n]
                 req.samplers = [self._sampler(req.temperature, req.top_p, s) for s in req.seeds]
                 self._active.append(req)
                 self._used_cells += req.cells
@@ -500,23 +500,37 @@ class BatchDecoder:
         token is always left to evaluate (its logits give the first sample)."""
         if not self._caching(req) or not self._kept:
             return 0
-        best, best_len = None, 0
-        for kept in self._kept:
-            n = _common_prefix(kept.tokens, req.tokens)
-            if n > best_len:
-                best, best_len = kept, n
-        best_len = min(best_len, len(req.tokens) - 1)
-        if best is None or best_len < MIN_REUSE:
+        best, best_len = self._best_kept(req)
+        if best is None:
             return 0
         self._clock += 1
         best.used = self._clock
         self._lib.llama_memory_seq_cp(mem, best.seq, req.seqs[0], 0, best_len)
         return best_len
 
+    def _best_kept(self, req: _Request) -> tuple[_Kept | None, int]:
+        """The kept prompt sharing the longest prefix with ``req``'s (at least :data:`MIN_REUSE` tokens,
+        at most all but its last token) and that length; ``(None, 0)`` when none."""
+        best, best_len = None, 0
+        for kept in self._kept:
+            n = _common_prefix(kept.tokens, req.tokens)
+            if n > best_len:
+                best, best_len = kept, n
+        best_len = min(best_len, len(req.tokens) - 1)
+        return (best, best_len) if best is not None and best_len >= MIN_REUSE else (None, 0)
+
+    def _make_room(self, req: _Request) -> None:
+        """Drop kept prompts, least recently used first, until ``req`` fits beside them; the one ``req``
+        would reuse goes last."""
+        wanted = self._best_kept(req)[0] if self._caching(req) else None
+        while self._kept and self._used_cells + self._kept_cells + req.cells > self.n_ctx:
+            others = [k for k in self._kept if k is not wanted]
+            self._drop_kept(min(others, key=lambda k: k.used) if others else wanted)
+
     def _keep(self, mem: Any, req: _Request) -> None:
         """Keep ``req``'s prompt cells under a cache sequence (replacing kept prompts it extends, and the
         least recently used one when every cache sequence is taken)."""
-        if not self._caching(req):
+        if not self._caching(req) or len(req.tokens) <= MIN_REUSE:  # too short ever to be reused
             return
         tokens = tuple(req.tokens)
         for kept in list(self._kept):
@@ -524,7 +538,7 @@ class BatchDecoder:
                 self._drop_kept(kept)
         if len(self._kept) >= CACHE_SLOTS:
             self._drop_kept(min(self._kept, key=lambda k: k.used))
-        seq = next(s for s in range(SEQ_SLOTS - CACHE_SLOTS, SEQ_SLOTS) if s not in {k.seq for k in self._kept})
+        seq = next(s for s in range(SEQ_SLOTS, SEQ_SLOTS + CACHE_SLOTS) if s not in {k.seq for k in self._kept})
         self._lib.llama_memory_seq_cp(mem, req.seqs[0], seq, 0, len(tokens))
         self._clock += 1
         self._kept.append(_Kept(tokens=tokens, seq=seq, used=self._clock))
@@ -604,6 +618,8 @@ class BatchDecoder:
         return SeqResult(text=text, completion_tokens=count, finish_reason=reason,
                          finished_at_s=time.perf_counter() - start, prefill_s=prefill_s,
                          reused_tokens=reused)
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))

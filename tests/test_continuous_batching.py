@@ -358,7 +358,36 @@ def test_kept_prompts_give_way_to_requests_and_are_bounded(tiny, monkeypatch):
         t.join()
         assert [[r.completion_tokens for r in o] for o in outs] == [[40, 40]] * 4
         assert len(decoder._kept) <= 2 and decoder._kept_cells == sum(len(k.tokens) for k in decoder._kept)
-        assert decoder._kept_cells + sum(r.cells for r in decoder._active) <= decoder.n_ctx
+    finally:
+        decoder.close()
+
+
+def test_a_request_waiting_for_cells_leaves_the_kept_prompts_alone(tiny, monkeypatch):
+    """A request that cannot fit beside the running ones waits; dropping kept prompts would free nothing
+    it needs, so they stay (a review found the cache wiped at every step while a request waited)."""
+    monkeypatch.setattr(_llama_batch, "MIN_CELLS", 1024)
+    ask(tiny, 0, max_tokens=2)
+    llm = tiny._members["smollm2-135m"].sampler.llm()
+    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    long, other, _ = _shared_prompts(llm)
+    kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
+    real, kept_while_waiting = decoder._decode, []
+
+    def spy(batch):
+        if decoder._pending:
+            kept_while_waiting.append(len(decoder._kept))
+        return real(batch)
+
+    decoder._decode = spy
+    try:
+        t = threading.Thread(target=lambda: decoder.generate(long, 1, seeds=[1], max_tokens=800, **kw))
+        t.start()
+        while not decoder._active:
+            time.sleep(0.001)
+        out = decoder.generate(other, 1, seeds=[2], max_tokens=400, **kw)  # needs more cells than are free
+        t.join()
+        assert out[0].completion_tokens == 400
+        assert kept_while_waiting and min(kept_while_waiting) == 1  # the running request's prompt stayed kept
     finally:
         decoder.close()
 
