@@ -365,7 +365,7 @@ def test_markup_in_a_run_id_or_member_name_is_printed_as_written(tmp_path, monke
         code, output = agora("run", "align", "--format", "synthetic", "--limit", "1", "--db", tmp_path / "t.db",
                              "--run-id", run_id)
         assert code == 0, output
-        assert f"run {run_id}: 1 synthetic problems" in output and f"ALIGN run {run_id}" in output
+        assert f"run {run_id}: 1 synthetic problem," in output and f"ALIGN run {run_id}" in output
         assert "pool a[/x], b[bold]" in output
 
 
