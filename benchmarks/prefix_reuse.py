@@ -55,7 +55,7 @@ def requests_of(db: Path, run: str, questions: int) -> list[list[dict]]:
 
 def replay(pool, stream: list[list[dict]], in_flight: int) -> dict:
     def one(reqs):
-        prompt = reused = gen = 0
+        prompt = gen = 0
         for r in reqs:
             p = r["params"]
             samples, records = pool.sample(r["model"], r["messages"], SamplingParams(
