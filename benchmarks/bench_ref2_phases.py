@@ -5,9 +5,12 @@ A bench runs one run at a time (``<bench>:<task>:<run>``), with several of that 
 so a run's wall time is the length of the union of its questions' intervals ``[finished_at − wall_s,
 finished_at]`` (their wall times overlap: adding them up would count the same seconds several times).
 Pauses written in the run's ``sittings.txt`` (``pause <from>..<to>`` lines: the bench stopped with SIGSTOP
-for a quiet measurement elsewhere) are cut out of those intervals. A question resumed from its checkpoint
-after a stop counts only its last sitting's part (``wall_s`` restarts), which under-counts by at most the
-steps it had done before.
+for a quiet measurement elsewhere) are cut out of those intervals. So is the time between
+sittings (from the last question finished before a ``start`` line to that start). A question resumed from
+its checkpoint after a stop counts only its last sitting's part in runs made before session 18 (ref-2,
+ref-3: ``wall_s`` restarted), which under-counts by at most the steps it had done before; later code adds
+the earlier sittings' kept steps to ``wall_s`` (``agora.graphs.runner.kept_wall_s``), whose interval then
+reaches back over the gap, which is cut.
 
 The council, MoA, debate and COMED's own steps run inside one COMED run; their shares of its wall time are
 split in proportion to their model calls' latencies (nodes named below), since the calls of the questions
@@ -56,6 +59,24 @@ def pauses(sittings: Path | None) -> list[tuple[float, float]]:
     return out
 
 
+def sitting_starts(sittings: Path | None) -> list[float]:
+    """``start <when>`` lines of a sittings file (one per sitting of the bench script), in epoch seconds."""
+    if sittings is None or not sittings.is_file():
+        return []
+    return [_ts(m.group(1)) for line in sittings.read_text().splitlines() if (m := re.match(r"start (\S+)", line))]
+
+
+def gaps(starts: list[float], finished: list[float]) -> list[tuple[float, float]]:
+    """The time between sittings: from the last question finished before a sitting's start to that start
+    (a stopped sitting writes no end line when its process is killed with the session)."""
+    out = []
+    for start in starts:
+        before = [f for f in finished if f < start]
+        if before:
+            out.append((max(before), start))
+    return out
+
+
 def union_length(intervals: list[tuple[float, float]], cut: list[tuple[float, float]] = ()) -> float:
     """Length of the union of ``intervals`` minus its overlap with the ``cut`` intervals (seconds)."""
     merged: list[list[float]] = []
@@ -81,9 +102,9 @@ def method_of(node: str) -> str:
 
 def phases(db: Path, bench: str, sittings: Path | None) -> dict:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    cut = pauses(sittings)
     rows = con.execute("select run_id, finished_at, wall_s, completion_tokens from questions "
                        "where substr(run_id, 1, ?) = ? order by run_id", [len(bench) + 1, f"{bench}:"]).fetchall()
+    cut = pauses(sittings) + gaps(sitting_starts(sittings), [_ts(r[1]) for r in rows])
     per_run: dict[str, dict] = {}
     spans: dict[str, list] = defaultdict(list)
     for run_id, finished_at, wall_s, tokens in rows:
@@ -117,7 +138,7 @@ def phases(db: Path, bench: str, sittings: Path | None) -> dict:
         elif not run_id.endswith(":comed-routed"):
             first_edition += r["wall_s"]
     dev = sum(r["wall_s"] for run_id, r in per_run.items() if run_id.endswith("-dev"))
-    return {"bench": bench, "pauses_cut_s": sum(b - a for a, b in cut), "runs": per_run, "comed_split": split,
+    return {"bench": bench, "pauses_cut_s": sum(b - a for a, b in pauses(sittings)), "runs": per_run, "comed_split": split,
             "dev_s": dev, "first_edition_test_s": first_edition, "council_s": council}
 
 

@@ -11,7 +11,7 @@ in from the problem with :func:`agora.tasks.scoring.score_results` (:func:`score
 Resuming: each question runs on its own checkpoint thread ``<run_id>:<question_id>`` in a SQLite
 checkpointer beside the trace DB. A rerun with the same run id skips recorded questions and picks
 an interrupted question up from its last finished step (agents that already sampled are not asked
-again).
+again). Its ``wall_s`` adds what its earlier sittings spent on the steps kept (:func:`kept_wall_s`).
 
 Failed questions: a question whose protocol answer drew on no successful model call (every call
 failed after its retries: HTTP errors, bad replies, timeouts, a model that cannot load) is not
@@ -38,10 +38,12 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Sequence, get_args
 
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.errors import GraphDrained
 from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
@@ -108,6 +110,36 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
 #: The tables of LangGraph's SQLite checkpointer: a checkpoints file holding any other table belongs
 #: to another tool and is left untouched (:func:`check_checkpoint_schema`).
 CHECKPOINT_TABLES = frozenset({"checkpoints", "writes"})
+
+
+#: Checkpoint metadata the runner writes (through the invocation's ``config["metadata"]``, which
+#: LangGraph copies into every checkpoint of that invocation): when the question's sitting started
+#: (epoch seconds) and the wall seconds its earlier sittings kept (:func:`kept_wall_s`).
+SITTING_STARTED = "agora_sitting_started"
+KEPT_WALL_S = "agora_kept_wall_s"
+
+
+def kept_wall_s(latest: CheckpointTuple | None) -> float:
+    """The wall seconds a question spent, in the sittings before this one, on the steps its latest
+    checkpoint keeps: that checkpoint's sitting's part (from the sitting's start to the checkpoint's
+    ``ts``) plus what the sittings before it kept. Work after the last checkpoint of a stopped sitting
+    is redone, so it is not counted; neither is the time between sittings. 0 without a checkpoint,
+    or for a checkpoint written without the runner's metadata (by an older Agora, or by a graph run
+    outside the runner).
+
+    Used for ``questions.wall_s`` of a resumed question, which is then its wall time over all sittings
+    (a resume used to count only its last sitting's part)."""
+    if latest is None:
+        return 0.0
+    meta = latest.metadata or {}
+    started, kept = meta.get(SITTING_STARTED), meta.get(KEPT_WALL_S, 0.0)
+    if not isinstance(started, (int, float)) or not isinstance(kept, (int, float)):
+        return 0.0
+    try:
+        ts = datetime.fromisoformat(str(latest.checkpoint["ts"])).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return float(kept)
+    return float(kept) + max(0.0, ts - float(started))
 
 
 def check_checkpoint_schema(path: str | Path) -> None:
@@ -443,12 +475,18 @@ def run_problems(
             return values
 
         def solve(problem: Problem) -> tuple[dict[str, Any], float, bool]:
-            """Run (or resume) one question's graph; its final state, wall seconds, whether resumed."""
-            thread = {"configurable": {"thread_id": f"{run_id}:{problem.id}"}}
+            """Run (or resume) one question's graph; its final state, wall seconds (earlier sittings'
+            kept part included, :func:`kept_wall_s`), whether resumed."""
+            thread_id = f"{run_id}:{problem.id}"
             start = time.perf_counter()
             inp: dict[str, Any] | None = problem_input(problem) | (inputs(problem) if inputs is not None else {})
             was_started = False
-            if saver.get_tuple(thread) is not None:  # a checkpoint exists: finish or resume it
+            latest = saver.get_tuple({"configurable": {"thread_id": thread_id}})
+            before = kept_wall_s(latest)
+            # every checkpoint of this sitting carries when it started and what earlier sittings kept
+            thread = {"configurable": {"thread_id": thread_id},
+                      "metadata": {SITTING_STARTED: time.time(), KEPT_WALL_S: before}}
+            if latest is not None:  # a checkpoint exists: finish or resume it
                 snapshot = graph.get_state(thread)
                 was_started = bool(snapshot.values)
                 # Work is pending when a node is due (``next``) or a task is: fanned-out ``Send``
@@ -456,7 +494,7 @@ def run_problems(
                 # has written its ``methods``; anything else runs (or resumes) the graph.
                 pending = bool(snapshot.next) or bool(snapshot.tasks)
                 if was_started and not pending and finished(snapshot.values):
-                    return snapshot.values, time.perf_counter() - start, was_started
+                    return snapshot.values, before + time.perf_counter() - start, was_started
                 inp = None if pending else inp
             try:
                 with unreturned_attempts() as unreturned:  # failed attempts of calls cut short by the error
@@ -468,7 +506,7 @@ def run_problems(
                 raise
             finally:
                 saver.commit()  # task writes waiting for a shared commit (an error or a stop leaves some)
-            return values, time.perf_counter() - start, was_started
+            return values, before + time.perf_counter() - start, was_started
 
         def record(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
             values = scored_values(values, problem)  # the one scorer, here and not in the graph

@@ -51,3 +51,27 @@ def test_phases_split_a_comed_run_by_its_calls_latency(tmp_path):
                                                              "comed": 0.0})
     assert out["first_edition_test_s"] == pytest.approx(12.0 + 20.0)
     assert out["council_s"] == pytest.approx(20.0) and out["dev_s"] == pytest.approx(5.0)
+
+
+def test_the_time_between_sittings_is_cut_from_a_resumed_questions_interval(tmp_path):
+    """A question resumed in a second sitting whose ``wall_s`` adds the first sitting's kept steps
+    (session 18's runner) reaches back over the gap between sittings; the gap, from the last question
+    finished before a ``start`` line to that start, is cut, so is a pause."""
+    db = tmp_path / "t.db"
+    con = sqlite3.connect(db)
+    con.execute("create table questions (run_id, question_id, finished_at, wall_s, completion_tokens)")
+    con.execute("create table model_calls (run_id, node, latency_s, error)")
+    con.executemany("insert into questions values (?, ?, ?, ?, ?)", [
+        ("b:t:candidates", "q1", "2026-12-04T10:00:10+00:00", 10, 1),    # sitting 1: [10:00:00, 10:00:10]
+        ("b:t:candidates", "q2", "2026-12-04T11:00:05+00:00", 25, 1),  # 20 s kept before the stop + 5 s after
+    ])
+    con.commit()
+    f = tmp_path / "sittings.txt"
+    f.write_text("start 2026-12-04T10:00:00Z commit x\n"
+                 "start 2026-12-04T11:00:00Z commit x\n"     # no end line: killed with the session
+                 "pause 2026-12-04T11:00:01Z..11:00:02Z SIGSTOP (why)\n")
+    assert phases_mod.gaps(phases_mod.sitting_starts(f), [phases_mod._ts("2026-12-04T10:00:10Z")]) == [
+        (phases_mod._ts("2026-12-04T10:00:10Z"), phases_mod._ts("2026-12-04T11:00:00Z"))]
+    out = phases_mod.phases(db, "b", f)
+    # q1 10 s; q2's [10:59:40, 11:00:05] less the gap (to 11:00:00) and the 1 s pause: 4 s
+    assert out["runs"]["b:t:candidates"]["wall_s"] == pytest.approx(14.0) and out["pauses_cut_s"] == 1.0

@@ -352,3 +352,54 @@ def test_report_runs_lists_statuses_counts_and_flags_a_killed_run(tmp_path):
     assert [json.loads(line)["run_id"] for line in js.output.splitlines()] == ["r1", "killed"]
     missing = CliRunner().invoke(app, ["report", "runs", "--db", str(tmp_path / "none.db")])
     assert missing.exit_code == 2 and "no such trace database" in missing.output
+
+
+@pytest.mark.parametrize("durability", ["async", "exit"])
+def test_a_resumed_questions_wall_time_counts_its_earlier_sittings_kept_steps_not_the_gap(tmp_path, durability):
+    """q2's agents take 0.4 s in the first sitting, which a drain then stops; the rerun, 1 s later,
+    only runs the principal. Its ``wall_s`` is both sittings' kept parts (≥ 0.4 s), not the last
+    sitting's alone (≈ 0) and not the gap between them (1 s)."""
+    from langgraph.runtime import RunControl
+    from langgraph.errors import GraphDrained
+
+    from agora.graphs.runner import checkpoint_path
+
+    control = RunControl()
+
+    def respond(chat, index):
+        if "2 + 2" in chat[-1]["content"] and not control.drain_requested:
+            time.sleep(0.4)
+            control.request_drain("test")
+        return answer_twice(chat, index)
+
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond, latency_s=0.001),
+                                       "b": ScriptedChatModel(respond=respond, latency_s=0.001)})
+    store = TraceStore(tmp_path / "t.db")
+    with pytest.raises(GraphDrained):
+        run(store, pool, durability=durability, control=control)
+    assert store.finished_questions("r1") == {"q1"}
+    time.sleep(1.0)
+    out = run(store, pool, durability=durability)
+    [q2] = [q for q in out.outcomes if q.problem.id == "q2"]
+    q3 = next(q for q in out.outcomes if q.problem.id == "q3")
+    assert q2.resumed and not q3.resumed
+    walls = {r["question_id"]: r["wall_s"] for r in store.questions("r1")}
+    assert 0.4 <= walls["q2"] < 0.4 + 0.9 and walls["q2"] == pytest.approx(q2.wall_s)
+    assert walls["q3"] < 0.4  # a question run in one sitting: its own time only
+    assert not sqlite_utils.Database(checkpoint_path(tmp_path / "t.db"))["checkpoints"].count  # threads deleted
+
+
+def test_kept_wall_s_reads_the_latest_checkpoints_sitting_and_ignores_foreign_metadata():
+    from langgraph.checkpoint.base import CheckpointTuple
+
+    from agora.graphs.runner import KEPT_WALL_S, SITTING_STARTED, kept_wall_s
+
+    def tup(ts, **meta):
+        return CheckpointTuple({"configurable": {}}, {"ts": ts}, meta)
+
+    started = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    assert kept_wall_s(None) == 0.0
+    assert kept_wall_s(tup("2027-01-15T08:00:12.5+00:00", **{SITTING_STARTED: started, KEPT_WALL_S: 30.0})) == 42.5
+    assert kept_wall_s(tup("2027-01-15T07:59:59+00:00", **{SITTING_STARTED: started})) == 0.0  # clock went back
+    assert kept_wall_s(tup("2027-01-15T08:00:12+00:00")) == 0.0  # written outside the runner
+    assert kept_wall_s(tup("2027-01-15T08:00:12+00:00", **{SITTING_STARTED: "x"})) == 0.0

@@ -10,7 +10,8 @@
     question none of whose model calls succeeded has no row, only its ``model_calls`` rows, and a
     rerun retries it (docs/guarantees.md).
     idx (position in the dataset), source, kind (``math``/``mc``/``open``), question, gold,
-    answer (the protocol's final answer), correct (0/1, NULL without gold), wall_s (seconds),
+    answer (the protocol's final answer), correct (0/1, NULL without gold), wall_s (seconds; a question resumed
+    after a stop adds the steps its earlier sittings kept, not the time between sittings),
     model_calls, prompt_tokens, completion_tokens, detail (JSON: proposals, selection, ...),
     finished_at, n_choices (options of an ``mc`` question, as the scorer reads them; NULL in
     databases written before the column, until ``agora traces backfill``).
