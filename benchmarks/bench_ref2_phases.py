@@ -70,12 +70,8 @@ def sitting_starts(sittings: Path | None) -> list[float]:
 def gaps(starts: list[float], finished: list[float]) -> list[tuple[float, float]]:
     """The time between sittings: from the last question finished before a sitting's start to that start
     (a stopped sitting writes no end line when its process is killed with the session)."""
-    out = []
-    for start in starts:
-        before = [f for f in finished if f < start]
-        if before:
-            out.append((max(before), start))
-    return out
+    lasts = ((max((f for f in finished if f < start), default=None), start) for start in starts)
+    return [(last, start) for last, start in lasts if last is not None]
 
 
 def union_length(intervals: list[tuple[float, float]], cut: list[tuple[float, float]] = ()) -> float:
@@ -105,7 +101,8 @@ def phases(db: Path, bench: str, sittings: Path | None) -> dict:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     rows = con.execute("select run_id, finished_at, wall_s, completion_tokens from questions "
                        "where substr(run_id, 1, ?) = ? order by run_id", [len(bench) + 1, f"{bench}:"]).fetchall()
-    cut = pauses(sittings) + gaps(sitting_starts(sittings), [_ts(r[1]) for r in rows])
+    paused = pauses(sittings)
+    cut = paused + gaps(sitting_starts(sittings), [_ts(r[1]) for r in rows])
     per_run: dict[str, dict] = {}
     spans: dict[str, list] = defaultdict(list)
     for run_id, finished_at, wall_s, tokens in rows:
@@ -139,7 +136,7 @@ def phases(db: Path, bench: str, sittings: Path | None) -> dict:
         elif not run_id.endswith(":comed-routed"):
             first_edition += r["wall_s"]
     dev = sum(r["wall_s"] for run_id, r in per_run.items() if run_id.endswith("-dev"))
-    return {"bench": bench, "pauses_cut_s": sum(b - a for a, b in pauses(sittings)), "runs": per_run, "comed_split": split,
+    return {"bench": bench, "pauses_cut_s": sum(b - a for a, b in paused), "runs": per_run, "comed_split": split,
             "dev_s": dev, "first_edition_test_s": first_edition, "council_s": council}
 
 
