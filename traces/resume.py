@@ -1,0 +1,143 @@
+"""The resume rules' comparisons: a run id's check, question content hashes, and what differs
+between a run's stored settings, pool and data and a rerun's (:meth:`TraceStore.start_run`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+
+#: ``pool`` fields that say how a model is reached, not which model answers: a resumed run may
+#: change them (a server restarted on another port), unlike any other field of the pool.
+TRANSPORT_FIELDS = ("base_url", "endpoints", "timeout_s", "max_retries", "api_key")
+#: The same for a member's ``options`` and a ``langchain`` member's ``options.kwargs`` (the LangChain
+#: class's own names for its endpoint, credentials, client and timeouts: ``ChatOpenAI``,
+#: ``ChatOllama``, ``ChatAnthropic``...): the same model served elsewhere gives the same samples.
+TRANSPORT_KWARGS = frozenset(TRANSPORT_FIELDS) | {
+    "openai_api_base", "api_base", "endpoint", "endpoint_url", "azure_endpoint", "anthropic_api_url",
+    "openai_api_key", "anthropic_api_key", "google_api_key", "timeout", "request_timeout",
+    "default_request_timeout", "http_client", "http_async_client", "default_headers", "default_query",
+    "client_kwargs", "async_client_kwargs", "sync_client_kwargs", "openai_proxy", "proxy", "keep_alive",
+    "organization", "openai_organization"}
+
+
+
+#: Characters a run id may not hold: C0/C1 control characters (a bell, a newline, an escape),
+#: line and paragraph separators, and lone surrogates; they hide in terminals, logs and file names.
+_RUN_ID_BAD = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def check_run_id(run_id: Any, option: str = "--run-id") -> str:
+    """``run_id`` if it is a usable run id, else a one-line refusal naming ``option``: the one check
+    every command that takes a run id (``--run-id``, ``--thread``, ``--dev-run-id``, a bundle's
+    runs) and :meth:`TraceStore.start_run` apply, before anything is created.
+
+    Refused: a non-string, an empty or blank id, leading or trailing white space, and control
+    characters (:data:`_RUN_ID_BAD`, shown escaped in the message).
+
+    Raises:
+        ValueError: naming ``option`` and the id as Python writes it (``'a\\x07b'``).
+    """
+    if not isinstance(run_id, str):
+        raise ValueError(f"{option}: a run id is text, got {run_id!r}")
+    if not run_id.strip():
+        raise ValueError(f"{option} {run_id!r}: a blank run id; give a name (letters, digits, - _ : . …)")
+    bad = _RUN_ID_BAD.search(run_id)
+    if bad:
+        raise ValueError(f"{option} {run_id!r}: holds the control character {bad.group()!r} at position "
+                         f"{bad.start()}; run ids are printed and written to files, so use visible characters")
+    if run_id != run_id.strip():
+        raise ValueError(f"{option} {run_id!r}: leading or trailing white space in a run id; remove it")
+    return run_id
+
+
+
+#: The key of ``runs.dataset`` holding each question's content hash (:func:`question_hash`), which a
+#: resume compares (:meth:`TraceStore.start_run`).
+QUESTION_HASHES = "question_sha256"
+
+
+def question_hash(question: str, gold: str | None, kind: str | None = None, n_choices: int | None = None) -> str:
+    """A short content hash of one question as a run asks and scores it: its text (options
+    included, as the loaders render them), gold answer, kind and option count (16 hex digits of
+    SHA-256; lone surrogates hashed as they are)."""
+    text = json.dumps([question, gold, kind, n_choices or 0], ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
+
+
+def _changed_questions(before: Any, now_hashes: Any) -> list[str]:
+    """Ids whose hash differs between the run's stored hashes and this call's (ids in only one of
+    them are not compared: a larger or smaller ``--limit``); ``[]`` when either has none (a run
+    started before hashes were stored)."""
+    if not isinstance(before, dict) or not isinstance(now_hashes, dict):
+        return []
+    return [qid for qid, h in now_hashes.items() if qid in before and before[qid] != h]
+
+
+def _shown(value: Any, width: int = 40) -> str:
+    """``value`` as JSON in at most about ``width`` characters; a long string keeps its quotes and
+    both ends (a path's file name is at its end), a long other value its start."""
+    if isinstance(value, str) and len(value) > width - 2:
+        keep = width - 3
+        value = value[:keep // 3] + "…" + value[-(keep - keep // 3):]
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width + 10 else text[:width - 1] + "…"
+
+
+def _differences(here: Any, there: Any, prefix: str = "") -> list[str]:
+    """``"field: X here, Y in the run"`` for each leaf of two JSON values (settings) that differs,
+    with dotted names for nested fields."""
+    if isinstance(here, dict) and isinstance(there, dict):
+        out: list[str] = []
+        for key in dict.fromkeys([*here, *there]):
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if key not in there:
+                out.append(f"{name}: {_shown(here[key])} here, unset in the run")
+            elif key not in here:
+                out.append(f"{name}: unset here, {_shown(there[key])} in the run")
+            else:
+                out += _differences(here[key], there[key], name)
+        return out
+    if isinstance(here, list) and isinstance(there, list) and len(here) == len(there):
+        out = []
+        for i, (a, b) in enumerate(zip(here, there)):
+            out += _differences(a, b, f"{prefix}[{i}]")
+        return out
+    return [] if here == there else [f"{prefix or 'value'}: {_shown(here)} here, {_shown(there)} in the run"]
+
+
+def _pool_differences(here: Any, there: Any) -> list[str]:
+    """What differs between two pools (lists of model descriptions): members, then fields by member name."""
+    def by_name(pool: Any) -> dict[str, Any]:
+        if not isinstance(pool, list):
+            return {}
+        return {str(m.get("name", i)) if isinstance(m, dict) else str(i): m for i, m in enumerate(pool)}
+
+    a, b = by_name(here), by_name(there)
+    if list(a) != list(b):
+        return [f"members {', '.join(a) or 'none'} here, {', '.join(b) or 'none'} in the run"]
+    out = []
+    for name in a:
+        out += [f"{name}.{d}" for d in _differences(a[name], b[name])]
+    return out or ["the pools differ"]
+
+
+def _models(pool: Any) -> Any:
+    """A pool description without :data:`TRANSPORT_FIELDS` (what a resume compares), nor
+    :data:`TRANSPORT_KWARGS` in a member's ``options`` and ``options.kwargs`` (a ``langchain``
+    member's ``base_url``, like an ``openai`` member's)."""
+    def member(m: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in m.items() if k not in TRANSPORT_FIELDS}
+        options = out.get("options")
+        if isinstance(options, dict):
+            options = {k: v for k, v in options.items() if k not in TRANSPORT_KWARGS}
+            if isinstance(options.get("kwargs"), dict):
+                options["kwargs"] = {k: v for k, v in options["kwargs"].items() if k not in TRANSPORT_KWARGS}
+            out["options"] = options
+        return out
+
+    if isinstance(pool, list):
+        return [member(m) if isinstance(m, dict) else m for m in pool]
+    return pool

@@ -1,0 +1,173 @@
+"""Opening a trace database file in SQLite: the checks before anything is written, the one-line
+error messages, the read-only open, and the locked ``sqlite_utils.Database`` the store's threads share."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from agora.traces import schema
+from agora.traces.errors import TraceStoreError
+
+
+#: Seconds a write waits for a lock held by another connection or process (SQLite's busy
+#: timeout) before it fails with "database is locked".
+BUSY_TIMEOUT_S = 30.0
+
+
+def describe_sqlite_error(path: str | Path, exc: BaseException) -> str:
+    """One line for an SQLite (or file-system) error on the database ``path``."""
+    msg = str(exc)
+    low = msg.lower()
+    if "disk is full" in low or isinstance(exc, OSError) and exc.errno == 28:  # SQLITE_FULL, ENOSPC
+        return (f"{path}: the disk is full ({msg}); free some space, then rerun with the same --run-id to "
+                "resume (what was recorded is kept)")
+    if "disk i/o error" in low:  # SQLITE_IOERR: a write refused (a file-size limit, a full or failing device)
+        return (f"{path}: a disk I/O error ({msg}: a full disk or file-size limit, or a failing device); fix it, then "
+                "rerun with the same --run-id to resume (what was recorded is kept)")
+    if "locked" in low or "busy" in low:
+        return (f"{path}: the database is locked by another process (waited {BUSY_TIMEOUT_S:g} s); "
+                "try again once it is done")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return f"{path}: not an SQLite database, or a corrupt one ({msg})"
+    if "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
+        return f"{path}: not writable ({msg})"
+    if "unable to open" in low:
+        return f"{path}: cannot open the database file (does its folder exist, and is it writable?)"
+    return f"{path}: {msg}"
+
+
+def check_db_path(path: str | Path) -> None:
+    """Refuse a database path that is a folder or not a regular file (``/dev/null``) before SQLite
+    opens it.
+
+    Raises:
+        TraceStoreError: naming the path.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise TraceStoreError(f"{path}: is a folder, not a database file")
+    if p.exists() and not p.is_file():
+        raise TraceStoreError(f"{path}: not a regular file (a database needs one)")
+
+
+#: Tables Agora writes besides the core ones (:data:`agora.traces.schema.TABLES`): a database that
+#: holds only these (and SQLite's own) is Agora's; any other table without the core ones marks a
+#: database of another tool, which a writable store refuses to touch (:func:`schema_problem`).
+OWN_TABLES = frozenset({"duels", "reputation_snapshots", "leader_snapshots", "preference_pairs", "benches",
+                        "bench_cells"})
+
+
+def schema_problem(conn: sqlite3.Connection) -> str | None:
+    """Why an existing SQLite database cannot take Agora's traces, as one phrase, or ``None``.
+
+    Read-only (``sqlite_master`` and ``PRAGMA table_info``), against the declared schema
+    (:data:`agora.traces.schema.TABLES`, ``PRIMARY_KEYS``), so a column added there is checked
+    without changing this function. Accepted: an empty database; core tables with Agora's primary
+    key that lack columns (an older Agora's database, e.g. without those of ``ADDED_COLUMNS``: the
+    store adds them, every Agora column being nullable, NULL in old rows); extra columns that are
+    nullable or have a default (a newer Agora's, whose rows this one writes without them).
+    Refused: tables of another tool and none of Agora's; a core table that is a view; a core table
+    with another primary key, or with an extra ``NOT NULL`` column without a default (an insert
+    would fail after the first question's work).
+    """
+    objects = {name: kind for kind, name in conn.execute(
+        "select type, name from sqlite_master where type in ('table', 'view')")}
+    core = [t for t in schema.TABLES if t in objects]
+    if not core:
+        foreign = sorted(n for n in objects if not n.startswith("sqlite_") and n not in OWN_TABLES)
+        if foreign:
+            shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+            return f"not an Agora trace database (it holds {shown}, and no runs table); give --db a new file"
+        return None
+    for table in core:
+        if objects[table] != "table":
+            return f"{table} is a {objects[table]}, not a table: not a trace database Agora can write"
+        info = conn.execute(f"PRAGMA table_info([{table}])").fetchall()  # cid, name, type, notnull, default, pk
+        have = {r[1]: r for r in info}
+        pk = tuple(r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5]))
+        want = schema.PRIMARY_KEYS[table]
+        if pk != want:
+            return (f"table {table} has primary key ({', '.join(pk) or 'none'}), Agora's has ({', '.join(want)}): "
+                    "a database of another tool or version; give --db a new file")
+        required = [n for n, r in have.items() if n not in schema.TABLES[table] and r[3] and r[4] is None and not r[5]]
+        if required:
+            return (f"table {table} has NOT NULL column(s) {', '.join(required)} without a default, which this "
+                    "Agora does not write (a database of a newer version?); upgrade Agora or give --db a new file")
+    return None
+
+
+def readonly_uri(path: str | Path) -> str:
+    """The SQLite URI that opens ``path`` for reading without creating anything beside it.
+
+    ``?mode=ro`` alone is not enough for a database in WAL mode: SQLite then creates its ``-shm``
+    and ``-wal`` files and, being read-only, cannot remove them on close. When the file is in WAL
+    mode (header byte 18 is 2) and no ``-wal`` file exists (no connection has it open and every
+    commit is in the main file), ``immutable=1`` is added, so SQLite reads the main file alone. A
+    writer that opens it during the read is not seen (a report of a run that starts meanwhile
+    shows it as it was). With a ``-wal`` file present (a live run) the normal read-only open is
+    used and reads that run's latest commits.
+    """
+    p = Path(path).resolve()
+    uri = f"{p.as_uri()}?mode=ro"
+    try:
+        with open(p, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return uri
+    wal_mode = len(header) == 20 and header[:16] == b"SQLite format 3\x00" and header[18] == 2
+    if wal_mode and not Path(f"{p}-wal").exists():
+        uri += "&immutable=1"
+    return uri
+
+
+def check_schema(path: str | Path) -> None:
+    """Refuse an existing database that cannot take Agora's traces (:func:`schema_problem`) before
+    anything is written to it: it is opened read-only, so its journal mode, tables and columns are
+    left as they were. A missing or empty file passes (the store creates the schema).
+
+    Raises:
+        TraceStoreError: naming the file and the problem.
+    """
+    p = Path(path)
+    if not p.is_file() or p.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(readonly_uri(p), uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            problem = schema_problem(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
+    if problem:
+        raise TraceStoreError(f"{path}: {problem} (nothing was written to it)")
+
+
+class _LockedDatabase(sqlite_utils.Database):
+    """A :class:`sqlite_utils.Database` whose :meth:`query` and :meth:`execute` hold the store's lock.
+
+    The store's one connection is shared by the threads of the questions in flight. sqlite-utils runs
+    every ``query`` inside a savepoint of one fixed name (``sqlite_utils_query``) and commits after an
+    ``execute`` that found no transaction open; two threads doing either at once on one connection
+    release each other's savepoint ("no such savepoint: sqlite_utils_query", which stopped a bench
+    with 8 questions in flight) or commit another thread's half-written transaction. The lock is the
+    store's own re-entrant lock, so a store method that already holds it (its writes) goes on. Rows of
+    a ``query`` are still read lazily, after the lock is let go (one SQLite connection serialises its
+    statements itself)."""
+
+    def __init__(self, *args: Any, lock: threading.RLock, **kwargs: Any):
+        self.lock = lock  # (before sqlite-utils' own __init__, which already executes statements)
+        super().__init__(*args, **kwargs)
+
+    def query(self, *args: Any, **kwargs: Any):  # noqa: D102 - as sqlite_utils.Database.query
+        with self.lock:
+            return super().query(*args, **kwargs)
+
+    def execute(self, *args: Any, **kwargs: Any):  # noqa: D102 - as sqlite_utils.Database.execute
+        with self.lock:
+            return super().execute(*args, **kwargs)
