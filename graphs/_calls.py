@@ -66,10 +66,11 @@ async def aask(pool: ModelPool, model: str, messages: list[dict], params: Sampli
 
 
 def found(text: str | None, problem: Problem) -> tuple[str | None, str | None]:
-    """``(answer, how)`` of one output (``docs/scoring.md``); ``(None, None)`` without an answer."""
+    """``(answer, how)`` of one output (``docs/scoring.md``); ``(None, None)`` without an answer,
+    or for an output whose answer only repeats the question's text (an echo)."""
     if text is None:
         return None, None
-    result = find_answer(text, problem.kind, problem.n_choices or 4)
+    result = find_answer(text, problem.kind, problem.n_choices or 4, question=problem.question)
     return result.answer, result.how if result.answer is not None else None
 
 

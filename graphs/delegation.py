@@ -213,7 +213,7 @@ def _sampled(state: AgentState, problem: Any, samples: list[Any], records: list[
     """``agent_sample``'s result: candidates to the shared pool and to this agent's ``agent_propose``
     (``shared``: taken from the bench's shared candidates, whose rows are the draw's: no records)."""
     agent, model = state["agent"], state["model"]
-    found = [find_answer(s.text, problem.kind, problem.n_choices or 4) for s in samples]
+    found = [find_answer(s.text, problem.kind, problem.n_choices or 4, question=problem.question) for s in samples]
     candidates = [
         Candidate(agent=agent, model=model, index=i, text=s.text, answer=f.answer,
                   how=f.how if f.answer is not None else None,

@@ -250,7 +250,7 @@ def _config(runtime: Runtime) -> EscalationConfig:
 
 
 def _answer(text: str, problem: Problem) -> str | None:
-    return extract_answer(text, problem.kind, problem.n_choices or 4)
+    return extract_answer(text, problem.kind, problem.n_choices or 4, question=problem.question)
 
 
 # ---------------------------------------------------------------------------- COMED nodes

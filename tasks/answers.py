@@ -46,6 +46,7 @@ import logging
 import math
 import re
 import threading
+import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,10 +56,11 @@ AnswerKind = Literal["math", "mc"]
 How = Literal["marker", "boxed", "####", "fallback"]
 """How an answer was found: an explicit final-answer marker, a ``\\boxed{}``, a ``#### N`` line, or
 the fallback (the output's last number or letter: guessed rather than stated)."""
-NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished", "bound"]
+NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished", "bound", "echo"]
 """Why an output has no answer: empty, nothing answer-like, a negated (or retracted) final statement,
 a refusal (or doubt after the value, or in the next sentence), an unfinished expression, a bound
-(``at least 12``) instead of a value."""
+(``at least 12``) instead of a value, an echo (the answer is only in what the output copied from the
+question, :func:`is_echo`)."""
 
 #: Relative tolerance for non-integer numeric gold answers (GSM-Hard targets such as 3.3333333).
 #: Integer gold answers compare exactly.
@@ -82,6 +84,24 @@ class Extraction:
     """The text the answer was read from (the statement after its marker, a box's content, ...)."""
     several: bool = False
     """The answer names several different values (wrong against a single-valued gold answer)."""
+
+
+# ----------------------------------------------------------------------------- digits
+
+#: A decimal digit of a script other than ASCII (Unicode category Nd: Arabic-Indic ``٧``, Devanagari
+#: ``७``, fullwidth ``７``, ...).
+_OTHER_DIGIT = re.compile(r"(?![0-9])\d")
+
+
+def ascii_digits(text: str) -> str:
+    """``text`` with every decimal digit written as its ASCII digit (``"#### ٧"`` → ``"#### 7"``,
+    ``"１２"`` → ``"12"``), by its Unicode decimal value (:func:`unicodedata.decimal`); nothing
+    else changes (not superscripts, fractions or other compatibility forms NFKC would rewrite:
+    ``x²`` stays ``x²``). Applied to outputs and gold answers alike, so a gold and a reply in the
+    same digits of any script compare as numbers."""
+    if text.isascii():
+        return text
+    return _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), text)
 
 
 # ----------------------------------------------------------------------------- math-verify
@@ -677,7 +697,8 @@ def _after_statement(text: str, end: int, found: list[str], kind: AnswerKind,
 # ----------------------------------------------------------------------------- public API
 
 
-def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> Extraction:
+def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4, *,
+                question: str | None = None) -> Extraction:
     """Read the final answer of a model's output under the scoring policy (module docstring,
     ``docs/scoring.md``), and say how it was found.
 
@@ -687,6 +708,8 @@ def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> Ext
             (option letters).
         n_choices: number of options for ``"mc"`` (1 to 10, letters ``A``..``J``); letters beyond it
             are not option letters.
+        question: the question the output answers, when known: an output whose answer is only in
+            what it copies from the question is no answer (``reason="echo"``, :func:`is_echo`).
 
     Returns:
         An :class:`Extraction`: the canonical answer (``None`` when there is none), ``how`` it was
@@ -696,17 +719,67 @@ def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> Ext
     >>> find_answer("So 3 + 4 = 7. The answer is 7.")
     Extraction(answer='7', how='marker', reason=None, span='7', several=False)
     """
+    found = _find_answer(text, kind, n_choices)
+    if question and found.answer is not None and is_echo(text, question, kind, n_choices):
+        return Extraction(None, None, "echo", span=found.span)
+    return found
+
+
+#: Shortest run of words an output must copy from the question to count as repeating it.
+ECHO_MIN_WORDS = 8
+_WORD_EDGE = re.compile(r"^\W+|\W+$")
+
+
+def _echo_words(text: str) -> list[str]:
+    return [_WORD_EDGE.sub("", w).casefold() for w in ascii_digits(text).split()]
+
+
+def is_echo(text: str, question: str, kind: AnswerKind = "math", n_choices: int = 4) -> bool:
+    """Whether ``text`` only repeats ``question`` as far as its answer goes: it names an answer,
+    but none is left once every passage it copies from the question (a run of at least
+    :data:`ECHO_MIN_WORDS` words found in the question in the same order, compared without case
+    and edge punctuation) is taken out. So a reply that restates the question and then answers
+    is no echo (its answer stays), and neither is a short reply that happens to name a number the
+    question names (``"4"``, shorter than a passage); a reply that is the question, or its last
+    sentences, when the question contains its own answer (``... so she has 12 left. How many
+    are left?``), is.
+    """
+    words, raw = _echo_words(text), ascii_digits(text).split()
+    q = _echo_words(question)
+    n = ECHO_MIN_WORDS
+    if len(words) < n or len(q) < n:
+        return False
+    grams = {tuple(q[i:i + n]) for i in range(len(q) - n + 1)}
+    copied = [False] * len(words)
+    for i in range(len(words) - n + 1):
+        if tuple(words[i:i + n]) in grams:
+            copied[i:i + n] = [True] * n
+    if not any(copied):
+        return False
+    rest = " ".join(w for w, c in zip(raw, copied) if not c)
+    return _find_answer(rest, kind, n_choices).answer is None
+
+
+#: A statement that names only a variable (``\\( a \\)``, ``x``): a name for a value, not one.
+_BARE_VARIABLE = re.compile(r"[A-Za-z]")
+
+
+def _find_answer(text: str, kind: AnswerKind, n_choices: int) -> Extraction:
     if not text or not text.strip():
         return Extraction(None, None, "empty")
-    clean = _CALC_NOTE.sub("", text)
+    clean = _CALC_NOTE.sub("", ascii_digits(text))
     letters = "ABCDEFGHIJ"[: max(1, min(10, n_choices))]
-    for statement in reversed(_statements(clean)):
+    statements = _statements(clean)
+    boxed = any(s.how == "boxed" for s in statements)
+    for statement in reversed(statements):
         if not statement.closed:
             return Extraction(None, statement.how, "unfinished", span=statement.span.strip())
         if kind == "mc":
             found, reason = _letters(_CALC_NOTE.sub("", statement.span).replace("\\text", " "), letters)
         else:
             found, reason = _read_math(statement.span, statement.latex)
+            if boxed and statement.how != "boxed" and len(found) == 1 and _BARE_VARIABLE.fullmatch(found[0]):
+                continue  # "\\boxed{5} ... the answer is \\( a \\)": the box holds the value
         if found and statement.end >= len(clean.rstrip()) and _unfinished_end(clean):
             found, reason = [], "unfinished"  # the statement runs into the output's cut-off end
         elif found:
@@ -716,25 +789,28 @@ def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> Ext
     return _fallback_mc(clean, letters) if kind == "mc" else _fallback_math(clean)
 
 
-def extract_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4) -> str | None:
+def extract_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4, *,
+                   question: str | None = None) -> str | None:
     """The final answer of a model's output: :func:`find_answer`'s ``answer``.
 
     Args:
         text: the completion.
         kind: ``"math"`` (a number or expression) or ``"mc"`` (an option letter).
         n_choices: number of options for ``"mc"``; letters beyond it are ignored.
+        question: the question, when known: an echo of it is no answer (:func:`is_echo`).
 
     Returns:
         The canonical answer string (see :func:`answer_key`; several values joined by ``", "``), or
-        ``None`` when the output has no answer (nothing extractable, negated, a refusal, unfinished).
+        ``None`` when the output has no answer (nothing extractable, negated, a refusal, unfinished,
+        an echo).
     """
-    return find_answer(text, kind, n_choices).answer
+    return find_answer(text, kind, n_choices, question=question).answer
 
 
 @functools.lru_cache(maxsize=8192)
 def _answer_values(answer: str) -> tuple[str, ...]:
     """Canonical values of a bare answer (gold, or an extracted one); cached, as golds repeat."""
-    values, _ = _values(answer.strip())
+    values, _ = _values(ascii_digits(answer).strip())
     return tuple(values)
 
 
@@ -778,6 +854,7 @@ def is_correct(predicted: str | None, gold: str, kind: AnswerKind = "math") -> b
         return False
     if kind == "mc":
         return predicted.strip().upper() == gold.strip().upper()
+    gold, predicted = ascii_digits(gold), ascii_digits(predicted)
     gold_values, pred_values = _answer_values(gold), _answer_values(predicted)
     if not gold_values or not pred_values or len(gold_values) != len(pred_values):
         return False

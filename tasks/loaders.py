@@ -6,7 +6,8 @@ Each loader turns one JSON line into a :class:`Problem`. A malformed line raises
 Formats (``fmt`` argument of :func:`load_problems`):
 
 * ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N``: a number (thousands commas
-  allowed; ``#### seven`` is refused, as no answer could ever match it).
+  allowed, digits of any script read as ASCII: ``#### ٧`` is 7; ``#### seven`` is refused, as no
+  answer could ever match it).
 * ``gsm-hard``: ``input``, ``target`` (a finite number; an integer target compares exactly, others with a relative tolerance: docs/scoring.md).
 * ``math``: ``problem`` with ``answer``, or ``solution`` whose last ``\\boxed{...}`` (brace-matched)
   is the answer.
@@ -38,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from agora.tasks.answers import ascii_digits
 from agora.tasks.problem import AnswerKind, Problem  # noqa: F401 (re-exported: its home is tasks.problem)
 
 #: Option letters of multiple-choice problems (answers are extracted among the first ``n_choices``).
@@ -76,7 +78,7 @@ def _gsm8k(rec: dict, path: Path, line: int) -> Problem:
     answer = _require(rec, "answer", path, line)
     if "####" not in answer:
         raise TaskFormatError(path, line, "answer", "no '#### N' final answer")
-    gold = answer.rsplit("####", 1)[1].strip().replace(",", "")
+    gold = ascii_digits(answer.rsplit("####", 1)[1]).strip().replace(",", "")  # "#### ٧" is 7
     if not gold:
         raise TaskFormatError(path, line, "answer", "empty final answer after '####'")
     if not _GSM8K_GOLD.fullmatch(gold):
@@ -90,7 +92,7 @@ def _gsm_hard(rec: dict, path: Path, line: int) -> Problem:
     if isinstance(target, bool):
         raise TaskFormatError(path, line, "target", f"not a number: {target!r}")
     try:
-        value = float(str(target).replace(",", ""))
+        value = float(ascii_digits(str(target)).replace(",", ""))
     except ValueError:
         raise TaskFormatError(path, line, "target", f"not a number: {target!r:.60}") from None
     if not math.isfinite(value):  # NaN, Infinity, or beyond float range (1e400)
@@ -127,7 +129,7 @@ def _math(rec: dict, path: Path, line: int) -> Problem:
         if not gold:
             raise TaskFormatError(path, line, "solution", "no \\boxed{...} answer")
     meta = {k: rec[k] for k in ("subject", "level") if k in rec}
-    return Problem(_id(rec, path, line), problem.strip(), gold.strip(), "math", source="math", meta=meta)
+    return Problem(_id(rec, path, line), problem.strip(), ascii_digits(gold).strip(), "math", source="math", meta=meta)
 
 
 def _check_texts(letters: list[str], texts: list, field: str, path: Path, line: int) -> None:

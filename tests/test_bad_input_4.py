@@ -1,0 +1,134 @@
+"""Bad input, fourth round: golds and replies in other scripts' digits, a reply that only repeats
+the question, a bare variable after a boxed answer, ``export --force`` onto special files, run ids
+with invisible characters, ``AGORA_*`` variables, damaged or crafted bundles, replay's options,
+Studio without its extra. Each case is refused in one line naming what is wrong, or read right.
+Fast (no real model)."""
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import agora.cli.align as align_cli
+from agora.cli.main import app
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
+from agora.tasks import load_problems
+from agora.tasks.answers import ascii_digits, find_answer, is_correct
+
+
+def agora(*args, **kw):
+    result = CliRunner().invoke(app, [str(a) for a in args], **kw)
+    return result.exit_code, result.output  # stdout and stderr
+
+
+def one_error_line(output: str) -> str:
+    """The ``error: ...`` line of a refused command (there is exactly one, and no traceback)."""
+    assert "Traceback" not in output, output
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, output
+    return errors[0]
+
+
+def write(path: Path, *lines) -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line, ensure_ascii=False)) + "\n"
+                            for line in lines), encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------- digits of other scripts
+
+@pytest.mark.parametrize("digits, value", [("٧", "7"), ("７", "7"), ("१२", "12"), ("１,２５０", "1,250"), ("𝟕", "7")])
+def test_digits_of_any_script_read_as_ascii(digits, value):
+    assert ascii_digits(f"#### {digits}") == f"#### {value}"
+
+
+def test_ascii_digits_leaves_other_compatibility_forms_alone():
+    assert ascii_digits("x² + ½ = ﬁve") == "x² + ½ = ﬁve"  # NFKC would make this x2 + 1⁄2 = five
+
+
+@pytest.mark.parametrize("gold_line, gold", [("#### ٧", "7"), ("#### ７", "7"), ("#### ١٢٣", "123")])
+def test_a_gold_in_other_digits_loads_as_a_number_and_matches(tmp_path, gold_line, gold):
+    data = write(tmp_path / "g.jsonl", {"question": "How many?", "answer": f"Count them.\n{gold_line}"})
+    [problem] = load_problems(data, "gsm8k")
+    assert problem.gold == gold
+    assert is_correct(find_answer(f"The answer is {gold}.").answer, problem.gold)
+    assert is_correct(find_answer(f"The answer is {gold}.").answer, gold_line.split()[-1])  # an unloaded gold too
+
+
+@pytest.mark.parametrize("reply, answer", [("The answer is ٧.", "7"), ("#### ７", "7"), ("\\boxed{١٢}", "12"),
+                                           ("So she has ٣ apples left.", "3")])
+def test_a_reply_in_other_digits_is_read(reply, answer):
+    found = find_answer(reply)
+    assert found.answer == answer
+    assert is_correct(found.answer, answer) and is_correct(found.answer, ascii_digits(answer))
+
+
+def test_a_reply_and_a_gold_in_two_scripts_compare_as_numbers():
+    assert is_correct("٧", "７") and is_correct("7", "٧") and not is_correct("٨", "7")
+
+
+def test_a_math_gold_in_other_digits_loads_as_ascii(tmp_path):
+    data = write(tmp_path / "m.jsonl", {"problem": "Compute.", "solution": "So \\boxed{\\frac{١}{٢}}."})
+    [problem] = load_problems(data, "math")
+    assert problem.gold == "\\frac{1}{2}"
+
+
+# ----------------------------------------------------------------------------- a reply that repeats the question
+
+QUESTION = "Tom had 5 apples and ate 2, so he has 3 apples left. How many apples does Tom have left?"
+
+
+@pytest.mark.parametrize("reply", [QUESTION, "Tom had 5 apples and ate 2, so he has 3 apples left.",
+                                   f"Question: {QUESTION}"])
+def test_a_reply_that_only_repeats_the_question_is_an_echo(reply):
+    assert find_answer(reply).answer == "3"  # without the question: the number it repeats
+    found = find_answer(reply, question=QUESTION)
+    assert (found.answer, found.reason) == (None, "echo")
+
+
+@pytest.mark.parametrize("reply, answer", [
+    (f"{QUESTION} He ate 2 of 5, so 5 - 2 = 3. The answer is 3.", "3"),  # restates, then answers
+    ("3", "3"),  # a number the question also names is no passage copied from it
+    ("He has 3 apples left.", "3"),
+    (f"{QUESTION}\n#### 3", "3"),
+])
+def test_a_reply_that_answers_is_no_echo(reply, answer):
+    assert find_answer(reply, question=QUESTION).answer == answer
+
+
+@pytest.fixture
+def echoing(monkeypatch):
+    """``run align`` on scripted models that repeat the question back."""
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=[QUESTION], cycle=True) for m in ("a", "b")})
+    monkeypatch.setattr(align_cli, "get_pool", lambda path: pool)
+    return pool
+
+
+def test_a_run_does_not_credit_replies_that_repeat_the_question(tmp_path, echoing):
+    data = write(tmp_path / "g.jsonl", {"id": "q1", "question": QUESTION, "answer": "5 - 2 = 3\n#### 3"})
+    db = tmp_path / "t.db"
+    code, output = agora("run", "align", "--data", data, "--db", db, "--run-id", "R")
+    assert code == 0, output
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select method, answer, correct from results where run_id = 'R'").fetchall()
+    assert rows and all(answer is None and correct == 0 for _m, answer, correct in rows), rows
+
+
+# ----------------------------------------------------------------------------- a bare variable after a box
+
+@pytest.mark.parametrize("reply", [
+    "\\boxed{5}\n\nThe final answer is \\( a \\), where a = 5.",
+    "Let \\( a \\) be the side. Then \\boxed{5}. Therefore, the answer is \\( a \\).",
+    "\\boxed{5} and the answer is a.",
+])
+def test_a_bare_variable_does_not_win_over_a_boxed_value(reply):
+    found = find_answer(reply)
+    assert (found.answer, found.how) == ("5", "boxed")
+
+
+def test_a_bare_variable_alone_is_still_read():
+    assert find_answer("The answer is \\( a \\).").answer == "a"
+    assert find_answer("\\boxed{5}. Actually no, the answer is 6.").answer == "6"  # a value still corrects a box
