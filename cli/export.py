@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
-from agora.traces.bundle import SUFFIX, check_bundle, export_bundle, import_bundle
+from agora.traces.bundle import SUFFIX, check_bundle, check_out_path, export_bundle, import_bundle
 from agora.traces.store import TraceStore, backfill, check_run_id
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)
@@ -37,6 +37,7 @@ def export_cmd(
     with user_errors():
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
+        check_out_path(out)
         if out.exists() and not force:
             raise ValueError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
         for r in run_id or ():

@@ -132,3 +132,98 @@ def test_a_bare_variable_does_not_win_over_a_boxed_value(reply):
 def test_a_bare_variable_alone_is_still_read():
     assert find_answer("The answer is \\( a \\).").answer == "a"
     assert find_answer("\\boxed{5}. Actually no, the answer is 6.").answer == "6"  # a value still corrects a box
+
+
+# ----------------------------------------------------------------------------- export --force onto special files
+
+@pytest.fixture
+def small_db(tmp_path, monkeypatch):
+    """A trace DB holding run ``R``: ALIGN on two questions, scripted models answering 4."""
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=["The answer is 4."], cycle=True)
+                                       for m in ("a", "b")})
+    monkeypatch.setattr(align_cli, "get_pool", lambda path: pool)
+    data = write(tmp_path / "g.jsonl", {"id": "q1", "question": "What is 2 + 2?", "answer": "#### 4"},
+                 {"id": "q2", "question": "What is 3 + 1?", "answer": "#### 4"})
+    db = tmp_path / "t.db"
+    code, output = agora("run", "align", "--data", data, "--db", db, "--run-id", "R")
+    assert code == 0, output
+    return db
+
+
+def test_export_force_refuses_to_replace_a_fifo(small_db, tmp_path):
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe.agora.jsonl.gz"
+    os.mkfifo(fifo)
+    code, output = agora("export", "--db", small_db, "--run-id", "R", "--out", fifo, "--force")
+    assert code == 2, output
+    assert one_error_line(output) == (f"error: --out {fifo}: a FIFO (named pipe), not a regular file; a bundle "
+                                      "replaces only a regular file or a symbolic link (--force or not): pick a "
+                                      "file path")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the pipe
+
+
+def test_export_force_refuses_a_folder_and_replaces_a_file_or_a_symlink(small_db, tmp_path):
+    import os
+
+    folder = tmp_path / "d.agora.jsonl.gz"
+    folder.mkdir()
+    code, output = agora("export", "--db", small_db, "--run-id", "R", "--out", folder, "--force")
+    assert code == 2 and "a folder, not a regular file" in one_error_line(output)
+    target = tmp_path / "target.txt"
+    target.write_text("keep me")
+    link = tmp_path / "link.agora.jsonl.gz"
+    link.symlink_to(target)
+    code, output = agora("export", "--db", small_db, "--run-id", "R", "--out", link, "--force")
+    assert code == 0, output
+    assert not link.is_symlink() and link.stat().st_size > 0 and target.read_text() == "keep me"
+    code, output = agora("export", "--db", small_db, "--run-id", "R", "--out", link, "--force")  # a regular file now
+    assert code == 0, output
+
+
+def test_export_refuses_a_device_node(small_db, tmp_path):
+    import os
+    import stat
+
+    device = tmp_path / "null"  # a device node of its own (never a system one: a regression would replace it)
+    try:
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, OSError):
+        pytest.skip("making a device node needs root")
+    code, output = agora("export", "--db", small_db, "--run-id", "R", "--out", device, "--force")
+    assert code == 2 and f"{device}: a character device, not a regular file" in one_error_line(output)
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+# ----------------------------------------------------------------------------- run ids with invisible characters
+
+@pytest.mark.parametrize("bad, said", [
+    ("ab\u202ecd", "'ab\\u202ecd': holds the invisible format character '\\u202e' (RIGHT-TO-LEFT OVERRIDE) at "
+                   "position 2"),
+    ("a\u2066b", "'a\\u2066b': holds the invisible format character '\\u2066' (LEFT-TO-RIGHT ISOLATE) at position 1"),
+    ("a\u200bb", "'a\\u200bb': holds the invisible format character '\\u200b' (ZERO WIDTH SPACE) at position 1"),
+    ("a\u200db", "'a\\u200db': holds the invisible format character '\\u200d' (ZERO WIDTH JOINER) at position 1"),
+    ("a\ufeffb", "'a\\ufeffb': holds the invisible format character '\\ufeff' (ZERO WIDTH NO-BREAK SPACE) at "
+                 "position 1"),
+    ("a\ud800b", "'a\\ud800b': holds the lone surrogate '\\ud800' at position 1 (half of a UTF-16 pair, not a "
+                 "character)"),
+])
+def test_run_ids_with_invisible_characters_are_refused_naming_what_they_hold(tmp_path, small_db, bad, said):
+    data = write(tmp_path / "q.jsonl", {"question": "What is 1 + 1?", "answer": "#### 2"})
+    new_db = tmp_path / "new.db"
+    for args, option in [(["run", "align", "--data", data, "--db", new_db, "--run-id", bad], "--run-id"),
+                         (["report", "run", bad, "--db", small_db], "RUN_ID"),
+                         (["export", "--db", small_db, "--run-id", bad, "--out", tmp_path / "x.agora.jsonl.gz"],
+                          "--run-id")]:
+        code, output = agora(*args)
+        assert code == 2, (args, output)
+        assert one_error_line(output) == (f"error: {option} {said}; run ids are printed and written to files, so use "
+                                          "visible characters"), args
+    assert not new_db.exists()
+
+
+def test_run_ids_in_other_scripts_are_still_accepted(tmp_path, small_db):
+    from agora.traces.store import check_run_id
+
+    assert check_run_id("ablation-é-７-日本") == "ablation-é-７-日本"

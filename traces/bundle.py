@@ -39,6 +39,7 @@ import io
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -127,6 +128,7 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
             candidates run is not in ``store``, or an unwritable ``out``.
     """
     out = Path(out)
+    check_out_path(out)
     if out.exists() and store.path and Path(str(store.path)).exists() and out.samefile(str(store.path)):
         raise BundleError(f"{out}: that is the trace database being exported; pick another --out")
     runs = list(dict.fromkeys(run_ids))
@@ -187,6 +189,32 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
     finally:
         tmp.unlink(missing_ok=True)
     return BundleSummary(out, tuple(runs), tuple(benches), counts, out.stat().st_size, carried=carried)
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_out_path(out: str | Path) -> None:
+    """Refuse an ``out`` path that exists as anything but a regular file or a symbolic link (a
+    folder, a FIFO, a device such as ``/dev/full``, a socket): writing a bundle replaces the path
+    whole, which must never turn a device or a pipe into a plain file. A symbolic link is replaced
+    itself, not its target.
+
+    Raises:
+        BundleError: one line naming the path and what it is.
+    """
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BundleError(f"--out {out}: cannot be examined ({exc.strerror or exc})") from None
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return
+    what = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    raise BundleError(f"--out {out}: {what}, not a regular file; a bundle replaces only a regular file or a "
+                      "symbolic link (--force or not): pick a file path")
 
 
 def _shared_source(store: TraceStore, run_id: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from typing import Any
 
 
@@ -24,9 +25,31 @@ TRANSPORT_KWARGS = frozenset(TRANSPORT_FIELDS) | {
 
 
 
-#: Characters a run id may not hold: C0/C1 control characters (a bell, a newline, an escape),
-#: line and paragraph separators, and lone surrogates; they hide in terminals, logs and file names.
+#: What each refused Unicode category of a run id's character is, in a refusal: C0/C1 control
+#: characters (a bell, a newline, an escape), invisible format characters (bidirectional overrides
+#: and isolates such as U+202E, zero-width spaces and joiners, U+FEFF, a soft hyphen), lone
+#: surrogates (half of a UTF-16 pair: not a character, unwritable as UTF-8), line and paragraph
+#: separators. They hide in terminals, logs and file names, or make an id read as another one.
+_RUN_ID_BAD_CATEGORIES = {
+    "Cc": "the control character", "Cf": "the invisible format character",
+    "Cs": "the lone surrogate",
+    "Zl": "the line separator", "Zp": "the paragraph separator"}
+
+
+#: The characters :func:`check_run_id` refuses that are ASCII or Latin-1 controls, separators and
+#: surrogates, as a pattern (kept for callers of the old name; the check reads the categories).
 _RUN_ID_BAD = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _bad_character(run_id: str) -> tuple[int, str, str] | None:
+    """The first character of ``run_id`` a run id may not hold: (position, the character, what it is)."""
+    if run_id.isascii() and run_id.isprintable():
+        return None
+    for i, ch in enumerate(run_id):
+        what = _RUN_ID_BAD_CATEGORIES.get(unicodedata.category(ch))
+        if what:
+            return i, ch, what
+    return None
 
 
 def check_run_id(run_id: Any, option: str = "--run-id") -> str:
@@ -34,8 +57,10 @@ def check_run_id(run_id: Any, option: str = "--run-id") -> str:
     every command that takes a run id (``--run-id``, ``--thread``, ``--dev-run-id``, a bundle's
     runs) and :meth:`TraceStore.start_run` apply, before anything is created.
 
-    Refused: a non-string, an empty or blank id, leading or trailing white space, and control
-    characters (:data:`_RUN_ID_BAD`, shown escaped in the message).
+    Refused: a non-string, an empty or blank id, leading or trailing white space, control
+    characters, invisible format characters (bidirectional overrides such as U+202E, zero-width
+    spaces and joiners), lone surrogates and line or paragraph separators
+    (:data:`_RUN_ID_BAD_CATEGORIES`, each named for what it is and shown escaped in the message).
 
     Raises:
         ValueError: naming ``option`` and the id as Python writes it (``'a\\x07b'``).
@@ -44,10 +69,14 @@ def check_run_id(run_id: Any, option: str = "--run-id") -> str:
         raise ValueError(f"{option}: a run id is text, got {run_id!r}")
     if not run_id.strip():
         raise ValueError(f"{option} {run_id!r}: a blank run id; give a name (letters, digits, - _ : . …)")
-    bad = _RUN_ID_BAD.search(run_id)
+    bad = _bad_character(run_id)
     if bad:
-        raise ValueError(f"{option} {run_id!r}: holds the control character {bad.group()!r} at position "
-                         f"{bad.start()}; run ids are printed and written to files, so use visible characters")
+        at, ch, what = bad
+        name = unicodedata.name(ch, "")  # (control characters and surrogates have none)
+        shown = repr(ch) + (f" ({name})" if name else "")
+        half = " (half of a UTF-16 pair, not a character)" if unicodedata.category(ch) == "Cs" else ""
+        raise ValueError(f"{option} {run_id!r}: holds {what} {shown} at position {at}{half}; run ids are printed "
+                         "and written to files, so use visible characters")
     if run_id != run_id.strip():
         raise ValueError(f"{option} {run_id!r}: leading or trailing white space in a run id; remove it")
     return run_id
