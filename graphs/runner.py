@@ -52,11 +52,14 @@ from langgraph.types import Durability
 from agora.models.pool import ModelCallError, unreturned_attempts
 from agora.graphs._common import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
+from agora.graphs.postgres_checkpoint import open_postgres_checkpointer
 from agora.graphs.registry import get as protocol_spec
 from agora.graphs.scoring import noted_event
 from agora.graphs.spec import methods_written
 from agora.tasks.loaders import Problem
 from agora.tasks.scoring import score_results
+from agora.traces.claims import Claims
+from agora.traces.postgres import is_postgres_url
 from agora.traces.store import (
     BUSY_TIMEOUT_S,
     QUESTION_HASHES,
@@ -91,6 +94,8 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
     (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
     last steps, which the resumed run redoes.
     """
+    if is_postgres_url(str(db_path)):  # the trace database's own schema agora_checkpoints, shared by its workers
+        return open_postgres_checkpointer(str(db_path))  # type: ignore[return-value]
     memory = str(db_path) == ":memory:"
     path = ":memory:" if memory else checkpoint_path(db_path)
     if not memory:
@@ -537,8 +542,19 @@ def run_problems(
             if on_question is not None:
                 on_question(q)
 
+        claims = Claims(store, run_id) if is_postgres_url(store.path) else None
+        if claims is not None:  # workers of one run on Postgres share its questions out (traces/claims.py)
+            claims.seed([(idx, p.id) for idx, p in todo])
+
+            def record_claimed(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
+                with claims.record(problem.id) as mine:  # only while the claim is still ours: written once
+                    if mine:
+                        record(idx, problem, values, wall, was_started)
+
         try:
-            if concurrency == 1 and not _in_running_loop():
+            if claims is not None:
+                _run_claimed(claims, todo, solve, record_claimed, concurrency, control)
+            elif concurrency == 1 and not _in_running_loop():
                 for idx, problem in todo:
                     raise_if_drained(control)
                     record(idx, problem, *solve(problem))
@@ -614,6 +630,63 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
         helper.join()
     else:
         close()
+
+
+def _run_claimed(claims: Claims, todo: list[tuple[int, Problem]], solve: Callable, record: Callable,
+                 concurrency: int, control: RunControl | None) -> None:
+    """Work on ``todo`` as one of several workers of a run (:class:`agora.traces.claims.Claims`):
+    ``concurrency`` threads each claim the next free question, solve it and record it (while the
+    claim is still theirs), until every question of ``todo`` is done, by this worker or another;
+    while the rest are claimed by live workers they wait, and take over a question whose lease
+    expired (its worker died). On the first error or a drain no new question is claimed, the
+    questions held are freed for the others, and the error (or ``GraphDrained``) is raised."""
+    by_id = {p.id: (idx, p) for idx, p in todo}
+    ids = list(by_id)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    record_lock = threading.Lock()
+
+    def stopped() -> bool:
+        return stop.is_set() or (control is not None and control.drain_requested)
+
+    def work() -> None:
+        while True:
+            qid = claims.next(ids, stopped)
+            if qid is None:
+                return
+            idx, problem = by_id[qid]
+            try:
+                result = solve(problem)
+                with record_lock:  # (on_question callbacks run one at a time, as from the calling thread)
+                    record(idx, problem, *result)
+            except BaseException as exc:
+                stop.set()
+                errors.append(exc)
+                if threading.current_thread() is threading.main_thread():
+                    raise
+                return
+
+    claims.start()
+    try:
+        if concurrency == 1 and not _in_running_loop():
+            work()
+        else:
+            threads = [threading.Thread(target=work, name=f"agora-question-{i}", daemon=True) for i in range(concurrency)]
+            for t in threads:
+                t.start()
+            try:
+                for t in threads:
+                    t.join()
+            except BaseException:  # Ctrl-C in the calling thread: the running questions finish, no new one starts
+                stop.set()
+                for t in threads:
+                    t.join()
+                raise
+    finally:
+        claims.stop()
+    if errors:
+        raise errors[0]
+    raise_if_drained(control)
 
 
 class _NotStarted(Exception):

@@ -31,13 +31,13 @@ def run(store, pool, run_id="r1", problems=PROBLEMS, config=DelegationConfig(n_a
                         dataset={"format": "test"}, **kw)
 
 
-def test_rows_in_every_table(tmp_path):
-    store = TraceStore(tmp_path / "t.db")
+def test_rows_in_every_table(trace_db):
+    store = TraceStore(trace_db)
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=answer_twice),
                                        "b": ScriptedChatModel(responses=["The answer is 4."], cycle=True)})
     out = run(store, pool)
     assert [q.answer for q in out.outcomes] == ["2", "4", "6"] or len(out.outcomes) == 3
-    db = sqlite_utils.Database(tmp_path / "t.db")
+    db = store.db
     assert db["runs"].count == 1 and db["questions"].count == 3
     assert db["results"].count == 3 * 4
     assert db["model_calls"].count == 3 * 2 * 2
@@ -54,8 +54,8 @@ def test_rows_in_every_table(tmp_path):
 
 
 @pytest.mark.parametrize("durability", ["async", "exit"])
-def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path, durability):
-    store = TraceStore(tmp_path / "t.db")
+def test_interrupted_run_resumes_without_redoing_or_duplicating(trace_db, durability):
+    store = TraceStore(trace_db)
     state = {"armed": True}
 
     def b_respond(chat, index):
@@ -77,7 +77,7 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path, durabi
     out = run(store, pool, durability=durability)
     assert out.resumed and out.skipped == 1
     assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
-    db = sqlite_utils.Database(tmp_path / "t.db")
+    db = store.db
     assert db["questions"].count == 3 and db["results"].count == 12
     assert db["model_calls"].count == 12
     assert store.get_run("r1")["status"] == "finished"
@@ -88,7 +88,7 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path, durabi
     assert again.skipped == 3 and not again.outcomes and db["model_calls"].count == 12
 
 
-def test_a_requests_prompt_is_kept_once_in_state_and_in_every_trace_row(tmp_path):
+def test_a_requests_prompt_is_kept_once_in_state_and_in_every_trace_row(trace_db):
     chat = [{"role": "user", "content": "What is 2 + 2?"}]
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(responses=["4", "5", "6"])})
     samples, records = pool.sample("a", chat, SamplingParams(n=3))
@@ -96,7 +96,7 @@ def test_a_requests_prompt_is_kept_once_in_state_and_in_every_trace_row(tmp_path
     assert records[0]["messages"] == chat
     assert [r["messages"] for r in records[1:]] == [None, None]
     assert [r["messages_of"] for r in records[1:]] == [records[0]["call_id"]] * 2
-    store = TraceStore(tmp_path / "t.db")
+    store = TraceStore(trace_db)
     store.start_run("r", "align", config={}, pool=[], dataset={})
     store.record_question("r", "align", {"question_id": "q", "question": "What is 2 + 2?"}, {}, records)
     rows = store.calls("r")
@@ -120,8 +120,8 @@ def test_run_problems_works_inside_a_running_event_loop(tmp_path):
     assert [q.methods["self_consistency"]["answer"] for q in out.outcomes] == ["2", "4", "6"]
 
 
-def test_record_question_is_idempotent():
-    store = TraceStore(":memory:")
+def test_record_question_is_idempotent(trace_db):
+    store = TraceStore(trace_db)
     store.start_run("r", "align", config={}, pool=[], dataset={})
     calls = [{"call_id": "c1", "model": "m", "messages": [], "completion": "x", "prompt_tokens": 3,
               "completion_tokens": 1, "latency_s": 0.1}]
@@ -133,8 +133,8 @@ def test_record_question_is_idempotent():
     assert (q["model_calls"], q["prompt_tokens"], q["correct"]) == (1, 3, 1)
 
 
-def test_run_id_of_another_protocol_is_refused():
-    store = TraceStore(":memory:")
+def test_run_id_of_another_protocol_is_refused(trace_db):
+    store = TraceStore(trace_db)
     store.start_run("r", "align", config={}, pool=[], dataset={})
     try:
         store.start_run("r", "comed", config={}, pool=[], dataset={})
@@ -153,13 +153,13 @@ def test_bootstrap_ci_hand_checked():
 
 
 @pytest.mark.parametrize("durability", ["async", "exit"])
-def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_question(tmp_path, durability):
+def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_question(trace_db, durability):
     """SIGINT lands in the main thread while Send branches run: the checkpoint then has no ``next``
     node, only pending tasks; the rerun must resume them, not record an empty question."""
     import _thread
     import signal
 
-    store = TraceStore(tmp_path / "t.db")
+    store = TraceStore(trace_db)
     state = {"armed": True, "delivered": False}
 
     def on_sigint(signum, frame):
@@ -191,13 +191,13 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
     out = run(store, pool, durability=durability)
     assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
     assert all(set(q.methods) == {"align", "single_agent", "self_consistency", "best_of_n"} for q in out.outcomes)
-    db = sqlite_utils.Database(tmp_path / "t.db")
+    db = store.db
     assert db["results"].count == 12
     assert [(r["answer"], r["correct"]) for r in store.questions("r1")] == [("4", 0), ("4", 1), ("4", 0)]
 
 
-def test_resuming_a_run_id_with_other_settings_or_data_is_refused():
-    store = TraceStore(":memory:")
+def test_resuming_a_run_id_with_other_settings_or_data_is_refused(trace_db):
+    store = TraceStore(trace_db)
     store.start_run("r", "align", config={"n": 2}, pool=[], dataset={"path": "a.jsonl", "format": "gsm8k", "limit": 5})
     assert store.start_run("r", "align", config={"n": 2}, pool=[], dataset={"path": "a.jsonl", "format": "gsm8k", "limit": 9})
     for config, dataset, what in (({"n": 3}, {"path": "a.jsonl", "format": "gsm8k"}, "settings"),
@@ -210,7 +210,7 @@ def test_resuming_a_run_id_with_other_settings_or_data_is_refused():
             raise AssertionError(what)
 
 
-def test_concurrent_questions_are_in_flight_together_and_recorded_in_order(tmp_path):
+def test_concurrent_questions_are_in_flight_together_and_recorded_in_order(trace_db):
     """Three questions, concurrency 3: the model answers only once all three wait at a barrier
     (sequential questions would break it), and every question keeps its position ``idx``."""
     barrier = threading.Barrier(3, timeout=10)
@@ -220,7 +220,7 @@ def test_concurrent_questions_are_in_flight_together_and_recorded_in_order(tmp_p
             barrier.wait()  # raises BrokenBarrierError (a failed call) unless 3 calls are in flight
             return super()._generate(messages, stop, run_manager, **kwargs)
 
-    store = TraceStore(tmp_path / "t.db")
+    store = TraceStore(trace_db)
     pool = ModelPool.from_chat_models({"a": AtTheBarrier(respond=answer_twice)})
     out = run(store, pool, config=DelegationConfig(n_agents=1, k_samples=1), concurrency=3)
     assert sorted(q.problem.id for q in out.outcomes) == ["q1", "q2", "q3"]
@@ -230,7 +230,7 @@ def test_concurrent_questions_are_in_flight_together_and_recorded_in_order(tmp_p
     assert store.get_run("r1")["status"] == "finished"
 
 
-def test_concurrent_run_stops_on_an_interrupt_keeps_running_questions_and_resumes(tmp_path):
+def test_concurrent_run_stops_on_an_interrupt_keeps_running_questions_and_resumes(trace_db):
     """Concurrency 2 over 4 questions; q2's model call is interrupted. q1 (running beside it) is
     recorded, q3 and q4 never start; the rerun finishes q2–q4 with no duplicates."""
     state = {"armed": True}
@@ -246,7 +246,7 @@ def test_concurrent_run_stops_on_an_interrupt_keeps_running_questions_and_resume
         return answer_twice(chat, index)
 
     problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(1, 5)]
-    store = TraceStore(tmp_path / "t.db")
+    store = TraceStore(trace_db)
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond, latency_s=0.001)})  # blocks: a thread
     cfg = DelegationConfig(n_agents=1, k_samples=1)
     with pytest.raises(KeyboardInterrupt):
@@ -256,7 +256,7 @@ def test_concurrent_run_stops_on_an_interrupt_keeps_running_questions_and_resume
     state["armed"] = False
     out = run(store, pool, problems=problems, config=cfg, concurrency=2)
     assert out.skipped == 1 and sorted(q.problem.id for q in out.outcomes) == ["q2", "q3", "q4"]
-    assert sqlite_utils.Database(tmp_path / "t.db")["model_calls"].count == 4
+    assert store.db["model_calls"].count == 4
     assert [r["correct"] for r in store.questions("r1")] == [1, 1, 1, 1]
 
 
@@ -268,7 +268,7 @@ def test_bad_runner_settings_are_refused(tmp_path, kw, field):
 
 
 @pytest.mark.parametrize("durability, concurrency", [("async", 1), ("exit", 1), ("exit", 2)])
-def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(tmp_path, durability, concurrency):
+def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(trace_db, durability, concurrency):
     """A drain asked while agent b works on q2 (as Ctrl-C does through ``graceful_stop``): the step
     finishes with both agents' samples checkpointed, q3 never starts, GraphDrained is raised; the
     rerun finishes q2 without asking either agent again about it."""
@@ -286,7 +286,7 @@ def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(tmp_p
         return answer_twice(chat, index)
 
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond), "b": ScriptedChatModel(respond=respond)})
-    store = TraceStore(tmp_path / "t.db")
+    store = TraceStore(trace_db)
     with pytest.raises(GraphDrained):
         run(store, pool, durability=durability, concurrency=concurrency, control=control)
     finished = store.finished_questions("r1")
@@ -300,16 +300,16 @@ def test_drain_stops_at_the_step_boundary_and_resumes_without_asking_again(tmp_p
     assert sum("2 + 2" in t for t in asked) == q2_asked  # q2 resumed from its checkpoint
     assert {q.problem.id for q in out.outcomes} | finished == {"q1", "q2", "q3"}
     assert [r["correct"] for r in store.questions("r1")] == [1, 1, 1]
-    assert sqlite_utils.Database(tmp_path / "t.db")["model_calls"].count == 12
+    assert store.db["model_calls"].count == 12
 
 
-def test_an_unreachable_model_marks_the_run_failed_and_a_rerun_finishes_it(tmp_path):
+def test_an_unreachable_model_marks_the_run_failed_and_a_rerun_finishes_it(trace_db):
     from agora.models.pool import ModelCallError, ModelUnavailableError
 
     def unreachable(chat, index):
         raise ModelUnavailableError("connection refused")
 
-    store = TraceStore(tmp_path / "t.db")
+    store = TraceStore(trace_db)
     broken = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=unreachable)}, max_retries=0)
     with pytest.raises(ModelCallError):
         run(store, broken, config=DelegationConfig(n_agents=1, k_samples=1))
@@ -320,8 +320,8 @@ def test_an_unreachable_model_marks_the_run_failed_and_a_rerun_finishes_it(tmp_p
     assert out.resumed and len(out.outcomes) == 3 and store.get_run("r1")["status"] == "finished"
 
 
-def test_run_ids_lists_runs_by_prefix_oldest_first():
-    store = TraceStore(":memory:")
+def test_run_ids_lists_runs_by_prefix_oldest_first(trace_db):
+    store = TraceStore(trace_db)
     assert store.run_ids() == []
     for rid in ("b1:gsm8k:align", "other", "b1:gsm8k:comed", "b10:x:align"):
         store.start_run(rid, "align", config={}, pool=[], dataset={})

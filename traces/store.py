@@ -13,6 +13,7 @@ their public names are importable from here too. SQLite is the embedded default;
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import platform
 import sqlite3
@@ -72,7 +73,7 @@ __all__ = [  # the names the layers above import from here (defined in the modul
     "RunLockedError", "TraceReader", "TraceStore", "TraceStoreError", "answer_fields", "backfill", "call_row",
     "call_rows", "check_db_path", "check_run_id", "check_schema", "clean_rows", "code_revision",
     "describe_sqlite_error", "fcntl", "lock_path", "now", "option_count", "question_hash", "readonly_uri", "run_lock",
-    "schema", "schema_problem",
+    "schema", "schema_problem", "store_backend", "BACKENDS",
 ]
 
 
@@ -90,6 +91,14 @@ class TraceStore(TraceReader):
             corrupt one), cannot be created or written, stays locked by another process for
             :data:`BUSY_TIMEOUT_S`, or (``readonly``) does not exist.
     """
+
+    def __new__(cls, path: str | Path | None = None, *args: Any, **kwargs: Any) -> "TraceStore":
+        """``TraceStore(path)`` opens the store the path names: a ``postgresql://`` URL the Postgres
+        store (:data:`BACKENDS`), anything else a SQLite file."""
+        backend = store_backend(path) if cls is TraceStore else None
+        if backend is not None:
+            return super().__new__(backend)
+        return super().__new__(cls)
 
     def __init__(self, path: str | Path, *, readonly: bool = False):
         self.path = str(path)
@@ -321,6 +330,9 @@ class TraceStore(TraceReader):
         marked; never raises (``":memory:"``: nothing to mark)."""
         if str(path) == ":memory:":
             return False
+        backend = store_backend(path)
+        if backend is not None:
+            return backend.mark_stopped(path, run_id, status, summary, timeout_s)
         try:
             conn = sqlite3.connect(str(path), timeout=timeout_s)
             try:
@@ -410,9 +422,28 @@ class TraceStore(TraceReader):
             store = cls.__new__(cls)
             store.path, store.readonly, store._lock, store.db = "<database>", True, threading.RLock(), db
             return store
-        if not Path(db).is_file():
+        if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: trace database not found")
         return cls(db, readonly=True)
+
+
+#: Trace stores other than SQLite, by URL scheme: lazy ``"module:attr"`` entries (imported when a URL
+#: of that scheme is opened, so SQLite users need none of their packages).
+BACKENDS: dict[str, str] = {
+    "postgresql": "agora.traces.postgres:PostgresTraceStore",
+    "postgres": "agora.traces.postgres:PostgresTraceStore",
+}
+
+
+def store_backend(path: Any) -> type[TraceStore] | None:
+    """The store class a ``--db`` value names (:data:`BACKENDS`, by its URL scheme), ``None`` for a
+    SQLite path (or ``":memory:"``)."""
+    text = str(path) if isinstance(path, (str, Path)) else ""
+    scheme, sep, _ = text.partition("://")
+    if not sep or scheme.lower() not in BACKENDS:
+        return None
+    module, attr = BACKENDS[scheme.lower()].split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def backfill(store: "TraceStore", run_ids: Sequence[str] = ()) -> dict[str, int]:

@@ -1,0 +1,148 @@
+"""The runner's checkpointer on Postgres: LangGraph's ``PostgresSaver`` (``langgraph-checkpoint-postgres``)
+on a psycopg connection pool, for a ``postgresql://`` trace store; the workers of one run share it, so
+a question a killed worker left half done is resumed by another from its last step.
+
+Its tables live in the trace database's schema ``agora_checkpoints`` (Agora's own ``checkpoints``
+table, of trained models, keeps its name). It deserialises as strictly as the SQLite one
+(:func:`agora.graphs.checkpoint.checkpoint_serializer`: plain data and the allowed types; a row naming
+another type raises :class:`~agora.graphs.checkpoint.UnsafeCheckpointError` before anything is
+imported), and gives the async methods the runner's ``ainvoke`` calls by running the sync ones
+inline, as :class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.serde.base import maybe_add_typed_methods
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from agora.graphs.checkpoint import (
+    _DAMAGED,
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+    _checked,
+    checkpoint_serializer,
+)
+from agora.traces.errors import TraceStoreError
+from agora.traces.postgres import shown_url
+
+#: The Postgres schema holding LangGraph's checkpoint tables in a trace database.
+CHECKPOINT_SCHEMA = "agora_checkpoints"
+
+
+def open_postgres_checkpointer(url: str) -> "InlineAsyncPostgresSaver":
+    """LangGraph's Postgres checkpointer in the trace database ``url`` (schema
+    :data:`CHECKPOINT_SCHEMA`), its tables created (once, by one process at a time); close it with
+    ``saver.close()``.
+
+    Raises:
+        TraceStoreError: ``langgraph-checkpoint-postgres`` is missing, or the server cannot be reached.
+    """
+    try:
+        import psycopg
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+    except ImportError:
+        raise TraceStoreError("a postgresql:// store needs the postgres extra: pip install 'agora-llm[postgres]'") from None
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=30) as conn:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {CHECKPOINT_SCHEMA}")
+    except psycopg.errors.UniqueViolation:  # two workers created it at once
+        pass
+    except psycopg.Error as exc:
+        raise TraceStoreError(f"{shown_url(url)}: cannot open the checkpoints ({str(exc).strip()[:200]})") from None
+    pool = ConnectionPool(url, min_size=1, max_size=8, open=True, name="agora-checkpoints",
+                          kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
+                                  "options": f"-c search_path={CHECKPOINT_SCHEMA}"})
+    saver = InlineAsyncPostgresSaver(pool, url=url)
+    try:
+        with pool.connection() as conn:  # migrations by one process at a time
+            conn.execute("select pg_advisory_lock(hashtext('agora-checkpoint-schema'))")
+            try:
+                saver.setup()
+            finally:
+                conn.execute("select pg_advisory_unlock(hashtext('agora-checkpoint-schema'))")
+    except BaseException:
+        pool.close()
+        raise
+    return saver
+
+
+try:
+    from langgraph.checkpoint.postgres import PostgresSaver as _PostgresSaver
+except ImportError:  # pragma: no cover - without the postgres extra: open_postgres_checkpointer says so
+    _PostgresSaver = object  # type: ignore[assignment,misc]
+
+
+class InlineAsyncPostgresSaver(_PostgresSaver):  # type: ignore[misc,valid-type]
+    """``PostgresSaver`` on a pool, strict, with inline async methods (see the module docstring).
+    ``commit`` is a no-op (every write is committed when its method returns)."""
+
+    def __init__(self, pool: Any, *, url: str, serde: Any = None) -> None:
+        super().__init__(pool, serde=serde if serde is not None else checkpoint_serializer())
+        self.url = url
+        self.group_commit = False
+
+    def with_allowlist(self, extra_allowlist: Any) -> "InlineAsyncPostgresSaver":
+        """As :meth:`InlineAsyncSqliteSaver.with_allowlist`: in place."""
+        if isinstance(self.serde, JsonPlusSerializer):
+            self.serde = maybe_add_typed_methods(self.serde.with_msgpack_allowlist(extra_allowlist))
+        return self
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """As ``PostgresSaver.get_tuple``.
+
+        Raises:
+            UnsafeCheckpointError: the row names a type outside the allow-list (nothing run).
+            CorruptCheckpointError: the row cannot be decoded (database and thread named).
+        """
+        try:
+            return _checked(super().get_tuple(config))
+        except (UnsafeCheckpointError, *_DAMAGED) as exc:
+            raise self._where(exc, config) from None
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        try:
+            for item in super().list(config, filter=filter, before=before, limit=limit):
+                yield _checked(item)
+        except (UnsafeCheckpointError, *_DAMAGED) as exc:
+            raise self._where(exc, config) from None
+
+    def _where(self, exc: Exception, config: RunnableConfig | None) -> ValueError:
+        thread = ((config or {}).get("configurable") or {}).get("thread_id")
+        where = f"{shown_url(self.url)} ({CHECKPOINT_SCHEMA})" + (f": thread {thread!r}" if thread else "")
+        if isinstance(exc, UnsafeCheckpointError):
+            return UnsafeCheckpointError(f"{where}: {exc}")
+        detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        return CorruptCheckpointError(f"{where}: a checkpoint row cannot be read ({type(exc).__name__}: {detail}); "
+                                      "it was changed or damaged outside Agora: delete the thread or use a new run id")
+
+    def commit(self) -> None:
+        """Nothing waits for a commit here."""
+
+    def close(self) -> None:
+        self.conn.close()
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        for item in list(self.list(config, filter=filter, before=before, limit=limit)):
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.delete_thread(thread_id)

@@ -1,0 +1,174 @@
+"""Several workers on one run (Postgres): the ``claims`` table shares a run's questions out.
+
+Each question of a run has one ``claims`` row (``run_id, question_id``: ``idx``, ``worker``,
+``lease_until``, ``done``). A worker takes the next free question with Postgres's own row locking,
+``SELECT … FOR UPDATE SKIP LOCKED`` (free: not done, and no lease or an expired one), and holds it
+by a lease it renews while it works (:attr:`Claims.lease_s`, renewed every third of it). A killed
+worker renews nothing: once its lease expires another worker takes the question over (from the
+question's last checkpoint, shared in the same database). A question is recorded only by the worker
+whose claim it still is, in the transaction that marks the claim done (:meth:`Claims.record`), so a
+question is written once even when a slow worker's lease was taken over.
+
+SQLite stores have no claims: one process runs a run (:meth:`agora.traces.store.TraceStore.run_lock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import threading
+import time
+import uuid
+from typing import Any, Iterator, Sequence
+
+#: Seconds a claimed question stays a worker's without a renewal (``AGORA_LEASE_S`` overrides).
+LEASE_S = 60.0
+
+_TABLE = """
+CREATE TABLE IF NOT EXISTS claims (
+    run_id TEXT NOT NULL, question_id TEXT NOT NULL, idx BIGINT, worker TEXT,
+    lease_until TIMESTAMPTZ, done BOOLEAN NOT NULL DEFAULT false, attempts BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, question_id))
+"""
+
+
+def create_claims_table(db: Any) -> None:
+    """Create the ``claims`` table in a Postgres trace database (:class:`agora.traces.postgres.PostgresDatabase`)."""
+    db.execute(_TABLE)
+
+
+def lease_s() -> float:
+    """The lease in seconds: ``AGORA_LEASE_S`` when set (a positive number), else :data:`LEASE_S`."""
+    raw = os.environ.get("AGORA_LEASE_S")
+    if raw is None:
+        return LEASE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"AGORA_LEASE_S={raw!r}: a lease is a number of seconds") from None
+    if not value > 0:
+        raise ValueError(f"AGORA_LEASE_S={raw!r}: a lease is a positive number of seconds")
+    return value
+
+
+class Claims:
+    """One worker's claims on one run's questions (see the module docstring).
+
+    Args:
+        store: a Postgres trace store (its ``db``).
+        run_id: the run.
+        lease_s: seconds a claim lasts without renewal (default :func:`lease_s`).
+    """
+
+    def __init__(self, store: Any, run_id: str, *, lease: float | None = None):
+        self.store, self.db, self.run_id = store, store.db, run_id
+        self.lease_s = lease if lease is not None else lease_s()
+        self.worker = f"{platform.node()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.held: set[str] = set()
+        self._held_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self.taken_over = 0
+        """Questions this worker took from a worker whose lease had expired."""
+
+    def seed(self, questions: Sequence[tuple[int, str]]) -> None:
+        """Add a claims row for each ``(idx, question_id)`` not yet there, and free the ones that are
+        done without a recorded answer (a failed question: this sitting retries it, as a rerun does)."""
+        ids = [q for _, q in questions]
+        with self.db.conn:
+            with self.db._connection() as conn, conn.cursor() as cur:
+                cur.executemany("INSERT INTO claims (run_id, question_id, idx) VALUES (%s, %s, %s) "
+                                "ON CONFLICT DO NOTHING", [(self.run_id, q, i) for i, q in questions])
+            self.db.execute("UPDATE claims SET done = false, worker = NULL, lease_until = NULL WHERE run_id = ? "
+                            "AND done AND question_id = ANY(?) AND NOT EXISTS (SELECT 1 FROM questions q WHERE "
+                            "q.run_id = claims.run_id AND q.question_id = claims.question_id)", [self.run_id, ids])
+
+    def start(self) -> "Claims":
+        """Start renewing this worker's leases (a daemon thread)."""
+        self._beat = threading.Thread(target=self._renew, name="agora-claims-lease", daemon=True)
+        self._beat.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop renewing and free the questions still held (a drain, an error: others take them at once)."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=10)
+        with self._held_lock:
+            held = sorted(self.held)
+        if held:
+            with contextlib.suppress(Exception):
+                self.db.execute("UPDATE claims SET worker = NULL, lease_until = NULL WHERE run_id = ? AND "
+                                "worker = ? AND question_id = ANY(?) AND NOT done", [self.run_id, self.worker, held])
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            with self._held_lock:
+                held = sorted(self.held)
+            if held:
+                with contextlib.suppress(Exception):  # a connection blip: the next beat tries again
+                    self.db.execute("UPDATE claims SET lease_until = now() + make_interval(secs => ?) WHERE "
+                                    "run_id = ? AND worker = ? AND question_id = ANY(?)",
+                                    [self.lease_s, self.run_id, self.worker, held])
+
+    def claim_next(self, ids: Sequence[str]) -> str | None:
+        """Claim the first free question among ``ids`` (by ``idx``); its id, or ``None`` when none is
+        free now (done, or leased by a live worker)."""
+        with self.db.conn:
+            rows = list(self.db.query(
+                "SELECT question_id, worker FROM claims WHERE run_id = ? AND question_id = ANY(?) AND NOT done AND "
+                "(lease_until IS NULL OR lease_until < now()) ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED",
+                [self.run_id, list(ids)]))
+            if not rows:
+                return None
+            qid = rows[0]["question_id"]
+            self.db.execute("UPDATE claims SET worker = ?, lease_until = now() + make_interval(secs => ?), "
+                            "attempts = attempts + 1 WHERE run_id = ? AND question_id = ?",
+                            [self.worker, self.lease_s, self.run_id, qid])
+        if rows[0]["worker"] is not None:
+            self.taken_over += 1
+        with self._held_lock:
+            self.held.add(qid)
+        return qid
+
+    def remaining(self, ids: Sequence[str]) -> int:
+        """Questions among ``ids`` not done yet (claimed by someone or free)."""
+        row = next(self.db.query("SELECT count(*) AS n FROM claims WHERE run_id = ? AND question_id = ANY(?) AND NOT done",
+                                 [self.run_id, list(ids)]))
+        return int(row["n"])
+
+    def next(self, ids: Sequence[str], stopped: Any = lambda: False) -> str | None:
+        """The next question to work on: claimed at once when one is free; while all the rest are
+        leased by other workers, wait (a fifth of the lease between looks) for one to free up or
+        expire. ``None`` when every question among ``ids`` is done, or ``stopped()`` says so."""
+        while not stopped():
+            qid = self.claim_next(ids)
+            if qid is not None:
+                return qid
+            if self.remaining(ids) == 0:
+                return None
+            time.sleep(min(1.0, self.lease_s / 5))
+        return None
+
+    @contextlib.contextmanager
+    def record(self, question_id: str) -> Iterator[bool]:
+        """One transaction in which to record ``question_id``: yields whether the claim is still this
+        worker's (record only then), and marks it done when the block ends without error."""
+        with self.store._lock, self.db.conn:
+            rows = list(self.db.query("SELECT worker, done FROM claims WHERE run_id = ? AND question_id = ? FOR UPDATE",
+                                      [self.run_id, question_id]))
+            mine = bool(rows) and rows[0]["worker"] == self.worker and not rows[0]["done"]
+            yield mine
+            if mine:
+                self.db.execute("UPDATE claims SET done = true, lease_until = NULL WHERE run_id = ? AND question_id = ?",
+                                [self.run_id, question_id])
+        with self._held_lock:
+            self.held.discard(question_id)
+
+    def release(self, question_id: str, done: bool = False) -> None:
+        """Give a question up (``done``: a failed question, not retried in this sitting)."""
+        self.db.execute("UPDATE claims SET worker = NULL, lease_until = NULL, done = ? WHERE run_id = ? AND "
+                        "question_id = ? AND worker = ?", [done, self.run_id, question_id, self.worker])
+        with self._held_lock:
+            self.held.discard(question_id)

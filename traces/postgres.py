@@ -1,0 +1,459 @@
+"""The trace store on Postgres: the same tables, rules and readers as the SQLite store, on psycopg 3
+with a connection pool (``psycopg_pool``), chosen by a ``postgresql://`` URL wherever a database path
+is taken (``--db``, ``TraceStore(url)``, Studio's context).
+
+How the SQLite store's code runs here unchanged: :class:`PostgresDatabase` offers the part of
+``sqlite_utils.Database`` the store and its readers use (``query``, ``execute``, ``table_names``,
+``db[table]`` with ``create``, ``columns_dict``, ``rows_where``, ``insert``, ``upsert``, ``update``...;
+``db.conn`` as a transaction), and writes the SQL they give in Postgres's dialect: ``?`` placeholders
+become ``%s``, ``[name]`` quoting ``"name"``. Every Agora table gets a hidden ``rowid`` identity
+column (insertion order, as SQLite's), left out of ``select *`` rows and of ``columns_dict``; the
+database gets ``julianday(text)`` and ``sum(boolean)``, the two SQLite functions the reports use.
+Readers that open SQLite files themselves (``sqlite3``) stay SQLite-only (``docs/traces.md``).
+
+Several processes may write one Postgres run at once (``agora run --db postgresql://...`` started N
+times): the store takes no run lock (:meth:`PostgresTraceStore.run_lock`), ``start_run`` is
+serialised per run id by an advisory lock, and the questions are shared out through the ``claims``
+table (:mod:`agora.traces.claims`).
+
+Needs the ``postgres`` extra: ``pip install -e '.[postgres]'`` (psycopg, psycopg-pool,
+langgraph-checkpoint-postgres).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from decimal import Decimal
+from typing import Any, Iterable, Iterator, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from agora.traces.errors import TraceStoreError
+from agora.traces.rows import _clean_text, _json, now
+from agora.traces.store import TraceStore
+
+#: URL schemes that open a Postgres store.
+SCHEMES = ("postgresql", "postgres")
+
+#: Connections per store: enough for a run's questions in flight (its threads share them).
+POOL_MAX_SIZE = 16
+
+_TYPES = {str: "TEXT", int: "BIGINT", float: "DOUBLE PRECISION", bytes: "BYTEA", bool: "BIGINT",
+          dict: "TEXT", list: "TEXT"}
+_PY = {"text": str, "bigint": int, "integer": int, "smallint": int, "double precision": float, "real": float,
+       "bytea": bytes, "numeric": float, "boolean": int}
+
+_SETUP = """
+CREATE OR REPLACE FUNCTION julianday(stamp text) RETURNS double precision LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN extract(epoch from stamp::timestamptz) / 86400.0 + 2440587.5;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE FUNCTION agora_bool_sum(acc bigint, value boolean) RETURNS bigint LANGUAGE sql IMMUTABLE AS
+    'SELECT acc + coalesce(value::int, 0)';
+DO $$ BEGIN
+    CREATE AGGREGATE sum(boolean) (sfunc = agora_bool_sum, stype = bigint, initcond = '0');
+EXCEPTION WHEN duplicate_function THEN NULL;
+END $$;
+"""
+
+
+def is_postgres_url(path: Any) -> bool:
+    """Whether ``path`` (a ``--db`` value) names a Postgres database (``postgresql://`` or ``postgres://``)."""
+    return isinstance(path, str) and path.split("://", 1)[0].lower() in SCHEMES and "://" in path
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its password, for messages and the ``runs`` table's readers."""
+    parts = urlsplit(url)
+    if parts.password:
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _needs_driver() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        raise TraceStoreError("a postgresql:// trace store needs psycopg and psycopg-pool: "
+                              "pip install 'agora-llm[postgres]' (or -e '.[postgres]' in a checkout)") from None
+    return psycopg
+
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"])*\"|\[[A-Za-z_][A-Za-z0-9_ ]*\]|\?|%")
+
+
+def to_postgres(sql: str, with_params: bool = True) -> str:
+    """SQLite-flavoured SQL as Postgres reads it: ``?`` → ``%s``, ``[name]`` → ``"name"``, a literal
+    ``%`` doubled when parameters are passed; string literals are left alone.
+
+    >>> to_postgres("select [a] from t where b = ? and c like 'x%?'")
+    'select "a" from t where b = %s and c like \\'x%%?\\''
+    """
+    def sub(m: re.Match[str]) -> str:
+        tok = m.group()
+        if tok == "?":
+            return "%s"
+        if tok == "%":
+            return "%%" if with_params else "%"
+        if tok.startswith("["):
+            return '"' + tok[1:-1] + '"'
+        if tok.startswith("'") and with_params:
+            return tok.replace("%", "%%")
+        return tok
+
+    return _TOKEN.sub(sub, sql)
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, memoryview):
+        return bytes(v)
+    return v
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: _value(v) for k, v in r.items() if k != "rowid"}
+
+
+def _stored(v: Any) -> Any:
+    """A value as sqlite-utils stores it: lists and dicts as JSON text, booleans as 0/1."""
+    if isinstance(v, (dict, list, tuple)):
+        return _json(v)
+    if isinstance(v, bool):
+        return int(v)
+    return v
+
+
+class _Result:
+    """What ``PostgresDatabase.execute`` returns: the rows (tuples) read at once, ``rowcount``."""
+
+    def __init__(self, rows: list[tuple], rowcount: int, description: Any):
+        self._rows, self.rowcount, self.description = rows, rowcount, description
+
+    def fetchone(self) -> tuple | None:
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[tuple]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self.fetchall())
+
+
+class _Transaction:
+    """``db.conn``: ``with db.conn:`` is one transaction on one pooled connection for this thread
+    (nested blocks join it; committed when the outermost ends, rolled back on an error), as
+    ``with sqlite3_connection:`` is for the SQLite store. ``execute``/``executemany`` run on that
+    transaction, or on a connection of their own (committed at once) outside one."""
+
+    def __init__(self, db: "PostgresDatabase"):
+        self.db = db
+
+    def __enter__(self) -> "_Transaction":
+        local = self.db._local
+        if getattr(local, "depth", 0) == 0:
+            local.cm = self.db.pool.connection()
+            local.conn = local.cm.__enter__()
+            local.tx = local.conn.transaction()
+            local.tx.__enter__()
+        local.depth = getattr(local, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        local = self.db._local
+        local.depth -= 1
+        if local.depth == 0:
+            try:
+                local.tx.__exit__(*exc)
+            finally:
+                tx_conn_cm, local.cm, local.conn, local.tx = local.cm, None, None, None
+                tx_conn_cm.__exit__(*exc)
+
+    @property
+    def in_transaction(self) -> bool:
+        return getattr(self.db._local, "depth", 0) > 0
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> _Result:
+        return self.db.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self.db._connection() as conn, conn.cursor() as cur:
+            cur.executemany(to_postgres(sql), [tuple(_stored(v) for v in r) for r in rows])
+
+    def commit(self) -> None:  # statements outside a ``with db.conn:`` block are committed already
+        pass
+
+
+class PostgresTable:
+    """``db[name]``: the part of ``sqlite_utils.Table`` the store and its readers use."""
+
+    def __init__(self, db: "PostgresDatabase", name: str):
+        self.db, self.name = db, name
+
+    @property
+    def _q(self) -> str:
+        return '"' + self.name.replace('"', '""') + '"'
+
+    def exists(self) -> bool:
+        return self.name in self.db.table_names()
+
+    @property
+    def columns_dict(self) -> dict[str, type]:
+        rows = self.db.query("select column_name, data_type from information_schema.columns where table_schema = "
+                             "current_schema() and table_name = ? order by ordinal_position", [self.name])
+        return {r["column_name"]: _PY.get(r["data_type"], str) for r in rows if r["column_name"] != "rowid"}
+
+    @property
+    def columns(self) -> list[Any]:
+        from collections import namedtuple
+
+        Column = namedtuple("Column", "cid name type notnull default_value is_pk")
+        return [Column(i, n, _TYPES.get(t, "TEXT"), 0, None, 0) for i, (n, t) in enumerate(self.columns_dict.items())]
+
+    @property
+    def count(self) -> int:
+        return next(iter(self.db.query(f"select count(*) as n from {self._q}")))["n"]
+
+    def create(self, columns: dict[str, Any], pk: str | Sequence[str] | None = None, *, if_not_exists: bool = False,
+               **_: Any) -> "PostgresTable":
+        keys = [pk] if isinstance(pk, str) else list(pk or [])
+        defs = [f'"{c}" {_TYPES.get(t, "TEXT")}' + (" NOT NULL" if c in keys else "") for c, t in columns.items()]
+        defs.append("rowid BIGINT GENERATED BY DEFAULT AS IDENTITY")
+        if keys:
+            defs.append(f"PRIMARY KEY ({', '.join(chr(34) + k + chr(34) for k in keys)})")
+        self.db.execute(f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{self._q} ({', '.join(defs)})")
+        return self
+
+    def add_column(self, name: str, kind: Any = str) -> None:
+        self.db.execute(f'ALTER TABLE {self._q} ADD COLUMN IF NOT EXISTS "{name}" {_TYPES.get(kind, "TEXT")}')
+
+    def create_index(self, columns: Sequence[str], *, if_not_exists: bool = False, unique: bool = False,
+                     index_name: str | None = None, **_: Any) -> None:
+        name = index_name or f"idx_{self.name}_{'_'.join(columns)}"
+        self.db.execute(f"CREATE {'UNIQUE ' if unique else ''}INDEX {'IF NOT EXISTS ' if if_not_exists else ''}"
+                        f"\"{name}\" ON {self._q} ({', '.join(chr(34) + c + chr(34) for c in columns)})")
+
+    def rows_where(self, where: str | None = None, where_args: Sequence[Any] | None = None, *,
+                   order_by: str | None = None, select: str = "*", limit: int | None = None) -> Iterator[dict]:
+        sql = f"select {select} from {self._q}" + (f" where {where}" if where else "")
+        sql += f" order by {order_by}" if order_by else " order by rowid"
+        sql += f" limit {int(limit)}" if limit is not None else ""
+        return iter(self.db.query(sql, list(where_args or [])))
+
+    @property
+    def rows(self) -> Iterator[dict]:
+        return self.rows_where()
+
+    def _pk(self, pk: str | Sequence[str] | None) -> list[str]:
+        if pk is not None:
+            return [pk] if isinstance(pk, str) else list(pk)
+        rows = self.db.query(
+            "select a.attname as name from pg_index i join pg_attribute a on a.attrelid = i.indrelid and "
+            "a.attnum = any(i.indkey) where i.indrelid = ?::regclass and i.indisprimary order by "
+            "array_position(i.indkey::int2[], a.attnum)", [self.name])
+        return [r["name"] for r in rows]
+
+    def _write(self, rows: Sequence[dict[str, Any]], pk: Sequence[str], on_conflict: str) -> None:
+        if not rows:
+            return
+        cols = list(dict.fromkeys(c for r in rows for c in r))
+        have = self.columns_dict
+        for c in cols:  # sqlite-utils' alter=True for new keys: add the column (text)
+            if c not in have:
+                self.add_column(c, type(next((r[c] for r in rows if r.get(c) is not None), "")))
+        names = ", ".join(f'"{c}"' for c in cols)
+        sql = f"INSERT INTO {self._q} ({names}) VALUES ({', '.join('%s' for _ in cols)})"
+        if on_conflict == "update" and pk:
+            updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in cols if c not in pk)
+            sql += f" ON CONFLICT ({', '.join(chr(34) + k + chr(34) for k in pk)}) " + (
+                f"DO UPDATE SET {updates}" if updates else "DO NOTHING")
+        elif on_conflict == "ignore":
+            sql += " ON CONFLICT DO NOTHING"
+        with self.db._connection() as conn, conn.cursor() as cur:
+            cur.executemany(sql, [tuple(_stored(r.get(c)) for c in cols) for r in rows])
+
+    def insert(self, row: dict[str, Any], pk: Any = None, *, replace: bool = False, ignore: bool = False,
+               **_: Any) -> "PostgresTable":
+        return self.insert_all([row], pk=pk, replace=replace, ignore=ignore)
+
+    def insert_all(self, rows: Iterable[dict[str, Any]], pk: Any = None, *, replace: bool = False,
+                   ignore: bool = False, **_: Any) -> "PostgresTable":
+        rows = list(rows)
+        self._write(rows, self._pk(pk) if replace else [], "update" if replace else "ignore" if ignore else "")
+        return self
+
+    def upsert(self, row: dict[str, Any], pk: Any = None, **_: Any) -> "PostgresTable":
+        return self.upsert_all([row], pk=pk)
+
+    def upsert_all(self, rows: Iterable[dict[str, Any]], pk: Any = None, **_: Any) -> "PostgresTable":
+        self._write(list(rows), self._pk(pk), "update")
+        return self
+
+    def update(self, pk_values: Any, updates: dict[str, Any] | None = None, **_: Any) -> "PostgresTable":
+        if not updates:
+            return self
+        keys = self._pk(None)
+        values = list(pk_values) if isinstance(pk_values, (list, tuple)) else [pk_values]
+        sets = ", ".join(f'"{c}" = %s' for c in updates)
+        where = " and ".join(f'"{k}" = %s' for k in keys)
+        with self.db._connection() as conn:
+            conn.execute(f"UPDATE {self._q} SET {sets} WHERE {where}", [*map(_stored, updates.values()), *values])
+        return self
+
+
+class PostgresDatabase:
+    """The part of ``sqlite_utils.Database`` the trace store and its readers use, on a psycopg
+    connection pool (see the module docstring). Thread-safe: each thread's ``with db.conn:`` block
+    holds a pooled connection of its own.
+
+    Args:
+        url: a ``postgresql://`` URL (libpq's: ``postgresql://user:pw@host:5432/db``,
+            ``postgresql:///db?host=/run/postgresql``).
+        max_size: pooled connections at most.
+
+    Raises:
+        TraceStoreError: psycopg is missing, or the server cannot be reached (the URL shown
+            without its password).
+    """
+
+    def __init__(self, url: str, *, max_size: int = POOL_MAX_SIZE):
+        psycopg = _needs_driver()
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        self._local = threading.local()
+        self._dict_row = dict_row
+        self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False,
+                                   kwargs={"autocommit": True}, name="agora-traces")
+        try:
+            self.pool.open(wait=True, timeout=30)
+        except Exception as exc:  # noqa: BLE001 - PoolTimeout hides the cause: connect once to name it
+            self.pool.close()
+            try:
+                psycopg.connect(url, connect_timeout=10).close()
+                reason = str(exc)
+            except Exception as inner:  # noqa: BLE001
+                reason = str(inner).strip().splitlines()[0] if str(inner).strip() else type(inner).__name__
+            raise TraceStoreError(f"{shown_url(url)}: cannot connect to the Postgres trace store ({reason})") from None
+        self.conn = _Transaction(self)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """This thread's transaction connection, else a pooled one (autocommit) for one statement."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.pool.connection() as conn:
+            yield conn
+
+    def query(self, sql: str, params: Sequence[Any] | dict | None = None) -> Iterator[dict[str, Any]]:
+        with self._connection() as conn, conn.cursor(row_factory=self._dict_row) as cur:
+            cur.execute(to_postgres(sql, params is not None), _params(params))
+            rows = cur.fetchall() if cur.description is not None else []
+        return iter([_row(r) for r in rows])
+
+    def execute(self, sql: str, params: Sequence[Any] | dict | None = None) -> _Result:
+        with self._connection() as conn, conn.cursor() as cur:
+            cur.execute(to_postgres(sql, params is not None), _params(params))
+            rows = cur.fetchall() if cur.description is not None else []
+            return _Result([tuple(_value(v) for v in r) for r in rows], cur.rowcount, cur.description)
+
+    def executescript(self, sql: str) -> None:
+        with self._connection() as conn:
+            conn.execute(sql)
+
+    def __getitem__(self, name: str) -> PostgresTable:
+        return PostgresTable(self, name)
+
+    def table(self, name: str) -> PostgresTable:
+        return PostgresTable(self, name)
+
+    def table_names(self) -> list[str]:
+        return [r["table_name"] for r in self.query(
+            "select table_name from information_schema.tables where table_schema = current_schema() "
+            "and table_type = 'BASE TABLE' order by table_name")]
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _params(params: Sequence[Any] | dict | None) -> Any:
+    if params is None:
+        return None
+    return params  # (lists stay lists: ``= ANY(?)``)
+
+
+class PostgresTraceStore(TraceStore):
+    """:class:`~agora.traces.store.TraceStore` on Postgres (see the module docstring): every method
+    and reader of the SQLite store, on :class:`PostgresDatabase`. ``TraceStore(url)`` with a
+    ``postgresql://`` URL opens one.
+
+    Args:
+        path: the URL.
+        readonly: create nothing (reports); the tables must exist.
+
+    Raises:
+        TraceStoreError: psycopg missing, the server unreachable, or (``readonly``) no trace tables.
+    """
+
+    def __init__(self, path: str, *, readonly: bool = False):
+        self.path = str(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self.db = PostgresDatabase(self.path)
+        if readonly:
+            if "runs" not in self.db.table_names():
+                self.db.close()
+                raise TraceStoreError(f"{shown_url(self.path)}: no trace tables in this database")
+            return
+        with self.db.conn:  # one process at a time creates the tables (others wait, then find them)
+            self.db.execute("select pg_advisory_xact_lock(hashtext('agora-trace-schema'))")
+            self.db.executescript(_SETUP)
+            self._create()
+            from agora.traces.claims import create_claims_table
+
+            create_claims_table(self.db)
+
+    def start_run(self, run_id: str, protocol: str, **kwargs: Any) -> bool:
+        """As :meth:`TraceStore.start_run`, serialised per run id across processes (workers of one
+        run start at once: one creates the row, the others resume it)."""
+        with self._lock, self.db.conn:
+            self.db.execute("select pg_advisory_xact_lock(hashtext(?))", [f"agora-run:{run_id}"])
+            return super().start_run(run_id, protocol, **kwargs)
+
+    def run_lock(self, run_id: str) -> contextlib.AbstractContextManager[None]:
+        """No lock: on Postgres several processes run one run together, sharing its questions
+        (:mod:`agora.traces.claims`)."""
+        return contextlib.nullcontext()
+
+    def finish_run(self, run_id: str, summary: Any = None, status: str = "finished") -> None:
+        with self._lock, self.db.conn:
+            self.db["runs"].update(run_id, {"status": status, "finished_at": now(),
+                                            "summary": _clean_text(_json(summary))})
+
+    @staticmethod
+    def mark_stopped(path: str, run_id: str, status: str = "interrupted", summary: Any = None,
+                     timeout_s: float = 2.0) -> bool:
+        try:
+            import psycopg
+
+            with psycopg.connect(str(path), connect_timeout=max(1, int(timeout_s)), autocommit=True) as conn:
+                cur = conn.execute("update runs set status = %s, finished_at = %s, summary = %s "
+                                   "where run_id = %s and status = 'running'",
+                                   [status, now(), _clean_text(_json(summary)), run_id])
+                return cur.rowcount > 0
+        except Exception:  # noqa: BLE001 - never raises (a signal handler)
+            return False
+
+    def close(self) -> None:
+        self.db.close()
