@@ -9,12 +9,29 @@ import inspect
 import typer
 from rich.markup import escape
 
+from agora.models.environment import EnvironmentVariableError, check_environment, unknown_variables
+
 app = typer.Typer(help="Agora: multi-LLM protocols as LangGraph state machines on local models.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 run_app = typer.Typer(help="Run a protocol on a benchmark and print its method table.", no_args_is_help=True)
 report_app = typer.Typer(help="Reports and plots from a trace database.", no_args_is_help=True)
 calibrate_app = typer.Typer(help="Calibrate a protocol's thresholds on a dev split.", no_args_is_help=True)
 train_app = typer.Typer(help="Train models from traces (DPO, GRPO) with TRL.", no_args_is_help=True)
+
+
+@app.callback()
+def _check_environment() -> None:
+    """Every ``AGORA_*`` variable is checked before any command runs (:mod:`agora.models.environment`):
+    a bad value is one line naming it and exit 2; a set one Agora does not read is a warning."""
+    for line in unknown_variables():
+        typer.echo(f"warning: {line}", err=True)
+    try:
+        check_environment()
+    except EnvironmentVariableError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 app.add_typer(run_app, name="run")
 app.add_typer(report_app, name="report")
 app.add_typer(calibrate_app, name="calibrate")

@@ -11,16 +11,20 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.outputs import ChatGeneration
 
 from agora.models.contract import Sample, SamplingParams
+from agora.models.environment import env_int
 
 _ROLE = {"human": "user", "ai": "assistant", "system": "system", "user": "user", "assistant": "assistant"}
 
 
 def default_threads() -> int:
     """Threads for the embedded llama.cpp engine: ``AGORA_LLAMA_THREADS`` or the cores this
-    process may use."""
-    env = os.environ.get("AGORA_LLAMA_THREADS")
+    process may use.
+
+    Raises:
+        EnvironmentVariableError: ``AGORA_LLAMA_THREADS`` is not a whole number from 1."""
+    env = env_int("AGORA_LLAMA_THREADS")  # a bad value: one line naming the variable
     if env:
-        return max(1, int(env))
+        return env
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,6 +31,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Callable, Literal
 
+from agora.models.environment import env_folder
 
 log = logging.getLogger("agora.builtins")
 
@@ -206,10 +206,13 @@ def installed(model: BuiltinModel) -> bool:
 
 
 def cache_dir() -> Path:
-    """Where joined GGUF files live (``AGORA_CACHE_DIR`` overrides the user cache)."""
-    env = os.environ.get("AGORA_CACHE_DIR")
+    """Where joined GGUF files live (``AGORA_CACHE_DIR`` overrides the user cache).
+
+    Raises:
+        EnvironmentVariableError: ``AGORA_CACHE_DIR`` names a file, or a path below one."""
+    env = env_folder("AGORA_CACHE_DIR")
     if env:
-        return Path(env).expanduser() / "gguf"
+        return env / "gguf"
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("agora")) / "gguf"

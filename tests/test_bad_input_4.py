@@ -227,3 +227,77 @@ def test_run_ids_in_other_scripts_are_still_accepted(tmp_path, small_db):
     from agora.traces.store import check_run_id
 
     assert check_run_id("ablation-é-７-日本") == "ablation-é-７-日本"
+
+
+# ----------------------------------------------------------------------------- AGORA_* variables
+
+@pytest.mark.parametrize("name, value, said", [
+    ("AGORA_LLAMA_THREADS", "abc", "error: AGORA_LLAMA_THREADS='abc': not a whole number from 1 (threads of the "
+                                   "embedded llama.cpp engine); fix or unset it"),
+    ("AGORA_LLAMA_THREADS", "0", "error: AGORA_LLAMA_THREADS='0': not a whole number from 1 (threads of the "
+                                 "embedded llama.cpp engine); fix or unset it"),
+    ("AGORA_LLAMA_SHARE_BATCHES", "false", "error: AGORA_LLAMA_SHARE_BATCHES='false': not 0 or 1 (`0`: each "
+                                           "embedded request decodes alone (reproducible whatever runs beside "
+                                           "it)); fix or unset it"),
+    ("AGORA_POOL_DIR", "/no/such/folder", "error: AGORA_POOL_DIR='/no/such/folder': no such folder (folder a "
+                                          "relative pool-file path in a graph's context is read from); fix or "
+                                          "unset it"),
+])
+def test_a_bad_agora_variable_stops_every_command_in_one_line(tmp_path, monkeypatch, name, value, said):
+    monkeypatch.setenv(name, value)
+    for args in (["report", "runs", "--db", tmp_path / "none.db"], ["pool", "list"]):
+        code, output = agora(*args)
+        assert code == 2, output
+        assert one_error_line(output) == said
+
+
+def test_a_cache_dir_that_is_a_file_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    from agora.models.builtins import cache_dir
+    from agora.models.environment import EnvironmentVariableError
+
+    afile = tmp_path / "cache"
+    afile.write_text("")
+    monkeypatch.setenv("AGORA_CACHE_DIR", str(afile))
+    code, output = agora("pool", "list")
+    assert code == 2
+    assert one_error_line(output) == (f"error: AGORA_CACHE_DIR={str(afile)!r}: a file, not a folder (folder of the "
+                                      "joined built-in GGUF files (under `gguf/`)); fix or unset it")
+    monkeypatch.setenv("AGORA_CACHE_DIR", str(afile / "below"))
+    with pytest.raises(EnvironmentVariableError, match=f"{afile} is a file, so no folder can be made there"):
+        cache_dir()  # from Python: the same check where the variable is read
+    monkeypatch.setenv("AGORA_CACHE_DIR", str(tmp_path / "new"))
+    assert cache_dir() == tmp_path / "new" / "gguf"  # a folder still to be made is fine
+
+
+def test_threads_from_python_name_the_variable(monkeypatch):
+    from agora.models._chat import default_threads
+
+    monkeypatch.setenv("AGORA_LLAMA_THREADS", "abc")
+    with pytest.raises(ValueError, match=r"^AGORA_LLAMA_THREADS='abc': not a whole number from 1"):
+        default_threads()
+    monkeypatch.setenv("AGORA_LLAMA_THREADS", "3")
+    assert default_threads() == 3
+
+
+def test_an_unknown_agora_variable_is_a_warning_naming_the_closest(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGORA_LLAMA_THREAD", "2")
+    code, output = agora("report", "runs", "--db", tmp_path / "none.db")
+    assert ("warning: AGORA_LLAMA_THREAD is set, but Agora reads no such variable (did you mean "
+            "AGORA_LLAMA_THREADS?)") in output.splitlines()
+
+
+def test_every_agora_variable_in_the_source_is_listed_and_documented():
+    import re
+
+    from agora.models.environment import VARIABLES
+
+    root = Path(__file__).resolve().parents[1]
+    used = set()
+    for folder in ("agents", "cli", "graphs", "models", "runs", "tasks", "traces", "training", "benchmarks", "tests"):
+        for path in (root / folder).rglob("*.py"):
+            used |= set(re.findall(r"\bAGORA_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")))
+    listed = {v.name for v in VARIABLES}
+    used -= {"AGORA_LLAMA_THREAD"}  # the misspelling the test above sets
+    assert used <= listed, sorted(used - listed)
+    page = (root / "docs" / "environment.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in page for name in listed), sorted(n for n in listed if f"| `{n}` |" not in page)
