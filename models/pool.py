@@ -56,6 +56,7 @@ from langchain_core.language_models import BaseChatModel
 from agora.models._chat import to_dicts
 from agora.models.contract import ModelMember, Sample, SamplingParams  # noqa: F401 (re-exported)
 from agora.models.langchain import langchain_member
+from agora.models.recipes import Recipe, RecipeError, recipe_from_entry
 from agora.models.retry import backoff_s, cause, is_transient, is_unreachable
 from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS  # noqa: F401 (BUILTIN_MODELS re-exported)
 from agora.models.errors import (EmptyResponseError, MemberContractError, ModelCallError,  # noqa: F401
@@ -107,16 +108,27 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
     """The fields a backend's config class declares beyond these (``class`` and ``kwargs`` of a
     ``langchain`` entry, a plug-in's own settings), validated; its factory reads them."""
+    recipe: Recipe | None = None
+    """How the member is asked and how its reply becomes its answer (:mod:`agora.models.recipes`):
+    ``None`` is the protocol's own chain-of-thought prompt, as before recipes. A spec made in
+    Python may give a name (``"pot"``) or a table (``{"name": "pot", "cpu_s": 2}``)."""
 
     def __post_init__(self):
         if problem := spec_problem(self):  # a spec made in Python gets the pool file's bounds
             raise PoolConfigError(f"model {self.name!r}: {problem}")
+        if self.recipe is not None and not isinstance(self.recipe, Recipe):
+            try:
+                object.__setattr__(self, "recipe", recipe_from_entry(self.recipe))
+            except RecipeError as exc:
+                raise PoolConfigError(f"model {self.name!r}: field '{exc.field}': {exc}") from None
 
     def describe(self) -> dict[str, Any]:
         """The spec as a dict for run records, without empty fields and secrets (``api_key``, and
         option or kwarg keys that name a key, token, secret or password)."""
         d = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, {}, "", ())}
         d.pop("api_key", None)
+        if self.recipe is not None:
+            d["recipe"] = self.recipe.describe()
         if "options" in d:
             d["options"] = _redacted(d["options"])
         return d
@@ -338,6 +350,7 @@ class ModelPool(PythonObject):
         except BaseException:  # ModelCallError, a cancellation, Ctrl-C: its failed attempts stay known
             call.unreturned()
             raise
+        call.finish()
         return call.result()
 
     async def asample(
@@ -375,6 +388,7 @@ class ModelPool(PythonObject):
         except BaseException:  # ModelCallError, a cancellation (a sibling node failed), Ctrl-C
             call.unreturned()
             raise
+        await call.afinish()
         return call.result()
 
 
@@ -400,6 +414,9 @@ class _Call:
                  context: dict[str, Any] | None) -> None:
         spec = member.spec
         chat = to_dicts(messages)
+        self.recipe = spec.recipe if spec.recipe is not None and spec.recipe.applies(context) else None
+        if self.recipe is not None:
+            chat = self.recipe.prepare(chat)
         if spec.system_prompt:
             chat = [{"role": "system", "content": spec.system_prompt}] + chat
         if spec.temperature is not None:
@@ -407,6 +424,8 @@ class _Call:
         self.member, self.sampler, self.chat, self.params = member, member.sampler, chat, params
         self.attempts, self.attempt, self.asked, self.done = spec.max_retries + 1, 0, 0, False
         self.base = {"model": spec.name, "messages": chat, "params": params.as_dict(), **(context or {})}
+        if self.recipe is not None:
+            self.base["recipe"] = self.recipe.name
         self.samples: list[Sample] = []
         self.records: list[dict[str, Any]] = []
 
@@ -527,6 +546,27 @@ class _Call:
         if sink is not None:
             sink.extend(r for r in self.records if r.get("error"))
 
+    def finish(self) -> None:
+        """Each sample's text after the member's recipe (a program-of-thought program run): the
+        sample's text and its record's ``completion`` become the recipe's text, and the record gets
+        the recipe's fields (``program``, ``program_output``, ``program_error``, ``program_s``)."""
+        if self.recipe is None or not self.samples:
+            return
+        records = {r["call_id"]: r for r in self.records if not r.get("error")}
+        for i, s in enumerate(self.samples):
+            done = self.recipe.finish(s.text)
+            self.samples[i] = replace(s, text=done.text)
+            record = records.get(s.call_id)
+            if record is not None:
+                record.update(completion=done.text, **done.fields)
+
+    async def afinish(self) -> None:
+        """:meth:`finish` off the event loop when the recipe runs programs."""
+        if self.recipe is not None and self.samples and self.recipe.runs_programs:
+            await asyncio.to_thread(self.finish)
+        else:
+            self.finish()
+
     def result(self) -> tuple[list[Sample], list[dict[str, Any]]]:
         if 0 < len(self.samples) < self.params.n and self.asked > len(self.samples):
             log.warning("model %s: %d of %d samples after %d attempts (the others were empty)",
@@ -539,7 +579,7 @@ class _Call:
 #: ``ModelSpec`` fields a pool entry sets (the rest of an entry goes to ``extra`` or ``options``).
 _SPEC_FIELDS = ("name", "backend", "path", "prompt_format", "base_url", "model", "api_key", "family",
                 "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "n_ctx", "endpoints",
-                "timeout_s", "structured_outputs", "adapter")
+                "timeout_s", "structured_outputs", "adapter", "recipe")
 
 #: Keys read by other tools from ``ModelSpec.extra`` (serving, CUPID features).
 _EXTRA_KEYS = {"vllm_args", "chat_template", "adapters", "features"}

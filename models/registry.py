@@ -150,6 +150,10 @@ class BackendConfig(BaseModel):
     vllm_args: Any = None
     """A table of engine arguments for vLLM (``backend = "vllm"`` and ``agora serve``): only
     :data:`agora.models.vllm_args.SAFE_VLLM_ARGS`."""
+    recipe: Any = None
+    """How the member is asked and how its reply becomes its answer: a recipe name (``"pot"``) or a
+    table with ``name`` and the recipe's settings (:mod:`agora.models.recipes`); none: the protocol's
+    own chain-of-thought prompt."""
 
     @field_validator("name")
     @classmethod
@@ -157,6 +161,18 @@ class BackendConfig(BaseModel):
         if not value.strip():
             raise ValueError("missing or empty")
         return value
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, value: Any) -> Any:
+        from agora.models.recipes import RecipeError, recipe_from_entry
+
+        if value is None:
+            return None
+        try:
+            return recipe_from_entry(value)
+        except RecipeError as exc:
+            raise FieldProblem(exc.field, str(exc)) from None
 
     @field_validator("vllm_args")
     @classmethod

@@ -111,7 +111,17 @@ def call_row(c: dict[str, Any], run_id: str, question_id: str, protocol: str, *,
         "finish_reason": c.get("finish_reason"), "attempt": c.get("attempt", 0),
         "error": c.get("error"), "created_at": c.get("created_at") or now(),
         "answer": None, "how": None, "sample_index": None, "request_id": None,
+        "recipe": c.get("recipe"), "program_run": program_run(c),
     }
+
+
+def program_run(c: dict[str, Any]) -> str | None:
+    """``model_calls.program_run`` of a trace record: JSON ``{"program", "output", "error",
+    "seconds"}`` when a program-of-thought recipe ran (or tried to run) a program, else ``None``."""
+    if not any(k in c for k in ("program", "program_error")):
+        return None
+    return _json({"program": c.get("program"), "output": c.get("program_output"), "error": c.get("program_error"),
+                  "seconds": c.get("program_s")})
 
 
 def _upsert(conn: Any, table: str, rows: list[dict[str, Any]], pk: tuple[str, ...]) -> None:

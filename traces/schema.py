@@ -44,7 +44,15 @@
     attempt, a call without a question row, or an old database not backfilled), sample_index
     (0-based position of the sample among its request's n samples; NULL for failed attempts),
     request_id (the ``call_id`` of the request's first sample: the n samples of one request share
-    it).
+    it). Member recipes (docs/models.md, "Recipes"): recipe (the recipe the member's entry names,
+    e.g. ``pot``, when it rewrote this call; NULL for a member without a recipe, a call the recipe
+    leaves alone such as a judge's, and old databases), program_run (JSON, program-of-thought
+    only: ``{"program", "output", "error", "seconds"}``: the program taken from the reply, what it
+    printed (at most 4000 characters), why it gave no answer (``NULL`` when it did: ``Type:
+    message``, e.g. ``TimeoutError: ...``, ``NoOutput: ...``, ``NoProgram: ...``) and its run time
+    in seconds, sandbox included; the row's ``completion`` is the text the protocol read:
+    the program and ``The answer is <printed line>.``, or a text without an answer when the
+    program failed).
 
 A question's rows (question, results, its model calls) are written in one transaction, after the
 question finished; rerunning a run id skips questions already in ``questions``, so a rerun
@@ -76,7 +84,7 @@ MODEL_CALLS = {
     "agent": int, "model": str, "messages": str, "completion": str, "params": str,
     "prompt_tokens": int, "completion_tokens": int, "latency_s": float, "finish_reason": str,
     "attempt": int, "error": str, "created_at": str, "partner": str,
-    "answer": str, "how": str, "sample_index": int, "request_id": str,
+    "answer": str, "how": str, "sample_index": int, "request_id": str, "recipe": str, "program_run": str,
 }
 
 #: The core tables every run writes, by name (column → Python type): what the store creates, what a
@@ -92,7 +100,7 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
 #: ones a database lacks when it opens it (nullable: NULL in old rows); readers treat a missing one
 #: as unknown (NULL). Every other column of :data:`TABLES` is required.
 ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "model_calls": ("partner", "answer", "how", "sample_index", "request_id"),
+    "model_calls": ("partner", "answer", "how", "sample_index", "request_id", "recipe", "program_run"),
     "results": ("how", "calls", "shared_calls", "shared_samples", "shared_tokens", "shared_latency_s"),
     "questions": ("n_choices",),
 }
@@ -185,6 +193,13 @@ class CallRecord(TypedDict, total=False):
     error: str | None
     created_at: str
     partner: str | None
+    recipe: NotRequired[str | None]
+    """The member's recipe when it rewrote this call (``model_calls.recipe``)."""
+    program: NotRequired[str | None]
+    """Program-of-thought: the program run (``model_calls.program_run``, with the three below)."""
+    program_output: NotRequired[str | None]
+    program_error: NotRequired[str | None]
+    program_s: NotRequired[float | None]
 
 
 class Cost(TypedDict):
