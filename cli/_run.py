@@ -49,7 +49,7 @@ FORMAT = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; gues
 LIMIT = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated).")
 POOL = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool "
                                          "list`). Default: the embedded Qwen pool.")
-DB = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite).")
+DB = typer.Option("agora.db", "--db", help="Trace database: a SQLite file, or a postgresql:// URL (several workers may share a run there).")
 RUN_ID = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run.")
 CONCURRENCY_HELP = ("Questions in flight at once. Default: 8 on the embedded llama.cpp pool (concurrent "
                     "requests share its decode batches), else 1; raise it for a served pool (vLLM batches "
@@ -144,7 +144,7 @@ def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: 
     return data, fmt_name, problems
 
 
-def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, config: Any, pool: ModelPool, db: Path,
+def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, config: Any, pool: ModelPool, db: str | Path,
                   run_id: str | None, data: Path | None, fmt_name: str, limit: int | None, label: str,
                   durability: Durability = "async", concurrency: int | None = 1) -> tuple[TraceStore, str, RunOutcome]:
     """Run the registered benchmark protocol ``name`` on ``problems`` and record it in ``db``.
@@ -259,7 +259,7 @@ def _field_option(f: Any, hint: Any, doc: str) -> tuple[Any, Any, Callable[[Any]
 #: The options every generated command has after its settings' (parameter → annotation, option);
 #: a settings field may not take one of these names.
 SHARED_PARAMS: dict[str, tuple[Any, Any]] = {
-    "pool": (Optional[Path], POOL), "db": (Path, DB), "run_id": (Optional[str], RUN_ID),
+    "pool": (Optional[Path], POOL), "db": (str, DB), "run_id": (Optional[str], RUN_ID),
     "concurrency": (Optional[int], CONCURRENCY), "durability": (Durability, DURABILITY), "config_file": (Optional[Path], CONFIG),
 }
 

@@ -35,7 +35,7 @@ def run_align(
     seed: int = typer.Option(_DEFAULTS.seed, "--seed"),
     pool: Optional[Path] = _run.POOL,
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),
-    db: Path = _run.DB,
+    db: str = _run.DB,
     run_id: Optional[str] = _run.RUN_ID,
     concurrency: Optional[int] = _run.CONCURRENCY,
     durability: _run.Durability = typer.Option("async", "--durability",

@@ -201,7 +201,7 @@ def run_comed(
     temperature: float = TEMPERATURE,
     seed: int = SEED,
     pool: Optional[Path] = POOL,
-    db: Path = DB,
+    db: str = DB,
     run_id: Optional[str] = RUN_ID,
     config_file: Optional[Path] = CONFIG,
 ) -> None:
@@ -263,7 +263,7 @@ def calibrate_comed(
     temperature: float = TEMPERATURE,
     seed: int = SEED,
     pool: Optional[Path] = POOL,
-    db: Path = DB,
+    db: str = DB,
     run_id: Optional[str] = RUN_ID,
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
 ) -> None:

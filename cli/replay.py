@@ -4,7 +4,6 @@ zero model calls, and compare it with every method the run recorded (:mod:`agora
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -36,7 +35,8 @@ def print_rules() -> None:
 
 @app.command("replay", short_help="Re-decide a recorded run under another selection rule, with no model call.")
 def replay_cmd(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); opened read-only."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database (a SQLite file or a postgresql:// URL); "
+                                                    "opened read-only."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="The recorded run to replay."),
     rule: Optional[str] = typer.Option(None, "--rule", help="Selection rule (without it: list the rules)."),
     param: Optional[list[str]] = typer.Option(None, "--param", help="A rule parameter k=v (repeatable), e.g. "

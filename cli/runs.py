@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 import typer
 from rich.markup import escape
@@ -20,7 +19,7 @@ from agora.traces.store import check_run_id
 
 @report_app.command("runs", short_help="Every run in a trace DB: protocol, status, questions recorded, accuracy.")
 def report_runs(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     stale_after: float = typer.Option(60.0, "--stale-after", min=0.0, help="Minutes without recorded activity (a "
                                       "question, a model call) after which a 'running' run is flagged as probably killed."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per run instead of the table."),
@@ -62,7 +61,7 @@ def _short(text: str | None, width: int = 60) -> str:
 @report_app.command("run", short_help="One run at a glance: methods with CIs, cost, how answers were found.")
 def report_run(
     run_id: str = typer.Argument(..., help="The run (see `agora report runs`)."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object instead of the tables."),
 ) -> None:
     """A compact summary of one run: status, questions, model calls and tokens (its own, and those it
@@ -112,7 +111,7 @@ def report_run(
 
 @report_app.command("question", short_help="One question: every candidate, its answer, and what each method chose.")
 def report_question(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     run_id: str = typer.Option(..., "--run-id", help="The run."),
     question_id: str = typer.Option(..., "--question-id", help="The question (its id in the task file)."),
     full: bool = typer.Option(False, "--full", help="Print every sample's whole completion."),

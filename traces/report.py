@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from agora.agents.stats import bootstrap_ci  # noqa: F401 (its home is agents/, below traces)
-from agora.traces.store import TraceStore, TraceStoreError, answer_fields, check_db_path
+from agora.traces.store import TraceStore, TraceStoreError, answer_fields, check_db_path, store_backend
 
 
 MIN_QUESTIONS = 30
@@ -211,9 +211,10 @@ def open_trace_store(path: str | Path) -> TraceStore:
         TraceStoreError: one line naming ``path``: a folder, no such file, not an SQLite database,
             or one that holds no Agora traces (:func:`not_a_trace_store`).
     """
-    check_db_path(path)
-    if not Path(path).is_file():
-        raise TraceStoreError(f"{path}: no such trace database")
+    if store_backend(path) is None:  # a SQLite file (a postgresql:// URL is checked by its store)
+        check_db_path(path)
+        if not Path(path).is_file():
+            raise TraceStoreError(f"{path}: no such trace database")
     store = TraceStore(path, readonly=True)
     problem = not_a_trace_store(store)
     if problem:

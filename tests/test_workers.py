@@ -1,0 +1,149 @@
+"""Several workers on one Postgres run: ``agora run`` started N times on one run id shares the
+questions out (``traces/claims.py``), a killed worker's question is taken over once its lease
+expires, and the run holds exactly what one uninterrupted process records, nothing doubled.
+
+The models are a loopback OpenAI stub (tests/openai_stub.py) whose replies depend on the prompt
+only, so every worker, and a single process, gets the same answers. The worker to kill is the one
+holding the question the stub is holding back (read from the ``claims`` table once the stub has that
+request): the test waits on that event, not on time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from openai_stub import StubServer, chat_reply
+
+N_QUESTIONS = 12
+HELD = "q5"  # the question whose first request the stub holds until its worker is killed
+
+
+def problems_file(path: Path) -> Path:
+    rows = [{"id": f"q{i}", "question": f"Tom has {i} apples and gets {i} more. How many apples now?",
+             "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(1, N_QUESTIONS + 1)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def pool_file(path: Path, url: str) -> Path:
+    path.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nmodel = "{m}"\nbase_url = "{url}"\n'
+                            "max_retries = 1\ntimeout_s = 120\n\n" for m in ("a", "b")))
+    return path
+
+
+class Replies:
+    """Deterministic replies (the question's number read from the prompt: model ``a`` right, ``b``
+    right on even numbers), holding back the first request for :data:`HELD` until ``release``."""
+
+    def __init__(self) -> None:
+        self.held_arrived = threading.Event()
+        self.release = threading.Event()
+        self.hold = True
+        self.lock = threading.Lock()
+
+    def __call__(self, path: str, body: dict) -> tuple[int, dict]:
+        text = json.dumps(body.get("messages", ""))
+        found = re.findall(r"Tom has (\d+) apples", text)
+        i = int(found[-1]) if found else 0
+        if i == int(HELD[1:]):
+            with self.lock:
+                hold, self.hold = self.hold, False
+            if hold:
+                self.held_arrived.set()
+                self.release.wait(120)
+                return 500, {"error": {"message": "worker gone"}}
+        right = body.get("model") == "a" or i % 2 == 0
+        return 200, chat_reply(body, [f"So the answer is {2 * i if right else 2 * i + 1}."])
+
+
+def agora_run(pool: Path, data: Path, db: str, run_id: str = "r", **env: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "agora.cli", "run", "align", "--agents", "2", "--samples", "1", "--pool", str(pool),
+           "--data", str(data), "--db", db, "--run-id", run_id, "--durability", "sync"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "AGORA_LEASE_S": "2", **env})
+
+
+def recorded(url: str, run_id: str = "r") -> dict:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        questions = conn.execute("select question_id, answer, correct, model_calls, prompt_tokens, completion_tokens "
+                                 "from questions where run_id = %s order by question_id", [run_id]).fetchall()
+        results = conn.execute("select question_id, method, answer, correct, samples from results where run_id = %s "
+                               "order by question_id, method", [run_id]).fetchall()
+        calls = conn.execute("select question_id, count(*) from model_calls where run_id = %s and error is null "
+                             "group by question_id order by question_id", [run_id]).fetchall()
+        status = conn.execute("select status from runs where run_id = %s", [run_id]).fetchone()
+    return {"questions": questions, "results": results, "calls": calls, "status": status[0] if status else None}
+
+
+def test_three_workers_one_killed_record_what_one_process_records(tmp_path, postgres_server):
+    data = problems_file(tmp_path / "apples.jsonl")
+    replies = Replies()
+    with StubServer(replies) as srv:
+        pool = pool_file(tmp_path / "pool.toml", srv.base_url)
+        # the reference: one uninterrupted process (nothing held back for it)
+        replies.hold = False
+        alone = postgres_server.database()
+        one = agora_run(pool, data, alone)
+        out, _ = one.communicate(timeout=300)
+        assert one.returncode == 0, out
+        reference = recorded(alone)
+        assert len(reference["questions"]) == N_QUESTIONS and reference["status"] == "finished"
+
+        replies.hold = True
+        shared = postgres_server.database()
+        workers = [agora_run(pool, data, shared) for _ in range(3)]
+        try:
+            assert replies.held_arrived.wait(240), "no worker asked for the held question"
+            import psycopg
+
+            with psycopg.connect(shared) as conn:
+                [(holder,)] = conn.execute("select worker from claims where run_id = 'r' and question_id = %s",
+                                           [HELD]).fetchall()
+            pid = int(holder.split(":")[-2])
+            victim = next(w for w in workers if w.pid == pid)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(60)
+            replies.release.set()
+            outputs = {w.pid: w.communicate(timeout=300)[0] for w in workers if w is not victim}
+        finally:
+            replies.release.set()
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+        for w in workers:
+            if w is not victim:
+                assert w.returncode == 0, outputs[w.pid]
+        assert victim.returncode == -signal.SIGKILL
+        got = recorded(shared)
+        assert got["questions"] == reference["questions"]
+        assert got["results"] == reference["results"]
+        assert got["calls"] == reference["calls"]  # model_calls per question: nothing doubled, nothing lost
+        assert [n for _, n in got["calls"]] == [q[3] for q in got["questions"]]
+        assert got["status"] == "finished"
+        with psycopg.connect(shared) as conn:
+            claims = conn.execute("select count(*), sum(done::int), max(attempts) from claims where run_id = 'r'").fetchone()
+            held_attempts = conn.execute("select attempts from claims where run_id = 'r' and question_id = %s",
+                                         [HELD]).fetchone()[0]
+        assert claims[0] == N_QUESTIONS and claims[1] == N_QUESTIONS
+        assert held_attempts == 2  # the killed worker's, then the one that took it over
+
+
+def test_a_second_process_on_one_sqlite_run_is_still_refused(tmp_path):
+    from agora.traces.store import RunLockedError, TraceStore
+
+    store = TraceStore(tmp_path / "t.db")
+    with store.run_lock("r"):
+        with pytest.raises(RunLockedError, match="being run by another process"):
+            with TraceStore(tmp_path / "t.db").run_lock("r"):
+                pass
