@@ -254,7 +254,7 @@ def run_rows(store: TraceStore, stale_after_s: float = 3600.0, now: str | None =
         for r in store.db.query(
                 f"select run_id, max(last) as last, max(ended) as ended from (select run_id, max(created_at) as last, "
                 f"min(julianday(created_at)) + sum({latency}) / 86400.0 as ended from model_calls "
-                f"group by run_id, {request}) group by run_id"):
+                f"group by run_id, {request}) as requests group by run_id"):
             calls[r["run_id"]] = r["last"] if r["ended"] is None else _from_julian(r["ended"])
     moment = datetime.fromisoformat(now) if now else datetime.now(timezone.utc)
     if moment.tzinfo is None:

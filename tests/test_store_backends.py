@@ -1,0 +1,162 @@
+"""The trace store's guarantees on both backends (SQLite file, Postgres URL: the ``trace_db``
+fixture): a recorded run read back by the reports, replay and the training-data readers with the
+same values, trace bundles moved between the backends unchanged, the run row's resume rules, and the
+Postgres checkpointer as strict as the SQLite one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agora.agents.delegation import DelegationConfig
+from agora.graphs.delegation import DelegationContext, build_delegation_graph
+from agora.graphs.runner import open_checkpointer, run_problems
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
+from agora.tasks import Problem
+from agora.traces.bundle import export_bundle, import_bundle
+from agora.traces.replay import load_run, question_report, replay
+from agora.traces.report import method_table, open_trace_store, run_rows, run_summary, run_totals
+from agora.traces.store import TraceStore
+from agora.training.datasets import align_pairs
+
+PROBLEMS = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(1, 5)]
+
+
+def right(chat, index):
+    i = int(chat[-1]["content"].split()[2])
+    return f"So the answer is {2 * i}."
+
+
+def record_align_run(store: TraceStore, run_id: str = "r1"):
+    """ALIGN, 2 agents × 2 samples: agent a always right, b always says 4 (right on q2 only)."""
+    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=right),
+                                       "b": ScriptedChatModel(responses=["The answer is 4."], cycle=True)})
+    return run_problems(build_delegation_graph(), PROBLEMS, store=store, run_id=run_id, protocol="align",
+                        context=DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2)), config={"n": 2},
+                        pool_description=pool.describe(), dataset={"format": "test"})
+
+
+def table_rows(store: TraceStore, table: str) -> list[dict]:
+    order = {"runs": "run_id", "questions": "run_id, question_id", "results": "run_id, question_id, method",
+             "model_calls": "call_id"}[table]
+    return list(store.db.query(f"select * from {table} order by {order}"))
+
+
+def test_a_recorded_run_reads_back_the_same_through_reports_replay_and_training_data(trace_db):
+    store = TraceStore(trace_db)
+    out = record_align_run(store)
+    assert len(out.outcomes) == 4
+    assert [r["question_id"] for r in store.questions("r1")] == ["q1", "q2", "q3", "q4"]
+    assert store.finished_questions("r1") == {"q1", "q2", "q3", "q4"}
+    totals = run_totals(store, "r1")
+    assert totals["calls"] == 4 * 2 * 2 and totals["failed"] == 0 and totals["questions"] == 4
+    table = {r.method: r for r in method_table(store, "r1")}
+    assert table["single_agent"].accuracy == 1.0  # agent a answers first
+    assert table["single_agent"].samples_per_question == 1.0
+    store.close()
+
+    reader = open_trace_store(trace_db)  # read-only, as the report commands open it
+    [row] = run_rows(reader)
+    assert (row.run_id, row.protocol, row.status, row.questions) == ("r1", "align", "finished", 4)
+    summary = run_summary(reader, "r1")
+    assert summary["status"] == "finished" and summary["protocol"] == "align"
+    q = question_report(reader, "r1", "q3")
+    assert q["gold"] == "6" and len(q["samples"]) == 4 and q["successful_calls"] == 4 and not q["failed"]
+    result = replay(load_run(reader, "r1"), "plurality")
+    assert len(result.rows) == 4
+    pairs = align_pairs(reader)  # a right over b wrong, on every question but q2 (where b's 4 is right)
+    assert sorted({(p["duel_id"], p["chosen_model"], p["rejected_model"]) for p in pairs}) == [
+        ("q1", "a", "b"), ("q3", "a", "b"), ("q4", "a", "b")]
+    reader.close()
+
+
+def test_the_resume_rules_hold(trace_db):
+    store = TraceStore(trace_db)
+    assert store.start_run("r", "align", config={"n": 2}, pool=[{"name": "m"}], dataset={"path": "a"}) is False
+    assert store.start_run("r", "align", config={"n": 2}, pool=[{"name": "m", "base_url": "http://x"}],
+                           dataset={"path": "a"}) is True  # a transport field may change
+    with pytest.raises(ValueError, match="other settings"):
+        store.start_run("r", "align", config={"n": 3}, pool=[{"name": "m"}], dataset={"path": "a"})
+    with pytest.raises(ValueError, match="already holds a align run"):
+        store.start_run("r", "comed", config={}, pool=[], dataset={})
+    with pytest.raises(ValueError, match="blank run id"):
+        store.start_run(" ", "align", config={}, pool=[], dataset={})
+    store.finish_run("r", {"questions": 0}, status="interrupted")
+    assert store.get_run("r")["status"] == "interrupted"
+    store.close()
+
+
+def test_mark_stopped_reaches_a_running_run_from_outside(trace_db):
+    store = TraceStore(trace_db)
+    store.start_run("r", "align", config={}, pool=[], dataset={})
+    assert TraceStore.mark_stopped(trace_db, "r", "interrupted", {"error": "SIGTERM"}) is True
+    assert TraceStore.mark_stopped(trace_db, "r") is False  # not running any more
+    assert store.get_run("r")["status"] == "interrupted"
+    store.close()
+
+
+@pytest.mark.parametrize("target", ["sqlite", "postgres"])
+def test_a_bundle_moves_a_run_between_backends_unchanged(trace_db, target, tmp_path, request):
+    store = TraceStore(trace_db)
+    record_align_run(store)
+    bundle = tmp_path / "r1.jsonl.gz"
+    export_bundle(store, bundle, ["r1"])
+    to = str(tmp_path / "to.db") if target == "sqlite" else request.getfixturevalue("postgres_server").database()
+    other = TraceStore(to)
+    summary = import_bundle(bundle, other)
+    assert summary.runs == ("r1",) and summary.rows["model_calls"] == 16
+    for table in ("runs", "questions", "results", "model_calls"):
+        assert table_rows(other, table) == table_rows(store, table), table
+    again = import_bundle(bundle, other)  # importing twice adds nothing
+    assert sum(again.rows.values()) == 0 and again.skipped == summary.skipped + sum(summary.rows.values())
+    store.close()
+    other.close()
+
+
+def test_the_postgres_checkpointer_refuses_a_crafted_row(postgres_server, tmp_path):
+    import ormsgpack
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from agora.graphs.checkpoint import UnsafeCheckpointError
+
+    url = postgres_server.database()
+    saver = open_checkpointer(url)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"steps": ormsgpack.Ext(0, ormsgpack.packb(["os", "system", "true"]))}
+    checkpoint["channel_versions"] = {"steps": "1"}  # (Postgres keeps a channel's value as a blob per version)
+    saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint, {}, {"steps": "1"})
+    with pytest.raises(UnsafeCheckpointError, match=r"agora_checkpoints\): thread 't': a checkpoint holds os.system"):
+        saver.get_tuple({"configurable": {"thread_id": "t"}})
+    with pytest.raises(UnsafeCheckpointError):
+        asyncio.run(saver.aget_tuple({"configurable": {"thread_id": "t"}}))
+    saver.close()
+
+
+def _steady(value):
+    """``value`` without what differs between two recordings of one run (times, ids, host)."""
+    if isinstance(value, dict):
+        return {k: _steady(v) for k, v in value.items()
+                if k not in ("started_at", "finished_at", "created_at", "host", "code_revision", "call_id",
+                             "request_id", "latency_s", "wall_s", "last_activity")}
+    if isinstance(value, (list, tuple)):
+        return [_steady(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return _steady(dict(vars(value)))
+    return value
+
+
+def test_reports_replay_and_training_data_are_the_same_on_both_backends(tmp_path, postgres_server):
+    seen = []
+    for db in (str(tmp_path / "t.db"), postgres_server.database()):
+        store = TraceStore(db)
+        record_align_run(store)
+        store.close()
+        reader = open_trace_store(db)
+        seen.append(_steady({
+            "summary": run_summary(reader, "r1"), "methods": method_table(reader, "r1"),
+            "questions": [question_report(reader, "r1", q.id) for q in PROBLEMS],
+            "replay": replay(load_run(reader, "r1"), "plurality").rows, "pairs": align_pairs(reader)}))
+        reader.close()
+    assert seen[0] == seen[1]
