@@ -1,0 +1,154 @@
+"""Verified data from a member's own samples (agora.training.verified) on a scripted trace DB,
+every figure checked by hand: which samples are read, scored, paired, length-filtered, deduplicated,
+held out; the runs recorded; the CLI's data-only mode; the missing ``train`` extra."""
+
+import json
+import sys
+
+import pytest
+import sqlite_utils
+from typer.testing import CliRunner
+
+from agora.tasks import Problem
+from agora.training.datasets import dpo_rows
+from agora.training.verified import (
+    HeldOut,
+    OwnSample,
+    VerifiedConfig,
+    length_ratio,
+    own_pairs,
+    own_samples,
+    sft_rows,
+    source_runs,
+    verified_stats,
+)
+
+PROMPT = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "What is 2+3?"}]
+HELD = [{"role": "user", "content": "What is 1+1?"}]
+
+
+def call(cid, run, qid, text, tokens, answer, how, *, model="m", role="candidate", finish="stop", messages=PROMPT,
+         t=0, **extra):
+    return {"call_id": cid, "run_id": run, "question_id": qid, "node": "x", "role": role, "model": model,
+            "messages": json.dumps(messages), "completion": text, "completion_tokens": tokens, "answer": answer,
+            "how": how, "finish_reason": finish, "error": None, "partner": None, "recipe": None,
+            "created_at": f"2026-12-05T00:00:{t:02d}", "sample_index": 0, **extra}
+
+
+def question(run, qid, idx, text, gold, kind="math", source="gsm8k"):
+    return {"run_id": run, "question_id": qid, "idx": idx, "question": text, "gold": gold, "kind": kind,
+            "source": source}
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "t.db"
+    d = sqlite_utils.Database(path)
+    d["runs"].insert_all([{"run_id": "b:gsm8k:candidates", "protocol": "candidates"},
+                          {"run_id": "align-1", "protocol": "align"}], pk="run_id")
+    d["questions"].insert_all([
+        question("b:gsm8k:candidates", "q1", 0, "What is 2+3?", "5"),
+        question("b:gsm8k:candidates", "q2", 1, "What is 1+1?", "2"),          # held out
+        question("b:gsm8k:candidates", "q4", 2, "Write a poem.", None, kind="open"),
+        question("align-1", "q3", 0, "What is  2+3?", "5"),                    # the same question, another run
+    ], pk=("run_id", "question_id"))
+    run = "b:gsm8k:candidates"
+    d["model_calls"].insert_all([
+        call("c1", run, "q1", "2+3=5. The answer is 5.", 10, "5", "marker", t=1),   # right: chosen, SFT
+        call("c2", run, "q1", "The answer is 6.", 8, "6", "marker", t=2),           # wrong, ratio 1.25: kept
+        call("c3", run, "q1", "Adding " * 30 + "The answer is 6!", 40, "6", "marker", t=3),  # wrong, ratio 4: filtered
+        call("c4", run, "q1", "2+3 is 5", 9, "5", "fallback", t=4),                 # right but a guess
+        call("c5", run, "q1", "2+3=5. The answer is 5.", 10, "5", "marker", t=5),   # duplicate of c1
+        call("c8", run, "q1", "Long... The answer is 5.", 100, "5", "marker", finish="length", t=6),  # cut
+        call("c6", run, "q1", "The answer is 7.", 8, "7", "marker", model="m2", t=7),  # another member
+        call("j1", run, "q1", "Score: 8", 3, None, "none", role="judge", t=8),      # not a solver call
+        call("h1", run, "q2", "The answer is 2.", 5, "2", "marker", messages=HELD, t=9),
+        call("h2", run, "q2", "The answer is 3.", 5, "3", "marker", messages=HELD, t=10),
+        call("o1", run, "q4", "Roses.", 2, None, "none", messages=[{"role": "user", "content": "Write a poem."}]),
+        call("c7", "align-1", "q3", "So 2+3 = 4. The answer is 4.", 12, None, None, role="agent", t=1),  # re-extracted
+    ], pk="call_id")
+    return path
+
+
+CFG = VerifiedConfig(model="m", held_out=HeldOut(frozenset({"q2"})))
+
+
+def test_samples_read_scored_and_left_out(db):
+    samples, skipped = own_samples(db, CFG)
+    assert [(s.call_id, s.correct, s.finished, s.how) for s in samples] == [
+        ("c1", True, True, "marker"), ("c2", False, True, "marker"), ("c3", False, True, "marker"),
+        ("c4", True, True, "fallback"), ("c5", True, True, "marker"), ("c8", True, False, "marker"),
+        ("c7", False, True, "marker")]
+    assert samples[-1].answer == "4" and samples[-1].run_id == "align-1"
+    assert skipped == {"held_out": 2, "no_gold": 1, "not_solver": 1, "recipe": 0, "no_prompt": 0}
+    # q1 and q3: same text (up to whitespace) and prompt → one group
+    assert len({s.group for s in samples}) == 1
+    # the held-out set by text works as by id; reading one run only
+    by_text = VerifiedConfig(model="m", held_out=HeldOut.from_problems([Problem("x", "What is 1+1?", "2")]))
+    assert own_samples(db, by_text)[1]["held_out"] == 2
+    only = own_samples(db, VerifiedConfig(model="m", run_ids=("align-1",)))[0]
+    assert [s.call_id for s in only] == ["c7"]
+
+
+def test_pairs_length_filter_dedupe_and_runs(db):
+    samples, _ = own_samples(db, CFG)
+    pairs = own_pairs(samples, CFG)
+    assert [(p["chosen"], p["rejected"], p["source_runs"]) for p in pairs] == [
+        ("2+3=5. The answer is 5.", "The answer is 6.", ["b:gsm8k:candidates"]),
+        ("2+3=5. The answer is 5.", "So 2+3 = 4. The answer is 4.", ["align-1", "b:gsm8k:candidates"])]
+    assert pairs[0]["pair_id"] == "b:gsm8k:candidates:q1:c1>c2" and pairs[0]["prompt_messages"] == PROMPT
+    assert source_runs(pairs) == ["align-1", "b:gsm8k:candidates"]
+    assert source_runs(pairs, [pairs[0]["pair_id"]]) == ["b:gsm8k:candidates"]
+    rows = dpo_rows(pairs)
+    assert rows[0]["prompt"] == PROMPT and rows[0]["source"] == "own"
+    assert rows[0]["chosen"] == [{"role": "assistant", "content": "2+3=5. The answer is 5."}]
+    # no length filter: the 4x longer wrong answer comes back, third by the spreading order
+    loose = own_pairs(samples, VerifiedConfig(model="m", held_out=CFG.held_out, length_ratio=0))
+    assert [p["pair_id"][-5:] for p in loose] == ["c1>c2", "c1>c3", "c1>c7"]
+    # the cap per question
+    one = own_pairs(samples, VerifiedConfig(model="m", held_out=CFG.held_out, max_pairs_per_question=1))
+    assert [p["pair_id"][-5:] for p in one] == ["c1>c2"]
+    # a fallback guess may be chosen when explicit answers are not required
+    guesses = own_pairs(samples, VerifiedConfig(model="m", held_out=CFG.held_out, explicit_only=False))
+    assert {p["chosen"] for p in guesses} == {"2+3=5. The answer is 5.", "2+3 is 5"}
+
+
+def test_sft_rows_and_stats(db):
+    samples, skipped = own_samples(db, CFG)
+    rows = sft_rows(samples, CFG)
+    assert rows == [{"prompt": PROMPT, "completion": [{"role": "assistant", "content": "2+3=5. The answer is 5."}],
+                     "instruction": "What is 2+3?", "question_id": "q1", "task": "gsm8k", "gold": "5",
+                     "kind": "math", "model": "m", "run_id": "b:gsm8k:candidates", "call_id": "c1"}]
+    stats = verified_stats(samples, CFG, skipped)
+    assert {k: stats[k] for k in ("questions", "samples", "correct", "sft_rows", "pair_questions",
+                                  "pairs_before_length_filter", "pairs_after_length_filter", "pairs",
+                                  "length_filtered")} == {
+        "questions": 1, "samples": 7, "correct": 4, "sft_rows": 1, "pair_questions": 1,
+        "pairs_before_length_filter": 3, "pairs_after_length_filter": 2, "pairs": 2, "length_filtered": 1}
+    assert stats["per_task"]["gsm8k"]["pairs"] == 2
+    assert stats["pair_runs"] == ["align-1", "b:gsm8k:candidates"] and stats["sft_runs"] == ["b:gsm8k:candidates"]
+    assert stats["settings"]["held_out"] == {"question_ids": 1, "questions": 0}
+
+
+def _sample(text, tokens):
+    return OwnSample("c", "r", "q", "t", "Q", "1", "math", (), text, None, None, False, True, tokens)
+
+
+def test_length_ratio_tokens_then_characters():
+    assert length_ratio(_sample("a" * 10, 12), _sample("b", 8)) == 1.5       # tokens when both are known
+    assert length_ratio(_sample("a" * 10, None), _sample("b" * 4, 8)) == 2.5  # else characters
+    assert length_ratio(_sample("", None), _sample("b" * 3, None)) == 3.0     # an empty side counts as 1
+    with pytest.raises(ValueError, match="length_ratio"):
+        VerifiedConfig(model="m", length_ratio=0.5)
+
+
+def test_held_out_from_files(tmp_path):
+    ids = tmp_path / "held.txt"
+    ids.write_text("q1\n\nq7\n")
+    assert HeldOut.from_file(ids).question_ids == {"q1", "q7"}
+    problems = tmp_path / "held.jsonl"
+    problems.write_text(json.dumps({"id": "t-1", "question": "What  is 1+1?", "answer": "So #### 2"}) + "\n")
+    held = HeldOut.from_file(problems)
+    assert held.excludes("other-id", "What is 1+1?") and held.excludes("t-1", "")
+    with pytest.raises(FileNotFoundError, match="held-out"):
+        HeldOut.from_file(tmp_path / "nope.txt")
