@@ -228,5 +228,7 @@ def recipe_from_entry(value: Any) -> Recipe:
             raise RecipeError(f"recipe.{loc}", f"recipe {name!r} has no setting {loc!r} (it takes {known})") from None
         error = (err.get("ctx") or {}).get("error")
         message = str(error) if isinstance(error, Exception) else f"{err['msg'][:1].lower()}{err['msg'][1:]}"
-        got = "" if err["type"] == "missing" else f", got {err.get('input')!r:.80}"
+        if err["type"] == "missing":
+            raise RecipeError(f"recipe.{loc}", f"missing: recipe {name!r} needs {loc!r}") from None
+        got = f", got {err.get('input')!r:.80}"
         raise RecipeError(f"recipe.{loc}", f"{message}{got}") from None

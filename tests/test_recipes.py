@@ -1,0 +1,223 @@
+"""Member recipes: validation of pool entries (one line each), the registry, the built-in recipes on
+scripted models (program-of-thought with a known answer), and their rows in the trace DB."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agora.graphs.moa import MoAContext, build_moa_graph
+from agora.graphs.registry import get as protocol_spec
+from agora.graphs.runner import run_problems
+from agora.agents.moa import MoAConfig
+from agora.models.pool import ModelPool, ModelSpec, PoolConfigError, PoolMember, SamplingParams, load_pool
+from agora.models.recipes import ANSWER_ROLES, Recipe, get_recipe, recipe_names, register_recipe, unregister_recipe
+from agora.models.recipes.pot import POT_REQUEST, answer_line, extract_program
+from agora.models.testing import ScriptedChatModel
+from agora.tasks.answers import find_answer
+from agora.tasks.problem import Problem
+from agora.traces.store import TraceStore
+
+ENTRY = 'name = "m+x"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "x"\n'
+COT_CHAT = [{"role": "system", "content": "Solve it. Reason in words."},
+            {"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "1 + 1 = 2. The answer is 2."},
+            {"role": "user", "content": "What is 6 times 7? End with 'The answer is N.' where N is the final answer."}]
+
+
+def pool_of(**members) -> ModelPool:
+    """A pool of scripted members: name -> (model, recipe)."""
+    return ModelPool([PoolMember(ModelSpec(name=name, backend="langchain", max_retries=0, recipe=recipe), model)
+                      for name, (model, recipe) in members.items()])
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("line, message", [
+    ('recipe = "pat"', "field 'recipe': unknown recipe 'pat'; choose one of cot, fewshot, persona, pot"),
+    ("recipe = { cpu_s = 2 }", "field 'recipe.name': missing: say which recipe (cot, fewshot, persona, pot)"),
+    ('recipe = { name = "pot", cpu = 2 }', "field 'recipe.cpu': recipe 'pot' has no setting 'cpu' (it takes name, "
+     "roles, shots, cpu_s, wall_s, memory_mb, output_bytes, imports)"),
+    ('recipe = { name = "pot", cpu_s = -1 }', "field 'recipe.cpu_s': input should be greater than 0, got -1"),
+    ('recipe = { name = "pot", shots = 9 }', "field 'recipe.shots': input should be less than or equal to 3, got 9"),
+    ('recipe = { name = "persona" }', "field 'recipe.persona': missing: recipe 'persona' needs 'persona'"),
+    ('recipe = { name = "persona", persona = " " }', "field 'recipe.persona': must not be empty, got ' '"),
+    ("recipe = 3", "field 'recipe': must be a recipe name or a table with name = ..., got 3"),
+    ('recipe = { name = "pot", imports = ["math", "os"] }',
+     "field 'recipe.imports': os may not be allowed (file system, processes or network), got ['math', 'os']"),
+    ('recipe = { name = "fewshot", shots = [{ question = "q" }] }',
+     "field 'recipe.shots.0.answer': missing: recipe 'fewshot' needs 'shots.0.answer'"),
+])
+def test_a_bad_recipe_is_one_line_naming_file_entry_and_field(tmp_path, line, message):
+    path = tmp_path / "pool.toml"
+    path.write_text(f"[[models]]\n{ENTRY}\n[[models]]\n{ENTRY.replace('m+x', 'm+y')}{line}\n")
+    with pytest.raises(PoolConfigError) as err:
+        load_pool(path)
+    assert str(err.value) == f"{path}: models[1] (m+y): {message}"
+    assert "\n" not in str(err.value)
+
+
+def test_a_spec_made_in_python_is_checked_as_the_pool_file_is():
+    with pytest.raises(PoolConfigError, match=r"^model 'q': field 'recipe': unknown recipe 'pat'"):
+        ModelSpec(name="q", backend="langchain", recipe="pat")
+    spec = ModelSpec(name="q", backend="langchain", recipe={"name": "pot", "cpu_s": 2})
+    assert (spec.recipe.name, spec.recipe.cpu_s, spec.recipe.wall_s) == ("pot", 2.0, 10.0)
+    assert spec.describe()["recipe"] == {"name": "pot", "cpu_s": 2.0}
+    assert "recipe" not in ModelSpec(name="q", backend="langchain").describe()  # run records as before
+
+
+def test_a_pool_file_names_two_recipes_on_the_same_weights(tmp_path):
+    path = tmp_path / "pool.toml"
+    path.write_text(f"[[models]]\n{ENTRY.replace('m+x', 'q')}\n[[models]]\n{ENTRY.replace('m+x', 'q+pot')}"
+                    'recipe = { name = "pot", cpu_s = 2, imports = ["math", "fractions"] }\n\n'
+                    f"[[models]]\n{ENTRY.replace('m+x', 'q+persona')}"
+                    '[models.recipe]\nname = "persona"\npersona = "You are a careful accountant."\n')
+    pool = load_pool(path)
+    assert [(m.name, m.spec.recipe and m.spec.recipe.label()) for m in pool] == [
+        ("q", None), ("q+pot", "pot(cpu_s=2.0, imports=['math', 'fractions'])"), ("q+persona",
+                                                                                 "persona(persona=You are a careful accountant.)")]
+    assert [d.get("recipe") for d in pool.describe()] == [
+        None, {"name": "pot", "cpu_s": 2.0, "imports": ["math", "fractions"]},
+        {"name": "persona", "persona": "You are a careful accountant."}]
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_the_registry_lists_the_built_in_recipes_and_takes_a_new_one():
+    assert recipe_names()[:4] == ["cot", "fewshot", "persona", "pot"]
+    assert get_recipe("pot").runs_programs and not get_recipe("cot").runs_programs
+    with pytest.raises(KeyError, match="unknown recipe 'nope'; choose one of cot, fewshot, persona, pot"):
+        get_recipe("nope")
+
+    class Shout(Recipe):
+        name = "shout"
+        summary = "upper-case replies"
+
+        def finish(self, text):
+            from agora.models.recipes import Finished
+            return Finished(text.upper(), {})
+
+    register_recipe(Shout)
+    try:
+        assert get_recipe("shout") is Shout and "shout" in recipe_names()
+        with pytest.raises(ValueError, match="already registered"):
+            register_recipe(type("Other", (Recipe,), {"name": "shout"}))
+        pool = pool_of(q=(ScriptedChatModel(responses=["the answer is b."]), "shout"))
+        [s], [r] = pool.sample("q", [{"role": "user", "content": "?"}], context={"role": "agent"})
+        assert s.text == r["completion"] == "THE ANSWER IS B." and r["recipe"] == "shout"
+    finally:
+        unregister_recipe("shout")
+    assert "shout" not in recipe_names()
+    with pytest.raises(TypeError, match="subclass of agora.models.recipes.Recipe"):
+        register_recipe(dict)
+    with pytest.raises(ValueError, match="name must be an identifier"):
+        register_recipe(type("Bad", (Recipe,), {"name": "a-b"}))
+
+
+# ----------------------------------------------------------------------------- the recipes
+
+
+def test_no_recipe_sends_and_records_exactly_what_the_protocol_asked():
+    model = ScriptedChatModel(responses=["The answer is 42."])
+    [s], [r] = pool_of(q=(model, None)).sample("q", COT_CHAT, context={"role": "agent"})
+    assert r["messages"] == COT_CHAT and s.text == "The answer is 42."
+    assert not {"recipe", "program", "program_error"} & set(r)
+
+
+def test_program_of_thought_runs_the_program_and_its_print_is_the_answer():
+    model = ScriptedChatModel(responses=["Sure.\n```python\nfrom fractions import Fraction\nx = 6 * 7\nprint(x)\n```\n"
+                                         "This prints 42."])
+    [s], [r] = pool_of(q=(model, "pot")).sample("q", COT_CHAT, SamplingParams(n=1), context={"role": "agent"})
+    assert s.text == "```python\nfrom fractions import Fraction\nx = 6 * 7\nprint(x)\n```\nThe answer is 42."
+    assert find_answer(s.text, "math").answer == "42" and r["completion"] == s.text
+    assert (r["recipe"], r["program"], r["program_output"], r["program_error"]) == (
+        "pot", "from fractions import Fraction\nx = 6 * 7\nprint(x)", "42\n", None)
+    assert 0 < r["program_s"] < 10
+    # the model saw PoT's prompt: its system prompt and two program exemplars, then the question
+    # without the chain-of-thought closing line
+    sent = r["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert sent[0]["content"].startswith("You solve problems by writing Python.") and "```python" in sent[2]["content"]
+    assert sent[-1]["content"] == f"What is 6 times 7?\n\n{POT_REQUEST}"
+
+
+def test_program_of_thought_on_a_multiple_choice_question_prints_the_letter():
+    model = ScriptedChatModel(responses=['```python\nprint("C")\n```'])
+    [s], _ = pool_of(q=(model, "pot")).sample("q", [{"role": "user", "content": "Pick.\nA. x\nB. y\nC. z"}])
+    assert find_answer(s.text, "mc", 3).answer == "C"
+
+
+@pytest.mark.parametrize("reply, error", [
+    ("I think it is 42.", "NoProgram: the reply holds no Python program"),
+    ("```python\nx = 42\n```", "NoOutput: the program printed nothing"),
+    ("```python\nprint(1 / 0)\n```", "ZeroDivisionError: division by zero"),
+    ("```python\nimport os\nprint(os.getcwd())\n```", "ImportError: import of 'os' is not allowed"),
+])
+def test_a_failed_program_is_a_failed_sample_with_its_error_never_a_wrong_answer(reply, error):
+    model = ScriptedChatModel(responses=[reply])
+    [s], [r] = pool_of(q=(model, "pot")).sample("q", COT_CHAT, context={"role": "agent"})
+    assert r["program_error"].startswith(error)
+    for kind in ("math", "mc"):
+        assert find_answer(s.text, kind).answer is None
+    assert s.text.startswith("The program failed (") and r["error"] is None  # a sample, not a failed attempt
+
+
+def test_a_recipe_leaves_a_judges_call_alone_and_runs_under_asample():
+    model = ScriptedChatModel(responses=['{"score": 7}', "```python\nprint(2 ** 5)\n```"])
+    pool = pool_of(q=(model, "pot"))
+    [judged], [jr] = pool.sample("q", COT_CHAT, context={"role": "judge"})
+    assert judged.text == '{"score": 7}' and jr["messages"] == COT_CHAT and "recipe" not in jr
+    [s], [r] = asyncio.run(pool.asample("q", COT_CHAT, context={"role": "proposer"}))
+    assert s.text.endswith("The answer is 32.") and r["recipe"] == "pot"
+    assert "judge" not in ANSWER_ROLES and "proposer" in ANSWER_ROLES
+
+
+def test_persona_and_fewshot_rewrite_the_prompt():
+    model = ScriptedChatModel(responses=["The answer is 42."] * 2)
+    pool = pool_of(p=(model, {"name": "persona", "persona": "You are terse."}),
+                   f=(model, {"name": "fewshot", "shots": [{"question": "2 + 2?", "answer": "The answer is 4."}]}))
+    _, [r] = pool.sample("p", COT_CHAT, context={"role": "agent"})
+    assert r["messages"] == [{"role": "system", "content": "You are terse.\n\nSolve it. Reason in words."}, *COT_CHAT[1:]]
+    _, [r] = pool.sample("f", COT_CHAT, context={"role": "agent"})
+    assert r["messages"] == [COT_CHAT[0], {"role": "user", "content": "2 + 2?"},
+                             {"role": "assistant", "content": "The answer is 4."}, COT_CHAT[-1]]
+
+
+def test_program_extraction_and_the_answer_line():
+    assert extract_program("a\n```text\n1\n```\n```python\nprint(2)\n```\n```python\nprint(3)\n```") == "print(2)"
+    assert extract_program("```\nprint(3)\n```") == "print(3)"
+    assert extract_program("print(4)") == "print(4)"  # no fence, but Python
+    assert extract_program("The answer is 4.") is None
+    assert extract_program("```python\nprint(5)") == "print(5)"  # cut off before the closing fence
+    assert answer_line("step 1\n\nAnswer: 3/4.\n") == "3/4"
+    assert answer_line("The answer is B\n") == "B"
+    assert answer_line("  \n") == ""
+
+
+# ----------------------------------------------------------------------------- in the trace DB
+
+
+def test_moa_with_a_pot_member_records_recipe_and_program_per_sample():
+    cot = ScriptedChatModel(respond=lambda chat, i: "6 * 7 = 41. The answer is 41.")
+    pot = ScriptedChatModel(respond=lambda chat, i: "```python\nprint(6 * 7)\n```")
+    pool = pool_of(**{"q": (cot, None), "q+pot": (pot, "pot")})
+    store = TraceStore(":memory:")
+    problem = Problem(id="q1", question="What is 6 times 7?", gold="42", kind="math")
+    run_problems(build_moa_graph(), [problem], store=store, run_id="moa", protocol="moa",
+                 context=MoAContext(pool, MoAConfig(aggregator="q+pot")), config={}, pool_description=pool.describe(),
+                 dataset={}, detail=protocol_spec("moa").detail)
+    results = {r["method"]: (r["answer"], r["correct"]) for r in store.results("moa")}
+    assert results == {"moa": ("42", 1), "proposal_vote": ("41", 0)}  # the tie goes to the first proposal
+    rows = sorted(store.calls("moa"), key=lambda r: (r["model"], r["node"]))
+    assert [(r["model"], r["node"], r["recipe"], r["answer"]) for r in rows] == [
+        ("q", "moa_propose", None, "41"), ("q+pot", "moa_aggregate", "pot", "42"), ("q+pot", "moa_propose", "pot", "42")]
+    run = json.loads(rows[1]["program_run"])
+    assert (run["program"], run["output"], run["error"]) == ("print(6 * 7)", "42\n", None) and run["seconds"] > 0
+    assert rows[0]["program_run"] is None
+    # the aggregator's prompt is PoT's, with q's proposal shown
+    sent = json.loads(rows[1]["messages"])
+    assert sent[0]["content"].startswith("You solve problems by writing Python") and "41" in sent[-1]["content"]
+    assert json.loads(store.get_run("moa")["pool"])[1]["recipe"] == {"name": "pot"}
