@@ -38,11 +38,13 @@ import resource
 import select
 import shutil
 import signal
+import string
 import sys
 import tempfile
 import time
 import types
 
+import _string
 from RestrictedPython import RestrictingNodeTransformer, compile_restricted
 from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
 from RestrictedPython.Guards import (guarded_iter_unpack_sequence, guarded_unpack_sequence, safe_builtins,
@@ -217,8 +219,29 @@ def _importer(allowed: frozenset[str]):
     return guarded_import
 
 
+class _SafeFormatter(string.Formatter):
+    """``str.format`` whose fields go through the guarded ``getattr``/item access (RestrictedPython
+    refuses ``str.format`` outright, since ``"{0.__class__}".format(x)`` would reach private
+    attributes; programs format numbers with it)."""
+
+    def __init__(self, guarded_getattr):
+        self.guarded_getattr = guarded_getattr
+
+    def get_field(self, field_name, args, kwargs):
+        first, rest = _string.formatter_field_name_split(field_name)
+        obj = self.get_value(first, args, kwargs)
+        for is_attr, key in rest:
+            obj = self.guarded_getattr(obj, key) if is_attr else default_guarded_getitem(obj, key)
+        return obj, first
+
+
 def _getattr_guard(allowed: frozenset[str]):
     def guarded_getattr(obj, name, default=None):
+        if isinstance(obj, str) and name in ("format", "format_map"):
+            formatter = _SafeFormatter(guarded_getattr)
+            if name == "format":
+                return lambda *args, **kwargs: formatter.vformat(obj, args, kwargs)
+            return lambda mapping: formatter.vformat(obj, (), mapping)
         value = safer_getattr(obj, name, default)
         if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in allowed:
             raise AttributeError(f"{name!r} is the module {value.__name__!r}, which is not allowed")

@@ -1,0 +1,152 @@
+"""Hostile programs in the program-of-thought sandbox: each contained, each a failed sample with its
+error, and no file written outside the program's folder."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from agora.models.pool import ModelPool, ModelSpec, PoolMember
+from agora.models.recipes.sandbox import Sandbox, SandboxLimits, run_program, sandbox_layers
+from agora.models.testing import ScriptedChatModel
+from agora.tasks.answers import find_answer
+
+LIMITS = SandboxLimits(cpu_s=1, wall_s=4, memory_mb=256, output_bytes=65_536)
+POT = {"name": "pot", "cpu_s": 1, "wall_s": 4, "memory_mb": 256}
+
+
+def hostile(marker: Path) -> list[tuple[str, str, str]]:
+    """(case, program, the start of its error): the issue's list, with ``marker`` a path outside the folder."""
+    return [
+        ("infinite loop", "while True:\n    pass", "TimeoutError: the program used its CPU-time limit"),
+        ("fork bomb", "import os\nwhile True:\n    os.fork()", "ImportError: import of 'os' is not allowed"),
+        ("10 GB allocation", "x = bytearray(10 * 1024 ** 3)\nprint(len(x))", "MemoryError"),
+        ("10 GB list", "x = [0] * (10 ** 10 // 8)\nprint(len(x))", "MemoryError"),
+        ("os.system", f"import os\nos.system('touch {marker}')\nprint(1)", "ImportError: import of 'os' is not allowed"),
+        ("subprocess", f"import subprocess\nsubprocess.run(['touch', '{marker}'])", "ImportError: import of 'subprocess'"),
+        ("read /etc/passwd", "print(open('/etc/passwd').read())", "NameError: name 'open' is not defined"),
+        ("write outside", f"f = open('{marker}', 'w')\nf.write('x')\nprint(1)", "NameError: name 'open' is not defined"),
+        ("import socket", "import socket\ns = socket.create_connection(('127.0.0.1', 80))", "ImportError: import of 'socket'"),
+        ("100 MB of output", "print('x' * 100_000_000)", "OutputLimit: the program printed more than 65536 bytes"),
+        ("output in a loop", "while True:\n    print('y' * 1000)", "OutputLimit"),
+        ("__import__", "os = __import__('os')\nprint(os.listdir('/'))", "SyntaxError: Line 1: \"__import__\" is an invalid"),
+        ("subclasses walk", "print(().__class__.__bases__[0].__subclasses__())", "SyntaxError: Line 1: \"__subclasses__\""),
+        ("getattr trick", "c = getattr((), '__class__')\nprint(c)", "AttributeError: \"__class__\" is an invalid attribute"),
+        ("format trick", "print('{0.__class__}'.format(()))", "AttributeError: \"__class__\" is an invalid attribute"),
+        ("a module's os", "import sympy\nprint(sympy.utilities.misc.os.getcwd())", "AttributeError: 'os' is the module 'os'"),
+        ("from-import of os", "from sympy.utilities.misc import os\nprint(os.getcwd())", "ImportError: sympy.utilities.misc.os is the module 'os'"),
+        ("eval", "print(eval('1 + 1'))", "SyntaxError: Line 1: Eval calls are not allowed"),
+        ("never prints", "x = 6 * 7", "NoOutput: the program printed nothing"),
+        ("recursion", "def f(n):\n    return f(n + 1)\nprint(f(0))", "RecursionError"),
+    ]
+
+
+def _folders() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "agora-program-*")))
+
+
+def test_a_program_runs_and_prints(tmp_path):
+    run = run_program("from fractions import Fraction\nimport math\nprint(Fraction(1, 3) + Fraction(1, 6), math.comb(5, 2))",
+                      LIMITS)
+    assert (run.status, run.output, run.error, run.ok) == ("ok", "1/2 10\n", None, True)
+    assert {"restrictedpython", "rlimits", "fresh-folder"} <= set(run.layers)
+
+
+def test_counting_with_augmented_item_assignment_and_str_format_work():
+    program = ("counts = {}\nfor c in 'abca':\n    counts[c] = counts.get(c, 0)\n    counts[c] += 1\n"
+               "print('{:.2f} {a}'.format(counts['a'] / 3, a=counts['b']), f'{counts[\"c\"]:03d}')")
+    assert run_program(program, LIMITS).output == "0.67 1 001\n"
+
+
+def test_every_hostile_program_is_contained_and_fails_with_its_error(tmp_path):
+    marker = tmp_path / "outside.txt"
+    before = _folders()
+    sandbox = Sandbox(workers=1)
+    try:
+        for case, program, error in hostile(marker):
+            run = sandbox.run(program, LIMITS)
+            assert not run.ok, case
+            assert (run.failure or "").startswith(error), (case, run.failure)
+            assert run.seconds < LIMITS.wall_s + 3, case
+        # the worker survived all of them and still runs programs
+        assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"
+    finally:
+        sandbox.close()
+    assert not marker.exists()
+    assert _folders() <= before  # each program's folder was removed
+
+
+def test_the_wall_time_limit_kills_a_program_that_does_not_use_cpu_time():
+    run = run_program("while True:\n    pass", SandboxLimits(cpu_s=60, wall_s=1))
+    assert run.status == "timeout" and run.failure.startswith("TimeoutError: the program ran past its wall-time limit of 1")
+    assert 1 <= run.seconds < 4
+
+
+@pytest.mark.parametrize("case, program, error", hostile(Path(tempfile.gettempdir()) / "agora-sandbox-marker"),
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 24 else None)
+def test_a_hostile_program_from_a_pot_member_is_a_failed_sample(case, program, error):
+    model = ScriptedChatModel(responses=[f"```python\n{program}\n```"])
+    pool = ModelPool([PoolMember(ModelSpec(name="q+pot", backend="langchain", recipe=POT), model)])
+    [s], [r] = pool.sample("q+pot", [{"role": "user", "content": "What is 6 times 7?"}], context={"role": "agent"})
+    assert r["program_error"].startswith(error) and r["error"] is None
+    assert find_answer(s.text, "math").answer is None and find_answer(s.text, "mc").answer is None
+    assert not (Path(tempfile.gettempdir()) / "agora-sandbox-marker").exists()
+
+
+def test_limits_are_checked_by_name():
+    with pytest.raises(ValueError, match=r"^cpu_s: must be a number of seconds in \[0.01, 600.0\], got 0"):
+        SandboxLimits(cpu_s=0)
+    with pytest.raises(ValueError, match=r"^imports: os, socket may not be allowed"):
+        SandboxLimits(imports=("math", "socket", "os"))
+
+
+KERNEL_PROBE = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import _sandbox_worker as w
+folder, outside = sys.argv[2], sys.argv[3]
+pid = os.fork()
+if pid == 0:
+    got = []
+    if w._landlock(folder):
+        open(os.path.join(folder, "inside.txt"), "w").write("ok")
+        try:
+            open(outside, "w").write("x")
+            got.append("landlock:wrote")
+        except PermissionError:
+            got.append("landlock:refused")
+    if w._seccomp():
+        try:
+            child = os.fork()
+            if child == 0:
+                os._exit(0)
+            got.append("seccomp:forked")
+        except PermissionError:
+            got.append("seccomp:refused")
+    print(" ".join(got), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_the_kernel_layers_refuse_writes_outside_the_folder_and_fork_where_present(tmp_path):
+    """Below RestrictedPython: Landlock and seccomp, tested with a plain (unrestricted) program."""
+    folder, outside = tmp_path / "folder", tmp_path / "outside.txt"
+    folder.mkdir()
+    worker_dir = Path(sys.modules["agora.models.recipes.sandbox"].__file__).parent
+    out = subprocess.run([sys.executable, "-I", "-c", KERNEL_PROBE, str(worker_dir), str(folder), str(outside)],
+                         capture_output=True, text=True, timeout=120).stdout.split()
+    layers = set(sandbox_layers())
+    assert ("landlock:refused" in out) == ("landlock" in layers) and "landlock:wrote" not in out
+    assert ("seccomp:refused" in out) == ("seccomp" in layers) and "seccomp:forked" not in out
+    assert not outside.exists()
+    if "landlock" in layers:
+        assert (folder / "inside.txt").read_text() == "ok"
+    if not {"landlock", "seccomp"} & layers:
+        pytest.skip("this kernel gives neither Landlock nor seccomp")
