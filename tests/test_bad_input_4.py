@@ -301,3 +301,114 @@ def test_every_agora_variable_in_the_source_is_listed_and_documented():
     assert used <= listed, sorted(used - listed)
     page = (root / "docs" / "environment.md").read_text(encoding="utf-8")
     assert all(f"| `{name}` |" in page for name in listed), sorted(n for n in listed if f"| `{n}` |" not in page)
+
+
+# ----------------------------------------------------------------------------- bundles from elsewhere
+
+@pytest.fixture
+def bundle(small_db, tmp_path):
+    """Run ``R`` of :func:`small_db` exported: its lines as parsed JSON."""
+    out = tmp_path / "r.agora.jsonl.gz"
+    code, output = agora("export", "--db", small_db, "--run-id", "R", "--out", out)
+    assert code == 0, output
+    return bundle_lines(out)
+
+
+def bundle_lines(path):
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_bundle(path, lines):
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+    return path
+
+
+def refused_import(bundle_path, db):
+    code, output = agora("import", bundle_path, "--db", db)
+    assert code == 2, output
+    assert not Path(db).exists()  # nothing created
+    return one_error_line(output)
+
+
+@pytest.mark.parametrize("footer, said", [
+    ({"end": True, "rows": [3, 4]}, "footer.rows: [3, 4] is not an object of row counts per table"),
+    ({"end": True, "rows": {"runs": "one"}}, "footer.rows.runs: \"one\" is not a row count (an integer from 0)"),
+    ({"end": "yes", "rows": {}}, "footer.end: \"yes\" is not true"),
+])
+def test_a_footer_of_the_wrong_shape_is_one_line(bundle, tmp_path, footer, said):
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", bundle[:-1] + [footer])
+    line = refused_import(bad, tmp_path / "target.db")
+    assert line == f"error: {bad}:{len(bundle)}: {said}; nothing was imported"
+
+
+def test_a_row_nested_100000_deep_is_one_line_not_a_recursion_error(bundle, tmp_path):
+    deep = '{"t": "runs", "v": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", [bundle[0], deep] + bundle[1:])
+    line = refused_import(bad, tmp_path / "target.db")
+    assert line == f"error: {bad}:2: JSON nested deeper than 16 arrays or objects (a row is 2 deep); nothing was imported"
+
+
+def test_brackets_inside_texts_are_no_nesting(bundle, tmp_path, small_db):
+    from agora.traces.bundle import _too_deep
+
+    assert not _too_deep(json.dumps({"t": "model_calls", "v": ["[" * 500 + "{" * 500, 1]}))
+    assert _too_deep("[" * 17 + "]" * 17)
+
+
+def test_a_line_over_the_bound_is_refused_before_it_is_read_whole(bundle, tmp_path, monkeypatch):
+    import agora.traces.bundle as bundle_module
+
+    monkeypatch.setattr(bundle_module, "MAX_LINE_CHARS", 20_000)  # (the header is a few kB)
+    # 100,000 characters: past 4 x the bound in bytes, found in the fast first pass; 30,000: in the rows' pass
+    for at, size in ((1, 100_000), (3, 30_000)):
+        lines = [json.dumps(x) for x in bundle]
+        lines.insert(at, json.dumps({"t": "runs", "v": ["x" * size]}))
+        bad = write_bundle(tmp_path / f"bad{at}.agora.jsonl.gz", lines)
+        line = refused_import(bad, tmp_path / "target.db")
+        assert line == (f"error: {bad}:{at + 1}: a line longer than 20,000 characters (no bundle row is that long); "
+                        "nothing was imported")
+
+
+def test_missing_rows_are_found_from_the_footer_before_any_row_is_read(bundle, tmp_path):
+    calls = [i for i, x in enumerate(bundle) if x.get("t") == "model_calls"]
+    lines = [x for i, x in enumerate(bundle) if i not in calls[-3:]]  # three rows cut out of the middle...
+    lines[1] = {"t": "no_such_table", "v": []}  # ...and line 2 is bad too: the footer's count is read first
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", lines)
+    line = refused_import(bad, tmp_path / "target.db")
+    n = sum(1 for x in bundle if "t" in x)
+    assert line == (f"error: {bad}: the footer counts {n} rows, the file holds {n - 3} lines between its header and "
+                    "footer: rows are missing; nothing was imported")
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda t: t["questions"].update(primary_key=["question_id"]),
+     "tables.questions.primary_key: ['question_id'], but Agora's questions table has ['run_id', 'question_id']"),
+    (lambda t: t["questions"]["columns"].update(correct="TEXT"),
+     "tables.questions.columns.correct: declared \"TEXT\", but Agora's questions.correct is an integer (INTEGER)"),
+    (lambda t: t["runs"]["columns"].pop("protocol"),
+     "tables.runs.columns: no protocol column, which Agora's runs table has"),
+])
+def test_a_table_with_agoras_name_must_have_agoras_schema(bundle, tmp_path, edit, said):
+    head = json.loads(json.dumps(bundle[0]))
+    edit(head["tables"])
+    rows = bundle[1:]
+    if "protocol" not in head["tables"]["runs"]["columns"]:  # keep the rows the header's shape
+        cols = list(bundle[0]["tables"]["runs"]["columns"])
+        at = cols.index("protocol")
+        rows = [{**x, "v": x["v"][:at] + x["v"][at + 1:]} if x.get("t") == "runs" else x for x in rows]
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", [head] + rows)
+    line = refused_import(bad, tmp_path / "target.db")
+    assert line == (f"error: {bad}:1: {said}; the header is damaged or tampered with; nothing was imported")
+
+
+def test_an_intact_bundle_still_imports(bundle, tmp_path):
+    good = write_bundle(tmp_path / "good.agora.jsonl.gz", bundle)
+    code, output = agora("import", good, "--db", tmp_path / "target.db")
+    assert code == 0 and "imported" in output, output

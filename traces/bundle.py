@@ -39,6 +39,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,17 +229,122 @@ def _shared_source(store: TraceStore, run_id: str) -> str | None:
     return source if isinstance(source, str) and source else None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+#: Longest line a bundle may hold, in characters (a row with its texts: prompts and replies; the
+#: longest Agora stores are far below it). A longer line is refused before it is read whole.
+MAX_LINE_CHARS = 32 * 2**20
+#: Deepest nesting of JSON arrays and objects in a line (a row is 2 deep, the header 4).
+MAX_NESTING = 16
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _too_deep(line: str) -> bool:
+    """Whether ``line``'s JSON nests arrays and objects deeper than :data:`MAX_NESTING` (brackets in
+    strings are not counted); read without recursion, so a line nested 100,000 deep is refused
+    rather than overflowing the parser's stack."""
+    if line.count("[") + line.count("{") <= MAX_NESTING:
+        return False
+    depth = 0
+    for ch in _BRACKET.findall(_JSON_STRING.sub("", line)):
+        depth += 1 if ch in "[{" else -1
+        if depth > MAX_NESTING:
+            return True
+    return False
+
+
+def _lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed JSON)`` of each non-blank line; each line is bounded in length
+    (:data:`MAX_LINE_CHARS`, read no further) and nesting (:data:`MAX_NESTING`) before it is parsed.
+
+    Raises:
+        BundleError: naming the file and line: not gzip, cut short, not UTF-8, too long, too deep, not JSON.
+    """
+    i = 0
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        yield i, json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise BundleError(f"{path}:{i}: not JSON ({exc.msg})") from None
+            while True:
+                line = f.readline(MAX_LINE_CHARS + 1)
+                if not line:
+                    break
+                i += 1
+                if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+                    raise BundleError(f"{path}:{i}: a line longer than {MAX_LINE_CHARS:,} characters (no bundle row is "
+                                      "that long); nothing was imported")
+                if not line.strip():
+                    continue
+                if _too_deep(line):
+                    raise BundleError(f"{path}:{i}: JSON nested deeper than {MAX_NESTING} arrays or objects (a row is "
+                                      "2 deep); nothing was imported")
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BundleError(f"{path}:{i}: not JSON ({exc.msg})") from None
+                except RecursionError:  # pragma: no cover - _too_deep refuses these first
+                    raise BundleError(f"{path}:{i}: JSON nested too deep; nothing was imported") from None
+                yield i, value
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{path}:{i + 1}: not UTF-8 text ({exc.reason} at byte {exc.start} of a chunk); "
+                          "nothing was imported") from None
     except (OSError, EOFError) as exc:  # not gzip, or cut short
         raise BundleError(f"{path}: not a readable gzip bundle ({exc})") from None
+
+
+def _footer_first(path: Path) -> tuple[dict[str, Any], int]:
+    """Read the bundle once as bytes, fast, before any row is parsed: its line count, that no line
+    is longer than :data:`MAX_LINE_CHARS` (in bytes here: at least as many as characters) and its
+    footer (the last line). So a truncated or miscounted bundle is refused in seconds, not after
+    every row was checked.
+
+    Returns:
+        The footer (checked by :func:`_footer_shape`) and the number of lines.
+
+    Raises:
+        BundleError: not gzip or cut short, a line too long, no footer, a footer of the wrong shape.
+    """
+    lines, run, tail, too_long = 0, 0, b"", False  # run: bytes since the last newline
+    try:
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                first = chunk.find(b"\n")
+                if first < 0:
+                    run += len(chunk)
+                elif run + first > MAX_LINE_CHARS * 4:  # (UTF-8: at most 4 bytes a character)
+                    too_long = True
+                else:
+                    lines += chunk.count(b"\n")
+                    run = len(chunk) - chunk.rfind(b"\n") - 1
+                if too_long or run > MAX_LINE_CHARS * 4:
+                    too_long = True
+                    break
+                tail = (tail + chunk)[-65536:]
+    except (OSError, EOFError) as exc:
+        raise BundleError(f"{path}: not a readable gzip bundle ({exc})") from None
+    if too_long:
+        raise BundleError(f"{path}:{lines + 1}: a line longer than {MAX_LINE_CHARS:,} characters (no bundle row is "
+                          "that long); nothing was imported")
+    last = tail.rstrip().rsplit(b"\n", 1)[-1]
+    try:
+        footer = json.loads(last) if last and not _too_deep(last.decode("utf-8")) else None
+    except (ValueError, RecursionError):
+        footer = None
+    if not (isinstance(footer, dict) and "end" in footer):
+        raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
+    return _footer_shape(path, lines, footer), lines
+
+
+def _footer_shape(path: Path, line: int, footer: dict[str, Any]) -> dict[str, Any]:
+    """The footer ``{"end": true, "rows": {table: count}}``, or a refusal naming the field."""
+    if footer.get("end") is not True:
+        raise BundleError(f"{path}:{line}: footer.end: {_short(footer.get('end'))} is not true; nothing was imported")
+    rows = footer.get("rows")
+    if not isinstance(rows, dict):
+        raise BundleError(f"{path}:{line}: footer.rows: {_short(rows)} is not an object of row counts per table; "
+                          "nothing was imported")
+    for t, n in rows.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise BundleError(f"{path}:{line}: footer.rows.{t}: {_short(n)} is not a row count (an integer from 0); "
+                              "nothing was imported")
+    return footer
 
 
 def read_header(path: str | Path) -> dict[str, Any]:
@@ -287,6 +393,11 @@ def _check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int
 def _scan(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, int]]:
     """:func:`check_bundle` but the footer's counts: (header, footer or None, rows read per table)."""
     head = read_header(path)
+    footer_first, n_lines = _footer_first(path)
+    counted = sum(footer_first["rows"].values())
+    if counted > n_lines - 2:  # rows missing: refused now (more lines than counted: the scan names the extra row)
+        raise BundleError(f"{path}: the footer counts {counted} rows, the file holds {max(0, n_lines - 2)} lines "
+                          "between its header and footer: rows are missing; nothing was imported")
     _check_runs(path, head)
     tables: dict[str, dict[str, Any]] = head["tables"]
     head_runs = {r for r in head.get("runs") or () if isinstance(r, str)}
@@ -302,8 +413,8 @@ def _scan(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, 
             raise BundleError(f"{path}:{i}: a row after the footer; nothing was imported")
         if not isinstance(line, dict):
             raise BundleError(f"{path}:{i}: not a row object {{\"t\": table, \"v\": [values]}}; nothing was imported")
-        if line.get("end"):
-            footer = line
+        if "end" in line:
+            footer = _footer_shape(path, i, line)
             continue
         t = line.get("t")
         if t not in tables:
@@ -370,7 +481,47 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
             raise BundleError(f"{path}:1: tables.{t}.primary_key: {pk!r} names columns the table does not have")
     if "runs" in head["tables"] and "run_id" not in head["tables"]["runs"]["columns"]:
         raise BundleError(f"{path}:1: tables.runs.columns: no run_id column; the header is damaged or tampered with")
+    for t, info in head["tables"].items():
+        if t in SCHEMA_TYPES:
+            _check_known_table(path, t, info)
     return head
+
+
+#: Primary key of every table :data:`SCHEMA_TYPES` documents (the core tables' from :mod:`agora.traces.schema`).
+KNOWN_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
+    **schema.PRIMARY_KEYS, "duels": ("duel_id",), "reputation_snapshots": ("duel_id", "model"),
+    "leader_snapshots": ("duel_id",), "preference_pairs": ("pair_id",)}
+#: SQLite types a header may declare for a column of each Python type of :data:`SCHEMA_TYPES`.
+_SQL_NAMES = {str: "TEXT", int: "INTEGER", float: "FLOAT"}
+_DECLARED = {str: {"TEXT", ""}, int: {"INTEGER", "INT", ""}, float: {"FLOAT", "REAL", "NUMERIC", "DOUBLE", ""}}
+
+
+def _check_known_table(path: Path, table: str, info: dict[str, Any]) -> None:
+    """A table of Agora's own name holds Agora's schema: its primary key, every column it has had
+    since its first release (:data:`agora.traces.schema.ADDED_COLUMNS` may be missing: an older
+    database), and each known column declared with its own type. Columns this Agora does not know
+    (a newer one's) are allowed. So a crafted ``questions`` table cannot create a look-alike with
+    another key or types in the target database."""
+    types = SCHEMA_TYPES[table]
+    cols: dict[str, Any] = info["columns"]
+    pk = tuple(info.get("primary_key") or ())
+    want_pk = KNOWN_PRIMARY_KEYS.get(table)
+    if want_pk is not None and pk != want_pk:
+        raise BundleError(f"{path}:1: tables.{table}.primary_key: {list(pk)!r}, but Agora's {table} table has "
+                          f"{list(want_pk)!r}; the header is damaged or tampered with; nothing was imported")
+    optional = set(schema.ADDED_COLUMNS.get(table, ()))
+    required = [c for c in types if c not in optional] if table in schema.TABLES else list(want_pk or ())
+    missing = [c for c in required if c not in cols]
+    if missing:
+        raise BundleError(f"{path}:1: tables.{table}.columns: no {', '.join(missing[:4])} column"
+                          f"{'s' if len(missing) > 1 else ''}, which Agora's {table} table has; the header is "
+                          "damaged or tampered with; nothing was imported")
+    for c, declared in cols.items():
+        want = types.get(c)
+        if want is not None and str(declared or "").upper() not in _DECLARED[want]:
+            raise BundleError(f"{path}:1: tables.{table}.columns.{c}: declared {_short(declared)}, but Agora's "
+                              f"{table}.{c} is {_TYPE_NAMES[want]} ({_SQL_NAMES[want]}); the header "
+                              "is damaged or tampered with; nothing was imported")
 
 
 def _sql_type(declared: Any) -> str:
@@ -539,7 +690,7 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
         lines = _lines(path)
         next(lines)
         for i, line in lines:
-            if line.get("end"):
+            if "end" in line:
                 break
             t = line["t"]  # (shape, types, runs, keys and orphans: checked by _scan above)
             cols = list(tables[t]["columns"])
