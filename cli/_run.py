@@ -31,7 +31,7 @@ from agora.cli._shared import (
     new_run_id,
     question_progress,
 )
-from agora.graphs._common import settings_from
+from agora.graphs.context import settings_from
 from agora.graphs.registry import get as protocol
 from agora.graphs.runner import RunOutcome, run_protocol
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
@@ -303,7 +303,7 @@ def benchmark_command(name: str, cls: type, *, short_help: str, help: str, conte
 
     def command(ctx: typer.Context, **values: Any) -> None:
         get_pool = _shared.get_pool  # looked up per call: tests patch agora.cli._shared.get_pool
-        with _shared.user_errors():
+        with _shared.user_errors("questions"):
             data, fmt_name, problems = load_benchmark(values["data"], values["fmt"], values["limit"],
                                                       values.get("seed", 0))
             config = settings(ctx, cls, values["config_file"], name,

@@ -49,15 +49,20 @@ USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, 
 
 
 @contextlib.contextmanager
-def user_errors(unit: str = "questions") -> Iterator[None]:
+def user_errors(unit: str | None = None) -> Iterator[None]:
     """Turn user-facing errors into ``error: ...`` on stderr and exit 2; an unreachable model into exit 1;
-    Ctrl-C into exit 130. ``unit``: what a run saves as it goes, named in the resume hint."""
+    Ctrl-C into exit 130. ``unit``: what the command's run saves as it goes (``"questions"``,
+    ``"duels"``), named in the resume hint; ``None`` (the default) for a command that runs nothing
+    (a report, an export, replay, training): its lines then say nothing about saved work or resuming."""
     try:
         yield
     except typer.Exit:
         raise
     except (KeyboardInterrupt, GraphDrained):
         stopped_by, _stop.signal = _stop.signal, None
+        if unit is None:
+            err_console.print("[yellow]interrupted[/yellow]")
+            raise typer.Exit(130) from None
         if stopped_by == signal.SIGTERM:
             err_console.print(f"[yellow]terminated[/yellow] (SIGTERM): finished {unit} are saved and the run is "
                               f"marked interrupted; resume with: {escape(resume_command())}", highlight=False,
@@ -67,16 +72,18 @@ def user_errors(unit: str = "questions") -> Iterator[None]:
                           "--run-id to resume")
         raise typer.Exit(130) from None
     except ModelCallError as exc:  # a model server went away: the run stops, resumable
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}\nfinished {unit} are saved; rerun with the same --run-id "
-                          "to resume once the model answers again", highlight=False, soft_wrap=True)
+        resume = (f"\nfinished {unit} are saved; rerun with the same --run-id to resume once the model answers again"
+                  if unit is not None else "")
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}{resume}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except USER_ERRORS as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
-        err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error('trace database', exc))}; "
-                          f"finished {unit} are saved", highlight=False, soft_wrap=True)
+        saved = f"; finished {unit} are saved" if unit is not None else ""
+        err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error('trace database', exc))}{saved}",
+                          highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

@@ -44,7 +44,7 @@ def run_align(
 ) -> None:
     """Delegate each problem to n agents (k samples each) and compare ALIGN with single-agent,
     self-consistency and best-of-n·k on the same candidates."""
-    with user_errors():
+    with user_errors("questions"):
         data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed, load_problems)  # default: the GSM8K sample
         config = DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                   temperature=temperature, seed=seed,

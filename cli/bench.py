@@ -224,7 +224,7 @@ def bench(
     per method × task with 95% CIs and the macro-average, paired differences against single-agent
     and self-consistency with McNemar p-values, cost per question, COMED's shares, rescues and harms
     and thresholds, and accuracy against generated tokens as a PNG."""
-    with user_errors():
+    with user_errors("questions"):
         check_out_path(out)  # an existing file as --out: refused now, not after every run finished
         if report_only:
             if run_id is None:

@@ -211,7 +211,7 @@ def run_comed(
     ``--config FILE.toml``: a ``[comed]`` table of EscalationConfig fields (``[comed.thresholds]``
     for tau_hi, tau_lo, m_min); options given on the command line win, and ``--thresholds`` or any
     ``--tau-*``/``--m-min`` replaces the file's thresholds."""
-    with user_errors():
+    with user_errors("questions"):
         file = load_thresholds(thresholds) if thresholds else None
         base = file.thresholds if file else EscalationThresholds()
         given = {k: v for k, v in {"tau_hi": tau_hi, "tau_lo": tau_lo, "m_min": m_min}.items() if v is not None}
@@ -269,7 +269,7 @@ def calibrate_comed(
 ) -> None:
     """Run every COMED branch (probe and escalation) on each dev question, then choose the
     thresholds maximising rescue − harm − λ·cost and write them to --out."""
-    with user_errors():
+    with user_errors("questions"):
         if not 0 <= lam < math.inf:
             raise ValueError(f"--lambda must be a finite number >= 0, got {lam}")
         if max_calls is not None and not max_calls >= 1:

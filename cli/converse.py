@@ -89,7 +89,7 @@ def converse(
 ) -> None:
     """Run two-model conversations (A answers, B replies to A, A replies, ...) for every ordered
     pair, tracing each response with its partner, for `agora report diversity`."""
-    with user_errors():
+    with user_errors("questions"):
         if prompts is None and fmt not in (None, "synthetic"):
             raise ValueError(f"--format {fmt} needs a file: give --prompts FILE, or leave out --format "
                              "(generated arithmetic)")

@@ -72,7 +72,7 @@ def select(
     out: Path = typer.Option(Path("agora-select"), "--out", help="Folder for the report (JSON) and regret plot (PNG)."),
 ) -> None:
     """Find the model you prefer by judging pairs of anonymous answers (CUPID dueling bandit)."""
-    with user_errors():
+    with user_errors("rounds"):
         given_thread = thread is not None
         thread = new_run_id("select") if thread is None else check_run_id(thread, "--thread")
         checked_items = checked_pool = None

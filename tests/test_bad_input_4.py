@@ -412,3 +412,35 @@ def test_an_intact_bundle_still_imports(bundle, tmp_path):
     good = write_bundle(tmp_path / "good.agora.jsonl.gz", bundle)
     code, output = agora("import", good, "--db", tmp_path / "target.db")
     assert code == 0 and "imported" in output, output
+
+
+# ----------------------------------------------------------------------------- "finished questions are saved"
+
+def test_read_only_commands_do_not_say_finished_questions_are_saved(small_db, monkeypatch):
+    import agora.cli.runs as runs_cli
+
+    def locked(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(runs_cli, "run_rows", locked)
+    code, output = agora("report", "runs", "--db", small_db)
+    assert code == 2
+    line = one_error_line(output)
+    assert "locked" in line and "saved" not in output and "resume" not in output
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs_cli, "run_rows", interrupted)
+    code, output = agora("report", "runs", "--db", small_db)
+    assert (code, output.strip()) == (130, "interrupted")
+
+
+def test_a_running_command_still_says_what_is_saved(tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(align_cli, "load_problems", interrupted)
+    code, output = agora("run", "align", "--limit", "1", "--db", tmp_path / "t.db")
+    assert code == 130
+    assert "interrupted: finished questions are saved; rerun with the same --run-id to resume" in output
