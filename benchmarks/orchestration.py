@@ -44,7 +44,7 @@ from langgraph.runtime import Runtime
 from agora.agents.delegation import DelegationConfig
 from agora.models.pool import ModelPool, SamplingParams, default_pool, load_pool
 from agora.models.testing import ScriptedChatModel
-from agora.graphs._common import problem_input
+from agora.graphs.question import problem_input
 from agora.graphs.delegation import (
     DelegationContext,
     agent_propose,

@@ -38,7 +38,7 @@ import typer
 
 from agora.cli._apps import app
 from agora.cli._shared import err_console, user_errors
-from agora.graphs._common import POOL_DIR_ENV
+from agora.graphs.context import POOL_DIR_ENV
 
 STUDIO_URL = "https://smith.langchain.com/studio/?baseUrl=http://{host}:{port}"
 """The Studio web UI for a local server (a web page from the internet; the server itself is local)."""

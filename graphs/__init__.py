@@ -3,7 +3,7 @@ parts. Builders return an **uncompiled** graph: compile it with your checkpointe
 and pass the pool and settings as the run-time context (``context=...``), so one compiled graph
 serves many pools. The context is the graph's own context type or a mapping of its fields (its pool
 a ``ModelPool``, a built-in pool name or a pool file); anything else is refused with one line
-(:class:`agora.graphs._common.ContextError`; docs/embedding.md). Each module also has ``graph``,
+(:class:`agora.graphs.context.ContextError`; docs/embedding.md). Each module also has ``graph``,
 compiled without a checkpointer, for LangGraph Studio (``langgraph.json``, ``agora studio``).
 
 | protocol | builder | context | input / output |

@@ -29,7 +29,7 @@ def total_cost(costs: Iterable[Cost]) -> Cost:
 
 
 def shared_cost(samples: list[Sample], calls: int = 1) -> Cost:
-    """The cost of samples taken from the shared candidate pool (:func:`agora.graphs._common.take_shared`):
+    """The cost of samples taken from the shared candidate pool (:func:`agora.graphs.question.take_shared`):
     counted in full (``calls`` requests, default one: a model's samples of a question are one
     request) and all of it shared, none added."""
     tokens, latency = sum(s.completion_tokens for s in samples), sum(s.latency_s for s in samples)

@@ -4,8 +4,8 @@
 
 ``agora bench`` runs this graph per task (run ``<bench>:<task>:candidates``) before the protocols,
 then hands each question's samples to every protocol that starts from independent samples, as the
-graph input ``shared_candidates`` (:class:`agora.graphs._common.SharedCandidate`,
-:func:`agora.graphs._common.take_shared`): ALIGN's agents, COMED's anchor, MoA's proposers and
+graph input ``shared_candidates`` (:class:`agora.graphs.question.SharedCandidate`,
+:func:`agora.graphs.question.take_shared`): ALIGN's agents, COMED's anchor, MoA's proposers and
 debate's first round take them instead of drawing their own. Each model's k samples are one request
 with the protocol-neutral solver prompt (:func:`agora.agents.prompts.solver_messages`, the prompt
 every one of those first steps uses), seeded per question and model (:data:`CANDIDATE_SEED`),
@@ -37,18 +37,9 @@ from agora.agents.delegation import plurality
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import SeedNode, call_seed, sampling
 from agora.graphs._calls import aask, ask, call_context, found, how_of
-from agora.graphs._common import (
-    QuestionInput,
-    SharedCandidate,
-    as_problem,
-    context_as,
-    graph_context,
-    pool_from,
-    resolve_pool,
-    settings_from,
-    shared_candidate,
-    sync_async_node,
-)
+from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.nodes import sync_async_node
+from agora.graphs.question import as_problem, QuestionInput, shared_candidate, SharedCandidate
 from agora.graphs.scoring import ProtocolGraph
 from agora.models.pool import ModelPool
 from agora.traces.schema import MethodResult
@@ -181,7 +172,7 @@ def candidates_vote(state: CandidatesState, runtime: Runtime[CandidatesContext])
 
 
 def build_candidates_graph() -> StateGraph:
-    """The shared draw, uncompiled. Input: :class:`~agora.graphs._common.QuestionInput`; context:
+    """The shared draw, uncompiled. Input: :class:`~agora.graphs.question.QuestionInput`; context:
     :class:`CandidatesContext`."""
     builder = ProtocolGraph(CandidatesState, context_schema=CandidatesContext, input_schema=QuestionInput)
     builder.add_node("candidates", sync_async_node(candidates, acandidates))

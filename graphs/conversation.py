@@ -39,18 +39,10 @@ from agora.agents._checks import check_count, check_name, check_sampling
 from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import (
-    MATH_EXAMPLE,
-    as_problem,
-    context_as,
-    emit,
-    graph_context,
-    pool_from,
-    question_seed,
-    resolve_pool,
-    settings_from,
-    studio_schema,
-)
+from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.nodes import emit
+from agora.graphs.question import as_problem, MATH_EXAMPLE, question_seed
+from agora.graphs.studio_schema import studio_schema
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
@@ -117,7 +109,7 @@ class ConversationContext:
     """Run-time context: the pool and the conversation's settings.
 
     Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
-    HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
     """
 
     pool: ModelPool | str | None = None

@@ -5,7 +5,7 @@ a chair writes the final answer (rules, ballots and prompts: :mod:`agora.agents.
           ─▶ END
 
 One ``Send`` per member runs ``council_answer`` (the member's first answer; from the bench's shared
-candidate pool when the input carries one, :func:`agora.graphs._common.take_shared`).
+candidate pool when the input carries one, :func:`agora.graphs.question.take_shared`).
 ``council_collect`` sends every member that answered the others' answers, shuffled by its own seeded
 permutation and labelled ``Response A``, ``B``... (its own left out, no model names: 
 :func:`agora.agents.council.ballot_order`); each ``council_review`` returns its ranking.
@@ -72,20 +72,10 @@ from agora.graphs._calls import (
     shared_cost,
     total_cost,
 )
-from agora.graphs._common import (
-    MATH_EXAMPLE,
-    QuestionInput,
-    as_problem,
-    context_as,
-    emit,
-    graph_context,
-    pool_from,
-    resolve_pool,
-    settings_from,
-    studio_schema,
-    sync_async_node,
-    take_shared,
-)
+from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.nodes import emit, sync_async_node
+from agora.graphs.question import as_problem, MATH_EXAMPLE, QuestionInput, take_shared
+from agora.graphs.studio_schema import studio_schema
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 
@@ -98,7 +88,7 @@ class CouncilContext:
     """Run-time context: the pool and the council settings.
 
     Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
-    HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
     """
 
     pool: ModelPool | str | None = None
@@ -114,7 +104,7 @@ class CouncilContext:
 
 @studio_schema(example=MATH_EXAMPLE)
 class CouncilInput(QuestionInput):
-    """What a caller passes in (:class:`agora.graphs._common.QuestionInput`)."""
+    """What a caller passes in (:class:`agora.graphs.question.QuestionInput`)."""
 
 
 class FirstAnswer(TypedDict):

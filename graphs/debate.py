@@ -52,20 +52,10 @@ from agora.graphs._calls import (
     shared_cost,
     total_cost,
 )
-from agora.graphs._common import (
-    MATH_EXAMPLE,
-    QuestionInput,
-    as_problem,
-    context_as,
-    emit,
-    graph_context,
-    pool_from,
-    resolve_pool,
-    settings_from,
-    studio_schema,
-    sync_async_node,
-    take_shared,
-)
+from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.nodes import emit, sync_async_node
+from agora.graphs.question import as_problem, MATH_EXAMPLE, QuestionInput, take_shared
+from agora.graphs.studio_schema import studio_schema
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 
@@ -78,7 +68,7 @@ class DebateContext:
     """Run-time context: the pool and the debate settings.
 
     Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
-    HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
     """
 
     pool: ModelPool | str | None = None
@@ -94,7 +84,7 @@ class DebateContext:
 
 @studio_schema(example=MATH_EXAMPLE)
 class DebateInput(QuestionInput):
-    """What a caller passes in (:class:`agora.graphs._common.QuestionInput`)."""
+    """What a caller passes in (:class:`agora.graphs.question.QuestionInput`)."""
 
 
 class DebateAnswer(TypedDict):

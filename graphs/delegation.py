@@ -46,20 +46,10 @@ from agora.agents.delegation import (
 from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import (
-    MATH_EXAMPLE,
-    SharedCandidate,
-    as_problem,
-    context_as,
-    emit,
-    graph_context,
-    pool_from,
-    resolve_pool,
-    settings_from,
-    studio_schema,
-    sync_async_node,
-    take_shared,
-)
+from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.nodes import emit, sync_async_node
+from agora.graphs.question import as_problem, MATH_EXAMPLE, SharedCandidate, take_shared
+from agora.graphs.studio_schema import studio_schema
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.schema import MethodResult
@@ -75,7 +65,7 @@ class DelegationContext:
     """Run-time context: which pool plays and under which settings (one compiled graph, many pools).
 
     Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"n_agents": 2}}``, as Studio
-    and the HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    and the HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
     """
 
     pool: ModelPool | str | None = None

@@ -46,7 +46,9 @@ from agora.models.pool import ModelCallError, ModelPool, builtin_pool_specs, poo
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import context_as, emit, graph_context, resolve_pool, settings_from, studio_schema
+from agora.graphs.context import context_as, graph_context, resolve_pool, settings_from
+from agora.graphs.nodes import emit
+from agora.graphs.studio_schema import studio_schema
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
@@ -139,7 +141,7 @@ class DuelContext:
 
     Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"max_tokens": 32}}``, as
     Studio and the HTTP API send it); any other object is refused
-    (:class:`agora.graphs._common.ContextError`).
+    (:class:`agora.graphs.context.ContextError`).
     """
 
     pool: ModelPool | str | None = None

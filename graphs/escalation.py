@@ -71,19 +71,10 @@ from agora.graphs._calls import (
     shared_cost,
     total_cost,
 )
-from agora.graphs._common import (
-    SharedCandidate,
-    as_problem,
-    context_as,
-    emit,
-    graph_context,
-    pool_from,
-    resolve_pool,
-    settings_from,
-    studio_schema,
-    sync_async_node,
-    take_shared,
-)
+from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.nodes import emit, sync_async_node
+from agora.graphs.question import as_problem, SharedCandidate, take_shared
+from agora.graphs.studio_schema import studio_schema
 from agora.graphs import registry
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
@@ -102,7 +93,7 @@ class EscalationContext:
     """Run-time context: the pool, COMED's settings and an optional router.
 
     Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"n_anchor": 3}}``, as Studio
-    and the HTTP API send it); any other object is refused (:class:`agora.graphs._common.ContextError`).
+    and the HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
     """
 
     pool: ModelPool | str | None = None

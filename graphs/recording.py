@@ -35,7 +35,7 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 
 from agora.graphs import registry
-from agora.graphs._common import as_problem
+from agora.graphs.question import as_problem
 from agora.graphs.runner import default_detail, question_failed, scored_values
 from agora.traces.store import TraceStore, check_run_id
 

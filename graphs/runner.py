@@ -50,7 +50,7 @@ from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
 from agora.models.pool import ModelCallError, unreturned_attempts
-from agora.graphs._common import problem_input
+from agora.graphs.question import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.graphs.postgres_checkpoint import open_postgres_checkpointer
 from agora.graphs.registry import get as protocol_spec
@@ -395,7 +395,7 @@ def run_problems(
             ``idx``, for later calls: ``agora bench`` runs its runs in rounds). While some question
             of ``problems`` is still unrecorded the run's row ends ``partial``.
         inputs: extra graph-input fields per question, merged into :func:`problem_input`'s
-            (``agora bench``: ``shared_candidates``, :class:`agora.graphs._common.SharedCandidate`);
+            (``agora bench``: ``shared_candidates``, :class:`agora.graphs.question.SharedCandidate`);
             read when the question starts, not when it resumes from a checkpoint.
         durability: when LangGraph checkpoints a question (its ``durability``): ``"async"``
             (default) or ``"sync"`` after every step, so even a killed process resumes a question

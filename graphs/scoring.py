@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agora.graphs._common import as_problem
+from agora.graphs.question import as_problem
 from agora.tasks.scoring import score_results
 
 

@@ -87,7 +87,9 @@ from agora.agents.cupid import (
 )
 from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._common import context_as, emit, graph_context, pool_from, resolve_pool, settings_from, studio_schema
+from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.nodes import emit
+from agora.graphs.studio_schema import studio_schema
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.store import TraceStore
 
@@ -101,7 +103,7 @@ class SelectionContext:
 
     Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"budget_rounds": 3}}``, as
     Studio and the HTTP API send it); any other object is refused
-    (:class:`agora.graphs._common.ContextError`).
+    (:class:`agora.graphs.context.ContextError`).
     """
 
     pool: ModelPool | str | None = None

@@ -59,7 +59,7 @@ class BenchRole:
     which of its samples come from the pool and what it adds; a method without one keeps ``sharing``'s."""
     needs: str = "question"
     """The input it needs per question: ``question`` (the problem alone; with the bench's shared
-    candidates, ``shared_candidates`` too, :func:`agora.graphs._common.take_shared`)."""
+    candidates, ``shared_candidates`` too, :func:`agora.graphs.question.take_shared`)."""
 
     def __post_init__(self):
         if not self.methods:

@@ -30,7 +30,7 @@ from langgraph.runtime import RunControl
 from langgraph.types import Command
 
 from agora.agents.cupid import CupidConfig, trace_features
-from agora.graphs._common import settings_from
+from agora.graphs.context import settings_from
 from agora.graphs.runner import open_checkpointer, raise_if_drained, recorded_run
 from agora.graphs.selection import (
     SPEC,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import agora.cli.bench as bench_cli
 from agora.cli.main import app
-from agora.graphs._common import take_shared
+from agora.graphs.question import take_shared
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.runs.shared import candidates_config

@@ -26,7 +26,7 @@ from agora.agents.panel import DiversityConfig
 from agora.agents.reputation import ReputationConfig
 from agora.cli.main import app
 from agora.graphs import registry
-from agora.graphs._common import pool_base_dir, resolve_pool
+from agora.graphs.context import pool_base_dir, resolve_pool
 from agora.graphs.candidates import CandidatesConfig, CandidatesContext
 from agora.graphs.conversation import ConversationConfig
 from agora.graphs.duel import DuelConfig

@@ -17,7 +17,7 @@ from agora.agents.council import (
     parse_ranking,
 )
 from agora.agents.escalation import EscalationConfig, EscalationThresholds
-from agora.graphs._common import question_seed
+from agora.graphs.question import question_seed
 from agora.graphs.council import CouncilContext, CouncilOutput, build_council_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.models.pool import ModelPool

@@ -430,8 +430,8 @@ def test_a_context_sent_as_json_builds_nested_settings():
 
 from dataclasses import dataclass, field as dc_field  # noqa: E402
 
-from agora.graphs import _common, registry  # noqa: E402
-from agora.graphs._common import ContextError  # noqa: E402
+from agora.graphs import context as graph_context_module, registry  # noqa: E402
+from agora.graphs.context import ContextError  # noqa: E402
 from agora.graphs.duel import _embedded_duel_pool  # noqa: E402
 from agora.models import pool as pool_module  # noqa: E402
 from agora.models.pool import builtin_pool_specs  # noqa: E402
@@ -472,10 +472,10 @@ def scripted_builtin_models(monkeypatch):
             "The answer is C." if "\nC. " in text else "The answer is 7."
 
     monkeypatch.setattr(pool_module, "build_chat_model", lambda spec: ScriptedChatModel(respond=respond))
-    _common.clear_pool_cache()
+    graph_context_module.clear_pool_cache()
     _embedded_duel_pool.cache_clear()
     yield
-    _common.clear_pool_cache()
+    graph_context_module.clear_pool_cache()
     _embedded_duel_pool.cache_clear()
 
 
@@ -570,7 +570,7 @@ def test_no_node_update_is_empty(name, scripted_builtin_models):
 @pytest.mark.slow
 def test_a_plain_mapping_naming_the_tiny_pool_runs_the_real_tiny_models():
     """One real run: MoA on ``{"pool": "tiny"}`` loads SmolLM2 and Gemma and asks both (seconds on a CPU)."""
-    _common.clear_pool_cache()
+    graph_context_module.clear_pool_cache()
     out = registry.get("moa").compiled().invoke(
         {"question": "What is 2 + 3?", "gold": "5"},
         context={"pool": "tiny", "config": {"max_tokens": 16, "shots": 0}})
@@ -580,16 +580,16 @@ def test_a_plain_mapping_naming_the_tiny_pool_runs_the_real_tiny_models():
 
 def test_an_empty_pool_in_a_context_means_the_graphs_default_pool():
     """Studio sends ``""`` for a pool field left empty: the graph's default pool, as docs/studio.md says."""
-    assert _common.resolve_pool("") is None and _common.resolve_pool("  ") is None
+    assert graph_context_module.resolve_pool("") is None and graph_context_module.resolve_pool("  ") is None
     with pytest.raises(ContextError):
-        _common.resolve_pool(3)
+        graph_context_module.resolve_pool(3)
 
 
 def test_a_relative_pool_path_is_read_from_agora_pool_dir_then_the_current_folder(tmp_path, monkeypatch):
     """`agora studio` runs its server in a private folder and passes the folder it was started in as
     $AGORA_POOL_DIR; without it a relative path is read from the current folder, and where
     `langgraph dev` refuses os.getcwd() in a request (blockbuster), from $PWD."""
-    from agora.graphs import _common
+    from agora.graphs import context as graph_context_module
     from agora.graphs.delegation import DelegationContext
 
     launch, elsewhere = tmp_path / "project", tmp_path / "server"
@@ -609,9 +609,9 @@ def test_a_relative_pool_path_is_read_from_agora_pool_dir_then_the_current_folde
     def blocked():
         raise RuntimeError("Blocking call to os.getcwd")
 
-    monkeypatch.setattr(_common.os, "getcwd", blocked)
+    monkeypatch.setattr(graph_context_module.os, "getcwd", blocked)
     monkeypatch.setenv("PWD", str(launch))
-    assert _common.pool_base_dir() == str(launch)
+    assert graph_context_module.pool_base_dir() == str(launch)
     monkeypatch.setenv("PWD", "relative")
     with pytest.raises(RuntimeError, match="Blocking call"):
-        _common.pool_base_dir()
+        graph_context_module.pool_base_dir()

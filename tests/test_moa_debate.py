@@ -18,7 +18,7 @@ from agora.agents.moa import MoAConfig
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
-from agora.graphs._common import question_seed
+from agora.graphs.question import question_seed
 from agora.graphs.debate import DebateContext, DebateOutput, build_debate_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.moa import MoAContext, MoAOutput, build_moa_graph

@@ -15,7 +15,7 @@ from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, EscalationThresholds
 from agora.agents.moa import MoAConfig
 from agora.graphs import delegation
-from agora.graphs._common import problem_input
+from agora.graphs.question import problem_input
 from agora.graphs.debate import DebateContext, build_debate_graph
 from agora.graphs.delegation import DelegationContext, DelegationState, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph

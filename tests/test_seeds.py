@@ -7,7 +7,7 @@ import pytest
 
 from agora.agents.escalation import EscalationConfig
 from agora.agents.seeds import NODES, SeedNode, call_seed, item_seed, sampling
-from agora.graphs._common import question_seed
+from agora.graphs.question import question_seed
 
 
 def by_hand(base, qid):

@@ -325,7 +325,7 @@ def _config_of(row: dict | None) -> dict:
 def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None = None) -> dict[str, list[dict]]:
     """The shared candidates run ``run_id`` took, per question: question id → the samples its first
     stage took from the bench's candidates run (its recorded ``config[SHARED_KEY]``), mapped the way
-    the protocol took them (:func:`agora.graphs._common.take_shared`), as dicts with the
+    the protocol took them (:func:`agora.graphs.question.take_shared`), as dicts with the
     ``model_calls`` fields ``call_id``, ``model``, ``answer``, ``how``, ``completion``,
     ``prompt_tokens``, ``completion_tokens``, ``latency_s``, plus ``node`` and ``role`` as the
     protocol saw them, ``agent``, ``sample_index`` (0-based within the taker's share) and

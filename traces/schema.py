@@ -214,7 +214,7 @@ class Cost(TypedDict):
     """Model seconds."""
     shared_calls: NotRequired[int]
     """Of ``calls``, the requests whose samples came from the bench's shared candidate pool
-    (:class:`agora.graphs._common.SharedCandidate`): drawn once per question for every protocol, not
+    (:class:`agora.graphs.question.SharedCandidate`): drawn once per question for every protocol, not
     this method's added compute. Absent (old rows, a run outside a bench): 0. Added = total − shared."""
     shared_samples: NotRequired[int]
     """Of ``samples``, those taken from the shared pool."""

@@ -1,0 +1,156 @@
+"""A question as it enters a protocol graph: the input fields every per-question protocol takes,
+the problem they describe, and the bench's shared candidate samples that may come with it (not public).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
+
+from agora.agents.seeds import item_seed
+from agora.graphs.studio_schema import studio_schema
+from agora.models.pool import Sample
+from agora.tasks.problem import AnswerKind, Problem
+
+
+class ProblemState(TypedDict, total=False):
+    """A problem as it travels in graph state."""
+
+    question_id: str
+    question: str
+    kind: AnswerKind
+    n_choices: int
+
+
+class SharedCandidate(TypedDict):
+    """One sample of a question's **shared candidate pool**: drawn once per question and model by
+    ``agora bench`` (node ``candidates``, role ``candidate``, the protocol-neutral solver prompt
+    :func:`agora.agents.prompts.solver_messages`) and handed to every protocol that starts from
+    independent samples (ALIGN's agents, COMED's anchor, MoA's proposers, debate's first round).
+    Its trace row is the draw's own ``model_calls`` row (``call_id``): a protocol that takes it
+    writes no new row and counts its cost as *shared*, not added (:class:`agora.traces.schema.Cost`)."""
+
+    model: str
+    """The pool member that generated it."""
+    text: str
+    """The generated text."""
+    call_id: str
+    """The ``model_calls`` row of this sample (in the bench's candidates run)."""
+    sample_index: int
+    """0-based position among the model's k samples for this question."""
+    seed: int | None
+    """The seed of the request that drew it (samples of one request share it)."""
+    prompt_tokens: int
+    """Tokens of the prompt it was generated from."""
+    completion_tokens: int
+    """Tokens it generated."""
+    latency_s: float
+    """Its share of the request's wall time, in seconds."""
+    finish_reason: str | None
+    """Why generation stopped (``stop``, ``length``), as the backend says."""
+    answer: NotRequired[str | None]
+    """The extracted answer, when the drawer extracted it (``docs/scoring.md``)."""
+    how: NotRequired[str | None]
+    """How the answer was found (``marker``, ``boxed``, ``####``, ``fallback``)."""
+
+
+def shared_candidate(sample: Sample, index: int, answer: str | None = None, how: str | None = None) -> SharedCandidate:
+    """A drawn :class:`~agora.models.pool.Sample` as a :class:`SharedCandidate` (``index``: its
+    position among its model's samples for the question)."""
+    return SharedCandidate(model=sample.model, text=sample.text, call_id=sample.call_id, sample_index=index,
+                           seed=sample.seed, prompt_tokens=sample.prompt_tokens,
+                           completion_tokens=sample.completion_tokens, latency_s=sample.latency_s,
+                           finish_reason=sample.finish_reason, answer=answer, how=how)
+
+
+def take_shared(state: Mapping[str, Any], model: str, k: int, start: int = 0) -> list[Sample] | None:
+    """Samples ``start .. start + k - 1`` of ``model`` from the state's ``shared_candidates``
+    (model → its samples for this question), as :class:`~agora.models.pool.Sample` objects with
+    the shared rows' ``call_id`` (so the trace rows are the shared ones, not new ones); ``None``
+    when the state has no shared pool, none for ``model``, or fewer than ``start + k`` samples:
+    the node then draws as it would without a bench.
+
+    ``start`` lets two agents that play the same model take disjoint shares (ALIGN agent ``i``
+    with the model's ``j``-th share takes ``start = j·k``)."""
+    pool = state.get("shared_candidates") or {}
+    mine = sorted(pool.get(model) or [], key=lambda c: c["sample_index"])
+    if k < 1 or len(mine) < start + k:
+        return None
+    return [Sample(text=c["text"], model=c["model"], prompt_tokens=c.get("prompt_tokens") or 0,
+                   completion_tokens=c.get("completion_tokens") or 0, latency_s=c.get("latency_s") or 0.0,
+                   finish_reason=c.get("finish_reason"), call_id=c["call_id"], seed=c.get("seed"))
+            for c in mine[start:start + k]]
+
+
+@studio_schema()
+class QuestionInput(TypedDict):
+    """What a caller passes to a per-question protocol graph (MoA, debate).
+
+    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
+    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
+    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
+
+    question: str
+    """The problem text (for multiple choice, with lettered options)."""
+    question_id: NotRequired[str]
+    """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
+    kind: NotRequired[AnswerKind]
+    """``math`` (default), ``mc`` or ``open``: how answers are extracted and compared."""
+    n_choices: NotRequired[int]
+    """Number of lettered options of a ``mc`` question (default 4)."""
+    shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
+    """Model → its samples of this question drawn once for every protocol (``agora bench``); the
+    first answers are taken from them instead of drawn (:func:`take_shared`). Absent: drawn."""
+
+
+MATH_EXAMPLE = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "kind": "math"}
+"""The worked example each per-question graph's input schema shows (Studio fills its form with it)."""
+
+
+def problem_input(problem: Problem) -> dict[str, Any]:
+    """Graph input fields for a :class:`~agora.tasks.Problem`: no gold (graphs do not score; the
+    runner does, :func:`agora.tasks.scoring.score_results`)."""
+    return {"question_id": problem.id, "question": problem.question, "kind": problem.kind,
+            "n_choices": problem.n_choices}
+
+
+def as_problem(state: dict[str, Any]) -> Problem:
+    """The problem described by a graph state's input fields. Its ``gold`` is the mapping's
+    ``gold`` if it has one (a caller's input, as the trace recorder reads it); a graph's state has
+    none, so inside a node it is ``None``."""
+    question = state.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("graph input needs a non-empty 'question'")
+    qid = state.get("question_id") or f"q-{zlib.crc32(question.encode()):08x}"
+    return Problem(id=qid, question=question, gold=state.get("gold"), kind=state.get("kind") or "math",
+                   n_choices=int(state.get("n_choices") or 0))
+
+
+def question_seed(base: int, question_id: str) -> int:
+    """A per-question seed: :func:`agora.agents.seeds.item_seed` (nodes use
+    :func:`agora.agents.seeds.call_seed`)."""
+    return item_seed(base, question_id)
+
+
+def protocol_input(name: str, example: Mapping[str, Any] | None = MATH_EXAMPLE, *,
+                   module: str | None = None) -> type:
+    """A per-question protocol's input schema: :class:`QuestionInput` under the protocol's own
+    name (Studio's form title), with ``example`` as its worked example. Derive the protocol's state
+    and ``Send`` payloads from it (``class MoAState(MoAInput, total=False)``).
+
+        MoAInput = protocol_input("MoAInput")
+
+    The class belongs to the calling module (``module``, default: the caller's ``__name__``).
+    """
+    import sys
+
+    class Input(QuestionInput):
+        pass
+
+    Input.__name__ = Input.__qualname__ = name
+    Input.__module__ = module or sys._getframe(1).f_globals.get("__name__", __name__)
+    Input.__doc__ = f"What a caller passes in ({QuestionInput.__module__}.QuestionInput)."
+    return studio_schema(example=example)(Input)
