@@ -444,3 +444,29 @@ def test_a_running_command_still_says_what_is_saved(tmp_path, monkeypatch):
     code, output = agora("run", "align", "--limit", "1", "--db", tmp_path / "t.db")
     assert code == 130
     assert "interrupted: finished questions are saved; rerun with the same --run-id to resume" in output
+
+
+# ----------------------------------------------------------------------------- replay's options
+
+@pytest.mark.parametrize("extra, said", [
+    (["--rule", "weighted_vote", "--dev-run-id", "R"],
+     "error: --dev-run-id R: the replayed run itself; weights measured on the questions they then score would count "
+     "each answer's own correctness; give a run on other (dev) questions"),
+    (["--rule", "align", "--param", "tau=0.9", "--param", "tau=0.5"],
+     "error: --param tau: given twice (tau=0.9 and tau=0.5); give it once"),
+    (["--rule", "plurality", "--param", "roles="],
+     "error: --param roles=: an empty value; give one, or leave --param roles out for the protocol's default "
+     "(agent on this align run)"),
+    (["--rule", "plurality", "--param", "roles= , "],
+     "error: --param roles= , : an empty value; give one, or leave --param roles out for the protocol's default "
+     "(agent on this align run)"),
+])
+def test_replay_refuses_self_weights_a_repeated_param_and_an_empty_value(small_db, extra, said):
+    code, output = agora("replay", "--db", small_db, "--run-id", "R", *extra)
+    assert code == 2, output
+    assert one_error_line(output) == said
+
+
+def test_replay_still_takes_one_param_each(small_db):
+    code, output = agora("replay", "--db", small_db, "--run-id", "R", "--rule", "plurality", "--param", "roles=agent")
+    assert code == 0, output

@@ -239,12 +239,14 @@ def parse_params(rule: Rule, items: Sequence[str], run: RunTrace | None = None) 
     read as its default's type (``true``/``false`` for booleans).
 
     Raises:
-        ValueError: an item without ``=``, an unknown parameter (the message lists them) or a value
-            that is not of the parameter's type.
+        ValueError: an item without ``=``, an unknown parameter (the message lists them), a
+            parameter given twice, an empty value (``roles=``: leave the parameter out for its
+            default) or a value that is not of the parameter's type.
     """
     out = dict(rule.params)
     if run is not None and rule.from_config is not None:
         out.update({k: v for k, v in rule.from_config(run).items() if k in out and v is not None})
+    given: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
@@ -253,6 +255,14 @@ def parse_params(rule: Rule, items: Sequence[str], run: RunTrace | None = None) 
         if key not in rule.params:
             raise ValueError(f"--param {key}: rule {rule.name} has no such parameter; it takes "
                              f"{', '.join(rule.params) or 'none'}")
+        if key in given:
+            raise ValueError(f"--param {key}: given twice ({key}={given[key]} and {key}={value}); give it once")
+        given[key] = value
+        if not value.strip(" ,"):
+            default = rule.params[key]
+            raise ValueError(f"--param {key}={value}: an empty value; give one, or leave --param {key} out for "
+                             + (f"its default {default!r}" if default != "" else "the protocol's default")
+                             + (f" ({_default_roles(run)} on this {run.protocol} run)" if key == "roles" and run else ""))
         kind = type(rule.params[key])
         try:
             if kind is bool:
@@ -543,7 +553,8 @@ def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, de
 
     Raises:
         ValueError: an unknown rule (the message lists them), a rule for other protocols than
-            ``run``'s (:func:`check_rule`), a rule needing ``dev`` without one, a role none of the
+            ``run``'s (:func:`check_rule`), a rule needing ``dev`` without one, ``dev`` being ``run``
+            itself, a role none of the
             run's samples has (:func:`check_roles`), or a bad parameter value.
     """
     spec = check_rule(run, rule, rules)
@@ -551,6 +562,10 @@ def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, de
         params = parse_params(spec, [], run)
     if spec.needs_dev and dev is None:
         raise ValueError(f"rule {rule} weighs models by their accuracy on a dev run: give --dev-run-id")
+    if dev is not None and dev.run_id == run.run_id:
+        raise ValueError(f"--dev-run-id {dev.run_id}: the replayed run itself; weights measured on the questions "
+                         "they then score would count each answer's own correctness; give a run on other "
+                         "(dev) questions")
     if "roles" in params:
         check_roles(run, params["roles"] or _default_roles(run))
         if dev is not None:
