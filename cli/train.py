@@ -1,4 +1,4 @@
-"""``agora train dpo|grpo``: train one pool member's LoRA adapter from a trace DB with TRL.
+"""``agora train dpo|grpo|sft``: train one pool member's LoRA adapter from a trace DB with TRL.
 
 Defaults are the paper's (protocols.md §2); the flags scale them for CPU (``--lora-r 8 --max-steps
 20 --lr 1e-4`` trains Gemma-3-270M in about a minute here). The result is a pool file beside the
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+from dataclasses import asdict
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -35,6 +36,52 @@ SERVE_WITH_OPTION = typer.Option("transformers", "--serve-with", help="How OUT/p
 SAVE_STEPS_OPTION = typer.Option(0, "--save-steps", min=0, help="A checkpoint every N optimiser steps in "
                                  "OUT/trainer/: rerunning the same command resumes an interrupted run from the "
                                  "last one (0: none).")
+
+
+PAIRS = ("duel", "own")
+SOURCE_RUN_OPTION = typer.Option(None, "--source-run", help="Runs whose recorded samples are read for --pairs own "
+                                 "and train sft (repeatable; default: every run of --db).")
+HELD_OUT_OPTION = typer.Option(None, "--held-out", help="Questions never trained on: a problem file (JSONL, by id "
+                               "and by text) or a .txt file of question ids, one a line.")
+DATA_ONLY_OPTION = typer.Option(False, "--data-only", help="Write OUT/dataset/ (the JSONL rows and stats.json) and "
+                                "stop: no training, no run recorded, no train extra needed.")
+
+
+def verified_samples(db: Path, model: str, source_run: list[str] | None, held_out: Path | None,
+                     length_ratio: float = 1.5, per_question: int = 4):
+    """``(config, samples, skipped)``: ``model``'s own verified samples in ``db``
+    (:mod:`agora.training.verified`)."""
+    from agora.training.verified import HeldOut, VerifiedConfig, own_samples
+
+    cfg = VerifiedConfig(model=model, run_ids=tuple(source_run or ()),
+                         held_out=HeldOut.from_file(held_out) if held_out is not None else HeldOut(),
+                         length_ratio=length_ratio, max_pairs_per_question=per_question,
+                         max_sft_per_question=per_question)
+    samples, skipped = own_samples(db, cfg)
+    return cfg, samples, skipped
+
+
+def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict) -> None:
+    """``--data-only``: the rows of each split as ``OUT/dataset/<split>.jsonl`` and ``stats.json``, reported."""
+    import json
+
+    from agora.training.datasets import export_jsonl
+
+    folder = out / "dataset"
+    for split, rows in splits.items():
+        export_jsonl(rows, folder / f"{split}.jsonl")
+    (folder / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    echo_kv({**{f"{split} rows": len(rows) for split, rows in splits.items()}, "dataset": folder,
+             **{k: stats[k] for k in ("questions", "samples", "correct", "pairs_before_length_filter",
+                                      "pairs_after_length_filter", "pairs", "sft_rows") if k in stats},
+             "source runs": ", ".join(stats.get("source_runs", [])) or "-"})
+
+
+def require_train_extra() -> None:
+    """Before a command that trains records anything: one line naming the ``train`` extra when it is missing."""
+    from agora.training.trainers import check_train_extra
+
+    check_train_extra()
 
 
 def member_specs(pool: Path | None) -> list[ModelSpec]:
@@ -117,6 +164,16 @@ def train_dpo_cmd(
                                      "smaller (ties are always dropped)."),
     validation: float = typer.Option(0.1, "--validation", min=0.0, max=0.9, help="Share of instructions held out."),
     align: bool = typer.Option(False, "--align", help="Add ALIGN pairs (correct over incorrect proposals)."),
+    pairs_from: str = typer.Option("duel", "--pairs", help="duel: the DB's duel pairs (with --align, ALIGN's); own: "
+                                   "the member's own right answers over its own wrong ones to the same prompt, from "
+                                   "any recorded run, checked by the scorer and length-matched."),
+    source_run: Optional[list[str]] = SOURCE_RUN_OPTION,
+    held_out: Optional[Path] = HELD_OUT_OPTION,
+    length_ratio: float = typer.Option(1.5, "--length-ratio", min=0.0, help="--pairs own: keep a pair when its "
+                                       "longer answer is at most this many times the shorter (0: no filter)."),
+    pairs_per_question: int = typer.Option(4, "--pairs-per-question", min=1, help="--pairs own: pairs per prompt, "
+                                           "at most."),
+    data_only: bool = DATA_ONLY_OPTION,
     duel_run: Optional[list[str]] = typer.Option(None, "--duel-run", help="Only pairs of these runs (repeatable)."),
     iteration: Optional[list[int]] = typer.Option(None, "--iteration", help="Only pairs of these duel iterations."),
     lr: float = typer.Option(1e-6, "--lr", help="Learning rate (paper: 1e-6; ~1e-4 for short CPU runs)."),
@@ -143,26 +200,55 @@ def train_dpo_cmd(
         from agora.training.pipeline import dpo_member
 
         check_out_path(out)
+        if pairs_from not in PAIRS:
+            raise ValueError(f"--pairs {pairs_from!r} is not one of {', '.join(PAIRS)}")
         if not db.is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first)")
+        if pairs_from == "own":
+            from agora.training.verified import own_pairs, verified_stats
+
+            vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, length_ratio, pairs_per_question)
+            pairs, stats = own_pairs(samples, vcfg), verified_stats(samples, vcfg, skipped)
+            source = {"pairs": "own", "verified": vcfg.describe()}
+        else:
+            from agora.training.verified import HeldOut
+
+            pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
+            held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
+            before = len(pairs)
+            pairs = [p for p in pairs if not held.excludes("", p.get("prompt"))]
+            stats = {"model": model, "pairs_read": before, "held_out_pairs": before - len(pairs)}
+            source = {"pairs": "duel", "align": align, "held_out_questions": len(held)}
+        flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
+                         run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
+        if data_only:
+            from agora.training.datasets import dpo_rows, split_by_instruction
+            from agora.training.verified import source_runs
+
+            rows = dpo_rows(pairs, flt)
+            train, val = split_by_instruction(rows, validation, seed=seed)
+            write_data_only(out, {"train": train, "validation": val},
+                            {**stats, "rows": len(rows), "source": source, "filter": asdict(flt),
+                             "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])})
+            return
+        require_train_extra()
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
-        pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
-        flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
-                         run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
         settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
                                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                max_length=max_length, threads=_threads(threads), seed=seed, save_steps=save_steps)
         run_id = new_run_id("train-dpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(str(db))} ({len(pairs)} pairs "
-                      "before filters)",
+        console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(str(db))} ({len(pairs)} "
+                      f"{pairs_from} pairs before filters)",
                       highlight=False)
         _train_and_record(
             store, run_id, "train-dpo", specs, out,
-            config={"model": model, "settings": settings, "filter": flt}, dataset={"db": str(db), "align": align},
-            train=lambda: dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation),
+            config={"model": model, "settings": settings, "filter": flt},
+            dataset={"db": str(db), "align": align, **source},
+            train=lambda: dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation,
+                                     source=source),
             summary=lambda run: {"validation_accuracy": run.validation_accuracy}, serve_with=serve_with, spec=spec,
         )
 
@@ -238,6 +324,7 @@ def train_grpo_cmd(
             rows = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
                                         model=None if all_prompts else model)[:limit]
             source = {"db": str(db), "duel_runs": duel_run, "all_prompts": all_prompts}
+        require_train_extra()
         run_id = new_run_id("train-grpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
@@ -247,6 +334,73 @@ def train_grpo_cmd(
             store, run_id, "train-grpo", specs, out,
             config={"model": model, "settings": settings, "rewards": reward}, dataset=source,
             train=lambda: grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source),
+            serve_with=serve_with, spec=spec,
+        )
+
+
+@train_app.command("sft")
+def train_sft_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database whose runs recorded the member's samples."),
+    model: str = typer.Option(..., "--model", help="Pool member whose own right answers it is trained on."),
+    out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file the member comes from (default: the "
+                                        "embedded duel pool)."),
+    source_run: Optional[list[str]] = SOURCE_RUN_OPTION,
+    held_out: Optional[Path] = HELD_OUT_OPTION,
+    per_question: int = typer.Option(4, "--per-question", min=1, help="Distinct right answers per prompt, at most."),
+    data_only: bool = DATA_ONLY_OPTION,
+    lr: float = typer.Option(1e-4, "--lr", help="Learning rate (LoRA)."),
+    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64]."),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16]."),
+    lora_dropout: Optional[float] = typer.Option(None, "--lora-dropout", min=0.0, max=0.99,
+                                                 help="LoRA dropout [default: 0.1]."),
+    epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps",
+                                                                                 help="> 0 overrides --epochs."),
+    batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
+    max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
+    seed: int = typer.Option(0, "--seed"),
+    save_steps: int = SAVE_STEPS_OPTION,
+    serve_with: ServeWith = SERVE_WITH_OPTION,
+    run_id: Optional[str] = typer.Option(None, "--run-id"),
+) -> None:
+    """Rejection-sampling fine-tuning (STaR, RFT): SFT of a LoRA on the member's own right answers.
+
+    The answers are the member's recorded samples (any run of --db) that the scorer finds right,
+    finished and explicit; --held-out keeps evaluation questions out."""
+    with user_errors():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from agora.training.verified import sft_rows, verified_stats
+
+        check_out_path(out)
+        if not db.is_file():
+            raise FileNotFoundError(f"{db}: no such trace database (run `agora run`, `agora bench` or `agora comed` "
+                                    "first)")
+        vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, per_question=per_question)
+        rows, stats = sft_rows(samples, vcfg), verified_stats(samples, vcfg, skipped)
+        source = {"verified": vcfg.describe()}
+        if data_only:
+            write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source,
+                                                   "source_runs": stats["sft_runs"]})
+            return
+        require_train_extra()
+        from agora.training.config import SFTSettings
+        from agora.training.pipeline import sft_member
+
+        specs = member_specs(pool)
+        spec = find_spec(specs, model, pool)
+        check_serve_with(spec, serve_with)
+        settings = SFTSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
+                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                               max_length=max_length, threads=_threads(threads), seed=seed, save_steps=save_steps)
+        run_id = new_run_id("train-sft") if run_id is None else check_run_id(run_id)
+        store = TraceStore(db)
+        console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of its own verified "
+                      f"answers from {escape(str(db))}", highlight=False)
+        _train_and_record(
+            store, run_id, "train-sft", specs, out, config={"model": model, "settings": settings},
+            dataset={"db": str(db), **source},
+            train=lambda: sft_member(store, run_id, spec, rows, out, settings, source=source),
             serve_with=serve_with, spec=spec,
         )
 

@@ -152,3 +152,54 @@ def test_held_out_from_files(tmp_path):
     assert held.excludes("other-id", "What is 1+1?") and held.excludes("t-1", "")
     with pytest.raises(FileNotFoundError, match="held-out"):
         HeldOut.from_file(tmp_path / "nope.txt")
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def agora(*args):
+    from agora.cli.main import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_data_only_own_pairs_and_sft(db, tmp_path):
+    held = tmp_path / "held.txt"
+    held.write_text("q2\n")
+    out = agora("train", "dpo", "--pairs", "own", "--data-only", "--db", db, "--model", "m", "--out", tmp_path / "dpo",
+                "--held-out", held, "--validation", 0)
+    assert out.exit_code == 0, out.output
+    rows = jsonl(tmp_path / "dpo" / "dataset" / "train.jsonl")
+    assert [r["rejected"][0]["content"] for r in rows] == ["The answer is 6.", "So 2+3 = 4. The answer is 4."]
+    assert jsonl(tmp_path / "dpo" / "dataset" / "validation.jsonl") == []
+    stats = json.loads((tmp_path / "dpo" / "dataset" / "stats.json").read_text())
+    assert (stats["pairs_before_length_filter"], stats["pairs_after_length_filter"], stats["pairs"]) == (3, 2, 2)
+    assert stats["source_runs"] == ["align-1", "b:gsm8k:candidates"] and stats["skipped_calls"]["held_out"] == 2
+    out = agora("train", "sft", "--data-only", "--db", db, "--model", "m", "--out", tmp_path / "sft",
+                "--source-run", "b:gsm8k:candidates")
+    assert out.exit_code == 0, out.output
+    rows = jsonl(tmp_path / "sft" / "dataset" / "train.jsonl")  # no --held-out: q2's right answer is in
+    assert [(r["question_id"], r["completion"][0]["content"]) for r in rows] == [
+        ("q1", "2+3=5. The answer is 5."), ("q2", "The answer is 2.")]
+    stats = json.loads((tmp_path / "sft" / "dataset" / "stats.json").read_text())
+    assert stats["source_runs"] == ["b:gsm8k:candidates"] and stats["sft_rows"] == 2
+    # nothing recorded in the trace DB
+    assert [r["run_id"] for r in sqlite_utils.Database(db)["runs"].rows] == ["b:gsm8k:candidates", "align-1"]
+
+
+@pytest.mark.parametrize("command", [("dpo", "--pairs", "own", "--model", "m"), ("dpo", "--model", "m"),
+                                     ("sft", "--model", "m"),
+                                     ("grpo", "--data", "synthetic", "--model", "qwen2.5-coder-0.5b")])
+def test_training_without_the_train_extra_is_one_line_and_records_nothing(db, tmp_path, monkeypatch, command):
+    monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` raises ImportError, as when it is not installed
+    out = agora("train", *command, "--db", db, "--out", tmp_path / "o")
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert [line for line in out.output.splitlines() if line.strip()] == [
+        "error: training needs the 'train' extra (missing: trl): pip install 'agora-llm[train]' (or -e '.[train]' in "
+        "a checkout)"]
+    assert [r["run_id"] for r in sqlite_utils.Database(db)["runs"].rows] == ["b:gsm8k:candidates", "align-1"]
+    assert not (tmp_path / "o").exists()

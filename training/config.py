@@ -148,3 +148,10 @@ class GRPOSettings(TrainSettings):
         if self.beta < 0 or self.epsilon <= 0:
             raise ValueError(f"beta must be >= 0 and epsilon > 0, got {self.beta} and {self.epsilon}")
 
+
+
+@dataclass(frozen=True, slots=True)
+class SFTSettings(TrainSettings):
+    """Supervised fine-tuning on verified answers (rejection-sampling fine-tuning: STaR, arXiv
+    2203.14465; RFT, arXiv 2308.01825). The loss is on the completion tokens only (TRL's
+    ``completion_only_loss`` for prompt-completion rows); ``max_length`` keeps prompt + completion."""

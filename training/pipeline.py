@@ -20,14 +20,16 @@ from typing import Any, Sequence
 from agora.models.pool import ModelSpec
 from agora.traces.store import TraceStore, call_rows
 from agora.training import tables
-from agora.training.config import DPOSettings, GRPOSettings
+from agora.training.config import DPOSettings, GRPOSettings, SFTSettings
 from agora.training.datasets import PairFilter, dpo_rows, export_jsonl, split_by_instruction
+from agora.training.verified import source_runs
 from agora.training.trainers import (
     TrainResult,
     is_main_process,
     preference_accuracy,
     train_dpo,
     train_grpo,
+    train_sft,
     trained_entry,
 )
 
@@ -94,8 +96,10 @@ def _checkpoint(store: TraceStore, run_id: str, iteration: int | None, model: st
 
 def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[dict[str, Any]], out: Path,
                settings: DPOSettings, flt: PairFilter, *, validation_fraction: float = 0.1,
-               iteration: int | None = None) -> MemberRun:
-    """DPO of pool member ``spec`` on the ``pairs`` passing ``flt``, split by instruction.
+               iteration: int | None = None, source: dict[str, Any] | None = None) -> MemberRun:
+    """DPO of pool member ``spec`` on the ``pairs`` passing ``flt``, split by instruction. Each split's
+    ``training_datasets`` row records the filter, ``source`` (how the pairs were made) and
+    ``source_runs``: the runs its pairs came from.
 
     Raises:
         ValueError: no training pairs left after the filters and the split.
@@ -109,7 +113,9 @@ def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[
     if main:
         for split, part in (("train", train), ("validation", validation)):
             _record_split(store, run_id, iteration, spec.name, "dpo", split, part,
-                          out / "dataset" / f"{split}.jsonl", asdict(flt))
+                          out / "dataset" / f"{split}.jsonl",
+                          {**asdict(flt), **(source or {}),
+                           "source_runs": source_runs(pairs, [r["pair_id"] for r in part])})
     base, adapter = base_of(spec)
     result = train_dpo(base, train, out, settings, adapter=adapter)
     if not main:
@@ -119,6 +125,31 @@ def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[
     checkpoint_id = _checkpoint(store, run_id, iteration, spec.name, result, settings, accuracy)
     return MemberRun(spec.name, result, checkpoint_id, train, validation, accuracy,
                      trained_entry(spec, result, iteration))
+
+
+def sft_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[dict[str, Any]], out: Path,
+               settings: SFTSettings, *, iteration: int | None = None, source: dict[str, Any] | None = None
+               ) -> MemberRun:
+    """Rejection-sampling fine-tuning of pool member ``spec`` on its own verified answers (``rows``:
+    :func:`agora.training.verified.sft_rows`); the ``training_datasets`` row records ``source`` and
+    the runs the rows came from (``source_runs``).
+
+    Raises:
+        ValueError: no rows.
+    """
+    if not rows:
+        raise ValueError(f"no verified answers to train {spec.name!r} on: none of its recorded samples is right, "
+                         "finished and explicit (or every question is held out)")
+    main = is_main_process()
+    if main:
+        _record_split(store, run_id, iteration, spec.name, "sft", "train", rows, out / "dataset" / "train.jsonl",
+                      {**(source or {}), "source_runs": sorted({r["run_id"] for r in rows})})
+    base, adapter = base_of(spec)
+    result = train_sft(base, rows, out, settings, adapter=adapter)
+    if not main:
+        return MemberRun(spec.name, result, "", list(rows), [], None, trained_entry(spec, result, iteration))
+    checkpoint_id = _checkpoint(store, run_id, iteration, spec.name, result, settings, None)
+    return MemberRun(spec.name, result, checkpoint_id, list(rows), [], None, trained_entry(spec, result, iteration))
 
 
 def grpo_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[dict[str, Any]], out: Path,

@@ -2,9 +2,10 @@
 
 ``training_datasets``: one row per exported dataset split (``dataset_id`` primary key).
     run_id (the ``agora train`` or ``agora evolve`` run), iteration (NULL for ``agora train``),
-    model (the trained pool member), kind (``dpo``/``grpo``), split (``train``/``validation``),
+    model (the trained pool member), kind (``dpo``/``grpo``/``sft``), split (``train``/``validation``),
     rows, instructions (distinct instructions), path (the JSONL file), filters (JSON: the
-    :class:`~agora.training.datasets.PairFilter` or row source), created_at.
+    :class:`~agora.training.datasets.PairFilter` or row source; DPO and SFT splits add
+    ``source_runs``, the runs whose traces the rows came from), created_at.
 
 ``checkpoints``: one row per trained adapter (``checkpoint_id`` primary key).
     run_id, iteration, model, kind, base (model folder or ``builtin:...``), adapter (folder),

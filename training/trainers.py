@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from agora.training.config import DPOSettings, GRPOSettings, TrainSettings
+from agora.training.config import DPOSettings, GRPOSettings, SFTSettings, TrainSettings
 
 TRAIN_META = "agora_train.json"
 RESUME_META = "agora_resume.json"
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 class TrainResult:
     """What one training run produced."""
 
-    kind: Literal["dpo", "grpo"]
+    kind: Literal["dpo", "grpo", "sft"]
     adapter_dir: Path
     """The saved peft adapter (load with ``PeftModel.from_pretrained(base, adapter_dir)``)."""
     base: str
@@ -84,6 +84,36 @@ def train_dtype() -> str:
     import torch
 
     return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+
+
+#: The packages of the ``train`` extra that training imports (pyproject.toml).
+TRAIN_EXTRA = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
+
+
+class MissingTrainExtra(ImportError, ValueError):
+    """The ``train`` extra is not installed: one line naming the missing packages and the install command
+    (a ``ValueError`` too, so the CLI prints it as a user error)."""
+
+
+def check_train_extra() -> None:
+    """Import the ``train`` extra's packages, so that a command that trains fails before it records
+    anything.
+
+    Raises:
+        MissingTrainExtra: a package is missing (or fails to import), e.g. ``training needs the 'train'
+        extra (missing: trl): pip install 'agora-llm[train]' (or -e '.[train]' in a checkout)``.
+    """
+    import importlib
+
+    missing = []
+    for name in TRAIN_EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise MissingTrainExtra(f"training needs the 'train' extra (missing: {', '.join(missing)}): "
+                                "pip install 'agora-llm[train]' (or -e '.[train]' in a checkout)")
 
 
 def load_policy(base: str, adapter: str | None = None, threads: int | None = None):
@@ -238,6 +268,44 @@ def train_dpo(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Pa
     trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
     result = _finish("dpo", trainer, tokenizer, out_dir, base, adapter, len(train), settings, len(eval_rows), start)
     _check_finite("dpo", result.losses)
+    return result
+
+
+def train_sft(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Path,
+              settings: SFTSettings = SFTSettings(), *, adapter: str | None = None,
+              callbacks: Sequence[Any] = ()) -> TrainResult:
+    """Supervised fine-tuning (TRL ``SFTTrainer``, loss on the completion tokens) of a LoRA adapter on
+    conversational prompt-completion rows (:func:`agora.training.verified.sft_rows`): rejection-sampling
+    fine-tuning on a member's own verified answers (STaR, arXiv 2203.14465; RFT, arXiv 2308.01825).
+
+    Args:
+        base: base model folder or ``builtin:...``.
+        train_rows: ``{"prompt": [...messages...], "completion": [{"role": "assistant", ...}]}`` rows.
+        out_dir: run folder; the adapter goes to ``out_dir/adapter``.
+        adapter: a previous adapter, trained further.
+
+    With ``settings.save_steps`` a rerun into ``out_dir`` resumes (module docstring).
+
+    Raises:
+        ValueError: no training rows. FloatingPointError: a non-finite loss.
+    """
+    from trl import SFTConfig, SFTTrainer
+
+    from agora.training.datasets import to_dataset
+
+    start = (time.perf_counter(), time.process_time())
+    out_dir = Path(out_dir)
+    keep = ("prompt", "completion")  # TRL's columns; the metadata stays in the exported files
+    train = to_dataset([{k: r[k] for k in keep} for r in train_rows])
+    model, tokenizer = load_policy(base, adapter, settings.threads)
+    args = SFTConfig(**settings.common_args(str(out_dir / "trainer")), max_length=settings.max_length,
+                     completion_only_loss=True, eval_strategy="no")
+    trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                         peft_config=None if adapter else settings.lora.peft_config(), callbacks=list(callbacks) or None)
+    fingerprint = _fingerprint("sft", base, adapter, [{k: r[k] for k in keep} for r in train_rows], settings)
+    trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
+    result = _finish("sft", trainer, tokenizer, out_dir, base, adapter, len(train), settings, 0, start)
+    _check_finite("sft", result.losses)
     return result
 
 

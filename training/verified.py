@@ -377,9 +377,9 @@ def verified_stats(samples: Sequence[OwnSample], cfg: VerifiedConfig, skipped: d
             "skipped_calls": dict(skipped or {}), "per_task": dict(sorted(per.items()))}
 
 
-def source_runs(pairs: Sequence[dict[str, Any]], pair_ids: Sequence[str] = ()) -> list[str]:
-    """The runs the pairs ``pair_ids`` (all when empty) came from: their ``source_runs``, else their
-    ``run_id``."""
-    wanted = set(pair_ids)
-    return sorted({run for p in pairs if not wanted or p["pair_id"] in wanted
+def source_runs(pairs: Sequence[dict[str, Any]], pair_ids: Sequence[str] | None = None) -> list[str]:
+    """The runs the pairs ``pair_ids`` (all when ``None``) came from: their ``source_runs``, else their
+    ``run_id`` (duel and ALIGN pairs)."""
+    wanted = None if pair_ids is None else set(pair_ids)
+    return sorted({run for p in pairs if wanted is None or p["pair_id"] in wanted
                    for run in (p.get("source_runs") or [p["run_id"]])})
