@@ -203,3 +203,34 @@ def test_training_without_the_train_extra_is_one_line_and_records_nothing(db, tm
         "a checkout)"]
     assert [r["run_id"] for r in sqlite_utils.Database(db)["runs"].rows] == ["b:gsm8k:candidates", "align-1"]
     assert not (tmp_path / "o").exists()
+
+
+def test_train_sft_and_own_dpo_on_a_tiny_model_record_their_source_runs(db, tmp_path):
+    pytest.importorskip("trl")
+    from tiny_lm import build_tiny_lm
+
+    from agora.models.pool import load_pool
+
+    tiny = build_tiny_lm(tmp_path / "tiny")
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\nbackend = "transformers"\npath = "{tiny}"\n')
+    common = ("--db", db, "--model", "m", "--pool", pool, "--max-steps", 2, "--batch-size", 1, "--lora-r", 4,
+              "--lr", "1e-2", "--threads", 1, "--held-out", tmp_path / "held.txt")
+    (tmp_path / "held.txt").write_text("q2\n")
+    out = agora("train", "sft", *common, "--out", tmp_path / "sft", "--run-id", "sft-1")
+    assert out.exit_code == 0, out.output
+    assert load_pool(tmp_path / "sft" / "pool.toml")["m"].spec.adapter == str(tmp_path / "sft" / "adapter")
+    out = agora("train", "dpo", "--pairs", "own", *common, "--validation", 0, "--out", tmp_path / "dpo",
+                "--run-id", "dpo-1")
+    assert out.exit_code == 0, out.output
+    d = sqlite_utils.Database(db)
+    ck = {c["run_id"]: (c["kind"], c["steps"], c["rows"], c["selected"]) for c in d["checkpoints"].rows}
+    assert ck == {"sft-1": ("sft", 2, 1, 1), "dpo-1": ("dpo", 2, 2, 1)}
+    recorded = {(r["run_id"], r["split"]): (r["rows"], json.loads(r["filters"])) for r in d["training_datasets"].rows}
+    assert recorded[("sft-1", "train")][0] == 1
+    assert recorded[("sft-1", "train")][1]["source_runs"] == ["b:gsm8k:candidates"]
+    assert recorded[("dpo-1", "train")][0] == 2
+    assert recorded[("dpo-1", "train")][1]["source_runs"] == ["align-1", "b:gsm8k:candidates"]
+    assert recorded[("dpo-1", "train")][1]["pairs"] == "own"
+    assert {r["run_id"]: r["status"] for r in d["runs"].rows if r["run_id"] in ("sft-1", "dpo-1")} == {
+        "sft-1": "finished", "dpo-1": "finished"}
