@@ -24,6 +24,7 @@ loaded from the internet that talks to this local server (docs/studio.md).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -52,6 +53,24 @@ SAFE_ENV = {
 """What the server process starts with (``run_server`` sets the first one again from
 ``disable_persistence``; the strict-msgpack switch is read when LangGraph's serializer is imported,
 so it must be in the environment before the process starts)."""
+
+SERVER_MODULES = ("langgraph_api", "langgraph_runtime_inmem")
+"""The dev server's packages (``langgraph-cli[inmem]``, in Agora's ``dev`` extra), checked before anything starts."""
+INSTALL_HINT = 'pip install "agora-llm[dev]" (in a checkout: pip install -e ".[dev]")'
+
+
+def missing_server() -> list[str]:
+    """The modules of :data:`SERVER_MODULES` that are not installed (found without importing them)."""
+    missing = []
+    for name in SERVER_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent that fails to import, or a module set to None
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
 
 SAFE_CHECKPOINTER = {"serde": {"pickle_fallback": False}}
 """langgraph-api's checkpoint serializer without its cloudpickle fallback (``langgraph.json``'s
@@ -164,6 +183,10 @@ def studio(
     A run picks its models in its context: {"pool": "tiny"}, {"pool": "default"} or a pool-file path.
     """
     with user_errors():
+        missing = missing_server()
+        if missing:  # before the URL is printed and a server process fails on its first import
+            raise ValueError(f"agora studio needs LangGraph's dev server ({', '.join(missing)} not installed), which "
+                             f"Agora's dev extra installs: {INSTALL_HINT}")
         config = config.expanduser()
         if not config.is_file():
             raise FileNotFoundError(f"{config}: no such LangGraph config (run from the project folder, or --config)")

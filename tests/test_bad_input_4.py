@@ -470,3 +470,19 @@ def test_replay_refuses_self_weights_a_repeated_param_and_an_empty_value(small_d
 def test_replay_still_takes_one_param_each(small_db):
     code, output = agora("replay", "--db", small_db, "--run-id", "R", "--rule", "plurality", "--param", "roles=agent")
     assert code == 0, output
+
+
+# ----------------------------------------------------------------------------- agora studio without its extra
+
+def test_studio_without_the_dev_server_is_one_line_before_any_url(monkeypatch, tmp_path):
+    import agora.cli.studio as studio_cli
+
+    monkeypatch.setattr(studio_cli, "SERVER_MODULES", ("langgraph_api", "agora_no_such_server_module"))
+    started = []
+    monkeypatch.setattr(studio_cli.subprocess, "Popen", lambda *a, **k: started.append(a))
+    code, output = agora("studio", "--config", Path(__file__).resolve().parents[1] / "langgraph.json")
+    assert code == 2 and not started
+    assert one_error_line(output) == ("error: agora studio needs LangGraph's dev server (agora_no_such_server_module "
+                                      "not installed), which Agora's dev extra installs: pip install "
+                                      "\"agora-llm[dev]\" (in a checkout: pip install -e \".[dev]\")")
+    assert "http://" not in output
