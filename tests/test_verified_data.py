@@ -131,7 +131,7 @@ def test_sft_rows_and_stats(db):
 
 
 def _sample(text, tokens):
-    return OwnSample("c", "r", "q", "t", "Q", "1", "math", (), text, None, None, False, True, tokens)
+    return OwnSample("c", "m", "r", "q", "t", "Q", "1", "math", (), text, None, None, False, True, tokens)
 
 
 def test_length_ratio_tokens_then_characters():

@@ -301,7 +301,8 @@ def train_sft(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Pa
     args = SFTConfig(**settings.common_args(str(out_dir / "trainer")), max_length=settings.max_length,
                      completion_only_loss=True, eval_strategy="no")
     trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
-                         peft_config=None if adapter else settings.lora.peft_config(), callbacks=list(callbacks) or None)
+                         peft_config=None if adapter else settings.lora.peft_config(),
+                         callbacks=list(callbacks) or None)
     fingerprint = _fingerprint("sft", base, adapter, [{k: r[k] for k in keep} for r in train_rows], settings)
     trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
     result = _finish("sft", trainer, tokenizer, out_dir, base, adapter, len(train), settings, 0, start)

@@ -148,6 +148,7 @@ class OwnSample:
     """One scored sample of the member, as read back from the trace."""
 
     call_id: str
+    model: str
     run_id: str
     question_id: str
     task: str
@@ -164,6 +165,8 @@ class OwnSample:
     """The model stopped by itself (``finish_reason`` is not ``length``)."""
     tokens: int | None
     """Completion tokens as recorded (None: unknown)."""
+    n_choices: int = 4
+    """Options of an ``mc`` question."""
 
     @property
     def group(self) -> str:
@@ -202,20 +205,29 @@ def own_samples(db: str | Path | TraceStore | sqlite_utils.Database, cfg: Verifi
     """``cfg.model``'s verifiable samples in the runs ``cfg.run_ids`` (all runs when empty), scored,
     by run, question order and call, and how many calls were left out and why
     (``{"held_out", "no_gold", "not_solver", "recipe", "no_prompt"}``: the module docstring)."""
+    return scored_samples(db, (cfg.model,), cfg.run_ids, cfg.held_out)
+
+
+def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: Sequence[str] = (),
+                   run_ids: Sequence[str] = (), held_out: HeldOut = HeldOut()
+                   ) -> tuple[list[OwnSample], dict[str, int]]:
+    """As :func:`own_samples`, for the samples of ``models`` (every model when empty)."""
     store = TraceStore.reading(db)
     tables = set(store.db.table_names())
     skipped = {"held_out": 0, "no_gold": 0, "not_solver": 0, "recipe": 0, "no_prompt": 0}
     if not {"runs", "questions", "model_calls"} <= tables:
         return [], skipped
-    runs = list(cfg.run_ids) or store.run_ids()
+    runs = list(run_ids) or store.run_ids()
+    wanted = set(models)
     out: list[OwnSample] = []
     for run_id in runs:
         questions = {q["question_id"]: q for q in store.questions(run_id)}
         if not questions:
             continue
         order = {qid: n for n, qid in enumerate(questions)}
-        calls = [c for c in store.calls(run_id) if c.get("model") == cfg.model and c.get("error") is None
-                 and (c.get("completion") or "").strip() and c.get("question_id") in questions]
+        calls = [c for c in store.calls(run_id) if (not wanted or c.get("model") in wanted)
+                 and c.get("error") is None and (c.get("completion") or "").strip()
+                 and c.get("question_id") in questions]
         calls.sort(key=lambda c: (order[c["question_id"]], c.get("created_at") or "", c.get("sample_index") or 0,
                                   c["call_id"]))
         for c in calls:
@@ -230,7 +242,7 @@ def own_samples(db: str | Path | TraceStore | sqlite_utils.Database, cfg: Verifi
             if q.get("gold") is None or kind not in ("math", "mc"):
                 skipped["no_gold"] += 1
                 continue
-            if cfg.held_out.excludes(q["question_id"], q.get("question")):
+            if held_out.excludes(q["question_id"], q.get("question")):
                 skipped["held_out"] += 1
                 continue
             messages = _messages(c.get("messages"))
@@ -244,10 +256,12 @@ def own_samples(db: str | Path | TraceStore | sqlite_utils.Database, cfg: Verifi
                 found = find_answer(text, kind, q.get("n_choices") or 4, question=q.get("question"))
                 answer, how = found.answer, (found.how if found.answer is not None else None)
             out.append(OwnSample(
-                call_id=c["call_id"], run_id=run_id, question_id=q["question_id"], task=q.get("source") or kind,
+                call_id=c["call_id"], model=c["model"], run_id=run_id, question_id=q["question_id"],
+                task=q.get("source") or kind,
                 question=q.get("question") or "", gold=q["gold"], kind=kind, messages=messages, text=text,
                 answer=answer, how=how, correct=bool(score_answer(answer, q["gold"], kind)),
-                finished=c.get("finish_reason") != "length", tokens=c.get("completion_tokens")))
+                finished=c.get("finish_reason") != "length", tokens=c.get("completion_tokens"),
+                n_choices=q.get("n_choices") or 4))
     return out, skipped
 
 
