@@ -32,10 +32,13 @@ Errors propagate to the pool, which classifies them (:mod:`agora.models.retry`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -44,6 +47,22 @@ from agora.models._chat import to_messages, to_sample
 from agora.models.contract import Sample, SamplingParams
 
 log = logging.getLogger("agora.langchain")
+
+CALL_THREADS = 256
+"""Threads of :func:`call_threads`, created as calls need them: blocking model calls in flight at once."""
+_threads: ThreadPoolExecutor | None = None
+_threads_lock = threading.Lock()
+
+
+def call_threads() -> ThreadPoolExecutor:
+    """The process-wide pool in which async callers run LangChain chat models' blocking calls
+    (:meth:`LangChainMember.asample`): up to :data:`CALL_THREADS` calls at once, whatever the
+    event loop's default executor."""
+    global _threads
+    with _threads_lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="agora-chat-model")
+        return _threads
 
 #: Model fields that take each sampling parameter, in order of preference.
 FIELD_ALIASES: dict[str, tuple[str, ...]] = {
@@ -229,12 +248,15 @@ class LangChainMember:
         return samples
 
     async def asample(self, messages: list[dict[str, str]], params: SamplingParams) -> list[Sample]:
-        """:meth:`sample` in a worker thread. A chat model's own async client may be bound to the
-        first event loop that used it (langchain-openai caches one ``httpx.AsyncClient``): a second
-        ``asyncio.run``, or the runner's per-thread loops under ``--concurrency``, then failed with
-        "bound to a different event loop" or "Event loop is closed" and lost samples. The sync
-        client works from any thread, so every loop gets the same, correct behaviour."""
-        return await asyncio.to_thread(self.sample, messages, params)
+        """:meth:`sample` in a worker thread of :func:`call_threads`. A chat model's own async client
+        may be bound to the first event loop that used it (langchain-openai caches one
+        ``httpx.AsyncClient``): a second ``asyncio.run``, or the runner's per-thread loops under
+        ``--concurrency``, then failed with "bound to a different event loop" or "Event loop is
+        closed" and lost samples. The sync client works from any thread, so every loop gets the
+        same, correct behaviour. Not asyncio's default pool: its ``min(32, cpus + 4)`` threads (6 on
+        2 cores) would hold back all but 6 of an app's concurrent calls."""
+        call = functools.partial(contextvars.copy_context().run, self.sample, messages, params)
+        return await asyncio.get_running_loop().run_in_executor(call_threads(), call)
 
     def _call(self, model: BaseChatModel, lc_messages: list, params: SamplingParams, kwargs: dict[str, Any]) -> list:
         stop = list(params.stop) or None

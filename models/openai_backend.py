@@ -1,9 +1,22 @@
 """Chat model for any OpenAI-compatible server (``vllm serve``, llama.cpp's server, ...).
 
-**Concurrency.** Graphs fan out with LangGraph ``Send``; the branches run in threads, and each
-branch's synchronous call goes out at once on a shared, thread-safe ``openai.OpenAI`` client (one
-per endpoint, with its own connection pool), so a fan-out of n agents reaches the server together
-and vLLM batches it. Nothing here takes a lock around a request.
+**Concurrency.** Graphs fan out with LangGraph ``Send``; every branch's request goes out at once,
+so a fan-out of n agents reaches the server together and vLLM batches it. Sync callers share a
+thread-safe ``openai.OpenAI`` client per endpoint; async callers (``ModelPool.asample``, the async
+graph nodes, an app's ``await graph.ainvoke``) await an ``openai.AsyncOpenAI`` client of their own
+event loop (one per loop and endpoint, :func:`async_client`): no worker thread per request, so
+asyncio's default thread pool (``min(32, cpus + 4)`` threads) does not cap how many requests are
+in flight. Nothing here takes a lock around a request.
+
+**Server errors in a 200 reply.** A body ``{"error": {...}}`` with status 200 (some servers answer
+that way when a request fails after it was accepted) raises :class:`InvalidReplyError` carrying
+the server's message, and the error's ``code`` as ``status_code`` (so a 500 is retried, a 401
+not: :func:`agora.models.retry.is_transient`).
+
+**Replies far over ``max_tokens``.** A server that ignores ``max_tokens`` can send megabytes; a
+reply longer than :data:`MAX_CHARS_PER_TOKEN` characters per allowed token is cut there, its
+``finish_reason`` set to ``"length"`` and :data:`CUT_MARKER` appended (so the trace row says so),
+and a warning names the model and both lengths.
 
 **n samples.** Asks for ``n`` choices in one request; a server that returns fewer (some ignore
 ``n``) is asked again for the rest, with the seed moved on by the number already received, so a
@@ -29,10 +42,12 @@ and uses ``/v1/completions``, for base models without a chat template (as the ll
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
 import time
+import weakref
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -46,6 +61,13 @@ from agora.models.errors import InvalidReplyError, ModelUnavailableError
 
 log = logging.getLogger("agora.openai")
 
+MAX_CHARS_PER_TOKEN = 32
+"""Characters per allowed token past which a reply is cut (``max_tokens`` × this): real text averages
+3-5 characters per token, so only a server that ignored ``max_tokens`` reaches it."""
+CUT_MARKER = " [... cut by Agora: the reply ran far past max_tokens]"
+"""Appended to a reply cut at ``MAX_CHARS_PER_TOKEN × max_tokens`` characters (no digits, so no
+answer is read from it)."""
+
 
 @lru_cache(maxsize=64)
 def shared_client(base_url: str, api_key: str, timeout_s: float):
@@ -56,6 +78,41 @@ def shared_client(base_url: str, api_key: str, timeout_s: float):
     from openai import OpenAI
 
     return OpenAI(base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=0)
+
+
+_async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str, float], Any]]" = \
+    weakref.WeakKeyDictionary()
+_async_lock = threading.Lock()
+
+
+def async_client(base_url: str, api_key: str, timeout_s: float):
+    """The ``openai.AsyncOpenAI`` client of ``base_url`` for the running event loop (created on first
+    use; an async client's connections belong to the loop that opened them, so each loop, e.g. each
+    of the runner's worker threads, gets its own). No retries: the pool's job, as for
+    :func:`shared_client`."""
+    from openai import AsyncOpenAI
+
+    loop = asyncio.get_running_loop()
+    key = (base_url, api_key or "EMPTY", timeout_s)
+    with _async_lock:
+        clients = _async_clients.setdefault(loop, {})
+        client = clients.get(key)
+        if client is None:
+            client = clients[key] = AsyncOpenAI(base_url=base_url, api_key=key[1], timeout=timeout_s, max_retries=0)
+    return client
+
+
+def cap_reply(text: str, max_tokens: int) -> tuple[str, int]:
+    """``(text, characters cut)``: ``text`` cut at ``MAX_CHARS_PER_TOKEN * max_tokens`` characters
+    with :data:`CUT_MARKER` appended, or unchanged (0 cut) when shorter.
+
+    >>> cap_reply("x" * 100, 2)
+    ('xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx [... cut by Agora: the reply ran far past max_tokens]', 36)
+    """
+    limit = MAX_CHARS_PER_TOKEN * max(1, int(max_tokens))
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit] + CUT_MARKER, len(text) - limit
 
 
 def split_tokens(total: int, parts: int) -> list[int]:
@@ -188,45 +245,72 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
         return {"response_format": {"type": "json_schema",
                                     "json_schema": {"name": "reply", "schema": schema, "strict": True}}}
 
+    def _create(self, api: Any):
+        return api.completions.create if self.prompt_format == "fewshot" else api.chat.completions.create
+
+    def _schema_dropped(self, endpoint: str, exc: Exception) -> None:
+        self._schema_refused = True
+        log.warning("model %s at %s refused structured output (%s); asking without it from now "
+                    "on, replies are parsed strictly", self.model_name or self.model, endpoint, exc)
+
+    def _refused(self, endpoint: str, exc: Exception, errors: list[str]) -> None:
+        """Note a refused connection (logged once per outage, not once per request of a fan-out)."""
+        level = logging.ERROR if self._rotation.mark_dead(endpoint) else logging.DEBUG
+        log.log(level, "model %s: endpoint %s is unreachable (%s); skipping it for %.0f s",
+                self.model_name or self.model, endpoint, exc, self.dead_for_s)
+        errors.append(f"{endpoint}: {exc}")
+
     def _send(self, request: dict[str, Any]) -> tuple[Any, str]:
         """Send one request to the next live endpoint; on a refused connection, try the others."""
         import openai
 
-        errors = []
+        errors: list[str] = []
         for endpoint in self._rotation.order():
-            api = self.client(endpoint)
-            create = api.completions.create if self.prompt_format == "fewshot" else api.chat.completions.create
+            create = self._create(self.client(endpoint))
             try:
                 try:
                     response = create(**request)
                 except openai.BadRequestError as exc:
                     if not ({"response_format", "extra_body"} & request.keys()):
                         raise
-                    plain = {k: v for k, v in request.items() if k not in ("response_format", "extra_body")}
-                    response = create(**plain)  # raises again when the constraint was not the problem
-                    self._schema_refused = True
-                    log.warning("model %s at %s refused structured output (%s); asking without it from now "
-                                "on, replies are parsed strictly", self.model_name or self.model, endpoint, exc)
+                    response = create(**_plain(request))  # raises again when the constraint was not the problem
+                    self._schema_dropped(endpoint, exc)
             except Exception as exc:
                 if not _is_refused_connection(exc):
                     raise
-                # Logged once per outage, not once per request of a concurrent fan-out.
-                level = logging.ERROR if self._rotation.mark_dead(endpoint) else logging.DEBUG
-                log.log(level, "model %s: endpoint %s is unreachable (%s); skipping it for %.0f s",
-                        self.model_name or self.model, endpoint, exc, self.dead_for_s)
-                errors.append(f"{endpoint}: {exc}")
+                self._refused(endpoint, exc, errors)
                 continue
             self._rotation.mark_alive(endpoint)
             return response, endpoint
         raise ModelUnavailableError(f"no endpoint of {self.model!r} answers ({'; '.join(errors)})")
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: Any = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    async def _asend(self, request: dict[str, Any]) -> tuple[Any, str]:
+        """:meth:`_send` on this event loop's async clients (:func:`async_client`)."""
+        import openai
+
+        errors: list[str] = []
+        for endpoint in self._rotation.order():
+            create = self._create(async_client(endpoint, self.api_key or "EMPTY", float(self.timeout_s)))
+            try:
+                try:
+                    response = await create(**request)
+                except openai.BadRequestError as exc:
+                    if not ({"response_format", "extra_body"} & request.keys()):
+                        raise
+                    response = await create(**_plain(request))
+                    self._schema_dropped(endpoint, exc)
+            except Exception as exc:
+                if not _is_refused_connection(exc):
+                    raise
+                self._refused(endpoint, exc, errors)
+                continue
+            self._rotation.mark_alive(endpoint)
+            return response, endpoint
+        raise ModelUnavailableError(f"no endpoint of {self.model!r} answers ({'; '.join(errors)})")
+
+    def _request(self, messages: list[BaseMessage], stop: list[str] | None,
+                 kwargs: dict[str, Any]) -> tuple[dict[str, Any], int, int | None]:
+        """``(request body, n, seed)`` of a ``generate`` call."""
         n = int(kwargs.pop("n", 1))
         seed = kwargs.pop("seed", None)
         logprobs = kwargs.pop("logprobs", None)
@@ -252,38 +336,103 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
                     request["top_logprobs"] = int(logprobs)
         if stops:
             request["stop"] = stops
+        return request, n, seed
+
+    def _next(self, request: dict[str, Any], n: int, seed: int | None, got: int) -> dict[str, Any] | None:
+        """The next request for the samples still missing (``got`` in hand), or ``None`` when done."""
+        if got >= n:
+            return None
+        # vLLM refuses n > 1 with greedy sampling (identical samples): ask for them one at a time.
+        want = 1 if request["temperature"] == 0 else n - got
+        if seed is not None:
+            request["seed"] = int(seed) + got
+        return {**request, "n": want}
+
+    def _received(self, response: Any, endpoint: str, latency: float, want: int, max_tokens: int) -> list:
+        """The generations of one reply (empty: the server returned no choice).
+
+        Raises:
+            InvalidReplyError: the reply is not a completion, or is a server error sent with status 200
+                (its message kept, its ``code`` as ``status_code``).
+        """
+        name = self.model_name or self.model
+        if not hasattr(response, "choices"):  # the SDK hands back the body of a non-JSON reply (HTML...)
+            raise InvalidReplyError(f"model {name} at {endpoint} sent a reply that is not "
+                                    f"a completion: {str(response)[:200]!r}")
+        error = (getattr(response, "model_extra", None) or {}).get("error")
+        if error is not None and not response.choices:
+            raise _server_error(name, endpoint, error)
+        choices = list(response.choices or [])[:want]
+        if not choices:  # with no generation at all the pool logs a failed attempt and retries
+            log.warning("model %s at %s returned no choices", name, endpoint)
+            return []
+        usage = response.usage
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        parsed = [self._choice(c) for c in choices]
+        shares = split_tokens(int(getattr(usage, "completion_tokens", 0) or 0), len(choices))
         generations = []
+        for (text, lp, top, count), share, choice in zip(parsed, shares, choices):
+            # a count of its own (one logprob per token), else its share of the request's usage
+            mark = "unknown" if usage is None else "exact" if count is not None or len(choices) == 1 else "split"
+            text, cut = cap_reply(text.strip(), max_tokens)
+            finish = choice.finish_reason
+            if cut:
+                finish = "length"
+                log.warning("model %s at %s sent a reply of %d characters for max_tokens=%d: stored cut at %d "
+                            "characters, marked %r", name, endpoint, len(text) - len(CUT_MARKER) + cut, max_tokens,
+                            len(text) - len(CUT_MARKER), CUT_MARKER.strip())
+            generations.append(generation(
+                text, prompt_tokens=prompt_tokens,
+                completion_tokens=count if count is not None else share, latency_s=latency / len(choices),
+                model_name=name, finish_reason=finish,
+                logprob=lp, extra={"endpoint": endpoint, "request_latency_s": latency, "usage": mark,
+                                   **({"top_logprobs": top} if top else {}),
+                                   **({"cut_chars": cut} if cut else {})},
+            ))
+        return generations
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        request, n, seed = self._request(messages, stop, kwargs)
+        generations: list = []
         for _ in range(n):  # at most n requests: each returns at least one choice, or we stop
-            # vLLM refuses n > 1 with greedy sampling (identical samples): ask for them one at a time.
-            want = 1 if request["temperature"] == 0 else n - len(generations)
-            if len(generations) >= n:
+            if (body := self._next(request, n, seed, len(generations))) is None:
                 break
-            if seed is not None:
-                request["seed"] = int(seed) + len(generations)
             start = time.perf_counter()
-            response, endpoint = self._send({**request, "n": want})
-            latency = time.perf_counter() - start
-            if not hasattr(response, "choices"):  # the SDK hands back the body of a non-JSON reply (HTML...)
-                raise InvalidReplyError(f"model {self.model_name or self.model} at {endpoint} sent a reply that is not "
-                                 f"a completion: {str(response)[:200]!r}")
-            choices = list(response.choices or [])[:want]
-            if not choices:  # with no generation at all the pool logs a failed attempt and retries
-                log.warning("model %s at %s returned no choices", self.model_name or self.model, endpoint)
+            response, endpoint = self._send(body)
+            got = self._received(response, endpoint, time.perf_counter() - start, body["n"], request["max_tokens"])
+            if not got:
                 break
-            usage = response.usage
-            prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-            parsed = [self._choice(c) for c in choices]
-            shares = split_tokens(int(getattr(usage, "completion_tokens", 0) or 0), len(choices))
-            for (text, lp, top, count), share, choice in zip(parsed, shares, choices):
-                # a count of its own (one logprob per token), else its share of the request's usage
-                mark = "unknown" if usage is None else "exact" if count is not None or len(choices) == 1 else "split"
-                generations.append(generation(
-                    text.strip(), prompt_tokens=prompt_tokens,
-                    completion_tokens=count if count is not None else share, latency_s=latency / len(choices),
-                    model_name=self.model_name or self.model, finish_reason=choice.finish_reason,
-                    logprob=lp, extra={"endpoint": endpoint, "request_latency_s": latency, "usage": mark,
-                                       **({"top_logprobs": top} if top else {})},
-                ))
+            generations += got
+        return self._result(generations, n)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        """:meth:`_generate` on the event loop's own async client: no thread per request."""
+        request, n, seed = self._request(messages, stop, kwargs)
+        generations: list = []
+        for _ in range(n):
+            if (body := self._next(request, n, seed, len(generations))) is None:
+                break
+            start = time.perf_counter()
+            response, endpoint = await self._asend(body)
+            got = self._received(response, endpoint, time.perf_counter() - start, body["n"], request["max_tokens"])
+            if not got:
+                break
+            generations += got
+        return self._result(generations, n)
+
+    def _result(self, generations: list, n: int) -> ChatResult:
         if len(generations) < n:
             log.warning("model %s returned %d of %d samples", self.model_name or self.model, len(generations), n)
         return ChatResult(generations=generations)
@@ -304,3 +453,27 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
             return text, None, None, None
         tops = tuple({a.token: float(a.logprob) for a in (t.top_logprobs or [])} for t in content)
         return text, float(sum(t.logprob for t in content)), tops if any(tops) else None, len(content)
+
+
+def _plain(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` without its structured-output constraint."""
+    return {k: v for k, v in request.items() if k not in ("response_format", "extra_body")}
+
+
+def _server_error(name: str, endpoint: str, error: Any) -> InvalidReplyError:
+    """The error of a 200 reply whose body is ``{"error": ...}``: the server's message, type and code."""
+    if isinstance(error, dict):
+        message = str(error.get("message") or error)
+        kind, code = error.get("type"), error.get("code")
+    else:
+        message, kind, code = str(error), None, None
+    details = ", ".join(str(x) for x in (kind, code) if x not in (None, ""))
+    exc = InvalidReplyError(f"model {name} at {endpoint} sent an error with status 200: {message[:500]}"
+                            + (f" ({details})" if details else ""))
+    try:
+        status = int(code)
+    except (TypeError, ValueError):
+        status = None
+    if status is not None and 100 <= status <= 599:
+        exc.status_code = status  # type: ignore[attr-defined]  # read by agora.models.retry.status_code
+    return exc

@@ -78,6 +78,11 @@ def default_handler(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any
     return 200, (text_reply(body) if path.endswith("/completions") and "chat" not in path else chat_reply(body))
 
 
+class _Listener(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # a burst of concurrent connections (socketserver's default backlog is 5)
+
+
 class StubServer:
     """A threaded OpenAI-compatible stub; use as a context manager (``.base_url`` ends in ``/v1``)."""
 
@@ -130,8 +135,7 @@ class StubServer:
                 record["end"] = time.monotonic()
                 self._send(status, payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _H)
-        self.httpd.daemon_threads = True
+        self.httpd = _Listener(("127.0.0.1", port), _H)
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

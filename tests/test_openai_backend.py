@@ -303,3 +303,116 @@ def test_cli_run_against_a_dead_server_exits_with_a_resume_hint(tmp_path):
     assert result.exit_code == 1
     assert "model 'm' is unreachable" in result.output and "rerun with the same --run-id" in result.output
     assert "Traceback" not in result.output
+
+
+# ----------------------------------------------------------------------------- replies that are not completions
+
+
+def test_a_200_reply_with_an_error_body_keeps_the_servers_message(caplog):
+    """``{"error": ...}`` with status 200 is the server's error, not "zero choices": its message, type
+    and code are in the failed attempt's record, and its code 500 makes it transient (retried)."""
+    def failing(path, body):
+        return 200, {"error": {"message": "the KV cache is full", "type": "InternalServerError", "code": 500}}
+
+    with StubServer(failing) as srv:
+        samples, records = pool_for(srv.base_url, max_retries=1).sample("m", MSG, SamplingParams(n=2))
+    assert samples == [] and len(records) == 2 and len(srv.requests) == 2  # retried once: a 500
+    for r in records:
+        assert r["error"] == (f"InvalidReplyError: model m at {srv.base_url} sent an error with status 200: "
+                              "the KV cache is full (InternalServerError, 500)")
+    assert "zero choices" not in caplog.text and "no choices" not in caplog.text
+
+
+def test_a_200_error_body_with_a_permanent_code_is_not_retried():
+    with StubServer(lambda path, body: (200, {"error": {"message": "bad key", "code": 401}})) as srv:
+        samples, records = pool_for(srv.base_url, max_retries=3).sample("m", MSG, SamplingParams())
+    assert samples == [] and len(srv.requests) == 1
+    assert records[0]["error"].endswith("sent an error with status 200: bad key (401)")
+
+
+def test_a_reply_far_over_max_tokens_is_stored_cut_and_marked(caplog):
+    """A server that ignores max_tokens (5 MB for max_tokens=16): the stored completion is cut at
+    32 characters per allowed token, ends with the marker, and its finish_reason says "length"."""
+    from agora.models.openai_backend import CUT_MARKER
+
+    huge = "The answer is 4. " + "x" * 5_000_000
+    with StubServer(lambda path, body: (200, chat_reply(body, [huge]))) as srv, \
+            caplog.at_level(logging.WARNING, logger="agora.openai"):
+        samples, records = pool_for(srv.base_url).sample("m", MSG, SamplingParams(max_tokens=16))
+    (s,) = samples
+    assert s.text == huge[:32 * 16] + CUT_MARKER and len(s.text) == 512 + len(CUT_MARKER)
+    assert s.finish_reason == "length"
+    assert records[0]["completion"] == s.text and records[0]["finish_reason"] == "length"
+    assert f"sent a reply of {len(huge)} characters for max_tokens=16: stored cut at 512 characters" in caplog.text
+    # a reply within the bound is kept whole
+    with StubServer(lambda path, body: (200, chat_reply(body, ["y" * 512]))) as srv:
+        (s,), _ = pool_for(srv.base_url).sample("m", MSG, SamplingParams(max_tokens=16))
+    assert s.text == "y" * 512 and s.finish_reason == "stop"
+
+
+def test_async_calls_are_not_capped_by_the_default_thread_pool():
+    """40 concurrent ``asample`` calls on one event loop reach the server together (a barrier of 40
+    that only opens when all are in flight): the backend awaits its async client, where running the
+    sync client in asyncio's default pool (min(32, cpus + 4) threads: 6 on 2 cores) held all but 6
+    back and broke the barrier."""
+    k = 40
+    barrier = threading.Barrier(k, timeout=30)
+
+    def gathered(path, body):
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return 503, {"error": {"message": "not all requests arrived together"}}
+        return 200, chat_reply(body)
+
+    with StubServer(gathered) as srv:
+        pool = pool_for(srv.base_url)
+
+        async def main():
+            asyncio.get_running_loop().set_default_executor(
+                __import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=6))  # as on 2 cores
+            return await asyncio.gather(*(pool.asample("m", MSG, SamplingParams(seed=i)) for i in range(k)))
+
+        results = asyncio.run(main())
+    assert [len(samples) for samples, _ in results] == [1] * k
+    assert all(r["error"] is None for _, records in results for r in records)
+    assert len(srv.requests) == k
+
+
+def test_the_async_client_belongs_to_its_event_loop():
+    """Two ``asyncio.run`` in a row (and the runner's per-thread loops) each get a client of their own
+    loop: no "bound to a different event loop"."""
+    with StubServer() as srv:
+        pool = pool_for(srv.base_url)
+        for _ in range(2):
+            samples, records = asyncio.run(pool.asample("m", MSG, SamplingParams(n=2)))
+            assert [s.text for s in samples] == ["The answer is 4."] * 2 and records[0]["error"] is None
+
+
+def test_a_users_chat_openai_is_not_capped_by_the_default_thread_pool_either():
+    """The same 40 concurrent calls through a user's own ``ChatOpenAI`` (the LangChain adapter runs
+    its sync client in Agora's own sized thread pool, not asyncio's default one)."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = 40
+    barrier = threading.Barrier(k, timeout=30)
+
+    def gathered(path, body):
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return 503, {"error": {"message": "not all requests arrived together"}}
+        return 200, chat_reply(body)
+
+    with StubServer(gathered) as srv:
+        pool = ModelPool.from_chat_models({"m": langchain_openai.ChatOpenAI(
+            base_url=srv.base_url, model="stub", api_key="EMPTY", max_retries=0)}, max_retries=0)
+
+        async def main():
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=6))  # as on 2 cores
+            return await asyncio.gather(*(pool.asample("m", MSG, SamplingParams(seed=i)) for i in range(k)))
+
+        results = asyncio.run(main())
+    assert [len(samples) for samples, _ in results] == [1] * k
+    assert len(srv.requests) == k
