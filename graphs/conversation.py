@@ -27,28 +27,26 @@ Usage::
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired, Sequence
-
-from typing_extensions import TypedDict
+from dataclasses import dataclass
+from typing import Annotated, Any, Sequence
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from agora.agents._checks import check_count, check_name, check_sampling
-from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit
-from agora.graphs.question import as_problem, MATH_EXAMPLE, question_seed
-from agora.graphs.studio_schema import studio_schema
+from agora.graphs.question import as_problem, protocol_input
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
-from agora.traces.schema import MethodResult
+from agora.graphs.studio_schema import studio_schema
+from agora.models.pool import ModelPool
 from agora.tasks.answers import extract_answer
-from agora.tasks.loaders import Problem
-from agora.tasks.problem import AnswerKind
+from agora.tasks.problem import Problem
+from agora.traces.schema import MethodResult
 
 METHODS = ("converse", "opening")
 
@@ -103,24 +101,9 @@ class ConversationConfig:
         return a, b
 
 
-@graph_context
-@dataclass
-class ConversationContext:
-    """Run-time context: the pool and the conversation's settings.
-
-    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
-    HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
-    """
-
-    pool: ModelPool | str | None = None
-    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
-    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
-    config: ConversationConfig = field(default_factory=ConversationConfig)
-    """Conversation settings: speakers, turns, sampling."""
-
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
-        self.config = settings_from(self.config, ConversationConfig)  # JSON clients (Studio) send a dict
+ConversationContext = protocol_context("ConversationContext", ConversationConfig,
+                                       "Conversation settings: speakers, turns, sampling.")
+ConversationInput = protocol_input("ConversationInput", shared=False)
 
 
 class Turn(TypedDict):
@@ -136,24 +119,6 @@ class Turn(TypedDict):
     answer: str | None
     """Answer extracted from ``text``."""
     call_id: str
-
-
-@studio_schema(example=MATH_EXAMPLE)
-class ConversationInput(TypedDict):
-    """What a caller passes in.
-
-    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
-    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
-    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
-
-    question: str
-    """The problem text (for multiple choice, with lettered options)."""
-    question_id: NotRequired[str]
-    """Id under which the conversation's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
-    kind: NotRequired[AnswerKind]
-    """``math`` (default), ``mc`` or ``open``."""
-    n_choices: NotRequired[int]
-    """Number of lettered options of a ``mc`` question (default 4)."""
 
 
 @studio_schema()

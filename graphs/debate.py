@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
@@ -35,56 +34,22 @@ from typing_extensions import TypedDict
 
 from agora.agents.debate import DebateConfig, agent_models, debate_messages
 from agora.agents.delegation import plurality
-from agora.models.pool import ModelPool
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._calls import (
-    Cost,
-    MethodResult,
-    aask,
-    add_costs,
-    ask,
-    call_context,
-    found,
-    how_of,
-    method_result,
-    partner,
-    shared_cost,
-    total_cost,
-)
-from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs._calls import Cost, MethodResult, aask, add_costs, ask, call_context, found, how_of
+from agora.graphs._calls import method_result, partner, shared_cost, total_cost
+from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit, sync_async_node
-from agora.graphs.question import as_problem, MATH_EXAMPLE, QuestionInput, take_shared
-from agora.graphs.studio_schema import studio_schema
+from agora.graphs.question import as_problem, protocol_input, take_shared
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
+from agora.graphs.studio_schema import studio_schema
 
 METHODS = ("debate", "first_round_vote")
 
 
-@graph_context
-@dataclass
-class DebateContext:
-    """Run-time context: the pool and the debate settings.
-
-    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {...}}``, as Studio and the
-    HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
-    """
-
-    pool: ModelPool | str | None = None
-    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
-    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
-    config: DebateConfig = field(default_factory=DebateConfig)
-    """Debate settings: agents, rounds, models, sampling."""
-
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
-        self.config = settings_from(self.config, DebateConfig)  # JSON clients (Studio) send a dict
-
-
-@studio_schema(example=MATH_EXAMPLE)
-class DebateInput(QuestionInput):
-    """What a caller passes in (:class:`agora.graphs.question.QuestionInput`)."""
+DebateContext = protocol_context("DebateContext", DebateConfig, "Debate settings: agents, rounds, models, sampling.")
+DebateInput = protocol_input("DebateInput")
 
 
 class DebateAnswer(TypedDict):

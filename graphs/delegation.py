@@ -22,82 +22,33 @@ Usage::
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, NotRequired
-
-from typing_extensions import TypedDict
+from typing import Annotated, Any, Literal
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
+from typing_extensions import TypedDict
 
-from agora.agents.delegation import (
-    Candidate,
-    DelegationConfig,
-    Proposal,
-    Selection,
-    agreement_utility,
-    best_of_n,
-    principal_select as select_rule,
-    propose,
-    self_consistency,
-    single_agent,
-)
-from agora.models.pool import ModelPool
+from agora.agents.delegation import Candidate, DelegationConfig, Proposal, Selection, agreement_utility
+from agora.agents.delegation import best_of_n, principal_select as select_rule, propose, self_consistency
+from agora.agents.delegation import single_agent
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit, sync_async_node
-from agora.graphs.question import as_problem, MATH_EXAMPLE, SharedCandidate, take_shared
-from agora.graphs.studio_schema import studio_schema
+from agora.graphs.question import SharedCandidate, as_problem, protocol_input, take_shared
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
-from agora.traces.schema import MethodResult
+from agora.graphs.studio_schema import studio_schema
 from agora.tasks.answers import find_answer
-from agora.tasks.problem import AnswerKind
+from agora.traces.schema import MethodResult
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
 
 
-@graph_context
-@dataclass
-class DelegationContext:
-    """Run-time context: which pool plays and under which settings (one compiled graph, many pools).
-
-    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"n_agents": 2}}``, as Studio
-    and the HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
-    """
-
-    pool: ModelPool | str | None = None
-    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
-    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
-    config: DelegationConfig = field(default_factory=DelegationConfig)
-    """ALIGN settings (n, k, tau, rules, sampling)."""
-
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
-        self.config = settings_from(self.config, DelegationConfig)  # JSON clients (Studio) send a dict
-
-
-@studio_schema(example=MATH_EXAMPLE)
-class DelegationInput(TypedDict):
-    """What a caller passes in.
-
-    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
-    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
-    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
-
-    question: str
-    """The problem text (for multiple choice, with lettered options)."""
-    question_id: NotRequired[str]
-    """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
-    kind: NotRequired[AnswerKind]
-    """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
-    n_choices: NotRequired[int]
-    """Number of options for ``mc``."""
-    shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
-    """Model → its samples of this question drawn once for every protocol (``agora bench``): an
-    agent takes its k candidates from its model's share instead of drawing them (:func:`take_shared`)."""
+DelegationContext = protocol_context("DelegationContext", DelegationConfig,
+                                     "ALIGN settings (n, k, tau, rules, sampling).")
+DelegationInput = protocol_input("DelegationInput")
 
 
 @studio_schema()

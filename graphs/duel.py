@@ -46,7 +46,7 @@ from agora.models.pool import ModelCallError, ModelPool, builtin_pool_specs, poo
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs.context import context_as, graph_context, resolve_pool, settings_from
+from agora.graphs.context import context_as, protocol_context
 from agora.graphs.nodes import emit
 from agora.graphs.studio_schema import studio_schema
 from agora.graphs.spec import ProtocolSpec
@@ -134,28 +134,14 @@ def _embedded_duel_pool(name: str = "default") -> ModelPool:
     return pool_from_specs(default_duel_specs(name), source=f"builtin:duel-{name}" if name != "default" else "builtin:duel")
 
 
-@graph_context
-@dataclass
-class DuelContext:
-    """Run-time context of the duel graph.
-
-    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"max_tokens": 32}}``, as
-    Studio and the HTTP API send it); any other object is refused
-    (:class:`agora.graphs.context.ContextError`).
-    """
-
-    pool: ModelPool | str | None = None
-    """At least 3 models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``,
-    ``default``: its two models plus a ``cautious`` persona of each) or a TOML pool-file path;
-    ``None`` = the embedded duel pool (the default pool's models and their personas)."""
-    config: DuelConfig = field(default_factory=DuelConfig)
-    """Duel settings: mode, sampling, judging, reputation, leader and matching."""
-    instructions: Sequence[Problem] = ()
-    """The leader's instruction pool; empty = 16 generated arithmetic problems (for Studio)."""
-
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, builtin=_embedded_duel_pool, where=type(self).__name__)
-        self.config = settings_from(self.config, DuelConfig)  # JSON clients (Studio) send a dict
+DuelContext = protocol_context(
+    "DuelContext", DuelConfig, "Duel settings: mode, sampling, judging, reputation, leader and matching.",
+    builtin=_embedded_duel_pool,
+    pool_doc="At least 3 models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``: its "
+             "two models plus a ``cautious`` persona of each) or a TOML pool-file path; ``None`` = the embedded duel "
+             "pool (the default pool's models and their personas).",
+    extra=[("instructions", Sequence[Problem], (),
+            "The leader's instruction pool; empty = 16 generated arithmetic problems (for Studio).")])
 
 
 def _config(runtime: Runtime) -> DuelConfig:

@@ -38,75 +38,40 @@ Usage::
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired, get_type_hints
-
-from typing_extensions import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
 
 from agora.agents.delegation import plurality
-from agora.agents.escalation import (
-    Decision,
-    EscalationConfig,
-    decide as decide_rule,
-    escalates,
-    escalation_vote,
-    peer_messages,
-    use_baseline_source,
-)
-from agora.models.pool import ModelPool
+from agora.agents.escalation import Decision, EscalationConfig, decide as decide_rule, escalates, escalation_vote
+from agora.agents.escalation import peer_messages, use_baseline_source
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._calls import (
-    Cost,
-    MethodResult,
-    add_costs as _add_costs,
-    ask as _ask,
-    call_context as _context,
-    found as _found,
-    how_of as _how_of,
-    shared_cost,
-    total_cost,
-)
-from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
-from agora.graphs.nodes import emit, sync_async_node
-from agora.graphs.question import as_problem, SharedCandidate, take_shared
-from agora.graphs.studio_schema import studio_schema
 from agora.graphs import registry
+from agora.graphs._calls import Cost, MethodResult, add_costs as _add_costs, ask as _ask, call_context as _context
+from agora.graphs._calls import found as _found, how_of as _how_of, shared_cost, total_cost
+from agora.graphs.context import context_as, pool_from, protocol_context
+from agora.graphs.nodes import emit, sync_async_node
+from agora.graphs.question import as_problem, protocol_input, take_shared
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
+from agora.graphs.studio_schema import studio_schema
 from agora.tasks.answers import extract_answer
+from agora.tasks.problem import Problem
 from agora.tasks.scoring import score_answer
-from agora.tasks.loaders import Problem
-from agora.tasks.problem import AnswerKind
 
 OWN_METHODS = ("comed", "anchor", "router_only")
 """COMED's own methods; its dense baselines' follow them (:func:`comed_methods`)."""
 
 
-@graph_context
-@dataclass
-class EscalationContext:
-    """Run-time context: the pool, COMED's settings and an optional router.
-
-    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"n_anchor": 3}}``, as Studio
-    and the HTTP API send it); any other object is refused (:class:`agora.graphs.context.ContextError`).
-    """
-
-    pool: ModelPool | str | None = None
-    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
-    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
-    config: EscalationConfig = field(default_factory=EscalationConfig)
-    """COMED settings: thresholds, anchor samples N, anchor/probe/peers, sampling, baselines."""
-    router: KNNRouter | None = None
-    """Router over past traces; ``None`` (or a fixed ``config.anchor``) = fixed anchor, no margin."""
-
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
-        self.config = settings_from(self.config, EscalationConfig)  # JSON clients (Studio) send a dict
+EscalationContext = protocol_context(
+    "EscalationContext", EscalationConfig,
+    "COMED settings: thresholds, anchor samples N, anchor/probe/peers, sampling, baselines.",
+    extra=[("router", KNNRouter | None, None,
+            "Router over past traces; ``None`` (or a fixed ``config.anchor``) = fixed anchor, no margin.")])
 
 
 MC_EXAMPLE = {"question": "Which gas do plants absorb from the air for photosynthesis?\nA. Oxygen\nB. Nitrogen\n"
@@ -114,25 +79,7 @@ MC_EXAMPLE = {"question": "Which gas do plants absorb from the air for photosynt
 """The worked example of COMED's input schema (Studio fills its form with it)."""
 
 
-@studio_schema(example=MC_EXAMPLE)
-class EscalationInput(TypedDict):
-    """What a caller passes in.
-
-    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
-    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
-    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
-
-    question: str
-    """The problem text (for multiple choice, with lettered options)."""
-    question_id: NotRequired[str]
-    """Id under which the question's calls are traced (default: ``q-`` and a CRC-32 of the text)."""
-    kind: NotRequired[AnswerKind]
-    """``math`` (default), ``mc`` or ``open``: how answers are extracted."""
-    n_choices: NotRequired[int]
-    """Number of lettered options of a ``mc`` question (default 4)."""
-    shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
-    """Model → its samples of this question drawn once for every protocol (``agora bench``): the
-    anchor's N samples, MoA's proposals and debate's first round are taken from them (:func:`take_shared`)."""
+EscalationInput = protocol_input("EscalationInput", MC_EXAMPLE)
 
 
 class RouteInfo(TypedDict):

@@ -86,12 +86,8 @@ def take_shared(state: Mapping[str, Any], model: str, k: int, start: int = 0) ->
 
 
 @studio_schema()
-class QuestionInput(TypedDict):
-    """What a caller passes to a per-question protocol graph (MoA, debate).
-
-    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
-    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
-    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
+class QuestionFields(TypedDict):
+    """The question itself, as every per-question protocol graph takes it (the conversation)."""
 
     question: str
     """The problem text (for multiple choice, with lettered options)."""
@@ -101,6 +97,16 @@ class QuestionInput(TypedDict):
     """``math`` (default), ``mc`` or ``open``: how answers are extracted and compared."""
     n_choices: NotRequired[int]
     """Number of lettered options of a ``mc`` question (default 4)."""
+
+
+@studio_schema()
+class QuestionInput(QuestionFields):
+    """What a caller passes to a per-question protocol graph (ALIGN, COMED, MoA, debate, the council).
+
+    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
+    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
+    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
+
     shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
     """Model → its samples of this question drawn once for every protocol (``agora bench``); the
     first answers are taken from them instead of drawn (:func:`take_shared`). Absent: drawn."""
@@ -135,11 +141,12 @@ def question_seed(base: int, question_id: str) -> int:
     return item_seed(base, question_id)
 
 
-def protocol_input(name: str, example: Mapping[str, Any] | None = MATH_EXAMPLE, *,
+def protocol_input(name: str, example: Mapping[str, Any] | None = MATH_EXAMPLE, *, shared: bool = True,
                    module: str | None = None) -> type:
-    """A per-question protocol's input schema: :class:`QuestionInput` under the protocol's own
-    name (Studio's form title), with ``example`` as its worked example. Derive the protocol's state
-    and ``Send`` payloads from it (``class MoAState(MoAInput, total=False)``).
+    """A per-question protocol's input schema: :class:`QuestionInput` (or, ``shared=False``, for a
+    protocol that never takes the bench's shared candidates, :class:`QuestionFields`) under the
+    protocol's own name (Studio's form title), with ``example`` as its worked example. Derive the
+    protocol's state and ``Send`` payloads from it (``class MoAState(MoAInput, total=False)``).
 
         MoAInput = protocol_input("MoAInput")
 
@@ -147,10 +154,12 @@ def protocol_input(name: str, example: Mapping[str, Any] | None = MATH_EXAMPLE, 
     """
     import sys
 
-    class Input(QuestionInput):
+    base = QuestionInput if shared else QuestionFields
+
+    class Input(base):  # type: ignore[valid-type,misc]
         pass
 
     Input.__name__ = Input.__qualname__ = name
     Input.__module__ = module or sys._getframe(1).f_globals.get("__name__", __name__)
-    Input.__doc__ = f"What a caller passes in ({QuestionInput.__module__}.QuestionInput)."
+    Input.__doc__ = f"What a caller passes in ({base.__module__}.{base.__name__})."
     return studio_schema(example=example)(Input)

@@ -60,7 +60,6 @@ or, recorded in a trace store and resumable (``agora select`` does this; the dri
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Mapping, NotRequired
 
 import numpy as np
@@ -87,7 +86,7 @@ from agora.agents.cupid import (
 )
 from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs.context import context_as, graph_context, pool_from, resolve_pool, settings_from
+from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit
 from agora.graphs.studio_schema import studio_schema
 from agora.graphs.spec import ProtocolSpec
@@ -96,25 +95,8 @@ from agora.traces.store import TraceStore
 StopReason = Literal["rounds", "budget", "confident"]
 
 
-@graph_context
-@dataclass
-class SelectionContext:
-    """Run-time context: the pool to choose from and the session's settings.
-
-    Pass one, or a mapping of its fields (``{"pool": "tiny", "config": {"budget_rounds": 3}}``, as
-    Studio and the HTTP API send it); any other object is refused
-    (:class:`agora.graphs.context.ContextError`).
-    """
-
-    pool: ModelPool | str | None = None
-    """The models: a ``ModelPool`` (Python callers), a built-in pool name (``tiny``, ``default``) or a
-    TOML pool-file path; ``None`` = the embedded default pool (two Qwen2.5-Coder models)."""
-    config: CupidConfig = field(default_factory=CupidConfig)
-    """Budgets, UCB width, stopping level δ, prior, sampling."""
-
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, where=type(self).__name__)  # a name or a pool file (JSON clients)
-        self.config = settings_from(self.config, CupidConfig)  # JSON clients (Studio) send a dict
+SelectionContext = protocol_context("SelectionContext", CupidConfig,
+                                    "Budgets, UCB width, stopping level δ, prior, sampling.")
 
 
 class PromptItem(TypedDict):
