@@ -137,7 +137,7 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
         counter[key] = counter.get(key, -1) + 1
         answer, how, index = c.get("answer"), c.get("how"), c.get("sample_index")
         if how is None:  # not extracted: an old database
-            answer, how = answer_fields(c["completion"], q.kind, q.n_choices)
+            answer, how = answer_fields(c["completion"], q.kind, q.n_choices, q.question)
         if index is None:
             index = counter[key]
         q.samples.append(SampleRow(c["call_id"], c["node"], c["role"], c["agent"], c["model"], index, answer, how,

@@ -47,12 +47,14 @@ def code_revision() -> str:
 
 
 def call_rows(calls: Iterable[dict[str, Any]], run_id: str, question_id: str, protocol: str, *,
-              kind: str | None = None, n_choices: int | None = None) -> list[dict[str, Any]]:
+              kind: str | None = None, n_choices: int | None = None,
+              question: str | None = None) -> list[dict[str, Any]]:
     """The ``model_calls`` rows of trace records (:meth:`ModelPool.sample` records), with the
     messages of records that share their request's prompt (``messages_of``) filled back in, each
     sample's ``sample_index`` and ``request_id`` (from ``messages_of``: a request's first sample has
     none, its others point at it), and, when the question's ``kind`` is given, each sample's
-    extracted ``answer`` and ``how`` (:func:`answer_fields`)."""
+    extracted ``answer`` and ``how`` (:func:`answer_fields`; ``question``: its text, so an echo of
+    it is no answer, as the graphs read it)."""
     calls = list(calls)
     encoded: dict[str, str] = {}
     for c in calls:
@@ -67,7 +69,7 @@ def call_rows(calls: Iterable[dict[str, Any]], run_id: str, question_id: str, pr
             row["request_id"], row["sample_index"] = request, taken.get(request, 0)
             taken[request] = row["sample_index"] + 1
             if kind is not None:
-                row["answer"], row["how"] = answer_fields(c.get("completion"), kind, n_choices)
+                row["answer"], row["how"] = answer_fields(c.get("completion"), kind, n_choices, question)
         rows.append(row)
     return rows
 
@@ -84,14 +86,16 @@ def option_count(question: str | None, kind: str | None) -> int | None:
     return len(_OPTION_LINE.findall(question)) or None
 
 
-def answer_fields(completion: str | None, kind: str | None, n_choices: int | None) -> tuple[str | None, str | None]:
+def answer_fields(completion: str | None, kind: str | None, n_choices: int | None,
+                  question: str | None = None) -> tuple[str | None, str | None]:
     """``(answer, how)`` of one sample for the ``model_calls`` columns: the scorer's reading
-    (:func:`agora.tasks.answers.find_answer` with ``kind`` and ``n_choices``, 4 options when
-    unknown, as the graphs read it); ``how`` is ``"none"`` for an output without an answer, and
-    ``(None, None)`` for no completion or no kind (not extracted)."""
+    (:func:`agora.tasks.answers.find_answer` with ``kind``, ``n_choices`` (4 options when unknown)
+    and the ``question`` text when known, as the graphs read it: an echo of the question is no
+    answer); ``how`` is ``"none"`` for an output without an answer, and ``(None, None)`` for no
+    completion or no kind (not extracted)."""
     if completion is None or kind is None:
         return None, None
-    found = find_answer(completion, kind, n_choices or 4)  # type: ignore[arg-type]
+    found = find_answer(completion, kind, n_choices or 4, question=question)  # type: ignore[arg-type]
     return (found.answer, found.how) if found.answer is not None else (None, "none")
 
 

@@ -363,7 +363,8 @@ class TraceStore(TraceReader):
         """
         qid = question["question_id"]
         n_choices = question.get("n_choices") or option_count(question.get("question"), question.get("kind"))
-        rows = call_rows(calls, run_id, qid, protocol, kind=question.get("kind"), n_choices=n_choices)
+        rows = call_rows(calls, run_id, qid, protocol, kind=question.get("kind"), n_choices=n_choices,
+                         question=question.get("question"))
         ok = [c for c in rows if not c["error"]]
         row = {
             "run_id": run_id, "question_id": qid, "idx": question.get("idx"), "source": question.get("source"),
