@@ -1,0 +1,178 @@
+"""A trained aggregator: a member taught to read a question and k candidate solutions and write the
+answer, with the audited scorer as its reward.
+
+Source: Zhao et al., "The Majority is not always right: RL training for solution aggregation"
+(AggLM, arXiv 2509.06870): k sampled solutions per problem are shown to an aggregator trained with
+a verifiable reward (GRPO); training mixes *hard* candidate sets (the majority answer is wrong, so
+voting cannot recover the answer) with a share of *easy* ones (the majority is right), which keeps
+the aggregator from learning to distrust majorities.
+
+Pieces, each a pure function over recorded traces (:mod:`agora.training.verified` reads them):
+
+* :func:`aggregator_prompt`: the question and the k candidates, shuffled with a seed, in the Mixture-of-
+  Agents aggregator's prompt (:func:`agora.agents.moa.aggregator_messages`), so that a member trained
+  on it meets the same prompt when it serves as MoA's aggregator;
+* :func:`candidate_sets`: up to ``sets_per_question`` sets of k distinct recorded samples per question
+  (any model, any run; the bench's shared draws hold k samples of every pool model per question),
+  each labelled hard or easy by its plurality answer, then every hard set and at most
+  ``easy_per_hard`` easy sets per hard one (seeded draw);
+* :func:`aggregator_rows`: GRPO prompt-only rows (TRL conversational) with ``gold`` and ``kind``;
+* :func:`aggregation_reward`: TRL reward 1.0 / 0.0 by :func:`agora.tasks.scoring.score_answer` on the
+  answer :func:`agora.tasks.find_answer` reads from the completion (``None`` for rows without gold).
+
+The trained adapter is a pool member like any other (``agora train grpo --aggregate K --name NAME``
+writes ``OUT/pool.toml`` with it beside the untouched pool), pointed at by each protocol's role
+setting: MoA's ``aggregator``, the council's ``chair``, COMED's ``probe`` and ``moa_aggregator``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from agora.agents.moa import aggregator_messages
+from agora.tasks import Problem, find_answer
+from agora.tasks.scoring import score_answer
+from agora.training.rewards import completion_text
+from agora.training.verified import OwnSample, normalise_question
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatorDataConfig:
+    """How candidate sets are drawn from recorded samples (AggLM §3: k solutions a set, hard and easy mixed)."""
+
+    k: int = 4
+    """Candidates shown per prompt."""
+    sets_per_question: int = 2
+    """Distinct candidate sets drawn per question, at most."""
+    easy_per_hard: float = 1.0
+    """Easy sets kept per hard set (AggLM keeps every hard set and a share of the easy ones)."""
+    shots: int = 2
+    """Worked exemplars in the prompt (MoA's default)."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.k < 2:
+            raise ValueError(f"AggregatorDataConfig.k must be >= 2 (one candidate is nothing to aggregate), got {self.k}")
+        if self.sets_per_question < 1:
+            raise ValueError(f"AggregatorDataConfig.sets_per_question must be >= 1, got {self.sets_per_question}")
+        if self.easy_per_hard < 0:
+            raise ValueError(f"AggregatorDataConfig.easy_per_hard must be >= 0, got {self.easy_per_hard}")
+
+
+def aggregator_prompt(question: str, candidates: Sequence[str], *, kind: str = "math", n_choices: int = 4,
+                      seed: int = 0, shots: int = 2, question_id: str = "q") -> list[dict[str, str]]:
+    """The aggregator's prompt: MoA's aggregator prompt over ``candidates`` shuffled with ``seed``
+    (``random.Random(seed).shuffle``), so the candidates' order carries no signal."""
+    shown = list(candidates)
+    random.Random(seed).shuffle(shown)
+    problem = Problem(question_id, question, None, kind, n_choices=n_choices)
+    return aggregator_messages(problem, shown, shots)
+
+
+def plurality_answer(answers: Sequence[str | None]) -> str | None:
+    """The most frequent non-empty answer (ties: the first seen), ``None`` without any: majority vote."""
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == top)
+
+
+def candidate_sets(samples: Sequence[OwnSample], cfg: AggregatorDataConfig = AggregatorDataConfig()
+                   ) -> list[dict[str, Any]]:
+    """Candidate sets per question (see the module docstring), in question order, as
+    ``{"question_id", "question", "gold", "kind", "n_choices", "task", "candidates": [OwnSample],
+    "majority", "majority_correct", "any_correct", "difficulty": "hard" | "easy"}``."""
+    by_question: dict[str, list[OwnSample]] = defaultdict(list)
+    for s in samples:
+        by_question[normalise_question(s.question)].append(s)
+    rng = random.Random(cfg.seed)
+    hard, easy = [], []
+    for group in by_question.values():
+        distinct = list({s.text: s for s in group}.values())
+        if len(distinct) < cfg.k:
+            continue
+        seen: set[tuple[str, ...]] = set()
+        for _ in range(cfg.sets_per_question * 4):  # a few tries for distinct sets
+            if len(seen) >= cfg.sets_per_question:
+                break
+            picked = rng.sample(distinct, cfg.k)
+            key = tuple(sorted(s.call_id for s in picked))
+            if key in seen:
+                continue
+            seen.add(key)
+            first = picked[0]
+            majority = plurality_answer([s.answer for s in picked])
+            right = bool(score_answer(majority, first.gold, first.kind))
+            entry = {"question_id": first.question_id, "question": first.question, "gold": first.gold,
+                     "kind": first.kind, "n_choices": first.n_choices, "task": first.task, "candidates": picked,
+                     "majority": majority, "majority_correct": right,
+                     "any_correct": any(s.correct for s in picked), "difficulty": "easy" if right else "hard"}
+            (easy if right else hard).append(entry)
+    keep_easy = min(len(easy), round(cfg.easy_per_hard * len(hard)))
+    kept_easy = set(map(id, rng.sample(easy, keep_easy)))
+    order = {id(e): n for n, e in enumerate(hard + easy)}
+    chosen = hard + [e for e in easy if id(e) in kept_easy]
+    return sorted(chosen, key=lambda e: order[id(e)])
+
+
+def aggregator_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfig = AggregatorDataConfig()
+                    ) -> list[dict[str, Any]]:
+    """GRPO prompt-only rows (the columns :func:`aggregation_reward` and
+    :func:`agora.training.rewards.correctness_reward` read)::
+
+        {"prompt": [...messages...], "instruction", "gold", "kind", "n_choices", "judge_scores": "[]",
+         "question_id", "task", "difficulty", "majority", "majority_correct", "candidates": JSON
+         [{"model", "run_id", "call_id", "answer", "correct"}]}
+
+    Each set's shuffle seed is ``cfg.seed`` plus its position, so the order differs between sets."""
+    rows = []
+    for n, s in enumerate(sets):
+        texts = [c.text for c in s["candidates"]]
+        rows.append({
+            "prompt": aggregator_prompt(s["question"], texts, kind=s["kind"], n_choices=s["n_choices"],
+                                        seed=cfg.seed + n, shots=cfg.shots, question_id=s["question_id"]),
+            "instruction": s["question"], "gold": s["gold"], "kind": s["kind"], "n_choices": s["n_choices"],
+            "judge_scores": "[]", "question_id": s["question_id"], "task": s["task"],
+            "difficulty": s["difficulty"], "majority": s["majority"], "majority_correct": s["majority_correct"],
+            "candidates": json.dumps([{"model": c.model, "run_id": c.run_id, "call_id": c.call_id,
+                                       "answer": c.answer, "correct": c.correct} for c in s["candidates"]]),
+        })
+    return rows
+
+
+def aggregation_reward(prompts: Sequence[Any], completions: Sequence[Any], gold: Sequence[str | None],
+                       kind: Sequence[str], n_choices: Sequence[int] | None = None,
+                       log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float | None]:
+    """1.0 when the aggregator's answer is right, 0.0 when not, ``None`` without gold: the answer read
+    by :func:`agora.tasks.find_answer` (the scoring policy of ``docs/scoring.md``) and judged by
+    :func:`agora.tasks.scoring.score_answer`, as every protocol's answer is."""
+    choices = list(n_choices) if n_choices is not None else [4] * len(completions)
+    rewards: list[float | None] = []
+    for completion, g, k, n in zip(completions, gold, kind, choices, strict=True):
+        if g is None or k not in ("math", "mc"):
+            rewards.append(None)
+            continue
+        answer = find_answer(completion_text(completion), k, n or 4).answer
+        rewards.append(float(bool(score_answer(answer, g, k))))
+    return rewards
+
+
+def aggregator_stats(sets: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sets, hard / easy, majority vote's accuracy on them (the baseline the aggregator must beat on
+    the same candidates), and the share with a right candidate (its ceiling as a selector), per task."""
+    per: dict[str, dict[str, int]] = {}
+    for s in sets:
+        t = per.setdefault(s["task"], {"sets": 0, "hard": 0, "easy": 0, "majority_correct": 0, "any_correct": 0})
+        t["sets"] += 1
+        t[s["difficulty"]] += 1
+        t["majority_correct"] += s["majority_correct"]
+        t["any_correct"] += s["any_correct"]
+    total = {k: sum(t[k] for t in per.values()) for k in ("sets", "hard", "easy", "majority_correct", "any_correct")}
+    return {**total, "questions": len({normalise_question(s["question"]) for s in sets}),
+            "source_runs": sorted({c.run_id for s in sets for c in s["candidates"]}),
+            "models": sorted({c.model for s in sets for c in s["candidates"]}), "per_task": per}
