@@ -36,7 +36,7 @@ from agora.agents.escalation import EscalationConfig
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.recording import TraceRecorder
-from agora.models.pool import ModelPool
+from agora.models.pool import ModelPool, ModelSpec, PoolMember
 from agora.traces.report import run_rows
 from agora.traces.store import TraceStore
 
@@ -106,11 +106,18 @@ def build_app() -> StateGraph:
     return builder
 
 
-def pool_of_chat_models(models: dict[str, BaseChatModel]) -> ModelPool:
+def pool_of_chat_models(models: dict[str, BaseChatModel],
+                        temperatures: dict[str, float] | None = None) -> ModelPool:
     """Your own LangChain chat models as an Agora pool (retried, traced sampling; any
     ``BaseChatModel``: ``ChatOpenAI``, ``ChatOllama``, a fake in tests). Give ALIGN and COMED two or
-    more members: a pool of one model runs, but its agents and peers are all the same model."""
-    return ModelPool.from_chat_models(models)
+    more members: a pool of one model runs, but its agents and peers are all the same model.
+
+    ``temperatures`` gives a member a sampling temperature of its own (``ModelSpec.temperature``),
+    which overrides the protocol's. A chat model's own field (``ChatOpenAI(temperature=1.0)``)
+    does not: the protocol sets the temperature of every request it makes."""
+    temperatures = temperatures or {}
+    return ModelPool([PoolMember(ModelSpec(name=name, backend="langchain", temperature=temperatures.get(name)), model)
+                      for name, model in models.items()])
 
 
 def run(context: AppContext, db: str | Path, run_id: str = "agent-app", questions: Iterable[str] = QUESTIONS,
@@ -150,14 +157,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--run-id", default="agent-app")
     args = parser.parse_args(argv)
     pool: ModelPool | str = args.pool
-    if args.openai_url:  # a user-supplied chat model; two temperatures make two distinct members
-        from langchain_openai import ChatOpenAI
+    if args.openai_url:  # a user-supplied chat model, as two members sampling at two temperatures
+        from langchain_openai import ChatOpenAI  # pip install langchain-openai (yours to install)
 
         model = args.openai_model or "default"
-        pool = pool_of_chat_models({
-            f"{model}-t0": ChatOpenAI(base_url=args.openai_url, model=model, api_key="EMPTY", temperature=0.0),
-            f"{model}-t1": ChatOpenAI(base_url=args.openai_url, model=model, api_key="EMPTY", temperature=1.0),
-        })
+        # max_retries=0: the pool retries, and logs and records every attempt; the client's own
+        # retries would be invisible
+        client = {"base_url": args.openai_url, "model": model, "api_key": "EMPTY", "max_retries": 0}
+        pool = pool_of_chat_models({f"{model}-t0": ChatOpenAI(**client), f"{model}-t1": ChatOpenAI(**client)},
+                                   temperatures={f"{model}-t0": 0.0, f"{model}-t1": 1.0})
     run(AppContext(pool=pool), args.db, args.run_id)
 
 

@@ -74,3 +74,26 @@ def test_app_runs_on_the_tiny_pool(tmp_path):
     rows = {r["run_id"]: r for r in map(json.loads, report.stdout.splitlines())}
     assert {r: (rows[r]["protocol"], rows[r]["questions"]) for r in rows} == {
         "agent-app-align": ("align", 1), "agent-app-comed": ("comed", 1)}
+
+
+def test_the_openai_members_sample_at_their_own_temperatures_without_client_retries(tmp_path, caplog):
+    """``--openai-url``: two members of one served model, at temperatures 0 and 1. The stub records
+    each request's temperature: the members' own settings reach the server (the protocol's 0.7 does
+    not override them), and the clients make no retries of their own (Agora's warning stays silent)."""
+    pytest.importorskip("langchain_openai")
+    import logging
+
+    from openai_stub import StubServer, chat_reply
+
+    app = load_app()
+
+    def respond(path, body):
+        content = body["messages"][-1]["content"]
+        return 200, chat_reply(body, ["The answer is C." if "\nC. " in content else "The answer is 20."])
+
+    with StubServer(respond) as srv, caplog.at_level(logging.WARNING, logger="agora.langchain"):
+        app.main(["--openai-url", srv.base_url, "--openai-model", "stub", "--db", str(tmp_path / "app.db")])
+    temperatures = sorted({body["temperature"] for body in srv.bodies()})
+    assert temperatures == [0.0, 1.0]
+    assert {body["model"] for body in srv.bodies()} == {"stub"}
+    assert "max_retries" not in caplog.text
