@@ -12,6 +12,7 @@ from rich.table import Table
 
 from agora.cli._apps import report_app
 from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
+from agora.traces.members import has_recipes, member_rows
 from agora.traces.replay import question_report
 from agora.traces.report import TOO_FEW, open_trace_store, run_rows, run_summary
 from agora.traces.store import check_run_id
@@ -70,9 +71,12 @@ def report_run(
     the samples' answers were found, and on how many questions the methods disagree."""
     with user_errors():
         check_run_id(run_id, "RUN_ID")
-        s = run_summary(open_trace_store(db), run_id)
+        store = open_trace_store(db)
+        s = run_summary(store, run_id)
+        members = member_rows(store, run_id) if has_recipes(store, run_id) else []  # a pool with recipes
         if as_json:
-            print(json.dumps({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]]},
+            extra = {"members": [asdict(m) for m in members]} if members else {}
+            print(json.dumps({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]], **extra},
                              ensure_ascii=False, default=str))
             return
         t = s["totals"]
@@ -107,6 +111,16 @@ def report_run(
             console.print("samples' answers found by: " + ", ".join(f"{h} {n} ({100 * n / total:.0f}%)"
                                                                   for h, n in hows.items()), highlight=False)
         console.print(f"questions where the methods disagree: {s['questions_methods_disagree']}", highlight=False)
+        if members:
+            table = Table(title="members (weights × recipe; per-sample accuracy over every node's samples)")
+            for col in ("member", "recipe", "samples", "answered", "accuracy %", "programs failed", "program s (median)"):
+                table.add_column(col, justify="left" if col in ("member", "recipe") else "right", no_wrap=True)
+            for m in members:
+                failed = f"{m.program_failures} of {m.programs}" if m.programs else "-"
+                seconds = f"{m.program_s_median:.3f}" if m.program_s_median is not None else "-"
+                table.add_row(escape(m.model), escape(m.recipe or "- (chain-of-thought)"), str(m.samples),
+                              str(m.answered), fmt_pct(m.accuracy), failed, seconds)
+            console.print(table)
 
 
 @report_app.command("question", short_help="One question: every candidate, its answer, and what each method chose.")

@@ -200,15 +200,53 @@ def test_program_extraction_and_the_answer_line():
 # ----------------------------------------------------------------------------- in the trace DB
 
 
-def test_moa_with_a_pot_member_records_recipe_and_program_per_sample():
+def moa_run(store: TraceStore, recipe: str | None = "pot", run_id: str = "moa") -> None:
+    """One MoA question (6 times 7): ``q`` proposes 41 in words; ``q+pot`` (under ``recipe``)
+    proposes and aggregates with a program printing 42."""
     cot = ScriptedChatModel(respond=lambda chat, i: "6 * 7 = 41. The answer is 41.")
-    pot = ScriptedChatModel(respond=lambda chat, i: "```python\nprint(6 * 7)\n```")
-    pool = pool_of(**{"q": (cot, None), "q+pot": (pot, "pot")})
-    store = TraceStore(":memory:")
+    pot = ScriptedChatModel(respond=lambda chat, i: "```python\nprint(6 * 7)\n```" if recipe else "The answer is 42.")
+    pool = pool_of(**{"q": (cot, None), "q+pot": (pot, recipe)})
     problem = Problem(id="q1", question="What is 6 times 7?", gold="42", kind="math")
-    run_problems(build_moa_graph(), [problem], store=store, run_id="moa", protocol="moa",
+    run_problems(build_moa_graph(), [problem], store=store, run_id=run_id, protocol="moa",
                  context=MoAContext(pool, MoAConfig(aggregator="q+pot")), config={}, pool_description=pool.describe(),
                  dataset={}, detail=protocol_spec("moa").detail)
+
+
+def test_the_run_report_has_a_member_table_when_the_pool_has_recipes(tmp_path):
+    from dataclasses import asdict
+
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.members import has_recipes, member_rows
+
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    moa_run(store, "pot", "with")
+    moa_run(store, None, "without")
+    assert has_recipes(store, "with") and not has_recipes(store, "without")
+    rows = {m.model: m for m in member_rows(store, "with")}
+    assert {k: v for k, v in asdict(rows["q"]).items() if k != "program_s_median"} == {
+        "model": "q", "recipe": None, "samples": 1, "answered": 1, "correct": 0, "scored": 1, "programs": 0,
+        "program_failures": 0}
+    pot = rows["q+pot"]
+    assert (pot.recipe, pot.samples, pot.correct, pot.accuracy, pot.programs, pot.program_failures) == (
+        "pot", 2, 2, 1.0, 2, 0)
+    assert 0 < pot.program_s_median < 10 and rows["q"].program_s_median is None
+    out = CliRunner().invoke(app, ["report", "run", "with", "--db", str(db)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "members (weights × recipe" in out.output and "2 of 2" not in out.output and "0 of 2" in out.output
+    plain = CliRunner().invoke(app, ["report", "run", "without", "--db", str(db)], env={"COLUMNS": "200"})
+    assert plain.exit_code == 0 and "members" not in plain.output  # a pool without recipes: the report as before
+    as_json = json.loads(CliRunner().invoke(app, ["report", "run", "with", "--db", str(db), "--json"]).output)
+    assert [(m["model"], m["recipe"], m["correct"]) for m in as_json["members"]] == [("q", None, 0), ("q+pot", "pot", 2)]
+    assert "members" not in json.loads(CliRunner().invoke(app, ["report", "run", "without", "--db", str(db),
+                                                                "--json"]).output)
+
+
+def test_moa_with_a_pot_member_records_recipe_and_program_per_sample():
+    store = TraceStore(":memory:")
+    moa_run(store)
     results = {r["method"]: (r["answer"], r["correct"]) for r in store.results("moa")}
     assert results == {"moa": ("42", 1), "proposal_vote": ("41", 0)}  # the tie goes to the first proposal
     rows = sorted(store.calls("moa"), key=lambda r: (r["model"], r["node"]))
@@ -221,3 +259,21 @@ def test_moa_with_a_pot_member_records_recipe_and_program_per_sample():
     sent = json.loads(rows[1]["messages"])
     assert sent[0]["content"].startswith("You solve problems by writing Python") and "41" in sent[-1]["content"]
     assert json.loads(store.get_run("moa")["pool"])[1]["recipe"] == {"name": "pot"}
+
+
+@pytest.mark.slow
+def test_program_of_thought_on_the_embedded_qwen_answers_a_gsm8k_question():
+    """The PoT prompt on the real Qwen2.5-Coder-1.5B (greedy): a fenced program whose print is the answer."""
+    from agora.agents.prompts import solver_messages
+    from agora.models.pool import pool_from_specs
+    from agora.tasks.loaders import load_problems
+
+    from pathlib import Path
+
+    [problem] = load_problems(Path(__file__).parents[1] / "tasks" / "data" / "gsm8k_test_sample.jsonl", "gsm8k", 1)
+    pool = pool_from_specs([ModelSpec(name="q+pot", backend="llamacpp", path="builtin:qwen2.5-coder-1.5b",
+                                      n_ctx=4096, recipe="pot")])
+    [s], [r] = pool.sample("q+pot", solver_messages(problem), SamplingParams(n=1, temperature=0.0, max_tokens=256,
+                                                                             seed=0), context={"role": "agent"})
+    assert r["program_error"] is None and "print(" in r["program"]
+    assert problem.gold == "18" and find_answer(s.text, "math").answer == "18"
