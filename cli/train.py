@@ -108,10 +108,13 @@ def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec
 
 
 def write_result_pool(specs: list[ModelSpec], entry: dict, out: Path) -> Path:
-    """The source pool with the trained member replaced by ``entry``, as ``out/pool.toml``."""
+    """The source pool with the trained member replaced by ``entry`` (or, when ``entry`` has a name of its
+    own, beside the untouched pool), as ``out/pool.toml``."""
     from agora.training.trainers import spec_entry, write_pool_file
 
     entries = [entry if s.name == entry["name"] else spec_entry(s) for s in specs]
+    if entry["name"] not in {s.name for s in specs}:
+        entries.append(entry)
     return write_pool_file(entries, out / "pool.toml")
 
 
@@ -284,11 +287,23 @@ def train_grpo_cmd(
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
     seed: int = typer.Option(0, "--seed"),
+    aggregate: int = typer.Option(0, "--aggregate", min=0, help="Train an aggregator (AggLM): prompts show K "
+                                  "recorded samples of a --db question (any model) to combine into one answer; "
+                                  "reward: the scorer on its answer (0: off)."),
+    sets_per_question: int = typer.Option(2, "--sets-per-question", min=1, help="--aggregate: candidate sets drawn "
+                                          "per question, at most."),
+    easy_per_hard: float = typer.Option(1.0, "--easy-per-hard", min=0.0, help="--aggregate: sets whose majority is "
+                                        "right kept per set whose majority is wrong."),
+    source_run: Optional[list[str]] = SOURCE_RUN_OPTION,
+    held_out: Optional[Path] = HELD_OUT_OPTION,
+    name: Optional[str] = typer.Option(None, "--name", help="Name of the trained member in OUT/pool.toml, beside the "
+                                       "untouched pool (default: it replaces --model)."),
+    data_only: bool = DATA_ONLY_OPTION,
     save_steps: int = SAVE_STEPS_OPTION,
     serve_with: ServeWith = SERVE_WITH_OPTION,
     run_id: Optional[str] = typer.Option(None, "--run-id"),
 ) -> None:
-    """GRPO of a LoRA adapter with correctness, stored-judge or online peer-judge rewards."""
+    """GRPO of a LoRA adapter with correctness, stored-judge or online peer-judge rewards, or of an aggregator."""
     with user_errors():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.training.config import GRPOSettings
@@ -299,9 +314,22 @@ def train_grpo_cmd(
         unknown = [r for r in reward if r not in REWARDS]
         if unknown:
             raise ValueError(f"--reward {unknown[0]!r} is not one of {', '.join(REWARDS)}")
+        if aggregate and (data is not None or duel_run or all_prompts):
+            raise ValueError("--aggregate reads its prompts from the samples recorded in --db: drop --data, "
+                             "--duel-run and --all-prompts")
+        if aggregate and set(reward) != {"correctness"}:
+            raise ValueError("--aggregate trains with the scorer's reward only: drop --reward")
+        if aggregate:
+            rows, source, stats = aggregate_rows(db, aggregate, sets_per_question, easy_per_hard, source_run,
+                                                 held_out, shots, seed, limit)
+            if data_only:
+                write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source})
+                return
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
+        if name is not None and name != model and name in {s.name for s in specs}:
+            raise ValueError(f"--name {name!r} is another member of the pool; give the trained member a new name")
         settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec), epochs=epochs,
                                 max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                 num_generations=num_generations, max_completion_length=max_completion_length,
@@ -310,7 +338,9 @@ def train_grpo_cmd(
         if data is None and fmt is not None:
             raise ValueError(f"--format {fmt} reads a --data file; without --data the prompts are the duels' "
                              "instructions in --db")
-        if data is not None:
+        if aggregate:  # rows and source read above
+            pass
+        elif data is not None:
             from agora.tasks.loaders import detect_format, load_problems
 
             if str(data) == "synthetic":
@@ -324,18 +354,47 @@ def train_grpo_cmd(
             rows = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
                                         model=None if all_prompts else model)[:limit]
             source = {"db": str(db), "duel_runs": duel_run, "all_prompts": all_prompts}
+        if data_only:
+            write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source})
+            return
         require_train_extra()
         run_id = new_run_id("train-grpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
-        console.print(f"run [bold]{escape(run_id)}[/bold]: GRPO of {escape(model)} on {len(rows)} prompts, rewards "
+        if aggregate:
+            from agora.training.aggregator import aggregation_reward
+
+            funcs = [aggregation_reward]
+        else:
+            funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
+        what = f"an aggregator ({aggregate} candidates a prompt)" if aggregate else "GRPO"
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {what} of {escape(model)} on {len(rows)} prompts, rewards "
                       f"{escape(', '.join(reward))}", highlight=False)
         _train_and_record(
             store, run_id, "train-grpo", specs, out,
-            config={"model": model, "settings": settings, "rewards": reward}, dataset=source,
+            config={"model": model, "settings": settings, "rewards": reward, "aggregate": aggregate}, dataset=source,
             train=lambda: grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source),
-            serve_with=serve_with, spec=spec,
+            serve_with=serve_with, spec=spec, name=name,
         )
+
+
+def aggregate_rows(db: Path, k: int, sets_per_question: int, easy_per_hard: float, source_run: list[str] | None,
+                   held_out: Path | None, shots: int, seed: int, limit: int | None):
+    """``(rows, source, stats)`` of ``agora train grpo --aggregate K`` (:mod:`agora.training.aggregator`)."""
+    from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, aggregator_stats, candidate_sets
+    from agora.training.verified import HeldOut, scored_samples
+
+    if not db.is_file():
+        raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")
+    held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
+    cfg = AggregatorDataConfig(k=k, sets_per_question=sets_per_question, easy_per_hard=easy_per_hard, shots=shots,
+                               seed=seed)
+    samples, skipped = scored_samples(db, (), tuple(source_run or ()), held)
+    sets = candidate_sets(samples, cfg)[:limit]
+    stats = {**aggregator_stats(sets), "skipped_calls": skipped}
+    source = {"db": str(db), "aggregate": k, "sets_per_question": sets_per_question, "easy_per_hard": easy_per_hard,
+              "held_out_questions": len(held), "source_run_filter": list(source_run or ()),
+              "source_runs": stats["source_runs"]}
+    return aggregator_rows(sets, cfg), source, stats
 
 
 @train_app.command("sft")
@@ -421,7 +480,7 @@ def check_serve_with(spec: ModelSpec, serve_with: str) -> None:
 
 def _train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out: Path, *, config: dict,
                       dataset: dict, train, summary=lambda run: {}, serve_with: str = "transformers",
-                      spec=None) -> None:
+                      spec=None, name: str | None = None) -> None:
     """Run ``train()`` as trace run ``run_id``: the run row, a failed status if it raises, then the
     selected checkpoint, the summary and the result pool file (the member served by ``serve_with``).
     Under ``accelerate launch`` every process trains and only the main one writes."""
@@ -445,6 +504,8 @@ def _train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out:
             store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
                                               **summary(run)})
             entry = run.entry if serve_with == "transformers" else trained_entry(spec, run.result, backend=serve_with)
+            if name is not None:
+                entry = {**entry, "name": name}
             report(run, write_result_pool(specs, entry, out), store)
 
 

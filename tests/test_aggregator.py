@@ -76,3 +76,52 @@ def test_candidate_sets_hard_and_easy_and_majority():
     assert all(f'"{t}"' in rows[0]["prompt"][-1]["content"] for t in ("t0", "t1", "t2", "t3"))
     with pytest.raises(ValueError, match="k must be >= 2"):
         AggregatorDataConfig(k=1)
+
+
+def test_cli_trains_an_aggregator_on_a_tiny_model_and_moa_uses_it(tmp_path):
+    pytest.importorskip("trl")
+    import sqlite_utils
+    from test_verified_data import agora, call, question
+    from tiny_lm import build_tiny_lm
+
+    from agora.models.pool import load_pool
+
+    db = tmp_path / "t.db"
+    d = sqlite_utils.Database(db)
+    d["runs"].insert({"run_id": "b:gsm8k:candidates", "protocol": "candidates"}, pk="run_id")
+    d["questions"].insert_all([question("b:gsm8k:candidates", f"q{n}", n, f"Tom has {n} apples + 2 ?", str(n + 2))
+                               for n in range(3)], pk=("run_id", "question_id"))
+    d["model_calls"].insert_all([
+        call(f"c{n}{i}", "b:gsm8k:candidates", f"q{n}", f"The answer is {n + 2 + i % 2} .", 5, str(n + 2 + i % 2),
+             "marker", model=("m", "m2")[i % 2], t=i)
+        for n in range(3) for i in range(3)], pk="call_id")
+    out = agora("train", "grpo", "--aggregate", 2, "--db", db, "--model", "m", "--out", tmp_path / "data",
+                "--data-only", "--sets-per-question", 1, "--shots", 0)
+    assert out.exit_code == 0, out.output
+    stats = json.loads((tmp_path / "data" / "dataset" / "stats.json").read_text())
+    assert stats["models"] == ["m", "m2"] and stats["source_runs"] == ["b:gsm8k:candidates"]
+
+    tiny = build_tiny_lm(tmp_path / "tiny")
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\nbackend = "transformers"\npath = "{tiny}"\n')
+    out = agora("train", "grpo", "--aggregate", 2, "--db", db, "--model", "m", "--pool", pool, "--out",
+                tmp_path / "agg", "--name", "agg", "--max-steps", 1, "--num-generations", 2, "--batch-size", 2,
+                "--max-completion-length", 4, "--lr", "1e-2", "--lora-r", 4, "--threads", 1, "--shots", 0,
+                "--run-id", "agg-1")
+    assert out.exit_code == 0, out.output
+    served = load_pool(tmp_path / "agg" / "pool.toml")
+    assert served.names == ["m", "agg"] and served["agg"].spec.adapter == str(tmp_path / "agg" / "adapter")
+    assert served["m"].spec.adapter is None  # the base member stays as it was
+    ck = list(d["checkpoints"].rows)
+    assert [(c["run_id"], c["kind"], c["steps"]) for c in ck] == [("agg-1", "grpo", 1)]
+    [rec] = [r for r in d["training_datasets"].rows if r["run_id"] == "agg-1"]
+    assert json.loads(rec["filters"])["source_runs"] == ["b:gsm8k:candidates"]
+
+    # served back through the pool: MoA's aggregator setting names it
+    problems = tmp_path / "p.jsonl"
+    problems.write_text(json.dumps({"id": "t1", "question": "Tom has 1 apples + 2 ?", "answer": "So #### 3"}) + "\n")
+    out = agora("run", "moa", "--pool", tmp_path / "agg" / "pool.toml", "--data", problems, "--proposers", "m",
+                "--aggregator", "agg", "--max-tokens", 3, "--shots", 0, "--db", tmp_path / "moa.db", "--run-id", "moa-1")
+    assert out.exit_code == 0, out.output
+    calls = list(sqlite_utils.Database(tmp_path / "moa.db")["model_calls"].rows)
+    assert {(c["role"], c["model"]) for c in calls if c["error"] is None} == {("proposer", "m"), ("aggregator", "agg")}
