@@ -320,8 +320,11 @@ class ModelPool(PythonObject):
 
         Args:
             name: pool member name.
-            messages: LangChain messages or ``{"role", "content"}`` dicts. The member's
-                ``system_prompt``, if any, is prepended.
+            messages: LangChain messages or ``{"role", "content"}`` dicts. The member's recipe
+                (:mod:`agora.models.recipes`), if any and if it applies to ``context["role"]``,
+                rewrites them first (program-of-thought: its own prompt) and turns each reply into
+                the text returned (a program run, its printed result as ``The answer is ...``);
+                then the member's ``system_prompt``, if any, is prepended.
             params: sampling settings; the member's ``temperature`` overrides ``params``.
             context: fields copied into each trace record (node, role, question_id, ...).
 

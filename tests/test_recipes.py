@@ -277,3 +277,18 @@ def test_program_of_thought_on_the_embedded_qwen_answers_a_gsm8k_question():
                                                                              seed=0), context={"role": "agent"})
     assert r["program_error"] is None and "print(" in r["program"]
     assert problem.gold == "18" and find_answer(s.text, "math").answer == "18"
+
+
+def test_a_bundle_carries_the_recipe_and_program_columns(tmp_path):
+    from agora.traces.bundle import export_bundle, import_bundle
+
+    store = TraceStore(tmp_path / "a.db")
+    moa_run(store)
+    export_bundle(store, tmp_path / "b.jsonl.gz", ["moa"])
+    other = TraceStore(tmp_path / "c.db")
+    import_bundle(tmp_path / "b.jsonl.gz", other)
+    key = lambda r: r["call_id"]  # noqa: E731
+    columns = ("call_id", "model", "recipe", "program_run", "completion", "answer")
+    assert [tuple(r[c] for c in columns) for r in sorted(other.calls("moa"), key=key)] == \
+        [tuple(r[c] for c in columns) for r in sorted(store.calls("moa"), key=key)]
+    assert sum(r["recipe"] == "pot" for r in other.calls("moa")) == 2

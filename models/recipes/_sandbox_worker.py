@@ -98,8 +98,13 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
+_LINUX = sys.platform.startswith("linux")  # Landlock, seccomp and namespaces are Linux's
+
+
 def _private_network() -> None:
     """Move the worker into a new network namespace (no interfaces), when the kernel allows it."""
+    if not _LINUX:
+        return
     libc = _libc()
     if libc.unshare(0x40000000) == 0 or libc.unshare(0x10000000 | 0x40000000) == 0:  # NEWNET, or NEWUSER|NEWNET
         _LAYERS.append("network-namespace")
@@ -155,7 +160,7 @@ def _load_seccomp() -> ctypes.CDLL | None:
         return None
 
 
-_SECCOMP_LIB = _load_seccomp()
+_SECCOMP_LIB = _load_seccomp() if _LINUX else None
 
 
 def _seccomp() -> bool:
@@ -337,9 +342,9 @@ def _child(request: dict, folder: str, result_path: str) -> None:
         _limit(resource.RLIMIT_CORE, 0)
         _limit(resource.RLIMIT_NPROC, 0)
         layers = list(_LAYERS)
-        if _landlock(folder):
+        if _LINUX and _landlock(folder):
             layers.append("landlock")
-        if _seccomp():
+        if _LINUX and _seccomp():
             layers.append("seccomp")
         allowed = frozenset(request["imports"])
         printer = _Printer(cap)
