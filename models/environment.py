@@ -18,6 +18,7 @@ import difflib
 import math
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Literal
 Kind = Literal["folder", "new_folder", "positive_int", "positive_number", "flag", "executable", "modules", "text"]
 """How a variable's value is checked: ``folder`` an existing folder; ``new_folder`` a folder or a
 path where one can be made (no file in the way); ``positive_int`` an integer from 1; ``positive_number`` a finite number above 0; ``flag`` ``0``
-or ``1``; ``executable`` a program file that may be run; ``modules`` comma-separated module names;
+or ``1``; ``executable`` a program file that may be run, or a program name on ``PATH``; ``modules`` comma-separated module names;
 ``text`` any value."""
 
 
@@ -62,7 +63,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("AGORA_LLAMA_ENGINE", "text",
            "Retired (it chose a server engine on trial); only `llama-cpp-python` or unset is accepted."),
     EnvVar("AGORA_VLLM_PYTHON", "executable",
-           "Python interpreter that has vLLM, for `agora serve`; default: the current one."),
+           "The Python interpreter that has vLLM (a path, or a name on PATH), for `agora serve`; default: the current one."),
     EnvVar("AGORA_HIDE_MODULES", "modules",
            "Set by Agora for the vLLM processes it starts: installed packages that cannot be imported there."),
     EnvVar("AGORA_REQUIRE_VLLM", "flag", "Tests: `1` makes the vLLM tests fail instead of skipping.", "tests"),
@@ -121,6 +122,8 @@ def _check(var: EnvVar, value: str) -> None:
         if parent is not None and not parent.is_dir():
             fail(f"{parent} is a file, so no folder can be made there")
     elif var.kind == "executable":
+        if os.sep not in value and shutil.which(value):  # a program name, found on PATH as a subprocess finds it
+            return
         path = Path(value).expanduser()
         if not path.is_file():
             fail("no such program file" if not path.exists() else "not a program file")

@@ -492,3 +492,11 @@ def test_studio_without_the_dev_server_is_one_line_before_any_url(monkeypatch, t
                                       "not installed), which Agora's dev extra installs: pip install "
                                       "\"agora-llm[dev]\" (in a checkout: pip install -e \".[dev]\")")
     assert "http://" not in output
+
+
+def test_a_program_variable_takes_a_path_or_a_name_on_path():
+    from agora.models.environment import EnvironmentVariableError, env_value
+
+    assert env_value("AGORA_VLLM_PYTHON", {"AGORA_VLLM_PYTHON": "python3"}) == "python3"
+    with pytest.raises(EnvironmentVariableError, match=r"^AGORA_VLLM_PYTHON='/no/such/python': no such program file"):
+        env_value("AGORA_VLLM_PYTHON", {"AGORA_VLLM_PYTHON": "/no/such/python"})
