@@ -26,9 +26,10 @@ from typing import Literal
 
 Kind = Literal["folder", "new_folder", "positive_int", "positive_number", "flag", "executable", "modules", "text"]
 """How a variable's value is checked: ``folder`` an existing folder; ``new_folder`` a folder or a
-path where one can be made (no file in the way); ``positive_int`` an integer from 1; ``positive_number`` a finite number above 0; ``flag`` ``0``
-or ``1``; ``executable`` a program file that may be run, or a program name on ``PATH``; ``modules`` comma-separated module names;
-``text`` any value."""
+path where one can be made (no file in the way); ``positive_int`` an integer from 1;
+``positive_number`` a finite number above 0; ``flag`` ``0`` or ``1``; ``executable`` a program file
+that may be run, or a program name on ``PATH``; ``modules`` comma-separated module names; ``text``
+any value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,8 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("AGORA_LLAMA_ENGINE", "text",
            "Retired (it chose a server engine on trial); only `llama-cpp-python` or unset is accepted."),
     EnvVar("AGORA_VLLM_PYTHON", "executable",
-           "The Python interpreter that has vLLM (a path, or a name on PATH), for `agora serve`; default: the current one."),
+           "The Python interpreter that has vLLM (a path, or a name on PATH), for `agora serve`; default: the "
+           "current one."),
     EnvVar("AGORA_HIDE_MODULES", "modules",
            "Set by Agora for the vLLM processes it starts: installed packages that cannot be imported there."),
     EnvVar("AGORA_REQUIRE_VLLM", "flag", "Tests: `1` makes the vLLM tests fail instead of skipping.", "tests"),
