@@ -8,6 +8,13 @@ One command, resumable, small defaults (about 1 CPU-hour; the full size about 13
     python benchmarks/self_improvement.py --run-id si-full --train-questions 128 --eval-questions 250 \\
         --steps 32 --align-samples 4 --duels 32 --iterations 4 --generations 8 --grpo-prompts solved --threads 2
 
+The own-data arms alone (the ALIGN traces, then each arm's training and its paired evaluation; about
+3 CPU-hours per arm at this size is the budget to check against, not yet measured)::
+
+    python benchmarks/self_improvement.py --run-id si-own --train-questions 128 --eval-questions 200 \\
+        --align-samples 4 --steps 32 --phases align,train,eval --arms own-sft,own-dpo --threads 2 \\
+        --record benchmarks/si-own/phases.json
+
 Phases (each recorded in ``OUT/<run-id>/phases.json`` with its wall and CPU seconds once it finishes;
 a rerun of the same ``--run-id`` skips finished phases, and the trace and evaluation phases resume
 inside: finished questions, duels and evaluated batches are kept):
@@ -20,8 +27,13 @@ inside: finished questions, duels and evaluated batches are kept):
    LoRA on the 0.5B (q, k, v, o projections): ``align-dpo`` (DPO on ALIGN pairs: a correct candidate,
    the 0.5B's own or the 1.5B's, over an incorrect 0.5B candidate of the same question,
    :mod:`agora.training.align_pairs`), ``duel-dpo`` (DPO on the Sparta run's non-tied pairs),
-   ``grpo`` (GRPO with the correctness reward, ``--generations`` completions per prompt). Each arm
-   writes ``OUT/<run-id>/<arm>/pool.toml``: the default pool with the 0.5B served with its adapter.
+   ``grpo`` (GRPO with the correctness reward, ``--generations`` completions per prompt), and two arms
+   on the target's **own verified samples** (:mod:`agora.training.verified`; the phase-1 ALIGN run,
+   or ``--samples-db``/``--samples-runs``, e.g. a bench's shared draws; the held-out questions are
+   excluded by id and text): ``own-dpo`` (DPO on its own right answers over its own wrong ones to the
+   same prompt, length-matched by ``--length-ratio``) and ``own-sft`` (rejection-sampling fine-tuning
+   on its own right answers, at most ``--sft-per-question`` a question). Each arm writes
+   ``OUT/<run-id>/<arm>/pool.toml``: the default pool with the 0.5B served with its adapter.
 4. ``eval:base``, ``eval:<arm>``: the 0.5B greedy on the first ``--eval-questions`` GSM8K *test*
    questions (never trained on), base weights and each adapter, same backend (``--eval-backend``:
    transformers in fp32 on the dequantised weights, or llamacpp on the pool's quantised GGUF with the
@@ -86,7 +98,9 @@ from agora.training.phases import PhaseBook, PhaseBookError, machine  # noqa: E4
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "gsm8k"
-ARMS = ("align-dpo", "duel-dpo", "grpo")
+ARMS = ("align-dpo", "duel-dpo", "grpo", "own-dpo", "own-sft")
+#: Arms trained on the target's own verified samples (:mod:`agora.training.verified`).
+OWN_ARMS = ("own-dpo", "own-sft")
 PHASES = ("align", "duels", "train", "eval", "serve", "leader")
 #: The built-in pool whose first member is trained and whose second is its peer (``--pool``; set by
 #: :func:`configure`): ``default``, the 0.5B and the 1.5B; ``tiny`` (SmolLM2, Gemma) for a quick smoke run.
@@ -96,7 +110,8 @@ BASE = builtin_pool_specs(POOL)[0].path
 #: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
 MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch", "save_steps")
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
-OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers"}
+OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
+                    "sft_per_question": 4, "samples_db": None, "samples_runs": ""}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -132,6 +147,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="GRPO prompts: every training question, or those some ALIGN candidate got right "
                          "(groups on the others are constant zeros)")
     ap.add_argument("--pairs-per-question", type=int, default=2, help="ALIGN pairs per training question, at most")
+    ap.add_argument("--length-ratio", type=float, default=1.5,
+                    help="own-dpo: keep a pair when its longer answer is at most this many times the shorter (0: off)")
+    ap.add_argument("--sft-per-question", type=int, default=4, help="own-sft: distinct right answers per question")
+    ap.add_argument("--samples-db", type=Path, default=None,
+                    help="own arms: the trace DB whose samples of the target they read (e.g. a bench's, with its "
+                         "shared draws; default: this run's traces.db, its align-traces phase)")
+    ap.add_argument("--samples-runs", default="",
+                    help="own arms: comma-separated runs of --samples-db to read (default: every run there; in this "
+                         "run's traces.db, the align-traces run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save-steps", type=int, default=4,
                     help="a training checkpoint every this many steps: an interrupted arm resumes from the last one "
@@ -160,6 +184,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for path in (args.train_data, args.eval_data):
         if not path.is_file():
             ap.error(f"{path}: no such file (GSM8K JSONL; --train-data / --eval-data)")
+    if args.samples_db is not None and not args.samples_db.is_file():
+        ap.error(f"--samples-db {args.samples_db}: no such trace database")
     return args
 
 
@@ -244,7 +270,23 @@ def _lora(args):
     return LoraSettings(r=args.lora_r, alpha=2 * args.lora_r, dropout=0.0)
 
 
-def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str) -> dict:
+def own_data(args, store: TraceStore, held_out) -> tuple:
+    """The target's own verified samples for the own arms: ``(config, samples, skipped)``, the held-out
+    (evaluation) questions excluded by id and by text."""
+    from agora.training.verified import HeldOut, VerifiedConfig, own_samples
+
+    runs = tuple(r.strip() for r in args.samples_runs.split(",") if r.strip())
+    if args.samples_db is None and not runs:
+        runs = (f"{args.run_id}:align",)
+    source = TraceStore.reading(args.samples_db) if args.samples_db is not None else store
+    cfg = VerifiedConfig(model=TARGET, run_ids=runs, held_out=HeldOut.from_problems(held_out),
+                         length_ratio=args.length_ratio, max_pairs_per_question=args.pairs_per_question,
+                         max_sft_per_question=args.sft_per_question)
+    samples, skipped = own_samples(source, cfg)
+    return cfg, samples, skipped
+
+
+def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_out=()) -> dict:
     from agora.training.config import DPOSettings, GRPOSettings
     from agora.training.datasets import PairFilter, grpo_rows_from_problems, load_preference_pairs
     from agora.training.pipeline import dpo_member, grpo_member
@@ -275,6 +317,37 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str) -> di
                              [correctness_reward], source={"questions": len(prompts), "reward": "correctness",
                                                            "prompts": args.grpo_prompts})
         extra = {"prompts": len(prompts)}
+    elif arm in OWN_ARMS:
+        from agora.training.config import SFTSettings
+        from agora.training.pipeline import sft_member
+        from agora.training.verified import own_pairs, sft_rows, verified_stats
+
+        vcfg, samples, skipped = own_data(args, store, held_out)
+        if not samples:
+            raise ValueError(f"no recorded samples of {TARGET} to learn from (the align-traces phase's traces.db "
+                             "is on another machine, or --samples-db/--samples-runs hold none)")
+        stats = verified_stats(samples, vcfg, skipped)
+        source = {"verified": vcfg.describe(), "samples_db": str(args.samples_db or "traces.db")}
+        micro = min(args.dpo_micro_batch, args.dpo_batch)
+        if args.dpo_batch % micro:
+            raise ValueError(f"--dpo-batch {args.dpo_batch} is not a multiple of --dpo-micro-batch {micro}")
+        if arm == "own-dpo":
+            pairs = own_pairs(samples, vcfg)
+            if not pairs:
+                raise ValueError(f"no pairs: no training question has both a right and a wrong answer of {TARGET} "
+                                 "of matched length")
+            settings = DPOSettings(**common, batch_size=micro, grad_accum=args.dpo_batch // micro,
+                                   max_length=args.max_length, beta=args.beta)
+            member = dpo_member(store, run_id, spec, pairs, out, settings, PairFilter(model=TARGET),
+                                validation_fraction=0.0, source=source)
+        else:
+            settings = SFTSettings(**common, batch_size=micro, grad_accum=args.dpo_batch // micro,
+                                   max_length=args.max_length)
+            member = sft_member(store, run_id, spec, sft_rows(samples, vcfg), out, settings, source=source)
+        extra = {"rows": len(member.train_rows), "questions": len({r["instruction"] for r in member.train_rows}),
+                 "data": {k: stats[k] for k in ("questions", "samples", "correct", "sft_rows", "pairs",
+                                                "pairs_before_length_filter", "pairs_after_length_filter",
+                                                "sft_runs", "pair_runs", "skipped_calls")}}
     else:
         if arm == "align-dpo":
             pairs = align_target_pairs(store, AlignPairConfig(target=TARGET,
@@ -463,10 +536,18 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
     if trained:
         log("\nTraining arms:")
         for arm, t in trained.items():
-            what = (f"{t.get('pairs')} pairs from {t.get('questions')} questions (chosen {t.get('chosen_from')}, "
-                    f"rejected {t.get('rejected_from')})" if arm != "grpo" else
-                    f"{t['prompts']} prompts, mean reward {t['mean_reward']:.3f}, constant-reward groups "
-                    f"{pct(t['constant_groups'], 0)}")
+            if arm in OWN_ARMS:
+                data = t["data"]
+                what = (f"{t['rows']} {'pairs' if arm == 'own-dpo' else 'answers'} from {t['questions']} questions "
+                        f"({data['samples']} own samples, {data['correct']} right; pairs "
+                        f"{data['pairs_before_length_filter']} → {data['pairs_after_length_filter']} by the length "
+                        f"filter → {data['pairs']} kept)")
+            elif arm != "grpo":
+                what = (f"{t.get('pairs')} pairs from {t.get('questions')} questions (chosen {t.get('chosen_from')}, "
+                        f"rejected {t.get('rejected_from')})")
+            else:
+                what = (f"{t['prompts']} prompts, mean reward {t['mean_reward']:.3f}, constant-reward groups "
+                        f"{pct(t['constant_groups'], 0)}")
             loss = f"loss {t['losses'][0]:.3f} → {t['losses'][-1]:.3f}" if t["losses"] else "no loss logged"
             log(f"  {arm:<10} {t['steps']} steps, {what}, {loss}")
     if book.done("eval:base"):
@@ -579,12 +660,13 @@ def main(argv=None) -> None:
             phase("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
         for arm in args.arms:  # each arm trained then evaluated, so figures come arm by arm
             if "train" in args.phases:
-                needs = "align-traces" if arm == "align-dpo" else "duels-sparta" if arm == "duel-dpo" else None
+                needs = ("align-traces" if arm == "align-dpo" or (arm in OWN_ARMS and args.samples_db is None)
+                         else "duels-sparta" if arm == "duel-dpo" else None)
                 if needs and not book.done(needs):
                     log(f"skip train:{arm}: phase {needs} has not finished")
                     continue
                 try:
-                    phase(f"train:{arm}", lambda arm=arm: train_phase(args, book, store, train, arm))
+                    phase(f"train:{arm}", lambda arm=arm: train_phase(args, book, store, train, arm, held_out))
                 except ValueError as exc:  # no pairs: reported, the other arms go on
                     log(f"train:{arm} failed: {exc}")
             if "eval" in args.phases and book.done(f"train:{arm}"):

@@ -352,3 +352,25 @@ def test_report_on_a_machine_without_the_run_folder_writes_nothing(tmp_path, mon
     out = capsys.readouterr().out + capsys.readouterr().err
     assert "50.0%" in out and "eval:base" in out                      # 2 of 4, and its cost line
     assert not (tmp_path / "runs").exists()
+
+
+def test_own_arms_read_the_targets_verified_samples_held_out_questions_out(traces, tmp_path, monkeypatch):
+    """The own arms' data (own-dpo, own-sft): the target's right and wrong ALIGN answers, hand-counted."""
+    import argparse
+
+    from agora.training.verified import own_pairs, sft_rows
+
+    si = _benchmark_script()
+    monkeypatch.setattr(si, "TARGET", SMALL)
+    args = argparse.Namespace(run_id="si", samples_db=None, samples_runs="a", length_ratio=1.5, pairs_per_question=2,
+                              sft_per_question=4)
+    cfg, samples, skipped = si.own_data(args, traces, held_out=[Problem("x", "question q4", "2")])
+    # q1: 4 own samples (one failed call of the peer's ignored), q2 and q5 one wrong each; q3 has no gold; q4 held out
+    assert [(s.question_id, s.correct) for s in samples] == [
+        ("q1", True), ("q1", False), ("q1", True), ("q1", False), ("q2", False), ("q5", False)]
+    assert skipped["held_out"] == 1 and skipped["no_gold"] == 1
+    assert [(p["chosen"], p["rejected"]) for p in own_pairs(samples, cfg)] == [
+        ("3 + 4 = 7. The answer is 7.", "3 + 4 = 8. The answer is 8.")]
+    assert [r["completion"][0]["content"] for r in sft_rows(samples, cfg)] == ["3 + 4 = 7. The answer is 7."]
+    cfg, samples, _ = si.own_data(args, traces, held_out=[])
+    assert [r["question_id"] for r in sft_rows(samples, cfg)] == ["q1", "q4"]
