@@ -121,6 +121,13 @@ if pid == 0:
             got.append("landlock:wrote")
         except PermissionError:
             got.append("landlock:refused")
+        try:
+            open("/etc/passwd").read()
+            got.append("landlock:read")
+        except PermissionError:
+            got.append("landlock:read-refused")
+        import calendar, wave  # a lazy import still reads Python's own folders
+        got.append("landlock:imported")
     if w._seccomp():
         try:
             child = os.fork()
@@ -136,7 +143,8 @@ os.waitpid(pid, 0)
 
 
 def test_the_kernel_layers_refuse_writes_outside_the_folder_and_fork_where_present(tmp_path):
-    """Below RestrictedPython: Landlock and seccomp, tested with a plain (unrestricted) program."""
+    """Below RestrictedPython: Landlock (no write or read outside the folder, Python's folders still
+    readable) and seccomp (no fork), tested with a plain (unrestricted) program."""
     folder, outside = tmp_path / "folder", tmp_path / "outside.txt"
     folder.mkdir()
     worker_dir = Path(sys.modules["agora.models.recipes.sandbox"].__file__).parent
@@ -144,6 +152,8 @@ def test_the_kernel_layers_refuse_writes_outside_the_folder_and_fork_where_prese
                          capture_output=True, text=True, timeout=120).stdout.split()
     layers = set(sandbox_layers())
     assert ("landlock:refused" in out) == ("landlock" in layers) and "landlock:wrote" not in out
+    assert ("landlock:read-refused" in out) == ("landlock" in layers) and "landlock:read" not in out
+    assert ("landlock:imported" in out) == ("landlock" in layers)
     assert ("seccomp:refused" in out) == ("seccomp" in layers) and "seccomp:forked" not in out
     assert not outside.exists()
     if "landlock" in layers:

@@ -15,8 +15,9 @@ a network namespace of its own when the kernel lets it (no interfaces: no networ
 2. sets OS limits (``resource.setrlimit``): CPU seconds, address space (what the worker holds plus
    ``memory_mb``), file size (``output_bytes``), no core files, no new processes (``RLIMIT_NPROC``
    0: not enforced for root, hence 4);
-3. when the kernel has them (Linux: Landlock, libseccomp): Landlock forbids writing, removing or
-   making any file outside the folder, executing any file and TCP; seccomp makes ``fork``,
+3. when the kernel has them (Linux: Landlock, libseccomp): Landlock forbids reading outside the
+   folder and Python's own folders, writing, removing or making any file outside the folder,
+   executing any file and TCP; seccomp makes ``fork``,
    ``clone``, ``execve``, ``socket``, ``kill``, ``ptrace``, ``unshare``, ``mount`` ... fail with EPERM;
 4. compiles the program with RestrictedPython (``compile_restricted``: no name or attribute that
    starts with ``_``, so no ``__class__.__bases__`` walk, no ``__import__``) and runs it with a
@@ -120,28 +121,41 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+#: Folders a program may read below (Python's own: a lazy import inside an allowed module reads them).
+_READABLE = sorted({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path)
+                    if p and os.path.isdir(p)})
+
+
 def _landlock(folder: str) -> bool:
-    """Forbid writes (and every execution) outside ``folder``, and TCP, for this process; ``False``
+    """Forbid, for this process, reading outside ``folder`` and Python's folders (:data:`_READABLE`),
+    writing, removing or making any file outside ``folder``, executing any file, and TCP; ``False``
     when the kernel has no Landlock."""
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
     abi = libc.syscall(_SYS_LANDLOCK[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
     if abi < 1:
         return False
-    write = (1 << 0) | (1 << 1) | sum(1 << b for b in range(4, 13))  # EXECUTE, WRITE_FILE, REMOVE_*, MAKE_*
+    read = (1 << 2) | (1 << 3)  # READ_FILE, READ_DIR
+    write = (1 << 1) | sum(1 << b for b in range(4, 13))  # WRITE_FILE, REMOVE_*, MAKE_*
     if abi >= 2:
         write |= 1 << 13  # REFER
     if abi >= 3:
         write |= 1 << 14  # TRUNCATE
-    attr = (ctypes.c_uint64 * 2)(write, 3 if abi >= 4 else 0)  # handled fs; handled net: BIND_TCP | CONNECT_TCP
+    handled = 1 | read | write  # EXECUTE too: allowed nowhere
+    attr = (ctypes.c_uint64 * 2)(handled, 3 if abi >= 4 else 0)  # handled net: BIND_TCP | CONNECT_TCP
     size = 16 if abi >= 4 else 8
     fd = libc.syscall(_SYS_LANDLOCK[0], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
         return False
-    dir_fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
-    rule = _PathBeneath(write & ~1, dir_fd)  # inside the folder: every write right, still no execution
-    ok = libc.syscall(_SYS_LANDLOCK[1], fd, 1, ctypes.byref(rule), ctypes.c_uint32(0)) == 0
-    os.close(dir_fd)
+    ok = True
+    for path, rights in [(folder, read | write), *((p, read) for p in _READABLE)]:
+        try:
+            dir_fd = os.open(path, os.O_PATH | os.O_DIRECTORY)
+        except OSError:
+            continue
+        rule = _PathBeneath(rights, dir_fd)
+        ok = ok and libc.syscall(_SYS_LANDLOCK[1], fd, 1, ctypes.byref(rule), ctypes.c_uint32(0)) == 0
+        os.close(dir_fd)
     ok = ok and libc.prctl(38, 1, 0, 0, 0) == 0 and libc.syscall(_SYS_LANDLOCK[2], fd, ctypes.c_uint32(0)) == 0
     os.close(fd)
     return ok

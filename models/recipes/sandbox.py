@@ -21,7 +21,8 @@ What was chosen, and why:
   ``/dev/null`` and an empty environment; the worker kills the child's process group at the
   wall-time limit.
 - **Kernel layers where the kernel offers them, without root**: Landlock (Linux ≥ 5.13) forbids
-  writing, removing or making files outside the folder, executing any file, and TCP; seccomp
+  reading outside the folder and Python's own folders, writing, removing or making files outside
+  the folder, executing any file, and TCP; seccomp
   (through libseccomp, loaded with ``ctypes``) makes ``fork``/``clone``/``execve``/``socket``/
   ``kill``/``ptrace``/``unshare``/``mount`` fail; the worker enters a network namespace of its own
   (no interfaces). :func:`sandbox_layers` says which layers this machine gives.
