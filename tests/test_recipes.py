@@ -292,3 +292,31 @@ def test_a_bundle_carries_the_recipe_and_program_columns(tmp_path):
     assert [tuple(r[c] for c in columns) for r in sorted(other.calls("moa"), key=key)] == \
         [tuple(r[c] for c in columns) for r in sorted(store.calls("moa"), key=key)]
     assert sum(r["recipe"] == "pot" for r in other.calls("moa")) == 2
+
+
+@pytest.mark.parametrize("command", ["align", "moa", "debate", "council", "comed"])
+def test_a_pool_file_with_a_pot_member_runs_each_protocol_through_the_cli(tmp_path, command):
+    import sqlite_utils
+    from openai_stub import StubServer, chat_reply
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    def handler(path, body):
+        pot = body["messages"][0]["content"].startswith("You solve problems by writing Python")
+        return 200, chat_reply(body, ["```python\nprint(2 + 2)\n```" if pot else "The answer is 4."])
+
+    with StubServer(handler) as server:
+        pool = tmp_path / "pool.toml"
+        pool.write_text("".join(f'[[models]]\nname = "{name}"\nbackend = "openai"\nmodel = "m"\nbase_url = '
+                                f'"{server.base_url}"\nmax_retries = 0\n{extra}\n'
+                                for name, extra in (("m", ""), ("m+pot", 'recipe = "pot"\n'))))
+        db = tmp_path / "t.db"
+        out = CliRunner().invoke(app, ["run", command, "--format", "synthetic", "--limit", "1", "--pool", str(pool),
+                                       "--db", str(db), "--run-id", "r"])
+        assert out.exit_code == 0, out.output
+    rows = list(sqlite_utils.Database(db).query("select model, recipe, program_run, answer from model_calls "
+                                                "where error is null"))
+    pot = [r for r in rows if r["model"] == "m+pot" and r["recipe"] == "pot"]
+    assert pot and all(json.loads(r["program_run"])["output"] == "4\n" and r["answer"] == "4" for r in pot)
+    assert all(r["recipe"] is None for r in rows if r["model"] == "m")
