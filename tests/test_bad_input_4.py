@@ -500,3 +500,20 @@ def test_a_program_variable_takes_a_path_or_a_name_on_path():
     assert env_value("AGORA_VLLM_PYTHON", {"AGORA_VLLM_PYTHON": "python3"}) == "python3"
     with pytest.raises(EnvironmentVariableError, match=r"^AGORA_VLLM_PYTHON='/no/such/python': no such program file"):
         env_value("AGORA_VLLM_PYTHON", {"AGORA_VLLM_PYTHON": "/no/such/python"})
+
+
+@pytest.mark.parametrize("name", ["QUESTIONS", "Model_Calls"])
+def test_a_table_spelled_in_another_case_is_agoras_table_to_sqlite(bundle, tmp_path, name):
+    head = json.loads(json.dumps(bundle[0]))
+    head["tables"][name] = {"columns": {"run_id": "TEXT", "evil": "TEXT"}, "primary_key": []}
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", [head] + bundle[1:])
+    line = refused_import(bad, tmp_path / "target.db")
+    assert line == (f"error: {bad}:1: tables: {name!r} and {name.lower()!r} name one table (SQLite ignores the case "
+                    "of table names); the header is damaged or tampered with")
+    del head["tables"][name.lower()]
+    rows = [x for x in bundle[1:] if x.get("t") != name.lower()]
+    rows[-1] = {**rows[-1], "rows": {t: n for t, n in rows[-1]["rows"].items() if t != name.lower()}}
+    bad = write_bundle(tmp_path / "bad2.agora.jsonl.gz", [head] + rows)
+    line = refused_import(bad, tmp_path / "target.db")
+    assert line == (f"error: {bad}:1: tables: {name!r} is Agora's {name.lower()} table spelled in another case; the "
+                    "header is damaged or tampered with")

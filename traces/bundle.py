@@ -481,7 +481,17 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
             raise BundleError(f"{path}:1: tables.{t}.primary_key: {pk!r} names columns the table does not have")
     if "runs" in head["tables"] and "run_id" not in head["tables"]["runs"]["columns"]:
         raise BundleError(f"{path}:1: tables.runs.columns: no run_id column; the header is damaged or tampered with")
+    seen: dict[str, str] = {}
     for t, info in head["tables"].items():
+        # SQLite's table names ignore case: "QUESTIONS" is the questions table
+        if t.lower() in seen:
+            raise BundleError(f"{path}:1: tables: {t!r} and {seen[t.lower()]!r} name one table (SQLite ignores the "
+                              "case of table names); the header is damaged or tampered with")
+        seen[t.lower()] = t
+        known = next((k for k in (*SCHEMA_TYPES, *BENCH_TABLES) if k == t.lower()), None)
+        if known is not None and known != t:
+            raise BundleError(f"{path}:1: tables: {t!r} is Agora's {known} table spelled in another case; the header "
+                              "is damaged or tampered with")
         if t in SCHEMA_TYPES:
             _check_known_table(path, t, info)
     return head
