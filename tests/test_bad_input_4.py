@@ -66,6 +66,12 @@ def test_a_reply_in_other_digits_is_read(reply, answer):
     assert is_correct(found.answer, answer) and is_correct(found.answer, ascii_digits(answer))
 
 
+@pytest.mark.parametrize("reply, answer", [("The answer is ٣٫٥.", "3.5"), ("The answer is ١٬٢٣٤.", "1234"),
+                                           ("The answer is ３．５.", "3.5")])
+def test_separators_of_other_scripts_between_digits_are_read(reply, answer):
+    assert find_answer(reply).answer == answer  # not 3, the digits before the separator
+
+
 def test_a_reply_and_a_gold_in_two_scripts_compare_as_numbers():
     assert is_correct("٧", "７") and is_correct("7", "٧") and not is_correct("٨", "7")
 
