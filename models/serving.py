@@ -349,6 +349,8 @@ class ServedPool:
             copied = {k: getattr(plan.spec, k) for k in _COPIED if getattr(plan.spec, k) not in (None, "")}
             if copied.get("prompt_format") == "chat":
                 del copied["prompt_format"]
+            if plan.spec.recipe is not None:  # the member is weights x recipe: the served one keeps it
+                copied["recipe"] = plan.spec.recipe.describe()
             for name in (plan.spec.name, *plan.adapters):
                 entries.append({"name": name, "backend": "openai", "base_url": plan.base_url, "model": name,
                                 "structured_outputs": "vllm", **copied})

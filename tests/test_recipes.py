@@ -320,3 +320,18 @@ def test_a_pool_file_with_a_pot_member_runs_each_protocol_through_the_cli(tmp_pa
     pot = [r for r in rows if r["model"] == "m+pot" and r["recipe"] == "pot"]
     assert pot and all(json.loads(r["program_run"])["output"] == "4\n" and r["answer"] == "4" for r in pot)
     assert all(r["recipe"] is None for r in rows if r["model"] == "m")
+
+
+def test_agora_serve_writes_the_members_recipes_into_its_pool_file(tmp_path):
+    from agora.models.serving import ServedPool, ServerPlan
+
+    specs = [ModelSpec(name="q+pot", backend="vllm", model="/hf/q", recipe={"name": "pot", "cpu_s": 2}),
+             ModelSpec(name="remote+persona", backend="openai", base_url="http://gpu-a:8000/v1", model="R",
+                       recipe={"name": "persona", "persona": "You are terse."})]
+    served = ServedPool(specs)
+    served.plans = [ServerPlan(specs[0], "/hf/q", 18500, [], {})]
+    (tmp_path / "pool.toml").write_text(served.pool_toml())
+    pool = load_pool(tmp_path / "pool.toml")
+    assert [(m.name, m.spec.backend, m.spec.recipe.describe()) for m in pool] == [
+        ("q+pot", "openai", {"name": "pot", "cpu_s": 2.0}),
+        ("remote+persona", "openai", {"name": "persona", "persona": "You are terse."})]
