@@ -12,6 +12,7 @@ inline, as :class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver` does.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -60,16 +61,40 @@ def open_postgres_checkpointer(url: str) -> "InlineAsyncPostgresSaver":
                                   "options": f"-c search_path={CHECKPOINT_SCHEMA}"})
     saver = InlineAsyncPostgresSaver(pool, url=url)
     try:
-        with pool.connection() as conn:  # migrations by one process at a time
-            conn.execute("select pg_advisory_lock(hashtext('agora-checkpoint-schema'))")
-            try:
-                saver.setup()
-            finally:
-                conn.execute("select pg_advisory_unlock(hashtext('agora-checkpoint-schema'))")
+        _setup_once(saver, pool)
     except BaseException:
         pool.close()
         raise
     return saver
+
+
+def _setup_once(saver: "InlineAsyncPostgresSaver", pool: Any) -> None:
+    """Run LangGraph's migrations unless they are all applied, one process at a time: on one
+    connection that holds a session advisory lock, taken by polling ``pg_try_advisory_lock`` (a
+    worker blocked in ``pg_advisory_lock`` would hold a snapshot that the migrations' ``CREATE INDEX
+    CONCURRENTLY`` waits for)."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    latest = len(PostgresSaver.MIGRATIONS) - 1
+    with pool.connection() as conn:
+        if _applied(conn) >= latest:
+            return
+        while not conn.execute("select pg_try_advisory_lock(hashtext('agora-checkpoint-schema')) as got").fetchone()["got"]:
+            time.sleep(0.05)
+        try:
+            if _applied(conn) < latest:
+                PostgresSaver(conn, serde=saver.serde).setup()
+        finally:
+            conn.execute("select pg_advisory_unlock(hashtext('agora-checkpoint-schema'))")
+
+
+def _applied(conn: Any) -> int:
+    """The last LangGraph checkpoint migration applied in this schema (-1: none)."""
+    exists = conn.execute("select to_regclass('checkpoint_migrations') is not null as ok").fetchone()["ok"]
+    if not exists:
+        return -1
+    row = conn.execute("select max(v) as v from checkpoint_migrations").fetchone()
+    return -1 if row["v"] is None else int(row["v"])
 
 
 try:

@@ -147,3 +147,50 @@ def test_a_second_process_on_one_sqlite_run_is_still_refused(tmp_path):
         with pytest.raises(RunLockedError, match="being run by another process"):
             with TraceStore(tmp_path / "t.db").run_lock("r"):
                 pass
+
+
+class BenchReplies:
+    """Replies that depend on the prompt only: arithmetic "What is i + i?" answered right by model
+    ``a``, by ``b`` right on even i; any prompt that shows other answers gets the right one."""
+
+    def __call__(self, path: str, body: dict) -> tuple[int, dict]:
+        text = json.dumps(body.get("messages", ""))
+        m = re.findall(r"What is (\d+) \+", text)
+        i = int(m[-1]) if m else 0
+        right = body.get("model") == "a" or i % 2 == 0 or "nother" in text or "esponses" in text
+        return 200, chat_reply(body, [f"The answer is {2 * i if right else 2 * i + 1}."])
+
+
+def test_three_bench_workers_on_one_postgres_bench_report_what_one_process_reports(tmp_path, postgres_server):
+    math_file = tmp_path / "arith.jsonl"
+    math_file.write_text("".join(json.dumps({"id": f"a{i}", "question": f"What is {i} + {i}?",
+                                             "answer": f"{i} plus {i}\n#### {2 * i}"}) + "\n" for i in range(1, 7)))
+    with StubServer(BenchReplies()) as srv:
+        pool = pool_file(tmp_path / "pool.toml", srv.base_url)
+
+        def bench(db: str, out: Path) -> subprocess.Popen:
+            cmd = [sys.executable, "-m", "agora.cli", "bench", "--tasks", str(math_file), "--protocols", "align,moa",
+                   "--pool", str(pool), "--db", db, "--run-id", "b1", "--out", str(out), "--samples", "2",
+                   "--max-tokens", "16"]
+            return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    env={**os.environ, "AGORA_LEASE_S": "5"})
+
+        alone = postgres_server.database()
+        one = bench(alone, tmp_path / "one")
+        out, _ = one.communicate(timeout=400)
+        assert one.returncode == 0, out
+        shared = postgres_server.database()
+        workers = [bench(shared, tmp_path / f"w{i}") for i in range(3)]
+        outs = [w.communicate(timeout=400)[0] for w in workers]
+        assert all(w.returncode == 0 for w in workers), outs
+    reference = json.loads((tmp_path / "one" / "bench.json").read_text())
+    for i in range(3):
+        report = json.loads((tmp_path / f"w{i}" / "bench.json").read_text())
+        assert report["cells"] == reference["cells"] or _cells(report) == _cells(reference)
+    got, ref = recorded(shared, "b1:arith:align"), recorded(alone, "b1:arith:align")
+    assert got["questions"] == ref["questions"] and got["calls"] == ref["calls"] and len(got["questions"]) == 6
+
+
+def _cells(report: dict) -> list[tuple]:
+    return sorted((c["task"], c["method"], c["accuracy"], c["questions"], c.get("samples_per_q"), c.get("calls_per_q"))
+                  for c in report["cells"])
