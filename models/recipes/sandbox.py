@@ -38,6 +38,7 @@ and a timeout.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -245,11 +246,12 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def default_sandbox() -> Sandbox:
-    """The process's shared :class:`Sandbox` (two workers)."""
+    """The process's shared :class:`Sandbox` (two workers, stopped when the process exits)."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
             _DEFAULT = Sandbox()
+            atexit.register(_DEFAULT.close)
         return _DEFAULT
 
 
