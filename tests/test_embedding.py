@@ -145,8 +145,8 @@ def split_pool() -> ModelPool:
                                        "b": ScriptedChatModel(responses=["The answer is 4."], cycle=True)})
 
 
-def test_an_embedded_align_run_is_recorded_like_a_cli_run_and_feeds_dpo(tmp_path):
-    db = tmp_path / "traces.db"
+def test_an_embedded_align_run_is_recorded_like_a_cli_run_and_feeds_dpo(trace_db):
+    db = trace_db  # a SQLite file, or a postgresql:// URL (an app's workers sharing one trace store)
     pool = split_pool()
     with TraceRecorder(db, run_id="app") as recorder:
         app = parent_app(build_delegation_graph().compile(), DelegationContext)
