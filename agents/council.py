@@ -236,3 +236,8 @@ def standings_table(standings: Sequence[Standing], models: Mapping[int, str]) ->
     """The aggregate ranking as plain rows (for state and traces): member, model, borda, mean_rank, ballots."""
     return [{"member": s.member, "model": models[s.member], "borda": s.borda, "mean_rank": s.mean_rank,
              "ballots": s.ballots} for s in standings]
+
+
+def run_label(config: CouncilConfig, names: Sequence[str]) -> str:
+    """A run's one-line description (``agora run council``'s first line): the members and the chair."""
+    return f"{len(config.members or names)} members, chair {chair_of(config, names)}"

@@ -91,3 +91,8 @@ def debate_messages(problem: Problem, others: Sequence[str], shots: int = 2) -> 
     return with_question(problem, shots, (
         f"{problem.question}\n\nThese are the answers of other agents:\n{shown}\n\n"
         f"Use their reasoning as additional advice and give your updated answer. {finish_instruction(problem)}"))
+
+
+def run_label(config: DebateConfig, names: Sequence[str]) -> str:
+    """A run's one-line description (``agora run debate``'s first line): the agents (their models) and rounds."""
+    return f"{config.agents} agents ({', '.join(agent_models(config, names))}) × {config.rounds} rounds"

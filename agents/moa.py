@@ -68,3 +68,8 @@ def aggregator_messages(problem: Problem, proposals: Sequence[str], shots: int =
     return with_question(problem, shots, (
         f"{problem.question}\n\nResponses from several models:\n{shown}\n\n"
         f"Some of them may be wrong. Critically evaluate them and write one correct answer. {finish_instruction(problem)}"))
+
+
+def run_label(config: MoAConfig, names: Sequence[str]) -> str:
+    """A run's one-line description (``agora run moa``'s first line): who proposes and who aggregates."""
+    return f"{len(config.proposers or names)} proposers, aggregator {config.aggregator or names[0]}"

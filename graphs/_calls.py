@@ -7,7 +7,7 @@ trace records and one :class:`Cost`; costs add up per step with :func:`add_costs
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from agora.models.pool import ModelPool, Sample, SamplingParams
 from agora.tasks.answers import find_answer
@@ -93,3 +93,21 @@ def method_result(answer: str | None, how: str | None, cost: Cost) -> MethodResu
     """A method's row: its answer, cost and mark, ``correct`` left ``None`` (graphs do not score:
     the runner does, :func:`agora.tasks.scoring.score_results`)."""
     return MethodResult(answer=answer, correct=None, **cost, how=how if answer is not None else None)
+
+
+class Request(NamedTuple):
+    """One model request a node makes: :func:`ask`'s arguments."""
+
+    pool: ModelPool
+    model: str
+    messages: list[dict]
+    params: SamplingParams
+    context: dict[str, Any]
+
+
+def first_answer(samples: list[Sample], problem: Problem) -> dict[str, Any] | None:
+    """``{"answer", "how", "text"}`` of the first sample (``found``), ``None`` without one (the call failed)."""
+    if not samples:
+        return None
+    answer, how = found(samples[0].text, problem)
+    return {"answer": answer, "how": how, "text": samples[0].text}

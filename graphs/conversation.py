@@ -17,7 +17,8 @@ Source of the analysis it feeds: Zhang et al., arXiv 2606.20632 (reconstructed; 
 
 Usage::
 
-    from agora.graphs.conversation import ConversationConfig, ConversationContext, build_conversation_graph
+    from agora.agents.conversation import ConversationConfig
+    from agora.graphs.conversation import ConversationContext, build_conversation_graph
     graph = build_conversation_graph().compile()
     out = graph.invoke({"question": "Tom has 3 apples and buys 4 more. How many?"},
                        context=ConversationContext(pool=my_pool, config=ConversationConfig(turns=3)))
@@ -27,15 +28,13 @@ Usage::
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Annotated, Any, Sequence
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_count, check_name, check_sampling
-from agora.agents.prompts import solver_messages
+from agora.agents.conversation import ConversationConfig, conversation_messages
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit
@@ -43,63 +42,10 @@ from agora.graphs.question import as_problem, protocol_input
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.graphs.studio_schema import studio_schema
-from agora.models.pool import ModelPool
 from agora.tasks.answers import extract_answer
-from agora.tasks.problem import Problem
 from agora.traces.schema import MethodResult
 
 METHODS = ("converse", "opening")
-
-REPLY_PROMPT = ("Another assistant answered:\n\n{reply}\n\nReply to it: say whether you agree and why, "
-                "correct any mistake, and give your own answer.")
-"""How a speaker is shown its partner's turn."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationConfig:
-    """Settings of one two-model conversation."""
-
-    speaker_a: str | None = None
-    """Model that answers first; ``None`` = the pool's first member."""
-    speaker_b: str | None = None
-    """Model that replies first; ``None`` = the first other member."""
-    turns: int = 3
-    """Responses in all (A, B, A, ...); at least 2 so that someone replies."""
-    max_tokens: int = 128
-    """Upper bound on generated tokens per turn."""
-    temperature: float = 0.7
-    """Sampling temperature of every turn (0 = greedy); a pool member's own ``temperature`` overrides it."""
-    top_p: float = 0.95
-    """Nucleus sampling mass of every turn, in (0, 1]."""
-    shots: int = 2
-    """Worked exemplars in the solver prompt (math and multiple choice)."""
-    seed: int = 0
-    """Base seed; turn t of a question uses ``question_seed(seed, question_id) + t``."""
-
-    def __post_init__(self):
-        check_count("ConversationConfig", "turns", self.turns, 2)
-        check_sampling("ConversationConfig", self)
-        for name in ("speaker_a", "speaker_b"):
-            check_name("ConversationConfig", name, getattr(self, name))
-        if self.speaker_a is not None and self.speaker_a == self.speaker_b:
-            raise ValueError(f"speaker_b must differ from speaker_a, both are {self.speaker_a!r}")
-
-    def speakers(self, pool: ModelPool) -> tuple[str, str]:
-        """``(A, B)`` resolved against ``pool``.
-
-        Raises:
-            ValueError: a named speaker is not in the pool, or the pool has one model.
-        """
-        for name in (self.speaker_a, self.speaker_b):
-            if name is not None and name not in pool:
-                raise ValueError(f"ConversationConfig names {name!r}, which is not in the pool "
-                                 f"({', '.join(pool.names)})")
-        a = self.speaker_a or next((n for n in pool.names if n != self.speaker_b), None)
-        b = self.speaker_b or next((n for n in pool.names if n != a), None)
-        if a is None or b is None:
-            raise ValueError(f"a conversation needs two models; the pool has {', '.join(pool.names)}")
-        return a, b
-
 
 ConversationContext = protocol_context("ConversationContext", ConversationConfig,
                                        "Conversation settings: speakers, turns, sampling.")
@@ -149,24 +95,6 @@ class ConversationState(ConversationInput, total=False):
 
 def _config(runtime: Runtime) -> ConversationConfig:
     return context_as(runtime.context, ConversationContext).config
-
-
-def conversation_messages(problem: Problem, shots: int, history: Sequence[Turn], speaker: str) -> list[dict[str, str]]:
-    """What ``speaker`` sees: the solver prompt, its own turns as assistant messages and the other
-    turns as :data:`REPLY_PROMPT` user messages; consecutive user messages are joined."""
-    messages = solver_messages(problem, shots)
-    for turn in history:
-        if turn["speaker"] == speaker:
-            messages.append({"role": "assistant", "content": turn["text"]})
-        else:
-            messages.append({"role": "user", "content": REPLY_PROMPT.format(reply=turn["text"].strip())})
-    merged: list[dict[str, str]] = []
-    for m in messages:
-        if merged and m["role"] == "user" and merged[-1]["role"] == "user":
-            merged[-1] = {"role": "user", "content": merged[-1]["content"] + "\n\n" + m["content"]}
-        else:
-            merged.append(m)
-    return merged
 
 
 def _speak(state: ConversationState, runtime: Runtime[ConversationContext], speakers: Sequence[str],
@@ -253,10 +181,6 @@ def build_conversation_graph() -> StateGraph:
     return builder
 
 
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_conversation_graph().compile(name="conversation")
-
-
 def conversation_detail(values: dict[str, Any]) -> dict[str, Any]:
     """What the runner stores in ``questions.detail``: each turn's speaker, partner and answer."""
     return {"turns": [{k: t[k] for k in ("turn", "speaker", "partner", "answer")} for t in values.get("turns") or []]}
@@ -264,8 +188,12 @@ def conversation_detail(values: dict[str, Any]) -> dict[str, Any]:
 
 SPEC = ProtocolSpec(
     name="converse", graph_id="conversation", module=__name__,
-    description="Two-model conversation for panel-diversity data: A answers, B replies to A's answer, A replies, for N turns; every call traced with its partner (the model whose answer it saw).",
     build=build_conversation_graph, context=ConversationContext, config=ConversationConfig,
     input=ConversationInput, output=ConversationOutput, methods=METHODS, detail=conversation_detail,
     cli=("converse", "report diversity"), docs="conversation.md",
+    description=("Two-model conversation for panel-diversity data: A answers, B replies to A's answer, A replies, "
+                 "for N turns; every call traced with its partner (the model whose answer it saw)."),
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

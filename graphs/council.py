@@ -40,16 +40,16 @@ from typing_extensions import TypedDict
 
 from agora.agents.council import ANSWER_SEED, CHAIR_SEED, REVIEW_SEED, CouncilConfig, aggregate, ballot_order
 from agora.agents.council import chair_messages, chair_of, check_pool, council_members, parse_ranking
-from agora.agents.council import review_messages, standings_table
+from agora.agents.council import review_messages, run_label, standings_table
 from agora.agents.delegation import plurality
-from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._calls import Cost, MethodResult, aask, add_costs, ask, call_context, found, how_of
-from agora.graphs._calls import method_result, partner, shared_cost, total_cost
+from agora.graphs._calls import Cost, Request, add_costs, call_context, found, how_of, method_result, partner
+from agora.graphs._calls import total_cost
 from agora.graphs.context import context_as, pool_from, protocol_context
-from agora.graphs.nodes import emit, sync_async_node
-from agora.graphs.question import as_problem, protocol_input, take_shared
+from agora.graphs.nodes import emit, model_node, solo_answer_node, sync_async_node
+from agora.graphs.question import as_problem, protocol_input, question_payload
 from agora.graphs.scoring import ProtocolGraph
+from agora.graphs.state import MethodsOutput, MethodsState
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import ModelPool
@@ -90,14 +90,13 @@ class CouncilStanding(TypedDict):
     ballots: int
 
 
-@studio_schema()
-class CouncilOutput(TypedDict):
+@studio_schema(docs={"answer": "The chair's answer.",
+                     "how": "How the answer was found in the chair's text (``marker``, ``boxed``, ...).",
+                     "costs": "Cost of each stage: ``answer``, ``review``, ``chair``.",
+                     "methods": "``council``, ``council_top``, ``council_vote``: answer, correctness, cost."})
+class CouncilOutput(MethodsOutput):
     """What the graph returns."""
 
-    answer: str | None
-    """The chair's answer."""
-    how: str | None
-    """How the answer was found in the chair's text (``marker``, ``boxed``, ...)."""
     answers: list[FirstAnswer]
     """The members' first answers, in member order."""
     reviews: list[Review]
@@ -106,13 +105,9 @@ class CouncilOutput(TypedDict):
     """The aggregate ranking, best first."""
     chair: str
     """The pool member that wrote the final answer."""
-    costs: dict[str, Cost]
-    """Cost of each stage: ``answer``, ``review``, ``chair``."""
-    methods: dict[str, MethodResult]
-    """``council``, ``council_top``, ``council_vote``: answer, correctness, cost."""
 
 
-class CouncilState(CouncilInput, total=False):
+class CouncilState(CouncilInput, MethodsState, total=False):
     """Full state of one council question."""
 
     answers: Annotated[list[FirstAnswer], operator.add]
@@ -121,12 +116,6 @@ class CouncilState(CouncilInput, total=False):
     first_answers: list[str | None]
     """The members' first answers, in member order, once all are in (what the ballots rank)."""
     chair: str
-    costs: Annotated[dict[str, Cost], add_costs]
-    calls: Annotated[list[dict[str, Any]], operator.add]
-    """Trace records of every model call (written to the trace store by the runner)."""
-    methods: dict[str, MethodResult]
-    answer: str | None
-    how: str | None
 
 
 class MemberTask(CouncilInput, total=False):
@@ -139,15 +128,8 @@ class MemberTask(CouncilInput, total=False):
     models: list[str]
 
 
-_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices")
-
-
 def _config(runtime: Runtime) -> CouncilConfig:
     return context_as(runtime.context, CouncilContext).config
-
-
-def _base(state: CouncilState) -> dict[str, Any]:
-    return {k: state[k] for k in _PROBLEM_KEYS if k in state} | {"question_id": as_problem(state).id}
 
 
 def _answers(state: CouncilState) -> list[FirstAnswer]:
@@ -160,43 +142,8 @@ def _answers(state: CouncilState) -> list[FirstAnswer]:
 def to_members(state: CouncilState, runtime: Runtime[CouncilContext]) -> list[Send]:
     """One ``Send`` per member (every pool model unless configured), with its shared candidates if any."""
     members = council_members(_config(runtime), pool_from(runtime.context, CouncilContext).names)
-    shared = state.get("shared_candidates") or {}
-    return [Send("council_answer", MemberTask(**_base(state), member=i, model=m,
-                                              **({"shared_candidates": {m: shared[m]}} if m in shared else {})))
+    return [Send("council_answer", MemberTask(**question_payload(state, m), member=i, model=m))
             for i, m in enumerate(members)]
-
-
-def _answer_request(task: MemberTask, runtime: Runtime[CouncilContext]) -> tuple[Any, ...]:
-    problem = as_problem(task)
-    cfg = _config(runtime)
-    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, ANSWER_SEED, agent=task["member"]))
-    return (pool_from(runtime.context, CouncilContext), task["model"], solver_messages(problem, cfg.shots), params,
-            call_context(problem, "council_answer", "member", agent=task["member"]))
-
-
-def _shared_answer(task: MemberTask) -> tuple[list, list[dict], Cost] | None:
-    """The member's first answer from the bench's shared candidate pool: no new call; ``None`` without one."""
-    shared = take_shared(task, task["model"], 1)
-    return None if shared is None else (shared, [], shared_cost(shared))
-
-
-def _answered(task: MemberTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
-    problem = as_problem(task)
-    answers = []
-    if samples:
-        answer, how = found(samples[0].text, problem)
-        answers.append(FirstAnswer(member=task["member"], model=task["model"], answer=answer, how=how,
-                                   text=samples[0].text))
-    return {"answers": answers, "costs": {"answer": cost}, "calls": records}
-
-
-def council_answer(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
-    """Stage 1: one member answers alone (or takes its shared candidate)."""
-    return _answered(task, *(_shared_answer(task) or ask(*_answer_request(task, runtime))))
-
-
-async def acouncil_answer(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
-    return _answered(task, *(_shared_answer(task) or await aask(*_answer_request(task, runtime))))
 
 
 def council_collect(state: CouncilState) -> dict[str, Any]:
@@ -214,7 +161,7 @@ def to_reviewers(state: CouncilState, runtime: Runtime[CouncilContext]) -> list[
     """One ``Send`` per member that answered, with the *other* answers in its own seeded order."""
     cfg = _config(runtime)
     answers = {a["member"]: a for a in _answers(state)}
-    base = _base(state)
+    base = question_payload(state)
     sends = []
     for i, a in answers.items():
         shown = ballot_order(i, list(answers), cfg.seed, base["question_id"])
@@ -225,31 +172,24 @@ def to_reviewers(state: CouncilState, runtime: Runtime[CouncilContext]) -> list[
     return sends or "council_chair"
 
 
-def _review_request(task: MemberTask, runtime: Runtime[CouncilContext]) -> tuple[Any, ...]:
+def _review_request(task: MemberTask, runtime: Runtime[CouncilContext]) -> Request:
     problem = as_problem(task)
     cfg = _config(runtime)
     params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, REVIEW_SEED, agent=task["member"]),
                       temperature=cfg.review_temperature, max_tokens=cfg.review_max_tokens)
-    return (pool_from(runtime.context, CouncilContext), task["model"],
-            review_messages(problem, task["texts"], cfg.shots), params, call_context(problem, "council_review", "reviewer", agent=task["member"],
-                                 partner=partner(task["models"])))
+    return Request(pool_from(runtime.context, CouncilContext), task["model"],
+                   review_messages(problem, task["texts"], cfg.shots), params,
+                   call_context(problem, "council_review", "reviewer", agent=task["member"],
+                                partner=partner(task["models"])))
 
 
-def _reviewed(task: MemberTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+def _council_review(task: MemberTask, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    """Stage 2: one member ranks the others' anonymised answers."""
     text = samples[0].text if samples else ""
     ranked = parse_ranking(text, len(task["shown"]))
-    review = Review(reviewer=task["member"], model=task["model"], shown=list(task["shown"]),
+    review = Review(reviewer=task["member"], model=model, shown=list(task["shown"]),
                     ranking=[task["shown"][p] for p in ranked], text=text)
     return {"reviews": [review], "costs": {"review": cost}, "calls": records}
-
-
-def council_review(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
-    """Stage 2: one member ranks the others' anonymised answers."""
-    return _reviewed(task, *ask(*_review_request(task, runtime)))
-
-
-async def acouncil_review(task: MemberTask, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
-    return _reviewed(task, *await aask(*_review_request(task, runtime)))
 
 
 # ---------------------------------------------------------------------------- stage 3: chair
@@ -263,7 +203,7 @@ def _standings(state: CouncilState) -> list[CouncilStanding]:
     return [CouncilStanding(**row) for row in standings_table(table, {a["member"]: a["model"] for a in answers})]
 
 
-def _chair_request(state: CouncilState, runtime: Runtime[CouncilContext]) -> tuple[Any, ...]:
+def _chair_request(state: CouncilState, runtime: Runtime[CouncilContext]) -> Request:
     problem = as_problem(state)
     cfg = _config(runtime)
     pool = pool_from(runtime.context, CouncilContext)
@@ -271,11 +211,13 @@ def _chair_request(state: CouncilState, runtime: Runtime[CouncilContext]) -> tup
     position = {a["member"]: i for i, a in enumerate(answers)}
     ranking = [(position[s["member"]], s["borda"]) for s in _standings(state)]
     params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, CHAIR_SEED))
-    return (pool, chair_of(cfg, pool.names), chair_messages(problem, [a["text"] for a in answers], ranking, cfg.shots),
-            params, call_context(problem, "council_chair", "chair", partner=partner(a["model"] for a in answers)))
+    return Request(pool, chair_of(cfg, pool.names), chair_messages(problem, [a["text"] for a in answers], ranking,
+                                                                   cfg.shots),
+                   params, call_context(problem, "council_chair", "chair", partner=partner(a["model"] for a in answers)))
 
 
-def _chaired(state: CouncilState, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+def _council_chair(state: CouncilState, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    """Stage 3: the chair reads every answer and the aggregate ranking and writes the final answer."""
     problem = as_problem(state)
     answer, how = found(samples[0].text if samples else None, problem)
     answers = _answers(state)
@@ -297,17 +239,6 @@ def _chaired(state: CouncilState, model: str, samples: list, records: list[dict]
             "calls": records, "methods": methods}
 
 
-def council_chair(state: CouncilState, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
-    """Stage 3: the chair reads every answer and the aggregate ranking and writes the final answer."""
-    pool, model, *rest = _chair_request(state, runtime)
-    return _chaired(state, model, *ask(pool, model, *rest))
-
-
-async def acouncil_chair(state: CouncilState, runtime: Runtime[CouncilContext]) -> dict[str, Any]:
-    pool, model, *rest = _chair_request(state, runtime)
-    return _chaired(state, model, *await aask(pool, model, *rest))
-
-
 def build_council_graph() -> StateGraph:
     """The council graph, uncompiled. Compile it with or without a checkpointer.
 
@@ -315,10 +246,11 @@ def build_council_graph() -> StateGraph:
     """
     builder = ProtocolGraph(CouncilState, context_schema=CouncilContext, input_schema=CouncilInput,
                             output_schema=CouncilOutput)
-    builder.add_node("council_answer", sync_async_node(council_answer, acouncil_answer))
+    builder.add_node("council_answer", solo_answer_node(CouncilContext, ANSWER_SEED, "council_answer", "member",
+                                                        who="member", into="answers", step="answer"))
     builder.add_node("council_collect", sync_async_node(council_collect))
-    builder.add_node("council_review", sync_async_node(council_review, acouncil_review))
-    builder.add_node("council_chair", sync_async_node(council_chair, acouncil_chair))
+    builder.add_node("council_review", model_node(_review_request, _council_review))
+    builder.add_node("council_chair", model_node(_chair_request, _council_chair))
     builder.add_conditional_edges(START, to_members, ["council_answer"])
     builder.add_edge("council_answer", "council_collect")
     builder.add_conditional_edges("council_collect", to_reviewers, ["council_review", "council_chair"])
@@ -342,23 +274,10 @@ def comed_council(comed: Any, pool: ModelPool, anchor: str) -> CouncilContext:
                                               max_tokens=comed.max_tokens, shots=comed.shots, seed=comed.seed))
 
 
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_council_graph().compile(name="council")
-
-
-def _run_label(config: CouncilConfig, names: list[str]) -> str:
-    """``agora run council``'s first line: the members and the chair."""
-    return f"{len(config.members or names)} members, chair {chair_of(config, names)}"
-
-
 _POOL = "the shared pool (k samples per model and question, drawn once)"
 
 SPEC = ProtocolSpec(
     name="council", graph_id="council", module=__name__,
-    description=("LLM council: every member answers alone, every member ranks the others' answers anonymised "
-                 "(Response A, B... shuffled per reviewer, its own left out), the rankings are aggregated by "
-                 "normalised Borda count, and a chair writes the final answer from all answers and the ranking; "
-                 "the top-ranked answer and the plurality of the first answers are scored beside it."),
     build=build_council_graph, context=CouncilContext, config=CouncilConfig, input=CouncilInput,
     output=CouncilOutput, methods=METHODS, detail=council_detail,
     cli=("run council",), docs="council.md",
@@ -367,7 +286,7 @@ SPEC = ProtocolSpec(
         help="Each member answers every problem alone, ranks the other members' anonymised answers, and the "
              "chair writes the final answer from all answers and the aggregate (Borda) ranking; compare with "
              "the top-ranked answer (council_top) and the plurality of the first answers (council_vote).",
-        check=check_pool, label=_run_label, title="council"),
+        check=check_pool, label=run_label, title="council"),
     bench=BenchRole(methods=METHODS, sharing={
         "council": "its own samples: one first answer per pool model, every member's ranking and the chair's answer",
         "council_top": "the council's first answers and rankings (the top-ranked first answer)",
@@ -377,4 +296,11 @@ SPEC = ProtocolSpec(
         "council_top": f"{_POOL}: the members' first samples; adds the rankings (the top-ranked answer)",
         "council_vote": f"{_POOL}: the members' first samples (their plurality); adds nothing"}),
     dense=DenseBaseline(context=comed_council, order=30),
+    description=("LLM council: every member answers alone, every member ranks the others' answers anonymised "
+                 "(Response A, B... shuffled per reviewer, its own left out), the rankings are aggregated by "
+                 "normalised Borda count, and a chair writes the final answer from all answers and the ranking; "
+                 "the top-ranked answer and the plurality of the first answers are scored beside it."),
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

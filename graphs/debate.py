@@ -30,18 +30,17 @@ from typing import Annotated, Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
-from typing_extensions import TypedDict
 
-from agora.agents.debate import DebateConfig, agent_models, debate_messages
+from agora.agents.debate import DebateConfig, agent_models, debate_messages, run_label
 from agora.agents.delegation import plurality
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._calls import Cost, MethodResult, aask, add_costs, ask, call_context, found, how_of
-from agora.graphs._calls import method_result, partner, shared_cost, total_cost
+from agora.graphs._calls import Cost, Request, call_context, found, how_of, method_result, partner, total_cost
 from agora.graphs.context import context_as, pool_from, protocol_context
-from agora.graphs.nodes import emit, sync_async_node
-from agora.graphs.question import as_problem, protocol_input, take_shared
+from agora.graphs.nodes import emit, model_node, sync_async_node
+from agora.graphs.question import as_problem, protocol_input, question_payload, take_shared
 from agora.graphs.scoring import ProtocolGraph
+from agora.graphs.state import MemberAnswer, MethodsOutput, MethodsState
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 from agora.graphs.studio_schema import studio_schema
 
@@ -52,43 +51,24 @@ DebateContext = protocol_context("DebateContext", DebateConfig, "Debate settings
 DebateInput = protocol_input("DebateInput")
 
 
-class DebateAnswer(TypedDict):
-    agent: int
-    model: str
-    answer: str | None
-    how: str | None
-    text: str
-
-
-@studio_schema()
-class DebateOutput(TypedDict):
+@studio_schema(docs={"answer": "The plurality of the last round.",
+                     "costs": "Cost of each round: ``round_1``, ``round_2``...",
+                     "methods": "``debate`` (last round's plurality) and ``first_round_vote``: answer, correctness, "
+                                "cost."})
+class DebateOutput(MethodsOutput):
     """What the graph returns."""
 
-    answer: str | None
-    """The plurality of the last round."""
-    how: str | None
-    """How the answer was found in the text that gives it (``marker``, ``boxed``, ...)."""
-    rounds: list[list[DebateAnswer]]
+    rounds: list[list[MemberAnswer]]
     """Each round's answers, in agent order (an agent whose call failed is missing)."""
-    costs: dict[str, Cost]
-    """Cost of each round: ``round_1``, ``round_2``..."""
-    methods: dict[str, MethodResult]
-    """``debate`` (last round's plurality) and ``first_round_vote``: answer, correctness, cost."""
 
 
-class DebateState(DebateInput, total=False):
+class DebateState(DebateInput, MethodsState, total=False):
     """Full state of one debate."""
 
     answers: Annotated[list[dict[str, Any]], operator.add]
     """Every agent's answer of every round (with its ``round``), appended by the requests in parallel."""
-    rounds: Annotated[list[list[DebateAnswer]], operator.add]
+    rounds: Annotated[list[list[MemberAnswer]], operator.add]
     """Appended by ``debate_tally``, one list per finished round."""
-    costs: Annotated[dict[str, Cost], add_costs]
-    calls: Annotated[list[dict[str, Any]], operator.add]
-    """Trace records of every model call (written to the trace store by the runner)."""
-    methods: dict[str, MethodResult]
-    answer: str | None
-    how: str | None
 
 
 class DebaterTask(DebateInput, total=False):
@@ -106,26 +86,18 @@ def _config(runtime: Runtime) -> DebateConfig:
     return context_as(runtime.context, DebateContext).config
 
 
-_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices", "shared_candidates")
-
-
 def _tasks(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send]:
     """The requests of the next round: per distinct model in the first, per agent afterwards."""
     models = agent_models(_config(runtime), pool_from(runtime.context, DebateContext).names)
-    problem = as_problem(state)
-    base = {k: state[k] for k in _PROBLEM_KEYS if k in state and k != "shared_candidates"} | {"question_id": problem.id}
     rounds = state.get("rounds") or []
     r = len(rounds)
     if r == 0:
-        shared = state.get("shared_candidates") or {}
-        return [Send("debate_round", DebaterTask(**base, round=0, model=model, offset=10 * j,
-                                                 agents=[i for i, m in enumerate(models) if m == model],
-                                                 **({"shared_candidates": {model: shared[model]}}
-                                                    if model in shared else {})))
+        return [Send("debate_round", DebaterTask(**question_payload(state, model), round=0, model=model, offset=10 * j,
+                                                 agents=[i for i, m in enumerate(models) if m == model]))
                 for j, model in enumerate(dict.fromkeys(models))]
     # later rounds draw new answers (no shared candidates in their payloads)
     previous = {a["agent"]: a for a in rounds[-1]}
-    return [Send("debate_round", DebaterTask(**base, round=r, model=model, offset=i, agents=[i],
+    return [Send("debate_round", DebaterTask(**question_payload(state), round=r, model=model, offset=i, agents=[i],
                                              others=[{"model": previous[j]["model"], "text": previous[j]["text"]}
                                                      for j in sorted(previous) if j != i]))
             for i, model in enumerate(models)]
@@ -142,7 +114,7 @@ def next_round(state: DebateState, runtime: Runtime[DebateContext]) -> list[Send
     return "debate_vote"
 
 
-def _request(task: DebaterTask, runtime: Runtime[DebateContext]) -> tuple[Any, ...]:
+def _request(task: DebaterTask, runtime: Runtime[DebateContext]) -> Request:
     problem = as_problem(task)
     cfg = _config(runtime)
     r, agents = task["round"], task["agents"]
@@ -156,43 +128,32 @@ def _request(task: DebaterTask, runtime: Runtime[DebateContext]) -> tuple[Any, .
         messages = debate_messages(problem, [o["text"] for o in others], cfg.shots)
         context = call_context(problem, "debate_round", "debater", agent=agents[0], round=r,
                                partner=partner(o["model"] for o in others))
-    return pool_from(runtime.context, DebateContext), task["model"], messages, params, context
+    return Request(pool_from(runtime.context, DebateContext), task["model"], messages, params, context)
 
 
-def _answered(task: DebaterTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+def _debate_round(task: DebaterTask, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    """One request of a round: alone in the first round (or from the shared candidates), after the
+    others' answers later."""
     problem = as_problem(task)
     answers = []
     for agent, sample in zip(task["agents"], samples):
         answer, how = found(sample.text, problem)
-        answers.append({"round": task["round"], "agent": agent, "model": task["model"], "answer": answer, "how": how,
+        answers.append({"round": task["round"], "agent": agent, "model": model, "answer": answer, "how": how,
                         "text": sample.text})
     return {"answers": answers, "costs": {f"round_{task['round'] + 1}": cost}, "calls": records}
 
 
-def _shared_first(task: DebaterTask) -> tuple[list, list[dict], Cost] | None:
+def _shared_first(task: DebaterTask) -> list | None:
     """A first-round request answered from the bench's shared candidates (its model's first
-    samples, one per agent that plays it): no new call; ``None`` otherwise."""
-    if task["round"] != 0:
-        return None
-    shared = take_shared(task, task["model"], len(task["agents"]))
-    return None if shared is None else (shared, [], shared_cost(shared))
-
-
-def debate_round(task: DebaterTask, runtime: Runtime[DebateContext]) -> dict[str, Any]:
-    """One request of a round: alone in the first round (or from the shared candidates), after the
-    others' answers later."""
-    return _answered(task, *(_shared_first(task) or ask(*_request(task, runtime))))
-
-
-async def adebate_round(task: DebaterTask, runtime: Runtime[DebateContext]) -> dict[str, Any]:
-    return _answered(task, *(_shared_first(task) or await aask(*_request(task, runtime))))
+    samples, one per agent that plays it); ``None`` otherwise."""
+    return take_shared(task, task["model"], len(task["agents"])) if task["round"] == 0 else None
 
 
 def debate_tally(state: DebateState) -> dict[str, Any]:
     """Collect the round just answered, in agent order."""
     r = len(state.get("rounds") or [])
     answers = sorted((a for a in state.get("answers") or [] if a["round"] == r), key=lambda a: a["agent"])
-    current = [DebateAnswer(**{k: a[k] for k in DebateAnswer.__annotations__}) for a in answers]
+    current = [MemberAnswer(**{k: a[k] for k in MemberAnswer.__annotations__}) for a in answers]
     emit("debate_round", f"debate round {r + 1}: {[a['answer'] for a in current]}", round=r + 1)
     return {"rounds": [current]}
 
@@ -201,7 +162,7 @@ def debate_vote(state: DebateState) -> dict[str, Any]:
     """The last round's plurality (``debate``) and the first round's (``first_round_vote``)."""
     rounds, costs = state.get("rounds") or [[]], state.get("costs") or {}
 
-    def vote(answers: list[DebateAnswer]) -> tuple[str | None, str | None]:
+    def vote(answers: list[MemberAnswer]) -> tuple[str | None, str | None]:
         winner = plurality([a["answer"] for a in answers])[0]
         return winner, how_of(winner, [(a["answer"], a["how"]) for a in answers])
 
@@ -220,7 +181,7 @@ def build_debate_graph() -> StateGraph:
     """
     builder = ProtocolGraph(DebateState, context_schema=DebateContext, input_schema=DebateInput,
                           output_schema=DebateOutput)
-    builder.add_node("debate_round", sync_async_node(debate_round, adebate_round))
+    builder.add_node("debate_round", model_node(_request, _debate_round, shared=_shared_first))
     builder.add_node("debate_tally", sync_async_node(debate_tally))
     builder.add_node("debate_vote", sync_async_node(debate_vote))
     builder.add_conditional_edges(START, first_round, ["debate_round"])
@@ -235,30 +196,24 @@ def debate_detail(values: dict[str, Any]) -> dict[str, Any]:
     return {"rounds": [[{k: a[k] for k in ("agent", "model", "answer")} for a in r] for r in values.get("rounds") or []]}
 
 
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_debate_graph().compile(name="debate")
-
-
-def _run_label(config: DebateConfig, names: list[str]) -> str:
-    """``agora run debate``'s first line: the agents (their models) and rounds."""
-    return f"{config.agents} agents ({', '.join(agent_models(config, names))}) × {config.rounds} rounds"
-
-
 SPEC = ProtocolSpec(
     name="debate", graph_id="debate", module=__name__,
-    description=("Multi-agent debate: agents (pool models in turn) answer alone, then for each later round read "
-                 "the other agents' latest answers and answer again (one Send per request, in parallel); the "
-                 "last round's plurality is the answer, the first round's vote is scored beside it."),
     build=build_debate_graph, context=DebateContext, config=DebateConfig, input=DebateInput, output=DebateOutput,
     methods=METHODS, detail=debate_detail, cli=("run debate",), docs="debate.md",
+    run=RunCommand(
+        short_help="Multi-agent debate: agents answer, read each other, answer again; beside a first-round vote.",
+        help="Agents answer each problem alone, then read the others' answers and answer again for each later "
+             "round; the last round's plurality is compared with the first round's (first_round_vote).",
+        check=agent_models, label=run_label, title="debate"),
     bench=BenchRole(methods=("debate",), sharing={"debate": "its own samples: every agent in every round"},
                     shared_sharing={"debate": "the shared pool (k samples per model and question, drawn once): the first round "
                                               "(its agents' models' first samples); adds every later round"}),
     dense=DenseBaseline(context=lambda comed, pool, anchor: DebateContext(pool, comed.debate_config()),
                         keep=lambda out: out.get("rounds") or [], order=20),
-    run=RunCommand(
-        short_help="Multi-agent debate: agents answer, read each other, answer again; beside a first-round vote.",
-        help="Agents answer each problem alone, then read the others' answers and answer again for each later "
-             "round; the last round's plurality is compared with the first round's (first_round_vote).",
-        check=agent_models, label=_run_label, title="debate"),
+    description=("Multi-agent debate: agents (pool models in turn) answer alone, then for each later round read "
+                 "the other agents' latest answers and answer again (one Send per request, in parallel); the "
+                 "last round's plurality is the answer, the first round's vote is scored beside it."),
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

@@ -38,7 +38,7 @@ from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit, sync_async_node
 from agora.graphs.question import SharedCandidate, as_problem, protocol_input, take_shared
 from agora.graphs.scoring import ProtocolGraph
-from agora.graphs.spec import ProtocolSpec
+from agora.graphs.spec import ProtocolSpec, detail_keys
 from agora.graphs.studio_schema import studio_schema
 from agora.tasks.answers import find_answer
 from agora.traces.schema import MethodResult
@@ -255,19 +255,15 @@ def build_delegation_graph() -> StateGraph:
     return builder
 
 
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_delegation_graph().compile(name="align_delegation")
-
-
-def delegation_detail(values: dict[str, Any]) -> dict[str, Any]:
-    """What the runner stores in ``questions.detail`` for an ALIGN question: proposals and selection."""
-    return {k: values[k] for k in ("proposals", "selection") if k in values}
-
-
 SPEC = ProtocolSpec(
     name="align", graph_id="align_delegation", module=__name__,
-    description='ALIGN: a principal delegates a question to n agents (k samples each), each proposes one candidate, the principal selects under a committed threshold rule; baselines from the same candidates.',
     build=build_delegation_graph, context=DelegationContext, config=DelegationConfig,
-    input=DelegationInput, output=DelegationOutput, methods=METHODS, detail=delegation_detail,
+    input=DelegationInput, output=DelegationOutput, methods=METHODS, detail=detail_keys("proposals", "selection"),
     cli=("run align",), docs="align.md",
+    description=("ALIGN: a principal delegates a question to n agents (k samples each), each proposes one "
+                 "candidate, the principal selects under a committed threshold rule; baselines from the same "
+                 "candidates."),
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

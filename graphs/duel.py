@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Annotated, Any, Sequence
 
@@ -37,14 +36,14 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_count, check_sampling
-from agora.agents.exp3 import Exp3Config, Exp3Leader, LeaderState, leader_reward, target_gap
-from agora.agents.judge import Judge, JudgeConfig, Judgement, judge_means, position_bias
-from agora.agents.matching import Match, MatchConfig, Matcher, Mode
+from agora.agents.duel import DuelConfig
+from agora.agents.exp3 import Exp3Leader, LeaderState, leader_reward, target_gap
+from agora.agents.judge import Judge, Judgement, judge_means, position_bias
+from agora.agents.matching import Match, Matcher
 from agora.agents.panel import CAUTIOUS, persona_specs
 from agora.models.pool import ModelCallError, ModelPool, builtin_pool_specs, pool_from_specs
 from agora.agents.prompts import solver_messages
-from agora.agents.reputation import Reputation, ReputationConfig, ReputationState, aggregate_score
+from agora.agents.reputation import Reputation, ReputationState, aggregate_score
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, protocol_context
 from agora.graphs.nodes import emit
@@ -57,53 +56,6 @@ from agora.traces import duels as duel_traces
 
 MIN_POOL = 3
 """Two followers and at least one judge who is neither."""
-
-
-@dataclass(frozen=True, slots=True)
-class DuelConfig:
-    """Settings of a duel run; defaults from protocols.md §2."""
-
-    mode: Mode = "stackelberg"
-    """``stackelberg`` (EXP3 leader, annealed-gap matching) or ``sparta`` (uniform instructions,
-    closest-reputation matching)."""
-    duels: int = 64
-    """``D``: duels per iteration."""
-    iterations: int = 8
-    """``T``: iterations (the schedules of ``g*`` run over them)."""
-    seed: int = 0
-    """Seed of every draw (instruction, pairing, follower sampling)."""
-    temperature: float = 0.7
-    """Followers' sampling temperature (a pool member's own ``temperature`` overrides it)."""
-    top_p: float = 0.9
-    """Followers' nucleus sampling mass, in (0, 1]."""
-    max_tokens: int = 256
-    """Upper bound on a follower's answer, in tokens."""
-    shots: int = 0
-    """Worked exemplars in the followers' prompt (:func:`agora.agents.prompts.solver_messages`)."""
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
-    """How the other pool members judge both answers (1-10 scale, prompt shots, presentation)."""
-    reputation: ReputationConfig = field(default_factory=ReputationConfig)
-    """The reputation update (Elo-like, with uncertainty) of the two followers after each duel."""
-    leader: Exp3Config = field(default_factory=Exp3Config)
-    """The leader's EXP3 bandit over instructions (exploration gamma, step eta, the g* schedule)."""
-    match: MatchConfig = field(default_factory=MatchConfig)
-    """How the matcher pairs two followers by reputation (random-pair share, opponents considered)."""
-
-    def __post_init__(self):
-        if self.mode not in ("sparta", "stackelberg"):
-            raise ValueError(f"DuelConfig.mode must be 'sparta' or 'stackelberg', got {self.mode!r}")
-        for name in ("duels", "iterations"):
-            check_count("DuelConfig", name, getattr(self, name))
-        check_sampling("DuelConfig", self)
-        for name, kind in (("judge", JudgeConfig), ("reputation", ReputationConfig), ("leader", Exp3Config),
-                           ("match", MatchConfig)):
-            if not isinstance(getattr(self, name), kind):
-                raise ValueError(f"DuelConfig.{name} must be a {kind.__name__}, got {getattr(self, name)!r}")
-
-    def describe(self, n_instructions: int) -> dict[str, Any]:
-        """The settings as stored with the run, with the step ``η`` actually used."""
-        eta = self.leader.eta if self.leader.eta is not None else 1.0 / n_instructions
-        return {**asdict(self), "eta_used": eta, "n_instructions": n_instructions}
 
 
 def default_duel_specs(pool: str = "default"):
@@ -499,28 +451,17 @@ def build_duel_graph() -> StateGraph:
     Input: :class:`DuelInput`; output: :class:`DuelOutput`; context: :class:`DuelContext`.
     """
     builder = StateGraph(DuelState, context_schema=DuelContext, input_schema=DuelInput, output_schema=DuelOutput)
-    builder.add_node("pick_instruction", pick_instruction)
-    builder.add_node("match", match)
-    builder.add_node("respond", respond)
-    builder.add_node("collect_answers", collect_answers)
-    builder.add_node("judge", judge)
-    builder.add_node("aggregate", aggregate)
-    builder.add_node("update", update)
-    builder.add_node("record", record)
+    builder.add_sequence([pick_instruction, match])  # nodes named after their functions
+    for node in (respond, collect_answers, judge):
+        builder.add_node(node)
+    builder.add_sequence([aggregate, update, record])
     builder.add_edge(START, "pick_instruction")
-    builder.add_edge("pick_instruction", "match")
     builder.add_conditional_edges("match", fan_out_followers, ["respond"])
     builder.add_edge("respond", "collect_answers")
     builder.add_conditional_edges("collect_answers", fan_out_judges, ["judge"])
     builder.add_edge("judge", "aggregate")
-    builder.add_edge("aggregate", "update")
-    builder.add_edge("update", "record")
     builder.add_edge("record", END)
     return builder
-
-
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_duel_graph().compile(name="duel")
 
 
 def _duel_played(values: dict[str, Any]) -> bool:
@@ -530,8 +471,11 @@ def _duel_played(values: dict[str, Any]) -> bool:
 
 SPEC = ProtocolSpec(
     name="duel", graph_id="duel", module=__name__,
-    description="One duel of Sparta / Stackelberg alignment: the leader (EXP3) picks an instruction, the matcher two followers by reputation, both answer in parallel, every other pool member judges both answers 1-10, reputation-weighted scores decide winner or tie, reputations and leader weights update, the duel's record and preference pair (none for a tie) are returned.",
     build=build_duel_graph, context=DuelContext, config=DuelConfig, input=DuelInput, output=DuelOutput,
     kind="carried", finished=_duel_played, record=duel_traces.record_duel,
     cli=("duel", "report duels"), docs="duels.md",
+    description="One duel of Sparta / Stackelberg alignment: the leader (EXP3) picks an instruction, the matcher two followers by reputation, both answer in parallel, every other pool member judges both answers 1-10, reputation-weighted scores decide winner or tie, reputations and leader weights update, the duel's record and preference pair (none for a tie) are returned.",
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

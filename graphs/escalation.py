@@ -498,13 +498,16 @@ def build_escalation_graph() -> StateGraph:
     return builder
 
 
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_escalation_graph().compile(name="comed_escalation")
-
 SPEC = ProtocolSpec(
     name="comed", graph_id="comed_escalation", module=__name__,
-    description="COMED: route to an anchor, sample it N times, accept if self-consistent (and the router margin is large), verify with a peer probe if ambiguous, escalate to peers who see the anchor's answer otherwise; the registry's dense baselines (Mixture-of-Agents, debate, the LLM council) in the same pool, every method cost-counted.",
-    build=build_escalation_graph, context=EscalationContext, config=EscalationConfig,
-    input=EscalationInput, output=EscalationOutput, methods=METHODS, detail=comed_detail,
-    cli=("run comed", "calibrate comed"), docs="comed.md",
+    build=build_escalation_graph, context=EscalationContext, config=EscalationConfig, input=EscalationInput,
+    output=EscalationOutput, methods=METHODS, detail=comed_detail, cli=("run comed", "calibrate comed"),
+    docs="comed.md",
+    description=("COMED: route to an anchor, sample it N times, accept if self-consistent (and the router margin is "
+                 "large), verify with a peer probe if ambiguous, escalate to peers who see the anchor's answer "
+                 "otherwise; the registry's dense baselines (Mixture-of-Agents, debate, the LLM council) in the "
+                 "same pool, every method cost-counted."),
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

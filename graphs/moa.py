@@ -29,19 +29,18 @@ from typing import Annotated, Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
-from typing_extensions import TypedDict
 
 from agora.agents.delegation import plurality
-from agora.agents.moa import MoAConfig, aggregator_messages, check_pool
-from agora.agents.prompts import solver_messages
+from agora.agents.moa import MoAConfig, aggregator_messages, check_pool, run_label
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs._calls import Cost, MethodResult, aask, add_costs, ask, call_context, found, how_of
-from agora.graphs._calls import method_result, partner, shared_cost, total_cost
+from agora.graphs._calls import Cost, Request, add_costs, call_context, found, how_of, method_result, partner
+from agora.graphs._calls import total_cost
 from agora.graphs.context import context_as, pool_from, protocol_context
-from agora.graphs.nodes import emit, sync_async_node
-from agora.graphs.question import as_problem, protocol_input, take_shared
+from agora.graphs.nodes import emit, model_node, solo_answer_node
+from agora.graphs.question import as_problem, protocol_input, question_payload
 from agora.graphs.scoring import ProtocolGraph
-from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
+from agora.graphs.state import MemberAnswer, MethodsOutput, MethodsState
+from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand, detail_keys
 from agora.graphs.studio_schema import studio_schema
 
 METHODS = ("moa", "proposal_vote")
@@ -50,45 +49,26 @@ MoAContext = protocol_context("MoAContext", MoAConfig, "MoA settings: proposers,
 MoAInput = protocol_input("MoAInput")
 
 
-class Proposal(TypedDict):
-    agent: int
-    """The proposer's position in the proposer list."""
-    model: str
-    answer: str | None
-    how: str | None
-    text: str
-
-
-@studio_schema()
-class MoAOutput(TypedDict):
+@studio_schema(docs={"answer": "The aggregator's answer.",
+                     "how": "How the answer was found in the aggregator's text (``marker``, ``boxed``, ...).",
+                     "costs": "Cost of each step: ``propose``, ``aggregate``.",
+                     "methods": "``moa`` (the aggregator) and ``proposal_vote`` (plurality of the proposals): answer, "
+                                "correctness, cost."})
+class MoAOutput(MethodsOutput):
     """What the graph returns."""
 
-    answer: str | None
-    """The aggregator's answer."""
-    how: str | None
-    """How the answer was found in the aggregator's text (``marker``, ``boxed``, ...)."""
-    proposals: list[Proposal]
+    proposals: list[MemberAnswer]
     """One per proposer that answered, in proposer order."""
     aggregator: str
     """The pool member that read the proposals and wrote the answer."""
-    costs: dict[str, Cost]
-    """Cost of each step: ``propose``, ``aggregate``."""
-    methods: dict[str, MethodResult]
-    """``moa`` (the aggregator) and ``proposal_vote`` (plurality of the proposals): answer, correctness, cost."""
 
 
-class MoAState(MoAInput, total=False):
+class MoAState(MoAInput, MethodsState, total=False):
     """Full state of one MoA question."""
 
-    proposals: Annotated[list[Proposal], operator.add]
+    proposals: Annotated[list[MemberAnswer], operator.add]
     """Appended by the proposers in parallel."""
     aggregator: str
-    costs: Annotated[dict[str, Cost], add_costs]
-    calls: Annotated[list[dict[str, Any]], operator.add]
-    """Trace records of every model call (written to the trace store by the runner)."""
-    methods: dict[str, MethodResult]
-    answer: str | None
-    how: str | None
 
 
 class ProposerTask(MoAInput, total=False):
@@ -105,58 +85,18 @@ def _config(runtime: Runtime) -> MoAConfig:
     return context_as(runtime.context, MoAContext).config
 
 
-_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices", "shared_candidates")
-
-
 def to_proposers(state: MoAState, runtime: Runtime[MoAContext]) -> list[Send]:
     """One ``Send`` per proposer (every pool model unless configured)."""
     cfg = _config(runtime)
     pool = pool_from(runtime.context, MoAContext)
     check_pool(cfg, pool.names)
-    problem = as_problem(state)
-    base = {k: state[k] for k in _PROBLEM_KEYS if k in state and k != "shared_candidates"} | {"question_id": problem.id}
-    shared = state.get("shared_candidates") or {}
     proposers = list(cfg.proposers or pool.names)
-    return [Send("moa_propose", ProposerTask(**base, agent=i, model=m, share=proposers[:i].count(m),
-                                             **({"shared_candidates": {m: shared[m]}} if m in shared else {})))
+    return [Send("moa_propose", ProposerTask(**question_payload(state, m), agent=i, model=m,
+                                             share=proposers[:i].count(m)))
             for i, m in enumerate(proposers)]
 
 
-def _propose_request(task: ProposerTask, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
-    problem = as_problem(task)
-    cfg = _config(runtime)
-    params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "moa.proposer", agent=task["agent"]))
-    return (pool_from(runtime.context, MoAContext), task["model"], solver_messages(problem, cfg.shots), params,
-            call_context(problem, "moa_propose", "proposer", agent=task["agent"]))
-
-
-def _proposed(task: ProposerTask, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
-    problem = as_problem(task)
-    proposals = []
-    if samples:
-        answer, how = found(samples[0].text, problem)
-        proposals.append(Proposal(agent=task["agent"], model=task["model"], answer=answer, how=how,
-                                  text=samples[0].text))
-    return {"proposals": proposals, "costs": {"propose": cost}, "calls": records}
-
-
-def _shared_proposal(task: ProposerTask) -> tuple[list, list[dict], Cost] | None:
-    """The proposal from the bench's shared candidates (this proposer's model's sample ``share``):
-    no new call, its row is the shared draw's; ``None`` without shared candidates."""
-    shared = take_shared(task, task["model"], 1, start=task.get("share", 0))
-    return None if shared is None else (shared, [], shared_cost(shared))
-
-
-def moa_propose(task: ProposerTask, runtime: Runtime[MoAContext]) -> dict[str, Any]:
-    """MoA layer 1: one proposer answers alone (or its answer is taken from the shared candidates)."""
-    return _proposed(task, *(_shared_proposal(task) or ask(*_propose_request(task, runtime))))
-
-
-async def amoa_propose(task: ProposerTask, runtime: Runtime[MoAContext]) -> dict[str, Any]:
-    return _proposed(task, *(_shared_proposal(task) or await aask(*_propose_request(task, runtime))))
-
-
-def _aggregate_request(state: MoAState, runtime: Runtime[MoAContext]) -> tuple[Any, ...]:
+def _aggregate_request(state: MoAState, runtime: Runtime[MoAContext]) -> Request:
     problem = as_problem(state)
     cfg = _config(runtime)
     pool = pool_from(runtime.context, MoAContext)
@@ -164,11 +104,12 @@ def _aggregate_request(state: MoAState, runtime: Runtime[MoAContext]) -> tuple[A
     proposals = sorted(state.get("proposals") or [], key=lambda p: p["agent"])
     emit("moa_propose", f"MoA proposals {[p['answer'] for p in proposals]}", answers=[p["answer"] for p in proposals])
     params = sampling(cfg, seed=call_seed(cfg.seed, problem.id, "moa.aggregator"))
-    return (pool, model, aggregator_messages(problem, [p["text"] for p in proposals], cfg.shots), params,
-            call_context(problem, "moa_aggregate", "aggregator", partner=partner(p["model"] for p in proposals)))
+    return Request(pool, model, aggregator_messages(problem, [p["text"] for p in proposals], cfg.shots), params,
+                   call_context(problem, "moa_aggregate", "aggregator", partner=partner(p["model"] for p in proposals)))
 
 
-def _aggregated(state: MoAState, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+def _moa_aggregate(state: MoAState, model: str, samples: list, records: list[dict], cost: Cost) -> dict[str, Any]:
+    """MoA final layer: the aggregator reads every proposal and writes one answer."""
     problem = as_problem(state)
     answer, how = found(samples[0].text if samples else None, problem)
     proposals = sorted(state.get("proposals") or [], key=lambda p: p["agent"])
@@ -184,62 +125,41 @@ def _aggregated(state: MoAState, model: str, samples: list, records: list[dict],
             "calls": records, "methods": methods}
 
 
-def moa_aggregate(state: MoAState, runtime: Runtime[MoAContext]) -> dict[str, Any]:
-    """MoA final layer: the aggregator reads every proposal and writes one answer."""
-    pool, model, *rest = _aggregate_request(state, runtime)
-    return _aggregated(state, model, *ask(pool, model, *rest))
-
-
-async def amoa_aggregate(state: MoAState, runtime: Runtime[MoAContext]) -> dict[str, Any]:
-    pool, model, *rest = _aggregate_request(state, runtime)
-    return _aggregated(state, model, *await aask(pool, model, *rest))
-
-
 def build_moa_graph() -> StateGraph:
     """The Mixture-of-Agents graph, uncompiled. Compile it with or without a checkpointer.
 
     Input: :class:`MoAInput`; output: :class:`MoAOutput`; run-time context: :class:`MoAContext`.
     """
     builder = ProtocolGraph(MoAState, context_schema=MoAContext, input_schema=MoAInput, output_schema=MoAOutput)
-    builder.add_node("moa_propose", sync_async_node(moa_propose, amoa_propose))
-    builder.add_node("moa_aggregate", sync_async_node(moa_aggregate, amoa_aggregate))
+    builder.add_node("moa_propose", solo_answer_node(MoAContext, "moa.proposer", "moa_propose", "proposer",
+                                                     who="agent", into="proposals", step="propose"))
+    builder.add_node("moa_aggregate", model_node(_aggregate_request, _moa_aggregate))
     builder.add_conditional_edges(START, to_proposers, ["moa_propose"])
     builder.add_edge("moa_propose", "moa_aggregate")
     builder.add_edge("moa_aggregate", END)
     return builder
 
 
-def moa_detail(values: dict[str, Any]) -> dict[str, Any]:
-    """What the runner stores in ``questions.detail`` for a MoA question: aggregator and proposals."""
-    return {k: values.get(k) for k in ("aggregator", "proposals")}
-
-
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_moa_graph().compile(name="moa")
-
-
-def _run_label(config: MoAConfig, names: list[str]) -> str:
-    """``agora run moa``'s first line: who proposes and who aggregates."""
-    return f"{len(config.proposers or names)} proposers, aggregator {config.aggregator or names[0]}"
-
-
 SPEC = ProtocolSpec(
     name="moa", graph_id="moa", module=__name__,
-    description=("Mixture-of-Agents: every proposer model answers the question alone (one Send each, in "
-                 "parallel), then an aggregator reads all proposals and writes one answer; the plurality of "
-                 "the proposals is scored beside it, every method cost-counted."),
     build=build_moa_graph, context=MoAContext, config=MoAConfig, input=MoAInput, output=MoAOutput,
-    methods=METHODS, detail=moa_detail,
+    methods=METHODS, detail=detail_keys("aggregator", "proposals"),
     cli=("run moa",), docs="moa.md",
+    run=RunCommand(
+        short_help="Mixture-of-Agents: every model proposes, one aggregates; beside a vote on the proposals.",
+        help="Each proposer answers every problem alone, the aggregator reads all proposals and answers; "
+             "compare with the plurality of the same proposals (proposal_vote).",
+        check=check_pool, label=run_label, title="MoA"),
     bench=BenchRole(methods=("moa",), sharing={
         "moa": "its own samples: one proposal per pool model and the aggregator's answer"}, shared_sharing={
         "moa": "the shared pool (k samples per model and question, drawn once): one proposal per proposer "
                "(its model's first sample); adds the aggregator"}),
     dense=DenseBaseline(context=lambda comed, pool, anchor: MoAContext(pool, comed.moa_config(aggregator=anchor)),
                         order=10),
-    run=RunCommand(
-        short_help="Mixture-of-Agents: every model proposes, one aggregates; beside a vote on the proposals.",
-        help="Each proposer answers every problem alone, the aggregator reads all proposals and answers; "
-             "compare with the plurality of the same proposals (proposal_vote).",
-        check=check_pool, label=_run_label, title="MoA"),
+    description=("Mixture-of-Agents: every proposer model answers the question alone (one Send each, in "
+                 "parallel), then an aggregator reads all proposals and writes one answer; the plurality of "
+                 "the proposals is scored beside it, every method cost-counted."),
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

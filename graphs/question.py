@@ -163,3 +163,16 @@ def protocol_input(name: str, example: Mapping[str, Any] | None = MATH_EXAMPLE, 
     Input.__module__ = module or sys._getframe(1).f_globals.get("__name__", __name__)
     Input.__doc__ = f"What a caller passes in ({base.__module__}.{base.__name__})."
     return studio_schema(example=example)(Input)
+
+
+_QUESTION_KEYS = ("question", "question_id", "kind", "n_choices")
+
+
+def question_payload(state: Mapping[str, Any], model: str | None = None) -> dict[str, Any]:
+    """The question fields of ``state`` for a ``Send`` payload, its ``question_id`` filled in
+    (:func:`as_problem`), with ``model``'s shared candidates when the state has some for it (each
+    branch carries its own model's only, never the whole pool). No gold: a payload is what a node
+    shows a model."""
+    payload = {k: state[k] for k in _QUESTION_KEYS if k in state} | {"question_id": as_problem(state).id}
+    mine = (state.get("shared_candidates") or {}).get(model) if model is not None else None
+    return payload | ({"shared_candidates": {model: mine}} if mine is not None else {})

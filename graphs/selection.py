@@ -516,12 +516,8 @@ def build_selection_graph() -> StateGraph:
     """
     builder = StateGraph(SelectionState, context_schema=SelectionContext, input_schema=SelectionInput,
                          output_schema=SelectionOutput)
-    builder.add_node("model_features", model_features)
-    builder.add_node("choose_pair", choose_pair)
-    builder.add_node("generate", generate)
-    builder.add_node("ask_user", ask_user)
-    builder.add_node("update_belief", update_belief)
-    builder.add_node("recommend", recommend)
+    for node in (model_features, choose_pair, generate, ask_user, update_belief, recommend):
+        builder.add_node(node)  # named after its function
     builder.add_edge(START, "model_features")
     builder.add_conditional_edges("model_features", after_belief, ["choose_pair", "recommend"])
     builder.add_conditional_edges("choose_pair", after_pair, ["generate", "recommend"])
@@ -530,10 +526,6 @@ def build_selection_graph() -> StateGraph:
     builder.add_conditional_edges("update_belief", after_belief, ["choose_pair", "recommend"])
     builder.add_edge("recommend", END)
     return builder
-
-
-#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
-graph = build_selection_graph().compile(name="cupid_selection")
 
 
 def _recommended(values: Mapping[str, Any]) -> bool:
@@ -563,8 +555,11 @@ def record_session(store: TraceStore, run_id: str, values: Mapping[str, Any]) ->
 
 SPEC = ProtocolSpec(
     name="cupid", graph_id="cupid_selection", module=__name__,
-    description='CUPID model selection with a human in the loop: choose a pair of models by belief-aware UCB within the cost/time budgets, both answer the prompt, pause at ask_user (interrupt) with the two answers anonymised as A and B, resume with A, B or tie, Laplace update of the Bradley-Terry belief, stop when a budget is spent or P(best) >= 1 - delta, recommend.',
     build=build_selection_graph, context=SelectionContext, config=CupidConfig,
     input=SelectionInput, output=SelectionOutput, kind="interactive", finished=_recommended,
     record=record_session, cli=("select",), docs="cupid.md",
+    description='CUPID model selection with a human in the loop: choose a pair of models by belief-aware UCB within the cost/time budgets, both answer the prompt, pause at ask_user (interrupt) with the two answers anonymised as A and B, resume with A, B or tie, Laplace update of the Bradley-Terry belief, stop when a budget is spent or P(best) >= 1 - delta, recommend.',
 )
+
+#: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.
+graph = SPEC.compile()

@@ -22,6 +22,17 @@ def methods_written(values: Mapping[str, Any]) -> bool:
     return "methods" in values
 
 
+def detail_keys(*keys: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A spec's ``detail`` that keeps these keys of a finished item's state (those it has):
+    ``detail=detail_keys("aggregator", "proposals")``."""
+
+    def detail(values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: values[k] for k in keys if k in values}
+
+    detail.__doc__ = f"What the runner stores in ``questions.detail``: {', '.join(keys)}."
+    return detail
+
+
 @dataclass(frozen=True, slots=True)
 class RunCommand:
     """``agora run <protocol>`` from the shared CLI scaffold (``agora.cli._run.benchmark_command``):
@@ -154,6 +165,12 @@ class ProtocolSpec:
     def studio_path(self) -> str:
         """``./graphs/<module>.py:graph``: where ``langgraph.json`` points LangGraph Studio."""
         return f"./graphs/{self.module.rsplit('.', 1)[-1]}.py:graph"
+
+    def compile(self, **kwargs: Any) -> Any:
+        """The protocol's graph compiled, named by its Studio id (``kwargs``: LangGraph's compile
+        arguments, ``checkpointer=`` ...). A protocol module ends with ``graph = SPEC.compile()``:
+        what Studio loads and :meth:`compiled` returns."""
+        return self.build().compile(name=self.graph_id, **kwargs)
 
     def compiled(self) -> Any:
         """The module's ``graph`` (compiled without a checkpointer, as Studio loads it)."""

@@ -72,17 +72,21 @@ def _lineage(cls: type) -> list[type]:
     return seen
 
 
-def studio_schema(example: Mapping[str, Any] | None = None) -> Callable[[type[S]], type[S]]:
+def studio_schema(example: Mapping[str, Any] | None = None,
+                  docs: Mapping[str, str] | None = None) -> Callable[[type[S]], type[S]]:
     """Class decorator for a graph's input, output, context or settings type: its JSON schema (what
     LangGraph Studio draws its forms from) gets a ``description`` for every field, from the field's
-    docstring (pydantic's ``use_attribute_docstrings``, for nested settings classes too), a base
-    class's docstring for an inherited field, or :data:`SHARED_FIELD_DOCS`; and ``example``, when
-    given, as the schema's worked example (``examples: [example]``)."""
+    docstring (pydantic's ``use_attribute_docstrings``, for nested settings classes too), ``docs``
+    (field → what it means in this class: an inherited field a subclass cannot declare again), a
+    base class's docstring for an inherited field, or :data:`SHARED_FIELD_DOCS`; and ``example``,
+    when given, as the schema's worked example (``examples: [example]``)."""
 
     def extra(schema: dict[str, Any], owner: type) -> None:
-        docs = field_docs(owner)
+        known, own = field_docs(owner), vars(owner).get("__field_docs__") or {}
         for name, prop in (schema.get("properties") or {}).items():
-            if not prop.get("description") and (doc := docs.get(name) or SHARED_FIELD_DOCS.get(name)):
+            if name in own:  # the class says what an inherited field means in it
+                prop["description"] = own[name]
+            elif not prop.get("description") and (doc := known.get(name) or SHARED_FIELD_DOCS.get(name)):
                 prop["description"] = doc
         if example is not None and owner is target:
             schema["examples"] = [dict(example)]
@@ -90,6 +94,8 @@ def studio_schema(example: Mapping[str, Any] | None = None) -> Callable[[type[S]
     def apply(cls: type[S]) -> type[S]:
         nonlocal target
         target = cls
+        if docs:
+            cls.__field_docs__ = dict(docs)
         cls.__pydantic_config__ = ConfigDict(use_attribute_docstrings=True, json_schema_extra=extra)
         return cls
 

@@ -1,0 +1,84 @@
+"""The two-model conversation's settings and prompts (protocols.md §5; its graph is
+:mod:`agora.graphs.conversation`): who speaks, for how many turns, and what each speaker is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agora.agents._checks import check_count, check_name, check_sampling
+from agora.agents.prompts import solver_messages
+from agora.models.pool import ModelPool
+from agora.tasks.problem import Problem
+
+REPLY_PROMPT = ("Another assistant answered:\n\n{reply}\n\nReply to it: say whether you agree and why, "
+                "correct any mistake, and give your own answer.")
+"""How a speaker is shown its partner's turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationConfig:
+    """Settings of one two-model conversation."""
+
+    speaker_a: str | None = None
+    """Model that answers first; ``None`` = the pool's first member."""
+    speaker_b: str | None = None
+    """Model that replies first; ``None`` = the first other member."""
+    turns: int = 3
+    """Responses in all (A, B, A, ...); at least 2 so that someone replies."""
+    max_tokens: int = 128
+    """Upper bound on generated tokens per turn."""
+    temperature: float = 0.7
+    """Sampling temperature of every turn (0 = greedy); a pool member's own ``temperature`` overrides it."""
+    top_p: float = 0.95
+    """Nucleus sampling mass of every turn, in (0, 1]."""
+    shots: int = 2
+    """Worked exemplars in the solver prompt (math and multiple choice)."""
+    seed: int = 0
+    """Base seed; turn t of a question uses ``question_seed(seed, question_id) + t``."""
+
+    def __post_init__(self):
+        check_count("ConversationConfig", "turns", self.turns, 2)
+        check_sampling("ConversationConfig", self)
+        for name in ("speaker_a", "speaker_b"):
+            check_name("ConversationConfig", name, getattr(self, name))
+        if self.speaker_a is not None and self.speaker_a == self.speaker_b:
+            raise ValueError(f"speaker_b must differ from speaker_a, both are {self.speaker_a!r}")
+
+    def speakers(self, pool: ModelPool) -> tuple[str, str]:
+        """``(A, B)`` resolved against ``pool``.
+
+        Raises:
+            ValueError: a named speaker is not in the pool, or the pool has one model.
+        """
+        for name in (self.speaker_a, self.speaker_b):
+            if name is not None and name not in pool:
+                raise ValueError(f"ConversationConfig names {name!r}, which is not in the pool "
+                                 f"({', '.join(pool.names)})")
+        a = self.speaker_a or next((n for n in pool.names if n != self.speaker_b), None)
+        b = self.speaker_b or next((n for n in pool.names if n != a), None)
+        if a is None or b is None:
+            raise ValueError(f"a conversation needs two models; the pool has {', '.join(pool.names)}")
+        return a, b
+
+
+def conversation_messages(problem: Problem, shots: int, history: Sequence[Mapping[str, Any]],
+                          speaker: str) -> list[dict[str, str]]:
+    """What ``speaker`` sees: the solver prompt, its own turns (``{"speaker", "text"}`` each) as
+    assistant messages and the other turns as :data:`REPLY_PROMPT` user messages; consecutive user
+    messages are joined."""
+    messages = solver_messages(problem, shots)
+    for turn in history:
+        if turn["speaker"] == speaker:
+            messages.append({"role": "assistant", "content": turn["text"]})
+        else:
+            messages.append({"role": "user", "content": REPLY_PROMPT.format(reply=turn["text"].strip())})
+    merged: list[dict[str, str]] = []
+    for m in messages:
+        if merged and m["role"] == "user" and merged[-1]["role"] == "user":
+            merged[-1] = {"role": "user", "content": merged[-1]["content"] + "\n\n" + m["content"]}
+        else:
+            merged.append(m)
+    return merged
