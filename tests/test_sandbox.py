@@ -160,3 +160,18 @@ def test_the_kernel_layers_refuse_writes_outside_the_folder_and_fork_where_prese
         assert (folder / "inside.txt").read_text() == "ok"
     if not {"landlock", "seccomp"} & layers:
         pytest.skip("this kernel gives neither Landlock nor seccomp")
+
+
+def test_a_worker_killed_from_outside_is_replaced():
+    sandbox = Sandbox(workers=1)
+    try:
+        assert sandbox.run("print(1)", LIMITS).output == "1\n"
+        [worker] = list(sandbox._idle.queue)
+        worker.proc.kill()
+        worker.proc.wait()
+        run = sandbox.run("print(2)", LIMITS)
+        assert (run.status, run.output) == ("ok", "2\n")
+        assert sandbox._started == 1 and len(sandbox._idle.queue) == 1
+    finally:
+        sandbox.close()
+    assert sandbox._started == 0

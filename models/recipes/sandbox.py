@@ -166,7 +166,10 @@ class _Worker:
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
-                stream.close()
+                try:
+                    stream.close()
+                except OSError:  # a request still buffered for a worker that died: nobody reads it
+                    pass
 
 
 class Sandbox:
@@ -183,25 +186,36 @@ class Sandbox:
         self._lock = threading.Lock()
 
     def _take(self) -> _Worker:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            start = self._started < self.workers
-            if start:
-                self._started += 1
-        if not start:
-            return self._idle.get()
-        try:
-            return _Worker()
-        except BaseException:
+        """An idle worker, a new one while fewer than ``workers`` run, or the next one freed."""
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
             with self._lock:
-                self._started -= 1
-            raise
+                start = self._started < self.workers
+                if start:
+                    self._started += 1
+            if start:
+                try:
+                    return _Worker()
+                except BaseException:
+                    with self._lock:
+                        self._started -= 1
+                    raise
+            try:  # a worker that dies is not given back: look again rather than wait for ever
+                return self._idle.get(timeout=0.25)
+            except queue.Empty:
+                continue
+
+    def _drop(self, worker: _Worker) -> None:
+        worker.close()
+        with self._lock:
+            self._started -= 1
 
     def run(self, program: str, limits: SandboxLimits = SandboxLimits()) -> ProgramRun:
-        """Run ``program`` under ``limits``.
+        """Run ``program`` under ``limits``. A worker found dead (killed from outside) is replaced
+        and the program sent to the new one.
 
         Raises:
             SandboxError: no worker could be started (the program is not run).
@@ -209,17 +223,19 @@ class Sandbox:
         request = {"program": program, "cpu_s": limits.cpu_s, "wall_s": limits.wall_s,
                    "memory_mb": limits.memory_mb, "output_bytes": limits.output_bytes, "imports": list(limits.imports)}
         start = time.perf_counter()
-        worker = self._take()
-        try:
-            reply = worker.run(request)
-        except (SandboxError, OSError, ValueError) as exc:
-            worker.close()
-            with self._lock:
-                self._started -= 1
-            return ProgramRun("killed", "", f"SandboxError: {exc}", time.perf_counter() - start, ())
-        self._idle.put(worker)
-        return ProgramRun(reply["status"], reply.get("output") or "", reply.get("error"),
-                          time.perf_counter() - start, tuple(reply.get("layers") or ()))
+        for attempt in range(2):
+            worker = self._take()
+            try:
+                reply = worker.run(request)
+            except (SandboxError, OSError, ValueError) as exc:
+                self._drop(worker)
+                if attempt == 0:
+                    continue
+                return ProgramRun("killed", "", f"SandboxError: {exc}", time.perf_counter() - start, ())
+            self._idle.put(worker)
+            return ProgramRun(reply["status"], reply.get("output") or "", reply.get("error"),
+                              time.perf_counter() - start, tuple(reply.get("layers") or ()))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def layers(self) -> tuple[str, ...]:
         """The containment layers this machine gives a program (a worker is started if none is)."""
@@ -236,9 +252,7 @@ class Sandbox:
                 worker = self._idle.get_nowait()
             except queue.Empty:
                 return
-            worker.close()
-            with self._lock:
-                self._started -= 1
+            self._drop(worker)
 
 
 _DEFAULT: Sandbox | None = None
