@@ -740,6 +740,14 @@ def _echo_words(text: str) -> list[str]:
     return [_WORD_EDGE.sub("", w).casefold() for w in ascii_digits(text).split()]
 
 
+@functools.lru_cache(maxsize=1024)
+def _question_grams(question: str, n: int) -> frozenset[tuple[str, ...]]:
+    """The ``n``-word runs of ``question`` (:func:`_echo_words`), empty when it is shorter: computed
+    once per question, not once per sample (the trace store reads every sample of a question)."""
+    q = _echo_words(question)
+    return frozenset(tuple(q[i:i + n]) for i in range(len(q) - n + 1))
+
+
 def is_echo(text: str, question: str, kind: AnswerKind = "math", n_choices: int = 4) -> bool:
     """Whether ``text`` only repeats ``question`` as far as its answer goes: it names an answer,
     but none is left once every passage it copies from the question (a run of at least
@@ -751,11 +759,10 @@ def is_echo(text: str, question: str, kind: AnswerKind = "math", n_choices: int 
     are left?``), is.
     """
     words, raw = _echo_words(text), ascii_digits(text).split()
-    q = _echo_words(question)
     n = ECHO_MIN_WORDS
-    if len(words) < n or len(q) < n:
+    grams = _question_grams(question, n)
+    if len(words) < n or not grams:
         return False
-    grams = {tuple(q[i:i + n]) for i in range(len(q) - n + 1)}
     copied = [False] * len(words)
     for i in range(len(words) - n + 1):
         if tuple(words[i:i + n]) in grams:
