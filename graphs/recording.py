@@ -15,16 +15,39 @@ protocol graph is one whose nodes ran under it and whose output has ``methods`` 
 benchmark protocol's main method (``align``, ``comed``, ``moa``, ``debate``, ``converse``); its model
 calls are the ``calls`` of its own nodes' updates. A protocol graph run inside another (COMED's MoA
 and debate baselines) belongs to the outer one. Questions are written when the outermost run the
-recorder saw ends, one transaction per question (:meth:`TraceStore.record_question`).
+recorder saw ends, one transaction per question (:meth:`TraceStore.record_question`). A protocol
+run that ends without ``methods`` (paused, or stopped by an error) is known by its nodes' names
+(those of a registered protocol's graph).
 
-What it does not record: a question resumed from a checkpoint (the nodes that ran before the stop
-are not seen again: use :func:`agora.graphs.runner.run_problems` for resumable runs), duels and CUPID
-sessions (they have their own drivers and records: :func:`agora.runs.duel.run_duels`,
+Each invocation is its own question (``docs/guarantees.md``, "Recording from an app"):
+
+- **Ids**: a question without a ``question_id`` gets ``q-<crc32 of its text>``, or, when that id is
+  taken in the run (an answered or failed question), the first free ``q-<crc32>-2``, ``-3``, ...
+  A ``question_id`` given by the caller that the run already answered is refused
+  (:class:`QuestionRecordedError`, one line naming the id), and nothing of that invocation is
+  written; one that only failed before is retried under its id, as ``agora run`` retries it.
+- **Pauses** (an ``interrupt``, ``interrupt_before``/``interrupt_after``, a Studio breakpoint): the
+  nodes that ran before the pause are held, in memory, under the run's checkpoint thread and
+  namespace, and the question is recorded once, whole, when a later invocation through the same
+  recorder finishes it. A fresh input on that thread drops what was held for it.
+- **Errors**: an invocation that raises (an unreachable member's ``ModelCallError``, any other
+  error) leaves its protocol question failed: the failed attempts of its model calls (those of the
+  call that raised, of calls cut short beside it, and of the nodes that finished) are written as
+  ``model_calls`` rows under the question's id, with no ``questions`` row, and the run ends
+  ``failed`` with the id in its summary's ``failed_questions``, as ``agora run`` writes them. With
+  a checkpointer, resuming the invocation finishes the question, which is then recorded whole.
+
+What it does not record: a question resumed through another recorder (or process) than the one
+that saw it start (its earlier nodes are not known: it is skipped, with a logged warning; use
+:func:`agora.graphs.runner.run_problems` for resumable runs), duels and CUPID sessions (they have
+their own drivers and records: :func:`agora.runs.duel.run_duels`,
 :func:`agora.runs.selection.run_session`).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,11 +56,19 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.errors import GraphBubbleUp
 
 from agora.graphs import registry
 from agora.graphs.question import as_problem
 from agora.graphs.runner import default_detail, question_failed, scored_values
+from agora.models.pool import unreturned_attempts
 from agora.traces.store import TraceStore, check_run_id
+
+log = logging.getLogger("agora.recording")
+
+
+class QuestionRecordedError(ValueError):
+    """A caller's ``question_id`` that the recording's run has already answered (one line)."""
 
 
 @dataclass
@@ -54,6 +85,23 @@ class _Run:
     wall_s: float = 0.0
     children: list[UUID] = field(default_factory=list)
     ended: bool = False
+    error: BaseException | None = None
+    thread: tuple[str, str] | None = None
+    """``(thread_id, checkpoint_ns)`` of a run under a checkpointer's thread (what a resume finds)."""
+    unreturned: Any = None
+    """The outermost run's :func:`agora.models.pool.unreturned_attempts` context (entered, its list)."""
+
+
+@dataclass
+class _Held:
+    """The part of a protocol question seen before it paused or raised, kept for its resume."""
+
+    protocol: str
+    inputs: dict[str, Any]
+    updates: list[dict[str, Any]]
+    wall_s: float
+    question_id: str | None = None
+    """Set once the question was written as failed (its attempts are under this id)."""
 
 
 def _update_of(outputs: Any) -> dict[str, Any] | None:
@@ -64,6 +112,25 @@ def _update_of(outputs: Any) -> dict[str, Any] | None:
     return update if isinstance(update, dict) else None
 
 
+@functools.cache
+def _protocol_nodes() -> dict[str, frozenset[str]]:
+    """Benchmark protocol → the names of its graph's nodes (built once, when first needed)."""
+    return {spec.name: frozenset(spec.build().nodes) for spec in registry.specs() if spec.kind == "benchmark"}
+
+
+def _merged(updates: list[dict[str, Any]]) -> dict[str, Any]:
+    """Node updates folded into one state: lists concatenated (the protocols' list channels add), other
+    values replaced."""
+    values: dict[str, Any] = {}
+    for update in updates:
+        for key, value in update.items():
+            if isinstance(value, list) and isinstance(values.get(key), list):
+                values[key] = values[key] + value
+            else:
+                values[key] = value
+    return values
+
+
 class TraceRecorder(BaseCallbackHandler):
     """Record the protocol questions of the runs it is passed to (``config={"callbacks": [it]}``).
 
@@ -71,13 +138,15 @@ class TraceRecorder(BaseCallbackHandler):
         db: the trace database (a path, created if missing, or an open :class:`TraceStore`).
         run_id: the recording's name: protocol ``p``'s questions go to run ``<run_id>-<p>`` (a
             run row holds one protocol), created on its first question; the same ``run_id`` again
-            adds to those runs (a question recorded twice is kept once).
+            adds to those runs (each invocation its own question: the module docstring).
         config: what the runs' rows store as their settings (default: ``{"recorded_by": "TraceRecorder"}``).
         pool: the pool the runs' rows describe (a ``ModelPool`` or a list of member dicts); default:
             the names of the models the recorded calls went to, at the first question.
 
-    Recording errors (the database, a run id that holds another protocol) are raised in the
-    invocation that ran the question (``raise_error``), not logged and lost.
+    Recording errors (the database, a run id that holds another protocol, a repeated
+    ``question_id``: :class:`QuestionRecordedError`, a database file deleted or replaced since it
+    was opened: :class:`~agora.traces.errors.TraceStoreError`) are raised in the invocation that
+    ran the question (``raise_error``), not logged and lost.
 
     Run status: as ``agora run`` records it (:func:`agora.graphs.runner.run_problems`): ``failed``
     when any of a protocol's questions failed (their ids and last errors in the summary's
@@ -89,6 +158,9 @@ class TraceRecorder(BaseCallbackHandler):
     """
 
     raise_error = True
+    run_inline = True
+    """Called in the invocation's own context, async runs too: the outermost run collects the failed
+    attempts of model calls cut short (:func:`agora.models.pool.unreturned_attempts`)."""
 
     def __init__(self, db: str | Path | TraceStore, run_id: str, *, config: Any = None, pool: Any = None):
         super().__init__()
@@ -101,10 +173,12 @@ class TraceRecorder(BaseCallbackHandler):
         self.recorded: dict[str, int] = {}
         """Protocol → questions recorded by this recorder."""
         self.failed: dict[str, int] = {}
-        """Protocol → questions whose every model call failed (their calls are stored, no answer)."""
+        """Protocol → questions that failed (every model call failed, or the invocation raised): their
+        failed attempts are stored, no answer."""
         self.failed_questions: dict[str, dict[str, str]] = {}
-        """Protocol → failed question id → its last model-call error (as the runner's summary)."""
+        """Protocol → failed question id → its last error (as the runner's summary)."""
         self._runs: dict[UUID, _Run] = {}
+        self._held: dict[tuple[str, str], _Held] = {}
         self._lock = threading.RLock()
         self._protocols = {spec.name: spec for spec in registry.specs() if spec.kind == "benchmark"}
 
@@ -113,29 +187,45 @@ class TraceRecorder(BaseCallbackHandler):
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         name = kwargs.get("name") or (serialized or {}).get("name") or ""
-        node = (metadata or {}).get("langgraph_node") == name
+        metadata = metadata or {}
+        node = metadata.get("langgraph_node") == name
+        thread_id = (metadata.get("configurable") or {}).get("thread_id", metadata.get("thread_id"))
+        thread = (str(thread_id), str(metadata.get("checkpoint_ns") or "")) if thread_id is not None else None
         with self._lock:
-            self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs)
+            run = self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs, thread=thread)
             if parent_run_id in self._runs:
                 self._runs[parent_run_id].children.append(run_id)
+                return
+            if thread is not None and isinstance(inputs, dict):  # a fresh start on the thread: no resume
+                for key in [k for k in self._held if k[0] == thread[0]]:
+                    del self._held[key]
+        collector = unreturned_attempts()
+        run.unreturned = (collector, collector.__enter__())
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._ended(run_id, outputs, None)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._ended(run_id, None, error)
+
+    def _ended(self, run_id: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
                 return
-            run.outputs, run.ended, run.wall_s = outputs, True, time.perf_counter() - run.started
-            if run.parent not in self._runs:  # the outermost run this recorder saw: record what ran under it
-                try:
-                    self._record_tree(run_id)
-                finally:
-                    self._forget(run_id)
-
-    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        with self._lock:
-            run = self._runs.get(run_id)
-            if run is not None and run.parent not in self._runs:
-                self._forget(run_id)  # a failed invocation: its questions did not finish
+            run.outputs, run.error, run.ended = outputs, error, error is None
+            run.wall_s = time.perf_counter() - run.started
+            if run.parent in self._runs:
+                return
+            try:  # the outermost run this recorder saw: record what ran under it
+                self._record_tree(run_id)
+            finally:
+                self._forget(run_id)
+                if run.unreturned is not None:
+                    try:
+                        run.unreturned[0].__exit__(None, None, None)
+                    except ValueError:  # (ended in another context than it started: nothing to restore)
+                        pass
 
     # ------------------------------------------------------------------ recording
 
@@ -147,7 +237,7 @@ class TraceRecorder(BaseCallbackHandler):
                 todo.extend(run.children)
 
     def _protocol_of(self, run: _Run) -> str | None:
-        """The benchmark protocol whose graph ``run`` is (see the module docstring), else ``None``."""
+        """The benchmark protocol whose graph ``run`` is and that finished (see the module docstring)."""
         methods = run.outputs.get("methods") if isinstance(run.outputs, dict) else None
         if not isinstance(methods, dict) or not methods or not run.ended:
             return None
@@ -158,58 +248,159 @@ class TraceRecorder(BaseCallbackHandler):
             return None  # a node that writes methods (principal_select), not a graph
         return first
 
+    def _unfinished_protocol(self, run: _Run) -> str | None:
+        """The protocol of a graph run that ended without ``methods`` (paused, or stopped by an error):
+        the one held for its thread, else the one protocol whose graph has every node that ran."""
+        if run.node:
+            return None
+        held = self._held.get(run.thread) if run.thread is not None else None
+        if held is not None:
+            return held.protocol
+        nodes = {self._runs[c].name for c in run.children if c in self._runs and self._runs[c].node}
+        if not nodes or not isinstance(run.inputs, dict) or not run.inputs.get("question"):
+            return None
+        matches = [p for p, names in _protocol_nodes().items() if nodes <= names]
+        return matches[0] if len(matches) == 1 else None
+
     def _record_tree(self, root: UUID) -> None:
-        found: list[tuple[UUID, str]] = []
+        found: list[tuple[UUID, str, bool]] = []
         todo = [root]
         while todo:  # outermost protocol runs only: a protocol run's inner graphs belong to it
             rid = todo.pop()
             run = self._runs.get(rid)
             if run is None:
                 continue
-            protocol = self._protocol_of(run)
-            if protocol is not None:
-                found.append((rid, protocol))
+            if (protocol := self._protocol_of(run)) is not None:
+                found.append((rid, protocol, True))
+            elif (protocol := self._unfinished_protocol(run)) is not None:
+                found.append((rid, protocol, False))
             else:
                 todo.extend(run.children)
-        for rid, protocol in found:
-            self._record_question(self._runs[rid], protocol)
+        unreturned = self._runs[root].unreturned
+        cut_short = list(unreturned[1]) if unreturned is not None else []
+        for rid, protocol, finished in found:
+            if finished:
+                self._record_question(self._runs[rid], protocol)
+            else:
+                self._hold(rid, protocol, cut_short)
+                cut_short = []  # (given to the first question stopped: one invocation, one error)
 
-    def _record_question(self, graph_run: _Run, protocol: str) -> None:
-        inputs = graph_run.inputs if isinstance(graph_run.inputs, dict) else None
-        if not inputs or not inputs.get("question"):
-            return  # resumed from a checkpoint (input None): its earlier nodes were not seen
-        values: dict[str, Any] = {}
+    def _node_updates(self, graph_run: _Run) -> list[dict[str, Any]]:
+        """The state updates of the nodes that finished under ``graph_run``, in the order they started."""
+        updates = []
         for child in graph_run.children:
             run = self._runs.get(child)
             update = _update_of(run.outputs) if run is not None and run.node and run.ended else None
-            for key, value in (update or {}).items():
-                if isinstance(value, list) and isinstance(values.get(key), list):
-                    values[key] = values[key] + value
-                else:
-                    values[key] = value
+            if update:
+                updates.append(update)
+        return updates
+
+    def _failed_attempts(self, rid: UUID) -> list[dict[str, Any]]:
+        """The trace records of model calls that raised under run ``rid`` (``ModelCallError.records``)."""
+        records, todo = [], [rid]
+        while todo:
+            run = self._runs.get(todo.pop())
+            if run is None:
+                continue
+            records.extend(getattr(run.error, "records", None) or [])
+            todo.extend(run.children)
+        return records
+
+    def _hold(self, rid: UUID, protocol: str, cut_short: list[dict[str, Any]]) -> None:
+        """A protocol question that ended without an answer: paused (kept for its resume), or stopped
+        by an error (its failed attempts written now, the question failed; kept for a resume too)."""
+        run = self._runs[rid]
+        held = self._held.pop(run.thread, None) if run.thread is not None else None
+        inputs = held.inputs if held is not None else run.inputs
+        held = _Held(protocol, inputs, (held.updates if held else []) + self._node_updates(run),
+                     (held.wall_s if held else 0.0) + run.wall_s, held.question_id if held else None)
+        error = run.error
+        if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
+            calls = _merged(held.updates).get("calls") or []
+            attempts, seen = [], set()
+            for record in [c for c in calls if c.get("error")] + self._failed_attempts(rid) + cut_short:
+                if record.get("error") and record.get("call_id") not in seen:
+                    seen.add(record.get("call_id"))
+                    attempts.append(record)
+            if held.question_id is None:
+                held.question_id = self._question_id(protocol, inputs, failing=True)
+            if held.question_id is not None:
+                qid = held.question_id
+                run_id = self._start(protocol, attempts)
+                self.store.record_calls(run_id, protocol, qid, [{**c, "question_id": qid} for c in attempts])
+                if isinstance(error, Exception):  # (Ctrl-C: the run ends interrupted, the question unanswered)
+                    self._failed(protocol, qid, f"{type(error).__name__}: {error}")
+        if run.thread is not None:
+            self._held[run.thread] = held
+
+    def _failed(self, protocol: str, question_id: str, error: str) -> None:
+        questions = self.failed_questions.setdefault(protocol, {})
+        questions[question_id] = error[:200]
+        self.failed[protocol] = len(questions)
+
+    def _question_id(self, protocol: str, inputs: dict[str, Any], *, failing: bool = False) -> str | None:
+        """The id an invocation's question is recorded under (module docstring): the caller's
+        ``question_id``, else the first id of its text that the run has not taken.
+
+        Raises:
+            QuestionRecordedError: the caller's ``question_id`` is answered in the run already
+                (``failing``: ``None`` instead, the invocation's own error is the one raised)."""
+        run_id = f"{self.run_id}-{protocol}"
+        given = inputs.get("question_id")
+        if given:
+            if given in self.store.question_ids(run_id, given) and given in self.store.finished_questions(run_id):
+                if failing:
+                    return None
+                raise QuestionRecordedError(
+                    f"{self.store.path}: question id {given!r} is already recorded in run {run_id!r}: give each "
+                    "invocation its own question_id, or none (one is made per invocation); nothing of this "
+                    "invocation was written")
+            return given
+        base = as_problem(inputs).id
+        taken = self.store.question_ids(run_id, base) | {
+            h.question_id for h in self._held.values() if h.protocol == protocol and h.question_id}
+        qid, n = base, 1
+        while qid in taken:
+            n += 1
+            qid = f"{base}-{n}"
+        return qid
+
+    def _record_question(self, graph_run: _Run, protocol: str) -> None:
+        held = self._held.pop(graph_run.thread, None) if graph_run.thread is not None else None
+        inputs = held.inputs if held is not None else graph_run.inputs
+        inputs = inputs if isinstance(inputs, dict) else None
+        if not inputs or not inputs.get("question"):
+            log.warning("TraceRecorder: a %s question resumed from a checkpoint was not recorded: this recorder "
+                        "did not see it start (its earlier nodes are unknown)", protocol)
+            return
+        values = _merged((held.updates if held else []) + self._node_updates(graph_run))
         values.update(graph_run.outputs)
-        calls = values.get("calls") or []
-        problem = as_problem(inputs)  # the caller's input: its gold, if any, scores the methods
+        wall_s = (held.wall_s if held else 0.0) + graph_run.wall_s
+        qid = held.question_id if held is not None and held.question_id else self._question_id(protocol, inputs)
+        calls = [{**c, "question_id": qid} for c in values.get("calls") or []]
+        problem = as_problem({**inputs, "question_id": qid})  # the caller's input: its gold scores the methods
         values = scored_values(values, problem)
         spec = self._protocols[protocol]
         methods = values["methods"]
         run_id = self._start(protocol, calls)
         if question_failed(protocol, methods, calls):
-            self.store.record_calls(run_id, protocol, problem.id, calls)
-            self.failed[protocol] = self.failed.get(protocol, 0) + 1
+            self.store.record_calls(run_id, protocol, qid, calls)
             errors = [c.get("error") for c in calls if c.get("error")]
-            self.failed_questions.setdefault(protocol, {})[problem.id] = (errors[-1] if errors else
-                                                                           "no sample for the protocol's method")[:200]
+            self._failed(protocol, qid, errors[-1] if errors else "no sample for the protocol's method")
             return
-        main = methods.get(protocol) or {}
         self.store.record_question(
             run_id, protocol,
-            {"question_id": problem.id, "idx": self.recorded.get(protocol, 0), "source": problem.source,
+            {"question_id": qid, "idx": len(self.store.finished_questions(run_id)), "source": problem.source,
              "kind": problem.kind, "question": problem.question, "gold": problem.gold,
-             "answer": values.get("answer"), "correct": main.get("correct"), "wall_s": graph_run.wall_s,
+             "answer": values.get("answer"), "correct": methods.get(protocol, {}).get("correct"), "wall_s": wall_s,
              "detail": (spec.detail or default_detail)(values)},
             methods, calls)
         self.recorded[protocol] = self.recorded.get(protocol, 0) + 1
+        if qid in self.failed_questions.get(protocol, {}):  # failed before, answered on its resume or retry
+            del self.failed_questions[protocol][qid]
+            self.failed[protocol] = len(self.failed_questions[protocol])
+            if not self.failed[protocol]:
+                del self.failed[protocol], self.failed_questions[protocol]
 
     def _start(self, protocol: str, calls: list[dict[str, Any]]) -> str:
         """The run id of ``protocol``'s questions, its row started on first use."""
@@ -225,14 +416,18 @@ class TraceRecorder(BaseCallbackHandler):
 
     def finish(self, status: str = "finished") -> None:
         """Mark every run this recorder wrote ``status``, with ``{"questions", "failed"}`` as summary
-        (and ``failed_questions``: id → last error, the first 50). A run with failed questions is
-        marked ``failed`` instead of ``finished``, as :func:`agora.graphs.runner.run_problems` marks
-        a CLI run (``interrupted`` and ``failed`` are kept as given)."""
+        (and ``failed_questions``: id → last error, the first 50; ``paused``: questions paused and not
+        resumed, unrecorded). A run with failed questions is marked ``failed`` instead of
+        ``finished``, as :func:`agora.graphs.runner.run_problems` marks a CLI run (``interrupted``
+        and ``failed`` are kept as given)."""
         for protocol, run_id in self.run_ids.items():
             failed = self.failed.get(protocol, 0)
             summary: dict[str, Any] = {"questions": self.recorded.get(protocol, 0), "failed": failed}
             if failed:
                 summary["failed_questions"] = dict(list(self.failed_questions.get(protocol, {}).items())[:50])
+            paused = sum(h.protocol == protocol and h.question_id is None for h in self._held.values())
+            if paused:
+                summary["paused"] = paused
             self.store.finish_run(run_id, summary=summary,
                                   status="failed" if failed and status == "finished" else status)
 

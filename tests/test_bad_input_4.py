@@ -523,3 +523,16 @@ def test_a_table_spelled_in_another_case_is_agoras_table_to_sqlite(bundle, tmp_p
     line = refused_import(bad, tmp_path / "target.db")
     assert line == (f"error: {bad}:1: tables: {name!r} is Agora's {name.lower()} table spelled in another case; the "
                     "header is damaged or tampered with")
+
+
+def test_importing_a_device_or_a_folder_says_what_it_is(tmp_path):
+    import os
+
+    code, output = agora("import", tmp_path, "--db", tmp_path / "target.db")
+    assert code == 2
+    assert one_error_line(output) == (f"error: {tmp_path}: a folder, not a bundle file; give the path of an "
+                                      ".agora.jsonl.gz file")
+    if os.path.exists("/dev/zero"):  # read from, never written
+        code, output = agora("import", "/dev/zero", "--db", tmp_path / "target.db")
+        assert code == 2 and one_error_line(output).startswith("error: /dev/zero: a character device, not a bundle")
+    assert not (tmp_path / "target.db").exists()

@@ -355,7 +355,12 @@ def read_header(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
-        raise BundleError(f"{path}: no such bundle file")
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            raise BundleError(f"{path}: no such bundle file") from None
+        what = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+        raise BundleError(f"{path}: {what}, not a bundle file; give the path of an {SUFFIX} file")
     for i, first in _lines(path):
         return _check_header(path, first)
     raise BundleError(f"{path}: empty file, not a bundle")

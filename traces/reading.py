@@ -58,6 +58,14 @@ class TraceReader:
         return {r["question_id"] for r in self.db.query(
             "select question_id from questions where run_id = ?", [run_id])}
 
+    def question_ids(self, run_id: str, prefix: str = "") -> set[str]:
+        """Ids starting with ``prefix`` of the questions of ``run_id`` that have a ``questions`` row or
+        a model call (failed questions too): the ids taken in the run."""
+        return {r["question_id"] for r in self.db.query(
+            "select question_id from questions where run_id = ? and substr(question_id, 1, ?) = ? union "
+            "select question_id from model_calls where run_id = ? and substr(question_id, 1, ?) = ?",
+            [run_id, len(prefix), prefix] * 2)}
+
     def results(self, run_id: str) -> list[dict]:
         return list(self.db.query(
             "select r.*, q.idx from results r join questions q using (run_id, question_id) "

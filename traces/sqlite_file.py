@@ -55,6 +55,31 @@ def check_db_path(path: str | Path) -> None:
         raise TraceStoreError(f"{path}: not a regular file (a database needs one)")
 
 
+def file_identity(path: str | Path) -> tuple[int, int] | None:
+    """The file at ``path`` as the kernel knows it, ``(st_dev, st_ino)``; ``None`` when none is there."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_same_file(path: str | Path, opened: tuple[int, int]) -> None:
+    """Refuse to write on when the database file at ``path`` is no longer the file the store opened
+    (``opened``, its :func:`file_identity` then): deleted, or replaced by another file (moved over,
+    restored from a copy), so that the rows would go to a file nobody can read (an unlinked inode)
+    or beside a database that is not this run's.
+
+    Raises:
+        TraceStoreError: one line naming the path and what to do.
+    """
+    now = file_identity(path)
+    if now != opened:
+        raise TraceStoreError(f"{path}: the trace database was deleted or replaced while this process was writing "
+                              f"to it ({'no file is there now' if now is None else 'another file is there now'}); "
+                              "nothing more was written. Put the file back, or rerun with another --db")
+
+
 #: Tables Agora writes besides the core ones (:data:`agora.traces.schema.TABLES`): a database that
 #: holds only these (and SQLite's own) is Agora's; any other table without the core ones marks a
 #: database of another tool, which a writable store refuses to touch (:func:`schema_problem`).

@@ -62,8 +62,10 @@ from agora.traces.sqlite_file import (
     OWN_TABLES,
     _LockedDatabase,
     check_db_path,
+    check_same_file,
     check_schema,
     describe_sqlite_error,
+    file_identity,
     readonly_uri,
     schema_problem,
 )
@@ -91,6 +93,10 @@ class TraceStore(TraceReader):
             corrupt one), cannot be created or written, stays locked by another process for
             :data:`BUSY_TIMEOUT_S`, or (``readonly``) does not exist.
     """
+
+    _opened: tuple[int, int] | None = None
+    """The SQLite file this store opened, ``(st_dev, st_ino)``: every write first checks that it is
+    still the file at :attr:`path` (:func:`~agora.traces.sqlite_file.check_same_file`)."""
 
     def __new__(cls, path: str | Path | None = None, *args: Any, **kwargs: Any) -> "TraceStore":
         """``TraceStore(path)`` opens the store the path names: a ``postgresql://`` URL the Postgres
@@ -137,7 +143,14 @@ class TraceStore(TraceReader):
         db.execute("PRAGMA synchronous=NORMAL")
         self.db = db
         self._create()
+        self._opened = file_identity(self.path)
         return db
+
+    def _check_file(self) -> None:
+        """Raise :class:`TraceStoreError` (one line) when the open database file was deleted or
+        replaced at its path since it was opened: rows written on would be lost."""
+        if self._opened is not None:
+            check_same_file(self.path, self._opened)
 
     def _create(self) -> None:
         db = self.db
@@ -309,6 +322,7 @@ class TraceStore(TraceReader):
         ``running`` when it can be helped.
         """
         update = {"status": status, "finished_at": now(), "summary": _clean_text(_json(summary))}
+        self._check_file()
         try:
             with self._lock, self.db.conn:
                 self.db["runs"].update(run_id, update)
@@ -385,6 +399,7 @@ class TraceStore(TraceReader):
                         "shared_tokens": r.get("shared_completion_tokens"),
                         "shared_latency_s": r.get("shared_latency_s")}
                        for method, r in results.items()]
+        self._check_file()
         with self._lock, self.db.conn:
             # One statement per table, not sqlite-utils' two per row (33 → 3 statements for an
             # ALIGN question: ≈ 2.2 → 0.7 ms, the runner's per-question cost; orchestration.py).
@@ -396,6 +411,7 @@ class TraceStore(TraceReader):
         """Write model-call records without a question row: the attempts of a question that failed
         (no answer recorded, retried by a rerun) or was aborted by an unreachable model."""
         rows = call_rows(calls, run_id, question_id, protocol)
+        self._check_file()
         with self._lock, self.db.conn:
             _upsert(self.db.conn, "model_calls", rows, ("call_id",))
 
@@ -403,6 +419,7 @@ class TraceStore(TraceReader):
     def transaction(self) -> Iterator[sqlite_utils.Database]:
         """Hold the write lock and one SQLite transaction (committed on exit, rolled back on error);
         for protocol tables written together with their model calls (:func:`call_row`)."""
+        self._check_file()
         with self._lock, self.db.conn:
             yield self.db
 
