@@ -232,7 +232,8 @@ class RecordedRun:
 
 @contextmanager
 def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, pool: Any, dataset: Any,
-                 pool_may_change: bool = False, group_commit: bool = False) -> Iterator[RecordedRun]:
+                 pool_may_change: bool = False, group_commit: bool = False,
+                 shared: bool = False) -> Iterator[RecordedRun]:
     """What every driver does around its work (``run_problems``, ``runs.duel.run_duels``,
     ``runs.selection.run_session``): open the checkpointer (:func:`open_checkpointer`, with
     ``group_commit``), start or resume the run's row (``TraceStore.start_run``, with its refusal
@@ -247,7 +248,9 @@ def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, 
 
     The run id's live-run lock (:meth:`TraceStore.run_lock`) is held from before the checkpointer
     opens until the block ends, so a second process given the same run id is refused before it
-    touches anything; a lock left by a dead process is taken over. While the block runs the run is
+    touches anything; a lock left by a dead process is taken over. ``shared`` (``run_problems``): on
+    a Postgres store the run takes no lock, its workers share its questions
+    (:mod:`agora.traces.claims`); SQLite keeps one process per run. While the block runs the run is
     one of this process's live runs (:func:`mark_live_runs`).
 
     Raises:
@@ -257,7 +260,7 @@ def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, 
             the row is left as it was and the checkpointer closed.
     """
     with ExitStack() as held:
-        held.enter_context(store.run_lock(run_id))
+        held.enter_context(store.run_lock(run_id, shared=shared))
         saver = open_checkpointer(store.path, group_commit=group_commit)
         try:
             resumed = store.start_run(run_id, protocol, config=config, pool=pool, dataset=dataset,
@@ -437,7 +440,8 @@ def run_problems(
         raise ValueError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
     with recorded_run(store, run_id, protocol, config=config, pool=pool_description,
                       dataset=run_dataset(dataset, problems),
-                      group_commit=True) as run:  # its checkpointer commits after each question (solve)
+                      group_commit=True,  # its checkpointer commits after each question (solve)
+                      shared=True) as run:  # on Postgres, several workers may run it together
         saver = run.saver
         done = store.finished_questions(run_id)
         outcome = RunOutcome(run_id=run_id, resumed=run.resumed, skipped=sum(p.id in done for p in problems))

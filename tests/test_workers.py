@@ -194,3 +194,22 @@ def test_three_bench_workers_on_one_postgres_bench_report_what_one_process_repor
 def _cells(report: dict) -> list[tuple]:
     return sorted((c["task"], c["method"], c["accuracy"], c["questions"], c.get("samples_per_q"), c.get("calls_per_q"))
                   for c in report["cells"])
+
+
+def test_a_carried_run_on_postgres_is_one_process_at_a_time_and_its_lock_dies_with_it(postgres_server):
+    """Duels and CUPID sessions carry state from step to step: on Postgres they keep a run lock (an
+    advisory lock of the holder's session), released when the holder goes."""
+    from agora.traces.store import RunLockedError, TraceStore
+
+    url = postgres_server.database()
+    first, second = TraceStore(url), TraceStore(url)
+    with first.run_lock("duels"):
+        with pytest.raises(RunLockedError, match="being run by another process"):
+            with second.run_lock("duels"):
+                pass
+        with second.run_lock("duels", shared=True):  # a benchmark run's workers share it
+            pass
+    with second.run_lock("duels"):  # released
+        pass
+    first.close()
+    second.close()

@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from agora.traces.errors import TraceStoreError
+from agora.traces.errors import RunLockedError, TraceStoreError
 from agora.traces.rows import _clean_text, _json, now
 from agora.traces.store import TraceStore
 
@@ -81,7 +81,7 @@ def shown_url(url: str) -> str:
 def _needs_driver() -> Any:
     try:
         import psycopg
-        import psycopg_pool  # noqa: F401
+        import psycopg_pool  # noqa: F401 - (checked here: the pool is imported where it is made)
     except ImportError:
         raise TraceStoreError("a postgresql:// trace store needs psycopg and psycopg-pool: "
                               "pip install 'agora-llm[postgres]' (or -e '.[postgres]' in a checkout)") from None
@@ -455,10 +455,33 @@ class PostgresTraceStore(TraceStore):
             self.db.execute("select pg_advisory_xact_lock(hashtext(?))", [f"agora-run:{run_id}"])
             return super().start_run(run_id, protocol, **kwargs)
 
-    def run_lock(self, run_id: str) -> contextlib.AbstractContextManager[None]:
-        """No lock: on Postgres several processes run one run together, sharing its questions
-        (:mod:`agora.traces.claims`)."""
-        return contextlib.nullcontext()
+    def run_lock(self, run_id: str, *, shared: bool = False) -> contextlib.AbstractContextManager[None]:
+        """``shared`` (a benchmark run: :func:`agora.graphs.runner.run_problems`): no lock, several
+        processes run it together, sharing its questions (:mod:`agora.traces.claims`). Otherwise (a
+        duel run, a CUPID session: state carried from one step to the next) one process at a time:
+        a session advisory lock on the run id, which Postgres releases when its holder's connection
+        ends, however the process ends (``kill -9`` included).
+
+        Raises:
+            RunLockedError: another live process holds it.
+        """
+        if shared:
+            return contextlib.nullcontext()
+        return self._exclusive(run_id)
+
+    @contextlib.contextmanager
+    def _exclusive(self, run_id: str) -> Iterator[None]:
+        import psycopg
+
+        conn = psycopg.connect(self.path, autocommit=True)
+        try:
+            got = conn.execute("select pg_try_advisory_lock(hashtext(%s))", [f"agora-run-lock:{run_id}"]).fetchone()[0]
+            if not got:
+                raise RunLockedError(f"run id {run_id!r} is being run by another process on {shown_url(self.path)}; "
+                                     "wait for it to end (or stop it), or pick a new --run-id")
+            yield
+        finally:
+            conn.close()  # (ends the session: the lock goes with it)
 
     def finish_run(self, run_id: str, summary: Any = None, status: str = "finished") -> None:
         with self._lock, self.db.conn:

@@ -305,9 +305,11 @@ class TraceStore(TraceReader):
                 differ.append(r["question_id"])
         return compared, differ
 
-    def run_lock(self, run_id: str) -> contextlib.AbstractContextManager[None]:
+    def run_lock(self, run_id: str, *, shared: bool = False) -> contextlib.AbstractContextManager[None]:
         """The live-run lock of ``run_id`` on this database (:func:`run_lock`): a driver holds it
-        while it runs the run, so a second process given the same run id is refused.
+        while it runs the run, so a second process given the same run id is refused. ``shared``
+        (a run whose questions several workers may share, :func:`agora.graphs.runner.run_problems`)
+        changes nothing on SQLite: one process writes a run.
 
         Raises:
             RunLockedError: another live process holds it.
