@@ -335,3 +335,16 @@ def test_agora_serve_writes_the_members_recipes_into_its_pool_file(tmp_path):
     assert [(m.name, m.spec.backend, m.spec.recipe.describe()) for m in pool] == [
         ("q+pot", "openai", {"name": "pot", "cpu_s": 2.0}),
         ("remote+persona", "openai", {"name": "persona", "persona": "You are terse."})]
+
+
+def test_program_of_thought_without_restrictedpython_is_refused_when_the_pool_loads(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "RestrictedPython" else real(name, *a))
+    path = tmp_path / "pool.toml"
+    path.write_text(f'[[models]]\n{ENTRY}recipe = "pot"\n')
+    with pytest.raises(PoolConfigError) as err:
+        load_pool(path)
+    assert str(err.value) == (f"{path}: models[0] (m+x): field 'recipe': program-of-thought needs RestrictedPython "
+                              "for its sandbox: pip install RestrictedPython")

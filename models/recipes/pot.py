@@ -18,10 +18,11 @@ option's letter. The printed last line becomes ``The answer is <line>.``, which 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from typing import Any
 
-from pydantic import Field, StrictStr, field_validator
+from pydantic import Field, StrictStr, field_validator, model_validator
 
 from agora.models.recipes.registry import Finished, Recipe
 from agora.models.recipes.sandbox import DEFAULT_IMPORTS, FORBIDDEN_IMPORTS, SandboxLimits, run_program
@@ -110,6 +111,12 @@ class ProgramOfThought(Recipe):
         if not all(m.isidentifier() for m in value):
             raise ValueError("must be module names")
         return value
+
+    @model_validator(mode="after")
+    def _sandbox_installed(self) -> "ProgramOfThought":
+        if importlib.util.find_spec("RestrictedPython") is None:
+            raise ValueError("program-of-thought needs RestrictedPython for its sandbox: pip install RestrictedPython")
+        return self
 
     @property
     def limits(self) -> SandboxLimits:

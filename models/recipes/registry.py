@@ -230,5 +230,6 @@ def recipe_from_entry(value: Any) -> Recipe:
         message = str(error) if isinstance(error, Exception) else f"{err['msg'][:1].lower()}{err['msg'][1:]}"
         if err["type"] == "missing":
             raise RecipeError(f"recipe.{loc}", f"missing: recipe {name!r} needs {loc!r}") from None
-        got = f", got {err.get('input')!r:.80}"
-        raise RecipeError(f"recipe.{loc}", f"{message}{got}") from None
+        if not loc:  # a check of the whole recipe (a model validator)
+            raise RecipeError("recipe", message) from None
+        raise RecipeError(f"recipe.{loc}", f"{message}, got {err.get('input')!r:.80}") from None
