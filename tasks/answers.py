@@ -91,21 +91,24 @@ class Extraction:
 #: A decimal digit of a script other than ASCII (Unicode category Nd: Arabic-Indic ``٧``, Devanagari
 #: ``७``, fullwidth ``７``, ...).
 _OTHER_DIGIT = re.compile(r"(?![0-9])\d")
-#: Decimal and thousands separators of other scripts between two digits: Arabic ``٫`` and ``٬``,
-#: fullwidth ``．`` and ``，`` (``٣٫٥`` is 3.5, not 3).
-_SEPARATORS = {"٫": ".", "．": ".", "٬": ",", "，": ","}
-_SEPARATOR = re.compile(r"(?<=[0-9])[٫．٬，](?=[0-9])")
+#: The fullwidth forms of ASCII (U+FF01..U+FF5E: ``Ｂ``, ``（``, ``＝``) as their ASCII characters.
+_FULLWIDTH = {0xFF01 + i: 0x21 + i for i in range(94)}
+#: Arabic decimal and thousands separators between two digits (``٣٫٥`` is 3.5, not 3).
+_SEPARATORS = {"٫": ".", "٬": ","}
+_SEPARATOR = re.compile(r"(?<=[0-9])[٫٬](?=[0-9])")
 
 
 def ascii_digits(text: str) -> str:
     """``text`` with every decimal digit written as its ASCII digit (``"#### ٧"`` → ``"#### 7"``,
-    ``"１２"`` → ``"12"``), by its Unicode decimal value (:func:`unicodedata.decimal`), and the
-    decimal and thousands separators of those scripts between digits as ``.`` and ``,`` (``٣٫٥`` →
-    ``3.5``); nothing else changes (not superscripts, fractions or other compatibility forms NFKC would rewrite:
-    ``x²`` stays ``x²``). Applied to outputs and gold answers alike, so a gold and a reply in the
-    same digits of any script compare as numbers."""
+    ``"１２"`` → ``"12"``), by its Unicode decimal value (:func:`unicodedata.decimal`); the decimal
+    and thousands separators of those scripts between digits as ``.`` and ``,`` (``٣٫٥`` →
+    ``3.5``); and the fullwidth forms of ASCII as ASCII (``（Ｂ）`` → ``(B)``). Nothing else
+    changes (not superscripts, fractions or other compatibility forms NFKC would rewrite: ``x²``
+    stays ``x²``). Applied to outputs and gold answers alike, so a gold and a reply in the same
+    digits of any script compare as numbers."""
     if text.isascii():
         return text
+    text = text.translate(_FULLWIDTH)
     text = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), text)
     return _SEPARATOR.sub(lambda m: _SEPARATORS[m.group()], text)
 

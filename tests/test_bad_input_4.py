@@ -72,6 +72,11 @@ def test_separators_of_other_scripts_between_digits_are_read(reply, answer):
     assert find_answer(reply).answer == answer  # not 3, the digits before the separator
 
 
+@pytest.mark.parametrize("reply, answer", [("The answer is （Ｂ）.", "B"), ("Answer: Ｃ", "C")])
+def test_fullwidth_option_letters_are_read(reply, answer):
+    assert find_answer(reply, "mc").answer == answer
+
+
 def test_a_reply_and_a_gold_in_two_scripts_compare_as_numbers():
     assert is_correct("٧", "７") and is_correct("7", "٧") and not is_correct("٨", "7")
 
