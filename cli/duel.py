@@ -30,7 +30,7 @@ from agora.runs.duel import run_duels
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces import duels as duel_traces
 from agora.traces.report import run_totals
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.store import TraceStore, check_run_id, store_backend
 
 
 @app.command("duel", short_help="Duel-then-judge rounds whose non-tied duels become preference pairs.")
@@ -56,7 +56,7 @@ def duel(
     seed: int = typer.Option(0, "--seed"),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML), at least 3 models. Default: the "
                                         "embedded models plus a persona variant of each."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run."),
 ) -> None:
     """Two pool members answer an instruction, the others judge both answers (1–10), reputations
@@ -119,14 +119,14 @@ def print_duel_table(store: TraceStore, run_id: str) -> None:
 
 @report_app.command("duels")
 def report_duels(
-    db: Path = typer.Option(..., "--db", help="Trace database with duel runs."),
+    db: str = typer.Option(..., "--db", help="Trace database with duel runs (a file or a postgresql:// URL)."),
     out: Path = typer.Option(..., "--out", help="Folder for the PNGs."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Duel run (default: the latest)."),
     top: int = typer.Option(20, "--top", min=1, help="Instructions in the leader-weight heatmap."),
 ) -> None:
     """Reputation trajectories, leader weights of the most-changed instructions, pairwise win rates."""
     with user_errors():
-        if not db.is_file():
+        if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
         store = TraceStore(db, readonly=True)  # a report writes nothing into the database, not even tables
         runs = duel_traces.duel_runs(store)

@@ -118,7 +118,7 @@ def _duel_summary(store: TraceStore, run_id: str):
             for r in duel_traces.duels(store, run_id)]
 
 
-def test_interrupted_run_resumes_without_duplicates_and_matches_an_uninterrupted_run(tmp_path):
+def test_interrupted_run_resumes_without_duplicates_and_matches_an_uninterrupted_run(tmp_path, trace_db):
     cfg = DuelConfig(mode="stackelberg", duels=4, iterations=2, seed=3)
     problems = synthetic_problems(6)
     reference = TraceStore(tmp_path / "ref.db")
@@ -126,7 +126,7 @@ def test_interrupted_run_resumes_without_duplicates_and_matches_an_uninterrupted
 
     fault = {"after": 5}  # judge c fails at its 6th answer: in the middle of a duel
     pool, models = quality_pool(fault)
-    store = TraceStore(tmp_path / "t.db")
+    store = TraceStore(trace_db)  # SQLite or Postgres; the reference on SQLite
     with pytest.raises(ModelCallError):
         run_duels(store, "run", DuelContext(pool, cfg, problems))
     recorded = store.db["duels"].count

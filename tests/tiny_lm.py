@@ -14,7 +14,7 @@ def build_tiny_lm(folder: Path, seed: int = 0) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from agora.training.convert import FEWSHOT_CHAT_TEMPLATE
+    from agora.models.convert import FEWSHOT_CHAT_TEMPLATE
 
     specials = ["<unk>", "<pad>", "<bos>", "<eos>"]
     vocab = {t: i for i, t in enumerate(specials + list(dict.fromkeys(WORDS)) + [str(n) for n in range(100)])}

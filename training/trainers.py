@@ -1,7 +1,7 @@
 """DPO and GRPO with TRL on LoRA adapters; the trained adapter becomes a pool entry.
 
 ``train_dpo`` / ``train_grpo`` take a base model folder (an HF folder, or ``builtin:...`` converted by
-:func:`agora.training.convert.export_hf`), rows from :mod:`agora.training.datasets`, an output folder
+:func:`agora.models.convert.export_hf`), rows from :mod:`agora.training.datasets`, an output folder
 and settings (:mod:`agora.training.config`), and return a :class:`TrainResult`. The adapter lands in
 ``<out>/adapter`` (peft format, with the tokenizer and ``agora_train.json`` describing the run), which
 ``backend = "transformers"`` pool entries load in-process (:func:`trained_entry`) and vLLM serves with

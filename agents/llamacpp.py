@@ -1,7 +1,0 @@
-"""Moved to :mod:`agora.models.llamacpp` (the model layer); this old import path is an alias of that module."""
-
-import sys
-
-from agora.models import llamacpp as _moved
-
-sys.modules[__name__] = _moved
