@@ -225,6 +225,42 @@ def _cycles(edges: list[Edge]) -> list[list[Edge]]:
     return cycles
 
 
+def _alias_of(path: Path) -> str | None:
+    """Why ``path`` is an alias module (one that stands for another under an old path), or ``None``:
+    it puts another module in ``sys.modules``, or (not a package's ``__init__``) holds nothing but
+    imports, a docstring and ``__all__``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Subscript) and ast.unparse(t.value) == "sys.modules" for t in node.targets):
+            return f"line {node.lineno} replaces itself in sys.modules"
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    if path.name != "__init__.py" and body and all(
+            isinstance(n, (ast.Import, ast.ImportFrom))
+            or (isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["__all__"]) for n in body):
+        return "it only re-exports what it imports"
+    return None
+
+
+def test_no_alias_modules():
+    """No module re-exports another under an old import path (``agents/pool.py`` standing for
+    ``models/pool.py``): one module, one home; callers import it there."""
+    aliases = {str(path.relative_to(ROOT)): why for path in MODULES.values() if (why := _alias_of(path))}
+    assert not aliases, f"alias modules (import the module where it lives and delete these): {aliases}"
+
+
+def test_the_alias_check_sees_both_kinds(tmp_path):
+    moved = tmp_path / "pool.py"
+    moved.write_text('"""Moved."""\nimport sys\n\nfrom agora.models import pool as _moved\n\nsys.modules[__name__] = _moved\n')
+    reexport = tmp_path / "convert.py"
+    reexport.write_text('"""Moved."""\n\nfrom agora.models.convert import (  # noqa: F401\n    export_hf,\n)\n')
+    package = tmp_path / "__init__.py"
+    package.write_text('"""A package naming what users import."""\n\nfrom agora.models.pool import ModelPool\n')
+    assert _alias_of(moved) == "line 6 replaces itself in sys.modules"
+    assert _alias_of(reexport) == "it only re-exports what it imports"
+    assert _alias_of(package) is None and _alias_of(ROOT / "graphs" / "moa.py") is None
+
+
 def test_no_import_cycle():
     cycles = _cycles(EDGES)
     text = [" -> ".join(f"{edge.source} ({edge.where()})" for edge in cycle) + f" -> {cycle[0].source}" for cycle in cycles]
@@ -236,11 +272,11 @@ def test_no_import_cycle():
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from agora.training import convert\n", ["agora.training.convert"]),
+        ("from agora.training import datasets\n", ["agora.training.datasets"]),
         ("def f():\n    from agora.graphs.runner import run_problems\n", ["agora.graphs.runner"]),
         ("import agora.traces.store as s\n", ["agora.traces.store"]),
-        ("from .pool import ModelPool\n", ["agora.agents.pool"]),
-        ("from . import pool\n", ["agora.agents.pool"]),
+        ("from .judge import Judge\n", ["agora.agents.judge"]),
+        ("from . import judge\n", ["agora.agents.judge"]),
         ("from agora.tasks import Problem\n", ["agora.tasks"]),
         ("import json\nfrom typing import Any\n", []),
     ],
