@@ -237,6 +237,40 @@ def test_questions_against_a_server_that_resets_connections_are_each_a_failed_qu
     assert run["status"] == "failed" and json.loads(run["summary"])["failed"] == n
 
 
+def test_an_invocation_stopped_by_an_unreachable_member_and_resumed_is_one_question_answered_whole(tmp_path):
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+    with StubServer() as server:
+        with TraceRecorder(db, run_id="app") as recorder:
+            config["callbacks"] = [recorder]
+            with pytest.raises(ModelCallError):  # member b down: agent 1 stops the question
+                graph.invoke({"question": QUESTION, "gold": "4"}, config,
+                             context=DelegationContext(user_pool(server.base_url, closed_port_url()), CONFIG))
+            assert recorder.failed == {"align": 1}
+            out = graph.invoke(None, config, context=DelegationContext(user_pool(server.base_url), CONFIG))  # b back
+        assert len(server.requests) == 2  # agent 0 (kept in the checkpoint) is not asked again
+    assert out["answer"] == "4" and recorder.recorded == {"align": 1} and recorder.failed == {}
+    [qid] = calls_per_question(db, "app-align")
+    assert calls_per_question(db, "app-align") == {qid: (4, 4, 1)}  # the earlier try's failed attempt kept, once
+    run = TraceStore(db).get_run("app-align")
+    assert run["status"] == "finished" and json.loads(run["summary"]) == {"questions": 1, "failed": 0}
+
+
+def test_a_question_still_paused_when_the_recorder_finishes_is_counted_not_recorded(tmp_path):
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile(checkpointer=InMemorySaver(), interrupt_before=["principal_select"])
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            build_delegation_graph().compile().invoke({"question": QUESTION}, {"callbacks": [recorder]},
+                                                      context=DelegationContext(pool, CONFIG))
+            graph.invoke({"question": "What is 3 + 3?"}, {"configurable": {"thread_id": "t"}, "callbacks": [recorder]},
+                         context=DelegationContext(pool, CONFIG))
+    assert rows(db, "select question from questions") == [(QUESTION,)]
+    assert json.loads(TraceStore(db).get_run("app-align")["summary"]) == {"questions": 1, "failed": 0, "paused": 1}
+
+
 # ----------------------------------------------------------------------------- 7. the database file changed
 
 @pytest.mark.parametrize("change", ["deleted", "replaced"])
