@@ -12,7 +12,7 @@ from rich.markup import escape
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
 from agora.traces.bundle import SUFFIX, check_bundle, check_out_path, export_bundle, import_bundle
-from agora.traces.store import TraceStore, backfill, check_run_id
+from agora.traces.store import TraceStore, backfill, check_run_id, store_backend
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)
 app.add_typer(traces_app, name="traces")
@@ -24,7 +24,8 @@ def _size(n: int) -> str:
 
 @app.command("export", short_help="Write runs (or a bench) of a trace DB as one compressed bundle file.")
 def export_cmd(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); opened read-only."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database (a SQLite file or a postgresql:// URL); "
+                                                   "opened read-only."),
     run_id: Optional[list[str]] = typer.Option(None, "--run-id", help="A run to export (repeatable)."),
     bench_id: Optional[list[str]] = typer.Option(None, "--bench-id", help="A bench to export: its report rows and "
                                                  "every run <bench>:... (repeatable)."),
@@ -35,7 +36,7 @@ def export_cmd(
     gzip JSON Lines bundle that `agora import` loads into any trace DB (format: docs/traces.md). A bench
     run that took the bench's shared candidates brings their run along (named in the summary line)."""
     with user_errors():
-        if not db.is_file():
+        if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
         check_out_path(out)
         if out.exists() and not force:
@@ -53,7 +54,8 @@ def export_cmd(
 @app.command("import", short_help="Load a trace bundle into a trace DB (importing twice adds nothing).")
 def import_cmd(
     bundle: Path = typer.Argument(..., help=f"Bundle file (*{SUFFIX}) written by `agora export`."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database to load it into (created if missing)."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database to load it into: a SQLite file (created if "
+                                                   "missing) or a postgresql:// URL."),
     force: bool = typer.Option(False, "--force", help="The bundle wins: replace rows of --db whose key exists with "
                                "other content, and add new rows to runs --db already holds (without it both are "
                                "refused)."),
@@ -65,7 +67,7 @@ def import_cmd(
     the wrong type, and a bundle holding two contents under one key. A refused import into a new --db
     leaves no file. See docs/traces.md."""
     with user_errors():
-        created = not db.exists()
+        created = store_backend(db) is None and not Path(db).exists()
         if created:
             check_bundle(bundle)  # the whole bundle, before --db is created
         store = TraceStore(db)
@@ -90,14 +92,14 @@ def import_cmd(
 
 @traces_app.command("backfill", short_help="Fill the answer-level columns of an older trace DB (once).")
 def backfill_cmd(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database to update in place."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database to update in place (a file or a postgresql:// URL)."),
     run_id: Optional[list[str]] = typer.Option(None, "--run-id", help="Only these runs (repeatable; default all)."),
 ) -> None:
     """Extract each recorded sample's answer (and how it was found), its sample index and request, and
     each question's option count, for databases written before these columns existed. Rows already
     filled are left alone."""
     with user_errors():
-        if not db.is_file():
+        if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
         for r in run_id or ():
             check_run_id(r)

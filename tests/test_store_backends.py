@@ -160,3 +160,24 @@ def test_reports_replay_and_training_data_are_the_same_on_both_backends(tmp_path
             "replay": replay(load_run(reader, "r1"), "plurality").rows, "pairs": align_pairs(reader)}))
         reader.close()
     assert seen[0] == seen[1]
+
+
+def test_export_import_and_backfill_commands_take_a_postgres_url(tmp_path, postgres_server):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    url = postgres_server.database()
+    store = TraceStore(url)
+    record_align_run(store)
+    bundle = tmp_path / "r1.agora.jsonl.gz"
+    out = CliRunner().invoke(app, ["export", "--db", url, "--run-id", "r1", "--out", str(bundle)])
+    assert out.exit_code == 0, out.output
+    assert "1 runs" in out.output and "model_calls 16" in out.output
+    other = postgres_server.database()
+    back = CliRunner().invoke(app, ["import", str(bundle), "--db", other])
+    assert back.exit_code == 0, back.output
+    assert table_rows(TraceStore(other), "model_calls") == table_rows(store, "model_calls")
+    filled = CliRunner().invoke(app, ["traces", "backfill", "--db", url])
+    assert filled.exit_code == 0 and "0 model calls and 0 questions filled" in filled.output, filled.output
+    store.close()
