@@ -348,7 +348,7 @@ class TraceRecorder(BaseCallbackHandler):
         run_id = f"{self.run_id}-{protocol}"
         given = inputs.get("question_id")
         if given:
-            if given in self.store.question_ids(run_id, given) and given in self.store.finished_questions(run_id):
+            if given in self.store.question_ids(run_id, given, answered=True):
                 if failing:
                     return None
                 raise QuestionRecordedError(
@@ -390,7 +390,8 @@ class TraceRecorder(BaseCallbackHandler):
             return
         self.store.record_question(
             run_id, protocol,
-            {"question_id": qid, "idx": len(self.store.finished_questions(run_id)), "source": problem.source,
+            {"question_id": qid, "idx": self.store.question_times([run_id]).get(run_id, (0, 0.0))[0],
+             "source": problem.source,
              "kind": problem.kind, "question": problem.question, "gold": problem.gold,
              "answer": values.get("answer"), "correct": methods.get(protocol, {}).get("correct"), "wall_s": wall_s,
              "detail": (spec.detail or default_detail)(values)},

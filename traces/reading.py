@@ -58,13 +58,14 @@ class TraceReader:
         return {r["question_id"] for r in self.db.query(
             "select question_id from questions where run_id = ?", [run_id])}
 
-    def question_ids(self, run_id: str, prefix: str = "") -> set[str]:
+    def question_ids(self, run_id: str, prefix: str = "", *, answered: bool = False) -> set[str]:
         """Ids starting with ``prefix`` of the questions of ``run_id`` that have a ``questions`` row or
-        a model call (failed questions too): the ids taken in the run."""
-        return {r["question_id"] for r in self.db.query(
-            "select question_id from questions where run_id = ? and substr(question_id, 1, ?) = ? union "
-            "select question_id from model_calls where run_id = ? and substr(question_id, 1, ?) = ?",
-            [run_id, len(prefix), prefix] * 2)}
+        a model call (failed questions too): the ids taken in the run; ``answered``: those with a
+        ``questions`` row only."""
+        sql = "select question_id from questions where run_id = ? and substr(question_id, 1, ?) = ?"
+        if not answered:
+            sql += " union select question_id from model_calls where run_id = ? and substr(question_id, 1, ?) = ?"
+        return {r["question_id"] for r in self.db.query(sql, [run_id, len(prefix), prefix] * (1 if answered else 2))}
 
     def results(self, run_id: str) -> list[dict]:
         return list(self.db.query(
