@@ -125,3 +125,35 @@ def test_cli_trains_an_aggregator_on_a_tiny_model_and_moa_uses_it(tmp_path):
     assert out.exit_code == 0, out.output
     calls = list(sqlite_utils.Database(tmp_path / "moa.db")["model_calls"].rows)
     assert {(c["role"], c["model"]) for c in calls if c["error"] is None} == {("proposer", "m"), ("aggregator", "agg")}
+
+
+@pytest.mark.slow
+def test_the_tiny_pool_end_to_end_traces_then_an_aggregator_and_own_data(tmp_path):
+    """The built-in tiny pool (SmolLM2-135M, Gemma-3-270M): ALIGN records samples, an aggregator is
+    trained from them for two GRPO steps and served back as MoA's aggregator; the own-data datasets
+    are written from the same traces."""
+    pytest.importorskip("trl")
+    import sqlite_utils
+    from test_verified_data import agora
+
+    db = tmp_path / "t.db"
+    out = agora("run", "align", "--pool", "tiny", "--format", "synthetic", "--limit", 3, "--agents", 2, "--samples", 2,
+                "--max-tokens", 48, "--db", db, "--run-id", "a1")
+    assert out.exit_code == 0, out.output
+    out = agora("train", "sft", "--pool", "tiny", "--model", "smollm2-135m", "--db", db, "--out", tmp_path / "sft",
+                "--data-only")
+    assert out.exit_code == 0, out.output
+    stats = json.loads((tmp_path / "sft" / "dataset" / "stats.json").read_text())
+    assert stats["samples"] == 6 and stats["skipped_calls"]["held_out"] == 0  # 3 questions × 2 samples of its agent
+    out = agora("train", "grpo", "--aggregate", 2, "--pool", "tiny", "--model", "smollm2-135m", "--db", db,
+                "--out", tmp_path / "agg", "--name", "agg", "--max-steps", 2, "--num-generations", 2, "--batch-size", 2,
+                "--max-completion-length", 16, "--lr", "1e-4", "--lora-r", 4, "--shots", 0, "--run-id", "agg-1")
+    assert out.exit_code == 0, out.output
+    d = sqlite_utils.Database(db)
+    assert [(c["kind"], c["steps"]) for c in d["checkpoints"].rows] == [("grpo", 2)]
+    out = agora("run", "moa", "--pool", tmp_path / "agg" / "pool.toml", "--format", "synthetic", "--limit", 1,
+                "--proposers", "smollm2-135m,gemma3-270m", "--aggregator", "agg", "--max-tokens", 16,
+                "--db", tmp_path / "moa.db", "--run-id", "m1")
+    assert out.exit_code == 0, out.output
+    calls = list(sqlite_utils.Database(tmp_path / "moa.db")["model_calls"].rows)
+    assert {c["model"] for c in calls if c["role"] == "aggregator" and c["error"] is None} == {"agg"}
