@@ -80,3 +80,28 @@ def test_the_studio_page_documents_the_safe_command_and_a_context_with_a_pool():
     assert "agora studio" in page and "loaded from the internet" in page
     bodies = [json.loads(b) for b in re.findall(r"-d '(\{.*?\})'", page, flags=re.S)]
     assert any(b.get("context", {}).get("pool") == "tiny" for b in bodies), bodies
+
+
+ISSUE_NUMBER = re.compile(r"\b(?:issues?|PR|pull request)\s*#?\d+|(?:^|\()#\d+\b", re.IGNORECASE)
+"""One of Agora's issue numbers (``issue 32``, ``issues 18 and 30``, ``(#41)``): work history, which a
+user's page does not need (it stays in commit messages and ``benchmarks/README.md``). An upstream
+project's (``llama.cpp #20824``) is a source a user may follow."""
+
+
+def issue_numbers(text: str) -> list[str]:
+    """``line: text`` of every issue number in ``text`` (code spans left out: ``horse #12`` is an example)."""
+    return [f"{number}: {line.strip()}" for number, line in enumerate(text.splitlines(), 1)
+            if ISSUE_NUMBER.search(re.sub(r"`[^`]*`", "", line))]
+
+
+def test_the_checker_finds_issue_numbers():
+    assert issue_numbers("the claims of issue 18 (CLAIMS)\nfixed (#41).\nIssues 18 and 30 say\n") == [
+        "1: the claims of issue 18 (CLAIMS)", "2: fixed (#41).", "3: Issues 18 and 30 say"]
+    assert issue_numbers("labels (`horse #12`); see [§6](scoring.md#6-where-scoring-happens); (llama.cpp #20824)") == []
+
+
+def test_readme_and_docs_cite_no_issue_numbers():
+    pages = [DOCS.parent / "README.md", *sorted(DOCS.rglob("*.md"))]
+    cited = {str(page.relative_to(DOCS.parent)): hits for page in pages
+             if (hits := issue_numbers(page.read_text(encoding="utf-8")))}
+    assert not cited, f"pages speak to users; issue numbers belong in commits and benchmarks/README.md: {cited}"
