@@ -64,18 +64,18 @@ def file_identity(path: str | Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def check_same_file(path: str | Path, opened: tuple[int, int]) -> None:
+def check_same_file(path: str | Path, opened: tuple[int, int], *, shown: str | Path | None = None) -> None:
     """Refuse to write on when the database file at ``path`` is no longer the file the store opened
     (``opened``, its :func:`file_identity` then): deleted, or replaced by another file (moved over,
     restored from a copy), so that the rows would go to a file nobody can read (an unlinked inode)
-    or beside a database that is not this run's.
+    or beside a database that is not this run's. ``shown``: the path as the user gave it (default ``path``).
 
     Raises:
         TraceStoreError: one line naming the path and what to do.
     """
     now = file_identity(path)
     if now != opened:
-        raise TraceStoreError(f"{path}: the trace database was deleted or replaced while this process was writing "
+        raise TraceStoreError(f"{shown or path}: the trace database was deleted or replaced while this process was writing "
                               f"to it ({'no file is there now' if now is None else 'another file is there now'}); "
                               "nothing more was written. Put the file back, or rerun with another --db")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import os
 import platform
 import sqlite3
 import threading
@@ -94,9 +95,10 @@ class TraceStore(TraceReader):
             :data:`BUSY_TIMEOUT_S`, or (``readonly``) does not exist.
     """
 
-    _opened: tuple[int, int] | None = None
-    """The SQLite file this store opened, ``(st_dev, st_ino)``: every write first checks that it is
-    still the file at :attr:`path` (:func:`~agora.traces.sqlite_file.check_same_file`)."""
+    _opened: tuple[str, tuple[int, int] | None] | None = None
+    """The SQLite file this store opened: its absolute path (a later ``chdir`` changes nothing) and
+    ``(st_dev, st_ino)``; every write first checks that it is still the file at that path
+    (:func:`~agora.traces.sqlite_file.check_same_file`)."""
 
     def __new__(cls, path: str | Path | None = None, *args: Any, **kwargs: Any) -> "TraceStore":
         """``TraceStore(path)`` opens the store the path names: a ``postgresql://`` URL the Postgres
@@ -143,14 +145,14 @@ class TraceStore(TraceReader):
         db.execute("PRAGMA synchronous=NORMAL")
         self.db = db
         self._create()
-        self._opened = file_identity(self.path)
+        self._opened = (os.path.abspath(self.path), file_identity(self.path))
         return db
 
     def _check_file(self) -> None:
         """Raise :class:`TraceStoreError` (one line) when the open database file was deleted or
         replaced at its path since it was opened: rows written on would be lost."""
-        if self._opened is not None:
-            check_same_file(self.path, self._opened)
+        if self._opened is not None and self._opened[1] is not None:
+            check_same_file(self._opened[0], self._opened[1], shown=self.path)
 
     def _create(self) -> None:
         db = self.db
