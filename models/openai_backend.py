@@ -80,12 +80,21 @@ def _limits():
     return httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
 
 
+@lru_cache(maxsize=1)
+def _tls():
+    """One TLS context (certificates verified, httpx's defaults) for every HTTP client of the process:
+    loading the CA bundle is most of the ≈ 20 ms an HTTP client costs to build, once per event loop."""
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
 @lru_cache(maxsize=16)
 def _sync_root(api_key: str, timeout_s: float):
     from openai import DefaultHttpxClient, OpenAI
 
     return OpenAI(base_url="http://127.0.0.1/v1", api_key=api_key, timeout=timeout_s, max_retries=0,
-                  http_client=DefaultHttpxClient(limits=_limits()))
+                  http_client=DefaultHttpxClient(limits=_limits(), verify=_tls()))
 
 
 @lru_cache(maxsize=4096)
@@ -115,15 +124,15 @@ def async_client(base_url: str, api_key: str, timeout_s: float):
     root_key = (api_key or "EMPTY", timeout_s)
     with _async_lock:
         clients = _async_clients.setdefault(loop, {})
-        client = clients.get((base_url, *root_key))
-        if client is None:
-            root = clients.get(root_key)
-            if root is None:
-                root = clients[root_key] = AsyncOpenAI(base_url=base_url, api_key=root_key[0], timeout=timeout_s,
-                                                       max_retries=0,
-                                                       http_client=DefaultAsyncHttpxClient(limits=_limits()))
-            client = clients[(base_url, *root_key)] = root.with_options(base_url=base_url)
-    return client
+        client, root = clients.get((base_url, *root_key)), clients.get(root_key)
+    if client is not None:
+        return client
+    if root is None:  # built outside the lock (milliseconds); only this loop's thread builds its clients
+        root = AsyncOpenAI(base_url=base_url, api_key=root_key[0], timeout=timeout_s, max_retries=0,
+                           http_client=DefaultAsyncHttpxClient(limits=_limits(), verify=_tls()))
+    with _async_lock:
+        root = clients.setdefault(root_key, root)
+        return clients.setdefault((base_url, *root_key), root.with_options(base_url=base_url))
 
 
 def cap_reply(text: str, max_tokens: int) -> tuple[str, int]:
