@@ -12,15 +12,18 @@ Records are plain dicts (TypedDicts) so graph state serialises and shows in Stud
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, NotRequired, Sequence
 
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_choice, check_count, check_names, check_number, check_sampling
+from agora.agents._checks import check_choice, check_count, check_name, check_names, check_number, check_sampling
+from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
 
 ProposalRule = Literal["plurality", "first"]
-UtilityName = Literal["agreement"]
+UtilityName = Literal["agreement", "calibrated"]
+UTILITIES = ("agreement", "calibrated")
 
 
 class Candidate(TypedDict):
@@ -75,7 +78,9 @@ class DelegationConfig:
     proposal_rule: ProposalRule = "plurality"
     """``plurality``: the agent's plurality answer (signal = its vote share); ``first``: first sample."""
     utility: UtilityName = "agreement"
-    """Principal utility: ``agreement`` = signal-weighted agreement with all pooled proposals."""
+    """Principal utility: ``agreement`` = signal-weighted agreement with all pooled proposals;
+    ``calibrated`` = the same, each proposal also weighted by its member's accuracy on dev questions
+    (``dev_accuracy``, ``dev_run``)."""
     temperature: float = 0.7
     top_p: float = 0.95
     max_tokens: int = 256
@@ -84,6 +89,13 @@ class DelegationConfig:
     seed: int = 0
     models: tuple[str, ...] = ()
     """Pool members acting as agents, in order; empty = every pool member."""
+    dev_accuracy: DevAccuracy = ()
+    """The ``calibrated`` utility's member reliabilities: each member's accuracy on dev questions
+    (``member=accuracy`` entries, or a mapping); members not given take theirs from ``dev_run``."""
+    dev_run: str | None = None
+    """A dev run in the trace DB ``dev_db`` whose samples give each member's accuracy (``None``: none read)."""
+    dev_db: str = "agora.db"
+    """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL)."""
 
     def __post_init__(self):
         owner = "DelegationConfig"
@@ -91,9 +103,15 @@ class DelegationConfig:
         check_count(owner, "k_samples", self.k_samples)
         check_number(owner, "tau", self.tau, 0.0, 1.0)
         check_choice(owner, "proposal_rule", self.proposal_rule, ("plurality", "first"))
-        check_choice(owner, "utility", self.utility, ("agreement",))
+        check_choice(owner, "utility", self.utility, UTILITIES)
         check_sampling(owner, self)
         check_names(owner, "models", self.models)
+        object.__setattr__(self, "dev_accuracy", dev_accuracy_pairs(owner, "dev_accuracy", self.dev_accuracy))
+        check_name(owner, "dev_run", self.dev_run)
+        check_name(owner, "dev_db", self.dev_db, optional=False)
+        if self.utility == "calibrated" and not self.dev_accuracy and not self.dev_run:
+            raise ValueError(f"{owner}.utility 'calibrated' needs member reliabilities: set dev_accuracy "
+                             "(member=accuracy entries) or dev_run (a dev run in the trace DB dev_db)")
 
 
 def plurality(answers: Sequence[str | None]) -> tuple[str | None, float]:
@@ -149,6 +167,44 @@ def agreement_utility(answers: Sequence[str | None], proposals: Sequence[Proposa
     return [0.0 if a is None else sum(p["signal"] for p in proposals if p["answer"] == a) / total for a in answers]
 
 
+def calibrated_utility(answers: Sequence[str | None], proposals: Sequence[Proposal],
+                       reliability: Mapping[str, float]) -> list[float]:
+    """Calibrated principal utility: agreement weighted by each proposer's reliability,
+    ``U(a) = Σ_p r_p·s_p·[a = a_p] / Σ_p r_p·s_p`` over pooled proposals ``p`` with signal ``s_p``
+    and ``r_p`` = the accuracy of ``p``'s member on dev questions (``reliability[model]``).
+
+    With every ``r_p`` equal it is :func:`agreement_utility`. In [0, 1]; ``None`` has U = 0; if
+    every weight ``r_p·s_p`` is 0, U = 0 for all. Weights are the accuracies themselves, not their
+    log-odds (the optimal weights of a weighted majority of independent voters, Nitzan & Paroush
+    1982), which turn negative below 50 % accuracy and would take U out of [0, 1], where ``tau`` lives.
+
+    >>> props = [{"model": "a", "answer": "4", "signal": 1.0}, {"model": "b", "answer": "5", "signal": 1.0}]
+    >>> calibrated_utility(["4", "5"], props, {"a": 0.6, "b": 0.2})
+    [0.75, 0.25]
+
+    Raises:
+        KeyError: a proposal whose model has no reliability (the message names it).
+    """
+    missing = sorted({p["model"] for p in proposals} - set(reliability))
+    if missing:
+        raise KeyError(f"no dev accuracy for member(s) {', '.join(missing)}")
+    weights = [reliability[p["model"]] * p["signal"] for p in proposals]
+    total = sum(weights)
+    if total <= 0:
+        return [0.0 for _ in answers]
+    return [0.0 if a is None else sum(w for w, p in zip(weights, proposals) if p["answer"] == a) / total
+            for a in answers]
+
+
+def principal_utility(name: UtilityName, answers: Sequence[str | None], proposals: Sequence[Proposal],
+                      reliability: Mapping[str, float] | None = None) -> list[float]:
+    """``U`` of each answer under the configured utility (``DelegationConfig.utility``):
+    :func:`agreement_utility` or :func:`calibrated_utility` (which needs ``reliability``)."""
+    if name == "calibrated":
+        return calibrated_utility(answers, proposals, reliability or {})
+    return agreement_utility(answers, proposals)
+
+
 class Selection(TypedDict):
     agent: int
     """Index of the selected proposal's agent (-1 when there is none)."""
@@ -188,11 +244,13 @@ def self_consistency(candidates: Sequence[Candidate]) -> tuple[str | None, float
     return plurality([c["answer"] for c in ordered])
 
 
-def best_of_n(candidates: Sequence[Candidate], proposals: Sequence[Proposal]) -> tuple[str | None, float]:
-    """Best-of-n·k: the candidate with the highest principal utility U (the same U as ALIGN)."""
+def best_of_n(candidates: Sequence[Candidate], proposals: Sequence[Proposal], utility: UtilityName = "agreement",
+              reliability: Mapping[str, float] | None = None) -> tuple[str | None, float]:
+    """Best-of-n·k: the candidate with the highest principal utility U (the same U as ALIGN:
+    :func:`principal_utility` of ``utility``)."""
     ordered = sorted(candidates, key=lambda c: (c["agent"], c["index"]))
     if not ordered:
         return None, 0.0
-    utilities = agreement_utility([c["answer"] for c in ordered], proposals)
+    utilities = principal_utility(utility, [c["answer"] for c in ordered], proposals, reliability)
     best = max(range(len(ordered)), key=lambda i: (utilities[i], -i))
     return ordered[best]["answer"], utilities[best]

@@ -29,7 +29,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
-from agora.agents.delegation import Candidate, DelegationConfig, Proposal, Selection, agreement_utility
+from agora.agents.delegation import Candidate, DelegationConfig, Proposal, Selection, principal_utility
 from agora.agents.delegation import best_of_n, principal_select as select_rule, propose, self_consistency
 from agora.agents.delegation import single_agent
 from agora.agents.prompts import solver_messages
@@ -41,6 +41,7 @@ from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec, detail_keys
 from agora.graphs.studio_schema import studio_schema
 from agora.tasks.answers import find_answer
+from agora.traces.reliability import reliabilities
 from agora.traces.schema import MethodResult
 
 METHODS = ("align", "single_agent", "self_consistency", "best_of_n")
@@ -113,6 +114,7 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
     for m in models:
         if m not in pool:
             raise ValueError(f"DelegationConfig.models names {m!r}, which is not in the pool ({', '.join(pool.names)})")
+    _reliability(cfg, models)
     assignments = [{"agent": i, "model": models[i % len(models)]} for i in range(cfg.n_agents)]
     emit("delegate", f"delegating to {cfg.n_agents} agents × {cfg.k_samples} samples",
          question_id=problem.id, agents=assignments)
@@ -198,13 +200,30 @@ def agent_propose(state: AgentState, runtime: Runtime[DelegationContext]) -> dic
     return {"proposals": [proposal]}
 
 
+def _reliability(cfg: DelegationConfig, models: list[str]) -> dict[str, float] | None:
+    """The ``calibrated`` utility's member reliabilities (``None`` for ``agreement``).
+
+    Raises:
+        ValueError: an agent's member with no dev accuracy (given or in the dev run), named.
+    """
+    if cfg.utility != "calibrated":
+        return None
+    found = reliabilities(cfg.dev_accuracy, cfg.dev_db, cfg.dev_run)
+    missing = [m for m in dict.fromkeys(models) if m not in found]
+    if missing:
+        raise ValueError(f"DelegationConfig.dev_accuracy: no accuracy for member(s) {', '.join(missing)} (give "
+                         f"member=accuracy, or a dev_run with their samples)")
+    return found
+
+
 def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
     """The principal applies its committed rule; the baselines answer from the same candidates
     (each method's ``correct`` is left ``None``: the runner scores)."""
     cfg = _config(runtime)
     proposals = sorted(state.get("proposals", []), key=lambda p: p["agent"])
     candidates = state.get("candidates", [])
-    utilities = agreement_utility([p["answer"] for p in proposals], proposals)
+    reliability = _reliability(cfg, [p["model"] for p in proposals])
+    utilities = principal_utility(cfg.utility, [p["answer"] for p in proposals], proposals, reliability)
     selection = select_rule(proposals, utilities, cfg.tau)
 
     def result(answer: str | None, used: list[Candidate]) -> MethodResult:  # unscored: the runner scores
@@ -224,7 +243,7 @@ def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]
         "align": result(selection["answer"], candidates),
         "single_agent": result(single_agent(candidates), first),
         "self_consistency": result(self_consistency(candidates)[0], candidates),
-        "best_of_n": result(best_of_n(candidates, proposals)[0], candidates),
+        "best_of_n": result(best_of_n(candidates, proposals, cfg.utility, reliability)[0], candidates),
     }
     verdict = "accepted" if selection["accepted"] else f"no proposal reached tau={cfg.tau}; argmax fallback"
     emit("selection", f"principal selected {selection['answer']} from agent {selection['agent']} "
