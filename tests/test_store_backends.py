@@ -181,3 +181,23 @@ def test_export_import_and_backfill_commands_take_a_postgres_url(tmp_path, postg
     filled = CliRunner().invoke(app, ["traces", "backfill", "--db", url])
     assert filled.exit_code == 0 and "0 model calls and 0 questions filled" in filled.output, filled.output
     store.close()
+
+
+@pytest.mark.parametrize("completion, tokens, stored, stored_tokens", [
+    ("x\ud800y", 5, {"x\ufffdy"}, 5),                     # a lone surrogate: U+FFFD on both
+    ("a\x00b", 5, {"a\x00b", "a\ufffdb"}, 5),             # NUL: kept by SQLite, U+FFFD on Postgres
+    ("ok", 10**30, {"ok"}, None),                         # usage beyond 64 bits: NULL on both
+])
+def test_a_value_a_backend_cannot_store_does_not_lose_the_question(trace_db, completion, tokens, stored,
+                                                                  stored_tokens):
+    store = TraceStore(trace_db)
+    store.start_run("r", "align", config={}, pool=[], dataset={})
+    store.record_question("r", "align", {"question_id": "q", "idx": 0, "kind": "math", "question": "1 + 1?",
+                                         "gold": "2", "answer": "2", "correct": True},
+                          {"align": {"answer": "2", "correct": True, "samples": 1}},
+                          [{"call_id": "c", "model": "m", "messages": [], "completion": completion,
+                            "prompt_tokens": 3, "completion_tokens": tokens}])
+    [call] = store.calls("r", "q")
+    assert call["completion"] in stored and call["completion_tokens"] == stored_tokens
+    assert store.finished_questions("r") == {"q"}
+    store.close()

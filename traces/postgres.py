@@ -24,6 +24,7 @@ langgraph-checkpoint-postgres).
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 from decimal import Decimal
@@ -33,6 +34,8 @@ from urllib.parse import urlsplit, urlunsplit
 from agora.traces.errors import RunLockedError, TraceStoreError
 from agora.traces.rows import _clean_text, _json, now
 from agora.traces.store import TraceStore
+
+log = logging.getLogger(__name__)
 
 #: URL schemes that open a Postgres store.
 SCHEMES = ("postgresql", "postgres")
@@ -134,13 +137,29 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
     return {k: _value(v) for k, v in r.items() if k != "rowid"}
 
 
+def _storable(v: Any) -> Any:
+    """``v`` as Postgres can store it where SQLite stores it as is: a NUL character (which Postgres
+    text refuses) as U+FFFD, an integer beyond 64 bits as ``None`` (SQLite's store makes the same
+    one NULL), each with a logged warning (the rest of the row is kept)."""
+    if isinstance(v, str):
+        if "\x00" in v:
+            log.warning("a NUL character (which Postgres text cannot hold) recorded as U+FFFD")
+            return v.replace("\x00", "\ufffd")
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v <= 2**63 - 1:
+        log.warning("an integer beyond 64 bits (%.3g) recorded as NULL", float(v))
+        return None
+    return v
+
+
 def _stored(v: Any) -> Any:
-    """A value as sqlite-utils stores it: lists and dicts as JSON text, booleans as 0/1."""
+    """A value as sqlite-utils stores it: lists and dicts as JSON text, booleans as 0/1; then
+    :func:`_storable`."""
     if isinstance(v, (dict, list, tuple)):
-        return _json(v)
+        return _storable(_json(v))
     if isinstance(v, bool):
         return int(v)
-    return v
+    return _storable(v)
 
 
 class _Result:
@@ -414,7 +433,9 @@ class PostgresDatabase:
 def _params(params: Sequence[Any] | dict | None) -> Any:
     if params is None:
         return None
-    return params  # (lists stay lists: ``= ANY(?)``)
+    if isinstance(params, dict):
+        return {k: _storable(v) for k, v in params.items()}
+    return [_storable(v) for v in params]  # (lists stay lists: ``= ANY(?)``)
 
 
 class PostgresTraceStore(TraceStore):
