@@ -179,7 +179,7 @@ def calibrated_utility(answers: Sequence[str | None], proposals: Sequence[Propos
     1982), which turn negative below 50 % accuracy and would take U out of [0, 1], where ``tau`` lives.
 
     >>> props = [{"model": "a", "answer": "4", "signal": 1.0}, {"model": "b", "answer": "5", "signal": 1.0}]
-    >>> calibrated_utility(["4", "5"], props, {"a": 0.6, "b": 0.2})
+    >>> calibrated_utility(["4", "5"], props, {"a": 0.75, "b": 0.25})
     [0.75, 0.25]
 
     Raises:
