@@ -32,7 +32,16 @@ def evolve_cmd(
     iterations: int = typer.Option(8, "--iterations", "-T", min=1, help="Iterations T (duels, then training)."),
     duels: int = typer.Option(64, "--duels", "-D", min=1, help="Duels per iteration D."),
     mode: str = typer.Option("stackelberg", "--mode", help="stackelberg or sparta duels."),
-    algo: str = typer.Option("dpo", "--algo", help="dpo (non-tied pairs) or grpo (peer-judge reward)."),
+    algo: str = typer.Option("dpo", "--algo", help="dpo (non-tied pairs), grpo (peer-judge reward) or sft (the "
+                             "member's own right answers; --data own)."),
+    data: str = typer.Option("duels", "--data", help="What dpo and sft learn from: duels (the judges' preferences) "
+                             "or own (each member's own right answers over its own wrong ones to the same "
+                             "instruction, checked against gold)."),
+    length_ratio: float = typer.Option(1.5, "--length-ratio", min=0.0, help="--data own: longer over shorter "
+                                       "answer of a pair at most (0: no filter)."),
+    held_out: Optional[Path] = typer.Option(None, "--held-out", help="Problem file (JSONL with gold): every trained "
+                                            "member's greedy accuracy on it before the first round and after each."),
+    held_out_limit: Optional[int] = typer.Option(None, "--held-out-limit", min=1, help="Use its first N problems."),
     reward: list[str] = typer.Option(["judge"], "--reward", help="GRPO rewards: judge, correctness, stored."),
     train_models: Optional[str] = typer.Option(None, "--train-models", help="Comma-separated members to train "
                                                "(default: every member with local weights)."),
@@ -68,7 +77,7 @@ def evolve_cmd(
         from agora.models.llamacpp import default_threads
         from agora.models.pool import pool_from_specs
         from agora.graphs.duel import DuelConfig, duel_pool
-        from agora.training.config import DPOSettings, GRPOSettings
+        from agora.training.config import DPOSettings, GRPOSettings, SFTSettings
         from agora.training.evolve import EvolveConfig, evolve
 
         problems = load_problems(instructions, fmt, limit)
@@ -85,24 +94,33 @@ def evolve_cmd(
             algorithm=algo, train_models=tuple(m.strip() for m in train_models.split(",")) if train_models else (),
             validation_fraction=validation, min_margin=min_margin, dpo=DPOSettings(**common),
             grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length)
-            if algo == "grpo" else GRPOSettings(), rewards=tuple(reward), serve_with=serve_with)
+            if algo == "grpo" else GRPOSettings(), rewards=tuple(reward), serve_with=serve_with, data=data,
+            length_ratio=length_ratio, sft=SFTSettings(**common) if algo == "sft" else SFTSettings())
+        held = []
+        if held_out is not None:
+            from agora.tasks.loaders import detect_format
+
+            held = load_problems(held_out, detect_format(held_out), held_out_limit)
         run_id = new_run_id("evolve") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
                       f"{len(problems)} instructions, pool {escape(', '.join(s.name for s in specs))}", highlight=False)
-        outcome = evolve(store, run_id, specs, problems, cfg, out / safe_file_name(run_id),
+        outcome = evolve(store, run_id, specs, problems, cfg, out / safe_file_name(run_id), held_out=held,
                          on_event=lambda e: console.print(escape(e["message"]), highlight=False)
                          if e.get("event") in LOOP_EVENTS else None)
         table = Table(title=f"evolve run {escape(run_id)}")
         for col in ("iteration", "duels", "pairs", "model", "trained", "steps", "held-out", "acc. new", "acc. current",
-                    "in pool"):
+                    "in pool", "held-out score"):
             table.add_column(col, justify="left" if col == "model" else "right")
         for it in outcome.iterations:
             for m in it.members:
                 table.add_row(str(it.iteration), str(it.duels), str(it.pairs), escape(m.model), "yes" if m.trained else "no",
                               str(m.steps), str(m.validation_pairs), _f(m.accuracy_new), _f(m.accuracy_current),
-                              "new" if m.selected else "kept")
+                              "new" if m.selected else "kept", _f(m.held_out_accuracy))
         console.print(table)
+        if outcome.base_held_out:
+            console.print("held-out score before the first round: " + ", ".join(
+                f"{escape(m)} {x:.2f}" for m, x in outcome.base_held_out.items()), highlight=False)
         console.print(f"final pool: {escape(str(outcome.iterations[-1].pool_file))}; traces: {escape(str(db))} (duel run "
                       f"{escape(outcome.duel_run_id)}, tables checkpoints and training_datasets)", highlight=False)
 

@@ -234,3 +234,82 @@ def test_train_sft_and_own_dpo_on_a_tiny_model_record_their_source_runs(db, tmp_
     assert recorded[("dpo-1", "train")][1]["pairs"] == "own"
     assert {r["run_id"]: r["status"] for r in d["runs"].rows if r["run_id"] in ("sft-1", "dpo-1")} == {
         "sft-1": "finished", "dpo-1": "finished"}
+
+
+def test_duel_samples_pair_a_members_own_answers_across_duels():
+    from agora.training.verified import duel_samples
+
+    prompt = [{"role": "user", "content": "2+3?"}]
+
+    def duel(n, a, b, extracted_a, extracted_b, gold="5"):
+        return {"duel_id": f"d:0:{n}", "run_id": "d", "instruction_id": "i1", "instruction": "2+3?", "gold": gold,
+                "kind": "math", "prompt_messages": prompt, "model_a": "m", "model_b": "x", "answer_a": a,
+                "answer_b": b, "extracted_a": extracted_a, "extracted_b": extracted_b}
+
+    duels = [duel(0, "2+3=5. The answer is 5.", "The answer is 6.", "5", "6"),
+             duel(1, "2+3=4. The answer is 4.", "The answer is 5.", "4", "5"),
+             duel(2, "The answer is 5.", "No.", "5", None, gold=None)]          # no gold: not verifiable
+    samples = duel_samples(duels, "m")
+    assert [(s.call_id, s.correct, s.how) for s in samples] == [("d:0:0:a", True, "marker"), ("d:0:1:a", False, "marker")]
+    cfg = VerifiedConfig(model="m")
+    assert [(p["chosen"], p["rejected"]) for p in own_pairs(samples, cfg)] == [
+        ("2+3=5. The answer is 5.", "2+3=4. The answer is 4.")]
+
+
+def test_evolve_sft_on_own_answers_records_each_rounds_held_out_score(tmp_path):
+    """agora evolve with data 'own': each member trains on its own right answers of the round's duels,
+    and its greedy held-out accuracy is recorded before the first round and after each."""
+    pytest.importorskip("trl")
+    from tiny_lm import build_tiny_lm
+
+    from agora.graphs.duel import DuelConfig
+    from agora.models.pool import ModelPool, ModelSpec, PoolMember, build_chat_model
+    from agora.models.testing import ScriptedChatModel
+    from agora.traces.store import TraceStore
+    from agora.training import tables
+    from agora.training.config import LoraSettings, SFTSettings
+    from agora.training.evolve import EvolveConfig, evolve
+
+    tiny = str(build_tiny_lm(tmp_path / "tiny"))
+
+    def respond(messages, _i):
+        if "Response to be evaluated: " in messages[-1]["content"]:
+            return '{"score": 7}'
+        return "2 + 3 = 5 . The answer is 5 ."  # every follower answer is right
+
+    specs = [ModelSpec(name="tiny-a", backend="transformers", path=tiny),
+             ModelSpec(name="tiny-b", backend="transformers", path=tiny, system_prompt="Be brief ."),
+             ModelSpec(name="judge-1", backend="openai", base_url="http://unused", model="x")]
+
+    def make_pool(current):  # followers scripted, trained from their tiny weights
+        return ModelPool([PoolMember(s, ScriptedChatModel(respond=respond)) for s in current])
+
+    lora = LoraSettings(r=2, alpha=4, dropout=0.0, target_modules=("q_proj", "v_proj"))
+    sft = SFTSettings(max_steps=1, batch_size=1, learning_rate=1e-2, warmup_ratio=0.0, threads=1, lora=lora)
+    cfg = EvolveConfig(duel=DuelConfig(duels=2, iterations=1, max_tokens=4), algorithm="sft", data="own", sft=sft,
+                       validation_fraction=0.0)
+    problems = [Problem(f"p{n}", f"Tom has {n} + {5 - n} ?", "5") for n in range(2)]
+    held = [Problem("h1", "Mia has 2 + 2 ?", "4")]
+    store = TraceStore(tmp_path / "e.db")
+    out = evolve(store, "ev", specs, problems, cfg, tmp_path / "out", make_pool=make_pool, held_out=held,
+                 held_out_max_tokens=3)
+    assert set(out.base_held_out) == {"tiny-a", "tiny-b"} and set(out.base_held_out.values()) <= {0.0, 1.0}
+    [it] = out.iterations
+    trained = [m for m in it.members if m.trained]
+    assert trained and all(m.held_out_accuracy in (0.0, 1.0) for m in trained)
+    assert {c["kind"] for c in tables.checkpoints(store, "ev")} == {"sft"}
+    summary = json.loads(next(store.db.query("select summary from runs where run_id = 'ev'"))["summary"])
+    assert summary["base_held_out"] == out.base_held_out
+    assert (tmp_path / "out" / "held_out" / "base-tiny-a.jsonl").is_file()
+    with pytest.raises(ValueError, match="set data 'own'"):
+        EvolveConfig(algorithm="sft")
+
+
+def test_cli_evolve_refuses_sft_on_duel_preferences_in_one_line(tmp_path):
+    instructions = tmp_path / "i.jsonl"
+    instructions.write_text(json.dumps({"id": "i1", "prompt": "2+3?"}) + "\n")
+    out = agora("evolve", "--instructions", instructions, "--algo", "sft", "--db", tmp_path / "t.db",
+                "--out", tmp_path / "o")
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert [line for line in out.output.splitlines() if line.startswith("error:")] == [
+        "error: EvolveConfig.algorithm 'sft' trains on the member's own right answers: set data 'own'"]

@@ -33,7 +33,7 @@ from agora.graphs.duel import DuelConfig, DuelContext
 from agora.runs.duel import run_duels
 from agora.tasks.loaders import Problem
 from agora.traces.store import TraceStore
-from agora.training.config import DPOSettings, GRPOSettings
+from agora.training.config import DPOSettings, GRPOSettings, SFTSettings
 from agora.training.datasets import (
     PairFilter,
     dpo_rows,
@@ -42,10 +42,12 @@ from agora.training.datasets import (
     load_preference_pairs,
     split_by_instruction,
 )
-from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint
+from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint, sft_member
 from agora.training.trainers import preference_accuracy, spec_entry, trained_entry, write_pool_file
+from agora.training.verified import VerifiedConfig, duel_samples, own_pairs, sft_rows
 
-Algorithm = Literal["dpo", "grpo"]
+Algorithm = Literal["dpo", "grpo", "sft"]
+DataSource = Literal["duels", "own"]
 RewardName = Literal["judge", "correctness", "stored"]
 
 
@@ -56,7 +58,16 @@ class EvolveConfig:
     duel: DuelConfig = field(default_factory=DuelConfig)
     """The duel run: mode, ``D`` duels per iteration, ``T`` iterations, judges, leader."""
     algorithm: Algorithm = "dpo"
-    """``dpo`` on the member's non-tied pairs, or ``grpo`` on the instructions it duelled on."""
+    """``dpo`` on the member's non-tied pairs, ``grpo`` on the instructions it duelled on, or ``sft`` on
+    its own right answers (``data = "own"`` only)."""
+    data: DataSource = "duels"
+    """What ``dpo`` and ``sft`` learn from: ``duels``, the judges' preferences between the member and
+    its opponents; ``own``, the member's own right answers over its own wrong ones to the same
+    instruction across the iteration's duels, checked by the scorer against gold and length-matched
+    (:func:`agora.training.verified.duel_samples`; instructions without gold give none)."""
+    length_ratio: float = 1.5
+    """``own`` pairs: longer over shorter answer at most (0: no filter)."""
+    sft: SFTSettings = field(default_factory=SFTSettings)
     train_models: tuple[str, ...] = ()
     """Members to train; empty = every member with local weights (GGUF or HF folder)."""
     validation_fraction: float = 0.2
@@ -74,8 +85,16 @@ class EvolveConfig:
     llama.cpp's speed; members trained from an HF folder stay on transformers)."""
 
     def __post_init__(self):
-        if self.algorithm not in ("dpo", "grpo"):
-            raise ValueError(f"EvolveConfig.algorithm must be 'dpo' or 'grpo', got {self.algorithm!r}")
+        if self.algorithm not in ("dpo", "grpo", "sft"):
+            raise ValueError(f"EvolveConfig.algorithm must be 'dpo', 'grpo' or 'sft', got {self.algorithm!r}")
+        if self.data not in ("duels", "own"):
+            raise ValueError(f"EvolveConfig.data must be 'duels' or 'own', got {self.data!r}")
+        if self.algorithm == "grpo" and self.data != "duels":
+            raise ValueError("EvolveConfig.data 'own' feeds dpo and sft; grpo trains on the duels' instructions")
+        if self.algorithm == "sft" and self.data != "own":
+            raise ValueError("EvolveConfig.algorithm 'sft' trains on the member's own right answers: set data 'own'")
+        if self.length_ratio != 0 and self.length_ratio < 1:
+            raise ValueError(f"EvolveConfig.length_ratio must be >= 1 (or 0: no filter), got {self.length_ratio}")
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(f"EvolveConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.min_margin < 0:
@@ -102,6 +121,9 @@ class MemberOutcome:
     selected: bool = False
     """True when the new adapter replaced the member in the pool."""
     adapter: str | None = None
+    held_out_accuracy: float | None = None
+    """Greedy accuracy of the member as it plays the next iteration (the new adapter when selected, else
+    its current model) on the held-out problems; ``None`` without any."""
 
 
 @dataclass
@@ -120,6 +142,8 @@ class EvolveOutcome:
     iterations: list[IterationOutcome]
     specs: list[ModelSpec]
     """The final pool."""
+    base_held_out: dict[str, float] = field(default_factory=dict)
+    """Each trained member's held-out accuracy before the first round (empty without held-out problems)."""
 
 
 class _IterationDone(Exception):
@@ -190,13 +214,32 @@ def play_iteration(store: TraceStore, duel_run_id: str, pool: ModelPool, problem
         pass
 
 
+def own_data(store: TraceStore, duel_run_id: str, t: int, name: str, cfg: EvolveConfig) -> tuple[list, list]:
+    """``(pairs, sft rows)`` of member ``name``'s own verified answers in iteration ``t``'s duels."""
+    vcfg = VerifiedConfig(model=name, length_ratio=cfg.length_ratio)
+    samples = duel_samples(load_duels(store.db, run_ids=(duel_run_id,), iterations=(t,)), name)
+    return own_pairs(samples, vcfg), sft_rows(samples, vcfg)
+
+
 def _train(store: TraceStore, run_id: str, duel_run_id: str, pool: ModelPool, spec: ModelSpec,
-           cfg: EvolveConfig, t: int, out: Path, pairs: list[dict], val_rows: list[dict]) -> MemberRun:
-    """Train one member on iteration ``t``'s data (GRPO prompts exclude the held-out instructions)."""
+           cfg: EvolveConfig, t: int, out: Path, pairs: list[dict], val_rows: list[dict],
+           sft: Sequence[dict] = ()) -> MemberRun:
+    """Train one member on iteration ``t``'s data (GRPO prompts and SFT rows exclude the held-out
+    instructions)."""
+    source = {"duel_run": duel_run_id, "data": cfg.data}
     if cfg.algorithm == "dpo":
         flt = PairFilter(min_margin=cfg.min_margin, model=spec.name)
         return dpo_member(store, run_id, spec, pairs, out, cfg.dpo, flt, validation_fraction=cfg.validation_fraction,
-                          iteration=t)
+                          iteration=t, source=source)
+    if cfg.algorithm == "sft":
+        held_out = {r["instruction"] for r in val_rows}
+        run = sft_member(store, run_id, spec, [r for r in sft if r["instruction"] not in held_out], out, cfg.sft,
+                         iteration=t, source=source)
+        run.validation_rows = val_rows
+        if val_rows:
+            run.validation_accuracy = preference_accuracy(run.result.base, str(run.result.adapter_dir), val_rows,
+                                                          cfg.sft.threads)
+        return run
     from agora.training import rewards as R
 
     held_out = {r["instruction"] for r in val_rows}
@@ -219,9 +262,21 @@ def _train(store: TraceStore, run_id: str, duel_run_id: str, pool: ModelPool, sp
     return run
 
 
+def held_out_accuracy(spec: ModelSpec, problems: Sequence[Problem], out_file: Path, max_tokens: int,
+                      threads: int) -> float:
+    """Greedy accuracy of pool member ``spec`` (its weights and adapter, on transformers) on ``problems``
+    (:func:`agora.training.evaluation.greedy_outcomes`: resumable, one JSON line per question in ``out_file``)."""
+    from agora.training.evaluation import greedy_outcomes
+
+    base, adapter = base_of(spec)
+    rows = greedy_outcomes(problems, base, adapter, out_file, max_tokens=max_tokens, threads=threads)
+    return sum(bool(r["correct"]) for r in rows) / len(rows)
+
+
 def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems: Sequence[Problem],
            cfg: EvolveConfig, out_dir: str | Path, *, on_event: Callable[[dict], None] | None = None,
-           make_pool: PoolFactory = pool_from_specs) -> EvolveOutcome:
+           make_pool: PoolFactory = pool_from_specs, held_out: Sequence[Problem] = (),
+           held_out_max_tokens: int = 256) -> EvolveOutcome:
     """Run ``cfg.duel.iterations`` Stackelberg iterations from the pool ``specs``.
 
     Args:
@@ -232,6 +287,9 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
         out_dir: ``it<t>/<model>/`` folders (datasets, adapters) and ``it<t>/pool.toml``.
         on_event: progress callback (``{"event", "message", ...}``).
         make_pool: builds each iteration's pool from its specs (tests put scripted judges in).
+        held_out: problems (never among ``problems``) each trained member is scored on after every
+            iteration, greedy (``MemberOutcome.held_out_accuracy``; the summary's ``base_held_out`` holds
+            each member's score before the first round); files ``out_dir/held_out/``.
 
     Raises:
         ValueError: bad members or settings (see :func:`trainable`, :func:`~agora.runs.duel.run_duels`).
@@ -241,13 +299,25 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
     names = trainable(specs, cfg.train_models)
     duel_run_id = f"{run_id}-duels"
     recorded = asdict(cfg)
-    if recorded["serve_with"] == "transformers":  # the default, left out: runs recorded before it existed resume
-        del recorded["serve_with"]
+    # defaults added later are left out, so runs recorded before they existed resume
+    for key, default in (("serve_with", "transformers"), ("data", "duels"), ("length_ratio", 1.5)):
+        if recorded[key] == default:
+            del recorded[key]
+    if cfg.algorithm != "sft":
+        del recorded["sft"]
+    overlap = {p.question.strip() for p in held_out} & {p.question.strip() for p in problems}
+    if overlap:
+        raise ValueError(f"{len(overlap)} held-out problems are also instructions of the duels; hold out others")
     store.start_run(run_id, "evolve", config={**recorded, "duel_run": duel_run_id},
                     pool=[s.describe() for s in specs], dataset={"instructions": len(problems)})
     emit = on_event or (lambda e: None)
     outcome = EvolveOutcome(run_id, duel_run_id, [], specs)
+    threads = cfg.dpo.threads
     try:
+        base_scores = {name: held_out_accuracy(next(s for s in specs if s.name == name), held_out,
+                                               out_dir / "held_out" / f"base-{safe_file_name(name)}.jsonl",
+                                               held_out_max_tokens, threads) for name in names} if held_out else {}
+        outcome.base_held_out = base_scores
         for t in range(cfg.duel.iterations):
             emit({"event": "iteration", "message": f"iteration {t}: duels", "iteration": t})
             pool = make_pool(specs)
@@ -256,12 +326,13 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
             members = []
             for name in names:
                 spec = next(s for s in specs if s.name == name)
-                mine = dpo_rows(pairs, PairFilter(min_margin=cfg.min_margin, model=name))
+                mine_pairs, sft = own_data(store, duel_run_id, t, name, cfg) if cfg.data == "own" else (pairs, [])
+                mine = dpo_rows(mine_pairs, PairFilter(min_margin=cfg.min_margin, model=name))
                 val_rows = split_by_instruction(mine, cfg.validation_fraction, seed=cfg.dpo.seed)[1]
-                emit({"event": "train", "message": f"iteration {t}: training {name} ({cfg.algorithm})"})
+                emit({"event": "train", "message": f"iteration {t}: training {name} ({cfg.algorithm}, {cfg.data})"})
                 try:
                     run = _train(store, run_id, duel_run_id, pool, spec, cfg, t,
-                                 out_dir / f"it{t}" / safe_file_name(name), pairs, val_rows)
+                                 out_dir / f"it{t}" / safe_file_name(name), mine_pairs, val_rows, sft)
                 except ValueError as exc:
                     members.append(MemberOutcome(name, trained=False, reason=str(exc)))
                     emit({"event": "skip", "message": f"iteration {t}: {name} not trained: {exc}"})
@@ -275,6 +346,11 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
                 if m.selected:
                     select_checkpoint(store, run.checkpoint_id)
                     specs = [next_spec(spec, run, t, cfg.serve_with) if s.name == name else s for s in specs]
+                if held_out:
+                    now = _spec_of(run.entry) if m.selected else spec  # scored as trained: transformers + adapter
+                    m.held_out_accuracy = held_out_accuracy(now, held_out, out_dir / "held_out" /
+                                                            f"it{t}-{safe_file_name(name)}.jsonl",
+                                                            held_out_max_tokens, threads)
                 members.append(m)
                 emit({"event": "selected" if m.selected else "kept",
                       "message": f"iteration {t}: {name} " + ("→ new adapter" if m.selected else "keeps its model")
@@ -284,7 +360,7 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
             outcome.iterations.append(IterationOutcome(t, _duels_recorded(store, duel_run_id, t), len(pairs),
                                                        members, pool_file))
         outcome.specs = specs
-        store.finish_run(run_id, summary={"duel_run": duel_run_id, "iterations": [
+        store.finish_run(run_id, summary={"duel_run": duel_run_id, "base_held_out": base_scores, "iterations": [
             {"iteration": it.iteration, "duels": it.duels, "pairs": it.pairs, "pool_file": str(it.pool_file),
              "members": [asdict(m) for m in it.members]} for it in outcome.iterations]})
     except BaseException:

@@ -397,3 +397,32 @@ def source_runs(pairs: Sequence[dict[str, Any]], pair_ids: Sequence[str] | None 
     wanted = None if pair_ids is None else set(pair_ids)
     return sorted({run for p in pairs if wanted is None or p["pair_id"] in wanted
                    for run in (p.get("source_runs") or [p["run_id"]])})
+
+
+def duel_samples(duels: Sequence[dict[str, Any]], model: str) -> list[OwnSample]:
+    """``model``'s answers in duel rows (:func:`agora.training.datasets.load_duels`: ``prompt_messages``
+    decoded) as scored samples: the rows with a gold answer and a checker, each side the model played,
+    scored by :func:`agora.tasks.scoring.score_answer` on the extracted answer the duel recorded.
+
+    The duels table keeps no token counts or ``finish_reason``: lengths are characters and every
+    answer counts as finished. Samples group by instruction and prompt as :func:`own_samples`' do."""
+    out = []
+    for d in duels:
+        kind = d.get("kind") or "math"
+        if d.get("gold") is None or kind not in ("math", "mc"):
+            continue
+        messages = _messages(d.get("prompt_messages"))
+        if messages is None:
+            continue
+        for side in ("a", "b"):
+            text = (d.get(f"answer_{side}") or "").strip()
+            if d.get(f"model_{side}") != model or not text:
+                continue
+            answer = d.get(f"extracted_{side}")
+            how = find_answer(text, kind).how if answer is not None else None
+            out.append(OwnSample(
+                call_id=f"{d['duel_id']}:{side}", model=model, run_id=d["run_id"],
+                question_id=d.get("instruction_id") or d["duel_id"], task=kind, question=d.get("instruction") or "",
+                gold=d["gold"], kind=kind, messages=messages, text=text, answer=answer, how=how,
+                correct=bool(score_answer(answer, d["gold"], kind)), finished=True, tokens=None))
+    return out
