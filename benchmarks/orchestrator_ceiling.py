@@ -31,7 +31,7 @@ list). Printed per replica count: questions/s, model requests/s and samples/s, t
 CPU seconds per request (its own process only; the stub fleet's CPU is printed apart), the trace
 store's rows per second of time spent writing them, the replicas' busy sum. Separately, the trace
 store alone (``--insert-only`` or first in every run): rows/s of the runner's write path
-(``TraceStore.record_question``: one question, its 7 results and 6 model calls per transaction),
+(``TraceStore.record_question``: one question, its 4 results and 6 model calls per transaction),
 on SQLite and, with ``--postgres``, on Postgres. Goal: ≥ 5,000 rows/s on SQLite.
 
 **Resumable**: each figure set is saved in ``--out`` (JSON) as it completes and skipped by a rerun;
@@ -274,10 +274,11 @@ def open_store(kind: str, work: Path, name: str, postgres_url: str | None):
 
 def measure_inserts(store: Any, questions: int, seed: int = 0) -> dict[str, Any]:
     """Rows/s of the runner's write path alone: ``questions`` ALIGN-shaped questions (1 question row,
-    7 results, 6 model calls of ≈ 400-character completions), one ``record_question`` each."""
+    4 results, 6 model calls of ≈ 400-character completions and ≈ 400-character prompts: 11 rows, as
+    the runs below write), one ``record_question`` (one transaction) each."""
     rng = random.Random(seed)
     store.start_run("inserts", "align", config={}, pool=[], dataset={})
-    methods = ["align", "single_agent", "self_consistency", "best_of_n", "oracle", "agent_0", "agent_1"]
+    methods = ["align", "single_agent", "self_consistency", "best_of_n"]  # what an ALIGN question records
     payloads = []
     for q in range(questions):
         qid = f"q{q}"
