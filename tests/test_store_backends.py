@@ -201,3 +201,16 @@ def test_a_value_a_backend_cannot_store_does_not_lose_the_question(trace_db, com
     assert call["completion"] in stored and call["completion_tokens"] == stored_tokens
     assert store.finished_questions("r") == {"q"}
     store.close()
+
+
+def test_an_unreachable_postgres_url_is_one_line_and_exit_2(tmp_path):
+    pytest.importorskip("psycopg")
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    url = f"postgresql://nobody@/nodb?host={tmp_path}"  # no server listens there
+    out = CliRunner().invoke(app, ["report", "runs", "--db", url])
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    [line] = [l for l in out.output.splitlines() if l.startswith("error:")]
+    assert "cannot connect to the Postgres trace store" in line and "nodb" in line

@@ -368,18 +368,13 @@ class PostgresDatabase:
         self.url = url
         self._local = threading.local()
         self._dict_row = dict_row
-        self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=False,
-                                   kwargs={"autocommit": True}, name="agora-traces")
-        try:
-            self.pool.open(wait=True, timeout=30)
-        except Exception as exc:  # noqa: BLE001 - PoolTimeout hides the cause: connect once to name it
-            self.pool.close()
-            try:
-                psycopg.connect(url, connect_timeout=10).close()
-                reason = str(exc)
-            except Exception as inner:  # noqa: BLE001
-                reason = str(inner).strip().splitlines()[0] if str(inner).strip() else type(inner).__name__
+        try:  # one connection first: a wrong URL, password or host fails here at once, with the server's reason
+            psycopg.connect(url, connect_timeout=10).close()
+        except psycopg.Error as exc:
+            reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())[:300] or type(exc).__name__
             raise TraceStoreError(f"{shown_url(url)}: cannot connect to the Postgres trace store ({reason})") from None
+        self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=True,
+                                   kwargs={"autocommit": True}, name="agora-traces")
         self.conn = _Transaction(self)
 
     @contextlib.contextmanager
