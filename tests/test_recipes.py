@@ -315,7 +315,7 @@ def test_a_pool_file_with_a_pot_member_runs_each_protocol_through_the_cli(tmp_pa
         out = CliRunner().invoke(app, ["run", command, "--format", "synthetic", "--limit", "1", "--pool", str(pool),
                                        "--db", str(db), "--run-id", "r"])
         assert out.exit_code == 0, out.output
-    rows = list(sqlite_utils.Database(db).query("select model, recipe, program_run, answer from model_calls "
+    rows = list(sqlite_utils.Database(db).query("select model, recipe, program_run, answer, node, role from model_calls "
                                                 "where error is null"))
     pot = [r for r in rows if r["model"] == "m+pot" and r["recipe"] == "pot"]
     assert pot and all(json.loads(r["program_run"])["output"] == "4\n" and r["answer"] == "4" for r in pot)
@@ -348,3 +348,62 @@ def test_program_of_thought_without_restrictedpython_is_refused_when_the_pool_lo
         load_pool(path)
     assert str(err.value) == (f"{path}: models[0] (m+x): field 'recipe': program-of-thought needs RestrictedPython "
                               "for its sandbox: pip install RestrictedPython")
+
+
+def test_agora_bench_runs_on_a_pool_with_a_pot_member(tmp_path, monkeypatch):
+    """The bench's protocols on a pool of a chain-of-thought member and a program-of-thought one:
+    complete, and the PoT member's samples in the bench's runs carry recipe and program."""
+    import re
+
+    import sqlite_utils
+    from typer.testing import CliRunner
+
+    import agora.cli.bench as bench_cli
+    from agora.cli.main import app
+    from test_bench import write_tasks
+
+    def respond(chat, i):
+        text = chat[-1]["content"]
+        m = re.search(r"What is (\d+) \+", text)
+        if chat[0]["content"].startswith("You solve problems by writing Python"):
+            return f"```python\nprint({m.group(1)} * 2)\n```" if m else '```python\nprint("A")\n```'
+        return f"The answer is {2 * int(m.group(1)) + 1}." if m else "The answer is B."
+
+    pool = pool_of(**{"q": (ScriptedChatModel(respond=respond), None), "q+pot": (ScriptedChatModel(respond=respond), "pot")})
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: pool)
+    math_file, mc_file = write_tasks(tmp_path, n_math=2, n_mc=2)
+    db, out = tmp_path / "t.db", tmp_path / "b"
+    result = CliRunner().invoke(app, ["bench", "--tasks", f"{math_file},{mc_file}", "--db", str(db), "--out", str(out),
+                                      "--run-id", "b1", "--max-tokens", "16"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert report["complete"] is True
+    rows = list(sqlite_utils.Database(db).query("select model, recipe, program_run, answer, node, role from model_calls "
+                                                "where error is null and sample_index is not null"))
+    pot = [r for r in rows if r["model"] == "q+pot" and r["role"] != "reviewer"]
+    bad = [r for r in pot if r["recipe"] != "pot" or json.loads(r["program_run"] or "{}").get("error") is not None]
+    assert pot and not bad, sorted({(r["node"], r["role"]) for r in bad})
+    assert {r["answer"] for r in pot} <= {"2", "4", "A"} and {r["answer"] for r in rows if r["model"] == "q"} <= {"3", "5", "B"}
+    # the council's reviews are asked as the protocol asks them, whatever the member's recipe
+    reviews = [r for r in rows if r["model"] == "q+pot" and r["role"] == "reviewer"]
+    assert reviews and all(r["recipe"] is None and r["program_run"] is None for r in reviews)
+
+
+def test_a_database_from_before_recipes_reads_and_gains_the_columns(tmp_path):
+    import sqlite3
+
+    from agora.traces.members import has_recipes, member_rows
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # model_calls as it was: no recipe, no program_run
+        conn.execute("create table model_calls (call_id text primary key, run_id text, question_id text, model text, "
+                     "error text, sample_index integer, answer text, created_at text)")
+        conn.execute("create table questions (run_id text, question_id text, gold text, kind text, "
+                     "primary key (run_id, question_id))")
+        conn.execute("insert into model_calls values ('c1', 'r', 'q', 'm', null, 0, '4', '2026-01-01')")
+        conn.execute("insert into questions values ('r', 'q', '4', 'math')")
+    old = TraceStore(path, readonly=True)
+    assert not has_recipes(old, "r")
+    [row] = member_rows(old, "r")
+    assert (row.model, row.recipe, row.samples, row.correct, row.programs) == ("m", None, 1, 1, 0)
+    assert {"recipe", "program_run"} <= set(TraceStore(path).db["model_calls"].columns_dict)  # a writer adds them
