@@ -14,6 +14,7 @@ The own-data arms alone (the ALIGN traces, then each arm's training and its pair
     python benchmarks/self_improvement.py --run-id si-own --train-questions 128 --eval-questions 200 \\
         --align-samples 4 --steps 32 --phases align,train,eval --arms own-sft,own-dpo --threads 2 \\
         --record benchmarks/si-own/phases.json
+    python benchmarks/self_improvement.py --run-id si-own ... --arms own-sft,own-dpo,agg   # and the aggregator
 
 Phases (each recorded in ``OUT/<run-id>/phases.json`` with its wall and CPU seconds once it finishes;
 a rerun of the same ``--run-id`` skips finished phases, and the trace and evaluation phases resume
@@ -32,8 +33,11 @@ inside: finished questions, duels and evaluated batches are kept):
    or ``--samples-db``/``--samples-runs``, e.g. a bench's shared draws; the held-out questions are
    excluded by id and text): ``own-dpo`` (DPO on its own right answers over its own wrong ones to the
    same prompt, length-matched by ``--length-ratio``) and ``own-sft`` (rejection-sampling fine-tuning
-   on its own right answers, at most ``--sft-per-question`` a question). Each arm writes
-   ``OUT/<run-id>/<arm>/pool.toml``: the default pool with the 0.5B served with its adapter.
+   on its own right answers, at most ``--sft-per-question`` a question); and ``agg``, the 0.5B trained
+   as an **aggregator** (AggLM; :mod:`agora.training.aggregator`): GRPO with the scorer's reward on
+   prompts that show a training question's n·k ALIGN candidates (both models'), hard and easy sets
+   mixed (``--agg-sets``, ``--agg-easy-per-hard``). Each arm writes ``OUT/<run-id>/<arm>/pool.toml``:
+   the default pool with the 0.5B served with its adapter.
 4. ``eval:base``, ``eval:<arm>``: the 0.5B greedy on the first ``--eval-questions`` GSM8K *test*
    questions (never trained on), base weights and each adapter, same backend (``--eval-backend``:
    transformers in fp32 on the dequantised weights, or llamacpp on the pool's quantised GGUF with the
@@ -44,6 +48,10 @@ inside: finished questions, duels and evaluated batches are kept):
    so each arm is paired with a base evaluation from its own kind: when ``eval:base`` ran on another
    kind, ``eval:base@<isa>`` evaluates the base again here, and the two base runs' disagreement is
    the machine effect, printed.
+   The aggregator is evaluated apart: ``align-eval`` runs ALIGN (same pool and settings as phase 1)
+   on the held-out questions, then ``eval:agg`` (and ``eval:agg-base``, the untrained 0.5B as
+   aggregator) answers each held-out question from all of its n·k candidates, paired against
+   majority vote (the run's ``self_consistency``) and ALIGN's own answer on the same candidates.
 5. ``serve:<arm>``: the best arm's ``pool.toml`` loaded as a pool and run through the ALIGN graph (one
    agent, one greedy sample) on the first ``--serve-check`` held-out questions: the served adapter
    must answer as the evaluation did.
@@ -98,7 +106,7 @@ from agora.training.phases import PhaseBook, PhaseBookError, machine  # noqa: E4
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "gsm8k"
-ARMS = ("align-dpo", "duel-dpo", "grpo", "own-dpo", "own-sft")
+ARMS = ("align-dpo", "duel-dpo", "grpo", "own-dpo", "own-sft", "agg")
 #: Arms trained on the target's own verified samples (:mod:`agora.training.verified`).
 OWN_ARMS = ("own-dpo", "own-sft")
 PHASES = ("align", "duels", "train", "eval", "serve", "leader")
@@ -111,7 +119,8 @@ BASE = builtin_pool_specs(POOL)[0].path
 MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch", "save_steps")
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
-                    "sft_per_question": 4, "samples_db": None, "samples_runs": ""}
+                    "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
+                    "agg_easy_per_hard": 1.0}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -150,6 +159,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--length-ratio", type=float, default=1.5,
                     help="own-dpo: keep a pair when its longer answer is at most this many times the shorter (0: off)")
     ap.add_argument("--sft-per-question", type=int, default=4, help="own-sft: distinct right answers per question")
+    ap.add_argument("--agg-sets", type=int, default=2, help="agg: candidate sets per training question, at most")
+    ap.add_argument("--agg-easy-per-hard", type=float, default=1.0,
+                    help="agg: sets whose majority is right kept per set whose majority is wrong (AggLM's mix)")
     ap.add_argument("--samples-db", type=Path, default=None,
                     help="own arms: the trace DB whose samples of the target they read (e.g. a bench's, with its "
                          "shared draws; default: this run's traces.db, its align-traces phase)")
@@ -219,11 +231,13 @@ def log(message: str) -> None:
 # ----------------------------------------------------------------------------- phases
 
 
-def align_phase(args, store: TraceStore, train) -> dict:
+def align_phase(args, store: TraceStore, train, run: str = "align") -> dict:
+    """ALIGN on ``train`` as run ``<run-id>:<run>`` (``align``: the training questions' traces;
+    ``align-eval``: the held-out questions' candidates the aggregator arm is compared on)."""
     pool = pool_from_specs(builtin_pool_specs(POOL), source=f"builtin:{POOL}")
     config = DelegationConfig(n_agents=2, k_samples=args.align_samples, max_tokens=args.max_tokens,
                               seed=args.seed, models=(TARGET, PEER))
-    run_id = f"{args.run_id}:align"
+    run_id = f"{args.run_id}:{run}"
     n = len(train)
     count = [0]
 
@@ -235,10 +249,13 @@ def align_phase(args, store: TraceStore, train) -> dict:
     outcome = run_problems(build_delegation_graph(), train, store=store, run_id=run_id, protocol="align",
                            context=DelegationContext(pool=pool, config=config), config=asdict(config),
                            pool_description=pool.describe(),
-                           dataset={"path": str(args.train_data), "format": "gsm8k", "limit": n},
+                           dataset={"path": str(args.train_data if run == "align" else args.eval_data),
+                                    "format": "gsm8k", "limit": n},
                            on_question=progress)
     if outcome.failed:
         raise SystemExit(f"align traces: {len(outcome.failed)} questions failed; rerun to retry them")
+    if run != "align":
+        return {"run_id": run_id, "questions": n, "candidates": candidate_stats(store, [run_id])}
     # The solved sets travel with phases.json, so GRPO's prompts need no traces.db (a new machine).
     return {"run_id": run_id, "questions": n, "candidates": candidate_stats(store, [run_id]),
             "solved": sorted(solved_questions(store, [run_id])),
@@ -317,6 +334,21 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
                              [correctness_reward], source={"questions": len(prompts), "reward": "correctness",
                                                            "prompts": args.grpo_prompts})
         extra = {"prompts": len(prompts)}
+    elif arm == "agg":
+        from agora.training.aggregator import aggregation_reward, aggregator_rows, aggregator_stats, candidate_sets
+        from agora.training.verified import HeldOut, scored_samples
+
+        g = args.generations
+        settings = GRPOSettings(**common, batch_size=g * args.grpo_prompts_per_step, num_generations=g,
+                                max_completion_length=args.max_tokens, temperature=args.grpo_temperature)
+        cfg = agg_config(args)
+        samples, _ = scored_samples(store, (), [f"{args.run_id}:align"], HeldOut.from_problems(held_out))
+        sets = candidate_sets(samples, cfg)
+        if not sets:
+            raise ValueError(f"no candidate sets of {cfg.k}: the align-traces phase's samples are not in traces.db")
+        member = grpo_member(store, run_id, spec, aggregator_rows(sets, cfg), out, settings, [aggregation_reward],
+                             source={"aggregate": cfg.k, "sets": len(sets), "run": f"{args.run_id}:align"})
+        extra = {"prompts": len(sets), "data": aggregator_stats(sets)}
     elif arm in OWN_ARMS:
         from agora.training.config import SFTSettings
         from agora.training.pipeline import sft_member
@@ -385,6 +417,51 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             "rows": res.rows, "losses": res.losses, "train_cpu_s": res.cpu_s,
             "constant_groups": sum(flat) / len(flat) if flat else None,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None, **extra}
+
+
+def agg_config(args):
+    """The aggregator's candidate sets: every ALIGN candidate of a question (n·k = 2 × --align-samples),
+    no exemplars (the prompt is then the solver prompt of a question that shows the candidates)."""
+    from agora.training.aggregator import AggregatorDataConfig
+
+    return AggregatorDataConfig(k=2 * args.align_samples, sets_per_question=args.agg_sets,
+                                easy_per_hard=args.agg_easy_per_hard, shots=0, seed=args.seed)
+
+
+def agg_eval_phase(args, store: TraceStore, held_out, name: str, adapter: str | None) -> dict:
+    """The aggregator (``adapter``; ``None``: the base model as aggregator) on every held-out question's
+    n·k ALIGN candidates (phase ``align-eval``), greedy, against majority vote and ALIGN's own answer on
+    the same candidates (the run's ``self_consistency`` and ``align`` results)."""
+    from agora.tasks import Problem
+    from agora.training.aggregator import aggregator_prompt
+    from agora.training.evaluation import greedy_outcomes
+
+    run = f"{args.run_id}:align-eval"
+    results = {(r["question_id"], r["method"]): r for r in store.results(run)}
+    problems, majority, align, shown = [], [], [], []
+    for n, p in enumerate(held_out):
+        texts = [c["completion"].strip() for c in store.calls(run, p.id)
+                 if c.get("node") == "agent_sample" and not c.get("error") and (c.get("completion") or "").strip()]
+        if not texts or (p.id, "align") not in results:
+            continue
+        prompt = aggregator_prompt(p.question, texts, kind=p.kind, n_choices=p.n_choices or 4, seed=args.seed + n,
+                                   shots=0, question_id=p.id)
+        problems.append(Problem(p.id, prompt[-1]["content"], p.gold, p.kind, n_choices=p.n_choices))
+        shown.append(len(texts))
+        majority.append(int(bool(results[(p.id, "self_consistency")]["correct"])))
+        align.append(int(bool(results[(p.id, "align")]["correct"])))
+    if not problems:
+        raise ValueError(f"no held-out candidates: run the align-eval phase first ({run} in traces.db)")
+
+    def progress(done: int, total: int) -> None:
+        log(f"  eval {name}: {done}/{total}")
+
+    rows = greedy_outcomes(problems, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl", shots=0,
+                           max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
+                           progress=progress, backend=args.eval_backend)
+    return {"name": name, "adapter": adapter, "question_ids": [p.id for p in problems],
+            "correct": [r["correct"] for r in rows], "majority": majority, "align": align,
+            "candidates_per_question": sum(shown) / len(shown)}
 
 
 def _count(values) -> dict:
@@ -523,6 +600,27 @@ def pp_interval(lo: float, hi: float) -> str:
     return f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pp"
 
 
+def aggregator_report(book: PhaseBook) -> dict:
+    """The aggregator against majority vote and against ALIGN on the same held-out candidates, and the
+    untrained model as aggregator, paired (printed and returned)."""
+    agg = book.result("eval:agg")
+    n = len(agg["correct"])
+    log(f"\nAggregator on the held-out questions' ALIGN candidates ({agg['candidates_per_question']:.1f} a question, "
+        f"n = {n}):")
+    out = {}
+    rows = [("majority vote", agg["majority"]), ("ALIGN", agg["align"])]
+    if book.done("eval:agg-base"):
+        rows.append(("untrained aggregator", book.result("eval:agg-base")["correct"]))
+    log(f"  trained aggregator {pct(sum(agg['correct']) / n)}")
+    for label, other in rows:
+        d = paired_difference(other, agg["correct"])
+        log(f"  vs {label:<21} {pct(sum(other) / n)}: {d['diff'] * 100:+.1f} pp {pp_interval(d['wald_low'], d['wald_high'])}"
+            f" (bootstrap {pp_interval(d['boot_low'], d['boot_high'])}), +{d['gained']}/−{d['lost']}, McNemar p "
+            f"{d['mcnemar_p']:.3f}")
+        out[label] = d
+    return out
+
+
 def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
     summary: dict = {"run_id": args.run_id, "settings": book.settings, "costs": book.costs()}
     log(f"\n== self-improvement {args.run_id}: {args.train_questions} training questions (GSM8K train), "
@@ -536,7 +634,12 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
     if trained:
         log("\nTraining arms:")
         for arm, t in trained.items():
-            if arm in OWN_ARMS:
+            if arm == "agg":
+                data = t["data"]
+                what = (f"{t['prompts']} candidate sets ({data['hard']} hard, {data['easy']} easy; majority right on "
+                        f"{data['majority_correct']}, a right candidate in {data['any_correct']}), mean reward "
+                        f"{t['mean_reward']:.3f}")
+            elif arm in OWN_ARMS:
                 data = t["data"]
                 what = (f"{t['rows']} {'pairs' if arm == 'own-dpo' else 'answers'} from {t['questions']} questions "
                         f"({data['samples']} own samples, {data['correct']} right; pairs "
@@ -572,7 +675,7 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
                 f"{len(b['correct'])}, answers changed {_or_dash(changed_outputs(args, label))}")
             summary["eval"][f"machine_effect:{label}"] = d
         for arm in ARMS:
-            if not book.done(f"eval:{arm}"):
+            if arm == "agg" or not book.done(f"eval:{arm}"):  # the aggregator is compared on its own below
                 continue
             after, paired = book.result(f"eval:{arm}"), base_for(book, arm)
             d = paired_difference(book.result(paired)["correct"], after["correct"])
@@ -586,6 +689,8 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
                 f"{paired[len('eval:'):]}{'' if same else ' (other or unrecorded machine: includes the machine effect)'}")
             summary["eval"][arm] = {"correct": after["correct"], "paired": d, "paired_with": paired,
                                     "same_machine": same, "changed": changed}
+    if book.done("eval:agg"):
+        summary["aggregator"] = aggregator_report(book)
     for arm in ARMS:
         if book.done(f"serve:{arm}"):
             s = book.result(f"serve:{arm}")
@@ -660,7 +765,7 @@ def main(argv=None) -> None:
             phase("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
         for arm in args.arms:  # each arm trained then evaluated, so figures come arm by arm
             if "train" in args.phases:
-                needs = ("align-traces" if arm == "align-dpo" or (arm in OWN_ARMS and args.samples_db is None)
+                needs = ("align-traces" if arm in ("align-dpo", "agg") or (arm in OWN_ARMS and args.samples_db is None)
                          else "duels-sparta" if arm == "duel-dpo" else None)
                 if needs and not book.done(needs):
                     log(f"skip train:{arm}: phase {needs} has not finished")
@@ -669,12 +774,19 @@ def main(argv=None) -> None:
                     phase(f"train:{arm}", lambda arm=arm: train_phase(args, book, store, train, arm, held_out))
                 except ValueError as exc:  # no pairs: reported, the other arms go on
                     log(f"train:{arm} failed: {exc}")
+            if arm == "agg" and "eval" in args.phases and book.done("train:agg"):
+                # the held-out questions' candidates, then the aggregator and the base model as aggregator
+                phase("align-eval", lambda: align_phase(args, store, held_out, "align-eval"))
+                adapter = book.result("train:agg")["adapter"]
+                phase("eval:agg", lambda adapter=adapter: agg_eval_phase(args, store, held_out, "agg", adapter))
+                phase("eval:agg-base", lambda: agg_eval_phase(args, store, held_out, "agg-base", None))
+                continue
             if "eval" in args.phases and book.done(f"train:{arm}"):
                 # the arm first: its adapter lives only on this machine, the base evaluation anywhere
                 adapter = book.result(f"train:{arm}")["adapter"]
                 phase(f"eval:{arm}", lambda arm=arm, adapter=adapter: eval_phase(args, held_out, arm, adapter))
         if "serve" in args.phases and args.serve_check > 0:
-            evaluated = [a for a in ARMS if book.done(f"eval:{a}")  # and its adapter here (not a lost machine's)
+            evaluated = [a for a in ARMS if a != "agg" and book.done(f"eval:{a}")  # and its adapter here
                          and Path(book.result(f"train:{a}")["adapter"]).is_dir()]
             if evaluated:  # the arm with the most right answers (ties: the first in ARMS)
                 best = max(evaluated, key=lambda a: (sum(book.result(f"eval:{a}")["correct"]), -ARMS.index(a)))

@@ -374,3 +374,47 @@ def test_own_arms_read_the_targets_verified_samples_held_out_questions_out(trace
     assert [r["completion"][0]["content"] for r in sft_rows(samples, cfg)] == ["3 + 4 = 7. The answer is 7."]
     cfg, samples, _ = si.own_data(args, traces, held_out=[])
     assert [r["question_id"] for r in sft_rows(samples, cfg)] == ["q1", "q4"]
+
+
+def test_the_aggregator_arm_is_scored_on_the_held_out_candidates_beside_majority_and_align(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """eval:agg-base on two held-out questions' recorded candidates (a tiny model as aggregator): its
+    prompt shows every candidate, and majority vote and ALIGN are read from the same run's results."""
+    pytest.importorskip("trl")
+    import argparse
+
+    from tiny_lm import build_tiny_lm
+
+    si = _benchmark_script()
+    monkeypatch.setattr(si, "BASE", str(build_tiny_lm(tmp_path / "tiny")))
+    store = TraceStore(tmp_path / "t.db")
+    store.db["runs"].insert({"run_id": "si:align-eval", "protocol": "align", "status": "finished"})
+    held = [Problem("h1", "Tom has 3 + 4 ?", "7"), Problem("h2", "Mia has 2 + 2 ?", "4"), Problem("h3", "none", "1")]
+    store.db["questions"].insert_all([{"run_id": "si:align-eval", "question_id": p.id, "idx": i, "kind": "math",
+                                       "question": p.question, "gold": p.gold} for i, p in enumerate(held[:2])])
+    store.db["model_calls"].insert_all(_calls("si:align-eval", "h1", [
+        (0, SMALL, "The answer is 7 .", "stop", None), (1, BIG, "The answer is 8 .", "stop", None)])
+        + _calls("si:align-eval", "h2", [(0, SMALL, "The answer is 5 .", "stop", None),
+                                          (1, BIG, "The answer is 5 .", "stop", "HTTP 500")]))
+    store.db["results"].insert_all([
+        {"run_id": "si:align-eval", "question_id": q, "method": m, "correct": c}
+        for q, m, c in (("h1", "align", 1), ("h1", "self_consistency", 0), ("h2", "align", 0),
+                        ("h2", "self_consistency", 0))])
+    args = argparse.Namespace(run_id="si", seed=0, out=tmp_path / "runs", max_tokens=3, eval_batch=2, threads=1,
+                              eval_backend="transformers", align_samples=1)
+    got = si.agg_eval_phase(args, store, held, "agg-base", None)
+    assert (got["question_ids"], got["majority"], got["align"]) == (["h1", "h2"], [0, 0], [1, 0])
+    assert got["candidates_per_question"] == 1.5 and set(got["correct"]) <= {0, 1}
+    lines = [json.loads(x) for x in (tmp_path / "runs" / "si" / "eval" / "agg-base.jsonl").read_text().splitlines()]
+    assert [r["question_id"] for r in lines] == ["h1", "h2"]
+
+    class Book:
+        def done(self, name):
+            return name == "eval:agg"
+
+        def result(self, name):
+            return {**got, "correct": [1, 0]}
+
+    report = si.aggregator_report(Book())
+    assert (report["majority vote"]["diff"], report["ALIGN"]["diff"]) == (0.5, 0.0)
+    assert "vs majority vote" in capsys.readouterr().out
