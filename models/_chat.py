@@ -31,6 +31,27 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+MAX_CHARS_PER_TOKEN = 32
+"""Characters per allowed token past which a reply is cut (``max_tokens`` × this): real text averages
+3-5 characters per token, so only a server that ignored ``max_tokens`` reaches it."""
+CUT_MARKER = " [... cut by Agora: the reply ran far past max_tokens]"
+"""Appended to a reply cut at ``MAX_CHARS_PER_TOKEN × max_tokens`` characters (no digits, so no
+answer is read from it)."""
+
+
+def cap_reply(text: str, max_tokens: int) -> tuple[str, int]:
+    """``(text, characters cut)``: ``text`` cut at ``MAX_CHARS_PER_TOKEN * max_tokens`` characters
+    with :data:`CUT_MARKER` appended, or unchanged (0 cut) when shorter.
+
+    >>> cap_reply("x" * 100, 2)
+    ('xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx [... cut by Agora: the reply ran far past max_tokens]', 36)
+    """
+    limit = MAX_CHARS_PER_TOKEN * max(1, int(max_tokens))
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit] + CUT_MARKER, len(text) - limit
+
+
 def to_dicts(messages: Sequence[BaseMessage | dict]) -> list[dict[str, str]]:
     """LangChain messages (or OpenAI-style dicts) -> ``[{"role", "content"}]``."""
     out = []

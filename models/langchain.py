@@ -21,6 +21,9 @@ contract (:mod:`agora.models.contract`) over ``langchain_core``'s ``BaseChatMode
   pointed at a server other than api.openai.com, ``max_tokens`` in the body as well (it sends
   ``max_completion_tokens``, which llama.cpp's server ignores). A parameter the model cannot take
   is said once per member, not silently dropped.
+* **Replies far over ``max_tokens``** (a server that ignored it) are stored cut at
+  :data:`~agora.models._chat.MAX_CHARS_PER_TOKEN` characters per allowed token, marked with
+  :data:`~agora.models._chat.CUT_MARKER` and ``finish_reason="length"``, said once per member.
 * **JSON schemas** (``SamplingParams.json_schema``): ``response_format`` json_schema for a
   ``ChatOpenAI``, the model's own ``with_structured_output`` where it has one, else the schema in
   the prompt; replies are parsed strictly by the caller either way
@@ -43,7 +46,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from agora.models._chat import to_messages, to_sample
+from agora.models._chat import CUT_MARKER, cap_reply, to_messages, to_sample
 from agora.models.contract import Sample, SamplingParams
 
 log = logging.getLogger("agora.langchain")
@@ -197,6 +200,12 @@ class LangChainMember:
                           usage=mark, completion_tokens=count)
             if params.logprobs is not None:
                 s = _with(s, **_logprobs(g, params.logprobs))
+            text, cut = cap_reply(s.text, params.max_tokens)
+            if cut:  # a server that ignored max_tokens: store a bounded reply, marked (models/_chat.py)
+                self.say("cut", "sent a reply of %d characters for max_tokens=%d: replies this far past max_tokens "
+                         "are stored cut at %d characters, marked %r, finish_reason 'length'",
+                         len(s.text), params.max_tokens, len(text) - len(CUT_MARKER), CUT_MARKER.strip())
+                s = _with(s, text=text, finish_reason="length")
             out.append(s)
         return out
 

@@ -14,8 +14,8 @@ the server's message, and the error's ``code`` as ``status_code`` (so a 500 is r
 not: :func:`agora.models.retry.is_transient`).
 
 **Replies far over ``max_tokens``.** A server that ignores ``max_tokens`` can send megabytes; a
-reply longer than :data:`MAX_CHARS_PER_TOKEN` characters per allowed token is cut there, its
-``finish_reason`` set to ``"length"`` and :data:`CUT_MARKER` appended (so the trace row says so),
+reply longer than :data:`~agora.models._chat.MAX_CHARS_PER_TOKEN` characters per allowed token is cut there, its
+``finish_reason`` set to ``"length"`` and :data:`~agora.models._chat.CUT_MARKER` appended (so the trace row says so),
 and a warning names the model and both lengths.
 
 **n samples.** Asks for ``n`` choices in one request; a server that returns fewer (some ignore
@@ -56,17 +56,12 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from agora.models._chat import NativeMember, fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models._chat import (CUT_MARKER, MAX_CHARS_PER_TOKEN, NativeMember, cap_reply,  # noqa: F401
+                                fewshot_stops, generation, render_fewshot, to_dicts)
 from agora.models.errors import InvalidReplyError, ModelUnavailableError
 
 log = logging.getLogger("agora.openai")
 
-MAX_CHARS_PER_TOKEN = 32
-"""Characters per allowed token past which a reply is cut (``max_tokens`` × this): real text averages
-3-5 characters per token, so only a server that ignored ``max_tokens`` reaches it."""
-CUT_MARKER = " [... cut by Agora: the reply ran far past max_tokens]"
-"""Appended to a reply cut at ``MAX_CHARS_PER_TOKEN × max_tokens`` characters (no digits, so no
-answer is read from it)."""
 
 
 CONNECTIONS = 1024
@@ -133,19 +128,6 @@ def async_client(base_url: str, api_key: str, timeout_s: float):
     with _async_lock:
         root = clients.setdefault(root_key, root)
         return clients.setdefault((base_url, *root_key), root.with_options(base_url=base_url))
-
-
-def cap_reply(text: str, max_tokens: int) -> tuple[str, int]:
-    """``(text, characters cut)``: ``text`` cut at ``MAX_CHARS_PER_TOKEN * max_tokens`` characters
-    with :data:`CUT_MARKER` appended, or unchanged (0 cut) when shorter.
-
-    >>> cap_reply("x" * 100, 2)
-    ('xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx [... cut by Agora: the reply ran far past max_tokens]', 36)
-    """
-    limit = MAX_CHARS_PER_TOKEN * max(1, int(max_tokens))
-    if len(text) <= limit:
-        return text, 0
-    return text[:limit] + CUT_MARKER, len(text) - limit
 
 
 def split_tokens(total: int, parts: int) -> list[int]:

@@ -416,3 +416,16 @@ def test_a_users_chat_openai_is_not_capped_by_the_default_thread_pool_either():
         results = asyncio.run(main())
     assert [len(samples) for samples, _ in results] == [1] * k
     assert len(srv.requests) == k
+
+
+def test_a_users_chat_openai_reply_far_over_max_tokens_is_stored_cut_too():
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from agora.models.openai_backend import CUT_MARKER
+
+    huge = "The answer is 4. " + "x" * 1_000_000
+    with StubServer(lambda path, body: (200, chat_reply(body, [huge]))) as srv:
+        pool = ModelPool.from_chat_models({"m": langchain_openai.ChatOpenAI(
+            base_url=srv.base_url, model="stub", api_key="EMPTY", max_retries=0)}, max_retries=0)
+        (s,), records = pool.sample("m", MSG, SamplingParams(max_tokens=8))
+    assert s.text == huge[:256] + CUT_MARKER and s.finish_reason == "length"
+    assert records[0]["completion"] == s.text
