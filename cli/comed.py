@@ -307,6 +307,21 @@ def calibrate_comed(
 # ---------------------------------------------------------------------------- report (computed in traces/comed.py)
 
 
+def print_comed_decisions(s: ComedSummary) -> None:
+    """Print the decisions' shares (accept, verify, escalate; verify's two outcomes) and the
+    rescue–harm line (``agora run comed`` and ``agora report run`` on a COMED run)."""
+    n = sum(s.decisions.get(k, 0) for k in ("accept", "verify", "escalate"))
+    share = ", ".join(f"{k} {s.decisions.get(k, 0)}/{n} ({fmt_pct(s.decisions.get(k, 0) / n if n else float('nan'))}%)"
+                      for k in ("accept", "verify", "escalate"))
+    console.print(f"decisions: {share}; verify → accept {s.outcomes.get('verify_accept', 0)}, "
+                  f"verify → escalate {s.outcomes.get('verify_escalate', 0)}", highlight=False)
+    rh = s.rescue_harm
+    console.print(
+        f"rescue–harm over {rh.n} questions ({rh.escalated} escalated): Acc(COMED) − Acc(anchor) = "
+        f"{rh.final_correct}/{rh.n} − {rh.anchor_correct}/{rh.n} = {fmt_pct(rh.gain)} pp = "
+        f"rescues {rh.rescues} − harms {rh.harms} (identity checked on every question: holds)", highlight=False)
+
+
 def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
     """Print the run's method table, decisions, rescue–harm line, COMED's cost against the dense
     baselines and its failed questions."""
@@ -318,16 +333,7 @@ def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
                       f"{s.calls_per_question[r.method]:.2f}", f"{r.samples_per_question:.2f}",
                       f"{s.tokens_per_question[r.method]:.1f}")
     console.print(table)
-    n = sum(s.decisions.get(k, 0) for k in ("accept", "verify", "escalate"))
-    share = ", ".join(f"{k} {s.decisions.get(k, 0)}/{n} ({fmt_pct(s.decisions.get(k, 0) / n if n else float('nan'))}%)"
-                      for k in ("accept", "verify", "escalate"))
-    console.print(f"decisions: {share}; verify → accept {s.outcomes.get('verify_accept', 0)}, "
-                  f"verify → escalate {s.outcomes.get('verify_escalate', 0)}", highlight=False)
-    rh = s.rescue_harm
-    console.print(
-        f"rescue–harm over {rh.n} questions ({rh.escalated} escalated): Acc(COMED) − Acc(anchor) = "
-        f"{rh.final_correct}/{rh.n} − {rh.anchor_correct}/{rh.n} = {fmt_pct(rh.gain)} pp = "
-        f"rescues {rh.rescues} − harms {rh.harms} (identity checked on every question: holds)", highlight=False)
+    print_comed_decisions(s)
     samples = {r.method: r.samples_per_question for r in s.rows}
     for dense in ("moa", "debate"):
         if "comed" in samples and samples.get(dense):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -12,9 +13,11 @@ from rich.table import Table
 
 from agora.cli._apps import report_app
 from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
+from agora.cli.comed import print_comed_decisions
+from agora.traces.comed import comed_summary
 from agora.traces.members import has_recipes, member_rows
 from agora.traces.replay import question_report
-from agora.traces.report import TOO_FEW, open_trace_store, run_rows, run_summary
+from agora.traces.report import TOO_FEW, disagreements, open_trace_store, run_rows, run_summary, unknown_tokens_note
 from agora.traces.store import check_run_id
 
 
@@ -64,18 +67,32 @@ def report_run(
     run_id: str = typer.Argument(..., help="The run (see `agora report runs`)."),
     db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object instead of the tables."),
+    disagree: Optional[tuple[str, str]] = typer.Option(
+        None, "--disagree", metavar="METHOD METHOD",
+        help="Also list the questions on which these two methods answered differently (id, gold, each "
+             "answer and whether it is right); JSON key 'disagree'."),
 ) -> None:
     """A compact summary of one run: status, questions, model calls and tokens (its own, and those it
     took from a bench's shared candidates, counted apart), each method's accuracy
     with its 95 % CI ("too few questions" under 30 scored questions or with a degenerate interval), how
-    the samples' answers were found, and on how many questions the methods disagree."""
+    the samples' answers were found, and on how many questions the methods disagree. A COMED run
+    adds its decisions' shares (accept, verify, escalate) and its rescues and harms, as `agora run
+    comed` prints them."""
     with user_errors():
         check_run_id(run_id, "RUN_ID")
         store = open_trace_store(db)
         s = run_summary(store, run_id)
         members = member_rows(store, run_id) if has_recipes(store, run_id) else []  # a pool with recipes
+        comed = (comed_summary(store, run_id)  # (its rescue–harm compares the anchor's answers with COMED's)
+                 if s["protocol"] == "comed" and {"comed", "anchor"} <= {m.method for m in s["methods"]} else None)
+        pairs = disagreements(store, run_id, *disagree) if disagree else None
         if as_json:
             extra = {"members": [asdict(m) for m in members]} if members else {}
+            if comed is not None:
+                extra["comed"] = {"decisions": comed.decisions, "outcomes": comed.outcomes,
+                                  "rescue_harm": asdict(comed.rescue_harm)}
+            if pairs is not None:
+                extra["disagree"] = pairs
             print(json.dumps({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]], **extra},
                              ensure_ascii=False, default=str))
             return
@@ -83,7 +100,7 @@ def report_run(
         console.print(f"run [bold]{escape(run_id)}[/bold]: {s['protocol']}, {s['status']}; {int(t['questions'])} "
                       f"questions recorded, {int(t['failed_questions'])} failed; {int(t['calls'])} model calls "
                       f"(one per sample; {int(t['failed'])} failed attempts), {int(t['completion_tokens'])} generated "
-                      f"tokens, {t['wall_s']:.1f} s question time (summed over questions, which may overlap); started {s['started_at']} on {s['host'] or '?'} at "
+                      f"tokens{unknown_tokens_note(t)}, {t['wall_s']:.1f} s question time (summed over questions, which may overlap); started {s['started_at']} on {s['host'] or '?'} at "
                       f"{s['code_revision'] or '?'}", highlight=False, soft_wrap=True)
         sh = s["shared"]
         if sh["shared_from"]:
@@ -111,6 +128,18 @@ def report_run(
             console.print("samples' answers found by: " + ", ".join(f"{h} {n} ({100 * n / total:.0f}%)"
                                                                   for h, n in hows.items()), highlight=False)
         console.print(f"questions where the methods disagree: {s['questions_methods_disagree']}", highlight=False)
+        if comed is not None:
+            print_comed_decisions(comed)
+        if pairs is not None:
+            a, b = disagree
+            table = Table(title=f"questions where {escape(a)} and {escape(b)} answer differently: {len(pairs)}")
+            for col in ("question", "gold", a, b):
+                table.add_column(escape(col), overflow="fold")
+            mark = {True: " (right)", False: " (wrong)", None: ""}
+            for p in pairs:
+                table.add_row(escape(str(p["question_id"])), escape(str(p["gold"] if p["gold"] is not None else "-")),
+                              *(escape(str(p[m]["answer"])) + mark[p[m]["correct"]] for m in (a, b)))
+            console.print(table)
         if members:
             table = Table(title="members (weights × recipe; per-sample accuracy over every node's samples)")
             for col in ("member", "recipe", "samples", "answered", "accuracy %", "programs failed", "program s (median)"):

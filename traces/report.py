@@ -115,6 +115,33 @@ def run_totals(store: TraceStore, run_id: str) -> dict[str, float]:
     return {k: (v or 0) for k, v in out.items()}
 
 
+def disagreements(store: TraceStore, run_id: str, a: str, b: str) -> list[dict[str, object]]:
+    """The questions of run ``run_id`` on which methods ``a`` and ``b`` answered differently, in
+    question order: ``{"question_id", "gold", a: {"answer", "correct"}, b: {...}}`` (``correct``
+    ``None``: unscored, or a method whose answer drew on no sample). A question one method has no
+    result for is left out.
+
+    Raises:
+        ValueError: ``a`` or ``b`` is not a method of the run (one line naming the run's methods).
+    """
+    by_q: dict[str, dict[str, dict]] = {}
+    for r in store.results(run_id):
+        by_q.setdefault(r["question_id"], {})[r["method"]] = r
+    methods = sorted({m for ms in by_q.values() for m in ms})
+    for m in (a, b):
+        if m not in methods:
+            raise ValueError(f"{store.path}: run {run_id!r} has no method {m!r} (its methods: "
+                             f"{', '.join(methods) or 'none recorded'})")
+    gold = {q["question_id"]: q["gold"] for q in store.questions(run_id)}
+    out: list[dict[str, object]] = []
+    for qid, ms in by_q.items():
+        if a in ms and b in ms and ms[a]["answer"] != ms[b]["answer"]:
+            out.append({"question_id": qid, "gold": gold.get(qid),
+                        **{m: {"answer": ms[m]["answer"], "correct": None if ms[m]["correct"] is None
+                               else bool(ms[m]["correct"])} for m in (a, b)}})
+    return out
+
+
 def unknown_tokens_note(totals: dict[str, float]) -> str:
     """``" (+ unknown for N samples whose model reports no usage)"``, or ``""`` when every sample's
     tokens are known: printed after a token total so that a sum missing some samples says so."""
