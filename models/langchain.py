@@ -51,7 +51,7 @@ from agora.models.contract import Sample, SamplingParams
 
 log = logging.getLogger("agora.langchain")
 
-CALL_THREADS = 256
+CALL_THREADS = 1024
 """Threads of :func:`call_threads`, created as calls need them: blocking model calls in flight at once."""
 _threads: ThreadPoolExecutor | None = None
 _threads_lock = threading.Lock()

@@ -4,7 +4,8 @@
 so a fan-out of n agents reaches the server together and vLLM batches it. Sync callers share a
 thread-safe ``openai.OpenAI`` client per endpoint; async callers (``ModelPool.asample``, the async
 graph nodes, an app's ``await graph.ainvoke``) await an ``openai.AsyncOpenAI`` client of their own
-event loop (one per loop and endpoint, :func:`async_client`): no worker thread per request, so
+event loop (one per loop and endpoint, the endpoints sharing the loop's connection pool,
+:func:`async_client`): no worker thread per request, so
 asyncio's default thread pool (``min(32, cpus + 4)`` threads) does not cap how many requests are
 in flight. Nothing here takes a lock around a request.
 
