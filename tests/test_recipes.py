@@ -62,24 +62,24 @@ def test_a_bad_recipe_is_one_line_naming_file_entry_and_field(tmp_path, line, me
 def test_a_spec_made_in_python_is_checked_as_the_pool_file_is():
     with pytest.raises(PoolConfigError, match=r"^model 'q': field 'recipe': unknown recipe 'pat'"):
         ModelSpec(name="q", backend="langchain", recipe="pat")
-    spec = ModelSpec(name="q", backend="langchain", recipe={"name": "pot", "cpu_s": 2})
-    assert (spec.recipe.name, spec.recipe.cpu_s, spec.recipe.wall_s) == ("pot", 2.0, 10.0)
-    assert spec.describe()["recipe"] == {"name": "pot", "cpu_s": 2.0}
+    spec = ModelSpec(name="q", backend="langchain", recipe={"name": "pot", "cpu_s": 1})
+    assert (spec.recipe.name, spec.recipe.cpu_s, spec.recipe.wall_s) == ("pot", 1.0, 4.0)
+    assert spec.describe()["recipe"] == {"name": "pot", "cpu_s": 1.0}
     assert "recipe" not in ModelSpec(name="q", backend="langchain").describe()  # run records as before
 
 
 def test_a_pool_file_names_two_recipes_on_the_same_weights(tmp_path):
     path = tmp_path / "pool.toml"
     path.write_text(f"[[models]]\n{ENTRY.replace('m+x', 'q')}\n[[models]]\n{ENTRY.replace('m+x', 'q+pot')}"
-                    'recipe = { name = "pot", cpu_s = 2, imports = ["math", "fractions"] }\n\n'
+                    'recipe = { name = "pot", cpu_s = 1, imports = ["math", "fractions"] }\n\n'
                     f"[[models]]\n{ENTRY.replace('m+x', 'q+persona')}"
                     '[models.recipe]\nname = "persona"\npersona = "You are a careful accountant."\n')
     pool = load_pool(path)
     assert [(m.name, m.spec.recipe and m.spec.recipe.label()) for m in pool] == [
-        ("q", None), ("q+pot", "pot(cpu_s=2.0, imports=['math', 'fractions'])"), ("q+persona",
+        ("q", None), ("q+pot", "pot(cpu_s=1.0, imports=['math', 'fractions'])"), ("q+persona",
                                                                                  "persona(persona=You are a careful accountant.)")]
     assert [d.get("recipe") for d in pool.describe()] == [
-        None, {"name": "pot", "cpu_s": 2.0, "imports": ["math", "fractions"]},
+        None, {"name": "pot", "cpu_s": 1.0, "imports": ["math", "fractions"]},
         {"name": "persona", "persona": "You are a careful accountant."}]
 
 
@@ -325,7 +325,7 @@ def test_a_pool_file_with_a_pot_member_runs_each_protocol_through_the_cli(tmp_pa
 def test_agora_serve_writes_the_members_recipes_into_its_pool_file(tmp_path):
     from agora.models.serving import ServedPool, ServerPlan
 
-    specs = [ModelSpec(name="q+pot", backend="vllm", model="/hf/q", recipe={"name": "pot", "cpu_s": 2}),
+    specs = [ModelSpec(name="q+pot", backend="vllm", model="/hf/q", recipe={"name": "pot", "cpu_s": 1}),
              ModelSpec(name="remote+persona", backend="openai", base_url="http://gpu-a:8000/v1", model="R",
                        recipe={"name": "persona", "persona": "You are terse."})]
     served = ServedPool(specs)
@@ -333,7 +333,7 @@ def test_agora_serve_writes_the_members_recipes_into_its_pool_file(tmp_path):
     (tmp_path / "pool.toml").write_text(served.pool_toml())
     pool = load_pool(tmp_path / "pool.toml")
     assert [(m.name, m.spec.backend, m.spec.recipe.describe()) for m in pool] == [
-        ("q+pot", "openai", {"name": "pot", "cpu_s": 2.0}),
+        ("q+pot", "openai", {"name": "pot", "cpu_s": 1.0}),
         ("remote+persona", "openai", {"name": "persona", "persona": "You are terse."})]
 
 

@@ -70,9 +70,9 @@ _WORKER = Path(__file__).with_name("_sandbox_worker.py")
 class SandboxLimits:
     """What one program may use. Raises ``ValueError`` naming the field on a bad value."""
 
-    cpu_s: float = 5.0
+    cpu_s: float = 2.0
     """CPU seconds (``RLIMIT_CPU``, rounded up to whole seconds)."""
-    wall_s: float = 10.0
+    wall_s: float = 4.0
     """Wall-clock seconds before the child's process group is killed."""
     memory_mb: int = 512
     """MiB of address space the program may add to what the worker holds (``RLIMIT_AS``)."""
