@@ -175,3 +175,17 @@ def test_a_worker_killed_from_outside_is_replaced():
     finally:
         sandbox.close()
     assert sandbox._started == 0
+
+
+def test_a_library_that_writes_files_cannot_write_outside_the_folder(tmp_path):
+    """RestrictedPython leaves an allowed library's own file writes alone (sympy's codegen writes
+    C files); Landlock stops those outside the folder."""
+    if "landlock" not in sandbox_layers():
+        pytest.skip("this kernel has no Landlock: only RestrictedPython and rlimits contain such a write")
+    program = ("from sympy import symbols\nfrom sympy.utilities.codegen import codegen\nx = symbols('x')\n"
+               "codegen(('f', x + 1), 'C', {prefix!r}, to_files=True)\nprint('written')")
+    outside = tmp_path / "evil"
+    run = run_program(program.format(prefix=str(outside)), SandboxLimits(cpu_s=5, wall_s=10))
+    assert run.failure.startswith("PermissionError: [Errno 13] Permission denied") and not list(tmp_path.iterdir())
+    inside = run_program(program.format(prefix="inside"), SandboxLimits(cpu_s=5, wall_s=10))
+    assert (inside.status, inside.output) == ("ok", "written\n")  # in its own folder, removed afterwards
