@@ -541,3 +541,13 @@ def test_importing_a_device_or_a_folder_says_what_it_is(tmp_path):
         code, output = agora("import", "/dev/zero", "--db", tmp_path / "target.db")
         assert code == 2 and one_error_line(output).startswith("error: /dev/zero: a character device, not a bundle")
     assert not (tmp_path / "target.db").exists()
+
+
+def test_a_bench_table_with_another_key_is_refused(bundle, tmp_path):
+    head = json.loads(json.dumps(bundle[0]))
+    head["tables"]["bench_cells"] = {"columns": {"bench_id": "TEXT", "task": "TEXT", "method": "TEXT"},
+                                     "primary_key": ["bench_id"]}
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", [head] + bundle[1:])
+    line = refused_import(bad, tmp_path / "target.db")
+    assert line == (f"error: {bad}:1: tables.bench_cells.primary_key: ['bench_id'], but Agora's bench_cells table has "
+                    "['bench_id', 'task', 'method']; the header is damaged or tampered with; nothing was imported")

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from agora.traces import schema
+from agora.traces.bench import BENCH_CELLS, BENCHES
 from agora.traces.store import TraceStore, TraceStoreError, check_run_id, code_revision, now
 
 FORMAT = "agora-trace-bundle"
@@ -62,7 +63,8 @@ an export of that run carries the candidates run along."""
 #: checked against these (other tables: against the SQLite types of the bundle's header).
 SCHEMA_TYPES: dict[str, dict[str, type]] = {
     **schema.TABLES, "duels": schema.DUELS, "reputation_snapshots": schema.REPUTATION_SNAPSHOTS,
-    "leader_snapshots": schema.LEADER_SNAPSHOTS, "preference_pairs": schema.PREFERENCE_PAIRS}
+    "leader_snapshots": schema.LEADER_SNAPSHOTS, "preference_pairs": schema.PREFERENCE_PAIRS,
+    "benches": BENCHES, "bench_cells": BENCH_CELLS}
 _TYPE_NAMES = {int: "an integer", float: "a real number", str: "text", bytes: "bytes"}
 
 
@@ -493,7 +495,7 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
             raise BundleError(f"{path}:1: tables: {t!r} and {seen[t.lower()]!r} name one table (SQLite ignores the "
                               "case of table names); the header is damaged or tampered with")
         seen[t.lower()] = t
-        known = next((k for k in (*SCHEMA_TYPES, *BENCH_TABLES) if k == t.lower()), None)
+        known = next((k for k in SCHEMA_TYPES if k == t.lower()), None)
         if known is not None and known != t:
             raise BundleError(f"{path}:1: tables: {t!r} is Agora's {known} table spelled in another case; the header "
                               "is damaged or tampered with")
@@ -505,7 +507,8 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
 #: Primary key of every table :data:`SCHEMA_TYPES` documents (the core tables' from :mod:`agora.traces.schema`).
 KNOWN_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     **schema.PRIMARY_KEYS, "duels": ("duel_id",), "reputation_snapshots": ("duel_id", "model"),
-    "leader_snapshots": ("duel_id",), "preference_pairs": ("pair_id",)}
+    "leader_snapshots": ("duel_id",), "preference_pairs": ("pair_id",), "benches": ("bench_id",),
+    "bench_cells": ("bench_id", "task", "method")}
 #: SQLite types a header may declare for a column of each Python type of :data:`SCHEMA_TYPES`.
 _SQL_NAMES = {str: "TEXT", int: "INTEGER", float: "FLOAT"}
 _DECLARED = {str: {"TEXT", ""}, int: {"INTEGER", "INT", ""}, float: {"FLOAT", "REAL", "NUMERIC", "DOUBLE", ""}}
