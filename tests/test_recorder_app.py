@@ -86,6 +86,14 @@ def test_the_same_question_asked_by_four_threads_is_four_questions_whose_counts_
     assert (totals["questions"], totals["calls"], totals["failed"]) == (4, 16, 0)
     assert sorted(r[0] for r in rows(db, "select idx from questions")) == [0, 1, 2, 3]
     assert rows(db, "select count(*), sum(correct) from results where method = 'align'") == [(4, 4)]
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    result = CliRunner().invoke(app, ["report", "run", "app-align", "--db", str(db), "--json"])
+    report = json.loads(result.output)  # the header's totals and the method table's counts agree
+    align = next(m for m in report["methods"] if m["method"] == "align")
+    assert (report["totals"]["questions"], report["totals"]["calls"]) == (4, 16)
+    assert (align["questions"], align["samples_per_question"] * align["questions"]) == (4, 16)
 
 
 def test_two_recorder_blocks_asking_the_same_question_record_two_questions(tmp_path):
