@@ -6,6 +6,7 @@ Postgres checkpointer as strict as the SQLite one."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -142,8 +143,8 @@ def _steady(value):
                              "request_id", "latency_s", "wall_s", "last_activity")}
     if isinstance(value, (list, tuple)):
         return [_steady(v) for v in value]
-    if hasattr(value, "__dataclass_fields__"):
-        return _steady(dict(vars(value)))
+    if dataclasses.is_dataclass(value):
+        return _steady({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     return value
 
 
