@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pool", default="tiny", help="built-in pool name (tiny, default) or a pool file")
     parser.add_argument("--openai-url", help="your own model: an OpenAI-compatible server's base URL")
     parser.add_argument("--openai-model", help="the model name to ask that server for")
-    parser.add_argument("--db", default="agent_app.db", help="trace database (SQLite)")
+    parser.add_argument("--db", default="agent_app.db", help="trace database: a SQLite file or a postgresql:// URL")
     parser.add_argument("--run-id", default="agent-app")
     args = parser.parse_args(argv)
     pool: ModelPool | str = args.pool
