@@ -194,7 +194,10 @@ class TraceRecorder(BaseCallbackHandler):
         with self._lock:
             run = self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs, thread=thread)
             if parent_run_id in self._runs:
-                self._runs[parent_run_id].children.append(run_id)
+                parent = self._runs[parent_run_id]
+                if node and not parent.children:  # a graph's first node: a repeated question_id stops here
+                    self._refuse_repeat(parent, name)
+                parent.children.append(run_id)
                 return
             if thread is not None and isinstance(inputs, dict):  # a fresh start on the thread: no resume
                 for key in [k for k in self._held if k[0] == thread[0]]:
@@ -228,6 +231,18 @@ class TraceRecorder(BaseCallbackHandler):
                         pass
 
     # ------------------------------------------------------------------ recording
+
+    def _refuse_repeat(self, graph_run: _Run, first_node: str) -> None:
+        """Before a protocol graph's first node runs: raise :class:`QuestionRecordedError` when its
+        caller's ``question_id`` is answered in that protocol's run already (no model call made)."""
+        inputs = graph_run.inputs
+        if graph_run.node or not isinstance(inputs, dict) or not inputs.get("question_id") or not inputs.get("question"):
+            return
+        if graph_run.thread is not None and graph_run.thread in self._held:
+            return  # a paused or stopped question resumed: the same invocation
+        protocols = [p for p, names in _protocol_nodes().items() if first_node in names]
+        if len(protocols) == 1:
+            self._question_id(protocols[0], inputs)
 
     def _forget(self, root: UUID) -> None:
         todo = [root]
@@ -315,6 +330,8 @@ class TraceRecorder(BaseCallbackHandler):
         held = _Held(protocol, inputs, (held.updates if held else []) + self._node_updates(run),
                      (held.wall_s if held else 0.0) + run.wall_s, held.question_id if held else None)
         error = run.error
+        if isinstance(error, QuestionRecordedError):
+            return  # refused before it ran: nothing of it is written
         if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
             calls = _merged(held.updates).get("calls") or []
             attempts, seen = [], set()

@@ -125,6 +125,8 @@ def test_a_repeated_explicit_question_id_is_refused_in_one_line_and_nothing_of_i
             with pytest.raises(QuestionRecordedError) as refused:
                 graph.invoke({"question": "What is 3 + 3?", "question_id": "q1"}, {"callbacks": [recorder]},
                              context=DelegationContext(pool, CONFIG))
+        assert len(server.requests) == 2  # refused before its first node: no model was asked
+    assert recorder.recorded == {"align": 1} and recorder.failed == {}
     assert str(refused.value) == (
         f"{db}: question id 'q1' is already recorded in run 'app-align': give each invocation its own "
         "question_id, or none (one is made per invocation); nothing of this invocation was written")
