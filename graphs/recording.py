@@ -24,8 +24,8 @@ Each invocation is its own question (``docs/guarantees.md``, "Recording from an 
 - **Ids**: a question without a ``question_id`` gets ``q-<crc32 of its text>``, or, when that id is
   taken in the run (an answered or failed question), the first free ``q-<crc32>-2``, ``-3``, ...
   A ``question_id`` given by the caller that the run already answered is refused
-  (:class:`QuestionRecordedError`, one line naming the id), and nothing of that invocation is
-  written; one that only failed before is retried under its id, as ``agora run`` retries it.
+  (:class:`QuestionRecordedError`, one line naming the id) before the protocol graph's first node
+  runs (two invocations of one id at once: the second when it ends), and nothing of it is written; one that only failed before is retried under its id, as ``agora run`` retries it.
 - **Pauses** (an ``interrupt``, ``interrupt_before``/``interrupt_after``, a Studio breakpoint): the
   nodes that ran before the pause are held, in memory, under the run's checkpoint thread and
   namespace, and the question is recorded once, whole, when a later invocation through the same
