@@ -35,9 +35,10 @@ from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
 from agora.agents.seeds import SeedNode
 
 #: The members' seeds: member ``i``'s ``k`` samples are one request seeded
-#: ``call_seed(seed, question, MEMBER, agent=i)``. SLM-MUX embeds no other protocol, so its offset
-#: only has to differ between its own nodes (it has one).
-MEMBER = SeedNode(0, agent_stride=1000)
+#: ``call_seed(seed, question, MEMBER, agent=i)``. The offset keeps them apart from every node COMED
+#: runs on the same question when it embeds SLM-MUX as a dense baseline (anchor 0, probe 101, peers
+#: 201+, MoA 301+, debate 500+, council 601-701).
+MEMBER = SeedNode(811, agent_stride=1000)
 
 
 @dataclass(frozen=True, slots=True)

@@ -525,7 +525,8 @@ def test_bench_end_to_end_on_the_tiny_pool(shared_data, tmp_path):
     assert report["complete"] and [t["name"] for t in report["tasks"]] == ["gsm8k_test_sample", "arc_challenge_test"]
     assert {c["method"] for c in report["cells"]} == {"align", "single_agent", "self_consistency", "best_of_n",
                                                       "comed", "anchor", "moa", "debate",
-                                                      "council", "council_top", "council_vote"}  # registry (issue 32)
+                                                      "council", "council_top", "council_vote",
+                                                      "slm-mux", "mux_vote"}  # registry (issue 32)
     assert all(c["questions"] + c["failed_questions"] + c["method_failed"] == 2 for c in report["cells"])
     assert (out / "accuracy_vs_tokens.png").stat().st_size > 0 and "## Paired differences" in (out / "bench.md").read_text()
     store = TraceStore(db)

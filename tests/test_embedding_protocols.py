@@ -442,6 +442,7 @@ SMALL = {
     "moa": ({"question": "What is 3 + 4?"}, {"max_tokens": 16, "shots": 0}),
     "debate": ({"question": "What is 3 + 4?"}, {"agents": 2, "rounds": 1, "max_tokens": 16, "shots": 0}),
     "council": ({"question": "What is 3 + 4?"}, {"max_tokens": 16, "review_max_tokens": 16, "shots": 0}),
+    "slm-mux": ({"question": "What is 3 + 4?"}, {"k_samples": 2, "max_tokens": 16, "shots": 0}),
     "converse": ({"question": "What is 3 + 4?"}, {"turns": 2, "max_tokens": 16, "shots": 0}),
     "duel": ({"run_id": "r"}, {"duels": 1, "iterations": 1, "max_tokens": 16, "judge": {"shots": 0}}),
     "cupid": ({"prompts": ["Say hi."]}, {"budget_rounds": 1, "max_tokens": 8, "mc_samples": 200}),

@@ -268,7 +268,7 @@ def test_a_protocol_registered_in_a_test_module_is_in_the_bench_and_a_comed_base
         assert registry.get("echo") is ECHO and ECHO in registry.dense_baselines()
         assert resolve_methods("echo") == ("echo",) and resolve_methods("all")[-1] == "echo"
         assert protocol_of()["echo"] == "comed" and sharing()["echo"] == "no samples at all"
-        assert BenchConfig().baselines == ("moa", "debate", "council", "echo")
+        assert BenchConfig().baselines == ("moa", "debate", "council", "slm-mux", "echo")
         assert comed_methods()[-1] == "echo"
         pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=lambda chat, i: "The answer is 4.")
                                            for m in ("a", "b")})
@@ -293,9 +293,10 @@ def dataclasses_replace(spec, **changes):
     return dataclasses.replace(spec, **changes)
 
 
-def test_moa_debate_and_the_council_are_comed_baselines_in_report_order():
+def test_moa_debate_the_council_and_slm_mux_are_comed_baselines_in_report_order():
     from agora.graphs.escalation import METHODS
 
-    assert [s.name for s in registry.dense_baselines()] == ["moa", "debate", "council"]
-    assert METHODS == ("comed", "anchor", "router_only", "moa", "debate", "council", "council_top", "council_vote")
-    assert {n for n, e in registry.PROTOCOLS.items() if e.dense} == {"moa", "debate", "council"}  # read from source
+    assert [s.name for s in registry.dense_baselines()] == ["moa", "debate", "council", "slm-mux"]
+    assert METHODS == ("comed", "anchor", "router_only", "moa", "debate", "council", "council_top", "council_vote",
+                       "slm-mux", "mux_vote")
+    assert {n for n, e in registry.PROTOCOLS.items() if e.dense} == {"moa", "debate", "council", "slm-mux"}  # from source

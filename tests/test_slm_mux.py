@@ -119,3 +119,145 @@ def test_delegation_config_names_and_checks_the_utility():
         DelegationConfig(utility="calibrated")
     with pytest.raises(ValueError, match="DelegationConfig.dev_accuracy: b's accuracy"):
         DelegationConfig(dev_accuracy={"b": -0.1})
+
+
+# ---------------------------------------------------------------------------- the graph, end to end
+
+from openai_stub import StubServer, chat_reply  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from agora.agents.seeds import call_seed  # noqa: E402
+from agora.agents.slm_mux import MEMBER  # noqa: E402
+from agora.graphs.delegation import DelegationContext, build_delegation_graph  # noqa: E402
+from agora.graphs.runner import run_protocol  # noqa: E402
+from agora.graphs.slm_mux import SLMMuxContext, build_slm_mux_graph  # noqa: E402
+from agora.models.pool import ModelPool  # noqa: E402
+from agora.models.testing import ScriptedChatModel  # noqa: E402
+from agora.tasks import Problem  # noqa: E402
+from agora.traces.reliability import DevRunError, dev_accuracy  # noqa: E402
+from agora.traces.store import TraceStore  # noqa: E402
+
+APPLES = Problem(id="q1", question="Tom has 3 apples and buys 4 more. How many apples does he have?", gold="7",
+                 kind="math")
+
+
+def said(*answers):
+    return [f"So the answer is {a}." for a in answers]
+
+
+def correlated_pool():
+    """One reliable member (7, 7, 7) and two members wrong the same way (8, 8, 9 and 8, 8, 5): the
+    plurality over all nine samples is 8 (four votes against three), the most self-consistent member
+    says 7."""
+    models = {"reliable": ScriptedChatModel(responses=said(7, 7, 7), cycle=True),
+              "wrong1": ScriptedChatModel(responses=said(8, 8, 9), cycle=True),
+              "wrong2": ScriptedChatModel(responses=said(8, 8, 5), cycle=True)}
+    return ModelPool.from_chat_models(models, max_retries=0), models
+
+
+def test_selection_beats_the_vote_on_a_pool_with_correlated_errors(tmp_path):
+    pool, models = correlated_pool()
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    run_protocol("slm-mux", [APPLES], store=store, run_id="mux", context=SLMMuxContext(pool),
+                 config={}, pool_description=[], dataset={})
+    results = {r["method"]: (r["answer"], r["correct"], r["samples"], r["calls"]) for r in store.results("mux")}
+    assert results == {"slm-mux": ("7", 1, 9, 3), "mux_vote": ("8", 0, 9, 3), "mux_top": ("7", 1, 3, 1)}
+    calls = store.calls("mux")
+    assert len(calls) == 9 and {c["role"] for c in calls} == {"member"} and {c["node"] for c in calls} == {"mux_sample"}
+    assert all(c["partner"] is None for c in calls)  # no member saw another's output
+    [q] = store.questions("mux")
+    detail = json.loads(q["detail"])
+    assert [(c["model"], c["answer"], round(c["confidence"], 4)) for c in detail["confidences"]] == [
+        ("reliable", "7", 1.0), ("wrong1", "8", 0.6667), ("wrong2", "8", 0.6667)]
+    assert detail["selection"] == {"member": 0, "model": "reliable", "answer": "7", "confidence": 1.0, "tie": False}
+    # one request of k = 3 per member, seeded per member
+    seeds = {m: c.calls[0]["seed"] for m, c in models.items()}
+    assert seeds == {m: call_seed(0, "q1", MEMBER, agent=i) for i, m in enumerate(models)}
+    assert all(len(c.calls) == 1 and c.calls[0]["n"] == 3 for c in models.values())
+
+
+def test_align_with_the_calibrated_utility_follows_the_reliable_member():
+    pool, _ = correlated_pool()
+    problem = {"question": APPLES.question, "question_id": "q1", "kind": "math"}
+    graph = build_delegation_graph().compile()
+    plain = graph.invoke(problem, context=DelegationContext(pool, DelegationConfig(n_agents=3, k_samples=3)))
+    # agreement: U(8) = (2/3 + 2/3) / (1 + 4/3) = 4/7 beats U(7) = 3/7
+    assert plain["answer"] == "8" and plain["selection"]["utility"] == pytest.approx(4 / 7)
+    pool, _ = correlated_pool()
+    cfg = DelegationConfig(n_agents=3, k_samples=3, utility="calibrated",
+                           dev_accuracy={"reliable": 0.9, "wrong1": 0.2, "wrong2": 0.2})
+    out = graph.invoke(problem, context=DelegationContext(pool, cfg))
+    # weights r·s: 0.9, 0.2·2/3, 0.2·2/3 -> U(7) = 0.9 / (0.9 + 0.8/3) = 27/35
+    assert out["answer"] == "7" and out["selection"]["utility"] == pytest.approx(27 / 35)
+    assert out["selection"]["accepted"] and out["methods"]["best_of_n"]["answer"] == "7"
+    assert out["methods"]["self_consistency"]["answer"] == "8"
+    missing = DelegationConfig(n_agents=3, utility="calibrated", dev_accuracy={"reliable": 0.9})
+    with pytest.raises(ValueError, match="DelegationConfig.dev_accuracy: no accuracy for member\\(s\\) wrong1, wrong2"):
+        graph.invoke(problem, context=DelegationContext(correlated_pool()[0], missing))
+
+
+def test_dev_accuracy_read_from_a_dev_run_breaks_a_confidence_tie(tmp_path):
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    dev = Problem(id="d1", question="What is 2 + 2?", gold="4", kind="math")
+    dev_models = {"a": ScriptedChatModel(responses=said(4, 5, 5), cycle=True),
+                  "b": ScriptedChatModel(responses=said(4, 4, 9), cycle=True)}
+    run_protocol("slm-mux", [dev], store=store, run_id="dev", context=SLMMuxContext(ModelPool.from_chat_models(dev_models)),
+                 config={}, pool_description=[], dataset={})
+    assert dev_accuracy(db, "dev") == pytest.approx({"a": 1 / 3, "b": 2 / 3})
+    with pytest.raises(DevRunError, match="dev run 'nope': no such run in"):
+        dev_accuracy(db, "nope")
+    with pytest.raises(DevRunError, match="trace database .*missing.db not found"):
+        dev_accuracy(tmp_path / "missing.db", "dev")
+    # a tie: a says 7 twice, b says 8 twice (2/3 each); the dev run ranks b first
+    tied = {"a": ScriptedChatModel(responses=said(7, 7, 1), cycle=True),
+            "b": ScriptedChatModel(responses=said(8, 8, 2), cycle=True)}
+    pool = ModelPool.from_chat_models(tied)
+    graph = build_slm_mux_graph().compile()
+    q = {"question": APPLES.question, "question_id": "q1", "kind": "math"}
+    out = graph.invoke(q, context=SLMMuxContext(pool, SLMMuxConfig(dev_run="dev", dev_db=str(db))))
+    assert (out["answer"], out["selection"]["model"], out["selection"]["tie"]) == ("8", "b", True)
+    assert [c["dev_accuracy"] for c in out["confidences"]] == pytest.approx([1 / 3, 2 / 3])
+    assert out["methods"]["mux_top"]["answer"] == "8"
+    # a given accuracy wins over the dev run's; none at all: the earlier member
+    given = SLMMuxConfig(dev_run="dev", dev_db=str(db), dev_accuracy=("a=0.9",))
+    assert graph.invoke(q, context=SLMMuxContext(pool, given))["answer"] == "7"
+    assert graph.invoke(q, context=SLMMuxContext(pool, SLMMuxConfig()))["answer"] == "7"
+
+
+def test_members_take_the_bench_shared_candidates_and_async_runs_agree():
+    import asyncio
+
+    pool, models = correlated_pool()
+    shared = [{"model": "wrong1", "text": t, "call_id": f"s{i}", "sample_index": i, "completion_tokens": 2,
+               "latency_s": 0.5} for i, t in enumerate(said(7, 7, 8))]
+    q = {"question": APPLES.question, "question_id": "q1", "kind": "math", "shared_candidates": {"wrong1": shared}}
+    graph = build_slm_mux_graph().compile()
+    out = asyncio.run(graph.ainvoke(q, context=SLMMuxContext(pool)))
+    assert models["wrong1"].calls == []  # its three samples came from the shared pool
+    assert [c["answer"] for c in out["confidences"]] == ["7", "7", "8"]
+    assert out["methods"]["mux_vote"]["answer"] == "7"  # 7 ×5 against 8 ×3
+    assert out["methods"]["slm-mux"]["shared_samples"] == 3 and out["costs"]["sample"]["calls"] == 3
+    with pytest.raises(ValueError, match="SLMMuxConfig.models: 'zz' is not in the pool"):
+        graph.invoke(q, context={"pool": pool, "config": {"models": ["zz"]}})
+
+
+def test_agora_run_slm_mux_through_the_registry(tmp_path):
+    from agora.cli.main import app
+
+    db = tmp_path / "t.db"
+    with StubServer(lambda path, body: (200, chat_reply(body, ["The answer is 4."] * body.get("n", 1)))) as server:
+        pool = tmp_path / "pool.toml"
+        pool.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nmodel = "{m}"\nbase_url = '
+                                f'"{server.base_url}"\nmax_retries = 0\n\n' for m in ("m1", "m2")))
+        args = ["run", "slm-mux", "--format", "synthetic", "--limit", "2", "--pool", str(pool), "--db", str(db),
+                "--run-id", "r", "--max-tokens", "16", "--k-samples", "2", "--dev-accuracy", "m1=0.4,m2=0.6"]
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 0, out.output
+        assert "2 members × 2 samples" in out.output and all(m in out.output for m in ("slm-mux", "mux_vote", "mux_top"))
+        run = TraceStore(db, readonly=True).get_run("r")
+        assert run["protocol"] == "slm-mux"
+        assert json.loads(run["config"])["dev_accuracy"] == [["m1", 0.4], ["m2", 0.6]]
+    bad = CliRunner().invoke(app, ["run", "slm-mux", "--format", "synthetic", "--db", str(db), "--dev-accuracy", "m1=2"])
+    assert bad.exit_code == 2 and "SLMMuxConfig.dev_accuracy: m1's accuracy must be a finite number in [0, 1], got 2.0" in bad.output
