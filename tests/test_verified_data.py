@@ -313,3 +313,14 @@ def test_cli_evolve_refuses_sft_on_duel_preferences_in_one_line(tmp_path):
     assert out.exit_code == 2 and "Traceback" not in out.output
     assert [line for line in out.output.splitlines() if line.startswith("error:")] == [
         "error: EvolveConfig.algorithm 'sft' trains on the member's own right answers: set data 'own'"]
+
+
+def test_a_bench_runs_samples_are_counted_under_its_task(tmp_path):
+    d = sqlite_utils.Database(tmp_path / "b.db")
+    d["runs"].insert({"run_id": "ref:arc:candidates", "protocol": "candidates",
+                      "dataset": json.dumps({"bench": "ref", "format": "mc"})}, pk="run_id")
+    d["questions"].insert(question("ref:arc:candidates", "q1", 0, "Which? A) x B) y", "A", kind="mc", source="mc"),
+                          pk=("run_id", "question_id"))
+    d["model_calls"].insert(call("c1", "ref:arc:candidates", "q1", "The answer is A.", 4, "A", "marker"), pk="call_id")
+    [sample], _ = own_samples(tmp_path / "b.db", VerifiedConfig(model="m"))
+    assert (sample.task, sample.correct) == ("arc", True)

@@ -43,7 +43,8 @@ unknown; ``length_ratio`` 0 turns it off): a pair whose sides differ mostly in l
 
 Both are deduplicated (SFT by prompt and completion; pairs by prompt, chosen and rejected texts)
 and every row names the runs its samples came from; :func:`verified_stats` counts questions,
-samples, rows, and pairs before and after the length filter, per task (the questions' ``source``).
+samples, rows, and pairs before and after the length filter, per task (a bench run's task, else the
+questions' ``source``).
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class OwnSample:
     run_id: str
     question_id: str
     task: str
-    """The question's source (dataset name), else its kind."""
+    """The bench task of a bench's run (``<bench>:<task>:...``), else the question's source (dataset
+    name), else its kind."""
     question: str
     gold: str
     kind: str
@@ -200,6 +202,19 @@ def _messages(value: Any) -> tuple[dict[str, str], ...] | None:
     return tuple(out) if out[-1]["role"] == "user" else None
 
 
+def _bench_task(store: TraceStore, run_id: str) -> str | None:
+    """The task of a bench's run (ids ``<bench>:<task>:<protocol>``, its dataset naming the bench), else ``None``."""
+    row = store.get_run(run_id) or {}
+    try:
+        dataset = json.loads(row.get("dataset") or "null")
+    except (TypeError, ValueError):
+        return None
+    parts = run_id.split(":")
+    if isinstance(dataset, dict) and dataset.get("bench") and len(parts) >= 3 and parts[0] == dataset["bench"]:
+        return parts[1]
+    return None
+
+
 def own_samples(db: str | Path | TraceStore | sqlite_utils.Database, cfg: VerifiedConfig
                 ) -> tuple[list[OwnSample], dict[str, int]]:
     """``cfg.model``'s verifiable samples in the runs ``cfg.run_ids`` (all runs when empty), scored,
@@ -225,6 +240,7 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
         if not questions:
             continue
         order = {qid: n for n, qid in enumerate(questions)}
+        bench_task = _bench_task(store, run_id)
         calls = [c for c in store.calls(run_id) if (not wanted or c.get("model") in wanted)
                  and c.get("error") is None and (c.get("completion") or "").strip()
                  and c.get("question_id") in questions]
@@ -257,7 +273,7 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
                 answer, how = found.answer, (found.how if found.answer is not None else None)
             out.append(OwnSample(
                 call_id=c["call_id"], model=c["model"], run_id=run_id, question_id=q["question_id"],
-                task=q.get("source") or kind,
+                task=bench_task or q.get("source") or kind,
                 question=q.get("question") or "", gold=q["gold"], kind=kind, messages=messages, text=text,
                 answer=answer, how=how, correct=bool(score_answer(answer, q["gold"], kind)),
                 finished=c.get("finish_reason") != "length", tokens=c.get("completion_tokens"),
