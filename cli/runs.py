@@ -127,6 +127,10 @@ def report_run(
             total = sum(hows.values())
             console.print("samples' answers found by: " + ", ".join(f"{h} {n} ({100 * n / total:.0f}%)"
                                                                   for h, n in hows.items()), highlight=False)
+            if hows.get("echo"):
+                console.print(f"[yellow]warning:[/yellow] {hows['echo']} samples only repeat the question (echo): "
+                              "no answer, scored wrong, whatever number the question names (docs/scoring.md)",
+                              highlight=False)
         console.print(f"questions where the methods disagree: {s['questions_methods_disagree']}", highlight=False)
         if comed is not None:
             print_comed_decisions(comed)

@@ -128,7 +128,10 @@ def test_a_run_does_not_credit_replies_that_repeat_the_question(tmp_path, echoin
     assert rows and all(answer is None and correct == 0 for _m, answer, correct in rows), rows
     with sqlite3.connect(db) as conn:  # each sample's stored reading agrees, so replay does not credit it either
         calls = conn.execute("select answer, how from model_calls where run_id = 'R' and error is null").fetchall()
-    assert calls and set(calls) == {(None, "none")}
+    assert calls and set(calls) == {(None, "echo")}  # flagged in the trace
+    code, output = agora("report", "run", "R", "--db", db)
+    assert code == 0, output
+    assert f"warning: {len(calls)} samples only repeat the question (echo)" in output
     code, output = agora("replay", "--db", db, "--run-id", "R", "--rule", "plurality", "--json")
     assert code == 0, output
     assert [row["correct"] for row in json.loads(output)["rows"]] == [False]

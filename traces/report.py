@@ -302,7 +302,7 @@ def run_summary(store: TraceStore, run_id: str) -> dict[str, object]:
     """A run at a glance (``agora report run``): its row (protocol, status, times, host, code),
     questions recorded and failed, model calls and tokens, each method's accuracy with its CI (and
     ``too_few``: fewer than :data:`MIN_QUESTIONS` scored questions or a degenerate interval), how the samples' answers were found (``marker``, ``boxed``, ``####``,
-    ``fallback``, ``none``; ``unknown`` in an old database not backfilled), on how many
+    ``fallback``, ``echo``, ``none``; ``unknown`` in an old database not backfilled), on how many
     questions the methods disagree, and ``shared``: the cost of the samples it took from a bench's
     shared candidates, whose rows are the candidates run's (:func:`shared_totals`; ``totals`` counts
     the run's own rows only).

@@ -91,12 +91,15 @@ def answer_fields(completion: str | None, kind: str | None, n_choices: int | Non
     """``(answer, how)`` of one sample for the ``model_calls`` columns: the scorer's reading
     (:func:`agora.tasks.answers.find_answer` with ``kind``, ``n_choices`` (4 options when unknown)
     and the ``question`` text when known, as the graphs read it: an echo of the question is no
-    answer); ``how`` is ``"none"`` for an output without an answer, and ``(None, None)`` for no
-    completion or no kind (not extracted)."""
+    answer); ``how`` is ``"echo"`` for an output that only repeats the question (flagged, so a
+    report can say so), ``"none"`` for another output without an answer, and ``(None, None)`` for
+    no completion or no kind (not extracted)."""
     if completion is None or kind is None:
         return None, None
     found = find_answer(completion, kind, n_choices or 4, question=question)  # type: ignore[arg-type]
-    return (found.answer, found.how) if found.answer is not None else (None, "none")
+    if found.answer is None:
+        return None, "echo" if found.reason == "echo" else "none"
+    return found.answer, found.how
 
 
 

@@ -40,7 +40,8 @@
     the question is recorded (:func:`agora.tasks.answers.find_answer` with the question's kind and
     option count) and by ``agora traces backfill`` in older databases: answer (the sample's
     extracted canonical answer, NULL without one), how (``marker``, ``boxed``, ``####``,
-    ``fallback``, or ``none`` when the output has no answer; NULL: not extracted, i.e. a failed
+    ``fallback``; ``echo`` when the output only repeats the question, ``docs/scoring.md``; ``none``
+    when it has no answer otherwise; NULL: not extracted, i.e. a failed
     attempt, a call without a question row, or an old database not backfilled), sample_index
     (0-based position of the sample among its request's n samples; NULL for failed attempts),
     request_id (the ``call_id`` of the request's first sample: the n samples of one request share
