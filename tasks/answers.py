@@ -706,6 +706,7 @@ def _after_statement(text: str, end: int, found: list[str], kind: AnswerKind,
 # ----------------------------------------------------------------------------- public API
 
 
+@functools.lru_cache(maxsize=8192)
 def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4, *,
                 question: str | None = None) -> Extraction:
     """Read the final answer of a model's output under the scoring policy (module docstring,
@@ -724,6 +725,10 @@ def find_answer(text: str, kind: AnswerKind = "math", n_choices: int = 4, *,
         An :class:`Extraction`: the canonical answer (``None`` when there is none), ``how`` it was
         found (``"marker"``, ``"boxed"``, ``"####"``, ``"fallback"``), and ``reason`` when there is
         no answer.
+
+    Results are cached (the last 8192 distinct arguments; an :class:`Extraction` is immutable): the
+    trace store reads each sample again when it records a question
+    (:func:`agora.traces.rows.answer_fields`), with the arguments the graph used.
 
     >>> find_answer("So 3 + 4 = 7. The answer is 7.")
     Extraction(answer='7', how='marker', reason=None, span='7', several=False)

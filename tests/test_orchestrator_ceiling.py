@@ -29,6 +29,7 @@ def test_a_tiny_ceiling_run_saves_figures_that_add_up_and_resumes_from_them(tmp_
         assert r["questions_per_s"] > 0 and r["cpu_ms_per_request"] > 0 and r["replicas_busy_sum"] >= 0
     assert "sqlite      2 replicas       6 questions in" in proc.stdout
     assert "trace store alone, sqlite: 55 rows (5 questions)" in proc.stdout
+    assert results["inserts-sqlite-5-warm"]["rows"] == 55
     again = run(tmp_path)  # the figures are read back, nothing runs again
     assert again.returncode == 0 and json.loads((tmp_path / "results.json").read_text()) == results
     assert again.stdout.splitlines()[2:] == proc.stdout.splitlines()[2:]  # (the first lines: load, the model)
