@@ -338,3 +338,25 @@ def test_agora_run_stops_in_one_line_when_its_trace_db_is_deleted_or_replaced_mi
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: {db}: the trace database was deleted or replaced")
     assert len(seen) == 2  # stopped at the question whose record found the file changed
+
+
+def test_two_invocations_of_one_question_id_at_once_record_one_and_refuse_the_other(tmp_path):
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    errors = []
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            def ask():
+                try:
+                    graph.invoke({"question": QUESTION, "question_id": "q1"}, {"callbacks": [recorder]},
+                                 context=DelegationContext(pool, CONFIG))
+                except QuestionRecordedError as exc:
+                    errors.append(exc)
+            threads = [threading.Thread(target=ask) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    assert len(errors) == 1 and "question id 'q1' is already recorded in run 'app-align'" in str(errors[0])
+    assert recorder.recorded == {"align": 1} and calls_per_question(db, "app-align") == {"q1": (4, 4, 0)}
