@@ -20,9 +20,10 @@ request is answered after the time a vLLM replica would take, drawn per request:
 * time to the first token: 20 ms plus the prompt at 20,000 tokens/s (4 characters a token).
 
 A replica's **busy share** is the time-average of ``min(1, sequences in flight / (gpu_tok_s ×
-tpot))``: 1 when its batch is large enough to reach the saturated throughput. The sum over replicas
-is the GPUs' worth of vLLM kept busy; the orchestrator's generated tokens/s over ``--gpu-tok-s``
-says the same from the other side.
+tpot))``: 1 when its batch is large enough to reach the saturated throughput (a request's n
+sequences count until its longest ends, so the sum over replicas is an upper bound). The GPUs'
+worth of vLLM kept busy is the orchestrator's generated tokens/s over ``--gpu-tok-s``; and, since
+the orchestrator is CPU-bound, what one free core would drive: 1 / (CPU seconds per question).
 
 **What it runs**: ALIGN (2 agents × 3 samples, ``max_tokens`` 256: 2 requests and 6 ``model_calls``
 rows a question) on synthetic arithmetic questions, with ``--concurrency`` questions in flight,
@@ -362,7 +363,7 @@ def measure_run(args: argparse.Namespace, replicas: int, kind: str, postgres_url
         "fleet_cpu_s": after["cpu_s"] - before["cpu_s"],
         "store_rows": timed.rows, "store_seconds": timed.seconds,
         "store_rows_per_s": timed.rows / timed.seconds if timed.seconds else None,
-        "replicas_busy_sum": busy, "gpus_by_tokens": tokens / wall / args.gpu_tok_s,
+        "replicas_busy_sum": busy, "gpus_by_tokens": tokens / wall / args.gpu_tok_s, "gpu_tok_s": args.gpu_tok_s,
         "time_scale": args.time_scale,
     }
 
@@ -379,6 +380,11 @@ def print_run(r: dict[str, Any]) -> None:
     print(f"         replicas busy (sum of busy shares) {r['replicas_busy_sum']:.2f}; generated tok/s / gpu_tok_s = "
           f"{r['gpus_by_tokens']:.2f} GPUs' worth; failed questions {r['failed']}"
           + (f"; resumed after {r['done_before']} questions" if r["done_before"] else ""))
+    per_core = 1000.0 / r["cpu_ms_per_question"]  # questions/s if the orchestrator had one core to itself
+    tokens_per_q = r["generated_tok_per_s"] / r["questions_per_s"]
+    print(f"         on one free core (1 / CPU per question): {per_core:.1f} q/s = {per_core * tokens_per_q:,.0f} "
+          f"generated tok/s = {per_core * tokens_per_q / r['gpu_tok_s']:.2f} GPUs' worth "
+          f"({tokens_per_q:.0f} tokens a question)")
 
 
 def start_postgres(spec: str | None) -> tuple[str | None, Any]:
