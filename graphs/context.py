@@ -148,6 +148,18 @@ def _context_fields(cls: type) -> list[str]:
     return [f.name for f in fields(cls) if f.init]
 
 
+def check_context_keys(cls: type, keys: typing.Iterable[str]) -> None:
+    """Refuse context keys the context class ``cls`` does not have, in one line naming its fields.
+
+    Raises:
+        ContextError: ``MoAContext: unknown field(s) pol; its fields are pool, config``.
+    """
+    names = _context_fields(cls) if is_dataclass(cls) else list(typing.get_type_hints(cls))
+    unknown = sorted(set(keys) - set(names))
+    if unknown:
+        raise ContextError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}; its fields are {', '.join(names)}")
+
+
 def graph_context(cls: type[C]) -> type[C]:
     """Class decorator (above ``@dataclass``) for a graph's run-time context: keyword fields the
     class does not have are refused with one line naming its fields (LangGraph builds the context
@@ -159,10 +171,9 @@ def graph_context(cls: type[C]) -> type[C]:
 
     @functools.wraps(init)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        unknown = sorted(set(kwargs) - set(names))
-        if unknown or len(args) > len(names):
-            got = f"unknown field(s) {', '.join(unknown)}" if unknown else f"{len(args)} positional arguments"
-            raise ContextError(f"{cls.__name__}: {got}; its fields are {', '.join(names)}")
+        check_context_keys(cls, kwargs)
+        if len(args) > len(names):
+            raise ContextError(f"{cls.__name__}: {len(args)} positional arguments; its fields are {', '.join(names)}")
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__

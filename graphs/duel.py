@@ -48,6 +48,7 @@ from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, protocol_context
 from agora.graphs.nodes import emit
 from agora.graphs.studio_schema import studio_schema
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer, is_correct
 from agora.tasks.loaders import Problem
@@ -450,7 +451,7 @@ def build_duel_graph() -> StateGraph:
 
     Input: :class:`DuelInput`; output: :class:`DuelOutput`; context: :class:`DuelContext`.
     """
-    builder = StateGraph(DuelState, context_schema=DuelContext, input_schema=DuelInput, output_schema=DuelOutput)
+    builder = ProtocolGraph(DuelState, context_schema=DuelContext, input_schema=DuelInput, output_schema=DuelOutput)
     builder.add_sequence([pick_instruction, match])  # nodes named after their functions
     for node in (respond, collect_answers, judge):
         builder.add_node(node)

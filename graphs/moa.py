@@ -67,7 +67,8 @@ class MoAState(MoAInput, MethodsState, total=False):
     """Full state of one MoA question."""
 
     proposals: Annotated[list[MemberAnswer], operator.add]
-    """Appended by the proposers in parallel."""
+    """Appended by the proposers in parallel (its reducer adds an update's list to it: through the
+    state API, ``{"proposals": {"__overwrite__": [...]}}`` replaces it instead)."""
     aggregator: str
 
 

@@ -103,13 +103,41 @@ class QuestionFields(TypedDict):
 class QuestionInput(QuestionFields):
     """What a caller passes to a per-question protocol graph (ALIGN, COMED, MoA, debate, the council).
 
-    No ``gold``: a ``gold`` key is accepted and ignored by the nodes (no state channel holds it);
-    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out
-    (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
+    And ``gold``, the reference answer (:data:`GOLD_FIELD`: offered in the JSON schema, so Studio's
+    form has it): accepted and never a state channel, so no node, prompt or state sees it;
+    ``invoke`` / ``ainvoke`` / ``stream`` score the returned ``methods`` against it on the way out,
+    after a pause too (:mod:`agora.graphs.scoring`), and the runner scores from the problem."""
 
     shared_candidates: NotRequired[dict[str, list[SharedCandidate]]]
     """Model → its samples of this question drawn once for every protocol (``agora bench``); the
     first answers are taken from them instead of drawn (:func:`take_shared`). Absent: drawn."""
+
+
+GOLD_FIELD: dict[str, Any] = {
+    "anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Gold",
+    "description": ("The reference answer, for scoring only: the returned methods' `correct` is set against it "
+                    "(after a pause too, kept with the thread's input); never shown to a model, never in the "
+                    "graph's state. Empty: the methods stay unscored."),
+}
+"""The ``gold`` input field as a per-question graph's JSON schema offers it: not a state channel
+(``TypedDict`` key), so the graph holds none; :class:`agora.graphs.scoring.ScoredCompiledGraph`
+reads it from the input."""
+
+INTERNAL_INPUT = ("shared_candidates",)
+"""Input keys the bench fills and a person does not: left out of Studio's form (still accepted)."""
+
+
+def question_form(schema: dict[str, Any]) -> None:
+    """A per-question input's JSON schema as Studio's form should offer it: ``gold`` described
+    (:data:`GOLD_FIELD`), the bench's own keys (:data:`INTERNAL_INPUT`) left out, and the defaults
+    the graph applies (``kind`` ``math``, ``n_choices`` 4) written as schema defaults."""
+    props = schema.setdefault("properties", {})
+    for key in INTERNAL_INPUT:
+        props.pop(key, None)
+    props["gold"] = dict(GOLD_FIELD)
+    for key, default in (("kind", "math"), ("n_choices", 4)):
+        if key in props:
+            props[key].setdefault("default", default)
 
 
 MATH_EXAMPLE = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "kind": "math"}
@@ -161,8 +189,8 @@ def protocol_input(name: str, example: Mapping[str, Any] | None = MATH_EXAMPLE, 
 
     Input.__name__ = Input.__qualname__ = name
     Input.__module__ = module or sys._getframe(1).f_globals.get("__name__", __name__)
-    Input.__doc__ = f"What a caller passes in ({base.__module__}.{base.__name__})."
-    return studio_schema(example=example)(Input)
+    Input.__doc__ = "What a caller passes in: the question, and its gold answer to score the methods against."
+    return studio_schema(example=example, finish=question_form)(Input)
 
 
 _QUESTION_KEYS = ("question", "question_id", "kind", "n_choices")

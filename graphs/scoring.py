@@ -6,13 +6,21 @@ keys the input schema does not declare are ignored), so no state channel holds o
 (:func:`agora.graphs.runner.run_problems`) and the trace recorder score a finished question from
 its problem with :func:`agora.tasks.scoring.score_results`.
 
-For callers that pass ``gold`` in the input (scripts, notebooks, the documented examples), a graph
-built as a :class:`ProtocolGraph` scores what it returns against that gold on the way out, with the
-same function (``invoke``, ``ainvoke``, ``stream``, ``astream``): the nodes and the state still
-never see it. (LangGraph keeps a checkpointed run's raw input, as given, in its first checkpoint's
-``__start__`` channel; the runner passes no gold, so its checkpoints hold none. The input stays as
-given so that callbacks, :class:`agora.graphs.recording.TraceRecorder` among them, see the caller's
-gold and score with it.) A graph embedded in an app without gold carries no scoring work.
+For callers that pass ``gold`` in the input (scripts, notebooks, the documented examples, Studio's
+form: the input schema offers it, :data:`agora.graphs.question.GOLD_FIELD`), a graph built as a
+:class:`ProtocolGraph` scores what it returns against that gold on the way out, with the same
+function (``invoke``, ``ainvoke``, ``stream``, ``astream``): the nodes and the state still never
+see it. LangGraph keeps a checkpointed run's raw input, as given, in its input checkpoint's
+``__start__`` channel, and a run that resumes a paused thread (input ``None`` or a ``Command``: an
+interrupt answered, a breakpoint passed) is scored against the gold of that input, so a pause does
+not drop scoring. The runner passes no gold, so its checkpoints hold none. The input stays as given
+so that callbacks, :class:`agora.graphs.recording.TraceRecorder` among them, see the caller's gold
+and score with it. A graph embedded in an app without gold carries no scoring work.
+
+LangGraph's server (``agora studio``, ``langgraph dev``) drops context keys the context schema does
+not list before a graph sees them; a compiled protocol graph is also the server's graph factory
+(:meth:`ScoredCompiledGraph.__call__`), which sees the run's context as sent and refuses such keys
+in one line, as a Python caller's context is refused.
 """
 
 from __future__ import annotations
@@ -23,8 +31,15 @@ from typing import Any
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from agora.graphs.context import check_context_keys
 from agora.graphs.question import as_problem
+from agora.graphs.studio_schema import markdown_schema
 from agora.tasks.scoring import score_results
+
+try:  # the type LangGraph's server recognises a graph factory's runtime parameter by (langgraph-sdk)
+    from langgraph_sdk.runtime import ServerRuntime
+except ImportError:  # pragma: no cover - an SDK without it: the server passes its config instead
+    ServerRuntime = None
 
 
 #: Custom stream events whose message names the gold answer when the caller gave one (the final
@@ -45,6 +60,30 @@ def _gold_problem(inp: Any) -> Any:
             and inp["question"].strip():
         return as_problem(inp)
     return None
+
+
+def _input_checkpoints(config: Any) -> Any:
+    """The thread's config, for a checkpointer's ``list``: only the top graph's checkpoints."""
+    configurable = dict((config or {}).get("configurable") or {})
+    configurable.pop("checkpoint_id", None)
+    return {"configurable": {**configurable, "checkpoint_ns": configurable.get("checkpoint_ns", "")}}
+
+
+def _thread_input(tuples: Any) -> Any:
+    """The raw input of the newest input checkpoint among ``tuples`` (newest first), or ``None``."""
+    for saved in tuples:
+        values = saved.checkpoint.get("channel_values") or {}
+        if "__start__" in values:
+            return values["__start__"]
+    return None
+
+
+def _resumes(graph: Any, input: Any, config: Any) -> bool:  # noqa: A002 - LangGraph's name
+    """Whether this run resumes a thread of ``graph``'s checkpointer (no new input of its own) and
+    returns methods to score (a duel or a CUPID session has none: no checkpoint is read)."""
+    return (not isinstance(input, Mapping) and "methods" in graph.channels
+            and graph.checkpointer not in (None, False, True)
+            and bool(((config or {}).get("configurable") or {}).get("thread_id")))
 
 
 def scored_output(inp: Any, out: Any) -> Any:
@@ -94,8 +133,53 @@ class ScoredCompiledGraph(CompiledStateGraph):
     gold: an input without one streams exactly what the nodes wrote (``correct`` ``None``).
     Everything else is LangGraph's ``CompiledStateGraph``."""
 
+    def __call__(self, runtime: Any = None) -> ScoredCompiledGraph:
+        """The graph itself, as LangGraph's server calls a graph factory (with its runtime) for
+        every run and read: for a run, the context as the client sent it is checked first, and a
+        key the context class does not have is refused in one line
+        (:func:`agora.graphs.context.check_context_keys`; the server would drop it silently).
+
+        Raises:
+            ContextError: ``MoAContext: unknown field(s) pol; its fields are pool, config``.
+        """
+        context = getattr(runtime, "context", None)
+        if isinstance(context, Mapping) and self.context_schema is not None:
+            check_context_keys(self.context_schema, context)
+        return self
+
+    if ServerRuntime is not None:
+        __call__.__annotations__["runtime"] = ServerRuntime
+
+    def get_input_jsonschema(self, config: Any = None) -> dict[str, Any]:
+        """The input's JSON schema as Studio's form shows it (descriptions in Markdown)."""
+        return markdown_schema(super().get_input_jsonschema(config))
+
+    def get_output_jsonschema(self, config: Any = None) -> dict[str, Any]:
+        """The output's JSON schema (descriptions in Markdown)."""
+        return markdown_schema(super().get_output_jsonschema(config))
+
+    def get_context_jsonschema(self) -> dict[str, Any] | None:
+        """The context's JSON schema as Studio's form shows it (descriptions in Markdown)."""
+        schema = super().get_context_jsonschema()
+        return None if schema is None else markdown_schema(schema)
+
+    def _gold(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
+        """The problem whose gold this run's output is scored against: the input's, or on a resume
+        the thread's input checkpoint's (``None`` without gold)."""
+        if _resumes(self, input, config):
+            return _gold_problem(_thread_input(self.checkpointer.list(_input_checkpoints(config))))
+        return _gold_problem(input)
+
+    async def _agold(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
+        if _resumes(self, input, config):
+            async for saved in self.checkpointer.alist(_input_checkpoints(config)):
+                if "__start__" in (values := saved.checkpoint.get("channel_values") or {}):
+                    return _gold_problem(values["__start__"])
+            return None
+        return _gold_problem(input)
+
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
-        problem = _gold_problem(input)
+        problem = self._gold(input, config)
         chunks = super().stream(input, config, **kwargs)
         if problem is None:
             yield from chunks
@@ -105,7 +189,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
             yield _scored_chunk(chunk, mode, subgraphs, problem)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        problem = _gold_problem(input)
+        problem = await self._agold(input, config)
         mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
         async for chunk in super().astream(input, config, **kwargs):
             yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)

@@ -89,6 +89,7 @@ from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit
 from agora.graphs.studio_schema import studio_schema
+from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.store import TraceStore
 
@@ -514,7 +515,7 @@ def build_selection_graph() -> StateGraph:
     Input: :class:`SelectionInput`; output: :class:`SelectionOutput`; run-time context:
     :class:`SelectionContext`.
     """
-    builder = StateGraph(SelectionState, context_schema=SelectionContext, input_schema=SelectionInput,
+    builder = ProtocolGraph(SelectionState, context_schema=SelectionContext, input_schema=SelectionInput,
                          output_schema=SelectionOutput)
     for node in (model_features, choose_pair, generate, ask_user, update_belief, recommend):
         builder.add_node(node)  # named after its function

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -72,14 +73,37 @@ def _lineage(cls: type) -> list[type]:
     return seen
 
 
-def studio_schema(example: Mapping[str, Any] | None = None,
-                  docs: Mapping[str, str] | None = None) -> Callable[[type[S]], type[S]]:
+_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):`~?(?:[\w.]+\.)?([^`.]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def as_markdown(text: str) -> str:
+    """A docstring as a form shows it (Markdown): ````code```` → `` `code` ``, ``:func:`a.b.name```
+    → `` `name` ``."""
+    return _LITERAL.sub(r"`\1`", _ROLE.sub(r"`\1`", text))
+
+
+def markdown_schema(schema: Any) -> Any:
+    """``schema`` (a JSON schema) with every ``description`` in it, nested types' included, in
+    Markdown (:func:`as_markdown`)."""
+    if isinstance(schema, dict):
+        return {k: as_markdown(v) if k == "description" and isinstance(v, str) else markdown_schema(v)
+                for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [markdown_schema(v) for v in schema]
+    return schema
+
+
+def studio_schema(example: Mapping[str, Any] | None = None, docs: Mapping[str, str] | None = None,
+                  finish: Callable[[dict[str, Any]], None] | None = None) -> Callable[[type[S]], type[S]]:
     """Class decorator for a graph's input, output, context or settings type: its JSON schema (what
     LangGraph Studio draws its forms from) gets a ``description`` for every field, from the field's
     docstring (pydantic's ``use_attribute_docstrings``, for nested settings classes too), ``docs``
     (field → what it means in this class: an inherited field a subclass cannot declare again), a
-    base class's docstring for an inherited field, or :data:`SHARED_FIELD_DOCS`; and ``example``,
-    when given, as the schema's worked example (``examples: [example]``)."""
+    base class's docstring for an inherited field, or :data:`SHARED_FIELD_DOCS`, written in Markdown
+    (:func:`as_markdown`: Studio shows descriptions as they are); ``example``, when given, as the
+    schema's worked example (``examples: [example]``); and ``finish(schema)`` applied last, to the
+    decorated class's own schema (:func:`agora.graphs.question.protocol_input`'s form)."""
 
     def extra(schema: dict[str, Any], owner: type) -> None:
         known, own = field_docs(owner), vars(owner).get("__field_docs__") or {}
@@ -88,8 +112,15 @@ def studio_schema(example: Mapping[str, Any] | None = None,
                 prop["description"] = own[name]
             elif not prop.get("description") and (doc := known.get(name) or SHARED_FIELD_DOCS.get(name)):
                 prop["description"] = doc
-        if example is not None and owner is target:
-            schema["examples"] = [dict(example)]
+            if isinstance(prop.get("description"), str):
+                prop["description"] = as_markdown(prop["description"])
+        if isinstance(schema.get("description"), str):
+            schema["description"] = as_markdown(schema["description"])
+        if owner is target:
+            if example is not None:
+                schema["examples"] = [dict(example)]
+            if finish is not None:
+                finish(schema)
 
     def apply(cls: type[S]) -> type[S]:
         nonlocal target
