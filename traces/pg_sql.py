@@ -1,0 +1,115 @@
+"""SQLite-flavoured SQL and values as Postgres takes them, for
+:class:`agora.traces.pg_database.PostgresDatabase`: the statement's dialect (:func:`to_postgres`),
+the values written (:func:`_stored`, :func:`_storable`) and read back (:func:`_row`), and the URL
+helpers."""
+
+from __future__ import annotations
+
+import logging
+import re
+from decimal import Decimal
+from typing import Any, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from agora.traces.rows import _json
+
+log = logging.getLogger(__name__)
+
+#: URL schemes that open a Postgres store.
+SCHEMES = ("postgresql", "postgres")
+
+
+def is_postgres_url(path: Any) -> bool:
+    """Whether ``path`` (a ``--db`` value) names a Postgres database (``postgresql://`` or ``postgres://``)."""
+    return isinstance(path, str) and path.split("://", 1)[0].lower() in SCHEMES and "://" in path
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its password, for messages and the ``runs`` table's readers."""
+    parts = urlsplit(url)
+    if parts.password:
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"])*\"|\[[A-Za-z_][A-Za-z0-9_ ]*\]|\?|%")
+
+
+_PRAGMA_TABLE_INFO = re.compile(r"\s*PRAGMA\s+table_info\(\[?([A-Za-z_][A-Za-z0-9_]*)\]?\)\s*$", re.I)
+_CREATE_TABLE = re.compile(r"\s*CREATE\s+TABLE\s", re.I)
+_INSERT_OR_IGNORE = re.compile(r"^(\s*)INSERT\s+OR\s+IGNORE\s+INTO\s(.*?)(;?\s*)$", re.I | re.S)
+
+
+def to_postgres(sql: str, with_params: bool = True) -> str:
+    """SQLite-flavoured SQL as Postgres reads it: ``?`` → ``%s``, ``[name]`` → ``"name"``, a literal
+    ``%`` doubled when parameters are passed; string literals are left alone.
+
+    >>> to_postgres("select [a] from t where b = ? and c like 'x%?'")
+    'select "a" from t where b = %s and c like \\'x%%?\\''
+    """
+    def sub(m: re.Match[str]) -> str:
+        tok = m.group()
+        if tok == "?":
+            return "%s"
+        if tok == "%":
+            return "%%" if with_params else "%"
+        if tok.startswith("["):
+            return '"' + tok[1:-1] + '"'
+        if tok.startswith("'") and with_params:
+            return tok.replace("%", "%%")
+        return tok
+
+    out = _TOKEN.sub(sub, sql)
+    ignore = _INSERT_OR_IGNORE.match(out)
+    if ignore:  # SQLite's INSERT OR IGNORE: a row whose key exists is skipped
+        out = f"{ignore.group(1)}INSERT INTO {ignore.group(2)} ON CONFLICT DO NOTHING"
+    return out
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, memoryview):
+        return bytes(v)
+    return v
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: _value(v) for k, v in r.items() if k != "rowid"}
+
+
+def _storable(v: Any) -> Any:
+    """``v`` as Postgres can store it where SQLite stores it as is: a NUL character (which Postgres
+    text refuses) as U+FFFD, an integer beyond 64 bits as ``None`` (SQLite's store makes the same
+    one NULL), each with a logged warning (the rest of the row is kept)."""
+    if isinstance(v, str):
+        if "\x00" in v:
+            log.warning("a NUL character (which Postgres text cannot hold) recorded as U+FFFD")
+            return v.replace("\x00", "\ufffd")
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v <= 2**63 - 1:
+        log.warning("an integer beyond 64 bits (%.3g) recorded as NULL", float(v))
+        return None
+    return v
+
+
+def _stored(v: Any) -> Any:
+    """A value as sqlite-utils stores it: lists and dicts as JSON text, booleans as 0/1; then
+    :func:`_storable`."""
+    if isinstance(v, (dict, list, tuple)):
+        return _storable(_json(v))
+    if isinstance(v, bool):
+        return int(v)
+    return _storable(v)
+
+
+
+def _params(params: Sequence[Any] | dict | None) -> Any:
+    if params is None:
+        return None
+    if isinstance(params, dict):
+        return {k: _storable(v) for k, v in params.items()}
+    return [_storable(v) for v in params]  # (lists stay lists: ``= ANY(?)``)
