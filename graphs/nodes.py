@@ -83,7 +83,8 @@ def model_node(request: Callable[[Any, Any], Request], answered: Callable[..., d
     return sync_async_node(node, anode)
 
 
-def solo_answer_node(context: type, seed: str | SeedNode, node: str, role: str, *, who: str, into: str, step: str) -> Any:
+def solo_answer_node(context: type, seed: str | SeedNode, node: str, role: str, *, who: str, into: str,
+                     step: str) -> Any:
     """A node where one member answers the question alone (the solver prompt, one sample): MoA's
     proposers, the council's first answers. Its ``Send`` payload holds the question
     (:func:`agora.graphs.question.question_payload`), ``who`` (the member's position, also its
@@ -111,5 +112,6 @@ def solo_answer_node(context: type, seed: str | SeedNode, node: str, role: str, 
     def shared(task: Any) -> list[Sample] | None:
         return take_shared(task, task["model"], 1, start=task.get("share", 0))
 
-    answered.__name__, answered.__doc__ = node, f"{role.capitalize()} {who} answers alone (or takes its shared candidate)."
+    answered.__name__ = node
+    answered.__doc__ = f"{role.capitalize()} {who} answers alone (or takes its shared candidate)."
     return model_node(request, answered, shared)

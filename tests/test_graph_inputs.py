@@ -160,7 +160,8 @@ def descriptions(schema):
 @pytest.mark.parametrize("spec", registry.specs(), ids=lambda s: s.name)
 def test_descriptions_are_markdown_not_restructured_text(spec):
     graph = spec.compiled()
-    texts = [t for kind in ("input", "output", "context") for t in descriptions(getattr(graph, f"get_{kind}_jsonschema")())]
+    texts = [t for kind in ("input", "output", "context")
+             for t in descriptions(getattr(graph, f"get_{kind}_jsonschema")())]
     assert texts and not [t for t in texts if "``" in t or ":func:`" in t or ":class:`" in t]
 
 

@@ -1,6 +1,7 @@
 """``agora studio`` (the documented Studio command: LangGraph's dev server, as ``langgraph dev`` runs it,
 without its pickle files) loads every graph of langgraph.json offline on 127.0.0.1, runs the delegation
-graph through its HTTP API on the pool its context names, refuses a context it cannot use, pauses the
+graph through its HTTP API on the pool its context names, refuses a context it cannot use (a key it
+does not have too), scores a run resumed after a breakpoint against its input's gold, pauses the
 CUPID graph at its interrupt until a resume command answers it, and never loads a crafted
 ``.langgraph_api/*.pckl`` from the project folder."""
 
@@ -130,6 +131,24 @@ def test_agora_studio_serves_every_graph_on_the_pool_its_context_names(tmp_path)
         _, bad = run_and_wait(base, "align_delegation", {"input": {"question": "What is 2 + 3?"}, "context": {"pool": 3}})
         assert bad["__error__"]["error"] == "ContextError", bad
         assert bad["__error__"]["message"].startswith("DelegationContext.pool: expected a ModelPool"), bad
+
+        # a context key the graph does not have: refused in one line, not dropped by the server
+        _, bad = run_and_wait(base, "align_delegation", {"input": {"question": "What is 2 + 3?"},
+                                                         "context": {"pol": "pool.toml"}})
+        assert bad["__error__"]["error"] == "ContextError", bad
+        assert bad["__error__"]["message"] == "DelegationContext: unknown field(s) pol; its fields are pool, config"
+
+        # the form offers gold; a run paused at a breakpoint is scored against it once resumed
+        assert "scoring" in schemas["input_schema"]["properties"]["gold"]["description"]
+        assert "shared_candidates" not in schemas["input_schema"]["properties"]
+        small = {"pool": "tiny", "config": {"n_agents": 2, "k_samples": 1, "max_tokens": 24, "shots": 0}}
+        thread, paused = run_and_wait(base, "align_delegation", {
+            "input": {"question": "What is 2 + 3?", "gold": "5"}, "context": small,
+            "interrupt_before": ["principal_select"]})
+        assert "methods" not in paused and get(f"{base}/threads/{thread}/state")["next"] == ["principal_select"]
+        done = post(f"{base}/threads/{thread}/runs/wait", {"assistant_id": "align_delegation", "input": None,
+                                                             "context": small}, timeout_s=300)
+        assert {r["correct"] for r in done["methods"].values()} <= {True, False}, done["methods"]
 
         # CUPID pauses at ask_user (both tiny models answer the one prompt, 8 tokens), a command resumes it
         context = {"pool": "tiny", "config": {"budget_rounds": 1, "max_tokens": 8, "mc_samples": 200}}
