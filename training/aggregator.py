@@ -12,7 +12,8 @@ Pieces, each a pure function over recorded traces (:mod:`agora.training.verified
 * :func:`aggregator_prompt`: the question and the k candidates, shuffled with a seed, in the Mixture-of-
   Agents aggregator's prompt (:func:`agora.agents.moa.aggregator_messages`), so that a member trained
   on it meets the same prompt when it serves as MoA's aggregator;
-* :func:`candidate_sets`: up to ``sets_per_question`` sets of k distinct recorded samples per question
+* :func:`candidate_sets`: up to ``sets_per_question`` sets of k recorded samples per question (distinct
+  samples; two samples with the same text both count, as votes do)
   (any model, any run; the bench's shared draws hold k samples of every pool model per question),
   each labelled hard or easy by its plurality answer, then every hard set and at most
   ``easy_per_hard`` easy sets per hard one (seeded draw);
@@ -93,7 +94,7 @@ def candidate_sets(samples: Sequence[OwnSample], cfg: AggregatorDataConfig = Agg
     rng = random.Random(cfg.seed)
     hard, easy = [], []
     for group in by_question.values():
-        distinct = list({s.text: s for s in group}.values())
+        distinct = list({s.call_id: s for s in group}.values())  # repeated texts stay: they are votes
         if len(distinct) < cfg.k:
             continue
         seen: set[tuple[str, ...]] = set()
