@@ -35,6 +35,15 @@ def run_align(
     seed: int = typer.Option(_DEFAULTS.seed, "--seed"),
     pool: Optional[Path] = _run.POOL,
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated pool members to use as agents."),
+    utility: str = typer.Option(_DEFAULTS.utility, "--utility",
+                                help="Principal utility U: agreement (signal-weighted agreement of the proposals) or "
+                                     "calibrated (also weighted by each member's accuracy on dev questions)."),
+    dev_accuracy: Optional[str] = typer.Option(None, "--dev-accuracy",
+                                               help="The calibrated utility's member accuracies on dev questions, "
+                                                    "comma-separated member=accuracy (e.g. qwen1.5b=0.37,qwen0.5b=0.17)."),
+    dev_run: Optional[str] = typer.Option(None, "--dev-run", help="A dev run whose samples give the member accuracies "
+                                                                   "not in --dev-accuracy."),
+    dev_db: Optional[str] = typer.Option(None, "--dev-db", help="The trace DB holding --dev-run (default: --db)."),
     db: str = _run.DB,
     run_id: Optional[str] = _run.RUN_ID,
     concurrency: Optional[int] = _run.CONCURRENCY,
@@ -48,7 +57,9 @@ def run_align(
         data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed, load_problems)  # default: the GSM8K sample
         config = DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                   temperature=temperature, seed=seed,
-                                  models=tuple(m.strip() for m in models.split(",")) if models else ())
+                                  models=tuple(m.strip() for m in models.split(",")) if models else (),
+                                  utility=utility, dev_accuracy=_run.names(dev_accuracy), dev_run=dev_run,
+                                  dev_db=dev_db or (db if dev_run else _DEFAULTS.dev_db))
         the_pool = get_pool(pool)
         for m in config.models:
             the_pool[m]

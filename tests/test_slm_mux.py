@@ -261,3 +261,27 @@ def test_agora_run_slm_mux_through_the_registry(tmp_path):
         assert json.loads(run["config"])["dev_accuracy"] == [["m1", 0.4], ["m2", 0.6]]
     bad = CliRunner().invoke(app, ["run", "slm-mux", "--format", "synthetic", "--db", str(db), "--dev-accuracy", "m1=2"])
     assert bad.exit_code == 2 and "SLMMuxConfig.dev_accuracy: m1's accuracy must be a finite number in [0, 1], got 2.0" in bad.output
+
+
+def test_agora_run_align_with_the_calibrated_utility(tmp_path):
+    from agora.cli.main import app
+
+    db = tmp_path / "t.db"
+    with StubServer(lambda path, body: (200, chat_reply(body, ["The answer is 4."] * body.get("n", 1)))) as server:
+        pool = tmp_path / "pool.toml"
+        pool.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nmodel = "{m}"\nbase_url = '
+                                f'"{server.base_url}"\nmax_retries = 0\n\n' for m in ("m1", "m2")))
+        base = ["run", "align", "--format", "synthetic", "--limit", "1", "--pool", str(pool), "--db", str(db),
+                "--max-tokens", "16", "--samples", "2"]
+        out = CliRunner().invoke(app, [*base, "--run-id", "dev"])
+        assert out.exit_code == 0, out.output
+        out = CliRunner().invoke(app, [*base, "--run-id", "cal", "--utility", "calibrated", "--dev-run", "dev",
+                                       "--dev-accuracy", "m1=0.5"])
+        assert out.exit_code == 0, out.output
+        config = json.loads(TraceStore(db, readonly=True).get_run("cal")["config"])
+        assert (config["utility"], config["dev_accuracy"], config["dev_run"], config["dev_db"]) == (
+            "calibrated", [["m1", 0.5]], "dev", str(db))
+    bad = CliRunner().invoke(app, [*base, "--run-id", "x", "--utility", "calibrated"])
+    assert bad.exit_code == 2 and "DelegationConfig.utility 'calibrated' needs member reliabilities" in bad.output
+    bad = CliRunner().invoke(app, [*base, "--run-id", "y", "--utility", "judge"])
+    assert bad.exit_code == 2 and "DelegationConfig.utility must be 'agreement' or 'calibrated', got 'judge'" in bad.output
