@@ -554,3 +554,14 @@ def test_a_bench_table_with_another_key_is_refused(bundle, tmp_path):
     line = refused_import(bad, tmp_path / "target.db")
     assert line == (f"error: {bad}:1: tables.bench_cells.primary_key: ['bench_id'], but Agora's bench_cells table has "
                     "['bench_id', 'task', 'method']; the header is damaged or tampered with; nothing was imported")
+
+
+def test_grpo_correctness_gives_an_echo_of_the_prompt_nothing():
+    from agora.training.rewards import correctness_reward
+
+    conversational = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": QUESTION}]
+    rewards = correctness_reward(prompts=[QUESTION, conversational, QUESTION],
+                                 completions=[QUESTION, [{"role": "assistant", "content": QUESTION}],
+                                              "5 - 2 = 3. The answer is 3."],
+                                 gold=["3", "3", "3"], kind=["math", "math", "math"])
+    assert rewards == [0.0, 0.0, 1.0]

@@ -42,6 +42,18 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
+def prompt_question(prompt: Any) -> str | None:
+    """The question a TRL prompt asks: a plain-text prompt itself, or the last user message of a
+    conversational one (``None`` for neither). Read so that a completion that only repeats it (an
+    echo, ``docs/scoring.md``) earns nothing."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return users[-1] if users and isinstance(users[-1], str) else None
+    return None
+
+
 def group_bounds(prompts: Sequence[Any]) -> list[tuple[int, int]]:
     """``[start, end)`` of each group: a run of consecutive completions of the same prompt.
 
@@ -101,14 +113,15 @@ def correctness_reward(prompts: Sequence[Any], completions: Sequence[Any], gold:
     Answers are extracted with :func:`agora.tasks.extract_answer` (``math``: math-verify, ``mc``:
     option letter) and compared with :func:`agora.tasks.is_correct`, under the scoring policy of
     ``docs/scoring.md``: no answer, a hedge naming several values, a negated, refused or unfinished
-    answer all score 0.
+    answer, and an echo of the prompt's question (:func:`prompt_question`) all score 0.
     """
     rewards: list[float | None] = []
-    for completion, g, k in zip(completions, gold, kind, strict=True):
+    for prompt, completion, g, k in zip(prompts, completions, gold, kind, strict=True):
         if g is None or k not in ("math", "mc"):
             rewards.append(None)
             continue
-        rewards.append(float(is_correct(extract_answer(completion_text(completion), k), g, k)))
+        answer = extract_answer(completion_text(completion), k, question=prompt_question(prompt))
+        rewards.append(float(is_correct(answer, g, k)))
     _report_constant("correctness", rewards, prompts, log_metric)
     return rewards
 
