@@ -210,12 +210,20 @@ def train_dpo_cmd(
         if pairs_from == "own":
             from agora.training.verified import own_pairs, verified_stats
 
+            given = [flag for flag, on in (("--align", align), ("--duel-run", duel_run), ("--iteration", iteration),
+                                           ("--all-pairs", all_pairs), ("--min-margin", min_margin)) if on]
+            if given:
+                raise ValueError(f"{', '.join(given)}: duel-pair options; --pairs own reads the member's own samples "
+                                 "(choose them with --source-run)")
+
             vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, length_ratio, pairs_per_question)
             pairs, stats = own_pairs(samples, vcfg), verified_stats(samples, vcfg, skipped)
             source = {"pairs": "own", "verified": vcfg.describe()}
         else:
             from agora.training.verified import HeldOut
 
+            if source_run:
+                raise ValueError("--source-run chooses the runs of --pairs own; duel pairs are chosen with --duel-run")
             pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
             held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
             before = len(pairs)

@@ -324,3 +324,17 @@ def test_a_bench_runs_samples_are_counted_under_its_task(tmp_path):
     d["model_calls"].insert(call("c1", "ref:arc:candidates", "q1", "The answer is A.", 4, "A", "marker"), pk="call_id")
     [sample], _ = own_samples(tmp_path / "b.db", VerifiedConfig(model="m"))
     assert (sample.task, sample.correct) == ("arc", True)
+
+
+def test_duel_pair_options_with_own_pairs_are_refused_in_one_line(db, tmp_path):
+    out = agora("train", "dpo", "--pairs", "own", "--align", "--min-margin", 1, "--db", db, "--model", "m",
+                "--out", tmp_path / "o", "--data-only")
+    assert out.exit_code == 2
+    assert [line for line in out.output.splitlines() if line.startswith("error:")] == [
+        "error: --align, --min-margin: duel-pair options; --pairs own reads the member's own samples (choose them "
+        "with --source-run)"]
+    out = agora("train", "dpo", "--source-run", "x", "--db", db, "--model", "m", "--out", tmp_path / "o", "--data-only")
+    assert out.exit_code == 2 and "--source-run chooses the runs of --pairs own" in out.output
+    out = agora("train", "dpo", "--pairs", "mine", "--db", db, "--model", "m", "--out", tmp_path / "o")
+    assert out.exit_code == 2 and "--pairs 'mine' is not one of duel, own" in out.output
+    assert not (tmp_path / "o").exists()
