@@ -191,7 +191,8 @@ def report_question(
         for i, c in enumerate(r["samples"]):
             node = (c["node"] or "-") + (" *" if c.get("shared_from") else "")
             cand.add_row(str(i), node, c["role"] or "-", "-" if c["agent"] is None else str(c["agent"]),
-                         escape(c["model"] or "-"), "-" if c["sample_index"] is None else str(c["sample_index"]),
+                         escape((c["model"] or "-") + (f" [{c['recipe']}]" if c.get("recipe") else "")),  # member [recipe]
+                         "-" if c["sample_index"] is None else str(c["sample_index"]),
                          escape(str(c["answer"])), c["how"] or "-",
                          "-" if c["correct"] is None else ("yes" if c["correct"] else "no"), str(c["votes"]),
                          escape(c["partner"] or "-"),

@@ -407,3 +407,21 @@ def test_a_database_from_before_recipes_reads_and_gains_the_columns(tmp_path):
     [row] = member_rows(old, "r")
     assert (row.model, row.recipe, row.samples, row.correct, row.programs) == ("m", None, 1, 1, 0)
     assert {"recipe", "program_run"} <= set(TraceStore(path).db["model_calls"].columns_dict)  # a writer adds them
+
+
+def test_the_question_report_names_each_samples_recipe(tmp_path):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.replay import question_report
+
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    moa_run(store)
+    report = question_report(store, "moa", "q1")
+    assert sorted((s["model"], s["node"], s["recipe"]) for s in report["samples"]) == [
+        ("q", "moa_propose", None), ("q+pot", "moa_aggregate", "pot"), ("q+pot", "moa_propose", "pot")]
+    out = CliRunner().invoke(app, ["report", "question", "--db", str(db), "--run-id", "moa", "--question-id", "q1"],
+                             env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert "q+pot [pot]" in out.output

@@ -66,6 +66,9 @@ class SampleRow:
     """The bench's candidates run whose row this is, for a sample the run took from the shared pool
     (:func:`agora.traces.report.shared_takes`: ``node`` and ``role`` are then the taker's); ``None``: the
     run's own row."""
+    recipe: str | None = None
+    """The member's recipe when it rewrote this call (``model_calls.recipe``: ``pot``...); ``None``
+    without one, and in databases from before recipes."""
 
 
 @dataclass(slots=True)
@@ -126,7 +129,7 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
             questions[r["question_id"]].results[r["method"]] = r
     have = set(store.db["model_calls"].columns_dict)
     cols = ["call_id", "question_id", "node", "role", "agent", "model", "completion", "completion_tokens",
-            "latency_s", "created_at"] + [c for c in ("partner", "answer", "how", "sample_index") if c in have]
+            "latency_s", "created_at"] + [c for c in ("partner", "answer", "how", "sample_index", "recipe") if c in have]
     counter: dict[tuple, int] = {}
     for c in store.db.query(f"select {', '.join(cols)} from model_calls where run_id = ? and error is null "
                             "order by rowid", [run_id]):
@@ -142,7 +145,7 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
             index = counter[key]
         q.samples.append(SampleRow(c["call_id"], c["node"], c["role"], c["agent"], c["model"], index, answer, how,
                                    c["completion_tokens"] or 0, c["latency_s"] or 0.0, c.get("partner"),
-                                   c["completion"]))
+                                   c["completion"], recipe=c.get("recipe")))
     # samples taken from the bench's shared candidates (issue 32): their rows are the candidates run's
     takes = shared_takes(store, run_id, {q.question_id: q.detail for q in questions.values()})
     for qid, got in takes.items():
@@ -681,7 +684,7 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
                 "answer": s.answer, "how": s.how, "votes": votes.get(s.answer, 0) if s.answer is not None else 0,
                 "correct": score_answer(s.answer, q.gold, q.kind),
                 "partner": s.partner, "completion_tokens": s.completion_tokens, "call_id": s.call_id,
-                "completion": s.completion, "shared_from": s.shared_from} for s in q.samples]
+                "completion": s.completion, "shared_from": s.shared_from, "recipe": s.recipe} for s in q.samples]
     explain = {}
     for spec in RULES.values():
         method = spec.reproduces.get(run.protocol)
