@@ -338,3 +338,22 @@ def test_duel_pair_options_with_own_pairs_are_refused_in_one_line(db, tmp_path):
     out = agora("train", "dpo", "--pairs", "mine", "--db", db, "--model", "m", "--out", tmp_path / "o")
     assert out.exit_code == 2 and "--pairs 'mine' is not one of duel, own" in out.output
     assert not (tmp_path / "o").exists()
+
+
+def test_rows_pass_trls_format_checks(db, tmp_path):
+    data_utils = pytest.importorskip("trl.data_utils")
+    datasets = pytest.importorskip("datasets")
+    from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, candidate_sets
+    from agora.training.datasets import export_jsonl
+    from agora.training.verified import scored_samples
+
+    samples, _ = own_samples(db, CFG)
+    sft = export_jsonl(sft_rows(samples, CFG), tmp_path / "sft.jsonl")
+    dpo = export_jsonl(dpo_rows(own_pairs(samples, CFG)), tmp_path / "dpo.jsonl")
+    everyone, _ = scored_samples(db)
+    agg = aggregator_rows(candidate_sets(everyone, AggregatorDataConfig(k=3, easy_per_hard=5)))
+    assert agg
+    for path in (sft, dpo, export_jsonl(agg, tmp_path / "agg.jsonl")):
+        for example in datasets.load_dataset("json", data_files=str(path), split="train"):
+            assert data_utils.is_conversational(example)
+            assert data_utils.maybe_extract_prompt(example) == example
