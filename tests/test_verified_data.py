@@ -263,7 +263,7 @@ def test_evolve_sft_on_own_answers_records_each_rounds_held_out_score(tmp_path):
     from tiny_lm import build_tiny_lm
 
     from agora.graphs.duel import DuelConfig
-    from agora.models.pool import ModelPool, ModelSpec, PoolMember, build_chat_model
+    from agora.models.pool import ModelPool, ModelSpec, PoolMember
     from agora.models.testing import ScriptedChatModel
     from agora.traces.store import TraceStore
     from agora.training import tables
