@@ -92,9 +92,9 @@ class ProgramOfThought(Recipe):
 
     shots: int = Field(default=2, ge=0, le=len(POT_SHOTS))
     """Worked program exemplars before the question (0 to 3)."""
-    cpu_s: float = Field(default=2.0, gt=0, le=600)
+    cpu_s: float = Field(default=2.0, ge=0.01, le=600)
     """CPU seconds a program may use."""
-    wall_s: float = Field(default=4.0, gt=0, le=600)
+    wall_s: float = Field(default=4.0, ge=0.01, le=600)
     """Wall-clock seconds before a program is killed."""
     memory_mb: int = Field(default=512, ge=16, le=65_536)
     """MiB of memory a program may allocate."""
