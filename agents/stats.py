@@ -11,6 +11,7 @@ Intervals (each returns ``(estimate, low, high)``; ``(nan, nan, nan)`` where it 
 * :func:`mean_ci`: a mean with the normal-approximation (Wald) interval ``± z·s/√n``.
 * :func:`t_mean_ci`: a mean of few values with Student's t interval ``± t_{n−1}·s/√n``.
 * :func:`mean_difference`: two independent means, Welch's normal interval.
+* :func:`phi_ci`: the phi coefficient of two paired 0/1 outcomes (error correlation), paired bootstrap.
 
 Test: :func:`mcnemar_exact`, the two-sided exact McNemar p-value (McNemar 1947; the exact
 binomial form, Agresti 2013, §11.1).
@@ -198,3 +199,51 @@ def mean_difference(a: Sequence[float], b: Sequence[float], level: float = LEVEL
     (ma, va), (mb, vb) = _mean_var(a), _mean_var(b)
     half = _z(level) * math.sqrt(va / len(a) + vb / len(b))
     return ma - mb, ma - mb - half, ma - mb + half
+
+
+def phi_coefficient(x: Sequence[bool | int], y: Sequence[bool | int]) -> float:
+    """The phi coefficient of two paired 0/1 outcomes (Pearson's r on binary data; Yule 1912):
+    ``(n11·n00 − n10·n01) / √(n1·· n0·· n·1 n·0)`` over the 2×2 table of ``(x_i, y_i)``; with
+    ``x``, ``y`` the error indicators of two members, their error correlation. In [−1, 1]; ``nan``
+    when a margin is 0 (one of them always or never errs) or there are no pairs.
+
+    >>> phi_coefficient([1, 1, 0, 0], [1, 0, 0, 0])
+    0.5773502691896258
+
+    Raises:
+        ValueError: ``x`` and ``y`` differ in length.
+    """
+    if len(x) != len(y):
+        raise ValueError(f"phi_coefficient: {len(x)} outcomes against {len(y)}; pairs need the same questions")
+    a, b = np.asarray(x, dtype=bool), np.asarray(y, dtype=bool)
+    n11, n10 = int(np.sum(a & b)), int(np.sum(a & ~b))
+    n01, n00 = int(np.sum(~a & b)), int(np.sum(~a & ~b))
+    margins = (n11 + n10) * (n01 + n00) * (n11 + n01) * (n10 + n00)
+    return (n11 * n00 - n10 * n01) / math.sqrt(margins) if margins else float("nan")
+
+
+def phi_ci(x: Sequence[bool | int], y: Sequence[bool | int], *, level: float = LEVEL, resamples: int = RESAMPLES,
+           seed: int = 0) -> tuple[float, float, float]:
+    """:func:`phi_coefficient` of the paired outcomes and its percentile-bootstrap CI, the pairs
+    resampled together (questions with replacement); resamples where phi is undefined (a margin
+    of 0) are left out. ``(nan, nan, nan)`` when phi itself is undefined.
+
+    Raises:
+        ValueError: ``x`` and ``y`` differ in length.
+    """
+    phi = phi_coefficient(x, y)
+    if math.isnan(phi):
+        return _NAN3
+    a, b = np.asarray(x, dtype=bool), np.asarray(y, dtype=bool)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, a.size, size=(resamples, a.size))
+    ra, rb = a[idx], b[idx]
+    n11 = (ra & rb).sum(axis=1).astype(float)
+    n10 = (ra & ~rb).sum(axis=1).astype(float)
+    n01 = (~ra & rb).sum(axis=1).astype(float)
+    n00 = (~ra & ~rb).sum(axis=1).astype(float)
+    margins = (n11 + n10) * (n01 + n00) * (n11 + n01) * (n10 + n00)
+    ok = margins > 0
+    phis = (n11[ok] * n00[ok] - n10[ok] * n01[ok]) / np.sqrt(margins[ok])
+    alpha = (1 - level) / 2
+    return phi, float(np.quantile(phis, alpha)), float(np.quantile(phis, 1 - alpha))
