@@ -260,7 +260,8 @@ def _single_models(store: TraceStore, task: BenchTask, data: _TaskData) -> dict[
         if q is None or q["gold"] is None:
             continue
         kind = q["kind"] or "math"
-        answer = extract_answer(c["completion"] or "", kind, len(_OPTION_LINE.findall(q["question"] or "")) or 4)
+        answer = extract_answer(c["completion"] or "", kind, len(_OPTION_LINE.findall(q["question"] or "")) or 4,
+                                question=q["question"])  # an echo of the question is no answer
         by.setdefault(c["model"], {}).setdefault(c["question_id"], []).append(bool(score_answer(answer, q["gold"], kind)))
     return {m: {q: sum(v) / len(v) for q, v in per_q.items()} for m, per_q in by.items()}
 
