@@ -46,6 +46,14 @@ def test_reward_is_the_scorer_on_the_answer_read():
     got = aggregation_reward([None] * 5, completions, ["5", "5", "5", "B", None], ["math", "math", "math", "mc", "math"],
                              n_choices=[4, 4, 4, 4, 4])
     assert got == [1.0, 0.0, 0.0, 1.0, None]
+    # with the question: the reply's answer is read as the protocols read it (the same verdicts here)
+    asked = aggregation_reward([None] * 5, completions, ["5", "5", "5", "B", None],
+                               ["math", "math", "math", "mc", "math"], n_choices=[4] * 5,
+                               instruction=["What is 2+3?"] * 3 + ["Which? (A) x (B) y", "Q"])
+    assert asked == got
+    echo = ["Tom has 5 apples and eats none. How many are left?"]  # only the question repeated: no answer
+    assert aggregation_reward([None], echo, ["5"], ["math"]) == [1.0]  # read without the question: a guess
+    assert aggregation_reward([None], echo, ["5"], ["math"], instruction=echo) == [0.0]
 
 
 def s(cid, q, text, answer, correct, model="m", gold="5"):

@@ -148,17 +148,20 @@ def aggregator_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfig = 
 
 def aggregation_reward(prompts: Sequence[Any], completions: Sequence[Any], gold: Sequence[str | None],
                        kind: Sequence[str], n_choices: Sequence[int] | None = None,
+                       instruction: Sequence[str] | None = None,
                        log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float | None]:
     """1.0 when the aggregator's answer is right, 0.0 when not, ``None`` without gold: the answer read
-    by :func:`agora.tasks.find_answer` (the scoring policy of ``docs/scoring.md``) and judged by
+    by :func:`agora.tasks.find_answer` (the scoring policy of ``docs/scoring.md``; a reply that only
+    repeats the question, ``instruction``, has none) and judged by
     :func:`agora.tasks.scoring.score_answer`, as every protocol's answer is."""
     choices = list(n_choices) if n_choices is not None else [4] * len(completions)
+    questions = list(instruction) if instruction is not None else [None] * len(completions)
     rewards: list[float | None] = []
-    for completion, g, k, n in zip(completions, gold, kind, choices, strict=True):
+    for completion, g, k, n, q in zip(completions, gold, kind, choices, questions, strict=True):
         if g is None or k not in ("math", "mc"):
             rewards.append(None)
             continue
-        answer = find_answer(completion_text(completion), k, n or 4).answer
+        answer = find_answer(completion_text(completion), k, n or 4, question=q).answer
         rewards.append(float(bool(score_answer(answer, g, k))))
     return rewards
 
