@@ -7,7 +7,11 @@ import hashlib
 import json
 import re
 import unicodedata
+from pathlib import Path
 from typing import Any
+
+from agora.traces.errors import ResumeRefusedError
+from agora.traces.rows import option_count
 
 
 #: ``pool`` fields that say how a model is reached, not which model answers: a resumed run may
@@ -170,3 +174,77 @@ def _models(pool: Any) -> Any:
     if isinstance(pool, list):
         return [member(m) if isinstance(m, dict) else m for m in pool]
     return pool
+
+
+def data_changes(store: Any, run_id: str, before: Any, now_ds: Any) -> tuple[list[str], list[str]]:
+    """What differs between the dataset run ``run_id`` was started on (``before``, its ``runs.dataset``)
+    and the one a resume gives (``now_ds``): ``(["path", "format"] or a part, ["data path: X here, Y
+    in the run", ...])``, the fields :meth:`TraceStore.start_run <agora.traces.store.TraceStore.start_run>` refuses; ``([], [])`` for the same data.
+
+    A data file at another path (a bench or run moved to another machine, ``agora export`` /
+    ``agora import``) is the same data when it holds the same questions: the questions both
+    calls select (same ids) have the same content hash (:func:`question_hash`: text with options,
+    gold, kind). A run recorded before per-question hashes (no :data:`QUESTION_HASHES` key) is
+    compared on its recorded questions (the ``questions`` rows: text, gold, kind). The run's
+    stored dataset keeps the path it was started on (its provenance; a bench's spec names the
+    files of its latest call); the path stays a difference when no question can be compared
+    (no hashes given now, or no question in common).
+
+    Raises:
+        ResumeRefusedError: questions of the run differ now: edited in the same file (naming
+            them), or in the file at another path (naming the run id, both paths and how many
+            of the questions compared differ).
+    """
+    if not isinstance(before, dict) or not isinstance(now_ds, dict):
+        return [], []
+    changed = [k for k in ("path", "format") if before.get(k) != now_ds.get(k)]
+    hint = ""
+    if changed == ["path"]:  # the same format at another path: the same data if it holds the same questions
+        compared, differ = _compared_questions(store, run_id, before, now_ds)
+        old_name, new_name = (Path(str(d.get("path") or "")).name for d in (before, now_ds))
+        if (not compared and old_name != new_name and before.get(QUESTION_HASHES)
+                and now_ds.get(QUESTION_HASHES)):
+            hint = (f" (none of its question ids is one of the run's; questions without an `id` field are "
+                    f"numbered from the file's name: if it holds the same questions, name it {old_name!r} as before)")
+        if differ:
+            raise ResumeRefusedError(
+                f"run id {run_id!r} in {store.path} was started on {_shown(before.get('path'), 500)} and is "
+                f"resumed on {_shown(now_ds.get('path'), 500)}: {len(differ)} of the {compared} questions "
+                f"compared differ (text, gold or options; e.g. {', '.join(repr(q) for q in differ[:3])}); "
+                "resume on a file holding the same questions, or pick a new --run-id")
+        if compared:
+            changed = []
+    if changed:
+        return changed, [f"data {k}: {_shown(now_ds.get(k))} here, {_shown(before.get(k))} in the run"
+                         + (hint if k == "path" else "") for k in changed]
+    edited = _changed_questions(before.get(QUESTION_HASHES), now_ds.get(QUESTION_HASHES))
+    if edited:
+        shown = ", ".join(repr(q) for q in edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
+        raise ResumeRefusedError(
+            f"run id {run_id!r} in {store.path}: the data changed since the run started: question(s) "
+            f"{shown} differ from the ones the run was started on (text, gold or options); rerun "
+            "with the original file to resume it, or pick a new --run-id")
+    return [], []
+
+def _compared_questions(store: Any, run_id: str, before: dict[str, Any], now_ds: dict[str, Any]) -> tuple[int, list[str]]:
+    """``(questions compared, ids of those that differ)`` between a run's questions and the
+    hashes ``now_ds`` gives (:data:`QUESTION_HASHES`; ``(0, [])`` without them): the run's
+    stored hashes, else its recorded ``questions`` rows (an ``mc`` row's option count is read
+    from its text when the row has none, as the loaders render options)."""
+    now_hashes = now_ds.get(QUESTION_HASHES)
+    if not isinstance(now_hashes, dict):
+        return 0, []
+    old = before.get(QUESTION_HASHES)
+    if isinstance(old, dict):
+        common = [q for q in now_hashes if q in old]
+        return len(common), [q for q in common if old[q] != now_hashes[q]]
+    differ, compared = [], 0
+    for r in store.db.query("select question_id, question, gold, kind, n_choices from questions where run_id = ? "
+                           "order by idx, question_id", [run_id]):
+        if r["question_id"] not in now_hashes:
+            continue
+        compared += 1
+        counts = {r["n_choices"], option_count(r["question"], r["kind"])}
+        if now_hashes[r["question_id"]] not in {question_hash(r["question"], r["gold"], r["kind"], n) for n in counts}:
+            differ.append(r["question_id"])
+    return compared, differ

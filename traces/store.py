@@ -4,8 +4,8 @@ readers of :class:`~agora.traces.reading.TraceReader`.
 
 One concern per module beside it: :mod:`~agora.traces.rows` (the rows written, their cleaning),
 :mod:`~agora.traces.resume` (what a rerun compares), :mod:`~agora.traces.run_lock` (one process per
-run on SQLite), :mod:`~agora.traces.sqlite_file` (opening a SQLite file), :mod:`~agora.traces.errors`;
-their public names are importable from here too. SQLite is the embedded default; a
+run on SQLite), :mod:`~agora.traces.sqlite_file` (opening a SQLite file), :mod:`~agora.traces.backfill`,
+:mod:`~agora.traces.errors`; their public names are importable from here too. SQLite is the embedded default; a
 ``postgresql://`` URL opens :class:`agora.traces.postgres.PostgresTraceStore` (same interface).
 """
 
@@ -20,32 +20,27 @@ import platform
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator
 
 import sqlite_utils
 
 from agora.traces import schema
 from agora.traces.errors import ResumeRefusedError, RunLockedError, TraceStoreError
 from agora.traces.reading import TraceReader
+from agora.traces.backfill import backfill
 from agora.traces.resume import (
     QUESTION_HASHES,
     TRANSPORT_FIELDS,
     TRANSPORT_KWARGS,
-    _RUN_ID_BAD,  # noqa: F401 - importable from here, as before the split
-    _changed_questions,
     _differences,
     _models,
     _pool_differences,
-    _shown,
     check_run_id,
+    data_changes,
     question_hash,
 )
 from agora.traces.rows import (
-    _INT_RANGE,  # noqa: F401 - (the private names too, as before the split)
-    _OPTION_LINE,
-    _SURROGATE,
     _bool,
-    _clean_rows,
     _clean_text,
     _json,
     _upsert,
@@ -235,77 +230,9 @@ class TraceStore(TraceReader):
             return False
 
     def data_changes(self, run_id: str, before: Any, now_ds: Any) -> tuple[list[str], list[str]]:
-        """What differs between the dataset run ``run_id`` was started on (``before``, its ``runs.dataset``)
-        and the one a resume gives (``now_ds``): ``(["path", "format"] or a part, ["data path: X here, Y
-        in the run", ...])``, the fields :meth:`start_run` refuses; ``([], [])`` for the same data.
-
-        A data file at another path (a bench or run moved to another machine, ``agora export`` /
-        ``agora import``) is the same data when it holds the same questions: the questions both
-        calls select (same ids) have the same content hash (:func:`question_hash`: text with options,
-        gold, kind). A run recorded before per-question hashes (no :data:`QUESTION_HASHES` key) is
-        compared on its recorded questions (the ``questions`` rows: text, gold, kind). The run's
-        stored dataset keeps the path it was started on (its provenance; a bench's spec names the
-        files of its latest call); the path stays a difference when no question can be compared
-        (no hashes given now, or no question in common).
-
-        Raises:
-            ResumeRefusedError: questions of the run differ now: edited in the same file (naming
-                them), or in the file at another path (naming the run id, both paths and how many
-                of the questions compared differ).
-        """
-        if not isinstance(before, dict) or not isinstance(now_ds, dict):
-            return [], []
-        changed = [k for k in ("path", "format") if before.get(k) != now_ds.get(k)]
-        hint = ""
-        if changed == ["path"]:  # the same format at another path: the same data if it holds the same questions
-            compared, differ = self._compared_questions(run_id, before, now_ds)
-            old_name, new_name = (Path(str(d.get("path") or "")).name for d in (before, now_ds))
-            if (not compared and old_name != new_name and before.get(QUESTION_HASHES)
-                    and now_ds.get(QUESTION_HASHES)):
-                hint = (f" (none of its question ids is one of the run's; questions without an `id` field are "
-                        f"numbered from the file's name: if it holds the same questions, name it {old_name!r} as before)")
-            if differ:
-                raise ResumeRefusedError(
-                    f"run id {run_id!r} in {self.path} was started on {_shown(before.get('path'), 500)} and is "
-                    f"resumed on {_shown(now_ds.get('path'), 500)}: {len(differ)} of the {compared} questions "
-                    f"compared differ (text, gold or options; e.g. {', '.join(repr(q) for q in differ[:3])}); "
-                    "resume on a file holding the same questions, or pick a new --run-id")
-            if compared:
-                changed = []
-        if changed:
-            return changed, [f"data {k}: {_shown(now_ds.get(k))} here, {_shown(before.get(k))} in the run"
-                             + (hint if k == "path" else "") for k in changed]
-        edited = _changed_questions(before.get(QUESTION_HASHES), now_ds.get(QUESTION_HASHES))
-        if edited:
-            shown = ", ".join(repr(q) for q in edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5 else "")
-            raise ResumeRefusedError(
-                f"run id {run_id!r} in {self.path}: the data changed since the run started: question(s) "
-                f"{shown} differ from the ones the run was started on (text, gold or options); rerun "
-                "with the original file to resume it, or pick a new --run-id")
-        return [], []
-
-    def _compared_questions(self, run_id: str, before: dict[str, Any], now_ds: dict[str, Any]) -> tuple[int, list[str]]:
-        """``(questions compared, ids of those that differ)`` between a run's questions and the
-        hashes ``now_ds`` gives (:data:`QUESTION_HASHES`; ``(0, [])`` without them): the run's
-        stored hashes, else its recorded ``questions`` rows (an ``mc`` row's option count is read
-        from its text when the row has none, as the loaders render options)."""
-        now_hashes = now_ds.get(QUESTION_HASHES)
-        if not isinstance(now_hashes, dict):
-            return 0, []
-        old = before.get(QUESTION_HASHES)
-        if isinstance(old, dict):
-            common = [q for q in now_hashes if q in old]
-            return len(common), [q for q in common if old[q] != now_hashes[q]]
-        differ, compared = [], 0
-        for r in self.db.query("select question_id, question, gold, kind, n_choices from questions where run_id = ? "
-                               "order by idx, question_id", [run_id]):
-            if r["question_id"] not in now_hashes:
-                continue
-            compared += 1
-            counts = {r["n_choices"], option_count(r["question"], r["kind"])}
-            if now_hashes[r["question_id"]] not in {question_hash(r["question"], r["gold"], r["kind"], n) for n in counts}:
-                differ.append(r["question_id"])
-        return compared, differ
+        """What differs between the dataset run ``run_id`` was started on and the one a resume gives
+        (:func:`agora.traces.resume.data_changes`, which raises ``ResumeRefusedError`` for edited questions)."""
+        return data_changes(self, run_id, before, now_ds)
 
     def run_lock(self, run_id: str, *, shared: bool = False) -> contextlib.AbstractContextManager[None]:
         """The live-run lock of ``run_id`` on this database (:func:`run_lock`): a driver holds it
@@ -466,55 +393,3 @@ def store_backend(path: Any) -> type[TraceStore] | None:
         return None
     module, attr = BACKENDS[scheme.lower()].split(":")
     return getattr(importlib.import_module(module), attr)
-
-
-def backfill(store: "TraceStore", run_ids: Sequence[str] = ()) -> dict[str, int]:
-    """Fill the answer-level columns of an older database (``agora traces backfill``), once:
-    ``questions.n_choices`` from the question text, and, for model calls of recorded questions
-    that lack them, ``answer``/``how`` (:func:`answer_fields`) and ``sample_index``/``request_id``.
-    The samples of one request share their ``created_at``, node, agent and model (the pool stamps a
-    request's start on each), so they are grouped on those and numbered in write order (rowid).
-    Rows already filled are left alone, so a second backfill changes nothing. Returns counts:
-    ``questions`` and ``calls`` updated.
-
-    Raises:
-        TraceStoreError: a read-only store.
-    """
-    if store.readonly:
-        raise TraceStoreError(f"{store.path}: opened read-only; backfill needs to write")
-    where, params = "", []
-    if run_ids:
-        where = f" and q.run_id in ({', '.join('?' for _ in run_ids)})"
-        params = list(run_ids)
-    db = store.db
-    counts = {"questions": 0, "calls": 0}
-    with store._lock, db.conn:
-        qs = list(db.query(f"select run_id, question_id, kind, question, n_choices from questions q where 1 = 1{where}",
-                           params))
-        meta = {}
-        for q in qs:
-            n = q["n_choices"] or option_count(q["question"], q["kind"])
-            meta[q["run_id"], q["question_id"]] = (q["kind"], n)
-            if q["n_choices"] is None and n is not None:
-                db.execute("update questions set n_choices = ? where run_id = ? and question_id = ?",
-                           [n, q["run_id"], q["question_id"]])
-                counts["questions"] += 1
-        rows = db.query(
-            "select c.rowid as rid, c.call_id, c.run_id, c.question_id, c.node, c.agent, c.model, c.created_at, "
-            "c.completion, c.how, c.sample_index from model_calls c join questions q using (run_id, question_id) "
-            f"where c.error is null{where} order by c.rowid", params)
-        firsts: dict[tuple, tuple[str, int]] = {}
-        updates = []
-        for r in rows:
-            key = (r["run_id"], r["question_id"], r["node"], r["agent"], r["model"], r["created_at"])
-            request, index = firsts.get(key, (r["call_id"], -1))
-            firsts[key] = (request, index + 1)
-            if r["how"] is not None and r["sample_index"] is not None:
-                continue
-            kind, n = meta[r["run_id"], r["question_id"]]
-            answer, how = answer_fields(r["completion"], kind, n)
-            updates.append((answer, how, index + 1, request, r["call_id"]))
-        db.conn.executemany("update model_calls set answer = ?, how = ?, sample_index = ?, request_id = ? "
-                            "where call_id = ?", updates)
-        counts["calls"] = len(updates)
-    return counts
