@@ -179,7 +179,8 @@ def _models(pool: Any) -> Any:
 def data_changes(store: Any, run_id: str, before: Any, now_ds: Any) -> tuple[list[str], list[str]]:
     """What differs between the dataset run ``run_id`` was started on (``before``, its ``runs.dataset``)
     and the one a resume gives (``now_ds``): ``(["path", "format"] or a part, ["data path: X here, Y
-    in the run", ...])``, the fields :meth:`TraceStore.start_run <agora.traces.store.TraceStore.start_run>` refuses; ``([], [])`` for the same data.
+    in the run", ...])``, the fields :meth:`agora.traces.store.TraceStore.start_run` refuses; ``([], [])``
+    for the same data.
 
     A data file at another path (a bench or run moved to another machine, ``agora export`` /
     ``agora import``) is the same data when it holds the same questions: the questions both
