@@ -285,3 +285,24 @@ def test_agora_run_align_with_the_calibrated_utility(tmp_path):
     assert bad.exit_code == 2 and "DelegationConfig.utility 'calibrated' needs member reliabilities" in bad.output
     bad = CliRunner().invoke(app, [*base, "--run-id", "y", "--utility", "judge"])
     assert bad.exit_code == 2 and "DelegationConfig.utility must be 'agreement' or 'calibrated', got 'judge'" in bad.output
+
+
+def test_slm_mux_is_a_comed_baseline_and_a_bench_method_through_the_registry():
+    from agora.agents.escalation import EscalationConfig, EscalationThresholds
+    from agora.graphs.escalation import EscalationContext, build_escalation_graph
+    from agora.runs.bench import BenchConfig, protocol_of, resolve_methods, sharing
+
+    assert resolve_methods("slm-mux") == ("slm-mux", "mux_vote")
+    assert protocol_of()["slm-mux"] == protocol_of()["mux_vote"] == "comed"
+    assert sharing()["mux_vote"].startswith("SLM-MUX's samples")
+    assert BenchConfig(methods=("comed", "mux_vote")).baselines == ("slm-mux",)
+    pool, models = correlated_pool()
+    cfg = EscalationConfig(thresholds=EscalationThresholds(0.5, 0.34), anchor="wrong1", baselines=("slm-mux",))
+    graph = build_escalation_graph().compile()
+    assert "slm-mux" in graph.get_graph().nodes
+    q = {"question": APPLES.question, "question_id": "q1", "kind": "math", "gold": "7"}
+    out = graph.invoke(q, context=EscalationContext(pool, cfg), output_keys=["methods", "calls", "costs"])
+    assert (out["methods"]["slm-mux"]["answer"], out["methods"]["mux_vote"]["answer"]) == ("7", "8")
+    # k = COMED's N = 3 per member, one request each
+    assert out["methods"]["slm-mux"]["calls"] == out["costs"]["slm-mux"]["calls"] == 3
+    assert len([c for c in out["calls"] if c["node"] == "mux_sample"]) == 9
