@@ -51,7 +51,6 @@ from agora.graphs.question import as_problem, protocol_input, question_payload
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.state import MethodsOutput, MethodsState
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
-from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import ModelPool
 
 METHODS = ("council", "council_top", "council_vote")
@@ -90,12 +89,9 @@ class CouncilStanding(TypedDict):
     ballots: int
 
 
-@studio_schema(docs={"answer": "The chair's answer.",
-                     "how": "How the answer was found in the chair's text (``marker``, ``boxed``, ...).",
-                     "costs": "Cost of each stage: ``answer``, ``review``, ``chair``.",
-                     "methods": "``council``, ``council_top``, ``council_vote``: answer, correctness, cost."})
 class CouncilOutput(MethodsOutput):
-    """What the graph returns."""
+    """What the graph returns: the chair's ``answer``, the ``costs`` of the stages ``answer``,
+    ``review`` and ``chair``, and the ``methods`` ``council``, ``council_top`` and ``council_vote``."""
 
     answers: list[FirstAnswer]
     """The members' first answers, in member order."""

@@ -42,7 +42,6 @@ from agora.graphs.question import as_problem, protocol_input, question_payload, 
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.state import MemberAnswer, MethodsOutput, MethodsState
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
-from agora.graphs.studio_schema import studio_schema
 
 METHODS = ("debate", "first_round_vote")
 
@@ -51,12 +50,10 @@ DebateContext = protocol_context("DebateContext", DebateConfig, "Debate settings
 DebateInput = protocol_input("DebateInput")
 
 
-@studio_schema(docs={"answer": "The plurality of the last round.",
-                     "costs": "Cost of each round: ``round_1``, ``round_2``...",
-                     "methods": "``debate`` (last round's plurality) and ``first_round_vote``: answer, correctness, "
-                                "cost."})
 class DebateOutput(MethodsOutput):
-    """What the graph returns."""
+    """What the graph returns: the last round's plurality as ``answer``, the ``costs`` of each round
+    (``round_1``, ``round_2``...), and the ``methods`` ``debate`` (the last round's plurality) and
+    ``first_round_vote``."""
 
     rounds: list[list[MemberAnswer]]
     """Each round's answers, in agent order (an agent whose call failed is missing)."""

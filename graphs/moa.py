@@ -41,7 +41,6 @@ from agora.graphs.question import as_problem, protocol_input, question_payload
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.state import MemberAnswer, MethodsOutput, MethodsState
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand, detail_keys
-from agora.graphs.studio_schema import studio_schema
 
 METHODS = ("moa", "proposal_vote")
 
@@ -49,13 +48,10 @@ MoAContext = protocol_context("MoAContext", MoAConfig, "MoA settings: proposers,
 MoAInput = protocol_input("MoAInput")
 
 
-@studio_schema(docs={"answer": "The aggregator's answer.",
-                     "how": "How the answer was found in the aggregator's text (``marker``, ``boxed``, ...).",
-                     "costs": "Cost of each step: ``propose``, ``aggregate``.",
-                     "methods": "``moa`` (the aggregator) and ``proposal_vote`` (plurality of the proposals): answer, "
-                                "correctness, cost."})
 class MoAOutput(MethodsOutput):
-    """What the graph returns."""
+    """What the graph returns: the aggregator's ``answer``, the ``costs`` of ``propose`` and
+    ``aggregate``, and the ``methods`` ``moa`` (the aggregator) and ``proposal_vote`` (the plurality
+    of the proposals)."""
 
     proposals: list[MemberAnswer]
     """One per proposer that answered, in proposer order."""
