@@ -16,6 +16,8 @@ data (which methods to compare, what counts as holding), not a reading of it.
 
 from __future__ import annotations
 
+import itertools
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -480,7 +482,7 @@ def plot_accuracy_vs_tokens(report: dict[str, Any], path: str | Path) -> Path:
 
     cells = [c for c in report["cells"] if c["accuracy"] == c["accuracy"] and c["tokens_per_q"] == c["tokens_per_q"]]
     tasks = [t["name"] for t in report["tasks"]]
-    markers = dict(zip(report["methods"], "os^vDP*XhpH<>"))
+    markers = dict(zip(report["methods"], itertools.cycle("os^vDP*XhpH<>d8")))  # more methods than shapes: reuse
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(9, 5))
     groups: dict[tuple[float, float], list[int]] = {}

@@ -281,7 +281,7 @@ def test_a_partial_bench_moved_as_a_bundle_resumes_on_another_machine(tmp_path, 
     args = lambda db, out: bench_args(math_file, mc_file, db, out, "--dev", "1",  # noqa: E731
                                       design="--shared-candidates")
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
-    assert CliRunner().invoke(app, args(tmp_path / "ref.db", tmp_path / "ref")).exit_code == 0
+    r0 = CliRunner().invoke(app, args(tmp_path / "ref.db", tmp_path / "ref")); assert r0.exit_code == 0, r0.output
     counter = {}
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool(counter, interrupt_at=[interrupt_at]))
     cut = CliRunner().invoke(app, args(tmp_path / "old.db", tmp_path / "old"))
@@ -311,7 +311,7 @@ def _partial_bench_imported(tmp_path, monkeypatch, interrupt_at):
     args = lambda db, out: bench_args(math_file, mc_file, db, out, "--dev", "1",  # noqa: E731
                                       design="--shared-candidates")
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool())
-    assert CliRunner().invoke(app, args(tmp_path / "ref.db", tmp_path / "ref")).exit_code == 0
+    r0 = CliRunner().invoke(app, args(tmp_path / "ref.db", tmp_path / "ref")); assert r0.exit_code == 0, r0.output
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: scripted_pool({}, interrupt_at=[interrupt_at]))
     assert CliRunner().invoke(app, args(tmp_path / "old.db", tmp_path / "old")).exit_code == 130
     bundle = tmp_path / "partial.agora.jsonl.gz"
