@@ -53,11 +53,9 @@ from agora.graphs.state import MethodsOutput, MethodsState
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 from agora.models.pool import ModelPool
 
-METHODS = ("council", "council_top", "council_vote")
-
-
 CouncilContext = protocol_context("CouncilContext", CouncilConfig, "Council settings: members, chair, sampling.")
 CouncilInput = protocol_input("CouncilInput")
+METHODS = ("council", "council_top", "council_vote")
 
 
 class FirstAnswer(TypedDict):
