@@ -300,7 +300,8 @@ def bench(
                             TextColumn("{task.fields[status]}", style="dim", markup=False), console=console,
                             speed_estimate_period=600, disable=not sys.stdout.isatty() and total_q == 0)
         try:
-            with progress, graceful_stop(bench_id) as control, store.run_lock(bench_id):
+            # (shared: on Postgres several bench workers run one bench together; SQLite: one process)
+            with progress, graceful_stop(bench_id) as control, store.run_lock(bench_id, shared=True):
                 result = run_bench(task_files, pool=the_pool, store=store, bench_id=bench_id, config=config,
                                    dev=dev_splits, router=the_router, control=control, steps=steps,
                                    progress=_Bar(progress, sum(todo.values()), store, steps, in_flight=in_flight))
