@@ -286,9 +286,9 @@ def _word(i: int) -> str:
 def measure_inserts(store: Any, questions: int, seed: int = 0, warm: bool = False) -> dict[str, Any]:
     """Rows/s of the runner's write path alone: ``questions`` ALIGN-shaped questions (1 question row,
     4 results, 6 model calls of ≈ 400-character completions and ≈ 400-character prompts: 11 rows, as
-    the runs below write), one ``record_question`` (one transaction) each. ``warm``: each sample's
-    answer read first (``find_answer``, outside the timing), as the graph reads it before the runner
-    records the question, so the store finds it in the cache."""
+    the runs below write), one ``record_question`` (one transaction) each, timed one by one. ``warm``:
+    each question's samples read first (``find_answer``, outside the timing), as the graph reads them
+    just before the runner records the question, so the store finds them in the cache."""
     rng = random.Random(seed)
     store.start_run("inserts", "align", config={}, pool=[], dataset={})
     methods = ["align", "single_agent", "self_consistency", "best_of_n"]  # what an ALIGN question records
@@ -312,16 +312,16 @@ def measure_inserts(store: Any, questions: int, seed: int = 0, warm: bool = Fals
                     "gold": "7", "answer": "7", "correct": True, "wall_s": 2.5, "detail": {"selection": {"agent": 0}}}
         payloads.append((question, results, calls))
     rows = sum(1 + len(r) + len(c) for _, r, c in payloads)
-    if warm:
-        from agora.tasks.answers import find_answer
+    from agora.tasks.answers import find_answer
 
-        for question, _, calls in payloads:
+    wall = cpu = 0.0
+    for question, results, calls in payloads:
+        if warm:  # the graph's reading of the question's samples, just before the runner records it
             for c in calls:
                 find_answer(c["completion"], "math", 4, question=question["question"])
-    cpu, start = time.process_time(), time.perf_counter()
-    for question, results, calls in payloads:
+        cpu0, start = time.process_time(), time.perf_counter()
         store.record_question("inserts", "align", question, results, calls)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        wall, cpu = wall + time.perf_counter() - start, cpu + time.process_time() - cpu0
     return {"questions": questions, "rows": rows, "wall_s": wall, "cpu_s": cpu, "rows_per_s": rows / wall}
 
 
