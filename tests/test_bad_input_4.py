@@ -132,6 +132,13 @@ def test_a_run_does_not_credit_replies_that_repeat_the_question(tmp_path, echoin
     code, output = agora("report", "run", "R", "--db", db)
     assert code == 0, output
     assert f"warning: {len(calls)} samples only repeat the question (echo)" in output
+    from agora.traces.store import TraceStore
+    from agora.training.align_pairs import question_candidates
+
+    store = TraceStore(db, readonly=True)
+    [question] = store.protocol_questions("align", ["R"])
+    candidates = question_candidates(store, question)  # DPO's re-scoring of the samples: no echo is "correct"
+    assert candidates and not any(c.correct for c in candidates)
     code, output = agora("replay", "--db", db, "--run-id", "R", "--rule", "plurality", "--json")
     assert code == 0, output
     assert [row["correct"] for row in json.loads(output)["rows"]] == [False]

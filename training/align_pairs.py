@@ -92,7 +92,7 @@ def question_candidates(store: TraceStore, question: dict[str, Any]) -> list[Can
                              c["call_id"]))
     out = []
     for c in rows:
-        found = find_answer(c["completion"], kind)
+        found = find_answer(c["completion"], kind, question=question.get("question"))  # an echo is no answer
         out.append(Candidate(
             call_id=c["call_id"], agent=c.get("agent"), model=c["model"], text=c["completion"].strip(),
             answer=found.answer, how=found.how if found.answer is not None else None,

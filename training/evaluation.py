@@ -127,7 +127,7 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
                 batch = todo[i:i + batch_size]
                 outs = generate([solver_messages(p, shots) for p in batch])
                 for p, o in zip(batch, outs):
-                    found = find_answer(o["text"], p.kind, p.n_choices or 4)
+                    found = find_answer(o["text"], p.kind, p.n_choices or 4, question=p.question)
                     row = {"question_id": p.id, "answer": found.answer, "how": found.how,
                            "correct": int(bool(is_correct(found.answer, p.gold, p.kind))),
                            "completion_tokens": o["completion_tokens"], "finish_reason": o["finish_reason"],
