@@ -215,3 +215,31 @@ def test_an_unreachable_postgres_url_is_one_line_and_exit_2(tmp_path):
     assert out.exit_code == 2 and "Traceback" not in out.output
     [line] = [l for l in out.output.splitlines() if l.startswith("error:")]
     assert "cannot connect to the Postgres trace store" in line and "nodb" in line
+
+
+def test_workers_creating_one_table_at_once_do_not_collide(postgres_server):
+    """``CREATE TABLE IF NOT EXISTS`` from several processes at once collides in Postgres's catalog;
+    the store's schema changes take turns (four stores, one barrier, the same new table)."""
+    import threading
+
+    url = postgres_server.database()
+    stores = [TraceStore(url) for _ in range(4)]
+    barrier, errors = threading.Barrier(4), []
+
+    def create(store):
+        barrier.wait()
+        try:
+            with store.transaction() as db:
+                db["benches"].create({"bench_id": str, "spec": str}, pk="bench_id", if_not_exists=True)
+                db["benches"].upsert({"bench_id": "b", "spec": "{}"}, pk="bench_id")
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and [r["bench_id"] for r in stores[0].db.query("select bench_id from benches")] == ["b"]
+    for s in stores:
+        s.close()
