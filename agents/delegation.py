@@ -94,8 +94,8 @@ class DelegationConfig:
     (``member=accuracy`` entries, or a mapping); members not given take theirs from ``dev_run``."""
     dev_run: str | None = None
     """A dev run in the trace DB ``dev_db`` whose samples give each member's accuracy (``None``: none read)."""
-    dev_db: str = "agora.db"
-    """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL)."""
+    dev_db: str | None = None
+    """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL); ``None``: ``agora.db``."""
 
     def __post_init__(self):
         owner = "DelegationConfig"
@@ -108,7 +108,7 @@ class DelegationConfig:
         check_names(owner, "models", self.models)
         object.__setattr__(self, "dev_accuracy", dev_accuracy_pairs(owner, "dev_accuracy", self.dev_accuracy))
         check_name(owner, "dev_run", self.dev_run)
-        check_name(owner, "dev_db", self.dev_db, optional=False)
+        check_name(owner, "dev_db", self.dev_db)
         if self.utility == "calibrated" and not self.dev_accuracy and not self.dev_run:
             raise ValueError(f"{owner}.utility 'calibrated' needs member reliabilities: set dev_accuracy "
                              "(member=accuracy entries) or dev_run (a dev run in the trace DB dev_db)")

@@ -59,8 +59,8 @@ class SLMMuxConfig:
     entries, or a mapping); members not given take theirs from ``dev_run`` when it is set."""
     dev_run: str | None = None
     """A dev run in the trace DB ``dev_db`` whose samples give each member's accuracy (``None``: none read)."""
-    dev_db: str = "agora.db"
-    """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL)."""
+    dev_db: str | None = None
+    """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL); ``None``: ``agora.db``."""
     temperature: float = 0.7
     """Sampling temperature of every sample (the paper samples at T > 0)."""
     top_p: float = 0.95
@@ -78,7 +78,7 @@ class SLMMuxConfig:
         check_count(owner, "k_samples", self.k_samples)
         object.__setattr__(self, "dev_accuracy", dev_accuracy_pairs(owner, "dev_accuracy", self.dev_accuracy))
         check_name(owner, "dev_run", self.dev_run)
-        check_name(owner, "dev_db", self.dev_db, optional=False)
+        check_name(owner, "dev_db", self.dev_db)
         check_sampling(owner, self)
 
 

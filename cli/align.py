@@ -59,7 +59,7 @@ def run_align(
                                   temperature=temperature, seed=seed,
                                   models=tuple(m.strip() for m in models.split(",")) if models else (),
                                   utility=utility, dev_accuracy=_run.names(dev_accuracy), dev_run=dev_run,
-                                  dev_db=dev_db or (db if dev_run else _DEFAULTS.dev_db))
+                                  dev_db=dev_db or (db if dev_run else None))
         the_pool = get_pool(pool)
         for m in config.models:
             the_pool[m]

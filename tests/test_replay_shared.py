@@ -90,9 +90,11 @@ def test_report_run_counts_the_shared_calls_beside_its_own(bench_db):
     assert s["shared"] == {"shared_from": "s1:arith:candidates", "shared_calls": 9, "shared_prompt_tokens":
                            s["shared"]["shared_prompt_tokens"], "shared_completion_tokens": 36}
     # per method, the samples it took from the shared pool: the anchor's 3, MoA's proposers and the council's
-    # members one per model (2), debate's first round one per agent (3, models round-robin)
+    # members one per model (2), debate's first round one per agent (3, models round-robin), SLM-MUX's members
+    # k = N = 3 per model (6)
     assert {m["method"]: m["shared_samples_per_question"] for m in s["methods"]} == {
-        "anchor": 3.0, "comed": 3.0, "council": 2.0, "council_top": 2.0, "council_vote": 2.0, "debate": 3.0, "moa": 2.0}
+        "anchor": 3.0, "comed": 3.0, "council": 2.0, "council_top": 2.0, "council_vote": 2.0, "debate": 3.0, "moa": 2.0,
+        "slm-mux": 6.0, "mux_vote": 6.0}
     code, out = agora("report", "run", "s1:arith:comed", "--db", str(bench_db))
     assert code == 0 and "taken by its anchor from the bench's shared candidates" in " ".join(out.split())
     assert "shared/q" in out
