@@ -25,7 +25,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.neighbors import NearestNeighbors
 from typing_extensions import TypedDict
 
-from agora.models.pool import PythonObject
+from agora.models.model_pool import PythonObject
 from agora.tasks.answers import extract_answer, is_correct
 
 EmbeddingName = Literal["auto", "minilm", "tfidf"]

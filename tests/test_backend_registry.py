@@ -276,7 +276,7 @@ def test_the_plugin_example_of_docs_backends_md_runs(tmp_path):
 def test_headers_and_credentials_in_plugin_options_are_masked_in_run_records():
     """A langchain member's ``default_headers = {Authorization = "Bearer ..."}`` (and cookies,
     credentials, nested) never reach ``runs.pool``, checkpoints or bundles as written."""
-    from agora.models.pool import _redacted
+    from agora.models.member import _redacted
 
     options = {"kwargs": {"base_url": "http://x/v1", "default_headers": {"Authorization": "Bearer sk-SECRET",
                                                                          "X-Trace": "Basic dXNlcg==", "Accept": "json"},

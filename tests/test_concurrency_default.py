@@ -4,7 +4,8 @@ whose concurrent requests share decode batches, 1 on any other pool (no model is
 import pytest
 
 from agora.models.llamacpp import LlamaCppChatModel
-from agora.models.pool import EMBEDDED_CONCURRENCY, ModelPool, ModelSpec, PoolMember
+from agora.models.model_pool import EMBEDDED_CONCURRENCY
+from agora.models.pool import ModelPool, ModelSpec, PoolMember
 from agora.models.testing import ScriptedChatModel
 from agora.runs.bench import BenchConfig
 
