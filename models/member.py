@@ -13,7 +13,7 @@ from agora.models.contract import ModelMember
 from agora.models.errors import PoolConfigError
 from agora.models.langchain import langchain_member
 from agora.models.recipes import Recipe, RecipeError, recipe_from_entry
-from agora.models.registry import spec_problem
+from agora.models.backend import spec_problem
 
 log = logging.getLogger("agora.pool")
 

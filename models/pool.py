@@ -50,8 +50,8 @@ from agora.models.errors import (EmptyResponseError, MemberContractError, ModelC
                                  ModelUnavailableError, PoolConfigError)
 from agora.models.member import ModelSpec, PoolMember
 from agora.models.model_pool import ModelPool
-from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError, _AdapterError,  # noqa: F401 (re-exported)
-                                   build_member, resolve_builtin, shadowing_plugins, validate_entry)
+from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError,  # noqa: F401 (re-exported)
+                                   build_member, shadowing_plugins, validate_entry)
 
 log = logging.getLogger("agora.pool")
 

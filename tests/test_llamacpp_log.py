@@ -4,7 +4,7 @@ ggml.h: DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5)."""
 import pytest
 
 from agora.models import llamacpp
-from agora.models.pool import resolve_builtin
+from agora.models.builtin_backends import resolve_builtin
 
 
 def test_only_error_lines_and_their_continuations_are_printed(capsys):
