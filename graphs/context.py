@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import field, fields, is_dataclass, make_dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -263,23 +264,20 @@ def protocol_context(name: str, config: type, about: str, *,
     The class belongs to the calling module (``module``, default: the caller's ``__name__``), so a
     protocol's spec names it like any class of its own (``context=MoAContext``).
     """
-    import dataclasses
-    import sys
-
     def __post_init__(self: Any) -> None:
         self.pool = resolve_pool(self.pool, builtin=builtin, where=name)  # a name or a pool file (JSON clients)
         self.config = settings_from(self.config, config)  # JSON clients (Studio) send a dict
 
-    specs = [("pool", ModelPool | str | None, dataclasses.field(default=None)),
-             ("config", config, dataclasses.field(default_factory=config)),
-             *((f, kind, dataclasses.field(default=default)) for f, kind, default, _doc in extra)]
+    specs = [("pool", ModelPool | str | None, field(default=None)),
+             ("config", config, field(default_factory=config)),
+             *((f, kind, field(default=default)) for f, kind, default, _doc in extra)]
     docs = {"pool": pool_doc, "config": about, **{f: doc for f, _kind, _default, doc in extra}}
     fields_list = ", ".join(f for f, *_ in specs)
     doc = (f"Run-time context: {fields_list}.\n\nPass one, or a mapping of its fields (``{{\"pool\": \"tiny\", "
            f"\"config\": {{...}}}}``, as Studio and the HTTP API send it); any other object, or a field it does not "
            f"have, is refused (:class:`ContextError`).")
     owner = module or sys._getframe(1).f_globals.get("__name__", __name__)
-    cls = dataclasses.make_dataclass(name, specs, namespace={
+    cls = make_dataclass(name, specs, namespace={
         "__post_init__": __post_init__, "__doc__": doc, "__module__": owner, "__field_docs__": docs})
     cls.__qualname__ = name
     return graph_context(cls)

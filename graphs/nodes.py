@@ -52,15 +52,16 @@ def emit(event: str, message: str, **fields: Any) -> None:
 
 def model_node(request: Callable[[Any, Any], Request], answered: Callable[..., dict[str, Any]],
                shared: Callable[[Any], list[Sample] | None] | None = None) -> Any:
-    """A graph node that asks one model once, with its sync and async twins (:func:`ask`,
-    :func:`aask`; :func:`agora.graphs.nodes.sync_async_node`), in the manner of LangGraph's
-    prebuilt nodes.
+    """A graph node that asks one model once, with its sync and async twins
+    (:func:`agora.graphs._calls.ask` under ``invoke``, :func:`agora.graphs._calls.aask` under
+    ``ainvoke``; :func:`sync_async_node`), in the manner of LangGraph's prebuilt nodes.
 
     ``request(state, runtime)`` gives the :class:`Request`; ``answered(state, model, samples,
     records, cost)`` turns what came back into the node's update. ``shared(state)``, when given,
     may answer without a call: the samples taken from the bench's shared candidates
     (:func:`agora.graphs.question.take_shared`; their rows are the draw's, their cost all shared,
-    :func:`shared_cost`), then ``model`` is the state's ``model``; ``None`` asks.
+    :func:`agora.graphs._calls.shared_cost`), then ``model`` is the state's ``model``; ``None`` asks.
+    The node is named after ``answered`` (its leading ``_`` dropped) and has its docstring.
     """
 
     def taken(state: Any) -> tuple[str, list[Sample], list[CallRecord], Cost] | None:

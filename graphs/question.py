@@ -4,6 +4,7 @@ the problem they describe, and the bench's shared candidate samples that may com
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Mapping
 from typing import Any, NotRequired
@@ -180,8 +181,6 @@ def protocol_input(name: str, example: Mapping[str, Any] | None = MATH_EXAMPLE, 
 
     The class belongs to the calling module (``module``, default: the caller's ``__name__``).
     """
-    import sys
-
     base = QuestionInput if shared else QuestionFields
 
     class Input(base):  # type: ignore[valid-type,misc]
