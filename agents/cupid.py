@@ -316,7 +316,8 @@ def trace_features(store: Any, models: Sequence[str]) -> dict[str, dict[str, flo
         store: an :class:`agora.traces.TraceStore`.
         models: pool member names to look up.
     """
-    from agora.tasks.answers import extract_answer, is_correct
+    from agora.tasks.answers import extract_answer
+    from agora.tasks.comparison import is_correct
 
     if not models:
         return {}

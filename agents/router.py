@@ -26,7 +26,8 @@ from sklearn.neighbors import NearestNeighbors
 from typing_extensions import TypedDict
 
 from agora.models.model_pool import PythonObject
-from agora.tasks.answers import extract_answer, is_correct
+from agora.tasks.answers import extract_answer
+from agora.tasks.comparison import is_correct
 
 EmbeddingName = Literal["auto", "minilm", "tfidf"]
 

@@ -95,7 +95,8 @@ def engines(args) -> None:
     """``--mode engines``: the embedded engine with 1 and more questions in flight (see the module docstring)."""
     from agora.models.builtins import BUILTINS, resolve_builtin
     from agora.models.llamacpp import LlamaCppChatModel
-    from agora.tasks.answers import extract_answer, is_correct
+    from agora.tasks.answers import extract_answer
+    from agora.tasks.comparison import is_correct
 
     levels = [int(x) for x in args.levels.split(",")]
     data = Path(args.data) if args.data else (SHARED_GSM8K if SHARED_GSM8K.is_file() else None)

@@ -10,7 +10,9 @@ Public surface::
     from agora.tasks import score_answer, score_results   # the one scorer of runs, bench and replay
 """
 
-from agora.tasks.answers import Extraction, answer_key, extract_answer, find_answer, is_correct
+from agora.tasks.answers import extract_answer, find_answer
+from agora.tasks.comparison import answer_key, is_correct
+from agora.tasks.extraction import Extraction
 from agora.tasks.loaders import FORMATS, Problem, TaskFormatError, load_problems
 from agora.tasks.scoring import score_answer, score_results
 from agora.tasks.synthetic import synthetic_problems

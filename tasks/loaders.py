@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from agora.tasks.answers import ascii_digits
+from agora.tasks.values import ascii_digits
 from agora.tasks.problem import AnswerKind, Problem  # noqa: F401 (re-exported: its home is tasks.problem)
 
 #: Option letters of multiple-choice problems (answers are extracted among the first ``n_choices``).

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agora.tasks.answers import is_correct
+from agora.tasks.comparison import is_correct
 from agora.tasks.problem import AnswerKind, Problem
 
 
 def score_answer(answer: str | None, gold: str | None, kind: AnswerKind | str | None = "math") -> bool | None:
     """Whether ``answer`` (an extracted answer, or ``None``) is correct against ``gold``: the task's
-    checker :func:`agora.tasks.answers.is_correct` (``docs/scoring.md``) for a ``math`` or ``mc``
+    checker :func:`agora.tasks.comparison.is_correct` (``docs/scoring.md``) for a ``math`` or ``mc``
     question; ``None`` without gold or for an ``open`` question (no checker). No answer against a
     gold is ``False``. ``kind`` ``None`` means ``math``."""
     if gold is None or kind == "open":

@@ -1,6 +1,7 @@
 import pytest
 
-from agora.tasks.answers import answer_key, extract_answer, is_correct
+from agora.tasks.answers import extract_answer
+from agora.tasks.comparison import answer_key, is_correct
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,9 @@ from agora.cli.main import app
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.tasks import load_problems
-from agora.tasks.answers import ascii_digits, find_answer, is_correct
+from agora.tasks.answers import find_answer
+from agora.tasks.comparison import is_correct
+from agora.tasks.values import ascii_digits
 
 
 def agora(*args, **kw):

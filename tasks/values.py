@@ -1,0 +1,267 @@
+"""Reading the values an answer expression names, in the digits of any script, as canonical strings
+(``docs/scoring.md``, rule 4): ``\\boxed{x = 5}`` is 5, ``25 or 20`` names two values, ``1e1`` is 10,
+``12:30`` is a clock time, not 12. Values are parsed by `math-verify
+<https://github.com/huggingface/Math-Verify>`_. Which statement of an output holds the answer is
+:mod:`agora.tasks.extraction`'s; whether two values are the same is :mod:`agora.tasks.comparison`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+import threading
+import unicodedata
+from typing import Literal
+
+from math_verify import parse
+
+AnswerKind = Literal["math", "mc"]
+"""What an answer is: ``math`` (a number or expression; any kind but ``mc`` reads as math) or ``mc``
+(option letters)."""
+
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+# ----------------------------------------------------------------------------- digits
+
+#: A decimal digit of a script other than ASCII (Unicode category Nd: Arabic-Indic ``٧``, Devanagari
+#: ``७``, fullwidth ``７``, ...).
+_OTHER_DIGIT = re.compile(r"(?![0-9])\d")
+#: The fullwidth forms of ASCII (U+FF01..U+FF5E: ``Ｂ``, ``（``, ``＝``) as their ASCII characters.
+_FULLWIDTH = {0xFF01 + i: 0x21 + i for i in range(94)}
+#: Arabic decimal and thousands separators between two digits (``٣٫٥`` is 3.5, not 3).
+_SEPARATORS = {"٫": ".", "٬": ","}
+_SEPARATOR = re.compile(r"(?<=[0-9])[٫٬](?=[0-9])")
+
+
+def ascii_digits(text: str) -> str:
+    """``text`` with every decimal digit written as its ASCII digit (``"#### ٧"`` → ``"#### 7"``,
+    ``"１２"`` → ``"12"``), by its Unicode decimal value (:func:`unicodedata.decimal`); the decimal
+    and thousands separators of those scripts between digits as ``.`` and ``,`` (``٣٫٥`` →
+    ``3.5``); and the fullwidth forms of ASCII as ASCII (``（Ｂ）`` → ``(B)``). Nothing else
+    changes (not superscripts, fractions or other compatibility forms NFKC would rewrite: ``x²``
+    stays ``x²``). Applied to outputs and gold answers alike, so a gold and a reply in the same
+    digits of any script compare as numbers."""
+    if text.isascii():
+        return text
+    text = text.translate(_FULLWIDTH)
+    text = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), text)
+    return _SEPARATOR.sub(lambda m: _SEPARATORS[m.group()], text)
+
+
+# ----------------------------------------------------------------------------- math-verify
+
+
+def _timeouts() -> dict:
+    # math-verify uses signal.alarm, which only works in the main thread; LangGraph runs parallel
+    # branches in worker threads, where we parse without its timeout.
+    if threading.current_thread() is threading.main_thread():
+        return {}
+    return {"parsing_timeout": None}
+
+
+def verify_kwargs() -> dict:
+    if threading.current_thread() is threading.main_thread():
+        return {}
+    return {"timeout_seconds": None}
+
+
+def _parse_math(text: str) -> list:
+    if not text or not text.strip():
+        return []
+    try:
+        return parse(text, **_timeouts())
+    except Exception:  # pragma: no cover - math-verify swallows most errors itself
+        return []
+
+
+@functools.lru_cache(maxsize=8192)
+def parse_value(answer: str) -> tuple:
+    """Parse one bare value (gold, or an extracted one): LaTeX like ``\\sqrt{2}`` needs a wrapper.
+
+    Cached: a question's gold is compared with every method's answer, and answers repeat across
+    candidates (the parsed sympy values are immutable).
+    """
+    if re.search(r"[\\{}^()\[\],A-Za-z]", answer):  # LaTeX, tuples, intervals, variables
+        parsed = _parse_math(f"\\boxed{{{answer}}}")
+        if parsed:
+            return tuple(parsed)
+    return tuple(_parse_math(answer))
+
+
+def as_float(parsed) -> float | None:
+    for item in parsed:
+        if isinstance(item, str):
+            continue
+        try:
+            value = float(item)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            return value
+    return None
+
+
+_SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?[eE][-+]?\d+")
+CLOCK = re.compile(r"\d+(?::\d+)+")
+
+
+def canonical_value(value: str) -> str | None:
+    """One value's canonical string: ``"2125"``, ``"0.5"``, else math-verify's reading of it.
+    Scientific notation (``1e1``, ``2.5E-3``) is read as a number; a clock time or ratio
+    (``12:30``) stays as written (it is not 12); one on the hour (``2:00``) is the hour."""
+    if _SCIENTIFIC.fullmatch(value):
+        number = float(value)
+        if number == int(number) and abs(number) < 1e15:
+            return str(int(number))
+        return repr(round(number, 10))
+    if CLOCK.fullmatch(value):  # a clock time on the hour (2:00) is the hour, as in the fallback
+        return value.split(":")[0].lstrip("0") or "0" if re.fullmatch(r"\d+(?::0+)+", value) else value
+    parsed = parse_value(value)
+    if not parsed:
+        return None
+    number = as_float(parsed)
+    if number is not None:
+        if number == int(number) and abs(number) < 1e15:
+            return str(int(number))
+        return repr(round(number, 10))
+    return str(parsed[-1]).strip() or None
+
+
+# ----------------------------------------------------------------------------- reading values
+
+NUM = r"\d+(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
+#: A number in running text (the fallback's candidates): sign, thousands commas, a fraction ``5/2``;
+#: not an ordinal (``10th``), a label (``horse #12``) or the minutes of a clock time (``2:00`` reads 2).
+NUMBER = re.compile(rf"(?:(?:(?<=[\s=($])|^)-(?=\d))?(?<![\w.,#:])(?:{NUM})(?:\s*/\s*(?:{NUM}))?(?!\d|(?:st|nd|rd|th)\b)")
+#: A thousands comma (``2,125``, LaTeX ``10,\!080``): not a list separator.
+_THOUSANDS = re.compile(r"(?<=\d),(?:\\!\s*)?(?=\d{3}(?!\d))")
+_CMD_WORDS = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+")
+_OPEN, _CLOSE = "([{", ")]}"
+_PLAIN_VALUE = re.compile(
+    r"(?:[A-Za-z]\s*=\s*)?[-−+]?\s*(?:[$€£]\s*)?(?:\d|\.\d|\()"
+    r"(?:(?<=\d)[eE][-+]?\d+(?![A-Za-z])|(?<=\d):(?=\d)|[\d\s.,+\-−*/×÷^=()<>$€£%]|[xX](?=\s*[\d$(])"
+    r"|[A-Za-z]+(?=\s*[*/×÷=]))*")
+#: What joins several values in plain text: ``or``/``and``/``to``/a dash (``25 or 20``), a hedge word
+#: (``12 or maybe 10``, ``12 or else 10``, ``12 (possibly 10)``), ``\pm``/``±`` (``3 \pm 1``).
+_PLAIN_JOIN = re.compile(
+    r"\s*(?:(?:[A-Za-z]+\s+){0,3}?(?:or|and|to|through|–|—)(?:\s+(?:maybe|possibly|perhaps|else|even|probably))?"
+    r"|(?:maybe|possibly|perhaps)|\\pm\b|\\mp\b|±|∓)\s*(?=(?:[$€£]\s*)?[-−]?\s*\.?\d)", re.I)
+#: Several bare numbers side by side (``12 13``): several values, not one.
+_BARE_NUMBERS = re.compile(r"\s*[$€£]?-?\d+(?:\.\d+)?(?:\s+[$€£]?-?\d+(?:\.\d+)?)+\s*")
+_LATEX_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:or|and)\s*\}|\\(?:quad|qquad|lor|vee)\b|\bor\b|\band\b|\\pm|\\mp|±|∓|;")
+#: A range: ``5 to 7``, ``5–7``, ``-5 to -3``, or a hyphen without spaces ``5-7`` (``5 - 7`` is a subtraction).
+_RANGE = re.compile(r"\s*\$?(-?\d+(?:\.\d+)?)(?:\s*(?:–|—|\bto\b|\bthrough\b)\s*\$?(-?\d+(?:\.\d+)?)|-(\d+(?:\.\d+)?))"
+                    r"(?:\s*[A-Za-z]+)*\s*")
+
+
+def _top_level(text: str, at: re.Pattern | str) -> list[str]:
+    """Split ``text`` at ``at`` outside brackets (``()[]{}`` and ``\\left( ... \\right)``)."""
+    pattern = re.compile(re.escape(at)) if isinstance(at, str) else at
+    parts, depth, last, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            m = pattern.match(text, i)
+            if m and m.end() > i:
+                parts.append(text[last:i])
+                last = i = m.end()
+                continue
+        i += 1
+    parts.append(text[last:])
+    return parts
+
+
+def unclosed(text: str) -> bool:
+    """An opening bracket is left open (a stray closing one, as in ``1)``, is not counted)."""
+    depth = 0
+    for ch in re.sub(r"\\[{}]|\\left.|\\right.", "", text):
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+    return depth > 0
+
+
+def _has_variables(text: str) -> bool:
+    """Letters outside LaTeX commands and ``\\text{}`` (plain words are units, not variables)."""
+    bare = _CMD_WORDS.sub(" ", text)
+    return bool(re.search(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])", re.sub(r"(?<=\d)\s*[xX]\s*(?=\d)", "*", bare)))
+
+
+def _equation_value(expr: str) -> str:
+    """The final right-hand side of an equation whose left side is one variable or a calculation
+    (``x = 5``, ``y = 2x + 3``, ``20 chickens - 80 cups = -60 cups``); other text unchanged."""
+    parts = _top_level(expr, re.compile(r"=|\\approx|≈|\\Rightarrow|\\implies"))
+    if len(parts) < 2:
+        return expr
+    lhs = parts[0].strip()
+    single_variable = re.fullmatch(r"[A-Za-z](?:_\{?\w+\}?)?|\\[A-Za-z]+", lhs) is not None
+    calculation = all(not _has_variables(p) for p in parts[:-1])
+    return parts[-1].strip() if single_variable or calculation else expr
+
+
+def _split_values(expr: str) -> list[str]:
+    """The values an answer names: top-level list commas (not thousands commas), ``or``/``and``,
+    ``;``, ``\\pm``, ranges (``5-7``, ``5 – 7``, ``5 to 7``), and bare numbers side by side (``12 13``)."""
+    expr = _THOUSANDS.sub("", expr)
+    pieces: list[str] = []
+    for part in _top_level(expr, ","):
+        for sub in _top_level(part, _LATEX_SEPARATORS):
+            rng = _RANGE.fullmatch(sub)
+            if rng:
+                pieces += [rng.group(1), rng.group(2) or rng.group(3)]
+            elif _BARE_NUMBERS.fullmatch(sub):
+                pieces += sub.split()  # "12 13": two values
+            else:
+                pieces.append(sub)
+    return [p.strip() for p in pieces if p.strip()]
+
+
+def clean_value(value: str) -> str:
+    value = value.replace("−", "-").replace("×", "*").replace("÷", "/")
+    value = re.sub(r"(?<=\d)\s*[xX]\s*(?=\d)", "*", value)
+    value = re.sub(r"\\%|%|\\\$|[$€£]", "", value)
+    return value.strip().rstrip(".,;:!").strip()
+
+
+def read_values(expr: str) -> tuple[list[str], str | None]:
+    """Canonical values of one answer expression (an equation's value, each of several values)."""
+    expr = expr.replace("**", "")
+    if re.search(r"<<(?![^<]*>>)", expr) or unclosed(expr) \
+            or re.search(r"(?:[-+*/^=(]|\\|\\frac\s*\{[^{}]*\})\s*$", expr.strip()):
+        return [], "unfinished"
+    out: list[str] = []
+    pieces = _split_values(expr)
+    if len(pieces) > 1 and len(_top_level(expr, "=")) > 1 and not _has_variables(_top_level(expr, "=")[0]):
+        pieces = _split_values(_equation_value(expr))  # "3 + 4 = 7, 8": the calculation's values
+    for piece in pieces:
+        canon = canonical_value(clean_value(_equation_value(piece)))
+        if canon is not None and canon not in out:
+            out.append(canon)
+    return out, (None if out else "none")
+
+
+def plain_values(text: str) -> tuple[list[str], int]:
+    """The math expressions at the start of plain-text ``text`` (``18 eggs, ...`` → ``18``;
+    ``x = 5``; ``25 or 20``, ``5 to 7`` → two) and where they end."""
+    exprs, i = [], 0
+    while True:
+        m = _PLAIN_VALUE.match(text, i)
+        if not m:
+            break
+        expr = re.sub(r"[\s.,:;(\-–—]+$", "", m.group(0))
+        while expr.endswith(")") and expr.count(")") > expr.count("("):
+            expr = re.sub(r"[\s.,:;(\-–—]+$", "", expr[:-1])  # "12 (maybe 10)": the hedge's bracket
+        exprs.append(expr)
+        i = m.end()
+        join = _PLAIN_JOIN.match(text, i)
+        if not join:
+            break
+        i = join.end()
+    return exprs, i
