@@ -15,7 +15,7 @@ from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.cli._shared import console, new_run_id, user_errors
 from agora.cli._apps import app
-from agora.cli.train import ServeWith, lora_settings, member_specs
+from agora.cli._train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.store import TraceStore, check_run_id
 

@@ -11,7 +11,9 @@ from agora.cli import serve  # noqa: E402,F401
 from agora.cli import select  # noqa: E402,F401
 from agora.cli import converse  # noqa: E402,F401
 from agora.cli import comed  # noqa: E402,F401
-from agora.cli import train  # noqa: E402,F401
+from agora.cli import train_dpo  # noqa: E402,F401
+from agora.cli import train_grpo  # noqa: E402,F401
+from agora.cli import train_sft  # noqa: E402,F401
 from agora.cli import evolve  # noqa: E402,F401
 from agora.cli import pool  # noqa: E402,F401
 from agora.cli import bench  # noqa: E402,F401
@@ -26,8 +28,8 @@ _run.spec_commands()
 
 # A command module imported before this one (a test, a script) registered its commands early: list
 # every app's commands in the order of the imports above, whatever order the modules loaded in.
-_ORDER = [m.__name__ for m in (align, duel, serve, select, converse, comed, _run, train, evolve, pool, bench, runs,
-                                   replay, export)]
+_ORDER = [m.__name__ for m in (align, duel, serve, select, converse, comed, _run, train_dpo, train_grpo, train_sft,
+                                   evolve, pool, bench, runs, replay, export)]
 
 
 def _import_order(info) -> int:

@@ -1,0 +1,195 @@
+"""What ``agora train dpo|grpo|sft`` share (each command is its own module, ``cli/train_*.py``): train
+one pool member's LoRA adapter from a trace DB with TRL.
+
+Defaults are the paper's (protocols.md §2); the flags scale them for CPU (``--lora-r 8 --max-steps
+20 --lr 1e-4`` trains Gemma-3-270M in about a minute here). The result is a pool file beside the
+adapter in which the member is served by its adapter (``backend = "transformers"``), ready for
+``agora run align --pool OUT/pool.toml``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+from pathlib import Path
+from typing import Literal, Optional
+
+import typer
+from rich.markup import escape
+
+from agora.models.pool import ModelSpec, load_pool
+from agora.cli._shared import console, echo_kv
+from agora.traces.store import TraceStore
+
+
+#: ``--serve-with`` values: how the result pool file serves the trained member.
+ServeWith = Literal["transformers", "llamacpp"]
+#: The ``--serve-with`` option of ``train dpo`` and ``train grpo`` (one declaration, as Typer allows).
+SERVE_WITH_OPTION = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
+                                 "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the "
+                                 "adapter as a GGUF LoRA, converted once).")
+SAVE_STEPS_OPTION = typer.Option(0, "--save-steps", min=0, help="A checkpoint every N optimiser steps in "
+                                 "OUT/trainer/: rerunning the same command resumes an interrupted run from the "
+                                 "last one (0: none).")
+
+
+PAIRS = ("duel", "own")
+SOURCE_RUN_OPTION = typer.Option(None, "--source-run", help="Runs whose recorded samples are read for --pairs own "
+                                 "and train sft (repeatable; default: every run of --db).")
+HELD_OUT_OPTION = typer.Option(None, "--held-out", help="Questions never trained on: a problem file (JSONL, by id "
+                               "and by text) or a .txt file of question ids, one a line.")
+DATA_ONLY_OPTION = typer.Option(False, "--data-only", help="Write OUT/dataset/ (the JSONL rows and stats.json) and "
+                                "stop: no training, no run recorded, no train extra needed.")
+
+
+def verified_samples(db: Path, model: str, source_run: list[str] | None, held_out: Path | None,
+                     length_ratio: float = 1.5, per_question: int = 4):
+    """``(config, samples, skipped)``: ``model``'s own verified samples in ``db``
+    (:mod:`agora.training.verified`)."""
+    from agora.training.verified import HeldOut, VerifiedConfig, own_samples
+
+    cfg = VerifiedConfig(model=model, run_ids=tuple(source_run or ()),
+                         held_out=HeldOut.from_file(held_out) if held_out is not None else HeldOut(),
+                         length_ratio=length_ratio, max_pairs_per_question=per_question,
+                         max_sft_per_question=per_question)
+    samples, skipped = own_samples(db, cfg)
+    return cfg, samples, skipped
+
+
+def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict) -> None:
+    """``--data-only``: the rows of each split as ``OUT/dataset/<split>.jsonl`` and ``stats.json``, reported."""
+    import json
+
+    from agora.training.datasets import export_jsonl
+
+    folder = out / "dataset"
+    for split, rows in splits.items():
+        export_jsonl(rows, folder / f"{split}.jsonl")
+    (folder / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    echo_kv({**{f"{split} rows": len(rows) for split, rows in splits.items()}, "dataset": folder,
+             **{k: stats[k] for k in ("questions", "samples", "correct", "pairs_before_length_filter",
+                                      "pairs_after_length_filter", "pairs", "sft_rows") if k in stats},
+             "source runs": ", ".join(stats.get("source_runs", [])) or "-"})
+
+
+def require_train_extra() -> None:
+    """Before a command that trains records anything: one line naming the ``train`` extra when it is missing."""
+    from agora.training.trainers import check_train_extra
+
+    check_train_extra()
+
+
+def member_specs(pool: Path | None) -> list[ModelSpec]:
+    """The specs of ``--pool``, or of the embedded duel pool (the pool ``agora duel`` uses by default)."""
+    if pool is not None:
+        return [m.spec for m in load_pool(pool)]
+    from agora.graphs.duel import default_duel_specs
+
+    return default_duel_specs()
+
+
+def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec:
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    where = pool if pool is not None else "the embedded duel pool"
+    hint = ""
+    from agora.models.builtins import BUILTIN_POOLS
+
+    holders = [p for p, members in BUILTIN_POOLS.items() if any(m == name for m, _ in members)]
+    if holders and (pool is None or str(pool) not in holders):
+        hint = f"; it is in the built-in pool '{holders[0]}': add --pool {holders[0]}"
+    raise ValueError(f"--model {name!r} is not in {where} ({', '.join(s.name for s in specs)}){hint}")
+
+
+def write_result_pool(specs: list[ModelSpec], entry: dict, out: Path) -> Path:
+    """The source pool with the trained member replaced by ``entry`` (or, when ``entry`` has a name of its
+    own, beside the untouched pool), as ``out/pool.toml``."""
+    from agora.training.trainers import spec_entry, write_pool_file
+
+    entries = [entry if s.name == entry["name"] else spec_entry(s) for s in specs]
+    if entry["name"] not in {s.name for s in specs}:
+        entries.append(entry)
+    return write_pool_file(entries, out / "pool.toml")
+
+
+def lora_settings(r: int | None, alpha: int | None, dropout: float | None, spec: ModelSpec | None = None):
+    """The LoRA of a fresh adapter (unset values: the paper's r 64, α 16, dropout 0.1).
+
+    Raises:
+        ValueError: a LoRA option given for a member that already carries an adapter: training goes
+            on from that adapter, whose shape cannot change.
+    """
+    from agora.training.config import LoraSettings
+
+    if spec is not None and spec.adapter:
+        given = [f"--lora-{k}" for k, v in (("r", r), ("alpha", alpha), ("dropout", dropout)) if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: model {spec.name!r} already carries the adapter {spec.adapter}, "
+                             "and training goes on from it with its own LoRA shape; drop the option, or train a "
+                             "fresh adapter from a pool entry without 'adapter'")
+    d = LoraSettings()
+    return LoraSettings(r=d.r if r is None else r, alpha=d.alpha if alpha is None else alpha,
+                        dropout=d.dropout if dropout is None else dropout)
+
+
+def report(run, pool_file: Path, store: TraceStore) -> None:
+    res = run.result
+    echo_kv({
+        "adapter": res.adapter_dir, "rows": f"{res.rows} train, {len(run.validation_rows)} validation",
+        "steps": res.steps, "loss": " → ".join(f"{x:.4f}" for x in (res.losses[:1] + res.losses[-1:])) or "-",
+        "validation preference accuracy": "-" if run.validation_accuracy is None else f"{run.validation_accuracy:.3f}",
+        "time": f"{res.wall_s:.0f} s wall, {res.cpu_s:.0f} s CPU", "pool file": pool_file, "traces": store.path,
+    })
+    console.print(f"use it: agora run align --pool {escape(shlex.quote(str(pool_file)))}", highlight=False)
+
+
+def llama_threads(threads: Optional[int]) -> int:
+    from agora.models.llamacpp import default_threads
+
+    return threads or default_threads()
+
+
+def check_serve_with(spec: ModelSpec, serve_with: str) -> None:
+    """Refuse ``--serve-with llamacpp`` for a member without a GGUF, before anything is loaded or trained.
+
+    Raises:
+        ValueError: ``llamacpp`` for a member without a GGUF.
+    """
+    from agora.models.convert import is_gguf_source
+
+    path = str(spec.path or "")
+    if serve_with == "llamacpp" and not is_gguf_source(path):
+        raise ValueError(f"--serve-with llamacpp: model {spec.name!r} has no GGUF ({path or spec.backend}) for "
+                         "llama.cpp to apply the adapter to; use --serve-with transformers")
+
+
+def train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out: Path, *, config: dict,
+                     dataset: dict, train, summary=lambda run: {}, serve_with: str = "transformers",
+                     spec=None, name: str | None = None) -> None:
+    """Run ``train()`` as trace run ``run_id``: the run row, a failed status if it raises, then the
+    selected checkpoint, the summary and the result pool file (the member served by ``serve_with``).
+    Under ``accelerate launch`` every process trains and only the main one writes."""
+    from agora.training.pipeline import select_checkpoint
+    from agora.training.trainers import is_main_process, trained_entry
+
+    main = is_main_process()
+    with contextlib.ExitStack() as held:
+        if main:
+            held.enter_context(store.run_lock(run_id))  # a second process on this run id is refused
+            store.start_run(run_id, protocol, config=config, pool=[s.describe() for s in specs], dataset=dataset)
+        try:
+            run = train()
+        except BaseException as exc:
+            if main:
+                store.finish_run(run_id, summary={"error": f"{type(exc).__name__}: {exc}"[:500]},
+                                 status="interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            raise
+        if main:
+            select_checkpoint(store, run.checkpoint_id)
+            store.finish_run(run_id, summary={"adapter": str(run.result.adapter_dir), "steps": run.result.steps,
+                                              **summary(run)})
+            entry = run.entry if serve_with == "transformers" else trained_entry(spec, run.result, backend=serve_with)
+            if name is not None:
+                entry = {**entry, "name": name}
+            report(run, write_result_pool(specs, entry, out), store)

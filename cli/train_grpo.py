@@ -1,0 +1,188 @@
+"""``agora train grpo``: GRPO of one pool member's LoRA adapter on prompts from a trace DB, with
+the rewards ``--reward`` names (or AggLM aggregation with ``--aggregate``), with TRL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from agora.agents.judge import JudgeConfig
+from agora.models.pool import load_pool
+from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, new_run_id, user_errors
+from agora.cli._apps import train_app
+from agora.traces.store import TraceStore, check_run_id
+from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+                              SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
+                              llama_threads, require_train_extra, train_and_record, write_data_only)
+
+
+REWARDS = ("correctness", "stored", "judge")
+
+
+@train_app.command("grpo")
+def train_grpo_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database: duel instructions are the prompts "
+                            "(unless --data), and the run is recorded there."),
+    model: str = typer.Option(..., "--model", help="Pool member to train."),
+    out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (members, and the judges of --reward judge)."),
+    reward: list[str] = typer.Option(["correctness"], "--reward", help=f"Reward(s): {', '.join(REWARDS)} "
+                                     "(judge: the pool's other members score online)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL) with gold answers as prompts; "
+                                        "'synthetic' for generated arithmetic."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Problem file format (guessed when omitted)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    all_prompts: bool = typer.Option(False, "--all-prompts", help="Every duel instruction, not only the member's."),
+    duel_run: Optional[list[str]] = typer.Option(None, "--duel-run", help="Only instructions of these duel runs."),
+    num_generations: int = typer.Option(4, "--num-generations", min=2, help="Completions per prompt (G)."),
+    max_completion_length: int = typer.Option(256, "--max-completion-length", min=1),
+    temperature: float = typer.Option(1.0, "--temperature", min=0.01, max=MAX_TEMPERATURE),
+    kl_beta: float = typer.Option(0.0, "--kl-beta", min=0.0, help="KL coefficient (paper: 0)."),
+    lr: float = typer.Option(1e-6, "--lr"),
+    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64]."),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16]."),
+    lora_dropout: Optional[float] = typer.Option(None, "--lora-dropout", min=0.0, max=0.99,
+                                                 help="LoRA dropout [default: 0.1]."),
+    epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps"),
+    batch_size: int = typer.Option(4, "--batch-size", min=1, help="Completions per step (a multiple of G)."),
+    grad_accum: int = typer.Option(1, "--grad-accum", min=1),
+    shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in --data prompts."),
+    judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    aggregate: int = typer.Option(0, "--aggregate", min=0, help="Train an aggregator (AggLM): prompts show K "
+                                  "recorded samples of a --db question (any model) to combine into one answer; "
+                                  "reward: the scorer on its answer (0: off)."),
+    sets_per_question: int = typer.Option(2, "--sets-per-question", min=1, help="--aggregate: candidate sets drawn "
+                                          "per question, at most."),
+    easy_per_hard: float = typer.Option(1.0, "--easy-per-hard", min=0.0, help="--aggregate: sets whose majority is "
+                                        "right kept per set whose majority is wrong."),
+    source_run: Optional[list[str]] = SOURCE_RUN_OPTION,
+    held_out: Optional[Path] = HELD_OUT_OPTION,
+    name: Optional[str] = typer.Option(None, "--name", help="Name of the trained member in OUT/pool.toml, beside the "
+                                       "untouched pool (default: it replaces --model)."),
+    data_only: bool = DATA_ONLY_OPTION,
+    save_steps: int = SAVE_STEPS_OPTION,
+    serve_with: ServeWith = SERVE_WITH_OPTION,
+    run_id: Optional[str] = typer.Option(None, "--run-id"),
+) -> None:
+    """GRPO of a LoRA adapter with correctness, stored-judge or online peer-judge rewards, or of an aggregator."""
+    with user_errors():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from agora.training.config import GRPOSettings
+        from agora.training.datasets import grpo_rows_from_duels, grpo_rows_from_problems, load_duels
+        from agora.training.pipeline import grpo_member
+
+        check_out_path(out)
+        unknown = [r for r in reward if r not in REWARDS]
+        if unknown:
+            raise ValueError(f"--reward {unknown[0]!r} is not one of {', '.join(REWARDS)}")
+        if aggregate and (data is not None or duel_run or all_prompts):
+            raise ValueError("--aggregate reads its prompts from the samples recorded in --db: drop --data, "
+                             "--duel-run and --all-prompts")
+        if aggregate and set(reward) != {"correctness"}:
+            raise ValueError("--aggregate trains with the scorer's reward only: drop --reward")
+        if aggregate:
+            rows, source, stats = aggregate_rows(db, aggregate, sets_per_question, easy_per_hard, source_run,
+                                                 held_out, shots, seed, limit)
+            if data_only:
+                write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source})
+                return
+        specs = member_specs(pool)
+        spec = find_spec(specs, model, pool)
+        check_serve_with(spec, serve_with)
+        if name is not None and name != model and name in {s.name for s in specs}:
+            raise ValueError(f"--name {name!r} is another member of the pool; give the trained member a new name")
+        settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec), epochs=epochs,
+                                max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                                num_generations=num_generations, max_completion_length=max_completion_length,
+                                temperature=temperature, beta=kl_beta, threads=llama_threads(threads), seed=seed,
+                                save_steps=save_steps)
+        if data is None and fmt is not None:
+            raise ValueError(f"--format {fmt} reads a --data file; without --data the prompts are the duels' "
+                             "instructions in --db")
+        if aggregate:  # rows and source read above
+            pass
+        elif data is not None:
+            from agora.tasks.loaders import detect_format, load_problems
+
+            if str(data) == "synthetic":
+                problems = load_problems(None, "synthetic", limit or 64, seed=seed)
+            else:
+                problems = load_problems(data, fmt or detect_format(data), limit)
+            rows, source = grpo_rows_from_problems(problems, shots), {"data": str(data), "limit": limit}
+        else:
+            if not db.is_file():
+                raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first, or pass --data)")
+            rows = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
+                                        model=None if all_prompts else model)[:limit]
+            source = {"db": str(db), "duel_runs": duel_run, "all_prompts": all_prompts}
+        if data_only:
+            write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source})
+            return
+        require_train_extra()
+        run_id = new_run_id("train-grpo") if run_id is None else check_run_id(run_id)
+        store = TraceStore(db)
+        if aggregate:
+            from agora.training.aggregator import aggregation_reward
+
+            funcs = [aggregation_reward]
+        else:
+            funcs = reward_functions(reward, store, run_id, model, pool, judge_shots)
+        what = f"an aggregator ({aggregate} candidates a prompt)" if aggregate else "GRPO"
+        console.print(f"run [bold]{escape(run_id)}[/bold]: {what} of {escape(model)} on {len(rows)} prompts, rewards "
+                      f"{escape(', '.join(reward))}", highlight=False)
+        train_and_record(
+            store, run_id, "train-grpo", specs, out,
+            config={"model": model, "settings": settings, "rewards": reward, "aggregate": aggregate}, dataset=source,
+            train=lambda: grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source),
+            serve_with=serve_with, spec=spec, name=name,
+        )
+
+
+def aggregate_rows(db: Path, k: int, sets_per_question: int, easy_per_hard: float, source_run: list[str] | None,
+                   held_out: Path | None, shots: int, seed: int, limit: int | None):
+    """``(rows, source, stats)`` of ``agora train grpo --aggregate K`` (:mod:`agora.training.aggregator`)."""
+    from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, aggregator_stats, candidate_sets
+    from agora.training.verified import HeldOut, scored_samples
+
+    if not db.is_file():
+        raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")
+    held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
+    cfg = AggregatorDataConfig(k=k, sets_per_question=sets_per_question, easy_per_hard=easy_per_hard, shots=shots,
+                               seed=seed)
+    samples, skipped = scored_samples(db, (), tuple(source_run or ()), held)
+    sets = candidate_sets(samples, cfg)[:limit]
+    stats = {**aggregator_stats(sets), "skipped_calls": skipped}
+    source = {"db": str(db), "aggregate": k, "sets_per_question": sets_per_question, "easy_per_hard": easy_per_hard,
+              "held_out_questions": len(held), "source_run_filter": list(source_run or ()),
+              "source_runs": stats["source_runs"]}
+    return aggregator_rows(sets, cfg), source, stats
+
+
+def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,
+                     judge_shots: int) -> list:
+    """The TRL reward callables named by ``--reward``; ``judge`` weights judges by their latest
+    reputation in the DB's duels (equal weights without duels)."""
+    from agora.training import rewards
+
+    funcs = []
+    for name in dict.fromkeys(names):
+        if name == "correctness":
+            funcs.append(rewards.correctness_reward)
+        elif name == "stored":
+            funcs.append(rewards.stored_judge_reward)
+        else:
+            from agora.graphs.duel import duel_pool
+            from agora.training.datasets import load_preference_pairs
+
+            the_pool = duel_pool(load_pool(pool) if pool is not None else None)
+            pairs = load_preference_pairs(store.db)
+            ratings = pairs[-1]["reputations"] if pairs else None
+            funcs.append(rewards.PeerJudgeReward(the_pool, model, ratings=ratings,
+                                                 config=JudgeConfig(shots=judge_shots), context={"run_id": run_id}))
+    return funcs

@@ -1,0 +1,86 @@
+"""``agora train sft``: rejection-sampling SFT of one pool member's LoRA adapter on its own
+verified answers from any recorded run, with TRL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from agora.cli._shared import check_out_path, console, new_run_id, user_errors
+from agora.cli._apps import train_app
+from agora.traces.store import TraceStore, check_run_id
+from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+                              SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
+                              llama_threads, require_train_extra, train_and_record, verified_samples,
+                              write_data_only)
+
+
+@train_app.command("sft")
+def train_sft_cmd(
+    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database whose runs recorded the member's samples."),
+    model: str = typer.Option(..., "--model", help="Pool member whose own right answers it is trained on."),
+    out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
+    pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file the member comes from (default: the "
+                                        "embedded duel pool)."),
+    source_run: Optional[list[str]] = SOURCE_RUN_OPTION,
+    held_out: Optional[Path] = HELD_OUT_OPTION,
+    per_question: int = typer.Option(4, "--per-question", min=1, help="Distinct right answers per prompt, at most."),
+    data_only: bool = DATA_ONLY_OPTION,
+    lr: float = typer.Option(1e-4, "--lr", help="Learning rate (LoRA)."),
+    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64]."),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16]."),
+    lora_dropout: Optional[float] = typer.Option(None, "--lora-dropout", min=0.0, max=0.99,
+                                                 help="LoRA dropout [default: 0.1]."),
+    epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps",
+                                                                                 help="> 0 overrides --epochs."),
+    batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
+    max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
+    seed: int = typer.Option(0, "--seed"),
+    save_steps: int = SAVE_STEPS_OPTION,
+    serve_with: ServeWith = SERVE_WITH_OPTION,
+    run_id: Optional[str] = typer.Option(None, "--run-id"),
+) -> None:
+    """Rejection-sampling fine-tuning (STaR, RFT): SFT of a LoRA on the member's own right answers.
+
+    The answers are the member's recorded samples (any run of --db) that the scorer finds right,
+    finished and explicit; --held-out keeps evaluation questions out."""
+    with user_errors():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from agora.training.verified import sft_rows, verified_stats
+
+        check_out_path(out)
+        if not db.is_file():
+            raise FileNotFoundError(f"{db}: no such trace database (run `agora run`, `agora bench` or `agora comed` "
+                                    "first)")
+        vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, per_question=per_question)
+        rows, stats = sft_rows(samples, vcfg), verified_stats(samples, vcfg, skipped)
+        source = {"verified": vcfg.describe()}
+        if data_only:
+            write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source,
+                                                   "source_runs": stats["sft_runs"]})
+            return
+        require_train_extra()
+        from agora.training.config import SFTSettings
+        from agora.training.pipeline import sft_member
+
+        specs = member_specs(pool)
+        spec = find_spec(specs, model, pool)
+        check_serve_with(spec, serve_with)
+        settings = SFTSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
+                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                               max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
+        run_id = new_run_id("train-sft") if run_id is None else check_run_id(run_id)
+        store = TraceStore(db)
+        console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of its own verified "
+                      f"answers from {escape(str(db))}", highlight=False)
+        train_and_record(
+            store, run_id, "train-sft", specs, out, config={"model": model, "settings": settings},
+            dataset={"db": str(db), **source},
+            train=lambda: sft_member(store, run_id, spec, rows, out, settings, source=source),
+            serve_with=serve_with, spec=spec,
+        )
