@@ -308,7 +308,7 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
     from agora.training.datasets import PairFilter, grpo_rows_from_problems, load_preference_pairs
     from agora.training.pipeline import dpo_member, grpo_member
     from agora.training.rewards import correctness_reward
-    from agora.training.trainers import spec_entry, trained_entry, write_pool_file
+    from agora.training.pool_entries import spec_entry, trained_entry, write_pool_file
 
     specs = list(builtin_pool_specs(POOL))
     spec = next(s for s in specs if s.name == TARGET)

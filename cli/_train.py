@@ -105,7 +105,7 @@ def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec
 def write_result_pool(specs: list[ModelSpec], entry: dict, out: Path) -> Path:
     """The source pool with the trained member replaced by ``entry`` (or, when ``entry`` has a name of its
     own, beside the untouched pool), as ``out/pool.toml``."""
-    from agora.training.trainers import spec_entry, write_pool_file
+    from agora.training.pool_entries import spec_entry, write_pool_file
 
     entries = [entry if s.name == entry["name"] else spec_entry(s) for s in specs]
     if entry["name"] not in {s.name for s in specs}:
@@ -171,7 +171,8 @@ def train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out: 
     selected checkpoint, the summary and the result pool file (the member served by ``serve_with``).
     Under ``accelerate launch`` every process trains and only the main one writes."""
     from agora.training.pipeline import select_checkpoint
-    from agora.training.trainers import is_main_process, trained_entry
+    from agora.training.pool_entries import trained_entry
+    from agora.training.resume import is_main_process
 
     main = is_main_process()
     with contextlib.ExitStack() as held:

@@ -270,7 +270,8 @@ def test_a_pool_entry_with_a_peft_adapter_generates_with_it_on_both_decoding_pat
 def test_a_trained_member_can_be_served_by_llamacpp_and_trained_on_from_there(tmp_path):
     from agora.models.pool import ModelSpec
     from agora.training.pipeline import base_of
-    from agora.training.trainers import TrainResult, trained_entry
+    from agora.training.pool_entries import trained_entry
+    from agora.training.trainers import TrainResult
 
     adapter = peft_folder(tmp_path / "adapter")
     result = TrainResult(kind="dpo", adapter_dir=adapter, base="builtin:smollm2", previous_adapter=None,
@@ -428,7 +429,8 @@ def test_evolve_plays_a_selected_member_on_llamacpp_when_asked(tmp_path):
     from agora.models.pool import ModelSpec
     from agora.training.evolve import EvolveConfig, next_spec
     from agora.training.pipeline import MemberRun
-    from agora.training.trainers import TrainResult, trained_entry
+    from agora.training.pool_entries import trained_entry
+    from agora.training.trainers import TrainResult
 
     adapter = peft_folder(tmp_path / "adapter")
     spec = ModelSpec(name="q-cautious", backend="llamacpp", path="builtin:qwen2.5-coder-0.5b",

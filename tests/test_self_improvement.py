@@ -247,7 +247,8 @@ def test_trained_entry_loads_from_a_relative_out_folder(tmp_path, monkeypatch):
     from pathlib import Path
 
     from agora.models.pool import ModelSpec, load_pool
-    from agora.training.trainers import TrainResult, trained_entry, write_pool_file
+    from agora.training.pool_entries import trained_entry, write_pool_file
+    from agora.training.trainers import TrainResult
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "x" / "adapter").mkdir(parents=True)

@@ -18,9 +18,8 @@ from agora.training.trainers import (  # noqa: E402
     preference_accuracy,
     train_dpo,
     train_grpo,
-    trained_entry,
-    write_pool_file,
 )
+from agora.training.pool_entries import trained_entry, write_pool_file  # noqa: E402
 from tiny_lm import build_tiny_lm  # noqa: E402
 
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj"))

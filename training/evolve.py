@@ -43,7 +43,8 @@ from agora.training.datasets import (
     split_by_instruction,
 )
 from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint, sft_member
-from agora.training.trainers import preference_accuracy, spec_entry, trained_entry, write_pool_file
+from agora.training.pool_entries import spec_entry, trained_entry, write_pool_file
+from agora.training.trainers import preference_accuracy
 from agora.training.verified import VerifiedConfig, duel_samples, own_pairs, sft_rows
 
 Algorithm = Literal["dpo", "grpo", "sft"]

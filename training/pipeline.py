@@ -25,13 +25,13 @@ from agora.training.datasets import PairFilter, dpo_rows, export_jsonl, split_by
 from agora.training.verified import source_runs
 from agora.training.trainers import (
     TrainResult,
-    is_main_process,
     preference_accuracy,
     train_dpo,
     train_grpo,
     train_sft,
-    trained_entry,
 )
+from agora.training.pool_entries import trained_entry
+from agora.training.resume import is_main_process
 
 
 def base_of(spec: ModelSpec) -> tuple[str, str | None]:

@@ -4,8 +4,8 @@
 :func:`agora.models.convert.export_hf`), rows from :mod:`agora.training.datasets`, an output folder
 and settings (:mod:`agora.training.config`), and return a :class:`TrainResult`. The adapter lands in
 ``<out>/adapter`` (peft format, with the tokenizer and ``agora_train.json`` describing the run), which
-``backend = "transformers"`` pool entries load in-process (:func:`trained_entry`) and vLLM serves with
-``--enable-lora``.
+``backend = "transformers"`` pool entries load in-process (:func:`agora.training.pool_entries.trained_entry`)
+and vLLM serves with ``--enable-lora``.
 
 **Reference = previous checkpoint** (protocols.md §2). First iteration: a fresh LoRA on the base
 model; TRL computes the reference with the adapter disabled, i.e. the base model. Later iterations
@@ -13,7 +13,7 @@ pass ``adapter=<previous adapter>``: it is loaded trainable and TRL copies it in
 adapter (TRL ≥ 1.x DPO behaviour for a ``PeftModel`` without ``ref_model``), so the reference is the
 previous iteration's model and the new adapter keeps training from it.
 
-**Resumable** with ``settings.save_steps > 0``: the trainer checkpoints every that many steps under
+**Resumable** with ``settings.save_steps > 0`` (:mod:`agora.training.resume`): the trainer checkpoints every that many steps under
 ``<out>/trainer/`` (only the last one kept) beside ``agora_resume.json``, a fingerprint of what is
 trained (base, previous adapter, rows, settings but the thread count). A rerun into the same
 folder with the same fingerprint resumes from the last checkpoint (transformers' own resume: the
@@ -23,26 +23,23 @@ are removed once the adapter is saved.
 
 Device handling is TRL/accelerate's: ``use_cpu`` and fp32 without CUDA, bf16 with it; the torch
 thread count is set explicitly. Run the same code on several GPUs with ``accelerate launch``: every
-process trains, only the main one (:func:`is_main_process`) writes the adapter, datasets and trace rows.
+process trains, only the main one (:func:`agora.training.resume.is_main_process`) writes the adapter, datasets and trace rows.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 from agora.training.config import DPOSettings, GRPOSettings, SFTSettings, TrainSettings
+from agora.training.resume import drop_checkpoints, resume_point, run_fingerprint
 
 TRAIN_META = "agora_train.json"
-RESUME_META = "agora_resume.json"
 
 log = logging.getLogger(__name__)
 
@@ -142,56 +139,6 @@ def load_policy(base: str, adapter: str | None = None, threads: int | None = Non
     return model, tokenizer
 
 
-def _fingerprint(kind: str, base: str, adapter: str | None, rows: Sequence[dict[str, Any]],
-                 settings: TrainSettings, extra: Any = None) -> str:
-    """sha256 of what a run trains: a checkpoint resumes only a run with the same one."""
-    what = {k: v for k, v in asdict(settings).items() if k not in ("threads", "save_steps", "logging_steps")}
-    blob = json.dumps({"kind": kind, "base": base, "adapter": adapter, "rows": list(rows), "settings": what,
-                       "extra": extra}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _checkpoints(trainer_dir: Path) -> list[Path]:
-    return sorted(p for p in trainer_dir.glob("checkpoint-*") if p.is_dir())
-
-
-def resume_point(trainer_dir: str | Path, fingerprint: str, save_steps: int) -> str | None:
-    """The checkpoint to resume from, or ``None`` (and the folder readied for a fresh run).
-
-    With ``save_steps`` 0 nothing is resumed. A folder whose ``agora_resume.json`` names another
-    fingerprint holds another run's checkpoints: they are removed (logged), as is anything left by a
-    run without the fingerprint file.
-    """
-    trainer_dir = Path(trainer_dir)
-    meta = trainer_dir / RESUME_META
-    stale = _checkpoints(trainer_dir)
-    if save_steps:
-        same = meta.is_file() and json.loads(meta.read_text(encoding="utf-8")).get("fingerprint") == fingerprint
-        if same and stale:
-            from transformers.trainer_utils import get_last_checkpoint
-
-            last = get_last_checkpoint(str(trainer_dir))
-            if last:
-                log.info("resuming training from %s", last)
-                return last
-    if not is_main_process():  # under accelerate launch only rank 0 touches the folder
-        return None
-    if save_steps and stale:
-        log.warning("%s: checkpoints of another training run (other rows or settings) removed: %s",
-                    trainer_dir, ", ".join(p.name for p in stale))
-    _drop_checkpoints(trainer_dir)
-    if save_steps:
-        trainer_dir.mkdir(parents=True, exist_ok=True)
-        meta.write_text(json.dumps({"fingerprint": fingerprint}), encoding="utf-8")
-    return None
-
-
-def _drop_checkpoints(trainer_dir: Path) -> None:
-    for p in _checkpoints(trainer_dir):
-        shutil.rmtree(p)
-    (trainer_dir / RESUME_META).unlink(missing_ok=True)
-
-
 def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: str | None, rows: int,
             settings: TrainSettings, eval_rows: int, start: tuple[float, float]) -> TrainResult:
     metrics = {k: float(v) for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
@@ -212,18 +159,9 @@ def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: st
             {**result.describe(), "settings": asdict(settings), "log_history": None}, indent=2, default=str))
     trainer.accelerator.wait_for_everyone()
     if main:
-        _drop_checkpoints(out_dir / "trainer")
+        drop_checkpoints(out_dir / "trainer")
     return result
 
-
-def is_main_process() -> bool:
-    """True in a plain run, and only in the global rank-0 process of an ``accelerate launch`` or
-    ``torchrun`` run (which alone writes files and trace rows; every process trains).
-
-    Read from the launcher's ``RANK`` variable, so calling it does not initialise accelerate's
-    state before the trainer chooses its device.
-    """
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _check_finite(kind: str, losses: Sequence[float]) -> None:
@@ -264,7 +202,7 @@ def train_dpo(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Pa
     trainer = DPOTrainer(model=model, args=args, train_dataset=train, eval_dataset=evals,
                          processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config(),
                          callbacks=list(callbacks) or None)
-    fingerprint = _fingerprint("dpo", base, adapter, [{k: r[k] for k in keep} for r in train_rows], settings)
+    fingerprint = run_fingerprint("dpo", base, adapter, [{k: r[k] for k in keep} for r in train_rows], settings)
     trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
     result = _finish("dpo", trainer, tokenizer, out_dir, base, adapter, len(train), settings, len(eval_rows), start)
     _check_finite("dpo", result.losses)
@@ -303,7 +241,7 @@ def train_sft(base: str, train_rows: Sequence[dict[str, Any]], out_dir: str | Pa
     trainer = SFTTrainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
                          peft_config=None if adapter else settings.lora.peft_config(),
                          callbacks=list(callbacks) or None)
-    fingerprint = _fingerprint("sft", base, adapter, [{k: r[k] for k in keep} for r in train_rows], settings)
+    fingerprint = run_fingerprint("sft", base, adapter, [{k: r[k] for k in keep} for r in train_rows], settings)
     trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
     result = _finish("sft", trainer, tokenizer, out_dir, base, adapter, len(train), settings, 0, start)
     _check_finite("sft", result.losses)
@@ -351,7 +289,7 @@ def train_grpo(base: str, rows: Sequence[dict[str, Any]], out_dir: str | Path, r
                           processing_class=tokenizer, peft_config=None if adapter else settings.lora.peft_config(),
                           callbacks=list(callbacks) or None)
     rewards = [getattr(f, "__name__", repr(f)) for f in reward_funcs]
-    fingerprint = _fingerprint("grpo", base, adapter, rows, settings, {"rewards": rewards, "weights": reward_weights})
+    fingerprint = run_fingerprint("grpo", base, adapter, rows, settings, {"rewards": rewards, "weights": reward_weights})
     trainer.train(resume_from_checkpoint=resume_point(out_dir / "trainer", fingerprint, settings.save_steps))
     result = _finish("grpo", trainer, tokenizer, out_dir, base, adapter, len(train), settings, 0, start)
     _check_finite("grpo", result.losses)
@@ -392,71 +330,3 @@ def preference_accuracy(base: str, adapter: str | None, rows: Sequence[dict[str,
 
     right = sum(logp(r["prompt"], r["chosen"]) > logp(r["prompt"], r["rejected"]) for r in rows)
     return right / len(rows)
-
-
-#: Spec fields a trained entry keeps from the member it replaces (persona, sampling, cost, labels).
-_KEPT = ("name", "family", "system_prompt", "temperature", "max_retries", "cost_per_1k_tokens", "prompt_format")
-
-
-def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
-                  backend: str = "transformers") -> dict[str, Any]:
-    """The ``[[models]]`` entry serving ``result``'s adapter in place of pool member ``spec``.
-
-    Same name, persona and sampling settings as ``spec``, and the ``iteration`` it came from.
-    ``backend = "transformers"``: the base folder (or ``builtin:...``, dequantised) and the adapter,
-    in-process on CPU or GPU. ``backend = "llamacpp"``: the member's GGUF with the adapter applied by
-    llama.cpp (converted once to ``<adapter>/adapter.gguf``, :mod:`agora.models.lora_gguf`): the
-    quantised weights the pool served before training, at llama.cpp's speed.
-
-    Raises:
-        ValueError: ``llamacpp`` for a model trained from an HF folder (no GGUF to apply it to), or
-            an unknown backend.
-    """
-    if backend not in ("transformers", "llamacpp"):
-        raise ValueError(f"backend {backend!r}: a trained member is served by 'transformers' or 'llamacpp'")
-    entry = {k: getattr(spec, k) for k in _KEPT if getattr(spec, k) not in (None, "")}
-    # Absolute paths: a pool file reads relative paths relative to itself, not to the working directory.
-    base = result.base if result.base.startswith("builtin:") else str(Path(result.base).resolve())
-    if backend == "llamacpp":
-        from agora.models.convert import is_gguf_source
-
-        if not is_gguf_source(base):
-            raise ValueError(f"model {spec.name!r} was trained from {base}, not a GGUF: llama.cpp cannot serve its "
-                             "adapter (use backend 'transformers')")
-        if getattr(spec, "backend", None) == "llamacpp":
-            entry["n_ctx"] = spec.n_ctx
-    entry.update(backend=backend, path=base, adapter=str(Path(result.adapter_dir).resolve()))
-    if iteration is not None:
-        entry["iteration"] = iteration
-    return entry
-
-
-def spec_entry(spec) -> dict[str, Any]:
-    """A pool member's spec as a ``[[models]]`` entry (its ``extra`` keys back at the top level)."""
-    d = spec.describe()
-    return {**{k: v for k, v in d.items() if k != "extra"}, **d.get("extra", {})}
-
-
-def write_pool_file(entries: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write ``[[models]]`` entries as a TOML pool file (scalars, lists, and one level of tables)."""
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        return json.dumps(str(v), ensure_ascii=False)  # a TOML basic string
-
-    lines = []
-    for e in entries:
-        lines.append("[[models]]")
-        lines += [f"{k} = {value(v)}" for k, v in e.items() if v is not None and not isinstance(v, dict)]
-        for k, table in ((k, v) for k, v in e.items() if isinstance(v, dict)):
-            lines.append(f"[models.{k}]")
-            lines += [f"{tk} = {value(tv)}" for tk, tv in table.items() if tv is not None]
-        lines.append("")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
