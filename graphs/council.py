@@ -289,11 +289,11 @@ SPEC = ProtocolSpec(
                    "ranking and the chair's answer",
         "council_top": f"{_POOL}: the members' first samples; adds the rankings (the top-ranked answer)",
         "council_vote": f"{_POOL}: the members' first samples (their plurality); adds nothing"}),
-    dense=DenseBaseline(context=comed_council, order=30),
     description=("LLM council: every member answers alone, every member ranks the others' answers anonymised "
                  "(Response A, B... shuffled per reviewer, its own left out), the rankings are aggregated by "
                  "normalised Borda count, and a chair writes the final answer from all answers and the ranking; "
                  "the top-ranked answer and the plurality of the first answers are scored beside it."),
+    dense=DenseBaseline(context=comed_council, order=30),
 )
 
 #: Compiled without a checkpointer, for LangGraph Studio (``langgraph.json``) and embedding.

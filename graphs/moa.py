@@ -140,8 +140,7 @@ def build_moa_graph() -> StateGraph:
 SPEC = ProtocolSpec(
     name="moa", graph_id="moa", module=__name__,
     build=build_moa_graph, context=MoAContext, config=MoAConfig, input=MoAInput, output=MoAOutput,
-    methods=METHODS, detail=detail_keys("aggregator", "proposals"),
-    cli=("run moa",), docs="moa.md",
+    methods=METHODS, detail=detail_keys("aggregator", "proposals"), cli=("run moa",), docs="moa.md",
     run=RunCommand(
         short_help="Mixture-of-Agents: every model proposes, one aggregates; beside a vote on the proposals.",
         help="Each proposer answers every problem alone, the aggregator reads all proposals and answers; "
