@@ -290,7 +290,7 @@ def _lora(args):
 def own_data(args, store: TraceStore, held_out) -> tuple:
     """The target's own verified samples for the own arms: ``(config, samples, skipped)``, the held-out
     (evaluation) questions excluded by id and by text."""
-    from agora.training.verified import HeldOut, VerifiedConfig, own_samples
+    from agora.training.own_samples import HeldOut, VerifiedConfig, own_samples
 
     runs = tuple(r.strip() for r in args.samples_runs.split(",") if r.strip())
     if args.samples_db is None and not runs:
@@ -336,7 +336,7 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
         extra = {"prompts": len(prompts)}
     elif arm == "agg":
         from agora.training.aggregator import aggregation_reward, aggregator_rows, aggregator_stats, candidate_sets
-        from agora.training.verified import HeldOut, scored_samples
+        from agora.training.own_samples import HeldOut, scored_samples
 
         g = args.generations
         settings = GRPOSettings(**common, batch_size=g * args.grpo_prompts_per_step, num_generations=g,

@@ -46,7 +46,7 @@ def verified_samples(db: Path, model: str, source_run: list[str] | None, held_ou
                      length_ratio: float = 1.5, per_question: int = 4):
     """``(config, samples, skipped)``: ``model``'s own verified samples in ``db``
     (:mod:`agora.training.verified`)."""
-    from agora.training.verified import HeldOut, VerifiedConfig, own_samples
+    from agora.training.own_samples import HeldOut, VerifiedConfig, own_samples
 
     cfg = VerifiedConfig(model=model, run_ids=tuple(source_run or ()),
                          held_out=HeldOut.from_file(held_out) if held_out is not None else HeldOut(),

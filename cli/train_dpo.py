@@ -84,7 +84,7 @@ def train_dpo_cmd(
             pairs, stats = own_pairs(samples, vcfg), verified_stats(samples, vcfg, skipped)
             source = {"pairs": "own", "verified": vcfg.describe()}
         else:
-            from agora.training.verified import HeldOut
+            from agora.training.own_samples import HeldOut
 
             if source_run:
                 raise ValueError("--source-run chooses the runs of --pairs own; duel pairs are chosen with --duel-run")

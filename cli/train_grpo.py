@@ -148,7 +148,7 @@ def aggregate_rows(db: Path, k: int, sets_per_question: int, easy_per_hard: floa
                    held_out: Path | None, shots: int, seed: int, limit: int | None):
     """``(rows, source, stats)`` of ``agora train grpo --aggregate K`` (:mod:`agora.training.aggregator`)."""
     from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, aggregator_stats, candidate_sets
-    from agora.training.verified import HeldOut, scored_samples
+    from agora.training.own_samples import HeldOut, scored_samples
 
     if not db.is_file():
         raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")

@@ -16,7 +16,7 @@ from agora.training.aggregator import (
     candidate_sets,
     plurality_answer,
 )
-from agora.training.verified import OwnSample
+from agora.training.own_samples import OwnSample
 
 SYSTEM = ("Solve the math problem. Reason briefly step by step in words, not code, then end with 'The answer is N.' "
           "where N is the final number.")

@@ -11,17 +11,8 @@ from typer.testing import CliRunner
 
 from agora.tasks import Problem
 from agora.training.datasets import dpo_rows
-from agora.training.verified import (
-    HeldOut,
-    OwnSample,
-    VerifiedConfig,
-    length_ratio,
-    own_pairs,
-    own_samples,
-    sft_rows,
-    source_runs,
-    verified_stats,
-)
+from agora.training.own_samples import HeldOut, OwnSample, VerifiedConfig, own_samples
+from agora.training.verified import length_ratio, own_pairs, sft_rows, source_runs, verified_stats
 
 PROMPT = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "What is 2+3?"}]
 HELD = [{"role": "user", "content": "What is 1+1?"}]
@@ -237,7 +228,7 @@ def test_train_sft_and_own_dpo_on_a_tiny_model_record_their_source_runs(db, tmp_
 
 
 def test_duel_samples_pair_a_members_own_answers_across_duels():
-    from agora.training.verified import duel_samples
+    from agora.training.own_samples import duel_samples
 
     prompt = [{"role": "user", "content": "2+3?"}]
 
@@ -345,7 +336,7 @@ def test_rows_pass_trls_format_checks(db, tmp_path):
     datasets = pytest.importorskip("datasets")
     from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, candidate_sets
     from agora.training.datasets import export_jsonl
-    from agora.training.verified import scored_samples
+    from agora.training.own_samples import scored_samples
 
     samples, _ = own_samples(db, CFG)
     sft = export_jsonl(sft_rows(samples, CFG), tmp_path / "sft.jsonl")

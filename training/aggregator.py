@@ -38,7 +38,7 @@ from agora.agents.moa import aggregator_messages
 from agora.tasks import Problem, find_answer
 from agora.tasks.scoring import score_answer
 from agora.training.rewards import completion_text
-from agora.training.verified import OwnSample, normalise_question
+from agora.training.own_samples import OwnSample, normalise_question
 
 
 @dataclass(frozen=True, slots=True)

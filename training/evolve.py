@@ -45,7 +45,8 @@ from agora.training.datasets import (
 from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint, sft_member
 from agora.training.pool_entries import spec_entry, trained_entry, write_pool_file
 from agora.training.trainers import preference_accuracy
-from agora.training.verified import VerifiedConfig, duel_samples, own_pairs, sft_rows
+from agora.training.own_samples import VerifiedConfig, duel_samples
+from agora.training.verified import own_pairs, sft_rows
 
 Algorithm = Literal["dpo", "grpo", "sft"]
 DataSource = Literal["duels", "own"]
@@ -65,7 +66,7 @@ class EvolveConfig:
     """What ``dpo`` and ``sft`` learn from: ``duels``, the judges' preferences between the member and
     its opponents; ``own``, the member's own right answers over its own wrong ones to the same
     instruction across the iteration's duels, checked by the scorer against gold and length-matched
-    (:func:`agora.training.verified.duel_samples`; instructions without gold give none)."""
+    (:func:`agora.training.own_samples.duel_samples`; instructions without gold give none)."""
     length_ratio: float = 1.5
     """``own`` pairs: longer over shorter answer at most (0: no filter)."""
     sft: SFTSettings = field(default_factory=SFTSettings)

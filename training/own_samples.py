@@ -1,0 +1,287 @@
+"""A member's own recorded samples, read back from any run's ``model_calls`` and scored by the
+audited scorer: what :mod:`agora.training.verified` builds SFT rows and DPO pairs from.
+
+Sources: STaR (Zelikman et al., arXiv 2203.14465) and RFT (Yuan et al., arXiv 2308.01825) fine-tune
+a model on its own sampled answers that reach the gold answer; iterative RPO (Pang et al., arXiv
+2404.19733) trains DPO on pairs of the model's own right and wrong answers to the same question.
+
+**Where the samples come from.** Every run that answers questions records each sample as a
+``model_calls`` row (the prompt the member saw, its completion, ``finish_reason``, the extracted
+``answer`` and ``how``) beside the question's ``questions`` row (gold, kind, source). That holds for
+ALIGN (role ``agent``), a bench's shared draws (the ``<bench>:<task>:candidates`` run, role
+``candidate``; COMED and the other protocols of the bench draw from it without calls of their
+own), COMED (``anchor``, and the peer ``probe``), MoA proposers, council members and debate's
+first round. :func:`own_samples` reads them through the store's readers (``run_ids``,
+``questions``, ``calls``) and keeps a call when:
+
+* it is ``model``'s, succeeded, and answered the question alone: role in :data:`SOLVER_ROLES`,
+  ``partner`` NULL (no other model's answer in its prompt), no member recipe rewrote it (a
+  ``recipe`` row's completion is the recipe's text, not the model's), and its prompt is recorded;
+* its question has a gold answer and a checker (``math`` or ``mc``; ``open`` questions are not
+  verifiable) and is not held out (:class:`HeldOut`: by question id or by question text).
+
+Each kept sample is scored with :func:`agora.tasks.scoring.score_answer` on the answer recorded with
+it (re-extracted with :func:`agora.tasks.find_answer` where the database predates that column).
+
+Held-out questions (:class:`HeldOut`) are never read; :func:`duel_samples` reads a member's
+answers from duel rows the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import sqlite_utils
+
+from agora.tasks import find_answer
+from agora.tasks.scoring import score_answer
+from agora.traces.store import TraceStore
+
+#: Roles whose calls answer the question from the solver prompt (see the module docstring).
+SOLVER_ROLES = ("agent", "candidate", "anchor", "probe", "proposer", "member", "debater")
+
+
+def normalise_question(text: str | None) -> str:
+    """A question's text for matching held-out questions: whitespace collapsed, case kept."""
+    return " ".join((text or "").split())
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    """Questions no training row may come from: by id, or by text (whitespace-insensitive), so an
+    evaluation set stays unseen whatever ids the runs gave its questions."""
+
+    question_ids: frozenset[str] = frozenset()
+    questions: frozenset[str] = frozenset()
+    """Normalised question texts (:func:`normalise_question`)."""
+
+    def excludes(self, question_id: str, question: str | None) -> bool:
+        return question_id in self.question_ids or normalise_question(question) in self.questions
+
+    def __len__(self) -> int:
+        return len(self.question_ids | self.questions)
+
+    @classmethod
+    def from_problems(cls, problems: Sequence[Any]) -> "HeldOut":
+        """Held-out set of :class:`~agora.tasks.Problem` objects (their ids and texts)."""
+        return cls(frozenset(p.id for p in problems), frozenset(normalise_question(p.question) for p in problems))
+
+    @classmethod
+    def from_file(cls, path: str | Path, fmt: str | None = None) -> "HeldOut":
+        """A problem file (JSONL in any format :func:`agora.tasks.loaders.load_problems` reads: ids and
+        texts) or a text file of question ids, one a line (``.txt``).
+
+        Raises:
+            FileNotFoundError: no such file. TaskFormatError: a malformed problem file (one line
+            naming file, line and field).
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such held-out question file")
+        if path.suffix == ".txt":
+            ids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+            return cls(frozenset(i for i in ids if i))
+        from agora.tasks.loaders import detect_format, load_problems
+
+        return cls.from_problems(load_problems(path, fmt or detect_format(path)))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedConfig:
+    """Whose samples, from which runs, and how they become rows."""
+
+    model: str
+    """The pool member whose own answers are read (and who is trained on them)."""
+    run_ids: tuple[str, ...] = ()
+    """Runs to read; empty reads every run of the database."""
+    held_out: HeldOut = field(default_factory=HeldOut)
+    length_ratio: float = 1.5
+    """Longest side over shortest side a pair may have (0: no length filter)."""
+    max_pairs_per_question: int = 4
+    max_sft_per_question: int = 4
+    explicit_only: bool = True
+    """A chosen / SFT answer must state its answer explicitly (not a ``fallback`` guess)."""
+
+    def __post_init__(self):
+        if self.length_ratio != 0 and self.length_ratio < 1:
+            raise ValueError(f"length_ratio must be >= 1 (or 0: no filter), got {self.length_ratio}")
+        for name in ("max_pairs_per_question", "max_sft_per_question"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready settings (the held-out set by size), for the dataset record."""
+        d = asdict(self)
+        d["held_out"] = {"question_ids": len(self.held_out.question_ids), "questions": len(self.held_out.questions)}
+        d["run_ids"] = list(self.run_ids)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class OwnSample:
+    """One scored sample of the member, as read back from the trace."""
+
+    call_id: str
+    model: str
+    run_id: str
+    question_id: str
+    task: str
+    """The bench task of a bench's run (``<bench>:<task>:...``), else the question's source (dataset
+    name), else its kind."""
+    question: str
+    gold: str
+    kind: str
+    messages: tuple[dict[str, str], ...]
+    text: str
+    answer: str | None
+    how: str | None
+    correct: bool
+    finished: bool
+    """The model stopped by itself (``finish_reason`` is not ``length``)."""
+    tokens: int | None
+    """Completion tokens as recorded (None: unknown)."""
+    n_choices: int = 4
+    """Options of an ``mc`` question."""
+
+    @property
+    def group(self) -> str:
+        """Question text and prompt: the samples that answer the same prompt."""
+        blob = json.dumps([normalise_question(self.question), list(self.messages)], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @property
+    def usable(self) -> bool:
+        return self.correct and self.finished
+
+
+def _decode(value: Any) -> Any:
+    if value in (None, ""):
+        return None
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _messages(value: Any) -> tuple[dict[str, str], ...] | None:
+    try:
+        messages = _decode(value)
+    except ValueError:
+        return None
+    if not isinstance(messages, list) or not messages:
+        return None
+    out = []
+    for m in messages:
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            return None
+        out.append({"role": m["role"], "content": m["content"]})
+    return tuple(out) if out[-1]["role"] == "user" else None
+
+
+def _bench_task(store: TraceStore, run_id: str) -> str | None:
+    """The task of a bench's run (ids ``<bench>:<task>:<protocol>``, its dataset naming the bench), else ``None``."""
+    row = store.get_run(run_id) or {}
+    try:
+        dataset = json.loads(row.get("dataset") or "null")
+    except (TypeError, ValueError):
+        return None
+    parts = run_id.split(":")
+    if isinstance(dataset, dict) and dataset.get("bench") and len(parts) >= 3 and parts[0] == dataset["bench"]:
+        return parts[1]
+    return None
+
+
+def own_samples(db: str | Path | TraceStore | sqlite_utils.Database, cfg: VerifiedConfig
+                ) -> tuple[list[OwnSample], dict[str, int]]:
+    """``cfg.model``'s verifiable samples in the runs ``cfg.run_ids`` (all runs when empty), scored,
+    by run, question order and call, and how many calls were left out and why
+    (``{"held_out", "no_gold", "not_solver", "recipe", "no_prompt"}``: the module docstring)."""
+    return scored_samples(db, (cfg.model,), cfg.run_ids, cfg.held_out)
+
+
+def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: Sequence[str] = (),
+                   run_ids: Sequence[str] = (), held_out: HeldOut = HeldOut()
+                   ) -> tuple[list[OwnSample], dict[str, int]]:
+    """As :func:`own_samples`, for the samples of ``models`` (every model when empty)."""
+    store = TraceStore.reading(db)
+    tables = set(store.db.table_names())
+    skipped = {"held_out": 0, "no_gold": 0, "not_solver": 0, "recipe": 0, "no_prompt": 0}
+    if not {"runs", "questions", "model_calls"} <= tables:
+        return [], skipped
+    runs = list(run_ids) or store.run_ids()
+    wanted = set(models)
+    out: list[OwnSample] = []
+    for run_id in runs:
+        questions = {q["question_id"]: q for q in store.questions(run_id)}
+        if not questions:
+            continue
+        order = {qid: n for n, qid in enumerate(questions)}
+        bench_task = _bench_task(store, run_id)
+        calls = [c for c in store.calls(run_id) if (not wanted or c.get("model") in wanted)
+                 and c.get("error") is None and (c.get("completion") or "").strip()
+                 and c.get("question_id") in questions]
+        calls.sort(key=lambda c: (order[c["question_id"]], c.get("created_at") or "", c.get("sample_index") or 0,
+                                  c["call_id"]))
+        for c in calls:
+            q = questions[c["question_id"]]
+            kind = q.get("kind") or "math"
+            if c.get("role") not in SOLVER_ROLES or c.get("partner"):
+                skipped["not_solver"] += 1
+                continue
+            if c.get("recipe"):
+                skipped["recipe"] += 1
+                continue
+            if q.get("gold") is None or kind not in ("math", "mc"):
+                skipped["no_gold"] += 1
+                continue
+            if held_out.excludes(q["question_id"], q.get("question")):
+                skipped["held_out"] += 1
+                continue
+            messages = _messages(c.get("messages"))
+            if messages is None:
+                skipped["no_prompt"] += 1
+                continue
+            text = c["completion"].strip()
+            if c.get("how") is not None:  # extracted when the question was recorded
+                answer, how = c.get("answer"), (None if c["how"] == "none" else c["how"])
+            else:  # a database from before the answer columns
+                found = find_answer(text, kind, q.get("n_choices") or 4, question=q.get("question"))
+                answer, how = found.answer, (found.how if found.answer is not None else None)
+            out.append(OwnSample(
+                call_id=c["call_id"], model=c["model"], run_id=run_id, question_id=q["question_id"],
+                task=bench_task or q.get("source") or kind,
+                question=q.get("question") or "", gold=q["gold"], kind=kind, messages=messages, text=text,
+                answer=answer, how=how, correct=bool(score_answer(answer, q["gold"], kind)),
+                finished=c.get("finish_reason") != "length", tokens=c.get("completion_tokens"),
+                n_choices=q.get("n_choices") or 4))
+    return out, skipped
+
+
+def duel_samples(duels: Sequence[dict[str, Any]], model: str) -> list[OwnSample]:
+    """``model``'s answers in duel rows (:func:`agora.training.datasets.load_duels`: ``prompt_messages``
+    decoded) as scored samples: the rows with a gold answer and a checker, each side the model played,
+    scored by :func:`agora.tasks.scoring.score_answer` on the extracted answer the duel recorded.
+
+    The duels table keeps no token counts or ``finish_reason``: lengths are characters and every
+    answer counts as finished. Samples group by instruction and prompt as :func:`own_samples`' do."""
+    out = []
+    for d in duels:
+        kind = d.get("kind") or "math"
+        if d.get("gold") is None or kind not in ("math", "mc"):
+            continue
+        messages = _messages(d.get("prompt_messages"))
+        if messages is None:
+            continue
+        for side in ("a", "b"):
+            text = (d.get(f"answer_{side}") or "").strip()
+            if d.get(f"model_{side}") != model or not text:
+                continue
+            answer = d.get(f"extracted_{side}")
+            how = find_answer(text, kind).how if answer is not None else None
+            out.append(OwnSample(
+                call_id=f"{d['duel_id']}:{side}", model=model, run_id=d["run_id"],
+                question_id=d.get("instruction_id") or d["duel_id"], task=kind, question=d.get("instruction") or "",
+                gold=d["gold"], kind=kind, messages=messages, text=text, answer=answer, how=how,
+                correct=bool(score_answer(answer, d["gold"], kind)), finished=True, tokens=None))
+    return out
