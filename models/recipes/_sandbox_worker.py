@@ -26,31 +26,48 @@ a network namespace of its own when the kernel lets it (no interfaces: no networ
    collects at most ``output_bytes`` (more: ``output_limit``). A module attribute that is a module
    outside the allowed ones (``sympy.utilities.misc.os``) is refused too;
 5. writes its result to a file in its folder and exits; the worker reads it and removes the folder.
+
+Steps 2 and 3 are ``_sandbox_kernel.py``, step 4 ``_sandbox_restricted.py`` (both beside this file,
+loaded by path).
 """
 
 from __future__ import annotations
 
-import ast
-import ctypes
-import ctypes.util
 import gc
+import importlib.util
 import json
 import os
 import resource
 import select
 import shutil
 import signal
-import string
 import sys
 import tempfile
 import time
 import types
 
-import _string
-from RestrictedPython import RestrictingNodeTransformer, compile_restricted
-from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
-from RestrictedPython.Guards import (guarded_iter_unpack_sequence, guarded_unpack_sequence, safe_builtins,
-                                     safer_getattr)
+from RestrictedPython import compile_restricted
+
+
+def _sibling(name: str) -> types.ModuleType:
+    """The module ``name`` beside this file, loaded by path (``python -I`` puts no folder of ours on
+    ``sys.path``, and none is added: a program's imports see only the allowed modules)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# The child's kernel layers (Landlock, seccomp, rlimits, the network namespace) and its restricted run.
+_kernel = _sibling("_sandbox_kernel")
+_restricted = _sibling("_sandbox_restricted")
+_LAYERS, _LINUX = _kernel._LAYERS, _kernel._LINUX
+_address_space, _landlock, _limit, _private_network, _seccomp = (
+    _kernel._address_space, _kernel._landlock, _kernel._limit, _kernel._private_network, _kernel._seccomp)
+_OutputLimit, _Policy, _Printer, _restricted_globals = (
+    _restricted._OutputLimit, _restricted._Policy, _restricted._Printer, _restricted._restricted_globals)
 
 #: Modules imported at start when present (a child's import of one of them is then free).
 PRELOAD = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "statistics",
@@ -86,257 +103,6 @@ def _warm_sympy() -> None:
 
 
 _warm_sympy()
-
-_BUILTIN_NAMES = ("abs", "all", "any", "bin", "bool", "chr", "complex", "dict", "divmod", "enumerate", "filter",
-                  "float", "format", "frozenset", "hash", "hex", "int", "isinstance", "issubclass", "iter", "len",
-                  "list", "map", "max", "min", "next", "oct", "ord", "pow", "range", "repr", "reversed", "round",
-                  "set", "slice", "sorted", "str", "sum", "tuple", "zip", "object", "property", "staticmethod",
-                  "classmethod", "callable", "ascii", "bytes", "bytearray", "super")
-
-_LAYERS: list[str] = ["restrictedpython", "rlimits", "fresh-folder"]
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-_LINUX = sys.platform.startswith("linux")  # Landlock, seccomp and namespaces are Linux's
-
-
-def _private_network() -> None:
-    """Move the worker into a new network namespace (no interfaces), when the kernel allows it."""
-    if not _LINUX:
-        return
-    libc = _libc()
-    if libc.unshare(0x40000000) == 0 or libc.unshare(0x10000000 | 0x40000000) == 0:  # NEWNET, or NEWUSER|NEWNET
-        _LAYERS.append("network-namespace")
-
-
-# ----------------------------------------------------------------------------- kernel layers (child)
-
-_SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self (x86_64 and aarch64 alike)
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-#: Folders a program may read below (Python's own: a lazy import inside an allowed module reads them).
-_READABLE = sorted({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path)
-                    if p and os.path.isdir(p)})
-
-
-def _landlock(folder: str) -> bool:
-    """Forbid, for this process, reading outside ``folder`` and Python's folders (:data:`_READABLE`),
-    writing, removing or making any file outside ``folder``, executing any file, and TCP; ``False``
-    when the kernel has no Landlock."""
-    libc = _libc()
-    libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(_SYS_LANDLOCK[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    if abi < 1:
-        return False
-    read = (1 << 2) | (1 << 3)  # READ_FILE, READ_DIR
-    write = (1 << 1) | sum(1 << b for b in range(4, 13))  # WRITE_FILE, REMOVE_*, MAKE_*
-    if abi >= 2:
-        write |= 1 << 13  # REFER
-    if abi >= 3:
-        write |= 1 << 14  # TRUNCATE
-    handled = 1 | read | write  # EXECUTE too: allowed nowhere
-    attr = (ctypes.c_uint64 * 2)(handled, 3 if abi >= 4 else 0)  # handled net: BIND_TCP | CONNECT_TCP
-    size = 16 if abi >= 4 else 8
-    fd = libc.syscall(_SYS_LANDLOCK[0], ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if fd < 0:
-        return False
-    ok = True
-    for path, rights in [(folder, read | write), *((p, read) for p in _READABLE)]:
-        try:
-            dir_fd = os.open(path, os.O_PATH | os.O_DIRECTORY)
-        except OSError:
-            continue
-        rule = _PathBeneath(rights, dir_fd)
-        ok = ok and libc.syscall(_SYS_LANDLOCK[1], fd, 1, ctypes.byref(rule), ctypes.c_uint32(0)) == 0
-        os.close(dir_fd)
-    ok = ok and libc.prctl(38, 1, 0, 0, 0) == 0 and libc.syscall(_SYS_LANDLOCK[2], fd, ctypes.c_uint32(0)) == 0
-    os.close(fd)
-    return ok
-
-
-_DENIED_CALLS = ("fork", "vfork", "clone", "clone3", "execve", "execveat", "socket", "socketpair", "connect",
-                 "bind", "listen", "accept", "accept4", "kill", "tkill", "ptrace", "unshare", "setns", "mount",
-                 "umount2", "chroot", "pivot_root", "reboot", "setuid", "setgid", "process_vm_writev")
-
-
-def _load_seccomp() -> ctypes.CDLL | None:
-    """libseccomp, loaded once by the worker (``find_library`` runs programs: never in a child)."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("seccomp") or "libseccomp.so.2")
-    except OSError:
-        return None
-
-
-_SECCOMP_LIB = _load_seccomp() if _LINUX else None
-
-
-def _seccomp() -> bool:
-    """Make the system calls of :data:`_DENIED_CALLS` fail with EPERM; ``False`` without libseccomp."""
-    lib = _SECCOMP_LIB
-    if lib is None:
-        return False
-    lib.seccomp_init.restype = ctypes.c_void_p
-    lib.seccomp_init.argtypes = [ctypes.c_uint32]
-    lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
-    lib.seccomp_release.argtypes = [ctypes.c_void_p]
-    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    ctx = lib.seccomp_init(0x7FFF0000)  # SCMP_ACT_ALLOW
-    if not ctx:
-        return False
-    deny = 0x00050000 | 1  # SCMP_ACT_ERRNO(EPERM)
-    for call in _DENIED_CALLS:
-        nr = lib.seccomp_syscall_resolve_name(call.encode())
-        if nr >= 0:
-            lib.seccomp_rule_add(ctx, deny, nr, 0)
-    ok = lib.seccomp_load(ctx) == 0
-    lib.seccomp_release(ctx)
-    return ok
-
-
-def _address_space() -> int:
-    """Bytes of address space this process holds now (``/proc/self/statm``), 0 when unknown."""
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[0]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _limit(which: int, value: int, hard: int | None = None) -> None:
-    try:
-        resource.setrlimit(which, (value, value if hard is None else hard))
-    except (ValueError, OSError):
-        pass
-
-
-# ----------------------------------------------------------------------------- the restricted run (child)
-
-
-class _OutputLimit(Exception):
-    pass
-
-
-class _Printer:
-    """RestrictedPython's ``_print_``: collects printed text, at most ``cap`` bytes."""
-
-    def __init__(self, cap: int):
-        self.parts: list[str] = []
-        self.size, self.cap, self.over = 0, cap, False
-
-    def __call__(self, _getattr_=None) -> "_Printer":  # one collector per program (and per function)
-        return self
-
-    def write(self, text: str) -> None:
-        self.size += len(text.encode("utf-8", "replace"))
-        if self.size > self.cap:
-            self.over = True
-            raise _OutputLimit(f"the program printed more than {self.cap} bytes")
-        self.parts.append(text)
-
-    def _call_print(self, *objects, **kwargs) -> None:
-        kwargs.pop("file", None)
-        print(*objects, file=self, **kwargs)
-
-
-def _importer(allowed: frozenset[str]):
-    real = __import__
-
-    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if level != 0 or name.split(".")[0] not in allowed:
-            raise ImportError(f"import of {name!r} is not allowed (allowed: {', '.join(sorted(allowed))})")
-        module = real(name, globals, locals, fromlist, level)
-        for item in fromlist or ():
-            if item == "*":
-                continue
-            value = getattr(module, item, None)
-            if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in allowed:
-                raise ImportError(f"{name}.{item} is the module {value.__name__!r}, which is not allowed")
-        return module
-
-    return guarded_import
-
-
-class _SafeFormatter(string.Formatter):
-    """``str.format`` whose fields go through the guarded ``getattr``/item access (RestrictedPython
-    refuses ``str.format`` outright, since ``"{0.__class__}".format(x)`` would reach private
-    attributes; programs format numbers with it)."""
-
-    def __init__(self, guarded_getattr):
-        self.guarded_getattr = guarded_getattr
-
-    def get_field(self, field_name, args, kwargs):
-        first, rest = _string.formatter_field_name_split(field_name)
-        obj = self.get_value(first, args, kwargs)
-        for is_attr, key in rest:
-            obj = self.guarded_getattr(obj, key) if is_attr else default_guarded_getitem(obj, key)
-        return obj, first
-
-
-def _getattr_guard(allowed: frozenset[str]):
-    def guarded_getattr(obj, name, default=None):
-        if isinstance(obj, str) and name in ("format", "format_map"):
-            formatter = _SafeFormatter(guarded_getattr)
-            if name == "format":
-                return lambda *args, **kwargs: formatter.vformat(obj, args, kwargs)
-            return lambda mapping: formatter.vformat(obj, (), mapping)
-        value = safer_getattr(obj, name, default)
-        if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in allowed:
-            raise AttributeError(f"{name!r} is the module {value.__name__!r}, which is not allowed")
-        return value
-
-    return guarded_getattr
-
-
-def _inplacevar(op: str, x, y):
-    ops = {"+=": lambda: x + y, "-=": lambda: x - y, "*=": lambda: x * y, "/=": lambda: x / y,
-           "//=": lambda: x // y, "%=": lambda: x % y, "**=": lambda: x ** y, "<<=": lambda: x << y,
-           ">>=": lambda: x >> y, "|=": lambda: x | y, "^=": lambda: x ^ y, "&=": lambda: x & y,
-           "@=": lambda: x @ y}
-    if op not in ops:
-        raise SyntaxError(f"operator {op} is not allowed")
-    return ops[op]()
-
-
-class _Policy(RestrictingNodeTransformer):
-    """RestrictedPython's policy, with ``x[i] += y`` and ``obj.a += y`` read as ``x[i] = x[i] + y``
-    (RestrictedPython refuses augmented assignment of items and attributes; programs count with it)."""
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
-        if isinstance(node.target, (ast.Subscript, ast.Attribute)):
-            load = ast.parse(ast.unparse(node.target), mode="eval").body
-            assign = ast.Assign(targets=[node.target], value=ast.BinOp(left=load, op=node.op, right=node.value))
-            ast.copy_location(assign, node)
-            ast.fix_missing_locations(assign)
-            return self.visit(assign)
-        return super().visit_AugAssign(node)
-
-
-def _restricted_globals(printer: _Printer, allowed: frozenset[str]) -> dict:
-    import builtins
-
-    names = dict(safe_builtins)
-    names.update({n: getattr(builtins, n) for n in _BUILTIN_NAMES if hasattr(builtins, n)})
-    for n in ("open", "compile", "eval", "exec", "globals", "locals", "vars", "dir", "input", "breakpoint",
-              "memoryview", "help", "setattr", "delattr", "getattr"):
-        names.pop(n, None)
-    guarded_getattr = _getattr_guard(allowed)
-    names["__import__"] = _importer(allowed)
-    names["getattr"] = guarded_getattr
-    names["hasattr"] = lambda obj, name: not name.startswith("_") and hasattr(obj, name)
-    return {"__builtins__": names, "__name__": "__main__", "__metaclass__": type,
-            "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": default_guarded_getitem,
-            "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
-            "_unpack_sequence_": guarded_unpack_sequence, "_write_": lambda ob: ob, "_inplacevar_": _inplacevar,
-            "_apply_": lambda f, *a, **k: f(*a, **k)}
 
 
 def _child(request: dict, folder: str, result_path: str) -> None:

@@ -1,0 +1,140 @@
+"""The restricted run of a sandbox child (:mod:`_sandbox_worker`; loaded by path, imports nothing of
+Agora): RestrictedPython's policy, a small set of built-ins, an import hook that admits only the
+allowed modules, a guarded ``getattr``, and a ``print`` that collects at most ``output_bytes``.
+"""
+
+from __future__ import annotations
+
+import ast
+import string
+import types
+
+import _string
+from RestrictedPython import RestrictingNodeTransformer
+from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
+from RestrictedPython.Guards import (guarded_iter_unpack_sequence, guarded_unpack_sequence, safe_builtins,
+                                     safer_getattr)
+
+_BUILTIN_NAMES = ("abs", "all", "any", "bin", "bool", "chr", "complex", "dict", "divmod", "enumerate", "filter",
+                  "float", "format", "frozenset", "hash", "hex", "int", "isinstance", "issubclass", "iter", "len",
+                  "list", "map", "max", "min", "next", "oct", "ord", "pow", "range", "repr", "reversed", "round",
+                  "set", "slice", "sorted", "str", "sum", "tuple", "zip", "object", "property", "staticmethod",
+                  "classmethod", "callable", "ascii", "bytes", "bytearray", "super")
+
+
+class _OutputLimit(Exception):
+    pass
+
+
+class _Printer:
+    """RestrictedPython's ``_print_``: collects printed text, at most ``cap`` bytes."""
+
+    def __init__(self, cap: int):
+        self.parts: list[str] = []
+        self.size, self.cap, self.over = 0, cap, False
+
+    def __call__(self, _getattr_=None) -> "_Printer":  # one collector per program (and per function)
+        return self
+
+    def write(self, text: str) -> None:
+        self.size += len(text.encode("utf-8", "replace"))
+        if self.size > self.cap:
+            self.over = True
+            raise _OutputLimit(f"the program printed more than {self.cap} bytes")
+        self.parts.append(text)
+
+    def _call_print(self, *objects, **kwargs) -> None:
+        kwargs.pop("file", None)
+        print(*objects, file=self, **kwargs)
+
+
+def _importer(allowed: frozenset[str]):
+    real = __import__
+
+    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level != 0 or name.split(".")[0] not in allowed:
+            raise ImportError(f"import of {name!r} is not allowed (allowed: {', '.join(sorted(allowed))})")
+        module = real(name, globals, locals, fromlist, level)
+        for item in fromlist or ():
+            if item == "*":
+                continue
+            value = getattr(module, item, None)
+            if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in allowed:
+                raise ImportError(f"{name}.{item} is the module {value.__name__!r}, which is not allowed")
+        return module
+
+    return guarded_import
+
+
+class _SafeFormatter(string.Formatter):
+    """``str.format`` whose fields go through the guarded ``getattr``/item access (RestrictedPython
+    refuses ``str.format`` outright, since ``"{0.__class__}".format(x)`` would reach private
+    attributes; programs format numbers with it)."""
+
+    def __init__(self, guarded_getattr):
+        self.guarded_getattr = guarded_getattr
+
+    def get_field(self, field_name, args, kwargs):
+        first, rest = _string.formatter_field_name_split(field_name)
+        obj = self.get_value(first, args, kwargs)
+        for is_attr, key in rest:
+            obj = self.guarded_getattr(obj, key) if is_attr else default_guarded_getitem(obj, key)
+        return obj, first
+
+
+def _getattr_guard(allowed: frozenset[str]):
+    def guarded_getattr(obj, name, default=None):
+        if isinstance(obj, str) and name in ("format", "format_map"):
+            formatter = _SafeFormatter(guarded_getattr)
+            if name == "format":
+                return lambda *args, **kwargs: formatter.vformat(obj, args, kwargs)
+            return lambda mapping: formatter.vformat(obj, (), mapping)
+        value = safer_getattr(obj, name, default)
+        if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in allowed:
+            raise AttributeError(f"{name!r} is the module {value.__name__!r}, which is not allowed")
+        return value
+
+    return guarded_getattr
+
+
+def _inplacevar(op: str, x, y):
+    ops = {"+=": lambda: x + y, "-=": lambda: x - y, "*=": lambda: x * y, "/=": lambda: x / y,
+           "//=": lambda: x // y, "%=": lambda: x % y, "**=": lambda: x ** y, "<<=": lambda: x << y,
+           ">>=": lambda: x >> y, "|=": lambda: x | y, "^=": lambda: x ^ y, "&=": lambda: x & y,
+           "@=": lambda: x @ y}
+    if op not in ops:
+        raise SyntaxError(f"operator {op} is not allowed")
+    return ops[op]()
+
+
+class _Policy(RestrictingNodeTransformer):
+    """RestrictedPython's policy, with ``x[i] += y`` and ``obj.a += y`` read as ``x[i] = x[i] + y``
+    (RestrictedPython refuses augmented assignment of items and attributes; programs count with it)."""
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        if isinstance(node.target, (ast.Subscript, ast.Attribute)):
+            load = ast.parse(ast.unparse(node.target), mode="eval").body
+            assign = ast.Assign(targets=[node.target], value=ast.BinOp(left=load, op=node.op, right=node.value))
+            ast.copy_location(assign, node)
+            ast.fix_missing_locations(assign)
+            return self.visit(assign)
+        return super().visit_AugAssign(node)
+
+
+def _restricted_globals(printer: _Printer, allowed: frozenset[str]) -> dict:
+    import builtins
+
+    names = dict(safe_builtins)
+    names.update({n: getattr(builtins, n) for n in _BUILTIN_NAMES if hasattr(builtins, n)})
+    for n in ("open", "compile", "eval", "exec", "globals", "locals", "vars", "dir", "input", "breakpoint",
+              "memoryview", "help", "setattr", "delattr", "getattr"):
+        names.pop(n, None)
+    guarded_getattr = _getattr_guard(allowed)
+    names["__import__"] = _importer(allowed)
+    names["getattr"] = guarded_getattr
+    names["hasattr"] = lambda obj, name: not name.startswith("_") and hasattr(obj, name)
+    return {"__builtins__": names, "__name__": "__main__", "__metaclass__": type,
+            "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": default_guarded_getitem,
+            "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
+            "_unpack_sequence_": guarded_unpack_sequence, "_write_": lambda ob: ob, "_inplacevar_": _inplacevar,
+            "_apply_": lambda f, *a, **k: f(*a, **k)}
