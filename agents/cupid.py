@@ -340,7 +340,7 @@ def trace_features(store: Any, models: Sequence[str]) -> dict[str, dict[str, flo
         kind = row["kind"] or "math"
         if kind not in ("math", "mc"):
             continue
-        pred = extract_answer(row["completion"], kind, _n_options(row["question"]))
+        pred = extract_answer(row["completion"], kind, _n_options(row["question"]), question=row["question"])
         scores.setdefault((row["model"], row["source"] or "task"), []).append(is_correct(pred, row["gold"], kind))
     for (m, task), correct in scores.items():
         out.setdefault(m, {})[f"{ACCURACY_PREFIX}{task}"] = sum(correct) / len(correct)

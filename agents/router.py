@@ -195,7 +195,8 @@ def history_from_store(store: Any, *, exclude_runs: Sequence[str] = (),
                        exclude_questions: Collection[str] = ()) -> list[RouterExample]:
     """Router examples from a :class:`~agora.traces.TraceStore`: every successful call in a solo role
     (:data:`SOLO_ROLES`, no ``partner``) on a question with a gold answer, grouped by question text
-    and model; its answer is extracted from the completion and checked against the gold answer.
+    and model; its answer is extracted from the completion (a reply that only repeats the question is
+    no answer, :func:`agora.tasks.echo.is_echo`) and checked against the gold answer.
 
     ``exclude_runs`` and ``exclude_questions`` (question texts) keep a run's own questions out of
     its router's history, so routing is evaluated on unseen questions."""
@@ -214,6 +215,6 @@ def history_from_store(store: Any, *, exclude_runs: Sequence[str] = (),
             continue
         kind = r["kind"] or "math"
         n_choices = len(_OPTION_LINE.findall(r["question"])) or 4
-        answer = extract_answer(r["completion"] or "", kind, n_choices)
+        answer = extract_answer(r["completion"] or "", kind, n_choices, question=r["question"])
         outcomes.setdefault((r["question"], r["model"]), []).append(is_correct(answer, r["gold"], kind))
     return [RouterExample(q, m, sum(v) / len(v)) for (q, m), v in sorted(outcomes.items())]

@@ -248,3 +248,19 @@ def test_trace_features_score_answers_and_take_median_latency():
     # a: answers 4 (right), 5 (wrong), 6 (right), judge call skipped -> 2/3; latency median of 1,3,2,4 = 2.5
     assert feats == {"a": {"latency_s": 2.5, f"{ACCURACY_PREFIX}gsm8k": pytest.approx(2 / 3)},
                      "b": {"latency_s": 0.5, f"{ACCURACY_PREFIX}gsm8k": 1.0}}
+
+
+def test_trace_features_count_an_echo_of_the_question_as_wrong():
+    store = TraceStore(":memory:")
+    question = "Sam had 20 apples and gave 8 away, so he has 12 apples left. How many apples does he have left?"
+    store.start_run("r", "align", config={}, pool=[], dataset={})
+    store.record_question("r", "align", {"question_id": "q1", "source": "gsm8k", "kind": "math",
+                                         "question": question, "gold": "12"},
+                          {}, [{"call_id": "c1", "model": "a", "completion": question, "latency_s": 1.0,
+                                "role": "agent", "question_id": "q1"},
+                               {"call_id": "c2", "model": "b", "completion": "The answer is 12.", "latency_s": 1.0,
+                                "role": "agent", "question_id": "q1"}])
+    feats = trace_features(store, ["a", "b"])
+    # a only repeats the question (its 12 is the question's): no answer, so wrong; b answers 12
+    assert feats == {"a": {"latency_s": 1.0, f"{ACCURACY_PREFIX}gsm8k": 0.0},
+                     "b": {"latency_s": 1.0, f"{ACCURACY_PREFIX}gsm8k": 1.0}}

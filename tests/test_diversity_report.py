@@ -294,3 +294,17 @@ def test_converse_on_the_embedded_pool_then_report(tmp_path):
     report = json.loads((out / "diversity.json").read_text())
     assert set(report["models"]) == {"smollm2-135m", "smollm2-135m-cautious", "gemma3-270m"}
     assert all(s["partners"] == 2 for s in report["shifts"])
+
+
+def test_reader_reads_an_echo_of_the_question_as_no_answer(tmp_path):
+    question = "Sam had 20 apples and gave 8 away, so he has 12 apples left. How many apples does he have left?"
+    store = TraceStore(tmp_path / "e.db")
+    store.start_run("r", "converse", config={}, pool=[], dataset={})
+    store.record_question("r", "converse", {"question_id": "q1", "question": question, "gold": "12", "kind": "math"},
+                          {}, [{"call_id": "c1", "question_id": "q1", "model": "echo", "role": "speaker",
+                                "completion": question},
+                               {"call_id": "c2", "question_id": "q1", "model": "solver", "role": "speaker",
+                                "completion": "The answer is 12."}])
+    store.close()
+    data = read_exchanges(tmp_path / "e.db")
+    assert {r["speaker"]: r["answer"] for r in data.rows} == {"echo": None, "solver": "12"}

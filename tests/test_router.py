@@ -107,3 +107,17 @@ def test_minilm_router_routes_by_meaning():
     # no word in common with the history: only the embedding can tell
     assert router.route("What is the rate of change of sin(x)?")["ranking"] == ["calc", "fruit"]
     assert router.route("Which citrus snack is healthiest?")["ranking"] == ["fruit", "calc"]
+
+
+#: A question that contains its own answer; a reply that only repeats it names 12 without answering.
+ECHOED = "Sam had 20 apples and gave 8 away, so he has 12 apples left. How many apples does he have left?"
+
+
+def test_history_from_store_counts_an_echo_of_the_question_as_no_answer():
+    store = TraceStore(":memory:")
+    store.start_run("r1", "comed", config={}, pool=[], dataset={})
+    store.record_question("r1", "comed", {"question_id": "q1", "question": ECHOED, "gold": "12", "kind": "math"}, {}, [
+        call("1", "q1", "echo", "anchor", ECHOED),  # the fallback reads 12 from the copied question
+        call("2", "q1", "solver", "anchor", "20 - 8 = 12. The answer is 12."),
+    ])
+    assert history_from_store(store) == [RouterExample(ECHOED, "echo", 0.0), RouterExample(ECHOED, "solver", 1.0)]

@@ -164,7 +164,7 @@ def read_exchanges(path: str | Path, run_ids: Sequence[str] = (), *, min_shared_
                 partners, source = sorted(shown), "content"
         q = questions.get((c["run_id"], c["question_id"]))
         kind = q["kind"] if q else None
-        answer = (extract_answer(c["completion"], kind, _n_choices(q["question"]))
+        answer = (extract_answer(c["completion"], kind, _n_choices(q["question"]), question=q["question"])
                   if kind in ("math", "mc") else None)
         rows.append({
             "call_id": c["call_id"], "run_id": c["run_id"], "question_id": c["question_id"],
