@@ -1,6 +1,6 @@
 """How soon a damaged trace bundle is refused: a synthetic bundle of ``--rows`` model-call rows (one
 run, one question; each row a short reply, as a real run's rows are), written once, then three cases
-checked with :func:`agora.traces.bundle.check_bundle` and timed:
+checked with :func:`agora.traces.bundle_reading.check_bundle` and timed:
 
 - ``intact``: every row read and checked (the time a good bundle takes before an import starts);
 - ``rows missing``: three rows cut out near the end; the footer's counts no longer add up, which the
@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agora.traces.bundle import FORMAT, VERSION, BundleError, check_bundle
+from agora.traces.bundle import FORMAT, VERSION, BundleError
+from agora.traces.bundle_reading import check_bundle
 from agora.traces.schema import MODEL_CALLS, PRIMARY_KEYS, QUESTIONS, RUNS
 
 _SQL = {str: "TEXT", int: "INTEGER", float: "FLOAT"}

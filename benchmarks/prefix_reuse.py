@@ -100,7 +100,7 @@ def main() -> None:
     a = ap.parse_args()
     db = a.db
     if db is None:
-        from agora.traces.bundle import import_bundle
+        from agora.traces.bundle_import import import_bundle
         from agora.traces.store import TraceStore
 
         db = Path(tempfile.mkdtemp()) / "ref.db"

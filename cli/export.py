@@ -11,7 +11,10 @@ from rich.markup import escape
 
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
-from agora.traces.bundle import SUFFIX, check_bundle, check_out_path, export_bundle, import_bundle
+from agora.traces.bundle import SUFFIX
+from agora.traces.bundle_export import check_out_path, export_bundle
+from agora.traces.bundle_import import import_bundle
+from agora.traces.bundle_reading import check_bundle
 from agora.traces.store import TraceStore, backfill, check_run_id, store_backend
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)

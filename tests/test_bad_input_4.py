@@ -385,14 +385,14 @@ def test_a_row_nested_100000_deep_is_one_line_not_a_recursion_error(bundle, tmp_
 
 
 def test_brackets_inside_texts_are_no_nesting(bundle, tmp_path, small_db):
-    from agora.traces.bundle import _too_deep
+    from agora.traces.bundle_reading import _too_deep
 
     assert not _too_deep(json.dumps({"t": "model_calls", "v": ["[" * 500 + "{" * 500, 1]}))
     assert _too_deep("[" * 17 + "]" * 17)
 
 
 def test_a_line_over_the_bound_is_refused_before_it_is_read_whole(bundle, tmp_path, monkeypatch):
-    import agora.traces.bundle as bundle_module
+    import agora.traces.bundle_reading as bundle_module
 
     monkeypatch.setattr(bundle_module, "MAX_LINE_CHARS", 20_000)  # (the header is a few kB)
     # 100,000 characters: past 4 x the bound in bytes, found in the fast first pass; 30,000: in the rows' pass

@@ -13,7 +13,8 @@ import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.training.datasets import align_pairs, dpo_rows
 from agora.traces.bench import bench_report, read_bench_spec
-from agora.traces.bundle import FORMAT, VERSION, read_header
+from agora.traces.bundle import FORMAT, VERSION
+from agora.traces.bundle_reading import read_header
 from agora.traces.store import TraceStore
 from test_bench import bench_args, scripted_pool, write_tasks
 

@@ -280,7 +280,8 @@ def test_program_of_thought_on_the_embedded_qwen_answers_a_gsm8k_question():
 
 
 def test_a_bundle_carries_the_recipe_and_program_columns(tmp_path):
-    from agora.traces.bundle import export_bundle, import_bundle
+    from agora.traces.bundle_export import export_bundle
+    from agora.traces.bundle_import import import_bundle
 
     store = TraceStore(tmp_path / "a.db")
     moa_run(store)

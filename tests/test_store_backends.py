@@ -16,7 +16,8 @@ from agora.graphs.runner import open_checkpointer, run_problems
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.tasks import Problem
-from agora.traces.bundle import export_bundle, import_bundle
+from agora.traces.bundle_export import export_bundle
+from agora.traces.bundle_import import import_bundle
 from agora.traces.replay import load_run, question_report, replay
 from agora.traces.report import method_table, open_trace_store, run_rows, run_summary, run_totals
 from agora.traces.store import TraceStore
