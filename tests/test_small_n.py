@@ -38,9 +38,9 @@ def two_question_bench(tmp_path_factory):
 def test_every_claim_of_a_two_question_bench_is_too_few_questions_in_json(two_question_bench):
     out, _ = two_question_bench
     report = json.loads((out / "bench.json").read_text())
-    # ALIGN − SC, best multi − best single, COMED vs each dense baseline the bench ran: MoA, debate, council
-    assert len(report["claims"]) == 5
-    assert [c["holds"] for c in report["claims"]] == [TOO_FEW] * 5
+    # ALIGN − SC, best multi − best single, COMED vs each dense baseline the bench ran: MoA, debate, council, SLM-MUX
+    assert len(report["claims"]) == 6
+    assert [c["holds"] for c in report["claims"]] == [TOO_FEW] * 6
     assert all(c["questions"] == 4 for c in report["claims"])  # 2 questions × 2 tasks, paired
     assert all(c["too_few"] for c in report["cells"]) and all(m["too_few"] for m in report["macro"])
     assert all(p["too_few"] for p in report["paired"])
@@ -51,7 +51,7 @@ def test_every_claim_of_a_two_question_bench_is_too_few_questions_in_markdown(tw
     out, _ = two_question_bench
     md = (out / "bench.md").read_text()
     claims = md.split("## Claims")[1].split("\n\n")[1].splitlines()[2:]
-    assert len(claims) == 5
+    assert len(claims) == 6
     for line in claims:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[-1] == TOO_FEW and cells[-2] == "4", line
@@ -68,7 +68,7 @@ def test_every_claim_of_a_two_question_bench_is_too_few_questions_in_markdown(tw
 def test_the_console_says_too_few_questions_for_every_claim(two_question_bench):
     _, console = two_question_bench
     claims = [line for line in console.splitlines() if line.startswith("claim:")]
-    assert len(claims) == 5 and all(line.endswith(f"(4 paired questions): {TOO_FEW}") for line in claims)
+    assert len(claims) == 6 and all(line.endswith(f"(4 paired questions): {TOO_FEW}") for line in claims)
 
 
 def test_the_plot_draws_intervals_and_spreads_coincident_methods(two_question_bench, monkeypatch):
