@@ -28,19 +28,16 @@ from rich.panel import Panel
 from rich.table import Table
 
 from agora.models._files import safe_file_name
-from agora.agents.cupid import (
-    LATENCY,
-    CupidConfig,
+from agora.agents.cupid import CupidConfig
+from agora.agents.cupid_features import LATENCY, feature_table, parse_theta, trace_features
+from agora.agents.cupid_simulation import (
     CupidPolicy,
     RucbPolicy,
     SimulatedUser,
     UniformPolicy,
     duel_regret,
-    feature_table,
-    parse_theta,
     persona_variants,
     simulate_regret,
-    trace_features,
 )
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app

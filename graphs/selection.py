@@ -69,21 +69,17 @@ from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
 from agora.agents.cupid import (
-    COST,
-    LATENCY,
     Choice,
     CupidConfig,
     affordable_pairs,
     answer_cost,
     bt_probability,
-    feature_table,
     laplace_update,
-    normalize_features,
     prior_belief,
     prob_best,
-    spec_features,
     ucb_pair,
 )
+from agora.agents.cupid_features import COST, LATENCY, feature_table, normalize_features, spec_features
 from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, pool_from, protocol_context
@@ -317,7 +313,7 @@ def _stop_reason(state: SelectionState, cfg: CupidConfig) -> StopReason | None:
 
 def known_features(pool: ModelPool, arms: list[str], given: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """Features known before the session: ``given`` (e.g. from traces), overridden by the pool file's
-    (:func:`~agora.agents.cupid.spec_features`)."""
+    (:func:`~agora.agents.cupid_features.spec_features`)."""
     return {m: {**given.get(m, {}), **row} for m, row in spec_features(pool, arms).items()}
 
 

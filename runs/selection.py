@@ -29,7 +29,8 @@ from typing import Any, Callable, Mapping, Sequence
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
-from agora.agents.cupid import CupidConfig, trace_features
+from agora.agents.cupid import CupidConfig
+from agora.agents.cupid_features import trace_features
 from agora.graphs.context import settings_from
 from agora.graphs.runner import open_checkpointer, raise_if_drained, recorded_run
 from agora.graphs.selection import (
@@ -120,7 +121,7 @@ def run_session(
         choose: the user (:data:`Chooser`).
         prompts: a new session's prompts, one per round, cycling (strings or ``{"id", "text"}``).
         features: known model features (``acc:gsm8k``, ``latency_s``...); default: those measured
-            in ``store`` (:func:`~agora.agents.cupid.trace_features`).
+            in ``store`` (:func:`~agora.agents.cupid_features.trace_features`).
         dataset: described in the ``runs`` row (``path``, ``format``); ``count`` is added.
         on_event: called with each custom stream event of the graph (``measured``, ``pair``,
             ``judged``, ``recommend``...); before ``recommend`` none names the model behind A or B,

@@ -5,31 +5,27 @@ import numpy as np
 import pytest
 
 from agora.agents.cupid import (
-    ACCURACY_PREFIX,
     CupidConfig,
-    CupidPolicy,
-    Persona,
-    RucbPolicy,
-    SimulatedUser,
-    UniformPolicy,
     affordable_pairs,
     answer_cost,
     bt_probability,
-    duel_regret,
-    feature_table,
     laplace_update,
-    normalize_features,
-    parse_theta,
-    persona_variants,
     prior_belief,
     prob_best,
     sigma_norm,
     sigmoid,
-    simulate_regret,
-    spec_features,
-    trace_features,
     ucb_pair,
 )
+from agora.agents.cupid_features import (
+    ACCURACY_PREFIX,
+    feature_table,
+    normalize_features,
+    parse_theta,
+    spec_features,
+    trace_features,
+)
+from agora.agents.cupid_simulation import (CupidPolicy, Persona, RucbPolicy, SimulatedUser, UniformPolicy, duel_regret,
+                                           persona_variants, simulate_regret)
 from agora.models.pool import ModelPool, ModelSpec, PoolMember, SamplingParams
 from agora.models.testing import ScriptedChatModel
 from agora.traces.store import TraceStore
