@@ -38,11 +38,11 @@ DEFAULT_PERSONAS = (
 def persona_variants(pool: ModelPool, personas: Sequence[Persona] = DEFAULT_PERSONAS) -> ModelPool:
     """The pool's members and, after each, its ``<model>-<persona>`` variants.
 
-    Variants are :func:`agora.agents.panel.persona_specs` with the persona's temperature, and share
+    Variants are :func:`agora.agents.personas.persona_specs` with the persona's temperature, and share
     their base member's chat model (same weights, loaded once). Base members keep their names, so
     their traced features still apply.
     """
-    from agora.agents.panel import persona_specs
+    from agora.agents.personas import persona_specs
 
     members = []
     for base in pool:

@@ -24,17 +24,17 @@ challenge exploratory). Each (speaker, partner) cell reports the mean per-respon
 percentile-bootstrap CI over responses (:func:`agora.agents.stats.bootstrap_ci`); responses with
 no tokens have no rate and are left out of the means.
 
-The pool members this module also builds (:func:`persona_specs`) are the same weights under a
-different ``system_prompt``: distinct members whose ``family`` is the base model's, which is what
-makes family labels an incomplete proxy.
+The behavioural distance and the panel that maximises it are :mod:`agora.agents.panel_choice`; the
+persona variants of the pool (:mod:`agora.agents.personas`) are the same weights under another
+``system_prompt``, distinct members whose ``family`` is the base model's, which is what makes family
+labels an incomplete proxy.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -42,38 +42,11 @@ import numpy as np
 from agora.agents._checks import check_count, check_names, check_number, check_seed
 from agora.agents.behaviour import DEFAULT_DETECTORS, CueDetector, measure
 from agora.agents.delegation import plurality
-from agora.models.pool import ModelSpec, builtin_pool_specs
+from agora.agents.panel_choice import behavioural_distance, family_distance, optimal_panels, panel_total
 from agora.agents.stats import bootstrap_ci
 
 NO_PARTNER = "(none)"
 """Column label of responses written without seeing another model's answer."""
-
-CAUTIOUS = ("You are a careful assistant. Say how confident you are, mention what you are unsure "
-            "about, and qualify any claim you cannot check.")
-"""System prompt of the ``cautious`` persona variant of the embedded models."""
-
-
-def persona_specs(bases: Sequence[ModelSpec], personas: Mapping[str, str]) -> list[ModelSpec]:
-    """Persona variants: each base spec under each persona's system prompt.
-
-    A variant is named ``<base>-<persona>``, keeps the base's weights and settings, has the persona
-    prompt appended to any system prompt the base had, and the base's ``family`` (or the base's
-    name when it has none).
-    """
-    out = []
-    for base in bases:
-        for persona, prompt in personas.items():
-            system = f"{base.system_prompt}\n\n{prompt}" if base.system_prompt else prompt
-            out.append(replace(base, name=f"{base.name}-{persona}", system_prompt=system,
-                               family=base.family or base.name))
-    return out
-
-
-def converse_default_specs(pool: str = "default") -> list[ModelSpec]:
-    """A built-in pool's models (``default``: the two Qwen models; ``tiny``: SmolLM2 and Gemma) plus
-    a ``cautious`` persona variant of each (4 members)."""
-    base = builtin_pool_specs(pool)
-    return list(base) + persona_specs(base, {"cautious": CAUTIOUS})
 
 
 # ----------------------------------------------------------------------------- settings
@@ -255,103 +228,6 @@ def partner_shift(rates: Mapping[str, float]) -> float:
     if lo == 0:
         return math.nan if hi == 0 else math.inf
     return (hi - lo) / lo
-
-
-def behavioural_distance(features: np.ndarray, agreement: np.ndarray) -> np.ndarray:
-    """Pairwise behavioural distance between models, in [0, 1].
-
-    ``d(a, b) = sqrt( (Σ_k δ_k(a, b)² + (1 − A_ab)²) / c_ab )`` with
-    ``δ_k(a, b) = |x_ak − x_bk| / (max_m x_mk − min_m x_mk)``: each feature (cue rates, mean
-    length) min–max normalised over the pool, ``A_ab`` the answer agreement rate, and ``c_ab`` the
-    number of terms present. A feature constant over the pool is left out; a ``nan`` feature or
-    agreement leaves its term out for the pairs it touches; a pair with no term gets ``nan``.
-    (Our definition: the paper compares behaviour vectors without fixing a metric.)
-
-    Args:
-        features: ``m×K`` feature values (``nan`` = unknown).
-        agreement: ``m×m`` agreement rates in [0, 1] (``nan`` = no shared question).
-
-    Returns:
-        ``m×m`` symmetric matrix with a zero diagonal.
-    """
-    x = np.asarray(features, dtype=float)
-    a = np.asarray(agreement, dtype=float)
-    m = x.shape[0]
-    if a.shape != (m, m):
-        raise ValueError(f"agreement must be {m}x{m}, got {a.shape}")
-    if m == 0:
-        return np.zeros((0, 0))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-nan feature: no span, left out
-        span = np.nanmax(x, axis=0) - np.nanmin(x, axis=0)
-    keep = np.isfinite(span) & (span > 0)
-    scaled = x[:, keep] / span[keep]
-    diff = scaled[:, None, :] - scaled[None, :, :]
-    sq = diff**2
-    terms = np.isfinite(sq).sum(axis=2) + np.isfinite(a)
-    total = np.nansum(sq, axis=2) + np.where(np.isfinite(a), (1 - a) ** 2, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d = np.sqrt(total / terms)
-    np.fill_diagonal(d, 0.0)
-    return d
-
-
-def panel_total(distance: np.ndarray, members: Sequence[int]) -> float:
-    """Total pairwise distance ``Σ_{i<j ∈ S} D_ij`` of a panel ``S`` (``nan`` counts as 0)."""
-    d = np.nan_to_num(np.asarray(distance, dtype=float))
-    idx = list(members)
-    return float(d[np.ix_(idx, idx)].sum() / 2)
-
-
-def optimal_panels(distance: np.ndarray, size: int, *, max_exact: int = 200_000,
-                   tol: float = 1e-9) -> tuple[list[tuple[int, ...]], bool]:
-    """Panels of ``size`` members maximising :func:`panel_total`.
-
-    Exhaustive when there are at most ``max_exact`` candidate panels: returns every optimal panel
-    (totals within ``tol`` of the best), in lexicographic index order, and ``True``. Otherwise a
-    greedy start (the farthest pair, then the member adding most) improved by single swaps until
-    none helps: one panel and ``False``.
-
-    Raises:
-        ValueError: ``size`` outside ``[1, m]``.
-    """
-    d = np.nan_to_num(np.asarray(distance, dtype=float))
-    m = d.shape[0]
-    if not 1 <= size <= m:
-        raise ValueError(f"panel size must be in [1, {m}], got {size}")
-    if math.comb(m, size) <= max_exact:
-        combos = np.array(list(itertools.combinations(range(m), size)), dtype=int).reshape(-1, size)
-        totals = np.zeros(len(combos))
-        for i, j in itertools.combinations(range(size), 2):
-            totals += d[combos[:, i], combos[:, j]]
-        best = totals.max()
-        ties = combos[totals >= best - tol * max(1.0, abs(best))]
-        return [tuple(int(v) for v in row) for row in ties], True
-    i, j = np.unravel_index(np.argmax(d), d.shape)
-    panel = sorted({int(i), int(j)})
-    while len(panel) < size:
-        gain = d[:, panel].sum(axis=1)
-        gain[panel] = -np.inf
-        panel = sorted(panel + [int(np.argmax(gain))])
-    improved = True
-    while improved:
-        improved = False
-        current = panel_total(d, panel)
-        for pos, out in itertools.product(range(size), range(m)):
-            if out in panel:
-                continue
-            trial = sorted(panel[:pos] + [out] + panel[pos + 1:])
-            if panel_total(d, trial) > current + tol:
-                panel, improved = trial, True
-                break
-    return [tuple(panel)], False
-
-
-def family_distance(names: Sequence[str], families: Mapping[str, str | None]) -> np.ndarray:
-    """``m×m`` 0/1 matrix: 1 where two models' family labels differ (a missing label counts as
-    the model's own name, i.e. a family of its own)."""
-    labels = [families.get(n) or n for n in names]
-    return np.array([[float(a != b) for b in labels] for a in labels])
 
 
 # ----------------------------------------------------------------------------- analysis

@@ -15,7 +15,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse, converse_default_specs
+from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse
+from agora.agents.personas import converse_default_specs
 from agora.models.pool import ModelPool, builtin_pool_name, load_pool, pool_from_specs
 from agora.cli._shared import (
     MAX_SHOTS,

@@ -40,7 +40,7 @@ from agora.agents.duel import DuelConfig
 from agora.agents.exp3 import Exp3Leader, LeaderState, leader_reward, target_gap
 from agora.agents.judge import Judge, Judgement, judge_means, position_bias
 from agora.agents.matching import Match, Matcher
-from agora.agents.panel import CAUTIOUS, persona_specs
+from agora.agents.personas import CAUTIOUS, persona_specs
 from agora.models.pool import ModelCallError, ModelPool, builtin_pool_specs, pool_from_specs
 from agora.agents.prompts import solver_messages
 from agora.agents.reputation import Reputation, ReputationState, aggregate_score

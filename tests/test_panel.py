@@ -6,18 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from agora.agents.panel import (
-    DiversityConfig,
-    analyse,
-    answer_agreement,
-    behavioural_distance,
-    converse_default_specs,
-    family_distance,
-    optimal_panels,
-    panel_total,
-    partner_shift,
-    persona_specs,
-)
+from agora.agents.panel import DiversityConfig, analyse, answer_agreement, partner_shift
+from agora.agents.panel_choice import behavioural_distance, family_distance, optimal_panels, panel_total
+from agora.agents.personas import converse_default_specs, persona_specs
 from agora.models.pool import ModelSpec
 
 
