@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from openai_stub import StubServer
+from waiting import wait_until
 
 from agora.agents.delegation import DelegationConfig
 from agora.models.pool import ModelSpec, SamplingParams, load_pool
@@ -133,10 +134,8 @@ def test_agora_serve_writes_the_pool_file_and_stops_its_servers_on_sigterm(fake_
          "--log-dir", str(fake_vllm / "logs")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        for _ in range(600):
-            if pool_out.is_file() or proc.poll() is not None:
-                break
-            time.sleep(0.1)
+        wait_until(pool_out.is_file, f"agora serve to write {pool_out.name}", timeout_s=300,
+                   alive=lambda: proc.poll() is None, log=lambda: _stop_and_read(proc))
         pool = load_pool(pool_out)
         samples, _ = pool.sample("small", [{"role": "user", "content": "hi"}], SamplingParams())
         proc.send_signal(signal.SIGTERM)
@@ -215,16 +214,17 @@ class Served:
         return path
 
 
+def _stop_and_read(process: subprocess.Popen) -> str:
+    """The output of ``process`` (text, stdout piped), after SIGTERM if it still runs, with its status."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=60)[0]
+    return f"(status {process.returncode})\n{output}"
+
+
 def _wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.is_file():
-        if process.poll() is not None or time.monotonic() > deadline:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-            output = process.communicate(timeout=60)[0]
-            pytest.fail(f"agora serve wrote no pool file (status {process.returncode}):\n{output[-4000:]}",
-                        pytrace=False)
-        time.sleep(0.5)
+    wait_until(path.is_file, f"agora serve to write the pool file {path}", timeout_s=timeout_s,
+               alive=lambda: process.poll() is None, log=lambda: _stop_and_read(process), interval_s=0.5)
 
 
 @pytest.fixture(scope="module")
