@@ -24,7 +24,7 @@ POT = {"name": "pot", "cpu_s": 1, "wall_s": 4, "memory_mb": 256}
 def hostile(marker: Path) -> list[tuple[str, str, str]]:
     """(case, program, the start of its error): the issue's list, with ``marker`` a path outside the folder."""
     return [
-        ("infinite loop", "while True:\n    pass", "TimeoutError: the program used its CPU-time limit"),
+        ("infinite loop", "while True:\n    pass", "TimeoutError: the program "),  # its CPU-time limit, or on a loaded machine its wall-time limit first
         ("fork bomb", "import os\nwhile True:\n    os.fork()", "ImportError: import of 'os' is not allowed"),
         ("10 GB allocation", "x = bytearray(10 * 1024 ** 3)\nprint(len(x))", "MemoryError"),
         ("10 GB list", "x = [0] * (10 ** 10 // 8)\nprint(len(x))", "MemoryError"),
