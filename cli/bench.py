@@ -23,7 +23,8 @@ from rich.progress import (
 from rich.table import Table
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.escalation import EscalationConfig, EscalationThresholds, load_thresholds
+from agora.agents.escalation import EscalationConfig, EscalationThresholds
+from agora.agents.escalation_calibration import load_thresholds
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli import _run

@@ -17,16 +17,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from agora.agents.escalation import (
-    EscalationConfig,
-    EscalationThresholds,
-    ThresholdsFile,
-    check_pool,
-    baseline_names,
-    decision_grid,
-    load_thresholds,
-    write_thresholds,
-)
+from agora.agents.escalation import EscalationConfig, EscalationThresholds, check_pool, baseline_names, decision_grid
+from agora.agents.escalation_calibration import ThresholdsFile, load_thresholds, write_thresholds
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._apps import calibrate_app, run_app

@@ -10,7 +10,7 @@ resumes an interrupted one from its last finished step, like any run.
 COMED's thresholds are calibrated honestly when a dev split is given (:class:`DevSplit`): the
 explore run ``<bench>:<scope>:comed-dev`` answers dev questions disjoint from every test question
 it applies to (test questions are dropped from it, and counted), then
-:func:`agora.agents.escalation.calibrate` picks the thresholds the test run uses. The thresholds
+:func:`agora.agents.escalation_calibration.calibrate` picks the thresholds the test run uses. The thresholds
 and their source go into the report (:mod:`agora.traces.bench`); without a dev split the report says
 the fixed thresholds were used.
 
@@ -31,7 +31,8 @@ from langgraph.graph import END, START
 from langgraph.runtime import RunControl
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.escalation import EscalationConfig, calibrate, check_pool
+from agora.agents.escalation import EscalationConfig, check_pool
+from agora.agents.escalation_calibration import calibrate
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter
 from agora.graphs.delegation import METHODS as ALIGN_METHODS, DelegationContext, build_delegation_graph
@@ -228,7 +229,7 @@ class BenchConfig:
     thresholds_source: str = DEFAULT_SOURCE
     """Where ``comed.thresholds`` came from, for the report, when no dev split is given."""
     lam: float = 0.01
-    """Calibration cost weight λ (:func:`agora.agents.escalation.calibration_objective`)."""
+    """Calibration cost weight λ (:func:`agora.agents.escalation_calibration.calibration_objective`)."""
     max_calls: float | None = None
     """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
     concurrency: int | None = 1

@@ -9,16 +9,18 @@ import pytest
 from typer.testing import CliRunner
 
 from agora.agents.escalation import (
-    DevOutcome,
     EscalationConfig,
     EscalationThresholds,
-    calibrate,
-    calibration_objective,
-    candidate_thresholds,
     check_pool,
     decide,
     decision_grid,
     escalation_vote,
+)
+from agora.agents.escalation_calibration import (
+    DevOutcome,
+    calibrate,
+    calibration_objective,
+    candidate_thresholds,
     load_thresholds,
     rescue_harm,
     score_policy,

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from agora.agents.escalation import DevOutcome, rescue_harm
+from agora.agents.escalation_calibration import DevOutcome, rescue_harm
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.tasks.answers import extract_answer
 from agora.tasks.scoring import score_answer

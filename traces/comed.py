@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from agora.agents.escalation import (
+from agora.agents.escalation import EscalationThresholds
+from agora.agents.escalation_calibration import (
     DevOutcome,
-    EscalationThresholds,
     PolicyScore,
     RescueHarm,
     calibrate,
@@ -48,7 +48,7 @@ def comed_summary(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> 
 
     Raises:
         ValueError: the rescue–harm identity fails on some question (see
-            :func:`agora.agents.escalation.rescue_harm`).
+            :func:`agora.agents.escalation_calibration.rescue_harm`).
     """
     details = {q["question_id"]: json.loads(q["detail"] or "{}") for q in store.questions(run_id)}
     calls: dict[str, list[int]] = {}
@@ -93,7 +93,7 @@ def calibrate_run(store: TraceStore, run_id: str, lam: float, max_calls: float |
     """Calibrate COMED's thresholds on the ``explore`` run ``run_id``, as a replay over its traces:
     the run is read once (:func:`agora.traces.replay.load_run`), every candidate policy is scored on
     its recorded branches (:func:`agora.traces.replay.dev_outcomes`, then
-    :func:`agora.agents.escalation.calibrate` with cost weight ``lam``, accuracy fraction per extra
+    :func:`agora.agents.escalation_calibration.calibrate` with cost weight ``lam``, accuracy fraction per extra
     model call per question, and the optional budget ``max_calls``, mean model calls per
     question), and the chosen thresholds are replayed over the run (the ``comed`` rule), with no
     model call.

@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
-from agora.agents.escalation import DevOutcome, EscalationThresholds, decide, escalates
+from agora.agents.escalation import EscalationThresholds, decide, escalates
+from agora.agents.escalation_calibration import DevOutcome
 from agora.tasks.scoring import score_answer
 from agora.agents.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench import dev_outcome, too_few
