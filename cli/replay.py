@@ -13,7 +13,9 @@ from rich.table import Table
 from agora.cli._apps import app
 from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
 from agora.traces.bench import MIN_QUESTIONS, TOO_FEW
-from agora.traces.replay import RULES, check_rule, load_run, paired_table, parse_params, replay, reproduced
+from agora.traces.replay import check_rule, paired_table, replay, reproduced
+from agora.traces.replay_rules import RULES, parse_params
+from agora.traces.run_trace import load_run
 from agora.traces.store import TraceStore, check_run_id
 
 

@@ -16,7 +16,7 @@ from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
 from agora.cli.comed import print_comed_decisions
 from agora.traces.comed import comed_summary
 from agora.traces.members import has_recipes, member_rows
-from agora.traces.replay import question_report
+from agora.traces.question_report import question_report
 from agora.traces.report import TOO_FEW, disagreements, open_trace_store, run_rows, run_summary, unknown_tokens_note
 from agora.traces.store import check_run_id
 

@@ -414,7 +414,7 @@ def test_the_question_report_names_each_samples_recipe(tmp_path):
     from typer.testing import CliRunner
 
     from agora.cli.main import app
-    from agora.traces.replay import question_report
+    from agora.traces.question_report import question_report
 
     db = tmp_path / "t.db"
     store = TraceStore(db)

@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.traces.comed import calibrate_run
-from agora.traces.replay import RULES, Choice, load_run, paired_table, parse_params, replay, reproduced, selection_rule
+from agora.traces.replay import paired_table, replay, reproduced
+from agora.traces.replay_rules import RULES, Choice, parse_params, selection_rule
+from agora.traces.run_trace import load_run
 from agora.traces.store import TraceStore
 from test_bench import bench_args, scripted_pool, write_tasks
 

@@ -12,7 +12,8 @@ import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.runs.shared import SHARED_KEY
 from agora.traces import report as trace_report
-from agora.traces.replay import load_run, replay, reproduced
+from agora.traces.replay import replay, reproduced
+from agora.traces.run_trace import load_run
 from agora.traces.store import TraceStore
 from test_bench_shared import TINY, args, scripted_tiny, write_math
 

@@ -18,7 +18,9 @@ from agora.agents.escalation_calibration import (
     rescue_harm,
     score_policy,
 )
-from agora.traces.replay import ReplayResult, dev_outcomes, load_run, replay
+from agora.traces.replay import ReplayResult, replay
+from agora.traces.replay_rules import dev_outcomes
+from agora.traces.run_trace import load_run
 from agora.traces.report import MethodRow, method_table
 from agora.traces.store import TraceStore
 
@@ -91,8 +93,8 @@ class Calibration:
 
 def calibrate_run(store: TraceStore, run_id: str, lam: float, max_calls: float | None = None) -> Calibration:
     """Calibrate COMED's thresholds on the ``explore`` run ``run_id``, as a replay over its traces:
-    the run is read once (:func:`agora.traces.replay.load_run`), every candidate policy is scored on
-    its recorded branches (:func:`agora.traces.replay.dev_outcomes`, then
+    the run is read once (:func:`agora.traces.run_trace.load_run`), every candidate policy is scored on
+    its recorded branches (:func:`agora.traces.replay_rules.dev_outcomes`, then
     :func:`agora.agents.escalation_calibration.calibrate` with cost weight ``lam``, accuracy fraction per extra
     model call per question, and the optional budget ``max_calls``, mean model calls per
     question), and the chosen thresholds are replayed over the run (the ``comed`` rule), with no

@@ -1,0 +1,335 @@
+"""Replay's selection rules: the registry (:func:`selection_rule`, :data:`RULES`), how a rule's
+parameters are read (:func:`parse_params`), and the built-in rules (ALIGN, best-of-n, plurality,
+first sample, a vote weighted by dev accuracy, COMED), each a function
+``(question, params, context) -> Choice`` over a recorded question's samples
+(:class:`agora.traces.run_trace.QuestionTrace`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
+from agora.agents.escalation import EscalationThresholds, decide, escalates
+from agora.agents.escalation_calibration import DevOutcome
+from agora.tasks.scoring import score_answer
+from agora.traces.bench import dev_outcome
+
+from agora.traces.run_trace import QuestionTrace, RunTrace
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What a rule picked on one question."""
+
+    answer: str | None
+    why: str
+    """One line: how the rule reached the answer (votes, utilities, decision)."""
+    samples: int
+    """Recorded samples the answer drew on (0: none, the method failed on this question)."""
+
+
+class Unavailable(Exception):
+    """The question's recorded trace lacks what the rule needs (the message says what)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayContext:
+    """What a rule may read besides the question: the run and, for weighted votes, model weights."""
+
+    run: RunTrace
+    model_accuracy: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """model → (right, scored) samples on the dev run (``--dev-run-id``); empty without one."""
+
+
+RuleFn = Callable[[QuestionTrace, dict[str, Any], ReplayContext], Choice]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A registered selection rule (:func:`selection_rule`)."""
+
+    name: str
+    decide: RuleFn
+    params: dict[str, Any]
+    """Parameter → default (its type is the type ``--param`` values are read as)."""
+    help: str
+    from_config: Callable[[RunTrace], dict[str, Any]] | None = None
+    """The run's own settings for these parameters (override the defaults)."""
+    reproduces: dict[str, str] = field(default_factory=dict)
+    """protocol → the recorded method this rule computes under the run's own settings."""
+    needs_dev: bool = False
+    protocols: tuple[str, ...] = ()
+    """The protocols whose runs the rule applies to (their traces hold what it reads); empty: any
+    protocol (a rule over the samples of ``roles``)."""
+
+    def applies_to(self, protocol: str) -> bool:
+        return not self.protocols or protocol in self.protocols
+
+
+#: Every registered rule, by name.
+RULES: dict[str, Rule] = {}
+
+
+def selection_rule(name: str, *, params: dict[str, Any] | None = None, help: str = "",
+                   from_config: Callable[[RunTrace], dict[str, Any]] | None = None,
+                   reproduces: dict[str, str] | None = None, needs_dev: bool = False,
+                   protocols: Sequence[str] = ()) -> Callable[[RuleFn], RuleFn]:
+    """Register ``fn(question, params, context) -> Choice`` as rule ``name`` (a plug-in: a new rule
+    is one decorated function). ``params``: name → default; ``from_config``: the run's own values;
+    ``reproduces``: protocol → the recorded method it equals under those; ``needs_dev``: the rule
+    reads per-model accuracy from a dev run; ``protocols``: the protocols whose runs it applies to
+    (default: any; :func:`check_rule` refuses the others). Raise :class:`Unavailable` for a question
+    whose trace lacks what the rule needs.
+
+    Raises:
+        ValueError: ``name`` is taken.
+    """
+    def register(fn: RuleFn) -> RuleFn:
+        if name in RULES:
+            raise ValueError(f"selection rule {name!r} is already registered")
+        RULES[name] = Rule(name, fn, dict(params or {}), help or (fn.__doc__ or "").strip().split("\n")[0],
+                           from_config, dict(reproduces or {}), needs_dev, tuple(protocols))
+        return fn
+    return register
+
+
+def parse_params(rule: Rule, items: Sequence[str], run: RunTrace | None = None) -> dict[str, Any]:
+    """The rule's parameters: its defaults, the run's own settings, then ``items`` (``k=v``), each
+    read as its default's type (``true``/``false`` for booleans).
+
+    Raises:
+        ValueError: an item without ``=``, an unknown parameter (the message lists them), a
+            parameter given twice, an empty value (``roles=``: leave the parameter out for its
+            default) or a value that is not of the parameter's type.
+    """
+    out = dict(rule.params)
+    if run is not None and rule.from_config is not None:
+        out.update({k: v for k, v in rule.from_config(run).items() if k in out and v is not None})
+    given: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"--param {item!r}: expected key=value")
+        if key not in rule.params:
+            raise ValueError(f"--param {key}: rule {rule.name} has no such parameter; it takes "
+                             f"{', '.join(rule.params) or 'none'}")
+        if key in given:
+            raise ValueError(f"--param {key}: given twice ({key}={given[key]} and {key}={value}); give it once")
+        given[key] = value
+        if not value.strip(" ,"):
+            default = rule.params[key]
+            raise ValueError(f"--param {key}={value}: an empty value; give one, or leave --param {key} out for "
+                             + (f"its default {default!r}" if default != "" else "the protocol's default")
+                             + (f" ({default_roles(run)} on this {run.protocol} run)" if key == "roles" and run else ""))
+        kind = type(rule.params[key])
+        try:
+            if kind is bool:
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                out[key] = value.lower() in ("true", "1")
+            else:
+                out[key] = kind(value)
+        except ValueError:
+            raise ValueError(f"--param {key}={value}: not a {kind.__name__}") from None
+    return out
+
+
+def _candidates(q: QuestionTrace, roles: str) -> list[dict[str, Any]]:
+    """The question's samples of ``roles`` (comma-separated) as ALIGN candidates, ordered by agent
+    (``None`` as 0) then sample index."""
+    wanted = [r.strip() for r in roles.split(",") if r.strip()]
+    rows = [s for s in q.samples if s.role in wanted]
+    cands = [{"agent": s.agent or 0, "model": s.model, "index": s.sample_index or 0, "text": "", "answer": s.answer,
+              "how": s.how} for s in rows]
+    return sorted(cands, key=lambda c: (c["agent"], c["index"]))
+
+
+def default_roles(run: RunTrace) -> str:
+    return {"comed": "anchor", "candidates": "candidate"}.get(run.protocol, "agent")
+
+
+def _votes(answers: Sequence[str | None]) -> str:
+    counts = Counter(a for a in answers if a is not None)
+    none = sum(a is None for a in answers)
+    return ", ".join(f"{a!r}×{n}" for a, n in counts.most_common()) + (f", no answer×{none}" if none else "")
+
+
+def _align_config(run: RunTrace) -> dict[str, Any]:
+    return {k: run.config.get(k) for k in ("tau", "proposal_rule")}
+
+
+def _proposals(q: QuestionTrace, rule: str, ctx: ReplayContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    cands = _candidates(q, "agent")
+    agents = sorted({c["agent"] for c in cands} | set(range(int(ctx.run.config.get("n_agents") or 0))))
+    models = {c["agent"]: c["model"] for c in cands}
+    return cands, [propose(a, models.get(a, ""), cands, rule) for a in agents]
+
+
+def _check_choice(value: str, allowed: Sequence[str], name: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"--param {name}={value}: choose from {', '.join(allowed)}")
+
+
+@selection_rule("align", params={"tau": 0.5, "proposal_rule": "plurality"}, from_config=_align_config,
+                reproduces={"align": "align"}, protocols=("align",),
+                help="ALIGN's principal: best proposal with utility U >= tau, else argmax U (agents' samples).")
+def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """ALIGN's committed rule (:func:`agora.agents.delegation.principal_select`) on the recorded
+    agents' candidates, with each agent's proposal re-made under ``proposal_rule``."""
+    _check_choice(p["proposal_rule"], ("plurality", "first"), "proposal_rule")
+    if not 0.0 <= p["tau"] <= 1.0:
+        raise ValueError(f"--param tau={p['tau']}: must be in [0, 1]")
+    cands, proposals = _proposals(q, p["proposal_rule"], ctx)
+    utilities = agreement_utility([x["answer"] for x in proposals], proposals)
+    sel = principal_select(proposals, utilities, p["tau"])
+    shown = "; ".join(f"agent {x['agent']} {x['answer']!r} (share {x['signal']:.2f}, U {u:.2f})"
+                      for x, u in zip(proposals, utilities))
+    verdict = (f"U {sel['utility']:.2f} >= τ {p['tau']:g}" if sel["accepted"]
+               else f"no U reached τ {p['tau']:g}: argmax U {sel['utility']:.2f}")
+    return Choice(sel["answer"], f"agent {sel['agent']}'s proposal, {verdict}; proposals: {shown}", len(cands))
+
+
+@selection_rule("best_of_n", params={"proposal_rule": "plurality", "utility": "agreement"},
+                from_config=lambda run: {"proposal_rule": run.config.get("proposal_rule"),
+                                         "utility": run.config.get("utility")},
+                reproduces={"align": "best_of_n"}, protocols=("align",),
+                help="The candidate with the highest principal utility U over all agents' samples.")
+def best_of_n_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """Best-of-n·k (:func:`agora.agents.delegation.best_of_n`) under ``utility`` (``agreement``)."""
+    _check_choice(p["proposal_rule"], ("plurality", "first"), "proposal_rule")
+    _check_choice(p["utility"], ("agreement",), "utility")
+    cands, proposals = _proposals(q, p["proposal_rule"], ctx)
+    if not cands:
+        return Choice(None, "no candidate", 0)
+    utilities = agreement_utility([c["answer"] for c in cands], proposals)
+    best = max(range(len(cands)), key=lambda i: (utilities[i], -i))
+    return Choice(cands[best]["answer"], f"agent {cands[best]['agent']} sample {cands[best]['index']}: "
+                  f"highest U {utilities[best]:.2f}; candidates {_votes([c['answer'] for c in cands])}", len(cands))
+
+
+@selection_rule("plurality", params={"roles": ""}, reproduces={"align": "self_consistency", "comed": "anchor",
+                                                                  "candidates": "candidates"},
+                help="Majority vote over the first-stage samples (ALIGN agents', COMED anchor's; --param roles=...).")
+def plurality_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """Plurality (:func:`agora.agents.delegation.plurality`) over the samples of ``roles``
+    (comma-separated; default: ``agent`` for ALIGN runs, ``anchor`` for COMED runs, ``candidate`` for a
+    bench's candidates run), ties to the
+    answer seen first (by agent, then sample)."""
+    cands = _candidates(q, p["roles"] or default_roles(ctx.run))
+    answer, share = plurality([c["answer"] for c in cands])
+    return Choice(answer, f"{share:.2f} of {len(cands)} votes; {_votes([c['answer'] for c in cands])}", len(cands))
+
+
+@selection_rule("first_sample", params={"roles": ""}, reproduces={"align": "single_agent", "comed": "router_only"},
+                help="One sample: the first sample of the first agent (ALIGN agent 0, COMED's anchor).")
+def first_sample_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """The first sample (lowest agent, sample 0) of ``roles``: the single-agent baseline."""
+    cands = _candidates(q, p["roles"] or default_roles(ctx.run))
+    first = [c for c in cands if c["agent"] == 0 and c["index"] == 0] if cands else []
+    if not first:
+        return Choice(None, "agent 0 has no first sample", 0)
+    return Choice(first[0]["answer"], f"agent 0's first sample ({first[0]['model']}, {first[0]['how']})", 1)
+
+
+def model_accuracy(run: RunTrace, roles: str | None = None) -> dict[str, tuple[int, int]]:
+    """Per model: (right, scored) samples of ``roles`` (default: the run's first-stage role) on the
+    run's questions with gold, scored with :func:`agora.tasks.scoring.score_answer`."""
+    out: dict[str, list[int]] = {}
+    for q in run.questions:
+        if q.gold is None:
+            continue
+        for c in _candidates(q, roles or default_roles(run)):
+            tally = out.setdefault(c["model"], [0, 0])
+            tally[0] += int(bool(score_answer(c["answer"], q.gold, q.kind)))
+            tally[1] += 1
+    return {m: (r, n) for m, (r, n) in out.items()}
+
+
+@selection_rule("weighted_vote", params={"weight": "log_odds", "prior": 1.0, "roles": ""}, needs_dev=True,
+                help="A vote weighted by each model's accuracy on a dev run (--dev-run-id).")
+def weighted_vote_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """Each sample votes for its answer with its model's weight, from the model's dev accuracy
+    ``a = (right + prior) / (scored + 2·prior)`` (Laplace-smoothed): ``log_odds`` weighs
+    ``log(a / (1 − a))`` (the optimal weights for independent binary voters, Nitzan & Paroush
+    1982; negative for a model below 1/2, whose votes then count against their answer),
+    ``accuracy`` weighs ``a``. Ties go to the answer seen first; a model absent from the dev run
+    weighs as an unseen one (a = 1/2)."""
+    _check_choice(p["weight"], ("log_odds", "accuracy"), "weight")
+    if p["prior"] < 0:
+        raise ValueError(f"--param prior={p['prior']}: must be >= 0")
+    cands = _candidates(q, p["roles"] or default_roles(ctx.run))
+
+    def weight(model: str) -> float:
+        right, n = ctx.model_accuracy.get(model, (0, 0))
+        a = (right + p["prior"]) / (n + 2 * p["prior"]) if n + 2 * p["prior"] > 0 else 0.5
+        a = min(max(a, 1e-6), 1 - 1e-6)
+        return math.log(a / (1 - a)) if p["weight"] == "log_odds" else a
+
+    tally: dict[str, float] = {}
+    for c in cands:
+        if c["answer"] is not None:
+            tally[c["answer"]] = tally.get(c["answer"], 0.0) + weight(c["model"])
+    if not tally:
+        return Choice(None, "no candidate has an answer", len(cands))
+    best = max(tally.values())
+    answer = next(a for a in tally if math.isclose(tally[a], best))
+    shown = ", ".join(f"{a!r} {w:.2f}" for a, w in sorted(tally.items(), key=lambda kv: -kv[1]))
+    return Choice(answer, f"weighted votes ({p['weight']}): {shown}", len(cands))
+
+
+def _comed_config(run: RunTrace) -> dict[str, Any]:
+    return dict(run.config.get("thresholds") or {})
+
+
+@selection_rule("comed", params={"tau_hi": EscalationThresholds().tau_hi, "tau_lo": EscalationThresholds().tau_lo,
+                                 "m_min": EscalationThresholds().m_min},
+                from_config=_comed_config, reproduces={"comed": "comed"}, protocols=("comed",),
+                help="COMED's decide rule under other thresholds (needs the branches it takes recorded).")
+def comed_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """COMED (:func:`agora.agents.escalation.decide`) on the recorded anchor SC and router margin:
+    accept keeps the anchor's answer; verify reads the recorded probe (agrees: accept, else the
+    recorded escalation); escalate takes the recorded escalation vote.
+
+    Raises:
+        Unavailable: the decision needs a probe or an escalation the run did not record (it took
+            another branch under its own thresholds; an explore run records every branch).
+    """
+    t = EscalationThresholds(tau_hi=p["tau_hi"], tau_lo=p["tau_lo"], m_min=p["m_min"])
+    d = q.detail
+    anchor = d.get("anchor") or {}
+    if "sc" not in anchor or anchor.get("sc") is None:
+        raise Unavailable("no anchor recorded")
+    margin = (d.get("route") or {}).get("margin")
+    decision = decide(anchor["sc"], margin, t)
+    base = f"SC {anchor['sc']:.2f}" + (f", margin {margin:.2f}" if margin is not None else "") + f" → {decision}"
+    samples = len(q.of("anchor"))
+    if decision == "accept":
+        return Choice(anchor.get("answer"), f"{base}: the anchor's {anchor.get('answer')!r}", samples)
+    probe = d.get("probe")
+    if decision == "verify":
+        if probe is None:
+            raise Unavailable("verify needs the probe, which the run did not ask")
+        samples += len(q.of("probe"))
+        if not escalates(decision, probe.get("agrees")):
+            return Choice(anchor.get("answer"), f"{base}: probe {probe.get('answer')!r} agrees, the anchor's "
+                          f"{anchor.get('answer')!r}", samples)
+    esc = d.get("escalation")
+    if esc is None:
+        raise Unavailable(f"{decision} needs the escalation, which the run did not run")
+    samples += len(q.of("peer"))
+    peers = ", ".join(repr(x.get("answer")) for x in esc.get("peers") or [])
+    return Choice(esc.get("answer"), f"{base}" + (f" (probe {probe.get('answer')!r} disagrees)" if probe and
+                                                 decision == "verify" else "")
+                  + f": escalation vote of anchor {anchor.get('answer')!r} (weight SC) and peers {peers}", samples)
+
+
+def dev_outcomes(run: RunTrace) -> list[DevOutcome]:
+    """COMED calibration inputs from a recorded ``explore`` run, read through replay: one
+    :class:`DevOutcome` per question with gold and every branch recorded
+    (:func:`agora.traces.bench.dev_outcome`)."""
+    return [o for o in (dev_outcome(q.detail) for q in run.questions) if o is not None]
