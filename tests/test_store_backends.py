@@ -246,3 +246,20 @@ def test_workers_creating_one_table_at_once_do_not_collide(postgres_server):
     assert errors == [] and [r["bench_id"] for r in stores[0].db.query("select bench_id from benches")] == ["b"]
     for s in stores:
         s.close()
+
+
+def test_a_bundle_of_a_postgres_run_carries_no_work_sharing_state(tmp_path, postgres_server):
+    import gzip
+    import json
+
+    from agora.traces.claims import Claims
+
+    store = TraceStore(postgres_server.database())
+    record_align_run(store)
+    Claims(store, "r1").seed([(0, "q1")])  # (what a worker of the run leaves)
+    bundle = tmp_path / "r1.agora.jsonl.gz"
+    export_bundle(store, bundle, ["r1"])
+    with gzip.open(bundle, "rt") as f:
+        tables = list(json.loads(f.readline())["tables"])
+    assert tables == ["runs", "questions", "results", "model_calls"]
+    store.close()

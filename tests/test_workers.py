@@ -108,7 +108,7 @@ def test_three_workers_one_killed_record_what_one_process_records(tmp_path, post
             import psycopg
 
             with psycopg.connect(shared) as conn:
-                [(holder,)] = conn.execute("select worker from claims where run_id = 'r' and question_id = %s",
+                [(holder,)] = conn.execute("select worker from agora_claims.claims where run_id = 'r' and question_id = %s",
                                            [HELD]).fetchall()
             pid = int(holder.split(":")[-2])
             victim = next(w for w in workers if w.pid == pid)
@@ -132,8 +132,9 @@ def test_three_workers_one_killed_record_what_one_process_records(tmp_path, post
         assert [n for _, n in got["calls"]] == [q[3] for q in got["questions"]]
         assert got["status"] == "finished"
         with psycopg.connect(shared) as conn:
-            claims = conn.execute("select count(*), sum(done::int), max(attempts) from claims where run_id = 'r'").fetchone()
-            held_attempts = conn.execute("select attempts from claims where run_id = 'r' and question_id = %s",
+            claims = conn.execute("select count(*), sum(done::int), max(attempts) from agora_claims.claims "
+                                  "where run_id = 'r'").fetchone()
+            held_attempts = conn.execute("select attempts from agora_claims.claims where run_id = 'r' and question_id = %s",
                                          [HELD]).fetchone()[0]
         assert claims[0] == N_QUESTIONS and claims[1] == N_QUESTIONS
         assert held_attempts == 2  # the killed worker's, then the one that took it over

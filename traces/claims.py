@@ -1,4 +1,4 @@
-"""Several workers on one run (Postgres): the ``claims`` table shares a run's questions out.
+"""Several workers on one run (Postgres): the ``claims`` table (schema ``agora_claims``) shares a run's questions out.
 
 Each question of a run has one ``claims`` row (``run_id, question_id``: ``idx``, ``worker``,
 ``lease_until``, ``done``). A worker takes the next free question with Postgres's own row locking,
@@ -25,8 +25,13 @@ from typing import Any, Iterator, Sequence
 #: Seconds a claimed question stays a worker's without a renewal (``AGORA_LEASE_S`` overrides).
 LEASE_S = 60.0
 
+#: Where the claims live: a schema of their own, apart from the trace tables (work-sharing state, not
+#: traces: bundles and reports do not carry it).
+TABLE = "agora_claims.claims"
+
 _TABLE = """
-CREATE TABLE IF NOT EXISTS claims (
+CREATE SCHEMA IF NOT EXISTS agora_claims;
+CREATE TABLE IF NOT EXISTS agora_claims.claims (
     run_id TEXT NOT NULL, question_id TEXT NOT NULL, idx BIGINT, worker TEXT,
     lease_until TIMESTAMPTZ, done BOOLEAN NOT NULL DEFAULT false, attempts BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, question_id))
@@ -35,7 +40,7 @@ CREATE TABLE IF NOT EXISTS claims (
 
 def create_claims_table(db: Any) -> None:
     """Create the ``claims`` table in a Postgres trace database (:class:`agora.traces.postgres.PostgresDatabase`)."""
-    db.execute(_TABLE)
+    db.executescript(_TABLE)
 
 
 def lease_s() -> float:
@@ -78,11 +83,11 @@ class Claims:
         ids = [q for _, q in questions]
         with self.db.conn:
             with self.db._connection() as conn, conn.cursor() as cur:
-                cur.executemany("INSERT INTO claims (run_id, question_id, idx) VALUES (%s, %s, %s) "
+                cur.executemany("INSERT INTO agora_claims.claims (run_id, question_id, idx) VALUES (%s, %s, %s) "
                                 "ON CONFLICT DO NOTHING", [(self.run_id, q, i) for i, q in questions])
-            self.db.execute("UPDATE claims SET done = false, worker = NULL, lease_until = NULL WHERE run_id = ? "
+            self.db.execute("UPDATE agora_claims.claims SET done = false, worker = NULL, lease_until = NULL WHERE run_id = ? "
                             "AND done AND question_id = ANY(?) AND NOT EXISTS (SELECT 1 FROM questions q WHERE "
-                            "q.run_id = claims.run_id AND q.question_id = claims.question_id)", [self.run_id, ids])
+                            "q.run_id = agora_claims.claims.run_id AND q.question_id = agora_claims.claims.question_id)", [self.run_id, ids])
 
     def start(self) -> "Claims":
         """Start renewing this worker's leases (a daemon thread)."""
@@ -99,7 +104,7 @@ class Claims:
             held = sorted(self.held)
         if held:
             with contextlib.suppress(Exception):
-                self.db.execute("UPDATE claims SET worker = NULL, lease_until = NULL WHERE run_id = ? AND "
+                self.db.execute("UPDATE agora_claims.claims SET worker = NULL, lease_until = NULL WHERE run_id = ? AND "
                                 "worker = ? AND question_id = ANY(?) AND NOT done", [self.run_id, self.worker, held])
 
     def _renew(self) -> None:
@@ -108,7 +113,7 @@ class Claims:
                 held = sorted(self.held)
             if held:
                 with contextlib.suppress(Exception):  # a connection blip: the next beat tries again
-                    self.db.execute("UPDATE claims SET lease_until = now() + make_interval(secs => ?) WHERE "
+                    self.db.execute("UPDATE agora_claims.claims SET lease_until = now() + make_interval(secs => ?) WHERE "
                                     "run_id = ? AND worker = ? AND question_id = ANY(?)",
                                     [self.lease_s, self.run_id, self.worker, held])
 
@@ -117,13 +122,13 @@ class Claims:
         free now (done, or leased by a live worker)."""
         with self.db.conn:
             rows = list(self.db.query(
-                "SELECT question_id, worker FROM claims WHERE run_id = ? AND question_id = ANY(?) AND NOT done AND "
+                "SELECT question_id, worker FROM agora_claims.claims WHERE run_id = ? AND question_id = ANY(?) AND NOT done AND "
                 "(lease_until IS NULL OR lease_until < now()) ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED",
                 [self.run_id, list(ids)]))
             if not rows:
                 return None
             qid = rows[0]["question_id"]
-            self.db.execute("UPDATE claims SET worker = ?, lease_until = now() + make_interval(secs => ?), "
+            self.db.execute("UPDATE agora_claims.claims SET worker = ?, lease_until = now() + make_interval(secs => ?), "
                             "attempts = attempts + 1 WHERE run_id = ? AND question_id = ?",
                             [self.worker, self.lease_s, self.run_id, qid])
         if rows[0]["worker"] is not None:
@@ -134,7 +139,7 @@ class Claims:
 
     def remaining(self, ids: Sequence[str]) -> int:
         """Questions among ``ids`` not done yet (claimed by someone or free)."""
-        row = next(self.db.query("SELECT count(*) AS n FROM claims WHERE run_id = ? AND question_id = ANY(?) AND NOT done",
+        row = next(self.db.query("SELECT count(*) AS n FROM agora_claims.claims WHERE run_id = ? AND question_id = ANY(?) AND NOT done",
                                  [self.run_id, list(ids)]))
         return int(row["n"])
 
@@ -156,19 +161,19 @@ class Claims:
         """One transaction in which to record ``question_id``: yields whether the claim is still this
         worker's (record only then), and marks it done when the block ends without error."""
         with self.store._lock, self.db.conn:
-            rows = list(self.db.query("SELECT worker, done FROM claims WHERE run_id = ? AND question_id = ? FOR UPDATE",
+            rows = list(self.db.query("SELECT worker, done FROM agora_claims.claims WHERE run_id = ? AND question_id = ? FOR UPDATE",
                                       [self.run_id, question_id]))
             mine = bool(rows) and rows[0]["worker"] == self.worker and not rows[0]["done"]
             yield mine
             if mine:
-                self.db.execute("UPDATE claims SET done = true, lease_until = NULL WHERE run_id = ? AND question_id = ?",
+                self.db.execute("UPDATE agora_claims.claims SET done = true, lease_until = NULL WHERE run_id = ? AND question_id = ?",
                                 [self.run_id, question_id])
         with self._held_lock:
             self.held.discard(question_id)
 
     def release(self, question_id: str, done: bool = False) -> None:
         """Give a question up (``done``: a failed question, not retried in this sitting)."""
-        self.db.execute("UPDATE claims SET worker = NULL, lease_until = NULL, done = ? WHERE run_id = ? AND "
+        self.db.execute("UPDATE agora_claims.claims SET worker = NULL, lease_until = NULL, done = ? WHERE run_id = ? AND "
                         "question_id = ? AND worker = ?", [done, self.run_id, question_id, self.worker])
         with self._held_lock:
             self.held.discard(question_id)
