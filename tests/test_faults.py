@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 from openai_stub import DROP, Raw, StubServer, chat_reply, default_handler
+from waiting import wait_until
 from typer.testing import CliRunner
 
 from agora.agents.delegation import DelegationConfig
@@ -257,7 +258,7 @@ def test_a_zero_choice_reply_is_a_model_calls_row(tmp_path):
 
 def test_created_at_is_when_the_call_started_not_when_it_was_recorded(tmp_path):
     def slow(path, body):
-        time.sleep(1.6)
+        time.sleep(1.6)  # the call's own latency: the thing this test measures
         return 200, chat_reply(body)
 
     store = TraceStore(tmp_path / "t.db")
@@ -393,7 +394,7 @@ def hold_write_lock(db: Path, seconds: float) -> threading.Thread:
         conn = sqlite3.connect(db, isolation_level=None)
         conn.execute("BEGIN IMMEDIATE")
         ready.set()
-        time.sleep(seconds)
+        time.sleep(seconds)  # the lock held for a set time: the contention under test
         conn.execute("COMMIT")
         conn.close()
 
@@ -798,7 +799,7 @@ def test_a_full_disk_mid_run_is_one_line_marks_the_run_failed_and_the_rerun_resu
     delays = iter([0.0, 0.05] * 20)  # one agent answers later: the other's writes wait for the timer
 
     def slow(path, body):
-        time.sleep(next(delays, 0.0))
+        time.sleep(next(delays, 0.0))  # simulated model latency, the fault under test
         return 200, chat_reply(body)
 
     db = tmp_path / "t.db"
@@ -877,7 +878,7 @@ def test_sigterm_drains_marks_the_run_interrupted_and_exits_143_naming_the_resum
 
     def slow(path, body):
         arrived.set()
-        time.sleep(0.5)
+        time.sleep(0.5)  # simulated model latency: the call is in flight when SIGTERM comes
         return 200, chat_reply(body)
 
     with StubServer(slow) as srv:
@@ -908,11 +909,23 @@ def test_a_second_ctrl_c_ends_at_once_and_leaves_the_run_marked_interrupted(tmp_
     with StubServer(hangs) as srv:
         pool = pool_file(tmp_path / "pool.toml", srv.base_url, timeout_s=30)
         proc = agora_process(tmp_path, pool, "--run-id", "r")
+        lines, draining = [], threading.Event()
+
+        def read_stderr():
+            for line in proc.stderr:
+                lines.append(line)
+                if "Ctrl-C again" in line:  # the first Ctrl-C was handled: a drain is asked for
+                    draining.set()
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
         assert arrived.wait(60)
         proc.send_signal(signal.SIGINT)  # drain: waits for the model call in flight
-        time.sleep(0.5)
+        assert draining.wait(120), "".join(lines)
         proc.send_signal(signal.SIGINT)  # at once
-        _, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(30)
+        err = "".join(lines)
         release.set()
     assert proc.returncode == 130, err
     assert "the run is marked interrupted" in err
@@ -957,7 +970,8 @@ def test_sigterm_asks_for_a_drain_and_the_handlers_are_restored(monkeypatch):
         assert _shared._stop.signal == signal.SIGTERM
         assert _shared.resume_command().endswith("--run-id r1")
     assert {s: signal.getsignal(s) for s in before} == before  # and the grace timer is cancelled
-    time.sleep(0.1)
+    wait_until(lambda: not any(isinstance(t, threading.Timer) and t.is_alive() for t in threading.enumerate()),
+               "the SIGTERM grace timer's thread to end", timeout_s=60)
 
 
 def test_a_refused_resume_names_the_pool_and_data_differences():
