@@ -333,7 +333,7 @@ def test_report_runs_lists_statuses_counts_and_flags_a_killed_run(tmp_path):
     from typer.testing import CliRunner
 
     from agora.cli.main import app
-    from agora.traces.report import run_rows
+    from agora.traces.run_list import run_rows
 
     store = TraceStore(tmp_path / "t.db")
     pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=lambda chat, i: "The answer is 4."),
@@ -368,7 +368,7 @@ def test_a_resumed_questions_wall_time_counts_its_earlier_sittings_kept_steps_no
 
     def respond(chat, index):
         if "2 + 2" in chat[-1]["content"] and not control.drain_requested:
-            time.sleep(0.4)
+            time.sleep(0.4)  # the first sitting's kept time, which wall_s must count
             control.request_drain("test")
         return answer_twice(chat, index)
 
@@ -378,7 +378,7 @@ def test_a_resumed_questions_wall_time_counts_its_earlier_sittings_kept_steps_no
     with pytest.raises(GraphDrained):
         run(store, pool, durability=durability, control=control)
     assert store.finished_questions("r1") == {"q1"}
-    time.sleep(1.0)
+    time.sleep(1.0)  # the gap between sittings, which wall_s must not count: the thing under test
     out = run(store, pool, durability=durability)
     [q2] = [q for q in out.outcomes if q.problem.id == "q2"]
     q3 = next(q for q in out.outcomes if q.problem.id == "q3")
