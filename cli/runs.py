@@ -17,7 +17,8 @@ from agora.cli.comed import print_comed_decisions
 from agora.traces.comed import comed_summary
 from agora.traces.members import has_recipes, member_rows
 from agora.traces.question_report import question_report
-from agora.traces.report import TOO_FEW, disagreements, open_trace_store, run_rows, run_summary, unknown_tokens_note
+from agora.traces.report import TOO_FEW, disagreements, unknown_tokens_note
+from agora.traces.run_list import open_trace_store, run_rows, run_summary
 from agora.traces.store import check_run_id
 
 

@@ -37,7 +37,7 @@ from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.recording import TraceRecorder
 from agora.models.pool import ModelPool, ModelSpec, PoolMember
-from agora.traces.report import run_rows
+from agora.traces.run_list import run_rows
 from agora.traces.store import TraceStore
 
 ALIGN = build_delegation_graph().compile()

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.runs.shared import SHARED_KEY
-from agora.traces import report as trace_report
+from agora.traces import shared_candidates as trace_report
 from agora.traces.replay import replay, reproduced
 from agora.traces.run_trace import load_run
 from agora.traces.store import TraceStore

@@ -8,7 +8,7 @@ import sqlite3
 from typer.testing import CliRunner
 
 from agora.cli.main import app
-from agora.traces.report import latest_time, run_rows
+from agora.traces.run_list import latest_time, run_rows
 from agora.traces.store import TraceStore
 
 

@@ -21,7 +21,8 @@ from agora.traces.bundle_import import import_bundle
 from agora.traces.question_report import question_report
 from agora.traces.replay import replay
 from agora.traces.run_trace import load_run
-from agora.traces.report import method_table, open_trace_store, run_rows, run_summary, run_totals
+from agora.traces.report import method_table, run_totals
+from agora.traces.run_list import open_trace_store, run_rows, run_summary
 from agora.traces.store import TraceStore
 from agora.training.datasets import align_pairs
 

@@ -84,7 +84,7 @@ class BundleSummary:
     missing_shared: dict[str, str] = field(default_factory=dict)
     """Import: runs of the bundle that took shared candidates from a run that is neither in the bundle
     nor in the database (run → its candidates run). They are imported, but their report and replay
-    are refused (:func:`agora.traces.report.shared_takes`) until that run is imported too."""
+    are refused (:func:`agora.traces.shared_candidates.shared_takes`) until that run is imported too."""
 
 
 def shared_source(store: TraceStore, run_id: str) -> str | None:

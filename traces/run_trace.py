@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from agora.traces.report import shared_takes
+from agora.traces.shared_candidates import shared_takes
 from agora.traces.store import TraceStore, answer_fields, option_count
 
 # ---------------------------------------------------------------------------- a recorded run, read once
@@ -36,7 +36,7 @@ class SampleRow:
     completion: str | None
     shared_from: str | None = None
     """The bench's candidates run whose row this is, for a sample the run took from the shared pool
-    (:func:`agora.traces.report.shared_takes`: ``node`` and ``role`` are then the taker's); ``None``: the
+    (:func:`agora.traces.shared_candidates.shared_takes`: ``node`` and ``role`` are then the taker's); ``None``: the
     run's own row."""
     recipe: str | None = None
     """The member's recipe when it rewrote this call (``model_calls.recipe``: ``pot``...); ``None``
