@@ -9,10 +9,10 @@ grows once nothing is in flight; a failed batch fails the requests in it and not
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from waiting import wait_until
 
 from agora.models import _llama_batch
 from agora.models._llama_batch import BatchDecoder
@@ -272,8 +272,9 @@ def _beside_a_running_request(decoder, first, second, **kw):
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("first", decoder.generate(first, 1, seeds=[1], max_tokens=200, **kw)))
     t.start()
-    while not decoder._active:  # wait until the first request is admitted (its prompt is then kept)
-        time.sleep(0.001)
+    # wait until the first request is admitted (its prompt is then kept)
+    wait_until(lambda: decoder._active, "the first request to be admitted", timeout_s=600, alive=t.is_alive,
+               interval_s=0.001)
     out["second"] = decoder.generate(second, 1, seeds=[2], max_tokens=8, **kw)
     t.join()
     return out["first"], out["second"]
@@ -350,8 +351,8 @@ def test_kept_prompts_give_way_to_requests_and_are_bounded(tiny, monkeypatch):
     try:
         t = threading.Thread(target=lambda: decoder.generate(prompts[0], 1, seeds=[1], max_tokens=300, **kw))
         t.start()
-        while not decoder._active:
-            time.sleep(0.001)
+        wait_until(lambda: decoder._active, "the first request to be admitted", timeout_s=600, alive=t.is_alive,
+                   interval_s=0.001)
         with ThreadPoolExecutor(4) as ex:
             outs = list(ex.map(lambda q: decoder.generate(prompts[q], 2, seeds=[q, q + 1], max_tokens=40, **kw),
                                range(1, 5)))
@@ -382,8 +383,8 @@ def test_a_request_waiting_for_cells_leaves_the_kept_prompts_alone(tiny, monkeyp
     try:
         t = threading.Thread(target=lambda: decoder.generate(long, 1, seeds=[1], max_tokens=800, **kw))
         t.start()
-        while not decoder._active:
-            time.sleep(0.001)
+        wait_until(lambda: decoder._active, "the first request to be admitted", timeout_s=600, alive=t.is_alive,
+                   interval_s=0.001)
         out = decoder.generate(other, 1, seeds=[2], max_tokens=400, **kw)  # needs more cells than are free
         t.join()
         assert out[0].completion_tokens == 400
