@@ -91,7 +91,7 @@ def test_group_commit_shares_one_commit_that_lands_within_the_delay(tmp_path):
         await saver.aput_writes(CONFIG, [("x", 1)], "task1")
         await saver.aput_writes(CONFIG, [("y", 2)], "task2")
         before = committed()
-        await asyncio.sleep(saver.commit_delay_s * 5)
+        await asyncio.sleep(saver.commit_delay_s * 5)  # the group-commit timer's delay is what this test checks
         return before, committed()
 
     assert asyncio.run(two_tasks_finish()) == (0, 2)
