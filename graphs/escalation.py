@@ -38,7 +38,7 @@ Usage::
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, NotRequired, get_type_hints
+from typing import Annotated, Any, NotRequired
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -50,11 +50,11 @@ from agora.agents.escalation import peer_messages, use_baseline_source
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.agents.seeds import call_seed, sampling
-from agora.graphs import registry
 from agora.graphs._calls import Cost, MethodResult, add_costs as _add_costs, ask as _ask, call_context as _context
 from agora.graphs._calls import found as _found, how_of as _how_of, shared_cost, total_cost
 from agora.graphs.context import context_as, pool_from, protocol_context
-from agora.graphs.nodes import emit, sync_async_node
+from agora.graphs.dense_baselines import baseline_node, dense_baselines, next_baseline
+from agora.graphs.nodes import emit
 from agora.graphs.question import as_problem, protocol_input, take_shared
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
@@ -179,7 +179,7 @@ class EscalationState(EscalationInput, total=False):
     answer: str | None
 
 
-_DECLARED = frozenset(("moa", "debate"))
+DECLARED_BASELINES = frozenset(("moa", "debate"))
 """Baselines :class:`EscalationState` keeps under a key of their own (older callers read them there)."""
 
 
@@ -311,19 +311,6 @@ def escalate(state: EscalationState, runtime: Runtime[EscalationContext]) -> dic
 
 # ---------------------------------------------------------------------------- dense baselines (subgraphs)
 
-#: The baselines are protocols of their own, read from the registry (every spec with a
-#: :class:`~agora.graphs.spec.DenseBaseline`: MoA, debate, the council, and any protocol registered
-#: later) and embedded compiled (no checkpointer: they inherit the parent's, so a resumed COMED
-#: question resumes inside a baseline too).
-_PROBLEM_KEYS = ("question", "question_id", "kind", "n_choices", "shared_candidates")
-_compiled: dict[int, Any] = {}
-
-
-def dense_baselines() -> list[ProtocolSpec]:
-    """COMED's possible dense baselines, in their order (:func:`agora.graphs.registry.dense_baselines`)."""
-    return registry.dense_baselines()
-
-
 use_baseline_source(lambda: tuple(s.name for s in dense_baselines()))  # EscalationConfig.baselines checks the registry
 
 
@@ -335,65 +322,6 @@ def comed_methods() -> tuple[str, ...]:
 
 METHODS = comed_methods()
 """COMED's methods when this module loaded (:func:`comed_methods` reads the registry again)."""
-
-
-def _subgraph(spec: ProtocolSpec) -> Any:
-    """The baseline's graph, compiled once per spec object."""
-    if id(spec) not in _compiled:
-        _compiled[id(spec)] = (spec, spec.build().compile(name=spec.name))
-    return _compiled[id(spec)][1]
-
-
-def _next_baseline(names: list[str], after: str | None) -> Any:
-    """The routing function after node ``after`` (``None``: after COMED's answer): the next of
-    ``names`` that the run's ``baselines`` asks for, else ``score``."""
-    rest = names[names.index(after) + 1:] if after is not None else names
-
-    def to_baselines(state: EscalationState, runtime: Runtime[EscalationContext]) -> str:
-        wanted = _config(runtime).baselines
-        return next((n for n in rest if n in wanted), "score")
-
-    to_baselines.__name__ = "to_baselines" if after is None else f"after_{after}"
-    return to_baselines
-
-
-def _baseline_call(spec: ProtocolSpec, state: EscalationState,
-                   runtime: Runtime[EscalationContext]) -> tuple[dict[str, Any], Any, list[str]]:
-    """The subgraph's input (the same problem), context (from COMED's settings, the anchor) and output keys."""
-    pool = pool_from(runtime.context, EscalationContext)
-    context = spec.dense.context(_config(runtime), pool, state["route"]["anchor"])
-    keys = sorted(set(get_type_hints(spec.output)) | {"methods", "costs", "calls"})
-    return {k: state[k] for k in _PROBLEM_KEYS if k in state}, context, keys
-
-
-def _baseline_update(spec: ProtocolSpec, out: dict[str, Any]) -> dict[str, Any]:
-    """COMED's update from a baseline's output: what it keeps (state key of the protocol's name when
-    :class:`EscalationState` declares one, and ``dense``), its total cost, its calls and its bench methods."""
-    kept = (spec.dense.keep(out) if spec.dense.keep is not None
-            else {k: v for k, v in out.items() if k not in ("methods", "costs", "calls")})
-    methods = out.get("methods") or {}
-    update = {"dense": {spec.name: kept}, "costs": {spec.name: total_cost((out.get("costs") or {}).values())},
-              "calls": out.get("calls") or [],
-              "dense_methods": {m: methods[m] for m in spec.bench.methods if m in methods}}
-    if spec.name in _DECLARED:
-        update[spec.name] = kept
-    return update
-
-
-def baseline_node(spec: ProtocolSpec) -> Any:
-    """COMED's node running the dense baseline ``spec`` (sync and async), named after the protocol."""
-    graph = _subgraph(spec)
-
-    def run(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-        inp, context, keys = _baseline_call(spec, state, runtime)
-        return _baseline_update(spec, graph.invoke(inp, context=context, output_keys=keys))
-
-    async def arun(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
-        inp, context, keys = _baseline_call(spec, state, runtime)
-        return _baseline_update(spec, await graph.ainvoke(inp, context=context, output_keys=keys))
-
-    run.__doc__ = f"The {spec.name} baseline ({spec.module}), embedded as a compiled subgraph."
-    return sync_async_node(run, arun)
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -481,17 +409,17 @@ def build_escalation_graph() -> StateGraph:
     dense = dense_baselines()
     names = [spec.name for spec in dense]
     for spec in dense:  # MoA, debate, the council, ...: each protocol as a subgraph (registry order)
-        builder.add_node(spec.name, baseline_node(spec))
+        builder.add_node(spec.name, baseline_node(spec, EscalationContext, DECLARED_BASELINES))
     builder.add_edge(START, "route")
     builder.add_edge("route", "anchor")
     builder.add_edge("anchor", "decide")
     builder.add_conditional_edges("decide", after_decide, ["accept", "verify", "escalate"])
     builder.add_conditional_edges("verify", after_verify, ["accept", "escalate"])
     for node in ("accept", "escalate"):
-        builder.add_conditional_edges(node, _next_baseline(names, None), [*names, "score"])
+        builder.add_conditional_edges(node, next_baseline(names, None, EscalationContext), [*names, "score"])
     for i, name in enumerate(names):
         if i + 1 < len(names):
-            builder.add_conditional_edges(name, _next_baseline(names, name), [*names[i + 1:], "score"])
+            builder.add_conditional_edges(name, next_baseline(names, name, EscalationContext), [*names[i + 1:], "score"])
         else:
             builder.add_edge(name, "score")
     builder.add_edge("score", END)

@@ -43,13 +43,12 @@ from agora.graphs.escalation import (
     EscalationInput,
     EscalationOutput,
     EscalationState,
-    _next_baseline,
-    baseline_node,
-    dense_baselines,
+    DECLARED_BASELINES,
     route,
     build_escalation_graph,
     comed_detail,
 )
+from agora.graphs.dense_baselines import baseline_node, dense_baselines, next_baseline
 from agora.graphs.candidates import CandidatesContext, build_candidates_graph
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.runner import QuestionOutcome, RunOutcome, run_dataset, run_problems
@@ -324,11 +323,11 @@ def build_dense_graph() -> Any:
     builder.add_node("score", _dense_methods)  # the name the baselines' routing ends at
     names = [spec.name for spec in dense_baselines()]
     for spec in dense_baselines():
-        builder.add_node(spec.name, baseline_node(spec))
+        builder.add_node(spec.name, baseline_node(spec, EscalationContext, DECLARED_BASELINES))
     builder.add_edge(START, "route")
-    builder.add_conditional_edges("route", _next_baseline(names, None), [*names, "score"])
+    builder.add_conditional_edges("route", next_baseline(names, None, EscalationContext), [*names, "score"])
     for i, name in enumerate(names):
-        builder.add_conditional_edges(name, _next_baseline(names, name), [*names[i + 1:], "score"])
+        builder.add_conditional_edges(name, next_baseline(names, name, EscalationContext), [*names[i + 1:], "score"])
     builder.add_edge("score", END)
     return builder
 
