@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 from langgraph.runtime import RunControl
 
-from agora.graphs.duel import SPEC, DuelContext, DuelRecord, build_duel_graph, duel_pool
+from agora.agents.duel_records import DuelRecord
+from agora.graphs.duel import SPEC, DuelContext, build_duel_graph, duel_pool
 from agora.graphs.runner import raise_if_drained, recorded_run
 from agora.models.pool import ModelCallError
 from agora.traces import duels as duel_traces
