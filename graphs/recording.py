@@ -181,6 +181,8 @@ class TraceRecorder(BaseCallbackHandler):
         self._held: dict[tuple[str, str], _Held] = {}
         self._lock = threading.RLock()
         self._protocols = {spec.name: spec for spec in registry.specs() if spec.kind == "benchmark"}
+        self._closed = False
+        """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
 
     # ------------------------------------------------------------------ LangChain callbacks
 
@@ -193,6 +195,11 @@ class TraceRecorder(BaseCallbackHandler):
         thread = (str(thread_id), str(metadata.get("checkpoint_ns") or "")) if thread_id is not None else None
         with self._lock:
             run = self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs, thread=thread)
+            if parent_run_id not in self._runs and self._closed:
+                del self._runs[run_id]
+                raise RuntimeError(
+                    f"TraceRecorder {self.run_id!r}: used after its with block ended (its runs are marked ended); "
+                    "make a new TraceRecorder for later invocations")
             if parent_run_id in self._runs:
                 parent = self._runs[parent_run_id]
                 if node and not parent.children:  # a graph's first node: a repeated question_id stops here
@@ -334,9 +341,10 @@ class TraceRecorder(BaseCallbackHandler):
             return  # refused before it ran: nothing of it is written
         if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
             calls = _merged(held.updates).get("calls") or []
+            abandoned = isinstance(error, GeneratorExit)  # a stream closed early: keep its answered calls too
             attempts, seen = [], set()
-            for record in [c for c in calls if c.get("error")] + self._failed_attempts(rid) + cut_short:
-                if record.get("error") and record.get("call_id") not in seen:
+            for record in [c for c in calls if abandoned or c.get("error")] + self._failed_attempts(rid) + cut_short:
+                if (abandoned or record.get("error")) and record.get("call_id") not in seen:
                     seen.add(record.get("call_id"))
                     attempts.append(record)
             if held.question_id is None:
@@ -347,6 +355,8 @@ class TraceRecorder(BaseCallbackHandler):
                 self.store.record_calls(run_id, protocol, qid, [{**c, "question_id": qid} for c in attempts])
                 if isinstance(error, Exception):  # (Ctrl-C: the run ends interrupted, the question unanswered)
                     self._failed(protocol, qid, f"{type(error).__name__}: {error}")
+                elif abandoned:
+                    self._failed(protocol, qid, "the invocation was abandoned (its stream closed before the end)")
         if run.thread is not None:
             self._held[run.thread] = held
 
@@ -453,4 +463,5 @@ class TraceRecorder(BaseCallbackHandler):
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._closed = True
         self.finish("finished" if exc_type is None else "interrupted" if exc_type is KeyboardInterrupt else "failed")

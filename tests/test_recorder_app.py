@@ -360,3 +360,35 @@ def test_two_invocations_of_one_question_id_at_once_record_one_and_refuse_the_ot
                 t.join()
     assert len(errors) == 1 and "question id 'q1' is already recorded in run 'app-align'" in str(errors[0])
     assert recorder.recorded == {"align": 1} and calls_per_question(db, "app-align") == {"q1": (4, 4, 0)}
+
+
+def test_a_stream_abandoned_after_two_chunks_is_a_failed_question_with_its_calls(tmp_path):
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        with TraceRecorder(db, run_id="app") as recorder:
+            chunks = graph.stream({"question": QUESTION, "question_id": "q1", "gold": "4"}, {"callbacks": [recorder]},
+                                  context=DelegationContext(user_pool(server.base_url), CONFIG),
+                                  stream_mode="updates")
+            next(chunks), next(chunks)  # both members have sampled: 2 requests of n=2
+            chunks.close()
+    assert recorder.recorded == {} and recorder.failed == {"align": 1}
+    assert calls_per_question(db, "app-align") == {"q1": (None, 4, 0)}  # no question row, its 4 samples kept
+    run = TraceStore(db).get_run("app-align")
+    summary = json.loads(run["summary"])
+    assert run["status"] == "failed" and summary["failed"] == 1
+    assert summary["failed_questions"]["q1"].startswith("the invocation was abandoned")
+
+
+def test_an_invocation_after_the_with_block_is_refused_and_writes_nothing(tmp_path):
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        with TraceRecorder(db, run_id="app") as recorder:
+            graph.invoke({"question": QUESTION, "gold": "4"}, {"callbacks": [recorder]}, context=context)
+        with pytest.raises(RuntimeError, match="used after its with block ended"):
+            graph.invoke({"question": "What is 3 + 3?", "gold": "6"}, {"callbacks": [recorder]}, context=context)
+    assert recorder.recorded == {"align": 1}
+    assert rows(db, "select count(*) from questions") == [(1,)]
+    assert json.loads(TraceStore(db).get_run("app-align")["summary"])["questions"] == 1
