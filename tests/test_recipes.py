@@ -40,6 +40,12 @@ def pool_of(**members) -> ModelPool:
     ("recipe = { cpu_s = 2 }", "field 'recipe.name': missing: say which recipe (cot, fewshot, persona, pot)"),
     ('recipe = { name = "pot", cpu = 2 }', "field 'recipe.cpu': recipe 'pot' has no setting 'cpu' (it takes name, "
      "roles, shots, cpu_s, wall_s, memory_mb, output_bytes, imports)"),
+    ('recipe = { name = "pot", roles = ["agnet"] }', "field 'recipe.roles': unknown role 'agnet'; known roles: "
+     "agent, candidate, member, proposer, aggregator, debater, chair, follower, anchor, probe, reviewer, speaker, "
+     "judge, verifier, principal, router, critic, got ['agnet']"),
+    ('recipe = { name = "pot", roles = ["nosuchrole", 5] }', "field 'recipe.roles': unknown role 'nosuchrole'; "
+     "known roles: agent, candidate, member, proposer, aggregator, debater, chair, follower, anchor, probe, "
+     "reviewer, speaker, judge, verifier, principal, router, critic, got ['nosuchrole', 5]"),
     ('recipe = { name = "pot", cpu_s = -1 }', "field 'recipe.cpu_s': input should be greater than or equal to 0.01, got -1"),
     ('recipe = { name = "pot", shots = 9 }', "field 'recipe.shots': input should be less than or equal to 3, got 9"),
     ('recipe = { name = "persona" }', "field 'recipe.persona': missing: recipe 'persona' needs 'persona'"),

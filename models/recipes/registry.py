@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError, field_validator
 
 #: The entry point group a third-party package registers its recipes in.
 ENTRY_POINT_GROUP = "agora.recipes"
@@ -39,6 +39,11 @@ ENTRY_POINT_GROUP = "agora.recipes"
 #: are left as the protocol asked for them.
 ANSWER_ROLES: tuple[str, ...] = ("agent", "candidate", "member", "proposer", "aggregator", "debater", "chair",
                                  "follower")
+
+#: Every trace role a protocol gives its calls: a recipe's ``roles`` must name some of these (a
+#: misspelt role would make the recipe never apply).
+KNOWN_ROLES: tuple[str, ...] = (*ANSWER_ROLES, "anchor", "probe", "reviewer", "speaker", "judge", "verifier",
+                                "principal", "router", "critic")
 
 #: Modules of this package that are not recipes.
 _NOT_RECIPES = frozenset({"registry", "sandbox"})
@@ -71,6 +76,17 @@ class Recipe(BaseModel):
     roles: tuple[StrictStr, ...] = ANSWER_ROLES
     """The trace roles of the calls this recipe rewrites (:data:`ANSWER_ROLES`); a call made without
     a role (a user's own ``pool.sample``) is rewritten too."""
+
+    @field_validator("roles", mode="before")
+    @classmethod
+    def _known_roles(cls, value: Any) -> Any:
+        """Refuse a role no protocol gives (:data:`KNOWN_ROLES`), naming the known ones; a value
+        that is not a string is left to the type check."""
+        unknown = [r for r in value if isinstance(r, str) and r not in KNOWN_ROLES] \
+            if isinstance(value, (list, tuple)) else []
+        if unknown:
+            raise ValueError(f"unknown role {unknown[0]!r}; known roles: {', '.join(KNOWN_ROLES)}")
+        return value
 
     def applies(self, context: dict[str, Any] | None) -> bool:
         """Whether a call with this trace context is asked the recipe's way."""
