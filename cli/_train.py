@@ -48,12 +48,44 @@ def verified_samples(db: Path, model: str, source_run: list[str] | None, held_ou
     (:mod:`agora.training.verified`)."""
     from agora.training.own_samples import HeldOut, VerifiedConfig, own_samples
 
+    check_sources(db, model, source_run)
     cfg = VerifiedConfig(model=model, run_ids=tuple(source_run or ()),
                          held_out=HeldOut.from_file(held_out) if held_out is not None else HeldOut(),
                          length_ratio=length_ratio, max_pairs_per_question=per_question,
                          max_sft_per_question=per_question)
     samples, skipped = own_samples(db, cfg)
     return cfg, samples, skipped
+
+
+def check_sources(db: Path, model: str, source_run: list[str] | None) -> None:
+    """Refuse, in one line naming the known ones, a ``--source-run`` that is not a run of ``db`` and
+    a ``--model`` with no recorded call in those runs (else the datasets would be silently empty).
+
+    Raises:
+        ValueError: an unknown run or member."""
+    from agora.traces.store import TraceStore
+
+    store = TraceStore(db, readonly=True)
+    tables = set(store.db.table_names())
+    runs = [r for (r,) in store.db.execute("select run_id from runs order by rowid")] if "runs" in tables else []
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "") or "none"
+
+    for run in source_run or ():
+        if run not in runs:
+            raise ValueError(f"--source-run {run!r}: no such run in {db} (its runs: {listed(runs)})")
+    if "model_calls" not in tables:
+        members = []
+    elif source_run:
+        marks = ", ".join("?" for _ in source_run)
+        members = [m for (m,) in store.db.execute(
+            f"select distinct model from model_calls where run_id in ({marks}) order by model", list(source_run))]
+    else:
+        members = [m for (m,) in store.db.execute("select distinct model from model_calls order by model")]
+    if model not in members:
+        where = f"runs {', '.join(source_run)} of {db}" if source_run else str(db)
+        raise ValueError(f"--model {model!r}: no recorded call of it in {where} (members recorded: {listed(members)})")
 
 
 def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict) -> None:

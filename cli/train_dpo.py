@@ -70,7 +70,8 @@ def train_dpo_cmd(
         if pairs_from not in PAIRS:
             raise ValueError(f"--pairs {pairs_from!r} is not one of {', '.join(PAIRS)}")
         if not db.is_file():
-            raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first)")
+            first = "`agora run` or `agora bench`" if pairs_from == "own" else "`agora duel`"
+            raise FileNotFoundError(f"{db}: no such trace database (run {first} first)")
         if pairs_from == "own":
             from agora.training.verified import own_pairs, verified_stats
 

@@ -348,3 +348,27 @@ def test_rows_pass_trls_format_checks(db, tmp_path):
         for example in datasets.load_dataset("json", data_files=str(path), split="train"):
             assert data_utils.is_conversational(example)
             assert data_utils.maybe_extract_prompt(example) == example
+
+
+@pytest.mark.parametrize("command, message", [
+    (("sft", "--model", "m", "--source-run", "nosuch"),
+     "error: --source-run 'nosuch': no such run in {db} (its runs: b:gsm8k:candidates, align-1)"),
+    (("dpo", "--pairs", "own", "--model", "m", "--source-run", "nosuch"),
+     "error: --source-run 'nosuch': no such run in {db} (its runs: b:gsm8k:candidates, align-1)"),
+    (("sft", "--model", "nosuch"), "error: --model 'nosuch': no recorded call of it in {db} (members recorded: {members})"),
+    (("dpo", "--pairs", "own", "--model", "nosuch"),
+     "error: --model 'nosuch': no recorded call of it in {db} (members recorded: {members})"),
+])
+def test_an_unknown_source_run_or_member_is_refused_in_one_line_naming_the_known_ones(db, tmp_path, command, message):
+    members = ", ".join(m for (m,) in sqlite_utils.Database(db).execute(
+        "select distinct model from model_calls order by model"))
+    out = agora("train", *command, "--data-only", "--db", db, "--out", tmp_path / "o")
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert [line for line in out.output.splitlines() if line.strip()] == [message.format(db=db, members=members)]
+    assert not (tmp_path / "o").exists()
+
+
+def test_own_pairs_from_a_missing_db_name_the_commands_that_record_them(tmp_path):
+    out = agora("train", "dpo", "--pairs", "own", "--model", "m", "--db", tmp_path / "none.db", "--out", tmp_path / "o")
+    assert out.exit_code == 2
+    assert "run `agora run` or `agora bench` first" in out.output and "agora duel" not in out.output
