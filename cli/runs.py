@@ -146,14 +146,17 @@ def report_run(
                               *(escape(str(p[m]["answer"])) + mark[p[m]["correct"]] for m in (a, b)))
             console.print(table)
         if members:
-            table = Table(title="members (weights × recipe; per-sample accuracy over every node's samples)")
-            for col in ("member", "recipe", "samples", "answered", "accuracy %", "programs failed", "program s (median)"):
+            table = Table(title="members (weights × recipe; per-sample accuracy over every node's samples, a failed "
+                                "program's sample left out: it is a failure, not a wrong answer)")
+            for col in ("member", "recipe", "samples", "answered", "accuracy % (right/answered)",
+                        "programs failed", "program s (median)"):
                 table.add_column(col, justify="left" if col in ("member", "recipe") else "right", no_wrap=True)
             for m in members:
                 failed = f"{m.program_failures} of {m.programs}" if m.programs else "-"
                 seconds = f"{m.program_s_median:.3f}" if m.program_s_median is not None else "-"
                 table.add_row(escape(m.model), escape(m.recipe or "- (chain-of-thought)"), str(m.samples),
-                              str(m.answered), fmt_pct(m.accuracy), failed, seconds)
+                              str(m.answered), f"{fmt_pct(m.answered_accuracy)} ({m.correct}/{m.scored - m.scored_failures})",
+                              failed, seconds)
             console.print(table)
 
 
@@ -195,7 +198,8 @@ def report_question(
                          escape((c["model"] or "-") + (f" [{c['recipe']}]" if c.get("recipe") else "")),  # member [recipe]
                          "-" if c["sample_index"] is None else str(c["sample_index"]),
                          escape(str(c["answer"])), c["how"] or "-",
-                         "-" if c["correct"] is None else ("yes" if c["correct"] else "no"), str(c["votes"]),
+                         "failed" if c.get("program_failed") else "-" if c["correct"] is None
+                         else ("yes" if c["correct"] else "no"), str(c["votes"]),
                          escape(c["partner"] or "-"),
                          escape(c["completion"] or "" if full else _short(c["completion"], 40)))
         console.print(cand)

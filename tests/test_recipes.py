@@ -234,7 +234,7 @@ def test_the_run_report_has_a_member_table_when_the_pool_has_recipes(tmp_path):
     rows = {m.model: m for m in member_rows(store, "with")}
     assert {k: v for k, v in asdict(rows["q"]).items() if k != "program_s_median"} == {
         "model": "q", "recipe": None, "samples": 1, "answered": 1, "correct": 0, "scored": 1, "programs": 0,
-        "program_failures": 0}
+        "program_failures": 0, "scored_failures": 0}
     pot = rows["q+pot"]
     assert (pot.recipe, pot.samples, pot.correct, pot.accuracy, pot.programs, pot.program_failures) == (
         "pot", 2, 2, 1.0, 2, 0)
@@ -432,3 +432,96 @@ def test_the_question_report_names_each_samples_recipe(tmp_path):
                              env={"COLUMNS": "250"})
     assert out.exit_code == 0, out.output
     assert "q+pot [pot]" in out.output
+
+
+def _set_program_runs(db, run_id, values):
+    """Overwrite the ``program_run`` of the run's program samples, in call order, with ``values``."""
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        ids = [r[0] for r in conn.execute("select call_id from model_calls where run_id = ? and program_run is not null "
+                                          "order by created_at, call_id", [run_id])]
+        for call_id, value in zip(ids, values):
+            conn.execute("update model_calls set program_run = ? where call_id = ?", [value, call_id])
+    return ids
+
+
+def test_a_failed_program_sample_is_failed_in_the_reports_and_left_out_of_the_members_accuracy(tmp_path):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.members import member_rows
+    from agora.traces.question_report import question_report
+
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    moa_run(store, "pot", "with")  # q+pot: two samples, both 42 (right)
+    failed = json.dumps({"program": "print(1/0)", "output": None, "error": "ZeroDivisionError", "seconds": 0.01})
+    [first, _] = _set_program_runs(db, "with", [failed])
+    store.db.execute("update model_calls set answer = null where call_id = ?", [first])
+    store.db.conn.commit()
+    pot = {m.model: m for m in member_rows(store, "with")}["q+pot"]
+    assert (pot.scored, pot.correct, pot.scored_failures, pot.program_failures) == (2, 1, 1, 1)
+    assert pot.accuracy == 0.5 and pot.answered_accuracy == 1.0  # 1 right of 1 answered, the failed one left out
+    out = CliRunner().invoke(app, ["report", "run", "with", "--db", str(db)], env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert "100.0 (1/1)" in out.output and "1 of 2" in out.output  # right / answered; the failed one beside
+    report = question_report(store, "with", "q1")
+    marks = {s["call_id"]: (s["correct"], s["program_failed"]) for s in report["samples"]}
+    assert marks[first] == (None, True) and sorted(marks.values(), key=str).count((True, False)) == 1
+    out = CliRunner().invoke(app, ["report", "question", "--db", str(db), "--run-id", "with", "--question-id", "q1"],
+                             env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    row = next(line for line in out.output.splitlines() if "q+pot [pot]" in line and " None " in line)
+    assert "│ failed " in row and "│ no " not in row
+
+
+def test_an_unreadable_stored_program_run_is_a_failed_program_in_the_reports_never_a_crash(tmp_path):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.members import member_rows
+
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    moa_run(store, "pot", "with")
+    _set_program_runs(db, "with", ["not json {", json.dumps({"seconds": "slow"})])
+    pot = {m.model: m for m in member_rows(store, "with")}["q+pot"]
+    assert (pot.programs, pot.program_failures, pot.program_s_median) == (2, 2, None)
+    for args in (["report", "run", "with"], ["report", "question", "--run-id", "with", "--question-id", "q1"]):
+        out = CliRunner().invoke(app, [*args, "--db", str(db)], env={"COLUMNS": "250"})
+        assert out.exit_code == 0 and "Traceback" not in out.output, out.output
+
+
+@pytest.mark.parametrize("value, message", [
+    ("not json {", '"not json {" is not JSON'),
+    (json.dumps({"seconds": "slow"}), 'seconds "slow" is not a number of seconds or null'),
+    (json.dumps({"error": 3}), "error 3 is not a text or null"),
+    ("[1]", '"[1]" is not a JSON object'),
+])
+def test_import_refuses_a_program_run_that_is_not_the_stores_json_naming_file_line_and_field(tmp_path, value,
+                                                                                            message):
+    import gzip
+
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.bundle_export import export_bundle
+
+    store = TraceStore(tmp_path / "a.db")
+    moa_run(store)
+    export_bundle(store, tmp_path / "b.jsonl.gz", ["moa"])
+    lines = gzip.open(tmp_path / "b.jsonl.gz", "rt", encoding="utf-8").read().splitlines()
+    head = json.loads(lines[0])
+    at = list(head["tables"]["model_calls"]["columns"]).index("program_run")
+    rows, line = [json.loads(x) for x in lines[1:]], None
+    for i, row in enumerate(rows):
+        if line is None and row.get("t") == "model_calls" and row["v"][at]:
+            row["v"][at], line = value, i + 2
+    bad = tmp_path / "bad.jsonl.gz"
+    with gzip.open(bad, "wt", encoding="utf-8") as f:
+        f.write("\n".join([lines[0]] + [json.dumps(r) for r in rows]) + "\n")
+    out = CliRunner().invoke(app, ["import", str(bad), "--db", str(tmp_path / "n.db")], env={"COLUMNS": "300"})
+    assert out.exit_code == 2, out.output
+    assert f"{bad}:{line}: model_calls.program_run: {message}; nothing was imported" in out.output.replace("\n", "")
+    assert not (tmp_path / "n.db").exists()

@@ -115,3 +115,25 @@ def check_values(path: Path, line: int, table: str, info: dict[str, Any], row: d
             what = _TYPE_NAMES.get(want, "a text or number")
             raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is not {what}; "
                               "nothing was imported")
+        if table == "model_calls" and column == "program_run":
+            _check_program_run(path, line, value)
+
+
+def _check_program_run(path: Path, line: int, value: str) -> None:
+    """``model_calls.program_run`` is the JSON the store writes: an object whose ``program``,
+    ``output`` and ``error`` are text or null and ``seconds`` a finite number or null."""
+    where = f"{path}:{line}: model_calls.program_run"
+    try:
+        run = json.loads(value)
+    except ValueError:
+        raise BundleError(f"{where}: {short(value)} is not JSON; nothing was imported") from None
+    if not isinstance(run, dict):
+        raise BundleError(f"{where}: {short(value)} is not a JSON object; nothing was imported")
+    for key in ("program", "output", "error"):
+        if not isinstance(run.get(key), (str, type(None))):
+            raise BundleError(f"{where}: {key} {short(run[key])} is not a text or null; nothing was imported")
+    seconds = run.get("seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not math.isfinite(seconds) or seconds < 0):
+        raise BundleError(f"{where}: seconds {short(seconds)} is not a number of seconds or null; "
+                          "nothing was imported")

@@ -39,11 +39,42 @@ class MemberRow:
     """Of ``programs``, those that gave no answer (an error, a time-out, no program, nothing printed)."""
     program_s_median: float | None
     """Median seconds of a program's run, sandbox included (``None`` without programs)."""
+    scored_failures: int = 0
+    """Of ``scored``, the samples whose program failed (never read as wrong answers)."""
 
     @property
     def accuracy(self) -> float:
         """Per-sample accuracy over scored samples (NaN when none)."""
         return self.correct / self.scored if self.scored else float("nan")
+
+    @property
+    def answered_accuracy(self) -> float:
+        """Per-sample accuracy over the scored samples whose program did not fail: ``correct /
+        (scored - scored_failures)`` (NaN when none); a failed program sample is a failure, not a
+        wrong answer."""
+        answered = self.scored - self.scored_failures
+        return self.correct / answered if answered else float("nan")
+
+
+#: What :func:`read_program_run` gives for a stored ``program_run`` that is not the JSON object
+#: the store writes: the program is counted as failed, its value shown as unreadable.
+UNREADABLE: dict[str, Any] = {"program": None, "output": None, "error": "unreadable program_run", "seconds": None}
+
+
+def read_program_run(text: Any) -> dict[str, Any] | None:
+    """A stored ``model_calls.program_run`` (JSON ``{"program", "output", "error", "seconds"}``) as a
+    dict; ``None`` for NULL; :data:`UNREADABLE` for a value that is not that object (not JSON, an
+    ``error`` that is not text, ``seconds`` not a number), never raising."""
+    if text is None or text == "":
+        return None
+    try:
+        run = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        run = None
+    if not isinstance(run, dict) or not isinstance(run.get("error"), (str, type(None))) or \
+            not isinstance(run.get("seconds"), (int, float, type(None))) or isinstance(run.get("seconds"), bool):
+        return UNREADABLE
+    return run
 
 
 def has_recipes(store: TraceStore, run_id: str) -> bool:
@@ -66,20 +97,22 @@ def member_rows(store: TraceStore, run_id: str) -> list[MemberRow]:
     seen: dict[str, dict[str, Any]] = {}
     for r in rows:
         m = seen.setdefault(r["model"], {"recipe": None, "samples": 0, "answered": 0, "correct": 0, "scored": 0,
-                                         "programs": 0, "failures": 0, "seconds": []})
+                                         "programs": 0, "failures": 0, "seconds": [], "scored_failures": 0})
         m["recipe"] = m["recipe"] or r["recipe"]
         m["samples"] += 1
         m["answered"] += r["answer"] is not None
         ok = score_answer(r["answer"], r["gold"], r["kind"])
+        run = read_program_run(r["program_run"])
         if ok is not None:
             m["scored"] += 1
             m["correct"] += bool(ok)
-        if r["program_run"]:
-            run = json.loads(r["program_run"])
+            m["scored_failures"] += run is not None and run.get("error") is not None
+        if run is not None:
             m["programs"] += 1
             m["failures"] += run.get("error") is not None
             if run.get("seconds") is not None:
                 m["seconds"].append(float(run["seconds"]))
     return [MemberRow(model, m["recipe"], m["samples"], m["answered"], m["correct"], m["scored"], m["programs"],
-                      m["failures"], statistics.median(m["seconds"]) if m["seconds"] else None)
+                      m["failures"], statistics.median(m["seconds"]) if m["seconds"] else None,
+                      m["scored_failures"])
             for model, m in seen.items()]

@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 from agora.tasks.scoring import score_answer
+from agora.traces.members import read_program_run
 from agora.traces.store import TraceStore
 from agora.traces.replay import replay
 from agora.traces.replay_rules import RULES
@@ -34,6 +35,22 @@ def failed_attempts(store: TraceStore, run_id: str, question_id: str) -> list[di
                     "attempt": c["attempt"], "error_class": m.group(1) if m else None,
                     "message": m.group(2) if m else c["error"], "created_at": c["created_at"]})
     return out
+
+
+def program_runs(store: TraceStore, run_id: str, question_id: str) -> dict[str, dict[str, Any] | None]:
+    """Call id → its ``program_run`` read tolerantly (:func:`agora.traces.members.read_program_run`),
+    for the question's calls (empty for a database from before recipes)."""
+    if "program_run" not in store.db["model_calls"].columns_dict:
+        return {}
+    return {r["call_id"]: read_program_run(r["program_run"]) for r in store.db.query(
+        "select call_id, program_run from model_calls where run_id = ? and question_id = ? and program_run is not null",
+        [run_id, question_id])}
+
+
+def failed_program(run: dict[str, Any] | None) -> bool:
+    """Whether a sample's program failed (an error, a time-out, an unreadable record): a failed
+    sample, never a wrong answer (docs/recipes.md)."""
+    return run is not None and run.get("error") is not None
 
 
 def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[str, Any]:
@@ -64,9 +81,11 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
                 "detail": {}, "failed_attempts": failures, "successful_calls": ok}
     q = run.questions[0]
     votes = Counter(s.answer for s in q.samples if s.answer is not None)
+    programs = program_runs(store, run_id, question_id)
     samples = [{"node": s.node, "role": s.role, "agent": s.agent, "model": s.model, "sample_index": s.sample_index,
                 "answer": s.answer, "how": s.how, "votes": votes.get(s.answer, 0) if s.answer is not None else 0,
-                "correct": score_answer(s.answer, q.gold, q.kind),
+                "correct": None if failed_program(programs.get(s.call_id)) else score_answer(s.answer, q.gold, q.kind),
+                "program_failed": failed_program(programs.get(s.call_id)),
                 "partner": s.partner, "completion_tokens": s.completion_tokens, "call_id": s.call_id,
                 "completion": s.completion, "shared_from": s.shared_from, "recipe": s.recipe} for s in q.samples]
     explain = {}
