@@ -241,9 +241,11 @@ def test_replay_on_a_tiny_pool_bench_calls_no_model_and_reproduces_it(shared_dat
         "--max-tokens", "24", "--probe-max-tokens", "8", "--protocols", "align,comed"])
     assert result.exit_code == 0, result.output
     before = calls_in(db)
-    for run_id in ("e2e:gsm8k_test_sample:align", "e2e:arc_challenge_test:align"):
+    runs = ("e2e:gsm8k_test_sample:align", "e2e:arc_challenge_test:align")
+    for run_id in runs:
+        dev_run = runs[1] if run_id == runs[0] else runs[0]  # weights from the other task's run, never its own
         for args in (["--rule", "align", "--param", "tau=0.9"], ["--rule", "plurality"],
-                     ["--rule", "weighted_vote", "--dev-run-id", "e2e:gsm8k_test_sample:align"]):
+                     ["--rule", "weighted_vote", "--dev-run-id", dev_run]):
             out = CliRunner().invoke(app, ["replay", "--db", str(db), "--run-id", run_id, *args])
             assert out.exit_code == 0 and "McNemar p" in out.output, out.output
         run = load_run(TraceStore(db, readonly=True), run_id)
