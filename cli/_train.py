@@ -88,6 +88,23 @@ def check_sources(db: Path, model: str, source_run: list[str] | None) -> None:
         raise ValueError(f"--model {model!r}: no recorded call of it in {where} (members recorded: {listed(members)})")
 
 
+def check_pair_sources(db: Path, pairs: list[dict], flt) -> None:
+    """Refuse, in one line naming the known ones, a ``--duel-run`` with no pair in ``db`` and a
+    ``--model`` in none of its pairs (else the datasets would be silently empty).
+
+    Raises:
+        ValueError: an unknown run or member."""
+    runs = sorted({str(p.get("run_id")) for p in pairs})
+    for run in flt.run_ids:
+        if run not in runs:
+            raise ValueError(f"--duel-run {run!r}: no preference pair of such a run in {db} (runs with pairs: "
+                             f"{', '.join(runs) or 'none'})")
+    members = sorted({str(p[k]) for p in pairs for k in ("chosen_model", "rejected_model") if p.get(k) is not None})
+    if flt.model is not None and flt.model not in members:
+        raise ValueError(f"--model {flt.model!r}: in no preference pair of {db} (members in pairs: "
+                         f"{', '.join(members) or 'none'})")
+
+
 def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict) -> None:
     """``--data-only``: the rows of each split as ``OUT/dataset/<split>.jsonl`` and ``stats.json``, reported."""
     import json

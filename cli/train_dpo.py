@@ -16,7 +16,8 @@ from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
-                              llama_threads, require_train_extra, train_and_record, verified_samples, write_data_only)
+                              llama_threads, require_train_extra, train_and_record, verified_samples, write_data_only,
+                              check_pair_sources)
 
 
 @train_app.command("dpo")
@@ -101,6 +102,8 @@ def train_dpo_cmd(
             from agora.training.datasets import dpo_rows, split_by_instruction
             from agora.training.verified import source_runs
 
+            if pairs_from != "own":
+                check_pair_sources(db, pairs, flt)
             rows = dpo_rows(pairs, flt)
             train, val = split_by_instruction(rows, validation, seed=seed)
             write_data_only(out, {"train": train, "validation": val},
