@@ -155,7 +155,8 @@ def report_run(
                 failed = f"{m.program_failures} of {m.programs}" if m.programs else "-"
                 seconds = f"{m.program_s_median:.3f}" if m.program_s_median is not None else "-"
                 table.add_row(escape(m.model), escape(m.recipe or "- (chain-of-thought)"), str(m.samples),
-                              str(m.answered), f"{fmt_pct(m.answered_accuracy)} ({m.correct}/{m.scored - m.scored_failures})",
+                              str(m.answered),
+                              f"{fmt_pct(m.answered_accuracy)} ({m.correct}/{m.scored - m.scored_failures})",
                               failed, seconds)
             console.print(table)
 

@@ -439,8 +439,8 @@ def _set_program_runs(db, run_id, values):
     import sqlite3
 
     with sqlite3.connect(db) as conn:
-        ids = [r[0] for r in conn.execute("select call_id from model_calls where run_id = ? and program_run is not null "
-                                          "order by created_at, call_id", [run_id])]
+        ids = [r[0] for r in conn.execute("select call_id from model_calls where run_id = ? and program_run is not "
+                                          "null order by created_at, call_id", [run_id])]
         for call_id, value in zip(ids, values):
             conn.execute("update model_calls set program_run = ? where call_id = ?", [value, call_id])
     return ids

@@ -355,7 +355,8 @@ def test_rows_pass_trls_format_checks(db, tmp_path):
      "error: --source-run 'nosuch': no such run in {db} (its runs: b:gsm8k:candidates, align-1)"),
     (("dpo", "--pairs", "own", "--model", "m", "--source-run", "nosuch"),
      "error: --source-run 'nosuch': no such run in {db} (its runs: b:gsm8k:candidates, align-1)"),
-    (("sft", "--model", "nosuch"), "error: --model 'nosuch': no recorded call of it in {db} (members recorded: {members})"),
+    (("sft", "--model", "nosuch"),
+     "error: --model 'nosuch': no recorded call of it in {db} (members recorded: {members})"),
     (("dpo", "--pairs", "own", "--model", "nosuch"),
      "error: --model 'nosuch': no recorded call of it in {db} (members recorded: {members})"),
 ])
