@@ -155,6 +155,11 @@ class TraceRecorder(BaseCallbackHandler):
     Raises:
         ValueError: a ``run_id`` that :func:`agora.traces.store.check_run_id` refuses (blank, control
             characters), before the database is opened or created.
+        RuntimeError: in an invocation started after the recorder's ``with`` block ended (its runs
+            are marked ended; nothing is written).
+
+    A stream closed before its end (``GeneratorExit``) leaves a failed question: the calls of its
+    finished nodes are written, its error ``the invocation was abandoned ...``.
     """
 
     raise_error = True
