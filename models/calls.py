@@ -18,6 +18,7 @@ from agora.models._chat import to_dicts
 from agora.models.contract import Sample, SamplingParams
 from agora.models.errors import EmptyResponseError, MemberContractError, ModelCallError
 from agora.models.member import PoolMember, _shown
+from agora.models.recipes.registry import Finished
 from agora.models.retry import backoff_s, cause, is_transient, is_unreachable
 
 log = logging.getLogger("agora.pool")
@@ -207,7 +208,13 @@ class SamplingCall:
             return
         records = {r["call_id"]: r for r in self.records if not r.get("error")}
         for i, s in enumerate(self.samples):
-            done = self.recipe.finish(s.text)
+            try:
+                done = self.recipe.finish(s.text)
+            except Exception as exc:  # noqa: BLE001 - a recipe's failure is this sample's, never the run's
+                log.warning("model %s: recipe %s failed on a sample: %s", self.base["model"],
+                            type(self.recipe).__name__, exc)
+                error = f"RecipeError: {type(exc).__name__}: {exc}"[:2000]
+                done = Finished("The recipe failed (RecipeError), so this reply gives no answer.", {"program_error": error})
             self.samples[i] = replace(s, text=done.text)
             record = records.get(s.call_id)
             if record is not None:

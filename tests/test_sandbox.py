@@ -42,6 +42,12 @@ def hostile(marker: Path) -> list[tuple[str, str, str]]:
         ("a module's os", "import sympy\nprint(sympy.utilities.misc.os.getcwd())", "AttributeError: 'os' is the module 'os'"),
         ("from-import of os", "from sympy.utilities.misc import os\nprint(os.getcwd())", "ImportError: sympy.utilities.misc.os is the module 'os'"),
         ("eval", "print(eval('1 + 1'))", "SyntaxError: Line 1: Eval calls are not allowed"),
+        ("sympy parse_expr", "from sympy.parsing.sympy_parser import parse_expr\nprint(parse_expr(\"__import__('os').getcwd()\"))",
+         "SyntaxError: Line 1: \"__import__\" is an invalid"),
+        ("sympify", "import sympy\nprint(sympy.sympify(\"__import__('os').getcwd()\"))", "SympifyError"),
+        ("sympy given a string", "import sympy\nprint(sympy.simplify('().__class__'))", "SympifyError"),
+        ("sympify unevaluated", "import sympy\nprint(sympy.sympify('x + 1', evaluate=False))",
+         "ValueError: sympy parsing with evaluate=False is not available"),
         ("never prints", "x = 6 * 7", "NoOutput: the program printed nothing"),
         ("recursion", "def f(n):\n    return f(n + 1)\nprint(f(0))", "RecursionError"),
     ]
@@ -189,3 +195,41 @@ def test_a_library_that_writes_files_cannot_write_outside_the_folder(tmp_path):
     assert run.failure.startswith("PermissionError: [Errno 13] Permission denied") and not list(tmp_path.iterdir())
     inside = run_program(program.format(prefix="inside"), SandboxLimits(cpu_s=5, wall_s=10))
     assert (inside.status, inside.output) == ("ok", "written\n")  # in its own folder, removed afterwards
+
+
+def test_sympy_strings_still_parse_in_the_sandbox():
+    run = run_program("import sympy\nprint(sympy.sympify('x**2 - 4'), sympy.solve('x**2 - 4'))", LIMITS)
+    assert (run.status, run.output) == ("ok", "x**2 - 4 [-2, 2]\n")
+
+
+def test_the_worker_checks_the_childs_result():
+    import importlib.util
+
+    import agora.models.recipes.sandbox as sandbox_module
+
+    path = Path(sandbox_module.__file__).with_name("_sandbox_worker.py")
+    spec = importlib.util.spec_from_file_location("_sandbox_worker_under_test", path)
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    good = {"status": "ok", "output": "42\n", "error": None, "layers": ["rlimits"], "extra": 1}
+    assert worker._checked(good) == {"status": "ok", "output": "42\n", "error": None, "layers": ["rlimits"]}
+    with pytest.raises(ValueError, match="field 'output' is a int"):
+        worker._checked({**good, "output": 42})
+    with pytest.raises(ValueError, match="field 'status'"):
+        worker._checked({**good, "status": "timeout"})
+    with pytest.raises(ValueError, match="no field 'layers'"):
+        worker._checked({"status": "ok", "output": "", "error": None})
+
+
+def test_a_recipe_whose_finish_raises_gives_a_failed_sample(monkeypatch):
+    from agora.models.recipes.pot import ProgramOfThought
+
+    def broken(self, text):
+        raise TypeError("expected str, got int")
+
+    monkeypatch.setattr(ProgramOfThought, "finish", broken)
+    model = ScriptedChatModel(responses=["```python\nprint(42)\n```"])
+    pool = ModelPool([PoolMember(ModelSpec(name="q+pot", backend="langchain", recipe=POT), model)])
+    [s], [r] = pool.sample("q+pot", [{"role": "user", "content": "What is 6 times 7?"}], context={"role": "agent"})
+    assert r["program_error"] == "RecipeError: TypeError: expected str, got int" and r["error"] is None
+    assert find_answer(s.text, "math").answer is None

@@ -138,3 +138,33 @@ def _restricted_globals(printer: _Printer, allowed: frozenset[str]) -> dict:
             "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
             "_unpack_sequence_": guarded_unpack_sequence, "_write_": lambda ob: ob, "_inplacevar_": _inplacevar,
             "_apply_": lambda f, *a, **k: f(*a, **k)}
+
+
+class _RestrictedSympyEval:
+    """A replacement for ``sympy.parsing.sympy_parser.eval_expr`` in the child: sympy turns a string
+    (``sympify("...")``, ``parse_expr``, any sympy function given a string) into Python code and
+    ``eval``s it, which would hand back what RestrictedPython takes away (``__import__('os')``). Here
+    that code is compiled by RestrictedPython too (no name or attribute with a leading ``_``) and run
+    with the program's guarded built-ins and hooks. A code object (``evaluate=False``) is refused."""
+
+    def __init__(self, restricted: dict):
+        self.restricted = restricted
+
+    def __call__(self, code, local_dict, global_dict):
+        from RestrictedPython import compile_restricted
+
+        if not isinstance(code, str):
+            raise ValueError("sympy parsing with evaluate=False is not available in the sandbox")
+        compiled = compile_restricted(code, filename="<sympy string>", mode="eval", policy=_Policy)
+        env = {k: v for k, v in global_dict.items() if not k.startswith("_")}
+        env.update({k: v for k, v in self.restricted.items() if k.startswith("_")})
+        return eval(compiled, env, local_dict)  # noqa: S307 - restricted code, in the limited child
+
+
+def _route_sympy(restricted: dict) -> None:
+    """Make sympy's string evaluation go through :class:`_RestrictedSympyEval` (when sympy is loaded)."""
+    import sys
+
+    parser = sys.modules.get("sympy.parsing.sympy_parser")
+    if parser is not None:
+        parser.eval_expr = _RestrictedSympyEval(restricted)

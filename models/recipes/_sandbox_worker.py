@@ -25,7 +25,9 @@ a network namespace of its own when the kernel lets it (no interfaces: no networ
    ``safer_getattr``), an import hook that admits only the allowed modules, and a ``print`` that
    collects at most ``output_bytes`` (more: ``output_limit``). A module attribute that is a module
    outside the allowed ones (``sympy.utilities.misc.os``) is refused too;
-5. writes its result to a file in its folder and exits; the worker reads it and removes the folder.
+   sympy's string evaluation (``sympify("...")``, ``parse_expr``) is compiled the same restricted way;
+5. writes its result to a pipe the worker opened before the fork (not a file the program could
+   forge) and exits; the worker checks the result's keys and types and removes the folder.
 
 Steps 2 and 3 are ``_sandbox_kernel.py``, step 4 ``_sandbox_restricted.py`` (both beside this file,
 loaded by path).
@@ -65,8 +67,9 @@ _restricted = _sibling("_sandbox_restricted")
 _LAYERS, _LINUX = _kernel._LAYERS, _kernel._LINUX
 _address_space, _landlock, _limit, _private_network, _seccomp = (
     _kernel._address_space, _kernel._landlock, _kernel._limit, _kernel._private_network, _kernel._seccomp)
-_OutputLimit, _Policy, _Printer, _restricted_globals = (
-    _restricted._OutputLimit, _restricted._Policy, _restricted._Printer, _restricted._restricted_globals)
+_OutputLimit, _Policy, _Printer, _restricted_globals, _route_sympy = (
+    _restricted._OutputLimit, _restricted._Policy, _restricted._Printer, _restricted._restricted_globals,
+    _restricted._route_sympy)
 
 #: Modules imported at start when present (a child's import of one of them is then free).
 PRELOAD = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "statistics",
@@ -104,8 +107,9 @@ def _warm_sympy() -> None:
 _warm_sympy()
 
 
-def _child(request: dict, folder: str, result_path: str) -> None:
-    """Runs in the forked child; never returns."""
+def _child(request: dict, folder: str, result_fd: int) -> None:
+    """Runs in the forked child; never returns. The result goes to the pipe ``result_fd`` (the
+    program has no ``os`` to reach it; the worker checks what arrives)."""
     code = 0
     try:
         os.setsid()
@@ -118,7 +122,7 @@ def _child(request: dict, folder: str, result_path: str) -> None:
         cpu = max(1, int(-(-float(request["cpu_s"]) // 1)))
         _limit(resource.RLIMIT_CPU, cpu, cpu + 1)  # SIGXCPU at the soft limit
         _limit(resource.RLIMIT_AS, _address_space() + int(request["memory_mb"]) * 2**20)
-        _limit(resource.RLIMIT_FSIZE, 4 * cap + 65536)  # the result file holds the output, JSON-escaped
+        _limit(resource.RLIMIT_FSIZE, 4 * cap + 65536)  # what the program writes in its folder
         _limit(resource.RLIMIT_CORE, 0)
         _limit(resource.RLIMIT_NPROC, 0)
         layers = list(_LAYERS)
@@ -131,7 +135,9 @@ def _child(request: dict, folder: str, result_path: str) -> None:
         error = None
         try:
             compiled = compile_restricted(request["program"], filename="<program>", mode="exec", policy=_Policy)
-            exec(compiled, _restricted_globals(printer, allowed))  # noqa: S102 - restricted code, in the limited child
+            env = _restricted_globals(printer, allowed)
+            _route_sympy(env)
+            exec(compiled, env)  # noqa: S102 - restricted code, in the limited child
         except SyntaxError as exc:  # RestrictedPython's refusals arrive as SyntaxError too
             why = exc.msg if isinstance(exc.msg, str) else "; ".join(map(str, exc.args[0] if exc.args else ()))
             error = f"SyntaxError: {why or exc}"[:2000]
@@ -143,15 +149,30 @@ def _child(request: dict, folder: str, result_path: str) -> None:
             error = f"{type(exc).__name__}: {exc}"[:2000]
         output = "".join(printer.parts)
         status = "output_limit" if printer.over else ("error" if error else "ok")
-        with open(result_path, "w", encoding="utf-8") as fh:
-            json.dump({"status": status, "output": output, "error": error, "layers": layers}, fh)
+        data = json.dumps({"status": status, "output": output, "error": error, "layers": layers}).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(result_fd, view):]
     except BaseException:  # noqa: BLE001 - a failure to set up or report: the worker sees no result file
         code = 70
     os._exit(code)
 
 
-def _wait(pid: int, wall_s: float) -> tuple[int | None, bool]:
-    """``(wait status, timed out)``: the child's status, after killing its group at ``wall_s``."""
+def _wait(pid: int, wall_s: float, result_fd: int, chunks: list[bytes]) -> tuple[int | None, bool]:
+    """``(wait status, timed out)``: the child's status, after killing its group at ``wall_s``;
+    what the child writes to the pipe ``result_fd`` is drained into ``chunks`` meanwhile."""
+    os.set_blocking(result_fd, False)
+
+    def drain() -> None:
+        while True:
+            try:
+                part = os.read(result_fd, 65536)
+            except BlockingIOError:
+                return
+            if not part:
+                return
+            chunks.append(part)
+
     deadline = time.monotonic() + wall_s
     try:
         pidfd = os.pidfd_open(pid)
@@ -160,9 +181,11 @@ def _wait(pid: int, wall_s: float) -> tuple[int | None, bool]:
     while True:
         left = deadline - time.monotonic()
         if pidfd is not None:
-            select.select([pidfd], [], [], max(0.0, left))
+            select.select([pidfd, result_fd], [], [], max(0.0, left))
+        drain()
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            drain()
             if pidfd is not None:
                 os.close(pidfd)
             return status, False
@@ -179,22 +202,51 @@ def _wait(pid: int, wall_s: float) -> tuple[int | None, bool]:
             time.sleep(min(0.002, max(0.0, left)))
 
 
+_RESULT_TYPES = {"status": (str,), "output": (str,), "error": (str, type(None)), "layers": (list,)}
+_STATUSES = ("ok", "error", "output_limit")
+
+
+def _checked(result) -> dict:
+    """The child's result with its keys and types checked: unknown keys dropped; a wrong type or
+    status raises ``ValueError`` naming the field."""
+    if not isinstance(result, dict):
+        raise ValueError(f"the child's result is a {type(result).__name__}, not an object")
+    out = {}
+    for key, types_ in _RESULT_TYPES.items():
+        if key not in result:
+            raise ValueError(f"the child's result has no field {key!r}")
+        if not isinstance(result[key], types_):
+            raise ValueError(f"the child's result field {key!r} is a {type(result[key]).__name__}")
+        out[key] = result[key]
+    if out["status"] not in _STATUSES:
+        raise ValueError(f"the child's result field 'status' is {out['status']!r}")
+    if not all(isinstance(x, str) for x in out["layers"]):
+        raise ValueError("the child's result field 'layers' holds a non-string")
+    return out
+
+
 def run(request: dict) -> dict:
     """One program in a forked child: the reply of the module docstring."""
     folder = tempfile.mkdtemp(prefix="agora-program-")
-    result_path = os.path.join(folder, ".result.json")
+    read_fd, write_fd = os.pipe()
     start = time.perf_counter()
     pid = os.fork()
     if pid == 0:
-        _child(request, folder, result_path)
-    status, timed_out = _wait(pid, float(request["wall_s"]))
+        os.close(read_fd)
+        _child(request, folder, write_fd)
+    os.close(write_fd)
+    chunks: list[bytes] = []
+    try:
+        status, timed_out = _wait(pid, float(request["wall_s"]), read_fd, chunks)
+    finally:
+        os.close(read_fd)
     seconds = time.perf_counter() - start
     reply = {"status": "killed", "output": "", "error": None, "seconds": seconds, "layers": list(_LAYERS)}
     try:
-        with open(result_path, encoding="utf-8") as fh:
-            reply.update(json.load(fh))
-    except (OSError, ValueError):
-        pass
+        if chunks:
+            reply.update(_checked(json.loads(b"".join(chunks))))
+    except ValueError as exc:
+        reply.update(status="error", error=f"SandboxError: {exc}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if timed_out:
