@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 from agora.agents.seeds import item_seed
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import Sample
+from agora.tasks.loaders import _SURROGATE
 from agora.tasks.problem import AnswerKind, Problem
 
 
@@ -150,6 +151,37 @@ def problem_input(problem: Problem) -> dict[str, Any]:
     runner does, :func:`agora.tasks.scoring.score_results`)."""
     return {"question_id": problem.id, "question": problem.question, "kind": problem.kind,
             "n_choices": problem.n_choices}
+
+
+def checked_input(inp: Any) -> Any:
+    """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate in
+    ``question`` (the JSONL loader's check: no UTF-8 text holds one) and a ``question_id`` or
+    ``gold`` that is neither text nor a number are refused; a number (``7``, ``0.5``) becomes its
+    text. Returns the mapping (a copy when a field was coerced); anything else (a resume's
+    ``None`` or ``Command``) unchanged.
+
+    Raises:
+        ValueError: one line naming the field."""
+    if not isinstance(inp, Mapping):
+        return inp
+    question = inp.get("question")
+    if isinstance(question, str) and (bad := _SURROGATE.search(question)):
+        raise ValueError(f"graph input field 'question': not UTF-8 text: a lone UTF-16 surrogate "
+                         f"(\\u{ord(bad.group(0)):04x})")
+    fixed: dict[str, Any] = {}
+    for field in ("question_id", "gold"):
+        value = inp.get(field)
+        if value is None or isinstance(value, str):
+            if isinstance(value, str) and (bad := _SURROGATE.search(value)):
+                raise ValueError(f"graph input field {field!r}: not UTF-8 text: a lone UTF-16 surrogate "
+                                 f"(\\u{ord(bad.group(0)):04x})")
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            fixed[field] = str(value)
+            continue
+        raise ValueError(f"graph input field {field!r} must be text or a number, "
+                         f"not {type(value).__name__} {value!r:.60}")
+    return {**inp, **fixed} if fixed else inp
 
 
 def as_problem(state: dict[str, Any]) -> Problem:

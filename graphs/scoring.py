@@ -32,7 +32,7 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agora.graphs.context import check_context_keys
-from agora.graphs.question import as_problem
+from agora.graphs.question import as_problem, checked_input
 from agora.graphs.studio_schema import markdown_schema
 from agora.tasks.scoring import score_results
 
@@ -179,6 +179,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
         return _gold_problem(input)
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
+        input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
         problem = self._gold(input, config)
         chunks = super().stream(input, config, **kwargs)
         if problem is None:
@@ -189,6 +190,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
             yield _scored_chunk(chunk, mode, subgraphs, problem)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+        input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
         problem = await self._agold(input, config)
         mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
         async for chunk in super().astream(input, config, **kwargs):
