@@ -75,6 +75,10 @@ class SLMMuxConfig:
     def __post_init__(self):
         owner = "SLMMuxConfig"
         check_names(owner, "models", self.models)
+        twice = sorted({m for m in self.models if list(self.models).count(m) > 1})
+        if twice:
+            raise ValueError(f"{owner}.models: {', '.join(map(repr, twice))} named more than once "
+                             "(each member is sampled once and its samples counted once)")
         check_count(owner, "k_samples", self.k_samples)
         object.__setattr__(self, "dev_accuracy", dev_accuracy_pairs(owner, "dev_accuracy", self.dev_accuracy))
         check_name(owner, "dev_run", self.dev_run)
@@ -87,6 +91,10 @@ def check_pool(config: SLMMuxConfig, names: Sequence[str]) -> None:
     for name in config.models:
         if name not in names:
             raise ValueError(f"SLMMuxConfig.models: {name!r} is not in the pool ({', '.join(names)})")
+    unknown = [name for name, _ in config.dev_accuracy if name not in (config.models or names)]
+    if unknown:
+        raise ValueError(f"SLMMuxConfig.dev_accuracy: {', '.join(map(repr, unknown))} not among the members "
+                         f"({', '.join(config.models or names)})")
 
 
 def members(config: SLMMuxConfig, names: Sequence[str]) -> list[str]:

@@ -306,3 +306,16 @@ def test_slm_mux_is_a_comed_baseline_and_a_bench_method_through_the_registry():
     # k = COMED's N = 3 per member, one request each
     assert out["methods"]["slm-mux"]["calls"] == out["costs"]["slm-mux"]["calls"] == 3
     assert len([c for c in out["calls"] if c["node"] == "mux_sample"]) == 9
+
+
+def test_a_member_named_twice_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^SLMMuxConfig\.models: 'A' named more than once"):
+        SLMMuxConfig(models=["A", "A"])
+
+
+def test_dev_accuracy_of_a_member_outside_the_pool_is_refused_naming_the_members():
+    from agora.agents.slm_mux import check_pool
+    config = SLMMuxConfig(dev_accuracy=(("a", 0.5), ("zz", 0.3)))
+    with pytest.raises(ValueError, match=r"^SLMMuxConfig\.dev_accuracy: 'zz' not among the members \(a, b\)$"):
+        check_pool(config, ["a", "b"])
+    check_pool(SLMMuxConfig(dev_accuracy=(("a", 0.5),)), ["a", "b"])  # a known member passes
