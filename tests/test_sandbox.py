@@ -46,6 +46,8 @@ def hostile(marker: Path) -> list[tuple[str, str, str]]:
          "SyntaxError: Line 1: \"__import__\" is an invalid"),
         ("sympify", "import sympy\nprint(sympy.sympify(\"__import__('os').getcwd()\"))", "SympifyError"),
         ("sympy given a string", "import sympy\nprint(sympy.simplify('().__class__'))", "SympifyError"),
+        ("lambdify of an odd name", "import sympy\nf = sympy.lambdify([], sympy.Symbol(\"__import__('os').getcwd()\"))\nprint(f())",
+         "ValueError: lambdify of the name"),
         ("sympify unevaluated", "import sympy\nprint(sympy.sympify('x + 1', evaluate=False))",
          "ValueError: sympy parsing with evaluate=False is not available"),
         ("never prints", "x = 6 * 7", "NoOutput: the program printed nothing"),
@@ -200,6 +202,8 @@ def test_a_library_that_writes_files_cannot_write_outside_the_folder(tmp_path):
 def test_sympy_strings_still_parse_in_the_sandbox():
     run = run_program("import sympy\nprint(sympy.sympify('x**2 - 4'), sympy.solve('x**2 - 4'))", LIMITS)
     assert (run.status, run.output) == ("ok", "x**2 - 4 [-2, 2]\n")
+    run = run_program("import sympy\nx = sympy.Symbol('x')\nprint(sympy.lambdify(x, x**2 + 1)(3))", LIMITS)
+    assert (run.status, run.output) == ("ok", "10\n")
 
 
 def test_the_worker_checks_the_childs_result():

@@ -168,3 +168,41 @@ def _route_sympy(restricted: dict) -> None:
     parser = sys.modules.get("sympy.parsing.sympy_parser")
     if parser is not None:
         parser.eval_expr = _RestrictedSympyEval(restricted)
+    _route_lambdify()
+
+
+def _checked_lambdify(original):
+    """``sympy.lambdify`` for the child: it ``exec``s code printed from the expression, so a symbol or
+    function named ``__import__('os')...`` would run; names must be plain identifiers without a
+    leading ``_``, and a program's own ``printer`` is refused."""
+
+    def lambdify(args, expr, *rest, **kwargs):
+        import keyword
+
+        import sympy
+        from sympy.core.function import AppliedUndef
+
+        if rest[2:3] or "printer" in kwargs:
+            raise ValueError("lambdify with a printer of the program's is not available in the sandbox")
+        for item in (args, expr):
+            for obj in sympy.preorder_traversal(sympy.sympify(item)) if not isinstance(item, (list, tuple)) else [
+                    a for it in item for a in sympy.preorder_traversal(sympy.sympify(it))]:
+                name = getattr(obj, "name", None) if isinstance(obj, sympy.Symbol) else (
+                    type(obj).__name__ if isinstance(obj, AppliedUndef) else None)
+                if name is not None and (not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_")):
+                    raise ValueError(f"lambdify of the name {name!r} is not allowed in the sandbox")
+        return original(args, expr, *rest, **kwargs)
+
+    return lambdify
+
+
+def _route_lambdify() -> None:
+    import sys
+
+    for name in ("sympy", "sympy.utilities", "sympy.utilities.lambdify"):
+        module = sys.modules.get(name)
+        if module is not None and callable(getattr(module, "lambdify", None)):
+            if not hasattr(module.lambdify, "__wrapped_by_sandbox__"):
+                wrapped = _checked_lambdify(module.lambdify)
+                wrapped.__wrapped_by_sandbox__ = True
+                module.lambdify = wrapped
