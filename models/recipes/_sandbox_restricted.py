@@ -162,13 +162,15 @@ class _RestrictedSympyEval:
 
 
 def _route_sympy(restricted: dict) -> None:
-    """Make sympy's string evaluation go through :class:`_RestrictedSympyEval` (when sympy is loaded)."""
+    """Route the child's library paths back to the restricted policy: sympy's string evaluation (when
+    sympy is loaded), ``lambdify``'s names, ``operator.attrgetter``/``methodcaller``."""
     import sys
 
     parser = sys.modules.get("sympy.parsing.sympy_parser")
     if parser is not None:
         parser.eval_expr = _RestrictedSympyEval(restricted)
     _route_lambdify()
+    _route_operator()
 
 
 def _checked_lambdify(original):
@@ -206,3 +208,30 @@ def _route_lambdify() -> None:
                 wrapped = _checked_lambdify(module.lambdify)
                 wrapped.__wrapped_by_sandbox__ = True
                 module.lambdify = wrapped
+
+
+def _route_operator() -> None:
+    """``operator.attrgetter('__class__')`` and ``methodcaller('__reduce_ex__', 2)`` reach what
+    RestrictedPython's attribute rule refuses; in the child they refuse names with a leading ``_``
+    (in any dotted part)."""
+    import operator
+
+    attrgetter, methodcaller = operator.attrgetter, operator.methodcaller
+    if getattr(attrgetter, "__sandboxed__", False):
+        return
+
+    def check(name):
+        if not isinstance(name, str) or any(part.startswith("_") for part in name.split(".")):
+            raise AttributeError(f"{name!r} is an invalid attribute name because it starts with \"_\"")
+
+    def guarded_attrgetter(*names):
+        for name in names:
+            check(name)
+        return attrgetter(*names)
+
+    def guarded_methodcaller(name, *args, **kwargs):
+        check(name)
+        return methodcaller(name, *args, **kwargs)
+
+    guarded_attrgetter.__sandboxed__ = True
+    operator.attrgetter, operator.methodcaller = guarded_attrgetter, guarded_methodcaller
