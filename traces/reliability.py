@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agora.traces.bundle import FILE_KINDS
 from agora.traces.members import member_rows
 from agora.traces.store import TraceStore, store_backend
 
@@ -40,6 +41,10 @@ def dev_accuracy(db: str | Path | TraceStore, run_id: str) -> dict[str, float]:
     if not isinstance(db, TraceStore) and store_backend(db) is None:
         path = Path(db)
         if not path.is_file():
+            if path.exists():  # a folder, a FIFO, a device: say what it is, as `agora import` does
+                mode = path.stat().st_mode
+                what = next((name for test, name in FILE_KINDS if test(mode)), "not a regular file")
+                raise DevRunError(f"dev run {run_id!r}: trace database {db} is {what}, not a database file")
             raise DevRunError(f"dev run {run_id!r}: trace database {db} not found")
         stat = path.stat()
         key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size, run_id)
