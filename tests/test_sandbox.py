@@ -52,6 +52,8 @@ def hostile(marker: Path) -> list[tuple[str, str, str]]:
          "AttributeError: '__class__' is an invalid attribute"),
         ("operator.methodcaller", "import operator\nprint(operator.methodcaller('__reduce_ex__', 2)(1))",
          "AttributeError: '__reduce_ex__' is an invalid attribute"),
+        ("open through parse_expr", f"from sympy.parsing.sympy_parser import parse_expr\nprint(parse_expr(\"open('{marker}', 'w')\"))",
+         "NameError: name 'open' is not defined"),
         ("sympify unevaluated", "import sympy\nprint(sympy.sympify('x + 1', evaluate=False))",
          "ValueError: sympy parsing with evaluate=False is not available"),
         ("never prints", "x = 6 * 7", "NoOutput: the program printed nothing"),

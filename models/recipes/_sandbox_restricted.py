@@ -156,7 +156,13 @@ class _RestrictedSympyEval:
         if not isinstance(code, str):
             raise ValueError("sympy parsing with evaluate=False is not available in the sandbox")
         compiled = compile_restricted(code, filename="<sympy string>", mode="eval", policy=_Policy)
-        env = {k: v for k, v in global_dict.items() if not k.startswith("_")}
+        import builtins
+
+        allowed = self.restricted["__builtins__"]
+        # sympy copies Python's built-in functions (open, eval, exec...) into its parser's globals:
+        # only those the program has stay
+        env = {k: v for k, v in global_dict.items()
+               if not k.startswith("_") and (k not in vars(builtins) or allowed.get(k) is v)}
         env.update({k: v for k, v in self.restricted.items() if k.startswith("_")})
         return eval(compiled, env, local_dict)  # noqa: S307 - restricted code, in the limited child
 
