@@ -28,6 +28,11 @@ ServeWith = Literal["transformers", "llamacpp"]
 SERVE_WITH_OPTION = typer.Option("transformers", "--serve-with", help="How OUT/pool.toml serves the trained member: "
                                  "transformers (the dequantised weights + peft) or llamacpp (its GGUF + the "
                                  "adapter as a GGUF LoRA, converted once).")
+# Options every training command takes, declared once.
+LORA_R_OPTION = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64].")
+LORA_ALPHA_OPTION = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16].")
+LORA_DROPOUT_OPTION = typer.Option(None, "--lora-dropout", min=0.0, max=0.99, help="LoRA dropout [default: 0.1].")
+THREADS_OPTION = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores).")
 SAVE_STEPS_OPTION = typer.Option(0, "--save-steps", min=0, help="A checkpoint every N optimiser steps in "
                                  "OUT/trainer/: rerunning the same command resumes an interrupted run from the "
                                  "last one (0: none).")

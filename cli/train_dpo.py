@@ -14,7 +14,8 @@ from rich.markup import escape
 from agora.cli._shared import check_out_path, console, new_run_id, user_errors
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id
-from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
+                              THREADS_OPTION, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, verified_samples, write_data_only,
                               check_pair_sources)
@@ -46,15 +47,14 @@ def train_dpo_cmd(
     iteration: Optional[list[int]] = typer.Option(None, "--iteration", help="Only pairs of these duel iterations."),
     lr: float = typer.Option(1e-6, "--lr", help="Learning rate (paper: 1e-6; ~1e-4 for short CPU runs)."),
     beta: float = typer.Option(0.1, "--beta", help="DPO β."),
-    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64]."),
-    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16]."),
-    lora_dropout: Optional[float] = typer.Option(None, "--lora-dropout", min=0.0, max=0.99,
-                                                 help="LoRA dropout [default: 0.1]."),
+    lora_r: Optional[int] = LORA_R_OPTION,
+    lora_alpha: Optional[int] = LORA_ALPHA_OPTION,
+    lora_dropout: Optional[float] = LORA_DROPOUT_OPTION,
     epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps",
                                                                                  help="> 0 overrides --epochs."),
     batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
     max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores)."),
+    threads: Optional[int] = THREADS_OPTION,
     seed: int = typer.Option(0, "--seed"),
     save_steps: int = SAVE_STEPS_OPTION,
     serve_with: ServeWith = SERVE_WITH_OPTION,

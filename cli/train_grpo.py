@@ -15,7 +15,8 @@ from agora.models.pool import load_pool
 from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, new_run_id, user_errors
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id
-from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
+                              THREADS_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, write_data_only)
 
@@ -43,16 +44,15 @@ def train_grpo_cmd(
     temperature: float = typer.Option(1.0, "--temperature", min=0.01, max=MAX_TEMPERATURE),
     kl_beta: float = typer.Option(0.0, "--kl-beta", min=0.0, help="KL coefficient (paper: 0)."),
     lr: float = typer.Option(1e-6, "--lr"),
-    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh adapter [default: 64]."),
-    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16]."),
-    lora_dropout: Optional[float] = typer.Option(None, "--lora-dropout", min=0.0, max=0.99,
-                                                 help="LoRA dropout [default: 0.1]."),
+    lora_r: Optional[int] = LORA_R_OPTION,
+    lora_alpha: Optional[int] = LORA_ALPHA_OPTION,
+    lora_dropout: Optional[float] = LORA_DROPOUT_OPTION,
     epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps"),
     batch_size: int = typer.Option(4, "--batch-size", min=1, help="Completions per step (a multiple of G)."),
     grad_accum: int = typer.Option(1, "--grad-accum", min=1),
     shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in --data prompts."),
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1),
+    threads: Optional[int] = THREADS_OPTION,
     seed: int = typer.Option(0, "--seed"),
     aggregate: int = typer.Option(0, "--aggregate", min=0, help="Train an aggregator (AggLM): prompts show K "
                                   "recorded samples of a --db question (any model) to combine into one answer; "
