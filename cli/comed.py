@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agora.agents.escalation import EscalationConfig, EscalationThresholds, check_pool, baseline_names, decision_grid
+from agora.agents.escalation import comed_detail
 from agora.agents.escalation_calibration import ThresholdsFile, load_thresholds, write_thresholds
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
@@ -35,7 +36,7 @@ from agora.cli._shared import (
     question_progress,
     user_errors,
 )
-from agora.graphs.escalation import METHODS, EscalationContext, build_escalation_graph, comed_detail
+from agora.graphs.escalation import METHODS, EscalationContext, build_escalation_graph
 from agora.graphs.runner import RunOutcome, run_problems
 from agora.tasks.problem import Problem
 from agora.traces.comed import ComedSummary, calibrate_run, comed_summary

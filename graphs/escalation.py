@@ -46,7 +46,7 @@ from typing_extensions import TypedDict
 
 from agora.agents.delegation import plurality
 from agora.agents.escalation import Decision, EscalationConfig, decide as decide_rule, escalates, escalation_vote
-from agora.agents.escalation import peer_messages, use_baseline_source
+from agora.agents.escalation import comed_detail, comed_outcome, peer_messages, use_baseline_source
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.agents.seeds import call_seed, sampling
@@ -61,7 +61,6 @@ from agora.graphs.spec import ProtocolSpec
 from agora.graphs.studio_schema import studio_schema
 from agora.tasks.answers import extract_answer
 from agora.tasks.problem import Problem
-from agora.tasks.scoring import score_answer
 
 OWN_METHODS = ("comed", "anchor", "router_only")
 """COMED's own methods; its dense baselines' follow them (:func:`comed_methods`)."""
@@ -147,10 +146,6 @@ class EscalationOutput(TypedDict):
 
 def _merge(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
     return {**(a or {}), **(b or {})}
-
-
-def _total(costs: list[Cost]) -> Cost:
-    return total_cost(costs)
 
 
 class EscalationState(EscalationInput, total=False):
@@ -327,13 +322,6 @@ METHODS = comed_methods()
 # ---------------------------------------------------------------------------- scoring
 
 
-def comed_outcome(decision: Decision, probe_agrees: bool | None) -> str:
-    """``accept``, ``verify_accept``, ``verify_escalate`` or ``escalate``."""
-    if decision == "verify":
-        return "verify_accept" if probe_agrees else "verify_escalate"
-    return decision
-
-
 def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[str, Any]:
     """COMED's final answer, and every method's answer and cost (``correct`` left ``None``: the
     runner scores, :func:`agora.tasks.scoring.score_results`)."""
@@ -343,7 +331,7 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
     escalated = escalates(decision, probe_agrees)
 
     def result(answer: str | None, *steps: str, how: str | None = None) -> MethodResult:
-        return MethodResult(answer=answer, correct=None, **_total([costs[s] for s in steps if s in costs]),
+        return MethodResult(answer=answer, correct=None, **total_cost([costs[s] for s in steps if s in costs]),
                             how=how if answer is not None else None)
 
     comed_steps = ["anchor"] + (["verify"] if decision == "verify" else []) + (["escalate"] if escalated else [])
@@ -365,31 +353,6 @@ def score(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
     outcome = comed_outcome(decision, probe_agrees)
     emit("score", f"COMED {outcome}: {final} (anchor {anchor_info['answer']})", outcome=outcome)
     return {"methods": methods, "answer": final, "outcome": outcome}
-
-
-def comed_detail(values: dict[str, Any]) -> dict[str, Any]:
-    """What the runner stores in ``questions.detail`` for a COMED question: the route, SC, the
-    decision and branches (with each branch's correctness and calls, for calibration) and each
-    method's model calls. The branches are scored with :func:`agora.tasks.scoring.score_answer`
-    against ``values["gold"]``, which the runner puts beside the state
-    (:func:`agora.graphs.runner.scored_values`; the graph's state holds no gold): ``None`` without."""
-    gold, kind = values.get("gold"), values.get("kind") or "math"
-    costs = values.get("costs") or {}
-    anchor_info, probe, esc = values.get("anchor") or {}, values.get("probe"), values.get("escalation")
-
-    def correct(answer):
-        return score_answer(answer, gold, kind)
-
-    return {
-        "route": values.get("route"), "decision": values.get("decision"), "outcome": values.get("outcome"),
-        "escalated": escalates(values["decision"], (probe or {}).get("agrees")) if "decision" in values else None,
-        "anchor": {k: anchor_info.get(k) for k in ("model", "answers", "answer", "sc")},
-        "anchor_correct": correct(anchor_info.get("answer")),
-        "probe": probe, "probe_calls": costs.get("verify", {}).get("calls"),
-        "escalation": esc, "escalation_correct": correct(esc["answer"]) if esc else None,
-        "escalation_calls": costs.get("escalate", {}).get("calls"),
-        "method_calls": {m: r.get("calls") for m, r in (values.get("methods") or {}).items()},
-    }
 
 
 # ---------------------------------------------------------------------------- graph

@@ -31,7 +31,7 @@ from langgraph.graph import END, START
 from langgraph.runtime import RunControl
 
 from agora.agents.delegation import DelegationConfig
-from agora.agents.escalation import EscalationConfig, check_pool
+from agora.agents.escalation import EscalationConfig, check_pool, comed_detail
 from agora.agents.escalation_calibration import calibrate
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter
@@ -46,7 +46,6 @@ from agora.graphs.escalation import (
     DECLARED_BASELINES,
     route,
     build_escalation_graph,
-    comed_detail,
 )
 from agora.graphs.dense_baselines import baseline_node, dense_baselines, next_baseline
 from agora.graphs.candidates import CandidatesContext, build_candidates_graph

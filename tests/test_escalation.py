@@ -12,6 +12,7 @@ from agora.agents.escalation import (
     EscalationConfig,
     EscalationThresholds,
     check_pool,
+    comed_detail,
     decide,
     decision_grid,
     escalation_vote,
@@ -32,7 +33,7 @@ from agora.agents.router import KNNRouter, RouterExample
 from agora.models.testing import ScriptedChatModel
 import agora.cli.comed as comed_cli
 from agora.cli.main import app
-from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_detail
+from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import Problem
 from agora.traces.bench import comed_dev_outcomes
