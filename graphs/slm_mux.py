@@ -24,6 +24,7 @@ Usage::
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from langgraph.graph import END, START
@@ -185,6 +186,20 @@ def build_slm_mux_graph() -> ProtocolGraph:
     return builder
 
 
+def check_settings(config: SLMMuxConfig, names: Sequence[str]) -> None:
+    """``agora run slm-mux``'s settings check, before the run row is created and any model asked:
+    the members are in the pool (:func:`~agora.agents.slm_mux.check_pool`) and the dev run, when
+    named, gives accuracies (it is read again, from the per-process cache, at each selection).
+
+    Raises:
+        ValueError: a member not in the pool, named.
+        DevRunError: the dev run's database or run is missing, or it has no scored sample (one line).
+    """
+    check_pool(config, names)
+    if config.dev_run:
+        reliabilities(config.dev_accuracy, config.dev_db, config.dev_run)
+
+
 def comed_slm_mux(comed: Any, pool: ModelPool, anchor: str) -> Any:
     """SLM-MUX as COMED's dense baseline: every pool model a member, ``k`` = COMED's ``N`` anchor
     samples, COMED's sampling, shots and seed (no dev accuracy: ties go by order)."""
@@ -203,7 +218,7 @@ SPEC = ProtocolSpec(
              "(confidence = share of its samples on its plurality answer) answers, ties going to the better "
              "accuracy on dev questions (--dev-accuracy, or --dev-run in --dev-db), then to the earlier member; "
              "compare with the plurality over every sample (mux_vote) and the most accurate member alone (mux_top).",
-        check=check_pool, label=run_label, title="SLM-MUX"),
+        check=check_settings, label=run_label, title="SLM-MUX"),
     bench=BenchRole(methods=("slm-mux", "mux_vote"), sharing={
         "slm-mux": "its own samples: k per pool model (COMED's N), the most self-consistent member's plurality",
         "mux_vote": "SLM-MUX's samples (the plurality over all of them)"}, shared_sharing={

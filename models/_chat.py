@@ -21,7 +21,7 @@ def default_threads() -> int:
     process may use.
 
     Raises:
-        EnvironmentVariableError: ``AGORA_LLAMA_THREADS`` is not a whole number from 1."""
+        EnvironmentVariableError: ``AGORA_LLAMA_THREADS`` is not a whole number from 1 to 512 in ASCII digits."""
     env = env_int("AGORA_LLAMA_THREADS")  # a bad value: one line naming the variable
     if env:
         return env

@@ -26,10 +26,15 @@ from typing import Literal
 
 Kind = Literal["folder", "new_folder", "positive_int", "positive_number", "flag", "executable", "modules", "text"]
 """How a variable's value is checked: ``folder`` an existing folder; ``new_folder`` a folder or a
-path where one can be made (no file in the way); ``positive_int`` an integer from 1;
+path where one can be made (no file in the way); ``positive_int`` an integer from 1 to :data:`MAX_INT`;
 ``positive_number`` a finite number above 0; ``flag`` ``0`` or ``1``; ``executable`` a program file
 that may be run, or a program name on ``PATH``; ``modules`` comma-separated module names; ``text``
-any value."""
+any value. Numbers are written in ASCII digits (``٣`` or ``３`` is refused, though Python reads it)."""
+
+MAX_INT = 512
+"""The largest ``positive_int`` value accepted (``AGORA_LLAMA_THREADS``): a fixed bound, the same on
+every machine, far above any core count llama.cpp gains from and below what makes it allocate
+absurdly (threads past the cores only slow decoding)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +102,13 @@ def _check(var: EnvVar, value: str) -> None:
         what = re.split(r"[;.]\s", var.meaning, maxsplit=1)[0].rstrip(".")
         raise EnvironmentVariableError(var.name, value, f"{problem} ({what[0].lower()}{what[1:]}); fix or unset it")
 
+    if var.kind in ("positive_int", "positive_number") and not value.isascii() and any(c.isdigit() for c in value):
+        fail("not written in ASCII digits 0-9")  # int() and float() read ٣ and ３: refuse what a reader would misread
     if var.kind == "positive_int":
-        if not re.fullmatch(r"\s*\+?\d+\s*", value) or int(value) < 1:
+        if not re.fullmatch(r"\s*\+?[0-9]+\s*", value) or int(value) < 1:
             fail("not a whole number from 1")
+        if int(value) > MAX_INT:
+            fail(f"above {MAX_INT}, the most it takes")
     elif var.kind == "positive_number":
         try:
             number = float(value)

@@ -1,0 +1,105 @@
+"""Bad input and friction, fifth round: each refusal is one line naming the file, line, field or
+option, raised before any work; internal faults surface as bugs, not as user errors."""
+
+import sqlite3
+
+import pytest
+from typer.testing import CliRunner
+
+from agora.cli.main import app
+
+FAKE = "langchain_core.language_models.fake_chat_models:FakeListChatModel"
+
+
+def fake_pool(tmp_path, names=("a", "b")):
+    path = tmp_path / "pool.toml"
+    path.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "langchain"\nclass = "{FAKE}"\n'
+                            f'kwargs = {{responses = ["The answer is 4."]}}\n\n' for m in names))
+    return path
+
+
+def one_error(result, needle):
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and needle in errors[0], result.output
+    return errors[0]
+
+
+def no_rows(db):
+    if db.exists():
+        with sqlite3.connect(db) as con:
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+            for table in ("runs", "model_calls"):
+                if table in tables:
+                    assert con.execute(f"select count(*) from {table}").fetchone()[0] == 0, table
+
+
+# --- agora run slm-mux: the dev run is read before the run row and before any model is asked ---
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--dev-run", "R0", "--dev-db", "missing.db"], "dev run 'R0': trace database missing.db not found"),
+    (["--dev-run", "R0", "--dev-db", "."], "dev run 'R0': trace database . is a folder"),
+])
+def test_slm_mux_dev_run_checked_before_any_run_row(tmp_path, monkeypatch, extra, needle):
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, ["run", "slm-mux", "--format", "synthetic", "--limit", "1", "--pool",
+                                      str(fake_pool(tmp_path)), "--db", str(db), *extra])
+    assert result.exit_code == 2, result.output
+    one_error(result, needle)
+    no_rows(db)
+
+
+def test_slm_mux_dev_run_without_the_run_refused_before_any_run_row(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dev = tmp_path / "dev.db"
+    from agora.traces.store import TraceStore
+    TraceStore(dev).close()
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, ["run", "slm-mux", "--format", "synthetic", "--limit", "1", "--pool",
+                                      str(fake_pool(tmp_path)), "--db", str(db), "--dev-run", "R0",
+                                      "--dev-db", str(dev)])
+    assert result.exit_code == 2, result.output
+    one_error(result, "dev run 'R0': no such run in")
+    no_rows(db)
+
+
+# --- AGORA_LLAMA_THREADS: ASCII digits, at most 512 ---
+
+THREADS_WHAT = "(threads of the embedded llama.cpp engine); fix or unset it"
+
+
+@pytest.mark.parametrize("value, said", [
+    ("\u0663", "AGORA_LLAMA_THREADS='\u0663': not written in ASCII digits 0-9 " + THREADS_WHAT),  # Arabic-Indic 3
+    ("\uff14", "AGORA_LLAMA_THREADS='\uff14': not written in ASCII digits 0-9 " + THREADS_WHAT),  # fullwidth 4
+    ("513", "AGORA_LLAMA_THREADS='513': above 512, the most it takes " + THREADS_WHAT),
+    ("100000000000000000000", "AGORA_LLAMA_THREADS='100000000000000000000': above 512, the most it takes "
+                              + THREADS_WHAT),
+])
+def test_llama_threads_refused_in_one_line(tmp_path, monkeypatch, value, said):
+    from agora.models._chat import default_threads
+
+    monkeypatch.setenv("AGORA_LLAMA_THREADS", value)
+    result = CliRunner().invoke(app, ["report", "runs", "--db", str(tmp_path / "none.db")])
+    assert result.exit_code == 2, result.output
+    assert one_error(result, said) == "error: " + said
+    with pytest.raises(ValueError) as raised:
+        default_threads()  # from Python: the same line
+    assert str(raised.value) == said
+
+
+def test_llama_threads_bounds_accepted(monkeypatch):
+    from agora.models._chat import default_threads
+
+    for value, threads in (("1", 1), ("512", 512), (" +7 ", 7)):
+        monkeypatch.setenv("AGORA_LLAMA_THREADS", value)
+        assert default_threads() == threads
+
+
+def test_lease_seconds_in_non_ascii_digits_refused(monkeypatch):
+    from agora.models.environment import EnvironmentVariableError, env_value
+
+    monkeypatch.setenv("AGORA_LEASE_S", "\u0663\u0660")  # float() reads it as 30.0
+    with pytest.raises(EnvironmentVariableError, match="^AGORA_LEASE_S='\u0663\u0660': not written in ASCII digits"):
+        env_value("AGORA_LEASE_S")
+    monkeypatch.setenv("AGORA_LEASE_S", "30")
+    assert env_value("AGORA_LEASE_S") == "30"
