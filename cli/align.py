@@ -13,7 +13,7 @@ from agora.agents.delegation import DelegationConfig
 from agora.cli import _run
 from agora.cli._apps import run_app
 from agora.cli._shared import MAX_TEMPERATURE, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
-from agora.graphs.delegation import METHODS, DelegationContext, _reliability
+from agora.graphs.delegation import METHODS, DelegationContext, calibrated_reliabilities
 from agora.tasks.loaders import load_problems
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore
@@ -63,7 +63,7 @@ def run_align(
         the_pool = get_pool(pool)
         for m in config.models:
             the_pool[m]
-        _reliability(config, list(config.models) or the_pool.names)  # dev run and accuracies: before any run row
+        calibrated_reliabilities(config, list(config.models) or the_pool.names)  # dev run and accuracies: before any run row
         store, run_id, outcome = _run.run_benchmark(
             "align", problems, context=DelegationContext(pool=the_pool, config=config), config=config, pool=the_pool,
             db=db, run_id=run_id, data=data, fmt_name=fmt_name, limit=limit,

@@ -114,7 +114,7 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
     for m in models:
         if m not in pool:
             raise ValueError(f"DelegationConfig.models names {m!r}, which is not in the pool ({', '.join(pool.names)})")
-    _reliability(cfg, models)
+    calibrated_reliabilities(cfg, models)
     assignments = [{"agent": i, "model": models[i % len(models)]} for i in range(cfg.n_agents)]
     emit("delegate", f"delegating to {cfg.n_agents} agents × {cfg.k_samples} samples",
          question_id=problem.id, agents=assignments)
@@ -200,7 +200,7 @@ def agent_propose(state: AgentState, runtime: Runtime[DelegationContext]) -> dic
     return {"proposals": [proposal]}
 
 
-def _reliability(cfg: DelegationConfig, models: list[str]) -> dict[str, float] | None:
+def calibrated_reliabilities(cfg: DelegationConfig, models: list[str]) -> dict[str, float] | None:
     """The ``calibrated`` utility's member reliabilities (``None`` for ``agreement``).
 
     Raises:
@@ -222,7 +222,7 @@ def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]
     cfg = _config(runtime)
     proposals = sorted(state.get("proposals", []), key=lambda p: p["agent"])
     candidates = state.get("candidates", [])
-    reliability = _reliability(cfg, [p["model"] for p in proposals])
+    reliability = calibrated_reliabilities(cfg, [p["model"] for p in proposals])
     utilities = principal_utility(cfg.utility, [p["answer"] for p in proposals], proposals, reliability)
     selection = select_rule(proposals, utilities, cfg.tau)
 

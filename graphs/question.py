@@ -14,7 +14,7 @@ from typing_extensions import TypedDict
 from agora.agents.seeds import item_seed
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import Sample
-from agora.tasks.loaders import _SURROGATE
+from agora.tasks.loaders import SURROGATE
 from agora.tasks.problem import AnswerKind, Problem
 
 
@@ -165,14 +165,14 @@ def checked_input(inp: Any) -> Any:
     if not isinstance(inp, Mapping):
         return inp
     question = inp.get("question")
-    if isinstance(question, str) and (bad := _SURROGATE.search(question)):
+    if isinstance(question, str) and (bad := SURROGATE.search(question)):
         raise ValueError(f"graph input field 'question': not UTF-8 text: a lone UTF-16 surrogate "
                          f"(\\u{ord(bad.group(0)):04x})")
     fixed: dict[str, Any] = {}
     for field in ("question_id", "gold"):
         value = inp.get(field)
         if value is None or isinstance(value, str):
-            if isinstance(value, str) and (bad := _SURROGATE.search(value)):
+            if isinstance(value, str) and (bad := SURROGATE.search(value)):
                 raise ValueError(f"graph input field {field!r}: not UTF-8 text: a lone UTF-16 surrogate "
                                  f"(\\u{ord(bad.group(0)):04x})")
             continue

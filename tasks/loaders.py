@@ -49,7 +49,8 @@ FORMATS = ("gsm8k", "gsm-hard", "math", "mc", "synthetic", "prompts")
 MAX_NESTING = 64
 #: A GSM8K gold answer after ``####`` (thousands commas removed): a plain decimal number.
 _GSM8K_GOLD = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+#: A lone UTF-16 surrogate (``\ud800``–``\udfff``): valid in a Python string, not in UTF-8 (refused in problems).
+SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class TaskFormatError(ValueError):
@@ -265,7 +266,7 @@ def _check_record(record: Any, path: Path, line: int) -> None:
     while todo:
         value, field, depth = todo.pop()
         if isinstance(value, str):
-            bad = _SURROGATE.search(value)
+            bad = SURROGATE.search(value)
             if bad:
                 raise TaskFormatError(path, line, field or None,
                                       f"not UTF-8 text: a lone UTF-16 surrogate (\\u{ord(bad.group(0)):04x})")
@@ -277,7 +278,7 @@ def _check_record(record: Any, path: Path, line: int) -> None:
             raise TaskFormatError(path, line, top or None, f"JSON nested more than {MAX_NESTING} levels deep")
         items = list(value.items() if isinstance(value, dict) else enumerate(value))
         for key, item in reversed(items):  # popped in order: the first bad field is named
-            if isinstance(key, str) and _SURROGATE.search(key):
+            if isinstance(key, str) and SURROGATE.search(key):
                 raise TaskFormatError(path, line, field or None,
                                       f"not UTF-8 text: a lone UTF-16 surrogate in the key {key!r:.60}")
             name = f"{field}[{key}]" if isinstance(key, int) else (f"{field}.{key}" if field else key)
