@@ -12,7 +12,7 @@ What it runs: per task, one SLM-MUX run (``agora.graphs.slm_mux``) on the task's
 of every question alone, one request each, recorded in the trace DB. The tasks, dev split and seed are
 the reference bench's (``benchmarks/bench_ref.sh``: GSM8K, ARC-Challenge, MATH-500, MMLU, ``--limit 60
 --dev 20 --seed 0``; the dev questions are each file's last 20, never a test question,
-:func:`agora.runs.bench.load_tasks`), its sampling the bench's (temperature 0.7, top-p 0.95, 256 tokens,
+:func:`agora.runs.bench_tasks.load_tasks`), its sampling the bench's (temperature 0.7, top-p 0.95, 256 tokens,
 2 worked exemplars). Each run is also a dev run for SLM-MUX's tie-breaker and ALIGN's calibrated
 utility (``--dev-run <run-id>:<task>``).
 
@@ -49,7 +49,7 @@ from agora.graphs.context import resolve_pool
 from agora.graphs.runner import run_protocol
 from agora.graphs.slm_mux import SLMMuxContext
 from agora.models.pool import ModelPool
-from agora.runs.bench import TaskFile, load_tasks
+from agora.runs.bench_tasks import TaskFile, load_tasks
 from agora.tasks.scoring import score_answer
 from agora.traces.store import TraceStore
 

@@ -39,23 +39,18 @@ from agora.cli._shared import (
     user_errors,
 )
 from agora.cli._apps import app
-from agora.runs.bench import (
+from agora.runs.bench import BenchProgress, CalibrationError, run_bench
+from agora.runs.bench_plan import (
     questions_in_flight,
     DEFAULT_SOURCE,
     BenchConfig,
-    BenchProgress,
-    CalibrationError,
-    DevSplit,
     Step,
-    TaskFile,
-    disjoint,
-    load_tasks,
     plan,
     remaining,
     resolve_methods,
     time_left_s,
-    run_bench,
 )
+from agora.runs.bench_tasks import DevSplit, TaskFile, disjoint, load_tasks
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
 from agora.runs.report import (any_too_few, claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens,

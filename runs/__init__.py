@@ -6,7 +6,7 @@ A driver takes a pool, a trace store and settings, invokes one or more compiled 
 
 | module | driver | what it runs |
 |---|---|---|
-| :mod:`agora.runs.bench` | ``run_bench`` (``plan``, ``remaining``, ``time_left_s``) | every protocol of a bench on every task file, as ordinary resumable runs |
+| :mod:`agora.runs.bench` | ``run_bench`` (its plan: :mod:`agora.runs.bench_plan`; its task files: :mod:`agora.runs.bench_tasks`) | every protocol of a bench on every task file, as ordinary resumable runs |
 | :mod:`agora.runs.duel` | ``run_duels`` | ``T × D`` duels of the duel graph, reputations and leader weights carried from duel to duel |
 | :mod:`agora.runs.selection` | ``run_session``, ``session_settings`` | a CUPID session, answering the graph's ``ask_user`` interrupts through a ``choose`` callback |
 | :mod:`agora.runs.report` | ``write_report``, ``build_report`` | not a driver: a bench's report (claims, ``bench.md``, the PNG) from :mod:`agora.traces.bench`'s data |

@@ -14,6 +14,9 @@ it applies to (test questions are dropped from it, and counted), then
 and their source go into the report (:mod:`agora.traces.bench`); without a dev split the report says
 the fixed thresholds were used.
 
+What a bench runs (its methods, settings and runs in order) is :mod:`agora.runs.bench_plan`; its
+task files and dev splits :mod:`agora.runs.bench_tasks`.
+
 Layers: a driver (:mod:`agora.runs`): this module runs the ``graphs`` and uses ``agents``, ``tasks`` and
 ``traces``; the report's data is read by :mod:`agora.traces.bench`, its claims and files are written by
 :mod:`agora.runs.report`, and the command line is :mod:`agora.cli.bench`.
@@ -21,24 +24,18 @@ Layers: a driver (:mod:`agora.runs`): this module runs the ``graphs`` and uses `
 
 from __future__ import annotations
 
-import json
-
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Sequence
 
 from langgraph.graph import END, START
 from langgraph.runtime import RunControl
 
-from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, check_pool, comed_detail
 from agora.agents.escalation_calibration import calibrate
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter
-from agora.graphs.delegation import METHODS as ALIGN_METHODS, DelegationContext, build_delegation_graph
-from agora.graphs import registry
+from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import (
-    OWN_METHODS as COMED_OWN_METHODS,
     EscalationContext,
     EscalationInput,
     EscalationOutput,
@@ -51,259 +48,13 @@ from agora.graphs.dense_baselines import baseline_node, dense_baselines, next_ba
 from agora.graphs.candidates import CandidatesContext, build_candidates_graph
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.runner import QuestionOutcome, RunOutcome, run_dataset, run_problems
+from agora.runs.bench_plan import BenchConfig, Step, plan, protocol_of, questions_in_flight, run_id_of, sharing
+from agora.runs.bench_plan import shared_methods
+from agora.runs.bench_tasks import DevSplit, TaskFile
 from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
-from agora.tasks.loaders import Problem, detect_format, load_problems
-from agora.tasks.samples import sample_path
 from agora.traces.bench import BenchSpec, BenchTask, comed_dev_outcomes, record_bench
-from agora.traces.store import ResumeRefusedError, TraceStore, _differences, _json, _models
-
-_OWN_SHARING = {
-    "align": "ALIGN's n·k candidates (the principal's pick among all of them)",
-    "single_agent": "ALIGN's n·k candidates (agent 0's first sample only)",
-    "self_consistency": "ALIGN's n·k candidates (majority over all of them)",
-    "best_of_n": "ALIGN's n·k candidates (argmax of the principal's utility U over all of them)",
-    "comed": "COMED's anchor samples (N), plus the probe's answer and the peers' answers when it verifies or escalates",
-    "anchor": "COMED's anchor samples (N; their plurality)",
-    "router_only": "COMED's anchor samples (the first one)",
-}
-
-
-def protocol_of() -> dict[str, str]:
-    """Every method a bench reports, in report order, with the protocol whose run computes it: ALIGN's,
-    COMED's own, then every registered protocol with a bench role
-    (:func:`agora.graphs.registry.bench_specs`: MoA, debate, the council...), which runs inside COMED's
-    run as one of its dense baselines. Read from the registry on every call, so a protocol registered
-    after this module loaded is in it."""
-    return {**{m: "align" for m in ALIGN_METHODS}, **{m: "comed" for m in COMED_OWN_METHODS},
-            **{m: "comed" for spec in registry.bench_specs() for m in spec.bench.methods}}
-
-
-def groups() -> dict[str, tuple[str, ...]]:
-    """What ``--protocols`` accepts besides method names: a protocol, standing for its methods."""
-    return {"align": ALIGN_METHODS, "comed": COMED_OWN_METHODS,
-            **{spec.name: spec.bench.methods for spec in registry.bench_specs()}}
-
-
-def sharing() -> dict[str, str]:
-    """The samples each method draws on (methods naming the same samples share them); a registered
-    protocol's come from its spec's :class:`~agora.graphs.spec.BenchRole`."""
-    return {**_OWN_SHARING, **{m: text for spec in registry.bench_specs() for m, text in spec.bench.sharing.items()
-                              if m in spec.bench.methods}}
-
-
-def dense_baseline_of() -> dict[str, str]:
-    """Method → the COMED dense baseline (protocol name) whose run computes it."""
-    return {m: spec.name for spec in registry.bench_specs() for m in spec.bench.methods}
-
-
-#: The registry's lists when this module loaded (the functions above read it again).
-PROTOCOL_OF: dict[str, str] = protocol_of()
-METHODS = tuple(PROTOCOL_OF)
-GROUPS: dict[str, tuple[str, ...]] = groups()
-SHARING = sharing()
-DEFAULT_SOURCE = "fixed default thresholds, not calibrated on a dev split (give --calibrate-on FILE or --dev N)"
-
-
-def resolve_methods(spec: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The methods named by ``--protocols`` (comma-separated), in report order: ``all`` (or
-    nothing) for every method; ``align`` for ALIGN with its three baselines; ``comed`` for COMED
-    with its anchor and router-only baselines; any method name for itself (``moa``, ``debate``,
-    ``self_consistency``...).
-
-    Raises:
-        ValueError: an unknown name (the message lists the choices).
-    """
-    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec or ()) if s.strip()]
-    every, named = tuple(protocol_of()), groups()
-    if not names or names == ["all"]:
-        return every
-    chosen: set[str] = set()
-    for n in names:
-        if n in named:
-            chosen.update(named[n])
-        elif n in every:
-            chosen.add(n)
-        else:
-            raise ValueError(f"--protocols: unknown {n!r}; choose from all, {', '.join(named)} or a method "
-                             f"({', '.join(every)})")
-    return tuple(m for m in every if m in chosen)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskFile:
-    """One task of a bench: its test questions and, for ``--dev N``, the dev questions after them."""
-
-    name: str
-    path: Path
-    format: str
-    problems: tuple[Problem, ...]
-    dev: tuple[Problem, ...] = ()
-
-
-_GENERIC = {"test", "dev", "train", "val", "valid", "validation", "data", "sample"}
-
-
-def _task_name(path: Path, taken: set[str]) -> str:
-    """The file's stem (``arc_challenge_test``), prefixed with its folder when the stem says
-    nothing (``gsm8k/test.jsonl`` → ``gsm8k-test``) or is taken; run ids use it."""
-    name = path.stem
-    if name in _GENERIC or name in taken:
-        name = f"{path.parent.name}-{name}" if path.parent.name else name
-    base, i = name, 2
-    while name in taken:
-        name, i = f"{base}-{i}", i + 1
-    return name
-
-
-def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFile]:
-    """The task files of ``--tasks``: comma-separated paths, each optionally ``name=path``, in any
-    loader format (detected from the file); ``sample`` is the GSM8K sample shipped with Agora. The
-    test questions are the first ``limit`` of each file (all without it); with ``dev``, the file's
-    last ``dev`` questions form that task's dev split (and are never test questions). Taking them
-    from the end keeps the dev split the same when a later rerun raises ``limit``.
-
-    Raises:
-        ValueError: no task, a duplicate name, a name that cannot be a run id part, a file without
-            gold answers (``prompts``), or a file with fewer than ``limit + dev`` problems.
-        TaskFormatError: a file that cannot be read (file:line: field).
-    """
-    items = [s.strip() for s in spec.split(",") if s.strip()]
-    if not items:
-        raise ValueError("--tasks: no task file given")
-    tasks: list[TaskFile] = []
-    taken: set[str] = set()
-    for item in items:
-        name, sep, rest = item.partition("=")
-        given = rest if sep else item
-        if given == "sample":
-            path, fmt = sample_path("gsm8k")
-            name = name if sep else "gsm8k-sample"
-        else:
-            path = Path(given)
-            fmt = detect_format(path)
-            name = name.strip() if sep else _task_name(path, taken)
-        if not name or ":" in name or name in taken or name in ("all", "macro"):
-            raise ValueError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "
-                             "name it with name=path")
-        if fmt == "prompts":
-            raise ValueError(f"{path}: no gold answers (format prompts); a bench needs gold answers to score")
-        problems = load_problems(path, fmt, None if dev else limit)
-        if len(problems) < (limit or 1) + dev:
-            raise ValueError(f"{path}: {len(problems)} problems, fewer than --limit {limit or 1} + --dev {dev}"
-                             if dev else f"{path}: no problems")
-        held_out = problems[len(problems) - dev:] if dev else []
-        test = problems[: len(problems) - dev][:limit]
-        taken.add(name)
-        tasks.append(TaskFile(name, path, fmt, tuple(test), tuple(held_out)))
-    return tasks
-
-
-@dataclass(frozen=True, slots=True)
-class DevSplit:
-    """Dev questions for COMED's calibration, for one task (``scope`` its name) or all (``*``)."""
-
-    scope: str
-    source: str
-    """Where the questions come from, in words (a file, or the rows after a task's test questions)."""
-    problems: tuple[Problem, ...]
-
-
-def disjoint(dev: Sequence[Problem], tests: Sequence[Problem]) -> tuple[list[Problem], int]:
-    """``dev`` without any question that is also a test question (same text), and how many went."""
-    seen = {p.question.strip() for p in tests}
-    kept = [p for p in dev if p.question.strip() not in seen]
-    return kept, len(dev) - len(kept)
-
-
-@dataclass(frozen=True, slots=True)
-class BenchConfig:
-    """The protocols' settings for a bench (the CLI builds it from its options)."""
-
-    align: DelegationConfig = field(default_factory=DelegationConfig)
-    comed: EscalationConfig = field(default_factory=EscalationConfig)
-    """COMED's settings; its thresholds are the fixed ones, used unless a dev split calibrates them."""
-    methods: tuple[str, ...] = field(default_factory=lambda: tuple(protocol_of()))
-    """The methods to report (default: every method of :func:`protocol_of`)."""
-    thresholds_source: str = DEFAULT_SOURCE
-    """Where ``comed.thresholds`` came from, for the report, when no dev split is given."""
-    lam: float = 0.01
-    """Calibration cost weight λ (:func:`agora.agents.escalation_calibration.calibration_objective`)."""
-    max_calls: float | None = None
-    """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
-    concurrency: int | None = 1
-    """Questions in flight per run; ``None``: the pool's
-    :meth:`~agora.models.pool.ModelPool.suggested_concurrency` (8 on the embedded llama.cpp pool)."""
-    durability: Literal["async", "sync", "exit"] = "async"
-    round_size: int | None = 10
-    """Test questions per task and run in one round: the bench runs every task's ALIGN and COMED
-    runs on their first ``round_size`` questions, then on the next ones, so an interrupted bench
-    already has every cell of its table, on fewer questions. ``None``: each run in one go.
-    Rounds change only the order: the questions, their runs and their results are the same."""
-    shared: bool = False
-    """One candidate pool per question (issue 32): draw k samples from every pool model once per
-    question (run ``<bench>:<task>:candidates``) and give them to every protocol that starts from
-    independent samples; with a dev split, also choose the best single model (``single_agent``, COMED's
-    fixed anchor) on dev and add ``comed_routed`` (kNN router trained on the dev draw). ``False``:
-    the first edition's bench (each protocol draws its own samples; ``single_agent`` is ALIGN's agent 0)."""
-    router_k: int = 5
-    """Neighbours of ``comed_routed``'s dev-trained kNN router."""
-    embedding: str = "auto"
-    """Embedding of ``comed_routed``'s router: ``auto``, ``minilm`` or ``tfidf``."""
-
-    def __post_init__(self):
-        every = protocol_of()
-        unknown = [m for m in self.methods if m not in every]
-        if unknown or not self.methods:
-            raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")
-        if self.concurrency is not None and (isinstance(self.concurrency, bool)
-                                             or not isinstance(self.concurrency, int) or self.concurrency < 1):
-            raise ValueError(f"BenchConfig.concurrency must be an integer >= 1 or None, got {self.concurrency!r}")
-        if self.round_size is not None and (isinstance(self.round_size, bool) or not isinstance(self.round_size, int)
-                                            or self.round_size < 1):
-            raise ValueError(f"BenchConfig.round_size must be an integer >= 1 or None, got {self.round_size!r}")
-
-    @property
-    def protocols(self) -> tuple[str, ...]:
-        """The runs a task needs: ``align`` and/or ``comed``."""
-        every = protocol_of()
-        return tuple(p for p in ("align", "comed") if any(every[m] == p for m in self.methods))
-
-    @property
-    def comed_own(self) -> bool:
-        """Whether COMED's own methods are asked for (``comed``, ``anchor``, ``router_only``): without
-        them COMED's run computes only the chosen dense baselines, and none of COMED's own steps
-        (anchor, probe, peers) nor its dev calibration runs."""
-        return any(m in COMED_OWN_METHODS for m in self.methods)
-
-    @property
-    def baselines(self) -> tuple[str, ...]:
-        """The dense baselines COMED's run computes (only those asked for: they cost calls), in the
-        registry's order (:func:`agora.graphs.registry.bench_specs`)."""
-        of = dense_baseline_of()
-        return tuple(dict.fromkeys(of[m] for m in protocol_of() if m in of and m in self.methods))
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One run of a bench: a dev calibration run, or a task's ALIGN or COMED run."""
-
-    kind: Literal["calibrate", "align", "comed", "candidates", "candidates-dev", "comed-routed"]
-    task: str
-    """The task's name (``*``: a dev split for all tasks)."""
-    run_id: str
-    problems: tuple[Problem, ...]
-    path: str | None
-    format: str
-    round: tuple[int, int] | None = None
-    """(this round, rounds) while :func:`run_bench` runs the step in rounds
-    (:attr:`BenchConfig.round_size`); the step's ``problems`` are still all its questions."""
-
-    def round_ids(self, size: int | None) -> frozenset[str] | None:
-        """The question ids of this step's current round (``None``: not in rounds)."""
-        if self.round is None or size is None:
-            return None
-        r = self.round[0] - 1
-        return frozenset(p.id for p in self.problems[r * size:(r + 1) * size])
+from agora.traces.resume import resume_refusal
+from agora.traces.store import ResumeRefusedError, TraceStore
 
 
 def _dense_methods(state: dict[str, Any]) -> dict[str, Any]:
@@ -329,102 +80,6 @@ def build_dense_graph() -> Any:
         builder.add_conditional_edges(name, next_baseline(names, name, EscalationContext), [*names[i + 1:], "score"])
     builder.add_edge("score", END)
     return builder
-
-
-def run_id_of(bench_id: str, task: str, protocol: str) -> str:
-    """``<bench>:<task>:<protocol>`` (``all`` for a dev split that serves every task)."""
-    return f"{bench_id}:{'all' if task == '*' else task}:{protocol}"
-
-
-def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Sequence[DevSplit] = ()) -> list[Step]:
-    """The runs of a bench in the order they run: the dev draws (shared candidates), the dev
-    calibrations, then per task the shared draw, ALIGN, COMED and COMED with a routed anchor."""
-    steps = []
-    if config.shared:
-        for d in dev:
-            steps.append(Step("candidates-dev", d.scope, run_id_of(bench_id, d.scope, "candidates-dev"), d.problems,
-                              d.source, "dev"))
-    if config.comed_own:
-        for d in dev:
-            steps.append(Step("calibrate", d.scope, run_id_of(bench_id, d.scope, "comed-dev"), d.problems,
-                              d.source, "dev"))
-    for t in tasks:
-        protocols = (("candidates",) if config.shared else ()) + config.protocols
-        if config.shared and dev and config.comed_own:
-            protocols += ("comed-routed",)
-        for p in protocols:
-            steps.append(Step(p, t.name, run_id_of(bench_id, t.name, p), t.problems, str(t.path), t.format))
-    return steps
-
-
-def remaining(store: TraceStore, steps: Sequence[Step]) -> dict[str, int]:
-    """Questions each step still has to run (a rerun of a bench id skips recorded ones)."""
-    out = {}
-    for s in steps:
-        done = store.finished_questions(s.run_id)
-        out[s.run_id] = sum(p.id not in done for p in s.problems)
-    return out
-
-
-def questions_in_flight(config: BenchConfig, pool: Any) -> int:
-    """Questions a run of the bench keeps in flight at once: ``config.concurrency``, else the pool's
-    :meth:`~agora.models.pool.ModelPool.suggested_concurrency` (before any cap by a round's size)."""
-    return config.concurrency if config.concurrency is not None else pool.suggested_concurrency()
-
-
-def time_left_s(store: TraceStore, steps: Sequence[Step], in_flight: int = 1) -> float | None:
-    """Seconds the questions not yet recorded should take: per run, its questions left × the mean
-    wall time of its recorded questions (a run with none yet: the mean of the same kind of run on the
-    other tasks), divided by ``in_flight``, the questions run at once (a question's wall time then
-    overlaps the others'). ``None`` while some run left to do has no measured time to go by."""
-    times = store.question_times([s.run_id for s in steps])
-    by_kind: dict[str, list[float]] = {}
-    for s in steps:
-        if s.run_id in times:
-            by_kind.setdefault(s.kind, []).append(times[s.run_id][1])
-    total = 0.0
-    for s, left in zip(steps, remaining(store, steps).values()):
-        if not left:
-            continue
-        if s.run_id in times:
-            per = times[s.run_id][1]
-        elif by_kind.get(s.kind):
-            per = sum(by_kind[s.kind]) / len(by_kind[s.kind])
-        else:
-            return None
-        total += left * per
-    return total / max(1, in_flight)
-
-
-def resume_refusal(store: TraceStore, run_id: str, protocol: str, config: Any, pool: Any,
-                   dataset: Any = None) -> str | None:
-    """Why ``TraceStore.start_run`` would refuse to resume ``run_id`` with this protocol, settings,
-    pool and ``dataset`` (as :func:`agora.graphs.runner.run_dataset` makes it; ``None``: not checked)
-    (one line), or ``None`` (a new run, or the same). Checked for every run of a bench before the
-    bench's spec is recorded, so a refused rerun changes nothing in the DB. Task files at another
-    path holding the same questions (a bench moved to another machine) resume
-    (:meth:`TraceStore.data_changes`); the runs keep the paths they started on, the bench's
-    spec names the files of this call."""
-    existing = store.get_run(run_id)
-    if existing is None:
-        return None
-    if existing["protocol"] != protocol:
-        return f"run id {run_id!r} already holds a {existing['protocol']} run in {store.path}; pick a new --run-id"
-    try:
-        changed, details = store.data_changes(run_id, store._run_json(existing, "dataset") or {},
-                                              json.loads(_json(dataset)) or {}) if dataset is not None else ([], [])
-    except ResumeRefusedError as exc:
-        return f"{exc} (nothing was run or recorded)"
-    if existing["config"] != _json(config):
-        changed.append("settings")
-        details += _differences(json.loads(_json(config)), store._run_json(existing, "config"))
-    if _models(store._run_json(existing, "pool")) != _models(json.loads(_json(pool))):
-        changed.append("pool")
-    if not changed:
-        return None
-    said = f" ({'; '.join(details[:4])})" if details else ""
-    return (f"run id {run_id!r} in {store.path} was started with other {', '.join(changed)}{said}; rerun with the same "
-            "options to resume it, or pick a new --run-id (nothing was run or recorded)")
 
 
 class BenchProgress:
@@ -623,7 +278,7 @@ def run_bench(
     renames: dict[str, dict[str, str]] = {}
     if config.shared:
         routed = any(s.kind == "comed-routed" for s in steps)
-        methods, shares = _shared_methods(methods, shares, config, routed)
+        methods, shares = shared_methods(methods, shares, config, routed)
         if routed:
             renames["comed-routed"] = {"comed": "comed_routed"}
         settings["shared"] = _shared_settings(shared_cfg, best_model, tasks, pool.names)
@@ -687,32 +342,6 @@ def run_bench(
                 step = replace(step, round=(r, rounds))
             run_test(step)
     return result
-
-
-def _shared_methods(methods: dict[str, str], shares: dict[str, str], config: BenchConfig,
-                    routed: bool) -> tuple[dict[str, str], dict[str, str]]:
-    """A shared bench's methods and what each draws on: ``single_agent`` from the candidates run (the
-    dev-chosen best model's first sample), ``comed_routed`` and its ``router_only`` from the routed
-    COMED run, every first step from the one candidate pool."""
-    methods = dict(methods)
-    if "single_agent" in methods:
-        methods["single_agent"] = "candidates"
-    if routed:
-        methods["comed_routed"] = "comed-routed"
-        if "router_only" in config.methods:
-            methods["router_only"] = "comed-routed"
-    pool = "the shared pool (k samples per model and question, drawn once)"
-    shares = {**shares,
-              "align": f"{pool}: ALIGN's n·k candidates are its agents' models' shares; the principal's pick is free",
-              "single_agent": f"{pool}: the first sample of the best single model (chosen on dev when there is a dev split)",
-              "self_consistency": f"{pool}: majority over ALIGN's n·k candidates",
-              "best_of_n": f"{pool}: argmax of U over ALIGN's n·k candidates",
-              "comed": f"{pool}: the anchor's first N samples; adds the probe's and the peers' answers",
-              "anchor": f"{pool}: the anchor's first N samples (their plurality)",
-              "comed_routed": f"{pool}: the routed anchor's first N samples; adds the probe's and the peers' answers",
-              "router_only": f"{pool}: the routed anchor's first sample",
-              **{m: text for spec in registry.bench_specs() for m, text in spec.bench.shared_sharing.items()}}
-    return methods, shares
 
 
 def _shared_settings(cfg: Any, best: dict[str, dict[str, Any]], tasks: Sequence[TaskFile],

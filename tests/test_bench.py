@@ -16,7 +16,8 @@ import agora.cli.bench as bench_cli
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
-from agora.runs.bench import PROTOCOL_OF, load_tasks, resolve_methods
+from agora.runs.bench_plan import PROTOCOL_OF, resolve_methods
+from agora.runs.bench_tasks import load_tasks
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.runs.report import pareto_front
 from agora.traces.bench import read_bench_spec
@@ -367,7 +368,7 @@ def test_report_only_on_a_bench_still_in_its_dev_phase_says_so(tmp_path, monkeyp
 
 
 def test_round_size_must_be_a_positive_integer_or_none():
-    from agora.runs.bench import BenchConfig
+    from agora.runs.bench_plan import BenchConfig
     for bad in (0, -1, True, 2.0):
         with pytest.raises(ValueError, match="round_size"):
             BenchConfig(round_size=bad)
@@ -559,7 +560,7 @@ def test_router_uses_only_runs_outside_the_bench_and_adds_router_only(tmp_path, 
 
 
 def test_time_left_is_each_runs_questions_left_times_its_own_mean_time():
-    from agora.runs.bench import Step, time_left_s
+    from agora.runs.bench_plan import Step, time_left_s
     from agora.tasks.loaders import Problem
 
     store = TraceStore(":memory:")

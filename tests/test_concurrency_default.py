@@ -7,7 +7,7 @@ from agora.models.llamacpp import LlamaCppChatModel
 from agora.models.model_pool import EMBEDDED_CONCURRENCY
 from agora.models.pool import ModelPool, ModelSpec, PoolMember
 from agora.models.testing import ScriptedChatModel
-from agora.runs.bench import BenchConfig
+from agora.runs.bench_plan import BenchConfig
 
 
 def pool_of(*models):

@@ -22,7 +22,7 @@ from agora.graphs.council import CouncilContext, CouncilOutput, build_council_gr
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
-from agora.runs.bench import BenchConfig, protocol_of, resolve_methods, sharing
+from agora.runs.bench_plan import BenchConfig, protocol_of, resolve_methods, sharing
 
 Q = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "question_id": "q1",
      "kind": "math", "gold": "7"}
@@ -184,7 +184,7 @@ def test_the_council_is_in_the_bench_and_a_comed_baseline_through_the_registry()
 
 
 def test_comed_hands_the_shared_pool_to_the_council_and_the_bench_says_so():
-    from agora.runs.bench import _shared_methods
+    from agora.runs.bench_plan import shared_methods
 
     shared = {m: [{"model": m, "text": TEXT[m], "call_id": f"c-{m}-{j}", "sample_index": j, "seed": 1,
                    "prompt_tokens": 5, "completion_tokens": 4, "latency_s": 0.5, "finish_reason": "stop"}
@@ -195,7 +195,7 @@ def test_comed_hands_the_shared_pool_to_the_council_and_the_bench_says_so():
                                                     context=EscalationContext(pool, cfg), output_keys=["methods", "calls"])
     assert not any(c["node"] in ("anchor", "council_answer") for c in out["calls"])  # both took the pool's samples
     assert (out["methods"]["council_vote"]["shared_calls"], out["methods"]["council"]["shared_calls"]) == (3, 3)
-    _methods, texts = _shared_methods({"council": "comed"}, sharing(), BenchConfig(), routed=False)
+    _methods, texts = shared_methods({"council": "comed"}, sharing(), BenchConfig(), routed=False)
     assert texts["council_vote"].startswith("the shared pool") and texts["moa"].startswith("the shared pool")
 
 

@@ -257,7 +257,7 @@ def test_a_protocol_registered_in_a_test_module_is_in_the_bench_and_a_comed_base
     from agora.graphs.escalation import EscalationContext, build_escalation_graph, comed_methods
     from agora.models.pool import ModelPool
     from agora.models.testing import ScriptedChatModel
-    from agora.runs.bench import BenchConfig, protocol_of, resolve_methods, sharing
+    from agora.runs.bench_plan import BenchConfig, protocol_of, resolve_methods, sharing
 
     with pytest.raises(ValueError, match="unknown 'echo'"):
         resolve_methods("echo")

@@ -290,7 +290,7 @@ def test_agora_run_align_with_the_calibrated_utility(tmp_path):
 def test_slm_mux_is_a_comed_baseline_and_a_bench_method_through_the_registry():
     from agora.agents.escalation import EscalationConfig, EscalationThresholds
     from agora.graphs.escalation import EscalationContext, build_escalation_graph
-    from agora.runs.bench import BenchConfig, protocol_of, resolve_methods, sharing
+    from agora.runs.bench_plan import BenchConfig, protocol_of, resolve_methods, sharing
 
     assert resolve_methods("slm-mux") == ("slm-mux", "mux_vote")
     assert protocol_of()["slm-mux"] == protocol_of()["mux_vote"] == "comed"

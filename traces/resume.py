@@ -1,5 +1,6 @@
 """The resume rules' comparisons: a run id's check, question content hashes, and what differs
-between a run's stored settings, pool and data and a rerun's (:meth:`TraceStore.start_run`)."""
+between a run's stored settings, pool and data and a rerun's (:meth:`TraceStore.start_run`), and
+why a rerun would be refused, asked before anything runs (:func:`resume_refusal`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agora.traces.errors import ResumeRefusedError
-from agora.traces.rows import option_count
+from agora.traces.rows import _json, option_count
 
 
 #: ``pool`` fields that say how a model is reached, not which model answers: a resumed run may
@@ -249,3 +250,34 @@ def _compared_questions(store: Any, run_id: str, before: dict[str, Any], now_ds:
         if now_hashes[r["question_id"]] not in {question_hash(r["question"], r["gold"], r["kind"], n) for n in counts}:
             differ.append(r["question_id"])
     return compared, differ
+
+
+def resume_refusal(store: Any, run_id: str, protocol: str, config: Any, pool: Any,
+                   dataset: Any = None) -> str | None:
+    """Why :meth:`agora.traces.store.TraceStore.start_run` would refuse to resume ``run_id`` with
+    this protocol, settings, pool and ``dataset`` (as :func:`agora.graphs.runner.run_dataset` makes
+    it; ``None``: not checked) (one line), or ``None`` (a new run, or the same). A bench asks it for
+    every run before its spec is recorded, so a refused rerun changes nothing in the DB. Task files
+    at another path holding the same questions (a bench moved to another machine) resume
+    (:func:`data_changes`); the runs keep the paths they started on, the bench's spec names the
+    files of this call."""
+    existing = store.get_run(run_id)
+    if existing is None:
+        return None
+    if existing["protocol"] != protocol:
+        return f"run id {run_id!r} already holds a {existing['protocol']} run in {store.path}; pick a new --run-id"
+    try:
+        changed, details = store.data_changes(run_id, store._run_json(existing, "dataset") or {},
+                                              json.loads(_json(dataset)) or {}) if dataset is not None else ([], [])
+    except ResumeRefusedError as exc:
+        return f"{exc} (nothing was run or recorded)"
+    if existing["config"] != _json(config):
+        changed.append("settings")
+        details += _differences(json.loads(_json(config)), store._run_json(existing, "config"))
+    if _models(store._run_json(existing, "pool")) != _models(json.loads(_json(pool))):
+        changed.append("pool")
+    if not changed:
+        return None
+    said = f" ({'; '.join(details[:4])})" if details else ""
+    return (f"run id {run_id!r} in {store.path} was started with other {', '.join(changed)}{said}; rerun with the same "
+            "options to resume it, or pick a new --run-id (nothing was run or recorded)")
