@@ -47,8 +47,8 @@ DATA = typer.Option(None, "--data", help="Problem file (JSONL). Default: 5 GSM8K
                                          "(--format synthetic: generated arithmetic).")
 FORMAT = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted.")
 LIMIT = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated).")
-POOL = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool "
-                                         "list`). Default: the embedded Qwen pool.")
+POOL = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny, diverse; see "
+                                         "`agora pool list`). Default: the embedded Qwen pool.")
 DB = typer.Option("agora.db", "--db", help="Trace database: a SQLite file, or a postgresql:// URL (several workers may share a run there).")
 RUN_ID = typer.Option(None, "--run-id", help="Run id; an existing id resumes that run.")
 CONCURRENCY_HELP = ("Questions in flight at once. Default: 8 on the embedded llama.cpp pool (concurrent "

@@ -32,7 +32,7 @@ def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
     recipe_rows = _recipe_rows()
     if as_json:
         typer.echo(json.dumps({"backends": backend_rows, "failed_backends": failed, "recipes": recipe_rows,
-                               "pools": {k: [m for m, _ in v] for k, v in BUILTIN_POOLS.items()}, "models": rows},
+                               "pools": {k: [m.name for m in v] for k, v in BUILTIN_POOLS.items()}, "models": rows},
                               indent=2))
         return
     table = Table(title="backends (pool file: backend = \"NAME\"; plug-ins: the agora.backends entry point)")
@@ -54,7 +54,7 @@ def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
         pools.add_column(col)
     for name, members in BUILTIN_POOLS.items():
         pools.add_row(name + (" (the default)" if name == "default" else ""),
-                      ", ".join(f"{m} (builtin:{k})" for m, k in members))
+                      ", ".join(f"{m.name} (builtin:{m.key}{_recipe_label(m.recipe)})" for m in members))
     console.print(pools)
     models = Table(title="built-in models (pool file: path = \"builtin:KEY\")")
     models.add_column("model", no_wrap=True)
@@ -72,6 +72,13 @@ def pool_list(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
         console.print(line, soft_wrap=True, highlight=False, markup=False)  # "pip install 'x[extra]'" as written
 
 
+def _recipe_label(recipe) -> str:
+    """``, pot`` for a built-in member's recipe (a name or a mapping with ``name``); ``""`` without one."""
+    if recipe is None:
+        return ""
+    return f", {recipe if isinstance(recipe, str) else recipe['name']}"
+
+
 def _recipe_rows() -> list[dict]:
     rows = []
     for name in recipe_names():
@@ -85,7 +92,7 @@ def _recipe_rows() -> list[dict]:
 
 
 @pool_app.command("show", short_help="Show a pool's members: weights and recipe.")
-def pool_show(pool: Path = typer.Argument(..., help="Pool file (TOML) or a built-in pool name (default, tiny)."),
+def pool_show(pool: Path = typer.Argument(..., help="Pool file (TOML) or a built-in pool name (default, tiny, diverse)."),
               as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Show the members of a pool file or built-in pool, validated as a run would load them: each
     member's name, backend, weights (path or model), adapter and recipe (none: the protocol's own

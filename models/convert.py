@@ -67,7 +67,7 @@ def resolve_gguf(name_or_gguf: str) -> Path:
         ValueError: a name that is neither a built-in model nor a ``.gguf`` path
             (:class:`~agora.models.builtins.BuiltinModelError` for a built-in whose weights are missing).
     """
-    builtin = {member: f"builtin:{key}" for members in BUILTIN_POOLS.values() for member, key in members}
+    builtin = {m.name: f"builtin:{m.key}" for members in BUILTIN_POOLS.values() for m in members}
     if name_or_gguf in builtin:
         name_or_gguf = builtin[name_or_gguf]
     if name_or_gguf.startswith("builtin:"):

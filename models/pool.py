@@ -142,7 +142,7 @@ def _read_pool_file(path: Path) -> dict[str, Any]:
 
 def load_pool(path: str | Path) -> ModelPool:
     """Build a :class:`ModelPool` from a TOML pool file (format in the module docstring), or the
-    built-in pool of that name (``default``, ``tiny``) when no such file exists.
+    built-in pool of that name (``default``, ``tiny``, ``diverse``) when no such file exists.
 
     Every entry is validated by its backend's config class (:mod:`agora.models.registry`; a
     plug-in backend's own class for a plug-in), then built by its factory.
@@ -195,17 +195,20 @@ def builtin_pool_name(path: str | Path | None) -> str | None:
 
 def builtin_pool_specs(name: str) -> tuple[ModelSpec, ...]:
     """The member specs of a built-in pool (``default``: the two Qwen2.5-Coder models; ``tiny``:
-    SmolLM2-135M and Gemma-3-270M, for quick tests). Names: :data:`agora.models.builtins.BUILTIN_POOLS`.
+    SmolLM2-135M and Gemma-3-270M, for quick tests; ``diverse``: Qwen members with recipes, each
+    spec carrying its :class:`~agora.models.recipes.Recipe`). Names and members:
+    :data:`agora.models.builtins.BUILTIN_POOLS`.
 
     Raises:
         PoolConfigError: an unknown pool name.
     """
     if name not in BUILTIN_POOLS:
         raise PoolConfigError(f"unknown built-in pool {name!r}; choose one of {', '.join(BUILTIN_POOLS)} or a pool file")
-    return tuple(ModelSpec(name=member, backend="llamacpp", path=f"builtin:{key}",
-                           prompt_format=BUILTINS[key].prompt_format, family=BUILTINS[key].family,
-                           n_ctx=4096 if BUILTINS[key].family == "qwen2.5" else 2048)
-                 for member, key in BUILTIN_POOLS[name])
+    return tuple(ModelSpec(name=m.name, backend="llamacpp", path=f"builtin:{m.key}",
+                           prompt_format=BUILTINS[m.key].prompt_format, family=BUILTINS[m.key].family,
+                           n_ctx=4096 if BUILTINS[m.key].family == "qwen2.5" else 2048,
+                           recipe=None if m.recipe is None else m.recipe if isinstance(m.recipe, str) else dict(m.recipe))
+                 for m in BUILTIN_POOLS[name])
 
 
 #: The default embedded pool: Qwen2.5-Coder-0.5B-Instruct (cheap) and -1.5B-Instruct (strong), in-process.

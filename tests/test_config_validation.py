@@ -405,7 +405,7 @@ def test_a_missing_relative_pool_file_names_the_folder_it_was_read_from(tmp_path
     monkeypatch.setenv("AGORA_POOL_DIR", str(tmp_path))
     assert pool_base_dir() == str(tmp_path)
     expected = (f"pools/missing.toml: pool file not found in {tmp_path} (a relative pool path is read from "
-                "$AGORA_POOL_DIR, else the current folder; built-in pools: default, tiny)")
+                "$AGORA_POOL_DIR, else the current folder; built-in pools: default, tiny, diverse)")
     with pytest.raises(PoolConfigError) as err:
         resolve_pool("pools/missing.toml")
     assert str(err.value) == expected
@@ -419,4 +419,4 @@ def test_a_missing_relative_pool_file_names_the_folder_it_was_read_from(tmp_path
     absent = tmp_path / "elsewhere" / "pool.toml"  # an absolute path: its own message, as before
     with pytest.raises(PoolConfigError) as err:
         resolve_pool(str(absent))
-    assert str(err.value) == f"{absent}: pool file not found (built-in pools: default, tiny)"
+    assert str(err.value) == f"{absent}: pool file not found (built-in pools: default, tiny, diverse)"
