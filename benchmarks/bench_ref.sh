@@ -16,6 +16,11 @@
 #   ref-2  at e64c432, rounds of 16 test questions (2026-12-04, 3 sittings, complete; benchmarks/bench-ref2/).
 #   ref-3  at PINNED below, each run in one go (--round-size 0: fewer tails with fewer than 8 questions in
 #          flight) and with prompt-prefix reuse in the batch decoder (session 17), on a quiet machine.
+#   ref-4  the same tasks, question sets, dev split, seed and round size as ref-3, on the built-in pool
+#          `diverse` (members = weights x recipe), with the shared candidates, SLM-MUX among the methods and
+#          --matched-single (the dev-chosen best member's own vote at the samples the best method used).
+#          PINNED is TBD until the commit to run is chosen: write its 7-character hash in the ref-4 line
+#          below (the script refuses to run, or save, while it says TBD).
 #
 # A run outlives machines: a session may start on a new machine without $WORK (this happened on
 # 2026-12-04, when ref-2's first attempt, 50 of 240 test questions at mixed code versions, was lost with
@@ -24,12 +29,19 @@
 # moved this way resumes to the results of a bench run in one go).
 set -u
 REF=${AGORA_REF:-ref-3}
+EXTRA=()                                        # options a run adds to the common command line below
 case $REF in
   ref-2) PINNED=e64c432; ROUND=16; WORK=${AGORA_REF_DIR:-/work/refrun} ;;
   ref-3) PINNED=c0af482; ROUND=0; WORK=${AGORA_REF_DIR:-/work/refrun3} ;;
-  *) echo "AGORA_REF: ref-2 or ref-3, not $REF" >&2; exit 2 ;;
+  ref-4) PINNED=TBD; ROUND=0; WORK=${AGORA_REF_DIR:-/work/refrun4}   # PINNED: TBD = not chosen yet; fill it in
+         EXTRA=(--pool diverse --shared-candidates --protocols all --matched-single) ;;
+  *) echo "AGORA_REF: ref-2, ref-3 or ref-4, not $REF" >&2; exit 2 ;;
 esac
-NAME=bench-${REF/-/}                            # bench-ref2, bench-ref3
+if ! [[ $PINNED =~ ^[0-9a-f]{7}$ ]]; then
+  echo "$REF: PINNED is '$PINNED', not a 7-character commit hash: write the commit to run in $0's $REF line first" >&2
+  exit 2
+fi
+NAME=bench-${REF/-/}                            # bench-ref2, bench-ref3, bench-ref4
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DB=$WORK/$NAME.db                               # WORK: the DB, logs and frozen worktree (not in git)
 DATA=${AGORA_DATA:-$ROOT/../shared/data}        # the benchmark files (shared/data/README.md)
@@ -52,12 +64,20 @@ if [ ! -f "$DB" ] && [ -f "$BUNDLE" ]; then
 fi
 export PYTHONPATH="$WORK/pkg"
 cd "$WORK"
+if [ "$REF" = ref-4 ]; then  # the pinned code must have what ref-4 asks for, before any model is asked
+  agora bench --help | grep -q -- --matched-single \
+    || { echo "$REF: agora bench at $PINNED has no --matched-single: pin a later commit" >&2; exit 2; }
+  python -c "from agora.graphs.registry import bench_specs; import sys; sys.exit(all(s.name != 'slm-mux' for s in bench_specs()))" \
+    || { echo "$REF: SLM-MUX is not a bench method at $PINNED: pin a later commit" >&2; exit 2; }
+  agora pool show diverse > /dev/null \
+    || { echo "$REF: no built-in pool 'diverse' at $PINNED: pin a later commit" >&2; exit 2; }
+fi
 D=$(cd "$DATA" && pwd)
 n=$(ls "$WORK"/log*.txt 2>/dev/null | wc -l)
-echo "start $(date -u +%FT%TZ) commit $(git -C "$WORK/src" rev-parse --short HEAD) cores $(nproc) round-size $ROUND" >> "$WORK/sittings.txt"
+echo "start $(date -u +%FT%TZ) commit $(git -C "$WORK/src" rev-parse --short HEAD) cores $(nproc) round-size $ROUND${EXTRA[*]:+ ${EXTRA[*]}}" >> "$WORK/sittings.txt"
 agora bench \
   --tasks gsm8k=$D/gsm8k/test.jsonl,arc=$D/arc/arc_challenge_test.jsonl,math500=$D/math/math500_test.jsonl,mmlu=$D/mmlu/mmlu_dev.jsonl \
   --limit 60 --dev 20 --max-calls 1.5 --seed 0 --round-size $ROUND \
-  --db "$DB" --run-id $REF --out "$WORK/$NAME" > "$WORK/log$((n+1)).txt" 2>&1
+  "${EXTRA[@]}" --db "$DB" --run-id $REF --out "$WORK/$NAME" > "$WORK/log$((n+1)).txt" 2>&1
 rc=$?
 echo "end $(date -u +%FT%TZ) rc $rc" >> "$WORK/sittings.txt"
