@@ -103,3 +103,58 @@ def test_lease_seconds_in_non_ascii_digits_refused(monkeypatch):
         env_value("AGORA_LEASE_S")
     monkeypatch.setenv("AGORA_LEASE_S", "30")
     assert env_value("AGORA_LEASE_S") == "30"
+
+
+# --- recipes: control characters in a persona or a shot, odd sandbox imports ---
+
+def recipe_pool(tmp_path, recipe: str):
+    path = tmp_path / "pool.toml"
+    path.write_text(f'[[models]]\nname = "ok"\nbackend = "langchain"\nclass = "{FAKE}"\n'
+                    f'kwargs = {{responses = ["x"]}}\n\n'
+                    f'[[models]]\nname = "m"\nbackend = "langchain"\nclass = "{FAKE}"\n'
+                    f'kwargs = {{responses = ["x"]}}\nrecipe = {recipe}\n', encoding="utf-8")
+    return path
+
+
+def pool_error(path) -> str:
+    from agora.models.pool import load_pool
+
+    with pytest.raises(ValueError) as raised:
+        load_pool(path)
+    message = str(raised.value)
+    assert "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("recipe, said", [
+    ('{ name = "persona", persona = "You are\\u0000 careful." }',
+     "field 'recipe.persona': control character U+0000 at position 7"),
+    ('{ name = "persona", persona = "Be \\u001b[31mred" }', "field 'recipe.persona': control character U+001B at position 3"),
+    ('{ name = "fewshot", shots = [{ question = "1+1?", answer = "The answer is 2.\\u0007" }] }',
+     "control character U+0007 at position 16"),
+])
+def test_recipe_text_with_control_characters_refused(tmp_path, recipe, said):
+    path = recipe_pool(tmp_path, recipe)
+    message = pool_error(path)
+    assert message.startswith(f"{path}: models[1] (m): "), message
+    assert said in message, message
+
+
+def test_recipe_text_newlines_and_tabs_kept(tmp_path):
+    from agora.models.pool import load_pool
+
+    path = recipe_pool(tmp_path, '{ name = "persona", persona = "You are careful.\\n\\tCheck every sum." }')
+    pool = load_pool(path)
+    assert [m.spec.recipe.persona for m in pool if m.name == "m"] == ["You are careful.\n\tCheck every sum."]
+
+
+def test_sandbox_imports_name_the_bad_entries(tmp_path):
+    pytest.importorskip("RestrictedPython")
+    from agora.models.recipes.sandbox import SandboxLimits
+
+    path = recipe_pool(tmp_path, '{ name = "pot", imports = ["math", "os.path", "fractions", "1bad"] }')
+    message = pool_error(path)
+    assert message.startswith(f"{path}: models[1] (m): field 'recipe.imports': 'os.path', '1bad': not top-level "
+                              "module names"), message
+    with pytest.raises(ValueError, match=r"^imports: 'os\.path', 3: not top-level module names"):
+        SandboxLimits(imports=("math", "os.path", 3))

@@ -5,7 +5,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictStr, field_validator
 
-from agora.models.recipes.registry import Recipe
+from agora.models.recipes.registry import Recipe, plain_text
 
 
 class Shot(BaseModel):
@@ -14,6 +14,11 @@ class Shot(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     question: StrictStr
     answer: StrictStr
+
+    @field_validator("question", "answer")
+    @classmethod
+    def _plain(cls, value: str) -> str:
+        return plain_text(value)
 
 
 class FewShot(Recipe):

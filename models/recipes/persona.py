@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import StrictStr, field_validator
 
-from agora.models.recipes.registry import Recipe
+from agora.models.recipes.registry import Recipe, plain_text
 
 
 class Persona(Recipe):
@@ -24,7 +24,7 @@ class Persona(Recipe):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be empty")
-        return value
+        return plain_text(value)
 
     def prepare(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if messages and messages[0].get("role") == "system":

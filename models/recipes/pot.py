@@ -108,8 +108,9 @@ class ProgramOfThought(Recipe):
     def _safe_imports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if bad := sorted(set(value) & FORBIDDEN_IMPORTS):
             raise ValueError(f"{', '.join(bad)} may not be allowed (file system, processes or network)")
-        if not all(m.isidentifier() for m in value):
-            raise ValueError("must be module names")
+        if odd := [m for m in value if not m.isidentifier()]:
+            raise ValueError(f"{', '.join(map(repr, odd))}: not top-level module names (write 'math', not "
+                             "'math.fsum' or a path)")
         return value
 
     @model_validator(mode="after")

@@ -26,6 +26,7 @@ import importlib
 import importlib.metadata
 import pkgutil
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -110,6 +111,22 @@ class Recipe(BaseModel):
         """``pot`` or ``pot(cpu_s=2)``: the recipe in one short word for tables."""
         settings = {k: v for k, v in self.describe().items() if k != "name"}
         return self.name + (f"({', '.join(f'{k}={v}' for k, v in settings.items())})" if settings else "")
+
+
+def plain_text(value: str) -> str:
+    """``value`` when it holds no control character but newline, tab and carriage return (and no
+    lone surrogate): the text a recipe puts into a prompt.
+
+    Raises:
+        ValueError: one line naming the first such character and its position (``control character
+            U+0000 at position 7``), as a pydantic validator's message.
+    """
+    for i, c in enumerate(value):
+        if c not in "\n\t\r" and unicodedata.category(c) in ("Cc", "Cs"):
+            what = "a lone surrogate" if unicodedata.category(c) == "Cs" else "control character"
+            raise ValueError(f"{what} U+{ord(c):04X} at position {i}: a prompt's text may hold newlines and tabs, "
+                             "no other control characters")
+    return value
 
 
 class RecipeError(ValueError):

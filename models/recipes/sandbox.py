@@ -90,8 +90,11 @@ class SandboxLimits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name}: must be a whole number in [{low}, {high}], got {value!r}")
-        if isinstance(self.imports, str) or not all(isinstance(m, str) and m.isidentifier() for m in self.imports):
+        if isinstance(self.imports, str) or not isinstance(self.imports, (list, tuple)):
             raise ValueError(f"imports: must be a list of module names, got {self.imports!r}")
+        if odd := [m for m in self.imports if not (isinstance(m, str) and m.isidentifier())]:
+            raise ValueError(f"imports: {', '.join(map(repr, odd))}: not top-level module names (write 'math', "
+                             "not 'math.fsum' or a path)")
         if bad := sorted(set(self.imports) & FORBIDDEN_IMPORTS):
             raise ValueError(f"imports: {', '.join(bad)} may not be allowed (file system, processes or network)")
 
