@@ -53,8 +53,9 @@ from agora.runs.bench_plan import (
 from agora.runs.bench_tasks import DevSplit, TaskFile, disjoint, load_tasks
 from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
-from agora.runs.report import (any_too_few, claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens,
-                               single_model_rows, write_report)
+from agora.runs.report import write_report
+from agora.runs.report_format import (any_too_few, claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens,
+                                      single_model_rows)
 from agora.traces.bench import read_bench_spec
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore, check_run_id

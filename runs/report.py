@@ -2,9 +2,10 @@
 
 :mod:`agora.traces.bench` reads a bench's runs back from the trace store into the report's data
 (:func:`agora.traces.bench.bench_report`: cells, paired differences, costs, COMED's decisions, the
-pool); this module adds the claims of issue 18 (:func:`claims`, computed from that data and the
-per-question pairs :func:`agora.traces.bench.macro_pair` reads) and writes the three files
-(:func:`write_report`): the markdown page (:func:`report_markdown`), the JSON of the data
+pool); this module adds the claims of issue 18 (:func:`claims`, the rules of
+:mod:`agora.runs.bench_claims`, computed from that data and the per-question pairs
+:func:`agora.traces.bench.macro_pair` reads) and writes the three files (:func:`write_report`): the
+markdown page (:func:`report_markdown`, its figures as :mod:`agora.runs.report_format` writes them), the JSON of the data
 (:func:`agora.traces.bench.report_json`) and one PNG (:func:`plot_accuracy_vs_tokens`: accuracy
 against generated tokens per question, with each task's Pareto front, :func:`pareto_front`).
 
@@ -20,149 +21,16 @@ import itertools
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from agora.traces.bench import (
-    BenchData,
-    BenchSpec,
-    bench_report,
-    expected_gap,
-    macro_pair,
-    model_sc_pair,
-    read_bench,
-    record_bench,
-    report_json,
-)
-from agora.traces.report import MIN_QUESTIONS, TOO_FEW, too_few
+from agora.runs.bench_claims import CLAIMS
+from agora.runs.report_format import (any_too_few, claim_qualifier, fmt_accuracy, fmt_ci, fmt_few, fmt_num, fmt_p,
+                                      fmt_pct, fmt_thresholds, fmt_tokens, single_model_rows)
+from agora.traces.bench import BenchData, BenchSpec, bench_report, read_bench, record_bench, report_json
+from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore
 
-MULTI_MODEL = ("align", "self_consistency", "best_of_n", "comed", "moa", "debate")
-"""The multi-model methods claim 2 picks its best from (macro accuracy, every task)."""
-DENSE = ("moa", "debate")
-"""The dense collaborations COMED is held against in claim 3 when the bench recorded none in its
-settings (``settings.comed.baselines``: a bench of the first edition)."""
-
-
 # ---------------------------------------------------------------------------- the claims (issue 18)
-
-
-def _holds(value: float, low: float, bound: float, strict: bool = False) -> str:
-    """Whether a claim ``value ≥ bound`` (``> bound`` when ``strict``) holds: ``yes`` when the whole
-    CI satisfies it, ``no`` when the estimate does not, else ``undecided``."""
-    if value != value:
-        return "-"
-    if low > bound or (not strict and low >= bound):
-        return "yes"
-    if value < bound or (strict and value <= bound):
-        return "no"
-    return "undecided"
-
-
-def _paired_claim(claim: str, pair: dict[str, Any], *, strict: bool = False, note: str | None = None,
-                  **extra: Any) -> dict[str, Any]:
-    """One claim row from a paired comparison (``diff``, ``ci_low``, ``ci_high``, ``p_mcnemar``,
-    ``questions``): its value and interval, and ``holds`` (:data:`TOO_FEW` on too few questions or a
-    degenerate interval, else :func:`_holds` against 0); ``extra`` fields are added as given."""
-    row = {"claim": claim, "value": pair["diff"], "ci_low": pair["ci_low"], "ci_high": pair["ci_high"],
-           "p_mcnemar": pair["p_mcnemar"], **extra, "questions": pair["questions"],
-           "holds": TOO_FEW if too_few(pair["questions"], pair["ci_low"], pair["ci_high"])
-           else _holds(pair["diff"], pair["ci_low"], 0.0, strict=strict)}
-    if note is not None:
-        row["note"] = note
-    return row
-
-
-def _full_macro(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Method → its macro row, for the methods scored on every task."""
-    return {m["method"]: m for m in report["macro"] if m["all_tasks"]}
-
-
-def _align_vs_sc(report: dict[str, Any], spec: BenchSpec, data: BenchData, seed: int) -> list[dict[str, Any]]:
-    """Claim 1: ALIGN ≥ self-consistency on the same candidates (the report's macro paired row)."""
-    p = next((p for p in report["paired"] if p["task"] == "macro" and p["method"] == "align"
-              and p["baseline"] == "self_consistency"), None)
-    if not p:
-        return []
-    return [{"claim": "ALIGN − self-consistency on the same n·k candidates ≥ 0 (macro, paired)",
-             "value": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
-             "p_mcnemar": p["p_mcnemar"], "questions": p["questions"],
-             "holds": TOO_FEW if p["too_few"] else _holds(p["diff"], p["ci_low"], 0.0)}]
-
-
-def _multi_vs_single(report: dict[str, Any], spec: BenchSpec, data: BenchData, seed: int) -> list[dict[str, Any]]:
-    """Claim 2: the best multi-model method > the best single model. Paired against ``single_agent``
-    when the single model was chosen on the dev split; else against the test-chosen model's expected
-    one-sample accuracy (no McNemar), said so in the note."""
-    macro = _full_macro(report)
-    multi = [m for m in MULTI_MODEL if m in macro]
-    singles = [s for s in report["macro_single_models"] if s["tasks"] == len(spec.tasks)]
-    chosen = ((spec.settings.get("shared") or {}).get("single_model") or {})
-    on_dev = bool(chosen) and all(c.get("on_dev") for c in chosen.values())
-    if multi and on_dev and "single_agent" in macro:
-        best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
-        pair = macro_pair(spec, data, best_multi, "single_agent", seed)
-        if pair is None:
-            return []
-        models = ", ".join(sorted({c["model"] for c in chosen.values()}))
-        out = [_paired_claim(f"best multi-model method ({best_multi}) − the dev-chosen best single model "
-                             f"({models}, its first sample), macro, paired", pair, strict=True,
-                             note="the best single model is chosen on the dev split, never on test questions")]
-        # the same model given more samples: its own self-consistency over its share of the pool
-        sc = model_sc_pair(spec, data, best_multi, {t: c["model"] for t, c in chosen.items()}, seed)
-        if sc is not None:
-            out.append(_paired_claim(
-                f"best multi-model method ({best_multi}) − the dev-chosen best single model's own self-consistency "
-                f"({models}, majority over its {fmt_num(sc['samples_per_q'], 1)} samples in the shared pool), "
-                "macro, paired", sc, strict=True,
-                note=f"samples per question: {best_multi} {fmt_num(macro[best_multi]['samples_per_q'], 1)}, "
-                     f"the single model's vote {fmt_num(sc['samples_per_q'], 1)}"))
-        return out
-    if multi and singles:
-        best_multi = max(multi, key=lambda m: macro[m]["accuracy"])
-        best_single = max(singles, key=lambda s: s["accuracy"])
-        gap = expected_gap(spec, data, best_multi, best_single["model"], seed)
-        return [_paired_claim(f"best multi-model method ({best_multi}) − best single model ({best_single['model']}, "
-                              "expected one-sample accuracy), macro", {**gap, "p_mcnemar": None}, strict=True,
-                              note="the best single model was NOT chosen on a dev split: it is picked on the test "
-                                   "questions themselves (optimistic for it)")]
-    return []
-
-
-def _comed_vs_dense(report: dict[str, Any], spec: BenchSpec, data: BenchData, seed: int) -> list[dict[str, Any]]:
-    """Claim 3, once per COMED variant (``comed``, its fixed anchor; ``comed_routed``, its routed
-    anchor, when the bench ran it) and dense method (the COMED baselines the bench recorded in its
-    settings, e.g. MoA, debate and the council; MoA and debate for a bench that recorded none): COMED ≥
-    it in accuracy with ≤ 50 % of its calls and rescues > harms (its own, against its own anchor)."""
-    macro = _full_macro(report)
-    dense_methods = ((report.get("settings") or {}).get("comed") or {}).get("baselines") or DENSE
-    variants = [("comed", "COMED", report["comed"]),
-                ("comed_routed", "COMED (routed anchor)", report.get("comed_routed") or [])]
-    out = []
-    for method, name, blocks in variants:
-        if method not in macro:
-            continue
-        rescues = sum(c["rescues"] for c in blocks)
-        harms = sum(c["harms"] for c in blocks)
-        for dense in dense_methods:
-            pair = macro_pair(spec, data, method, dense, seed)
-            if pair is None:
-                continue
-            calls = {m: macro[m]["calls_per_q"] for m in (method, dense) if m in macro}
-            ratio = calls[method] / calls[dense] if len(calls) == 2 and calls[dense] else float("nan")
-            row = _paired_claim(f"{name} ≥ {dense} in accuracy (macro, paired) with ≤ 50 % of its model calls and "
-                                "rescues > harms", pair, calls_ratio=ratio, rescues=rescues, harms=harms)
-            if row["holds"] != TOO_FEW:  # the calls and rescues parts decide before the accuracy does
-                row["holds"] = "-" if ratio != ratio else "no" if ratio > 0.5 or rescues <= harms else row["holds"]
-            out.append(row)
-    return out
-
-
-Claim = Callable[[dict[str, Any], BenchSpec, BenchData, int], list[dict[str, Any]]]
-
-CLAIMS: tuple[Claim, ...] = (_align_vs_sc, _multi_vs_single, _comed_vs_dense)
-"""The claims of issue 18, in the report's order: each maps (report data, spec, the runs' data,
-seed) to its rows (none when the bench lacks its methods). The report's Claims section and the
-console lines render whatever rows these give."""
 
 
 def claims(report: dict[str, Any], spec: BenchSpec, data: BenchData, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -186,86 +54,7 @@ def build_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0) -> dict[s
 # ---------------------------------------------------------------------------- markdown
 
 
-# One function per kind of figure, used by ``bench.md`` (:func:`report_markdown`) and by the console
-# summary of ``agora bench`` and ``agora bench --report-only`` (:func:`agora.cli.bench._print_summary`),
-# so that a figure reads the same, to the same decimals, in both.
-
-
-def fmt_pct(x: float | None) -> str:
-    """An accuracy, share or difference on the 0..1 scale as % (or pp) with one decimal:
-    ``0.6667`` → ``66.7``; ``-`` for ``None`` or NaN."""
-    return "-" if x is None or x != x else f"{100 * x:.1f}"
-
-
-def fmt_ci(lo: float, hi: float) -> str:
-    """A 95 % CI on the 0..1 scale as ``[lo, hi]`` in % with one decimal; ``-`` when NaN."""
-    return "-" if lo != lo else f"[{100 * lo:.1f}, {100 * hi:.1f}]"
-
-
-def fmt_num(x: float | None, digits: int = 2) -> str:
-    """A per-question cost (calls, samples, seconds) with ``digits`` decimals; ``-`` for ``None`` or NaN."""
-    return "-" if x is None or x != x else f"{x:.{digits}f}"
-
-
-def fmt_tokens(x: float | None) -> str:
-    """Generated tokens per question, one decimal: ``12.25`` → ``12.2`` (as Python rounds the float)."""
-    return fmt_num(x, 1)
-
-
-def fmt_p(p: float | None) -> str:
-    """A McNemar p-value: 3 significant digits, or ``1.2e-05`` form below 0.001; ``-`` when unpaired."""
-    return "-" if p is None else (f"{p:.3g}" if p >= 0.001 else f"{p:.1e}")
-
-
-def fmt_few(entry: dict[str, Any]) -> str:
-    """`` †`` after a figure on too few questions (``entry["too_few"]``), else ``""``."""
-    return " †" if entry.get("too_few") else ""
-
-
-def fmt_accuracy(entry: dict[str, Any]) -> str:
-    """A cell's (or macro row's) accuracy with its CI and the too-few mark: ``66.7 [41.7, 90.0] †``."""
-    return f"{fmt_pct(entry['accuracy'])} {fmt_ci(entry['ci_low'], entry['ci_high'])}{fmt_few(entry)}"
-
-
-def fmt_thresholds(t: dict[str, float]) -> str:
-    """COMED's thresholds, 4 significant digits: ``τ_hi = 0.6667, τ_lo = 0.3333, m_min = 0``."""
-    return f"τ_hi = {t['tau_hi']:.4g}, τ_lo = {t['tau_lo']:.4g}, m_min = {t['m_min']:.4g}"
-
-
-def single_model_rows(report: dict[str, Any], tasks: Sequence[str]) -> list[tuple[dict[str, Any], list[str]]]:
-    """Each pool model's one-sample figures: its macro entry and its formatted cell per task
-    (``"-"`` where it has none), in the report's order."""
-    rows = []
-    for s in report["macro_single_models"]:
-        row = []
-        for t in tasks:
-            c = next((x for x in report["single_models"] if x["task"] == t and x["model"] == s["model"]), None)
-            row.append("-" if c is None else fmt_accuracy(c))
-        rows.append((s, row))
-    return rows
-
-
-def any_too_few(report: dict[str, Any]) -> bool:
-    return any(c.get("too_few") for key in ("cells", "macro", "single_models", "macro_single_models")
-               for c in report.get(key) or [])
-
-
-def claim_qualifier(claim: dict[str, Any]) -> str:
-    """What a claim's verdict rests on besides its value, as ``"; ..."`` (``""`` when nothing): COMED's
-    share of the dense method's calls and its rescues vs harms, and the claim's note (e.g. a best single
-    model picked on test questions). The same words on the console and in ``bench.md``."""
-    extra = ""
-    if "calls_ratio" in claim:
-        extra = f"; calls {fmt_pct(claim['calls_ratio'])} % of it, rescues {claim['rescues']} vs harms {claim['harms']}"
-    if claim.get("note"):
-        extra += f"; {claim['note']}"
-    return extra
-
-
-def claim_lines(report: dict[str, Any]) -> list[str]:
-    """The report's claims as console lines: ``claim; qualifier: value pp [CI] (n questions): holds``."""
-    return [f"{c['claim']}{claim_qualifier(c)}: {fmt_pct(c['value'])} pp {fmt_ci(c['ci_low'], c['ci_high'])} "
-            f"({c.get('questions', '?')} paired questions): {c['holds']}" for c in report.get("claims") or []]
+# Each figure reads as :mod:`agora.runs.report_format` writes it, here and on the console.
 
 
 def report_markdown(report: dict[str, Any]) -> str:

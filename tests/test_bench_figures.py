@@ -7,7 +7,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import agora.cli.bench as bench_cli
-from agora.runs.report import fmt_accuracy, fmt_thresholds, fmt_tokens, report_markdown
+from agora.runs.report import report_markdown
+from agora.runs.report_format import fmt_accuracy, fmt_thresholds, fmt_tokens
 
 
 def _cell(task: str, method: str, accuracy: float, lo: float, hi: float, tokens: float, too_few: bool) -> dict:
