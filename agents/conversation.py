@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from agora.agents._checks import check_count, check_name, check_sampling
+from pydantic import model_validator
+
+from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.prompts import solver_messages
 from agora.models.pool import ModelPool
+from agora.models.validation import Count, Name, settings
 from agora.tasks.problem import Problem
 
 REPLY_PROMPT = ("Another assistant answered:\n\n{reply}\n\nReply to it: say whether you agree and why, "
@@ -18,34 +20,32 @@ REPLY_PROMPT = ("Another assistant answered:\n\n{reply}\n\nReply to it: say whet
 """How a speaker is shown its partner's turn."""
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class ConversationConfig:
     """Settings of one two-model conversation."""
 
-    speaker_a: str | None = None
+    speaker_a: Annotated[str | None, Name()] = None
     """Model that answers first; ``None`` = the pool's first member."""
-    speaker_b: str | None = None
+    speaker_b: Annotated[str | None, Name()] = None
     """Model that replies first; ``None`` = the first other member."""
-    turns: int = 3
+    turns: Annotated[int, Count(2)] = 3
     """Responses in all (A, B, A, ...); at least 2 so that someone replies."""
-    max_tokens: int = 128
+    max_tokens: MaxTokens = 128
     """Upper bound on generated tokens per turn."""
-    temperature: float = 0.7
+    temperature: Temperature = 0.7
     """Sampling temperature of every turn (0 = greedy); a pool member's own ``temperature`` overrides it."""
-    top_p: float = 0.95
+    top_p: TopP = 0.95
     """Nucleus sampling mass of every turn, in (0, 1]."""
-    shots: int = 2
+    shots: Shots = 2
     """Worked exemplars in the solver prompt (math and multiple choice)."""
-    seed: int = 0
+    seed: Seed = 0
     """Base seed; turn t of a question uses ``question_seed(seed, question_id) + t``."""
 
-    def __post_init__(self):
-        check_count("ConversationConfig", "turns", self.turns, 2)
-        check_sampling("ConversationConfig", self)
-        for name in ("speaker_a", "speaker_b"):
-            check_name("ConversationConfig", name, getattr(self, name))
+    @model_validator(mode="after")
+    def _two_speakers(self) -> ConversationConfig:
         if self.speaker_a is not None and self.speaker_a == self.speaker_b:
             raise ValueError(f"speaker_b must differ from speaker_a, both are {self.speaker_a!r}")
+        return self
 
     def speakers(self, pool: ModelPool) -> tuple[str, str]:
         """``(A, B)`` resolved against ``pool``.

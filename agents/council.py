@@ -27,11 +27,14 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Annotated, Mapping, Sequence
+
+from pydantic import model_validator
 
 from agora.agents.prompts import finish_instruction, with_question
 from agora.agents.seeds import SeedNode, call_seed
-from agora.agents._checks import check_name, check_names, check_sampling
+from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
+from agora.models.validation import Name, Names, settings
 from agora.tasks.problem import Problem
 
 ANSWER_SEED = SeedNode(301, agent_stride=1)
@@ -47,7 +50,7 @@ CHAIR_SEED = SeedNode(701)
 RANKING_HEADER = "FINAL RANKING:"
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class CouncilConfig:
     """Settings of one council run (sampling sized for CPU pools, as MoA's).
 
@@ -55,36 +58,33 @@ class CouncilConfig:
         ValueError: a bad value; the message names the field.
     """
 
-    members: tuple[str, ...] = ()
+    members: Annotated[tuple[str, ...], Names] = ()
     """Member models (one first answer and one ballot each); empty = every pool model. At least two."""
-    chair: str | None = None
+    chair: Annotated[str | None, Name()] = None
     """The model that writes the final answer; ``None`` = the first member (Agora's pools list the
     strongest model first by convention; COMED passes its anchor, as it does MoA's aggregator)."""
-    temperature: float = 0.7
+    temperature: Temperature = 0.7
     """Sampling temperature of the first answers and of the chair's answer (at most 2)."""
-    top_p: float = 0.95
+    top_p: TopP = 0.95
     """Nucleus sampling: the probability mass sampled from."""
-    max_tokens: int = 128
+    max_tokens: MaxTokens = 128
     """Generated-token cap of every first answer and of the chair's answer."""
-    review_temperature: float = 0.0
+    review_temperature: Temperature = 0.0
     """Sampling temperature of the rankings (greedy by default: a ballot is a judgement, not a sample)."""
-    review_max_tokens: int = 192
+    review_max_tokens: MaxTokens = 192
     """Generated-token cap of each ranking (its short evaluation and the ``FINAL RANKING:`` list)."""
-    shots: int = 2
+    shots: Shots = 2
     """Worked exemplars in each prompt."""
-    seed: int = 0
+    seed: Seed = 0
     """Per-question seeds (answers, rankings, the reviewers' shuffles) derive from it and the question id."""
 
-    def __post_init__(self):
-        owner = "CouncilConfig"
-        check_sampling(owner, self, temperatures=("temperature", "review_temperature"),
-                       max_tokens=("max_tokens", "review_max_tokens"))
-        check_names(owner, "members", self.members)
-        check_name(owner, "chair", self.chair)
+    @model_validator(mode="after")
+    def _distinct_members(self) -> CouncilConfig:
         if len(set(self.members)) != len(self.members):
             raise ValueError(f"CouncilConfig.members: a model is listed twice in {self.members}")
         if len(self.members) == 1:
             raise ValueError(f"CouncilConfig.members: a council needs at least two members, got {self.members}")
+        return self
 
 
 def council_members(config: CouncilConfig, names: Sequence[str]) -> list[str]:

@@ -24,17 +24,17 @@ LangGraph here; the graph is :mod:`agora.graphs.selection`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Annotated, Literal, Sequence
 
 import numpy as np
 
-from agora.agents._checks import check_count, check_number, check_sampling, is_count
+from agora.agents._checks import MaxTokens, Seed, Temperature
+from agora.models.validation import Count, Number, settings
 
 Choice = Literal["A", "B", "tie"]
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class CupidConfig:
     """Settings of one CUPID selection session (protocols.md §4; the abstract gives no defaults,
     so these are ours, sized for a person answering in a terminal).
@@ -44,40 +44,27 @@ class CupidConfig:
             names the field and the value.
     """
 
-    budget_rounds: int = 20
+    budget_rounds: Annotated[int, Count(1, expected=">= 1 (a session with no duel learns no preference)")] = 20
     """Most duels the user is asked to judge (the time budget of the person); at least 1, as with
     no duel there is no preference to learn and the features' latency calls would be wasted."""
-    budget_cost: float | None = None
+    budget_cost: Annotated[float | None, Number(0.0, optional=True)] = None
     """Most money spent on generations, in the unit of ``cost_per_1k_tokens``; ``None`` = no limit."""
-    budget_time_s: float | None = None
+    budget_time_s: Annotated[float | None, Number(0.0, optional=True)] = None
     """Most model seconds spent on generations (sum of latencies); ``None`` = no limit."""
-    beta: float = 1.0
+    beta: Annotated[float, Number(0.0)] = 1.0
     """Width of the confidence bonus ``β‖x‖_Σ`` in the UCB pair rule."""
-    delta: float = 0.05
+    delta: Annotated[float, Number(0.0, 1.0, low_open=True, high_open=True)] = 0.05
     """Stop early when the leader's posterior probability of being best reaches ``1 − δ``."""
-    prior_sd: float = 1.0
+    prior_sd: Annotated[float, Number(0.0, low_open=True)] = 1.0
     """Prior ``θ ~ N(0, prior_sd² I)`` over the (min–max normalised) feature weights."""
-    mc_samples: int = 2000
+    mc_samples: Annotated[int, Count(1)] = 2000
     """Posterior draws used to estimate ``P(a is best)``."""
-    max_tokens: int = 64
+    max_tokens: MaxTokens = 64
     """Upper bound on generated tokens per answer (answers are read by a person)."""
-    temperature: float = 0.7
+    temperature: Temperature = 0.7
     """Sampling temperature of the answers (a pool member's own ``temperature`` overrides it)."""
-    seed: int = 0
+    seed: Seed = 0
     """Seeds generation, the A/B order of each duel and the Monte Carlo estimate."""
-
-    def __post_init__(self):
-        owner = "CupidConfig"
-        if not is_count(self.budget_rounds) or self.budget_rounds < 1:
-            raise ValueError(f"CupidConfig.budget_rounds must be >= 1 (a session with no duel learns no preference), "
-                             f"got {self.budget_rounds!r}")
-        for name in ("budget_cost", "budget_time_s"):
-            check_number(owner, name, getattr(self, name), 0.0, optional=True)
-        check_number(owner, "beta", self.beta, 0.0)
-        check_number(owner, "delta", self.delta, 0.0, 1.0, low_open=True, high_open=True)
-        check_number(owner, "prior_sd", self.prior_sd, 0.0, low_open=True)
-        check_count(owner, "mc_samples", self.mc_samples)
-        check_sampling(owner, self, top_p=False, shots=False)
 
 
 # ----------------------------------------------------------------------------- Bradley–Terry belief

@@ -9,12 +9,12 @@ latest answers and answer again; the final answer is the plurality of the last r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Annotated, Sequence
 
 from agora.models.pool import MAX_POOL_TEMPERATURE
-from agora.agents._checks import check_count, check_names, check_number, check_sampling
+from agora.agents._checks import MaxTokens, Seed, Shots, TopP
 from agora.agents.prompts import finish_instruction, with_question
+from agora.models.validation import Check, Count, Names, Number, settings
 from agora.tasks.problem import Problem
 
 #: Most agents and rounds of one debate: Du et al. (2023) study up to 7 agents and 4 rounds (§3.3,
@@ -28,44 +28,31 @@ MAX_DEBATE_ROUNDS = 10
 # adds i (as COMED's baseline always did).
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class DebateConfig:
     """Settings of one debate (defaults from Du et al.'s cheapest setting, sized for CPU pools).
 
     Raises:
         ValueError: a bad value (a wrong type, a bool, NaN or inf, out of range); one line naming the
-            class, the field and the value (:mod:`agora.agents._checks`).
+            class, the field and the value (:mod:`agora.models.validation`).
     """
 
-    agents: int = 3
+    agents: Annotated[int, Count(1), Check(lambda v: v <= MAX_DEBATE_AGENTS, f"at most {MAX_DEBATE_AGENTS} (each question costs agents × rounds model calls)")] = 3
     """Debate agents (1 to 16); agent i plays pool model i mod |pool| (or ``models[i mod len(models)]``)."""
-    rounds: int = 2
+    rounds: Annotated[int, Count(1), Check(lambda v: v <= MAX_DEBATE_ROUNDS, f"at most {MAX_DEBATE_ROUNDS} (each question costs agents × rounds model calls)")] = 2
     """Rounds including the first, independent one (1 to 10)."""
-    models: tuple[str, ...] = ()
+    models: Annotated[tuple[str, ...], Names] = ()
     """Models the agents play, in turn; empty = the pool's models in pool order."""
-    temperature: float = 0.7
+    temperature: Annotated[float, Number(), Number(0, MAX_POOL_TEMPERATURE, expected=f"in [0, {MAX_POOL_TEMPERATURE}]")] = 0.7
     """Sampling temperature of every answer (at most 2, as a pool entry's)."""
-    top_p: float = 0.95
+    top_p: TopP = 0.95
     """Nucleus sampling: the probability mass sampled from."""
-    max_tokens: int = 128
+    max_tokens: MaxTokens = 128
     """Generated-token cap of every answer."""
-    shots: int = 2
+    shots: Shots = 2
     """Worked exemplars in each prompt."""
-    seed: int = 0
+    seed: Seed = 0
     """Per-question seeds derive from it and the question id."""
-
-    def __post_init__(self):
-        for name, bound in (("agents", MAX_DEBATE_AGENTS), ("rounds", MAX_DEBATE_ROUNDS)):
-            check_count("DebateConfig", name, getattr(self, name))
-            if getattr(self, name) > bound:
-                raise ValueError(f"DebateConfig.{name} must be at most {bound} (each question costs agents × rounds "
-                                 f"model calls), got {getattr(self, name)!r}")
-        check_number("DebateConfig", "temperature", self.temperature)  # a type, bool, NaN or inf: the shared message
-        if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # the range keeps its message (the CLI's tests pin it)
-            raise ValueError(f"DebateConfig.temperature must be in [0, {MAX_POOL_TEMPERATURE}], "
-                             f"got {self.temperature!r}")
-        check_sampling("DebateConfig", self, temperatures=())
-        check_names("DebateConfig", "models", self.models)
 
 
 def agent_models(config: DebateConfig, pool_names: Sequence[str]) -> list[str]:

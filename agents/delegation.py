@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal, NotRequired, Sequence
+from functools import partial
+from typing import Annotated, Literal, NotRequired, Sequence
+
+from pydantic import model_validator
 
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_choice, check_count, check_name, check_names, check_number, check_sampling
+from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
+from agora.models.validation import Choice, Convert, Count, Name, Names, Number, settings
 
 ProposalRule = Literal["plurality", "first"]
 UtilityName = Literal["agreement", "calibrated"]
@@ -60,58 +63,49 @@ class Proposal(TypedDict):
     """The agent's confidence signal: vote share of the proposed answer among its k samples."""
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class DelegationConfig:
     """Settings of one ALIGN delegation (defaults: protocols.md §1, sized for CPU pools).
 
     Raises:
         ValueError: a bad value (a wrong type, ``True`` for a count, NaN, out of range); the message
-            names the field and the value (:mod:`agora.agents._checks`).
+            names the field and the value (:mod:`agora.models.validation`).
     """
 
-    n_agents: int = 2
+    n_agents: Annotated[int, Count(1)] = 2
     """Number of agents n; agent i uses pool model ``models[i % len(models)]``."""
-    k_samples: int = 3
+    k_samples: Annotated[int, Count(1)] = 3
     """Candidates each agent samples privately (k)."""
-    tau: float = 0.5
+    tau: Annotated[float, Number(0.0, 1.0)] = 0.5
     """Committed acceptance threshold on the principal's utility U, in [0, 1]."""
-    proposal_rule: ProposalRule = "plurality"
+    proposal_rule: Annotated[ProposalRule, Choice("plurality", "first")] = "plurality"
     """``plurality``: the agent's plurality answer (signal = its vote share); ``first``: first sample."""
-    utility: UtilityName = "agreement"
+    utility: Annotated[UtilityName, Choice(*UTILITIES)] = "agreement"
     """Principal utility: ``agreement`` = signal-weighted agreement with all pooled proposals;
     ``calibrated`` = the same, each proposal also weighted by its member's accuracy on dev questions
     (``dev_accuracy``, ``dev_run``)."""
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int = 256
-    shots: int = 2
+    temperature: Temperature = 0.7
+    top_p: TopP = 0.95
+    max_tokens: MaxTokens = 256
+    shots: Shots = 2
     """Worked exemplars in each agent's prompt."""
-    seed: int = 0
-    models: tuple[str, ...] = ()
+    seed: Seed = 0
+    models: Annotated[tuple[str, ...], Names] = ()
     """Pool members acting as agents, in order; empty = every pool member."""
-    dev_accuracy: DevAccuracy = ()
+    dev_accuracy: Annotated[DevAccuracy, Convert(partial(dev_accuracy_pairs, "DelegationConfig", "dev_accuracy"))] = ()
     """The ``calibrated`` utility's member reliabilities: each member's accuracy on dev questions
     (``member=accuracy`` entries, or a mapping); members not given take theirs from ``dev_run``."""
-    dev_run: str | None = None
+    dev_run: Annotated[str | None, Name()] = None
     """A dev run in the trace DB ``dev_db`` whose samples give each member's accuracy (``None``: none read)."""
-    dev_db: str | None = None
+    dev_db: Annotated[str | None, Name()] = None
     """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL); ``None``: ``agora.db``."""
 
-    def __post_init__(self):
-        owner = "DelegationConfig"
-        check_count(owner, "n_agents", self.n_agents)
-        check_count(owner, "k_samples", self.k_samples)
-        check_number(owner, "tau", self.tau, 0.0, 1.0)
-        check_choice(owner, "proposal_rule", self.proposal_rule, ("plurality", "first"))
-        check_choice(owner, "utility", self.utility, UTILITIES)
-        check_sampling(owner, self)
-        check_names(owner, "models", self.models)
-        object.__setattr__(self, "dev_accuracy", dev_accuracy_pairs(owner, "dev_accuracy", self.dev_accuracy))
-        check_name(owner, "dev_run", self.dev_run)
-        check_name(owner, "dev_db", self.dev_db)
+    @model_validator(mode="after")
+    def _calibrated_needs_reliabilities(self) -> DelegationConfig:
         if self.utility == "calibrated" and not self.dev_accuracy and not self.dev_run:
-            raise ValueError(f"{owner}.utility 'calibrated' needs member reliabilities: set dev_accuracy "
+            raise ValueError("DelegationConfig.utility 'calibrated' needs member reliabilities: set dev_accuracy "
                              "(member=accuracy entries) or dev_run (a dev run in the trace DB dev_db)")
+        return self
 
 
 def plurality(answers: Sequence[str | None]) -> tuple[str | None, float]:

@@ -19,13 +19,16 @@ No LangGraph here: :mod:`agora.graphs.escalation` wires these pieces into a grap
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from dataclasses import field
+from typing import Annotated, Any, Callable, Literal, Sequence
 
-from agora.agents._checks import check_count, check_flag, check_name, check_names, check_sampling
+from pydantic import model_validator
+
+from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.debate import DebateConfig, debate_messages  # noqa: F401 (debate's own home)
 from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's own home)
 from agora.agents.prompts import finish_instruction, with_question
+from agora.models.validation import Count, Flag, Instance, Name, Names, Number, settings
 from agora.tasks.loaders import Problem
 from agora.tasks.scoring import score_answer
 
@@ -51,7 +54,11 @@ def baseline_names() -> tuple[str, ...]:
     return tuple(_baseline_source()) if _baseline_source is not None else BASELINES
 
 
-@dataclass(frozen=True, slots=True)
+#: A threshold: a number in [0, 1] (its message says "number", as it always has).
+_UNIT = Number(0.0, 1.0, expected="a number in [0, 1]")
+
+
+@settings
 class EscalationThresholds:
     """The three thresholds of the decide rule (protocols.md §3), each in [0, 1].
 
@@ -59,26 +66,24 @@ class EscalationThresholds:
         ValueError: a threshold outside [0, 1] or ``tau_lo > tau_hi`` (the message names the field).
     """
 
-    tau_hi: float = 0.67
+    tau_hi: Annotated[float, _UNIT] = 0.67
     """Accept when the anchor's self-consistency SC >= tau_hi (and the router margin allows).
     SC takes the values k/N only; with the default N = 3 the default (just above 2/3) accepts a
     unanimous anchor and sends a 2-of-3 majority to verify (see :func:`decision_grid`)."""
-    tau_lo: float = 0.34
+    tau_lo: Annotated[float, _UNIT] = 0.34
     """Escalate when SC < tau_lo; between the two, verify with a peer probe. The default (just
     above 1/3) escalates, at N = 3, when no two samples agree."""
-    m_min: float = 0.0
+    m_min: Annotated[float, _UNIT] = 0.0
     """Least router margin M = score₁ − score₂ for a direct accept (ignored without a router)."""
 
-    def __post_init__(self):
-        for name in ("tau_hi", "tau_lo", "m_min"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"EscalationThresholds.{name} must be a number in [0, 1], got {value!r}")
+    @model_validator(mode="after")
+    def _ordered(self) -> EscalationThresholds:
         if self.tau_lo > self.tau_hi:
             raise ValueError(f"EscalationThresholds.tau_lo ({self.tau_lo}) must be <= tau_hi ({self.tau_hi})")
+        return self
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class EscalationConfig:
     """Settings of one COMED run and its baselines (defaults sized for CPU pools).
 
@@ -86,56 +91,47 @@ class EscalationConfig:
         ValueError: a bad value; the message names the field.
     """
 
-    thresholds: EscalationThresholds = field(default_factory=EscalationThresholds)
-    n_anchor: int = 3
+    thresholds: Annotated[EscalationThresholds, Instance(EscalationThresholds, "an EscalationThresholds")] = field(default_factory=EscalationThresholds)
+    n_anchor: Annotated[int, Count(1)] = 3
     """Samples N drawn from the anchor (one request, N samples) for self-consistency."""
-    anchor: str | None = None
+    anchor: Annotated[str | None, Name()] = None
     """Fixed anchor model; ``None`` = the router's pick, or the first pool model without a router."""
-    probe: str | None = None
+    probe: Annotated[str | None, Name()] = None
     """Peer-probe model; ``None`` = the router's runner-up, or the first non-anchor pool model."""
-    peers: tuple[str, ...] = ()
+    peers: Annotated[tuple[str, ...], Names] = ()
     """Models asked on escalation (each sees the anchor's answer); empty = every non-anchor model."""
-    temperature: float = 0.7
+    temperature: Temperature = 0.7
     """Sampling temperature of the anchor, peers and baselines (the probe is greedy)."""
-    top_p: float = 0.95
-    max_tokens: int = 128
+    top_p: TopP = 0.95
+    max_tokens: MaxTokens = 128
     """Generated-token cap of every sample but the probe's."""
-    probe_max_tokens: int = 64
+    probe_max_tokens: MaxTokens = 64
     """Generated-token cap of the probe's one short answer."""
-    shots: int = 2
+    shots: Shots = 2
     """Worked exemplars in each solver prompt."""
-    seed: int = 0
-    explore: bool = False
+    seed: Seed = 0
+    explore: Annotated[bool, Flag] = False
     """Run the probe and the escalation on every question, whatever the decision (calibration);
     COMED's answer and cost still follow the decision."""
-    baselines: tuple[str, ...] = BASELINES
+    baselines: Annotated[tuple[str, ...], Names] = BASELINES
     """Dense-collaboration baselines run in the same pool: ``moa``, ``debate``, or any registered dense
     baseline (``council``; :func:`baseline_names`)."""
-    moa_proposers: tuple[str, ...] = ()
+    moa_proposers: Annotated[tuple[str, ...], Names] = ()
     """MoA proposer models (one answer each); empty = every pool model."""
-    moa_aggregator: str | None = None
+    moa_aggregator: Annotated[str | None, Name()] = None
     """MoA aggregator; ``None`` = the anchor."""
-    debate_agents: int = 3
+    debate_agents: Annotated[int, Count(1)] = 3
     """Debate agents; agent i plays pool model i mod |pool|."""
-    debate_rounds: int = 2
+    debate_rounds: Annotated[int, Count(1)] = 2
     """Debate rounds including the first, independent one (Du et al.: 3 agents, 2 rounds)."""
 
-    def __post_init__(self):
-        if not isinstance(self.thresholds, EscalationThresholds):
-            raise ValueError("EscalationConfig.thresholds must be an EscalationThresholds")
-        owner = "EscalationConfig"
-        for name in ("n_anchor", "debate_agents", "debate_rounds"):
-            check_count(owner, name, getattr(self, name))
-        check_sampling(owner, self, max_tokens=("max_tokens", "probe_max_tokens"))
-        check_flag(owner, "explore", self.explore)
-        for name in ("anchor", "probe", "moa_aggregator"):
-            check_name(owner, name, getattr(self, name))
-        for name in ("peers", "baselines", "moa_proposers"):
-            check_names(owner, name, getattr(self, name))
+    @model_validator(mode="after")
+    def _known_baselines(self) -> EscalationConfig:
         known = baseline_names()
         unknown = [b for b in self.baselines if b not in known]
         if unknown:
             raise ValueError(f"EscalationConfig.baselines: unknown {unknown}; choose from {', '.join(known)}")
+        return self
 
     def moa_config(self, aggregator: str | None = None) -> MoAConfig:
         """The Mixture-of-Agents baseline's settings (aggregator: ``moa_aggregator``, else ``aggregator``,

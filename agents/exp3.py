@@ -18,16 +18,16 @@ never updated share one log weight, so :class:`LeaderState` stores only the othe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Annotated, Sequence
 
 import numpy as np
+from pydantic import model_validator
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_flag, check_number, is_number
+from agora.models.validation import Flag, Number, check_all, settings
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class Exp3Config:
     """Settings of the EXP3 leader and its rewards; defaults from protocols.md §2.
 
@@ -36,45 +36,35 @@ class Exp3Config:
             names the field and the value.
     """
 
-    gamma: float = 0.2
+    gamma: Annotated[float, Number(0.0, 1.0)] = 0.2
     """Exploration share ``γ`` mixed uniformly into the sampling distribution."""
-    eta: float | None = None
+    eta: Annotated[float | None, Number(0.0, low_open=True, optional=True, expected="a finite number > 0 (or None for 1/K)")] = None
     """Step ``η`` of ``log w_k += η·r_k/p_k``; ``None`` = ``1/K`` (the paper's per-duel step)."""
-    uniform_first_iteration: bool = True
+    uniform_first_iteration: Annotated[bool, Flag] = True
     """Iteration 0 samples uniformly (weights are still updated)."""
-    s_min: float = 1.0
+    s_min: Annotated[float, Number()] = 1.0
     """Lowest judge score."""
-    s_max: float = 10.0
+    s_max: Annotated[float, Number()] = 10.0
     """Highest judge score."""
-    tau_th: float = 3.0
+    tau_th: Annotated[float, Number()] = 3.0
     """``τ_th``: answers scored below it are noise and earn no difficulty reward."""
-    g_start: float = 0.6
+    g_start: Annotated[float, Number(0.0, 1.0)] = 0.6
     """Target normalised score gap ``g*`` in iteration 0."""
-    g_end: float = 0.15
+    g_end: Annotated[float, Number(0.0, 1.0)] = 0.15
     """Target normalised score gap in the last iteration."""
-    sigma_r: float = 0.15
+    sigma_r: Annotated[float, Number(0.0, low_open=True)] = 0.15
     """Width ``σ_r`` of the gap kernel of ``r_pref``."""
-    lambda_diff: float = 0.3
+    lambda_diff: Annotated[float, Number(0.0)] = 0.3
     """Weight ``λ₁`` of ``r_diff``."""
-    lambda_pref: float = 0.7
+    lambda_pref: Annotated[float, Number(0.0)] = 0.7
     """Weight ``λ₂`` of ``r_pref``."""
 
-    def __post_init__(self):
-        owner = "Exp3Config"
-        check_number(owner, "gamma", self.gamma, 0.0, 1.0)
-        if self.eta is not None and not (is_number(self.eta) and self.eta > 0):
-            raise ValueError(f"Exp3Config.eta must be a finite number > 0 (or None for 1/K), got {self.eta!r}")
-        check_flag(owner, "uniform_first_iteration", self.uniform_first_iteration)
-        check_number(owner, "s_min", self.s_min)
-        check_number(owner, "s_max", self.s_max)
+    @model_validator(mode="after")
+    def _scale(self) -> Exp3Config:
         if not self.s_min < self.s_max:
             raise ValueError(f"Exp3Config.s_min must be < s_max, got {self.s_min} and {self.s_max}")
-        check_number(owner, "tau_th", self.tau_th, self.s_min, self.s_max, low_open=True, high_open=True)
-        check_number(owner, "sigma_r", self.sigma_r, 0.0, low_open=True)
-        for name in ("g_start", "g_end"):
-            check_number(owner, name, getattr(self, name), 0.0, 1.0)
-        for name in ("lambda_diff", "lambda_pref"):
-            check_number(owner, name, getattr(self, name), 0.0)
+        check_all([("tau_th", Number(self.s_min, self.s_max, low_open=True, high_open=True), self.tau_th)], "Exp3Config")
+        return self
 
 
 def annealed(t: int, iterations: int, start: float, end: float) -> float:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
+from pydantic import model_validator
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_choice, check_count, check_number, check_sampling
+from agora.agents._checks import MaxTokens, Temperature
 from agora.models.pool import ModelCallError, ModelPool, SamplingParams
+from agora.models.validation import Choice, Count, Number, check_all, settings
 
 Presentation = Literal["single", "pair", "both_orders"]
 
@@ -40,7 +41,7 @@ _EXEMPLARS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class JudgeConfig:
     """Judging settings; defaults from protocols.md §2 (shots and presentation: see module doc).
 
@@ -49,30 +50,26 @@ class JudgeConfig:
             names the field and the value.
     """
 
-    max_tokens: int = 64
+    max_tokens: MaxTokens = 64
     """Upper bound on the judge's reply, in tokens."""
-    temperature: float = 0.0
+    temperature: Temperature = 0.0
     """0 = greedy (a pool member's own ``temperature`` still overrides it)."""
-    s_min: float = 1.0
-    s_max: float = 10.0
-    fallback: float = 5.0
+    s_min: Annotated[float, Number()] = 1.0
+    s_max: Annotated[float, Number()] = 10.0
+    fallback: Annotated[float, Number()] = 5.0
     """Score given for a reply that does not parse (or parses outside ``[s_min, s_max]``)."""
-    shots: int = 2
+    shots: Annotated[int, Count(0, len(_EXEMPLARS))] = 2
     """Worked judge exemplars before the real prompt (0, 1 or 2)."""
-    presentation: Presentation = "single"
+    presentation: Annotated[Presentation, Choice("single", "pair", "both_orders")] = "single"
     """``single``: one answer per prompt (Sparta); ``pair``: both answers, one scored; ``both_orders``:
     ``pair`` in both orders, averaged, to measure position bias."""
 
-    def __post_init__(self):
-        owner = "JudgeConfig"
-        check_sampling(owner, self, top_p=False, shots=False, seed=False)
-        check_number(owner, "s_min", self.s_min)
-        check_number(owner, "s_max", self.s_max)
+    @model_validator(mode="after")
+    def _scale(self) -> JudgeConfig:
         if not self.s_min < self.s_max:
             raise ValueError(f"JudgeConfig.s_min must be < s_max, got {self.s_min} and {self.s_max}")
-        check_number(owner, "fallback", self.fallback, self.s_min, self.s_max)
-        check_count(owner, "shots", self.shots, 0, len(_EXEMPLARS))
-        check_choice(owner, "presentation", self.presentation, ("single", "pair", "both_orders"))
+        check_all([("fallback", Number(self.s_min, self.s_max), self.fallback)], "JudgeConfig")
+        return self
 
 
 class Judgement(TypedDict):

@@ -14,19 +14,18 @@ Each rule is a function returning the full opponent distribution, so it can be c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Annotated, Literal, Mapping, Sequence
 
 import numpy as np
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_count, check_number
 from agora.agents.exp3 import annealed
+from agora.models.validation import Count, Number, settings
 
 Mode = Literal["sparta", "stackelberg"]
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class MatchConfig:
     """Matchmaking settings; defaults from protocols.md §2.
 
@@ -35,18 +34,12 @@ class MatchConfig:
             names the field and the value.
     """
 
-    p_rand: float = 0.2
+    p_rand: Annotated[float, Number(0.0, 1.0)] = 0.2
     """Probability of a uniformly random opponent (both modes)."""
-    n_opp: int = 3
+    n_opp: Annotated[int, Count(1)] = 3
     """Sparta: the opponent is drawn among the ``n_opp`` models closest in reputation."""
-    sigma_g: float = 0.15
+    sigma_g: Annotated[float, Number(0.0, low_open=True)] = 0.15
     """Stackelberg: width ``σ_g`` of the kernel on the normalised gap."""
-
-    def __post_init__(self):
-        owner = "MatchConfig"
-        check_number(owner, "p_rand", self.p_rand, 0.0, 1.0)
-        check_count(owner, "n_opp", self.n_opp)
-        check_number(owner, "sigma_g", self.sigma_g, 0.0, low_open=True)
 
 
 def _opponents(active: str, ratings: Mapping[str, float]) -> list[str]:

@@ -9,49 +9,41 @@ aggregator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Annotated, Sequence
 
 from agora.models.pool import MAX_POOL_TEMPERATURE
-from agora.agents._checks import check_name, check_names, check_number, check_sampling
+from agora.agents._checks import MaxTokens, Seed, Shots, TopP
 from agora.agents.prompts import finish_instruction, with_question
+from agora.models.validation import Name, Names, Number, settings
 from agora.tasks.problem import Problem
 
 # Seeds: nodes "moa.proposer" and "moa.aggregator" of agora.agents.seeds.NODES (the same in COMED's
 # baseline and in MoA alone, so both draw the same samples).
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class MoAConfig:
     """Settings of one Mixture-of-Agents run (defaults as COMED's baseline, sized for CPU pools).
 
     Raises:
         ValueError: a bad value (a wrong type, a bool, NaN or inf, out of range); one line naming the
-            class, the field and the value (:mod:`agora.agents._checks`).
+            class, the field and the value (:mod:`agora.models.validation`).
     """
 
-    proposers: tuple[str, ...] = ()
+    proposers: Annotated[tuple[str, ...], Names] = ()
     """Proposer models (one answer each); empty = every pool model."""
-    aggregator: str | None = None
+    aggregator: Annotated[str | None, Name()] = None
     """The aggregator model; ``None`` = the first pool model (COMED passes its anchor)."""
-    temperature: float = 0.7
+    temperature: Annotated[float, Number(), Number(0, MAX_POOL_TEMPERATURE, expected=f"in [0, {MAX_POOL_TEMPERATURE}]")] = 0.7
     """Sampling temperature of every answer (at most 2, as a pool entry's)."""
-    top_p: float = 0.95
+    top_p: TopP = 0.95
     """Nucleus sampling: the probability mass sampled from."""
-    max_tokens: int = 128
+    max_tokens: MaxTokens = 128
     """Generated-token cap of every proposal and of the aggregation."""
-    shots: int = 2
+    shots: Shots = 2
     """Worked exemplars in each prompt."""
-    seed: int = 0
+    seed: Seed = 0
     """Per-question seeds derive from it and the question id."""
-
-    def __post_init__(self):
-        check_number("MoAConfig", "temperature", self.temperature)  # a type, bool, NaN or inf: the shared message
-        if not 0 <= self.temperature <= MAX_POOL_TEMPERATURE:  # the range keeps its message (the CLI's tests pin it)
-            raise ValueError(f"MoAConfig.temperature must be in [0, {MAX_POOL_TEMPERATURE}], got {self.temperature!r}")
-        check_sampling("MoAConfig", self, temperatures=())
-        check_names("MoAConfig", "proposers", self.proposers)
-        check_name("MoAConfig", "aggregator", self.aggregator)
 
 
 def check_pool(config: MoAConfig, names: Sequence[str]) -> None:

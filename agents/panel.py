@@ -35,15 +35,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any, Mapping, Sequence
 
 import numpy as np
 
-from agora.agents._checks import check_count, check_names, check_number, check_seed
 from agora.agents.behaviour import DEFAULT_DETECTORS, CueDetector, measure
 from agora.agents.delegation import plurality
 from agora.agents.panel_choice import behavioural_distance, family_distance, optimal_panels, panel_total
 from agora.agents.stats import bootstrap_ci
+from agora.models.validation import Count, Names, Number, SeedInt, settings
 
 NO_PARTNER = "(none)"
 """Column label of responses written without seeing another model's answer."""
@@ -52,7 +52,7 @@ NO_PARTNER = "(none)"
 # ----------------------------------------------------------------------------- settings
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class DiversityConfig:
     """Settings of a diversity analysis.
 
@@ -61,30 +61,20 @@ class DiversityConfig:
             names the field and the value.
     """
 
-    min_turns: int = 5
+    min_turns: Annotated[int, Count(1)] = 5
     """Responses a (speaker, partner) cell needs before it counts for Δ_m."""
-    panel_size: int = 3
+    panel_size: Annotated[int, Count(2)] = 3
     """Members p of the suggested panel (capped at the number of models)."""
-    level: float = 0.95
+    level: Annotated[float, Number(0.0, 1.0, low_open=True, high_open=True)] = 0.95
     """Confidence level of the bootstrap intervals."""
-    resamples: int = 2000
+    resamples: Annotated[int, Count(1)] = 2000
     """Bootstrap resamples per interval."""
-    seed: int = 0
+    seed: Annotated[int, SeedInt] = 0
     """Seed of the bootstrap generator."""
-    exclude_roles: tuple[str, ...] = ("judge",)
+    exclude_roles: Annotated[tuple[str, ...], Names] = ("judge",)
     """Rows with these roles are left out (a judge's reply is a score, not conversation)."""
-    max_exact: int = 200_000
+    max_exact: Annotated[int, Count(1)] = 200_000
     """Largest number of candidate panels searched exhaustively; above it, local search."""
-
-    def __post_init__(self):
-        owner = "DiversityConfig"
-        check_count(owner, "min_turns", self.min_turns)
-        check_count(owner, "panel_size", self.panel_size, 2)
-        check_number(owner, "level", self.level, 0.0, 1.0, low_open=True, high_open=True)
-        check_count(owner, "resamples", self.resamples)
-        check_seed(owner, "seed", self.seed)
-        check_names(owner, "exclude_roles", self.exclude_roles)
-        check_count(owner, "max_exact", self.max_exact)
 
 
 # ----------------------------------------------------------------------------- results

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agora.agents._checks import check_name, is_number
+from agora.models.validation import Name, check_all, is_number
 
 DevAccuracy = tuple[tuple[str, float], ...]
 """``(member, accuracy on dev questions)`` pairs, in the order given."""
@@ -53,7 +53,7 @@ def dev_accuracy_pairs(owner: str, name: str, value: Any) -> DevAccuracy:
         raise ValueError(f"{owner}.{name} must be a mapping member → accuracy, or member=accuracy entries, got {value!r}")
     out: dict[str, float] = {}
     for member, accuracy in items:
-        check_name(owner, name, member, optional=False)
+        check_all([(name, Name(optional=False), member)], owner)
         if not is_number(accuracy) or not 0.0 <= accuracy <= 1.0:
             raise ValueError(f"{owner}.{name}: {member}'s accuracy must be a finite number in [0, 1], got {accuracy!r}")
         if member in out:

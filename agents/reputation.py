@@ -13,16 +13,18 @@ State is a plain dict (:class:`ReputationState`) so it travels in graph state an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Mapping
+from typing import Annotated, Mapping
 
 import numpy as np
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_count, check_number
+from agora.models.validation import Count, Number, settings
+
+#: A positive finite number.
+_POSITIVE = Number(0.0, low_open=True)
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class ReputationConfig:
     """Settings of Sparta's reputation system (Eq. 9); defaults from protocols.md §2.
 
@@ -31,37 +33,28 @@ class ReputationConfig:
             names the field and the value.
     """
 
-    initial: float = 100.0
+    initial: Annotated[float, _POSITIVE] = 100.0
     """Reputation ``R`` of a model that has not duelled yet."""
-    initial_sigma: float = 0.5
+    initial_sigma: Annotated[float, _POSITIVE] = 0.5
     """``σ`` of a model with fewer than two recorded deltas."""
-    k0: float = 10.0
+    k0: Annotated[float, _POSITIVE] = 10.0
     """Initial step ``K_0``."""
-    k_min: float = 5.0
+    k_min: Annotated[float, _POSITIVE] = 5.0
     """Floor ``K_min`` of the decayed step."""
-    alpha: float = 0.9
+    alpha: Annotated[float, Number(0.0, 1.0, low_open=True)] = 0.9
     """Decay base ``α`` of ``K_t = max(K_min, K_0·α^(n/n_s))``."""
-    n_s: float = 10.0
+    n_s: Annotated[float, _POSITIVE] = 10.0
     """Decay scale ``n_s`` (updates per factor ``α``)."""
-    lam: float = 20.0
+    lam: Annotated[float, _POSITIVE] = 20.0
     """Scaling ``λ`` dividing the step."""
-    epsilon: float = 0.01
+    epsilon: Annotated[float, Number(0.0, 1.0, low_open=True)] = 0.01
     """Lower bound ``ε`` of the confidence factor ``|Φ(z) − Φ(−z)|``."""
-    window: int = 20
+    window: Annotated[int, Count(2)] = 20
     """``W``: ``σ`` is the standard deviation of a model's last ``W`` deltas."""
-    sigma_min: float = 0.1
+    sigma_min: Annotated[float, _POSITIVE] = 0.1
     """Lower bound of ``σ``."""
-    floor: float = 10.0
+    floor: Annotated[float, Number(0.0)] = 10.0
     """Lowest reputation a model can fall to."""
-
-    def __post_init__(self):
-        owner = "ReputationConfig"
-        for name in ("initial", "initial_sigma", "k0", "k_min", "n_s", "lam", "sigma_min"):
-            check_number(owner, name, getattr(self, name), 0.0, low_open=True)
-        check_number(owner, "epsilon", self.epsilon, 0.0, 1.0, low_open=True)  # bounds |Φ(z) − Φ(−z)| <= 1
-        check_number(owner, "alpha", self.alpha, 0.0, 1.0, low_open=True)
-        check_count(owner, "window", self.window, 2)
-        check_number(owner, "floor", self.floor, 0.0)
 
 
 class ReputationState(TypedDict):

@@ -24,15 +24,16 @@ penalty) is measured, not run per question: ``benchmarks/member_table.py`` print
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Sequence
+from functools import partial
+from typing import Annotated, Any, Sequence
 
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_count, check_name, check_names, check_sampling
+from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.delegation import plurality
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
 from agora.agents.seeds import SeedNode
+from agora.models.validation import Convert, Count, Name, Names, settings
 
 #: The members' seeds: member ``i``'s ``k`` samples are one request seeded
 #: ``call_seed(seed, question, MEMBER, agent=i)``. The offset keeps them apart from every node COMED
@@ -41,49 +42,45 @@ from agora.agents.seeds import SeedNode
 MEMBER = SeedNode(811, agent_stride=1000)
 
 
-@dataclass(frozen=True, slots=True)
+def _each_once(models: Any) -> Any:
+    """``models`` unchanged; a member named twice is refused (each is sampled once, counted once)."""
+    twice = sorted({m for m in models if list(models).count(m) > 1})
+    if twice:
+        raise ValueError(f"SLMMuxConfig.models: {', '.join(map(repr, twice))} named more than once "
+                         "(each member is sampled once and its samples counted once)")
+    return models
+
+
+@settings
 class SLMMuxConfig:
     """Settings of one SLM-MUX run (defaults: the paper's ``k = 3`` samples per member, sized for
     CPU pools otherwise; ``docs/protocols.md`` §6).
 
     Raises:
-        ValueError: a bad value; one line naming the field and the value (:mod:`agora.agents._checks`).
+        ValueError: a bad value; one line naming the field and the value (:mod:`agora.models.validation`).
     """
 
-    models: tuple[str, ...] = ()
+    models: Annotated[tuple[str, ...], Names, Convert(_each_once)] = ()
     """The members, in order (the last tie-breaker); empty = every pool member."""
-    k_samples: int = 3
+    k_samples: Annotated[int, Count(1)] = 3
     """Samples each member draws (k): its confidence is the share of them on its plurality answer."""
-    dev_accuracy: DevAccuracy = ()
+    dev_accuracy: Annotated[DevAccuracy, Convert(partial(dev_accuracy_pairs, "SLMMuxConfig", "dev_accuracy"))] = ()
     """Each member's accuracy on dev questions, the confidence tie-breaker (``member=accuracy``
     entries, or a mapping); members not given take theirs from ``dev_run`` when it is set."""
-    dev_run: str | None = None
+    dev_run: Annotated[str | None, Name()] = None
     """A dev run in the trace DB ``dev_db`` whose samples give each member's accuracy (``None``: none read)."""
-    dev_db: str | None = None
+    dev_db: Annotated[str | None, Name()] = None
     """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL); ``None``: ``agora.db``."""
-    temperature: float = 0.7
+    temperature: Temperature = 0.7
     """Sampling temperature of every sample (the paper samples at T > 0)."""
-    top_p: float = 0.95
+    top_p: TopP = 0.95
     """Nucleus sampling: the probability mass sampled from."""
-    max_tokens: int = 256
+    max_tokens: MaxTokens = 256
     """Generated-token cap of every sample."""
-    shots: int = 2
+    shots: Shots = 2
     """Worked exemplars in each prompt."""
-    seed: int = 0
+    seed: Seed = 0
     """Per-question seeds derive from it and the question id."""
-
-    def __post_init__(self):
-        owner = "SLMMuxConfig"
-        check_names(owner, "models", self.models)
-        twice = sorted({m for m in self.models if list(self.models).count(m) > 1})
-        if twice:
-            raise ValueError(f"{owner}.models: {', '.join(map(repr, twice))} named more than once "
-                             "(each member is sampled once and its samples counted once)")
-        check_count(owner, "k_samples", self.k_samples)
-        object.__setattr__(self, "dev_accuracy", dev_accuracy_pairs(owner, "dev_accuracy", self.dev_accuracy))
-        check_name(owner, "dev_run", self.dev_run)
-        check_name(owner, "dev_db", self.dev_db)
-        check_sampling(owner, self)
 
 
 def check_pool(config: SLMMuxConfig, names: Sequence[str]) -> None:

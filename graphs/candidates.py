@@ -30,9 +30,10 @@ from typing import Annotated, Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
+from pydantic import model_validator
 from typing_extensions import TypedDict
 
-from agora.agents._checks import check_count, check_name, check_names, check_sampling
+from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.delegation import plurality
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import SeedNode, call_seed, sampling
@@ -42,6 +43,7 @@ from agora.graphs.nodes import sync_async_node
 from agora.graphs.question import as_problem, QuestionInput, shared_candidate, SharedCandidate
 from agora.graphs.scoring import ProtocolGraph
 from agora.models.pool import ModelPool
+from agora.models.validation import Count, Name, Names, settings
 from agora.traces.schema import MethodResult
 
 #: Seeds of the shared draw: model ``i`` (its position in :attr:`CandidatesConfig.models`, else in
@@ -50,30 +52,28 @@ from agora.traces.schema import MethodResult
 CANDIDATE_SEED = SeedNode(700, agent_stride=1000)
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class CandidatesConfig:
     """Settings of the shared draw (``agora bench`` sets them from the protocols' own, which must agree)."""
 
-    k: int = 3
+    k: Annotated[int, Count(1)] = 3
     """Samples per model and question."""
-    models: tuple[str, ...] = ()
+    models: Annotated[tuple[str, ...], Names] = ()
     """Who draws (default: every pool model)."""
-    single_model: str | None = None
+    single_model: Annotated[str | None, Name()] = None
     """The model whose first sample is ``single_agent`` (default: the first of ``models``)."""
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = 256
-    shots: int = 2
+    temperature: Temperature = 0.7
+    top_p: TopP = 1.0
+    max_tokens: MaxTokens = 256
+    shots: Shots = 2
     """Worked exemplars in the solver prompt."""
-    seed: int = 0
+    seed: Seed = 0
 
-    def __post_init__(self):
-        check_count("CandidatesConfig", "k", self.k)
-        check_names("CandidatesConfig", "models", self.models)
-        check_name("CandidatesConfig", "single_model", self.single_model)
-        check_sampling("CandidatesConfig", self)  # temperature, top_p, max_tokens, shots, seed
+    @model_validator(mode="after")
+    def _single_model_draws(self) -> CandidatesConfig:
         if self.single_model is not None and self.models and self.single_model not in self.models:
             raise ValueError(f"CandidatesConfig.single_model {self.single_model!r} is not one of models {self.models}")
+        return self
 
 
 @graph_context

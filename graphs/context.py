@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from agora.graphs.studio_schema import studio_schema
 from agora.models.builtins import BUILTIN_POOLS
 from agora.models.pool import ModelPool, PoolConfigError, builtin_pool, builtin_pool_name, load_pool
+from agora.models.validation import is_settings
 
 S = TypeVar("S")
 C = TypeVar("C")
@@ -184,7 +185,8 @@ def graph_context(cls: type[C]) -> type[C]:
 
 def _describe_settings(cls: type, seen: set[type] | None = None) -> None:
     """Give every settings dataclass reachable from ``cls``'s fields (``config``, and the settings
-    nested in it) :func:`studio_schema`'s descriptions, unless it declares its own pydantic config:
+    nested in it, :func:`agora.models.validation.settings` classes included) :func:`studio_schema`'s
+    descriptions, unless it declares its own pydantic config:
     a settings field without a docstring then still gets :data:`SHARED_FIELD_DOCS`' description."""
     seen = set() if seen is None else seen
     try:
@@ -195,7 +197,7 @@ def _describe_settings(cls: type, seen: set[type] | None = None) -> None:
         for kind in {hints.get(f.name), *typing.get_args(hints.get(f.name))}:
             if isinstance(kind, type) and is_dataclass(kind) and kind not in seen:
                 seen.add(kind)
-                if "__pydantic_config__" not in vars(kind):
+                if "__pydantic_config__" not in vars(kind) or is_settings(kind):
                     studio_schema()(kind)
                 _describe_settings(kind, seen)
 

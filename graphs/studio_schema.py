@@ -127,7 +127,8 @@ def studio_schema(example: Mapping[str, Any] | None = None, docs: Mapping[str, s
         target = cls
         if docs:
             cls.__field_docs__ = dict(docs)
-        cls.__pydantic_config__ = ConfigDict(use_attribute_docstrings=True, json_schema_extra=extra)
+        own = vars(cls).get("__pydantic_config__") or {}  # a pydantic dataclass's own (its validator is built)
+        cls.__pydantic_config__ = ConfigDict(**{**own, "use_attribute_docstrings": True, "json_schema_extra": extra})
         return cls
 
     target: type | None = None

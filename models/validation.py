@@ -1,0 +1,243 @@
+"""How Agora's settings classes check their values: one mechanism, pydantic, with one-line messages.
+
+Design. A settings class is a frozen pydantic dataclass made by :func:`settings` (so
+``dataclasses.replace``, ``asdict``, ``fields``, equality and hashing work as on any dataclass).
+Each checked field says its rule in its annotation, with a marker of this module
+(``k: Annotated[int, Count(1)] = 3``) or a shared alias (``temperature: Temperature = 0.7``); a rule
+across fields is a ``pydantic.model_validator(mode="after")`` that raises ``ValueError`` (or
+another exception) with its full message. A marker validates the value as it is, with no coercion
+(an ``int`` stays an ``int`` in a ``float`` field, a list stays a list), and keeps the field's type
+for the JSON schema (LangGraph Studio's forms). When a value is refused, :func:`settings`' ``__init__``
+turns pydantic's ``ValidationError`` into the one exception a caller sees, in one line::
+
+    DelegationConfig.k_samples must be an integer >= 1, got True
+
+(the field rule's ``expected`` text; a cross-field rule's own message and exception type, e.g.
+:class:`agora.models.errors.PoolConfigError`, unchanged). A field without a marker is validated by
+pydantic's own type rules; its message is ``Class.field: <pydantic's message>, got <value>``.
+
+Rules of the markers: a ``bool`` is not a count or a number (``True`` is refused where an ``int`` is
+expected); numbers are finite (``nan`` and ``inf`` are refused); a tuple of names is a tuple or list
+of non-empty strings, never a bare string (which would be read as its letters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+from typing import Any, Callable, Iterable, TypeVar
+
+import pydantic.dataclasses
+from pydantic import ConfigDict, GetCoreSchemaHandler, ValidationError
+from pydantic_core import core_schema
+
+__all__ = ["Check", "Choice", "Convert", "Count", "Flag", "Instance", "Name", "Names", "Number", "Problem", "SeedInt",
+           "check_all", "expected_number", "is_count", "is_number", "is_settings", "one_line", "settings"]
+
+T = TypeVar("T")
+
+
+def is_count(value: Any) -> bool:
+    """An integer that is not a ``bool`` (numpy integers count)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A finite real number that is not a ``bool``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class Problem(ValueError):
+    """A field rule's refusal: ``expected`` is the message's ``must be ...`` part."""
+
+    def __init__(self, expected: str):
+        super().__init__(expected)
+        self.expected = expected
+
+
+# ----------------------------------------------------------------------------- field rules
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A field rule: ``test(value)`` true, or the field is refused with ``must be <expected>``;
+    ``convert(value)`` (when given) is what the field then holds. ``None`` passes when ``optional``.
+    The other markers are made of it. Several rules on one field apply in order, each message its
+    own (``Annotated[int, Count(1), Check(lambda v: v <= 8, "at most 8")]``)."""
+
+    test: Callable[[Any], bool]
+    expected: str
+    convert: Callable[[Any], Any] | None = None
+    optional: bool = False
+
+    def __call__(self, value: Any) -> Any:
+        if value is None and self.optional:
+            return None
+        if not self.test(value):
+            raise Problem(self.expected)
+        return value if self.convert is None else self.convert(value)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        # Validation is the rules alone (no coercion), in the order written; the JSON schema is the
+        # declared type's.
+        inner = handler(source)
+        if inner.get("type") in ("function-plain", "function-after"):  # a rule before this one
+            return core_schema.no_info_after_validator_function(self, inner)
+        return core_schema.no_info_plain_validator_function(self, json_schema_input_schema=inner)
+
+
+def Count(low: int = 1, high: int | None = None, expected: str | None = None) -> Check:  # noqa: N802 - a marker
+    """An integer (not a bool; numpy integers too) in ``[low, high]`` (``high=None``: no upper bound).
+    Message: ``must be an integer >= 1`` / ``must be an integer in 0..2``."""
+    text = expected or (f"an integer >= {low}" if high is None else f"an integer in {low}..{high}")
+    return Check(lambda v: is_count(v) and v >= low and (high is None or v <= high), text)
+
+
+#: An integer of any sign (a seed), not a bool.
+SeedInt = Check(is_count, "an integer")
+
+
+def expected_number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                    high_open: bool = False, optional: bool = False) -> str:
+    """The ``must be ...`` text of :func:`Number`: ``a finite number in [0, 1]``, ``a finite number > 0``,
+    ``a finite number >= 0 or None``."""
+    if low is not None and high is not None:
+        text = f"a finite number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+        text = f"a finite number {'>' if low_open else '>='} {low:g}"
+    elif high is not None:
+        text = f"a finite number {'<' if high_open else '<='} {high:g}"
+    else:
+        text = "a finite number"
+    return text + (" or None" if optional else "")
+
+
+def Number(low: float | None = None, high: float | None = None, *, low_open: bool = False,  # noqa: N802
+           high_open: bool = False, optional: bool = False, expected: str | None = None) -> Check:
+    """A finite number (not a bool) from ``low`` to ``high`` (``None``: unbounded on that side;
+    ``*_open``: the bound itself excluded); ``optional``: ``None`` passes."""
+    def test(v: Any) -> bool:
+        return (is_number(v) and (low is None or (v > low if low_open else v >= low))
+                and (high is None or (v < high if high_open else v <= high)))
+
+    text = expected or expected_number(low, high, low_open=low_open, high_open=high_open, optional=optional)
+    return Check(test, text, optional=optional)
+
+
+#: ``True`` or ``False`` (not ``1``, not ``"yes"``).
+Flag = Check(lambda v: isinstance(v, bool), "True or False")
+
+
+def Choice(*choices: str) -> Check:  # noqa: N802 - a marker
+    """One of ``choices`` (strings). Message: ``'a' or 'b'``, or ``one of 'a', 'b', 'c'``."""
+    text = (" or ".join(repr(c) for c in choices) if len(choices) < 3
+            else f"one of {', '.join(repr(c) for c in choices)}")
+    return Check(lambda v: isinstance(v, str) and v in choices, text)
+
+
+def Name(optional: bool = True) -> Check:  # noqa: N802 - a marker
+    """A non-empty string (a model's or a role's name), or ``None`` when ``optional``."""
+    return Check(lambda v: isinstance(v, str) and bool(v.strip()),
+                 "a non-empty string" + (" or None" if optional else ""), optional=optional)
+
+
+#: A tuple (or list) of non-empty strings; a bare string is refused.
+Names = Check(lambda v: isinstance(v, (tuple, list)) and all(isinstance(s, str) and s.strip() for s in v),
+              "a tuple of non-empty names")
+
+
+def Instance(kind: type, expected: str | None = None) -> Check:  # noqa: N802 - a marker
+    """An instance of ``kind`` (a nested settings object; a dict is not built into one here)."""
+    return Check(lambda v: isinstance(v, kind), expected or f"a {kind.__name__}")
+
+
+def Convert(convert: Callable[[Any], Any]) -> Check:  # noqa: N802 - a marker
+    """The field holds ``convert(value)``; ``convert`` raises its own one-line error (which the
+    caller sees unchanged, with its type) for a value it cannot use."""
+    return Check(lambda v: True, "", convert=convert)
+
+
+# ----------------------------------------------------------------------------- the class decorator
+
+
+def one_line(owner: str, exc: ValidationError) -> Exception:
+    """The exception a caller sees for ``exc`` raised while building ``owner``: the first error's
+    original exception when a cross-field rule raised it (its own message and type), otherwise a
+    ``ValueError`` ``"<owner>.<field> must be <expected>, got <value!r>"`` (a field rule) or
+    ``"<owner>.<field>: <pydantic's message>, got <value!r>"`` (pydantic's own type check)."""
+    err = exc.errors(include_url=False)[0]
+    cause = (err.get("ctx") or {}).get("error")
+    field = ".".join(str(p) for p in err["loc"])
+    if isinstance(cause, Problem) and field:
+        return ValueError(f"{owner}.{field} must be {cause.expected}, got {err['input']!r}")
+    if isinstance(cause, BaseException) and not isinstance(cause, Problem):
+        return cause
+    if err["type"] == "missing_argument":
+        return TypeError(f"{owner}: missing required argument {field!r}")
+    if err["type"] == "unexpected_keyword_argument":
+        return TypeError(f"{owner}: unexpected keyword argument {field!r}")
+    where = f"{owner}.{field}" if field else owner
+    message = str(cause) if isinstance(cause, BaseException) else err["msg"]
+    return ValueError(f"{where}: {message}, got {err['input']!r}")
+
+
+def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool = True,
+             config: ConfigDict | None = None) -> Any:
+    """Class decorator: ``cls`` as a pydantic dataclass (frozen, with slots, by default) whose
+    field docstrings describe its JSON schema, and whose bad values raise the one-line error of
+    :func:`one_line` (not pydantic's ``ValidationError``). Use bare (``@settings``) or with
+    arguments (``@settings(frozen=False)``).
+
+    Raises:
+        pydantic.errors.PydanticUndefinedAnnotation: at import, an annotation that does not resolve
+            (import the types the fields name at module level).
+    """
+    options = ConfigDict(use_attribute_docstrings=True, arbitrary_types_allowed=True, **(config or {}))
+
+    def wrap(cls: type[T]) -> type[T]:
+        made = pydantic.dataclasses.dataclass(frozen=frozen, slots=slots, config=options)(cls)
+        if not made.__pydantic_complete__:
+            pydantic.dataclasses.rebuild_dataclass(made, raise_errors=True)
+        _install_init(made)
+        return made
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _install_init(cls: type) -> None:
+    """Wrap ``cls.__init__`` (pydantic's) so a ``ValidationError`` leaves it as :func:`one_line`'s error."""
+    validating = cls.__init__
+
+    @functools.wraps(validating)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            validating(self, *args, **kwargs)
+        except ValidationError as exc:
+            raise one_line(type(self).__name__, exc) from None
+
+    __init__.__agora_settings__ = True
+    cls.__init__ = __init__
+
+
+def is_settings(cls: Any) -> bool:
+    """Whether ``cls`` is a class made by :func:`settings`."""
+    return isinstance(cls, type) and getattr(cls.__init__, "__agora_settings__", False)
+
+
+def rebuild(cls: type) -> None:
+    """Rebuild a :func:`settings` class's validator (after its ``__pydantic_config__`` changed),
+    keeping its one-line errors."""
+    pydantic.dataclasses.rebuild_dataclass(cls, force=True, raise_errors=True)
+    _install_init(cls)
+
+
+def check_all(rules: Iterable[tuple[str, Check, Any]], owner: str) -> None:
+    """Apply ``(field, rule, value)`` rules outside a settings class (a function's arguments);
+    the first refusal raises ``ValueError`` ``"<owner>.<field> must be <expected>, got <value!r>"``."""
+    for field, rule, value in rules:
+        try:
+            rule(value)
+        except Problem as problem:
+            raise ValueError(f"{owner}.{field} must be {problem.expected}, got {value!r}") from None
