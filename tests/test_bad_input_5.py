@@ -158,3 +158,30 @@ def test_sandbox_imports_name_the_bad_entries(tmp_path):
                               "module names"), message
     with pytest.raises(ValueError, match=r"^imports: 'os\.path', 3: not top-level module names"):
         SandboxLimits(imports=("math", "os.path", 3))
+
+
+# --- a Postgres URL that does not parse: named, without its password ---
+
+@pytest.mark.parametrize("url, said", [
+    ("postgresql://u:secret@[::1/db", "error: postgresql://u:***@[::1/db: not a valid Postgres URL (Invalid IPv6 URL); "
+                                      "an IPv6 host goes in brackets: postgresql://user@[::1]:5432/db"),
+    ("postgresql://u:secret@h:99999/db", "error: postgresql://u:***@h:99999/db: not a valid Postgres URL (Port out of "
+                                         "range 0-65535)"),
+])
+def test_a_postgres_url_that_does_not_parse_is_named(url, said):
+    pytest.importorskip("psycopg")
+    result = CliRunner().invoke(app, ["report", "runs", "--db", url])
+    assert result.exit_code == 2, result.output
+    assert one_error(result, said) == said
+    assert "secret" not in result.output
+
+
+def test_shown_url_redacts_without_raising():
+    from agora.traces.pg_sql import shown_url
+
+    assert shown_url("postgresql://u:secret@[::1/db") == "postgresql://u:***@[::1/db"
+    assert shown_url("postgresql://u:secret@[::1]:5432/db") == "postgresql://u:***@[::1]:5432/db"
+    assert shown_url("postgresql://u:p@ss@Host:5432/db?sslmode=require") == "postgresql://u:***@Host:5432/db?sslmode=require"
+    assert shown_url("postgresql:///db?host=/run/pg&password=secret&user=u") == \
+        "postgresql:///db?host=/run/pg&password=***&user=u"
+    assert shown_url("postgresql://u@h/db") == "postgresql://u@h/db"

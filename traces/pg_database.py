@@ -28,6 +28,7 @@ from agora.traces.pg_sql import (
     _row,
     _stored,
     _value,
+    check_url,
     is_postgres_url,
     shown_url,
     to_postgres,
@@ -274,11 +275,15 @@ class PostgresDatabase:
         max_size: pooled connections at most.
 
     Raises:
-        TraceStoreError: psycopg is missing, or the server cannot be reached (the URL shown
-            without its password).
+        TraceStoreError: the URL does not parse, psycopg is missing, or the server cannot be reached
+            (the URL shown without its password).
     """
 
     def __init__(self, url: str, *, max_size: int = POOL_MAX_SIZE):
+        try:
+            check_url(url)
+        except ValueError as exc:
+            raise TraceStoreError(str(exc)) from None
         psycopg = _needs_driver()
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool

@@ -9,7 +9,7 @@ import logging
 import re
 from decimal import Decimal
 from typing import Any, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from agora.traces.rows import _json
 
@@ -25,13 +25,30 @@ def is_postgres_url(path: Any) -> bool:
 
 
 def shown_url(url: str) -> str:
-    """``url`` without its password, for messages and the ``runs`` table's readers."""
-    parts = urlsplit(url)
-    if parts.password:
-        host = parts.hostname or ""
-        netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    """``url`` with its password (``user:PASSWORD@``, ``?password=``) shown as ``***``, for messages
+    and the ``runs`` table's readers. Never raises: a URL that does not parse (``[::1/db``) is
+    redacted as libpq splits it (the user part ends at the last ``@`` before the first ``/?#``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    tail = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", tail)
+    return f"{scheme}{sep}{netloc}{tail}"
+
+
+def check_url(url: str) -> None:
+    """Raise ``ValueError`` (one line: the URL without its password and what is wrong) when ``url``
+    does not parse as a URL: an IPv6 host without its ``]``, a port that is not a number in 0-65535."""
+    try:
+        urlsplit(url).port  # the port is parsed on access
+    except ValueError as exc:
+        hint = "; an IPv6 host goes in brackets: postgresql://user@[::1]:5432/db" if "IPv6" in str(exc) else ""
+        raise ValueError(f"{shown_url(url)}: not a valid Postgres URL ({exc}){hint}") from None
 
 
 
