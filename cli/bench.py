@@ -56,7 +56,7 @@ from agora.tasks.loaders import detect_format, load_problems
 from agora.runs.report import write_report
 from agora.runs.report_format import (any_too_few, claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens,
                                       single_model_rows)
-from agora.traces.bench import read_bench_spec
+from agora.traces.bench_spec import read_bench_spec
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore, check_run_id
 

@@ -52,7 +52,8 @@ from agora.runs.bench_plan import BenchConfig, Step, plan, protocol_of, question
 from agora.runs.bench_plan import shared_methods
 from agora.runs.bench_tasks import DevSplit, TaskFile
 from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
-from agora.traces.bench import BenchSpec, BenchTask, comed_dev_outcomes, record_bench
+from agora.traces.bench_data import comed_dev_outcomes
+from agora.traces.bench_spec import BenchSpec, BenchTask, record_bench
 from agora.traces.resume import resume_refusal
 from agora.traces.store import ResumeRefusedError, TraceStore
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from agora.runs.report_format import fmt_num
-from agora.traces.bench import BenchData, BenchSpec, expected_gap, macro_pair, model_sc_pair
+from agora.traces.bench import expected_gap, macro_pair, model_sc_pair
+from agora.traces.bench_data import BenchData
+from agora.traces.bench_spec import BenchSpec
 from agora.traces.report import TOO_FEW, too_few
 
 MULTI_MODEL = ("align", "self_consistency", "best_of_n", "comed", "moa", "debate")

@@ -6,7 +6,7 @@ pool); this module adds the claims of issue 18 (:func:`claims`, the rules of
 :mod:`agora.runs.bench_claims`, computed from that data and the per-question pairs
 :func:`agora.traces.bench.macro_pair` reads) and writes the three files (:func:`write_report`): the
 markdown page (:func:`report_markdown`, its figures as :mod:`agora.runs.report_format` writes them), the JSON of the data
-(:func:`agora.traces.bench.report_json`) and one PNG (:func:`plot_accuracy_vs_tokens`: accuracy
+(:func:`agora.traces.bench_spec.report_json`) and one PNG (:func:`plot_accuracy_vs_tokens`: accuracy
 against generated tokens per question, with each task's Pareto front, :func:`pareto_front`).
 
 Layers: ``runs`` (above ``graphs`` and ``traces``). Rendering and plotting sit here, beside the
@@ -26,7 +26,9 @@ from typing import Any, Sequence
 from agora.runs.bench_claims import CLAIMS
 from agora.runs.report_format import (any_too_few, claim_qualifier, fmt_accuracy, fmt_ci, fmt_few, fmt_num, fmt_p,
                                       fmt_pct, fmt_thresholds, fmt_tokens, single_model_rows)
-from agora.traces.bench import BenchData, BenchSpec, bench_report, read_bench, record_bench, report_json
+from agora.traces.bench import bench_report
+from agora.traces.bench_data import BenchData, read_bench
+from agora.traces.bench_spec import BenchSpec, record_bench, report_json
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore
 
@@ -343,7 +345,7 @@ def write_report(store: TraceStore, spec: BenchSpec, out: str | Path, *, seed: i
                  record: bool = True) -> tuple[dict[str, Any], ReportFiles]:
     """Build the report (:func:`build_report`) and write ``bench.md``, ``bench.json`` and
     ``accuracy_vs_tokens.png`` to ``out`` (created); with ``record``, also its rows in the trace DB
-    (:func:`agora.traces.bench.record_bench`). Returns the report and the files' paths."""
+    (:func:`agora.traces.bench_spec.record_bench`). Returns the report and the files' paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = build_report(store, spec, seed=seed)

@@ -20,7 +20,7 @@ from agora.runs.bench_plan import PROTOCOL_OF, resolve_methods
 from agora.runs.bench_tasks import load_tasks
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.runs.report import pareto_front
-from agora.traces.bench import read_bench_spec
+from agora.traces.bench_spec import read_bench_spec
 from agora.traces.store import TraceStore
 
 

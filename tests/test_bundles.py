@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.training.datasets import align_pairs, dpo_rows
-from agora.traces.bench import bench_report, read_bench_spec
+from agora.traces.bench import bench_report
+from agora.traces.bench_spec import read_bench_spec
 from agora.traces.bundle import FORMAT, VERSION
 from agora.traces.bundle_reading import read_header
 from agora.traces.store import TraceStore

@@ -1,49 +1,36 @@
 """The bench report's data: every method on every task, read back from the trace store, with paired statistics.
 
 :mod:`agora.runs.bench` runs the protocols of a bench as ordinary runs (one per task and
-protocol, ids ``<bench>:<task>:<protocol>``) and describes them in a :class:`BenchSpec`; this
-module reads those runs back (:func:`read_bench`) and builds the report's data
-(:func:`bench_report`, what ``bench.json`` holds but its claims): accuracy per method × task with a
-95 % bootstrap CI and the macro-average, paired differences against the single agent and against
-self-consistency on the same questions (95 % paired-bootstrap CI, exact McNemar p-value from
-:mod:`agora.agents.stats`), cost per question (model calls, samples, generated tokens, model and
-wall seconds), the expected one-sample accuracy of each pool model, COMED's accept/verify/escalate
-shares with its rescues and harms, and how COMED's thresholds were chosen. It records the report in
-the trace DB (:func:`record_bench`, tables below) and gives its JSON text (:func:`report_json`).
-The claims, the markdown page and the PNG are :mod:`agora.runs.report`'s (``agora bench`` writes
-the files with :func:`agora.runs.report.write_report`): nothing here renders or plots.
+protocol, ids ``<bench>:<task>:<protocol>``) and describes them in a
+:class:`~agora.traces.bench_spec.BenchSpec`; :func:`agora.traces.bench_data.read_bench` reads
+those runs back, and this module builds the report's data from them (:func:`bench_report`, what
+``bench.json`` holds but its claims): accuracy per method × task with a 95 % bootstrap CI and the
+macro-average, paired differences against the single agent and against self-consistency on the
+same questions (95 % paired-bootstrap CI, exact McNemar p-value from :mod:`agora.agents.stats`),
+cost per question (model calls, samples, generated tokens, model and wall seconds), the expected
+one-sample accuracy of each pool model, COMED's accept/verify/escalate shares with its rescues and
+harms, and how COMED's thresholds were chosen. :mod:`agora.traces.bench_spec` records the report
+in the trace DB and gives its JSON text. The claims, the markdown page and the PNG are
+:mod:`agora.runs.report`'s (``agora bench`` writes the files with
+:func:`agora.runs.report.write_report`): nothing here renders or plots.
 
 Failed questions are never wrong: a question none of whose model calls succeeded has no
 ``questions`` row (:func:`agora.traces.report.failed_questions`) and a method that drew on no sample
 has ``correct`` NULL; both are counted in their own columns and left out of accuracies and pairs.
-
-Tables (one transaction per report; a rerun of the bench id replaces its rows):
-
-``benches``: one row per bench (``bench_id`` primary key): spec (JSON :class:`BenchSpec`), report
-    (JSON, what ``bench.json`` holds), complete (0/1: every test question of every run answered or
-    failed), created_at, updated_at.
-``bench_cells``: one row per bench, task and method (primary key ``bench_id, task, method``), the
-    task ``"macro"`` for the macro-average: run_id, questions (scored), failed (questions or method
-    failures, not scored), accuracy, ci_low, ci_high, calls_per_q, samples_per_q, tokens_per_q,
-    model_s_per_q, wall_s_per_q.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
-from agora.agents.escalation_calibration import DevOutcome, rescue_harm
+from agora.agents.escalation_calibration import rescue_harm
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
-from agora.tasks.answers import extract_answer
-from agora.tasks.scoring import score_answer
-from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, failed_questions, too_few  # noqa: F401 (re-exported)
+from agora.traces.bench_data import BenchData, TaskData, read_bench
+from agora.traces.bench_spec import BenchSpec, BenchTask
+from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, too_few  # noqa: F401 (re-exported)
 from agora.traces.store import TraceStore, now
 
 LEVEL = 0.95
@@ -51,124 +38,11 @@ RESAMPLES = 2000
 BASELINES = ("single_agent", "self_consistency")
 """The methods every other method is paired against."""
 
-BENCHES = {"bench_id": str, "spec": str, "report": str, "complete": int, "created_at": str, "updated_at": str}
-BENCH_CELLS = {
-    "bench_id": str, "task": str, "method": str, "run_id": str, "questions": int, "failed": int,
-    "accuracy": float, "ci_low": float, "ci_high": float, "calls_per_q": float, "samples_per_q": float,
-    "tokens_per_q": float, "model_s_per_q": float, "wall_s_per_q": float,
-}
+
+# ---------------------------------------------------------------------------- cells and pairs
 
 
-# ---------------------------------------------------------------------------- the spec of a bench
-
-
-@dataclass(frozen=True, slots=True)
-class BenchTask:
-    """One task of a bench: its file and the runs that answered its test questions."""
-
-    name: str
-    path: str | None
-    format: str
-    question_ids: tuple[str, ...]
-    """The test questions, in order (every run of the task answers these)."""
-    runs: dict[str, str]
-    """Protocol → run id (``align``, ``comed``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BenchSpec:
-    """What a bench ran: enough to rebuild its report from the trace DB alone."""
-
-    bench_id: str
-    tasks: tuple[BenchTask, ...]
-    methods: dict[str, str]
-    """Method → the protocol whose run computes it, in report order."""
-    sharing: dict[str, str]
-    """Method → the samples it draws on (methods naming the same samples share them)."""
-    calibration: tuple[dict[str, Any], ...] = ()
-    """How COMED's thresholds were chosen, per scope (a task name, or ``*`` for all tasks):
-    ``source`` (a sentence), ``thresholds``, ``n_anchor`` and, when calibrated here, the dev
-    ``run_id``, ``questions``, ``objective``, ``rescues``, ``harms``, ``calls_per_question``,
-    ``lambda``, ``max_calls``, ``dropped`` (dev questions dropped because they were test questions)."""
-    settings: dict[str, Any] = field(default_factory=dict)
-    """The protocols' settings and the pool (for the report's header)."""
-    renames: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Protocol → {method as its run records it → method in this bench}: a run computing a method
-    under another name (the routed COMED run's ``comed`` is the bench's ``comed_routed``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "BenchSpec":
-        tasks = tuple(BenchTask(**{**t, "question_ids": tuple(t["question_ids"])}) for t in data["tasks"])
-        return cls(**{**data, "tasks": tasks, "calibration": tuple(data.get("calibration") or ())})
-
-
-# ---------------------------------------------------------------------------- reading runs back
-
-_OPTION_LINE = re.compile(r"^[A-J]\. ", re.MULTILINE)
-
-
-@dataclass
-class _TaskData:
-    results: dict[str, dict[str, dict[str, Any]]]
-    """method → question id → results row."""
-    questions: dict[str, dict[str, dict[str, Any]]]
-    """protocol → question id → questions row (detail decoded)."""
-    failed: dict[str, dict[str, str]]
-    """protocol → failed question id → last error."""
-    agents_used: dict[str, int]
-    """ALIGN question id → agents (requests) with a successful sample."""
-
-
-def _read_task(store: TraceStore, task: BenchTask, methods: dict[str, str],
-               renames: dict[str, dict[str, str]] | None = None) -> _TaskData:
-    ids = set(task.question_ids)
-    renames = renames or {}
-    data = _TaskData({}, {}, {}, {})
-    for protocol, run_id in task.runs.items():
-        rows = {q["question_id"]: {**q, "detail": json.loads(q["detail"] or "{}")}
-                for q in store.questions(run_id) if q["question_id"] in ids}
-        data.questions[protocol] = rows
-        data.failed[protocol] = {q: e for q, e in failed_questions(store, run_id).items() if q in ids and q not in rows}
-        names = renames.get(protocol, {})
-        for r in store.results(run_id):
-            name = names.get(r["method"], r["method"])
-            if r["question_id"] in rows and methods.get(name) == protocol:
-                data.results.setdefault(name, {})[r["question_id"]] = {**r, "method": name}
-    if "align" in task.runs:
-        for r in store.db.query(
-                "select question_id, count(distinct agent) as n from model_calls where run_id = ? and error is null "
-                "and role = 'agent' group by question_id", [task.runs["align"]]):
-            data.agents_used[r["question_id"]] = r["n"]
-    return data
-
-
-def comed_dev_outcomes(store: TraceStore, run_id: str, question_ids: Sequence[str] | None = None) -> list[DevOutcome]:
-    """Calibration inputs from a COMED ``explore`` run: one :class:`DevOutcome` per recorded
-    question (of ``question_ids``, when given) with a gold answer and every branch (probe and
-    escalation) recorded."""
-    keep = None if question_ids is None else set(question_ids)
-    outcomes = (dev_outcome(json.loads(q["detail"] or "{}")) for q in store.questions(run_id)
-                if keep is None or q["question_id"] in keep)
-    return [o for o in outcomes if o is not None]
-
-
-def dev_outcome(detail: dict[str, Any]) -> DevOutcome | None:
-    """One COMED question's calibration input from its ``questions.detail``; ``None`` without gold
-    or without both branches (probe and escalation) recorded."""
-    d = detail
-    if d.get("anchor_correct") is None or d.get("probe") is None or d.get("escalation") is None:
-        return None
-    return DevOutcome(sc=d["anchor"]["sc"], margin=(d.get("route") or {}).get("margin"),
-                      anchor_correct=d["anchor_correct"], probe_agrees=d["probe"]["agrees"],
-                      escalation_correct=d["escalation_correct"], probe_calls=d["probe_calls"] or 0,
-                      escalation_calls=d["escalation_calls"] or 0,
-                      anchor_calls=(d.get("method_calls") or {}).get("anchor") or 1)
-
-
-def _calls(method: str, protocol: str, row: dict[str, Any], question: dict[str, Any], data: _TaskData) -> float:
+def _calls(method: str, protocol: str, row: dict[str, Any], question: dict[str, Any], data: TaskData) -> float:
     """Model calls (requests; N samples of one prompt are one) this method's answer needed."""
     if row.get("calls") is not None and protocol != "align":  # COMED's runs, the shared draw
         return float(row["calls"])
@@ -185,7 +59,7 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-def _cell(method: str, protocol: str, task: BenchTask, data: _TaskData, seed: int) -> dict[str, Any]:
+def _cell(method: str, protocol: str, task: BenchTask, data: TaskData, seed: int) -> dict[str, Any]:
     rows = data.results.get(method, {})
     questions = data.questions.get(protocol, {})
     scored = {q: r["correct"] for q, r in rows.items() if r["correct"] is not None and r["samples"] != 0}
@@ -213,7 +87,7 @@ SPLIT_KEYS = ("shared_calls_per_q", "shared_samples_per_q", "shared_tokens_per_q
 
 
 def _shared_added(method: str, protocol: str, recorded: list[dict[str, Any]], questions: dict[str, Any],
-                  data: _TaskData) -> dict[str, float]:
+                  data: TaskData) -> dict[str, float]:
     """Per question, what the method took from the bench's shared candidate pool and what it added
     (total − shared; a row without shared columns added everything)."""
     calls = [_calls(method, protocol, r, questions[r["question_id"]], data) for r in recorded]
@@ -226,7 +100,7 @@ def _shared_added(method: str, protocol: str, recorded: list[dict[str, Any]], qu
             "added_tokens_per_q": _mean([(r["completion_tokens"] or 0) - t for r, t in zip(recorded, st)])}
 
 
-def _pairs(data: _TaskData, a: str, b: str) -> tuple[list[str], list[int], list[int]]:
+def _pairs(data: TaskData, a: str, b: str) -> tuple[list[str], list[int], list[int]]:
     """Questions both methods were scored on (neither failed), with each one's 0/1 outcomes."""
     ra, rb = data.results.get(a, {}), data.results.get(b, {})
     qs = [q for q in ra if q in rb and ra[q]["correct"] is not None and rb[q]["correct"] is not None
@@ -241,29 +115,6 @@ def _paired(task: str, a: str, b: str, x: Sequence[float], y: Sequence[float], s
     return {"task": task, "method": a, "baseline": b, "questions": len(x), "diff": diff, "ci_low": lo, "ci_high": hi,
             "wins": wins, "losses": losses, "p_mcnemar": mcnemar_exact(wins, losses),
             "too_few": too_few(len(x), lo, hi)}
-
-
-def _single_models(store: TraceStore, task: BenchTask, data: _TaskData) -> dict[str, dict[str, float]]:
-    """Each pool model's expected one-sample accuracy per question: the share of its samples
-    (temperature-sampled) that are right: its share of the bench's shared candidate pool when the
-    bench drew one (every pool model), else its ALIGN candidates (the agents' models)."""
-    if "candidates" in task.runs:
-        run, role, questions = task.runs["candidates"], "candidate", data.questions.get("candidates", {})
-    elif "align" in task.runs:
-        run, role, questions = task.runs["align"], "agent", data.questions.get("align", {})
-    else:
-        return {}
-    by: dict[str, dict[str, list[bool]]] = {}
-    for c in store.db.query("select question_id, model, completion from model_calls where run_id = ? and "
-                            "error is null and role = ? order by model", [run, role]):
-        q = questions.get(c["question_id"])
-        if q is None or q["gold"] is None:
-            continue
-        kind = q["kind"] or "math"
-        answer = extract_answer(c["completion"] or "", kind, len(_OPTION_LINE.findall(q["question"] or "")) or 4,
-                                question=q["question"])  # an echo of the question is no answer
-        by.setdefault(c["model"], {}).setdefault(c["question_id"], []).append(bool(score_answer(answer, q["gold"], kind)))
-    return {m: {q: sum(v) / len(v) for q, v in per_q.items()} for m, per_q in by.items()}
 
 
 def _pool(store: TraceStore, task: BenchTask, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -316,44 +167,6 @@ def _comed(task: BenchTask, questions: dict[str, dict[str, Any]] | None, anchor:
 
 
 # ---------------------------------------------------------------------------- the report
-
-
-@dataclass(frozen=True, slots=True)
-class BenchData:
-    """A bench's runs as read back from the trace store, per task: what the report's numbers and
-    the claims (:mod:`agora.runs.report`) are computed from."""
-
-    tasks: dict[str, _TaskData]
-    """Task name → its results, questions and failed questions per method / protocol."""
-    single_values: dict[str, dict[str, dict[str, float]]]
-    """Task name → pool model → question id → expected one-sample accuracy (0..1)."""
-    model_sc: dict[str, dict[str, dict[str, tuple[int, int]]]] = field(default_factory=dict)
-    """Task name → pool model → question id → (its self-consistency over its own share of the
-    shared pool right: 0/1, the samples it voted over); empty without a shared pool."""
-
-
-def _model_sc(store: TraceStore, task: BenchTask) -> dict[str, dict[str, tuple[int, int]]]:
-    """The candidates run's ``sc:<model>`` results of ``task``'s test questions, per model and question."""
-    run = task.runs.get("candidates")
-    if run is None:
-        return {}
-    ids, out = set(task.question_ids), {}
-    for r in store.results(run):
-        if r["method"].startswith("sc:") and r["question_id"] in ids and r["correct"] is not None and r["samples"]:
-            out.setdefault(r["method"][3:], {})[r["question_id"]] = (int(r["correct"]), int(r["samples"]))
-    return out
-
-
-def read_bench(store: TraceStore, spec: BenchSpec) -> BenchData:
-    """Read every run of the bench ``spec`` describes (its test questions only) from ``store``."""
-    tasks: dict[str, _TaskData] = {}
-    singles: dict[str, dict[str, dict[str, float]]] = {}
-    model_sc: dict[str, dict[str, dict[str, tuple[int, int]]]] = {}
-    for task in spec.tasks:
-        tasks[task.name] = _read_task(store, task, spec.methods, spec.renames)
-        singles[task.name] = _single_models(store, task, tasks[task.name])
-        model_sc[task.name] = _model_sc(store, task)
-    return BenchData(tasks, singles, model_sc)
 
 
 def _macro_paired(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int) -> dict[str, Any] | None:
@@ -506,60 +319,3 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: Ben
     return report
 
 
-# ---------------------------------------------------------------------------- JSON and the trace DB
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    return str(value)
-
-
-def _finite(value: Any) -> Any:
-    """NaN as ``null``: JSON has no NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def report_json(report: dict[str, Any]) -> str:
-    """The text of ``bench.json``: ``report`` indented, NaN as ``null``, numpy numbers as numbers."""
-    return json.dumps(_finite(report), indent=2, ensure_ascii=False, default=_json_default) + "\n"
-
-
-def record_bench(store: TraceStore, spec: BenchSpec, report: dict[str, Any] | None = None) -> None:
-    """Write the bench's spec (and, when given, its report and cells) to ``benches`` / ``bench_cells``."""
-    with store.transaction() as db:
-        db["benches"].create(BENCHES, pk="bench_id", if_not_exists=True)
-        db["bench_cells"].create(BENCH_CELLS, pk=("bench_id", "task", "method"), if_not_exists=True)
-        old = next(iter(db["benches"].rows_where("bench_id = ?", [spec.bench_id])), None)
-        db["benches"].upsert({
-            "bench_id": spec.bench_id, "spec": json.dumps(spec.to_json(), default=_json_default),
-            "report": None if report is None else json.dumps(_finite(report), default=_json_default),
-            "complete": None if report is None else int(report["complete"]),
-            "created_at": old["created_at"] if old else now(), "updated_at": now()}, pk="bench_id")
-        if report is None:
-            return
-        db.execute("delete from bench_cells where bench_id = ?", [spec.bench_id])
-        rows = [{"bench_id": spec.bench_id, "failed": c["failed_questions"] + c["method_failed"],
-                 **{k: c[k] for k in BENCH_CELLS if k in c and k not in ("bench_id", "failed")}} for c in report["cells"]]
-        rows += [{"bench_id": spec.bench_id, "task": "macro", "method": m["method"], "run_id": None,
-                  "questions": None, "failed": None,
-                  **{k: m[k] for k in BENCH_CELLS if k in m and k not in ("bench_id", "task", "method")}}
-                 for m in report["macro"]]
-        if rows:
-            db["bench_cells"].insert_all([{k: _finite(v) for k, v in r.items()} for r in rows], pk=("bench_id", "task", "method"))
-
-
-def read_bench_spec(store: TraceStore, bench_id: str) -> BenchSpec | None:
-    """The spec a bench recorded, or ``None``."""
-    if "benches" not in store.db.table_names():
-        return None
-    row = next(iter(store.db["benches"].rows_where("bench_id = ?", [bench_id])), None)
-    return None if row is None else BenchSpec.from_json(json.loads(row["spec"]))

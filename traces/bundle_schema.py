@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.traces import schema
-from agora.traces.bench import BENCH_CELLS, BENCHES
+from agora.traces.bench_spec import BENCH_CELLS, BENCHES
 from agora.traces.bundle import BundleError
 
 _TYPES = {"TEXT": str, "INTEGER": int, "REAL": float, "FLOAT": float, "BLOB": bytes, "NUMERIC": float, "": str}

@@ -16,7 +16,7 @@ from agora.agents.delegation import agreement_utility, plurality, principal_sele
 from agora.agents.escalation import EscalationThresholds, decide, escalates
 from agora.agents.escalation_calibration import DevOutcome
 from agora.tasks.scoring import score_answer
-from agora.traces.bench import dev_outcome
+from agora.traces.bench_data import dev_outcome
 
 from agora.traces.run_trace import QuestionTrace, RunTrace
 
@@ -331,5 +331,5 @@ def comed_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choic
 def dev_outcomes(run: RunTrace) -> list[DevOutcome]:
     """COMED calibration inputs from a recorded ``explore`` run, read through replay: one
     :class:`DevOutcome` per question with gold and every branch recorded
-    (:func:`agora.traces.bench.dev_outcome`)."""
+    (:func:`agora.traces.bench_data.dev_outcome`)."""
     return [o for o in (dev_outcome(q.detail) for q in run.questions) if o is not None]
