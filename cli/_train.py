@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from agora.models.pool import ModelSpec, load_pool
 from agora.cli._shared import console, echo_kv
+from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore
 
 
@@ -47,7 +48,7 @@ DATA_ONLY_OPTION = typer.Option(False, "--data-only", help="Write OUT/dataset/ (
                                 "stop: no training, no run recorded, no train extra needed.")
 
 
-def verified_samples(db: Path, model: str, source_run: list[str] | None, held_out: Path | None,
+def verified_samples(db: str, model: str, source_run: list[str] | None, held_out: Path | None,
                      length_ratio: float = 1.5, per_question: int = 4):
     """``(config, samples, skipped)``: ``model``'s own verified samples in ``db``
     (:mod:`agora.training.verified`)."""
@@ -62,7 +63,7 @@ def verified_samples(db: Path, model: str, source_run: list[str] | None, held_ou
     return cfg, samples, skipped
 
 
-def check_sources(db: Path, model: str, source_run: list[str] | None) -> None:
+def check_sources(db: str, model: str, source_run: list[str] | None) -> None:
     """Refuse, in one line naming the known ones, a ``--source-run`` that is not a run of ``db`` and
     a ``--model`` with no recorded call in those runs (else the datasets would be silently empty).
 
@@ -79,7 +80,7 @@ def check_sources(db: Path, model: str, source_run: list[str] | None) -> None:
 
     for run in source_run or ():
         if run not in runs:
-            raise ValueError(f"--source-run {run!r}: no such run in {db} (its runs: {listed(runs)})")
+            raise ValueError(f"--source-run {run!r}: no such run in {shown_url(db)} (its runs: {listed(runs)})")
     if "model_calls" not in tables:
         members = []
     elif source_run:
@@ -89,11 +90,11 @@ def check_sources(db: Path, model: str, source_run: list[str] | None) -> None:
     else:
         members = [m for (m,) in store.db.execute("select distinct model from model_calls order by model")]
     if model not in members:
-        where = f"runs {', '.join(source_run)} of {db}" if source_run else str(db)
+        where = f"runs {', '.join(source_run)} of {shown_url(db)}" if source_run else shown_url(db)
         raise ValueError(f"--model {model!r}: no recorded call of it in {where} (members recorded: {listed(members)})")
 
 
-def check_pair_sources(db: Path, pairs: list[dict], flt) -> None:
+def check_pair_sources(db: str, pairs: list[dict], flt) -> None:
     """Refuse, in one line naming the known ones, a ``--duel-run`` with no pair in ``db`` and a
     ``--model`` in none of its pairs (else the datasets would be silently empty).
 
@@ -102,11 +103,12 @@ def check_pair_sources(db: Path, pairs: list[dict], flt) -> None:
     runs = sorted({str(p.get("run_id")) for p in pairs})
     for run in flt.run_ids:
         if run not in runs:
-            raise ValueError(f"--duel-run {run!r}: no preference pair of such a run in {db} (runs with pairs: "
+            raise ValueError(f"--duel-run {run!r}: no preference pair of such a run in {shown_url(db)} "
+                             "(runs with pairs: "
                              f"{', '.join(runs) or 'none'})")
     members = sorted({str(p[k]) for p in pairs for k in ("chosen_model", "rejected_model") if p.get(k) is not None})
     if flt.model is not None and flt.model not in members:
-        raise ValueError(f"--model {flt.model!r}: in no preference pair of {db} (members in pairs: "
+        raise ValueError(f"--model {flt.model!r}: in no preference pair of {shown_url(db)} (members in pairs: "
                          f"{', '.join(members) or 'none'})")
 
 

@@ -38,6 +38,7 @@ from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.traces.diversity import read_exchanges
 from agora.traces.plots import write_heatmaps
+from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
 
 
@@ -85,7 +86,7 @@ def converse(
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in the prompt (math, multiple choice)."),
     seed: int = typer.Option(0, "--seed"),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Base run id (each pair runs as <id>:<A>><B>); an existing id resumes."),
 ) -> None:
     """Run two-model conversations (A answers, B replies to A, A replies, ...) for every ordered
@@ -129,7 +130,8 @@ def converse(
                 calls += sum(len(q.calls) for q in outcome.outcomes)
             progress.update(task, status="done")
         console.print(f"{calls} model calls recorded in {escape(str(store.path))}; next: "
-                      f"agora report diversity --db {escape(shlex.quote(str(store.path)))} --out diversity/", highlight=False)
+                      f"agora report diversity --db {escape(shlex.quote(shown_url(store.path)))} --out diversity/",
+                      highlight=False)
 
 
 # ----------------------------------------------------------------------------- report
@@ -197,7 +199,7 @@ def print_report(report: DiversityReport) -> None:
 @report_app.command("diversity", short_help="Cue rates per speaker and partner, behavioural distances and a "
                                              "suggested panel.")
 def report_diversity(
-    db: Path = typer.Option(..., "--db", help="Trace database (SQLite)."),
+    db: str = typer.Option(..., "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     out: Path = typer.Option(..., "--out", help="Folder for the heatmaps and diversity.json."),
     runs: Optional[list[str]] = typer.Option(None, "--run", help="Only this run id (repeatable; a converse base id selects its pairs)."),
     min_turns: int = typer.Option(5, "--min-turns", min=1, help="Turns a speaker × partner cell needs to count for Δ_m."),
@@ -211,11 +213,12 @@ def report_diversity(
         config = DiversityConfig(min_turns=min_turns, panel_size=panel_size, seed=seed)
         data = read_exchanges(db, runs or ())
         if not data.rows:
-            raise ValueError(f"{db}: no successful model calls" + (f" in run(s) {', '.join(runs)}" if runs else ""))
+            raise ValueError(f"{shown_url(db)}: no successful model calls"
+                             + (f" in run(s) {', '.join(runs)}" if runs else ""))
         report = analyse(data.rows, data.families, config, model_order=data.model_order, notes=data.notes)
         protocols = sorted({r["protocol"] or "?" for r in data.rows})
         exchanged = sum(r["partner"] is not None for r in data.rows)
-        console.print(f"{escape(str(db))}: {len(data.rows)} responses ({exchanged} with a partner) from "
+        console.print(f"{escape(shown_url(db))}: {len(data.rows)} responses ({exchanged} with a partner) from "
                       f"{len({r['run_id'] for r in data.rows})} run(s), protocols {escape(', '.join(protocols))}",
                       highlight=False)
         print_report(report)

@@ -17,6 +17,7 @@ from agora.cli._shared import console, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.cli._train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
+from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
 
 #: Progress lines printed (the duels' own events are too many on a terminal).
@@ -62,7 +63,7 @@ def evolve_cmd(
     seed: int = typer.Option(0, "--seed"),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file, at least 3 models (default: the "
                                         "embedded duel pool)."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     out: Path = typer.Option(Path("runs/evolve"), "--out", help="Datasets, adapters and per-iteration pool files."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id; an existing id resumes its duels."),
     serve_with: ServeWith = typer.Option("transformers", "--serve-with", help="How a selected member plays the "
@@ -121,7 +122,8 @@ def evolve_cmd(
         if outcome.base_held_out:
             console.print("held-out score before the first round: " + ", ".join(
                 f"{escape(m)} {x:.2f}" for m, x in outcome.base_held_out.items()), highlight=False)
-        console.print(f"final pool: {escape(str(outcome.iterations[-1].pool_file))}; traces: {escape(str(db))} (duel run "
+        console.print(f"final pool: {escape(str(outcome.iterations[-1].pool_file))}; traces: {escape(shown_url(db))} "
+                      f"(duel run "
                       f"{escape(outcome.duel_run_id)}, tables checkpoints and training_datasets)", highlight=False)
 
 

@@ -41,11 +41,13 @@ from agora.agents.cupid_simulation import (
 )
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
+from agora.graphs.postgres_checkpoint import CHECKPOINT_SCHEMA
 from agora.graphs.runner import checkpoint_path
 from agora.graphs.selection import SPEC, known_features, parse_choice
 from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems
-from agora.traces.store import TraceStore, check_run_id, readonly_uri
+from agora.traces.pg_sql import shown_url
+from agora.traces.store import TraceStore, check_run_id, readonly_uri, store_backend
 from agora.traces.plots import plot_regret
 
 
@@ -65,7 +67,7 @@ def select(
     delta: float = typer.Option(0.05, "--delta", min=1e-6, max=0.5, help="Stop when P(best) ≥ 1 − δ."),
     seed: int = typer.Option(0, "--seed"),
     sim_seeds: int = typer.Option(20, "--sim-seeds", min=1, help="Simulated runs per policy in the regret plot."),
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite)."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     out: Path = typer.Option(Path("agora-select"), "--out", help="Folder for the report (JSON) and regret plot (PNG)."),
 ) -> None:
     """Find the model you prefer by judging pairs of anonymous answers (CUPID dueling bandit)."""
@@ -73,7 +75,8 @@ def select(
         given_thread = thread is not None
         thread = new_run_id("select") if thread is None else check_run_id(thread, "--thread")
         checked_items = checked_pool = None
-        if not db.exists():  # a new session for sure: its inputs are checked before the DB is created
+        if store_backend(db) is None and not Path(db).exists():  # a new session for sure: its inputs are checked
+            # before the DB is created
             checked_items = _check_prompts(prompts)
             checked_pool = get_pool(pool)
             if variants or (variants is None and len(checked_pool) < 3):
@@ -86,7 +89,7 @@ def select(
             # no such session in this DB, so this one is new: refused before the DB is opened (opening
             # would add Agora's tables or columns to it)
             raise ValueError("--prompts FILE is needed to start a session"
-                             + (f" (no session {thread} in {db})" if given_thread else ""))
+                             + (f" (no session {thread} in {shown_url(db)})" if given_thread else ""))
         store = TraceStore(db)
         settings = session_settings(store, thread)
         resumed = settings is not None
@@ -131,14 +134,17 @@ def select(
     if not SPEC.finished(values):
         console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
                       f"[bold]{escape(shlex.join(['agora', 'select', '--thread', thread]))}[/bold]"
-                      f"{'' if db == Path('agora.db') else escape(f' --db {shlex.quote(str(db))}')}", highlight=False)
+                      f"{'' if db == 'agora.db' else escape(f' --db {shlex.quote(shown_url(db))}')}", highlight=False)
         return
     _report(values, settings, thread, out, sim_seeds)
 
 
-def _has_checkpoint(db: Path, thread: str) -> bool:
-    """Whether ``db``'s checkpoint file holds thread ``thread``, read without writing anything (a file that
-    cannot be read as one counts as yes: opening it then reports the error)."""
+def _has_checkpoint(db: str, thread: str) -> bool:
+    """Whether ``db``'s checkpoints hold thread ``thread``, read without writing anything: the checkpoint
+    file beside a SQLite file, or the ``agora_checkpoints`` schema of a Postgres database (a file or a
+    database that cannot be read as one counts as yes: opening it then reports the error)."""
+    if store_backend(db) is not None:
+        return _has_postgres_checkpoint(db, thread)
     path = Path(checkpoint_path(db))
     if not path.exists():
         return False
@@ -149,6 +155,23 @@ def _has_checkpoint(db: Path, thread: str) -> bool:
         finally:
             conn.close()
     except sqlite3.Error:
+        return True
+
+
+def _has_postgres_checkpoint(url: str, thread: str) -> bool:
+    """:func:`_has_checkpoint` on Postgres: a checkpoint row of ``thread`` in schema ``agora_checkpoints``
+    (none before the first run there created it)."""
+    try:
+        import psycopg
+    except ImportError:
+        return True  # (opening the store names the missing extra)
+    try:
+        with psycopg.connect(url, connect_timeout=30) as conn:
+            if conn.execute("select to_regclass(%s)", [f"{CHECKPOINT_SCHEMA}.checkpoints"]).fetchone()[0] is None:
+                return False
+            return conn.execute(f"select 1 from {CHECKPOINT_SCHEMA}.checkpoints where thread_id = %s limit 1",
+                                [thread]).fetchone() is not None
+    except psycopg.Error:
         return True
 
 

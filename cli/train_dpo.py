@@ -13,7 +13,8 @@ from rich.markup import escape
 
 from agora.cli._shared import check_out_path, console, new_run_id, user_errors
 from agora.cli._apps import train_app
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.pg_sql import shown_url
+from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
                               THREADS_OPTION, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
@@ -23,7 +24,8 @@ from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTI
 
 @train_app.command("dpo")
 def train_dpo_cmd(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database with duels (preference_pairs) or ALIGN runs."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database with duels (preference_pairs) or ALIGN runs (a "
+                            "SQLite file or a postgresql:// URL)."),
     model: str = typer.Option(..., "--model", help="Pool member to train (its pairs, unless --all-pairs)."),
     out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file the member comes from (default: the "
@@ -70,7 +72,7 @@ def train_dpo_cmd(
         check_out_path(out)
         if pairs_from not in PAIRS:
             raise ValueError(f"--pairs {pairs_from!r} is not one of {', '.join(PAIRS)}")
-        if not db.is_file():
+        if store_backend(db) is None and not Path(db).is_file():
             first = "`agora run` or `agora bench`" if pairs_from == "own" else "`agora duel`"
             raise FileNotFoundError(f"{db}: no such trace database (run {first} first)")
         if pairs_from == "own":
@@ -119,13 +121,14 @@ def train_dpo_cmd(
                                max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
         run_id = new_run_id("train-dpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(str(db))} ({len(pairs)} "
+        console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(shown_url(db))} "
+                      f"({len(pairs)} "
                       f"{pairs_from} pairs before filters)",
                       highlight=False)
         train_and_record(
             store, run_id, "train-dpo", specs, out,
             config={"model": model, "settings": settings, "filter": flt},
-            dataset={"db": str(db), "align": align, **source},
+            dataset={"db": shown_url(db), "align": align, **source},
             train=lambda: dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation,
                                      source=source),
             summary=lambda run: {"validation_accuracy": run.validation_accuracy}, serve_with=serve_with, spec=spec,

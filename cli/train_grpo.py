@@ -14,7 +14,8 @@ from agora.agents.judge import JudgeConfig
 from agora.models.pool import load_pool
 from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, new_run_id, user_errors
 from agora.cli._apps import train_app
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.pg_sql import shown_url
+from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
                               THREADS_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
@@ -26,8 +27,8 @@ REWARDS = ("correctness", "stored", "judge")
 
 @train_app.command("grpo")
 def train_grpo_cmd(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database: duel instructions are the prompts "
-                            "(unless --data), and the run is recorded there."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database (a SQLite file or a postgresql:// URL): duel "
+                           "instructions are the prompts (unless --data), and the run is recorded there."),
     model: str = typer.Option(..., "--model", help="Pool member to train."),
     out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (members, and the judges of --reward judge)."),
@@ -116,11 +117,11 @@ def train_grpo_cmd(
                 problems = load_problems(data, fmt or detect_format(data), limit)
             rows, source = grpo_rows_from_problems(problems, shots), {"data": str(data), "limit": limit}
         else:
-            if not db.is_file():
+            if store_backend(db) is None and not Path(db).is_file():
                 raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first, or pass --data)")
             rows = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
                                         model=None if all_prompts else model)[:limit]
-            source = {"db": str(db), "duel_runs": duel_run, "all_prompts": all_prompts}
+            source = {"db": shown_url(db), "duel_runs": duel_run, "all_prompts": all_prompts}
         if data_only:
             write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source})
             return
@@ -144,13 +145,13 @@ def train_grpo_cmd(
         )
 
 
-def aggregate_rows(db: Path, k: int, sets_per_question: int, easy_per_hard: float, source_run: list[str] | None,
+def aggregate_rows(db: str, k: int, sets_per_question: int, easy_per_hard: float, source_run: list[str] | None,
                    held_out: Path | None, shots: int, seed: int, limit: int | None):
     """``(rows, source, stats)`` of ``agora train grpo --aggregate K`` (:mod:`agora.training.aggregator`)."""
     from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, aggregator_stats, candidate_sets
     from agora.training.own_samples import HeldOut, scored_samples
 
-    if not db.is_file():
+    if store_backend(db) is None and not Path(db).is_file():
         raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")
     held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
     cfg = AggregatorDataConfig(k=k, sets_per_question=sets_per_question, easy_per_hard=easy_per_hard, shots=shots,
@@ -158,7 +159,8 @@ def aggregate_rows(db: Path, k: int, sets_per_question: int, easy_per_hard: floa
     samples, skipped = scored_samples(db, (), tuple(source_run or ()), held)
     sets = candidate_sets(samples, cfg)[:limit]
     stats = {**aggregator_stats(sets), "skipped_calls": skipped}
-    source = {"db": str(db), "aggregate": k, "sets_per_question": sets_per_question, "easy_per_hard": easy_per_hard,
+    source = {"db": shown_url(db), "aggregate": k, "sets_per_question": sets_per_question,
+              "easy_per_hard": easy_per_hard,
               "held_out_questions": len(held), "source_run_filter": list(source_run or ()),
               "source_runs": stats["source_runs"]}
     return aggregator_rows(sets, cfg), source, stats

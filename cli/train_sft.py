@@ -12,7 +12,8 @@ from rich.markup import escape
 
 from agora.cli._shared import check_out_path, console, new_run_id, user_errors
 from agora.cli._apps import train_app
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.pg_sql import shown_url
+from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
                               THREADS_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
@@ -22,7 +23,8 @@ from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTI
 
 @train_app.command("sft")
 def train_sft_cmd(
-    db: Path = typer.Option(Path("agora.db"), "--db", help="Trace database whose runs recorded the member's samples."),
+    db: str = typer.Option("agora.db", "--db", help="Trace database whose runs recorded the member's samples (a "
+                            "SQLite file or a postgresql:// URL)."),
     model: str = typer.Option(..., "--model", help="Pool member whose own right answers it is trained on."),
     out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file the member comes from (default: the "
@@ -54,7 +56,7 @@ def train_sft_cmd(
         from agora.training.verified import sft_rows, verified_stats
 
         check_out_path(out)
-        if not db.is_file():
+        if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora run`, `agora bench` or `agora comed` "
                                     "first)")
         vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, per_question=per_question)
@@ -77,10 +79,10 @@ def train_sft_cmd(
         run_id = new_run_id("train-sft") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of its own verified "
-                      f"answers from {escape(str(db))}", highlight=False)
+                      f"answers from {escape(shown_url(db))}", highlight=False)
         train_and_record(
             store, run_id, "train-sft", specs, out, config={"model": model, "settings": settings},
-            dataset={"db": str(db), **source},
+            dataset={"db": shown_url(db), **source},
             train=lambda: sft_member(store, run_id, spec, rows, out, settings, source=source),
             serve_with=serve_with, spec=spec,
         )

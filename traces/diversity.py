@@ -14,7 +14,8 @@ Rows are read from ``model_calls`` (successful calls only) in the shape
 
 Absent tables are tolerated: without ``questions`` answers are not extracted (agreement is left
 out), without ``runs`` no family labels are known. Only ``model_calls`` with ``model`` and
-``completion`` columns is required. The database is opened read-only.
+``completion`` columns is required. The database is opened read-only: a SQLite file, or a
+``postgresql://`` URL (the Postgres trace store's tables, read through its store).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.tasks.answers import extract_answer
-from agora.traces.store import readonly_uri
+from agora.traces.store import TraceStore, readonly_uri, store_backend
 
 _OPTION_LINE = re.compile(r"^\s*\(?([A-J])[.)]\s", re.MULTILINE)
 
@@ -49,17 +50,47 @@ class Exchanges:
     notes: list[str] = field(default_factory=list)
 
 
-def _connect(path: str | Path) -> sqlite3.Connection:
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such trace database")
-    conn = sqlite3.connect(readonly_uri(p), uri=True)
-    conn.row_factory = sqlite3.Row
-    return conn
+class _Reader:
+    """A trace DB opened read-only: a SQLite file (``sqlite3``, read-only URI) or a ``postgresql://``
+    URL (:class:`~agora.traces.store.TraceStore` with ``readonly=True``, which opens the Postgres store).
 
+    Raises:
+        FileNotFoundError: a SQLite path that is not a file.
+        TraceStoreError: a Postgres database that cannot be reached or holds no trace tables.
+    """
 
-def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [r[1] for r in conn.execute(f"pragma table_info({table})")]
+    def __init__(self, path: str | Path):
+        self.store: TraceStore | None = None
+        self.conn: sqlite3.Connection | None = None
+        if store_backend(path) is not None:
+            self.store = TraceStore(str(path), readonly=True)
+            return
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: no such trace database")
+        self.conn = sqlite3.connect(readonly_uri(p), uri=True)
+        self.conn.row_factory = sqlite3.Row
+
+    def tables(self) -> set[str]:
+        if self.store is not None:
+            return set(self.store.db.table_names())
+        return {r[0] for r in self.conn.execute("select name from sqlite_master where type = 'table'")}
+
+    def columns(self, table: str) -> list[str]:
+        if self.store is not None:
+            return list(self.store.db[table].columns_dict)
+        return [r[1] for r in self.conn.execute(f"pragma table_info({table})")]
+
+    def rows(self, sql: str) -> list[dict[str, Any]]:
+        if self.store is not None:
+            return list(self.store.db.query(sql))
+        return [dict(r) for r in self.conn.execute(sql)]
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        else:
+            self.conn.close()
 
 
 def _prompt_text(messages: Any) -> str:
@@ -88,21 +119,22 @@ def read_exchanges(path: str | Path, run_ids: Sequence[str] = (), *, min_shared_
     """Responses of a trace DB with their partners, question keys and extracted answers.
 
     Args:
-        path: the SQLite trace DB.
+        path: the trace DB: a SQLite file or a ``postgresql://`` URL.
         run_ids: keep only these runs (an id also selects runs named ``<id>:...``, as
             ``agora converse`` names its per-pair runs); empty = all.
         min_shared_chars: shortest completion that counts as content evidence of a partner.
 
     Raises:
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file. TraceStoreError: a Postgres database that cannot be reached
+            or holds no trace tables.
         ValueError: the DB has no ``model_calls`` table, or it lacks ``model``/``completion``.
     """
-    conn = _connect(path)
+    conn = _Reader(path)
     try:
-        tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+        tables = conn.tables()
         if "model_calls" not in tables:
             raise ValueError(f"{path}: no model_calls table; is this an Agora trace database?")
-        cols = _columns(conn, "model_calls")
+        cols = conn.columns("model_calls")
         missing = [c for c in ("model", "completion") if c not in cols]
         if missing:
             raise ValueError(f"{path}: model_calls lacks column(s) {', '.join(missing)}")
@@ -111,25 +143,25 @@ def read_exchanges(path: str | Path, run_ids: Sequence[str] = (), *, min_shared_
                   "completion", "partner")
         select = ", ".join(c if c in cols else f"null as {c}" for c in wanted)
         where = "completion is not null" + (" and error is null" if "error" in cols else "")
-        calls = [dict(r) for r in conn.execute(f"select {select} from model_calls where {where} order by rowid")]
+        calls = conn.rows(f"select {select} from model_calls where {where} order by rowid")
         calls = [c for c in calls if _selected(c["run_id"], run_ids)]
         if "partner" not in cols:
             notes.append("model_calls has no partner column: partners inferred from prompt contents")
 
         questions: dict[tuple[str, str], dict[str, Any]] = {}
-        if "questions" in tables and {"run_id", "question_id", "kind", "question"} <= set(_columns(conn, "questions")):
-            for q in conn.execute("select run_id, question_id, kind, question from questions"):
-                questions[(q["run_id"], q["question_id"])] = dict(q)
+        if "questions" in tables and {"run_id", "question_id", "kind", "question"} <= set(conn.columns("questions")):
+            for q in conn.rows("select run_id, question_id, kind, question from questions"):
+                questions[(q["run_id"], q["question_id"])] = q
         else:
             notes.append("no questions table: answers not extracted, agreement left out")
 
         families: dict[str, str | None] = {}
         order: list[str] = []
         runs: list[dict[str, Any]] = []
-        if "runs" in tables and {"run_id", "pool"} <= set(run_cols := _columns(conn, "runs")):
+        if "runs" in tables and {"run_id", "pool"} <= set(run_cols := conn.columns("runs")):
             by = "started_at" if "started_at" in run_cols else "rowid"
             proto = "protocol" if "protocol" in run_cols else "null as protocol"
-            for run in conn.execute(f"select run_id, {proto}, pool from runs order by {by}"):
+            for run in conn.rows(f"select run_id, {proto}, pool from runs order by {by}"):
                 if not _selected(run["run_id"], run_ids):
                     continue
                 runs.append({"run_id": run["run_id"], "protocol": run["protocol"]})

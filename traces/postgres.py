@@ -6,8 +6,8 @@ How: :class:`~agora.traces.pg_database.PostgresDatabase` gives the SQLite store'
 sqlite-utils it uses, on psycopg (:mod:`agora.traces.pg_database`), so every write, resume rule and
 reader of :class:`~agora.traces.store.TraceStore` runs here unchanged; this class adds what differs:
 opening (the tables created by one process at a time), ``start_run`` serialised per run id, the run
-lock and ``mark_stopped``. Readers that open SQLite files themselves (``sqlite3``) stay SQLite-only
-(``docs/traces.md``).
+lock and ``mark_stopped``. Readers that open SQLite files with ``sqlite3`` themselves read a
+``postgresql://`` URL through this store instead (``agora.traces.diversity.read_exchanges``).
 
 Several processes may write one Postgres run at once (``agora run --db postgresql://...`` started N
 times): the store takes no run lock (:meth:`PostgresTraceStore.run_lock`), ``start_run`` is
