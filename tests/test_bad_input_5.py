@@ -185,3 +185,53 @@ def test_shown_url_redacts_without_raising():
     assert shown_url("postgresql:///db?host=/run/pg&password=secret&user=u") == \
         "postgresql:///db?host=/run/pg&password=***&user=u"
     assert shown_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+# --- recipe roles: the known roles are the roles the protocols write ---
+
+def written_roles() -> set[str]:
+    """Every literal trace role in graphs/ and agents/: ``call_context(problem, node, ROLE)`` (and its
+    alias ``_context``), ``solo_answer_node(context, seed, node, ROLE, ...)`` and ``{"role": ROLE}``
+    in a call's trace context (chat-message roles left out)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    chat = {"system", "user", "assistant"}
+    found: set[str] = set()
+    for folder in ("graphs", "agents"):
+        for path in (root / folder).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call):
+                    name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                    at = {"call_context": 2, "_context": 2, "solo_answer_node": 3}.get(name)
+                    if at is not None and len(node.args) > at and isinstance(node.args[at], ast.Constant):
+                        found.add(node.args[at].value)
+                elif isinstance(node, ast.Dict):
+                    for key, value in zip(node.keys, node.values):
+                        if (isinstance(key, ast.Constant) and key.value == "role" and isinstance(value, ast.Constant)
+                                and isinstance(value.value, str) and value.value not in chat):
+                            found.add(value.value)
+    return found
+
+
+def test_known_recipe_roles_are_the_roles_protocols_write():
+    from agora.models.recipes.registry import ANSWER_ROLES, KNOWN_ROLES
+
+    written = written_roles()
+    # hand-checked: ALIGN agent; candidates candidate; council member/reviewer/chair; SLM-MUX member; MoA
+    # proposer/aggregator; debate debater; duel follower; COMED anchor/probe/peer; conversation speaker; judge
+    assert written == {"agent", "candidate", "member", "reviewer", "chair", "proposer", "aggregator", "debater",
+                       "follower", "anchor", "probe", "peer", "speaker", "judge"}
+    assert set(KNOWN_ROLES) == written and len(KNOWN_ROLES) == len(written)
+    assert set(ANSWER_ROLES) <= written
+
+
+def test_a_recipe_may_name_comeds_escalation_peers(tmp_path):
+    from agora.models.pool import load_pool
+
+    pool = load_pool(recipe_pool(tmp_path, '{ name = "persona", persona = "Check twice.", roles = ["peer"] }'))
+    recipe = next(m.spec.recipe for m in pool if m.name == "m")
+    assert recipe.applies({"role": "peer"}) and not recipe.applies({"role": "anchor"})
+    message = pool_error(recipe_pool(tmp_path, '{ name = "persona", persona = "x", roles = ["router"] }'))
+    assert "field 'recipe.roles': unknown role 'router'" in message, message

@@ -42,9 +42,11 @@ ANSWER_ROLES: tuple[str, ...] = ("agent", "candidate", "member", "proposer", "ag
                                  "follower")
 
 #: Every trace role a protocol gives its calls: a recipe's ``roles`` must name some of these (a
-#: misspelt role would make the recipe never apply).
-KNOWN_ROLES: tuple[str, ...] = (*ANSWER_ROLES, "anchor", "probe", "reviewer", "speaker", "judge", "verifier",
-                                "principal", "router", "critic")
+#: misspelt role, or one no protocol writes, would make the recipe never apply). COMED's anchor,
+#: probe and escalation peers, the council's reviewers, a conversation's speakers and a judge
+#: (:mod:`agora.agents.judge`) besides :data:`ANSWER_ROLES`; a test checks the list against the
+#: roles the graphs and agents write.
+KNOWN_ROLES: tuple[str, ...] = (*ANSWER_ROLES, "anchor", "probe", "peer", "reviewer", "speaker", "judge")
 
 #: Modules of this package that are not recipes.
 _NOT_RECIPES = frozenset({"registry", "sandbox"})
