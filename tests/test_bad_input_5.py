@@ -235,3 +235,79 @@ def test_a_recipe_may_name_comeds_escalation_peers(tmp_path):
     assert recipe.applies({"role": "peer"}) and not recipe.applies({"role": "anchor"})
     message = pool_error(recipe_pool(tmp_path, '{ name = "persona", persona = "x", roles = ["router"] }'))
     assert "field 'recipe.roles': unknown role 'router'" in message, message
+
+
+# --- agora report question / agora replay on an SLM-MUX run: the slm_mux rule reproduces it ---
+
+def said(*answers):
+    return [f"So the answer is {a}." for a in answers]
+
+
+@pytest.fixture
+def mux_db(tmp_path):
+    """Run ``mux``: two questions, k = 3, three scripted members, each answering its three replies on
+    every question: reliable 7,7,7 (confidence 1), wrong1 8,8,9 and wrong2 8,8,5 (2/3 each): slm-mux 7,
+    mux_vote 8 (four votes to three). Run ``tie``: one question, a 7,7,1 and b 8,8,2 (2/3 each), dev
+    accuracies a 0.25, b 0.75."""
+    from agora.graphs.runner import run_protocol
+    from agora.graphs.slm_mux import SLMMuxContext
+    from agora.agents.slm_mux import SLMMuxConfig
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.tasks import Problem
+    from agora.traces.store import TraceStore
+
+    db = tmp_path / "mux.db"
+    store = TraceStore(db)
+    problems = [Problem(id=f"q{i}", question=f"Tom has 3 apples and buys 4 more ({i}). How many?", gold="7",
+                        kind="math") for i in (1, 2)]
+    models = {"reliable": ScriptedChatModel(responses=said(7, 7, 7), cycle=True),
+              "wrong1": ScriptedChatModel(responses=said(8, 8, 9), cycle=True),
+              "wrong2": ScriptedChatModel(responses=said(8, 8, 5), cycle=True)}
+    run_protocol("slm-mux", problems, store=store, run_id="mux",
+                 context=SLMMuxContext(ModelPool.from_chat_models(models, max_retries=0)),
+                 config={}, pool_description=[], dataset={})
+    # a confidence tie (a: 7,7,1; b: 8,8,2; both 2/3) that the dev accuracies break for b
+    tied = {"a": ScriptedChatModel(responses=said(7, 7, 1), cycle=True),
+            "b": ScriptedChatModel(responses=said(8, 8, 2), cycle=True)}
+    run_protocol("slm-mux", problems[:1], store=store, run_id="tie",
+                 context=SLMMuxContext(ModelPool.from_chat_models(tied, max_retries=0),
+                                       SLMMuxConfig(dev_accuracy={"a": 0.25, "b": 0.75})),
+                 config={}, pool_description=[], dataset={})
+    store.close()
+    return db
+
+
+def test_report_question_explains_slm_mux_by_its_rule(mux_db):
+    import json
+
+    result = CliRunner().invoke(app, ["report", "question", "--db", str(mux_db), "--run-id", "mux",
+                                      "--question-id", "q1", "--json"])
+    assert result.exit_code == 0, result.output
+    why = {m["method"]: (m["answer"], m["why"]) for m in json.loads(result.output)["methods"]}
+    assert why["slm-mux"] == ("7", "rule slm_mux: member 0 (reliable) is the most self-consistent; member 0 "
+                                   "(reliable) '7' at 1.00; member 1 (wrong1) '8' at 0.67; member 2 (wrong2) '8' at 0.67")
+    assert why["mux_vote"][0] == "8" and why["mux_vote"][1].startswith("rule plurality: 0.44 of 9 votes; '8'×4, '7'×3")
+    assert "no replay rule" not in why["slm-mux"][1]
+
+
+def test_replaying_slm_mux_reproduces_its_answers(mux_db):
+    from agora.traces.replay import replay, reproduced
+    from agora.traces.replay_rules import RULES, parse_params
+    from agora.traces.run_trace import load_run
+    from agora.traces.store import TraceStore
+
+    store = TraceStore(mux_db, readonly=True)
+    run = load_run(store, "mux")
+    assert reproduced(run, replay(run, "slm_mux"), "slm-mux") == (2, 2)
+    assert reproduced(run, replay(run, "plurality"), "mux_vote") == (2, 2)
+    tie = load_run(store, "tie")
+    row = replay(tie, "slm_mux").rows[0]
+    assert (row.answer, row.correct, row.samples) == ("8", False, 6)  # b's dev 0.75 beats a's 0.25
+    assert "(a confidence tie: dev accuracy, then order)" in row.why
+    assert reproduced(tie, replay(tie, "slm_mux"), "slm-mux") == (1, 1)
+    # k=1: each member's first sample, all confidences 1.0: the earlier member (reliable) answers 7
+    first = replay(run, "slm_mux", parse_params(RULES["slm_mux"], ["k=1"], run)).rows[0]
+    assert (first.answer, first.samples) == ("7", 3)
+    with pytest.raises(ValueError, match=r"^--param k=-1: must be >= 0"):
+        replay(run, "slm_mux", parse_params(RULES["slm_mux"], ["k=-1"], run))

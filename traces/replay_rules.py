@@ -1,6 +1,6 @@
 """Replay's selection rules: the registry (:func:`selection_rule`, :data:`RULES`), how a rule's
 parameters are read (:func:`parse_params`), and the built-in rules (ALIGN, best-of-n, plurality,
-first sample, a vote weighted by dev accuracy, COMED), each a function
+first sample, a vote weighted by dev accuracy, COMED, SLM-MUX), each a function
 ``(question, params, context) -> Choice`` over a recorded question's samples
 (:class:`agora.traces.run_trace.QuestionTrace`).
 """
@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
 from agora.agents.escalation import EscalationThresholds, decide, escalates
 from agora.agents.escalation_calibration import DevOutcome
+from agora.agents.slm_mux import MemberVote, member_confidence, mux_select
 from agora.tasks.scoring import score_answer
 from agora.traces.bench_data import dev_outcome
 
@@ -150,7 +151,7 @@ def _candidates(q: QuestionTrace, roles: str) -> list[dict[str, Any]]:
 
 
 def default_roles(run: RunTrace) -> str:
-    return {"comed": "anchor", "candidates": "candidate"}.get(run.protocol, "agent")
+    return {"comed": "anchor", "candidates": "candidate", "slm-mux": "member"}.get(run.protocol, "agent")
 
 
 def _votes(answers: Sequence[str | None]) -> str:
@@ -213,12 +214,13 @@ def best_of_n_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> C
 
 
 @selection_rule("plurality", params={"roles": ""}, reproduces={"align": "self_consistency", "comed": "anchor",
-                                                                  "candidates": "candidates"},
-                help="Majority vote over the first-stage samples (ALIGN agents', COMED anchor's; --param roles=...).")
+                                                                  "candidates": "candidates", "slm-mux": "mux_vote"},
+                help="Majority vote over the first-stage samples (ALIGN agents', COMED anchor's, SLM-MUX members'; "
+                     "--param roles=...).")
 def plurality_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
     """Plurality (:func:`agora.agents.delegation.plurality`) over the samples of ``roles``
     (comma-separated; default: ``agent`` for ALIGN runs, ``anchor`` for COMED runs, ``candidate`` for a
-    bench's candidates run), ties to the
+    bench's candidates run, ``member`` for SLM-MUX runs), ties to the
     answer seen first (by agent, then sample)."""
     cands = _candidates(q, p["roles"] or default_roles(ctx.run))
     answer, share = plurality([c["answer"] for c in cands])
@@ -280,6 +282,36 @@ def weighted_vote_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) 
     answer = next(a for a in tally if math.isclose(tally[a], best))
     shown = ", ".join(f"{a!r} {w:.2f}" for a, w in sorted(tally.items(), key=lambda kv: -kv[1]))
     return Choice(answer, f"weighted votes ({p['weight']}): {shown}", len(cands))
+
+
+@selection_rule("slm_mux", params={"k": 0}, reproduces={"slm-mux": "slm-mux"}, protocols=("slm-mux",),
+                help="SLM-MUX: the member whose own samples agree most answers (ties: recorded dev accuracy, then "
+                     "order); --param k=N uses each member's first N samples.")
+def slm_mux_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """SLM-MUX's selection (:func:`agora.agents.slm_mux.mux_select`) on the recorded ``member``
+    samples: each member's plurality answer and confidence (the share of its samples on it), the
+    most confident member answering, a tie going to the higher dev accuracy the run used (its
+    recorded ``confidences``), then to the earlier member. ``k`` > 0 keeps each member's first ``k``
+    samples (0: all recorded)."""
+    if p["k"] < 0:
+        raise ValueError(f"--param k={p['k']}: must be >= 0 (0: every recorded sample)")
+    rows = sorted(q.of("member"), key=lambda s: (s.agent or 0, s.sample_index or 0))
+    votes: dict[int, MemberVote] = {}
+    for s in rows:
+        vote = votes.setdefault(s.agent or 0, MemberVote(member=s.agent or 0, model=s.model, answers=[]))
+        if not p["k"] or len(vote["answers"]) < p["k"]:
+            vote["answers"].append(s.answer)
+    if not votes:
+        return Choice(None, "no member sample recorded", 0)
+    accuracy = {c["model"]: c["dev_accuracy"] for c in q.detail.get("confidences") or []
+                if isinstance(c, dict) and c.get("dev_accuracy") is not None}
+    confidences = [member_confidence(v, accuracy) for v in votes.values()]
+    sel = mux_select(confidences)
+    shown = "; ".join(f"member {c['member']} ({c['model']}) {c['answer']!r} at {c['confidence']:.2f}"
+                      + (f", dev {c['dev_accuracy']:.2f}" if c["dev_accuracy"] is not None else "") for c in confidences)
+    tie = " (a confidence tie: dev accuracy, then order)" if sel["tie"] else ""
+    return Choice(sel["answer"], f"member {sel['member']} ({sel['model']}) is the most self-consistent{tie}; "
+                  f"{shown}", sum(len(v["answers"]) for v in votes.values()))
 
 
 def _comed_config(run: RunTrace) -> dict[str, Any]:
