@@ -60,7 +60,7 @@ or, recorded in a trace store and resumable (``agora select`` does this; the dri
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, Mapping, NotRequired
+from typing import Annotated, Any, Mapping, NotRequired
 
 import numpy as np
 from langgraph.graph import END, START, StateGraph
@@ -80,6 +80,8 @@ from agora.agents.cupid import (
     ucb_pair,
 )
 from agora.agents.cupid_features import COST, LATENCY, feature_table, normalize_features, spec_features
+from agora.agents.cupid_records import (Duel, DuelRecord, Generation, PromptItem, RankedModel, Recommendation,
+                                        StopReason, judged_duels, prompt_items)
 from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, pool_from, protocol_context
@@ -89,84 +91,8 @@ from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.store import TraceStore
 
-StopReason = Literal["rounds", "budget", "confident"]
-
-
 SelectionContext = protocol_context("SelectionContext", CupidConfig,
                                     "Budgets, UCB width, stopping level δ, prior, sampling.")
-
-
-class PromptItem(TypedDict):
-    """A prompt with an id of its own."""
-
-    id: str
-    """Id under which the prompt's answers are kept and traced."""
-    text: str
-    """What both models are asked."""
-
-
-class Generation(TypedDict):
-    """One model's answer to one prompt (kept in state: never generated or charged twice)."""
-
-    model: str
-    prompt_id: str
-    text: str
-    ok: bool
-    """False when the model failed after its retries (``text`` is then empty)."""
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-    cost: float
-    """Price of the answer, in the unit of ``cost_per_1k_tokens``."""
-    call_id: str
-
-
-class Duel(TypedDict):
-    """The pair of one round and how it is shown."""
-
-    round: int
-    """1-based round number."""
-    prompt_id: str
-    prompt: str
-    a: str
-    """The UCB leader (first model of the pair rule)."""
-    b: str
-    """Its challenger."""
-    shown: list[str]
-    """``[model shown as A, model shown as B]`` (random order, hidden from the user)."""
-
-
-class DuelRecord(Duel):
-    """A judged duel."""
-
-    choice: Choice
-    winner: str | None
-    """Preferred model; ``None`` for a tie."""
-    y: float
-    """1 if ``a`` won, 0 if ``b`` won, 0.5 for a tie."""
-    p: float
-    """Belief's ``P(a ≻ b)`` before the update."""
-
-
-class RankedModel(TypedDict):
-    model: str
-    p_best: float
-    utility: float
-    """Posterior mean utility ``μᵀx`` (normalised features)."""
-    duels: int
-    wins: float
-    """Duels won (a tie counts one half)."""
-
-
-class Recommendation(TypedDict):
-    model: str
-    p_best: float
-    """Posterior probability (Monte Carlo) that the recommended model is the user's best."""
-    rounds: int
-    spent_cost: float
-    spent_time_s: float
-    stop_reason: StopReason
-    ranking: list[RankedModel]
 
 
 @studio_schema(example={"prompts": ["Explain in one sentence why the sky is blue.",
@@ -252,20 +178,6 @@ def _key(model: str, prompt_id: str) -> str:
     return f"{model}@{prompt_id}"
 
 
-def _prompt_items(prompts: Any) -> list[PromptItem]:
-    if not isinstance(prompts, list) or not prompts:
-        raise ValueError("graph input needs 'prompts': a non-empty list of strings or {id, text}")
-    items = []
-    for i, p in enumerate(prompts):
-        if isinstance(p, str) and p.strip():
-            items.append(PromptItem(id=f"p{i}", text=p.strip()))
-        elif isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip():
-            items.append(PromptItem(id=str(p.get("id") or f"p{i}"), text=p["text"].strip()))
-        else:
-            raise ValueError(f"prompts[{i}]: expected a non-empty string or {{id, text}}, got {p!r}")
-    return items
-
-
 def _answer(pool: ModelPool, model: str, item: PromptItem, cfg: CupidConfig, cost_per_1k: float,
             node: str) -> tuple[Generation, list[dict[str, Any]]]:
     params = sampling(cfg, seed=call_seed(cfg.seed, item["id"], "cupid.answer"))
@@ -294,13 +206,6 @@ def _belief(state: SelectionState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(state["mu"]), precision, np.linalg.inv(precision)
 
 
-def judged_duels(values: Mapping[str, Any]) -> list[DuelRecord]:
-    """The judged duels of a session's state, by round: ``judged`` (and ``history``, where a session
-    checkpointed before ``judged`` existed kept them; each round once)."""
-    by_round = {d["round"]: d for d in [*(values.get("history") or []), *(values.get("judged") or [])]}
-    return [by_round[r] for r in sorted(by_round)]
-
-
 def _stop_reason(state: SelectionState, cfg: CupidConfig) -> StopReason | None:
     if "duel" in state and state["duel"] is None:
         return "budget"
@@ -325,7 +230,7 @@ def model_features(state: SelectionState, runtime: Runtime[SelectionContext]) ->
     the first prompt, which measures it (the answer is kept for the duels)."""
     cfg = _config(runtime)
     pool = pool_from(runtime.context, SelectionContext)
-    items = _prompt_items(state.get("prompts"))
+    items = prompt_items(state.get("prompts"))
     arms = list(state.get("models") or pool.names)
     for m in arms:
         pool[m]

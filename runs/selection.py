@@ -31,15 +31,10 @@ from langgraph.types import Command
 
 from agora.agents.cupid import CupidConfig
 from agora.agents.cupid_features import trace_features
+from agora.agents.cupid_records import PromptItem, prompt_items
 from agora.graphs.context import settings_from
 from agora.graphs.runner import open_checkpointer, raise_if_drained, recorded_run
-from agora.graphs.selection import (
-    SPEC,
-    PromptItem,
-    SelectionContext,
-    _prompt_items,
-    build_selection_graph,
-)
+from agora.graphs.selection import SPEC, SelectionContext, build_selection_graph
 from agora.models.pool import ModelPool
 from agora.traces.store import TraceStore
 
@@ -148,7 +143,7 @@ def run_session(
         if prompts is None:
             raise ValueError(f"session {thread_id!r} is new: it needs prompts")
         prompts = list(prompts)
-        count = len(_prompt_items(prompts))  # a bad prompt is refused before the run's row is written
+        count = len(prompt_items(prompts))  # a bad prompt is refused before the run's row is written
         arms = pool.names
         given = trace_features(store, arms) if features is None else {m: dict(v) for m, v in features.items()}
         dataset = {**(dataset or {}), "count": count}
