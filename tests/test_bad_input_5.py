@@ -311,3 +311,53 @@ def test_replaying_slm_mux_reproduces_its_answers(mux_db):
     assert (first.answer, first.samples) == ("7", 3)
     with pytest.raises(ValueError, match=r"^--param k=-1: must be >= 0"):
         replay(run, "slm_mux", parse_params(RULES["slm_mux"], ["k=-1"], run))
+
+
+# --- a bundle with a lone surrogate: file, line and column ---
+
+@pytest.fixture
+def exported(tmp_path, monkeypatch):
+    """Run ``R`` (ALIGN, one question, scripted models answering 4) exported: the bundle's lines as text."""
+    import gzip
+    import json
+
+    import agora.cli.align as align_cli
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=["The answer is 4."], cycle=True)
+                                       for m in ("a", "b")})
+    monkeypatch.setattr(align_cli, "get_pool", lambda path: pool)
+    data = tmp_path / "g.jsonl"
+    data.write_text(json.dumps({"id": "q1", "question": "What is 2 + 2?", "answer": "#### 4"}) + "\n")
+    db, out = tmp_path / "t.db", tmp_path / "r.agora.jsonl.gz"
+    for argv in (["run", "align", "--data", str(data), "--db", str(db), "--run-id", "R"],
+                 ["export", "--db", str(db), "--run-id", "R", "--out", str(out)]):
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 0, result.output
+    with gzip.open(out, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+@pytest.mark.parametrize("table, old, new, said", [
+    ("questions", "What is 2 + 2?", "What is 2 \\ud800+ 2?", "questions.question: a lone surrogate (\\ud800 at character 10"),
+    ("results", '"align", "4"', '"align", "4\\udc00"', "results.answer: a lone surrogate (\\udc00 at character 1"),
+    ("model_calls", '"agent_sample"', '"agent\\udfff"', "model_calls.node: a lone surrogate (\\udfff at character 5"),
+])
+def test_bundle_with_a_lone_surrogate_names_file_line_and_column(exported, tmp_path, table, old, new, said):
+    import gzip
+    import json
+
+    lines = list(exported)
+    at = next(i for i, line in enumerate(lines) if line.startswith("{") and json.loads(line).get("t") == table
+              and old in line)
+    lines[at] = lines[at].replace(old, new, 1)
+    bundle = tmp_path / "bad.agora.jsonl.gz"
+    with gzip.open(bundle, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    db = tmp_path / "into.db"
+    result = CliRunner().invoke(app, ["import", str(bundle), "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    line = one_error(result, said)
+    assert line.startswith(f"error: {bundle}:{at + 1}: {said}") and line.endswith("nothing was imported"), line
+    no_rows(db)

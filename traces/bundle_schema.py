@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from agora.tasks.loaders import SURROGATE
 from agora.traces import schema
 from agora.traces.bench_spec import BENCH_CELLS, BENCHES
 from agora.traces.bundle import BundleError
@@ -90,7 +91,8 @@ def check_values(path: Path, line: int, table: str, info: dict[str, Any], row: d
     column, a number in a text column, a list or object anywhere, a NULL primary key column. Integer
     columns take integers (a JSON ``true``/``false`` or a whole real such as ``3.0`` is stored as the
     integer SQLite makes of it); real columns take integers and reals (not NaN or infinite); any
-    other column may be NULL."""
+    other column may be NULL. Text holding a lone surrogate (a JSON ``"\\ud800"`` escape without
+    its pair) is refused: no database stores it."""
     for column, value in row.items():
         if value is None:
             if column in pk:
@@ -114,6 +116,10 @@ def check_values(path: Path, line: int, table: str, info: dict[str, Any], row: d
         if not ok:
             what = _TYPE_NAMES.get(want, "a text or number")
             raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is not {what}; "
+                              "nothing was imported")
+        if isinstance(value, str) and (bad := SURROGATE.search(value)):
+            raise BundleError(f"{path}:{line}: {table}.{column}: a lone surrogate (\\u{ord(bad.group()):04x} at character "
+                              f"{bad.start()}: half of a UTF-16 pair, not a character; no database can store it); "
                               "nothing was imported")
         if table == "model_calls" and column == "program_run":
             _check_program_run(path, line, value)
