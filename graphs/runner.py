@@ -24,7 +24,9 @@ Execution: each question runs with ``ainvoke`` on an event loop owned by the run
 worker thread with ``concurrency > 1``; from a worker thread when the caller already runs a loop,
 as in a notebook), so nodes with an async twin and the checkpoint writes
 (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`) run without a thread hand-off per step;
-sync-only nodes run in the loop's thread pool, as LangGraph arranges.
+sync-only nodes run in the loop's thread pool, as LangGraph arranges. How the questions are worked
+through (one thread, worker threads, or the workers of a shared Postgres run) is
+:mod:`agora.graphs.question_workers`.
 
 The run's row and checkpointer: :func:`recorded_run`, which the other drivers
 (:func:`agora.runs.duel.run_duels`, :func:`agora.runs.selection.run_session`) share.
@@ -39,7 +41,7 @@ import time
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Sequence, get_args
 
@@ -53,6 +55,8 @@ from agora.models.pool import ModelCallError, unreturned_attempts
 from agora.graphs.question import problem_input
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.graphs.postgres_checkpoint import open_postgres_checkpointer
+from agora.graphs.question_workers import close_loop, in_running_loop, raise_if_drained, run_claimed, run_concurrently
+from agora.graphs.question_workers import run_to_end
 from agora.graphs.registry import get as protocol_spec
 from agora.graphs.scoring import noted_event
 from agora.graphs.spec import methods_written
@@ -196,12 +200,6 @@ def mark_live_runs(status: str = "interrupted", reason: str = "stopped") -> list
         if TraceStore.mark_stopped(run.store.path, run.run_id, status, summary):
             marked.append(run.run_id)
     return marked
-
-
-def raise_if_drained(control: RunControl | None) -> None:
-    """Raise ``GraphDrained`` before new work starts once ``control`` asked for a drain."""
-    if control is not None and control.drain_requested:
-        raise GraphDrained(control.drain_reason or "shutdown")
 
 
 STOPPED = (GraphDrained, KeyboardInterrupt)
@@ -507,7 +505,7 @@ def run_problems(
                 inp = None if pending else inp
             try:
                 with unreturned_attempts() as unreturned:  # failed attempts of calls cut short by the error
-                    values = _run_to_end(thread_loop(), run_graph(inp, thread, problem))
+                    values = run_to_end(thread_loop(), run_graph(inp, thread, problem))
             except ModelCallError as exc:  # an unreachable model: keep every failed attempt, then stop the run
                 seen = {r["call_id"] for r in exc.records}  # (other members' too, whose nodes were cancelled)
                 store.record_calls(run_id, protocol, problem.id,
@@ -557,13 +555,13 @@ def run_problems(
 
         try:
             if claims is not None:
-                _run_claimed(claims, todo, solve, record_claimed, concurrency, control)
-            elif concurrency == 1 and not _in_running_loop():
+                run_claimed(claims, todo, solve, record_claimed, concurrency, control)
+            elif concurrency == 1 and not in_running_loop():
                 for idx, problem in todo:
                     raise_if_drained(control)
                     record(idx, problem, *solve(problem))
             else:
-                _run_concurrently(todo, solve, record, concurrency, control)
+                run_concurrently(todo, solve, record, concurrency, control)
             summary: dict[str, Any] = {"questions": len(problems)}
             if outcome.failed:
                 summary.update(recorded=len(outcome.outcomes), failed=len(outcome.failed),
@@ -573,7 +571,7 @@ def run_problems(
             run.finish(summary, status="failed" if outcome.failed else "partial" if later else "finished")
         finally:  # then recorded_run marks a stopped run "interrupted", a failed one "failed"
             for loop in loops.values():
-                _close_loop(loop)
+                close_loop(loop)
     return outcome
 
 
@@ -592,148 +590,3 @@ def run_protocol(name: str, problems: Sequence[Problem], **kwargs: Any) -> RunOu
                         finished=spec.finished, **kwargs)
 
 
-def _in_running_loop() -> bool:
-    """Whether this thread runs an event loop (a notebook, an async app): questions then run in a
-    worker thread with its own loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
-    """Run ``coro`` on ``loop``. If it stops early (Ctrl-C lands in the loop, an error), cancel it and
-    let LangGraph finish its cleanup (writes of finished nodes saved) before re-raising."""
-    task = loop.create_task(coro)
-    try:
-        return loop.run_until_complete(task)
-    except BaseException:
-        if not task.done():
-            task.cancel()
-            try:
-                loop.run_until_complete(task)
-            except BaseException:  # noqa: BLE001 - the cancellation, or the error again
-                pass
-        raise
-
-
-def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Shut ``loop`` down (async generators, its default thread pool) and close it; from a helper
-    thread when this thread runs a loop of its own (one thread may run one loop at a time)."""
-    def close() -> None:
-        try:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
-
-    if _in_running_loop():
-        helper = threading.Thread(target=close, name="agora-loop-close")
-        helper.start()
-        helper.join()
-    else:
-        close()
-
-
-def _run_claimed(claims: Claims, todo: list[tuple[int, Problem]], solve: Callable, record: Callable,
-                 concurrency: int, control: RunControl | None) -> None:
-    """Work on ``todo`` as one of several workers of a run (:class:`agora.traces.claims.Claims`):
-    ``concurrency`` threads each claim the next free question, solve it and record it (while the
-    claim is still theirs), until every question of ``todo`` is done, by this worker or another;
-    while the rest are claimed by live workers they wait, and take over a question whose lease
-    expired (its worker died). On the first error or a drain no new question is claimed, the
-    questions held are freed for the others, and the error (or ``GraphDrained``) is raised."""
-    by_id = {p.id: (idx, p) for idx, p in todo}
-    ids = list(by_id)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    record_lock = threading.Lock()
-
-    def stopped() -> bool:
-        return stop.is_set() or (control is not None and control.drain_requested)
-
-    def work() -> None:
-        while True:
-            qid = claims.next(ids, stopped)
-            if qid is None:
-                return
-            idx, problem = by_id[qid]
-            try:
-                result = solve(problem)
-                with record_lock:  # (on_question callbacks run one at a time, as from the calling thread)
-                    record(idx, problem, *result)
-            except BaseException as exc:
-                stop.set()
-                errors.append(exc)
-                if threading.current_thread() is threading.main_thread():
-                    raise
-                return
-
-    claims.start()
-    try:
-        if concurrency == 1 and not _in_running_loop():
-            work()
-        else:
-            threads = [threading.Thread(target=work, name=f"agora-question-{i}", daemon=True) for i in range(concurrency)]
-            for t in threads:
-                t.start()
-            try:
-                for t in threads:
-                    t.join()
-            except BaseException:  # Ctrl-C in the calling thread: the running questions finish, no new one starts
-                stop.set()
-                for t in threads:
-                    t.join()
-                raise
-    finally:
-        claims.stop()
-    if errors:
-        raise errors[0]
-    raise_if_drained(control)
-
-
-class _NotStarted(Exception):
-    """A queued question skipped because an earlier one failed."""
-
-
-def _run_concurrently(todo: list[tuple[int, Problem]], solve: Callable, record: Callable, concurrency: int,
-                      control: RunControl | None) -> None:
-    """Solve up to ``concurrency`` questions at once and record each as it finishes.
-
-    On the first error or Ctrl-C: questions not yet started are cancelled, the running ones finish
-    and are recorded, then the error propagates.
-    """
-    stop = threading.Event()
-
-    def guarded(problem: Problem) -> Any:
-        if stop.is_set() or (control is not None and control.drain_requested):
-            raise _NotStarted  # an earlier question failed, or a stop was asked: leave it for the rerun
-        try:
-            return solve(problem)
-        except BaseException:
-            stop.set()  # before this worker thread takes the next question
-            raise
-
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agora-question") as pool:
-        futures = {pool.submit(guarded, problem): (idx, problem) for idx, problem in todo}
-        recorded = set()
-        try:
-            for future in as_completed(futures):
-                record(*futures[future], *future.result())  # a failed question raises here
-                recorded.add(future)
-        except BaseException as exc:  # an error, or Ctrl-C (which lands in this, the main, thread)
-            stop.set()
-            for future in futures:
-                future.cancel()
-            wait(futures)
-            errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
-            for future in futures:
-                if future not in recorded and not future.cancelled() and future.exception() is None:
-                    record(*futures[future], *future.result())
-            if isinstance(exc, _NotStarted):  # seen before the failure (or drain) that stopped the run
-                real = [e for e in errors if not isinstance(e, _NotStarted)]
-                if real:
-                    raise real[0] from None
-                raise_if_drained(control)
-            raise

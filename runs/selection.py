@@ -33,7 +33,8 @@ from agora.agents.cupid import CupidConfig
 from agora.agents.cupid_features import trace_features
 from agora.agents.cupid_records import PromptItem, prompt_items
 from agora.graphs.context import settings_from
-from agora.graphs.runner import open_checkpointer, raise_if_drained, recorded_run
+from agora.graphs.question_workers import raise_if_drained
+from agora.graphs.runner import open_checkpointer, recorded_run
 from agora.graphs.selection import SPEC, SelectionContext, build_selection_graph
 from agora.models.pool import ModelPool
 from agora.traces.store import TraceStore
