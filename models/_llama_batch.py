@@ -1,7 +1,8 @@
 """Batched sampling on llama.cpp: a prompt evaluated once, its n sequences decoded together, and
 the requests of concurrent callers sharing decode batches (continuous batching).
 
-A request for ``n`` samples runs on a second llama.cpp context of the loaded model (one unified KV
+A request for ``n`` samples runs on a second llama.cpp context of the loaded model
+(:class:`~agora.models._llama_context.LlamaContext`, whose C-API calls this module schedules: one unified KV
 cache holding up to :data:`SEQ_SLOTS` sequences), with the model's LoRA adapter set on it too when
 it has one (llama.cpp attaches adapters per context). The prompt is decoded once into the request's
 first sequence, its KV cells are shared with its other ``n - 1`` sequences
@@ -49,11 +50,12 @@ bound by reading the weights; measured in ``benchmarks/batched_sampling.py``.
 from __future__ import annotations
 
 import collections
-import ctypes
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+from agora.models._llama_context import N_BATCH, LlamaContext
 
 #: Sequences of one request decoded together at most; a request for more samples runs in chunks of this size.
 MAX_SEQ = 16
@@ -64,8 +66,6 @@ SEQ_SLOTS = 64
 CACHE_SLOTS = 16
 #: The fewest prompt tokens worth reusing from a kept prompt (shorter shared prefixes are evaluated again).
 MIN_REUSE = 16
-#: Prompt tokens per ``llama_decode`` call while evaluating a prompt.
-N_BATCH = 512
 #: KV cells of the shared context at first: room for several requests of a few hundred prompt
 #: tokens and k × 256 generated ones (the KV cache's memory: cells × layers × KV width × 2 bytes ×
 #: 2, about 230 MB for Qwen2.5-1.5B).
@@ -129,7 +129,7 @@ class _Request:
     error: BaseException | None = None
 
 
-class BatchDecoder:
+class BatchDecoder(LlamaContext):
     """A second llama.cpp context over an already loaded ``llama_cpp.Llama``'s weights, shared by
     the requests of concurrent callers (:meth:`generate` is thread-safe).
 
@@ -141,16 +141,7 @@ class BatchDecoder:
     """
 
     def __init__(self, llm: Any, n_threads: int, lock: Any = None):
-        import llama_cpp
-
-        self._lib = llama_cpp
-        self.llm = llm
-        self.model = llm._model.model
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_threads = n_threads
-        self.ctx = None
-        self.n_ctx = 0
-        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
+        super().__init__(llm, n_threads)
         self.last_prefill_s = 0.0
         """Seconds the last finished :meth:`generate` spent evaluating its prompt."""
         self.peak_sequences = 0
@@ -167,7 +158,6 @@ class BatchDecoder:
         self._driving = False
         self._used_cells = 0
         self._capacity_goal = 0
-        self._batch = None
 
     def reserve(self, cells: int) -> None:
         """Make the context hold at least ``cells`` KV cells (capped at :data:`MAX_CELLS`) from the
@@ -176,74 +166,16 @@ class BatchDecoder:
             self._capacity_goal = max(self._capacity_goal, int(cells))
 
     def _ensure_context(self, cells: int) -> None:
-        """Make the context hold ``cells`` KV cells (re-created larger when needed; only called when
-        nothing is in flight). A context that cannot be created leaves the current one in place.
+        """Make the context hold ``cells`` KV cells (re-created larger when needed, at least
+        :data:`MIN_CELLS`; only called when nothing is in flight). A context that cannot be created
+        leaves the current one in place.
 
         Raises:
             RuntimeError: llama.cpp could not create the context, or set the model's LoRA on it.
         """
         if self.ctx is not None and self.n_ctx >= cells:
             return
-        lib = self._lib
-        size = max(MIN_CELLS, -(-cells // 1024) * 1024)
-        params = lib.llama_context_default_params()
-        params.n_ctx = size
-        params.n_batch = N_BATCH
-        params.n_ubatch = N_BATCH
-        params.n_seq_max = SEQ_SLOTS + CACHE_SLOTS
-        params.kv_unified = True
-        params.n_threads = self.n_threads
-        params.n_threads_batch = self.n_threads
-        params.no_perf = True
-        ctx = lib.llama_init_from_model(self.model, params)
-        if not ctx:
-            raise RuntimeError(f"llama.cpp could not create a context of {size} cells for batched sampling")
-        adapter = getattr(self.llm, "_lora_adapter", None)
-        if adapter is not None:  # a LoRA is set per context: this one must apply it as the model's own does
-            adapters = (lib.llama_adapter_lora_p_ctypes * 1)(adapter)
-            scales = (ctypes.c_float * 1)(float(self.llm.lora_scale))
-            if lib.llama_set_adapters_lora(ctx, adapters, 1, scales):
-                lib.llama_free(ctx)
-                raise RuntimeError(f"llama.cpp could not set the LoRA adapter {self.llm.lora_path} on the batch context")
-        if self.ctx is not None:
-            lib.llama_free(self.ctx)
-        self.ctx, self.n_ctx = ctx, size
-
-    def close(self) -> None:
-        if self._batch is not None:
-            self._lib.llama_batch_free(self._batch)
-            self._batch = None
-        if self.ctx is not None:
-            self._lib.llama_free(self.ctx)
-            self.ctx, self.n_ctx = None, 0
-
-    def __del__(self):  # pragma: no cover - interpreter shutdown order varies
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _sampler(self, temperature: float, top_p: float, seed: int):
-        lib = self._lib
-        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-        if temperature <= 0:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
-        else:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(40))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_typical(1.0, 1))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(top_p, 1))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(0.05, 1))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(temperature))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))
-        return chain
-
-    def _piece(self, token: int) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = self._lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = self._lib.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        return buf.raw[:n]
+        self._open_context(max(MIN_CELLS, -(-cells // 1024) * 1024), SEQ_SLOTS + CACHE_SLOTS)
 
     def generate(self, prompt_tokens: Sequence[int], n: int, *, max_tokens: int, temperature: float,
                  top_p: float, seeds: Sequence[int], stops: Sequence[str], n_ctx_limit: int,
@@ -569,38 +501,6 @@ class BatchDecoder:
             for req in failed:
                 req.finished = True
             self._cv.notify_all()
-
-    def _prefill(self, batch: Any, mem: Any, prompt_tokens: Sequence[int], seqs: Sequence[int] | int,
-                 start: int = 0) -> int:
-        """Decode the prompt from position ``start`` on into the first of ``seqs`` (whose cells
-        already hold positions ``0..start-1``; logits of its last token only), share its KV cells with
-        the others, and return the batch index of the last token's logits.
-        (``seqs`` as an int ``n``: sequences ``0..n-1``.)"""
-        if isinstance(seqs, int):
-            seqs = list(range(seqs))
-        n_prompt = len(prompt_tokens)
-        for begin in range(start, n_prompt, N_BATCH):
-            chunk = prompt_tokens[begin:begin + N_BATCH]
-            for j, tok in enumerate(chunk):
-                self._put(batch, j, tok, begin + j, seqs[0], begin + j == n_prompt - 1)
-            batch.n_tokens = len(chunk)
-            self._decode(batch)
-        for s in seqs[1:]:
-            self._lib.llama_memory_seq_cp(mem, seqs[0], s, -1, -1)
-        return (n_prompt - 1 - start) % N_BATCH
-
-    @staticmethod
-    def _put(batch: Any, j: int, token: int, pos: int, seq: int, logits: bool) -> None:
-        batch.token[j] = token
-        batch.pos[j] = pos
-        batch.n_seq_id[j] = 1
-        batch.seq_id[j][0] = seq
-        batch.logits[j] = 1 if logits else 0
-
-    def _decode(self, batch: Any) -> None:
-        rc = self._lib.llama_decode(self.ctx, batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode failed with code {rc} (batch of {batch.n_tokens} tokens)")
 
     @staticmethod
     def _stop_hit(data: bytearray, stops: Sequence[str]) -> bool:
