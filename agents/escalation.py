@@ -1,6 +1,6 @@
-"""COMED controlled escalation: settings, the decide rule, the escalation vote, the record of a
-question (its outcome and what the runner stores for calibration) and the peers' prompt;
-the rescue–harm decomposition and threshold calibration are :mod:`agora.agents.escalation_calibration`. The dense-collaboration baselines are
+"""COMED controlled escalation: settings, the decide rule, the escalation vote, and the peers' prompt;
+the record of a question is :mod:`agora.agents.escalation_records`, the rescue–harm decomposition
+and threshold calibration are :mod:`agora.agents.escalation_calibration`. The dense-collaboration baselines are
 protocols of their own (:mod:`agora.agents.moa`, :mod:`agora.agents.debate`); COMED's settings carry
 theirs (:meth:`EscalationConfig.moa_config`, :meth:`EscalationConfig.debate_config`).
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import field
-from typing import Annotated, Any, Callable, Literal, Sequence
+from typing import Annotated, Callable, Literal, Sequence
 
 from pydantic import model_validator
 
@@ -30,7 +30,6 @@ from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's
 from agora.agents.prompts import finish_instruction, with_question
 from agora.models.validation import Count, Flag, Instance, Name, Names, Number, settings
 from agora.tasks.loaders import Problem
-from agora.tasks.scoring import score_answer
 
 Decision = Literal["accept", "verify", "escalate"]
 BASELINES = ("moa", "debate")
@@ -214,42 +213,6 @@ def escalation_vote(anchor_answer: str | None, sc: float, peer_answers: Sequence
         return None
     best = max(weights.values())
     return next(a for a in order if math.isclose(weights[a], best))
-
-
-def comed_outcome(decision: Decision, probe_agrees: bool | None) -> str:
-    """``accept``, ``verify_accept``, ``verify_escalate`` or ``escalate``."""
-    if decision == "verify":
-        return "verify_accept" if probe_agrees else "verify_escalate"
-    return decision
-
-
-# ---------------------------------------------------------------------------- the record of a question
-
-
-def comed_detail(values: dict[str, Any]) -> dict[str, Any]:
-    """What the runner stores in ``questions.detail`` for a COMED question: the route, SC, the
-    decision and branches (with each branch's correctness and calls, for calibration) and each
-    method's model calls. The branches are scored with :func:`agora.tasks.scoring.score_answer`
-    against ``values["gold"]``, which the runner puts beside the state
-    (:func:`agora.graphs.runner.scored_values`; the graph's state holds no gold): ``None`` without.
-    The calibration reads it back (:func:`agora.traces.bench.dev_outcome`)."""
-    gold, kind = values.get("gold"), values.get("kind") or "math"
-    costs = values.get("costs") or {}
-    anchor_info, probe, esc = values.get("anchor") or {}, values.get("probe"), values.get("escalation")
-
-    def correct(answer):
-        return score_answer(answer, gold, kind)
-
-    return {
-        "route": values.get("route"), "decision": values.get("decision"), "outcome": values.get("outcome"),
-        "escalated": escalates(values["decision"], (probe or {}).get("agrees")) if "decision" in values else None,
-        "anchor": {k: anchor_info.get(k) for k in ("model", "answers", "answer", "sc")},
-        "anchor_correct": correct(anchor_info.get("answer")),
-        "probe": probe, "probe_calls": costs.get("verify", {}).get("calls"),
-        "escalation": esc, "escalation_correct": correct(esc["answer"]) if esc else None,
-        "escalation_calls": costs.get("escalate", {}).get("calls"),
-        "method_calls": {m: r.get("calls") for m, r in (values.get("methods") or {}).items()},
-    }
 
 
 def check_pool(config: EscalationConfig, pool_names: Sequence[str]) -> None:

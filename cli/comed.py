@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agora.agents.escalation import EscalationConfig, EscalationThresholds, check_pool, baseline_names, decision_grid
-from agora.agents.escalation import comed_detail
+from agora.agents.escalation_records import comed_detail
 from agora.agents.escalation_calibration import ThresholdsFile, load_thresholds, write_thresholds
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store

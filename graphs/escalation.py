@@ -38,7 +38,7 @@ Usage::
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -46,7 +46,9 @@ from typing_extensions import TypedDict
 
 from agora.agents.delegation import plurality
 from agora.agents.escalation import Decision, EscalationConfig, decide as decide_rule, escalates, escalation_vote
-from agora.agents.escalation import comed_detail, comed_outcome, peer_messages, use_baseline_source
+from agora.agents.escalation import peer_messages, use_baseline_source
+from agora.agents.escalation_records import AnchorInfo, EscalationInfo, ProbeInfo, RouteInfo
+from agora.agents.escalation_records import comed_detail, comed_outcome
 from agora.agents.prompts import solver_messages
 from agora.agents.router import KNNRouter
 from agora.agents.seeds import call_seed, sampling
@@ -79,45 +81,6 @@ MC_EXAMPLE = {"question": "Which gas do plants absorb from the air for photosynt
 
 
 EscalationInput = protocol_input("EscalationInput", MC_EXAMPLE)
-
-
-class RouteInfo(TypedDict):
-    anchor: str
-    probe: str
-    peers: list[str]
-    routed: bool
-    """True when the router chose the anchor."""
-    scores: dict[str, float] | None
-    margin: float | None
-    """Router margin M; ``None`` without a router."""
-
-
-class AnchorInfo(TypedDict):
-    model: str
-    answers: list[str | None]
-    answer: str | None
-    """Plurality answer of the N samples."""
-    how: NotRequired[str | None]
-    """How the plurality answer was found in the first sample that gives it."""
-    sc: float
-    """Self-consistency: the plurality answer's share of the N samples."""
-    text: str
-    """A sample carrying the plurality answer (shown to peers)."""
-    first: dict[str, Any]
-    """The first sample's answer, how it was found, and cost (the router-only baseline)."""
-
-
-class ProbeInfo(TypedDict):
-    model: str
-    answer: str | None
-    agrees: bool
-
-
-class EscalationInfo(TypedDict):
-    peers: list[dict[str, Any]]
-    answer: str | None
-    how: NotRequired[str | None]
-    """How the vote's answer was found (the anchor's, else the first peer's that gives it)."""
 
 
 @studio_schema()

@@ -334,7 +334,7 @@ def scored_values(values: dict[str, Any], problem: Problem) -> dict[str, Any]:
     ``problem`` by :func:`agora.tasks.scoring.score_results` (the one scorer: graphs leave
     ``correct`` ``None``; a resumed checkpoint of an older run is re-scored the same way) and the
     problem's ``gold`` beside them, for a protocol's ``detail`` that scores more than its methods
-    (COMED's branches, :func:`agora.agents.escalation.comed_detail`). The graph's state holds no gold."""
+    (COMED's branches, :func:`agora.agents.escalation_records.comed_detail`). The graph's state holds no gold."""
     return {**values, "methods": score_results(values.get("methods") or {}, problem), "gold": problem.gold}
 
 

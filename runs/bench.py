@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 from langgraph.graph import END, START
 from langgraph.runtime import RunControl
 
-from agora.agents.escalation import EscalationConfig, check_pool, comed_detail
+from agora.agents.escalation import EscalationConfig, check_pool
+from agora.agents.escalation_records import comed_detail
 from agora.agents.escalation_calibration import calibrate
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter

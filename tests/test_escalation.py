@@ -12,11 +12,11 @@ from agora.agents.escalation import (
     EscalationConfig,
     EscalationThresholds,
     check_pool,
-    comed_detail,
     decide,
     decision_grid,
     escalation_vote,
 )
+from agora.agents.escalation_records import comed_detail
 from agora.agents.escalation_calibration import (
     DevOutcome,
     calibrate,

@@ -333,7 +333,8 @@ def test_served_align_samples_n_per_request_with_seeds_that_replay(served, tmp_p
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_served_comed_runs_and_its_anchor_request_returns_logprobs(served, tmp_path):
-    from agora.agents.escalation import EscalationConfig, comed_detail
+    from agora.agents.escalation import EscalationConfig
+    from agora.agents.escalation_records import comed_detail
     from agora.graphs.escalation import EscalationContext, build_escalation_graph
     from agora.graphs.runner import run_problems
     from agora.tasks.loaders import Problem
