@@ -35,6 +35,15 @@ store alone (``--insert-only`` or first in every run): rows/s of the runner's wr
 (``TraceStore.record_question``: one question, its 4 results and 6 model calls per transaction),
 on SQLite and, with ``--postgres``, on Postgres. Goal: ≥ 5,000 rows/s on SQLite.
 
+**N workers on one Postgres run** (``--workers 2,4``, with ``--postgres``): N worker processes run
+the same ALIGN run, one run id in one Postgres database, as ``agora run`` / ``agora bench`` started
+N times do (the runner's claims, :mod:`agora.traces.claims`: each question done once), against one
+stub fleet of each ``--replicas`` count, ``--concurrency`` questions in flight per worker. The
+workers import and open their store first, then start together; the figures: total questions/s
+and model requests/s (first start to last end), each worker's questions and CPU per request (its
+CPU over its share of the requests, in proportion to the questions it recorded), the store's rows
+per second (of the workers' ``record_question`` time, and of wall time), the run's row status.
+
 **Resumable**: each figure set is saved in ``--out`` (JSON) as it completes and skipped by a rerun;
 an interrupted run resumes its trace run (the same run id, finished questions kept) and its figures
 then count the questions of that sitting only (said in the record).
@@ -44,6 +53,8 @@ Usage::
     python benchmarks/orchestrator_ceiling.py --questions 200 --replicas 8 --work /tmp/ceiling   # a quick look
     python benchmarks/orchestrator_ceiling.py --questions 10000 --replicas 8,32,128 --work ceiling
     python benchmarks/orchestrator_ceiling.py --insert-only --postgres auto   # the store's rate, both stores
+    python benchmarks/orchestrator_ceiling.py --questions 10000 --replicas 128 --stores none \
+        --workers 2,4 --postgres auto --work ceiling                        # N workers on one Postgres run
 """
 
 from __future__ import annotations
@@ -368,6 +379,109 @@ def measure_run(args: argparse.Namespace, replicas: int, kind: str, postgres_url
     }
 
 
+def _worker(spec_file: str) -> None:
+    """One of N worker processes (``--worker``, see the module docstring): open the store and pool,
+    say ready, wait for the go, run the shared run, write its figures."""
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext
+    from agora.graphs.runner import run_protocol
+    from agora.tasks import synthetic_problems
+    from agora.traces.store import TraceStore
+
+    spec = json.loads(Path(spec_file).read_text())
+    store = TraceStore(spec["url"])
+    timed = TimedStore(store)
+    pool = pool_over(spec["urls"])
+    problems = synthetic_problems(spec["questions"], seed=spec["seed"])
+    config = DelegationConfig(n_agents=2, k_samples=3, max_tokens=256, seed=spec["seed"])
+    Path(spec["ready"]).write_text("ready")
+    go = Path(spec["go"])
+    while not go.exists():
+        time.sleep(0.01)
+    cpu, start, started_at = time.process_time(), time.perf_counter(), time.time()
+    outcome = run_protocol("align", problems, store=store, run_id=spec["run_id"],
+                           context=DelegationContext(pool=pool, config=config), config={"ceiling": True},
+                           pool_description=pool.describe(), dataset={"synthetic": spec["questions"]},
+                           concurrency=spec["concurrency"])
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - start
+    Path(spec["out"]).write_text(json.dumps({
+        "pid": os.getpid(), "started_at": started_at, "ended_at": started_at + wall, "wall_s": wall, "cpu_s": cpu,
+        "recorded": timed.questions, "failed": len(outcome.failed), "store_rows": timed.rows,
+        "store_seconds": timed.seconds}))
+    store.close()
+
+
+def measure_workers(args: argparse.Namespace, workers: int, replicas: int, postgres_url: str) -> dict[str, Any]:
+    """N worker processes (:func:`_worker`) on one fresh Postgres run against one stub fleet."""
+    name = f"ceiling-w{workers}-r{replicas}-q{args.questions}"
+    store = open_store("postgres", args.work, f"{name}-{uuid.uuid4().hex[:6]}", postgres_url)
+    url = store.path
+    folder = Path(tempfile.mkdtemp(prefix="agora-workers-"))
+    with Fleet(args, replicas) as fleet:
+        procs = []
+        for i in range(workers):
+            spec = {"url": url, "run_id": name, "questions": args.questions, "seed": args.seed,
+                    "concurrency": args.concurrency, "urls": fleet.urls, "ready": str(folder / f"ready-{i}"),
+                    "go": str(folder / "go"), "out": str(folder / f"worker-{i}.json")}
+            (folder / f"spec-{i}.json").write_text(json.dumps(spec))
+            procs.append(subprocess.Popen([sys.executable, __file__, "--worker", str(folder / f"spec-{i}.json")]))
+        deadline = time.monotonic() + 600
+        while not all((folder / f"ready-{i}").exists() for i in range(workers)):
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                raise SystemExit("orchestrator_ceiling.py: a worker did not start")
+            time.sleep(0.05)
+        before = fleet.stats()
+        (folder / "go").write_text("go")
+        codes = [p.wait() for p in procs]
+        after = fleet.stats()
+    if any(codes):
+        raise SystemExit(f"orchestrator_ceiling.py: worker exit codes {codes}")
+    per_worker = [json.loads((folder / f"worker-{i}.json").read_text()) for i in range(workers)]
+    wall = max(w["ended_at"] for w in per_worker) - min(w["started_at"] for w in per_worker)
+    per = list(zip(before["replicas"], after["replicas"]))
+    requests = sum(b["requests"] - a["requests"] for a, b in per)
+    samples = sum(b["samples"] - a["samples"] for a, b in per)
+    tokens = sum(b["tokens"] - a["tokens"] for a, b in per)
+    recorded = sum(w["recorded"] for w in per_worker)
+    for w in per_worker:  # its share of the requests: in proportion to the questions it recorded
+        w["requests_share"] = requests * w["recorded"] / max(1, recorded)
+        w["cpu_ms_per_request"] = 1000 * w["cpu_s"] / max(1.0, w["requests_share"])
+    rows = {t: store.db.execute(f"select count(*) from {t} where run_id = ?", [name]).fetchone()[0]
+            for t in ("questions", "results", "model_calls")}
+    status = store.get_run(name)["status"]
+    store.close()
+    cpu = sum(w["cpu_s"] for w in per_worker)
+    store_rows, store_seconds = sum(w["store_rows"] for w in per_worker), sum(w["store_seconds"] for w in per_worker)
+    return {
+        "store": "postgres", "workers": workers, "replicas": replicas, "questions": args.questions,
+        "concurrency_per_worker": args.concurrency, "recorded": recorded, "rows_in_db": rows, "run_status": status,
+        "failed": sum(w["failed"] for w in per_worker), "wall_s": wall, "questions_per_s": recorded / wall,
+        "requests": requests, "requests_per_s": requests / wall, "samples_per_s": samples / wall,
+        "generated_tok_per_s": tokens / wall, "orchestrator_cpu_s": cpu, "cpu_ms_per_request": 1000 * cpu / max(1, requests),
+        "cpu_ms_per_question": 1000 * cpu / max(1, recorded), "orchestrator_cores": cpu / wall,
+        "fleet_cpu_s": after["cpu_s"] - before["cpu_s"], "store_rows": store_rows, "store_seconds": store_seconds,
+        "store_rows_per_s": store_rows / store_seconds if store_seconds else None,
+        "store_rows_per_wall_s": sum(rows.values()) / wall, "per_worker": per_worker,
+        "gpus_by_tokens": tokens / wall / args.gpu_tok_s, "gpu_tok_s": args.gpu_tok_s, "time_scale": args.time_scale,
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def print_workers(r: dict[str, Any]) -> None:
+    print(f"postgres {r['replicas']:4d} replicas, {r['workers']} workers: {r['recorded']:6d} questions in "
+          f"{r['wall_s']:7.1f} s: {r['questions_per_s']:6.1f} q/s, {r['requests_per_s']:6.1f} requests/s, "
+          f"{r['samples_per_s']:6.0f} samples/s, {r['generated_tok_per_s']:8.0f} generated tok/s; run {r['run_status']}")
+    print(f"         orchestrators' CPU {r['cpu_ms_per_request']:.2f} ms per request ({r['cpu_ms_per_question']:.2f} ms "
+          f"per question, {r['orchestrator_cores']:.2f} cores busy); per worker: " + ", ".join(
+              f"{w['recorded']} q at {w['cpu_ms_per_request']:.2f} ms/request" for w in r["per_worker"]))
+    rate = r["store_rows_per_s"]
+    print(f"         trace store: {r['store_rows']} rows in {r['store_seconds']:.2f} s of writing = "
+          + (f"{rate:,.0f} rows/s" if rate else "-") + f"; {r['store_rows_per_wall_s']:,.0f} rows per second of wall "
+          f"time; in the run: {r['rows_in_db']}; failed questions {r['failed']}")
+
+
 def print_run(r: dict[str, Any]) -> None:
     print(f"{r['store']:8} {r['replicas']:4d} replicas  {r['ran_this_sitting']:6d} questions in {r['wall_s']:7.1f} s: "
           f"{r['questions_per_s']:6.1f} q/s, {r['requests_per_s']:6.1f} requests/s, {r['samples_per_s']:6.0f} samples/s, "
@@ -407,7 +521,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--work", type=Path, default=Path("ceiling"), help="folder of the trace DBs")
     p.add_argument("--out", type=Path, default=None, help="figures as JSON (default WORK/results.json)")
     p.add_argument("--postgres", default=None, help="a postgresql:// URL, or 'auto' to start a throw-away server")
-    p.add_argument("--stores", default="sqlite", help="stores for the runs: sqlite, postgres or both (sqlite,postgres)")
+    p.add_argument("--stores", default="sqlite", help="stores for the one-orchestrator runs: sqlite, postgres, both "
+                   "(sqlite,postgres) or none")
+    p.add_argument("--workers", default="", help="worker counts for the N-workers-on-one-Postgres-run arm, "
+                   "comma-separated (each ≥ 2; needs --postgres)")
     p.add_argument("--insert-only", action="store_true", help="only the trace store's insert rate")
     p.add_argument("--insert-questions", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
@@ -420,7 +537,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fleet-max-s", type=float, default=4 * 3600.0, help="the stub fleet exits after this long")
     p.add_argument("--fleet", action="store_true", help=argparse.SUPPRESS)  # internal: be the stub fleet
     p.add_argument("--ready", help=argparse.SUPPRESS)
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: be one of N workers (its spec file)
     args = p.parse_args(argv)
+    if args.worker:
+        import logging
+
+        logging.basicConfig(level=logging.ERROR)
+        _worker(args.worker)
+        return
     if args.fleet:
         args.replicas = int(args.replicas)
         asyncio.run(_fleet(args))
@@ -459,7 +583,7 @@ def main(argv: list[str] | None = None) -> None:
                       "per CPU-second" + ("  (goal ≥ 5,000 rows/s)" if kind == "sqlite" else ""))
         if args.insert_only:
             return
-        for kind in [s for s in args.stores.split(",") if s]:
+        for kind in [s for s in args.stores.split(",") if s and s != "none"]:
             if kind == "postgres" and not postgres_url:
                 raise SystemExit("orchestrator_ceiling.py: --stores postgres needs --postgres URL|auto")
             for replicas in [int(x) for x in args.replicas.split(",") if x]:
@@ -469,6 +593,16 @@ def main(argv: list[str] | None = None) -> None:
                 if key not in results:
                     save(key, measure_run(args, replicas, kind, postgres_url))
                 print_run(results[key])
+        for workers in [int(x) for x in args.workers.split(",") if x]:
+            if not postgres_url:
+                raise SystemExit("orchestrator_ceiling.py: --workers needs --postgres URL|auto")
+            if workers < 2:
+                raise SystemExit("orchestrator_ceiling.py: --workers: each count must be at least 2")
+            for replicas in [int(x) for x in args.replicas.split(",") if x]:
+                key = f"workers-{workers}-postgres-r{replicas}-q{args.questions}-c{args.concurrency}-t{args.time_scale:g}"
+                if key not in results:
+                    save(key, measure_workers(args, workers, replicas, postgres_url))
+                print_workers(results[key])
     finally:
         if server is not None:
             server.stop()
