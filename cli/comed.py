@@ -64,7 +64,8 @@ TEMPERATURE = typer.Option(_DEFAULTS.temperature, "--temperature", min=0.0, max=
                            help="Sampling temperature of the anchor, peers and baselines (the probe is greedy).")
 SEED = typer.Option(_DEFAULTS.seed, "--seed", help="Base seed: each model call mixes in its question's id "
                                                   "(and the generated problems use it).")
-DB = typer.Option(Path("agora.db"), "--db", help="Trace database (SQLite); also the router's history.")
+DB = typer.Option("agora.db", "--db", help="Trace database (a SQLite file or a postgresql:// URL); also the "
+                 "router's history.")
 # run comed only
 DATA = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems.")
 # calibrate comed only

@@ -161,3 +161,28 @@ def test_converse_and_report_diversity_on_postgres_match_sqlite(postgres_server,
     empty = agora("report", "diversity", "--db", url, "--out", tmp_path / "o", "--run", "zz")
     assert empty.exit_code == 2 and f"{url}: no successful model calls in run(s) zz" in empty.output
     assert list(workdir.iterdir()) == []
+
+
+def test_calibrate_and_run_comed_on_postgres(postgres_server, tmp_path, workdir, monkeypatch):
+    import agora.cli.comed as comed_cli
+    from test_escalation import write_mc
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=lambda chat, i: "The answer is A.")
+                                       for m in ("a", "b")})
+    monkeypatch.setattr(comed_cli, "get_pool", lambda path: pool)
+    url = postgres_server.database()
+    data = write_mc(tmp_path / "dev.jsonl", n=3)
+    out = agora("calibrate", "comed", "--data", data, "--no-router", "--out", tmp_path / "t.toml", "--db", url,
+                "--run-id", "dev")
+    assert out.exit_code == 0, out.output
+    out = agora("run", "comed", "--data", data, "--no-router", "--thresholds", tmp_path / "t.toml", "--db", url,
+                "--run-id", "test")
+    assert out.exit_code == 0, out.output
+    store = TraceStore(url, readonly=True)
+    for run in ("dev", "test"):
+        assert store.get_run(run)["status"] == "finished"
+        assert sorted(q["question_id"] for q in store.db.query("select question_id from questions where run_id = ?",
+                                                                [run])) == ["m0", "m1", "m2"]
+    assert {r["method"] for r in store.results("test")} >= {"comed", "anchor"}
+    store.close()
+    assert list(workdir.iterdir()) == []
