@@ -26,6 +26,7 @@ from agora.models.pool import (
     ModelCallError,
     ModelPool,
     PoolConfigError,
+    UnknownNameError,
     default_pool,
     load_pool,
 )
@@ -45,12 +46,16 @@ MAX_SHOTS = max(len(MATH_SHOTS), len(MC_SHOTS))
 MAX_TEMPERATURE = MAX_POOL_TEMPERATURE
 
 #: Errors a user can act on: printed as one line, exit status 2, no traceback.
-USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, KeyError)
+USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, UnknownNameError)
+#: Not among them: any other ``KeyError`` (a dict lookup in Agora's code that failed is a bug, not
+#: bad input: it surfaces with its traceback, introduced by one ``internal error`` line).
 
 
 @contextlib.contextmanager
 def user_errors(unit: str | None = None) -> Iterator[None]:
-    """Turn user-facing errors into ``error: ...`` on stderr and exit 2; an unreachable model into exit 1;
+    """Turn user-facing errors into ``error: ...`` on stderr and exit 2 (a ``KeyError`` only when it is
+    an :class:`~agora.models.errors.UnknownNameError`: any other is re-raised as the bug it is); an
+    unreachable model into exit 1;
     Ctrl-C into exit 130. ``unit``: what the command's run saves as it goes (``"questions"``,
     ``"duels"``), named in the resume hint; ``None`` (the default) for a command that runs nothing
     (a report, an export, replay, training): its lines then say nothing about saved work or resuming."""
@@ -80,6 +85,11 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    except KeyError as exc:  # from a lookup in Agora's code, not the user's input: a bug, with its traceback
+        err_console.print(f"[red]internal error:[/red] KeyError {escape(repr(exc.args[0]) if exc.args else '')} "
+                          "(a bug in Agora, not in your input; the traceback follows)", highlight=False,
+                          soft_wrap=True)
+        raise
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
         saved = f"; finished {unit} are saved" if unit is not None else ""
         err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error('trace database', exc))}{saved}",

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agora.graphs.spec import ProtocolSpec
+from agora.models.errors import UnknownNameError
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +130,11 @@ def unregister(name: str) -> None:
     import of the registry only.
 
     Raises:
-        KeyError: an unknown name.
+        UnknownNameError (a ``KeyError``): an unknown name.
     """
     with _lock:
         if name not in PROTOCOLS:
-            raise KeyError(f"unknown protocol {name!r}")
+            raise UnknownNameError(f"unknown protocol {name!r}")
         del PROTOCOLS[name]
         _loaded.pop(name, None)
 
@@ -147,11 +148,11 @@ def get(name: str) -> ProtocolSpec:
     """The spec of protocol ``name`` (its module imported on first use).
 
     Raises:
-        KeyError: an unknown name (the message lists the known ones).
+        UnknownNameError (a ``KeyError``): an unknown name (the message lists the known ones).
         TypeError: the entry does not name a :class:`ProtocolSpec`, or one of another name.
     """
     if name not in PROTOCOLS:
-        raise KeyError(f"unknown protocol {name!r}; choose one of {', '.join(sorted(PROTOCOLS))}")
+        raise UnknownNameError(f"unknown protocol {name!r}; choose one of {', '.join(sorted(PROTOCOLS))}")
     with _lock:
         if name not in _loaded:
             module, attr = PROTOCOLS[name].target.split(":")
@@ -189,12 +190,12 @@ def by_graph_id(graph_id: str) -> ProtocolSpec:
     """The spec whose Studio id is ``graph_id``.
 
     Raises:
-        KeyError: no registered protocol has that id.
+        UnknownNameError (a ``KeyError``): no registered protocol has that id.
     """
     for spec in specs():
         if spec.graph_id == graph_id:
             return spec
-    raise KeyError(f"no protocol has graph id {graph_id!r}")
+    raise UnknownNameError(f"no protocol has graph id {graph_id!r}")
 
 
 def exports() -> dict[str, str]:

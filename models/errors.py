@@ -8,6 +8,13 @@ class PoolConfigError(ValueError):
     """A pool file that cannot be used: ``file: models[i] (name): field 'x': what is wrong``."""
 
 
+class UnknownNameError(KeyError):
+    """A name given by the user that Agora does not know (a pool member, a protocol or graph id, a
+    recipe, a backend); the message names it and the known ones. It is a ``KeyError`` (code that
+    catches ``KeyError`` keeps working), but the CLI prints only this kind as one ``error:`` line:
+    any other ``KeyError`` comes from a bug and surfaces as one, with its traceback."""
+
+
 class ModelUnavailableError(ConnectionError):
     """A backend that cannot reach its model at all (every endpoint refuses connections).
 

@@ -13,7 +13,7 @@ from langchain_core.language_models import BaseChatModel
 
 from agora.models.calls import SamplingCall
 from agora.models.contract import Sample, SamplingParams
-from agora.models.errors import MemberContractError, PoolConfigError
+from agora.models.errors import MemberContractError, PoolConfigError, UnknownNameError
 from agora.models.member import ModelSpec, PoolMember, _shown
 
 class PythonObject:
@@ -77,7 +77,7 @@ class ModelPool(PythonObject):
         try:
             return self._members[name]
         except KeyError:
-            raise KeyError(f"model {name!r} is not in the pool ({', '.join(self._members)})") from None
+            raise UnknownNameError(f"model {name!r} is not in the pool ({', '.join(self._members)})") from None
 
     def describe(self) -> list[dict[str, Any]]:
         return [m.spec.describe() for m in self]

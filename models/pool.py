@@ -47,7 +47,7 @@ from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS  # noq
 from agora.models.calls import unreturned_attempts  # noqa: F401 (re-exported)
 from agora.models.contract import ModelMember, Sample, SamplingParams  # noqa: F401 (re-exported)
 from agora.models.errors import (EmptyResponseError, MemberContractError, ModelCallError,  # noqa: F401
-                                 ModelUnavailableError, PoolConfigError)
+                                 ModelUnavailableError, PoolConfigError, UnknownNameError)
 from agora.models.member import ModelSpec, PoolMember
 from agora.models.model_pool import ModelPool
 from agora.models.registry import (MAX_POOL_TEMPERATURE, MemberBuildError,  # noqa: F401 (re-exported)

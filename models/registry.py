@@ -38,7 +38,7 @@ from pydantic import ValidationError
 from agora.models.backend import (ENTRY_POINT_GROUP, MAX_POOL_TEMPERATURE, Backend, BackendConfig,  # noqa: F401
                                   FieldProblem, MemberBuildError, pool_path)  # the plug-in surface, re-exported
 from agora.models.builtin_backends import BUILTIN_BACKENDS
-from agora.models.errors import PoolConfigError
+from agora.models.errors import PoolConfigError, UnknownNameError
 
 log = logging.getLogger("agora.registry")
 
@@ -190,7 +190,7 @@ def get_backend(name: str) -> Backend:
     (loaded on first use; installed packages are looked up again when the name is unknown).
 
     Raises:
-        KeyError: no backend of that name (the message lists the known ones).
+        UnknownNameError (a ``KeyError``): no backend of that name (the message lists the known ones).
         PoolConfigError: its entry point failed to load.
     """
     with _LOCK:
@@ -205,7 +205,7 @@ def get_backend(name: str) -> Backend:
                     raise
                 _BACKENDS[name] = backend
                 return backend
-    raise KeyError(f"{name!r} is not one of {', '.join(map(repr, backend_names()))} (a plug-in backend is a package "
+    raise UnknownNameError(f"{name!r} is not one of {', '.join(map(repr, backend_names()))} (a plug-in backend is a package "
                    f"with an {ENTRY_POINT_GROUP!r} entry point: docs/backends.md)")
 
 

@@ -361,3 +361,43 @@ def test_bundle_with_a_lone_surrogate_names_file_line_and_column(exported, tmp_p
     line = one_error(result, said)
     assert line.startswith(f"error: {bundle}:{at + 1}: {said}") and line.endswith("nothing was imported"), line
     no_rows(db)
+
+
+# --- a KeyError from Agora's own code is a bug, not a user error ---
+
+def test_an_internal_key_error_is_not_printed_as_a_user_error():
+    from agora.cli._shared import user_errors
+
+    with pytest.raises(KeyError) as raised:
+        with user_errors():
+            {"comed": 1}["comed_routed"]  # a lookup in code that went wrong
+    assert raised.value.args == ("comed_routed",)
+
+
+def test_an_internal_key_error_in_a_command_surfaces_with_its_traceback(tmp_path, monkeypatch):
+    import agora.cli.runs as runs_cli
+
+    def broken(*args, **kwargs):
+        return {}["comed_routed"]
+
+    monkeypatch.setattr(runs_cli, "run_rows", broken)
+    db = tmp_path / "t.db"
+    from agora.traces.store import TraceStore
+    TraceStore(db).close()
+    result = CliRunner().invoke(app, ["report", "runs", "--db", str(db)])
+    assert isinstance(result.exception, KeyError) and result.exit_code == 1, result.output
+    assert "error: comed_routed" not in result.output
+    assert "internal error: KeyError 'comed_routed' (a bug in Agora, not in your input" in result.output
+
+
+def test_a_name_the_user_gave_is_still_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "align", "--format", "synthetic", "--limit", "1", "--pool",
+                                      str(fake_pool(tmp_path)), "--db", str(tmp_path / "t.db"), "--models", "a,nosuch"])
+    assert result.exit_code == 2, result.output
+    one_error(result, "error: model 'nosuch' is not in the pool (a, b)")
+    from agora.graphs.registry import get
+    from agora.models.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="unknown protocol 'nosuch'"):
+        get("nosuch")

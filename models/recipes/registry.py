@@ -32,6 +32,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError, field_validator
 
+from agora.models.errors import UnknownNameError
+
 #: The entry point group a third-party package registers its recipes in.
 ENTRY_POINT_GROUP = "agora.recipes"
 
@@ -201,7 +203,7 @@ def get_recipe(name: str) -> type[Recipe]:
     """The recipe class called ``name``.
 
     Raises:
-        KeyError: no recipe of that name (the message lists the known ones).
+        UnknownNameError (a ``KeyError``): no recipe of that name (the message lists the known ones).
     """
     _discover()
     with _LOCK:
@@ -212,14 +214,14 @@ def get_recipe(name: str) -> type[Recipe]:
                 try:
                     cls = _check(ep.load())
                 except Exception as exc:  # noqa: BLE001 - a broken plug-in is one line, not a traceback
-                    raise KeyError(f"recipe {name!r} (entry point {ENTRY_POINT_GROUP}: {ep.value}) failed to load: "
+                    raise UnknownNameError(f"recipe {name!r} (entry point {ENTRY_POINT_GROUP}: {ep.value}) failed to load: "
                                    f"{type(exc).__name__}: {exc}") from None
                 if cls.name != name:
-                    raise KeyError(f"recipe {name!r} (entry point {ENTRY_POINT_GROUP}: {ep.value}) names itself "
+                    raise UnknownNameError(f"recipe {name!r} (entry point {ENTRY_POINT_GROUP}: {ep.value}) names itself "
                                    f"{cls.name!r}")
                 _RECIPES[name] = cls
                 return cls
-    raise KeyError(f"unknown recipe {name!r}; choose one of {', '.join(recipe_names())}")
+    raise UnknownNameError(f"unknown recipe {name!r}; choose one of {', '.join(recipe_names())}")
 
 
 def recipe_names() -> list[str]:
