@@ -401,3 +401,31 @@ def test_a_name_the_user_gave_is_still_one_line(tmp_path, monkeypatch):
 
     with pytest.raises(UnknownNameError, match="unknown protocol 'nosuch'"):
         get("nosuch")
+
+
+# --- agora train dpo on duel pairs: an unknown member or duel run is refused with or without --data-only ---
+
+@pytest.mark.parametrize("flags, message", [
+    (("--model", "c"), "error: --model 'c': in no preference pair of {db} (members in pairs: a, b)"),
+    (("--model", "a", "--duel-run", "nosuch"),
+     "error: --duel-run 'nosuch': no preference pair of such a run in {db} (runs with pairs: duel-1)"),
+])
+def test_duel_pairs_of_an_unknown_member_refused_before_training(tmp_path, flags, message):
+    import json
+
+    import sqlite_utils
+
+    db = tmp_path / "duel.db"
+    sqlite_utils.Database(db)["preference_pairs"].insert(
+        {"pair_id": "p1", "run_id": "duel-1", "duel_id": "d1", "iteration": 0, "prompt": "2+2?",
+         "prompt_messages": json.dumps([{"role": "user", "content": "2+2?"}]), "chosen": "4", "rejected": "5",
+         "chosen_model": "a", "rejected_model": "b", "chosen_score": 8.0, "rejected_score": 6.0, "margin": 2.0,
+         "judge_scores": "{}", "reputations": "{}", "gold": None, "kind": None, "created_at": "t"}, pk="pair_id")
+    pool = fake_pool(tmp_path, ("a", "b", "c"))  # c is a pool member that no pair names
+    result = CliRunner().invoke(app, ["train", "dpo", *flags, "--pool", str(pool), "--db", str(db),
+                                      "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert [line for line in result.output.splitlines() if line.strip()] == [message.format(db=db)]
+    assert not (tmp_path / "o").exists()
+    tables = set(sqlite_utils.Database(db).table_names())
+    assert "runs" not in tables or sqlite_utils.Database(db)["runs"].count == 0
