@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agora.models._llama_batch import decode_only_rate
-from agora.models.llamacpp import _DECODE_LOCK, _decoder
+from agora.models.llamacpp import DECODE_LOCK, batch_decoder
 from agora.models.pool import SamplingParams, builtin_pool
 from agora.agents.prompts import solver_messages
 from agora.tasks.loaders import load_problems
@@ -125,7 +125,7 @@ def engines(args) -> None:
                                   n_ctx=4096)
         # room for every question in flight at once (else the first busy cell waits for KV cells
         # until the context grows, which it does only when nothing is in flight)
-        _decoder(model.llm(), model.n_threads).reserve(
+        batch_decoder(model.llm(), model.n_threads).reserve(
             max(levels) * (max(len(model.llm().tokenize(str(m).encode())) for m in messages) + args.n * args.max_tokens))
         run_questions(model, problems[:1], messages[:1], in_flight=1, **dict(kw, max_tokens=4))  # warm-up: first context
         walls: dict[tuple, list[float]] = {c: [] for c in cells}
@@ -211,8 +211,8 @@ def main() -> None:
             t = time.perf_counter()
             bat, _ = pool.sample(name, messages, params)
             bat_rate = rate(bat, time.perf_counter() - t)
-            with _DECODE_LOCK:
-                dec = _decoder(llm, model.n_threads)
+            with DECODE_LOCK:
+                dec = batch_decoder(llm, model.n_threads)
                 kw = dict(max_tokens=args.max_tokens, temperature=args.temperature, top_p=0.95, stops=[],
                           n_ctx_limit=max(model.n_ctx, len(tokens) + args.max_tokens + 1), ignore_eos=True)
                 t = time.perf_counter()

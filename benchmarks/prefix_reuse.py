@@ -75,11 +75,11 @@ def replay(pool, stream: list[list[dict]], in_flight: int) -> dict:
 
 
 def _decoder_of(pool, name: str):
-    from agora.models.llamacpp import _DECODE_LOCK, _decoder
+    from agora.models.llamacpp import DECODE_LOCK, batch_decoder
 
     chat = pool._members[name].sampler
-    with _DECODE_LOCK:
-        return _decoder(chat.llm(), chat.n_threads)
+    with DECODE_LOCK:
+        return batch_decoder(chat.llm(), chat.n_threads)
 
 
 def t95(values: list[float]) -> tuple[float, float]:

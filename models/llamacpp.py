@@ -33,8 +33,9 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 from agora.models._chat import NativeMember, default_threads, fewshot_stops, generation, render_fewshot, to_dicts
 
 #: One in-process decode at a time: two llama.cpp contexts decoding at once on a 2-core machine
-#: run slower together than one after the other.
-_DECODE_LOCK = threading.RLock()
+#: run slower together than one after the other. Public: a benchmark script that drives a model's
+#: :func:`batch_decoder` itself holds it too.
+DECODE_LOCK = threading.RLock()
 _LOAD_LOCK = threading.Lock()
 _PATCHED = False
 #: ``enum ggml_log_level`` of ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line).
@@ -258,7 +259,7 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
         # llama.cpp reuses the cached prefix of whatever ran before, and a reused prefix gives
         # slightly different logits than a fresh prefill, so without the reset a seeded request's
         # text would depend on the previous request (another agent's, another run's).
-        with _DECODE_LOCK:
+        with DECODE_LOCK:
             llm.reset()
             for i in range(n):
                 sample_seed = (int(seed) + i) if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
@@ -299,8 +300,8 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
         tokens, template_stops = self._prompt_tokens(llm, chat, prompt)
         stops = stops + [s for s in template_stops if s and s not in stops]
         base = int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
-        with _DECODE_LOCK:
-            decoder = _decoder(llm, self.n_threads)
+        with DECODE_LOCK:
+            decoder = batch_decoder(llm, self.n_threads)
         # Not under the lock: the decoder takes it step by step, so concurrent callers' requests
         # share its decode batches (continuous batching), or with share_batches off wait for the
         # decoder to be idle and run alone (agora.models._llama_batch).
@@ -325,13 +326,14 @@ class LlamaCppChatModel(NativeMember, BaseChatModel):
         return generations
 
 
-def _decoder(llm: Any, n_threads: int):
-    """The batch decoder of a loaded model (kept on the ``Llama`` object; created under the decode lock)."""
+def batch_decoder(llm: Any, n_threads: int):
+    """The batch decoder of a loaded model (kept on the ``Llama`` object; created under
+    :data:`DECODE_LOCK`, which the caller holds), as the member's sampler and the benchmark scripts use it."""
     from agora.models._llama_batch import BatchDecoder
 
     decoder = getattr(llm, "_agora_decoder", None)
     if decoder is None:
-        decoder = llm._agora_decoder = BatchDecoder(llm, n_threads, lock=_DECODE_LOCK)
+        decoder = llm._agora_decoder = BatchDecoder(llm, n_threads, lock=DECODE_LOCK)
     return decoder
 
 

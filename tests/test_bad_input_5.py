@@ -429,3 +429,21 @@ def test_duel_pairs_of_an_unknown_member_refused_before_training(tmp_path, flags
     assert not (tmp_path / "o").exists()
     tables = set(sqlite_utils.Database(db).table_names())
     assert "runs" not in tables or sqlite_utils.Database(db)["runs"].count == 0
+
+
+# --- no private name is imported from another package ---
+
+def test_no_private_name_is_imported_across_packages():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for package in ("tasks", "models", "agents", "traces", "graphs", "runs", "training", "cli", "benchmarks"):
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agora."):
+                    private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                    if private and node.module.split(".")[1] != package:
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: {node.module} {private}")
+    assert found == []

@@ -16,7 +16,7 @@ from waiting import wait_until
 
 from agora.models import _llama_batch
 from agora.models._llama_batch import BatchDecoder
-from agora.models.llamacpp import _DECODE_LOCK
+from agora.models.llamacpp import DECODE_LOCK
 from agora.models.pool import SamplingParams, builtin_pool
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,7 @@ def test_requests_wait_for_kv_cells_and_the_context_grows_when_nothing_is_in_fli
     monkeypatch.setattr(_llama_batch, "MIN_CELLS", 2048)
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)  # a fresh context: 2048 cells
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)  # a fresh context: 2048 cells
     prompt = llm.tokenize(b"Write a long story about a dragon.", add_bos=True, special=True)
     kw = dict(max_tokens=200, temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
     try:
@@ -99,7 +99,7 @@ def test_requests_wait_for_kv_cells_and_the_context_grows_when_nothing_is_in_fli
 def test_a_failed_batch_fails_the_requests_in_it_and_the_next_request_runs(tiny, monkeypatch):
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     prompt = llm.tokenize(b"Tell me about the sea.", add_bos=True, special=True)
     kw = dict(max_tokens=40, temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
     real, calls = decoder._decode, []
@@ -215,7 +215,7 @@ class _FailingBigContexts:
 def test_a_grown_context_that_cannot_be_created_falls_back_to_the_requests_own_size(tiny):
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     decoder._lib = _FailingBigContexts(decoder._lib, limit=_llama_batch.MIN_CELLS)
     prompt = llm.tokenize(b"Say something.", add_bos=True, special=True)
     kw = dict(max_tokens=8, temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
@@ -237,7 +237,7 @@ def test_a_cancelled_request_ends_at_the_next_step_and_frees_its_room(tiny):
     request stops at the next step instead of decoding to its budget for nobody."""
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     prompt = llm.tokenize(b"Tell me a long story.", add_bos=True, special=True)
     kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
     real, steps = decoder._decode, []
@@ -293,7 +293,7 @@ def test_a_request_beside_others_reuses_the_prompt_prefix_it_shares_with_a_kept_
     then starts alone evaluates its whole prompt again (the seeded-determinism contract above)."""
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     long, other, shared = _shared_prompts(llm)
     assert shared == 40 and len(other) > 45
     kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
@@ -313,7 +313,7 @@ def test_a_request_beside_others_reuses_the_prompt_prefix_it_shares_with_a_kept_
 def test_prefix_reuse_off_evaluates_every_prompt_whole(tiny):
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     long, other, _ = _shared_prompts(llm)
     kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True, reuse_prefix=False)
     try:
@@ -328,7 +328,7 @@ def test_a_sliding_window_model_keeps_no_prompt(tiny):
     its prompts are never kept, so nothing is reused."""
     tiny.sample("gemma3-270m", [{"role": "user", "content": "Hi."}], SamplingParams(n=1, max_tokens=1, seed=0))
     llm = tiny._members["gemma3-270m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     long, other, _ = _shared_prompts(llm)
     kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
     try:
@@ -345,7 +345,7 @@ def test_kept_prompts_give_way_to_requests_and_are_bounded(tiny, monkeypatch):
     monkeypatch.setattr(_llama_batch, "MIN_CELLS", 1024)
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     prompts = [llm.tokenize(f"Question {q}: ".encode() * 20, add_bos=True, special=True) for q in range(5)]
     kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
     try:
@@ -369,7 +369,7 @@ def test_a_request_waiting_for_cells_leaves_the_kept_prompts_alone(tiny, monkeyp
     monkeypatch.setattr(_llama_batch, "MIN_CELLS", 1024)
     ask(tiny, 0, max_tokens=2)
     llm = tiny._members["smollm2-135m"].sampler.llm()
-    decoder = BatchDecoder(llm, 1, lock=_DECODE_LOCK)
+    decoder = BatchDecoder(llm, 1, lock=DECODE_LOCK)
     long, other, _ = _shared_prompts(llm)
     kw = dict(temperature=0.8, top_p=0.95, stops=[], n_ctx_limit=2048, ignore_eos=True)
     real, kept_while_waiting = decoder._decode, []
