@@ -152,7 +152,7 @@ def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec
     hint = ""
     from agora.models.builtins import BUILTIN_POOLS
 
-    holders = [p for p, members in BUILTIN_POOLS.items() if any(m == name for m, _ in members)]
+    holders = [p for p, members in BUILTIN_POOLS.items() if any(m.name == name for m in members)]
     if holders and (pool is None or str(pool) not in holders):
         hint = f"; it is in the built-in pool '{holders[0]}': add --pool {holders[0]}"
     raise ValueError(f"--model {name!r} is not in {where} ({', '.join(s.name for s in specs)}){hint}")

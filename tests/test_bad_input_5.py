@@ -447,3 +447,18 @@ def test_no_private_name_is_imported_across_packages():
                     if private and node.module.split(".")[1] != package:
                         found.append(f"{path.relative_to(root)}:{node.lineno}: {node.module} {private}")
     assert found == []
+
+
+# --- agora train: a --model not in the pool names the built-in pool that has it ---
+
+def test_a_train_model_not_in_the_pool_names_the_builtin_pool_holding_it(tmp_path):
+    from agora.cli._train import find_spec
+    from agora.models.pool import load_pool
+
+    specs = [m.spec for m in load_pool(fake_pool(tmp_path))]
+    with pytest.raises(ValueError) as raised:  # was "too many values to unpack (expected 2)"
+        find_spec(specs, "smollm2-135m", tmp_path / "pool.toml")
+    assert str(raised.value) == (f"--model 'smollm2-135m' is not in {tmp_path / 'pool.toml'} (a, b); it is in the "
+                                 "built-in pool 'tiny': add --pool tiny")
+    with pytest.raises(ValueError, match=r"^--model 'nosuch' is not in .* \(a, b\)$"):
+        find_spec(specs, "nosuch", tmp_path / "pool.toml")
