@@ -462,3 +462,14 @@ def test_a_train_model_not_in_the_pool_names_the_builtin_pool_holding_it(tmp_pat
                                  "built-in pool 'tiny': add --pool tiny")
     with pytest.raises(ValueError, match=r"^--model 'nosuch' is not in .* \(a, b\)$"):
         find_spec(specs, "nosuch", tmp_path / "pool.toml")
+
+
+# --- the format-guess refusal is an 'error:' line like every other ---
+
+def test_the_format_guess_refusal_is_a_lowercase_error_line(tmp_path):
+    data = tmp_path / "odd.jsonl"
+    data.write_text('{"foo": 1}\n')
+    result = CliRunner().invoke(app, ["run", "align", "--data", str(data), "--db", str(tmp_path / "t.db")])
+    assert result.exit_code == 2, result.output
+    assert result.output.splitlines() == [f"error: {data}:1: cannot tell the format from fields ['foo']; pass --format "
+                                          "(gsm8k, gsm-hard, math, mc, synthetic, prompts)"]
