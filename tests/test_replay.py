@@ -263,3 +263,18 @@ def test_score_results_gives_none_for_a_failed_method_and_false_for_a_wrong_one(
     out = score_results({"a": {"answer": None, "samples": 0}, "b": {"answer": "3", "samples": 2},
                          "c": {"answer": "2", "samples": 2}}, p)
     assert [out[m]["correct"] for m in "abc"] == [None, False, True]
+
+
+def test_the_slm_mux_rule_reproduces_comeds_slm_mux_baseline(bench_db):
+    store = TraceStore(bench_db, readonly=True)
+    for run_id in (COMED, "b1:quiz:comed"):
+        run = load_run(store, run_id)
+        recorded = {r["question_id"]: (r["answer"], bool(r["correct"])) for r in store.results(run_id)
+                    if r["method"] == "slm-mux"}
+        assert recorded, run_id
+        result = replay(run, "slm_mux")
+        assert {r.question_id: (r.answer, r.correct) for r in result.rows} == recorded, run_id
+        assert reproduced(run, result, "slm-mux") == (len(recorded), len(recorded))
+        # its members are SLM-MUX's own (node mux_sample), not the council's members (role member too)
+        assert all(r.samples == len([s for s in q.samples if s.node == "mux_sample"])
+                   for r, q in zip(result.rows, run.questions))

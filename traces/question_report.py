@@ -98,7 +98,9 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
     for m, r in q.results.items():
         rule, row = explain.get(m, (None, None))
         why = "recorded (no replay rule reproduces this method)"
-        if row is not None:
+        if row is not None and row.unavailable is not None:
+            why = f"recorded (rule {rule} cannot replay this question: {row.unavailable})"
+        elif row is not None:
             agrees = row.unavailable is None and row.answer == r["answer"]
             why = f"rule {rule}: {row.why}" + ("" if agrees else f" [replay gives {row.answer!r}, recorded "
                                                                    f"{r['answer']!r}]")

@@ -284,23 +284,33 @@ def weighted_vote_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) 
     return Choice(answer, f"weighted votes ({p['weight']}): {shown}", len(cands))
 
 
-@selection_rule("slm_mux", params={"k": 0}, reproduces={"slm-mux": "slm-mux"}, protocols=("slm-mux",),
+@selection_rule("slm_mux", params={"k": 0}, reproduces={"slm-mux": "slm-mux", "comed": "slm-mux"},
+                protocols=("slm-mux", "comed"),
                 help="SLM-MUX: the member whose own samples agree most answers (ties: recorded dev accuracy, then "
                      "order); --param k=N uses each member's first N samples.")
 def slm_mux_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
-    """SLM-MUX's selection (:func:`agora.agents.slm_mux.mux_select`) on the recorded ``member``
-    samples: each member's plurality answer and confidence (the share of its samples on it), the
-    most confident member answering, a tie going to the higher dev accuracy the run used (its
-    recorded ``confidences``), then to the earlier member. ``k`` > 0 keeps each member's first ``k``
-    samples (0: all recorded)."""
+    """SLM-MUX's selection (:func:`agora.agents.slm_mux.mux_select`) on the recorded samples of its
+    members (node ``mux_sample``: an SLM-MUX run's, or a COMED run's SLM-MUX baseline's): each
+    member's plurality answer and confidence (the share of its samples on it), the most confident
+    member answering, a tie going to the higher dev accuracy the run used (its recorded
+    ``confidences``; COMED's baseline has none), then to the earlier member. ``k`` > 0 keeps each
+    member's first ``k`` samples (0: all recorded).
+
+    Raises:
+        Unavailable: a COMED question whose SLM-MUX members drew no sample of their own (a bench's
+            shared candidates, which are not mapped back to SLM-MUX's members).
+    """
     if p["k"] < 0:
         raise ValueError(f"--param k={p['k']}: must be >= 0 (0: every recorded sample)")
-    rows = sorted(q.of("member"), key=lambda s: (s.agent or 0, s.sample_index or 0))
+    rows = sorted((s for s in q.of("member") if s.node == "mux_sample"), key=lambda s: (s.agent or 0, s.sample_index or 0))
     votes: dict[int, MemberVote] = {}
     for s in rows:
         vote = votes.setdefault(s.agent or 0, MemberVote(member=s.agent or 0, model=s.model, answers=[]))
         if not p["k"] or len(vote["answers"]) < p["k"]:
             vote["answers"].append(s.answer)
+    if not votes and ctx.run.protocol == "comed":
+        raise Unavailable("no SLM-MUX member sample of its own (in a bench its members take the shared candidates, "
+                          "which replay does not map)")
     if not votes:
         return Choice(None, "no member sample recorded", 0)
     accuracy = {c["model"]: c["dev_accuracy"] for c in q.detail.get("confidences") or []
