@@ -100,12 +100,12 @@ def train_dpo_cmd(
             source = {"pairs": "duel", "align": align, "held_out_questions": len(held)}
         flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
                          run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
-        if pairs_from != "own":  # an unknown member or duel run: refused before any dataset, run row or model load
-            check_pair_sources(db, pairs, flt)
         if data_only:
             from agora.training.datasets import dpo_rows, split_by_instruction
             from agora.training.verified import source_runs
 
+            if pairs_from != "own":
+                check_pair_sources(db, pairs, flt)
             rows = dpo_rows(pairs, flt)
             train, val = split_by_instruction(rows, validation, seed=seed)
             write_data_only(out, {"train": train, "validation": val},
@@ -113,6 +113,8 @@ def train_dpo_cmd(
                              "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])})
             return
         require_train_extra()
+        if pairs_from != "own":  # an unknown member or duel run: refused before any run row or model load
+            check_pair_sources(db, pairs, flt)
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)

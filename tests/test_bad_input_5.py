@@ -410,10 +410,14 @@ def test_a_name_the_user_gave_is_still_one_line(tmp_path, monkeypatch):
     (("--model", "a", "--duel-run", "nosuch"),
      "error: --duel-run 'nosuch': no preference pair of such a run in {db} (runs with pairs: duel-1)"),
 ])
-def test_duel_pairs_of_an_unknown_member_refused_before_training(tmp_path, flags, message):
+def test_duel_pairs_of_an_unknown_member_refused_before_training(tmp_path, monkeypatch, flags, message):
     import json
 
     import sqlite_utils
+
+    import agora.cli.train_dpo as train_dpo
+
+    monkeypatch.setattr(train_dpo, "require_train_extra", lambda: None)  # as with the train extra installed
 
     db = tmp_path / "duel.db"
     sqlite_utils.Database(db)["preference_pairs"].insert(
