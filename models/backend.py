@@ -9,15 +9,15 @@ bounds), the errors a config's validators and a factory raise (:class:`FieldProb
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 from annotated_types import Ge, Gt, Le
 from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, Strict, StrictInt, StrictStr, ValidationInfo,
-                      field_validator)
+                      field_validator, model_validator)
 
 from agora.models.errors import PoolConfigError
+from agora.models.validation import Rule, settings
 
 #: The entry point group a third-party package registers its backends in.
 ENTRY_POINT_GROUP = "agora.backends"
@@ -169,7 +169,7 @@ def pool_path(value: str, info: ValidationInfo | None) -> Path:
 Serve = Literal["vllm", "copy", "no"]
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class Backend:
     """One pool-file backend.
 
@@ -180,7 +180,7 @@ class Backend:
     (the first call does). It raises :class:`MemberBuildError` for a value it cannot use.
     """
 
-    name: str
+    name: Annotated[str, Rule(lambda v: isinstance(v, str) and v.isidentifier(), "backend name must be an identifier, got {value!r}")]
     config: type[BackendConfig]
     """Validates a pool entry (a subclass of :class:`BackendConfig`)."""
     factory: Callable[[Any], Any]
@@ -209,9 +209,8 @@ class Backend:
         kind = "built in" if self.origin == "agora" else f"registered from Python by {self.origin}"
         return f"backend {self.name!r} ({kind}, factory {factory})"
 
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ValueError(f"backend name must be an identifier, got {self.name!r}")
+    @model_validator(mode="after")
+    def _usable(self) -> Backend:
         if not (isinstance(self.config, type) and issubclass(self.config, BackendConfig)):
             raise TypeError(f"backend {self.name!r}: config must be a subclass of agora.models.registry.BackendConfig")
         if not callable(self.factory):
@@ -220,3 +219,4 @@ class Backend:
             raise ValueError(f"backend {self.name!r}: serve must be 'vllm', 'copy' or 'no', got {self.serve!r}")
         if self.serve == "vllm" and self.model_source is None:
             raise ValueError(f"backend {self.name!r}: serve = 'vllm' needs model_source")
+        return self

@@ -19,7 +19,9 @@ docs/models.md says what a member must support and how its tokens are counted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+
+from agora.models.validation import Rule, settings
 
 #: How a sample's token counts were obtained: ``exact`` (the backend counted this sample's tokens),
 #: ``split`` (the provider reported one usage for a request of several samples; each sample holds
@@ -28,37 +30,25 @@ from typing import Any, Literal, Protocol, runtime_checkable
 Usage = Literal["exact", "split", "unknown"]
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class SamplingParams:
     """Sampling settings for one call. ``n`` samples are returned per call."""
 
-    n: int = 1
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int = 256
+    n: Annotated[int, Rule(lambda v: v >= 1, "n must be >= 1, got {value}")] = 1
+    temperature: Annotated[float, Rule(lambda v: v >= 0, "temperature must be >= 0, got {value}")] = 0.7
+    top_p: Annotated[float, Rule(lambda v: 0 < v <= 1, "top_p must be in (0, 1], got {value}")] = 0.95
+    max_tokens: Annotated[int, Rule(lambda v: v >= 1, "max_tokens must be >= 1, got {value}")] = 256
     """Upper bound on generated tokens per sample."""
     seed: int | None = None
     """Seed of the first sample; sample ``i`` uses ``seed + i``."""
     stop: tuple[str, ...] = ()
-    logprobs: int | None = None
+    logprobs: Annotated[int | None, Rule(lambda v: 0 <= v <= 20, "logprobs must be None or in [0, 20], got {value}", optional=True)] = None
     """``None``: no log-probabilities; ``0``: each sample's summed token log-probability
     (:attr:`Sample.logprob`); ``k >= 1``: also the top-k alternatives of every generated token
     (:attr:`Sample.top_logprobs`). Backends without them leave the fields empty."""
     json_schema: dict[str, Any] | None = None
     """JSON Schema the reply must follow (structured outputs where the backend supports them; parse
     replies with :func:`agora.models.structured.parse_json_reply` either way)."""
-
-    def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
-            raise ValueError(f"logprobs must be None or in [0, 20], got {self.logprobs}")
 
     def as_dict(self) -> dict[str, Any]:
         d = {"n": self.n, "temperature": self.temperature, "top_p": self.top_p,

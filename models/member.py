@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
+from pydantic import model_validator
 
 from agora.models.contract import ModelMember
 from agora.models.errors import PoolConfigError
 from agora.models.langchain import langchain_member
 from agora.models.recipes import Recipe, RecipeError, recipe_from_entry
 from agora.models.backend import spec_problem
+from agora.models.validation import settings
 
 log = logging.getLogger("agora.pool")
 
@@ -24,7 +26,7 @@ BACKENDS = ("llamacpp", "openai", "vllm", "transformers", "langchain")
 StructuredOutputs = Literal["response_format", "vllm", "none"]
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class ModelSpec:
     """One ``[[models]]`` entry of a pool file, validated by its backend's config class
     (:mod:`agora.models.registry`)."""
@@ -63,14 +65,16 @@ class ModelSpec:
     ``None`` is the protocol's own chain-of-thought prompt, as before recipes. A spec made in
     Python may give a name (``"pot"``) or a table (``{"name": "pot", "cpu_s": 2}``)."""
 
-    def __post_init__(self):
+    @model_validator(mode="after")
+    def _python_spec(self) -> ModelSpec:
         if problem := spec_problem(self):  # a spec made in Python gets the pool file's bounds
             raise PoolConfigError(f"model {self.name!r}: {problem}")
         if self.recipe is not None and not isinstance(self.recipe, Recipe):
             try:
-                object.__setattr__(self, "recipe", recipe_from_entry(self.recipe))
+                object.__setattr__(self, "recipe", recipe_from_entry(self.recipe))  # a name or a table, as built
             except RecipeError as exc:
                 raise PoolConfigError(f"model {self.name!r}: field '{exc.field}': {exc}") from None
+        return self
 
     def describe(self) -> dict[str, Any]:
         """The spec as a dict for run records, without empty fields and secrets (``api_key``, and

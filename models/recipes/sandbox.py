@@ -48,7 +48,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from agora.models.validation import Convert, Rule, settings
 
 #: The modules a program may import unless a recipe says otherwise (sympy when installed).
 DEFAULT_IMPORTS: tuple[str, ...] = ("math", "cmath", "fractions", "decimal", "itertools", "functools",
@@ -66,37 +68,44 @@ ProgramStatus = Literal["ok", "error", "timeout", "killed", "output_limit"]
 _WORKER = Path(__file__).with_name("_sandbox_worker.py")
 
 
-@dataclass(frozen=True, slots=True)
+def _seconds(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0.01 <= value <= 600.0
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def _allowed_imports(value: Any) -> Any:
+    """``value`` unchanged when it is a list of top-level module names none of them forbidden.
+
+    Raises:
+        ValueError: ``imports: ...`` naming the entries at fault.
+    """
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"imports: must be a list of module names, got {value!r}")
+    if odd := [m for m in value if not (isinstance(m, str) and m.isidentifier())]:
+        raise ValueError(f"imports: {', '.join(map(repr, odd))}: not top-level module names (write 'math', "
+                         "not 'math.fsum' or a path)")
+    if bad := sorted(set(value) & FORBIDDEN_IMPORTS):
+        raise ValueError(f"imports: {', '.join(bad)} may not be allowed (file system, processes or network)")
+    return value
+
+
+@settings
 class SandboxLimits:
     """What one program may use. Raises ``ValueError`` naming the field on a bad value."""
 
-    cpu_s: float = 2.0
+    cpu_s: Annotated[float, Rule(_seconds, "cpu_s: must be a number of seconds in [0.01, 600.0], got {value!r}")] = 2.0
     """CPU seconds (``RLIMIT_CPU``, rounded up to whole seconds)."""
-    wall_s: float = 4.0
+    wall_s: Annotated[float, Rule(_seconds, "wall_s: must be a number of seconds in [0.01, 600.0], got {value!r}")] = 4.0
     """Wall-clock seconds before the child's process group is killed."""
-    memory_mb: int = 512
+    memory_mb: Annotated[int, Rule(lambda v: _whole(v, 16, 65_536), "memory_mb: must be a whole number in [16, 65536], got {value!r}")] = 512
     """MiB of address space the program may add to what the worker holds (``RLIMIT_AS``)."""
-    output_bytes: int = 65_536
+    output_bytes: Annotated[int, Rule(lambda v: _whole(v, 16, 64 * 2**20), "output_bytes: must be a whole number in [16, 67108864], got {value!r}")] = 65_536
     """Bytes the program may print; more is an ``output_limit`` failure."""
-    imports: tuple[str, ...] = DEFAULT_IMPORTS
+    imports: Annotated[tuple[str, ...], Convert(_allowed_imports)] = DEFAULT_IMPORTS
     """Modules the program may import (top-level names; never one of :data:`FORBIDDEN_IMPORTS`)."""
-
-    def __post_init__(self) -> None:
-        for name, low, high in (("cpu_s", 0.01, 600.0), ("wall_s", 0.01, 600.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-                raise ValueError(f"{name}: must be a number of seconds in [{low}, {high}], got {value!r}")
-        for name, low, high in (("memory_mb", 16, 65_536), ("output_bytes", 16, 64 * 2**20)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"{name}: must be a whole number in [{low}, {high}], got {value!r}")
-        if isinstance(self.imports, str) or not isinstance(self.imports, (list, tuple)):
-            raise ValueError(f"imports: must be a list of module names, got {self.imports!r}")
-        if odd := [m for m in self.imports if not (isinstance(m, str) and m.isidentifier())]:
-            raise ValueError(f"imports: {', '.join(map(repr, odd))}: not top-level module names (write 'math', "
-                             "not 'math.fsum' or a path)")
-        if bad := sorted(set(self.imports) & FORBIDDEN_IMPORTS):
-            raise ValueError(f"imports: {', '.join(bad)} may not be allowed (file system, processes or network)")
 
 
 @dataclass(frozen=True, slots=True)
