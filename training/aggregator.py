@@ -31,37 +31,29 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Annotated, Any, Callable, Sequence
 
 from agora.agents.moa import aggregator_messages
+from agora.models.validation import Rule, settings
 from agora.tasks import Problem, find_answer
 from agora.tasks.scoring import score_answer
 from agora.training.rewards import completion_text
 from agora.training.own_samples import OwnSample, normalise_question
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class AggregatorDataConfig:
     """How candidate sets are drawn from recorded samples (AggLM §3: k solutions a set, hard and easy mixed)."""
 
-    k: int = 4
+    k: Annotated[int, Rule(lambda v: v >= 2, "AggregatorDataConfig.k must be >= 2 (one candidate is nothing to aggregate), got {value}")] = 4
     """Candidates shown per prompt."""
-    sets_per_question: int = 2
+    sets_per_question: Annotated[int, Rule(lambda v: v >= 1, "AggregatorDataConfig.sets_per_question must be >= 1, got {value}")] = 2
     """Distinct candidate sets drawn per question, at most."""
-    easy_per_hard: float = 1.0
+    easy_per_hard: Annotated[float, Rule(lambda v: v >= 0, "AggregatorDataConfig.easy_per_hard must be >= 0, got {value}")] = 1.0
     """Easy sets kept per hard set (AggLM keeps every hard set and a share of the easy ones)."""
     shots: int = 2
     """Worked exemplars in the prompt (MoA's default)."""
     seed: int = 0
-
-    def __post_init__(self):
-        if self.k < 2:
-            raise ValueError(f"AggregatorDataConfig.k must be >= 2 (one candidate is nothing to aggregate), got {self.k}")
-        if self.sets_per_question < 1:
-            raise ValueError(f"AggregatorDataConfig.sets_per_question must be >= 1, got {self.sets_per_question}")
-        if self.easy_per_hard < 0:
-            raise ValueError(f"AggregatorDataConfig.easy_per_hard must be >= 0, got {self.easy_per_hard}")
 
 
 def aggregator_prompt(question: str, candidates: Sequence[str], *, kind: str = "math", n_choices: int = 4,

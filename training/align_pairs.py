@@ -28,10 +28,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 import sqlite_utils
 
+from agora.models.validation import Rule, settings
 from agora.tasks import find_answer, is_correct
 from agora.traces.store import TraceStore
 
@@ -39,25 +40,19 @@ from agora.traces.store import TraceStore
 EXPLICIT = ("marker", "boxed", "####")
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class AlignPairConfig:
     """Which ALIGN candidates become pairs for ``target``."""
 
     target: str
     """The model being trained (its incorrect candidates are the rejected side)."""
-    rejected_from: Literal["target", "any"] = "target"
+    rejected_from: Annotated[Literal["target", "any"], Rule(lambda v: v in ("target", "any"), "rejected_from must be 'target' or 'any', got {value!r}")] = "target"
     """``target``: only the target's incorrect candidates are rejected; ``any``: any model's."""
     peers_chosen: bool = True
     """Whether other models' correct candidates may be chosen (after the target's own)."""
     explicit_only: bool = True
     """A chosen candidate must state its answer explicitly (not a ``fallback`` guess)."""
-    max_pairs_per_question: int = 2
-
-    def __post_init__(self):
-        if self.rejected_from not in ("target", "any"):
-            raise ValueError(f"rejected_from must be 'target' or 'any', got {self.rejected_from!r}")
-        if self.max_pairs_per_question < 1:
-            raise ValueError(f"max_pairs_per_question must be >= 1, got {self.max_pairs_per_question}")
+    max_pairs_per_question: Annotated[int, Rule(lambda v: v >= 1, "max_pairs_per_question must be >= 1, got {value}")] = 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,33 +9,27 @@ completions, a larger learning rate for LoRA).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+from typing import Annotated
+
+from pydantic import model_validator
 
 from agora.models.llamacpp import default_threads
 from agora.models.pool import MAX_POOL_TEMPERATURE
+from agora.models.validation import Rule, settings
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class LoraSettings:
     """LoRA adapter shape (peft ``LoraConfig``)."""
 
-    r: int = 64
+    r: Annotated[int, Rule(lambda v: v >= 1, "LoraSettings.r must be >= 1, got {value}")] = 64
     """Rank of the update matrices."""
-    alpha: int = 16
+    alpha: Annotated[int, Rule(lambda v: v > 0, "LoraSettings.alpha must be > 0, got {value}")] = 16
     """Scaling ``lora_alpha`` (the update is scaled by ``alpha / r``)."""
-    dropout: float = 0.1
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    dropout: Annotated[float, Rule(lambda v: 0.0 <= v < 1.0, "LoraSettings.dropout must be in [0, 1), got {value}")] = 0.1
+    target_modules: Annotated[tuple[str, ...], Rule(bool, "LoraSettings.target_modules must name at least one module")] = ("q_proj", "k_proj", "v_proj", "o_proj")
     """Module names the adapter wraps (attention projections of Llama/Gemma-style models)."""
-
-    def __post_init__(self):
-        if self.r < 1:
-            raise ValueError(f"LoraSettings.r must be >= 1, got {self.r}")
-        if self.alpha <= 0:
-            raise ValueError(f"LoraSettings.alpha must be > 0, got {self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"LoraSettings.dropout must be in [0, 1), got {self.dropout}")
-        if not self.target_modules:
-            raise ValueError("LoraSettings.target_modules must name at least one module")
 
     def peft_config(self):
         """The peft ``LoraConfig`` for a causal LM."""
@@ -45,46 +39,39 @@ class LoraSettings:
                           target_modules=list(self.target_modules), task_type="CAUSAL_LM")
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class TrainSettings:
     """Settings every trainer shares."""
 
-    learning_rate: float = 1e-6
+    learning_rate: Annotated[float, Rule(lambda v: v > 0, "learning_rate must be > 0, got {value}")] = 1e-6
     lr_scheduler: str = "cosine"
     """A transformers scheduler name (``cosine``, ``linear``, ``constant``...)."""
-    warmup_ratio: float = 0.1
+    warmup_ratio: Annotated[float, Rule(lambda v: 0.0 <= v < 1.0, "warmup_ratio must be in [0, 1), got {value}")] = 0.1
     """Share of the steps spent warming the learning rate up linearly."""
     epochs: float = 1.0
     max_steps: int = -1
     """When > 0, train this many optimiser steps instead of ``epochs``."""
-    batch_size: int = 4
+    batch_size: Annotated[int, Rule(lambda v: v >= 1, "batch_size must be >= 1, got {value}")] = 4
     """Rows per device per step (GRPO: completions per device per step)."""
-    grad_accum: int = 1
+    grad_accum: Annotated[int, Rule(lambda v: v >= 1, "grad_accum must be >= 1, got {value}")] = 1
     """Gradient accumulation steps."""
-    max_length: int = 1024
+    max_length: Annotated[int, Rule(lambda v: v >= 1, "max_length must be >= 1, got {value}")] = 1024
     """DPO: prompt + completion tokens kept (the prompt's start is kept)."""
     seed: int = 0
-    threads: int = field(default_factory=default_threads)
+    threads: Annotated[int, Rule(lambda v: v >= 1, "threads must be >= 1, got {value}")] = field(default_factory=default_threads)
     """torch CPU threads (default: the cores this process may use)."""
-    logging_steps: int = 1
-    save_steps: int = 0
+    logging_steps: Annotated[int, Rule(lambda v: v >= 1, "logging_steps must be >= 1, got {value}")] = 1
+    save_steps: Annotated[int, Rule(lambda v: v >= 0, "save_steps must be >= 0 (0: no checkpoints), got {value}")] = 0
     """When > 0, a resumable checkpoint (adapter, optimiser, scheduler, RNG states) every this many
     optimiser steps in ``<out>/trainer/checkpoint-N``; a rerun into the same folder with the same
     rows and settings resumes from the last one (:mod:`agora.training.trainers`). 0: none."""
     lora: LoraSettings = field(default_factory=LoraSettings)
 
-    def __post_init__(self):
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+    @model_validator(mode="after")
+    def _some_steps(self) -> TrainSettings:
         if self.epochs <= 0 and self.max_steps <= 0:
             raise ValueError("epochs must be > 0 unless max_steps is set")
-        for name in ("batch_size", "grad_accum", "max_length", "threads", "logging_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.save_steps < 0:
-            raise ValueError(f"save_steps must be >= 0 (0: no checkpoints), got {self.save_steps}")
+        return self
 
     def common_args(self, output_dir: str) -> dict:
         """Keyword arguments shared by ``DPOConfig`` and ``GRPOConfig``.
@@ -107,50 +94,40 @@ class TrainSettings:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class DPOSettings(TrainSettings):
     """DPO settings (protocols.md §2)."""
 
-    beta: float = 0.1
+    beta: Annotated[float, Rule(lambda v: v > 0, "beta must be > 0, got {value}")] = 0.1
     """DPO temperature β: strength of the implicit KL pull towards the reference."""
 
-    def __post_init__(self):
-        TrainSettings.__post_init__(self)
-        if self.beta <= 0:
-            raise ValueError(f"beta must be > 0, got {self.beta}")
 
-
-@dataclass(frozen=True, slots=True)
+@settings
 class GRPOSettings(TrainSettings):
     """GRPO settings (protocols.md §2, Stackelberg GRPO)."""
 
-    num_generations: int = 4
+    num_generations: Annotated[int, Rule(lambda v: v >= 2, "num_generations must be >= 2 (a group of one has no advantage), got {value}")] = 4
     """Completions per prompt ``G`` (the group of the group-relative advantage)."""
-    max_completion_length: int = 256
-    temperature: float = 1.0
+    max_completion_length: Annotated[int, Rule(lambda v: v >= 1, "max_completion_length must be >= 1, got {value}")] = 256
+    temperature: Annotated[float, Rule(lambda v: 0 < v <= MAX_POOL_TEMPERATURE, f"temperature must be in (0, {MAX_POOL_TEMPERATURE}], got {{value}}")] = 1.0
     """Sampling temperature of the completions."""
     beta: float = 0.0
     """KL coefficient (0: no reference model is loaded)."""
     epsilon: float = 0.2
     """PPO-style clip range of the importance ratio."""
 
-    def __post_init__(self):
-        TrainSettings.__post_init__(self)
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (a group of one has no advantage), got {self.num_generations}")
+    @model_validator(mode="after")
+    def _groups(self) -> GRPOSettings:
         if (self.batch_size * self.grad_accum) % self.num_generations:
             raise ValueError(f"batch_size × grad_accum ({self.batch_size} × {self.grad_accum}) must be divisible by "
                              f"num_generations ({self.num_generations})")
-        if self.max_completion_length < 1:
-            raise ValueError(f"max_completion_length must be >= 1, got {self.max_completion_length}")
-        if not 0 < self.temperature <= MAX_POOL_TEMPERATURE:
-            raise ValueError(f"temperature must be in (0, {MAX_POOL_TEMPERATURE}], got {self.temperature}")
         if self.beta < 0 or self.epsilon <= 0:
             raise ValueError(f"beta must be >= 0 and epsilon > 0, got {self.beta} and {self.epsilon}")
+        return self
 
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class SFTSettings(TrainSettings):
     """Supervised fine-tuning on verified answers (rejection-sampling fine-tuning: STaR, arXiv
     2203.14465; RFT, arXiv 2308.01825). The loss is on the completion tokens only (TRL's

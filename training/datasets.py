@@ -34,13 +34,13 @@ import hashlib
 import json
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Annotated, Any, Iterable, Sequence
 
 import sqlite_utils
 
 from agora.agents.prompts import solver_messages
+from agora.models.validation import Rule, settings
 from agora.tasks import Problem, is_correct
 from agora.traces.store import TraceStore
 
@@ -50,11 +50,11 @@ DPO_COLUMNS = ("prompt", "chosen", "rejected", "pair_id", "source", "instruction
 GRPO_COLUMNS = ("prompt", "instruction", "gold", "kind", "judge_scores")
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class PairFilter:
     """Which preference pairs become DPO rows."""
 
-    min_margin: float = 0.0
+    min_margin: Annotated[float, Rule(lambda v: v >= 0, "PairFilter.min_margin must be >= 0, got {value}")] = 0.0
     """Keep pairs with ``margin >= min_margin``; ties (margin 0, equal scores or identical texts)
     are always dropped: they carry no preference (protocols.md §2)."""
     model: str | None = None
@@ -65,10 +65,6 @@ class PairFilter:
     """Keep pairs of these runs; empty keeps all."""
     iterations: tuple[int, ...] = ()
     """Keep pairs of these duel iterations; empty keeps all."""
-
-    def __post_init__(self):
-        if self.min_margin < 0:
-            raise ValueError(f"PairFilter.min_margin must be >= 0, got {self.min_margin}")
 
 
 # ----------------------------------------------------------------------------- reading the DB

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Annotated, Any, Callable, Literal, Sequence
+
+from pydantic import model_validator
 
 from agora.models._files import safe_file_name
 from agora.models.convert import is_gguf_source
 from agora.models.pool import ModelPool, ModelSpec, pool_from_specs
+from agora.models.validation import Rule, settings
 from agora.graphs.duel import DuelConfig, DuelContext
 from agora.runs.duel import run_duels
 from agora.tasks.loaders import Problem
@@ -53,59 +56,46 @@ DataSource = Literal["duels", "own"]
 RewardName = Literal["judge", "correctness", "stored"]
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class EvolveConfig:
     """Settings of the loop (duel settings, including ``T``, live in ``duel``)."""
 
     duel: DuelConfig = field(default_factory=DuelConfig)
     """The duel run: mode, ``D`` duels per iteration, ``T`` iterations, judges, leader."""
-    algorithm: Algorithm = "dpo"
+    algorithm: Annotated[Algorithm, Rule(lambda v: v in ("dpo", "grpo", "sft"), "EvolveConfig.algorithm must be 'dpo', 'grpo' or 'sft', got {value!r}")] = "dpo"
     """``dpo`` on the member's non-tied pairs, ``grpo`` on the instructions it duelled on, or ``sft`` on
     its own right answers (``data = "own"`` only)."""
-    data: DataSource = "duels"
+    data: Annotated[DataSource, Rule(lambda v: v in ("duels", "own"), "EvolveConfig.data must be 'duels' or 'own', got {value!r}")] = "duels"
     """What ``dpo`` and ``sft`` learn from: ``duels``, the judges' preferences between the member and
     its opponents; ``own``, the member's own right answers over its own wrong ones to the same
     instruction across the iteration's duels, checked by the scorer against gold and length-matched
     (:func:`agora.training.own_samples.duel_samples`; instructions without gold give none)."""
-    length_ratio: float = 1.5
+    length_ratio: Annotated[float, Rule(lambda v: v == 0 or v >= 1, "EvolveConfig.length_ratio must be >= 1 (or 0: no filter), got {value}")] = 1.5
     """``own`` pairs: longer over shorter answer at most (0: no filter)."""
     sft: SFTSettings = field(default_factory=SFTSettings)
     train_models: tuple[str, ...] = ()
     """Members to train; empty = every member with local weights (GGUF or HF folder)."""
-    validation_fraction: float = 0.2
+    validation_fraction: Annotated[float, Rule(lambda v: 0.0 <= v < 1.0, "EvolveConfig.validation_fraction must be in [0, 1), got {value}")] = 0.2
     """Share of a member's instructions held out to select its checkpoint."""
-    min_margin: float = 0.0
+    min_margin: Annotated[float, Rule(lambda v: v >= 0, "EvolveConfig.min_margin must be >= 0, got {value}")] = 0.0
     """DPO: drop pairs with a smaller judge-score margin."""
     dpo: DPOSettings = field(default_factory=DPOSettings)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
-    rewards: tuple[RewardName, ...] = ("judge",)
+    rewards: Annotated[tuple[RewardName, ...], Rule(lambda v: bool(v) and all(r in ("judge", "correctness", "stored") for r in v), "EvolveConfig.rewards must name judge, correctness or stored, got {value!r}")] = ("judge",)
     """GRPO rewards: ``judge`` (online peers, reputation-weighted, min–max per group: the paper's),
     ``correctness`` (gold answers), ``stored`` (judge scores of already duelled answers)."""
-    serve_with: str = "transformers"
+    serve_with: Annotated[str, Rule(lambda v: v in ("transformers", "llamacpp"), "EvolveConfig.serve_with must be 'transformers' or 'llamacpp', got {value!r}")] = "transformers"
     """How a selected member plays the next iteration: ``transformers`` (its dequantised weights and
     the adapter) or ``llamacpp`` (its GGUF with the adapter as a GGUF LoRA: the quantised model at
     llama.cpp's speed; members trained from an HF folder stay on transformers)."""
 
-    def __post_init__(self):
-        if self.algorithm not in ("dpo", "grpo", "sft"):
-            raise ValueError(f"EvolveConfig.algorithm must be 'dpo', 'grpo' or 'sft', got {self.algorithm!r}")
-        if self.data not in ("duels", "own"):
-            raise ValueError(f"EvolveConfig.data must be 'duels' or 'own', got {self.data!r}")
+    @model_validator(mode="after")
+    def _data_fits_algorithm(self) -> EvolveConfig:
         if self.algorithm == "grpo" and self.data != "duels":
             raise ValueError("EvolveConfig.data 'own' feeds dpo and sft; grpo trains on the duels' instructions")
         if self.algorithm == "sft" and self.data != "own":
             raise ValueError("EvolveConfig.algorithm 'sft' trains on the member's own right answers: set data 'own'")
-        if self.length_ratio != 0 and self.length_ratio < 1:
-            raise ValueError(f"EvolveConfig.length_ratio must be >= 1 (or 0: no filter), got {self.length_ratio}")
-        if not 0.0 <= self.validation_fraction < 1.0:
-            raise ValueError(f"EvolveConfig.validation_fraction must be in [0, 1), got {self.validation_fraction}")
-        if self.min_margin < 0:
-            raise ValueError(f"EvolveConfig.min_margin must be >= 0, got {self.min_margin}")
-        if self.serve_with not in ("transformers", "llamacpp"):
-            raise ValueError(f"EvolveConfig.serve_with must be 'transformers' or 'llamacpp', got {self.serve_with!r}")
-        bad = [r for r in self.rewards if r not in ("judge", "correctness", "stored")]
-        if bad or not self.rewards:
-            raise ValueError(f"EvolveConfig.rewards must name judge, correctness or stored, got {self.rewards!r}")
+        return self
 
 
 @dataclass

@@ -33,10 +33,11 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Annotated, Any, Sequence
 
 import sqlite_utils
 
+from agora.models.validation import Rule, settings
 from agora.tasks import find_answer
 from agora.tasks.scoring import score_answer
 from agora.traces.store import TraceStore
@@ -90,7 +91,12 @@ class HeldOut:
         return cls.from_problems(load_problems(path, fmt or detect_format(path)))
 
 
-@dataclass(frozen=True, slots=True)
+def _length_ratio(value: float) -> bool:
+    """A length filter: 0 (none) or a ratio >= 1."""
+    return value == 0 or value >= 1
+
+
+@settings
 class VerifiedConfig:
     """Whose samples, from which runs, and how they become rows."""
 
@@ -99,19 +105,12 @@ class VerifiedConfig:
     run_ids: tuple[str, ...] = ()
     """Runs to read; empty reads every run of the database."""
     held_out: HeldOut = field(default_factory=HeldOut)
-    length_ratio: float = 1.5
+    length_ratio: Annotated[float, Rule(_length_ratio, "length_ratio must be >= 1 (or 0: no filter), got {value}")] = 1.5
     """Longest side over shortest side a pair may have (0: no length filter)."""
-    max_pairs_per_question: int = 4
-    max_sft_per_question: int = 4
+    max_pairs_per_question: Annotated[int, Rule(lambda v: v >= 1, "max_pairs_per_question must be >= 1, got {value}")] = 4
+    max_sft_per_question: Annotated[int, Rule(lambda v: v >= 1, "max_sft_per_question must be >= 1, got {value}")] = 4
     explicit_only: bool = True
     """A chosen / SFT answer must state its answer explicitly (not a ``fallback`` guess)."""
-
-    def __post_init__(self):
-        if self.length_ratio != 0 and self.length_ratio < 1:
-            raise ValueError(f"length_ratio must be >= 1 (or 0: no filter), got {self.length_ratio}")
-        for name in ("max_pairs_per_question", "max_sft_per_question"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready settings (the held-out set by size), for the dataset record."""
