@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import model_validator
+
+from agora.models.validation import Rule, settings
 
 Kind = Literal["benchmark", "carried", "interactive"]
 """How a protocol runs: ``benchmark`` (one question per invocation, run and recorded by
@@ -52,7 +56,7 @@ class RunCommand:
     """The method table's title (default: the protocol's name)."""
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class BenchRole:
     """How a protocol takes part in ``agora bench`` (:mod:`agora.runs.bench` reads it from the registry).
 
@@ -61,7 +65,7 @@ class BenchRole:
     bench reports for it, in report order, after ALIGN's and COMED's own.
     """
 
-    methods: tuple[str, ...]
+    methods: Annotated[tuple[str, ...], Rule(bool, "BenchRole.methods must name at least one method")]
     """The methods the bench reports (a subset of the spec's ``methods``, the main one first)."""
     sharing: Mapping[str, str]
     """Method → the samples it draws on, in words (the report's "shares" column); one per method."""
@@ -72,12 +76,12 @@ class BenchRole:
     """The input it needs per question: ``question`` (the problem alone; with the bench's shared
     candidates, ``shared_candidates`` too, :func:`agora.graphs.question.take_shared`)."""
 
-    def __post_init__(self):
-        if not self.methods:
-            raise ValueError("BenchRole.methods must name at least one method")
+    @model_validator(mode="after")
+    def _every_method_said(self) -> BenchRole:
         missing = [m for m in self.methods if m not in self.sharing]
         if missing:
             raise ValueError(f"BenchRole.sharing: no text for {missing} (one per method)")
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +104,7 @@ class DenseBaseline:
     """Position among COMED's baselines and in the bench's report (lower first; MoA 10, debate 20)."""
 
 
-@dataclass(frozen=True, slots=True)
+@settings
 class ProtocolSpec:
     """One protocol: its graph, types, methods, and how a finished item is told and recorded.
 
@@ -148,7 +152,8 @@ class ProtocolSpec:
     """How COMED runs it as a dense-collaboration baseline (``None``: it is not one). A dense
     baseline needs ``bench`` too: its bench methods are what COMED reports."""
 
-    def __post_init__(self):
+    @model_validator(mode="after")
+    def _consistent(self) -> ProtocolSpec:
         if not self.name or not self.graph_id:
             raise ValueError("ProtocolSpec.name and graph_id must be non-empty")
         if self.kind == "benchmark" and self.methods and self.methods[0] != self.name:
@@ -160,6 +165,7 @@ class ProtocolSpec:
         if self.dense is not None and (self.bench is None or self.kind != "benchmark"):
             raise ValueError(f"ProtocolSpec.dense: {self.name!r} must be a benchmark protocol with a BenchRole "
                              "(its bench methods are what COMED reports)")
+        return self
 
     @property
     def studio_path(self) -> str:
