@@ -10,13 +10,14 @@ the plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
 from agora.graphs import registry
 from agora.graphs.delegation import METHODS as ALIGN_METHODS
 from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS
+from agora.models.validation import Convert, Rule, settings
 from agora.runs.bench_tasks import DevSplit, TaskFile
 from agora.tasks.loaders import Problem
 from agora.traces.store import TraceStore
@@ -93,14 +94,28 @@ def resolve_methods(spec: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(m for m in every if m in chosen)
 
 
-@dataclass(frozen=True, slots=True)
+def _known_methods(methods: Any) -> Any:
+    """``methods`` unchanged when it names at least one method, each known (:func:`protocol_of`)."""
+    every = protocol_of()
+    unknown = [m for m in methods if m not in every]
+    if unknown or not methods:
+        raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")
+    return methods
+
+
+def _whole(value: Any) -> bool:
+    """An ``int`` >= 1 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@settings
 class BenchConfig:
     """The protocols' settings for a bench (the CLI builds it from its options)."""
 
     align: DelegationConfig = field(default_factory=DelegationConfig)
     comed: EscalationConfig = field(default_factory=EscalationConfig)
     """COMED's settings; its thresholds are the fixed ones, used unless a dev split calibrates them."""
-    methods: tuple[str, ...] = field(default_factory=lambda: tuple(protocol_of()))
+    methods: Annotated[tuple[str, ...], Convert(_known_methods)] = field(default_factory=lambda: tuple(protocol_of()))
     """The methods to report (default: every method of :func:`protocol_of`)."""
     thresholds_source: str = DEFAULT_SOURCE
     """Where ``comed.thresholds`` came from, for the report, when no dev split is given."""
@@ -108,11 +123,11 @@ class BenchConfig:
     """Calibration cost weight λ (:func:`agora.agents.escalation_calibration.calibration_objective`)."""
     max_calls: float | None = None
     """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
-    concurrency: int | None = 1
+    concurrency: Annotated[int | None, Rule(_whole, "BenchConfig.concurrency must be an integer >= 1 or None, got {value!r}", optional=True)] = 1
     """Questions in flight per run; ``None``: the pool's
     :meth:`~agora.models.pool.ModelPool.suggested_concurrency` (8 on the embedded llama.cpp pool)."""
     durability: Literal["async", "sync", "exit"] = "async"
-    round_size: int | None = 10
+    round_size: Annotated[int | None, Rule(_whole, "BenchConfig.round_size must be an integer >= 1 or None, got {value!r}", optional=True)] = 10
     """Test questions per task and run in one round: the bench runs every task's ALIGN and COMED
     runs on their first ``round_size`` questions, then on the next ones, so an interrupted bench
     already has every cell of its table, on fewer questions. ``None``: each run in one go.
@@ -127,18 +142,6 @@ class BenchConfig:
     """Neighbours of ``comed_routed``'s dev-trained kNN router."""
     embedding: str = "auto"
     """Embedding of ``comed_routed``'s router: ``auto``, ``minilm`` or ``tfidf``."""
-
-    def __post_init__(self):
-        every = protocol_of()
-        unknown = [m for m in self.methods if m not in every]
-        if unknown or not self.methods:
-            raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")
-        if self.concurrency is not None and (isinstance(self.concurrency, bool)
-                                             or not isinstance(self.concurrency, int) or self.concurrency < 1):
-            raise ValueError(f"BenchConfig.concurrency must be an integer >= 1 or None, got {self.concurrency!r}")
-        if self.round_size is not None and (isinstance(self.round_size, bool) or not isinstance(self.round_size, int)
-                                            or self.round_size < 1):
-            raise ValueError(f"BenchConfig.round_size must be an integer >= 1 or None, got {self.round_size!r}")
 
     @property
     def protocols(self) -> tuple[str, ...]:
