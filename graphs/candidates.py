@@ -24,7 +24,8 @@ Not a registered protocol (no ``SPEC``): a bench's building block, not a method 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import field
+from functools import partial
 from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
@@ -43,7 +44,7 @@ from agora.graphs.nodes import sync_async_node
 from agora.graphs.question import as_problem, QuestionInput, shared_candidate, SharedCandidate
 from agora.graphs.scoring import ProtocolGraph
 from agora.models.pool import ModelPool
-from agora.models.validation import Count, Name, Names, settings
+from agora.models.validation import Convert, Count, Name, Names, settings
 from agora.traces.schema import MethodResult
 
 #: Seeds of the shared draw: model ``i`` (its position in :attr:`CandidatesConfig.models`, else in
@@ -77,17 +78,14 @@ class CandidatesConfig:
 
 
 @graph_context
-@dataclass
+@settings(frozen=False, slots=False)
 class CandidatesContext:
     """Run-time context: the pool and the draw's settings."""
 
-    pool: ModelPool | str | None = None
+    pool: Annotated[ModelPool | str | None, Convert(partial(resolve_pool, where="CandidatesContext"))] = None
     """The models (a ``ModelPool``, a built-in pool name or a pool file; ``None``: the embedded pool)."""
-    config: CandidatesConfig = field(default_factory=CandidatesConfig)
-
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, where=type(self).__name__)
-        self.config = settings_from(self.config, CandidatesConfig)
+    config: Annotated[CandidatesConfig, Convert(partial(settings_from, cls=CandidatesConfig))] = field(
+        default_factory=CandidatesConfig)
 
 
 class CandidatesState(QuestionInput, total=False):

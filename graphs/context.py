@@ -8,17 +8,18 @@ import functools
 import os
 import sys
 import threading
+import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import field, fields, is_dataclass, make_dataclass
+from dataclasses import field, fields, is_dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from agora.graphs.studio_schema import studio_schema
 from agora.models.builtins import BUILTIN_POOLS
 from agora.models.pool import ModelPool, PoolConfigError, builtin_pool, builtin_pool_name, load_pool
-from agora.models.validation import is_settings
+from agora.models.validation import Convert, is_settings, settings
 
 S = TypeVar("S")
 C = TypeVar("C")
@@ -166,7 +167,7 @@ def graph_context(cls: type[C]) -> type[C]:
     """Class decorator (above ``@dataclass``) for a graph's run-time context: keyword fields the
     class does not have are refused with one line naming its fields (LangGraph builds the context
     from a JSON mapping with ``cls(**mapping)``), and its JSON schema gets field descriptions
-    (:func:`studio_schema`). The class's ``__post_init__`` resolves its pool (:func:`resolve_pool`).
+    (:func:`studio_schema`). Its ``pool`` resolves to a pool (:func:`resolve_pool`).
     A protocol does not write such a class: :func:`protocol_context` makes it."""
     init = cls.__init__
     names = _context_fields(cls)
@@ -266,12 +267,10 @@ def protocol_context(name: str, config: type, about: str, *,
     The class belongs to the calling module (``module``, default: the caller's ``__name__``), so a
     protocol's spec names it like any class of its own (``context=MoAContext``).
     """
-    def __post_init__(self: Any) -> None:
-        self.pool = resolve_pool(self.pool, builtin=builtin, where=name)  # a name or a pool file (JSON clients)
-        self.config = settings_from(self.config, config)  # JSON clients (Studio) send a dict
-
-    specs = [("pool", ModelPool | str | None, field(default=None)),
-             ("config", config, field(default_factory=config)),
+    pool_rule = Convert(functools.partial(resolve_pool, builtin=builtin, where=name))  # a name or a pool file
+    config_rule = Convert(functools.partial(settings_from, cls=config))  # JSON clients (Studio) send a dict
+    specs = [("pool", Annotated[ModelPool | str | None, pool_rule], field(default=None)),
+             ("config", Annotated[config, config_rule], field(default_factory=config)),
              *((f, kind, field(default=default)) for f, kind, default, _doc in extra)]
     docs = {"pool": pool_doc, "config": about, **{f: doc for f, _kind, _default, doc in extra}}
     fields_list = ", ".join(f for f, *_ in specs)
@@ -279,7 +278,7 @@ def protocol_context(name: str, config: type, about: str, *,
            f"\"config\": {{...}}}}``, as Studio and the HTTP API send it); any other object, or a field it does not "
            f"have, is refused (:class:`ContextError`).")
     owner = module or sys._getframe(1).f_globals.get("__name__", __name__)
-    cls = make_dataclass(name, specs, namespace={
-        "__post_init__": __post_init__, "__doc__": doc, "__module__": owner, "__field_docs__": docs})
-    cls.__qualname__ = name
-    return graph_context(cls)
+    cls = types.new_class(name, exec_body=lambda ns: ns.update({
+        "__annotations__": {f: kind for f, kind, _ in specs}, **{f: default for f, _, default in specs},
+        "__doc__": doc, "__module__": owner, "__qualname__": name, "__field_docs__": docs}))
+    return graph_context(settings(cls, frozen=False, slots=False))
