@@ -341,18 +341,24 @@ def test_an_align_run_over_two_unreachable_members_records_failed_attempts_of_bo
 
 
 def test_a_cancelled_call_hands_its_failed_attempts_to_the_collector():
+    asked: list[asyncio.Event] = []
+
     class Down:
         def sample(self, messages, params):
             raise ConnectionRefusedError("refused")
 
         async def asample(self, messages, params):
+            asked[0].set()
             return self.sample(messages, params)
 
     pool = ModelPool.from_chat_models({"d": Down()}, max_retries=5)
 
     async def cut_short():
+        asked.append(asyncio.Event())
         task = asyncio.ensure_future(pool.asample("d", HI, context={"node": "agent"}))
-        await asyncio.sleep(0.2)  # attempt 0 failed, the call waits out its 0.5 s backoff
+        # attempt 0 failed: the call's task went on, without yielding, to wait out its 0.5 s backoff
+        # before this one resumes
+        await asked[0].wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -1,6 +1,8 @@
 """Trace store and resumable runner: rows written, resume without redoing or duplicating work."""
 
+import asyncio
 import json
+import sys
 import threading
 import time
 
@@ -15,6 +17,7 @@ from agora.graphs.runner import run_problems
 from agora.tasks import Problem
 from agora.traces.report import bootstrap_ci, method_table, run_totals
 from agora.traces.store import TraceStore
+from waiting import wait_until
 
 PROBLEMS = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(1, 4)]
 
@@ -23,6 +26,20 @@ def answer_twice(chat, index):
     # "What is i + i?" -> right for agent a, wrong for b on odd i
     i = int(chat[-1]["content"].split()[2])
     return f"So the answer is {2 * i}."
+
+
+def worked_on(question_id: str) -> bool:
+    """Whether a thread other than the main one still runs a frame whose local ``problem`` is the
+    question ``question_id``: the runner's question worker holds one until it lets the question go,
+    having flagged the run to stop when the question failed."""
+    main = threading.main_thread().ident
+    for ident, frame in sys._current_frames().items():
+        while ident != main and frame is not None:
+            problem = frame.f_locals.get("problem")
+            if isinstance(problem, Problem) and problem.id == question_id:
+                return True
+            frame = frame.f_back
+    return False
 
 
 def run(store, pool, run_id="r1", problems=PROBLEMS, config=DelegationConfig(n_agents=2, k_samples=2), **kw):
@@ -57,14 +74,23 @@ def test_rows_in_every_table(trace_db):
 def test_interrupted_run_resumes_without_redoing_or_duplicating(trace_db, durability):
     store = TraceStore(trace_db)
     state = {"armed": True}
+    branches = set()  # q2's agent branches: asyncio tasks, which LangGraph names after their node
+
+    def a_respond(chat, index):  # (a answers inline, on the question's event loop)
+        if "2 + 2" in chat[-1]["content"] and state["armed"]:
+            branches.update(t for t in asyncio.all_tasks() if t.get_name() == "agent_sample")
+        return answer_twice(chat, index)
 
     def b_respond(chat, index):
         if "2 + 2" in chat[-1]["content"] and state["armed"]:
-            time.sleep(0.3)  # agent a's branch finishes first
+            # agent a's branch finishes first: once its task is done, LangGraph's commit of its writes
+            # (a done-callback, queued on the loop) runs before b's error reaches the loop
+            wait_until(lambda: len(branches) == 2 and sum(not t.done() for t in branches) == 1,
+                       "agent a's q2 branch to finish (b's still running)")
             raise KeyboardInterrupt  # the user presses Ctrl-C while agent b works on q2
         return "The answer is 4."
 
-    a = ScriptedChatModel(respond=answer_twice)
+    a = ScriptedChatModel(respond=a_respond)
     # b blocks (sleeps), so it runs in a worker thread as real sync backends do (latency_s)
     pool = ModelPool.from_chat_models({"a": a, "b": ScriptedChatModel(respond=b_respond, latency_s=0.001)})
     with pytest.raises(KeyboardInterrupt):
@@ -235,22 +261,34 @@ def test_concurrent_run_stops_on_an_interrupt_keeps_running_questions_and_resume
     recorded, q3 and q4 never start; the rerun finishes q2–q4 with no duplicates."""
     state = {"armed": True}
     asked = []
+    q2_failing = threading.Event()
 
     def respond(chat, index):
         text = chat[-1]["content"]
         asked.append(text)
         if "2 + 2" in text and state["armed"]:
+            state["q2_seen_in_its_worker"] = worked_on("q2")
+            q2_failing.set()
             raise KeyboardInterrupt
-        if "1 + 1" in text:
-            time.sleep(0.2)  # still running when q2 fails
         return answer_twice(chat, index)
+
+    class SlowOnQ1(ScriptedChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            if "1 + 1" in messages[-1].content and state["armed"]:
+                # still running when q2 fails: q1 answers only once q2's question has left the runner's
+                # worker, which flags the run to stop before that worker (or q1's) can take q3. (It
+                # waits here, before the scripted model's lock, which q2's call needs.)
+                assert q2_failing.wait(300), "q2 was never asked"
+                wait_until(lambda: not worked_on("q2"), "q2's question to leave its worker")
+            return super()._generate(messages, stop, run_manager, **kwargs)
 
     problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(1, 5)]
     store = TraceStore(trace_db)
-    pool = ModelPool.from_chat_models({"a": ScriptedChatModel(respond=respond, latency_s=0.001)})  # blocks: a thread
+    pool = ModelPool.from_chat_models({"a": SlowOnQ1(respond=respond, latency_s=0.001)})  # blocks: a thread
     cfg = DelegationConfig(n_agents=1, k_samples=1)
     with pytest.raises(KeyboardInterrupt):
         run(store, pool, problems=problems, config=cfg, concurrency=2)
+    assert state["q2_seen_in_its_worker"]  # (the wait above watched something real)
     assert store.finished_questions("r1") == {"q1"}
     assert not any("3 + 3" in t or "4 + 4" in t for t in asked)
     state["armed"] = False

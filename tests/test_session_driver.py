@@ -263,10 +263,15 @@ def test_a_session_stopped_right_after_a_finished_step_continues_on_the_rerun(tm
     import os
     import signal
     import threading
-    import time
 
     from agora.graphs.runner import open_checkpointer
     from agora.runs.selection import _thread, build_selection_graph
+
+    taken = threading.Event()  # the main thread has taken the Ctrl-C
+
+    def on_sigint(signum, frame):
+        taken.set()
+        raise KeyboardInterrupt
 
     def stopper(fired):
         # One per attempt, bound to its models: a step of an earlier attempt still running in a worker
@@ -275,10 +280,13 @@ def test_a_session_stopped_right_after_a_finished_step_continues_on_the_rerun(tm
         def respond(chat, i, m):
             if not fired and threading.current_thread() is not threading.main_thread():
                 fired.append(m)
+                taken.clear()
                 os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, delivered to the main thread
-                time.sleep(0.3)  # ... while this step still runs
+                taken.wait(30)  # ... while this step still runs
             return f"{m} answers"
         return respond
+
+    signal.signal(signal.SIGINT, on_sigint)  # (ctrl_c_raises puts the previous handler back)
 
     for attempt in range(12):
         respond = stopper([])
