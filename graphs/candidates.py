@@ -1,4 +1,4 @@
-"""One candidate pool per question (issue 32): k samples from every pool model, drawn once.
+"""One candidate pool per question: k samples from every pool model, drawn once.
 
     START ─Send×m─▶ candidates ─▶ candidates_vote ─▶ END
 

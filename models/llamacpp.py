@@ -132,8 +132,9 @@ _ENGINE_NAMES = ("", "llama-cpp-python", "llama_cpp_python", "llamacpp", "llama-
 def check_engine_env() -> None:
     """Refuse an ``AGORA_LLAMA_ENGINE`` that asks for another embedded engine than llama-cpp-python.
 
-    The variable chose the server engine on trial (xllamacpp), removed on 2026-12-04 (issue 29: one
-    engine; benchmarks/README.md); left set, it would now be ignored silently. Case and surrounding
+    The variable once chose a server engine (xllamacpp), which Agora no longer has (llama-cpp-python is
+    the one embedded engine; benchmarks/README.md says why); left set, it would otherwise
+    be ignored silently. Case and surrounding
     spaces do not matter; unset, empty, ``llama-cpp-python`` (and its spellings) are accepted.
 
     Raises:
@@ -144,7 +145,7 @@ def check_engine_env() -> None:
     if engine in _ENGINE_NAMES:
         return
     if engine in ("server", "xllamacpp", "llama-server", "llamacpp-server"):
-        why = "the server engine on trial was removed on 2026-12-04 (issue 29, benchmarks/README.md)"
+        why = "the server engine was removed (see benchmarks/README.md)"
     else:
         why = "it is not an engine's name"
     raise ValueError(f"AGORA_LLAMA_ENGINE={raw!r}: llama-cpp-python is the one embedded engine and {why}; "

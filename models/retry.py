@@ -13,7 +13,7 @@ asks :func:`is_transient` after every failed attempt:
   breaks the member contract (:class:`~agora.models.errors.MemberContractError`: wrong types, too
   few samples).
 
-HTTP 400 stays transient: the fault-injection suite (``tests/test_faults.py``, issue 16) records a
+HTTP 400 stays transient: the fault-injection suite (``tests/test_faults.py``) records a
 context-length 400 as two attempts, and a server that refuses a structured-output constraint with
 400 is asked again without it (:mod:`agora.models.openai_backend`).
 

@@ -139,6 +139,7 @@ def _comed_vs_dense(report: dict[str, Any], spec: BenchSpec, data: BenchData, se
 Claim = Callable[[dict[str, Any], BenchSpec, BenchData, int], list[dict[str, Any]]]
 
 CLAIMS: tuple[Claim, ...] = (_align_vs_sc, _multi_vs_single, _comed_vs_dense)
-"""The claims of issue 18, in the report's order: each maps (report data, spec, the runs' data,
+"""The bench report's claims (ALIGN over self-consistency, several models over one, COMED over the
+dense protocols), in the report's order: each maps (report data, spec, the runs' data,
 seed) to its rows (none when the bench lacks its methods). The report's Claims section and the
 console lines render whatever rows these give."""

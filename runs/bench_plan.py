@@ -133,7 +133,7 @@ class BenchConfig:
     already has every cell of its table, on fewer questions. ``None``: each run in one go.
     Rounds change only the order: the questions, their runs and their results are the same."""
     shared: bool = False
-    """One candidate pool per question (issue 32): draw k samples from every pool model once per
+    """One candidate pool per question: draw k samples from every pool model once per
     question (run ``<bench>:<task>:candidates``) and give them to every protocol that starts from
     independent samples; with a dev split, also choose the best single model (``single_agent``, COMED's
     fixed anchor) on dev and add ``comed_routed`` (kNN router trained on the dev draw). ``False``:

@@ -1,4 +1,5 @@
-"""The bench's shared candidate pool and its fair configuration (issue 32 items 1 and 4).
+"""The bench's shared candidate pool and its fair configuration (the same candidates for every
+method, and the best single model chosen on dev).
 
 :mod:`agora.runs.bench` draws, per question, k samples from every pool model once (the run
 ``<bench>:<task>:candidates`` of :func:`agora.graphs.candidates.build_candidates_graph`) and hands them
@@ -152,7 +153,7 @@ def check_edition(store: TraceStore, run_ids: Sequence[str], shared: bool) -> No
         if had != shared:
             bench = run_id.split(":", 1)[0]
             if shared:
-                raise ValueError(f"bench {bench!r} was run before shared candidates (issue 32): its run {run_id} drew "
+                raise ValueError(f"bench {bench!r} was run before shared candidates: its run {run_id} drew "
                                  "its own samples; resume it with --no-shared-candidates, or start a new --run-id")
             raise ValueError(f"bench {bench!r} was run with shared candidates: its run {run_id} took them; resume it "
                              "with --shared-candidates, or start a new --run-id")

@@ -1,5 +1,5 @@
 """Trace bundles: one or more runs (or a whole bench) as one compressed, versioned file that any trace
-database can import (``agora export`` / ``agora import``, issue 30; format: ``docs/traces.md``).
+database can import (``agora export`` / ``agora import``; format: ``docs/traces.md``).
 
 A bundle is gzip-compressed JSON Lines (``*.agora.jsonl.gz``):
 

@@ -1,5 +1,5 @@
 """Replay: re-decide a recorded run under another selection rule or other parameters, with zero
-model calls (``agora replay``, issue 30).
+model calls (``agora replay``).
 
 Every candidate a run drew is a ``model_calls`` row with its extracted answer (schema
 :mod:`agora.traces.schema`), so any rule that picks an answer from recorded candidates can be

@@ -76,7 +76,7 @@ class RunTrace:
 
 def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None = None) -> RunTrace:
     """Read run ``run_id`` (its recorded questions, ``question_ids`` only when given) with every
-    successful sample. Databases without the answer-level columns (older than issue 30, not
+    successful sample. Databases without the answer-level columns (written before them, not
     backfilled) are read as well: answers and sample indices are then worked out here the way
     :func:`agora.traces.store.backfill` would store them.
 
@@ -118,7 +118,7 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
         q.samples.append(SampleRow(c["call_id"], c["node"], c["role"], c["agent"], c["model"], index, answer, how,
                                    c["completion_tokens"] or 0, c["latency_s"] or 0.0, c.get("partner"),
                                    c["completion"], recipe=c.get("recipe")))
-    # samples taken from the bench's shared candidates (issue 32): their rows are the candidates run's
+    # samples taken from the bench's shared candidates: their rows are the candidates run's
     takes = shared_takes(store, run_id, {q.question_id: q.detail for q in questions.values()})
     for qid, got in takes.items():
         q = questions[qid]

@@ -25,7 +25,7 @@
     without an answer, and in databases written before the column existed), calls (requests the
     method's answer needed, N samples of one prompt being one request: COMED and its baselines, MoA,
     debate; NULL for protocols that count samples only, and in databases written before the column).
-    shared_calls, shared_samples, shared_tokens, shared_latency_s (issue 32: of calls, samples,
+    shared_calls, shared_samples, shared_tokens, shared_latency_s (of calls, samples,
     completion_tokens and latency_s, the part drawn from ``agora bench``'s shared candidate pool,
     whose rows belong to the bench's candidates run; the method *added* the rest. NULL: nothing
     shared, or a database written before the columns).
@@ -36,7 +36,7 @@
     completion_tokens, latency_s, finish_reason, attempt (0-based retry count), error (NULL when
     the call succeeded), created_at (when the attempt began, UTC), partner (the model(s) whose
     answer the prompt showed, comma-separated: COMED peers, debate rounds after the first, the MoA
-    aggregator; NULL for a call that answered alone). Answer-level columns (issue 30), filled when
+    aggregator; NULL for a call that answered alone). Answer-level columns, filled when
     the question is recorded (:func:`agora.tasks.answers.find_answer` with the question's kind and
     option count) and by ``agora traces backfill`` in older databases: answer (the sample's
     extracted canonical answer, NULL without one), how (``marker``, ``boxed``, ``####``,

@@ -325,7 +325,7 @@ class TraceStore(TraceReader):
                         "samples": r.get("samples"),
                         "completion_tokens": r.get("completion_tokens"),
                         "latency_s": r.get("latency_s"), "how": r.get("how"), "calls": r.get("calls"),
-                        # issue 32: the part drawn from a bench's shared candidate pool (NULL: none)
+                        # the part drawn from a bench's shared candidate pool (NULL: none)
                         "shared_calls": r.get("shared_calls"), "shared_samples": r.get("shared_samples"),
                         "shared_tokens": r.get("shared_completion_tokens"),
                         "shared_latency_s": r.get("shared_latency_s")}

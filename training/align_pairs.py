@@ -1,5 +1,5 @@
 """DPO pairs from ALIGN traces for one target model: a correct candidate over the target's own
-incorrect one, same question (issue 19's "learning from its own and a stronger peer's traces").
+incorrect one, same question: the target learns from its own and from a stronger peer's traces.
 
 An ALIGN run logs every candidate as a ``model_calls`` row (``node = "agent_sample"``, the
 completion, the model, the prompt). For each recorded question with a gold answer this module
