@@ -145,7 +145,7 @@ def check_engine_env() -> None:
     if engine in _ENGINE_NAMES:
         return
     if engine in ("server", "xllamacpp", "llama-server", "llamacpp-server"):
-        why = "the server engine was removed (see benchmarks/README.md)"
+        why = "the server engine was removed on 2026-12-04 (see benchmarks/README.md)"
     else:
         why = "it is not an engine's name"
     raise ValueError(f"AGORA_LLAMA_ENGINE={raw!r}: llama-cpp-python is the one embedded engine and {why}; "
