@@ -24,11 +24,12 @@ Not a registered protocol (no ``SPEC``): a bench's building block, as the shared
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
+from pydantic import model_validator
 from typing_extensions import NotRequired
 
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
@@ -42,7 +43,7 @@ from agora.graphs.nodes import sync_async_node
 from agora.graphs.question import QuestionInput, SharedCandidate, as_problem, shared_candidate
 from agora.graphs.scoring import ProtocolGraph
 from agora.models.pool import ModelPool
-from agora.models.validation import Count, Name, settings
+from agora.models.validation import Convert, Count, Name, settings
 from agora.traces.schema import MethodResult
 
 #: The run's protocol name and its one method.
@@ -67,17 +68,18 @@ class MatchedSingleConfig:
 
 
 @graph_context
-@dataclass
+@settings(frozen=False, slots=False)
 class MatchedSingleContext:
     """Run-time context: the pool and the draw's settings."""
 
-    pool: ModelPool | str | None = None
+    pool: Annotated[ModelPool | str | None, Convert(partial(resolve_pool, where="MatchedSingleContext"))] = None
     config: MatchedSingleConfig | None = None
 
-    def __post_init__(self):
-        self.pool = resolve_pool(self.pool, where=type(self).__name__)
+    @model_validator(mode="after")
+    def _has_config(self) -> MatchedSingleContext:
         if not isinstance(self.config, MatchedSingleConfig):
             raise ValueError(f"MatchedSingleContext.config: expected MatchedSingleConfig, got {type(self.config).__name__}")
+        return self
 
 
 class MatchedSingleInput(QuestionInput, total=False):

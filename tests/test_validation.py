@@ -111,8 +111,6 @@ def test_settings_stay_frozen_dataclasses_and_values_are_kept_as_given():
 POST_INIT_ALLOWED = {
     "LexiconDetector": "derives its phrase index (a field it computes, init=False) from its phrases",
     "PoolMember": "derives its sampler (the model as the member contract) from the model it is given",
-    "MatchedSingleContext": "resolves its pool (a name or a pool file, as JSON clients send it); to become a "
-                            "settings class as protocol_context's contexts are",
 }
 
 
