@@ -197,7 +197,33 @@ def checkpoint_serializer() -> StrictSerializer:
     return StrictSerializer()
 
 
-class InlineAsyncSqliteSaver(SqliteSaver):
+class InlineAsync:
+    """The async methods LangGraph's ``ainvoke`` calls on a checkpointer, run inline by the saver's
+    sync ones (put first in the bases, before the sync saver): a checkpoint read or write is short
+    and local, and a thread hop per step would cost more than it saves. ``alist`` reads every item
+    first, so a consumer that stops early or awaits between items holds no lock of the saver's."""
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)  # type: ignore[attr-defined]
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        for item in list(self.list(config, filter=filter, before=before, limit=limit)):  # type: ignore[attr-defined]
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)  # type: ignore[attr-defined]
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        self.put_writes(config, writes, task_id, task_path)  # type: ignore[attr-defined]
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.delete_thread(thread_id)  # type: ignore[attr-defined]
+
+
+class InlineAsyncSqliteSaver(InlineAsync, SqliteSaver):
     """``SqliteSaver`` whose async methods run its sync ones inline (see the module docstring).
 
     Args:
@@ -336,16 +362,6 @@ class InlineAsyncSqliteSaver(SqliteSaver):
         if failure is not None:
             raise failure
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.get_tuple(config)
-
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        # ``SqliteSaver.list`` holds the saver's lock until it is exhausted: read everything
-        # first, so a consumer that stops early or awaits between items blocks no other call.
-        for item in list(self.list(config, filter=filter, before=before, limit=limit)):
-            yield item
-
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
         self._raise_failure()
@@ -377,5 +393,3 @@ class InlineAsyncSqliteSaver(SqliteSaver):
         finally:
             self._local.defer = False
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        self.delete_thread(thread_id)

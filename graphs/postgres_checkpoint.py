@@ -7,23 +7,24 @@ table, of trained models, keeps its name). It deserialises as strictly as the SQ
 (:func:`agora.graphs.checkpoint.checkpoint_serializer`: plain data and the allowed types; a row naming
 another type raises :class:`~agora.graphs.checkpoint.UnsafeCheckpointError` before anything is
 imported), and gives the async methods the runner's ``ainvoke`` calls by running the sync ones
-inline, as :class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver` does.
+inline (:class:`~agora.graphs.checkpoint.InlineAsync`, as the SQLite saver does).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from agora.graphs.checkpoint import (
     _DAMAGED,
     CorruptCheckpointError,
+    InlineAsync,
     UnsafeCheckpointError,
     _checked,
     checkpoint_serializer,
@@ -103,7 +104,7 @@ except ImportError:  # pragma: no cover - without the postgres extra: open_postg
     _PostgresSaver = object  # type: ignore[assignment,misc]
 
 
-class InlineAsyncPostgresSaver(_PostgresSaver):  # type: ignore[misc,valid-type]
+class InlineAsyncPostgresSaver(InlineAsync, _PostgresSaver):  # type: ignore[misc,valid-type]
     """``PostgresSaver`` on a pool, strict, with inline async methods (see the module docstring).
     ``commit`` is a no-op (every write is committed when its method returns)."""
 
@@ -153,21 +154,3 @@ class InlineAsyncPostgresSaver(_PostgresSaver):  # type: ignore[misc,valid-type]
     def close(self) -> None:
         self.conn.close()
 
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.get_tuple(config)
-
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        for item in list(self.list(config, filter=filter, before=before, limit=limit)):
-            yield item
-
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
-        return self.put(config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                          task_path: str = "") -> None:
-        self.put_writes(config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        self.delete_thread(thread_id)
