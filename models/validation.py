@@ -13,8 +13,17 @@ turns pydantic's ``ValidationError`` into the one exception a caller sees, in on
 
     DelegationConfig.k_samples must be an integer >= 1, got True
 
-(the field rule's ``expected`` text; a cross-field rule's own message and exception type, e.g.
-:class:`agora.models.errors.PoolConfigError`, unchanged).
+(the field rule's ``expected`` text). A :func:`Rule`, a :func:`Convert` function and a cross-field
+rule raise their own message, which the caller sees unchanged with its exception type (e.g.
+:class:`agora.models.errors.PoolConfigError`). A graph's run-time context is a settings class too
+(``settings(frozen=False, slots=False)``): its ``pool`` and ``config`` convert by rule
+(:func:`agora.graphs.context.protocol_context`).
+
+Cost, measured on a loaded 2-core machine: building a settings class at import takes about 4 ms
+(41 classes: 0.15 s); constructing one checks only the fields given (``DelegationConfig(k_samples=4,
+models=("a", "b"))``: 5.8 µs, against 12.8 µs for the hand-written checks it replaced), but the
+smallest classes pay pydantic's fixed cost (``SamplingParams``, once per model call: about 9 µs
+against 2.3 µs, noise beside the call itself).
 
 Rules of the markers: a ``bool`` is not a count or a number (``True`` is refused where an ``int`` is
 expected); numbers are finite (``nan`` and ``inf`` are refused); a tuple of names is a tuple or list
@@ -200,15 +209,16 @@ def one_line(owner: str, exc: ValidationError) -> Exception:
 def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool = True,
              config: ConfigDict | None = None) -> Any:
     """Class decorator: ``cls`` as a pydantic dataclass (frozen, with slots, by default) whose
-    field docstrings describe its JSON schema, and whose bad values raise the one-line error of
-    :func:`one_line` (not pydantic's ``ValidationError``). Use bare (``@settings``) or with
+    bad values raise the one-line error of :func:`one_line` (not pydantic's ``ValidationError``);
+    its fields without a rule get :data:`AS_GIVEN`. (A graph's JSON schema takes its descriptions
+    from the field docstrings through :func:`agora.graphs.studio_schema.studio_schema`.) Use bare (``@settings``) or with
     arguments (``@settings(frozen=False)``).
 
     Raises:
         pydantic.errors.PydanticUndefinedAnnotation: at import, an annotation that does not resolve
             (import the types the fields name at module level).
     """
-    options = ConfigDict(use_attribute_docstrings=True, arbitrary_types_allowed=True, **(config or {}))
+    options = ConfigDict(arbitrary_types_allowed=True, **(config or {}))
 
     def wrap(cls: type[T]) -> type[T]:
         _as_given_unless_ruled(cls)
