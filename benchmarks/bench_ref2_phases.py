@@ -9,7 +9,7 @@ for a quiet measurement elsewhere) are cut out of those intervals. So is the tim
 sittings (from the last question finished before a ``start`` line to that start). A question resumed from
 its checkpoint after a stop counts only its last sitting's part in runs made before session 18 (ref-2,
 ref-3: ``wall_s`` restarted), which under-counts by at most the steps it had done before; later code adds
-the earlier sittings' kept steps to ``wall_s`` (``agora.graphs.runner.kept_wall_s``), whose interval then
+the earlier sittings' kept steps to ``wall_s`` (``agora.graphs.run_checkpoints.kept_wall_s``), whose interval then
 reaches back over the gap, which is cut: for a run's span, a stop still under-counts by at most the steps
 done before it (the question's own ``wall_s`` has them).
 

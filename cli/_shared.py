@@ -139,7 +139,7 @@ def resume_command(run_id: str | None = None) -> str:
 def _end_now(code: int, message: str) -> None:
     """Mark this process's live runs ``interrupted`` (not left ``running``), print ``message`` and
     end the process at once with ``code``."""
-    from agora.graphs.runner import mark_live_runs
+    from agora.graphs.recorded_runs import mark_live_runs
 
     marked = mark_live_runs("interrupted", "stopped at once: " + message)
     note = "the run is marked interrupted" if marked else "finished work is saved"
@@ -164,7 +164,7 @@ def graceful_stop(run_id: str | None = None) -> Iterator[RunControl]:
     prints the resume hint and exits 130 (143 after SIGTERM, naming the command that resumes).
     A second signal ends the process at once (exit 130, or 143 for SIGTERM): model calls in flight
     run in worker threads that cannot be interrupted, and LangGraph would wait for them; the
-    process's runs are marked ``interrupted`` first (:func:`agora.graphs.runner.mark_live_runs`).
+    process's runs are marked ``interrupted`` first (:func:`agora.graphs.recorded_runs.mark_live_runs`).
     A SIGTERM's drain that takes more than :data:`TERM_GRACE_S` ends the same way. Finished
     questions and checkpointed steps are already on disk; the resumed run redoes the running step.
     ``run_id``: the run (or bench) id the resume hint names. Outside the main thread (where signal

@@ -42,7 +42,7 @@ from agora.agents.cupid_simulation import (
 from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.graphs.postgres_checkpoint import CHECKPOINT_SCHEMA
-from agora.graphs.runner import checkpoint_path
+from agora.graphs.run_checkpoints import checkpoint_path
 from agora.graphs.selection import SPEC, known_features, parse_choice
 from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems

@@ -11,7 +11,7 @@ in from the problem with :func:`agora.tasks.scoring.score_results` (:func:`score
 Resuming: each question runs on its own checkpoint thread ``<run_id>:<question_id>`` in a SQLite
 checkpointer beside the trace DB. A rerun with the same run id skips recorded questions and picks
 an interrupted question up from its last finished step (agents that already sampled are not asked
-again). Its ``wall_s`` adds what its earlier sittings spent on the steps kept (:func:`kept_wall_s`).
+again). Its ``wall_s`` adds what its earlier sittings spent on the steps kept (:func:`~agora.graphs.run_checkpoints.kept_wall_s`).
 
 Failed questions: a question whose protocol answer drew on no successful model call (every call
 failed after its retries: HTTP errors, bad replies, timeouts, a model that cannot load) is not
@@ -28,270 +28,44 @@ sync-only nodes run in the loop's thread pool, as LangGraph arranges. How the qu
 through (one thread, worker threads, or the workers of a shared Postgres run) is
 :mod:`agora.graphs.question_workers`.
 
-The run's row and checkpointer: :func:`recorded_run`, which the other drivers
-(:func:`agora.runs.duel.run_duels`, :func:`agora.runs.selection.run_session`) share.
+The run's row and checkpointer: :func:`agora.graphs.recorded_runs.recorded_run`, which the other
+drivers (:func:`agora.runs.duel.run_duels`, :func:`agora.runs.selection.run_session`) share; the
+checkpointer file: :mod:`agora.graphs.run_checkpoints`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 import time
-from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Sequence, get_args
+from typing import Any, Callable, Collection, Sequence, get_args
 
-from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.errors import GraphDrained
 from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Durability
 
 from agora.models.pool import ModelCallError, unreturned_attempts
 from agora.graphs.question import problem_input
-from agora.graphs.checkpoint import InlineAsyncSqliteSaver
-from agora.graphs.postgres_checkpoint import open_postgres_checkpointer
 from agora.graphs.question_workers import close_loop, in_running_loop, raise_if_drained, run_claimed, run_concurrently
 from agora.graphs.question_workers import run_to_end
+from agora.graphs.recorded_runs import recorded_run
 from agora.graphs.registry import get as protocol_spec
+from agora.graphs.run_checkpoints import KEPT_WALL_S, SITTING_STARTED, kept_wall_s
 from agora.graphs.scoring import noted_event
 from agora.graphs.spec import methods_written
 from agora.tasks.loaders import Problem
 from agora.tasks.scoring import score_results
 from agora.traces.claims import Claims
 from agora.traces.postgres import is_postgres_url
-from agora.traces.store import (
-    BUSY_TIMEOUT_S,
-    QUESTION_HASHES,
-    TraceStore,
-    TraceStoreError,
-    check_db_path,
-    describe_sqlite_error,
-    question_hash,
-    readonly_uri,
-)
+from agora.traces.store import QUESTION_HASHES, TraceStore, question_hash
 
 EventHandler = Callable[[dict[str, Any]], None]
 
 MODEL_CALL_THREADS = 64
 """Model calls of one question (one event loop) in flight at once, for sync-only backends: a served
 pool gets a question's whole fan-out (n agents, judges) as one batch."""
-
-
-def checkpoint_path(db_path: str | Path) -> str:
-    """Where the checkpointer of a trace DB lives: ``<db>.checkpoints`` next to it."""
-    p = Path(db_path)
-    return str(p.with_name(p.name + ".checkpoints"))
-
-
-def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> InlineAsyncSqliteSaver:
-    """LangGraph's SQLite checkpointer at :func:`checkpoint_path` of a trace DB (``":memory:"``
-    stays in memory), usable from worker threads and async runs
-    (:class:`~agora.graphs.checkpoint.InlineAsyncSqliteSaver`, with its ``group_commit``); close
-    it with ``saver.close()``.
-
-    WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
-    (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
-    last steps, which the resumed run redoes.
-    """
-    if is_postgres_url(str(db_path)):  # the trace database's own schema agora_checkpoints, shared by its workers
-        return open_postgres_checkpointer(str(db_path))  # type: ignore[return-value]
-    memory = str(db_path) == ":memory:"
-    path = ":memory:" if memory else checkpoint_path(db_path)
-    if not memory:
-        check_db_path(path)
-        check_checkpoint_schema(path)
-    try:
-        conn = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        saver = InlineAsyncSqliteSaver(conn, group_commit=group_commit)
-        saver.setup()  # a corrupt or unwritable file fails here, before any question runs
-    except sqlite3.Error as exc:
-        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
-    return saver
-
-
-#: The tables of LangGraph's SQLite checkpointer: a checkpoints file holding any other table belongs
-#: to another tool and is left untouched (:func:`check_checkpoint_schema`).
-CHECKPOINT_TABLES = frozenset({"checkpoints", "writes"})
-
-
-#: Checkpoint metadata the runner writes (through the invocation's ``config["metadata"]``, which
-#: LangGraph copies into every checkpoint of that invocation): when the question's sitting started
-#: (epoch seconds) and the wall seconds its earlier sittings kept (:func:`kept_wall_s`).
-SITTING_STARTED = "agora_sitting_started"
-KEPT_WALL_S = "agora_kept_wall_s"
-
-
-def kept_wall_s(latest: CheckpointTuple | None) -> float:
-    """The wall seconds a question spent, in the sittings before this one, on the steps its latest
-    checkpoint keeps: that checkpoint's sitting's part (from the sitting's start to the checkpoint's
-    ``ts``) plus what the sittings before it kept. Work after the last checkpoint of a stopped sitting
-    is redone, so it is not counted; neither is the time between sittings. 0 without a checkpoint,
-    or for a checkpoint written without the runner's metadata (by an older Agora, or by a graph run
-    outside the runner).
-
-    Used for ``questions.wall_s`` of a resumed question, which is then its wall time over all sittings
-    (a resume used to count only its last sitting's part)."""
-    if latest is None:
-        return 0.0
-    meta = latest.metadata or {}
-    started, kept = meta.get(SITTING_STARTED), meta.get(KEPT_WALL_S, 0.0)
-    if not isinstance(started, (int, float)) or not isinstance(kept, (int, float)):
-        return 0.0
-    try:
-        ts = datetime.fromisoformat(str(latest.checkpoint["ts"])).timestamp()
-    except (KeyError, TypeError, ValueError):
-        return float(kept)
-    return float(kept) + max(0.0, ts - float(started))
-
-
-def check_checkpoint_schema(path: str | Path) -> None:
-    """Refuse an existing checkpoints file that holds tables other than LangGraph's
-    (:data:`CHECKPOINT_TABLES`), reading it read-only, before its journal mode or tables change.
-
-    Raises:
-        TraceStoreError: naming the file and its foreign tables.
-    """
-    p = Path(path)
-    if not p.is_file() or p.stat().st_size == 0:
-        return
-    try:
-        conn = sqlite3.connect(readonly_uri(p), uri=True, timeout=BUSY_TIMEOUT_S)
-        try:
-            names = {r[0] for r in conn.execute("select name from sqlite_master where type in ('table', 'view')")}
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
-    foreign = sorted(n for n in names - CHECKPOINT_TABLES if not n.startswith("sqlite_"))
-    if foreign:
-        raise TraceStoreError(f"{path}: not an Agora checkpoints file (it holds {', '.join(foreign[:4])}); move it "
-                              "away or give --db another file (nothing was written to it)")
-
-
-_live_runs: dict[tuple[str, str], "RecordedRun"] = {}
-_live_lock = threading.Lock()
-
-
-def mark_live_runs(status: str = "interrupted", reason: str = "stopped") -> list[str]:
-    """Mark every run this process is running (inside :func:`recorded_run`) ``status``, through a
-    connection of its own (:meth:`TraceStore.mark_stopped`): what a signal handler calls before it
-    ends the process at once (a second Ctrl-C, a SIGTERM whose drain takes too long), so that no
-    run is left ``running``. Returns the run ids marked; never raises."""
-    runs: list[RecordedRun] = []
-    for _ in range(3):  # no lock: a signal handler may interrupt the thread that holds it
-        try:
-            runs = list(_live_runs.values())
-            break
-        except RuntimeError:  # the dict changed size while being read
-            continue
-    marked = []
-    for run in runs:
-        try:
-            summary = {**run.progress(), "error": reason}
-        except Exception:  # noqa: BLE001 - a summary is a nicety here
-            summary = {"error": reason}
-        if TraceStore.mark_stopped(run.store.path, run.run_id, status, summary):
-            marked.append(run.run_id)
-    return marked
-
-
-STOPPED = (GraphDrained, KeyboardInterrupt)
-"""What ends a run ``interrupted`` (a drain asked for, Ctrl-C) rather than ``failed``."""
-
-
-@dataclass
-class RecordedRun:
-    """A run while a driver runs it (:func:`recorded_run`): its ``runs`` row and its checkpointer."""
-
-    store: TraceStore
-    run_id: str
-    saver: InlineAsyncSqliteSaver
-    """The checkpointer beside the trace DB (closed when the run's ``with`` block ends)."""
-    resumed: bool
-    """The run's row existed: this is a rerun of it."""
-    progress: Callable[[], dict[str, Any]] = dict
-    """The row's summary when the run stops on an error, a drain or Ctrl-C (``"error"`` is added)."""
-    done: bool = False
-    """:meth:`finish` has written the row's final status."""
-
-    def finish(self, summary: Any = None, status: str = "finished") -> None:
-        """Write the row's final ``status`` (``finished``, ``partial``, ``failed``, ``interrupted``)
-        and ``summary``; the ``with`` block then leaves the row as it is."""
-        self.store.finish_run(self.run_id, summary=summary, status=status)
-        self.done = True
-
-
-@contextmanager
-def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, pool: Any, dataset: Any,
-                 pool_may_change: bool = False, group_commit: bool = False,
-                 shared: bool = False) -> Iterator[RecordedRun]:
-    """What every driver does around its work (``run_problems``, ``runs.duel.run_duels``,
-    ``runs.selection.run_session``): open the checkpointer (:func:`open_checkpointer`, with
-    ``group_commit``), start or resume the run's row (``TraceStore.start_run``, with its refusal
-    rules and ``pool_may_change``), and, when the ``with`` block ends, write the row's status and
-    close the checkpointer.
-
-    The block ends the row with :meth:`RecordedRun.finish` (default: ``finished``, no summary, when
-    the block returns without calling it). An exception leaving the block marks the row
-    ``interrupted`` (``GraphDrained``, ``KeyboardInterrupt``) or ``failed``, with
-    ``{**run.progress(), "error": "Type: message"}`` as its summary, then propagates; a trace DB
-    that cannot take even that write keeps the first error. A row never stays ``running``.
-
-    The run id's live-run lock (:meth:`TraceStore.run_lock`) is held from before the checkpointer
-    opens until the block ends, so a second process given the same run id is refused before it
-    touches anything; a lock left by a dead process is taken over. ``shared`` (``run_problems``): on
-    a Postgres store the run takes no lock, its workers share its questions
-    (:mod:`agora.traces.claims`); SQLite keeps one process per run. While the block runs the run is
-    one of this process's live runs (:func:`mark_live_runs`).
-
-    Raises:
-        RunLockedError: another live process runs this run id (nothing touched).
-        TraceStoreError: the checkpoint file cannot be opened (before the row is touched).
-        ValueError: ``start_run`` refuses the rerun (another protocol, settings, pool or dataset);
-            the row is left as it was and the checkpointer closed.
-    """
-    with ExitStack() as held:
-        held.enter_context(store.run_lock(run_id, shared=shared))
-        saver = open_checkpointer(store.path, group_commit=group_commit)
-        try:
-            resumed = store.start_run(run_id, protocol, config=config, pool=pool, dataset=dataset,
-                                      pool_may_change=pool_may_change)
-        except BaseException:
-            saver.close()
-            raise
-        run = RecordedRun(store=store, run_id=run_id, saver=saver, resumed=resumed)
-        key = (store.path, run_id)
-        with _live_lock:
-            _live_runs[key] = run
-        failed = False
-        try:
-            yield run
-            if not run.done:
-                run.finish()
-        except BaseException as exc:
-            failed = True
-            if not run.done:
-                try:
-                    store.finish_run(run_id, summary={**run.progress(), "error": f"{type(exc).__name__}: {exc}"[:500]},
-                                     status="interrupted" if isinstance(exc, STOPPED) else "failed")
-                except Exception:  # noqa: BLE001 - the trace DB itself is what failed: keep the first error
-                    pass
-            raise
-        finally:
-            with _live_lock:
-                _live_runs.pop(key, None)
-            if failed:  # a full disk fails the checkpointer's last commit too: keep the first error
-                with suppress(sqlite3.Error):
-                    saver.close()
-            else:
-                saver.close()
 
 
 @dataclass
@@ -483,7 +257,7 @@ def run_problems(
 
         def solve(problem: Problem) -> tuple[dict[str, Any], float, bool]:
             """Run (or resume) one question's graph; its final state, wall seconds (earlier sittings'
-            kept part included, :func:`kept_wall_s`), whether resumed."""
+            kept part included, :func:`~agora.graphs.run_checkpoints.kept_wall_s`), whether resumed."""
             thread_id = f"{run_id}:{problem.id}"
             start = time.perf_counter()
             inp: dict[str, Any] | None = problem_input(problem) | (inputs(problem) if inputs is not None else {})

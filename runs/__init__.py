@@ -2,7 +2,7 @@
 
 A driver takes a pool, a trace store and settings, invokes one or more compiled graphs from
 :mod:`agora.graphs` (with their checkpointer and a run row, through
-:func:`agora.graphs.runner.recorded_run`), and records what they did; nothing here is a protocol.
+:func:`agora.graphs.recorded_runs.recorded_run`), and records what they did; nothing here is a protocol.
 
 | module | driver | what it runs |
 |---|---|---|

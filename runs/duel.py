@@ -21,7 +21,7 @@ from langgraph.runtime import RunControl
 from agora.agents.duel_records import DuelRecord
 from agora.graphs.duel import SPEC, DuelContext, build_duel_graph, duel_pool
 from agora.graphs.question_workers import raise_if_drained
-from agora.graphs.runner import recorded_run
+from agora.graphs.recorded_runs import recorded_run
 from agora.models.pool import ModelCallError
 from agora.traces import duels as duel_traces
 from agora.traces.store import TraceStore

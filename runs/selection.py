@@ -34,7 +34,8 @@ from agora.agents.cupid_features import trace_features
 from agora.agents.cupid_records import PromptItem, prompt_items
 from agora.graphs.context import settings_from
 from agora.graphs.question_workers import raise_if_drained
-from agora.graphs.runner import open_checkpointer, recorded_run
+from agora.graphs.run_checkpoints import open_checkpointer
+from agora.graphs.recorded_runs import recorded_run
 from agora.graphs.selection import SPEC, SelectionContext, build_selection_graph
 from agora.models.pool import ModelPool
 from agora.traces.store import TraceStore
@@ -104,7 +105,7 @@ def run_session(
 
     The row ends ``finished`` (summary: the recommendation), ``interrupted`` when ``choose``
     returns ``None`` (summary ``{"rounds", "stopped"}``), on Ctrl-C or a drain, or ``failed`` on
-    an error (:func:`agora.graphs.runner.recorded_run`).
+    an error (:func:`agora.graphs.recorded_runs.recorded_run`).
 
     Args:
         pool: the models to choose from (all of its members, in its order).

@@ -14,7 +14,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
-from agora.graphs.runner import checkpoint_path, open_checkpointer
+from agora.graphs.run_checkpoints import checkpoint_path, open_checkpointer
 
 CONFIG = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "c1"}}
 

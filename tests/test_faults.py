@@ -480,7 +480,7 @@ import sys  # noqa: E402
 
 from agora.graphs import runner as runner_module  # noqa: E402
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver, UnsafeCheckpointError  # noqa: E402
-from agora.graphs.runner import open_checkpointer  # noqa: E402
+from agora.graphs.run_checkpoints import open_checkpointer  # noqa: E402
 from agora.traces.store import RunLockedError, run_lock  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -400,7 +400,7 @@ def test_a_resumed_questions_wall_time_counts_its_earlier_sittings_kept_steps_no
     from langgraph.runtime import RunControl
     from langgraph.errors import GraphDrained
 
-    from agora.graphs.runner import checkpoint_path
+    from agora.graphs.run_checkpoints import checkpoint_path
 
     control = RunControl()
 
@@ -430,7 +430,7 @@ def test_a_resumed_questions_wall_time_counts_its_earlier_sittings_kept_steps_no
 def test_kept_wall_s_reads_the_latest_checkpoints_sitting_and_ignores_foreign_metadata():
     from langgraph.checkpoint.base import CheckpointTuple
 
-    from agora.graphs.runner import KEPT_WALL_S, SITTING_STARTED, kept_wall_s
+    from agora.graphs.run_checkpoints import KEPT_WALL_S, SITTING_STARTED, kept_wall_s
 
     def tup(ts, **meta):
         return CheckpointTuple({"configurable": {}}, {"ts": ts}, meta)

@@ -20,7 +20,8 @@ from agora.graphs.debate import DebateContext, build_debate_graph
 from agora.graphs.delegation import DelegationContext, DelegationState, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.moa import MoAContext, build_moa_graph
-from agora.graphs.runner import open_checkpointer, run_problems, run_protocol
+from agora.graphs.run_checkpoints import open_checkpointer
+from agora.graphs.runner import run_problems, run_protocol
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.tasks import Problem, score_answer, score_results

@@ -11,7 +11,7 @@ from langgraph.errors import GraphDrained
 from agora.models.pool import ModelPool, ModelSpec, PoolMember
 from agora.models.testing import ScriptedChatModel
 from agora.graphs import registry
-from agora.graphs.runner import recorded_run
+from agora.graphs.recorded_runs import recorded_run
 from agora.graphs.selection import record_session
 from agora.runs.selection import run_session, session_settings
 from agora.traces.store import TraceStore, TraceStoreError
@@ -264,7 +264,7 @@ def test_a_session_stopped_right_after_a_finished_step_continues_on_the_rerun(tm
     import signal
     import threading
 
-    from agora.graphs.runner import open_checkpointer
+    from agora.graphs.run_checkpoints import open_checkpointer
     from agora.runs.selection import _thread, build_selection_graph
 
     taken = threading.Event()  # the main thread has taken the Ctrl-C

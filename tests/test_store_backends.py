@@ -12,7 +12,8 @@ import pytest
 
 from agora.agents.delegation import DelegationConfig
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
-from agora.graphs.runner import open_checkpointer, run_problems
+from agora.graphs.run_checkpoints import open_checkpointer
+from agora.graphs.runner import run_problems
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.tasks import Problem

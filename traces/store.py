@@ -133,7 +133,7 @@ class TraceStore(TraceReader):
             raise TraceStoreError(f"{self.path}: cannot create its folder {parent} ({exc.strerror})") from None
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         db = _LockedDatabase(conn, lock=self._lock)
-        # WAL without an fsync per commit, as the runner's checkpointer (runner.open_checkpointer):
+        # WAL without an fsync per commit, as the runner's checkpointer (run_checkpoints.open_checkpointer):
         # ≈ 0.5 ms less per recorded question here. A crashed process loses nothing; a crashed
         # OS at most the last questions, which the rerun redoes (their checkpoints or a fresh run).
         db.enable_wal()
