@@ -270,13 +270,6 @@ def is_settings(cls: Any) -> bool:
     return isinstance(cls, type) and getattr(cls.__init__, "__agora_settings__", False)
 
 
-def rebuild(cls: type) -> None:
-    """Rebuild a :func:`settings` class's validator (after its ``__pydantic_config__`` changed),
-    keeping its one-line errors."""
-    pydantic.dataclasses.rebuild_dataclass(cls, force=True, raise_errors=True)
-    _install_init(cls)
-
-
 def check_all(rules: Iterable[tuple[str, Check, Any]], owner: str) -> None:
     """Apply ``(field, rule, value)`` rules outside a settings class (a function's arguments);
     the first refusal raises ``ValueError`` ``"<owner>.<field> must be <expected>, got <value!r>"``."""
