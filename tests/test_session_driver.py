@@ -1,5 +1,5 @@
 """The run drivers' shared run handling and CUPID's session driver (issue 17 item 2):
-``graphs.runner.recorded_run`` (checkpointer, ``start_run`` refusals, final statuses) and
+``graphs.recorded_runs.recorded_run`` (checkpointer, ``start_run`` refusals, final statuses) and
 ``runs.selection.run_session`` (a scripted ``choose``, a ``None`` choice that stops cleanly, resuming
 at the pending interrupt, the run row's status), with scripted models."""
 
