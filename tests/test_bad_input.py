@@ -8,27 +8,13 @@ import ormsgpack
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from test_selection_graph import LATENCIES, scripted_pool
-from typer.testing import CliRunner
 
 import agora.cli.align as align_cli
 import agora.cli.select as select_cli
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
-from agora.cli.main import app
 from agora.graphs.run_checkpoints import open_checkpointer
-
-
-def agora(*args, **kw):
-    result = CliRunner().invoke(app, [str(a) for a in args], **kw)
-    return result.exit_code, result.output  # stdout and stderr
-
-
-def one_error_line(output: str) -> str:
-    """The ``error: ...`` line of a refused command (there is exactly one, and no traceback)."""
-    assert "Traceback" not in output, output
-    errors = [line for line in output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, output
-    return errors[0]
+from cli_runs import agora, one_error_line
 
 
 @pytest.fixture

@@ -9,29 +9,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import agora.cli.align as align_cli
-from agora.cli.main import app
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.tasks import load_problems
 from agora.tasks.answers import find_answer
 from agora.tasks.comparison import is_correct
 from agora.tasks.values import ascii_digits
-
-
-def agora(*args, **kw):
-    result = CliRunner().invoke(app, [str(a) for a in args], **kw)
-    return result.exit_code, result.output  # stdout and stderr
-
-
-def one_error_line(output: str) -> str:
-    """The ``error: ...`` line of a refused command (there is exactly one, and no traceback)."""
-    assert "Traceback" not in output, output
-    errors = [line for line in output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, output
-    return errors[0]
+from cli_runs import agora, one_error_line
 
 
 def write(path: Path, *lines) -> Path:

@@ -5,16 +5,10 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from typer.testing import CliRunner
 
-from agora.cli.main import app
 from agora.traces.run_list import latest_time, run_rows
 from agora.traces.store import TraceStore
-
-
-def agora(*args, **kw):
-    result = CliRunner().invoke(app, [str(a) for a in args], **kw)
-    return result.exit_code, result.output
+from cli_runs import agora
 
 
 def _run(store: TraceStore, run_id: str, *, started: str, question: str | None = None, call: str | None = None,

@@ -6,13 +6,11 @@ import json
 import sqlite3
 
 import pytest
-from typer.testing import CliRunner
 
 import agora.cli._shared as shared_cli
 import agora.cli.bench as bench_cli
 import agora.cli.select as select_cli
 from agora.agents.delegation import DelegationConfig
-from agora.cli.main import app
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.recording import TraceRecorder
 from agora.graphs.runner import run_protocol
@@ -24,13 +22,9 @@ from test_bench import bench_args, scripted_pool, write_tasks
 from test_bundles import exported, table_counts  # noqa: F401 (exported: a fixture)
 from test_selection_graph import LATENCIES
 from test_selection_graph import scripted_pool as select_pool
+from cli_runs import agora
 
 ALIGN, COMED = "b1:arith:align", "b1:arith:comed"
-
-
-def agora(*args, **kw):
-    result = CliRunner().invoke(app, [str(a) for a in args], **kw)
-    return result.exit_code, result.output
 
 
 def error_line(output: str) -> str:
