@@ -73,7 +73,7 @@ def kept_wall_s(latest: CheckpointTuple | None) -> float:
     outside the runner).
 
     Used for ``questions.wall_s`` of a resumed question, which is then its wall time over all sittings
-    (a resume used to count only its last sitting's part)."""
+    (not only its last sitting's part)."""
     if latest is None:
         return 0.0
     meta = latest.metadata or {}

@@ -11,7 +11,7 @@ unfinished sequence in one ``llama_decode`` batch. Each sequence has its own sam
 with ``seed + i`` (the chain llama-cpp-python builds for ``create_completion``: top-k 40, typical
 1.0, top-p, min-p 0.05, temperature, then a seeded draw; greedy at temperature 0).
 
-**Concurrent requests** (issue 29: questions in flight with ``--concurrency N``, or a question's
+**Concurrent requests** (questions in flight with ``--concurrency N``, or a question's
 agents) join the running batch: at each step, requests waiting in line are admitted while sequence
 slots and KV cells are free (first come, first served), their prompts are evaluated, and their
 sequences decode in the same ``llama_decode`` calls as the ones already running, so a CPU reads
@@ -26,7 +26,7 @@ runs) starts from an empty cache, gets sequences ``0..n-1`` and follows exactly 
 lone request, so the same seeds give the same samples run to run, whatever ran before. A
 request that shared its batches with others may differ in the last bits of its logits (llama.cpp
 computes a batch's attention over every cell in use), hence sometimes in its text: resume rests on
-stored traces, never on regenerating (llama.cpp PR #6950).
+stored traces, never on regenerating (llama.cpp #6950).
 
 **Shared prompt prefixes.** A request admitted while others are in flight reuses the KV cells of the
 longest prompt prefix it shares with a recent request (:data:`CACHE_SLOTS` prompts kept, least recently

@@ -145,7 +145,7 @@ def run_bench(
     steps = list(steps) if steps is not None else plan(bench_id, tasks, config, dev)
     result = BenchResult(spec=None)  # type: ignore[arg-type]
     calibration: dict[str, dict[str, Any]] = {}
-    # issue 32: one candidate pool per question, and the best single model chosen on dev
+    # one candidate pool per question, and the best single model chosen on dev
     check_edition(store, [s.run_id for s in steps if s.kind in ("align", "comed", "calibrate", "comed-routed")],
                   config.shared)
     shared_cfg = candidates_config(config.align if "align" in config.protocols else None,

@@ -2,7 +2,7 @@
 
 :mod:`agora.traces.bench` reads a bench's runs back from the trace store into the report's data
 (:func:`agora.traces.bench.bench_report`: cells, paired differences, costs, COMED's decisions, the
-pool); this module adds the claims of issue 18 (:func:`claims`, the rules of
+pool); this module adds the report's claims (:func:`claims`, the rules of
 :mod:`agora.runs.bench_claims`, computed from that data and the per-question pairs
 :func:`agora.traces.bench.macro_pair` reads) and writes the three files (:func:`write_report`): the
 markdown page (:func:`report_markdown`, its figures as :mod:`agora.runs.report_format` writes them), the JSON of the data
@@ -32,11 +32,11 @@ from agora.traces.bench_spec import BenchSpec, record_bench, report_json
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore
 
-# ---------------------------------------------------------------------------- the claims (issue 18)
+# ---------------------------------------------------------------------------------------- the claims
 
 
 def claims(report: dict[str, Any], spec: BenchSpec, data: BenchData, *, seed: int = 0) -> list[dict[str, Any]]:
-    """The claims of issue 18, measured (whatever the numbers are): one row per claim with
+    """The report's claims, measured (whatever the numbers are): one row per claim with
     ``claim`` (text), ``value`` (a difference in accuracy, 0..1 scale), ``ci_low``/``ci_high`` (95 %
     bootstrap), ``p_mcnemar`` (``None`` when unpaired), ``questions`` and ``holds`` (``yes``, ``no``,
     ``undecided``, ``-``). A claim on fewer than :data:`MIN_QUESTIONS` paired questions, or with a
@@ -190,7 +190,7 @@ def report_markdown(report: dict[str, Any]) -> str:
 
 def _shared_markdown(report: dict[str, Any], tasks: list[str], cells: dict[tuple[str, str], dict[str, Any]],
                      macro: dict[str, dict[str, Any]]) -> list[str]:
-    """The report's issue-32 sections: the shared pool's cost, each method's shared and added
+    """The report's shared-candidates sections: the shared pool's cost, each method's shared and added
     compute (matched-compute comparison: the added calls column), the single model's choice, and each
     model's self-consistency over its own share of the pool."""
     shared = (report.get("settings") or {}).get("shared")

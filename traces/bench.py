@@ -81,7 +81,7 @@ def _cell(method: str, protocol: str, task: BenchTask, data: TaskData, seed: int
     }
 
 
-#: The shared / added split of a cell's cost (issue 32), per question.
+#: The shared / added split of a cell's cost, per question.
 SPLIT_KEYS = ("shared_calls_per_q", "shared_samples_per_q", "shared_tokens_per_q",
               "added_calls_per_q", "added_samples_per_q", "added_tokens_per_q")
 
@@ -118,7 +118,7 @@ def _paired(task: str, a: str, b: str, x: Sequence[float], y: Sequence[float], s
 
 
 def _pool(store: TraceStore, task: BenchTask, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The task's shared candidate pool (issue 32): its cost per question (drawn once, for every
+    """The task's shared candidate pool: its cost per question (drawn once, for every
     protocol) and each model's self-consistency over its own k samples (the candidates run's
     ``sc:<model>`` methods: free, no call of their own). Empty without a shared pool."""
     run = task.runs.get("candidates")
