@@ -18,7 +18,8 @@ carry its weights; :func:`resolve_builtin` turns ``builtin:<key>`` into a local 
 Built-in pools (``--pool default`` / ``--pool tiny`` / ``--pool diverse`` on the CLI,
 :func:`agora.models.pool.builtin_pool_specs`): ``default`` is the two Qwen models (a cheap and a strong
 member), ``tiny`` the two small ones, ``diverse`` members made of the Qwen weights and recipes
-(:data:`DIVERSE`: chain-of-thought and program-of-thought members, one weights file loaded once).
+(:data:`DIVERSE`: the 1.5B as a checker persona and writing programs, the 0.5B writing programs; chosen
+by the member table in ``benchmarks/README.md``; each weights file loaded once).
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ CANDIDATE_MEMBERS: dict[str, BuiltinMember] = {
 }
 
 #: The ``diverse`` pool's members, by their names in :data:`CANDIDATE_MEMBERS` (one line to change).
-DIVERSE = ("qwen1.5b", "qwen1.5b+pot", "qwen0.5b+pot")
+DIVERSE = ("qwen1.5b+checker", "qwen1.5b+pot", "qwen0.5b+pot")
 
 #: Built-in pools: name -> members (:class:`BuiltinMember`). ``default`` is the embedded pool.
 BUILTIN_POOLS: dict[str, tuple[BuiltinMember, ...]] = {

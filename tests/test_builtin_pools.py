@@ -14,20 +14,21 @@ from agora.models.pool import builtin_pool_specs, load_pool
 from agora.models.recipes import recipe_from_entry
 from agora.cli.main import app
 
+_CHECKER = CANDIDATE_MEMBERS["qwen1.5b+checker"].recipe["persona"]
 CANDIDATES = Path(__file__).resolve().parents[1] / "benchmarks" / "members" / "candidates.toml"
 
 
 def test_the_diverse_pool_gives_model_specs_with_their_recipes():
     specs = builtin_pool_specs("diverse")
     assert [(s.name, s.path, s.recipe.describe() if s.recipe else None) for s in specs] == [
-        ("qwen1.5b", "builtin:qwen2.5-coder-1.5b", None),
+        ("qwen1.5b+checker", "builtin:qwen2.5-coder-1.5b", {"name": "persona", "persona": _CHECKER}),
         ("qwen1.5b+pot", "builtin:qwen2.5-coder-1.5b", {"name": "pot"}),
         ("qwen0.5b+pot", "builtin:qwen2.5-coder-0.5b", {"name": "pot"})]
     assert all(s.backend == "llamacpp" and s.n_ctx == 4096 and s.prompt_format == "chat" for s in specs)
     pool = load_pool("diverse")  # by name, as --pool diverse loads it (weights load lazily: no model here)
-    assert pool.names == ["qwen1.5b", "qwen1.5b+pot", "qwen0.5b+pot"] and pool.source == "builtin:diverse"
-    assert [m.spec.recipe.name if m.spec.recipe else None for m in pool] == [None, "pot", "pot"]
-    assert [d.get("recipe") for d in pool.describe()] == [None, {"name": "pot"}, {"name": "pot"}]
+    assert pool.names == ["qwen1.5b+checker", "qwen1.5b+pot", "qwen0.5b+pot"] and pool.source == "builtin:diverse"
+    assert [m.spec.recipe.name if m.spec.recipe else None for m in pool] == ["persona", "pot", "pot"]
+    assert [d.get("recipe") for d in pool.describe()] == [{"name": "persona", "persona": _CHECKER}, {"name": "pot"}, {"name": "pot"}]
     # the pools without recipes are as before
     assert all(s.recipe is None for name in ("default", "tiny") for s in builtin_pool_specs(name))
 
@@ -60,12 +61,12 @@ def test_pool_show_and_list_name_the_diverse_pools_members_and_recipes():
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)["members"]
     assert [(r["member"], r["weights"], r["recipe"]) for r in rows] == [
-        ("qwen1.5b", "builtin:qwen2.5-coder-1.5b", None),
+        ("qwen1.5b+checker", "builtin:qwen2.5-coder-1.5b", {"name": "persona", "persona": _CHECKER}),
         ("qwen1.5b+pot", "builtin:qwen2.5-coder-1.5b", {"name": "pot"}),
         ("qwen0.5b+pot", "builtin:qwen2.5-coder-0.5b", {"name": "pot"})]
     table = CliRunner().invoke(app, ["pool", "show", "diverse"], env={"COLUMNS": "200"})
-    assert table.exit_code == 0 and "pool diverse: 3 members" in table.output and "- (chain-of-thought)" in table.output
-    listed = CliRunner().invoke(app, ["pool", "list"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0 and "pool diverse: 3 members" in table.output and "persona" in table.output
+    listed = CliRunner().invoke(app, ["pool", "list"], env={"COLUMNS": "320"})
     assert listed.exit_code == 0, listed.output
     assert "qwen1.5b+pot (builtin:qwen2.5-coder-1.5b, pot)" in listed.output
     assert "qwen2.5-coder-0.5b (builtin:qwen2.5-coder-0.5b)," in listed.output  # no recipe: as before

@@ -114,7 +114,7 @@ def test_pool_list_shows_pools_models_and_install_state():
 
     data = json.loads(result.output)
     assert data["pools"] == {"default": ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], "tiny": ["smollm2-135m", "gemma3-270m"],
-                             "diverse": ["qwen1.5b", "qwen1.5b+pot", "qwen0.5b+pot"]}
+                             "diverse": ["qwen1.5b+checker", "qwen1.5b+pot", "qwen0.5b+pot"]}
     rows = {r["model"]: r for r in data["models"]}
     assert rows["builtin:qwen2.5-coder-1.5b"]["size_mb"] == 1117 and rows["builtin:qwen2.5-coder-1.5b"]["params"] == "1.5B"
     assert rows["builtin:gemma3-270m"]["prompt_format"] == "fewshot"
