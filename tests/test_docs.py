@@ -82,7 +82,7 @@ def test_the_studio_page_documents_the_safe_command_and_a_context_with_a_pool():
     assert any(b.get("context", {}).get("pool") == "tiny" for b in bodies), bodies
 
 
-ISSUE_NUMBER = re.compile(r"\b(?:issues?|PR|pull request)\s*#?\d+|(?:^|\()#\d+\b", re.IGNORECASE)
+ISSUE_NUMBER = re.compile(r"\b(?:issues?|PR|pull request)[\s-]*#?\d+|(?:^|\()#\d+\b", re.IGNORECASE)
 """One of Agora's issue numbers (``issue 32``, ``issues 18 and 30``, ``(#41)``): work history, which a
 user's page does not need (it stays in commit messages and ``benchmarks/README.md``). An upstream
 project's (``llama.cpp #20824``) is a source a user may follow."""
@@ -95,8 +95,8 @@ def issue_numbers(text: str) -> list[str]:
 
 
 def test_the_checker_finds_issue_numbers():
-    assert issue_numbers("the claims of issue 18 (CLAIMS)\nfixed (#41).\nIssues 18 and 30 say\n") == [
-        "1: the claims of issue 18 (CLAIMS)", "2: fixed (#41).", "3: Issues 18 and 30 say"]
+    assert issue_numbers("the claims of issue 18 (CLAIMS)\nfixed (#41).\nIssues 18 and 30 say\nthe issue-32 sections\n") == [
+        "1: the claims of issue 18 (CLAIMS)", "2: fixed (#41).", "3: Issues 18 and 30 say", "4: the issue-32 sections"]
     assert issue_numbers("labels (`horse #12`); see [§6](scoring.md#6-where-scoring-happens); (llama.cpp #20824)") == []
 
 
@@ -105,3 +105,45 @@ def test_readme_and_docs_cite_no_issue_numbers():
     cited = {str(page.relative_to(DOCS.parent)): hits for page in pages
              if (hits := issue_numbers(page.read_text(encoding="utf-8")))}
     assert not cited, f"pages speak to users; issue numbers belong in commits and benchmarks/README.md: {cited}"
+
+
+PRODUCT = ("agents", "models", "graphs", "traces", "runs", "training", "tasks", "cli")
+"""The packages a user imports (not tests, not benchmarks)."""
+
+
+def docstrings_and_comments(source: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of every docstring (module, class, function) and every ``#`` comment of a module."""
+    import ast
+    import io
+    import tokenize
+
+    found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                found.append((first.lineno, first.value.value))
+    return found
+
+
+def test_the_product_checker_reads_docstrings_and_comments():
+    source = '''"""Module (issue 32)."""
+x = "issue 7 in a string is not read"  # a comment (#41)
+
+
+def f():
+    """The report's issue-32 sections."""
+'''
+    hits = [(line, hit) for line, text in docstrings_and_comments(source) for hit in issue_numbers(text)]
+    assert sorted(hits) == [(1, "1: Module (issue 32)."), (2, "1: # a comment (#41)"),
+                            (6, "1: The report's issue-32 sections.")]
+
+
+def test_product_docstrings_and_comments_cite_no_issue_numbers():
+    root = DOCS.parent
+    cited = [f"{path.relative_to(root)}:{line + int(hit.split(': ', 1)[0]) - 1}: {hit.split(': ', 1)[1]}"
+             for package in PRODUCT for path in sorted((root / package).rglob("*.py"))
+             for line, text in docstrings_and_comments(path.read_text(encoding="utf-8"))
+             for hit in issue_numbers(text)]
+    assert not cited, "docstrings and comments say what the code does; issue numbers belong in commits:\n" + "\n".join(cited)
