@@ -215,6 +215,11 @@ def bench(
                                            "drawn once and shared by every protocol's first step; with --dev/"
                                            "--calibrate-on the best single model and COMED's anchor are chosen on dev "
                                            "and comed_routed is added (docs/bench.md)."),
+    matched_single: bool = typer.Option(False, "--matched-single/--no-matched-single",
+                                        help="Give the dev-chosen best member as many of its own samples per question "
+                                        "as the multi-member methods used (run <id>:<task>:matched-single), and claim "
+                                        "the best multi-member method against its vote at matched samples, per task "
+                                        "and macro (needs shared candidates and --dev/--calibrate-on)."),
 ) -> None:
     """Run ALIGN (with single-agent, self-consistency and best-of-n·k on its candidates) and COMED
     (with anchor, router-only, MoA and debate) on every task file, then write the report: accuracy
@@ -268,11 +273,14 @@ def bench(
                                    seed=seed),
             methods=methods, thresholds_source=source, lam=lam, max_calls=max_calls, concurrency=concurrency,
             durability=durability, round_size=round_size or None, shared=shared_candidates, router_k=router_k,
-            embedding=embedding)
+            embedding=embedding, matched_single=matched_single)
         if embedding not in ("auto", "minilm", "tfidf"):
             raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
         dev_splits = (_dev_splits(calibrate_on, dev, task_files)
                       if "comed" in config.protocols or shared_candidates else [])
+        if matched_single and not (shared_candidates and dev_splits):  # before any DB is opened
+            raise ValueError("--matched-single needs shared candidates and a dev split (--dev N or --calibrate-on "
+                             "FILE): the best member is chosen on dev questions")
         the_pool = get_pool(pool)
         bench_id = new_run_id("bench") if run_id is None else check_run_id(run_id)
         out_dir = out or default_out(bench_id)

@@ -47,14 +47,17 @@ from agora.graphs.escalation import (
 )
 from agora.graphs.dense_baselines import baseline_node, dense_baselines, next_baseline
 from agora.graphs.candidates import CandidatesContext, build_candidates_graph
+from agora.graphs.matched_single import MatchedSingleContext, build_matched_single_graph
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.runner import QuestionOutcome, RunOutcome, run_dataset, run_problems
 from agora.runs.bench_plan import BenchConfig, Step, plan, protocol_of, questions_in_flight, run_id_of, sharing
 from agora.runs.bench_plan import shared_methods
 from agora.runs.bench_tasks import DevSplit, TaskFile
+from agora.runs.matched_single import matched_config, matched_inputs, ready_questions
 from agora.runs.shared import SHARED_KEY, best_on_dev, candidates_config, check_edition, dev_router, shared_inputs
 from agora.traces.bench_data import comed_dev_outcomes
 from agora.traces.bench_spec import BenchSpec, BenchTask, record_bench
+from agora.traces.matched_single import MATCHED_RUN
 from agora.traces.resume import resume_refusal
 from agora.traces.store import ResumeRefusedError, TraceStore
 
@@ -177,6 +180,9 @@ def run_bench(
            detail: Callable | None = None, inputs: Callable | None = None) -> RunOutcome:
         done = store.finished_questions(step.run_id)
         only = step.round_ids(config.round_size)
+        if step.kind == MATCHED_RUN:  # a question waits until every other run of its task has recorded it
+            ready = ready_questions(store, runs[step.task], [p.id for p in step.problems])
+            only = ready if only is None else only & ready
         progress.step(step, sum(p.id not in done and (only is None or p.id in only) for p in step.problems))
         kwargs: dict[str, Any] = {"detail": detail} if detail is not None else {}
         if only is not None:
@@ -303,6 +309,10 @@ def run_bench(
         if step.kind == "align":
             return (build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
                     {**asdict(config.align), **({SHARED_KEY: shared_from} if shared_from else {})}, "align", None, inputs)
+        if step.kind == MATCHED_RUN:  # the dev-chosen best member's extra samples, to match the methods' counts
+            cfg_m = matched_config(shared_cfg, best_for(step.task)["model"], pool.names)
+            return (build_matched_single_graph(), MatchedSingleContext(pool=pool, config=cfg_m), asdict(cfg_m),
+                    MATCHED_RUN, None, matched_inputs(store, inputs, runs[step.task], methods, renames, cfg_m.member))
         t = thresholds_for(step.task)["thresholds"]
         if step.kind == "comed":
             cfg = replace(comed_cfg, thresholds=type(comed_cfg.thresholds)(**t), anchor=anchor_for(step.task))

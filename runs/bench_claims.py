@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from agora.runs.matched_single import MULTI_MEMBER
 from agora.runs.report_format import fmt_num
 from agora.traces.bench import expected_gap, macro_pair, model_sc_pair
 from agora.traces.bench_data import BenchData
 from agora.traces.bench_spec import BenchSpec
+from agora.traces.matched_single import matched_pairs
 from agora.traces.report import TOO_FEW, too_few
 
 MULTI_MODEL = ("align", "self_consistency", "best_of_n", "comed", "moa", "debate")
@@ -73,7 +75,8 @@ def _multi_vs_single(report: dict[str, Any], spec: BenchSpec, data: BenchData, s
     when the single model was chosen on the dev split; else against the test-chosen model's expected
     one-sample accuracy (no McNemar), said so in the note."""
     macro = _full_macro(report)
-    multi = [m for m in MULTI_MODEL if m in macro]
+    matched = bool(data.matched)  # --matched-single: the matched rows replace the k-share vote's row below
+    multi = [m for m in (MULTI_MEMBER if matched else MULTI_MODEL) if m in macro]
     singles = [s for s in report["macro_single_models"] if s["tasks"] == len(spec.tasks)]
     chosen = ((spec.settings.get("shared") or {}).get("single_model") or {})
     on_dev = bool(chosen) and all(c.get("on_dev") for c in chosen.values())
@@ -87,7 +90,7 @@ def _multi_vs_single(report: dict[str, Any], spec: BenchSpec, data: BenchData, s
                              f"({models}, its first sample), macro, paired", pair, strict=True,
                              note="the best single model is chosen on the dev split, never on test questions")]
         # the same model given more samples: its own self-consistency over its share of the pool
-        sc = model_sc_pair(spec, data, best_multi, {t: c["model"] for t, c in chosen.items()}, seed)
+        sc = None if matched else model_sc_pair(spec, data, best_multi, {t: c["model"] for t, c in chosen.items()}, seed)
         if sc is not None:
             out.append(_paired_claim(
                 f"best multi-model method ({best_multi}) − the dev-chosen best single model's own self-consistency "
@@ -136,9 +139,40 @@ def _comed_vs_dense(report: dict[str, Any], spec: BenchSpec, data: BenchData, se
     return out
 
 
+def _multi_vs_matched_single(report: dict[str, Any], spec: BenchSpec, data: BenchData,
+                             seed: int) -> list[dict[str, Any]]:
+    """Claim 2 at matched samples (a bench run with ``--matched-single``): the best multi-member
+    method (:data:`~agora.runs.matched_single.MULTI_MEMBER`, by macro accuracy over every task) −
+    the dev-chosen best member's own plurality over as many of its own samples as the method used
+    on each question (:func:`agora.traces.matched_single.matched_pairs`): one row per task, then
+    ``macro``; each with ``task``, ``wins``, ``losses`` and the samples per question in its note."""
+    macro = _full_macro(report)
+    multi = [m for m in MULTI_MEMBER if m in macro]
+    if not data.matched or not multi:
+        return []
+    best = max(multi, key=lambda m: macro[m]["accuracy"])
+    pairs = matched_pairs(spec, {t: d.results.get(best, {}) for t, d in data.tasks.items()}, data.matched, seed)
+    if pairs is None:
+        return []
+    rows = []
+    for task, pair in [*pairs["tasks"].items(), ("macro", pairs["macro"])]:
+        members = ", ".join(sorted({data.matched[t].member for t in (pairs["tasks"] if task == "macro" else [task])}))
+        note = (f"samples per question: {best} {fmt_num(pair['samples_method'], 1)}, {members}'s own vote "
+                f"{fmt_num(pair['samples_member'], 1)} ({fmt_num(pair['samples_member_shared'], 1)} of them from the "
+                "shared pool)")
+        if pair["short"]:
+            note += f"; on {pair['short']} questions the member had fewer samples than {best} used"
+        note += "; the member is chosen on the dev split, the method by its macro accuracy on the test questions"
+        rows.append(_paired_claim(
+            f"best multi-member method ({best}) − the dev-chosen best single member ({members}) at matched samples "
+            f"(its own vote over as many of its samples as {best} used), {task}, paired", pair, strict=True,
+            note=note, task=task, wins=pair["wins"], losses=pair["losses"]))
+    return rows
+
+
 Claim = Callable[[dict[str, Any], BenchSpec, BenchData, int], list[dict[str, Any]]]
 
-CLAIMS: tuple[Claim, ...] = (_align_vs_sc, _multi_vs_single, _comed_vs_dense)
+CLAIMS: tuple[Claim, ...] = (_align_vs_sc, _multi_vs_single, _multi_vs_matched_single, _comed_vs_dense)
 """The bench report's claims (ALIGN over self-consistency, several models over one, COMED over the
 dense protocols), in the report's order: each maps (report data, spec, the runs' data,
 seed) to its rows (none when the bench lacks its methods). The report's Claims section and the

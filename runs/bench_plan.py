@@ -142,6 +142,10 @@ class BenchConfig:
     """Neighbours of ``comed_routed``'s dev-trained kNN router."""
     embedding: str = "auto"
     """Embedding of ``comed_routed``'s router: ``auto``, ``minilm`` or ``tfidf``."""
+    matched_single: bool = False
+    """Give the dev-chosen best member as many of its own samples per question as the multi-member
+    methods used (run ``<bench>:<task>:matched-single``, :mod:`agora.runs.matched_single`), for the
+    claim at matched samples. Needs ``shared`` and a dev split (:func:`plan` refuses it otherwise)."""
 
     @property
     def protocols(self) -> tuple[str, ...]:
@@ -168,7 +172,7 @@ class BenchConfig:
 class Step:
     """One run of a bench: a dev calibration run, or a task's ALIGN or COMED run."""
 
-    kind: Literal["calibrate", "align", "comed", "candidates", "candidates-dev", "comed-routed"]
+    kind: Literal["calibrate", "align", "comed", "candidates", "candidates-dev", "comed-routed", "matched-single"]
     task: str
     """The task's name (``*``: a dev split for all tasks)."""
     run_id: str
@@ -194,7 +198,15 @@ def run_id_of(bench_id: str, task: str, protocol: str) -> str:
 
 def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Sequence[DevSplit] = ()) -> list[Step]:
     """The runs of a bench in the order they run: the dev draws (shared candidates), the dev
-    calibrations, then per task the shared draw, ALIGN, COMED and COMED with a routed anchor."""
+    calibrations, then per task the shared draw, ALIGN, COMED, COMED with a routed anchor and, with
+    ``config.matched_single``, the best member's matched draw (last: it reads the others' samples).
+
+    Raises:
+        ValueError: ``matched_single`` without shared candidates or without a dev split.
+    """
+    if config.matched_single and not (config.shared and dev):
+        raise ValueError("--matched-single needs shared candidates and a dev split (--dev N or --calibrate-on FILE): "
+                         "the best member is chosen on dev questions")
     steps = []
     if config.shared:
         for d in dev:
@@ -208,6 +220,8 @@ def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Seq
         protocols = (("candidates",) if config.shared else ()) + config.protocols
         if config.shared and dev and config.comed_own:
             protocols += ("comed-routed",)
+        if config.matched_single:
+            protocols += ("matched-single",)
         for p in protocols:
             steps.append(Step(p, t.name, run_id_of(bench_id, t.name, p), t.problems, str(t.path), t.format))
     return steps

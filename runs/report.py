@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.runs.bench_claims import CLAIMS
+from agora.runs.report_members import members_markdown
 from agora.runs.report_format import (any_too_few, claim_qualifier, fmt_accuracy, fmt_ci, fmt_few, fmt_num, fmt_p,
                                       fmt_pct, fmt_thresholds, fmt_tokens, single_model_rows)
 from agora.traces.bench import bench_report
@@ -142,6 +143,7 @@ def report_markdown(report: dict[str, Any]) -> str:
                              f"{fmt_tokens(c['tokens_per_q'])} | {fmt_num(c['model_s_per_q'])} | {fmt_num(c['wall_s_per_q'])} |")
 
     lines += _shared_markdown(report, tasks, cells, macro)
+    lines += members_markdown(report)
 
     lines += ["", "## Shared samples", "", "| method | draws on |", "|---|---|"]
     lines += [f"| {m} | {report['sharing'].get(m, '-')} |" for m in report["methods"]]

@@ -29,6 +29,7 @@ import numpy as np
 from agora.agents.escalation_calibration import rescue_harm
 from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench_data import BenchData, TaskData, read_bench
+from agora.traces.bench_members import members_report
 from agora.traces.bench_spec import BenchSpec, BenchTask
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, too_few  # noqa: F401 (re-exported)
 from agora.traces.store import TraceStore, now
@@ -312,7 +313,7 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: Ben
             [t.name for t in spec.tasks].index(p["task"]) if p["task"] != "macro" else len(spec.tasks))),
         "single_models": singles, "macro_single_models": macro_singles, "comed": comed,
         **({"comed_routed": comed_routed} if comed_routed else {}),
-        "shared_pool": pools, "model_self_consistency": model_sc,
+        "shared_pool": pools, "model_self_consistency": model_sc, **members_report(spec, data, seed),
         "failed_questions": {t: f for t, f in failed.items() if f},
         "level": LEVEL, "resamples": RESAMPLES, "seed": seed,
     }

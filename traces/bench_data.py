@@ -16,6 +16,7 @@ from agora.agents.escalation_calibration import DevOutcome
 from agora.tasks.answers import extract_answer
 from agora.tasks.scoring import score_answer
 from agora.traces.bench_spec import BenchTask, BenchSpec
+from agora.traces.matched_single import MemberSamples, read_matched
 from agora.traces.report import failed_questions
 from agora.traces.store import TraceStore
 
@@ -118,6 +119,9 @@ class BenchData:
     model_sc: dict[str, dict[str, dict[str, tuple[int, int]]]] = field(default_factory=dict)
     """Task name → pool model → question id → (its self-consistency over its own share of the
     shared pool right: 0/1, the samples it voted over); empty without a shared pool."""
+    matched: dict[str, MemberSamples] = field(default_factory=dict)
+    """Task name → the dev-chosen best member's own samples per question (shared, then its matched
+    draw; :mod:`agora.traces.matched_single`); empty for a bench without ``--matched-single``."""
 
 
 def _model_sc(store: TraceStore, task: BenchTask) -> dict[str, dict[str, tuple[int, int]]]:
@@ -137,8 +141,12 @@ def read_bench(store: TraceStore, spec: BenchSpec) -> BenchData:
     tasks: dict[str, TaskData] = {}
     singles: dict[str, dict[str, dict[str, float]]] = {}
     model_sc: dict[str, dict[str, dict[str, tuple[int, int]]]] = {}
+    matched: dict[str, MemberSamples] = {}
     for task in spec.tasks:
         tasks[task.name] = _read_task(store, task, spec.methods, spec.renames)
         singles[task.name] = _single_models(store, task, tasks[task.name])
         model_sc[task.name] = _model_sc(store, task)
-    return BenchData(tasks, singles, model_sc)
+        drawn = read_matched(store, task)
+        if drawn is not None:
+            matched[task.name] = drawn
+    return BenchData(tasks, singles, model_sc, matched)

@@ -106,12 +106,13 @@ def matched_pairs(spec: Any, results: dict[str, dict[str, dict[str, Any]]], matc
     has ``diff`` (method − member, 0..1; macro: the mean of the per-task differences), ``ci_low``,
     ``ci_high`` (95 % paired bootstrap; macro: stratified by task), ``wins``, ``losses``,
     ``p_mcnemar`` (exact, on the discordant questions), ``questions``, ``too_few``,
-    ``method_accuracy``, ``member_accuracy``, ``samples_method`` and ``samples_member`` (mean per
-    question) and ``short`` (questions where the member had fewer own samples than the method used).
+    ``method_accuracy``, ``member_accuracy``, ``samples_method``, ``samples_member`` and
+    ``samples_member_shared`` (means per question: the method's samples, the member's vote's, and
+    how many of those came from the shared pool) and ``short`` (questions where the member had fewer own samples than the method used).
     """
     tasks: dict[str, dict[str, Any]] = {}
     every: list[tuple[list[int], list[int]]] = []
-    counts: list[tuple[int, int]] = []
+    counts: list[tuple[int, int, int]] = []
     for t in (t.name for t in spec.tasks):
         rows, mine = results.get(t) or {}, matched.get(t)
         if mine is None:
@@ -124,7 +125,7 @@ def matched_pairs(spec: Any, results: dict[str, dict[str, dict[str, Any]]], matc
             right, n = matched_vote(mine.samples[q], int(r["samples"]))
             x.append(int(bool(r["correct"])))
             y.append(right)
-            used.append((int(r["samples"]), n))
+            used.append((int(r["samples"]), n, min(n, mine.shared.get(q, 0))))
         if not x:
             continue
         diff, lo, hi = paired_bootstrap_ci(x, y, seed=seed)
@@ -144,10 +145,12 @@ def matched_pairs(spec: Any, results: dict[str, dict[str, dict[str, Any]]], matc
     return {"tasks": tasks, "macro": macro}
 
 
-def _counts(x: list[int], y: list[int], used: list[tuple[int, int]]) -> dict[str, Any]:
+def _counts(x: list[int], y: list[int], used: list[tuple[int, int, int]]) -> dict[str, Any]:
     wins = sum(u > v for u, v in zip(x, y))
     losses = sum(u < v for u, v in zip(x, y))
     return {"questions": len(x), "wins": wins, "losses": losses, "p_mcnemar": mcnemar_exact(wins, losses),
             "method_accuracy": sum(x) / len(x), "member_accuracy": sum(y) / len(y),
-            "samples_method": sum(n for n, _ in used) / len(used), "samples_member": sum(m for _, m in used) / len(used),
-            "short": sum(m < n for n, m in used)}
+            "samples_method": sum(n for n, _, _ in used) / len(used),
+            "samples_member": sum(m for _, m, _ in used) / len(used),
+            "samples_member_shared": sum(s for _, _, s in used) / len(used),
+            "short": sum(m < n for n, m, _ in used)}
