@@ -13,6 +13,7 @@ from agora.models.convert import resolve_gguf
 from agora.models.pool import builtin_pool_specs, load_pool
 from agora.models.recipes import recipe_from_entry
 from agora.cli.main import app
+import agora.cli._shared as shared_cli
 
 _CHECKER = CANDIDATE_MEMBERS["qwen1.5b+checker"].recipe["persona"]
 CANDIDATES = Path(__file__).resolve().parents[1] / "benchmarks" / "members" / "candidates.toml"
@@ -56,7 +57,7 @@ def test_the_candidate_members_are_the_member_tables():
         assert (mine and mine.describe()) == (theirs and theirs.describe()), e["name"]
 
 
-def test_pool_show_and_list_name_the_diverse_pools_members_and_recipes():
+def test_pool_show_and_list_name_the_diverse_pools_members_and_recipes(monkeypatch):
     result = CliRunner().invoke(app, ["pool", "show", "diverse", "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)["members"]
@@ -66,7 +67,8 @@ def test_pool_show_and_list_name_the_diverse_pools_members_and_recipes():
         ("qwen0.5b+pot", "builtin:qwen2.5-coder-0.5b", {"name": "pot"})]
     table = CliRunner().invoke(app, ["pool", "show", "diverse"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "pool diverse: 3 members" in table.output and "persona" in table.output
-    listed = CliRunner().invoke(app, ["pool", "list"], env={"COLUMNS": "320"})
+    monkeypatch.setattr(shared_cli.console, "width", 400)  # the console's width is set when it is made: wide rows whole
+    listed = CliRunner().invoke(app, ["pool", "list"])
     assert listed.exit_code == 0, listed.output
     assert "qwen1.5b+pot (builtin:qwen2.5-coder-1.5b, pot)" in listed.output
     assert "qwen2.5-coder-0.5b (builtin:qwen2.5-coder-0.5b)," in listed.output  # no recipe: as before
