@@ -19,8 +19,7 @@
 #   ref-4  the same tasks, question sets, dev split, seed and round size as ref-3, on the built-in pool
 #          `diverse` (members = weights x recipe), with the shared candidates, SLM-MUX among the methods and
 #          --matched-single (the dev-chosen best member's own vote at the samples the best method used).
-#          PINNED is TBD until the commit to run is chosen: write its 7-character hash in the ref-4 line
-#          below (the script refuses to run, or save, while it says TBD).
+#          pinned at 35c6431 (the diverse pool of the member table, --matched-single, SLM-MUX).
 #
 # A run outlives machines: a session may start on a new machine without $WORK (this happened on
 # 2026-12-04, when ref-2's first attempt, 50 of 240 test questions at mixed code versions, was lost with
@@ -33,7 +32,7 @@ EXTRA=()                                        # options a run adds to the comm
 case $REF in
   ref-2) PINNED=e64c432; ROUND=16; WORK=${AGORA_REF_DIR:-/work/refrun} ;;
   ref-3) PINNED=c0af482; ROUND=0; WORK=${AGORA_REF_DIR:-/work/refrun3} ;;
-  ref-4) PINNED=TBD; ROUND=0; WORK=${AGORA_REF_DIR:-/work/refrun4}   # PINNED: TBD = not chosen yet; fill it in
+  ref-4) PINNED=35c6431; ROUND=0; WORK=${AGORA_REF_DIR:-/work/refrun4}
          EXTRA=(--pool diverse --shared-candidates --protocols all --matched-single) ;;
   *) echo "AGORA_REF: ref-2, ref-3 or ref-4, not $REF" >&2; exit 2 ;;
 esac
