@@ -184,7 +184,7 @@ def test_replay_refuses_a_rule_for_another_protocol_naming_the_runs_protocol_and
     code, output = agora("replay", "--db", db, "--run-id", COMED, "--rule", "align")
     assert code == 2
     assert error_line(output) == (f"error: --rule align: applies to align runs only; run '{COMED}' has protocol comed, "
-                                  "whose rules are comed, first_sample, plurality, weighted_vote")
+                                  "whose rules are comed, first_sample, plurality, slm_mux, weighted_vote")
 
 
 # ----------------------------------------------------------------------------- 3 and 7: a failed question
