@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Collection, Sequence, get_args
@@ -329,7 +330,16 @@ def run_problems(
 
         try:
             if claims is not None:
-                run_claimed(claims, todo, solve, record_claimed, concurrency, control)
+                ids = [p.id for p in problems if only is None or p.id in only]
+                try:
+                    run_claimed(claims, todo, solve, record_claimed, concurrency, control)
+                except BaseException:
+                    with suppress(Exception):  # other workers still on the run write its status (the DB may be down)
+                        run.done = claims.others_working(ids)
+                    raise
+                claims.finish([p.id for p in problems], ids)  # the whole run's, whichever worker ends last
+                run.done = True  # (written, or left to a worker still holding a question of it)
+                return outcome
             elif concurrency == 1 and not in_running_loop():
                 for idx, problem in todo:
                     raise_if_drained(control)

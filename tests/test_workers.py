@@ -217,3 +217,120 @@ def test_a_carried_run_on_postgres_is_one_process_at_a_time_and_its_lock_dies_wi
         pass
     first.close()
     second.close()
+
+
+# ----------------------------------------------------------------------------- the run's status, whoever ends last
+
+
+def _two_workers_setup(postgres_server, monkeypatch, fail_first: bool):
+    """Four arithmetic questions on one Postgres run for two in-process workers (``run_problems`` in
+    two threads: two claimants). ``q0``'s model calls wait for ``release``, then with ``fail_first``
+    raise (a failed question). Leases of 5 s: a waiting worker looks every 1 s."""
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext
+    from agora.graphs.runner import run_protocol
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.tasks.loaders import Problem
+    from agora.traces.store import TraceStore
+
+    monkeypatch.setenv("AGORA_LEASE_S", "5")
+    url = postgres_server.database()
+    problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(4)]
+    held, release = threading.Event(), threading.Event()
+
+    def respond(chat, _i):
+        n = int(re.findall(r"What is (\d+) \+", chat[-1]["content"])[-1])
+        if n == 0:
+            held.set()
+            release.wait(120)
+            if fail_first:
+                raise RuntimeError("server down")
+        return f"The answer is {2 * n}."
+
+    def worker(results: dict, name: str, **kw) -> threading.Thread:
+        """A worker with its own models (as a process has), one question at a time."""
+        pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=respond) for m in ("a", "b")}, max_retries=0)
+
+        def go():
+            store = TraceStore(url)
+            try:
+                results[name] = run_protocol("align", problems, store=store, run_id="r",
+                                             context=DelegationContext(pool=pool, config=DelegationConfig(
+                                                 n_agents=2, k_samples=1)), config={}, pool_description=pool.describe(),
+                                             dataset={"format": "test"}, concurrency=1, **kw)
+            except BaseException as exc:  # noqa: BLE001 - the test reads it
+                results[name] = exc
+            finally:
+                store.close()
+
+        thread = threading.Thread(target=go, daemon=True)
+        thread.start()
+        return thread
+
+    return url, held, release, worker
+
+
+def _run_row(url: str) -> tuple[str, dict]:
+    from agora.traces.store import TraceStore
+
+    store = TraceStore(url, readonly=True)
+    row = store.get_run("r")
+    store.close()
+    return row["status"], json.loads(row["summary"]) if isinstance(row["summary"], str) else row["summary"]
+
+
+def test_a_run_whose_failed_question_another_worker_recorded_ends_failed_whichever_worker_ends_last(
+        postgres_server, monkeypatch):
+    url, held, release, worker = _two_workers_setup(postgres_server, monkeypatch, fail_first=True)
+    results: dict = {}
+    b = worker(results, "b")  # alone at first: q0 (held, then it fails)
+    assert held.wait(60)
+    a = worker(results, "a")  # q1, q2 and q3, then waits for q0
+    for _ in range(600):
+        if len(recorded_ids(url)) == 3:
+            break
+        threading.Event().wait(0.1)
+    assert _run_row(url)[0] == "running"
+    release.set()
+    b.join(120)
+    a.join(120)  # a looks once a second: it ends after b, and had no failed question of its own
+    assert [len(results["b"].failed), len(results["b"].outcomes), len(results["a"].failed),
+            len(results["a"].outcomes)] == [1, 0, 0, 3]
+    status, summary = _run_row(url)
+    assert status == "failed"
+    assert (summary["questions"], summary["recorded"], summary["failed"]) == (4, 3, 1)
+    assert list(summary["failed_questions"]) == ["q0"] and "server down" in summary["failed_questions"]["q0"]
+    assert recorded_ids(url) == ["q1", "q2", "q3"]
+
+
+def test_a_worker_that_stops_while_another_holds_a_question_leaves_the_run_to_it(postgres_server, monkeypatch):
+    from langgraph.errors import GraphDrained
+    from langgraph.runtime import RunControl
+
+    url, held, release, worker = _two_workers_setup(postgres_server, monkeypatch, fail_first=False)
+    results: dict = {}
+    b = worker(results, "b")  # q0 (held)
+    assert held.wait(60)
+    control = RunControl()
+    a = worker(results, "a", control=control)  # q1, q2 and q3, then waits for q0
+    for _ in range(600):
+        if len(recorded_ids(url)) == 3:
+            break
+        threading.Event().wait(0.1)
+    control.request_drain("test")
+    a.join(60)
+    assert isinstance(results["a"], GraphDrained)
+    assert _run_row(url)[0] == "running"  # b still holds q0: not 'interrupted' while it works
+    release.set()
+    b.join(120)
+    assert _run_row(url) == ("finished", {"questions": 4})
+    assert recorded_ids(url) == ["q0", "q1", "q2", "q3"]
+
+
+def recorded_ids(url: str) -> list[str]:
+    """The run's recorded question ids, in order."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return [q for (q,) in conn.execute("select question_id from questions where run_id = 'r' order by question_id")]

@@ -7,7 +7,8 @@ by a lease it renews while it works (:attr:`Claims.lease_s`, renewed every third
 worker renews nothing: once its lease expires another worker takes the question over (from the
 question's last checkpoint, shared in the same database). A question is recorded only by the worker
 whose claim it still is, in the transaction that marks the claim done (:meth:`Claims.record`), so a
-question is written once even when a slow worker's lease was taken over.
+question is written once even when a slow worker's lease was taken over. The run's final status is
+written from every worker's records, the same whichever worker ends last (:meth:`Claims.finish`).
 
 SQLite stores have no claims: one process runs a run (:meth:`agora.traces.store.TraceStore.run_lock`).
 """
@@ -170,6 +171,60 @@ class Claims:
                                 [self.run_id, question_id])
         with self._held_lock:
             self.held.discard(question_id)
+
+    def others_working(self, ids: Sequence[str]) -> bool:
+        """Whether a question among ``ids`` is held by another worker under a live lease (it is still
+        working on the run)."""
+        row = next(self.db.query(
+            "SELECT count(*) AS n FROM agora_claims.claims WHERE run_id = ? AND question_id = ANY(?) AND NOT done AND "
+            "worker IS DISTINCT FROM ? AND lease_until >= now()", [self.run_id, list(ids), self.worker]))
+        return int(row["n"]) > 0
+
+    def finish(self, problem_ids: Sequence[str], ids: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+        """Write the run's final status and summary from what every worker recorded, so that it is the
+        same whichever worker ends last; nothing while another worker still holds a question of ``ids``
+        under a live lease (that worker writes it when it ends).
+
+        The rules of a one-process run (:func:`agora.graphs.runner.run_problems`), over the whole run:
+        ``failed`` when a question of ``ids`` is done without a recorded answer (a failed question);
+        else ``partial`` while a question of ``problem_ids`` is unrecorded (outside ``ids``, or
+        freed by a worker that stopped); else ``finished``. The summary: ``questions``
+        (``len(problem_ids)``); with failures ``recorded`` (questions of ``ids`` recorded, by any
+        worker, in any sitting), ``failed`` and ``failed_questions`` (question id → its last call
+        error, 200 characters, at most 50); ``later`` (questions outside ``ids`` not recorded).
+        Computed and written in one transaction under the run's advisory lock (the one
+        ``start_run`` takes), so a worker joining meanwhile sees it before or after, whole.
+
+        Args:
+            problem_ids: every question of the run, in order.
+            ids: the questions this sitting ran (all of ``problem_ids``, or the runner's ``only``).
+
+        Returns:
+            ``(status, summary)`` written, or ``None`` (another worker is still working).
+        """
+        wanted, every = set(ids), list(problem_ids)
+        with self.store._lock, self.db.conn:
+            self.db.execute("select pg_advisory_xact_lock(hashtext(?))", [f"agora-run:{self.run_id}"])
+            if self.others_working(ids):
+                return None
+            recorded = {r["question_id"] for r in self.db.query(
+                "SELECT question_id FROM questions WHERE run_id = ? AND question_id = ANY(?)", [self.run_id, every])}
+            failed = [r["question_id"] for r in self.db.query(
+                "SELECT question_id FROM agora_claims.claims WHERE run_id = ? AND question_id = ANY(?) AND done "
+                "ORDER BY idx", [self.run_id, list(ids)]) if r["question_id"] not in recorded]
+            summary: dict[str, Any] = {"questions": len(every)}
+            if failed:
+                errors = {r["question_id"]: r["error"] for r in self.db.query(
+                    "SELECT question_id, error FROM model_calls WHERE run_id = ? AND question_id = ANY(?) AND "
+                    "error IS NOT NULL ORDER BY rowid", [self.run_id, failed])}
+                summary.update(recorded=len(recorded & wanted), failed=len(failed), failed_questions={
+                    q: (errors.get(q) or "no model call was made")[:200] for q in failed[:50]})
+            later = sum(q not in wanted and q not in recorded for q in every)
+            if later:
+                summary["later"] = later
+            status = "failed" if failed else "partial" if len(recorded) < len(every) else "finished"
+            self.store.finish_run(self.run_id, summary=summary, status=status)
+        return status, summary
 
     def release(self, question_id: str, done: bool = False) -> None:
         """Give a question up (``done``: a failed question, not retried in this sitting)."""
