@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from agora.models.validation import Rule, settings
+from agora.models.validation import Check, Count, Number, is_count, settings
 
 #: How a sample's token counts were obtained: ``exact`` (the backend counted this sample's tokens),
 #: ``split`` (the provider reported one usage for a request of several samples; each sample holds
@@ -34,15 +34,18 @@ Usage = Literal["exact", "split", "unknown"]
 class SamplingParams:
     """Sampling settings for one call. ``n`` samples are returned per call."""
 
-    n: Annotated[int, Rule(lambda v: v >= 1, "n must be >= 1, got {value}")] = 1
-    temperature: Annotated[float, Rule(lambda v: v >= 0, "temperature must be >= 0, got {value}")] = 0.7
-    top_p: Annotated[float, Rule(lambda v: 0 < v <= 1, "top_p must be in (0, 1], got {value}")] = 0.95
-    max_tokens: Annotated[int, Rule(lambda v: v >= 1, "max_tokens must be >= 1, got {value}")] = 256
+    n: Annotated[int, Count(1)] = 1
+    temperature: Annotated[float, Number(0)] = 0.7
+    top_p: Annotated[float, Number(0, 1, low_open=True)] = 0.95
+    max_tokens: Annotated[int, Count(1)] = 256
     """Upper bound on generated tokens per sample."""
-    seed: int | None = None
+    seed: Annotated[int | None, Check(is_count, "an integer or None", optional=True)] = None
     """Seed of the first sample; sample ``i`` uses ``seed + i``."""
-    stop: tuple[str, ...] = ()
-    logprobs: Annotated[int | None, Rule(lambda v: 0 <= v <= 20, "logprobs must be None or in [0, 20], got {value}", optional=True)] = None
+    stop: Annotated[tuple[str, ...], Check(lambda v: isinstance(v, (tuple, list)) and all(isinstance(s, str) for s in v),
+                                           "a tuple of strings")] = ()
+    """Stop strings (a tuple or list; a bare string is refused, as it would be read as its letters)."""
+    logprobs: Annotated[int | None, Check(lambda v: is_count(v) and 0 <= v <= 20, "None or an integer in 0..20",
+                                          optional=True)] = None
     """``None``: no log-probabilities; ``0``: each sample's summed token log-probability
     (:attr:`Sample.logprob`); ``k >= 1``: also the top-k alternatives of every generated token
     (:attr:`Sample.top_logprobs`). Backends without them leave the fields empty."""
