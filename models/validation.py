@@ -55,8 +55,10 @@ def is_count(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    """A finite real number that is not a ``bool``."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number that is not a ``bool`` (an integer of any size is finite: ``math.isfinite``
+    would raise ``OverflowError`` on one beyond a float's range)."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and (isinstance(value, numbers.Integral) or math.isfinite(value)))
 
 
 class Problem(ValueError):
@@ -185,14 +187,19 @@ def Convert(convert: Callable[[Any], Any]) -> Check:  # noqa: N802 - a marker
 # ----------------------------------------------------------------------------- the class decorator
 
 
-def one_line(owner: str, exc: ValidationError) -> Exception:
+def one_line(owner: str, exc: ValidationError, names: tuple[str, ...] = ()) -> Exception:
     """The exception a caller sees for ``exc`` raised while building ``owner``: the first error's
     original exception when a cross-field rule raised it (its own message and type), otherwise a
     ``ValueError`` ``"<owner>.<field> must be <expected>, got <value!r>"`` (a field rule) or
-    ``"<owner>.<field>: <pydantic's message>, got <value!r>"`` (pydantic's own type check)."""
+    ``"<owner>.<field>: <pydantic's message>, got <value!r>"`` (pydantic's own type check).
+    ``names``: the class's field names in order, which name a value given by position (pydantic's
+    location is then its index)."""
     err = exc.errors(include_url=False)[0]
     cause = (err.get("ctx") or {}).get("error")
-    field = ".".join(str(p) for p in err["loc"])
+    loc = list(err["loc"])
+    if loc and isinstance(loc[0], int) and loc[0] < len(names):
+        loc[0] = names[loc[0]]
+    field = ".".join(str(p) for p in loc)
     if isinstance(cause, Problem) and field:
         return ValueError(f"{owner}.{field} must be {cause.expected}, got {err['input']!r}")
     if isinstance(cause, BaseException) and not isinstance(cause, Problem):
@@ -259,7 +266,8 @@ def _install_init(cls: type) -> None:
         try:
             validating(self, *args, **kwargs)
         except ValidationError as exc:
-            raise one_line(type(self).__name__, exc) from None
+            names = tuple(f.name for f in dataclasses.fields(type(self)))
+            raise one_line(type(self).__name__, exc, names) from None
 
     __init__.__agora_settings__ = True
     cls.__init__ = __init__

@@ -1,0 +1,51 @@
+"""Probes of the settings rules: SamplingParams' fields checked like every settings class's (one line
+naming class.field and the value), huge integers in number fields, values given by position."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from agora.models.contract import SamplingParams
+from agora.models.validation import is_number
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"temperature": "0.7"}, "SamplingParams.temperature must be a finite number >= 0, got '0.7'"),
+    ({"temperature": True}, "SamplingParams.temperature must be a finite number >= 0, got True"),
+    ({"temperature": float("inf")}, "SamplingParams.temperature must be a finite number >= 0, got inf"),
+    ({"temperature": float("nan")}, "SamplingParams.temperature must be a finite number >= 0, got nan"),
+    ({"top_p": 1.5}, "SamplingParams.top_p must be a finite number in (0, 1], got 1.5"),
+    ({"n": 0}, "SamplingParams.n must be an integer >= 1, got 0"),
+    ({"max_tokens": True}, "SamplingParams.max_tokens must be an integer >= 1, got True"),
+    ({"max_tokens": 2.0}, "SamplingParams.max_tokens must be an integer >= 1, got 2.0"),
+    ({"seed": True}, "SamplingParams.seed must be an integer or None, got True"),
+    # a bare string would be read as its letters: stop at any of 'a', 'b', 'c'
+    ({"stop": "abc"}, "SamplingParams.stop must be a tuple of strings, got 'abc'"),
+    ({"stop": [1]}, "SamplingParams.stop must be a tuple of strings, got [1]"),
+    ({"logprobs": 21}, "SamplingParams.logprobs must be None or an integer in 0..20, got 21"),
+])
+def test_sampling_params_one_line(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        SamplingParams(**kwargs)
+    assert str(err.value) == message
+
+
+def test_sampling_params_good_values_kept():
+    p = SamplingParams(n=2, temperature=0, top_p=1, max_tokens=8, seed=-3, stop=["x"], logprobs=0)
+    assert (p.n, p.temperature, p.top_p, p.max_tokens, p.seed, p.stop, p.logprobs) == (2, 0, 1, 8, -3, ["x"], 0)
+    with pytest.raises(ValueError, match=r"^SamplingParams.temperature must be a finite number >= 0, got 'x'$"):
+        dataclasses.replace(p, temperature="x")
+
+
+def test_huge_int_is_a_number_not_an_overflow():
+    assert is_number(10**400)
+    with pytest.raises(ValueError, match=r"^SamplingParams.top_p must be a finite number in \(0, 1\], got 1000"):
+        SamplingParams(top_p=10**400)
+
+
+def test_positional_value_named_by_field():
+    with pytest.raises(ValueError) as err:
+        SamplingParams(0.5)
+    assert str(err.value) == "SamplingParams.n must be an integer >= 1, got 0.5"
