@@ -113,11 +113,11 @@ def train_dpo_cmd(
                              "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])})
             return
         require_train_extra()
-        if pairs_from != "own":  # an unknown member or duel run: refused before any run row or model load
-            check_pair_sources(db, pairs, flt)
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
+        if pairs_from != "own":  # a member or duel run in no pair: refused before any run row or model load
+            check_pair_sources(db, pairs, flt)
         settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
                                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
