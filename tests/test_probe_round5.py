@@ -49,3 +49,26 @@ def test_positional_value_named_by_field():
     with pytest.raises(ValueError) as err:
         SamplingParams(0.5)
     assert str(err.value) == "SamplingParams.n must be an integer >= 1, got 0.5"
+
+
+def test_postgres_bad_percent_token_does_not_print_password():
+    """libpq quotes the password it cannot percent-decode; the one-line error must not."""
+    pytest.importorskip("psycopg")
+    from agora.traces.errors import TraceStoreError
+    from agora.traces.pg_database import PostgresDatabase
+
+    for url in ("postgresql://u:s3cret%PW@127.0.0.1:9/db", "postgresql://u@127.0.0.1:9/db?password=s3c%ret"):
+        with pytest.raises(TraceStoreError) as err:
+            PostgresDatabase(url)
+        line = str(err.value)
+        assert "s3c" not in line and "\n" not in line
+        assert "cannot connect to the Postgres trace store" in line and "***" in line
+
+
+def test_without_password_hand_cases():
+    from agora.traces.pg_sql import without_password
+
+    url = "postgresql://ann:p%40ss@h/db"
+    assert without_password('bad token "p%40ss" or "p@ss" in ' + url, url) == \
+        'bad token "***" or "***" in postgresql://ann:***@h/db'
+    assert without_password("no secret here", "postgresql://ann@h/db") == "no secret here"

@@ -32,6 +32,7 @@ from agora.traces.pg_sql import (
     is_postgres_url,
     shown_url,
     to_postgres,
+    without_password,
 )
 
 __all__ = ["PostgresDatabase", "PostgresTable", "SCHEMES", "SETUP", "is_postgres_url", "shown_url", "to_postgres"]
@@ -294,7 +295,8 @@ class PostgresDatabase:
         try:  # one connection first: a wrong URL, password or host fails here at once, with the server's reason
             psycopg.connect(url, connect_timeout=10).close()
         except psycopg.Error as exc:
-            reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())[:300] or type(exc).__name__
+            reason = without_password(" ".join(line.strip() for line in str(exc).splitlines() if line.strip()), url)
+            reason = reason[:300] or type(exc).__name__
             raise TraceStoreError(f"{shown_url(url)}: cannot connect to the Postgres trace store ({reason})") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=True,
                                    kwargs={"autocommit": True}, name="agora-traces")

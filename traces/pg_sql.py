@@ -9,7 +9,7 @@ import logging
 import re
 from decimal import Decimal
 from typing import Any, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from agora.traces.rows import _json
 
@@ -39,6 +39,24 @@ def shown_url(url: str) -> str:
             netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
     tail = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", tail)
     return f"{scheme}{sep}{netloc}{tail}"
+
+
+def without_password(text: str, url: str) -> str:
+    """``text`` (a driver's message about ``url``) with ``url``'s password left out: the URL itself
+    shown as :func:`shown_url` does, and the password, as written and percent-decoded, as ``***``
+    wherever else the message quotes it (libpq quotes a token it cannot decode). Never raises."""
+    text = text.replace(url, shown_url(url))
+    _, sep, rest = url.partition("://")
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    secrets = re.findall(r"(?i)[?&]password=([^&#]*)", tail)
+    if sep and "@" in netloc and ":" in netloc.rsplit("@", 1)[0]:
+        secrets.append(netloc.rsplit("@", 1)[0].split(":", 1)[1])
+    for secret in list(secrets):
+        secrets.append(unquote(secret))
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def check_url(url: str) -> None:
