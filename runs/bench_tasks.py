@@ -41,6 +41,12 @@ def _task_name(path: Path, taken: set[str]) -> str:
     return name
 
 
+#: What a bench task file's refused format guess tells the user (agora bench has no --format).
+BENCH_FORMAT_HINT = ("agora bench has no --format: give the file the fields of one format "
+                     "(gsm8k: question and an answer with '####'; gsm-hard: input, target; math: problem, "
+                     "answer or solution; mc: question, options or choices)")
+
+
 def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFile]:
     """The task files of ``--tasks``: comma-separated paths, each optionally ``name=path``, in any
     loader format (detected from the file); ``sample`` is the GSM8K sample shipped with Agora. The
@@ -66,7 +72,7 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
             name = name if sep else "gsm8k-sample"
         else:
             path = Path(given)
-            fmt = detect_format(path)
+            fmt = detect_format(path, hint=BENCH_FORMAT_HINT)
             name = name.strip() if sep else _task_name(path, taken)
         if not name or ":" in name or name in taken or name in ("all", "macro"):
             raise ValueError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "

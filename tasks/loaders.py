@@ -372,9 +372,11 @@ def load_problems(path: str | Path | None, fmt: str, limit: int | None = None, s
     return problems
 
 
-def detect_format(path: str | Path) -> str:
+def detect_format(path: str | Path, hint: str | None = None) -> str:
     """Guess a problem file's format from its first record's fields: a text field of ``prompts``
     (``prompt``, ``instruction``, ``text``, ...) with no gold-answer field is ``prompts``.
+    ``hint``: what the refusal tells the user to do (default: pass ``--format``, for commands
+    that have it).
 
     Raises:
         TaskFormatError: the fields match no known format.
@@ -391,5 +393,5 @@ def detect_format(path: str | Path) -> str:
         if not _GOLD_KEYS & rec.keys() and any(isinstance(rec.get(k), str) and rec[k].strip() for k in _PROMPT_KEYS):
             return "prompts"
         raise TaskFormatError(path, number, None, f"cannot tell the format from fields {sorted(rec)}; "
-                              f"pass --format ({', '.join(FORMATS)})")
+                              + (hint or f"pass --format ({', '.join(FORMATS)})"))
     raise TaskFormatError(path, 0, None, "file has no records")

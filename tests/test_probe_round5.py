@@ -72,3 +72,17 @@ def test_without_password_hand_cases():
     assert without_password('bad token "p%40ss" or "p@ss" in ' + url, url) == \
         'bad token "***" or "***" in postgresql://ann:***@h/db'
     assert without_password("no secret here", "postgresql://ann@h/db") == "no secret here"
+
+
+def test_bench_task_format_refusal_does_not_point_to_a_missing_option(tmp_path):
+    """agora bench has no --format: its refusal must not tell the user to pass one."""
+    from agora.runs.bench_tasks import load_tasks
+    from agora.tasks.loaders import TaskFormatError
+
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')
+    with pytest.raises(TaskFormatError) as err:
+        load_tasks(str(data))
+    line = str(err.value)
+    assert line.startswith(f"{data}:1: cannot tell the format from fields ['answer', 'question']; agora bench has no --format")
+    assert "pass --format" not in line
