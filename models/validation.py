@@ -91,7 +91,11 @@ class Check:
     def __call__(self, value: Any) -> Any:
         if value is None and self.optional:
             return None
-        if not self.test(value):
+        try:
+            passed = self.test(value)
+        except (TypeError, ArithmeticError):  # a test comparing a value of another type ('zz' >= 1)
+            passed = False
+        if not passed:
             if self.message is not None:
                 raise self.error(self.message.format(value=value))
             raise Problem(self.expected)

@@ -86,3 +86,17 @@ def test_bench_task_format_refusal_does_not_point_to_a_missing_option(tmp_path):
     line = str(err.value)
     assert line.startswith(f"{data}:1: cannot tell the format from fields ['answer', 'question']; agora bench has no --format")
     assert "pass --format" not in line
+
+
+def test_a_rule_comparing_another_type_refuses_in_one_line():
+    """A Rule's test that cannot compare the value ('zz' > 0) refuses it with the rule's message
+    instead of leaking the comparison's TypeError."""
+    from agora.training.config import TrainSettings
+    from agora.training.datasets import PairFilter
+
+    with pytest.raises(ValueError) as err:
+        TrainSettings(learning_rate="zz")
+    assert str(err.value) == "learning_rate must be > 0, got zz"
+    with pytest.raises(ValueError) as err:
+        PairFilter(min_margin="x")
+    assert str(err.value) == "PairFilter.min_margin must be >= 0, got x"
