@@ -100,3 +100,16 @@ def test_a_rule_comparing_another_type_refuses_in_one_line():
     with pytest.raises(ValueError) as err:
         PairFilter(min_margin="x")
     assert str(err.value) == "PairFilter.min_margin must be >= 0, got x"
+
+
+def test_train_settings_epochs_and_max_steps_checked():
+    """epochs and max_steps had no rule: a string reached the cross-field check's '<=' (TypeError)."""
+    from agora.training.config import DPOSettings, TrainSettings
+
+    with pytest.raises(ValueError) as err:
+        TrainSettings(epochs="zz")
+    assert str(err.value) == "epochs must be a finite number, got 'zz'"
+    with pytest.raises(ValueError) as err:
+        DPOSettings(max_steps="5")
+    assert str(err.value) == "max_steps must be an integer, got '5'"
+    assert TrainSettings(epochs=0, max_steps=10).max_steps == 10

@@ -16,7 +16,7 @@ from pydantic import model_validator
 
 from agora.models.llamacpp import default_threads
 from agora.models.pool import MAX_POOL_TEMPERATURE
-from agora.models.validation import Rule, settings
+from agora.models.validation import Rule, is_count, is_number, settings
 
 
 @settings
@@ -48,8 +48,8 @@ class TrainSettings:
     """A transformers scheduler name (``cosine``, ``linear``, ``constant``...)."""
     warmup_ratio: Annotated[float, Rule(lambda v: 0.0 <= v < 1.0, "warmup_ratio must be in [0, 1), got {value}")] = 0.1
     """Share of the steps spent warming the learning rate up linearly."""
-    epochs: float = 1.0
-    max_steps: int = -1
+    epochs: Annotated[float, Rule(is_number, "epochs must be a finite number, got {value!r}")] = 1.0
+    max_steps: Annotated[int, Rule(is_count, "max_steps must be an integer, got {value!r}")] = -1
     """When > 0, train this many optimiser steps instead of ``epochs``."""
     batch_size: Annotated[int, Rule(lambda v: v >= 1, "batch_size must be >= 1, got {value}")] = 4
     """Rows per device per step (GRPO: completions per device per step)."""
