@@ -26,7 +26,8 @@ smallest classes pay pydantic's fixed cost (``SamplingParams``, once per model c
 against 2.3 µs, noise beside the call itself).
 
 Rules of the markers: a ``bool`` is not a count or a number (``True`` is refused where an ``int`` is
-expected); numbers are finite (``nan`` and ``inf`` are refused); a tuple of names is a tuple or list
+expected; in a field declared ``int``, ``float`` or ``int | float``, maybe ``| None``, whatever its
+rule, even a :func:`Rule` whose test ``True >= 1`` would pass, or no rule at all); numbers are finite (``nan`` and ``inf`` are refused); a tuple of names is a tuple or list
 of non-empty strings, never a bare string (which would be read as its letters).
 """
 
@@ -36,6 +37,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import types
 import typing
 from typing import Annotated, Any, Callable, Iterable, TypeVar
 
@@ -62,11 +64,25 @@ def is_number(value: Any) -> bool:
 
 
 class Problem(ValueError):
-    """A field rule's refusal: ``expected`` is the message's ``must be ...`` part."""
+    """A field rule's refusal: ``expected`` is the message's ``must be ...`` part; ``error`` the
+    exception type the caller sees (``ValueError`` but for a :func:`Rule` that names another)."""
 
-    def __init__(self, expected: str):
+    def __init__(self, expected: str, error: type[Exception] = ValueError):
         super().__init__(expected)
         self.expected = expected
+        self.error = error
+
+
+def _numeric_kind(source: Any) -> str | None:
+    """The ``must be ...`` text for a ``bool`` given to a field declared ``int`` (``an integer``),
+    ``float`` or ``int | float`` (``a number``), each maybe ``| None`` (`` or None``); ``None`` for
+    any other declared type (a ``bool`` there is the field's own rule's business)."""
+    args = typing.get_args(source) if typing.get_origin(source) in (typing.Union, types.UnionType) else (source,)
+    kinds = {a for a in args if a is not type(None)}
+    if not kinds or not kinds <= {int, float}:
+        return None
+    text = "an integer" if kinds == {int} else "a number"
+    return text + (" or None" if type(None) in args else "")
 
 
 # ----------------------------------------------------------------------------- field rules
@@ -104,10 +120,20 @@ class Check:
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         # Validation is the rules alone (no coercion), in the order written; the JSON schema is the
         # declared type's.
+        # A field declared int or float refuses a bool whatever the rule's test says (True >= 1).
         inner = handler(source)
+        kind = _numeric_kind(source)
+        check = self if kind is None else functools.partial(self._not_bool, kind)
         if inner.get("type") in ("function-plain", "function-after"):  # a rule before this one
-            return core_schema.no_info_after_validator_function(self, inner)
-        return core_schema.no_info_plain_validator_function(self, json_schema_input_schema=inner)
+            return core_schema.no_info_after_validator_function(check, inner)
+        return core_schema.no_info_plain_validator_function(check, json_schema_input_schema=inner)
+
+    def _not_bool(self, kind: str, value: Any) -> Any:
+        """``self(value)``, but a ``bool`` is refused as not ``kind`` (``an integer``, ``a number``):
+        ``Class.field must be an integer, got True`` (the rule's ``expected`` text when it has one)."""
+        if isinstance(value, bool):
+            raise Problem(self.expected or kind, self.error)
+        return self(value)
 
 
 def Count(low: int = 1, high: int | None = None, expected: str | None = None) -> Check:  # noqa: N802 - a marker
@@ -205,7 +231,7 @@ def one_line(owner: str, exc: ValidationError, names: tuple[str, ...] = ()) -> E
         loc[0] = names[loc[0]]
     field = ".".join(str(p) for p in loc)
     if isinstance(cause, Problem) and field:
-        return ValueError(f"{owner}.{field} must be {cause.expected}, got {err['input']!r}")
+        return cause.error(f"{owner}.{field} must be {cause.expected}, got {err['input']!r}")
     if isinstance(cause, BaseException) and not isinstance(cause, Problem):
         return cause
     if err["type"] == "missing_argument":

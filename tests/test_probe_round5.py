@@ -113,3 +113,36 @@ def test_train_settings_epochs_and_max_steps_checked():
         DPOSettings(max_steps="5")
     assert str(err.value) == "max_steps must be an integer, got '5'"
     assert TrainSettings(epochs=0, max_steps=10).max_steps == 10
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    # Rule's own test passes True (True >= 1): the declared int/float type refuses the bool
+    (lambda: __import__("agora.training.config").training.config.TrainSettings(batch_size=True),
+     "TrainSettings.batch_size must be an integer, got True"),
+    (lambda: __import__("agora.training.config").training.config.GRPOSettings(grad_accum=True),
+     "GRPOSettings.grad_accum must be an integer, got True"),
+    (lambda: __import__("agora.training.config").training.config.LoraSettings(dropout=False),
+     "LoraSettings.dropout must be a number, got False"),
+    # a field with no rule at all, declared int
+    (lambda: __import__("agora.training.config").training.config.TrainSettings(seed=True),
+     "TrainSettings.seed must be an integer, got True"),
+    # a marker with its own expected text keeps it
+    (lambda: SamplingParams(n=True), "SamplingParams.n must be an integer >= 1, got True"),
+])
+def test_bool_refused_in_int_and_float_fields(make, message):
+    with pytest.raises(ValueError) as err:
+        make()
+    assert str(err.value) == message
+
+
+def test_numeric_kind_of_declared_types():
+    from typing import Optional
+
+    from agora.models.validation import _numeric_kind
+
+    assert _numeric_kind(int) == "an integer"
+    assert _numeric_kind(float) == "a number"
+    assert _numeric_kind(int | float) == "a number"
+    assert _numeric_kind(Optional[int]) == "an integer or None"
+    assert _numeric_kind(float | None) == "a number or None"
+    assert _numeric_kind(bool) is None and _numeric_kind(str) is None and _numeric_kind(int | str) is None
