@@ -95,8 +95,11 @@ def resolve_methods(spec: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _known_methods(methods: Any) -> Any:
-    """``methods`` unchanged when it names at least one method, each known (:func:`protocol_of`)."""
+    """``methods`` unchanged when it is a tuple (or list) naming at least one method, each known
+    (:func:`protocol_of`); anything else raises a one-line ``ValueError``."""
     every = protocol_of()
+    if not isinstance(methods, (tuple, list)) or not all(isinstance(m, str) for m in methods):
+        raise ValueError(f"BenchConfig.methods must be a tuple of method names, got {methods!r}")
     unknown = [m for m in methods if m not in every]
     if unknown or not methods:
         raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")

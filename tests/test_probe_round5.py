@@ -146,3 +146,32 @@ def test_numeric_kind_of_declared_types():
     assert _numeric_kind(Optional[int]) == "an integer or None"
     assert _numeric_kind(float | None) == "a number or None"
     assert _numeric_kind(bool) is None and _numeric_kind(str) is None and _numeric_kind(int | str) is None
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"beta": "zz"}, "beta must be a finite number >= 0, got 'zz'"),
+    ({"epsilon": "zz"}, "epsilon must be a finite number > 0, got 'zz'"),
+    ({"beta": -0.5}, "beta must be a finite number >= 0, got -0.5"),
+    ({"epsilon": 0}, "epsilon must be a finite number > 0, got 0"),
+    ({"beta": float("nan")}, "beta must be a finite number >= 0, got nan"),
+])
+def test_grpo_beta_epsilon_one_line(kwargs, message):
+    """beta and epsilon had no rule: a string reached the cross-field check's '<' as a TypeError."""
+    from agora.training.config import GRPOSettings
+
+    with pytest.raises(ValueError) as err:
+        GRPOSettings(**kwargs)
+    assert str(err.value) == message
+    assert (GRPOSettings(beta=0, epsilon=0.1).beta, GRPOSettings(beta=0, epsilon=0.1).epsilon) == (0, 0.1)
+
+
+@pytest.mark.parametrize("methods", [True, 3, [["align"]], "align"])
+def test_bench_config_methods_not_a_tuple_of_names(methods):
+    """A bool reached the iteration ('bool' object is not iterable), a list an unhashable lookup, and a
+    bare string was read as its letters."""
+    from agora.runs.bench_plan import BenchConfig
+
+    with pytest.raises(ValueError) as err:
+        BenchConfig(methods=methods)
+    assert str(err.value) == f"BenchConfig.methods must be a tuple of method names, got {methods!r}"
+    assert BenchConfig(methods=["align"]).methods == ["align"]

@@ -111,9 +111,9 @@ class GRPOSettings(TrainSettings):
     max_completion_length: Annotated[int, Rule(lambda v: v >= 1, "max_completion_length must be >= 1, got {value}")] = 256
     temperature: Annotated[float, Rule(lambda v: 0 < v <= MAX_POOL_TEMPERATURE, f"temperature must be in (0, {MAX_POOL_TEMPERATURE}], got {{value}}")] = 1.0
     """Sampling temperature of the completions."""
-    beta: float = 0.0
+    beta: Annotated[float, Rule(lambda v: is_number(v) and v >= 0, "beta must be a finite number >= 0, got {value!r}")] = 0.0
     """KL coefficient (0: no reference model is loaded)."""
-    epsilon: float = 0.2
+    epsilon: Annotated[float, Rule(lambda v: is_number(v) and v > 0, "epsilon must be a finite number > 0, got {value!r}")] = 0.2
     """PPO-style clip range of the importance ratio."""
 
     @model_validator(mode="after")
@@ -121,8 +121,6 @@ class GRPOSettings(TrainSettings):
         if (self.batch_size * self.grad_accum) % self.num_generations:
             raise ValueError(f"batch_size × grad_accum ({self.batch_size} × {self.grad_accum}) must be divisible by "
                              f"num_generations ({self.num_generations})")
-        if self.beta < 0 or self.epsilon <= 0:
-            raise ValueError(f"beta must be >= 0 and epsilon > 0, got {self.beta} and {self.epsilon}")
         return self
 
 
