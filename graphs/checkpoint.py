@@ -197,6 +197,32 @@ def checkpoint_serializer() -> StrictSerializer:
     return StrictSerializer()
 
 
+class CheckedReads:
+    """A saver's reads checked (put first in the bases, before the library's saver): every tuple
+    :meth:`get_tuple` and :meth:`list` return passes :func:`_checked`, and a row naming a type
+    outside the allow-list or that cannot be decoded is raised through the saver's own ``_where``
+    (which names its file or database and the thread).
+
+    Raises:
+        UnsafeCheckpointError: the row names a type outside the allow-list (nothing run).
+        CorruptCheckpointError: the row cannot be decoded.
+    """
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        try:
+            return _checked(super().get_tuple(config))  # type: ignore[misc]
+        except _DAMAGED as exc:  # UnsafeCheckpointError is a ValueError, so among them
+            raise self._where(exc, config) from None  # type: ignore[attr-defined]
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        try:
+            for item in super().list(config, filter=filter, before=before, limit=limit):  # type: ignore[misc]
+                yield _checked(item)
+        except _DAMAGED as exc:
+            raise self._where(exc, config) from None  # type: ignore[attr-defined]
+
+
 class InlineAsync:
     """The async methods LangGraph's ``ainvoke`` calls on a checkpointer, run inline by the saver's
     sync ones (put first in the bases, before the sync saver): a checkpoint read or write is short
@@ -223,7 +249,7 @@ class InlineAsync:
         self.delete_thread(thread_id)  # type: ignore[attr-defined]
 
 
-class InlineAsyncSqliteSaver(InlineAsync, SqliteSaver):
+class InlineAsyncSqliteSaver(CheckedReads, InlineAsync, SqliteSaver):
     """``SqliteSaver`` whose async methods run its sync ones inline (see the module docstring).
 
     Args:
@@ -271,30 +297,6 @@ class InlineAsyncSqliteSaver(InlineAsync, SqliteSaver):
                     else:
                         self.conn.commit()
                         self._pending = False
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """As ``SqliteSaver.get_tuple``.
-
-        Raises:
-            UnsafeCheckpointError: the row names a type outside the allow-list (nothing run).
-            CorruptCheckpointError: the row cannot be decoded (file and thread named).
-        """
-        try:
-            return _checked(super().get_tuple(config))
-        except UnsafeCheckpointError as exc:
-            raise self._where(exc, config) from None
-        except _DAMAGED as exc:
-            raise self._where(exc, config) from None
-
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        try:
-            for item in super().list(config, filter=filter, before=before, limit=limit):
-                yield _checked(item)
-        except UnsafeCheckpointError as exc:
-            raise self._where(exc, config) from None
-        except _DAMAGED as exc:
-            raise self._where(exc, config) from None
 
     def _where(self, exc: Exception, config: RunnableConfig | None) -> ValueError:
         """``exc`` with the checkpoint file and thread in front (a damaged row becomes a

@@ -13,20 +13,17 @@ inline (:class:`~agora.graphs.checkpoint.InlineAsync`, as the SQLite saver does)
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from agora.graphs.checkpoint import (
-    _DAMAGED,
+    CheckedReads,
     CorruptCheckpointError,
     InlineAsync,
     UnsafeCheckpointError,
-    _checked,
     checkpoint_serializer,
 )
 from agora.traces.errors import TraceStoreError
@@ -104,7 +101,7 @@ except ImportError:  # pragma: no cover - without the postgres extra: open_postg
     _PostgresSaver = object  # type: ignore[assignment,misc]
 
 
-class InlineAsyncPostgresSaver(InlineAsync, _PostgresSaver):  # type: ignore[misc,valid-type]
+class InlineAsyncPostgresSaver(CheckedReads, InlineAsync, _PostgresSaver):  # type: ignore[misc,valid-type]
     """``PostgresSaver`` on a pool, strict, with inline async methods (see the module docstring).
     ``commit`` is a no-op (every write is committed when its method returns)."""
 
@@ -118,26 +115,6 @@ class InlineAsyncPostgresSaver(InlineAsync, _PostgresSaver):  # type: ignore[mis
         if isinstance(self.serde, JsonPlusSerializer):
             self.serde = maybe_add_typed_methods(self.serde.with_msgpack_allowlist(extra_allowlist))
         return self
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """As ``PostgresSaver.get_tuple``.
-
-        Raises:
-            UnsafeCheckpointError: the row names a type outside the allow-list (nothing run).
-            CorruptCheckpointError: the row cannot be decoded (database and thread named).
-        """
-        try:
-            return _checked(super().get_tuple(config))
-        except (UnsafeCheckpointError, *_DAMAGED) as exc:
-            raise self._where(exc, config) from None
-
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        try:
-            for item in super().list(config, filter=filter, before=before, limit=limit):
-                yield _checked(item)
-        except (UnsafeCheckpointError, *_DAMAGED) as exc:
-            raise self._where(exc, config) from None
 
     def _where(self, exc: Exception, config: RunnableConfig | None) -> ValueError:
         thread = ((config or {}).get("configurable") or {}).get("thread_id")
