@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["folder", "new_folder", "positive_int", "positive_number", "flag", "executable", "modules", "text"]
+Kind = Literal["folder", "new_folder", "positive_int", "positive_number", "flag", "executable", "modules", "engine",
+               "text"]
 """How a variable's value is checked: ``folder`` an existing folder; ``new_folder`` a folder or a
 path where one can be made (no file in the way); ``positive_int`` an integer from 1 to :data:`MAX_INT`;
 ``positive_number`` a finite number above 0; ``flag`` ``0`` or ``1``; ``executable`` a program file
-that may be run, or a program name on ``PATH``; ``modules`` comma-separated module names; ``text``
+that may be run, or a program name on ``PATH``; ``modules`` comma-separated module names; ``engine``
+one of :data:`ENGINE_NAMES` (the embedded llama.cpp engine, case and surrounding spaces aside); ``text``
 any value. Numbers are written in ASCII digits (``٣`` or ``３`` is refused, though Python reads it)."""
 
 MAX_INT = 512
@@ -66,7 +68,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("AGORA_LEASE_S", "positive_number",
            "Seconds a question claimed by a worker stays its own without a renewal (shared trace stores); "
            "default: `agora.traces.claims.LEASE_S`."),
-    EnvVar("AGORA_LLAMA_ENGINE", "text",
+    EnvVar("AGORA_LLAMA_ENGINE", "engine",
            "Retired (it chose a server engine on trial); only `llama-cpp-python` or unset is accepted."),
     EnvVar("AGORA_VLLM_PYTHON", "executable",
            "The Python interpreter that has vLLM (a path, or a name on PATH), for `agora serve`; default: the "
@@ -85,6 +87,25 @@ VARIABLES: tuple[EnvVar, ...] = (
 """Every ``AGORA_*`` variable Agora reads, in the order ``docs/environment.md`` shows them."""
 
 BY_NAME = {v.name: v for v in VARIABLES}
+
+ENGINE_NAMES = ("llama-cpp-python", "llama_cpp_python", "llamacpp", "llama-cpp", "python", "native")
+"""The values ``AGORA_LLAMA_ENGINE`` takes (unset or empty too): spellings of llama-cpp-python, the one
+embedded engine. The variable once chose a server engine, which Agora no longer has; left set to it
+(or to anything else), it would otherwise be ignored silently."""
+
+_REMOVED_ENGINES = ("server", "xllamacpp", "llama-server", "llamacpp-server")
+
+
+def engine_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as ``AGORA_LLAMA_ENGINE`` (``None``: an accepted value): one
+    line naming the accepted values and ending ``; unset AGORA_LLAMA_ENGINE``."""
+    engine = value.strip().lower()
+    if not engine or engine in ENGINE_NAMES:
+        return None
+    why = ("the server engine was removed on 2026-12-04 (see benchmarks/README.md)" if engine in _REMOVED_ENGINES
+           else "it is not an engine's name")
+    return (f"llama-cpp-python is the one embedded engine and {why} (accepted: unset or {', '.join(ENGINE_NAMES)}, "
+            "any case); unset AGORA_LLAMA_ENGINE")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -140,6 +161,9 @@ def _check(var: EnvVar, value: str) -> None:
             fail("no such program file" if not path.exists() else "not a program file")
         if not os.access(path, os.X_OK):
             fail("not executable")
+    elif var.kind == "engine":
+        if (problem := engine_problem(value)) is not None:
+            raise EnvironmentVariableError(var.name, value, problem)
     elif var.kind == "modules":
         bad = [m for m in value.split(",") if m and not _MODULE.fullmatch(m)]
         if bad:

@@ -31,6 +31,7 @@ from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agora.models._chat import NativeMember, default_threads, fewshot_stops, generation, render_fewshot, to_dicts
+from agora.models.environment import env_value
 
 #: One in-process decode at a time: two llama.cpp contexts decoding at once on a 2-core machine
 #: run slower together than one after the other. Public: a benchmark script that drives a model's
@@ -126,30 +127,20 @@ def _load(path: str, n_ctx: int, n_threads: int, lora_path: str | None = None, l
     return llm
 
 
-_ENGINE_NAMES = ("", "llama-cpp-python", "llama_cpp_python", "llamacpp", "llama-cpp", "python", "native")
-
-
 def check_engine_env() -> None:
-    """Refuse an ``AGORA_LLAMA_ENGINE`` that asks for another embedded engine than llama-cpp-python.
+    """Refuse an ``AGORA_LLAMA_ENGINE`` that asks for another embedded engine than llama-cpp-python
+    (the check of :mod:`agora.models.environment`, which every ``agora`` command also runs first).
 
     The variable once chose a server engine (xllamacpp), which Agora no longer has (llama-cpp-python is
     the one embedded engine; benchmarks/README.md says why); left set, it would otherwise
-    be ignored silently. Case and surrounding
-    spaces do not matter; unset, empty, ``llama-cpp-python`` (and its spellings) are accepted.
+    be ignored silently. Case and surrounding spaces do not matter; unset, empty, ``llama-cpp-python``
+    (and its spellings, :data:`agora.models.environment.ENGINE_NAMES`) are accepted.
 
     Raises:
-        ValueError: one line naming the value, and what to do.
+        agora.models.environment.EnvironmentVariableError: a ``ValueError``, one line naming the value,
+            the accepted values and what to do.
     """
-    raw = os.environ.get("AGORA_LLAMA_ENGINE", "")
-    engine = raw.strip().lower()
-    if engine in _ENGINE_NAMES:
-        return
-    if engine in ("server", "xllamacpp", "llama-server", "llamacpp-server"):
-        why = "the server engine was removed on 2026-12-04 (see benchmarks/README.md)"
-    else:
-        why = "it is not an engine's name"
-    raise ValueError(f"AGORA_LLAMA_ENGINE={raw!r}: llama-cpp-python is the one embedded engine and {why}; "
-                     "unset AGORA_LLAMA_ENGINE")
+    env_value("AGORA_LLAMA_ENGINE")
 
 
 class LlamaCppChatModel(NativeMember, BaseChatModel):

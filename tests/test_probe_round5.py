@@ -175,3 +175,25 @@ def test_bench_config_methods_not_a_tuple_of_names(methods):
         BenchConfig(methods=methods)
     assert str(err.value) == f"BenchConfig.methods must be a tuple of method names, got {methods!r}"
     assert BenchConfig(methods=["align"]).methods == ["align"]
+
+
+def test_llama_engine_variable_checked_up_front(monkeypatch):
+    """AGORA_LLAMA_ENGINE was 'text' (anything passed the up-front check): 'agora pool show' said nothing."""
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.models.environment import EnvironmentVariableError, check_environment
+
+    with pytest.raises(EnvironmentVariableError) as err:
+        check_environment({"AGORA_LLAMA_ENGINE": "bogus"})
+    assert str(err.value) == (
+        "AGORA_LLAMA_ENGINE='bogus': llama-cpp-python is the one embedded engine and it is not an engine's name "
+        "(accepted: unset or llama-cpp-python, llama_cpp_python, llamacpp, llama-cpp, python, native, any case); "
+        "unset AGORA_LLAMA_ENGINE")
+    for accepted in ("", "  ", "llama-cpp-python", " Native "):
+        check_environment({"AGORA_LLAMA_ENGINE": accepted})
+    monkeypatch.setenv("AGORA_LLAMA_ENGINE", "bogus")
+    out = CliRunner().invoke(app, ["pool", "show", "tiny"])
+    assert out.exit_code == 2, out.output
+    lines = [line for line in out.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: AGORA_LLAMA_ENGINE='bogus': ")
