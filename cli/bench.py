@@ -45,6 +45,7 @@ from agora.runs.bench_plan import (
     DEFAULT_SOURCE,
     BenchConfig,
     Step,
+    check_matched_single,
     plan,
     remaining,
     resolve_methods,
@@ -278,9 +279,7 @@ def bench(
             raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
         dev_splits = (_dev_splits(calibrate_on, dev, task_files)
                       if "comed" in config.protocols or shared_candidates else [])
-        if matched_single and not (shared_candidates and dev_splits):  # before any DB is opened
-            raise ValueError("--matched-single needs shared candidates and a dev split (--dev N or --calibrate-on "
-                             "FILE): the best member is chosen on dev questions")
+        check_matched_single(config, bool(dev_splits))  # before any DB is opened
         the_pool = get_pool(pool)
         bench_id = new_run_id("bench") if run_id is None else check_run_id(run_id)
         out_dir = out or default_out(bench_id)

@@ -19,6 +19,7 @@ from agora.graphs.delegation import METHODS as ALIGN_METHODS
 from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS
 from agora.models.validation import Convert, Rule, settings
 from agora.runs.bench_tasks import DevSplit, TaskFile
+from agora.runs.matched_single import MULTI_MEMBER
 from agora.tasks.loaders import Problem
 from agora.traces.store import TraceStore
 
@@ -199,17 +200,35 @@ def run_id_of(bench_id: str, task: str, protocol: str) -> str:
     return f"{bench_id}:{'all' if task == '*' else task}:{protocol}"
 
 
+def check_matched_single(config: BenchConfig, has_dev: bool) -> None:
+    """Refuse ``config.matched_single`` when the bench cannot make its claim: without shared candidates
+    or a dev split (``has_dev``; the best member is chosen on dev questions), or without a multi-member
+    method (:data:`agora.runs.matched_single.MULTI_MEMBER`) to match the member against.
+
+    Raises:
+        ValueError: one line naming what is missing.
+    """
+    if not config.matched_single:
+        return
+    if not (config.shared and has_dev):
+        raise ValueError("--matched-single needs shared candidates and a dev split (--dev N or --calibrate-on FILE): "
+                         "the best member is chosen on dev questions")
+    if not any(m in MULTI_MEMBER for m in config.methods):
+        multi = ", ".join(m for m in protocol_of() if m in MULTI_MEMBER)
+        raise ValueError(f"--matched-single needs a multi-member method to match the best member against "
+                         f"({multi}); --protocols chose only {', '.join(config.methods)}")
+
+
 def plan(bench_id: str, tasks: Sequence[TaskFile], config: BenchConfig, dev: Sequence[DevSplit] = ()) -> list[Step]:
     """The runs of a bench in the order they run: the dev draws (shared candidates), the dev
     calibrations, then per task the shared draw, ALIGN, COMED, COMED with a routed anchor and, with
     ``config.matched_single``, the best member's matched draw (last: it reads the others' samples).
 
     Raises:
-        ValueError: ``matched_single`` without shared candidates or without a dev split.
+        ValueError: ``matched_single`` without shared candidates, a dev split or a multi-member method
+            (:func:`check_matched_single`).
     """
-    if config.matched_single and not (config.shared and dev):
-        raise ValueError("--matched-single needs shared candidates and a dev split (--dev N or --calibrate-on FILE): "
-                         "the best member is chosen on dev questions")
+    check_matched_single(config, bool(dev))
     steps = []
     if config.shared:
         for d in dev:

@@ -197,3 +197,31 @@ def test_llama_engine_variable_checked_up_front(monkeypatch):
     assert out.exit_code == 2, out.output
     lines = [line for line in out.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: AGORA_LLAMA_ENGINE='bogus': ")
+
+
+def test_matched_single_needs_a_multi_member_method(tmp_path):
+    """--matched-single with only single-member methods was accepted: there is no method to match."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.runs.bench_plan import BenchConfig, plan
+
+    multi = "align, self_consistency, best_of_n, comed, moa, debate, council, slm-mux, mux_vote"
+    with pytest.raises(ValueError) as err:
+        plan("b", [], BenchConfig(methods=("single_agent", "anchor"), shared=True, matched_single=True), dev=[object()])
+    assert str(err.value) == (f"--matched-single needs a multi-member method to match the best member against "
+                              f"({multi}); --protocols chose only single_agent, anchor")
+    f = tmp_path / "q.jsonl"
+    f.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) + "\n"
+                         for i in range(1, 7)))
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, ["bench", "--tasks", str(f), "--db", str(db), "--limit", "3", "--dev", "3",
+                                      "--shared-candidates", "--matched-single", "--protocols", "single_agent",
+                                      "--pool", "tiny"])
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error")]
+    assert errors == [f"error: --matched-single needs a multi-member method to match the best member against "
+                      f"({multi}); --protocols chose only single_agent"], result.output
+    assert not db.exists()
