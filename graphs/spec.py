@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import model_validator
 
-from agora.models.validation import Rule, settings
+from agora.models.validation import Instance, Name, Names, Rule, settings
 
 Kind = Literal["benchmark", "carried", "interactive"]
 """How a protocol runs: ``benchmark`` (one question per invocation, run and recorded by
@@ -65,11 +65,12 @@ class BenchRole:
     bench reports for it, in report order, after ALIGN's and COMED's own.
     """
 
-    methods: Annotated[tuple[str, ...], Rule(bool, "BenchRole.methods must name at least one method")]
+    methods: Annotated[tuple[str, ...], Names, Rule(bool, "BenchRole.methods must name at least one method")]
     """The methods the bench reports (a subset of the spec's ``methods``, the main one first)."""
-    sharing: Mapping[str, str]
+    sharing: Annotated[Mapping[str, str], Instance(Mapping, "a mapping of method to text")]
     """Method → the samples it draws on, in words (the report's "shares" column); one per method."""
-    shared_sharing: Mapping[str, str] = field(default_factory=dict)
+    shared_sharing: Annotated[Mapping[str, str], Instance(Mapping, "a mapping of method to text")] = field(
+        default_factory=dict)
     """Method → the same in a bench with one shared candidate pool per question (``--shared-candidates``):
     which of its samples come from the pool and what it adds; a method without one keeps ``sharing``'s."""
     needs: str = "question"
@@ -113,9 +114,9 @@ class ProtocolSpec:
             ``name``) is not among its ``methods`` (the runner scores a question by it).
     """
 
-    name: str
+    name: Annotated[str, Name(optional=False)]
     """The protocol's name: the ``runs.protocol`` of its traces and its main method (``align``)."""
-    graph_id: str
+    graph_id: Annotated[str, Name(optional=False)]
     """Its id in ``langgraph.json`` (LangGraph Studio), e.g. ``align_delegation``."""
     description: str
     """One paragraph for Studio's graph list (``langgraph.json``)."""
@@ -129,7 +130,7 @@ class ProtocolSpec:
     output: type
     module: str
     """The graph module (``agora.graphs.delegation``); its ``graph`` attribute is Studio's."""
-    methods: tuple[str, ...] = ()
+    methods: Annotated[tuple[str, ...], Names] = ()
     """What a benchmark protocol scores per question (``state["methods"]`` keys), main method first."""
     kind: Kind = "benchmark"
     finished: Callable[[Mapping[str, Any]], bool] = methods_written
@@ -139,7 +140,7 @@ class ProtocolSpec:
     ``results`` and its calls to ``model_calls`` (:meth:`agora.traces.TraceStore.record_question`)."""
     record: Callable[..., Any] | None = None
     """Other kinds: the function that writes a finished item to the trace store, if there is one."""
-    cli: tuple[str, ...] = ()
+    cli: Annotated[tuple[str, ...], Names] = ()
     """Its commands (``run align``), as typed after ``agora``."""
     run: RunCommand | None = None
     """Benchmark protocols: ``agora run <name>`` made from the settings, no CLI module needed."""

@@ -225,3 +225,27 @@ def test_matched_single_needs_a_multi_member_method(tmp_path):
     assert errors == [f"error: --matched-single needs a multi-member method to match the best member against "
                       f"({multi}); --protocols chose only single_agent"], result.output
     assert not db.exists()
+
+
+def test_protocol_spec_and_bench_role_fields_checked_before_the_cross_field_rules():
+    """BenchRole(methods=True) and ProtocolSpec(cli=True) reached the cross-field rules' 'in' and
+    iteration as TypeErrors."""
+    from agora.graphs.spec import BenchRole, ProtocolSpec
+
+    cases = [
+        (lambda: BenchRole(methods=True, sharing={}), "BenchRole.methods must be a tuple of non-empty names, got True"),
+        (lambda: BenchRole(methods=("a",), sharing=None), "BenchRole.sharing must be a mapping of method to text, got None"),
+        (lambda: BenchRole(methods=[["a"]], sharing={}), "BenchRole.methods must be a tuple of non-empty names, got [['a']]"),
+    ]
+    base = dict(name="x", graph_id="g", description="", build=lambda: None, context=int, config=int, input=int,
+                output=int, module="m")
+    cases += [(lambda kw=kw: ProtocolSpec(**{**base, **kw}), message) for kw, message in [
+        ({"name": True}, "ProtocolSpec.name must be a non-empty string, got True"),
+        ({"cli": True}, "ProtocolSpec.cli must be a tuple of non-empty names, got True"),
+        ({"methods": True}, "ProtocolSpec.methods must be a tuple of non-empty names, got True"),
+    ]]
+    for make, message in cases:
+        with pytest.raises(ValueError) as err:
+            make()
+        assert str(err.value) == message
+    assert ProtocolSpec(**base, methods=("x",), cli=("run x",)).methods == ("x",)
