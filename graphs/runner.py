@@ -58,7 +58,7 @@ from agora.graphs.scoring import noted_event
 from agora.graphs.spec import methods_written
 from agora.tasks.loaders import Problem
 from agora.tasks.scoring import score_results
-from agora.traces.claims import Claims
+from agora.traces.claims import Claims, run_ending
 from agora.traces.postgres import is_postgres_url
 from agora.traces.store import QUESTION_HASHES, TraceStore, question_hash
 
@@ -221,7 +221,6 @@ def run_problems(
         run.progress = lambda: {"questions": len(problems), "recorded": len(outcome.outcomes),
                                 "failed": len(outcome.failed)}
         todo = [(idx, p) for idx, p in enumerate(problems) if p.id not in done and (only is None or p.id in only)]
-        later = 0 if only is None else sum(p.id not in done and p.id not in only for p in problems)
         if on_start is not None:
             on_start(outcome)
         graph = builder.compile(checkpointer=saver)
@@ -346,13 +345,13 @@ def run_problems(
                     record(idx, problem, *solve(problem))
             else:
                 run_concurrently(todo, solve, record, concurrency, control)
-            summary: dict[str, Any] = {"questions": len(problems)}
-            if outcome.failed:
-                summary.update(recorded=len(outcome.outcomes), failed=len(outcome.failed),
-                               failed_questions={q.problem.id: (q.error or "")[:200] for q in outcome.failed[:50]})
-            if later:
-                summary["later"] = later
-            run.finish(summary, status="failed" if outcome.failed else "partial" if later else "finished")
+            recorded = done | {q.problem.id for q in outcome.outcomes}
+            failed = {q.problem.id: q.error for q in outcome.failed}
+            status, summary = run_ending(
+                len(problems), sum(p.id in recorded for p in problems if only is None or p.id in only),
+                {p.id: failed[p.id] for p in problems if p.id in failed},  # in the run's order
+                sum(p.id not in recorded and p.id not in failed for p in problems))
+            run.finish(summary, status=status)
         finally:  # then recorded_run marks a stopped run "interrupted", a failed one "failed"
             for loop in loops.values():
                 close_loop(loop)

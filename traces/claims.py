@@ -21,7 +21,7 @@ import platform
 import threading
 import time
 import uuid
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 #: Seconds a claimed question stays a worker's without a renewal (``AGORA_LEASE_S`` overrides).
 LEASE_S = 60.0
@@ -42,6 +42,33 @@ CREATE TABLE IF NOT EXISTS agora_claims.claims (
 def create_claims_table(db: Any) -> None:
     """Create the ``claims`` table in a Postgres trace database (:class:`agora.traces.postgres.PostgresDatabase`)."""
     db.executescript(_TABLE)
+
+
+def run_ending(questions: int, recorded: int, failed: Mapping[str, str | None], later: int) -> tuple[str, dict[str, Any]]:
+    """A benchmark run's final status and summary at the end of a sitting: the one rule for one
+    process (:func:`agora.graphs.runner.run_problems`) and for several workers (:meth:`Claims.finish`).
+
+    Args:
+        questions: every question of the run.
+        recorded: questions of this sitting's scope (all of the run's, or a round's) recorded, in
+            this sitting or an earlier one.
+        failed: this sitting's failed questions (no answer recorded), in the run's order → the
+            error of its last failed model call (``None``: no call was made).
+        later: the run's questions neither recorded nor failed in this sitting (left for a later
+            round, or failed in an earlier one).
+
+    Returns:
+        ``(status, summary)``: ``failed`` when a question failed, else ``partial`` while ``later``,
+        else ``finished``; the summary ``{"questions"}``, with failures ``recorded``, ``failed`` and
+        ``failed_questions`` (the first 50, errors cut to 200 characters), and ``later`` when non-zero.
+    """
+    summary: dict[str, Any] = {"questions": questions}
+    if failed:
+        summary.update(recorded=recorded, failed=len(failed), failed_questions={
+            q: (error or "no model call was made")[:200] for q, error in list(failed.items())[:50]})
+    if later:
+        summary["later"] = later
+    return "failed" if failed else "partial" if later else "finished", summary
 
 
 def lease_s() -> float:
@@ -185,13 +212,11 @@ class Claims:
         same whichever worker ends last; nothing while another worker still holds a question of ``ids``
         under a live lease (that worker writes it when it ends).
 
-        The rules of a one-process run (:func:`agora.graphs.runner.run_problems`), over the whole run:
-        ``failed`` when a question of ``ids`` is done without a recorded answer (a failed question);
-        else ``partial`` while a question of ``problem_ids`` is unrecorded (outside ``ids``, or
-        freed by a worker that stopped); else ``finished``. The summary: ``questions``
-        (``len(problem_ids)``); with failures ``recorded`` (questions of ``ids`` recorded, by any
-        worker, in any sitting), ``failed`` and ``failed_questions`` (question id → its last call
-        error, 200 characters, at most 50); ``later`` (questions outside ``ids`` not recorded).
+        The rule of a one-process run, :func:`run_ending`, over every worker's records: failed
+        questions are those of ``ids`` done without a recorded answer; ``recorded`` counts the
+        questions of ``ids`` recorded (by any worker, in any sitting); ``later`` the run's questions
+        neither recorded nor failed (outside ``ids``, or failed in an earlier round); a failed
+        question's error is its last failed model call's.
         Computed and written in one transaction under the run's advisory lock (the one
         ``start_run`` takes), so a worker joining meanwhile sees it before or after, whole.
 
@@ -212,17 +237,11 @@ class Claims:
             failed = [r["question_id"] for r in self.db.query(
                 "SELECT question_id FROM agora_claims.claims WHERE run_id = ? AND question_id = ANY(?) AND done "
                 "ORDER BY idx", [self.run_id, list(ids)]) if r["question_id"] not in recorded]
-            summary: dict[str, Any] = {"questions": len(every)}
-            if failed:
-                errors = {r["question_id"]: r["error"] for r in self.db.query(
-                    "SELECT question_id, error FROM model_calls WHERE run_id = ? AND question_id = ANY(?) AND "
-                    "error IS NOT NULL ORDER BY rowid", [self.run_id, failed])}
-                summary.update(recorded=len(recorded & wanted), failed=len(failed), failed_questions={
-                    q: (errors.get(q) or "no model call was made")[:200] for q in failed[:50]})
-            later = sum(q not in wanted and q not in recorded for q in every)
-            if later:
-                summary["later"] = later
-            status = "failed" if failed else "partial" if len(recorded) < len(every) else "finished"
+            errors = {r["question_id"]: r["error"] for r in self.db.query(
+                "SELECT question_id, error FROM model_calls WHERE run_id = ? AND question_id = ANY(?) AND "
+                "error IS NOT NULL ORDER BY rowid", [self.run_id, failed])} if failed else {}
+            status, summary = run_ending(len(every), len(recorded & wanted), {q: errors.get(q) for q in failed},
+                                         sum(q not in recorded and q not in failed for q in every))
             self.store.finish_run(self.run_id, summary=summary, status=status)
         return status, summary
 
