@@ -65,9 +65,10 @@ def register_backend(backend: Backend, *, replace_existing: bool = False) -> Bac
 
 
 def unregister_backend(name: str) -> None:
-    """Remove a backend registered from Python or an entry point (tests); built-ins stay."""
+    """Remove a backend registered from Python or an entry point (tests); built-ins stay (a backend
+    registered from Python keeps the default ``origin`` ``"agora"``, so built-ins are told by identity)."""
     with _LOCK:
-        if name in _BACKENDS and _BACKENDS[name].origin != "agora":
+        if name in _BACKENDS and not any(_BACKENDS[name] is b for b in BUILTIN_BACKENDS):
             del _BACKENDS[name]
         _FAILED.pop(name, None)
 

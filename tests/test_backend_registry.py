@@ -286,3 +286,16 @@ def test_headers_and_credentials_in_plugin_options_are_masked_in_run_records():
     assert masked["kwargs"]["http_client_args"]["cookies"] == "***"
     assert masked["kwargs"]["base_url"] == "http://x/v1" and masked["kwargs"]["model"] == "m"
     assert "SECRET" not in repr(masked)
+
+
+def test_a_backend_registered_from_python_can_be_unregistered_and_built_ins_stay():
+    """A Backend made in Python keeps the default origin 'agora', like the built-ins; unregistering it
+    must still remove it (it stayed, and a later test's plug-in of the same name was shadowed)."""
+    from agora.models.registry import backend_names
+
+    register_backend(Backend("py_only", BackendConfig, lambda spec: None, summary="from Python"))
+    assert "py_only" in backend_names()
+    unregister_backend("py_only")
+    assert "py_only" not in backend_names()
+    unregister_backend("llamacpp")
+    assert get_backend("llamacpp").summary.startswith("a GGUF file")
