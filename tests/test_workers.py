@@ -27,6 +27,25 @@ N_QUESTIONS = 12
 HELD = "q5"  # the question whose first request the stub holds until its worker is killed
 
 
+
+def started(results: dict, name: str, db: str, work) -> threading.Thread:
+    """A daemon thread running ``work(store)`` on its own store of ``db``; ``results[name]`` gets what
+    it returns or the exception it raised (the test reads it)."""
+    from agora.traces.store import TraceStore
+
+    def go():
+        store = TraceStore(db)
+        try:
+            results[name] = work(store)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            results[name] = exc
+        finally:
+            store.close()
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
+
 def problems_file(path: Path) -> Path:
     rows = [{"id": f"q{i}", "question": f"Tom has {i} apples and gets {i} more. How many apples now?",
              "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(1, N_QUESTIONS + 1)]
@@ -232,7 +251,6 @@ def _two_workers_setup(postgres_server, monkeypatch, fail_first: bool):
     from agora.models.pool import ModelPool
     from agora.models.testing import ScriptedChatModel
     from agora.tasks.loaders import Problem
-    from agora.traces.store import TraceStore
 
     monkeypatch.setenv("AGORA_LEASE_S", "5")
     url = postgres_server.database()
@@ -252,21 +270,10 @@ def _two_workers_setup(postgres_server, monkeypatch, fail_first: bool):
         """A worker with its own models (as a process has), one question at a time."""
         pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=respond) for m in ("a", "b")}, max_retries=0)
 
-        def go():
-            store = TraceStore(url)
-            try:
-                results[name] = run_protocol("align", problems, store=store, run_id="r",
-                                             context=DelegationContext(pool=pool, config=DelegationConfig(
-                                                 n_agents=2, k_samples=1)), config={}, pool_description=pool.describe(),
-                                             dataset={"format": "test"}, concurrency=1, **kw)
-            except BaseException as exc:  # noqa: BLE001 - the test reads it
-                results[name] = exc
-            finally:
-                store.close()
-
-        thread = threading.Thread(target=go, daemon=True)
-        thread.start()
-        return thread
+        return started(results, name, url, lambda store: run_protocol(
+            "align", problems, store=store, run_id="r",
+            context=DelegationContext(pool=pool, config=DelegationConfig(n_agents=2, k_samples=1)), config={},
+            pool_description=pool.describe(), dataset={"format": "test"}, concurrency=1, **kw))
 
     return url, held, release, worker
 
@@ -350,7 +357,6 @@ def _round_bench(tmp_path, db: str, results: dict, name: str) -> threading.Threa
     from agora.runs.bench import run_bench
     from agora.runs.bench_plan import ALIGN_METHODS, BenchConfig
     from agora.runs.bench_tasks import load_tasks
-    from agora.traces.store import TraceStore
 
     path = tmp_path / "arith.jsonl"
     if not path.exists():
@@ -369,18 +375,7 @@ def _round_bench(tmp_path, db: str, results: dict, name: str) -> threading.Threa
     pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=respond_as(m)) for m in ("a", "b")}, max_retries=0)
     config = BenchConfig(align=DelegationConfig(n_agents=2, k_samples=1), methods=tuple(ALIGN_METHODS), round_size=2)
 
-    def go():
-        store = TraceStore(db)
-        try:
-            results[name] = run_bench(tasks, pool=pool, store=store, bench_id="b", config=config)
-        except BaseException as exc:  # noqa: BLE001 - the test reads it
-            results[name] = exc
-        finally:
-            store.close()
-
-    thread = threading.Thread(target=go, daemon=True)
-    thread.start()
-    return thread
+    return started(results, name, db, lambda store: run_bench(tasks, pool=pool, store=store, bench_id="b", config=config))
 
 
 def _bench_rows(db: str) -> tuple[list, list]:
