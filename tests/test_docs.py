@@ -119,7 +119,17 @@ def docstrings_and_comments(source: str) -> list[tuple[int, str]]:
 
     found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
              if tok.type == tokenize.COMMENT]
-    for node in ast.walk(ast.parse(source)):
+    for attempt in range(5):
+        # CPython 3.11's AST builder keeps one recursion counter per interpreter, and a parse in another
+        # thread (langchain-core parses function sources on graph threads a test left running) can make
+        # this one fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905).
+        try:
+            tree = ast.parse(source)
+            break
+        except SystemError:
+            if attempt == 4:
+                raise
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):

@@ -17,7 +17,6 @@ option's letter. The printed last line becomes ``The answer is <line>.``, which 
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 from typing import Any
@@ -61,8 +60,9 @@ def extract_program(text: str) -> str | None:
         if not lang and body.strip():
             return body.strip("\n")
     if not blocks and text and text.strip():
-        try:
-            ast.parse(text)
+        try:  # a syntax check that builds no Python AST objects: CPython 3.11's ast.parse can raise a
+            # spurious SystemError while another thread parses too (python/cpython#106905)
+            compile(text, "<reply>", "exec", dont_inherit=True)
         except (SyntaxError, ValueError):
             return None
         return text.strip("\n")
