@@ -265,6 +265,8 @@ def bench(
         if given:
             source = (source if file else "fixed thresholds given on the command line, not calibrated on a dev split") \
                 + f"; {', '.join(given)} set on the command line"
+        if embedding not in ("auto", "minilm", "tfidf"):
+            raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
         config = BenchConfig(
             align=DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                    temperature=temperature, seed=seed),
@@ -275,8 +277,6 @@ def bench(
             methods=methods, thresholds_source=source, lam=lam, max_calls=max_calls, concurrency=concurrency,
             durability=durability, round_size=round_size or None, shared=shared_candidates, router_k=router_k,
             embedding=embedding, matched_single=matched_single)
-        if embedding not in ("auto", "minilm", "tfidf"):
-            raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
         dev_splits = (_dev_splits(calibrate_on, dev, task_files)
                       if "comed" in config.protocols or shared_candidates else [])
         check_matched_single(config, bool(dev_splits))  # before any DB is opened

@@ -10,14 +10,15 @@ the plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence, get_args
 
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
+from agora.agents.router import EmbeddingName
 from agora.graphs import registry
 from agora.graphs.delegation import METHODS as ALIGN_METHODS
 from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS
-from agora.models.validation import Convert, Rule, settings
+from agora.models.validation import Choice, Convert, Count, Flag, Instance, Name, Number, Rule, settings
 from agora.runs.bench_tasks import DevSplit, TaskFile
 from agora.runs.matched_single import MULTI_MEMBER
 from agora.tasks.loaders import Problem
@@ -114,39 +115,46 @@ def _whole(value: Any) -> bool:
 
 @settings
 class BenchConfig:
-    """The protocols' settings for a bench (the CLI builds it from its options)."""
+    """The protocols' settings for a bench (the CLI builds it from its options).
 
-    align: DelegationConfig = field(default_factory=DelegationConfig)
-    comed: EscalationConfig = field(default_factory=EscalationConfig)
+    Raises:
+        ValueError: a bad value; one line naming ``BenchConfig.<field>`` and the value
+            (:mod:`agora.models.validation`), e.g. ``BenchConfig.router_k must be an integer >= 1, got '5'``.
+    """
+
+    align: Annotated[DelegationConfig, Instance(DelegationConfig)] = field(default_factory=DelegationConfig)
+    comed: Annotated[EscalationConfig, Instance(EscalationConfig, "an EscalationConfig")] = field(
+        default_factory=EscalationConfig)
     """COMED's settings; its thresholds are the fixed ones, used unless a dev split calibrates them."""
     methods: Annotated[tuple[str, ...], Convert(_known_methods)] = field(default_factory=lambda: tuple(protocol_of()))
     """The methods to report (default: every method of :func:`protocol_of`)."""
-    thresholds_source: str = DEFAULT_SOURCE
+    thresholds_source: Annotated[str, Name(optional=False)] = DEFAULT_SOURCE
     """Where ``comed.thresholds`` came from, for the report, when no dev split is given."""
-    lam: float = 0.01
+    lam: Annotated[float, Number(0)] = 0.01
     """Calibration cost weight λ (:func:`agora.agents.escalation_calibration.calibration_objective`)."""
-    max_calls: float | None = None
+    max_calls: Annotated[float | None, Number(0, optional=True)] = None
     """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
     concurrency: Annotated[int | None, Rule(_whole, "BenchConfig.concurrency must be an integer >= 1 or None, got {value!r}", optional=True)] = 1
     """Questions in flight per run; ``None``: the pool's
     :meth:`~agora.models.pool.ModelPool.suggested_concurrency` (8 on the embedded llama.cpp pool)."""
-    durability: Literal["async", "sync", "exit"] = "async"
+    durability: Annotated[Literal["async", "sync", "exit"], Choice("async", "sync", "exit")] = "async"
+    """LangGraph's checkpoint durability for every run of the bench."""
     round_size: Annotated[int | None, Rule(_whole, "BenchConfig.round_size must be an integer >= 1 or None, got {value!r}", optional=True)] = 10
     """Test questions per task and run in one round: the bench runs every task's ALIGN and COMED
     runs on their first ``round_size`` questions, then on the next ones, so an interrupted bench
     already has every cell of its table, on fewer questions. ``None``: each run in one go.
     Rounds change only the order: the questions, their runs and their results are the same."""
-    shared: bool = False
+    shared: Annotated[bool, Flag] = False
     """One candidate pool per question: draw k samples from every pool model once per
     question (run ``<bench>:<task>:candidates``) and give them to every protocol that starts from
     independent samples; with a dev split, also choose the best single model (``single_agent``, COMED's
     fixed anchor) on dev and add ``comed_routed`` (kNN router trained on the dev draw). ``False``:
     the first edition's bench (each protocol draws its own samples; ``single_agent`` is ALIGN's agent 0)."""
-    router_k: int = 5
+    router_k: Annotated[int, Count(1)] = 5
     """Neighbours of ``comed_routed``'s dev-trained kNN router."""
-    embedding: str = "auto"
+    embedding: Annotated[EmbeddingName, Choice(*get_args(EmbeddingName))] = "auto"
     """Embedding of ``comed_routed``'s router: ``auto``, ``minilm`` or ``tfidf``."""
-    matched_single: bool = False
+    matched_single: Annotated[bool, Flag] = False
     """Give the dev-chosen best member as many of its own samples per question as the multi-member
     methods used (run ``<bench>:<task>:matched-single``, :mod:`agora.runs.matched_single`), for the
     claim at matched samples. Needs ``shared`` and a dev split (:func:`plan` refuses it otherwise)."""
