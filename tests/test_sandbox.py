@@ -243,3 +243,62 @@ def test_a_recipe_whose_finish_raises_gives_a_failed_sample(monkeypatch):
     [s], [r] = pool.sample("q+pot", [{"role": "user", "content": "What is 6 times 7?"}], context={"role": "agent"})
     assert r["program_error"] == "RecipeError: TypeError: expected str, got int" and r["error"] is None
     assert find_answer(s.text, "math").answer is None
+
+
+# Library routes past RestrictedPython's import hook: each refused in the program's own layer (the
+# kernel layers, where present, contain them too; without Landlock and seccomp they were escapes).
+LIBRARY_ROUTES = [
+    ("import_module of os", "from sympy.external import import_module\nprint(import_module('os').getcwd())",
+     "AttributeError: 'NoneType' object has no attribute 'getcwd'"),
+    ("a module's import_module", "import sympy.stats\nprint(sympy.stats.rv.import_module('subprocess').getoutput('id'))",
+     "AttributeError: 'NoneType' object has no attribute 'getoutput'"),
+    ("get_class of eval", "from sympy.utilities.source import get_class\nprint(get_class('builtins.eval')('1 + 1'))",
+     "ImportError: import of 'builtins.eval' is not allowed"),
+    ("importlib through sympy", "import sympy\nprint(sympy.core.cache.import_module('os').getcwd())",
+     "AttributeError: 'import_module' belongs to the module 'importlib', which is not allowed"),
+    ("from-import of importlib's function", "from sympy.core.cache import import_module\nprint(import_module('os'))",
+     "ImportError: sympy.core.cache.import_module belongs to the module 'importlib', which is not allowed"),
+    ("subprocess through sympy", "from sympy.utilities.autowrap import check_output\nprint(check_output(['id']))",
+     "ImportError: sympy.utilities.autowrap.check_output belongs to the module 'subprocess'"),
+    ("FunctionType through sympy", "from sympy.matrices.reductions import FunctionType\nprint(FunctionType)",
+     "ImportError: sympy.matrices.reductions.FunctionType is a built-in the sandbox does not give"),
+    ("attrgetter to importlib", "import operator, sympy\nprint(operator.attrgetter('core.cache.import_module')(sympy))",
+     "AttributeError: 'import_module' belongs to the module 'importlib'"),
+    ("lambdify of eval", "import sympy\nx = sympy.Symbol('x')\nprint(sympy.lambdify(x, sympy.Function('eval')(x))('1 + 1'))",
+     "SyntaxError: Line 2: Eval calls are not allowed"),
+    ("lambdify of open", "import sympy\nx = sympy.Symbol('x')\nprint(sympy.lambdify(x, sympy.Function('open')(x))('pyvenv.cfg'))",
+     "NameError: name 'open' is not defined"),
+    ("lambdify of builtins", "import sympy\nprint(sympy.lambdify([], sympy.Symbol('builtins'))().open)",
+     "AttributeError: 'types.SimpleNamespace' object has no attribute 'open'"),
+    ("lambdify of a matrix's name", "import sympy\nm = sympy.MatrixSymbol(\"__import__('os').getcwd()\", 1, 1)\n"
+     "print(sympy.lambdify([], m)())", "SyntaxError: Line 2: \"__import__\" is an invalid variable name"),
+]
+
+
+def test_library_routes_around_the_import_hook_are_refused():
+    sandbox = Sandbox(workers=1)
+    try:
+        for case, program, error in LIBRARY_ROUTES:
+            run = sandbox.run(program, LIMITS)
+            assert not run.ok, case
+            assert (run.failure or "").startswith(error), (case, run.failure)
+    finally:
+        sandbox.close()
+
+
+def test_a_missing_attribute_is_an_error_not_none():
+    """RestrictedPython's guarded getattr gives ``None`` for a missing attribute: a program's typo
+    would print ``None`` as its answer."""
+    run = run_program("import math\nprint(math.pie)", LIMITS)
+    assert run.failure == "AttributeError: module 'math' has no attribute 'pie'"
+    run = run_program("print(getattr(5, 'nope', 7), getattr(5, 'real'), hasattr(5, 'nope'))", LIMITS)
+    assert (run.status, run.output) == ("ok", "7 5 False\n")
+
+
+def test_lambdify_still_runs_what_sympy_prints():
+    program = ("import sympy\nx, n = sympy.symbols('x n')\nf = sympy.Function('f')\n"
+               "print(sympy.lambdify(n, sympy.Sum(x, (x, 1, n)))(4), sympy.lambdify(x, sympy.Piecewise((x, x > 0), (-x, True)))(-3),\n"
+               "      sympy.lambdify(x, sympy.sin(x) + sympy.Rational(1, 4), 'math')(0), sympy.lambdify(f(x), f(x)**2 + 1)(3),\n"
+               "      sympy.lambdify([x], x**2 + x, cse=True)(2))")
+    run = run_program(program, SandboxLimits(cpu_s=5, wall_s=10))
+    assert (run.status, run.output) == ("ok", "10 3 0.25 10 6\n")

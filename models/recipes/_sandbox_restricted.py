@@ -6,6 +6,7 @@ allowed modules, a guarded ``getattr``, and a ``print`` that collects at most ``
 from __future__ import annotations
 
 import ast
+import re
 import string
 import types
 
@@ -58,11 +59,12 @@ def _importer(allowed: frozenset[str]):
         for item in fromlist or ():
             if item == "*":
                 continue
-            value = getattr(module, item, None)
-            if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in allowed:
-                raise ImportError(f"{name}.{item} is the module {value.__name__!r}, which is not allowed")
+            # ``from m import x`` reads the attribute without the guarded getattr: the same checks here
+            if why := _refused(getattr(module, item, None), allowed):
+                raise ImportError(f"{name}.{item} {why}")
         return module
 
+    guarded_import.allowed = allowed
     return guarded_import
 
 
@@ -82,16 +84,69 @@ class _SafeFormatter(string.Formatter):
         return obj, first
 
 
+#: Modules whose functions and classes a program may not reach through an allowed module's
+#: attributes (``sympy.utilities.autowrap.check_output`` is ``subprocess``'s, ``sympy.core.cache
+#: .import_module`` is ``importlib``'s): their top-level names, C halves included.
+_UNREACHABLE = frozenset({
+    "os", "posix", "nt", "posixpath", "ntpath", "genericpath", "sys", "subprocess", "_posixsubprocess", "socket",
+    "_socket", "shutil", "pathlib", "io", "_io", "importlib", "_frozen_importlib", "_frozen_importlib_external",
+    "_imp", "zipimport", "pkgutil", "runpy", "ctypes", "_ctypes", "multiprocessing", "_multiprocessing",
+    "threading", "_thread", "concurrent", "signal", "_signal", "resource", "pickle", "_pickle", "marshal", "shelve",
+    "dbm", "tempfile", "glob", "fnmatch", "urllib", "http", "requests", "asyncio", "code", "codeop", "inspect",
+    "gc", "pty", "select", "selectors", "mmap", "sqlite3", "types", "zipfile", "tarfile", "webbrowser",
+    "linecache", "tokenize", "site", "sysconfig", "faulthandler", "tracemalloc", "atexit", "fcntl", "termios",
+    "platform"})
+
+
+def _dangerous_builtins() -> frozenset[int]:
+    """``id``s of the interpreter's own built-ins, and the types that make code and functions, that a
+    program may never hold (a library module that keeps a reference to one hands it out as an attribute)."""
+    import builtins
+    import io
+
+    names = ("open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "dir", "input",
+             "breakpoint", "getattr", "setattr", "delattr", "memoryview", "help", "exit", "quit", "type")
+    made = (io.open, types.FunctionType, types.CodeType, types.CellType, types.FrameType, types.TracebackType)
+    return frozenset(id(getattr(builtins, n)) for n in names if hasattr(builtins, n)) | {id(v) for v in made}
+
+
+_DANGEROUS = _dangerous_builtins()
+_MISSING = object()
+
+
+def _refused(value, allowed: frozenset[str]) -> str | None:
+    """Why a program may not hold ``value`` (``None`` when it may): a module outside ``allowed``, one
+    of the interpreter's unsafe built-ins, or a function or class of a module in :data:`_UNREACHABLE`."""
+    if isinstance(value, types.ModuleType):
+        top = value.__name__.split(".")[0]
+        return None if top in allowed else f"is the module {value.__name__!r}, which is not allowed"
+    if id(value) in _DANGEROUS:
+        return "is a built-in the sandbox does not give"
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        module = getattr(value, "__module__", None)
+        top = module.split(".")[0] if isinstance(module, str) else ""
+        if top in _UNREACHABLE and top not in allowed:
+            return f"belongs to the module {module!r}, which is not allowed"
+    return None
+
+
 def _getattr_guard(allowed: frozenset[str]):
-    def guarded_getattr(obj, name, default=None):
+    def guarded_getattr(obj, name, default=_MISSING):
         if isinstance(obj, str) and name in ("format", "format_map"):
             formatter = _SafeFormatter(guarded_getattr)
             if name == "format":
                 return lambda *args, **kwargs: formatter.vformat(obj, args, kwargs)
             return lambda mapping: formatter.vformat(obj, (), mapping)
-        value = safer_getattr(obj, name, default)
-        if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in allowed:
-            raise AttributeError(f"{name!r} is the module {value.__name__!r}, which is not allowed")
+        if isinstance(obj, types.ModuleType) and (why := _refused(obj, allowed)):
+            raise AttributeError(f"{name!r} of a module that {why.removeprefix('is ')}")
+        # a missing attribute raises (RestrictedPython's default would give None: ``math.pie`` printed "None")
+        value = safer_getattr(obj, name, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                getattr(obj, name)  # Python's own AttributeError
+            return default
+        if why := _refused(value, allowed):
+            raise AttributeError(f"{name!r} {why}")
         return value
 
     return guarded_getattr
@@ -176,7 +231,10 @@ def _route_sympy(restricted: dict) -> None:
     if parser is not None:
         parser.eval_expr = _RestrictedSympyEval(restricted)
     _route_lambdify()
-    _route_operator()
+    _route_lambdify_code(restricted)
+    _ALLOWED[0] = frozenset(restricted["__builtins__"]["__import__"].allowed)
+    _route_importers()
+    _route_operator(restricted["_getattr_"])
 
 
 def _checked_lambdify(original):
@@ -216,10 +274,10 @@ def _route_lambdify() -> None:
                 module.lambdify = wrapped
 
 
-def _route_operator() -> None:
+def _route_operator(guarded_getattr) -> None:
     """``operator.attrgetter('__class__')`` and ``methodcaller('__reduce_ex__', 2)`` reach what
     RestrictedPython's attribute rule refuses; in the child they refuse names with a leading ``_``
-    (in any dotted part)."""
+    (in any dotted part), and read each attribute through the program's ``guarded_getattr``."""
     import operator
 
     attrgetter, methodcaller = operator.attrgetter, operator.methodcaller
@@ -230,14 +288,110 @@ def _route_operator() -> None:
         if not isinstance(name, str) or any(part.startswith("_") for part in name.split(".")):
             raise AttributeError(f"{name!r} is an invalid attribute name because it starts with \"_\"")
 
+    def fetch(obj, dotted):
+        for part in dotted.split("."):
+            obj = guarded_getattr(obj, part)
+        return obj
+
     def guarded_attrgetter(*names):
         for name in names:
             check(name)
-        return attrgetter(*names)
+        attrgetter(*names)  # its own errors (no names) as the original gives them
+        if len(names) == 1:
+            return lambda obj: fetch(obj, names[0])
+        return lambda obj: tuple(fetch(obj, name) for name in names)
 
     def guarded_methodcaller(name, *args, **kwargs):
         check(name)
-        return methodcaller(name, *args, **kwargs)
+        return lambda obj: guarded_getattr(obj, name)(*args, **kwargs)
 
     guarded_attrgetter.__sandboxed__ = True
     operator.attrgetter, operator.methodcaller = guarded_attrgetter, guarded_methodcaller
+
+
+class _GeneratedPolicy(_Policy):
+    """The policy for the code ``lambdify`` prints from an expression: the program's policy, with
+    the names that printer itself writes (``_lambdifygenerated``, ``_Dummy_38``, ``builtins``)."""
+
+    def check_name(self, node, name, allow_magic_methods=False):
+        if name == "builtins" or (isinstance(name, str) and re.fullmatch(r"_lambdifygenerated|_Dummy_\d+", name)):
+            return
+        super().check_name(node, name, allow_magic_methods)
+
+
+def _route_lambdify_code(restricted: dict) -> None:
+    """Compile and run the code ``lambdify`` prints the way the program is run: RestrictedPython's
+    policy, the program's built-ins and hooks, and ``builtins`` standing for the program's built-ins.
+    (sympy runs that code with the interpreter's own built-ins: a function named ``eval`` or a symbol
+    named ``builtins`` would reach them.)"""
+    import sys
+
+    from RestrictedPython import compile_restricted
+
+    module = sys.modules.get("sympy.utilities.lambdify")
+    if module is None or "compile" in vars(module):
+        return
+    names = {k: v for k, v in restricted["__builtins__"].items() if not k.startswith("_")}
+
+    def generated(filename) -> bool:
+        return isinstance(filename, str) and filename.startswith("<lambdifygenerated")
+
+    def compile_(source, filename, mode, *args, **kwargs):
+        if generated(filename):
+            return compile_restricted(source, filename=filename, mode=mode, policy=_GeneratedPolicy)
+        return compile(source, filename, mode, *args, **kwargs)
+
+    def exec_(code, globals=None, locals=None):
+        if isinstance(code, types.CodeType) and generated(code.co_filename):
+            globals = dict(globals or {})
+            globals.update({k: v for k, v in restricted.items() if k.startswith("_")})
+            globals["builtins"] = types.SimpleNamespace(**names)
+        return exec(code, globals, locals)  # noqa: S102 - the printed code, compiled restricted above
+
+    module.compile, module.exec = compile_, exec_
+
+
+#: The modules the running program may import (set per child by :func:`_route_sympy`; read by the
+#: wrappers :func:`_route_importers` installs, once, in the worker before it forks).
+_ALLOWED: list[frozenset[str]] = [frozenset()]
+_IMPORTERS_ROUTED: list[bool] = [False]
+
+
+def _route_importers() -> None:
+    """sympy's functions that import a module by name (``sympy.external.import_module``,
+    ``sympy.utilities.source.get_class``) bypass the import hook: wrapped, a module outside the
+    program's allowed ones (:data:`_ALLOWED`) is as if not installed (``import_module`` gives
+    ``None``; ``get_class`` raises ``ImportError``), wherever a loaded sympy module holds them.
+    Done once per process (the worker calls it before forking: a child then touches no module's
+    dict, and shares those pages)."""
+    import sys
+
+    if _IMPORTERS_ROUTED[0]:
+        return
+    importtools, source = sys.modules.get("sympy.external.importtools"), sys.modules.get("sympy.utilities.source")
+    if importtools is None or source is None:
+        return
+    original_import, original_get_class = importtools.import_module, source.get_class
+
+    def import_module(module, *args, **kwargs):
+        if not isinstance(module, str) or module.split(".")[0] not in _ALLOWED[0]:
+            return None
+        return original_import(module, *args, **kwargs)
+
+    def get_class(lookup_view):
+        if isinstance(lookup_view, str) and lookup_view.split(".")[0] not in _ALLOWED[0]:
+            raise ImportError(f"import of {lookup_view!r} is not allowed")
+        value = original_get_class(lookup_view)
+        if why := _refused(value, _ALLOWED[0]):
+            raise ImportError(f"{lookup_view!r} {why}")
+        return value
+
+    swaps = {id(original_import): import_module, id(original_get_class): get_class}
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict) or not str(getattr(module, "__name__", "")).startswith("sympy"):
+            continue
+        for name in ("import_module", "get_class"):
+            if id(namespace.get(name)) in swaps:
+                namespace[name] = swaps[id(namespace[name])]
+    _IMPORTERS_ROUTED[0] = True

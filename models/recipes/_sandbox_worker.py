@@ -105,6 +105,7 @@ def _warm_sympy() -> None:
 
 
 _warm_sympy()
+_restricted._route_importers()  # once, before any fork (a child's allowed modules are set in the child)
 
 
 def _child(request: dict, folder: str, result_fd: int) -> None:
