@@ -987,6 +987,29 @@ def test_a_refused_resume_names_the_pool_and_data_differences():
     assert second == '  pool: m.model: "y" here, "x" in the run'
 
 
+def test_a_bench_asks_the_same_refusal_start_run_raises_before_anything_runs():
+    """``resume_refusal`` (asked by ``agora bench`` before it records anything) gives start_run's
+    message, pool differences included, and says that nothing was run."""
+    from agora.traces.resume import resume_refusal
+
+    store = TraceStore(":memory:")
+    pool = [{"name": "m", "backend": "openai", "model": "x"}]
+    store.start_run("r", "align", config={"n": 2}, pool=pool, dataset={"path": "a.jsonl", "format": "gsm8k"})
+    asked = resume_refusal(store, "r", "align", {"n": 3}, [{**pool[0], "model": "y"}],
+                           {"path": "a.jsonl", "format": "gsm8k"})
+    with pytest.raises(ValueError) as raised:
+        store.start_run("r", "align", config={"n": 3}, pool=[{**pool[0], "model": "y"}],
+                        dataset={"path": "a.jsonl", "format": "gsm8k"})
+    first, second = asked.split("\n")
+    assert first == ("run id 'r' in :memory: was started with other settings, pool (n: 3 here, 2 in the run); "
+                     "rerun with the same options to resume it, or pick a new --run-id (nothing was run or recorded)")
+    assert second == '  pool: m.model: "y" here, "x" in the run'
+    assert str(raised.value) == asked.replace(" (nothing was run or recorded)", "")
+    assert resume_refusal(store, "r", "align", {"n": 2}, pool, {"path": "a.jsonl", "format": "gsm8k"}) is None
+    assert resume_refusal(store, "r", "comed", {"n": 2}, pool) == (
+        "run id 'r' already holds a align run in :memory:; pick a new --run-id (nothing was run or recorded)")
+
+
 def test_a_write_refused_by_the_file_system_mid_run_is_one_line_and_the_rerun_finishes(tmp_path, served_pool):
     """A real refused write, not a simulated one: the run's process may write files of at most
     400 kB (RLIMIT_FSIZE, as a nearly full disk), so its trace writes fail mid-run."""

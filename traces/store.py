@@ -32,12 +32,10 @@ from agora.traces.resume import (
     QUESTION_HASHES,
     TRANSPORT_FIELDS,
     TRANSPORT_KWARGS,
-    _differences,
-    _models,
-    _pool_differences,
     check_run_id,
     data_changes,
     question_hash,
+    refusal,
 )
 from agora.traces.rows import (
     _bool,
@@ -184,26 +182,12 @@ class TraceStore(TraceReader):
         with self._lock, self.db.conn:
             existing = self.get_run(run_id)
             if existing is not None:
-                if existing["protocol"] != protocol:
-                    raise ResumeRefusedError(f"run id {run_id!r} already holds a {existing['protocol']} run in "
-                                             f"{self.path}; pick a new --run-id")
                 before = self._run_json(existing, "dataset") or {}
                 now_ds = json.loads(_json(dataset)) or {}
-                changed, details = self.data_changes(run_id, before, now_ds)
-                if existing["config"] != _json(config):
-                    changed.append("settings")
-                    details += _differences(json.loads(_json(config)), self._run_json(existing, "config"))
-                pool_note = ""
-                if not pool_may_change:
-                    old_pool, new_pool = _models(self._run_json(existing, "pool")), _models(json.loads(_json(pool)))
-                    if old_pool != new_pool:
-                        changed.append("pool")
-                        pool_note = "\n  pool: " + "; ".join(_pool_differences(new_pool, old_pool)[:4])
-                if changed:
-                    said = f" ({'; '.join(details[:4])})" if details else ""
-                    raise ResumeRefusedError(
-                        f"run id {run_id!r} in {self.path} was started with other {', '.join(changed)}{said}; "
-                        f"rerun with the same options to resume it, or pick a new --run-id{pool_note}")
+                refused = refusal(self, run_id, existing, protocol, config, pool, before, now_ds,
+                                  pool_may_change=pool_may_change)
+                if refused is not None:
+                    raise ResumeRefusedError(refused)
                 update: dict[str, Any] = {"status": "running", "finished_at": None}
                 if pool_may_change:
                     update["pool"] = _clean_text(_json(pool))
