@@ -16,6 +16,9 @@ Intervals (each returns ``(estimate, low, high)``; ``(nan, nan, nan)`` where it 
 Test: :func:`mcnemar_exact`, the two-sided exact McNemar p-value (McNemar 1947; the exact
 binomial form, Agresti 2013, §11.1).
 
+Paired comparison: :func:`macro_paired`, two methods' 0/1 outcomes on the same questions of one or
+more tasks: the macro difference with its stratified interval, wins, losses and the McNemar p-value.
+
 ``level`` is the two-sided confidence level (0.95 for 95 %); ``z`` below is the standard normal
 quantile ``Φ⁻¹(1 − (1 − level)/2)`` (1.95996 for 0.95). The bootstrap defaults (2000 resamples, seed 0)
 make every interval reproducible.
@@ -127,6 +130,30 @@ def mcnemar_exact(wins: int, losses: int) -> float:
         return 1.0
     tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1))
     return min(1.0, 2 * tail / 2 ** n)
+
+
+def macro_paired(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, level: float = LEVEL,
+                 resamples: int = RESAMPLES, seed: int = 0) -> dict[str, float | int] | None:
+    """Two methods' paired 0/1 outcomes ``(x, y)`` per task (the same questions, in the same order),
+    compared: ``diff``, the mean over tasks of ``mean(x) − mean(y)`` (0..1 scale), with its stratified
+    bootstrap interval ``ci_low``/``ci_high`` (:func:`macro_bootstrap_ci` of the per-question
+    differences; for one task the same draws as :func:`paired_bootstrap_ci`); ``wins`` and
+    ``losses``, the questions only ``x`` or only ``y`` got right, over every task; ``p_mcnemar``
+    (:func:`mcnemar_exact` on them) and ``questions``, the pairs. Tasks without pairs are left out;
+    ``None`` when none has any.
+
+    >>> macro_paired([([1, 1, 0], [0, 1, 0])])["wins"], macro_paired([])
+    (1, None)
+    """
+    kept = [(x, y) for x, y in pairs if len(x)]
+    if not kept:
+        return None
+    wins = sum(u > v for x, y in kept for u, v in zip(x, y))
+    losses = sum(u < v for x, y in kept for u, v in zip(x, y))
+    d, lo, hi = macro_bootstrap_ci([[u - v for u, v in zip(x, y)] for x, y in kept], level=level,
+                                   resamples=resamples, seed=seed)
+    return {"diff": d, "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
+            "p_mcnemar": mcnemar_exact(wins, losses), "questions": sum(len(x) for x, _ in kept)}
 
 
 # ---------------------------------------------------------------------------- closed-form intervals

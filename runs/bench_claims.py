@@ -64,10 +64,7 @@ def _align_vs_sc(report: dict[str, Any], spec: BenchSpec, data: BenchData, seed:
               and p["baseline"] == "self_consistency"), None)
     if not p:
         return []
-    return [{"claim": "ALIGN − self-consistency on the same n·k candidates ≥ 0 (macro, paired)",
-             "value": p["diff"], "ci_low": p["ci_low"], "ci_high": p["ci_high"],
-             "p_mcnemar": p["p_mcnemar"], "questions": p["questions"],
-             "holds": TOO_FEW if p["too_few"] else _holds(p["diff"], p["ci_low"], 0.0)}]
+    return [_paired_claim("ALIGN − self-consistency on the same n·k candidates ≥ 0 (macro, paired)", p)]
 
 
 def _multi_vs_single(report: dict[str, Any], spec: BenchSpec, data: BenchData, seed: int) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from agora.agents.escalation_calibration import rescue_harm
-from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
+from agora.agents.stats import macro_bootstrap_ci, macro_paired, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench_data import BenchData, TaskData, read_bench
 from agora.traces.bench_members import members_report
 from agora.traces.bench_spec import BenchSpec, BenchTask
@@ -170,34 +170,19 @@ def _comed(task: BenchTask, questions: dict[str, dict[str, Any]] | None, anchor:
 # ---------------------------------------------------------------------------- the report
 
 
-def _macro_paired(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], seed: int) -> dict[str, Any] | None:
-    """Paired 0/1 outcomes ``(x, y)`` per task, pooled: ``diff`` (mean of the per-task accuracy
-    differences, 0..1 scale) with its 95 % stratified bootstrap CI ``ci_low``/``ci_high``,
-    ``wins``/``losses`` (discordant questions), ``p_mcnemar`` (exact, on all discordant pairs) and
-    ``questions`` (pairs); ``None`` without any pair."""
-    diffs = [[u - v for u, v in zip(x, y)] for x, y in pairs if x]
-    if not diffs:
-        return None
-    wins = sum(u > v for x, y in pairs for u, v in zip(x, y))
-    losses = sum(u < v for x, y in pairs for u, v in zip(x, y))
-    d, lo, hi = macro_bootstrap_ci(diffs, seed=seed)
-    return {"diff": d, "ci_low": lo, "ci_high": hi, "wins": wins, "losses": losses,
-            "p_mcnemar": mcnemar_exact(wins, losses), "questions": sum(len(x) for x, _ in pairs)}
-
-
 def macro_pair(spec: BenchSpec, data: BenchData, a: str, b: str, seed: int = 0) -> dict[str, Any] | None:
     """Method ``a`` against method ``b`` over every task, on the questions both were scored on
-    (:func:`_macro_paired`'s figures); ``None`` without any pair."""
+    (:func:`agora.agents.stats.macro_paired`'s figures); ``None`` without any pair."""
     pairs = [_pairs(data.tasks[t.name], a, b)[1:] for t in spec.tasks
              if a in data.tasks[t.name].results and b in data.tasks[t.name].results]
-    return _macro_paired(pairs, seed)
+    return macro_paired(pairs, seed=seed)
 
 
 def model_sc_pair(spec: BenchSpec, data: BenchData, method: str, models: dict[str, str],
                   seed: int = 0) -> dict[str, Any] | None:
     """Method ``method`` against a single model's own self-consistency (its plurality over its k
     samples in the shared pool, :attr:`BenchData.model_sc`), paired per question over every task;
-    ``models`` names the model per task (the dev-chosen one). :func:`_macro_paired`'s figures, plus
+    ``models`` names the model per task (the dev-chosen one). :func:`agora.agents.stats.macro_paired`'s figures, plus
     ``samples_per_q``: the mean samples the model's vote used. ``None`` without any pair."""
     pairs, samples = [], []
     for t in spec.tasks:
@@ -206,7 +191,7 @@ def model_sc_pair(spec: BenchSpec, data: BenchData, method: str, models: dict[st
         qs = [q for q in sc if q in rows and rows[q]["correct"] is not None and rows[q]["samples"] != 0]
         pairs.append(([int(rows[q]["correct"]) for q in qs], [sc[q][0] for q in qs]))
         samples += [sc[q][1] for q in qs]
-    out = _macro_paired(pairs, seed)
+    out = macro_paired(pairs, seed=seed)
     return None if out is None else {**out, "samples_per_q": sum(samples) / len(samples)}
 
 
@@ -277,12 +262,12 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: Ben
                       **{k: _mean([c[k] for c in mine_cells if c[k] == c[k]])
                          for k in ("calls_per_q", "samples_per_q", "tokens_per_q", "model_s_per_q", "wall_s_per_q",
                                    *SPLIT_KEYS)}})
-    macro_paired = []
+    macro_pairs = []
     for b in BASELINES:
         for m in methods:
             pair = None if m == b else macro_pair(spec, data, m, b, seed)
             if pair is not None:
-                macro_paired.append({"task": "macro", "method": m, "baseline": b, "questions": pair["questions"],
+                macro_pairs.append({"task": "macro", "method": m, "baseline": b, "questions": pair["questions"],
                                      "diff": pair["diff"], "ci_low": pair["ci_low"], "ci_high": pair["ci_high"],
                                      "wins": pair["wins"], "losses": pair["losses"], "p_mcnemar": pair["p_mcnemar"],
                                      "too_few": too_few(pair["questions"], pair["ci_low"], pair["ci_high"])})
@@ -308,7 +293,7 @@ def bench_report(store: TraceStore, spec: BenchSpec, *, seed: int = 0, data: Ben
                    "runs": t.runs} for t in spec.tasks],
         "methods": list(methods), "sharing": spec.sharing, "calibration": list(spec.calibration),
         "settings": spec.settings, "cells": cells, "macro": macro,
-        "paired": sorted(paired + macro_paired, key=lambda p: (
+        "paired": sorted(paired + macro_pairs, key=lambda p: (
             BASELINES.index(p["baseline"]), list(methods).index(p["method"]),
             [t.name for t in spec.tasks].index(p["task"]) if p["task"] != "macro" else len(spec.tasks))),
         "single_models": singles, "macro_single_models": macro_singles, "comed": comed,

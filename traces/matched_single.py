@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from agora.agents.delegation import plurality
-from agora.agents.stats import macro_bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
+from agora.agents.stats import macro_paired
 from agora.tasks.scoring import score_answer
 from agora.traces.report import too_few
 
@@ -128,28 +128,21 @@ def matched_pairs(spec: Any, results: dict[str, dict[str, dict[str, Any]]], matc
             used.append((int(r["samples"]), n, min(n, mine.shared.get(q, 0))))
         if not x:
             continue
-        diff, lo, hi = paired_bootstrap_ci(x, y, seed=seed)
-        tasks[t] = {**_counts(x, y, used), "diff": diff, "ci_low": lo, "ci_high": hi,
-                    "too_few": too_few(len(x), lo, hi)}
+        tasks[t] = _pair(macro_paired([(x, y)], seed=seed), [(x, y)], used)
         every.append((x, y))
         counts += used
     if not tasks:
         return None
-    d, lo, hi = macro_bootstrap_ci([[u - v for u, v in zip(x, y)] for x, y in every], seed=seed)
-    x_all = [u for x, _ in every for u in x]
-    y_all = [v for _, y in every for v in y]
-    macro = {**_counts(x_all, y_all, counts), "diff": d, "ci_low": lo, "ci_high": hi,
-             "too_few": too_few(len(x_all), lo, hi), "tasks": len(tasks),
-             "method_accuracy": sum(sum(x) / len(x) for x, _ in every) / len(every),
-             "member_accuracy": sum(sum(y) / len(y) for _, y in every) / len(every)}
-    return {"tasks": tasks, "macro": macro}
+    return {"tasks": tasks, "macro": {**_pair(macro_paired(every, seed=seed), every, counts), "tasks": len(tasks)}}
 
 
-def _counts(x: list[int], y: list[int], used: list[tuple[int, int, int]]) -> dict[str, Any]:
-    wins = sum(u > v for u, v in zip(x, y))
-    losses = sum(u < v for u, v in zip(x, y))
-    return {"questions": len(x), "wins": wins, "losses": losses, "p_mcnemar": mcnemar_exact(wins, losses),
-            "method_accuracy": sum(x) / len(x), "member_accuracy": sum(y) / len(y),
+def _pair(pair: dict[str, Any], groups: list[tuple[list[int], list[int]]],
+          used: list[tuple[int, int, int]]) -> dict[str, Any]:
+    """``pair`` (:func:`agora.agents.stats.macro_paired`) with ``too_few``, both accuracies (the mean
+    of the per-task ones) and the samples per question."""
+    return {**pair, "too_few": too_few(pair["questions"], pair["ci_low"], pair["ci_high"]),
+            "method_accuracy": sum(sum(x) / len(x) for x, _ in groups) / len(groups),
+            "member_accuracy": sum(sum(y) / len(y) for _, y in groups) / len(groups),
             "samples_method": sum(n for n, _, _ in used) / len(used),
             "samples_member": sum(m for _, m, _ in used) / len(used),
             "samples_member_shared": sum(s for _, _, s in used) / len(used),
