@@ -110,8 +110,10 @@ class ProtocolSpec:
     """One protocol: its graph, types, methods, and how a finished item is told and recorded.
 
     Raises:
-        ValueError: an empty name or graph id, or a benchmark protocol whose main method (its
-            ``name``) is not among its ``methods`` (the runner scores a question by it).
+        ValueError: an empty name or graph id (their field rules); a benchmark protocol whose first
+            method is not its main one, its ``name`` (the runner scores a question by it); a ``run``
+            command on a protocol that is not a benchmark one listing ``run <name>`` in ``cli``; a
+            ``dense`` baseline without a ``bench`` role.
     """
 
     name: Annotated[str, Name(optional=False)]
@@ -155,8 +157,6 @@ class ProtocolSpec:
 
     @model_validator(mode="after")
     def _consistent(self) -> ProtocolSpec:
-        if not self.name or not self.graph_id:
-            raise ValueError("ProtocolSpec.name and graph_id must be non-empty")
         if self.kind == "benchmark" and self.methods and self.methods[0] != self.name:
             raise ValueError(f"ProtocolSpec.methods: a benchmark protocol's first method is its main one, "
                              f"{self.name!r}; got {self.methods}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from agora.graphs.candidates import CandidatesConfig
+from agora.graphs.candidates import CandidatesConfig, models_of
 from agora.graphs.matched_single import MatchedSingleConfig
 from agora.tasks.loaders import Problem
 from agora.traces.matched_single import MATCHED_RUN
@@ -36,7 +36,7 @@ def matched_config(shared: CandidatesConfig, member: str, names: Sequence[str]) 
     Raises:
         ValueError: ``member`` is not one of the shared draw's members.
     """
-    models = list(shared.models) or list(names)
+    models = models_of(shared, list(names))
     if member not in models:
         raise ValueError(f"--matched-single: member {member!r} is not in the shared draw ({', '.join(models)})")
     return MatchedSingleConfig(member=member, index=models.index(member), k_shared=shared.k,
