@@ -56,6 +56,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langgraph.constants import START
 from langgraph.errors import GraphBubbleUp
 
 from agora.graphs import registry
@@ -195,7 +196,9 @@ class TraceRecorder(BaseCallbackHandler):
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         name = kwargs.get("name") or (serialized or {}).get("name") or ""
         metadata = metadata or {}
-        node = metadata.get("langgraph_node") == name
+        # LangGraph's own input step (``__start__``, traced when a conditional edge or ``Send`` fan-out
+        # leaves START) is no node of a protocol: it neither starts one nor tells which protocol ran
+        node = metadata.get("langgraph_node") == name and name != START
         thread_id = (metadata.get("configurable") or {}).get("thread_id", metadata.get("thread_id"))
         thread = (str(thread_id), str(metadata.get("checkpoint_ns") or "")) if thread_id is not None else None
         with self._lock:
@@ -207,7 +210,8 @@ class TraceRecorder(BaseCallbackHandler):
                     "make a new TraceRecorder for later invocations")
             if parent_run_id in self._runs:
                 parent = self._runs[parent_run_id]
-                if node and not parent.children:  # a graph's first node: a repeated question_id stops here
+                if node and not any(self._runs[c].node for c in parent.children if c in self._runs):
+                    # a graph's first node: a repeated question_id stops here
                     self._refuse_repeat(parent, name)
                 parent.children.append(run_id)
                 return
