@@ -15,7 +15,7 @@ from langgraph.checkpoint.base import CheckpointTuple
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
 from agora.graphs.postgres_checkpoint import open_postgres_checkpointer
 from agora.traces.postgres import is_postgres_url
-from agora.traces.store import BUSY_TIMEOUT_S, TraceStoreError, check_db_path, describe_sqlite_error, readonly_uri
+from agora.traces.store import BUSY_TIMEOUT_S, TraceStoreError, check_db_path, describe_sqlite_error, read_existing
 
 
 def checkpoint_path(db_path: str | Path) -> str:
@@ -94,17 +94,8 @@ def check_checkpoint_schema(path: str | Path) -> None:
     Raises:
         TraceStoreError: naming the file and its foreign tables.
     """
-    p = Path(path)
-    if not p.is_file() or p.stat().st_size == 0:
-        return
-    try:
-        conn = sqlite3.connect(readonly_uri(p), uri=True, timeout=BUSY_TIMEOUT_S)
-        try:
-            names = {r[0] for r in conn.execute("select name from sqlite_master where type in ('table', 'view')")}
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
+    names = read_existing(path, lambda conn: {r[0] for r in conn.execute(
+        "select name from sqlite_master where type in ('table', 'view')")}) or set()
     foreign = sorted(n for n in names - CHECKPOINT_TABLES if not n.startswith("sqlite_"))
     if foreign:
         raise TraceStoreError(f"{path}: not an Agora checkpoints file (it holds {', '.join(foreign[:4])}); move it "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import sqlite_utils
 
@@ -150,25 +150,39 @@ def readonly_uri(path: str | Path) -> str:
     return uri
 
 
-def check_schema(path: str | Path) -> None:
-    """Refuse an existing database that cannot take Agora's traces (:func:`schema_problem`) before
-    anything is written to it: it is opened read-only, so its journal mode, tables and columns are
-    left as they were. A missing or empty file passes (the store creates the schema).
+T = TypeVar("T")
+
+
+def read_existing(path: str | Path, read: Callable[[sqlite3.Connection], T]) -> T | None:
+    """``read(conn)`` on the existing SQLite file ``path`` opened read-only (its journal mode,
+    tables and columns left as they were), before anything writes to it; ``None`` for a missing or
+    empty file (nothing to read: the writer creates it).
 
     Raises:
-        TraceStoreError: naming the file and the problem.
+        TraceStoreError: the file cannot be read as a database (:func:`describe_sqlite_error`).
     """
     p = Path(path)
     if not p.is_file() or p.stat().st_size == 0:
-        return
+        return None
     try:
         conn = sqlite3.connect(readonly_uri(p), uri=True, timeout=BUSY_TIMEOUT_S)
         try:
-            problem = schema_problem(conn)
+            return read(conn)
         finally:
             conn.close()
     except sqlite3.Error as exc:
         raise TraceStoreError(describe_sqlite_error(path, exc)) from None
+
+
+def check_schema(path: str | Path) -> None:
+    """Refuse an existing database that cannot take Agora's traces (:func:`schema_problem`) before
+    anything is written to it: it is opened read-only (:func:`read_existing`), so its journal mode,
+    tables and columns are left as they were. A missing or empty file passes (the store creates the schema).
+
+    Raises:
+        TraceStoreError: naming the file and the problem.
+    """
+    problem = read_existing(path, schema_problem)
     if problem:
         raise TraceStoreError(f"{path}: {problem} (nothing was written to it)")
 

@@ -60,6 +60,7 @@ from agora.traces.sqlite_file import (
     check_schema,
     describe_sqlite_error,
     file_identity,
+    read_existing,
     readonly_uri,
     schema_problem,
 )
@@ -68,7 +69,8 @@ __all__ = [  # the names the layers above import from here (defined in the modul
     "BUSY_TIMEOUT_S", "OWN_TABLES", "QUESTION_HASHES", "TRANSPORT_FIELDS", "TRANSPORT_KWARGS", "ResumeRefusedError",
     "RunLockedError", "TraceReader", "TraceStore", "TraceStoreError", "answer_fields", "backfill", "call_row",
     "call_rows", "check_db_path", "check_run_id", "check_schema", "clean_rows", "code_revision",
-    "describe_sqlite_error", "fcntl", "lock_path", "now", "option_count", "question_hash", "readonly_uri", "run_lock",
+    "describe_sqlite_error", "fcntl", "lock_path", "now", "option_count", "question_hash", "read_existing",
+    "readonly_uri", "run_lock",
     "schema", "schema_problem", "store_backend", "BACKENDS",
 ]
 
