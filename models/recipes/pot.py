@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import Field, StrictStr, field_validator, model_validator
 
 from agora.models.recipes.registry import Finished, Recipe
-from agora.models.recipes.sandbox import DEFAULT_IMPORTS, FORBIDDEN_IMPORTS, SandboxLimits, run_program
+from agora.models.recipes.sandbox import DEFAULT_IMPORTS, SandboxLimits, imports_problem, run_program
 
 POT_SYSTEM = ("You solve problems by writing Python. Write one complete Python program in a ```python code block "
               "that computes the answer and prints it with print(). Print only the final answer: a number for a "
@@ -106,11 +106,8 @@ class ProgramOfThought(Recipe):
     @field_validator("imports")
     @classmethod
     def _safe_imports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if bad := sorted(set(value) & FORBIDDEN_IMPORTS):
-            raise ValueError(f"{', '.join(bad)} may not be allowed (file system, processes or network)")
-        if odd := [m for m in value if not m.isidentifier()]:
-            raise ValueError(f"{', '.join(map(repr, odd))}: not top-level module names (write 'math', not "
-                             "'math.fsum' or a path)")
+        if problem := imports_problem(value):
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")

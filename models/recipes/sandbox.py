@@ -76,19 +76,27 @@ def _whole(value: Any, low: int, high: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 
 
+def imports_problem(modules: Any) -> str | None:
+    """What is wrong with ``modules`` as the modules a program may import, or ``None``: entries that
+    are not top-level module names (``'math.fsum'``, a path, a number), else modules that are
+    never allowed (:data:`FORBIDDEN_IMPORTS`). One line, without the field's name."""
+    if odd := [m for m in modules if not (isinstance(m, str) and m.isidentifier())]:
+        return f"{', '.join(map(repr, odd))}: not top-level module names (write 'math', not 'math.fsum' or a path)"
+    if bad := sorted(set(modules) & FORBIDDEN_IMPORTS):
+        return f"{', '.join(bad)} may not be allowed (file system, processes or network)"
+    return None
+
+
 def _allowed_imports(value: Any) -> Any:
     """``value`` unchanged when it is a list of top-level module names none of them forbidden.
 
     Raises:
-        ValueError: ``imports: ...`` naming the entries at fault.
+        ValueError: ``imports: ...`` naming the entries at fault (:func:`imports_problem`).
     """
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise ValueError(f"imports: must be a list of module names, got {value!r}")
-    if odd := [m for m in value if not (isinstance(m, str) and m.isidentifier())]:
-        raise ValueError(f"imports: {', '.join(map(repr, odd))}: not top-level module names (write 'math', "
-                         "not 'math.fsum' or a path)")
-    if bad := sorted(set(value) & FORBIDDEN_IMPORTS):
-        raise ValueError(f"imports: {', '.join(bad)} may not be allowed (file system, processes or network)")
+    if problem := imports_problem(value):
+        raise ValueError(f"imports: {problem}")
     return value
 
 
