@@ -80,3 +80,35 @@ def test_a_diverse_members_name_resolves_to_its_weights(monkeypatch):
     monkeypatch.setattr("agora.models.convert.resolve_builtin", lambda path: f"/cache/{path.removeprefix('builtin:')}.gguf")
     assert str(resolve_gguf("qwen1.5b+pot")) == "/cache/qwen2.5-coder-1.5b.gguf"
     assert BuiltinMember("x", "smollm2").recipe is None
+
+
+def test_a_pool_file_with_the_diverse_entries_is_the_diverse_pool(tmp_path):
+    """docs/recipes.md: the diverse pool's three entries in a pool file, each with n_ctx = 4096 and
+    family = "qwen2.5", describe the same pool (a run resumes on either); without the family they do not."""
+    from agora.traces.resume import _models
+
+    if not CANDIDATES.is_file():
+        pytest.skip(f"{CANDIDATES} is not in this checkout")
+    text = CANDIDATES.read_text()
+    entries = {e["name"]: e for e in tomllib.loads(text)["models"]}
+    assert all(entries[n]["n_ctx"] == 4096 for n in DIVERSE)
+
+    def pool_file(family: str | None) -> Path:
+        lines = []
+        for n in DIVERSE:
+            e = entries[n]
+            lines += ["[[models]]", f'name = "{n}"', f'path = "{e["path"]}"', "n_ctx = 4096"]
+            lines += [f'family = "{family}"'] if family else []
+            recipe = e.get("recipe")
+            if isinstance(recipe, str):
+                lines.append(f'recipe = "{recipe}"')
+            elif recipe:
+                lines += ["[models.recipe]", *(f"{k} = {json.dumps(v)}" for k, v in recipe.items())]
+            lines.append("")
+        path = tmp_path / f"diverse-{family}.toml"
+        path.write_text("\n".join(lines))
+        return path
+
+    builtin = _models(load_pool("diverse").describe())
+    assert _models(load_pool(pool_file("qwen2.5")).describe()) == builtin
+    assert _models(load_pool(pool_file(None)).describe()) != builtin
