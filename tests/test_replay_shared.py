@@ -159,16 +159,12 @@ def test_a_dev_split_benchs_calibration_and_routed_runs_replay_from_their_own_dr
     assert trace_report.shared_totals(store, "s1:arith:comed-routed")["shared_calls"] == 9  # 3 anchor samples × 3
 
 
-def test_comeds_slm_mux_baseline_on_shared_samples_is_unavailable_to_replay_and_said_so(bench_db):
+def test_comeds_slm_mux_baseline_on_shared_samples_replays_from_the_members_shares(bench_db):
     run = load_run(TraceStore(bench_db, readonly=True), "s1:arith:comed")
-    result = replay(run, "slm_mux")  # its members took the shared candidates, which replay does not map
-    assert [r.unavailable for r in result.rows] == [
-        "no SLM-MUX member sample of its own (in a bench its members take the shared candidates, which replay "
-        "does not map)"] * 3
-    assert reproduced(run, result, "slm-mux") == (0, 0)
+    result = replay(run, "slm_mux")  # its members took the shared candidates: each model's first N = 3
+    assert [r.unavailable for r in result.rows] == [None] * 3 and [r.samples for r in result.rows] == [6] * 3
+    assert reproduced(run, result, "slm-mux") == (3, 3)
     code, out = agora("report", "question", "--db", str(bench_db), "--run-id", "s1:arith:comed", "--question-id",
                       "arith-1", "--json")
     why = {m["method"]: m["why"] for m in json.loads(out)["methods"]}
-    assert code == 0 and why["slm-mux"] == ("recorded (rule slm_mux cannot replay this question: no SLM-MUX member "
-                                             "sample of its own (in a bench its members take the shared candidates, "
-                                             "which replay does not map))")
+    assert code == 0 and why["slm-mux"].startswith("rule slm_mux: member 0 (smollm2-135m) is the most self-consistent")

@@ -1,6 +1,6 @@
 """Replay's selection rules: the registry (:func:`selection_rule`, :data:`RULES`), how a rule's
 parameters are read (:func:`parse_params`), and the built-in rules (ALIGN, best-of-n, plurality,
-first sample, a vote weighted by dev accuracy, COMED, SLM-MUX), each a function
+first sample, a vote weighted by dev accuracy, COMED, SLM-MUX and its best-member baseline), each a function
 ``(question, params, context) -> Choice`` over a recorded question's samples
 (:class:`agora.traces.run_trace.QuestionTrace`).
 """
@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
 from agora.agents.escalation import EscalationThresholds, decide, escalates
 from agora.agents.escalation_calibration import DevOutcome
-from agora.agents.slm_mux import MemberVote, member_confidence, mux_select
+from agora.agents.slm_mux import MemberConfidence, MemberVote, member_confidence, mux_select, top_member
 from agora.tasks.scoring import score_answer
 from agora.traces.bench_data import dev_outcome
 
@@ -284,21 +284,15 @@ def weighted_vote_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) 
     return Choice(answer, f"weighted votes ({p['weight']}): {shown}", len(cands))
 
 
-@selection_rule("slm_mux", params={"k": 0}, reproduces={"slm-mux": "slm-mux", "comed": "slm-mux"},
-                protocols=("slm-mux", "comed"),
-                help="SLM-MUX: the member whose own samples agree most answers (ties: recorded dev accuracy, then "
-                     "order); --param k=N uses each member's first N samples.")
-def slm_mux_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
-    """SLM-MUX's selection (:func:`agora.agents.slm_mux.mux_select`) on the recorded samples of its
-    members (node ``mux_sample``: an SLM-MUX run's, or a COMED run's SLM-MUX baseline's): each
-    member's plurality answer and confidence (the share of its samples on it), the most confident
-    member answering, a tie going to the higher dev accuracy the run used (its recorded
-    ``confidences``; COMED's baseline has none), then to the earlier member. ``k`` > 0 keeps each
-    member's first ``k`` samples (0: all recorded).
+def _member_votes(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> dict[int, MemberVote]:
+    """SLM-MUX's members' recorded samples (node ``mux_sample``, role ``member``: its own rows or,
+    in a bench, the shared candidates each member took), member → its answers in sample order,
+    each member's first ``k`` only when ``p["k"]`` > 0.
 
     Raises:
-        Unavailable: a COMED question whose SLM-MUX members drew no sample of their own (a bench's
-            shared candidates, which are not mapped back to SLM-MUX's members).
+        ValueError: ``k`` < 0.
+        Unavailable: a COMED question without SLM-MUX member samples (its run did not compute the
+            SLM-MUX baseline).
     """
     if p["k"] < 0:
         raise ValueError(f"--param k={p['k']}: must be >= 0 (0: every recorded sample)")
@@ -309,19 +303,68 @@ def slm_mux_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Cho
         if not p["k"] or len(vote["answers"]) < p["k"]:
             vote["answers"].append(s.answer)
     if not votes and ctx.run.protocol == "comed":
-        raise Unavailable("no SLM-MUX member sample of its own (in a bench its members take the shared candidates, "
-                          "which replay does not map)")
-    if not votes:
-        return Choice(None, "no member sample recorded", 0)
+        raise Unavailable("no SLM-MUX member sample recorded (the run did not compute its SLM-MUX baseline here)")
+    return votes
+
+
+def _member_confidences(q: QuestionTrace, votes: dict[int, MemberVote]) -> list[MemberConfidence]:
+    """Each member's plurality answer and confidence, with the dev accuracy the run recorded
+    (``detail.confidences``; COMED's baseline has none)."""
     accuracy = {c["model"]: c["dev_accuracy"] for c in q.detail.get("confidences") or []
                 if isinstance(c, dict) and c.get("dev_accuracy") is not None}
-    confidences = [member_confidence(v, accuracy) for v in votes.values()]
+    return [member_confidence(v, accuracy) for v in votes.values()]
+
+
+def _shown(confidences: Sequence[MemberConfidence]) -> str:
+    return "; ".join(f"member {c['member']} ({c['model']}) {c['answer']!r} at {c['confidence']:.2f}"
+                     + (f", dev {c['dev_accuracy']:.2f}" if c["dev_accuracy"] is not None else "") for c in confidences)
+
+
+@selection_rule("slm_mux", params={"k": 0}, reproduces={"slm-mux": "slm-mux", "comed": "slm-mux"},
+                protocols=("slm-mux", "comed"),
+                help="SLM-MUX: the member whose own samples agree most answers (ties: recorded dev accuracy, then "
+                     "order); --param k=N uses each member's first N samples.")
+def slm_mux_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """SLM-MUX's selection (:func:`agora.agents.slm_mux.mux_select`) on the recorded samples of its
+    members (node ``mux_sample``: an SLM-MUX run's, or a COMED run's SLM-MUX baseline's, its own
+    rows or the bench's shared candidates its members took): each
+    member's plurality answer and confidence (the share of its samples on it), the most confident
+    member answering, a tie going to the higher dev accuracy the run used (its recorded
+    ``confidences``; COMED's baseline has none), then to the earlier member. ``k`` > 0 keeps each
+    member's first ``k`` samples (0: all recorded).
+
+    Raises:
+        Unavailable: a COMED question whose run did not compute the SLM-MUX baseline.
+    """
+    votes = _member_votes(q, p, ctx)
+    if not votes:
+        return Choice(None, "no member sample recorded", 0)
+    confidences = _member_confidences(q, votes)
     sel = mux_select(confidences)
-    shown = "; ".join(f"member {c['member']} ({c['model']}) {c['answer']!r} at {c['confidence']:.2f}"
-                      + (f", dev {c['dev_accuracy']:.2f}" if c["dev_accuracy"] is not None else "") for c in confidences)
     tie = " (a confidence tie: dev accuracy, then order)" if sel["tie"] else ""
     return Choice(sel["answer"], f"member {sel['member']} ({sel['model']}) is the most self-consistent{tie}; "
-                  f"{shown}", sum(len(v["answers"]) for v in votes.values()))
+                  f"{_shown(confidences)}", sum(len(v["answers"]) for v in votes.values()))
+
+
+@selection_rule("mux_top", params={"k": 0}, reproduces={"slm-mux": "mux_top", "comed": "mux_top"},
+                protocols=("slm-mux", "comed"),
+                help="SLM-MUX's static baseline: the plurality answer of the member with the best recorded dev "
+                     "accuracy (the first member without one); --param k=N uses its first N samples.")
+def mux_top_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """The member with the highest dev accuracy the run recorded (:func:`agora.agents.slm_mux.top_member`;
+    the first member when none is measured, as on COMED's baseline) answers with its plurality
+    answer over its recorded samples (the first ``k`` when ``k`` > 0): SLM-MUX's ``mux_top``.
+
+    Raises:
+        Unavailable: a COMED question whose run did not compute the SLM-MUX baseline.
+    """
+    votes = _member_votes(q, p, ctx)
+    top = top_member(_member_confidences(q, votes))
+    if top is None:
+        return Choice(None, "no member sample recorded", 0)
+    dev = f"dev accuracy {top['dev_accuracy']:.2f}" if top["dev_accuracy"] is not None else "no dev accuracy: first member"
+    return Choice(top["answer"], f"member {top['member']} ({top['model']}), {dev}: its plurality "
+                  f"{top['answer']!r} at {top['confidence']:.2f}", len(votes[top["member"]]["answers"]))
 
 
 def _comed_config(run: RunTrace) -> dict[str, Any]:

@@ -23,7 +23,13 @@ def _config_of(row: dict | None) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None = None) -> dict[str, list[dict]]:
+#: The methods of COMED's SLM-MUX dense baseline (:mod:`agora.graphs.slm_mux`): a question recording
+#: any of them ran SLM-MUX's members, whose samples may be shared ones.
+MUX_METHODS = ("slm-mux", "mux_vote", "mux_top")
+
+
+def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None = None, *,
+                 baselines: bool = True) -> dict[str, list[dict]]:
     """The shared candidates run ``run_id`` took, per question: question id → the samples its first
     stage took from the bench's candidates run (its recorded ``config[SHARED_KEY]``), mapped the way
     the protocol took them (:func:`agora.graphs.question.take_shared`), as dicts with the
@@ -36,18 +42,23 @@ def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None
       run's models, which are the pool's); the ``j``-th agent on a model takes that model's samples
       ``j·k .. j·k + k − 1`` (role ``agent``, node ``agent_sample``).
     - COMED: the anchor (``detail.route.anchor``) takes its model's first ``n_anchor`` samples
-      (role ``anchor``, node ``anchor``). MoA's, debate's and the council's first steps, which take
-      shared samples too, are not mapped (no replay rule reads them).
+      (role ``anchor``, node ``anchor``). With ``baselines`` (the default), on a question that
+      recorded an SLM-MUX method (:data:`MUX_METHODS`), SLM-MUX's member ``i`` plays the pool's
+      ``i``-th model (the candidates run's ``models``) and takes that model's first ``n_anchor``
+      samples (role ``member``, node ``mux_sample``, agent ``i``: COMED's baseline samples ``k = N``
+      per member, :func:`agora.graphs.slm_mux.comed_slm_mux`). MoA's, debate's and the council's
+      first steps, which take shared samples too, are not mapped (no replay rule reads them).
 
-    An agent or anchor with rows of its own in ``run_id`` drew its own samples (the shared pool was
-    too small, or missing for the question) and takes nothing here. ``details``: question id →
+    An agent, anchor or member with rows of its own in ``run_id`` drew its own samples (the shared
+    pool was too small, or missing for the question) and takes nothing here. ``details``: question id →
     its recorded ``detail`` (read from ``questions`` when ``None``).
 
     Raises:
         ValueError: (one line naming the run) the mapping cannot be rebuilt from what is stored: the
             candidates run is missing, the run's settings lack ``n_agents``/``k_samples``/``n_anchor``,
             the pool's models are unknown, a question has neither its own rows nor enough shared
-            samples, or the shared samples no longer give the answers the run recorded.
+            samples, or the shared samples no longer give the answers the run recorded (the
+            anchor's, ALIGN's proposals).
     """
     import json
 
@@ -133,6 +144,20 @@ def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None
         n = config.get("n_anchor")
         if not n:
             raise refuse("its recorded settings lack n_anchor")
+        muxed = set()
+        if baselines and "results" in store.db.table_names():
+            muxed = {r["question_id"] for r in store.db.query(
+                f"select distinct question_id from results where run_id = ? and method in "
+                f"({', '.join('?' * len(MUX_METHODS))})", [run_id, *MUX_METHODS])} & set(details)
+        pool_models = list(_config_of(cand_run).get("models") or [])
+        if muxed and not pool_models:
+            raise refuse(f"{source!r} records no pool models (which model each SLM-MUX member played)")
+        for qid in sorted(muxed):  # COMED's SLM-MUX baseline: member i on the pool's i-th model, k = N
+            for i, model in enumerate(pool_models):
+                if (qid, "mux_sample", i) not in own:
+                    share = pool_models[:i].count(model)
+                    takes.setdefault(qid, []).extend(
+                        take(qid, model, share * int(n), int(n), "mux_sample", "member", i))
         for qid, detail in details.items():
             if (qid, "anchor", "any") in own:
                 continue
@@ -144,21 +169,22 @@ def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None
             if recorded is not None and list(recorded) != [s["answer"] for s in got]:
                 raise refuse(f"question {qid!r}: the anchor's samples in {source!r} answer "
                              f"{[s['answer'] for s in got]}, the run recorded {list(recorded)}")
-            takes[qid] = got
+            takes[qid] = got + takes.get(qid, [])
     return takes
 
 
 def shared_totals(store: TraceStore, run_id: str) -> dict[str, object]:
     """The shared part of a run's cost (:func:`shared_takes`): ``shared_from`` (the candidates run,
     ``None`` for a run that took none), ``shared_calls`` (distinct shared ``model_calls`` rows, one per
-    sample), ``shared_prompt_tokens``, ``shared_completion_tokens``. Not in :func:`run_totals`, which
-    counts the run's own rows only; the shared rows are the candidates run's.
+    sample), ``shared_prompt_tokens``, ``shared_completion_tokens``: those its first stage took (ALIGN's
+    agents, COMED's anchor; COMED's dense baselines' shares are each method's ``shared_samples``). Not
+    in :func:`run_totals`, which counts the run's own rows only; the shared rows are the candidates run's.
 
     Raises:
         ValueError: as :func:`shared_takes`.
     """
     source = _config_of(store.get_run(run_id) if "runs" in store.db.table_names() else None).get(SHARED_KEY)
-    rows = {s["call_id"]: s for got in shared_takes(store, run_id).values() for s in got}
+    rows = {s["call_id"]: s for got in shared_takes(store, run_id, baselines=False).values() for s in got}
     return {"shared_from": source or None, "shared_calls": len(rows),
             "shared_prompt_tokens": sum(s["prompt_tokens"] for s in rows.values()),
             "shared_completion_tokens": sum(s["completion_tokens"] for s in rows.values())}
