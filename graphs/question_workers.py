@@ -10,6 +10,7 @@ supplies the ``solve`` and ``record`` of each question.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from typing import Any, Callable
@@ -19,6 +20,8 @@ from langgraph.runtime import RunControl
 
 from agora.tasks.loaders import Problem
 from agora.traces.claims import Claims
+
+log = logging.getLogger(__name__)
 
 
 def raise_if_drained(control: RunControl | None) -> None:
@@ -78,7 +81,10 @@ def run_claimed(claims: Claims, todo: list[tuple[int, Problem]], solve: Callable
     claim is still theirs), until every question of ``todo`` is done, by this worker or another;
     while the rest are claimed by live workers they wait, and take over a question whose lease
     expired (its worker died). On the first error or a drain no new question is claimed, the
-    questions held are freed for the others, and the error (or ``GraphDrained``) is raised."""
+    questions held are freed for the others, and the error (or ``GraphDrained``) is raised. An
+    error on a question whose claim was taken over meanwhile (this worker's lease expired) is not
+    this worker's to report: it is logged and the worker goes on (``record`` writes nothing for such
+    a question either, :meth:`~agora.traces.claims.Claims.record`)."""
     by_id = {p.id: (idx, p) for idx, p in todo}
     ids = list(by_id)
     stop = threading.Event()
@@ -87,6 +93,18 @@ def run_claimed(claims: Claims, todo: list[tuple[int, Problem]], solve: Callable
 
     def stopped() -> bool:
         return stop.is_set() or (control is not None and control.drain_requested)
+
+    def taken_over(qid: str, exc: Exception) -> bool:
+        """Whether ``qid``'s claim is no longer this thread's (then its error is discarded, logged)."""
+        try:
+            if claims.holds(qid):
+                return False
+        except Exception:  # noqa: BLE001 - the database is what failed: report the first error
+            return False
+        claims.abandon(qid)
+        log.warning("run %r, question %s: %s: %s, discarded (this worker's claim was taken over)",
+                    claims.run_id, qid, type(exc).__name__, exc)
+        return True
 
     def work() -> None:
         while True:
@@ -99,6 +117,8 @@ def run_claimed(claims: Claims, todo: list[tuple[int, Problem]], solve: Callable
                 with record_lock:  # (on_question callbacks run one at a time, as from the calling thread)
                     record(idx, problem, *result)
             except BaseException as exc:
+                if isinstance(exc, Exception) and taken_over(qid, exc):
+                    continue
                 stop.set()
                 errors.append(exc)
                 if threading.current_thread() is threading.main_thread():

@@ -226,6 +226,8 @@ def run_problems(
         graph = builder.compile(checkpointer=saver)
 
         keys = list(builder.channels)  # the whole state, so no get_state after a question
+        # workers of one run on Postgres share its questions out (traces/claims.py)
+        claims = Claims(store, run_id) if is_postgres_url(store.path) else None
         loops: dict[int, asyncio.AbstractEventLoop] = {}
         loops_lock = threading.Lock()
 
@@ -282,8 +284,13 @@ def run_problems(
                     values = run_to_end(thread_loop(), run_graph(inp, thread, problem))
             except ModelCallError as exc:  # an unreachable model: keep every failed attempt, then stop the run
                 seen = {r["call_id"] for r in exc.records}  # (other members' too, whose nodes were cancelled)
-                store.record_calls(run_id, protocol, problem.id,
-                                   exc.records + [r for r in unreturned if r["call_id"] not in seen])
+                attempts = exc.records + [r for r in unreturned if r["call_id"] not in seen]
+                if claims is None:
+                    store.record_calls(run_id, protocol, problem.id, attempts)
+                else:
+                    with claims.holding(problem.id, "failed calls") as mine:  # a claim taken over: not ours to write
+                        if mine:
+                            store.record_calls(run_id, protocol, problem.id, attempts)
                 raise
             finally:
                 saver.commit()  # task writes waiting for a shared commit (an error or a stop leaves some)
@@ -318,8 +325,7 @@ def run_problems(
             if on_question is not None:
                 on_question(q)
 
-        claims = Claims(store, run_id) if is_postgres_url(store.path) else None
-        if claims is not None:  # workers of one run on Postgres share its questions out (traces/claims.py)
+        if claims is not None:  # join (or start) the run's sitting, and its questions' claims
             claims.seed([(idx, p.id) for idx, p in todo])
 
             def record_claimed(idx: int, problem: Problem, values: dict[str, Any], wall: float, was_started: bool) -> None:
@@ -355,6 +361,8 @@ def run_problems(
         finally:  # then recorded_run marks a stopped run "interrupted", a failed one "failed"
             for loop in loops.values():
                 close_loop(loop)
+            if claims is not None:
+                claims.leave()
     return outcome
 
 

@@ -245,20 +245,11 @@ def _two_workers_setup(postgres_server, monkeypatch, fail_first: bool):
     """Four arithmetic questions on one Postgres run for two in-process workers (``run_problems`` in
     two threads: two claimants). ``q0``'s model calls wait for ``release``, then with ``fail_first``
     raise (a failed question). Leases of 5 s: a waiting worker looks every 1 s."""
-    from agora.agents.delegation import DelegationConfig
-    from agora.graphs.delegation import DelegationContext
-    from agora.graphs.runner import run_protocol
-    from agora.models.pool import ModelPool
-    from agora.models.testing import ScriptedChatModel
-    from agora.tasks.loaders import Problem
-
     monkeypatch.setenv("AGORA_LEASE_S", "5")
     url = postgres_server.database()
-    problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(4)]
     held, release = threading.Event(), threading.Event()
 
-    def respond(chat, _i):
-        n = int(re.findall(r"What is (\d+) \+", chat[-1]["content"])[-1])
+    def respond(n: int) -> str:
         if n == 0:
             held.set()
             release.wait(120)
@@ -266,16 +257,35 @@ def _two_workers_setup(postgres_server, monkeypatch, fail_first: bool):
                 raise RuntimeError("server down")
         return f"The answer is {2 * n}."
 
+    return url, held, release, _in_process_workers(url, respond)
+
+
+def _in_process_workers(url: str, respond, questions: int = 4):
+    """``worker(results, name, **run_protocol_kwargs)``: a thread running ALIGN on ``questions``
+    arithmetic questions ("What is i + i?", ``q0``…) of run ``r`` of ``url``, with its own store and
+    models (as a process has), one question at a time; each model call answers ``respond(i)`` (or
+    raises what it raises)."""
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext
+    from agora.graphs.runner import run_protocol
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.tasks.loaders import Problem
+
+    problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(questions)]
+
+    def reply(chat, _i):
+        return respond(int(re.findall(r"What is (\d+) \+", chat[-1]["content"])[-1]))
+
     def worker(results: dict, name: str, **kw) -> threading.Thread:
-        """A worker with its own models (as a process has), one question at a time."""
-        pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=respond) for m in ("a", "b")}, max_retries=0)
+        pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=reply) for m in ("a", "b")}, max_retries=0)
 
         return started(results, name, url, lambda store: run_protocol(
             "align", problems, store=store, run_id="r",
             context=DelegationContext(pool=pool, config=DelegationConfig(n_agents=2, k_samples=1)), config={},
             pool_description=pool.describe(), dataset={"format": "test"}, concurrency=1, **kw))
 
-    return url, held, release, worker
+    return worker
 
 
 def _run_row(url: str) -> tuple[str, dict]:
@@ -453,3 +463,202 @@ def test_a_bench_in_rounds_with_failed_questions_ends_as_one_process_ends_it(tmp
         left = iter(pg)
         assert all(r in left for r in rounds), (sitting, pg)  # rounds, in order, among the writes
         assert pg[-1] == rounds[-1], sitting
+
+
+# ----------------------------------------------------------------------------- sittings and stale claims
+
+
+def _wait_for(check, what: str, timeout_s: float = 60) -> None:
+    """Poll ``check()`` every 0.1 s until it is true; fail naming ``what`` after ``timeout_s``."""
+    for _ in range(int(timeout_s * 10)):
+        if check():
+            return
+        threading.Event().wait(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _claim(url: str, question_id: str) -> dict:
+    """The ``claims`` row of ``question_id`` in run ``r``."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        return conn.execute("select * from agora_claims.claims where run_id = 'r' and question_id = %s",
+                            [question_id]).fetchone()
+
+
+def _calls(url: str, question_id: str) -> tuple[int, int]:
+    """``(answered, failed)`` model calls recorded for ``question_id`` in run ``r``."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("select count(*) filter (where error is null), count(*) filter (where error is not null) "
+                            "from model_calls where run_id = 'r' and question_id = %s", [question_id]).fetchone()
+
+
+def _in_sitting(url: str) -> int:
+    """Workers present in run ``r``'s sitting (holders of its shared sitting lock) in this database."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute("select count(*) from pg_locks where locktype = 'advisory' and mode = 'ShareLock' and granted "
+                            "and database = (select oid from pg_database where datname = current_database())").fetchone()[0]
+
+
+def test_workers_joining_a_sitting_share_it_and_a_worker_after_them_starts_the_next(postgres_server):
+    from agora.traces.claims import Claims
+    from agora.traces.store import TraceStore
+
+    store = TraceStore(postgres_server.database())
+    first, second, later = (Claims(store, "r") for _ in range(3))
+    first.seed([(0, "q0")])
+    second.seed([(0, "q0")])  # while the first is present: its sitting
+    assert first.sitting is not None and second.sitting == first.sitting
+    first.leave()
+    second.leave()
+    later.seed([(0, "q0")])  # nobody present: a rerun, a new sitting
+    assert later.sitting not in (None, first.sitting)
+    later.leave()
+    store.close()
+
+
+def test_a_question_that_fails_is_attempted_once_per_sitting_however_many_workers_join_it(postgres_server, monkeypatch):
+    """q0 always fails. Sitting 1: worker a, alone, fails q0 and then holds q1; b joins meanwhile (the
+    same sitting) and does q2 and q3 but not q0 again. Sitting 2 (a rerun, both gone): a retries q0,
+    once; b, joining while a holds it, does not take it again. As one process: one attempt per sitting."""
+    monkeypatch.setenv("AGORA_LEASE_S", "5")
+    url = postgres_server.database()
+    arrived, release = threading.Event(), threading.Event()
+    hold = {"n": 1}
+
+    def respond(n: int) -> str:
+        if n == hold["n"]:
+            arrived.set()
+            release.wait(120)
+        if n == 0:
+            raise RuntimeError("server down")
+        return f"The answer is {2 * n}."
+
+    worker = _in_process_workers(url, respond)
+    per_attempt = 0
+    for sitting, held in ((1, 1), (2, 0)):
+        hold["n"] = held
+        arrived.clear()
+        release.clear()
+        results: dict = {}
+        a = worker(results, "a")
+        assert arrived.wait(60)  # sitting 1: q0 failed, q1 held; sitting 2: q0 held
+        b = worker(results, "b")
+        if sitting == 1:
+            _wait_for(lambda: recorded_ids(url) == ["q2", "q3"], "b to record q2 and q3")
+        else:
+            _wait_for(lambda: _in_sitting(url) == 2, "b to join a's sitting")
+        release.set()
+        a.join(120)
+        b.join(120)
+        for name in ("a", "b"):
+            assert not isinstance(results[name], BaseException), results[name]
+        assert [q.problem.id for q in results["a"].failed] == ["q0"] and results["b"].failed == []
+        if sitting == 1:
+            per_attempt = _calls(url, "q0")[1]
+            assert per_attempt > 0 and _calls(url, "q0")[0] == 0
+        assert _claim(url, "q0")["attempts"] == sitting
+        assert _calls(url, "q0") == (0, sitting * per_attempt)
+        status, summary = _run_row(url)
+        assert (status, summary["recorded"], list(summary["failed_questions"])) == ("failed", 3, ["q0"])
+        assert recorded_ids(url) == ["q1", "q2", "q3"]
+
+
+def test_a_worker_whose_lease_expired_writes_nothing_over_the_worker_that_took_its_question(
+        postgres_server, monkeypatch, caplog):
+    """a's first model call on q0 hangs past a's lease (expired by force here); b takes q0 over,
+    records it and ends the run ``finished``. Then a's call fails (the model unreachable): a's failed
+    calls and its error are discarded and logged, nothing is written over b's work (no failed call
+    for q0, the run's row stays ``finished``), and a ends without error."""
+    import logging
+
+    import psycopg
+
+    from agora.models.errors import ModelUnavailableError
+
+    monkeypatch.setenv("AGORA_LEASE_S", "30")  # a renews every 10 s; a waiting b looks every second
+    url = postgres_server.database()
+    arrived, release, lock = threading.Event(), threading.Event(), threading.Lock()
+    first = [True]
+
+    def respond(n: int) -> str:
+        if n == 0:
+            with lock:
+                hang, first[0] = first[0], False
+            if hang:
+                arrived.set()
+                release.wait(120)
+                raise ModelUnavailableError("connection refused")
+        return f"The answer is {2 * n}."
+
+    worker = _in_process_workers(url, respond)
+    results: dict = {}
+    caplog.set_level(logging.WARNING)
+    a = worker(results, "a")
+    assert arrived.wait(60)
+    slow = _claim(url, "q0")["worker"]
+    b = worker(results, "b")
+    _wait_for(lambda: recorded_ids(url) == ["q1", "q2", "q3"], "b to record q1, q2 and q3")
+    with psycopg.connect(url, autocommit=True) as conn:
+
+        def expired_and_taken() -> bool:
+            conn.execute("update agora_claims.claims set lease_until = now() - interval '1 second' "
+                         "where run_id = 'r' and question_id = 'q0' and worker = %s", [slow])
+            return _claim(url, "q0")["worker"] != slow
+
+        _wait_for(expired_and_taken, "b to take q0 over")
+    b.join(120)
+    assert _run_row(url) == ("finished", {"questions": 4})
+    release.set()
+    a.join(120)
+    assert not isinstance(results["a"], BaseException), results["a"]
+    assert (len(results["a"].outcomes), len(results["a"].failed), len(results["b"].outcomes)) == (0, 0, 4)
+    assert _run_row(url) == ("finished", {"questions": 4})
+    assert recorded_ids(url) == ["q0", "q1", "q2", "q3"]
+    assert _calls(url, "q0") == (_calls(url, "q1")[0], 0)  # b's calls only: a's failed attempt not written
+    assert _claim(url, "q0")["attempts"] == 2 and _claim(url, "q0")["done"]
+    said = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert any("question q0" in m and "failed calls discarded" in m for m in said), said
+    assert any("question q0" in m and "ModelCallError" in m and "discarded" in m for m in said), said
+
+
+def test_a_claim_taken_over_by_another_thread_of_the_same_worker_is_the_new_claims_alone(postgres_server):
+    """One worker, two threads: the first claims q0, its lease expires and the second claims it
+    again. The token tells them apart: the first thread's write is refused, the second's taken."""
+    from agora.traces.claims import Claims
+    from agora.traces.store import TraceStore
+
+    url = postgres_server.database()
+    store = TraceStore(url)
+    claims = Claims(store, "r", lease=30)
+    claims.seed([(0, "q0")])
+    claimed, reclaimed, seen = threading.Event(), threading.Event(), {}
+
+    def first_thread():
+        seen["claimed"] = claims.claim_next(["q0"])
+        claimed.set()
+        reclaimed.wait(60)
+        with claims.record("q0") as mine:
+            seen["mine"] = mine
+
+    t = threading.Thread(target=first_thread)
+    t.start()
+    assert claimed.wait(60) and seen["claimed"] == "q0"
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("update agora_claims.claims set lease_until = now() - interval '1 second' where question_id = 'q0'")
+    assert claims.claim_next(["q0"]) == "q0"
+    reclaimed.set()
+    t.join(60)
+    assert seen["mine"] is False and not _claim(url, "q0")["done"]
+    with claims.record("q0") as mine:
+        assert mine
+    assert _claim(url, "q0")["done"] and _claim(url, "q0")["attempts"] == 2
+    claims.leave()
+    store.close()
