@@ -126,9 +126,12 @@ def _check(var: EnvVar, value: str) -> None:
     if var.kind in ("positive_int", "positive_number") and not value.isascii() and any(c.isdigit() for c in value):
         fail("not written in ASCII digits 0-9")  # int() and float() read ٣ and ３: refuse what a reader would misread
     if var.kind == "positive_int":
-        if not re.fullmatch(r"\s*\+?[0-9]+\s*", value) or int(value) < 1:
+        if not re.fullmatch(r"\s*\+?[0-9]+\s*", value):
             fail("not a whole number from 1")
-        if int(value) > MAX_INT:
+        digits = value.strip().lstrip("+").lstrip("0")  # compared as text: int() refuses 4,300+ digits
+        if not digits:
+            fail("not a whole number from 1")
+        if len(digits) > len(str(MAX_INT)) or int(digits) > MAX_INT:
             fail(f"above {MAX_INT}, the most it takes")
     elif var.kind == "positive_number":
         try:
@@ -188,7 +191,7 @@ def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None
 def env_int(name: str, environ: Mapping[str, str] | None = None) -> int | None:
     """A ``positive_int`` variable as an ``int`` (``None`` when unset); raises as :func:`env_value`."""
     value = env_value(name, environ)
-    return None if value is None else int(value)
+    return None if value is None else int(value.strip().lstrip("+").lstrip("0"))  # checked: 1..MAX_INT
 
 
 def env_folder(name: str, environ: Mapping[str, str] | None = None) -> Path | None:

@@ -95,6 +95,23 @@ def test_llama_threads_bounds_accepted(monkeypatch):
         assert default_threads() == threads
 
 
+def test_llama_threads_with_thousands_of_digits_is_checked_like_any_other(monkeypatch):
+    """More digits than Python's int() reads (4,300) is still a value above 512, in one line naming
+    the variable (not int()'s own error); leading zeros count for nothing, however many."""
+    from agora.models._chat import default_threads
+
+    huge = "9" * 5000
+    monkeypatch.setenv("AGORA_LLAMA_THREADS", huge)
+    with pytest.raises(ValueError) as raised:
+        default_threads()
+    assert str(raised.value) == f"AGORA_LLAMA_THREADS={huge!r}: above 512, the most it takes " + THREADS_WHAT
+    monkeypatch.setenv("AGORA_LLAMA_THREADS", "0" * 5000 + "7")
+    assert default_threads() == 7
+    monkeypatch.setenv("AGORA_LLAMA_THREADS", "0" * 5000)
+    with pytest.raises(ValueError, match="not a whole number from 1"):
+        default_threads()
+
+
 def test_lease_seconds_in_non_ascii_digits_refused(monkeypatch):
     from agora.models.environment import EnvironmentVariableError, env_value
 
