@@ -370,6 +370,17 @@ def test_a_row_nested_100000_deep_is_one_line_not_a_recursion_error(bundle, tmp_
     assert line == f"error: {bad}:2: JSON nested deeper than 16 arrays or objects (a row is 2 deep); nothing was imported"
 
 
+def test_a_number_of_thousands_of_digits_is_one_line_naming_its_line(bundle, tmp_path):
+    """A number longer than Python's json reads (4,300 digits) is refused like any line that is not
+    a bundle row: file and line, one line (not json's own ValueError)."""
+    lines = [json.dumps(x) for x in bundle]
+    lines[1] = '{"t": "runs", "v": [' + "7" * 5000 + "]}"
+    bad = write_bundle(tmp_path / "bad.agora.jsonl.gz", lines)
+    line = refused_import(bad, tmp_path / "target.db")
+    assert line == (f"error: {bad}:2: a number of more than 4,300 digits (no bundle value is that long); "
+                    "nothing was imported")
+
+
 def test_brackets_inside_texts_are_no_nesting(bundle, tmp_path, small_db):
     from agora.traces.bundle_reading import _too_deep
 

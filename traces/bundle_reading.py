@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -69,6 +70,9 @@ def bundle_lines(path: Path) -> Iterator[tuple[int, Any]]:
                     value = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise BundleError(f"{path}:{i}: not JSON ({exc.msg})") from None
+                except ValueError:  # an integer longer than int() reads (sys.get_int_max_str_digits())
+                    raise BundleError(f"{path}:{i}: a number of more than {sys.get_int_max_str_digits():,} digits (no "
+                                      "bundle value is that long); nothing was imported") from None
                 except RecursionError:  # pragma: no cover - _too_deep refuses these first
                     raise BundleError(f"{path}:{i}: JSON nested too deep; nothing was imported") from None
                 yield i, value
