@@ -18,12 +18,14 @@ Agora additions, each a setting:
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Annotated, Any, Literal, Sequence
 
 from pydantic import model_validator
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Temperature
 from agora.models.pool import ModelCallError, ModelPool, SamplingParams
 from agora.models.validation import Choice, Count, Number, check_all, settings
@@ -67,7 +69,7 @@ class JudgeConfig:
     @model_validator(mode="after")
     def _scale(self) -> JudgeConfig:
         if not self.s_min < self.s_max:
-            raise ValueError(f"JudgeConfig.s_min must be < s_max, got {self.s_min} and {self.s_max}")
+            raise InputError(f"JudgeConfig.s_min must be < s_max, got {self.s_min} and {self.s_max}")
         check_all([("fallback", Number(self.s_min, self.s_max), self.fallback)], "JudgeConfig")
         return self
 
@@ -96,13 +98,20 @@ _BARE = re.compile(rf"^\s*({_NUMBER})\s*(?:/\s*10)?\s*\.?\s*$")
 
 
 def _number(value: Any) -> float | None:
+    """``value`` as a finite float (a JSON number, or a string holding one); ``None`` for anything
+    else: a bool, ``NaN``, or a number past a float's range (a runaway ``999…``)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and re.fullmatch(_NUMBER, value.strip()):
-        return float(value.strip())
-    return None
+    try:
+        if isinstance(value, (int, float)):
+            number = float(value)
+        elif isinstance(value, str) and re.fullmatch(_NUMBER, value.strip()):
+            number = float(value.strip())
+        else:
+            return None
+    except OverflowError:  # an int beyond a float's range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def parse_score(reply: str, cfg: JudgeConfig = JudgeConfig()) -> tuple[float, bool]:
@@ -121,7 +130,7 @@ def parse_score(reply: str, cfg: JudgeConfig = JudgeConfig()) -> tuple[float, bo
     for match in _JSON_OBJECT.finditer(reply):
         try:
             obj = json.loads(match.group(0))
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or an integer longer than json reads (sys.get_int_max_str_digits())
             continue
         if isinstance(obj, dict) and "score" in obj and (value := _number(obj["score"])) is not None:
             break

@@ -244,6 +244,17 @@ def test_parse_score(reply, expected):
     assert parse_score(reply) == expected
 
 
+def test_a_judge_reply_of_a_runaway_number_is_unparsed_not_a_crash():
+    """A small judge that repeats a digit until its token cap: a JSON number past a float's range
+    (OverflowError) or past the digits json reads (ValueError) is no score: the fallback, unparsed;
+    a valid score later in the reply still counts."""
+    for digits in (400, 5000):
+        runaway = "9" * digits
+        assert parse_score('{"score": ' + runaway + "}") == (5.0, False)
+        assert parse_score('{"score": ' + runaway + '} then {"score": 7}') == (7.0, True)
+        assert parse_score('{"score": "' + runaway + '"}') == (5.0, False)
+
+
 def test_judge_messages_shots_and_presentation():
     single = judge_messages("Q?", ["ans"], 0, JudgeConfig(shots=0))
     assert [m["role"] for m in single] == ["system", "user"]
