@@ -63,7 +63,7 @@ def parse_json_reply(text: str, schema: dict[str, Any], *, model: str = "?") -> 
     """
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:  # ValueError: not JSON, or an integer longer than json reads
         log.warning("model %s: structured reply is not JSON (%s): %.120r", model, exc, text)
         return None
     problem = schema_violation(value, schema)

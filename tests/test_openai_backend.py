@@ -128,6 +128,14 @@ def test_malformed_judge_replies_are_rejected_and_logged(reply, reason, caplog):
     assert "judge-a" in caplog.text and reason in caplog.text
 
 
+def test_a_structured_reply_with_a_runaway_number_is_rejected_not_a_crash(caplog):
+    """A number longer than json reads (4,300+ digits, a model repeating a digit to its token cap)
+    is a reply that is not JSON: rejected and logged, like any other."""
+    with caplog.at_level(logging.WARNING, logger="agora.structured"):
+        assert parse_json_reply('{"score": ' + "9" * 5000 + "}", SCORE, model="judge-a") is None
+    assert "judge-a" in caplog.text and "not JSON" in caplog.text
+
+
 def test_server_refusing_the_schema_is_asked_without_it_once_logged(caplog):
     def picky(path, body):
         if "response_format" in body:
