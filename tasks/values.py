@@ -109,10 +109,14 @@ CLOCK = re.compile(r"\d+(?::\d+)+")
 
 def canonical_value(value: str) -> str | None:
     """One value's canonical string: ``"2125"``, ``"0.5"``, else math-verify's reading of it.
-    Scientific notation (``1e1``, ``2.5E-3``) is read as a number; a clock time or ratio
+    Scientific notation (``1e1``, ``2.5E-3``) is read as a number (one past a float's range,
+    ``1E+400``, stays as written, normalised: ``1e400``); a clock time or ratio
     (``12:30``) stays as written (it is not 12); one on the hour (``2:00``) is the hour."""
     if _SCIENTIFIC.fullmatch(value):
         number = float(value)
+        if not math.isfinite(number):  # past a float's range (1e400): the number as written, normalised
+            mantissa, exponent = re.split("[eE]", value.lstrip("+"))
+            return f"{mantissa}e{'-' if exponent.startswith('-') else ''}{exponent.lstrip('+-').lstrip('0') or '0'}"
         if number == int(number) and abs(number) < 1e15:
             return str(int(number))
         return repr(round(number, 10))

@@ -240,6 +240,16 @@ def test_qa_trial_hedges(output, kind, gold, answer, correct):
     assert is_correct(extract_answer(output, kind), gold, kind) is correct
 
 
+def test_a_number_past_a_floats_range_is_an_answer_not_a_crash():
+    """Scientific notation past a float's range (1e400) stays the number as written (it is not 10**15
+    or infinity): an answer a gold can match, not an OverflowError out of every protocol's scorer."""
+    assert extract_answer("The answer is 1e400.", "math") == "1e400"
+    assert extract_answer("The answer is -2E+400", "math") == "-2e400"
+    assert is_correct(extract_answer("The answer is 1E400", "math"), "1e400", "math") is True
+    assert is_correct(extract_answer("The answer is 1e400", "math"), "18", "math") is False
+    assert extract_answer("The answer is 1e1", "math") == "10"  # in range: the integer
+
+
 def test_qa_trial_hedges_say_why():
     assert find_answer("The answer is 12 or maybe 10").several
     assert find_answer("The answer is B (or C)", "mc").several
