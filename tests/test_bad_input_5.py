@@ -204,6 +204,25 @@ def test_shown_url_redacts_without_raising():
     assert shown_url("postgresql://u@h/db") == "postgresql://u@h/db"
 
 
+@pytest.mark.parametrize("password", ["5432", "a"])
+def test_without_password_masks_the_password_not_the_same_characters_elsewhere(password):
+    """A short password (``5432``, ``a``) is masked where the message quotes it as the password,
+    not in the port, the host or any word that happens to contain it."""
+    from agora.traces.pg_sql import without_password
+
+    url = f"postgresql://ann:{password}@127.0.0.1:5432/db"
+    said = ('connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  password '
+            'authentication failed for user "ann"')
+    assert without_password(said, url) == said
+    assert without_password(f'invalid percent-encoded token: "{password}"', url) == \
+        'invalid percent-encoded token: "***"'
+    assert without_password(f"in {url} (user=ann password={password} port=5432)", url) == \
+        "in postgresql://ann:***@127.0.0.1:5432/db (user=ann password=*** port=5432)"
+    query = f"postgresql://ann@127.0.0.1:5432/db?password={password}"
+    assert without_password(f"{said} in {query}", query) == \
+        f"{said} in postgresql://ann@127.0.0.1:5432/db?password=***"
+
+
 # --- recipe roles: the known roles are the roles the protocols write ---
 
 def written_roles() -> set[str]:

@@ -44,7 +44,9 @@ def shown_url(url: str) -> str:
 def without_password(text: str, url: str) -> str:
     """``text`` (a driver's message about ``url``) with ``url``'s password left out: the URL itself
     shown as :func:`shown_url` does, and the password, as written and percent-decoded, as ``***``
-    wherever else the message quotes it (libpq quotes a token it cannot decode). Never raises."""
+    where the message quotes it as a password: a quoted token (``"p%40ss"``: libpq quotes a token
+    it cannot decode), ``user:PASSWORD@`` or ``password=PASSWORD``. Elsewhere the same characters
+    are the message's own (a password ``5432`` leaves ``port 5432`` alone). Never raises."""
     text = text.replace(url, shown_url(url))
     _, sep, rest = url.partition("://")
     cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
@@ -55,7 +57,10 @@ def without_password(text: str, url: str) -> str:
     for secret in list(secrets):
         secrets.append(unquote(secret))
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, "***")
+        s = re.escape(secret)
+        text = re.sub(rf"([\"']){s}\1", r"\1***\1", text)
+        text = re.sub(rf"(:){s}(@)", r"\1***\2", text)
+        text = re.sub(rf"(?i)(password\s*=\s*){s}(?=[\s&#'\";,)]|$)", r"\1***", text)
     return text
 
 
