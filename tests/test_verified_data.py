@@ -133,6 +133,21 @@ def test_length_ratio_tokens_then_characters():
         VerifiedConfig(model="m", length_ratio=0.5)
 
 
+@pytest.mark.parametrize("owner", ["", "EvolveConfig."])
+def test_one_length_ratio_rule_for_own_pairs_and_evolve(owner):
+    """0 (no filter) and ratios >= 1 pass; anything between is refused in one line naming the field."""
+    from agora.training.evolve import EvolveConfig
+
+    def build(ratio):
+        return EvolveConfig(length_ratio=ratio) if owner else VerifiedConfig(model="m", length_ratio=ratio)
+
+    assert [build(r).length_ratio for r in (0, 1, 1.5, 4)] == [0, 1, 1.5, 4]
+    for bad in (0.5, -1):
+        with pytest.raises(ValueError) as err:
+            build(bad)
+        assert str(err.value) == f"{owner}length_ratio must be >= 1 (or 0: no filter), got {bad}"
+
+
 def test_held_out_from_files(tmp_path):
     ids = tmp_path / "held.txt"
     ids.write_text("q1\n\nq7\n")

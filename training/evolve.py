@@ -48,7 +48,7 @@ from agora.training.datasets import (
 from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint, sft_member
 from agora.training.pool_entries import spec_entry, trained_entry, write_pool_file
 from agora.training.trainers import preference_accuracy
-from agora.training.own_samples import VerifiedConfig, duel_samples
+from agora.training.own_samples import VerifiedConfig, duel_samples, length_ratio_rule
 from agora.training.verified import own_pairs, sft_rows
 
 Algorithm = Literal["dpo", "grpo", "sft"]
@@ -70,7 +70,7 @@ class EvolveConfig:
     its opponents; ``own``, the member's own right answers over its own wrong ones to the same
     instruction across the iteration's duels, checked by the scorer against gold and length-matched
     (:func:`agora.training.own_samples.duel_samples`; instructions without gold give none)."""
-    length_ratio: Annotated[float, Rule(lambda v: v == 0 or v >= 1, "EvolveConfig.length_ratio must be >= 1 (or 0: no filter), got {value}")] = 1.5
+    length_ratio: Annotated[float, length_ratio_rule("EvolveConfig.")] = 1.5
     """``own`` pairs: longer over shorter answer at most (0: no filter)."""
     sft: SFTSettings = field(default_factory=SFTSettings)
     train_models: tuple[str, ...] = ()

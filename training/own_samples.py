@@ -37,7 +37,7 @@ from typing import Annotated, Any, Sequence
 
 import sqlite_utils
 
-from agora.models.validation import Rule, settings
+from agora.models.validation import Check, Rule, settings
 from agora.tasks import find_answer
 from agora.tasks.scoring import score_answer
 from agora.traces.store import TraceStore
@@ -91,9 +91,11 @@ class HeldOut:
         return cls.from_problems(load_problems(path, fmt or detect_format(path)))
 
 
-def _length_ratio(value: float) -> bool:
-    """A length filter: 0 (none) or a ratio >= 1."""
-    return value == 0 or value >= 1
+def length_ratio_rule(owner: str = "") -> Check:
+    """The rule of a ``length_ratio`` setting (longer over shorter side of a preference pair): 0 (no
+    length filter) or a ratio >= 1. ``owner`` (``"EvolveConfig."``) prefixes the field in the refusal,
+    a ``ValueError`` such as ``"length_ratio must be >= 1 (or 0: no filter), got 0.5"``."""
+    return Rule(lambda v: v == 0 or v >= 1, owner + "length_ratio must be >= 1 (or 0: no filter), got {value}")
 
 
 @settings
@@ -105,7 +107,7 @@ class VerifiedConfig:
     run_ids: tuple[str, ...] = ()
     """Runs to read; empty reads every run of the database."""
     held_out: HeldOut = field(default_factory=HeldOut)
-    length_ratio: Annotated[float, Rule(_length_ratio, "length_ratio must be >= 1 (or 0: no filter), got {value}")] = 1.5
+    length_ratio: Annotated[float, length_ratio_rule()] = 1.5
     """Longest side over shortest side a pair may have (0: no length filter)."""
     max_pairs_per_question: Annotated[int, Rule(lambda v: v >= 1, "max_pairs_per_question must be >= 1, got {value}")] = 4
     max_sft_per_question: Annotated[int, Rule(lambda v: v >= 1, "max_sft_per_question must be >= 1, got {value}")] = 4
