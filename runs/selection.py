@@ -72,7 +72,7 @@ def session_settings(store: TraceStore, thread_id: str) -> dict[str, Any] | None
     run = store.get_run(thread_id)
     if run is None or run["protocol"] != SPEC.name:
         raise ValueError(f"thread {thread_id!r} has a checkpoint but no {SPEC.name} run in {store.path}")
-    return json.loads(run["config"])
+    return store.run_config(thread_id)
 
 
 def run_session(

@@ -142,14 +142,11 @@ def check_edition(store: TraceStore, run_ids: Sequence[str], shared: bool) -> No
     Raises:
         ValueError: naming the first such run.
     """
-    import json
-
     for run_id in run_ids:
-        row = store.get_run(run_id)
-        if row is None:
+        config = store.run_config(run_id)
+        if config is None:
             continue
-        config = json.loads(row["config"] or "{}") if isinstance(row["config"], str) else (row["config"] or {})
-        had = isinstance(config, dict) and SHARED_KEY in config
+        had = SHARED_KEY in config
         if had != shared:
             bench = run_id.split(":", 1)[0]
             if shared:

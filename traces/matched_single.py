@@ -16,7 +16,6 @@ wins, :func:`agora.agents.delegation.plurality`), right when that answer is righ
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -40,14 +39,6 @@ class MemberSamples:
     """Question id → how many of its samples came from the shared pool."""
 
 
-def _config(store: Any, run_id: str) -> dict[str, Any]:
-    row = store.get_run(run_id)
-    if row is None:
-        return {}
-    config = row["config"]
-    return json.loads(config or "{}") if isinstance(config, str) else dict(config or {})
-
-
 def _rows(store: Any, run_id: str, node: str, member: str) -> dict[str, list[str | None]]:
     out: dict[str, list[str | None]] = {}
     for r in store.db.query("select question_id, answer from model_calls where run_id = ? and node = ? and model = ? "
@@ -63,7 +54,7 @@ def read_matched(store: Any, task: Any) -> MemberSamples | None:
     run, shared_run = task.runs.get(MATCHED_RUN), task.runs.get("candidates")
     if run is None or shared_run is None:
         return None
-    member = _config(store, run).get("member")
+    member = (store.run_config(run) or {}).get("member")
     if not member:
         return None
     ids = set(task.question_ids)

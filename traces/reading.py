@@ -34,6 +34,20 @@ class TraceReader:
         rows = list(self.db["runs"].rows_where("run_id = ?", [run_id]))
         return rows[0] if rows else None
 
+    def run_config(self, run_id: str) -> dict[str, Any] | None:
+        """The settings run ``run_id`` was started with (its ``runs`` row's ``config`` column),
+        decoded: ``None`` when the database holds no such run, ``{}`` when the run recorded no
+        settings (or a JSON value that is not an object).
+
+        Raises:
+            TraceStoreError: the column is not valid JSON: names the database and the run id.
+        """
+        row = self.get_run(run_id)
+        if row is None:
+            return None
+        config = self._run_json(row, "config") if isinstance(row["config"], (str, type(None))) else row["config"]
+        return dict(config) if isinstance(config, dict) else {}
+
     # ------------------------------------------------------------------ questions
 
     def run_ids(self, prefix: str = "") -> list[str]:

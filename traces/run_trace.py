@@ -125,8 +125,7 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
         q.samples[:0] = [SampleRow(s["call_id"], s["node"], s["role"], s["agent"], s["model"], s["sample_index"],
                                    s["answer"], s["how"], s["completion_tokens"], s["latency_s"], None,
                                    s["completion"], s["shared_from"]) for s in got]
-    config = json.loads(run["config"] or "{}") or {}
-    return RunTrace(run_id, run["protocol"], config if isinstance(config, dict) else {},
+    return RunTrace(run_id, run["protocol"], store.run_config(run_id) or {},
                     sorted(questions.values(), key=lambda q: (q.idx is None, q.idx or 0, q.question_id)))
 
 

@@ -13,16 +13,6 @@ from agora.traces.store import TraceStore, answer_fields
 SHARED_KEY = "shared_candidates"
 
 
-def _config_of(row: dict | None) -> dict:
-    import json
-
-    if row is None:
-        return {}
-    config = row.get("config")
-    config = json.loads(config or "{}") if isinstance(config, str) else (config or {})
-    return config if isinstance(config, dict) else {}
-
-
 #: The methods of COMED's SLM-MUX dense baseline (:mod:`agora.graphs.slm_mux`): a question recording
 #: any of them ran SLM-MUX's members, whose samples may be shared ones.
 MUX_METHODS = ("slm-mux", "mux_vote", "mux_top")
@@ -63,7 +53,7 @@ def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None
     import json
 
     run = store.get_run(run_id) if "runs" in store.db.table_names() else None
-    config = _config_of(run)
+    config = (store.run_config(run_id) or {}) if run is not None else {}
     source = config.get(SHARED_KEY)
     if not source:
         return {}
@@ -117,7 +107,7 @@ def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None
     takes: dict[str, list[dict]] = {}
     if protocol == "align":
         n, k = config.get("n_agents"), config.get("k_samples")
-        models = list(config.get("models") or _config_of(cand_run).get("models") or [])
+        models = list(config.get("models") or (store.run_config(source) or {}).get("models") or [])
         if not n or not k:
             raise refuse("its recorded settings lack n_agents or k_samples")
         if not models:
@@ -149,7 +139,7 @@ def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None
             muxed = {r["question_id"] for r in store.db.query(
                 f"select distinct question_id from results where run_id = ? and method in "
                 f"({', '.join('?' * len(MUX_METHODS))})", [run_id, *MUX_METHODS])} & set(details)
-        pool_models = list(_config_of(cand_run).get("models") or [])
+        pool_models = list((store.run_config(source) or {}).get("models") or [])
         if muxed and not pool_models:
             raise refuse(f"{source!r} records no pool models (which model each SLM-MUX member played)")
         for qid in sorted(muxed):  # COMED's SLM-MUX baseline: member i on the pool's i-th model, k = N
@@ -183,7 +173,7 @@ def shared_totals(store: TraceStore, run_id: str) -> dict[str, object]:
     Raises:
         ValueError: as :func:`shared_takes`.
     """
-    source = _config_of(store.get_run(run_id) if "runs" in store.db.table_names() else None).get(SHARED_KEY)
+    source = (store.run_config(run_id) or {}).get(SHARED_KEY) if "runs" in store.db.table_names() else None
     rows = {s["call_id"]: s for got in shared_takes(store, run_id, baselines=False).values() for s in got}
     return {"shared_from": source or None, "shared_calls": len(rows),
             "shared_prompt_tokens": sum(s["prompt_tokens"] for s in rows.values()),
