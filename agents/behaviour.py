@@ -41,6 +41,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence, runtime_checkable
+from agora.tasks.errors import InputError
 
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
@@ -97,12 +98,12 @@ class LexiconDetector:
 
     def __post_init__(self):
         if not self.phrases:
-            raise ValueError(f"LexiconDetector {self.name!r}: phrases is empty")
+            raise InputError(f"LexiconDetector {self.name!r}: phrases is empty")
         index: dict[str, list[tuple[str, ...]]] = {}
         for phrase in self.phrases:
             toks = tuple(tokens(phrase))
             if not toks:
-                raise ValueError(f"LexiconDetector {self.name!r}: phrase {phrase!r} has no word tokens")
+                raise InputError(f"LexiconDetector {self.name!r}: phrase {phrase!r} has no word tokens")
             index.setdefault(toks[0], []).append(toks)
         object.__setattr__(self, "_index", {
             first: tuple(sorted(set(entries), key=len, reverse=True)) for first, entries in index.items()})
@@ -185,7 +186,7 @@ def measure(text: str, detectors: Sequence[CueDetector] = DEFAULT_DETECTORS) -> 
     """
     names = [d.name for d in detectors]
     if len(set(names)) != len(names):
-        raise ValueError(f"detector names must be unique, got {names}")
+        raise InputError(f"detector names must be unique, got {names}")
     n = count_tokens(text)
     counts = {d.name: float(d.count(text)) for d in detectors}
     return ResponseCues(tokens=n, counts=counts, rates={k: rate_per_100(c, n) for k, c in counts.items()})

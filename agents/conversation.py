@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import model_validator
 
+from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.prompts import solver_messages
 from agora.models.pool import ModelPool
@@ -44,7 +45,7 @@ class ConversationConfig:
     @model_validator(mode="after")
     def _two_speakers(self) -> ConversationConfig:
         if self.speaker_a is not None and self.speaker_a == self.speaker_b:
-            raise ValueError(f"speaker_b must differ from speaker_a, both are {self.speaker_a!r}")
+            raise InputError(f"speaker_b must differ from speaker_a, both are {self.speaker_a!r}")
         return self
 
     def speakers(self, pool: ModelPool) -> tuple[str, str]:
@@ -55,12 +56,12 @@ class ConversationConfig:
         """
         for name in (self.speaker_a, self.speaker_b):
             if name is not None and name not in pool:
-                raise ValueError(f"ConversationConfig names {name!r}, which is not in the pool "
+                raise InputError(f"ConversationConfig names {name!r}, which is not in the pool "
                                  f"({', '.join(pool.names)})")
         a = self.speaker_a or next((n for n in pool.names if n != self.speaker_b), None)
         b = self.speaker_b or next((n for n in pool.names if n != a), None)
         if a is None or b is None:
-            raise ValueError(f"a conversation needs two models; the pool has {', '.join(pool.names)}")
+            raise InputError(f"a conversation needs two models; the pool has {', '.join(pool.names)}")
         return a, b
 
 

@@ -31,6 +31,7 @@ from typing import Annotated, Mapping, Sequence
 
 from pydantic import model_validator
 
+from agora.tasks.errors import InputError
 from agora.agents.prompts import finish_instruction, with_question
 from agora.agents.seeds import SeedNode, call_seed
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
@@ -81,9 +82,9 @@ class CouncilConfig:
     @model_validator(mode="after")
     def _distinct_members(self) -> CouncilConfig:
         if len(set(self.members)) != len(self.members):
-            raise ValueError(f"CouncilConfig.members: a model is listed twice in {self.members}")
+            raise InputError(f"CouncilConfig.members: a model is listed twice in {self.members}")
         if len(self.members) == 1:
-            raise ValueError(f"CouncilConfig.members: a council needs at least two members, got {self.members}")
+            raise InputError(f"CouncilConfig.members: a council needs at least two members, got {self.members}")
         return self
 
 
@@ -104,9 +105,9 @@ def check_pool(config: CouncilConfig, names: Sequence[str]) -> None:
     names = list(names)
     for what, name in [("chair", config.chair), *(("members", m) for m in config.members)]:
         if name is not None and name not in names:
-            raise ValueError(f"CouncilConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
+            raise InputError(f"CouncilConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
     if len(config.members or names) < 2:
-        raise ValueError(f"a council needs at least two members; the pool has only {', '.join(names)}")
+        raise InputError(f"a council needs at least two members; the pool has only {', '.join(names)}")
 
 
 # ---------------------------------------------------------------------------- stage 2: ballots

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from agora.tasks.errors import InputError
 from agora.models.pool import ModelPool
 
 COST = "cost_per_1k_tokens"
@@ -89,14 +90,14 @@ def spec_features(pool: ModelPool, models: Sequence[str]) -> dict[str, dict[str,
         spec = pool[m].spec
         table = spec.extra.get("features") or {}
         if not isinstance(table, dict):
-            raise ValueError(f"{pool.source}: model {m!r}: field 'features' must be a table of numbers, got {table!r}")
+            raise InputError(f"{pool.source}: model {m!r}: field 'features' must be a table of numbers, got {table!r}")
         row = {}
         for field, name, value in [(COST, COST, spec.cost_per_1k_tokens),
                                    *((f"features.{n}", str(n), v) for n, v in table.items())]:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ValueError(f"{pool.source}: model {m!r}: field {field!r}: expected a finite number, got {value!r}")
+                raise InputError(f"{pool.source}: model {m!r}: field {field!r}: expected a finite number, got {value!r}")
             if value < 0 and (name in (COST, LATENCY) or name.startswith(ACCURACY_PREFIX)):
-                raise ValueError(f"{pool.source}: model {m!r}: field {field!r}: must be >= 0, got {value!r}")
+                raise InputError(f"{pool.source}: model {m!r}: field {field!r}: must be >= 0, got {value!r}")
             row[name] = float(value)
         out[m] = row
     return out
@@ -162,22 +163,22 @@ def parse_theta(text: str, names: Sequence[str]) -> np.ndarray:
     theta = np.zeros(len(names))
     if parts and all("=" not in p for p in parts):
         if len(parts) != len(names):
-            raise ValueError(f"theta {text!r}: {len(parts)} numbers for {len(names)} features "
+            raise InputError(f"theta {text!r}: {len(parts)} numbers for {len(names)} features "
                              f"({', '.join(names)}); or name them, e.g. {names[-1] if names else 'latency_s'}=-1")
         try:
             theta = np.array([float(p) for p in parts])
         except ValueError:
-            raise ValueError(f"theta {text!r}: not a list of numbers") from None
+            raise InputError(f"theta {text!r}: not a list of numbers") from None
     else:
         for p in parts:
             name, _, value = p.partition("=")
             name = name.strip()
             if name not in names:
-                raise ValueError(f"theta {text!r}: unknown feature {name!r}; features: {', '.join(names)}")
+                raise InputError(f"theta {text!r}: unknown feature {name!r}; features: {', '.join(names)}")
             try:
                 theta[list(names).index(name)] = float(value)
             except ValueError:
-                raise ValueError(f"theta {text!r}: feature {name!r}: {value.strip()!r} is not a number") from None
+                raise InputError(f"theta {text!r}: feature {name!r}: {value.strip()!r} is not a number") from None
     if not np.isfinite(theta).all():
-        raise ValueError(f"theta {text!r}: weights must be finite numbers")
+        raise InputError(f"theta {text!r}: weights must be finite numbers")
     return theta

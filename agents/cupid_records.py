@@ -11,6 +11,7 @@ from typing import Any, Literal, Mapping
 
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents.cupid import Choice
 
 StopReason = Literal["rounds", "budget", "confident"]
@@ -97,7 +98,7 @@ def prompt_items(prompts: Any) -> list[PromptItem]:
         ValueError: not a non-empty list, or an item that is neither a non-empty string nor ``{id, text}``.
     """
     if not isinstance(prompts, list) or not prompts:
-        raise ValueError("graph input needs 'prompts': a non-empty list of strings or {id, text}")
+        raise InputError("graph input needs 'prompts': a non-empty list of strings or {id, text}")
     items = []
     for i, p in enumerate(prompts):
         if isinstance(p, str) and p.strip():
@@ -105,7 +106,7 @@ def prompt_items(prompts: Any) -> list[PromptItem]:
         elif isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"].strip():
             items.append(PromptItem(id=str(p.get("id") or f"p{i}"), text=p["text"].strip()))
         else:
-            raise ValueError(f"prompts[{i}]: expected a non-empty string or {{id, text}}, got {p!r}")
+            raise InputError(f"prompts[{i}]: expected a non-empty string or {{id, text}}, got {p!r}")
     return items
 
 

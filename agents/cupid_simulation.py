@@ -11,6 +11,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from agora.tasks.errors import InputError
 from agora.agents.cupid import CupidConfig, bt_probability, laplace_update, prior_belief, sigmoid, ucb_pair
 from agora.models.pool import ModelPool, PoolMember
 
@@ -171,7 +172,7 @@ class RucbPolicy:
 
     def __init__(self, m: int, alpha: float = 0.51, seed: int | Sequence[int] = 0):
         if alpha <= 0.5:
-            raise ValueError(f"alpha must be > 0.5, got {alpha}")
+            raise InputError(f"alpha must be > 0.5, got {alpha}")
         self.wins = np.zeros((m, m))
         self.alpha = alpha
         self._rng = np.random.default_rng(seed)

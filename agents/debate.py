@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Sequence
 
+from agora.tasks.errors import InputError
 from agora.models.pool import MAX_POOL_TEMPERATURE
 from agora.agents._checks import MaxTokens, Seed, Shots, TopP
 from agora.agents.prompts import finish_instruction, with_question
@@ -67,7 +68,7 @@ def agent_models(config: DebateConfig, pool_names: Sequence[str]) -> list[str]:
     models = list(config.models) or list(pool_names)
     for name in models:
         if name not in pool_names:
-            raise ValueError(f"DebateConfig.models: {name!r} is not in the pool ({', '.join(pool_names)})")
+            raise InputError(f"DebateConfig.models: {name!r} is not in the pool ({', '.join(pool_names)})")
     return [models[i % len(models)] for i in range(config.agents)]
 
 

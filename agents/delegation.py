@@ -20,6 +20,7 @@ from pydantic import model_validator
 
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
 from agora.models.validation import Choice, Convert, Count, Name, Names, Number, settings
@@ -103,7 +104,7 @@ class DelegationConfig:
     @model_validator(mode="after")
     def _calibrated_needs_reliabilities(self) -> DelegationConfig:
         if self.utility == "calibrated" and not self.dev_accuracy and not self.dev_run:
-            raise ValueError("DelegationConfig.utility 'calibrated' needs member reliabilities: set dev_accuracy "
+            raise InputError("DelegationConfig.utility 'calibrated' needs member reliabilities: set dev_accuracy "
                              "(member=accuracy entries) or dev_run (a dev run in the trace DB dev_db)")
         return self
 

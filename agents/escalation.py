@@ -24,6 +24,7 @@ from typing import Annotated, Callable, Literal, Sequence
 
 from pydantic import model_validator
 
+from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.debate import DebateConfig, debate_messages  # noqa: F401 (debate's own home)
 from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's own home)
@@ -78,7 +79,7 @@ class EscalationThresholds:
     @model_validator(mode="after")
     def _ordered(self) -> EscalationThresholds:
         if self.tau_lo > self.tau_hi:
-            raise ValueError(f"EscalationThresholds.tau_lo ({self.tau_lo}) must be <= tau_hi ({self.tau_hi})")
+            raise InputError(f"EscalationThresholds.tau_lo ({self.tau_lo}) must be <= tau_hi ({self.tau_hi})")
         return self
 
 
@@ -129,7 +130,7 @@ class EscalationConfig:
         known = baseline_names()
         unknown = [b for b in self.baselines if b not in known]
         if unknown:
-            raise ValueError(f"EscalationConfig.baselines: unknown {unknown}; choose from {', '.join(known)}")
+            raise InputError(f"EscalationConfig.baselines: unknown {unknown}; choose from {', '.join(known)}")
         return self
 
     def moa_config(self, aggregator: str | None = None) -> MoAConfig:
@@ -179,7 +180,7 @@ def decision_grid(n_anchor: int, thresholds: EscalationThresholds) -> list[tuple
         ValueError: ``n_anchor < 1``.
     """
     if isinstance(n_anchor, bool) or not isinstance(n_anchor, int) or n_anchor < 1:
-        raise ValueError(f"decision_grid: n_anchor must be an integer >= 1, got {n_anchor!r}")
+        raise InputError(f"decision_grid: n_anchor must be an integer >= 1, got {n_anchor!r}")
     return [(k, decide(k / n_anchor, None, thresholds)) for k in range(n_anchor, -1, -1)]
 
 
@@ -224,12 +225,12 @@ def check_pool(config: EscalationConfig, pool_names: Sequence[str]) -> None:
     """
     names = list(pool_names)
     if len(names) < 2:
-        raise ValueError(f"COMED needs an anchor and at least one other model; the pool has only {', '.join(names)}")
+        raise InputError(f"COMED needs an anchor and at least one other model; the pool has only {', '.join(names)}")
     named = [("anchor", config.anchor), ("probe", config.probe), ("moa_aggregator", config.moa_aggregator),
              *(("peers", m) for m in config.peers), *(("moa_proposers", m) for m in config.moa_proposers)]
     for what, name in named:
         if name is not None and name not in names:
-            raise ValueError(f"EscalationConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
+            raise InputError(f"EscalationConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
 
 
 # ---------------------------------------------------------------------------- prompts

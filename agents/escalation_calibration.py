@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
+from agora.tasks.errors import InputError
 from agora.agents.escalation import EscalationThresholds, decide, escalates
 
 
@@ -164,9 +165,9 @@ def calibrate(outcomes: Sequence[DevOutcome], lam: float = 0.01, max_calls: floa
             anchor's own calls per question (no thresholds fit).
     """
     if not outcomes:
-        raise ValueError("calibrate: no dev outcomes (run the dev split with explore=True first)")
+        raise InputError("calibrate: no dev outcomes (run the dev split with explore=True first)")
     if not 0 <= lam < math.inf:
-        raise ValueError(f"calibrate: lam must be a finite number >= 0, got {lam}")
+        raise InputError(f"calibrate: lam must be a finite number >= 0, got {lam}")
     best: PolicyScore | None = None
     for t in candidate_thresholds(outcomes):
         s = score_policy(outcomes, t, lam)
@@ -176,7 +177,7 @@ def calibrate(outcomes: Sequence[DevOutcome], lam: float = 0.01, max_calls: floa
             best = s
     if best is None:
         anchor_only = sum(o.anchor_calls for o in outcomes) / len(outcomes)
-        raise ValueError(f"calibrate: max_calls {max_calls} is below the anchor's own {anchor_only:.2f} "
+        raise InputError(f"calibrate: max_calls {max_calls} is below the anchor's own {anchor_only:.2f} "
                          "model calls per question; no thresholds fit")
     return best
 
@@ -215,22 +216,22 @@ def load_thresholds(path: str | Path) -> ThresholdsFile:
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: thresholds file not found")
+        raise InputError(f"{path}: thresholds file not found")
     try:
         table = tomllib.loads(path.read_text(encoding="utf-8")).get("comed")
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+        raise InputError(f"{path}: invalid TOML: {exc}") from None
     known = {f.name for f in fields(EscalationThresholds)} | {"n_anchor"}
     if not isinstance(table, dict) or not table:
-        raise ValueError(f"{path}: no thresholds: expected a [comed] table with {', '.join(sorted(known))} "
+        raise InputError(f"{path}: no thresholds: expected a [comed] table with {', '.join(sorted(known))} "
                          "(as `agora calibrate comed` writes)")
     unknown = sorted(set(table) - known)
     if unknown:
-        raise ValueError(f"{path}: [comed] field '{unknown[0]}': unknown; expected {', '.join(sorted(known))}")
+        raise InputError(f"{path}: [comed] field '{unknown[0]}': unknown; expected {', '.join(sorted(known))}")
     n_anchor = table.pop("n_anchor", None)
     if n_anchor is not None and (isinstance(n_anchor, bool) or not isinstance(n_anchor, int) or n_anchor < 1):
-        raise ValueError(f"{path}: [comed] field 'n_anchor' must be an integer >= 1, got {n_anchor!r}")
+        raise InputError(f"{path}: [comed] field 'n_anchor' must be an integer >= 1, got {n_anchor!r}")
     try:
         return ThresholdsFile(EscalationThresholds(**table), n_anchor)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise InputError(f"{path}: {exc}") from None

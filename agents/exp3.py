@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import model_validator
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.models.validation import Flag, Number, check_all, settings
 
 
@@ -62,7 +63,7 @@ class Exp3Config:
     @model_validator(mode="after")
     def _scale(self) -> Exp3Config:
         if not self.s_min < self.s_max:
-            raise ValueError(f"Exp3Config.s_min must be < s_max, got {self.s_min} and {self.s_max}")
+            raise InputError(f"Exp3Config.s_min must be < s_max, got {self.s_min} and {self.s_max}")
         check_all([("tau_th", Number(self.s_min, self.s_max, low_open=True, high_open=True), self.tau_th)], "Exp3Config")
         return self
 
@@ -147,11 +148,11 @@ class Exp3Leader:
 
     def __init__(self, ids: Sequence[str], config: Exp3Config = Exp3Config(), state: LeaderState | None = None):
         if not ids:
-            raise ValueError("the leader needs at least one instruction")
+            raise InputError("the leader needs at least one instruction")
         self.ids = tuple(ids)
         self._index = {name: i for i, name in enumerate(self.ids)}
         if len(self._index) != len(self.ids):
-            raise ValueError("instruction ids must be unique")
+            raise InputError("instruction ids must be unique")
         self.config = config
         k = len(self.ids)
         if state is None:
@@ -160,7 +161,7 @@ class Exp3Leader:
             self.log_weights = np.full(k, float(state["log_w_rest"]))
             for name, value in state["log_w"].items():
                 if name not in self._index:
-                    raise ValueError(f"leader state names instruction {name!r}, which is not in the pool")
+                    raise InputError(f"leader state names instruction {name!r}, which is not in the pool")
                 self.log_weights[self._index[name]] = float(value)
 
     @property

@@ -19,6 +19,7 @@ from typing import Annotated, Literal, Mapping, Sequence
 import numpy as np
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents.exp3 import annealed
 from agora.models.validation import Count, Number, settings
 
@@ -44,10 +45,10 @@ class MatchConfig:
 
 def _opponents(active: str, ratings: Mapping[str, float]) -> list[str]:
     if active not in ratings:
-        raise ValueError(f"active model {active!r} has no rating")
+        raise InputError(f"active model {active!r} has no rating")
     others = [m for m in ratings if m != active]
     if not others:
-        raise ValueError("a duel needs at least two models")
+        raise InputError("a duel needs at least two models")
     return others
 
 
@@ -110,7 +111,7 @@ class Matcher:
 
     def __init__(self, mode: Mode, config: MatchConfig = MatchConfig()):
         if mode not in ("sparta", "stackelberg"):
-            raise ValueError(f"mode must be 'sparta' or 'stackelberg', got {mode!r}")
+            raise InputError(f"mode must be 'sparta' or 'stackelberg', got {mode!r}")
         self.mode = mode
         self.config = config
 
@@ -124,7 +125,7 @@ class Matcher:
         """
         models = list(models)
         if len(models) < 2:
-            raise ValueError("a duel needs at least two models")
+            raise InputError("a duel needs at least two models")
         table = {m: ratings[m] for m in models}
         if self.mode == "stackelberg":
             active = models[duel_number % len(models)]

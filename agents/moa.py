@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Sequence
 
+from agora.tasks.errors import InputError
 from agora.models.pool import MAX_POOL_TEMPERATURE
 from agora.agents._checks import MaxTokens, Seed, Shots, TopP
 from agora.agents.prompts import finish_instruction, with_question
@@ -50,7 +51,7 @@ def check_pool(config: MoAConfig, names: Sequence[str]) -> None:
     """Raise ``ValueError`` naming the field when a configured model is not in the pool."""
     for what, name in [("aggregator", config.aggregator), *(("proposers", m) for m in config.proposers)]:
         if name is not None and name not in names:
-            raise ValueError(f"MoAConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
+            raise InputError(f"MoAConfig.{what}: {name!r} is not in the pool ({', '.join(names)})")
 
 
 def aggregator_messages(problem: Problem, proposals: Sequence[str], shots: int = 2) -> list[dict[str, str]]:

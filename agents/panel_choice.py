@@ -11,6 +11,7 @@ import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
+from agora.tasks.errors import InputError
 
 
 def behavioural_distance(features: np.ndarray, agreement: np.ndarray) -> np.ndarray:
@@ -34,7 +35,7 @@ def behavioural_distance(features: np.ndarray, agreement: np.ndarray) -> np.ndar
     a = np.asarray(agreement, dtype=float)
     m = x.shape[0]
     if a.shape != (m, m):
-        raise ValueError(f"agreement must be {m}x{m}, got {a.shape}")
+        raise InputError(f"agreement must be {m}x{m}, got {a.shape}")
     if m == 0:
         return np.zeros((0, 0))
     with warnings.catch_warnings():
@@ -74,7 +75,7 @@ def optimal_panels(distance: np.ndarray, size: int, *, max_exact: int = 200_000,
     d = np.nan_to_num(np.asarray(distance, dtype=float))
     m = d.shape[0]
     if not 1 <= size <= m:
-        raise ValueError(f"panel size must be in [1, {m}], got {size}")
+        raise InputError(f"panel size must be in [1, {m}], got {size}")
     if math.comb(m, size) <= max_exact:
         combos = np.array(list(itertools.combinations(range(m), size)), dtype=int).reshape(-1, size)
         totals = np.zeros(len(combos))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agora.tasks.errors import InputError
 from agora.models.validation import Name, check_all, is_number
 
 DevAccuracy = tuple[tuple[str, float], ...]
@@ -40,23 +41,23 @@ def dev_accuracy_pairs(owner: str, name: str, value: Any) -> DevAccuracy:
             if isinstance(entry, str):
                 member, sep, number = entry.partition("=")
                 if not sep:
-                    raise ValueError(f"{owner}.{name}: entry {entry!r} is not member=accuracy (e.g. qwen1.5b=0.62)")
+                    raise InputError(f"{owner}.{name}: entry {entry!r} is not member=accuracy (e.g. qwen1.5b=0.62)")
                 try:
                     items.append((member.strip(), float(number)))
                 except ValueError:
-                    raise ValueError(f"{owner}.{name}: entry {entry!r}: {number.strip()!r} is not a number") from None
+                    raise InputError(f"{owner}.{name}: entry {entry!r}: {number.strip()!r} is not a number") from None
             elif isinstance(entry, (tuple, list)) and len(entry) == 2:
                 items.append((entry[0], entry[1]))
             else:
-                raise ValueError(f"{owner}.{name}: entry {entry!r} is not member=accuracy nor a (member, accuracy) pair")
+                raise InputError(f"{owner}.{name}: entry {entry!r} is not member=accuracy nor a (member, accuracy) pair")
     else:
-        raise ValueError(f"{owner}.{name} must be a mapping member → accuracy, or member=accuracy entries, got {value!r}")
+        raise InputError(f"{owner}.{name} must be a mapping member → accuracy, or member=accuracy entries, got {value!r}")
     out: dict[str, float] = {}
     for member, accuracy in items:
         check_all([(name, Name(optional=False), member)], owner)
         if not is_number(accuracy) or not 0.0 <= accuracy <= 1.0:
-            raise ValueError(f"{owner}.{name}: {member}'s accuracy must be a finite number in [0, 1], got {accuracy!r}")
+            raise InputError(f"{owner}.{name}: {member}'s accuracy must be a finite number in [0, 1], got {accuracy!r}")
         if member in out:
-            raise ValueError(f"{owner}.{name}: {member!r} is given twice")
+            raise InputError(f"{owner}.{name}: {member!r} is given twice")
         out[member] = float(accuracy)
     return tuple(out.items())

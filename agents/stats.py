@@ -31,6 +31,7 @@ from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
+from agora.tasks.errors import InputError
 
 LEVEL = 0.95
 """Default two-sided confidence level."""
@@ -124,7 +125,7 @@ def mcnemar_exact(wins: int, losses: int) -> float:
         ValueError: a count is negative.
     """
     if wins < 0 or losses < 0:
-        raise ValueError(f"mcnemar_exact: counts must be >= 0, got {wins}, {losses}")
+        raise InputError(f"mcnemar_exact: counts must be >= 0, got {wins}, {losses}")
     n = wins + losses
     if n == 0:
         return 1.0

@@ -34,6 +34,7 @@ from langgraph.types import Send
 from pydantic import model_validator
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.delegation import plurality
 from agora.agents.prompts import solver_messages
@@ -73,7 +74,7 @@ class CandidatesConfig:
     @model_validator(mode="after")
     def _single_model_draws(self) -> CandidatesConfig:
         if self.single_model is not None and self.models and self.single_model not in self.models:
-            raise ValueError(f"CandidatesConfig.single_model {self.single_model!r} is not one of models {self.models}")
+            raise InputError(f"CandidatesConfig.single_model {self.single_model!r} is not one of models {self.models}")
         return self
 
 

@@ -46,6 +46,7 @@ from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_ev
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _is_safe_json_type
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Send
+from agora.tasks.errors import InputError
 
 #: The types (``(module, name)``) a checkpoint may hold besides plain data (dicts, lists, strings,
 #: numbers, ``None``: all that Agora's graph states and ``Send`` payloads hold, TypedDicts included):
@@ -90,12 +91,12 @@ def _bounded(value: Any, found: list[int]) -> Any:
     return value
 
 
-class UnsafeCheckpointError(ValueError):
+class UnsafeCheckpointError(InputError):
     """A checkpoint row that names a type outside :data:`ALLOWED_TYPES` and LangGraph's safe list
     (nothing of it was imported or called)."""
 
 
-class CorruptCheckpointError(ValueError):
+class CorruptCheckpointError(InputError):
     """A checkpoint row that cannot be read back (an unknown serialization such as pickle, bytes
     that do not decode, metadata without its fields): changed or damaged outside Agora."""
 

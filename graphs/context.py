@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+from agora.tasks.errors import InputError
 from agora.graphs.studio_schema import studio_schema
 from agora.models.builtins import BUILTIN_POOLS
 from agora.models.pool import ModelPool, PoolConfigError, builtin_pool, builtin_pool_name, load_pool
@@ -38,11 +39,11 @@ def settings_from(value: Any, cls: type[S]) -> S:
     if isinstance(value, cls):
         return value
     if not isinstance(value, dict):
-        raise ValueError(f"{cls.__name__}: expected {cls.__name__} or a dict, got {type(value).__name__}")
+        raise InputError(f"{cls.__name__}: expected {cls.__name__} or a dict, got {type(value).__name__}")
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(value) - {f.name for f in fields(cls)})
     if unknown:
-        raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
+        raise InputError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
     kwargs = {}
     for name, v in value.items():
         hint = hints[name]

@@ -29,6 +29,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, Send
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents.delegation import Candidate, DelegationConfig, Proposal, Selection, principal_utility
 from agora.agents.delegation import best_of_n, principal_select as select_rule, propose, self_consistency
 from agora.agents.delegation import single_agent
@@ -113,7 +114,7 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
     models = list(cfg.models) or pool.names
     for m in models:
         if m not in pool:
-            raise ValueError(f"DelegationConfig.models names {m!r}, which is not in the pool ({', '.join(pool.names)})")
+            raise InputError(f"DelegationConfig.models names {m!r}, which is not in the pool ({', '.join(pool.names)})")
     calibrated_reliabilities(cfg, models)
     assignments = [{"agent": i, "model": models[i % len(models)]} for i in range(cfg.n_agents)]
     emit("delegate", f"delegating to {cfg.n_agents} agents × {cfg.k_samples} samples",
@@ -211,7 +212,7 @@ def calibrated_reliabilities(cfg: DelegationConfig, models: list[str]) -> dict[s
     found = reliabilities(cfg.dev_accuracy, cfg.dev_db, cfg.dev_run)
     missing = [m for m in dict.fromkeys(models) if m not in found]
     if missing:
-        raise ValueError(f"DelegationConfig.dev_accuracy: no accuracy for member(s) {', '.join(missing)} (give "
+        raise InputError(f"DelegationConfig.dev_accuracy: no accuracy for member(s) {', '.join(missing)} (give "
                          f"member=accuracy, or a dev_run with their samples)")
     return found
 

@@ -36,6 +36,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents.duel import DuelConfig
 from agora.agents.duel_records import DuelRecord, FollowerAnswer, Instruction, preference_pair
 from agora.agents.exp3 import Exp3Leader, LeaderState, leader_reward, target_gap
@@ -78,7 +79,7 @@ def duel_pool(pool: ModelPool | str | None = None) -> ModelPool:
     if pool is None or isinstance(pool, str):
         pool = _embedded_duel_pool(pool or "default")
     if len(pool) < MIN_POOL:
-        raise ValueError(f"{pool.source}: a duel pool needs at least {MIN_POOL} models (two duel, the others "
+        raise InputError(f"{pool.source}: a duel pool needs at least {MIN_POOL} models (two duel, the others "
                          f"judge), got {len(pool)} ({', '.join(pool.names)}); add members to the pool file, e.g. "
                          f"variants of a model under another name with a different system_prompt or temperature")
     return pool

@@ -44,6 +44,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents.delegation import plurality
 from agora.agents.escalation import Decision, EscalationConfig, decide as decide_rule, escalates, escalation_vote
 from agora.agents.escalation import peer_messages, use_baseline_source
@@ -163,7 +164,7 @@ def route(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
         verdict = router.route(problem.question)
         ranking = [m for m in verdict["ranking"] if m in pool]
         if len(ranking) < 2:
-            raise ValueError(f"router ranks {verdict['ranking']}, fewer than two of which are in the pool ({', '.join(pool.names)})")
+            raise InputError(f"router ranks {verdict['ranking']}, fewer than two of which are in the pool ({', '.join(pool.names)})")
         anchor, runner_up = ranking[0], ranking[1]
         scores, margin = verdict["scores"], verdict["margin"]
     else:
@@ -173,7 +174,7 @@ def route(state: EscalationState, runtime: Runtime[EscalationContext]) -> dict[s
     probe = cfg.probe or runner_up
     for what, name in [("anchor", anchor), ("probe", probe), *(("peers", p) for p in peers)]:
         if name is None or name not in pool:
-            raise ValueError(f"EscalationConfig.{what}: {name!r} is not in the pool ({', '.join(pool.names)}); "
+            raise InputError(f"EscalationConfig.{what}: {name!r} is not in the pool ({', '.join(pool.names)}); "
                              "COMED needs an anchor and at least one other model")
     info = RouteInfo(anchor=anchor, probe=probe, peers=peers, routed=scores is not None, scores=scores, margin=margin)
     emit("route", f"anchor {anchor}" + (f" (router margin {margin:.2f})" if margin is not None else " (fixed)"),

@@ -32,6 +32,7 @@ from langgraph.runtime import Runtime
 from pydantic import model_validator
 from typing_extensions import NotRequired
 
+from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
 from agora.agents.delegation import plurality
 from agora.agents.prompts import solver_messages
@@ -78,7 +79,7 @@ class MatchedSingleContext:
     @model_validator(mode="after")
     def _has_config(self) -> MatchedSingleContext:
         if not isinstance(self.config, MatchedSingleConfig):
-            raise ValueError(f"MatchedSingleContext.config: expected MatchedSingleConfig, got {type(self.config).__name__}")
+            raise InputError(f"MatchedSingleContext.config: expected MatchedSingleConfig, got {type(self.config).__name__}")
         return self
 
 
@@ -133,7 +134,7 @@ def _finish(state: MatchedSingleState, runtime: Runtime, samples: list, records:
 def _extra(state: MatchedSingleState) -> int:
     extra = state.get("matched_extra") or 0
     if isinstance(extra, bool) or not isinstance(extra, int) or extra < 0:
-        raise ValueError(f"matched_extra must be an integer >= 0, got {extra!r}")
+        raise InputError(f"matched_extra must be an integer >= 0, got {extra!r}")
     return extra
 
 

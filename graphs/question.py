@@ -11,6 +11,7 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents.seeds import item_seed
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import Sample
@@ -166,20 +167,20 @@ def checked_input(inp: Any) -> Any:
         return inp
     question = inp.get("question")
     if isinstance(question, str) and (bad := SURROGATE.search(question)):
-        raise ValueError(f"graph input field 'question': not UTF-8 text: a lone UTF-16 surrogate "
+        raise InputError(f"graph input field 'question': not UTF-8 text: a lone UTF-16 surrogate "
                          f"(\\u{ord(bad.group(0)):04x})")
     fixed: dict[str, Any] = {}
     for field in ("question_id", "gold"):
         value = inp.get(field)
         if value is None or isinstance(value, str):
             if isinstance(value, str) and (bad := SURROGATE.search(value)):
-                raise ValueError(f"graph input field {field!r}: not UTF-8 text: a lone UTF-16 surrogate "
+                raise InputError(f"graph input field {field!r}: not UTF-8 text: a lone UTF-16 surrogate "
                                  f"(\\u{ord(bad.group(0)):04x})")
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             fixed[field] = str(value)
             continue
-        raise ValueError(f"graph input field {field!r} must be text or a number, "
+        raise InputError(f"graph input field {field!r} must be text or a number, "
                          f"not {type(value).__name__} {value!r:.60}")
     return {**inp, **fixed} if fixed else inp
 
@@ -190,7 +191,7 @@ def as_problem(state: dict[str, Any]) -> Problem:
     none, so inside a node it is ``None``."""
     question = state.get("question")
     if not isinstance(question, str) or not question.strip():
-        raise ValueError("graph input needs a non-empty 'question'")
+        raise InputError("graph input needs a non-empty 'question'")
     qid = state.get("question_id") or f"q-{zlib.crc32(question.encode()):08x}"
     return Problem(id=qid, question=question, gold=state.get("gold"), kind=state.get("kind") or "math",
                    n_choices=int(state.get("n_choices") or 0))

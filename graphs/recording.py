@@ -59,6 +59,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.constants import START
 from langgraph.errors import GraphBubbleUp
 
+from agora.tasks.errors import InputError
 from agora.graphs import registry
 from agora.graphs.question import as_problem
 from agora.graphs.runner import default_detail, question_failed, scored_values
@@ -68,7 +69,7 @@ from agora.traces.store import TraceStore, check_run_id
 log = logging.getLogger("agora.recording")
 
 
-class QuestionRecordedError(ValueError):
+class QuestionRecordedError(InputError):
     """A caller's ``question_id`` that the recording's run has already answered (one line)."""
 
 

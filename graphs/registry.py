@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agora.tasks.errors import InputError
 from agora.graphs.spec import ProtocolSpec
 from agora.models.errors import UnknownNameError
 
@@ -110,18 +111,18 @@ def register(spec: ProtocolSpec | str, target: str | None = None, exports: tuple
     """
     if isinstance(spec, ProtocolSpec):
         if target is not None:
-            raise ValueError(f"register({spec.name!r}): give a spec or a name and a target, not both")
+            raise InputError(f"register({spec.name!r}): give a spec or a name and a target, not both")
         with _lock:
             if spec.name in PROTOCOLS and _loaded.get(spec.name) is not spec:
-                raise ValueError(f"protocol {spec.name!r} is already registered as {PROTOCOLS[spec.name].target}")
+                raise InputError(f"protocol {spec.name!r} is already registered as {PROTOCOLS[spec.name].target}")
             PROTOCOLS[spec.name] = Entry(f"{spec.module}:SPEC", tuple(exports), spec.dense is not None)
             _loaded[spec.name] = spec
         return
     name = spec
     if target is None or target.count(":") != 1 or not all(target.split(":")):
-        raise ValueError(f"register({name!r}): target must be 'module:attr', got {target!r}")
+        raise InputError(f"register({name!r}): target must be 'module:attr', got {target!r}")
     if name in PROTOCOLS and PROTOCOLS[name].target != target:
-        raise ValueError(f"protocol {name!r} is already registered as {PROTOCOLS[name].target}")
+        raise InputError(f"protocol {name!r} is already registered as {PROTOCOLS[name].target}")
     PROTOCOLS[name] = Entry(target, tuple(exports), PROTOCOLS[name].dense if name in PROTOCOLS else None)
 
 

@@ -68,6 +68,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
+from agora.tasks.errors import InputError
 from agora.agents.cupid import (
     Choice,
     CupidConfig,
@@ -235,7 +236,7 @@ def model_features(state: SelectionState, runtime: Runtime[SelectionContext]) ->
     for m in arms:
         pool[m]
     if len(set(arms)) < 2 or len(set(arms)) != len(arms):
-        raise ValueError(f"CUPID needs at least two distinct models, got {arms}")
+        raise InputError(f"CUPID needs at least two distinct models, got {arms}")
     values = known_features(pool, arms, state.get("features") or {})
     generations: dict[str, Generation] = {}
     calls: list[dict[str, Any]] = []

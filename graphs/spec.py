@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import model_validator
 
+from agora.tasks.errors import InputError
 from agora.models.validation import Instance, Name, Names, Rule, settings
 
 Kind = Literal["benchmark", "carried", "interactive"]
@@ -81,7 +82,7 @@ class BenchRole:
     def _every_method_said(self) -> BenchRole:
         missing = [m for m in self.methods if m not in self.sharing]
         if missing:
-            raise ValueError(f"BenchRole.sharing: no text for {missing} (one per method)")
+            raise InputError(f"BenchRole.sharing: no text for {missing} (one per method)")
         return self
 
 
@@ -158,13 +159,13 @@ class ProtocolSpec:
     @model_validator(mode="after")
     def _consistent(self) -> ProtocolSpec:
         if self.kind == "benchmark" and self.methods and self.methods[0] != self.name:
-            raise ValueError(f"ProtocolSpec.methods: a benchmark protocol's first method is its main one, "
+            raise InputError(f"ProtocolSpec.methods: a benchmark protocol's first method is its main one, "
                              f"{self.name!r}; got {self.methods}")
         if self.run is not None and (self.kind != "benchmark" or f"run {self.name}" not in self.cli):
-            raise ValueError(f"ProtocolSpec.run: only a benchmark protocol listing 'run {self.name}' in its cli "
+            raise InputError(f"ProtocolSpec.run: only a benchmark protocol listing 'run {self.name}' in its cli "
                              f"gets a generated command")
         if self.dense is not None and (self.bench is None or self.kind != "benchmark"):
-            raise ValueError(f"ProtocolSpec.dense: {self.name!r} must be a benchmark protocol with a BenchRole "
+            raise InputError(f"ProtocolSpec.dense: {self.name!r} must be a benchmark protocol with a BenchRole "
                              "(its bench methods are what COMED reports)")
         return self
 

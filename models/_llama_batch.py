@@ -55,6 +55,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from agora.tasks.errors import InputError
 from agora.models._llama_context import N_BATCH, LlamaContext
 
 #: Sequences of one request decoded together at most; a request for more samples runs in chunks of this size.
@@ -201,12 +202,12 @@ class BatchDecoder(LlamaContext):
             RuntimeError: ``llama_decode`` failed for a batch this request was in.
         """
         if not 1 <= n <= MAX_SEQ:
-            raise ValueError(f"n must be in 1..{MAX_SEQ}, got {n}")
+            raise InputError(f"n must be in 1..{MAX_SEQ}, got {n}")
         n_prompt = len(prompt_tokens)
         if n_prompt == 0:
-            raise ValueError("empty prompt")
+            raise InputError("empty prompt")
         if n_prompt >= n_ctx_limit:
-            raise ValueError(f"Requested tokens ({n_prompt}) exceed context window of {n_ctx_limit}")
+            raise InputError(f"Requested tokens ({n_prompt}) exceed context window of {n_ctx_limit}")
         budget = min(max_tokens, n_ctx_limit - n_prompt)
         req = _Request(tokens=list(prompt_tokens), n=n, budget=budget, temperature=temperature, top_p=top_p,
                        seeds=[int(s) for s in seeds[:n]], stops=list(stops), ignore_eos=ignore_eos,

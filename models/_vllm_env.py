@@ -133,10 +133,10 @@ def memory_fraction(available_bytes: int, total_bytes: int, servers: int, headro
         ValueError: less than 2 % of memory per server would be left.
     """
     if servers < 1 or total_bytes <= 0:
-        raise ValueError(f"servers must be >= 1 and total memory > 0, got {servers}, {total_bytes}")
+        raise InputError(f"servers must be >= 1 and total memory > 0, got {servers}, {total_bytes}")
     fraction = min(headroom * available_bytes / servers, max_bytes) / total_bytes
     if fraction < 0.02:
-        raise ValueError(f"only {available_bytes / 2**30:.1f} GiB of memory free for {servers} vLLM servers; "
+        raise InputError(f"only {available_bytes / 2**30:.1f} GiB of memory free for {servers} vLLM servers; "
                          "free memory or set --memory-fraction")
     return fraction
 

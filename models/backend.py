@@ -16,6 +16,7 @@ from annotated_types import Ge, Gt, Le
 from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, Strict, StrictInt, StrictStr, ValidationInfo,
                       field_validator, model_validator)
 
+from agora.tasks.errors import InputError
 from agora.models.errors import PoolConfigError
 from agora.models.validation import Rule, settings
 
@@ -42,7 +43,7 @@ _Finite = Annotated[float, Strict(), AllowInfNan(False)]
 # ----------------------------------------------------------------------------- errors
 
 
-class FieldProblem(ValueError):
+class FieldProblem(InputError):
     """Raised by a config class's validators when the problem belongs to a field the validator
     does not sit on (a model validator): the pool's message names ``field``."""
 
@@ -116,7 +117,7 @@ class BackendConfig(BaseModel):
     @classmethod
     def _name_not_blank(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError("missing or empty")
+            raise InputError("missing or empty")
         return value
 
     @field_validator("recipe")
@@ -137,7 +138,7 @@ class BackendConfig(BaseModel):
         from agora.models.vllm_args import vllm_args_problem
 
         if value is not None and (problem := vllm_args_problem(value)):
-            raise ValueError(problem)
+            raise InputError(problem)
         return value
 
 
@@ -216,7 +217,7 @@ class Backend:
         if not callable(self.factory):
             raise TypeError(f"backend {self.name!r}: factory must be callable")
         if self.serve not in ("vllm", "copy", "no"):
-            raise ValueError(f"backend {self.name!r}: serve must be 'vllm', 'copy' or 'no', got {self.serve!r}")
+            raise InputError(f"backend {self.name!r}: serve must be 'vllm', 'copy' or 'no', got {self.serve!r}")
         if self.serve == "vllm" and self.model_source is None:
-            raise ValueError(f"backend {self.name!r}: serve = 'vllm' needs model_source")
+            raise InputError(f"backend {self.name!r}: serve = 'vllm' needs model_source")
         return self

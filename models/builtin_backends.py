@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, StrictStr, ValidationInfo, field_validator, model_validator
 
+from agora.tasks.errors import InputError
 from agora.models import builtins as _builtins  # read at call time: tests add built-ins
 from agora.models.backend import Backend, BackendConfig, FieldProblem, MemberBuildError, pool_path
 from agora.models.builtins import BuiltinModelError
@@ -119,7 +120,7 @@ class OpenAIConfig(BackendConfig):
     @classmethod
     def _urls(cls, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(u, str) and u for u in value):
-            raise ValueError("must be a list of base URLs, e.g. [\"http://host:8000/v1\"]")
+            raise InputError("must be a list of base URLs, e.g. [\"http://host:8000/v1\"]")
         return value
 
     @model_validator(mode="after")

@@ -35,12 +35,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping, NamedTuple
 
+from agora.tasks.errors import InputError
 from agora.models.environment import env_folder
 
 log = logging.getLogger("agora.builtins")
 
 
-class BuiltinModelError(ValueError):
+class BuiltinModelError(InputError):
     """A built-in model whose weights are missing or fail their check (one line, names the package)."""
 
 

@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
+from agora.tasks.errors import InputError
 from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, resolve_builtin
 
 log = logging.getLogger("agora.models.convert")
@@ -74,7 +75,7 @@ def resolve_gguf(name_or_gguf: str) -> Path:
         return Path(resolve_builtin(name_or_gguf))
     path = Path(name_or_gguf).expanduser()
     if path.suffix != ".gguf":
-        raise ValueError(f"{name_or_gguf!r} is not a built-in model ({', '.join([*builtin, *BUILTIN_MODELS])}) "
+        raise InputError(f"{name_or_gguf!r} is not a built-in model ({', '.join([*builtin, *BUILTIN_MODELS])}) "
                          "or a .gguf file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such GGUF file")

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from agora.tasks.errors import InputError
 
 Kind = Literal["folder", "new_folder", "positive_int", "positive_number", "flag", "executable", "modules", "engine",
                "text"]
@@ -109,7 +110,7 @@ def engine_problem(value: str) -> str | None:
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-class EnvironmentVariableError(ValueError):
+class EnvironmentVariableError(InputError):
     """An ``AGORA_*`` variable with a value Agora cannot use: ``NAME='value': what is wrong; what to do``."""
 
     def __init__(self, name: str, value: str, problem: str):

@@ -3,8 +3,10 @@ the pool (which imports the backends). :mod:`agora.models.pool` re-exports every
 
 from __future__ import annotations
 
+from agora.tasks.errors import InputError
 
-class PoolConfigError(ValueError):
+
+class PoolConfigError(InputError):
     """A pool file that cannot be used: ``file: models[i] (name): field 'x': what is wrong``."""
 
 

@@ -30,6 +30,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from agora.tasks.errors import InputError
 from agora.models._chat import NativeMember, default_threads, fewshot_stops, generation, render_fewshot, to_dicts
 from agora.models.environment import env_value
 
@@ -123,7 +124,7 @@ def _load(path: str, n_ctx: int, n_threads: int, lora_path: str | None = None, l
                 **extra)
     if lora_path and not llm._lora_adapter:  # llama-cpp-python 0.3 keeps a NULL adapter that crashes at decode
         llm.close()
-        raise ValueError(f"llama.cpp could not load the LoRA adapter {lora_path} for {path} (see its message above)")
+        raise InputError(f"llama.cpp could not load the LoRA adapter {lora_path} for {path} (see its message above)")
     return llm
 
 
@@ -341,7 +342,7 @@ def _chat_formatter(llm: Any):
 
         template = (llm.metadata or {}).get("tokenizer.chat_template")
         if not template:
-            raise ValueError("this GGUF has no chat template: use prompt_format = \"fewshot\"")
+            raise InputError("this GGUF has no chat template: use prompt_format = \"fewshot\"")
         eos_id, bos_id = llm.token_eos(), llm.token_bos()
         eos = llm._model.token_get_text(eos_id) if eos_id != -1 else ""
         bos = llm._model.token_get_text(bos_id) if bos_id != -1 else ""

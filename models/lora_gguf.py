@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from agora.tasks.errors import InputError
 
 #: Default file name of the converted adapter, written inside the peft folder.
 GGUF_NAME = "adapter.gguf"
@@ -53,7 +54,7 @@ _KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<side>[AB])
 ROPE_PERMUTED = frozenset({"llama"})
 
 
-class LoraConversionError(ValueError):
+class LoraConversionError(InputError):
     """The adapter cannot be converted (or would not mean the same thing in llama.cpp)."""
 
 

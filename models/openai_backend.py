@@ -53,6 +53,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
+from agora.tasks.errors import InputError
 from agora.models._chat import (CUT_MARKER, MAX_CHARS_PER_TOKEN, NativeMember, cap_reply,  # noqa: F401
                                 fewshot_stops, generation, render_fewshot, to_dicts)
 from agora.models.errors import InvalidReplyError, ModelUnavailableError
@@ -121,7 +122,7 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
         urls = ([self.base_url] if self.base_url else []) + list(self.endpoints)
         self.endpoints = list(dict.fromkeys(u.rstrip("/") for u in urls))
         if not self.endpoints:
-            raise ValueError("OpenAICompatibleChatModel needs base_url or endpoints")
+            raise InputError("OpenAICompatibleChatModel needs base_url or endpoints")
         self._rotation = EndpointRotation(self.endpoints, self.dead_for_s)
         return self
 

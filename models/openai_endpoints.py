@@ -14,6 +14,7 @@ import time
 import weakref
 from functools import lru_cache
 from typing import Any
+from agora.tasks.errors import InputError
 
 
 CONNECTIONS = 1024
@@ -98,7 +99,7 @@ class EndpointRotation:
 
     def __init__(self, endpoints: list[str], dead_for_s: float = 30.0):
         if not endpoints:
-            raise ValueError("endpoints must name at least one base URL")
+            raise InputError("endpoints must name at least one base URL")
         self.endpoints = list(endpoints)
         self.dead_for_s = dead_for_s
         self._turn = itertools.count()

@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agora.tasks.errors import InputError
 from agora.models.backend import (ENTRY_POINT_GROUP, MAX_POOL_TEMPERATURE, Backend, BackendConfig,  # noqa: F401
                                   FieldProblem, MemberBuildError, pool_path)  # the plug-in surface, re-exported
 from agora.models.builtin_backends import BUILTIN_BACKENDS
@@ -57,7 +58,7 @@ def register_backend(backend: Backend, *, replace_existing: bool = False) -> Bac
     """
     with _LOCK:
         if backend.name in _BACKENDS and not replace_existing:
-            raise ValueError(f"a backend named {backend.name!r} is already registered "
+            raise InputError(f"a backend named {backend.name!r} is already registered "
                              f"(by {_BACKENDS[backend.name].origin})")
         _BACKENDS[backend.name] = backend
         _FAILED.pop(backend.name, None)

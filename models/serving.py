@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Sequence
 
+from agora.tasks.errors import InputError
 from agora.models._files import safe_file_name
 from agora.models import _vllm_env
 from agora.models._vllm_env import _memory, engine_defaults, memory_fraction, vllm_environment
@@ -145,9 +146,9 @@ def serve_mode(spec: ModelSpec) -> str:
     try:
         mode = get_backend(spec.backend).serve
     except KeyError as exc:
-        raise ValueError(f"pool entry {spec.name!r}: field 'backend': {exc.args[0]}") from None
+        raise InputError(f"pool entry {spec.name!r}: field 'backend': {exc.args[0]}") from None
     if mode == "no":
-        raise ValueError(f"pool entry {spec.name!r}: backend {spec.backend!r} cannot be served by agora serve "
+        raise InputError(f"pool entry {spec.name!r}: backend {spec.backend!r} cannot be served by agora serve "
                          "(its plug-in says so); leave it out of the pool file given to agora serve")
     return mode
 
@@ -193,7 +194,7 @@ def server_args(spec: ModelSpec, model_path: str, port: int, config: ServeConfig
     """
     problem = vllm_args_problem(spec.extra.get("vllm_args") or {})
     if problem:
-        raise ValueError(f"pool entry {spec.name!r}: field 'vllm_args': {problem}")
+        raise InputError(f"pool entry {spec.name!r}: field 'vllm_args': {problem}")
     args = ["--model", model_path, "--served-model-name", spec.name, "--host", config.host, "--port", str(port),
             "--dtype", config.dtype, "--max-model-len", str(config.max_model_len or spec.n_ctx),
             "--gpu-memory-utilization", f"{fraction:.3f}", "--disable-uvicorn-access-log"]

@@ -45,6 +45,8 @@ import pydantic.dataclasses
 from pydantic import ConfigDict, GetCoreSchemaHandler, ValidationError
 from pydantic_core import core_schema
 
+from agora.tasks.errors import as_input
+
 __all__ = ["Check", "Choice", "Convert", "Count", "Flag", "Instance", "Name", "Names", "Number", "Problem", "Rule", "SeedInt",
            "check_all", "expected_number", "is_count", "is_number", "is_settings", "one_line", "settings"]
 
@@ -223,7 +225,8 @@ def one_line(owner: str, exc: ValidationError, names: tuple[str, ...] = ()) -> E
     ``ValueError`` ``"<owner>.<field> must be <expected>, got <value!r>"`` (a field rule) or
     ``"<owner>.<field>: <pydantic's message>, got <value!r>"`` (pydantic's own type check).
     ``names``: the class's field names in order, which name a value given by position (pydantic's
-    location is then its index)."""
+    location is then its index). A ``ValueError`` returned is marked as bad input
+    (:func:`agora.tasks.errors.as_input`: the CLI prints it as one line), its type kept."""
     err = exc.errors(include_url=False)[0]
     cause = (err.get("ctx") or {}).get("error")
     loc = list(err["loc"])
@@ -231,16 +234,16 @@ def one_line(owner: str, exc: ValidationError, names: tuple[str, ...] = ()) -> E
         loc[0] = names[loc[0]]
     field = ".".join(str(p) for p in loc)
     if isinstance(cause, Problem) and field:
-        return cause.error(f"{owner}.{field} must be {cause.expected}, got {err['input']!r}")
+        return as_input(cause.error(f"{owner}.{field} must be {cause.expected}, got {err['input']!r}"))
     if isinstance(cause, BaseException) and not isinstance(cause, Problem):
-        return cause
+        return as_input(cause) if isinstance(cause, ValueError) else cause
     if err["type"] == "missing_argument":
         return TypeError(f"{owner}: missing required argument {field!r}")
     if err["type"] == "unexpected_keyword_argument":
         return TypeError(f"{owner}: unexpected keyword argument {field!r}")
     where = f"{owner}.{field}" if field else owner
     message = str(cause) if isinstance(cause, BaseException) else err["msg"]
-    return ValueError(f"{where}: {message}, got {err['input']!r}")
+    return as_input(ValueError(f"{where}: {message}, got {err['input']!r}"))
 
 
 def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool = True,
@@ -315,4 +318,4 @@ def check_all(rules: Iterable[tuple[str, Check, Any]], owner: str) -> None:
         try:
             rule(value)
         except Problem as problem:
-            raise ValueError(f"{owner}.{field} must be {problem.expected}, got {value!r}") from None
+            raise as_input(ValueError(f"{owner}.{field} must be {problem.expected}, got {value!r}")) from None

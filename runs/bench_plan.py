@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Sequence, get_args
 
+from agora.tasks.errors import InputError
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
 from agora.agents.router import EmbeddingName
@@ -91,7 +92,7 @@ def resolve_methods(spec: str | Sequence[str] | None) -> tuple[str, ...]:
         elif n in every:
             chosen.add(n)
         else:
-            raise ValueError(f"--protocols: unknown {n!r}; choose from all, {', '.join(named)} or a method "
+            raise InputError(f"--protocols: unknown {n!r}; choose from all, {', '.join(named)} or a method "
                              f"({', '.join(every)})")
     return tuple(m for m in every if m in chosen)
 
@@ -101,10 +102,10 @@ def _known_methods(methods: Any) -> Any:
     (:func:`protocol_of`); anything else raises a one-line ``ValueError``."""
     every = protocol_of()
     if not isinstance(methods, (tuple, list)) or not all(isinstance(m, str) for m in methods):
-        raise ValueError(f"BenchConfig.methods must be a tuple of method names, got {methods!r}")
+        raise InputError(f"BenchConfig.methods must be a tuple of method names, got {methods!r}")
     unknown = [m for m in methods if m not in every]
     if unknown or not methods:
-        raise ValueError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")
+        raise InputError(f"BenchConfig.methods: unknown {unknown} or none; choose from {', '.join(every)}")
     return methods
 
 
@@ -219,11 +220,11 @@ def check_matched_single(config: BenchConfig, has_dev: bool) -> None:
     if not config.matched_single:
         return
     if not (config.shared and has_dev):
-        raise ValueError("--matched-single needs shared candidates and a dev split (--dev N or --calibrate-on FILE): "
+        raise InputError("--matched-single needs shared candidates and a dev split (--dev N or --calibrate-on FILE): "
                          "the best member is chosen on dev questions")
     if not any(m in MULTI_MEMBER for m in config.methods):
         multi = ", ".join(m for m in protocol_of() if m in MULTI_MEMBER)
-        raise ValueError(f"--matched-single needs a multi-member method to match the best member against "
+        raise InputError(f"--matched-single needs a multi-member method to match the best member against "
                          f"({multi}); --protocols chose only {', '.join(config.methods)}")
 
 

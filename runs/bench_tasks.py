@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from agora.tasks.errors import InputError
 from agora.tasks.loaders import Problem, detect_format, load_problems
 from agora.tasks.samples import sample_path
 
@@ -61,7 +62,7 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
     """
     items = [s.strip() for s in spec.split(",") if s.strip()]
     if not items:
-        raise ValueError("--tasks: no task file given")
+        raise InputError("--tasks: no task file given")
     tasks: list[TaskFile] = []
     taken: set[str] = set()
     for item in items:
@@ -75,13 +76,13 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
             fmt = detect_format(path, hint=BENCH_FORMAT_HINT)
             name = name.strip() if sep else _task_name(path, taken)
         if not name or ":" in name or name in taken or name in ("all", "macro"):
-            raise ValueError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "
+            raise InputError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "
                              "name it with name=path")
         if fmt == "prompts":
-            raise ValueError(f"{path}: no gold answers (format prompts); a bench needs gold answers to score")
+            raise InputError(f"{path}: no gold answers (format prompts); a bench needs gold answers to score")
         problems = load_problems(path, fmt, None if dev else limit)
         if len(problems) < (limit or 1) + dev:
-            raise ValueError(f"{path}: {len(problems)} problems, fewer than --limit {limit or 1} + --dev {dev}"
+            raise InputError(f"{path}: {len(problems)} problems, fewer than --limit {limit or 1} + --dev {dev}"
                              if dev else f"{path}: no problems")
         held_out = problems[len(problems) - dev:] if dev else []
         test = problems[: len(problems) - dev][:limit]

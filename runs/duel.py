@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from langgraph.runtime import RunControl
 
+from agora.tasks.errors import InputError
 from agora.agents.duel_records import DuelRecord
 from agora.graphs.duel import SPEC, DuelContext, build_duel_graph, duel_pool
 from agora.graphs.question_workers import raise_if_drained
@@ -74,7 +75,7 @@ def run_duels(
     pool = duel_pool(context.pool)
     problems = list(context.instructions)
     if not problems:
-        raise ValueError("no instructions to duel on")
+        raise InputError("no instructions to duel on")
     config = cfg.describe(len(problems))
     fingerprint = duel_traces.instruction_fingerprint([p.id for p in problems])
     dataset = {**(dataset or {}), "count": len(problems), "fingerprint": fingerprint}

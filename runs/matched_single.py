@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection, Mapping, Sequence
 
+from agora.tasks.errors import InputError
 from agora.graphs.candidates import CandidatesConfig, models_of
 from agora.graphs.matched_single import MatchedSingleConfig
 from agora.tasks.loaders import Problem
@@ -38,7 +39,7 @@ def matched_config(shared: CandidatesConfig, member: str, names: Sequence[str]) 
     """
     models = models_of(shared, list(names))
     if member not in models:
-        raise ValueError(f"--matched-single: member {member!r} is not in the shared draw ({', '.join(models)})")
+        raise InputError(f"--matched-single: member {member!r} is not in the shared draw ({', '.join(models)})")
     return MatchedSingleConfig(member=member, index=models.index(member), k_shared=shared.k,
                                temperature=shared.temperature, top_p=shared.top_p, max_tokens=shared.max_tokens,
                                shots=shared.shots, seed=shared.seed)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
+from agora.tasks.errors import InputError
 from agora.agents.cupid import CupidConfig
 from agora.agents.cupid_features import trace_features
 from agora.agents.cupid_records import PromptItem, prompt_items
@@ -71,7 +72,7 @@ def session_settings(store: TraceStore, thread_id: str) -> dict[str, Any] | None
         return None
     run = store.get_run(thread_id)
     if run is None or run["protocol"] != SPEC.name:
-        raise ValueError(f"thread {thread_id!r} has a checkpoint but no {SPEC.name} run in {store.path}")
+        raise InputError(f"thread {thread_id!r} has a checkpoint but no {SPEC.name} run in {store.path}")
     return store.run_config(thread_id)
 
 
@@ -143,7 +144,7 @@ def run_session(
         command: Any = None
     else:
         if prompts is None:
-            raise ValueError(f"session {thread_id!r} is new: it needs prompts")
+            raise InputError(f"session {thread_id!r} is new: it needs prompts")
         prompts = list(prompts)
         count = len(prompt_items(prompts))  # a bad prompt is refused before the run's row is written
         arms = pool.names

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from agora.tasks.errors import InputError
 from agora.agents.debate import agent_models
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
@@ -43,11 +44,11 @@ def candidates_config(align: DelegationConfig | None, comed: EscalationConfig | 
     """
     given = [c for c in (align, comed) if c is not None]
     if not given:
-        raise ValueError("shared candidates: no protocol of the bench starts from independent samples")
+        raise InputError("shared candidates: no protocol of the bench starts from independent samples")
     for name in ("temperature", "top_p", "max_tokens", "shots", "seed"):
         values = {getattr(c, name, None) for c in given}
         if len(values) > 1:
-            raise ValueError(f"shared candidates: ALIGN and COMED sample with different {name} ({sorted(map(str, values))}); "
+            raise InputError(f"shared candidates: ALIGN and COMED sample with different {name} ({sorted(map(str, values))}); "
                              "one candidate pool must be drawn with one setting: give both the same")
     names = list(pool_names)
     need = Counter()
@@ -119,7 +120,7 @@ def best_on_dev(store: TraceStore, run_id: str, models: Sequence[str]) -> tuple[
     acc = model_accuracy(store, run_id)
     means = {m: sum(acc[m].values()) / len(acc[m]) for m in models if acc.get(m)}
     if not means:
-        raise ValueError(f"{run_id}: no dev question with a gold answer and a shared sample: cannot choose the "
+        raise InputError(f"{run_id}: no dev question with a gold answer and a shared sample: cannot choose the "
                          "best single model on dev")
     best = max(models, key=lambda m: (means.get(m, -1.0), -list(models).index(m)))
     return best, means
@@ -150,7 +151,7 @@ def check_edition(store: TraceStore, run_ids: Sequence[str], shared: bool) -> No
         if had != shared:
             bench = run_id.split(":", 1)[0]
             if shared:
-                raise ValueError(f"bench {bench!r} was run before shared candidates: its run {run_id} drew "
+                raise InputError(f"bench {bench!r} was run before shared candidates: its run {run_id} drew "
                                  "its own samples; resume it with --no-shared-candidates, or start a new --run-id")
-            raise ValueError(f"bench {bench!r} was run with shared candidates: its run {run_id} took them; resume it "
+            raise InputError(f"bench {bench!r} was run with shared candidates: its run {run_id} took them; resume it "
                              "with --shared-candidates, or start a new --run-id")

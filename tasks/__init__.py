@@ -12,6 +12,7 @@ Public surface::
 
 from agora.tasks.answers import extract_answer, find_answer
 from agora.tasks.comparison import answer_key, is_correct
+from agora.tasks.errors import InputError
 from agora.tasks.extraction import Extraction
 from agora.tasks.loaders import FORMATS, Problem, TaskFormatError, load_problems
 from agora.tasks.scoring import score_answer, score_results
@@ -20,6 +21,7 @@ from agora.tasks.synthetic import synthetic_problems
 __all__ = [
     "FORMATS",
     "Extraction",
+    "InputError",
     "Problem",
     "TaskFormatError",
     "answer_key",

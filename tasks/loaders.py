@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from agora.tasks.errors import InputError
 from agora.tasks.values import ascii_digits
 from agora.tasks.problem import AnswerKind, Problem  # noqa: F401 (re-exported: its home is tasks.problem)
 
@@ -53,7 +54,7 @@ _GSM8K_GOLD = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
-class TaskFormatError(ValueError):
+class TaskFormatError(InputError):
     """A problem file line that cannot be read: ``file:line: field 'name': what is wrong``
     (``file: what is wrong`` for the file as a whole, ``line`` 0: missing, unreadable, a folder)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+from agora.tasks.errors import InputError
 from agora.tasks.problem import Problem
 
 _NAMES = ["Tom", "Mia", "Ali", "Sara", "Ben", "Lena", "Omar", "Ivy", "Raj", "Nora"]
@@ -48,7 +49,7 @@ def _two_step(rng: random.Random) -> tuple[str, int]:
 def synthetic_problems(n: int = 10, seed: int = 0) -> list[Problem]:
     """``n`` arithmetic word problems (about half one-step, half two-step), ids ``synthetic-<seed>-<i>``."""
     if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+        raise InputError(f"n must be >= 0, got {n}")
     rng = random.Random(seed)
     problems = []
     for i in range(n):

@@ -45,6 +45,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agora.tasks.errors import InputError
 from agora.traces.store import TraceStore
 
 FORMAT = "agora-trace-bundle"
@@ -61,7 +62,7 @@ FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)")
                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-class BundleError(ValueError):
+class BundleError(InputError):
     """A bundle that cannot be written or read; the message names the file and what is wrong."""
 
 

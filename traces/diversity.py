@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from agora.tasks.errors import InputError
 from agora.tasks.answers import extract_answer
 from agora.traces.store import TraceStore, readonly_uri, store_backend
 
@@ -133,11 +134,11 @@ def read_exchanges(path: str | Path, run_ids: Sequence[str] = (), *, min_shared_
     try:
         tables = conn.tables()
         if "model_calls" not in tables:
-            raise ValueError(f"{path}: no model_calls table; is this an Agora trace database?")
+            raise InputError(f"{path}: no model_calls table; is this an Agora trace database?")
         cols = conn.columns("model_calls")
         missing = [c for c in ("model", "completion") if c not in cols]
         if missing:
-            raise ValueError(f"{path}: model_calls lacks column(s) {', '.join(missing)}")
+            raise InputError(f"{path}: model_calls lacks column(s) {', '.join(missing)}")
         notes: list[str] = []
         wanted = ("call_id", "run_id", "question_id", "protocol", "node", "role", "model", "messages",
                   "completion", "partner")

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from agora.tasks.errors import InputError
 from agora.traces import schema
 from agora.traces.store import TraceStore, call_rows, clean_rows, now
 
@@ -56,11 +57,11 @@ def check_same_run(store: TraceStore, run_id: str, config: dict[str, Any], finge
     changed = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
     if changed:
         detail = ", ".join(f"{k}: {stored.get(k)!r} → {wanted.get(k)!r}" for k in changed)
-        raise ValueError(f"run {run_id!r} in {store.path} was started with other settings ({detail}); "
+        raise InputError(f"run {run_id!r} in {store.path} was started with other settings ({detail}); "
                          f"rerun with the same settings to resume, or pass a new --run-id")
     dataset = json.loads(run.get("dataset") or "{}")
     if dataset.get("fingerprint") not in (None, fingerprint):
-        raise ValueError(f"run {run_id!r} in {store.path} was started on another instruction pool "
+        raise InputError(f"run {run_id!r} in {store.path} was started on another instruction pool "
                          f"({dataset.get('fingerprint')} ≠ {fingerprint}); use the same file and --limit to resume")
 
 
@@ -312,7 +313,7 @@ def plot_duels(store: TraceStore, run_id: str, out_dir: str | Path, top: int = 2
     from matplotlib.figure import Figure
 
     if not duels(store, run_id):
-        raise ValueError(f"{store.path}: run {run_id!r} has no duels")
+        raise InputError(f"{store.path}: run {run_id!r} has no duels")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from agora.tasks.errors import InputError
 
-class TraceStoreError(ValueError):
+
+class TraceStoreError(InputError):
     """A trace database (or its checkpoints file) that cannot be opened or written; the message is
     one line naming the file and what is wrong."""
 
@@ -13,6 +15,6 @@ class RunLockedError(TraceStoreError):
     (:meth:`TraceStore.run_lock`); the message names its pid and host."""
 
 
-class ResumeRefusedError(ValueError):
+class ResumeRefusedError(InputError):
     """A rerun of a run id with other options than the run was started with
     (:meth:`TraceStore.start_run`); the message names each setting that differs."""

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any, Sequence
 from urllib.parse import unquote, urlsplit
 
+from agora.tasks.errors import InputError
 from agora.traces.rows import _json
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def check_url(url: str) -> None:
         urlsplit(url).port  # the port is parsed on access
     except ValueError as exc:
         hint = "; an IPv6 host goes in brackets: postgresql://user@[::1]:5432/db" if "IPv6" in str(exc) else ""
-        raise ValueError(f"{shown_url(url)}: not a valid Postgres URL ({exc}){hint}") from None
+        raise InputError(f"{shown_url(url)}: not a valid Postgres URL ({exc}){hint}") from None
 
 
 

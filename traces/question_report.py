@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from agora.tasks.errors import InputError
 from agora.tasks.scoring import score_answer
 from agora.traces.members import read_program_run
 from agora.traces.store import TraceStore
@@ -75,7 +76,7 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
         ok = next(iter(store.db.query("select count(*) as n from model_calls where run_id = ? and question_id = ? "
                                       "and error is null", [run_id, question_id])))["n"]
         if not failures and not ok:
-            raise ValueError(f"{store.path}: run {run_id!r} has no recorded question {question_id!r}")
+            raise InputError(f"{store.path}: run {run_id!r} has no recorded question {question_id!r}")
         return {"run_id": run_id, "protocol": run.protocol, "question_id": question_id, "failed": True,
                 "kind": None, "n_choices": None, "gold": None, "question": None, "samples": [], "methods": [],
                 "detail": {}, "failed_attempts": failures, "successful_calls": ok}

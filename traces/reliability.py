@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agora.tasks.errors import InputError
 from agora.traces.bundle import FILE_KINDS
 from agora.traces.members import member_rows
 from agora.traces.store import TraceStore, store_backend
@@ -23,7 +24,7 @@ _CACHE: dict[tuple[Any, ...], dict[str, float]] = {}
 _LOCK = threading.Lock()
 
 
-class DevRunError(ValueError):
+class DevRunError(InputError):
     """A dev run that cannot give reliabilities: no such database or run, or no scored sample. One line."""
 
 

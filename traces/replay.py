@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agora.tasks.errors import InputError
 from agora.tasks.scoring import score_answer
 from agora.agents.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench import too_few
@@ -79,11 +80,11 @@ def check_rule(run: RunTrace, rule: str, rules: dict[str, Rule] | None = None) -
     """
     registry = RULES if rules is None else rules
     if rule not in registry:
-        raise ValueError(f"--rule {rule}: unknown; choose from {', '.join(sorted(registry))}")
+        raise InputError(f"--rule {rule}: unknown; choose from {', '.join(sorted(registry))}")
     spec = registry[rule]
     if not spec.applies_to(run.protocol):
         fits = sorted(r.name for r in registry.values() if r.applies_to(run.protocol))
-        raise ValueError(f"--rule {rule}: applies to {', '.join(spec.protocols)} runs only; run {run.run_id!r} has "
+        raise InputError(f"--rule {rule}: applies to {', '.join(spec.protocols)} runs only; run {run.run_id!r} has "
                          f"protocol {run.protocol}, whose rules are {', '.join(fits) or 'none'}")
     return spec
 
@@ -106,7 +107,7 @@ def check_roles(run: RunTrace, roles: str, option: str = "--param roles") -> Non
         return
     unknown = [r for r in wanted if r not in known] if wanted else [roles]
     if unknown:
-        raise ValueError(f"{option}={roles}: run {run.run_id!r} has no samples of role(s) "
+        raise InputError(f"{option}={roles}: run {run.run_id!r} has no samples of role(s) "
                          f"{', '.join(map(repr, unknown))}; its roles: {', '.join(known)}")
 
 
@@ -127,9 +128,9 @@ def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, de
     if params is None:
         params = parse_params(spec, [], run)
     if spec.needs_dev and dev is None:
-        raise ValueError(f"rule {rule} weighs models by their accuracy on a dev run: give --dev-run-id")
+        raise InputError(f"rule {rule} weighs models by their accuracy on a dev run: give --dev-run-id")
     if dev is not None and dev.run_id == run.run_id:
-        raise ValueError(f"--dev-run-id {dev.run_id}: the replayed run itself; weights measured on the questions "
+        raise InputError(f"--dev-run-id {dev.run_id}: the replayed run itself; weights measured on the questions "
                          "they then score would count each answer's own correctness; give a run on other "
                          "(dev) questions")
     if "roles" in params:

@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from agora.tasks.errors import InputError
 from agora.agents.stats import bootstrap_ci  # noqa: F401 (its home is agents/, below traces)
 from agora.traces.store import TraceStore
 
@@ -128,7 +129,7 @@ def disagreements(store: TraceStore, run_id: str, a: str, b: str) -> list[dict[s
     methods = sorted({m for ms in by_q.values() for m in ms})
     for m in (a, b):
         if m not in methods:
-            raise ValueError(f"{store.path}: run {run_id!r} has no method {m!r} (its methods: "
+            raise InputError(f"{store.path}: run {run_id!r} has no method {m!r} (its methods: "
                              f"{', '.join(methods) or 'none recorded'})")
     gold = {q["question_id"]: q["gold"] for q in store.questions(run_id)}
     out: list[dict[str, object]] = []

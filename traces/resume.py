@@ -11,6 +11,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from agora.tasks.errors import InputError
 from agora.traces.errors import ResumeRefusedError
 from agora.traces.rows import _json, option_count
 
@@ -71,19 +72,19 @@ def check_run_id(run_id: Any, option: str = "--run-id") -> str:
         ValueError: naming ``option`` and the id as Python writes it (``'a\\x07b'``).
     """
     if not isinstance(run_id, str):
-        raise ValueError(f"{option}: a run id is text, got {run_id!r}")
+        raise InputError(f"{option}: a run id is text, got {run_id!r}")
     if not run_id.strip():
-        raise ValueError(f"{option} {run_id!r}: a blank run id; give a name (letters, digits, - _ : . …)")
+        raise InputError(f"{option} {run_id!r}: a blank run id; give a name (letters, digits, - _ : . …)")
     bad = _bad_character(run_id)
     if bad:
         at, ch, what = bad
         name = unicodedata.name(ch, "")  # (control characters and surrogates have none)
         shown = repr(ch) + (f" ({name})" if name else "")
         half = " (half of a UTF-16 pair, not a character)" if unicodedata.category(ch) == "Cs" else ""
-        raise ValueError(f"{option} {run_id!r}: holds {what} {shown} at position {at}{half}; run ids are printed "
+        raise InputError(f"{option} {run_id!r}: holds {what} {shown} at position {at}{half}; run ids are printed "
                          "and written to files, so use visible characters")
     if run_id != run_id.strip():
-        raise ValueError(f"{option} {run_id!r}: leading or trailing white space in a run id; remove it")
+        raise InputError(f"{option} {run_id!r}: leading or trailing white space in a run id; remove it")
     return run_id
 
 

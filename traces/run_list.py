@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from agora.tasks.errors import InputError
 from agora.traces.report import method_table, run_totals
 from agora.traces.shared_candidates import shared_totals
 from agora.traces.store import TraceStore, TraceStoreError, check_db_path, store_backend
@@ -176,7 +177,7 @@ def run_summary(store: TraceStore, run_id: str) -> dict[str, object]:
     """
     run = store.get_run(run_id) if "runs" in store.db.table_names() else None
     if run is None:
-        raise ValueError(f"{store.path}: no run {run_id!r} (`agora report runs --db {store.path}` lists them)")
+        raise InputError(f"{store.path}: no run {run_id!r} (`agora report runs --db {store.path}` lists them)")
     totals = run_totals(store, run_id)
     hows: dict[str, int] = {}
     if "how" in store.db["model_calls"].columns_dict:

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from agora.tasks.errors import InputError
 from agora.traces.shared_candidates import shared_takes
 from agora.traces.store import TraceStore, answer_fields, option_count
 
@@ -85,7 +86,7 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
     """
     run = store.get_run(run_id) if "runs" in store.db.table_names() else None
     if run is None:
-        raise ValueError(f"{store.path}: no run {run_id!r} (`agora report runs --db {store.path}` lists them)")
+        raise InputError(f"{store.path}: no run {run_id!r} (`agora report runs --db {store.path}` lists them)")
     keep = None if question_ids is None else set(question_ids)
     questions: dict[str, QuestionTrace] = {}
     for q in store.questions(run_id):

@@ -4,6 +4,7 @@ drawing its own, mapped back to the roles that took them (:func:`shared_takes`) 
 
 from __future__ import annotations
 
+from agora.tasks.errors import InputError
 from agora.traces.store import TraceStore, answer_fields
 
 
@@ -60,7 +61,7 @@ def shared_takes(store: TraceStore, run_id: str, details: dict[str, dict] | None
     protocol = run["protocol"]
 
     def refuse(why: str) -> ValueError:
-        return ValueError(f"run {run_id!r} took shared candidates from {source!r}, but {why}: its replay and "
+        return InputError(f"run {run_id!r} took shared candidates from {source!r}, but {why}: its replay and "
                           "report would be wrong, so they are refused")
 
     if protocol not in ("align", "comed"):

@@ -14,6 +14,7 @@ from typing import Annotated
 
 from pydantic import model_validator
 
+from agora.tasks.errors import InputError
 from agora.models.llamacpp import default_threads
 from agora.models.pool import MAX_POOL_TEMPERATURE
 from agora.models.validation import Rule, is_count, is_number, settings
@@ -70,7 +71,7 @@ class TrainSettings:
     @model_validator(mode="after")
     def _some_steps(self) -> TrainSettings:
         if self.epochs <= 0 and self.max_steps <= 0:
-            raise ValueError("epochs must be > 0 unless max_steps is set")
+            raise InputError("epochs must be > 0 unless max_steps is set")
         return self
 
     def common_args(self, output_dir: str) -> dict:
@@ -119,7 +120,7 @@ class GRPOSettings(TrainSettings):
     @model_validator(mode="after")
     def _groups(self) -> GRPOSettings:
         if (self.batch_size * self.grad_accum) % self.num_generations:
-            raise ValueError(f"batch_size × grad_accum ({self.batch_size} × {self.grad_accum}) must be divisible by "
+            raise InputError(f"batch_size × grad_accum ({self.batch_size} × {self.grad_accum}) must be divisible by "
                              f"num_generations ({self.num_generations})")
         return self
 

@@ -39,6 +39,7 @@ from typing import Annotated, Any, Iterable, Sequence
 
 import sqlite_utils
 
+from agora.tasks.errors import InputError
 from agora.agents.prompts import solver_messages
 from agora.models.validation import Rule, settings
 from agora.tasks import Problem, is_correct
@@ -81,7 +82,7 @@ def _loads(value: Any, default: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-class PairRowError(ValueError):
+class PairRowError(InputError):
     """A ``preference_pairs`` row that cannot become a DPO pair, in one line:
     ``DB: table preference_pairs, row pair_id='p1': column 'chosen': expected text, got NULL``."""
 
@@ -241,7 +242,7 @@ def dpo_rows(pairs: Iterable[dict[str, Any]], flt: PairFilter = PairFilter()) ->
     for p in filter_pairs(pairs, flt):
         messages = [{"role": m["role"], "content": m["content"]} for m in p["prompt_messages"]]
         if not messages or messages[-1]["role"] != "user":
-            raise ValueError(f"preference pair {p['pair_id']}: prompt_messages must end with a user message")
+            raise InputError(f"preference pair {p['pair_id']}: prompt_messages must end with a user message")
         rows.append({
             "prompt": messages,
             "chosen": [{"role": "assistant", "content": p["chosen"].strip()}],
@@ -305,7 +306,7 @@ def split_by_instruction(rows: Sequence[dict[str, Any]], validation_fraction: fl
         ValueError: ``validation_fraction`` outside ``[0, 1)``.
     """
     if not 0.0 <= validation_fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+        raise InputError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     instructions = sorted({r["instruction"] for r in rows})
     random.Random(seed).shuffle(instructions)
     n_val = round(validation_fraction * len(instructions))
@@ -332,7 +333,7 @@ def to_dataset(rows: Sequence[dict[str, Any]]):
         ValueError: no rows (TRL cannot train on an empty dataset).
     """
     if not rows:
-        raise ValueError("no rows: the filters left an empty dataset")
+        raise InputError("no rows: the filters left an empty dataset")
     from datasets import Dataset
 
     return Dataset.from_list(list(rows))

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from agora.tasks.errors import InputError
 from agora.agents.stats import (  # noqa: F401 (proportion_ci ... mean_difference: re-exported, their home is agents/stats)
     bootstrap_ci, mcnemar_exact, mean_ci, mean_difference, proportion_ci, proportion_difference)
 
@@ -37,7 +38,7 @@ def paired_difference(before: Sequence[int | bool], after: Sequence[int | bool],
         ValueError: the two lists differ in length.
     """
     if len(before) != len(after):
-        raise ValueError(f"paired_difference needs outcomes on the same questions: {len(before)} vs {len(after)}")
+        raise InputError(f"paired_difference needs outcomes on the same questions: {len(before)} vs {len(after)}")
     b = [int(bool(x)) for x in before]
     a = [int(bool(x)) for x in after]
     d = [y - x for x, y in zip(b, a)]
@@ -97,7 +98,7 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
     from agora.tasks import find_answer, is_correct
 
     if backend not in ("transformers", "llamacpp"):
-        raise ValueError(f"backend {backend!r}: evaluation runs on 'transformers' or 'llamacpp'")
+        raise InputError(f"backend {backend!r}: evaluation runs on 'transformers' or 'llamacpp'")
 
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)

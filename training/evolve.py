@@ -28,6 +28,7 @@ from typing import Annotated, Any, Callable, Literal, Sequence
 
 from pydantic import model_validator
 
+from agora.tasks.errors import InputError
 from agora.models._files import safe_file_name
 from agora.models.convert import is_gguf_source
 from agora.models.pool import ModelPool, ModelSpec, pool_from_specs
@@ -92,9 +93,9 @@ class EvolveConfig:
     @model_validator(mode="after")
     def _data_fits_algorithm(self) -> EvolveConfig:
         if self.algorithm == "grpo" and self.data != "duels":
-            raise ValueError("EvolveConfig.data 'own' feeds dpo and sft; grpo trains on the duels' instructions")
+            raise InputError("EvolveConfig.data 'own' feeds dpo and sft; grpo trains on the duels' instructions")
         if self.algorithm == "sft" and self.data != "own":
-            raise ValueError("EvolveConfig.algorithm 'sft' trains on the member's own right answers: set data 'own'")
+            raise InputError("EvolveConfig.algorithm 'sft' trains on the member's own right answers: set data 'own'")
         return self
 
 
@@ -152,7 +153,7 @@ def trainable(specs: Sequence[ModelSpec], names: Sequence[str] = ()) -> list[str
     if names:
         for n in names:
             if n not in by_name:
-                raise ValueError(f"train model {n!r} is not in the pool ({', '.join(by_name)})")
+                raise InputError(f"train model {n!r} is not in the pool ({', '.join(by_name)})")
             base_of(by_name[n])
         return list(names)
     out = []
@@ -299,7 +300,7 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
         del recorded["sft"]
     overlap = {p.question.strip() for p in held_out} & {p.question.strip() for p in problems}
     if overlap:
-        raise ValueError(f"{len(overlap)} held-out problems are also instructions of the duels; hold out others")
+        raise InputError(f"{len(overlap)} held-out problems are also instructions of the duels; hold out others")
     store.start_run(run_id, "evolve", config={**recorded, "duel_run": duel_run_id},
                     pool=[s.describe() for s in specs], dataset={"instructions": len(problems)})
     emit = on_event or (lambda e: None)

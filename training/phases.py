@@ -35,9 +35,10 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
+from agora.tasks.errors import InputError
 
 
-class PhaseBookError(ValueError):
+class PhaseBookError(InputError):
     """A run id reopened with other settings."""
 
 

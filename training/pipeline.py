@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from agora.tasks.errors import InputError
 from agora.models.pool import ModelSpec
 from agora.traces.store import TraceStore, call_rows
 from agora.training import tables
@@ -45,14 +46,14 @@ def base_of(spec: ModelSpec) -> tuple[str, str | None]:
     """
     if spec.backend == "llamacpp":
         if spec.adapter and not Path(spec.adapter).is_dir():
-            raise ValueError(f"model {spec.name!r}: its adapter {spec.adapter} is a GGUF LoRA, which cannot be "
+            raise InputError(f"model {spec.name!r}: its adapter {spec.adapter} is a GGUF LoRA, which cannot be "
                              "trained further; point 'adapter' at the peft folder it was converted from")
         return spec.path, spec.adapter
     if spec.backend == "transformers":
         return spec.path, spec.adapter
     if spec.backend == "vllm" and spec.model and Path(spec.model).is_dir():
         return spec.model, None
-    raise ValueError(f"model {spec.name!r} ({spec.backend}) has no local weights to train; give it a llamacpp "
+    raise InputError(f"model {spec.name!r} ({spec.backend}) has no local weights to train; give it a llamacpp "
                      "(GGUF) or transformers (HF folder) pool entry")
 
 
@@ -107,7 +108,7 @@ def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[
     rows = dpo_rows(pairs, flt)
     train, validation = split_by_instruction(rows, validation_fraction, seed=settings.seed)
     if not train:
-        raise ValueError(f"no preference pairs to train {spec.name!r} on ({len(rows)} after the filters "
+        raise InputError(f"no preference pairs to train {spec.name!r} on ({len(rows)} after the filters "
                          f"{asdict(flt)}, {len(validation)} held out); run more duels or relax --min-margin")
     main = is_main_process()
     if main:
@@ -138,7 +139,7 @@ def sft_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[d
         ValueError: no rows.
     """
     if not rows:
-        raise ValueError(f"no verified answers to train {spec.name!r} on: none of its recorded samples is right, "
+        raise InputError(f"no verified answers to train {spec.name!r} on: none of its recorded samples is right, "
                          "finished and explicit (or every question is held out)")
     main = is_main_process()
     if main:
@@ -162,7 +163,7 @@ def grpo_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[
         ValueError: no rows.
     """
     if not rows:
-        raise ValueError(f"no prompts to train {spec.name!r} on")
+        raise InputError(f"no prompts to train {spec.name!r} on")
     main = is_main_process()
     if main:
         _record_split(store, run_id, iteration, spec.name, "grpo", "train", rows, out / "dataset" / "train.jsonl",

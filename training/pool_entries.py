@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from agora.tasks.errors import InputError
 from agora.training.trainers import TrainResult
 
 
@@ -29,7 +30,7 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
             an unknown backend.
     """
     if backend not in ("transformers", "llamacpp"):
-        raise ValueError(f"backend {backend!r}: a trained member is served by 'transformers' or 'llamacpp'")
+        raise InputError(f"backend {backend!r}: a trained member is served by 'transformers' or 'llamacpp'")
     entry = {k: getattr(spec, k) for k in _KEPT if getattr(spec, k) not in (None, "")}
     # Absolute paths: a pool file reads relative paths relative to itself, not to the working directory.
     base = result.base if result.base.startswith("builtin:") else str(Path(result.base).resolve())
@@ -37,7 +38,7 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
         from agora.models.convert import is_gguf_source
 
         if not is_gguf_source(base):
-            raise ValueError(f"model {spec.name!r} was trained from {base}, not a GGUF: llama.cpp cannot serve its "
+            raise InputError(f"model {spec.name!r} was trained from {base}, not a GGUF: llama.cpp cannot serve its "
                              "adapter (use backend 'transformers')")
         if getattr(spec, "backend", None) == "llamacpp":
             entry["n_ctx"] = spec.n_ctx

@@ -27,6 +27,7 @@ import json
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
+from agora.tasks.errors import InputError
 from agora.agents.judge import Judge, JudgeConfig, judge_means
 from agora.models.pool import ModelPool
 from agora.agents.reputation import ReputationConfig, aggregate_score
@@ -184,11 +185,11 @@ class PeerJudgeReward:
                  context: Mapping[str, Any] | None = None):
         judges = list(judges) or [m for m in pool.names if m != policy]
         if not judges:
-            raise ValueError(f"PeerJudgeReward needs at least one judge besides {policy!r}")
+            raise InputError(f"PeerJudgeReward needs at least one judge besides {policy!r}")
         if policy in judges:
-            raise ValueError(f"PeerJudgeReward: the policy {policy!r} cannot judge its own completions")
+            raise InputError(f"PeerJudgeReward: the policy {policy!r} cannot judge its own completions")
         if config.presentation != "single":
-            raise ValueError("PeerJudgeReward scores one completion at a time: JudgeConfig.presentation must be 'single'")
+            raise InputError("PeerJudgeReward scores one completion at a time: JudgeConfig.presentation must be 'single'")
         self.judges = [Judge(pool, j, config) for j in judges]
         self.policy = policy
         initial = ReputationConfig().initial

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+from agora.tasks.errors import InputError
 from agora.training.config import DPOSettings, GRPOSettings, SFTSettings, TrainSettings
 from agora.training.resume import drop_checkpoints, resume_point, run_fingerprint
 
@@ -87,7 +88,7 @@ def train_dtype() -> str:
 TRAIN_EXTRA = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
 
 
-class MissingTrainExtra(ImportError, ValueError):
+class MissingTrainExtra(ImportError, InputError):
     """The ``train`` extra is not installed: one line naming the missing packages and the install command
     (a ``ValueError`` too, so the CLI prints it as a user error)."""
 
@@ -276,7 +277,7 @@ def train_grpo(base: str, rows: Sequence[dict[str, Any]], out_dir: str | Path, r
     from agora.training.datasets import to_dataset
 
     if not reward_funcs:
-        raise ValueError("train_grpo needs at least one reward function")
+        raise InputError("train_grpo needs at least one reward function")
     start = (time.perf_counter(), time.process_time())
     out_dir = Path(out_dir)
     model, tokenizer = load_policy(base, adapter, settings.threads)
@@ -311,7 +312,7 @@ def preference_accuracy(base: str, adapter: str | None, rows: Sequence[dict[str,
     import torch
 
     if not rows:
-        raise ValueError("preference_accuracy needs at least one row")
+        raise InputError("preference_accuracy needs at least one row")
     model, tokenizer = load_policy(base, adapter, threads)
     if torch.cuda.is_available():
         model.to("cuda")

@@ -5,6 +5,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictStr, field_validator
 
+from agora.tasks.errors import InputError
 from agora.models.recipes.registry import Recipe, plain_text
 
 
@@ -36,7 +37,7 @@ class FewShot(Recipe):
     def _answers_end(cls, value: tuple[Shot, ...]) -> tuple[Shot, ...]:
         for i, shot in enumerate(value):
             if not shot.question.strip() or not shot.answer.strip():
-                raise ValueError(f"shot {i}: question and answer must not be empty")
+                raise InputError(f"shot {i}: question and answer must not be empty")
         return value
 
     def prepare(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

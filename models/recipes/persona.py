@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import StrictStr, field_validator
 
+from agora.tasks.errors import InputError
 from agora.models.recipes.registry import Recipe, plain_text
 
 
@@ -23,7 +24,7 @@ class Persona(Recipe):
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError("must not be empty")
+            raise InputError("must not be empty")
         return plain_text(value)
 
     def prepare(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

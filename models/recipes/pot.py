@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
+from agora.tasks.errors import InputError
 from agora.models.recipes.registry import Finished, Recipe
 from agora.models.recipes.sandbox import DEFAULT_IMPORTS, SandboxLimits, imports_problem, run_program
 
@@ -107,13 +108,13 @@ class ProgramOfThought(Recipe):
     @classmethod
     def _safe_imports(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if problem := imports_problem(value):
-            raise ValueError(problem)
+            raise InputError(problem)
         return value
 
     @model_validator(mode="after")
     def _sandbox_installed(self) -> "ProgramOfThought":
         if importlib.util.find_spec("RestrictedPython") is None:
-            raise ValueError("program-of-thought needs RestrictedPython for its sandbox: pip install RestrictedPython")
+            raise InputError("program-of-thought needs RestrictedPython for its sandbox: pip install RestrictedPython")
         return self
 
     @property

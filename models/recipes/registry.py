@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError, field_validator
 
+from agora.tasks.errors import InputError
 from agora.models.errors import UnknownNameError
 
 #: The entry point group a third-party package registers its recipes in.
@@ -90,7 +91,7 @@ class Recipe(BaseModel):
         unknown = [r for r in value if isinstance(r, str) and r not in KNOWN_ROLES] \
             if isinstance(value, (list, tuple)) else []
         if unknown:
-            raise ValueError(f"unknown role {unknown[0]!r}; known roles: {', '.join(KNOWN_ROLES)}")
+            raise InputError(f"unknown role {unknown[0]!r}; known roles: {', '.join(KNOWN_ROLES)}")
         return value
 
     def applies(self, context: dict[str, Any] | None) -> bool:
@@ -128,12 +129,12 @@ def plain_text(value: str) -> str:
     for i, c in enumerate(value):
         if c not in "\n\t\r" and unicodedata.category(c) in ("Cc", "Cs"):
             what = "a lone surrogate" if unicodedata.category(c) == "Cs" else "control character"
-            raise ValueError(f"{what} U+{ord(c):04X} at position {i}: a prompt's text may hold newlines and tabs, "
+            raise InputError(f"{what} U+{ord(c):04X} at position {i}: a prompt's text may hold newlines and tabs, "
                              "no other control characters")
     return value
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe entry that cannot be used: ``field`` names the pool-file field (``recipe`` or
     ``recipe.<setting>``)."""
 
@@ -151,7 +152,7 @@ def _check(cls: Any) -> type[Recipe]:
     if not (isinstance(cls, type) and issubclass(cls, Recipe)):
         raise TypeError(f"a recipe must be a subclass of agora.models.recipes.Recipe, got {cls!r}")
     if not isinstance(cls.name, str) or not cls.name.isidentifier():
-        raise ValueError(f"recipe {cls.__name__}: name must be an identifier, got {cls.name!r}")
+        raise InputError(f"recipe {cls.__name__}: name must be an identifier, got {cls.name!r}")
     return cls
 
 
@@ -166,7 +167,7 @@ def register_recipe(cls: type[Recipe], *, replace_existing: bool = False) -> typ
     _discover()
     with _LOCK:
         if cls.name in _RECIPES and _RECIPES[cls.name] is not cls and not replace_existing:
-            raise ValueError(f"a recipe named {cls.name!r} is already registered ({_RECIPES[cls.name].__module__})")
+            raise InputError(f"a recipe named {cls.name!r} is already registered ({_RECIPES[cls.name].__module__})")
         _RECIPES[cls.name] = cls
     return cls
 

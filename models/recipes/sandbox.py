@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from agora.tasks.errors import InputError
 from agora.models.validation import Convert, Rule, settings
 
 #: The modules a program may import unless a recipe says otherwise (sympy when installed).
@@ -94,9 +95,9 @@ def _allowed_imports(value: Any) -> Any:
         ValueError: ``imports: ...`` naming the entries at fault (:func:`imports_problem`).
     """
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ValueError(f"imports: must be a list of module names, got {value!r}")
+        raise InputError(f"imports: must be a list of module names, got {value!r}")
     if problem := imports_problem(value):
-        raise ValueError(f"imports: {problem}")
+        raise InputError(f"imports: {problem}")
     return value
 
 
