@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from agora.tasks.errors import InputError
 from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
 from agora.agents.escalation import EscalationThresholds, decide, escalates
 from agora.agents.escalation_calibration import DevOutcome
@@ -91,7 +92,7 @@ def selection_rule(name: str, *, params: dict[str, Any] | None = None, help: str
     """
     def register(fn: RuleFn) -> RuleFn:
         if name in RULES:
-            raise ValueError(f"selection rule {name!r} is already registered")
+            raise InputError(f"selection rule {name!r} is already registered")
         RULES[name] = Rule(name, fn, dict(params or {}), help or (fn.__doc__ or "").strip().split("\n")[0],
                            from_config, dict(reproduces or {}), needs_dev, tuple(protocols))
         return fn
@@ -115,16 +116,16 @@ def parse_params(rule: Rule, items: Sequence[str], run: RunTrace | None = None) 
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep:
-            raise ValueError(f"--param {item!r}: expected key=value")
+            raise InputError(f"--param {item!r}: expected key=value")
         if key not in rule.params:
-            raise ValueError(f"--param {key}: rule {rule.name} has no such parameter; it takes "
+            raise InputError(f"--param {key}: rule {rule.name} has no such parameter; it takes "
                              f"{', '.join(rule.params) or 'none'}")
         if key in given:
-            raise ValueError(f"--param {key}: given twice ({key}={given[key]} and {key}={value}); give it once")
+            raise InputError(f"--param {key}: given twice ({key}={given[key]} and {key}={value}); give it once")
         given[key] = value
         if not value.strip(" ,"):
             default = rule.params[key]
-            raise ValueError(f"--param {key}={value}: an empty value; give one, or leave --param {key} out for "
+            raise InputError(f"--param {key}={value}: an empty value; give one, or leave --param {key} out for "
                              + (f"its default {default!r}" if default != "" else "the protocol's default")
                              + (f" ({default_roles(run)} on this {run.protocol} run)" if key == "roles" and run else ""))
         kind = type(rule.params[key])
@@ -136,7 +137,7 @@ def parse_params(rule: Rule, items: Sequence[str], run: RunTrace | None = None) 
             else:
                 out[key] = kind(value)
         except ValueError:
-            raise ValueError(f"--param {key}={value}: not a {kind.__name__}") from None
+            raise InputError(f"--param {key}={value}: not a {kind.__name__}") from None
     return out
 
 
@@ -173,7 +174,7 @@ def _proposals(q: QuestionTrace, rule: str, ctx: ReplayContext) -> tuple[list[di
 
 def _check_choice(value: str, allowed: Sequence[str], name: str) -> None:
     if value not in allowed:
-        raise ValueError(f"--param {name}={value}: choose from {', '.join(allowed)}")
+        raise InputError(f"--param {name}={value}: choose from {', '.join(allowed)}")
 
 
 @selection_rule("align", params={"tau": 0.5, "proposal_rule": "plurality"}, from_config=_align_config,
@@ -184,7 +185,7 @@ def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choic
     agents' candidates, with each agent's proposal re-made under ``proposal_rule``."""
     _check_choice(p["proposal_rule"], ("plurality", "first"), "proposal_rule")
     if not 0.0 <= p["tau"] <= 1.0:
-        raise ValueError(f"--param tau={p['tau']}: must be in [0, 1]")
+        raise InputError(f"--param tau={p['tau']}: must be in [0, 1]")
     cands, proposals = _proposals(q, p["proposal_rule"], ctx)
     utilities = agreement_utility([x["answer"] for x in proposals], proposals)
     sel = principal_select(proposals, utilities, p["tau"])
@@ -263,7 +264,7 @@ def weighted_vote_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) 
     weighs as an unseen one (a = 1/2)."""
     _check_choice(p["weight"], ("log_odds", "accuracy"), "weight")
     if p["prior"] < 0:
-        raise ValueError(f"--param prior={p['prior']}: must be >= 0")
+        raise InputError(f"--param prior={p['prior']}: must be >= 0")
     cands = _candidates(q, p["roles"] or default_roles(ctx.run))
 
     def weight(model: str) -> float:
@@ -295,7 +296,7 @@ def _member_votes(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> di
             SLM-MUX baseline).
     """
     if p["k"] < 0:
-        raise ValueError(f"--param k={p['k']}: must be >= 0 (0: every recorded sample)")
+        raise InputError(f"--param k={p['k']}: must be >= 0 (0: every recorded sample)")
     rows = sorted((s for s in q.of("member") if s.node == "mux_sample"), key=lambda s: (s.agent or 0, s.sample_index or 0))
     votes: dict[int, MemberVote] = {}
     for s in rows:
@@ -346,18 +347,14 @@ def slm_mux_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Cho
                   f"{_shown(confidences)}", sum(len(v["answers"]) for v in votes.values()))
 
 
-@selection_rule("mux_top", params={"k": 0}, reproduces={"slm-mux": "mux_top", "comed": "mux_top"},
-                protocols=("slm-mux", "comed"),
+@selection_rule("mux_top", params={"k": 0}, reproduces={"slm-mux": "mux_top"}, protocols=("slm-mux",),
                 help="SLM-MUX's static baseline: the plurality answer of the member with the best recorded dev "
                      "accuracy (the first member without one); --param k=N uses its first N samples.")
 def mux_top_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
     """The member with the highest dev accuracy the run recorded (:func:`agora.agents.slm_mux.top_member`;
-    the first member when none is measured, as on COMED's baseline) answers with its plurality
-    answer over its recorded samples (the first ``k`` when ``k`` > 0): SLM-MUX's ``mux_top``.
-
-    Raises:
-        Unavailable: a COMED question whose run did not compute the SLM-MUX baseline.
-    """
+    the first member when none is measured) answers with its plurality answer over its recorded
+    samples (the first ``k`` when ``k`` > 0): SLM-MUX's ``mux_top`` (a COMED run's SLM-MUX baseline
+    records only ``slm-mux`` and ``mux_vote``)."""
     votes = _member_votes(q, p, ctx)
     top = top_member(_member_confidences(q, votes))
     if top is None:
