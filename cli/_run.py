@@ -19,10 +19,11 @@ from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.models.pool import ModelPool
 from agora.cli._shared import (
+    Table,
     console,
     exit_if_failed,
     fmt_ci,
@@ -72,13 +73,13 @@ def config_table(config_file: Path, table: str, cls: type) -> dict[str, Any]:
     """
     path = Path(config_file)
     if not path.is_file():
-        raise ValueError(f"--config {path}: no such file")
+        raise InputError(f"--config {path}: no such file")
     try:
         values = tomllib.loads(path.read_text(encoding="utf-8")).get(table)
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"--config {path}: invalid TOML: {exc}") from None
+        raise InputError(f"--config {path}: invalid TOML: {exc}") from None
     if not isinstance(values, dict):
-        raise ValueError(f"--config {path}: no [{table}] table (fields: {', '.join(f.name for f in fields(cls))})")
+        raise InputError(f"--config {path}: no [{table}] table (fields: {', '.join(f.name for f in fields(cls))})")
     return values
 
 
@@ -109,7 +110,7 @@ def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: 
     try:
         return settings_from({**given, **from_file}, cls)
     except ValueError as exc:
-        raise ValueError(f"--config {config_file}: [{table}] {exc}") from None
+        raise InputError(f"--config {config_file}: [{table}] {exc}") from None
 
 
 def names(value: Optional[str]) -> tuple[str, ...]:
@@ -128,9 +129,9 @@ def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: 
         ``--data`` that is neither ``synthetic`` nor the sample's ``gsm8k``), or no problems.
     """
     if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"--format {fmt!r}: unknown format; choose one of {', '.join(FORMATS)}")
+        raise InputError(f"--format {fmt!r}: unknown format; choose one of {', '.join(FORMATS)}")
     if data is None and fmt not in (None, "synthetic", "gsm8k"):
-        raise ValueError(f"--format {fmt} needs a file: give --data FILE; without one only --format synthetic "
+        raise InputError(f"--format {fmt} needs a file: give --data FILE; without one only --format synthetic "
                          "(generated arithmetic) and gsm8k (the shipped GSM8K sample) run")
     if data is None and fmt == "synthetic":
         return None, "synthetic", load(None, "synthetic", limit or 5, seed=seed)
@@ -140,7 +141,7 @@ def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: 
         fmt_name = fmt or detect_format(data)
     problems = load(data, fmt_name, limit)
     if not problems:
-        raise ValueError(f"{data}: no problems to run")
+        raise InputError(f"{data}: no problems to run")
     return data, fmt_name, problems
 
 
@@ -285,7 +286,7 @@ def benchmark_command(name: str, cls: type, *, short_help: str, help: str, conte
     reserved = {"ctx", "data", "fmt", "format", "limit", *SHARED_PARAMS}
     clash = sorted(f.name for f in fields(cls) if f.name in reserved)
     if clash:
-        raise ValueError(f"agora run {name}: settings field(s) {', '.join(clash)} of {cls.__name__} clash with the "
+        raise InputError(f"agora run {name}: settings field(s) {', '.join(clash)} of {cls.__name__} clash with the "
                          f"shared options; rename them (reserved: {', '.join(sorted(reserved))})")
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shlex
@@ -10,6 +11,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import tomllib
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,8 +21,11 @@ from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
 
+from agora.tasks.errors import InputError
 from agora.models.pool import (
     MAX_POOL_TEMPERATURE,
     ModelCallError,
@@ -31,6 +36,7 @@ from agora.models.pool import (
     load_pool,
 )
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
+from agora.tasks.errors import InputError, is_input
 from agora.tasks.loaders import TaskFormatError
 from agora.traces.store import describe_sqlite_error
 
@@ -39,22 +45,58 @@ from agora.traces.store import describe_sqlite_error
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
+class Table(RichTable):
+    """The CLI's tables: a rich ``Table`` whose columns fold a cell that does not fit onto more lines
+    (``overflow="fold"``) instead of cutting it to ``…``, so a run id, question id, model or method
+    name stays whole (and copyable) in a narrow terminal. A ``no_wrap`` column (a method name, a
+    note) stays on one line only while the terminal leaves the other columns room
+    (:data:`ROOM_PER_COLUMN` characters each): rich would otherwise squeeze them to nothing to keep
+    it whole, and their figures would vanish; in a narrower terminal it folds like the others."""
+
+    #: Characters of text each wrappable column keeps beside the ``no_wrap`` ones (else those fold).
+    ROOM_PER_COLUMN = 6
+
+    def add_column(self, *args: Any, overflow: Any = "fold", **kwargs: Any) -> None:
+        super().add_column(*args, overflow=overflow, **kwargs)
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        pinned = [c for c in self.columns if c.no_wrap]
+        if pinned:
+            kept = sum(max(Measurement.get(console, options, cell).maximum for cell in (c.header, *c.cells)) + 3
+                       for c in pinned)
+            room = (len(self.columns) - len(pinned)) * (self.ROOM_PER_COLUMN + 3) + 1  # + padding and borders
+            if kept + room > options.max_width:
+                for c in pinned:
+                    c.no_wrap = False
+        try:
+            yield from super().__rich_console__(console, options)
+        finally:
+            for c in pinned:
+                c.no_wrap = True
+
+
 #: Bound of ``--shots``: the worked exemplars there are (3 math, 2 multiple choice; a kind with fewer uses all).
 MAX_SHOTS = max(len(MATH_SHOTS), len(MC_SHOTS))
 #: Bound of ``--temperature`` for sampling answers: the OpenAI API's range (above it answers are mostly noise);
 #: a pool entry's ``temperature`` has the same bound.
 MAX_TEMPERATURE = MAX_POOL_TEMPERATURE
 
-#: Errors a user can act on: printed as one line, exit status 2, no traceback.
-USER_ERRORS = (TaskFormatError, PoolConfigError, ValueError, FileNotFoundError, UnknownNameError)
-#: Not among them: any other ``KeyError`` (a dict lookup in Agora's code that failed is a bug, not
-#: bad input: it surfaces with its traceback, introduced by one ``internal error`` line).
+#: Errors a user can act on: printed as one line, exit status 2, no traceback. Besides these, a
+#: ``ValueError`` marked as input (:func:`agora.tasks.errors.as_input`: a settings class's refusal).
+#: A file that does not parse (JSON, TOML, text that is not UTF-8) is input too.
+USER_ERRORS = (InputError, TaskFormatError, PoolConfigError, FileNotFoundError, UnknownNameError,
+               json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError)
+#: Not among them: any other ``ValueError`` or ``KeyError`` (a check or a dict lookup in Agora's code
+#: that failed is a bug, not bad input: it surfaces with its traceback, introduced by one
+#: ``internal error`` line).
 
 
 @contextlib.contextmanager
 def user_errors(unit: str | None = None) -> Iterator[None]:
-    """Turn user-facing errors into ``error: ...`` on stderr and exit 2 (a ``KeyError`` only when it is
-    an :class:`~agora.models.errors.UnknownNameError`: any other is re-raised as the bug it is); an
+    """Turn user-facing errors (:data:`USER_ERRORS`, and a ``ValueError`` marked as input) into
+    ``error: ...`` on stderr and exit 2; any other ``ValueError`` or ``KeyError`` (a ``KeyError`` is
+    input only as an :class:`~agora.models.errors.UnknownNameError`) is a bug in Agora: one
+    ``internal error`` line, then it is re-raised with its traceback (exit 1); an
     unreachable model into exit 1;
     Ctrl-C into exit 130. ``unit``: what the command's run saves as it goes (``"questions"``,
     ``"duels"``), named in the resume hint; ``None`` (the default) for a command that runs nothing
@@ -81,19 +123,21 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
                   if unit is not None else "")
         err_console.print(f"[red]error:[/red] {escape(str(exc))}{resume}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    except USER_ERRORS as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-    except KeyError as exc:  # from a lookup in Agora's code, not the user's input: a bug, with its traceback
-        err_console.print(f"[red]internal error:[/red] KeyError {escape(repr(exc.args[0]) if exc.args else '')} "
-                          "(a bug in Agora, not in your input; the traceback follows)", highlight=False,
-                          soft_wrap=True)
-        raise
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
         saved = f"; finished {unit} are saved" if unit is not None else ""
         err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error('trace database', exc))}{saved}",
                           highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except Exception as exc:
+        if not (isinstance(exc, USER_ERRORS) or is_input(exc)):
+            if isinstance(exc, (KeyError, ValueError)):  # from Agora's own code, not the user's input: a bug
+                shown = repr(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+                err_console.print(f"[red]internal error:[/red] {type(exc).__name__} {escape(shown[:300])} "
+                                  "(a bug in Agora, not in your input; the traceback follows)", highlight=False,
+                                  soft_wrap=True)
+            raise
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -218,7 +262,7 @@ def check_out_path(out: Path | None, option: str = "--out") -> None:
     for p in (out, *out.parents):
         if p.exists() and not p.is_dir():
             what = "names an existing file" if p == out else f"lies under the file {p}"
-            raise ValueError(f"{option} {out}: {what}; it must be a folder (give a new or existing folder)")
+            raise InputError(f"{option} {out}: {what}; it must be a folder (give a new or existing folder)")
         if p.exists():
             return
 

@@ -7,12 +7,11 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from agora.agents.delegation import DelegationConfig
 from agora.cli import _run
 from agora.cli._apps import run_app
-from agora.cli._shared import MAX_TEMPERATURE, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
+from agora.cli._shared import MAX_TEMPERATURE, Table, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
 from agora.graphs.delegation import METHODS, DelegationContext, calibrated_reliabilities
 from agora.tasks.loaders import load_problems
 from agora.traces.report import method_table, run_totals, unknown_tokens_note

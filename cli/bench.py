@@ -20,8 +20,8 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, EscalationThresholds
 from agora.agents.escalation_calibration import load_thresholds
@@ -30,6 +30,7 @@ from agora.agents.router import KNNRouter, history_from_store
 from agora.cli import _run
 from agora.cli._shared import (
     MAX_TEMPERATURE,
+    Table,
     console,
     err_console,
     check_out_path,
@@ -121,7 +122,7 @@ def _dev_splits(calibrate_on: str | None, dev: int, tasks: list[TaskFile]) -> li
     if calibrate_on:
         files = [Path(f.strip()) for f in calibrate_on.split(",") if f.strip()]
         if len(files) not in (1, len(tasks)):
-            raise ValueError(f"--calibrate-on: {len(files)} files for {len(tasks)} tasks; give one file (thresholds "
+            raise InputError(f"--calibrate-on: {len(files)} files for {len(tasks)} tasks; give one file (thresholds "
                              "for every task) or one per task, in the order of --tasks")
         for i, f in enumerate(files):
             problems = load_problems(f, detect_format(f), dev or None)
@@ -135,7 +136,7 @@ def _dev_splits(calibrate_on: str | None, dev: int, tasks: list[TaskFile]) -> li
     for scope, what, problems in splits:
         kept, dropped = disjoint(problems, tests)
         if not kept:
-            raise ValueError(f"--calibrate-on: {what} has no question that is not a test question")
+            raise InputError(f"--calibrate-on: {what} has no question that is not a test question")
         note = f"; {dropped} of its questions are test questions and were dropped" if dropped else ""
         out.append(DevSplit(scope, what + note, tuple(kept)))
     return out
@@ -231,30 +232,30 @@ def bench(
         check_out_path(out)  # an existing file as --out: refused now, not after every run finished
         if report_only:
             if run_id is None:
-                raise ValueError("--report-only needs the --run-id of a bench")
+                raise InputError("--report-only needs the --run-id of a bench")
             store = TraceStore(db, readonly=True)
             spec = read_bench_spec(store, run_id)
             if spec is None:
                 started = sorted(store.run_ids(f"{run_id}:"))
                 if started:  # the spec is recorded once the dev runs have chosen the test runs' settings
-                    raise ValueError(f"{db}: bench {run_id!r} has no report yet: it is in its dev phase "
+                    raise InputError(f"{db}: bench {run_id!r} has no report yet: it is in its dev phase "
                                      f"({len(started)} runs so far: {', '.join(started)}); its spec and report start "
                                      f"when the dev runs finish (progress: agora report runs --db {db})")
-                raise ValueError(f"{db}: no bench {run_id!r}")
+                raise InputError(f"{db}: no bench {run_id!r}")
             report, files = write_report(store, spec, out or default_out(run_id), seed=seed, record=False)
             _print_summary(report, files)
             return
         for flag, value in (("--lambda", lam), ("--max-calls", max_calls)):
             if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{flag} must be a finite number >= 0, got {value}")
+                raise InputError(f"{flag} must be a finite number >= 0, got {value}")
         methods = resolve_methods(protocols)
         task_files = load_tasks(tasks, limit, 0 if calibrate_on else dev)
         if thresholds is not None and (calibrate_on or dev):
-            raise ValueError("--thresholds and --calibrate-on/--dev both choose COMED's thresholds; give one")
+            raise InputError("--thresholds and --calibrate-on/--dev both choose COMED's thresholds; give one")
         file = load_thresholds(thresholds) if thresholds else None
         given = {k: v for k, v in {"tau_hi": tau_hi, "tau_lo": tau_lo, "m_min": m_min}.items() if v is not None}
         if file is not None and file.n_anchor is not None and anchor_samples not in (None, file.n_anchor):
-            raise ValueError(f"--anchor-samples {anchor_samples}: the thresholds in {thresholds} were calibrated with "
+            raise InputError(f"--anchor-samples {anchor_samples}: the thresholds in {thresholds} were calibrated with "
                              f"n_anchor = {file.n_anchor}; drop --anchor-samples or recalibrate")
         n_anchor = anchor_samples or (file.n_anchor if file and file.n_anchor else 3)
         base = file.thresholds if file else EscalationThresholds()
@@ -266,7 +267,7 @@ def bench(
             source = (source if file else "fixed thresholds given on the command line, not calibrated on a dev split") \
                 + f"; {', '.join(given)} set on the command line"
         if embedding not in ("auto", "minilm", "tfidf"):
-            raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
+            raise InputError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
         config = BenchConfig(
             align=DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                    temperature=temperature, seed=seed),

@@ -15,8 +15,8 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.agents.escalation import EscalationConfig, EscalationThresholds, check_pool, baseline_names, decision_grid
 from agora.agents.escalation_records import comed_detail
 from agora.agents.escalation_calibration import ThresholdsFile, load_thresholds, write_thresholds
@@ -26,6 +26,7 @@ from agora.cli._apps import calibrate_app, run_app
 from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, counted, load_benchmark, settings
 from agora.cli._shared import (
     MAX_TEMPERATURE,
+    Table,
     console,
     exit_if_failed,
     fmt_ci,
@@ -86,9 +87,9 @@ def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, 
     """A kNN router fitted on the store's past runs (never on this run's questions), or ``None``
     (fixed anchor) with a note why."""
     if k < 1:
-        raise ValueError(f"--router-k must be >= 1, got {k}")
+        raise InputError(f"--router-k must be >= 1, got {k}")
     if embedding not in ("auto", "minilm", "tfidf"):
-        raise ValueError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
+        raise InputError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
     if not use or anchor is not None:
         return None
     try:
@@ -126,7 +127,7 @@ def _samples(given: int | None, file: ThresholdsFile | None, path: Path | None) 
     thresholds were chosen on the SC grid k/N of its N, so another N is refused."""
     if file is not None and file.n_anchor is not None:
         if given is not None and given != file.n_anchor:
-            raise ValueError(f"--samples {given}: the thresholds in {path} were calibrated with n_anchor = "
+            raise InputError(f"--samples {given}: the thresholds in {path} were calibrated with n_anchor = "
                              f"{file.n_anchor} (SC takes the values k/N); drop --samples or recalibrate with it")
         return file.n_anchor
     return DEFAULT_SAMPLES if given is None else given
@@ -142,15 +143,15 @@ def _check_out(out: Path, force: bool = False) -> None:
     """Refuse an ``--out`` the thresholds cannot be written to before the dev run: its folder is
     created (as other commands create theirs) and must be writable."""
     if out.is_dir():
-        raise ValueError(f"--out {out}: is a folder; give a file name, e.g. {out / 'comed-thresholds.toml'}")
+        raise InputError(f"--out {out}: is a folder; give a file name, e.g. {out / 'comed-thresholds.toml'}")
     if out.exists() and not force:
-        raise ValueError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
+        raise InputError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"--out {out}: cannot create the folder {out.parent} ({exc.strerror})") from None
+        raise InputError(f"--out {out}: cannot create the folder {out.parent} ({exc.strerror})") from None
     if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise ValueError(f"--out {out}: not writable")
+        raise InputError(f"--out {out}: not writable")
 
 
 # The options that set an EscalationConfig field, where not the option named as the field: a field
@@ -163,7 +164,7 @@ def _baselines(spec: str) -> tuple[str, ...]:
     known = baseline_names()  # the registry's dense baselines (agora.graphs.escalation sets the source)
     unknown = [b for b in names if b not in known]
     if unknown:
-        raise ValueError(f"--baselines: unknown {unknown}; choose from {', '.join(known)} or none")
+        raise InputError(f"--baselines: unknown {unknown}; choose from {', '.join(known)} or none")
     return names
 
 
@@ -216,7 +217,7 @@ def run_comed(
             "debate_rounds": debate_rounds, "max_tokens": max_tokens, "probe_max_tokens": probe_max_tokens,
             "temperature": temperature, "seed": seed}, options=_OPTIONS_OF)
         if file is not None and file.n_anchor is not None and config.n_anchor != file.n_anchor:
-            raise ValueError(f"--config {config_file}: n_anchor {config.n_anchor}, but the thresholds in {thresholds} "
+            raise InputError(f"--config {config_file}: n_anchor {config.n_anchor}, but the thresholds in {thresholds} "
                              f"were calibrated with n_anchor = {file.n_anchor}")
         samples = config.n_anchor
         fmt_name, problems = _problems(data, fmt, limit, seed)
@@ -265,9 +266,9 @@ def calibrate_comed(
     thresholds maximising rescue − harm − λ·cost and write them to --out."""
     with user_errors("questions"):
         if not 0 <= lam < math.inf:
-            raise ValueError(f"--lambda must be a finite number >= 0, got {lam}")
+            raise InputError(f"--lambda must be a finite number >= 0, got {lam}")
         if max_calls is not None and not max_calls >= 1:
-            raise ValueError(f"--max-calls must be >= 1 (each question costs the anchor's one model call), got {max_calls}")
+            raise InputError(f"--max-calls must be >= 1 (each question costs the anchor's one model call), got {max_calls}")
         config = EscalationConfig(n_anchor=samples, anchor=anchor, probe=probe, explore=True, baselines=(),
                                   max_tokens=max_tokens, probe_max_tokens=probe_max_tokens,
                                   temperature=temperature, seed=seed)

@@ -13,14 +13,15 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse
 from agora.agents.personas import converse_default_specs
 from agora.models.pool import ModelPool, builtin_pool_name, load_pool, pool_from_specs
 from agora.cli._shared import (
     MAX_SHOTS,
     MAX_TEMPERATURE,
+    Table,
     console,
     graceful_stop,
     new_run_id,
@@ -58,10 +59,10 @@ def ordered_pairs(pool: ModelPool, models: Optional[str], pairs: Optional[str]) 
         for item in _names(pairs):
             a, sep, b = item.partition(":")
             if not sep or not a.strip() or not b.strip():
-                raise ValueError(f"--pairs: {item!r} is not A:B")
+                raise InputError(f"--pairs: {item!r} is not A:B")
             a, b = a.strip(), b.strip()
             if a == b:
-                raise ValueError(f"--pairs: {item!r} pairs a model with itself")
+                raise InputError(f"--pairs: {item!r} pairs a model with itself")
             pool[a], pool[b]
             out.append((a, b))
         return out
@@ -69,7 +70,7 @@ def ordered_pairs(pool: ModelPool, models: Optional[str], pairs: Optional[str]) 
     for n in names:
         pool[n]
     if len(set(names)) < 2:
-        raise ValueError(f"a conversation needs two models; got {', '.join(names) or 'none'}")
+        raise InputError(f"a conversation needs two models; got {', '.join(names) or 'none'}")
     return list(itertools.permutations(dict.fromkeys(names), 2))
 
 
@@ -93,7 +94,7 @@ def converse(
     pair, tracing each response with its partner, for `agora report diversity`."""
     with user_errors("questions"):
         if prompts is None and fmt not in (None, "synthetic"):
-            raise ValueError(f"--format {fmt} needs a file: give --prompts FILE, or leave out --format "
+            raise InputError(f"--format {fmt} needs a file: give --prompts FILE, or leave out --format "
                              "(generated arithmetic)")
         if prompts is None:
             fmt_name, problems = "synthetic", load_problems(None, "synthetic", limit or 3, seed=seed)
@@ -101,7 +102,7 @@ def converse(
             fmt_name = fmt or detect_format(prompts)
             problems = load_problems(prompts, fmt_name, limit)
         if not problems:
-            raise ValueError(f"{prompts}: no prompts to run")
+            raise InputError(f"{prompts}: no prompts to run")
         builtin_name = builtin_pool_name(pool) if pool is not None else "default"
         the_pool = (load_pool(pool) if builtin_name is None
                     else pool_from_specs(converse_default_specs(builtin_name), source=f"builtin:converse-{builtin_name}"))
@@ -213,7 +214,7 @@ def report_diversity(
         config = DiversityConfig(min_turns=min_turns, panel_size=panel_size, seed=seed)
         data = read_exchanges(db, runs or ())
         if not data.rows:
-            raise ValueError(f"{shown_url(db)}: no successful model calls"
+            raise InputError(f"{shown_url(db)}: no successful model calls"
                              + (f" in run(s) {', '.join(runs)}" if runs else ""))
         report = analyse(data.rows, data.families, config, model_order=data.model_order, notes=data.notes)
         protocols = sorted({r["protocol"] or "?" for r in data.rows})

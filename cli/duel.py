@@ -9,13 +9,14 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.models.pool import ModelCallError, builtin_pool_name, load_pool
 from agora.cli._shared import (
     MAX_TEMPERATURE,
+    Table,
     console,
     err_console,
     fmt_pct,
@@ -65,7 +66,7 @@ def duel(
     with user_errors("duels"):
         problems = load_problems(instructions, fmt, limit)
         if not problems:
-            raise ValueError(f"{instructions}: no instructions")
+            raise InputError(f"{instructions}: no instructions")
         config = DuelConfig(mode=mode, duels=duels, iterations=iterations, seed=seed, temperature=temperature,
                             max_tokens=max_tokens,
                             judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots,
@@ -131,9 +132,9 @@ def report_duels(
         store = TraceStore(db, readonly=True)  # a report writes nothing into the database, not even tables
         runs = duel_traces.duel_runs(store)
         if not runs:
-            raise ValueError(f"{db}: no duel runs (run `agora duel` first)")
+            raise InputError(f"{db}: no duel runs (run `agora duel` first)")
         if run_id is not None and run_id not in runs:
-            raise ValueError(f"{db}: no duels for run {run_id!r}; duel runs: {', '.join(runs)}")
+            raise InputError(f"{db}: no duels for run {run_id!r}; duel runs: {', '.join(runs)}")
         run_id = run_id or runs[-1]
         print_duel_table(store, run_id)
         for path in duel_traces.plot_duels(store, run_id, out, top=top):

@@ -8,12 +8,12 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.models._files import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
-from agora.cli._shared import console, new_run_id, user_errors
+from agora.cli._shared import Table, console, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.cli._train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
@@ -83,7 +83,7 @@ def evolve_cmd(
 
         problems = load_problems(instructions, fmt, limit)
         if not problems:
-            raise ValueError(f"{instructions}: no instructions")
+            raise InputError(f"{instructions}: no instructions")
         specs = member_specs(pool)
         duel_pool(pool_from_specs(specs, source=str(pool or "builtin:duel")))  # >= 3 members, before any work
         common = dict(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout), epochs=epochs,

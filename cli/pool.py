@@ -9,13 +9,12 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from agora.models.builtins import BUILTIN_POOLS, describe_builtins
 from agora.models.pool import builtin_pool_name, builtin_pool_specs, load_pool
 from agora.models.recipes import get_recipe, recipe_names
 from agora.models.registry import available_backends
-from agora.cli._shared import console, user_errors
+from agora.cli._shared import Table, console, user_errors
 from agora.cli._apps import app
 
 pool_app = typer.Typer(help="Backends, built-in models and pools.", no_args_is_help=True)

@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.cli._apps import app
-from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
+from agora.cli._shared import Table, console, fmt_ci, fmt_pct, user_errors
 from agora.traces.bench import MIN_QUESTIONS, TOO_FEW
 from agora.traces.replay import check_rule, paired_table, replay, reproduced
 from agora.traces.replay_rules import RULES, parse_params
@@ -58,12 +58,12 @@ def replay_cmd(
             print_rules()
             return
         if run_id is None:
-            raise ValueError("--run-id: which run to replay (`agora report runs --db ...` lists them)")
+            raise InputError("--run-id: which run to replay (`agora report runs --db ...` lists them)")
         check_run_id(run_id)
         if dev_run_id is not None:
             check_run_id(dev_run_id, "--dev-run-id")
         if rule not in RULES:
-            raise ValueError(f"--rule {rule}: unknown; choose from {', '.join(sorted(RULES))}")
+            raise InputError(f"--rule {rule}: unknown; choose from {', '.join(sorted(RULES))}")
         store = TraceStore.reading(db)
         run = load_run(store, run_id)
         check_rule(run, rule)  # before its parameters: a COMED rule on an ALIGN run is refused as such

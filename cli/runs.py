@@ -9,10 +9,9 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from agora.cli._apps import report_app
-from agora.cli._shared import console, fmt_ci, fmt_pct, user_errors
+from agora.cli._shared import Table, console, fmt_ci, fmt_pct, user_errors
 from agora.cli.comed import print_comed_decisions
 from agora.traces.comed import comed_summary
 from agora.traces.members import has_recipes, member_rows
@@ -45,8 +44,8 @@ def report_runs(
         table = Table(title=f"runs in {escape(str(db))}")
         for col in ("run id", "protocol", "status", "questions", "accuracy %", "started", "last activity"):
             # a run id is what a user copies into --run-id: folded onto more lines, never cut with "…"
-            table.add_column(col, justify="right" if col in ("questions", "accuracy %") else "left", overflow="fold",
-                             min_width=8 if col == "run id" else None)
+            # (no minimum width: one the other columns cannot leave it crops the table's right side)
+            table.add_column(col, justify="right" if col in ("questions", "accuracy %") else "left")
         for r in rows:
             status = r.status + (" (stale)" if r.stale else "")
             table.add_row(escape(r.run_id), escape(str(r.protocol)), escape(status), str(r.questions),
@@ -139,7 +138,7 @@ def report_run(
             a, b = disagree
             table = Table(title=f"questions where {escape(a)} and {escape(b)} answer differently: {len(pairs)}")
             for col in ("question", "gold", a, b):
-                table.add_column(escape(col), overflow="fold")
+                table.add_column(escape(col))
             mark = {True: " (right)", False: " (wrong)", None: ""}
             for p in pairs:
                 table.add_row(escape(str(p["question_id"])), escape(str(p["gold"] if p["gold"] is not None else "-")),
@@ -225,8 +224,7 @@ def _print_failed_attempts(rows: list[dict], full: bool) -> None:
     run's log counts them; the trace and ``--json`` keep the stored 0-based value)."""
     table = Table(title="failed attempts (model calls with an error, in call order)")
     for col in ("#", "node", "role", "agent", "model", "attempt", "error class", "message"):
-        table.add_column(col, justify="right" if col in ("#", "agent", "attempt") else "left",
-                         overflow="fold" if col in ("model", "message") else "ellipsis")
+        table.add_column(col, justify="right" if col in ("#", "agent", "attempt") else "left")
     for i, f in enumerate(rows):
         table.add_row(str(i), escape(f["node"] or "-"), escape(f["role"] or "-"),
                       "-" if f["agent"] is None else str(f["agent"]), escape(f["model"] or "-"),

@@ -25,8 +25,8 @@ import numpy as np
 import typer
 from rich.markup import escape
 from rich.panel import Panel
-from rich.table import Table
 
+from agora.tasks.errors import InputError
 from agora.models._files import safe_file_name
 from agora.agents.cupid import CupidConfig
 from agora.agents.cupid_features import LATENCY, feature_table, parse_theta, trace_features
@@ -39,7 +39,7 @@ from agora.agents.cupid_simulation import (
     persona_variants,
     simulate_regret,
 )
-from agora.cli._shared import console, err_console, get_pool, new_run_id, user_errors
+from agora.cli._shared import Table, console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.graphs.postgres_checkpoint import CHECKPOINT_SCHEMA
 from agora.graphs.run_checkpoints import checkpoint_path
@@ -88,14 +88,14 @@ def select(
         elif prompts is None and not _has_checkpoint(db, thread):
             # no such session in this DB, so this one is new: refused before the DB is opened (opening
             # would add Agora's tables or columns to it)
-            raise ValueError("--prompts FILE is needed to start a session"
+            raise InputError("--prompts FILE is needed to start a session"
                              + (f" (no session {thread} in {shown_url(db)})" if given_thread else ""))
         store = TraceStore(db)
         settings = session_settings(store, thread)
         resumed = settings is not None
         if settings is None:
             if prompts is None:
-                raise ValueError("--prompts FILE is needed to start a session")
+                raise InputError("--prompts FILE is needed to start a session")
             settings = {
                 "config": asdict(CupidConfig(budget_rounds=budget_rounds, budget_cost=budget_cost,
                                              budget_time_s=budget_time, beta=beta, delta=delta,
@@ -183,10 +183,10 @@ def _check_prompts(prompts: Path | None) -> list:
             TaskFormatError: as :func:`agora.tasks.loaders.load_problems`.
     """
     if prompts is None:
-        raise ValueError("--prompts FILE is needed to start a session")
+        raise InputError("--prompts FILE is needed to start a session")
     items = load_problems(Path(prompts), "prompts")
     if not items:
-        raise ValueError(f"--prompts {prompts}: no prompts in the file")
+        raise InputError(f"--prompts {prompts}: no prompts in the file")
     return items
 
 
