@@ -17,6 +17,7 @@ from typing import Literal, Optional
 import typer
 from rich.markup import escape
 
+from agora.tasks.errors import InputError
 from agora.models.pool import ModelSpec, load_pool
 from agora.cli._shared import console, echo_kv
 from agora.traces.pg_sql import shown_url
@@ -80,7 +81,7 @@ def check_sources(db: str, model: str, source_run: list[str] | None) -> None:
 
     for run in source_run or ():
         if run not in runs:
-            raise ValueError(f"--source-run {run!r}: no such run in {shown_url(db)} (its runs: {listed(runs)})")
+            raise InputError(f"--source-run {run!r}: no such run in {shown_url(db)} (its runs: {listed(runs)})")
     if "model_calls" not in tables:
         members = []
     elif source_run:
@@ -91,7 +92,7 @@ def check_sources(db: str, model: str, source_run: list[str] | None) -> None:
         members = [m for (m,) in store.db.execute("select distinct model from model_calls order by model")]
     if model not in members:
         where = f"runs {', '.join(source_run)} of {shown_url(db)}" if source_run else shown_url(db)
-        raise ValueError(f"--model {model!r}: no recorded call of it in {where} (members recorded: {listed(members)})")
+        raise InputError(f"--model {model!r}: no recorded call of it in {where} (members recorded: {listed(members)})")
 
 
 def check_pair_sources(db: str, pairs: list[dict], flt) -> None:
@@ -103,12 +104,12 @@ def check_pair_sources(db: str, pairs: list[dict], flt) -> None:
     runs = sorted({str(p.get("run_id")) for p in pairs})
     for run in flt.run_ids:
         if run not in runs:
-            raise ValueError(f"--duel-run {run!r}: no preference pair of such a run in {shown_url(db)} "
+            raise InputError(f"--duel-run {run!r}: no preference pair of such a run in {shown_url(db)} "
                              "(runs with pairs: "
                              f"{', '.join(runs) or 'none'})")
     members = sorted({str(p[k]) for p in pairs for k in ("chosen_model", "rejected_model") if p.get(k) is not None})
     if flt.model is not None and flt.model not in members:
-        raise ValueError(f"--model {flt.model!r}: in no preference pair of {shown_url(db)} (members in pairs: "
+        raise InputError(f"--model {flt.model!r}: in no preference pair of {shown_url(db)} (members in pairs: "
                          f"{', '.join(members) or 'none'})")
 
 
@@ -155,7 +156,7 @@ def find_spec(specs: list[ModelSpec], name: str, pool: Path | None) -> ModelSpec
     holders = [p for p, members in BUILTIN_POOLS.items() if any(m.name == name for m in members)]
     if holders and (pool is None or str(pool) not in holders):
         hint = f"; it is in the built-in pool '{holders[0]}': add --pool {holders[0]}"
-    raise ValueError(f"--model {name!r} is not in {where} ({', '.join(s.name for s in specs)}){hint}")
+    raise InputError(f"--model {name!r} is not in {where} ({', '.join(s.name for s in specs)}){hint}")
 
 
 def write_result_pool(specs: list[ModelSpec], entry: dict, out: Path) -> Path:
@@ -181,7 +182,7 @@ def lora_settings(r: int | None, alpha: int | None, dropout: float | None, spec:
     if spec is not None and spec.adapter:
         given = [f"--lora-{k}" for k, v in (("r", r), ("alpha", alpha), ("dropout", dropout)) if v is not None]
         if given:
-            raise ValueError(f"{', '.join(given)}: model {spec.name!r} already carries the adapter {spec.adapter}, "
+            raise InputError(f"{', '.join(given)}: model {spec.name!r} already carries the adapter {spec.adapter}, "
                              "and training goes on from it with its own LoRA shape; drop the option, or train a "
                              "fresh adapter from a pool entry without 'adapter'")
     d = LoraSettings()
@@ -216,7 +217,7 @@ def check_serve_with(spec: ModelSpec, serve_with: str) -> None:
 
     path = str(spec.path or "")
     if serve_with == "llamacpp" and not is_gguf_source(path):
-        raise ValueError(f"--serve-with llamacpp: model {spec.name!r} has no GGUF ({path or spec.backend}) for "
+        raise InputError(f"--serve-with llamacpp: model {spec.name!r} has no GGUF ({path or spec.backend}) for "
                          "llama.cpp to apply the adapter to; use --serve-with transformers")
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.tasks.errors import InputError
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
 from agora.traces.bundle import SUFFIX
@@ -43,7 +44,7 @@ def export_cmd(
             raise FileNotFoundError(f"{db}: no such trace database")
         check_out_path(out)
         if out.exists() and not force:
-            raise ValueError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
+            raise InputError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
         for r in run_id or ():
             check_run_id(r)
         summary = export_bundle(TraceStore.reading(db), out, run_id or (), bench_id or ())

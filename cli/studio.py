@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 import typer
 
+from agora.tasks.errors import InputError
 from agora.cli._apps import app
 from agora.cli._shared import err_console, user_errors
 from agora.graphs.context import POOL_DIR_ENV
@@ -131,10 +132,10 @@ def server_graphs(config_path: Path) -> dict[str, Any]:
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{config_path}: cannot read the LangGraph config ({exc})") from None
+        raise InputError(f"{config_path}: cannot read the LangGraph config ({exc})") from None
     graphs = config.get("graphs") if isinstance(config, dict) else None
     if not isinstance(graphs, dict) or not graphs:
-        raise ValueError(f"{config_path}: no 'graphs' object (a langgraph.json lists graph id -> path)")
+        raise InputError(f"{config_path}: no 'graphs' object (a langgraph.json lists graph id -> path)")
     root = config_path.resolve().parent
 
     def absolute(path: str) -> str:
@@ -150,7 +151,7 @@ def server_graphs(config_path: Path) -> dict[str, Any]:
         elif isinstance(entry, str):
             out[graph_id] = absolute(entry)
         else:
-            raise ValueError(f"{config_path}: graphs.{graph_id}: expected a path or an object with 'path'")
+            raise InputError(f"{config_path}: graphs.{graph_id}: expected a path or an object with 'path'")
     return out
 
 
@@ -185,7 +186,7 @@ def studio(
     with user_errors():
         missing = missing_server()
         if missing:  # before the URL is printed and a server process fails on its first import
-            raise ValueError(f"agora studio needs LangGraph's dev server ({', '.join(missing)} not installed), which "
+            raise InputError(f"agora studio needs LangGraph's dev server ({', '.join(missing)} not installed), which "
                              f"Agora's dev extra installs: {INSTALL_HINT}")
         config = config.expanduser()
         if not config.is_file():

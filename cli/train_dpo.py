@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.tasks.errors import InputError
 from agora.cli._shared import check_out_path, console, new_run_id, user_errors
 from agora.cli._apps import train_app
 from agora.traces.pg_sql import shown_url
@@ -71,7 +72,7 @@ def train_dpo_cmd(
 
         check_out_path(out)
         if pairs_from not in PAIRS:
-            raise ValueError(f"--pairs {pairs_from!r} is not one of {', '.join(PAIRS)}")
+            raise InputError(f"--pairs {pairs_from!r} is not one of {', '.join(PAIRS)}")
         if store_backend(db) is None and not Path(db).is_file():
             first = "`agora run` or `agora bench`" if pairs_from == "own" else "`agora duel`"
             raise FileNotFoundError(f"{db}: no such trace database (run {first} first)")
@@ -81,7 +82,7 @@ def train_dpo_cmd(
             given = [flag for flag, on in (("--align", align), ("--duel-run", duel_run), ("--iteration", iteration),
                                            ("--all-pairs", all_pairs), ("--min-margin", min_margin)) if on]
             if given:
-                raise ValueError(f"{', '.join(given)}: duel-pair options; --pairs own reads the member's own samples "
+                raise InputError(f"{', '.join(given)}: duel-pair options; --pairs own reads the member's own samples "
                                  "(choose them with --source-run)")
 
             vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, length_ratio, pairs_per_question)
@@ -91,7 +92,7 @@ def train_dpo_cmd(
             from agora.training.own_samples import HeldOut
 
             if source_run:
-                raise ValueError("--source-run chooses the runs of --pairs own; duel pairs are chosen with --duel-run")
+                raise InputError("--source-run chooses the runs of --pairs own; duel pairs are chosen with --duel-run")
             pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
             held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
             before = len(pairs)

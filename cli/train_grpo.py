@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.tasks.errors import InputError
 from agora.agents.judge import JudgeConfig
 from agora.models.pool import load_pool
 from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, new_run_id, user_errors
@@ -81,12 +82,12 @@ def train_grpo_cmd(
         check_out_path(out)
         unknown = [r for r in reward if r not in REWARDS]
         if unknown:
-            raise ValueError(f"--reward {unknown[0]!r} is not one of {', '.join(REWARDS)}")
+            raise InputError(f"--reward {unknown[0]!r} is not one of {', '.join(REWARDS)}")
         if aggregate and (data is not None or duel_run or all_prompts):
-            raise ValueError("--aggregate reads its prompts from the samples recorded in --db: drop --data, "
+            raise InputError("--aggregate reads its prompts from the samples recorded in --db: drop --data, "
                              "--duel-run and --all-prompts")
         if aggregate and set(reward) != {"correctness"}:
-            raise ValueError("--aggregate trains with the scorer's reward only: drop --reward")
+            raise InputError("--aggregate trains with the scorer's reward only: drop --reward")
         if aggregate:
             rows, source, stats = aggregate_rows(db, aggregate, sets_per_question, easy_per_hard, source_run,
                                                  held_out, shots, seed, limit)
@@ -97,14 +98,14 @@ def train_grpo_cmd(
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
         if name is not None and name != model and name in {s.name for s in specs}:
-            raise ValueError(f"--name {name!r} is another member of the pool; give the trained member a new name")
+            raise InputError(f"--name {name!r} is another member of the pool; give the trained member a new name")
         settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec), epochs=epochs,
                                 max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                                 num_generations=num_generations, max_completion_length=max_completion_length,
                                 temperature=temperature, beta=kl_beta, threads=llama_threads(threads), seed=seed,
                                 save_steps=save_steps)
         if data is None and fmt is not None:
-            raise ValueError(f"--format {fmt} reads a --data file; without --data the prompts are the duels' "
+            raise InputError(f"--format {fmt} reads a --data file; without --data the prompts are the duels' "
                              "instructions in --db")
         if aggregate:  # rows and source read above
             pass
