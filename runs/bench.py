@@ -112,8 +112,9 @@ class BenchResult:
 
     @property
     def failed(self) -> list[tuple[str, QuestionOutcome]]:
-        """Test questions that failed in this call (every model call failed), with their run id."""
-        return [(r, q) for r, o in self.runs.items() if not r.endswith(("-dev")) for q in o.failed]
+        """Test questions that failed in this call (every model call failed), with their run id; the
+        dev runs (``<bench>:<scope>:comed-dev``, ``…:candidates-dev``) are not test runs."""
+        return [(r, q) for r, o in self.runs.items() if not r.endswith("-dev") for q in o.failed]
 
 
 def run_bench(

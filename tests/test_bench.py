@@ -367,6 +367,18 @@ def test_report_only_on_a_bench_still_in_its_dev_phase_says_so(tmp_path, monkeyp
     assert other.exit_code == 2 and "no bench 'b2'" in other.output
 
 
+def test_a_bench_result_counts_failed_test_questions_not_dev_ones():
+    from agora.graphs.runner import RunOutcome
+    from agora.runs.bench import BenchResult
+
+    runs = {rid: RunOutcome(rid, resumed=False, skipped=0, failed=[f"{rid}/q1", f"{rid}/q2"])
+            for rid in ("b:t:comed-dev", "b:all:candidates-dev", "b:t:align", "b:t:comed", "b:t-dev:align")}
+    assert BenchResult(spec=None, runs=runs).failed == [
+        ("b:t:align", "b:t:align/q1"), ("b:t:align", "b:t:align/q2"),
+        ("b:t:comed", "b:t:comed/q1"), ("b:t:comed", "b:t:comed/q2"),
+        ("b:t-dev:align", "b:t-dev:align/q1"), ("b:t-dev:align", "b:t-dev:align/q2")]
+
+
 def test_round_size_must_be_a_positive_integer_or_none():
     from agora.runs.bench_plan import BenchConfig
     for bad in (0, -1, True, 2.0):
