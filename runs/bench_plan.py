@@ -19,7 +19,7 @@ from agora.agents.router import EmbeddingName
 from agora.graphs import registry
 from agora.graphs.delegation import METHODS as ALIGN_METHODS
 from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS
-from agora.models.validation import Choice, Convert, Count, Flag, Instance, Name, Number, Rule, settings
+from agora.models.validation import Check, Choice, Convert, Count, Flag, Instance, Name, Number, settings
 from agora.runs.bench_tasks import DevSplit, TaskFile
 from agora.runs.matched_single import MULTI_MEMBER
 from agora.tasks.loaders import Problem
@@ -135,12 +135,12 @@ class BenchConfig:
     """Calibration cost weight λ (:func:`agora.agents.escalation_calibration.calibration_objective`)."""
     max_calls: Annotated[float | None, Number(0, optional=True)] = None
     """Calibration budget: COMED's mean model calls per dev question (anchor included)."""
-    concurrency: Annotated[int | None, Rule(_whole, "BenchConfig.concurrency must be an integer >= 1 or None, got {value!r}", optional=True)] = 1
+    concurrency: Annotated[int | None, Check(_whole, "an integer >= 1 or None", optional=True)] = 1
     """Questions in flight per run; ``None``: the pool's
     :meth:`~agora.models.pool.ModelPool.suggested_concurrency` (8 on the embedded llama.cpp pool)."""
     durability: Annotated[Literal["async", "sync", "exit"], Choice("async", "sync", "exit")] = "async"
     """LangGraph's checkpoint durability for every run of the bench."""
-    round_size: Annotated[int | None, Rule(_whole, "BenchConfig.round_size must be an integer >= 1 or None, got {value!r}", optional=True)] = 10
+    round_size: Annotated[int | None, Check(_whole, "an integer >= 1 or None", optional=True)] = 10
     """Test questions per task and run in one round: the bench runs every task's ALIGN and COMED
     runs on their first ``round_size`` questions, then on the next ones, so an interrupted bench
     already has every cell of its table, on fewer questions. ``None``: each run in one go.

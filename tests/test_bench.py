@@ -379,6 +379,16 @@ def test_a_bench_result_counts_failed_test_questions_not_dev_ones():
         ("b:t-dev:align", "b:t-dev:align/q1"), ("b:t-dev:align", "b:t-dev:align/q2")]
 
 
+@pytest.mark.parametrize("name", ["concurrency", "round_size"])
+def test_a_bool_for_a_bench_count_is_refused_with_the_fields_own_rule(name):
+    from agora.runs.bench_plan import BenchConfig
+    for bad in (True, False, 0, -1, 2.0, "4"):
+        with pytest.raises(ValueError) as err:
+            BenchConfig(**{name: bad})
+        assert str(err.value) == f"BenchConfig.{name} must be an integer >= 1 or None, got {bad!r}"
+    assert getattr(BenchConfig(**{name: 3}), name) == 3 and getattr(BenchConfig(**{name: None}), name) is None
+
+
 def test_round_size_must_be_a_positive_integer_or_none():
     from agora.runs.bench_plan import BenchConfig
     for bad in (0, -1, True, 2.0):
