@@ -40,3 +40,20 @@ def trace_db(request, tmp_path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "t.db")
     return request.getfixturevalue("postgres_server").database()
+
+
+@pytest.fixture
+def duel_pairs_db(tmp_path) -> Path:
+    """A SQLite file holding one duel preference pair and nothing else: run ``duel-1``, duel ``d1``,
+    iteration 0, member ``a``'s "4" chosen over member ``b``'s "5" on "2+2?" (judge scores 8 and 6)."""
+    import json
+
+    import sqlite_utils
+
+    db = tmp_path / "duel.db"
+    sqlite_utils.Database(db)["preference_pairs"].insert(
+        {"pair_id": "p1", "run_id": "duel-1", "duel_id": "d1", "iteration": 0, "prompt": "2+2?",
+         "prompt_messages": json.dumps([{"role": "user", "content": "2+2?"}]), "chosen": "4", "rejected": "5",
+         "chosen_model": "a", "rejected_model": "b", "chosen_score": 8.0, "rejected_score": 6.0, "margin": 2.0,
+         "judge_scores": "{}", "reputations": "{}", "gold": None, "kind": None, "created_at": "t"}, pk="pair_id")
+    return db

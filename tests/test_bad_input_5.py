@@ -446,21 +446,14 @@ def test_a_name_the_user_gave_is_still_one_line(tmp_path, monkeypatch):
     (("--model", "a", "--duel-run", "nosuch"),
      "error: --duel-run 'nosuch': no preference pair of such a run in {db} (runs with pairs: duel-1)"),
 ])
-def test_duel_pairs_of_an_unknown_member_refused_before_training(tmp_path, monkeypatch, flags, message):
-    import json
-
+def test_duel_pairs_of_an_unknown_member_refused_before_training(tmp_path, monkeypatch, duel_pairs_db, flags, message):
     import sqlite_utils
 
     import agora.cli.train_dpo as train_dpo
 
     monkeypatch.setattr(train_dpo, "require_train_extra", lambda: None)  # as with the train extra installed
 
-    db = tmp_path / "duel.db"
-    sqlite_utils.Database(db)["preference_pairs"].insert(
-        {"pair_id": "p1", "run_id": "duel-1", "duel_id": "d1", "iteration": 0, "prompt": "2+2?",
-         "prompt_messages": json.dumps([{"role": "user", "content": "2+2?"}]), "chosen": "4", "rejected": "5",
-         "chosen_model": "a", "rejected_model": "b", "chosen_score": 8.0, "rejected_score": 6.0, "margin": 2.0,
-         "judge_scores": "{}", "reputations": "{}", "gold": None, "kind": None, "created_at": "t"}, pk="pair_id")
+    db = duel_pairs_db
     pool = fake_pool(tmp_path, ("a", "b", "c"))  # c is a pool member that no pair names
     result = CliRunner().invoke(app, ["train", "dpo", *flags, "--pool", str(pool), "--db", str(db),
                                       "--out", str(tmp_path / "o")])

@@ -395,13 +395,8 @@ def test_own_pairs_from_a_missing_db_name_the_commands_that_record_them(tmp_path
     (("--model", "a", "--duel-run", "nosuch"),
      "error: --duel-run 'nosuch': no preference pair of such a run in {db} (runs with pairs: duel-1)"),
 ])
-def test_duel_pairs_of_an_unknown_member_or_run_are_refused_in_one_line(tmp_path, flags, message):
-    db = tmp_path / "duel.db"
-    sqlite_utils.Database(db)["preference_pairs"].insert(
-        {"pair_id": "p1", "run_id": "duel-1", "duel_id": "d1", "iteration": 0, "prompt": "2+2?",
-         "prompt_messages": json.dumps([{"role": "user", "content": "2+2?"}]), "chosen": "4", "rejected": "5",
-         "chosen_model": "a", "rejected_model": "b", "chosen_score": 8.0, "rejected_score": 6.0, "margin": 2.0,
-         "judge_scores": "{}", "reputations": "{}", "gold": None, "kind": None, "created_at": "t"}, pk="pair_id")
+def test_duel_pairs_of_an_unknown_member_or_run_are_refused_in_one_line(tmp_path, duel_pairs_db, flags, message):
+    db = duel_pairs_db
     out = agora("train", "dpo", *flags, "--data-only", "--db", db, "--out", tmp_path / "o")
     assert out.exit_code == 2 and "Traceback" not in out.output
     assert [line for line in out.output.splitlines() if line.strip()] == [message.format(db=db)]
