@@ -57,6 +57,7 @@ from agora.graphs.run_checkpoints import KEPT_WALL_S, SITTING_STARTED, kept_wall
 from agora.graphs.scoring import noted_event
 from agora.graphs.spec import methods_written
 from agora.tasks.loaders import Problem
+from agora.tasks.errors import InputError
 from agora.tasks.scoring import score_results
 from agora.traces.claims import Claims, run_ending
 from agora.traces.postgres import is_postgres_url
@@ -190,7 +191,7 @@ def run_problems(
             finished questions are recorded.
 
     Raises:
-        ValueError: ``concurrency < 1`` or an unknown ``durability``.
+        InputError: ``concurrency < 1`` or an unknown ``durability`` (a ``ValueError``).
         GraphDrained: the run stopped because ``control`` asked it to; rerun to resume.
         On any other exception the run's row is marked ``failed`` (with the error in its summary;
         ``interrupted`` after a drain or Ctrl-C); a rerun marks it ``running`` again and resumes.
@@ -208,9 +209,9 @@ def run_problems(
     event loop until the run ends; ``await asyncio.to_thread(run_problems, ...)`` keeps the loop free.
     """
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+        raise InputError(f"concurrency must be an integer >= 1, got {concurrency!r}")
     if durability not in get_args(Durability):
-        raise ValueError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
+        raise InputError(f"durability must be one of {', '.join(get_args(Durability))}, got {durability!r}")
     with recorded_run(store, run_id, protocol, config=config, pool=pool_description,
                       dataset=run_dataset(dataset, problems),
                       group_commit=True,  # its checkpointer commits after each question (solve)
@@ -372,11 +373,11 @@ def run_protocol(name: str, problems: Sequence[Problem], **kwargs: Any) -> RunOu
     Other arguments as for :func:`run_problems` (``store``, ``run_id``, ``context``, ...).
 
     Raises:
-        KeyError: an unknown protocol. ValueError: a protocol that is not a benchmark one.
+        KeyError: an unknown protocol. InputError (a ``ValueError``): a protocol that is not a benchmark one.
     """
     spec = protocol_spec(name)
     if spec.kind != "benchmark":
-        raise ValueError(f"protocol {name!r} is a {spec.kind} protocol; run_protocol runs benchmark ones")
+        raise InputError(f"protocol {name!r} is a {spec.kind} protocol; run_protocol runs benchmark ones")
     return run_problems(spec.build(), problems, protocol=spec.name, detail=spec.detail or default_detail,
                         finished=spec.finished, **kwargs)
 

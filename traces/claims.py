@@ -34,6 +34,8 @@ import time
 import uuid
 from typing import Any, Iterator, Mapping, Sequence
 
+from agora.tasks.errors import InputError
+
 log = logging.getLogger(__name__)
 
 #: Seconds a claimed question stays a worker's without a renewal (``AGORA_LEASE_S`` overrides).
@@ -89,16 +91,20 @@ def run_ending(questions: int, recorded: int, failed: Mapping[str, str | None], 
 
 
 def lease_s() -> float:
-    """The lease in seconds: ``AGORA_LEASE_S`` when set (a positive number), else :data:`LEASE_S`."""
+    """The lease in seconds: ``AGORA_LEASE_S`` when set (a positive number), else :data:`LEASE_S`.
+
+    Raises:
+        InputError: ``AGORA_LEASE_S`` is not a positive number (the CLI prints it as one ``error:`` line).
+    """
     raw = os.environ.get("AGORA_LEASE_S")
     if raw is None:
         return LEASE_S
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"AGORA_LEASE_S={raw!r}: a lease is a number of seconds") from None
+        raise InputError(f"AGORA_LEASE_S={raw!r}: a lease is a number of seconds") from None
     if not value > 0:
-        raise ValueError(f"AGORA_LEASE_S={raw!r}: a lease is a positive number of seconds")
+        raise InputError(f"AGORA_LEASE_S={raw!r}: a lease is a positive number of seconds")
     return value
 
 
