@@ -38,6 +38,7 @@ from agora.models.pool import (
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.errors import InputError, is_input
 from agora.tasks.loaders import TaskFormatError
+from agora.traces.pg_sql import is_postgres_url
 from agora.traces.store import describe_sqlite_error
 
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
@@ -178,6 +179,34 @@ def resume_command(run_id: str | None = None) -> str:
     if run_id and "--run-id" not in args and not any(a.startswith("--run-id=") for a in args):
         args += ["--run-id", run_id]
     return shlex.join(["agora", *args])
+
+
+def db_argument(db: Any) -> tuple[str, str]:
+    """``db`` (a ``--db`` value: a SQLite path or a Postgres URL) as a printed command's ``--db``
+    argument (shell-quoted), and a note to print after the command (``""`` when none is needed).
+
+    A Postgres URL with a password (``user:PASSWORD@``, ``?password=``) is given without it, as
+    ``psql`` users expect: libpq, which opens the URL, reads the password from ``PGPASSWORD`` or
+    ``~/.pgpass``, and the note says so. The command then connects once the password is set there,
+    and a command copied into a log or a chat does not carry it (``***`` in its place would not
+    connect). Any other value is given as it is."""
+    url = str(db)
+    if not is_postgres_url(url):
+        return shlex.quote(url), ""
+    scheme, sep, rest = url.partition("://")
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+    path, qsep, query = tail.partition("?")
+    query, hsep, fragment = query.partition("#")
+    kept = [part for part in query.split("&") if not part.lower().startswith("password=")] if qsep else []
+    tail = path + ("?" + "&".join(kept) if any(kept) else "") + hsep + fragment
+    bare = f"{scheme}{sep}{netloc}{tail}"
+    if bare == url:
+        return shlex.quote(url), ""
+    return shlex.quote(bare), "(the password is left out: set PGPASSWORD, or a ~/.pgpass line, to give it)"
 
 
 def _end_now(code: int, message: str) -> None:

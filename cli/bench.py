@@ -34,6 +34,7 @@ from agora.cli._shared import (
     console,
     err_console,
     check_out_path,
+    db_argument,
     get_pool,
     graceful_stop,
     new_run_id,
@@ -60,6 +61,7 @@ from agora.runs.report_format import (any_too_few, claim_lines, fmt_accuracy, fm
                                       single_model_rows)
 from agora.traces.bench_spec import read_bench_spec
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
+from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
 
 
@@ -238,10 +240,10 @@ def bench(
             if spec is None:
                 started = sorted(store.run_ids(f"{run_id}:"))
                 if started:  # the spec is recorded once the dev runs have chosen the test runs' settings
-                    raise InputError(f"{db}: bench {run_id!r} has no report yet: it is in its dev phase "
+                    raise InputError(f"{shown_url(db)}: bench {run_id!r} has no report yet: it is in its dev phase "
                                      f"({len(started)} runs so far: {', '.join(started)}); its spec and report start "
-                                     f"when the dev runs finish (progress: agora report runs --db {db})")
-                raise InputError(f"{db}: no bench {run_id!r}")
+                                     f"when the dev runs finish (progress: agora report runs --db {' '.join(filter(None, db_argument(db)))})")
+                raise InputError(f"{shown_url(db)}: no bench {run_id!r}")
             report, files = write_report(store, spec, out or default_out(run_id), seed=seed, record=False)
             _print_summary(report, files)
             return

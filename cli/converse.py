@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import shlex
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -23,6 +22,7 @@ from agora.cli._shared import (
     MAX_TEMPERATURE,
     Table,
     console,
+    db_argument,
     graceful_stop,
     new_run_id,
     question_progress,
@@ -130,9 +130,10 @@ def converse(
                 progress.advance(task, outcome.skipped)
                 calls += sum(len(q.calls) for q in outcome.outcomes)
             progress.update(task, status="done")
-        console.print(f"{calls} model calls recorded in {escape(str(store.path))}; next: "
-                      f"agora report diversity --db {escape(shlex.quote(shown_url(store.path)))} --out diversity/",
-                      highlight=False)
+        db_arg, note = db_argument(db)
+        console.print(f"{calls} model calls recorded in {escape(shown_url(str(store.path)))}; next: "
+                      f"agora report diversity --db {escape(db_arg)} --out diversity/"
+                      + (f" {escape(note)}" if note else ""), highlight=False, soft_wrap=True)
 
 
 # ----------------------------------------------------------------------------- report

@@ -39,7 +39,7 @@ from agora.agents.cupid_simulation import (
     persona_variants,
     simulate_regret,
 )
-from agora.cli._shared import Table, console, err_console, get_pool, new_run_id, user_errors
+from agora.cli._shared import Table, console, db_argument, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.graphs.postgres_checkpoint import CHECKPOINT_SCHEMA
 from agora.graphs.run_checkpoints import checkpoint_path
@@ -134,7 +134,8 @@ def select(
     if not SPEC.finished(values):
         console.print(f"stopped after {values.get('round', 0)} rounds: continue with "
                       f"[bold]{escape(shlex.join(['agora', 'select', '--thread', thread]))}[/bold]"
-                      f"{'' if db == 'agora.db' else escape(f' --db {shlex.quote(shown_url(db))}')}", highlight=False)
+                      f"{'' if db == 'agora.db' else escape(' --db ' + ' '.join(filter(None, db_argument(db))))}",
+                      highlight=False)
         return
     _report(values, settings, thread, out, sim_seeds)
 
