@@ -22,7 +22,11 @@ train_app = typer.Typer(help="Train models from traces (DPO, GRPO) with TRL.", n
 @app.callback()
 def _check_environment() -> None:
     """Every ``AGORA_*`` variable is checked before any command runs (:mod:`agora.models.environment`):
-    a bad value is one line naming it and exit 2; a set one Agora does not read is a warning."""
+    a bad value is one line naming it and exit 2; a set one Agora does not read is a warning. Log
+    lines on stderr show control characters escaped (:func:`agora.cli._shared.show_logs_visibly`)."""
+    from agora.cli._shared import show_logs_visibly
+
+    show_logs_visibly()
     for line in unknown_variables():
         typer.echo(f"warning: {line}", err=True)
     try:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -24,6 +26,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from agora.tasks.errors import InputError
 from agora.models.pool import (
@@ -41,10 +44,57 @@ from agora.tasks.loaders import TaskFormatError
 from agora.traces.pg_sql import is_postgres_url
 from agora.traces.store import describe_sqlite_error
 
+#: The control characters a terminal may act on: C0 but newline and tab, DEL, and C1 (``\x9b`` is CSI).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character a terminal would act on (:data:`CONTROL_CHARACTERS`)
+    written as its escape, ``\\x1b`` for ESC: recorded text (a model's completion, a program's
+    output, an error message) then shows what it holds instead of clearing the screen, setting the
+    window title or hiding a line. Newlines and tabs stay; a ``\\r\\n`` line end is a newline. A
+    backslash already in the text is left as it is (math answers are full of them)."""
+    return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
+class _Console(Console):
+    """A rich ``Console`` that prints every string it is given (a ``print`` argument, a table cell,
+    a panel's body) through :func:`visible`, before its markup is read and its width measured."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(visible(text), **kwargs)
+
+
+class FieldColumn(TextColumn):
+    """A progress column showing a task field as plain text (no markup) through :func:`visible`:
+    a status line quoting a model's words cannot drive the terminal."""
+
+    def __init__(self, text_format: str, **kwargs: Any) -> None:
+        super().__init__(text_format, markup=False, **kwargs)
+
+    def render(self, task: Any) -> Text:
+        return Text(visible(self.text_format.format(task=task)), style=self.style, justify=self.justify)
+
+
+class _VisibleFormatter(logging.Formatter):
+    """A log line (a model's failed call quotes the server's error) through :func:`visible`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
+def show_logs_visibly() -> None:
+    """Print the log lines that reach stderr with no handler configured (Python's ``lastResort``:
+    warnings and errors, ``%(message)s``) through :func:`visible`; the CLI calls it once, before any
+    command runs. A handler an application configured itself is left as it is."""
+    if logging.lastResort is not None and not isinstance(logging.lastResort.formatter, _VisibleFormatter):
+        logging.lastResort.setFormatter(_VisibleFormatter())
+
+
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
 #: Output width: the terminal's, else ``$COLUMNS``, else 120 (a log file or pipe).
-console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+console = _Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120)
+err_console = _Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 class Table(RichTable):
     """The CLI's tables: a rich ``Table`` whose columns fold a cell that does not fit onto more lines
@@ -307,8 +357,8 @@ def new_run_id(protocol: str) -> str:
 
 def question_progress(total: int) -> Progress:
     return Progress(
-        TextColumn("{task.fields[label]}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("{task.fields[status]}", style="dim", markup=False),  # user strings: no markup
+        FieldColumn("{task.fields[label]}", style="bold"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), FieldColumn("{task.fields[status]}", style="dim"),  # user strings: no markup
         console=console, transient=False, disable=not sys.stdout.isatty() and total == 0,
     )
 

@@ -17,7 +17,6 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TextColumn,
     TimeElapsedColumn,
 )
 
@@ -33,6 +32,7 @@ from agora.cli._shared import (
     Table,
     console,
     err_console,
+    FieldColumn,
     check_out_path,
     db_argument,
     get_pool,
@@ -302,9 +302,9 @@ def bench(
                       f"({escape(', '.join(f'{t.name} {len(t.problems)}' for t in task_files))}), runs "
                       f"{', '.join(dict.fromkeys(s.kind for s in steps))}, pool {escape(', '.join(the_pool.names))}; "
                       f"{sum(todo.values())} of {total_q} questions to run", highlight=False)
-        progress = Progress(TextColumn("{task.fields[label]}", style="bold", markup=False), BarColumn(),
-                            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta {task.fields[eta]}", markup=False),
-                            TextColumn("{task.fields[status]}", style="dim", markup=False), console=console,
+        progress = Progress(FieldColumn("{task.fields[label]}", style="bold"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), FieldColumn("eta {task.fields[eta]}"),
+                            FieldColumn("{task.fields[status]}", style="dim"), console=console,
                             speed_estimate_period=600, disable=not sys.stdout.isatty() and total_q == 0)
         try:
             # (shared: on Postgres several bench workers run one bench together; SQLite: one process)

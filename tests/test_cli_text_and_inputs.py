@@ -7,6 +7,63 @@ import pytest
 import typer
 
 
+# ---------------------------------------------------------------------------- recorded text shown
+
+#: What a model wrote: clear the screen, set the window title, a C1 CSI (8-bit), a carriage return.
+SHOUTING = "\x1b[2J\x1b]0;pwned\x07The answer is 4.\x9b31m\rhidden"
+
+
+def _control_free(output: str) -> bool:
+    return not any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in output)
+
+
+def test_report_question_shows_a_models_control_characters_escaped(tmp_path, monkeypatch):
+    """A completion's or an error's escape codes reached the terminal raw in `report question --full`
+    (the screen cleared, the window retitled)."""
+    from typer.testing import CliRunner
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.cli.main import app
+    from agora.graphs.delegation import DelegationContext
+    from agora.graphs.runner import run_protocol
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.tasks.loaders import Problem
+    from agora.traces.store import TraceStore
+
+    def respond(chat, i):
+        if "3 + 3" in chat[-1]["content"]:
+            raise RuntimeError("server \x1b[31mdown\x1b[0m")
+        return SHOUTING
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=respond) for m in ("a", "b")}, max_retries=0)
+    config = DelegationConfig(n_agents=2, k_samples=1, tau=0.5)
+    problems = [Problem(id="q1", question="What is 2 + 2?\x1b[8m", gold="4", kind="math"),
+                Problem(id="q2", question="What is 3 + 3?", gold="6", kind="math")]
+    db = tmp_path / "t.db"
+    run_protocol("align", problems, store=TraceStore(db), run_id="r", context=DelegationContext(pool, config),
+                 config=config, pool_description=pool.describe(), dataset={"path": "q", "format": "jsonl"})
+    monkeypatch.setenv("COLUMNS", "1000")
+    for question in ("q1", "q2"):
+        result = CliRunner().invoke(app, ["report", "question", "--db", str(db), "--run-id", "r", "--question-id",
+                                          question, "--full"])
+        assert result.exit_code == 0, result.output
+        assert _control_free(result.output), repr(result.output)
+        cells = "".join(line.split("│")[-2] for line in result.output.splitlines() if line.startswith("│"))
+        if question == "q1":  # the completion column folds: its cells joined, each text is whole
+            assert "What is 2 + 2?\\x1b[8m" in result.output
+            assert "".join(cells.split()).count("\\x1b[2J\\x1b]0;pwned\\x07Theansweris4.\\x9b31m\\x0dhidden") == 2
+        else:
+            assert "".join(cells.split()).count("server\\x1b[31mdown\\x1b[0m") == 2
+
+
+def test_visible_keeps_newlines_tabs_and_backslashes():
+    from agora.cli._shared import visible
+
+    assert visible("a\tb\r\nc\nd \\frac{1}{2} \u00e9\u4e2d") == "a\tb\nc\nd \\frac{1}{2} \u00e9\u4e2d"
+    assert visible("\x00\x08\x0b\x1f\x7f\x80\x9f\xa0") == "\\x00\\x08\\x0b\\x1f\\x7f\\x80\\x9f\xa0"
+
+
 # ---------------------------------------------------------------------------- run settings are input
 
 @pytest.mark.parametrize("call, said", [
@@ -87,3 +144,15 @@ def test_converse_prints_a_next_command_that_connects(postgres_server, tmp_path,
     assert note.startswith("the password is left out: set PGPASSWORD")
     report = CliRunner().invoke(app, shlex.split(command)[1:] + ["--min-turns", "1", "--panel-size", "2"])
     assert report.exit_code == 0, report.output
+
+
+def test_log_lines_on_stderr_show_control_characters_escaped(tmp_path):
+    """A failed model call's warning quotes the server's error: it reached stderr raw in `agora run`."""
+    import subprocess
+    import sys
+
+    code = ("import logging, sys; from agora.cli.main import app; sys.argv = ['agora', 'pool', '--help'];\n"
+            "try: app()\nexcept SystemExit: pass\n"
+            "logging.getLogger('agora.pool').warning('model a failed: RuntimeError: server \\x1b[31mdown\\x9b')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.stderr.endswith("model a failed: RuntimeError: server \\x1b[31mdown\\x9b\n"), repr(out.stderr)
