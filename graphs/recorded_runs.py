@@ -29,7 +29,10 @@ def mark_live_runs(status: str = "interrupted", reason: str = "stopped") -> list
     """Mark every run this process is running (inside :func:`recorded_run`) ``status``, through a
     connection of its own (:meth:`TraceStore.mark_stopped`): what a signal handler calls before it
     ends the process at once (a second Ctrl-C, a SIGTERM whose drain takes too long), so that no
-    run is left ``running``. Returns the run ids marked; never raises."""
+    run is left ``running``, except a shared run (Postgres, several workers) on which other workers
+    still hold questions (:attr:`RecordedRun.others_working`): its row stays ``running`` for them,
+    and the last of them writes its status, as when this worker stops after a drain. Returns the
+    run ids marked; never raises."""
     runs: list[RecordedRun] = []
     for _ in range(3):  # no lock: a signal handler may interrupt the thread that holds it
         try:
@@ -39,6 +42,11 @@ def mark_live_runs(status: str = "interrupted", reason: str = "stopped") -> list
             continue
     marked = []
     for run in runs:
+        try:
+            if run.others_working():
+                continue
+        except Exception:  # noqa: BLE001 - never raises: unknown is not a reason to leave the row running
+            pass
         try:
             summary = {**run.progress(), "error": reason}
         except Exception:  # noqa: BLE001 - a summary is a nicety here
@@ -66,6 +74,10 @@ class RecordedRun:
     """The row's summary when the run stops on an error, a drain or Ctrl-C (``"error"`` is added)."""
     done: bool = False
     """:meth:`finish` has written the row's final status."""
+    others_working: Callable[[], bool] = lambda: False
+    """Whether other workers still hold questions of the run (a shared run on Postgres:
+    :meth:`agora.traces.claims.Claims.others_working_apart`): :func:`mark_live_runs` then leaves its
+    row ``running`` for them. Called from a signal handler: it must not use the store's connection."""
 
     def finish(self, summary: Any = None, status: str = "finished") -> None:
         """Write the row's final ``status`` (``finished``, ``partial``, ``failed``, ``interrupted``)

@@ -337,6 +337,7 @@ def run_problems(
         try:
             if claims is not None:
                 ids = [p.id for p in problems if only is None or p.id in only]
+                run.others_working = lambda: claims.others_working_apart(ids)  # (an ending at once: mark_live_runs)
                 try:
                     run_claimed(claims, todo, solve, record_claimed, concurrency, control)
                 except BaseException:

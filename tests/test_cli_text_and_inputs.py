@@ -156,3 +156,49 @@ def test_log_lines_on_stderr_show_control_characters_escaped(tmp_path):
             "logging.getLogger('agora.pool').warning('model a failed: RuntimeError: server \\x1b[31mdown\\x9b')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.stderr.endswith("model a failed: RuntimeError: server \\x1b[31mdown\\x9b\n"), repr(out.stderr)
+
+
+# ---------------------------------------------------------------------------- a worker ended at once
+
+def test_a_worker_ended_at_once_leaves_a_shared_run_to_the_workers_still_on_it(postgres_server, monkeypatch):
+    """A second Ctrl-C (or a SIGTERM whose drain takes too long) marked the shared run `interrupted`
+    while another worker still held one of its questions; the row stays `running` for that worker
+    (docs/scaling.md), which ends it. Alone on the run, the worker still marks it."""
+    from test_workers import _in_process_workers, _run_row
+
+    from agora.graphs.recorded_runs import mark_live_runs
+    from agora.traces.claims import Claims
+    from agora.traces.store import TraceStore
+
+    monkeypatch.setenv("AGORA_LEASE_S", "5")
+    url = postgres_server.database()
+    store = TraceStore(url)
+    other = Claims(store, "r")  # the other worker: present on the run, holding q1 under a live lease
+    other.seed([(0, "q0"), (1, "q1")])
+    assert other.claim_next(["q1"]) == "q1"
+    seen: dict = {}
+
+    def respond(n: int) -> str:
+        if n == 0 and "marked" not in seen:  # this worker's first call: as the signal handler would
+            seen["marked"], seen["status"] = mark_live_runs(), _run_row(url)[0]
+            other.stop()  # the other worker ends in its turn, freeing q1 for this one
+            other.leave()
+        return f"The answer is {2 * n}."
+
+    results: dict = {}
+    _in_process_workers(url, respond, questions=2)(results, "w").join(60)
+    assert seen == {"marked": [], "status": "running"}
+    assert _run_row(url)[0] == "finished" and results["w"].failed == []
+
+    # alone on a run, the worker ending at once marks it interrupted, as before
+    url = postgres_server.database()
+    seen.clear()
+
+    def alone(n: int) -> str:
+        if "marked" not in seen:
+            seen["marked"], seen["status"] = mark_live_runs(), _run_row(url)[0]
+        return f"The answer is {2 * n}."
+
+    _in_process_workers(url, alone, questions=1)(results, "alone").join(60)
+    assert seen == {"marked": ["r"], "status": "interrupted"}
+    store.close()

@@ -324,6 +324,23 @@ class Claims:
             "worker IS DISTINCT FROM ? AND lease_until >= now()", [self.run_id, list(ids), self.worker]))
         return int(row["n"]) > 0
 
+    def others_working_apart(self, ids: Sequence[str], timeout_s: float = 2.0) -> bool:
+        """:meth:`others_working`, asked through a connection of its own that waits at most about
+        ``timeout_s`` to connect: for a signal handler about to end the process, whose store
+        connection may be in the middle of a query. ``False`` when the database does not answer;
+        never raises."""
+        try:
+            import psycopg
+
+            with psycopg.connect(self.store.path, connect_timeout=max(1, int(timeout_s)), autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM agora_claims.claims WHERE run_id = %s AND question_id = ANY(%s) AND NOT done "
+                    "AND worker IS DISTINCT FROM %s AND lease_until >= now()",
+                    [self.run_id, list(ids), self.worker]).fetchone()
+            return bool(row and row[0] > 0)
+        except Exception:  # noqa: BLE001 - never raises (a signal handler)
+            return False
+
     def finish(self, problem_ids: Sequence[str], ids: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
         """Write the run's final status and summary from what every worker recorded, so that it is the
         same whichever worker ends last; nothing while another worker still holds a question of ``ids``
