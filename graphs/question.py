@@ -15,7 +15,7 @@ from agora.tasks.errors import InputError
 from agora.agents.seeds import item_seed
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import Sample
-from agora.tasks.loaders import SURROGATE
+from agora.tasks.loaders import UNSTORABLE, unstorable
 from agora.tasks.problem import AnswerKind, Problem
 
 
@@ -155,8 +155,9 @@ def problem_input(problem: Problem) -> dict[str, Any]:
 
 
 def checked_input(inp: Any) -> Any:
-    """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate in
-    ``question`` (the JSONL loader's check: no UTF-8 text holds one) and a ``question_id`` or
+    """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate or a NUL
+    in ``question`` (the JSONL loader's check: no UTF-8 text holds the one, a Postgres trace store
+    cannot store the other) and a ``question_id`` or
     ``gold`` that is neither text nor a number are refused; a number (``7``, ``0.5``) becomes its
     text. Returns the mapping (a copy when a field was coerced); anything else (a resume's
     ``None`` or ``Command``) unchanged.
@@ -166,16 +167,14 @@ def checked_input(inp: Any) -> Any:
     if not isinstance(inp, Mapping):
         return inp
     question = inp.get("question")
-    if isinstance(question, str) and (bad := SURROGATE.search(question)):
-        raise InputError(f"graph input field 'question': not UTF-8 text: a lone UTF-16 surrogate "
-                         f"(\\u{ord(bad.group(0)):04x})")
+    if isinstance(question, str) and (bad := UNSTORABLE.search(question)):
+        raise InputError(f"graph input field 'question': {unstorable(bad.group(0))}")
     fixed: dict[str, Any] = {}
     for field in ("question_id", "gold"):
         value = inp.get(field)
         if value is None or isinstance(value, str):
-            if isinstance(value, str) and (bad := SURROGATE.search(value)):
-                raise InputError(f"graph input field {field!r}: not UTF-8 text: a lone UTF-16 surrogate "
-                                 f"(\\u{ord(bad.group(0)):04x})")
+            if isinstance(value, str) and (bad := UNSTORABLE.search(value)):
+                raise InputError(f"graph input field {field!r}: {unstorable(bad.group(0))}")
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             fixed[field] = str(value)

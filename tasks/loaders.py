@@ -25,9 +25,12 @@ Formats (``fmt`` argument of :func:`load_problems`):
 
 Every format reads strict UTF-8 text: a line that is not UTF-8, or a string holding a lone UTF-16
 surrogate (the JSON escape ``"\\ud800"``, which no UTF-8 text can hold and the trace database
-could not store), is refused with its file, line and field. So are JSON nested deeper than
-:data:`MAX_NESTING` levels and integers of more digits than Python converts
-(``sys.get_int_max_str_digits()``, 4300 by default).
+could not store), is refused with its file, line and field. So are a NUL character (``"\\u0000"``,
+which a Postgres trace store cannot store), a key given twice in one object (JSON parsers keep one
+of the two silently: ``{"answer": "#### 18", "answer": "#### 7"}`` would score against 7), lines
+longer than :data:`MAX_LINE_BYTES` (no problem is that long; such a line would be sent to every
+model and kept in every checkpoint), JSON nested deeper than :data:`MAX_NESTING` levels and
+integers of more digits than Python converts (``sys.get_int_max_str_digits()``, 4300 by default).
 """
 
 from __future__ import annotations
@@ -48,10 +51,23 @@ LETTERS = "ABCDEFGHIJ"
 FORMATS = ("gsm8k", "gsm-hard", "math", "mc", "synthetic", "prompts")
 #: Deepest nesting of JSON arrays and objects a problem line may have (real ones have 3 or 4).
 MAX_NESTING = 64
+#: Longest problem line, in bytes (1 MiB): GSM8K, MATH, MedQA and ARC lines are a few kB; a longer
+#: line is read no further than this and refused with its file and line.
+MAX_LINE_BYTES = 1 << 20
 #: A GSM8K gold answer after ``####`` (thousands commas removed): a plain decimal number.
 _GSM8K_GOLD = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 #: A lone UTF-16 surrogate (``\ud800``–``\udfff``): valid in a Python string, not in UTF-8 (refused in problems).
 SURROGATE = re.compile(r"[\ud800-\udfff]")
+#: What a problem's strings may not hold: a lone surrogate (no UTF-8 text holds one) or NUL (a
+#: Postgres ``text`` or ``jsonb`` value cannot hold it; the question would fail at its first checkpoint).
+UNSTORABLE = re.compile(r"[\ud800-\udfff\x00]")
+
+
+def unstorable(char: str) -> str:
+    """What is wrong with a character :data:`UNSTORABLE` matched, for a message."""
+    if char == "\x00":
+        return "a NUL character (\\u0000), which the trace database cannot store"
+    return f"not UTF-8 text: a lone UTF-16 surrogate (\\u{ord(char):04x})"
 
 
 class TaskFormatError(InputError):
@@ -260,17 +276,16 @@ def _id(rec: dict, path: Path, line: int) -> str:
 
 
 def _check_record(record: Any, path: Path, line: int) -> None:
-    """Refuse a decoded line holding a lone UTF-16 surrogate (JSON ``"\\ud800"``) in a key or a
-    string, or nested deeper than :data:`MAX_NESTING`; the field is named by its path
+    """Refuse a decoded line holding a lone UTF-16 surrogate (JSON ``"\\ud800"``) or a NUL
+    (``"\\u0000"``) in a key or a string, or nested deeper than :data:`MAX_NESTING`; the field is named by its path
     (``choices[1]``, ``question.stem``). Iterative: a deep record cannot exhaust the stack."""
     todo: list[tuple[Any, str, int]] = [(record, "", 0)]
     while todo:
         value, field, depth = todo.pop()
         if isinstance(value, str):
-            bad = SURROGATE.search(value)
+            bad = UNSTORABLE.search(value)
             if bad:
-                raise TaskFormatError(path, line, field or None,
-                                      f"not UTF-8 text: a lone UTF-16 surrogate (\\u{ord(bad.group(0)):04x})")
+                raise TaskFormatError(path, line, field or None, unstorable(bad.group(0)))
             continue
         if not isinstance(value, (dict, list)):
             continue
@@ -279,11 +294,33 @@ def _check_record(record: Any, path: Path, line: int) -> None:
             raise TaskFormatError(path, line, top or None, f"JSON nested more than {MAX_NESTING} levels deep")
         items = list(value.items() if isinstance(value, dict) else enumerate(value))
         for key, item in reversed(items):  # popped in order: the first bad field is named
-            if isinstance(key, str) and SURROGATE.search(key):
-                raise TaskFormatError(path, line, field or None,
-                                      f"not UTF-8 text: a lone UTF-16 surrogate in the key {key!r:.60}")
+            if isinstance(key, str) and (bad := UNSTORABLE.search(key)):
+                raise TaskFormatError(path, line, field or None, f"{unstorable(bad.group(0))} in the key {key!r:.60}")
             name = f"{field}[{key}]" if isinstance(key, int) else (f"{field}.{key}" if field else key)
             todo.append((item, name, depth + 1))
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object that gives one key twice (``key``: the key)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: the object as a dict, refusing a key given twice.
+
+    Raises:
+        _RepeatedKey: naming the key."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return record
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -292,8 +329,9 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     Raises:
         TaskFormatError: a missing, unreadable or non-UTF-8 file, something other than a regular
         file (a FIFO, ``/dev/zero``), a read error (``OSError``), a line that is not a JSON object,
-        JSON nested deeper than :data:`MAX_NESTING`, an integer too long to convert, or a string
-        holding a lone UTF-16 surrogate; the message names the file and line (and the field).
+        JSON nested deeper than :data:`MAX_NESTING`, an integer too long to convert, a key given
+        twice in one object, a line longer than :data:`MAX_LINE_BYTES`, or a string holding a lone
+        UTF-16 surrogate or a NUL; the message names the file and line (and the field).
     """
     path = Path(path)
     number = 0
@@ -308,14 +346,17 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     except OSError as exc:  # permission denied, I/O error, ...
         raise TaskFormatError(path, 0, None, f"cannot read the file: {exc.strerror or exc}") from None
     with fh:
-        lines = enumerate(fh, start=1)
         while True:
             try:
-                number, raw_bytes = next(lines)
-            except StopIteration:
-                break
+                raw_bytes = fh.readline(MAX_LINE_BYTES + 2)  # bounded (room for "\r\n"): a huge line is never read whole
             except OSError as exc:  # a read error mid-file: the line being read
                 raise TaskFormatError(path, number + 1, None, f"cannot read the file: {exc.strerror or exc}") from None
+            if not raw_bytes:
+                break
+            number += 1
+            if len(raw_bytes.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                raise TaskFormatError(path, number, None, f"a line longer than {MAX_LINE_BYTES:,} bytes (no problem is "
+                                      "that long: is this a JSONL file with one problem a line?)")
             try:
                 raw = raw_bytes.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as exc:
@@ -323,7 +364,9 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw)
+                record = json.loads(raw, object_pairs_hook=_no_repeated_keys)
+            except _RepeatedKey as exc:
+                raise TaskFormatError(path, number, exc.key, "given twice in one JSON object (which one is meant?)") from None
             except json.JSONDecodeError as exc:
                 raise TaskFormatError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
             except RecursionError:  # the C decoder's bound (about 1000 levels) on Python's stack
