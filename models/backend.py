@@ -9,6 +9,7 @@ bounds), the errors a config's validators and a factory raise (:class:`FieldProb
 from __future__ import annotations
 
 import math
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
@@ -69,6 +70,31 @@ class MemberBuildError(PoolConfigError):
 # ----------------------------------------------------------------------------- config classes
 
 
+#: Characters a member name may not hold: ``,`` separates names in ``--models``, ``=`` a name from
+#: its value in ``member=accuracy`` lists (``--dev-accuracy``, ``dev_accuracy``).
+_NAME_SEPARATORS = ",="
+
+
+def check_member_name(name: str) -> str:
+    """``name`` if it can name a pool member everywhere it is written (the CLI's comma-separated
+    ``--models``, ``member=accuracy`` lists, tables, the trace DB: a Postgres store cannot hold NUL).
+
+    Raises:
+        InputError: the name has a ``,`` or ``=``, a control or format character (NUL, a newline,
+            a zero-width or bidirectional mark), or spaces at its ends (which ``--models`` strips);
+            the message names the character.
+    """
+    for i, char in enumerate(name):
+        if char in _NAME_SEPARATORS:
+            raise InputError(f"{name!r} holds {char!r}, which separates names in --models and member=value "
+                             "lists; pick a name without it")
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            raise InputError(f"{name!r} holds the control character {char!r} at position {i}; use visible characters")
+    if name != name.strip():
+        raise InputError(f"{name!r} starts or ends with a space, which --models drops; remove it")
+    return name
+
+
 class BackendConfig(BaseModel):
     """The fields every pool entry takes, validated; a backend's config class subclasses it.
 
@@ -118,7 +144,7 @@ class BackendConfig(BaseModel):
     def _name_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise InputError("missing or empty")
-        return value
+        return check_member_name(value)
 
     @field_validator("recipe")
     @classmethod
