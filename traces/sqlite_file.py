@@ -3,6 +3,7 @@ error messages, the read-only open, and the locked ``sqlite_utils.Database`` the
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -12,6 +13,7 @@ import sqlite_utils
 
 from agora.traces import schema
 from agora.traces.errors import TraceStoreError
+from agora.traces.pg_sql import shown_url
 
 
 #: Seconds a write waits for a lock held by another connection or process (SQLite's busy
@@ -41,13 +43,24 @@ def describe_sqlite_error(path: str | Path, exc: BaseException) -> str:
     return f"{path}: {msg}"
 
 
+#: ``scheme://`` at the start of a ``--db`` value: a URL, not a file path.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def check_db_path(path: str | Path) -> None:
-    """Refuse a database path that is a folder or not a regular file (``/dev/null``) before SQLite
-    opens it.
+    """Refuse a database path that is empty, a URL of a database Agora cannot store traces in
+    (``mysql://...``: it would otherwise become a SQLite file named like the URL), a folder, or not
+    a regular file (``/dev/null``), before SQLite opens it.
 
     Raises:
         TraceStoreError: naming the path.
     """
+    if isinstance(path, str) and not path.strip():
+        raise TraceStoreError(f"{path!r}: an empty database path; give a SQLite file or a postgresql:// URL")
+    if isinstance(path, str) and (url := _URL.match(path)):
+        scheme = url.group(0)[:-3]
+        raise TraceStoreError(f"{shown_url(path)}: a {scheme}:// URL; a trace database is a SQLite file path "
+                              "or a postgresql:// URL")
     p = Path(path)
     if p.is_dir():
         raise TraceStoreError(f"{path}: is a folder, not a database file")
