@@ -21,9 +21,9 @@ from pydantic import model_validator
 from typing_extensions import TypedDict
 
 from agora.tasks.errors import InputError
-from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
+from agora.agents._checks import Agents, MaxTokens, Samples, Seed, Shots, Temperature, TopP
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
-from agora.models.validation import Choice, Convert, Count, Name, Names, Number, settings
+from agora.models.validation import Choice, Convert, Name, Names, Number, settings
 
 ProposalRule = Literal["plurality", "first"]
 UtilityName = Literal["agreement", "calibrated"]
@@ -73,10 +73,10 @@ class DelegationConfig:
             names the field and the value (:mod:`agora.models.validation`).
     """
 
-    n_agents: Annotated[int, Count(1)] = 2
-    """Number of agents n; agent i uses pool model ``models[i % len(models)]``."""
-    k_samples: Annotated[int, Count(1)] = 3
-    """Candidates each agent samples privately (k)."""
+    n_agents: Agents = 2
+    """Number of agents n (at most :data:`~agora.agents._checks.MAX_AGENTS`); agent i uses pool model ``models[i % len(models)]``."""
+    k_samples: Samples = 3
+    """Candidates each agent samples privately (k, at most :data:`~agora.agents._checks.MAX_SAMPLES`)."""
     tau: Annotated[float, Number(0.0, 1.0)] = 0.5
     """Committed acceptance threshold on the principal's utility U, in [0, 1]."""
     proposal_rule: Annotated[ProposalRule, Choice("plurality", "first")] = "plurality"

@@ -25,11 +25,11 @@ from typing import Annotated, Callable, Literal, Sequence
 from pydantic import model_validator
 
 from agora.tasks.errors import InputError
-from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
-from agora.agents.debate import DebateConfig, debate_messages  # noqa: F401 (debate's own home)
+from agora.agents._checks import MaxTokens, Samples, Seed, Shots, Temperature, TopP
+from agora.agents.debate import MAX_DEBATE_AGENTS, MAX_DEBATE_ROUNDS, DebateConfig, debate_messages  # noqa: F401 (debate's own home)
 from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's own home)
 from agora.agents.prompts import finish_instruction, with_question
-from agora.models.validation import Count, Flag, Instance, Name, Names, Number, settings
+from agora.models.validation import Check, Count, Flag, Instance, Name, Names, Number, settings
 from agora.tasks.loaders import Problem
 
 Decision = Literal["accept", "verify", "escalate"]
@@ -92,7 +92,7 @@ class EscalationConfig:
     """
 
     thresholds: Annotated[EscalationThresholds, Instance(EscalationThresholds, "an EscalationThresholds")] = field(default_factory=EscalationThresholds)
-    n_anchor: Annotated[int, Count(1)] = 3
+    n_anchor: Samples = 3
     """Samples N drawn from the anchor (one request, N samples) for self-consistency."""
     anchor: Annotated[str | None, Name()] = None
     """Fixed anchor model; ``None`` = the router's pick, or the first pool model without a router."""
@@ -120,9 +120,9 @@ class EscalationConfig:
     """MoA proposer models (one answer each); empty = every pool model."""
     moa_aggregator: Annotated[str | None, Name()] = None
     """MoA aggregator; ``None`` = the anchor."""
-    debate_agents: Annotated[int, Count(1)] = 3
+    debate_agents: Annotated[int, Count(1), Check(lambda v: v <= MAX_DEBATE_AGENTS, f"at most {MAX_DEBATE_AGENTS} (as DebateConfig.agents)")] = 3
     """Debate agents; agent i plays pool model i mod |pool|."""
-    debate_rounds: Annotated[int, Count(1)] = 2
+    debate_rounds: Annotated[int, Count(1), Check(lambda v: v <= MAX_DEBATE_ROUNDS, f"at most {MAX_DEBATE_ROUNDS} (as DebateConfig.rounds)")] = 2
     """Debate rounds including the first, independent one (Du et al.: 3 agents, 2 rounds)."""
 
     @model_validator(mode="after")

@@ -30,11 +30,11 @@ from typing import Annotated, Any, Sequence
 from typing_extensions import TypedDict
 
 from agora.tasks.errors import InputError
-from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
+from agora.agents._checks import MaxTokens, Samples, Seed, Shots, Temperature, TopP
 from agora.agents.delegation import plurality
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
 from agora.agents.seeds import SeedNode
-from agora.models.validation import Convert, Count, Name, Names, settings
+from agora.models.validation import Convert, Name, Names, settings
 
 #: The members' seeds: member ``i``'s ``k`` samples are one request seeded
 #: ``call_seed(seed, question, MEMBER, agent=i)``. The offset keeps them apart from every node COMED
@@ -63,7 +63,7 @@ class SLMMuxConfig:
 
     models: Annotated[tuple[str, ...], Names, Convert(_each_once)] = ()
     """The members, in order (the last tie-breaker); empty = every pool member."""
-    k_samples: Annotated[int, Count(1)] = 3
+    k_samples: Samples = 3
     """Samples each member draws (k): its confidence is the share of them on its plurality answer."""
     dev_accuracy: Annotated[DevAccuracy, Convert(partial(dev_accuracy_pairs, "SLMMuxConfig", "dev_accuracy"))] = ()
     """Each member's accuracy on dev questions, the confidence tie-breaker (``member=accuracy``
