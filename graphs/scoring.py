@@ -25,6 +25,8 @@ in one line, as a Python caller's context is refused.
 
 from __future__ import annotations
 
+import difflib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,6 +78,27 @@ def _thread_input(tuples: Any) -> Any:
         if "__start__" in values:
             return values["__start__"]
     return None
+
+
+log = logging.getLogger(__name__)
+
+
+def misspelt_keys(keys: Any, known: Any) -> list[tuple[str, str]]:
+    """``(key, known key)`` for each key of ``keys`` that is not among ``known`` but close to one of
+    them (:func:`difflib.get_close_matches`, its default cutoff 0.6): ``golden`` for ``gold``,
+    ``questoin`` for ``question``. A key close to none (another graph's state key) is not listed."""
+    known = sorted(known)
+    found = []
+    for key in keys:
+        if isinstance(key, str) and key not in known and (close := difflib.get_close_matches(key, known, n=1)):
+            found.append((key, close[0]))
+    return found
+
+
+def _nested(config: Any) -> bool:
+    """Whether the graph runs as a node of a parent graph (LangGraph gives the run a checkpoint
+    namespace then, ``node:task``): the input is the parent's state, whose other keys are no mistake."""
+    return bool(((config or {}).get("configurable") or {}).get("checkpoint_ns"))
 
 
 def _resumes(graph: Any, input: Any, config: Any) -> bool:  # noqa: A002 - LangGraph's name
@@ -163,6 +186,23 @@ class ScoredCompiledGraph(CompiledStateGraph):
         schema = super().get_context_jsonschema()
         return None if schema is None else markdown_schema(schema)
 
+    def input_keys(self) -> frozenset[str]:
+        """The keys an input may hold: the input schema's, and ``gold`` (read by the scoring here,
+        never put in the state)."""
+        return frozenset(self.builder.schemas.get(self.builder.input_schema, ())) | {"gold"}
+
+    def _warn_misspelt(self, input: Any, config: Any) -> None:  # noqa: A002 - LangGraph's name
+        """Log a warning for each key of a top-level input mapping that is not an input key but
+        close to one (:func:`misspelt_keys`): LangGraph drops a key its input schema lacks, so a
+        misspelt ``golden`` would run unscored without a word. Not refused: it may be meant for
+        something else, and a protocol graph run as a node of a parent graph (:func:`_nested`)
+        gets the parent's whole state, which is not checked at all."""
+        if not isinstance(input, Mapping) or _nested(config):
+            return
+        for key, known in misspelt_keys(input, self.input_keys()):
+            log.warning("graph input key %r is not an input of this graph and is ignored; did you mean %r? "
+                        "(its input keys: %s)", key, known, ", ".join(sorted(self.input_keys())))
+
     def _gold(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         """The problem whose gold this run's output is scored against: the input's, or on a resume
         the thread's input checkpoint's (``None`` without gold)."""
@@ -180,6 +220,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
         input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
+        self._warn_misspelt(input, config)
         problem = self._gold(input, config)
         chunks = super().stream(input, config, **kwargs)
         if problem is None:
@@ -191,6 +232,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
+        self._warn_misspelt(input, config)
         problem = await self._agold(input, config)
         mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
         async for chunk in super().astream(input, config, **kwargs):

@@ -202,3 +202,65 @@ def test_a_worker_ended_at_once_leaves_a_shared_run_to_the_workers_still_on_it(p
     _in_process_workers(url, alone, questions=1)(results, "alone").join(60)
     assert seen == {"marked": ["r"], "status": "interrupted"}
     store.close()
+
+
+# ---------------------------------------------------------------------------- misspelt graph input keys
+
+def _align_graph():
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=["The answer is 7."], cycle=True)
+                                       for m in ("a", "b")})
+    return build_delegation_graph().compile(), DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=1))
+
+
+def test_a_misspelt_input_key_is_named_with_its_likely_key(caplog):
+    """`{"question": ..., "golden": "7"}` ran with every `correct` empty and nothing said (LangGraph
+    drops a key its input schema lacks)."""
+    import asyncio
+    import logging
+
+    graph, ctx = _align_graph()
+    with caplog.at_level(logging.WARNING, logger="agora.graphs.scoring"):
+        out = graph.invoke({"question": "What is 3 + 4?", "golden": "7", "questoin_id": "q1", "notes": "x"},
+                           context=ctx)
+    assert {m["correct"] for m in out["methods"].values()} == {None}  # still run, as LangGraph runs it
+    assert [r.getMessage() for r in caplog.records] == [
+        "graph input key 'golden' is not an input of this graph and is ignored; did you mean 'gold'? (its input "
+        "keys: gold, kind, n_choices, question, question_id, shared_candidates)",
+        "graph input key 'questoin_id' is not an input of this graph and is ignored; did you mean 'question_id'? "
+        "(its input keys: gold, kind, n_choices, question, question_id, shared_candidates)"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agora.graphs.scoring"):
+        asyncio.run(graph.ainvoke({"question": "What is 3 + 4?", "Gold": "7"}, context=ctx))
+        out = graph.invoke({"question": "What is 3 + 4?", "gold": "7"}, context=ctx)
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
+        "graph input key 'Gold' is not an input of this graph and is ignored"]
+    assert {m["correct"] for m in out["methods"].values()} == {True}
+
+
+def test_a_protocol_graph_as_a_node_is_not_warned_about_its_parents_keys(caplog):
+    """As a node of a parent graph the protocol gets the parent's whole state: a key close to one of
+    its own (the parent's `golden`) is the parent's, not a mistake."""
+    import logging
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    graph, ctx = _align_graph()
+
+    class Parent(TypedDict, total=False):
+        question: str
+        golden: str
+        methods: dict
+
+    parent = StateGraph(Parent, context_schema=type(ctx))
+    parent.add_node("align", graph)
+    parent.add_edge(START, "align")
+    parent.add_edge("align", END)
+    with caplog.at_level(logging.WARNING, logger="agora.graphs.scoring"):
+        out = parent.compile().invoke({"question": "What is 3 + 4?", "golden": "yes"}, context=ctx)
+    assert caplog.records == [] and set(out["methods"]) >= {"align"}
