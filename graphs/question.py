@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import zlib
 from collections.abc import Mapping
-from typing import Any, NotRequired
+from typing import Any, NotRequired, get_args
 
 from typing_extensions import TypedDict
 
@@ -15,7 +15,7 @@ from agora.tasks.errors import InputError
 from agora.agents.seeds import item_seed
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import Sample
-from agora.tasks.loaders import UNSTORABLE, unstorable
+from agora.tasks.loaders import LETTERS, UNSTORABLE, unstorable
 from agora.tasks.problem import AnswerKind, Problem
 
 
@@ -154,10 +154,15 @@ def problem_input(problem: Problem) -> dict[str, Any]:
             "n_choices": problem.n_choices}
 
 
+#: The answer kinds a graph input's ``kind`` may name (:data:`agora.tasks.problem.AnswerKind`).
+_KINDS = get_args(AnswerKind)
+
+
 def checked_input(inp: Any) -> Any:
     """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate or a NUL
     in ``question`` (the JSONL loader's check: no UTF-8 text holds the one, a Postgres trace store
-    cannot store the other) and a ``question_id`` or
+    cannot store the other), a ``kind`` other than math, mc, open, an ``n_choices`` that is not an
+    integer in 0..10, and a ``question_id`` or
     ``gold`` that is neither text nor a number are refused; a number (``7``, ``0.5``) becomes its
     text. Returns the mapping (a copy when a field was coerced); anything else (a resume's
     ``None`` or ``Command``) unchanged.
@@ -169,6 +174,14 @@ def checked_input(inp: Any) -> Any:
     question = inp.get("question")
     if isinstance(question, str) and (bad := UNSTORABLE.search(question)):
         raise InputError(f"graph input field 'question': {unstorable(bad.group(0))}")
+    kind = inp.get("kind")
+    if kind is not None and kind not in _KINDS:
+        raise InputError(f"graph input field 'kind' must be one of {', '.join(_KINDS)}, not {kind!r:.60}")
+    n_choices = inp.get("n_choices")
+    if n_choices is not None and (not isinstance(n_choices, int) or isinstance(n_choices, bool)
+                                  or not 0 <= n_choices <= len(LETTERS)):
+        raise InputError(f"graph input field 'n_choices' must be an integer in 0..{len(LETTERS)} (options A to "
+                         f"{LETTERS[-1]}), not {n_choices!r:.60}")
     fixed: dict[str, Any] = {}
     for field in ("question_id", "gold"):
         value = inp.get(field)

@@ -211,3 +211,28 @@ def test_a_context_with_a_million_agents_is_refused_before_any_branch():
 
     with pytest.raises(ValueError, match=r"^DelegationConfig.n_agents must be at most 64 \(each agent is a branch of every question\), got 1000000$"):
         context_as({"config": {"n_agents": 10**6, "k_samples": 1}}, DelegationContext)
+
+
+# ---------------------------------------------------------------------------------------- graph input
+
+@pytest.mark.parametrize(("inp", "message"), [
+    ({"question": "What is 9 + 9?", "kind": "bogus"}, "graph input field 'kind' must be one of math, mc, open, not 'bogus'"),
+    ({"question": "Pick", "kind": "mc", "n_choices": "4"},
+     "graph input field 'n_choices' must be an integer in 0..10 (options A to J), not '4'"),
+    ({"question": "Pick", "kind": "mc", "n_choices": 11},
+     "graph input field 'n_choices' must be an integer in 0..10 (options A to J), not 11"),
+])
+def test_a_graph_input_with_an_unknown_kind_is_refused_before_any_model_call(inp, message):
+    """kind 'bogus' from Studio's API ran as math and said nothing; n_choices '4' reached int()."""
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.tasks.errors import InputError
+
+    model = ScriptedChatModel(responses=["The answer is 18."], cycle=True)
+    pool = ModelPool.from_chat_models({"m": model})
+    graph = build_delegation_graph().compile()
+    with pytest.raises(InputError) as err:
+        graph.invoke(inp, context=DelegationContext(pool=pool))
+    assert str(err.value) == message
+    assert model.calls == []
