@@ -155,6 +155,8 @@ def load_pool(path: str | Path) -> ModelPool:
     if name is not None:
         return builtin_pool(name)
     path = Path(path)
+    if path.is_dir():
+        raise PoolConfigError(f"{path}: a folder, not a pool file; give the path of a TOML pool file")
     if not path.is_file():
         raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)})")
     data = _read_pool_file(path)
