@@ -38,6 +38,7 @@ from agora.graphs.runner import RunOutcome, run_protocol
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.tasks.problem import Problem
 from agora.tasks.samples import sample_path
+from agora.traces.pg_sql import shown_url
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore, check_run_id
 
@@ -207,7 +208,7 @@ def print_methods(store: TraceStore, run_id: str, title: str, order: Sequence[st
                       f"{r.samples_per_question:.1f}", str(r.completion_tokens), f"{r.model_time_s:.1f}")
     console.print(table)
     console.print(f"samples drawn: {int(totals['calls'])} (failed attempts: {int(totals['failed'])}), generated tokens: "
-                  f"{int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, question time: {totals['wall_s']:.1f} s; traces: {escape(str(store.path))}",
+                  f"{int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, question time: {totals['wall_s']:.1f} s; traces: {escape(shown_url(str(store.path)))}",
                   highlight=False)
 
 

@@ -14,6 +14,7 @@ from agora.cli._apps import run_app
 from agora.cli._shared import MAX_TEMPERATURE, Table, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
 from agora.graphs.delegation import METHODS, DelegationContext, calibrated_reliabilities
 from agora.tasks.loaders import load_problems
+from agora.traces.pg_sql import shown_url
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore
 
@@ -90,4 +91,4 @@ def print_method_table(store: TraceStore, run_id: str) -> None:
         f"samples drawn: {int(totals['calls'])} (one trace row each; failed attempts: {int(totals['failed'])}), "
         f"generated tokens: {int(totals['completion_tokens'])}{unknown_tokens_note(totals)}, prompt tokens: {int(totals['prompt_tokens'])}, "
         f"question time: {totals['wall_s']:.1f} s summed over {_run.counted(int(totals['questions']), 'question')}", highlight=False)
-    console.print(f"traces: {escape(str(store.path))}", highlight=False)
+    console.print(f"traces: {escape(shown_url(str(store.path)))}", highlight=False)

@@ -41,6 +41,7 @@ from agora.graphs.escalation import METHODS, EscalationContext, build_escalation
 from agora.graphs.runner import RunOutcome, run_problems
 from agora.tasks.problem import Problem
 from agora.traces.comed import ComedSummary, calibrate_run, comed_summary
+from agora.traces.pg_sql import shown_url
 from agora.traces.report import failed_questions
 from agora.traces.store import TraceStore
 
@@ -343,4 +344,4 @@ def print_comed_report(s: ComedSummary, store: TraceStore, run_id: str) -> None:
     if failed:
         console.print(f"failed questions: {len(failed)} (every model call failed: no answer recorded, not counted "
                       "above; a rerun with this --run-id retries them)", highlight=False)
-    console.print(f"traces: {escape(str(store.path))}", highlight=False)
+    console.print(f"traces: {escape(shown_url(str(store.path)))}", highlight=False)

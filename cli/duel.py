@@ -30,6 +30,7 @@ from agora.graphs.duel import DuelConfig, DuelContext, duel_pool
 from agora.runs.duel import run_duels
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces import duels as duel_traces
+from agora.traces.pg_sql import shown_url
 from agora.traces.report import run_totals
 from agora.traces.store import TraceStore, check_run_id, store_backend
 
@@ -115,7 +116,7 @@ def print_duel_table(store: TraceStore, run_id: str) -> None:
         f"judge parse failures: {s['parse_failures']}/{s['judge_calls']} ({fmt_pct(s['parse_failure_rate'])}%){bias}",
         highlight=False)
     console.print(f"model calls: {int(totals['calls'])} (failed attempts: {int(totals['failed'])}), generated tokens: "
-                  f"{int(totals['completion_tokens'])}; traces: {escape(str(store.path))}", highlight=False)
+                  f"{int(totals['completion_tokens'])}; traces: {escape(shown_url(str(store.path)))}", highlight=False)
 
 
 @report_app.command("duels")

@@ -264,3 +264,28 @@ def test_a_protocol_graph_as_a_node_is_not_warned_about_its_parents_keys(caplog)
     with caplog.at_level(logging.WARNING, logger="agora.graphs.scoring"):
         out = parent.compile().invoke({"question": "What is 3 + 4?", "golden": "yes"}, context=ctx)
     assert caplog.records == [] and set(out["methods"]) >= {"align"}
+
+
+def test_run_prints_its_postgres_trace_url_without_the_password(postgres_server, tmp_path, monkeypatch):
+    """`agora run`'s last line ('traces: URL') printed a Postgres URL with its password."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import agora.cli.align as align_cli
+    from agora.cli.main import app
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=["The answer is 4."], cycle=True)
+                                       for m in ("a", "b")})
+    monkeypatch.setattr(align_cli, "get_pool", lambda path: pool)
+    monkeypatch.setenv("COLUMNS", "1000")
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "g.jsonl"
+    data.write_text(json.dumps({"id": "q1", "question": "What is 2 + 2?", "answer": "#### 4"}) + "\n")
+    url = postgres_server.database() + "&password=hunter2"  # the test server trusts its socket's user
+    result = CliRunner().invoke(app, ["run", "align", "--data", str(data), "--db", url, "--run-id", "r"])
+    assert result.exit_code == 0, result.output
+    assert "hunter2" not in result.output, result.output
+    assert result.output.rstrip().endswith("traces: " + url.replace("hunter2", "***")), result.output
