@@ -15,3 +15,22 @@ def test_a_pool_path_that_is_a_folder_says_so(tmp_path):
     with pytest.raises(PoolConfigError) as err:
         load_pool(tmp_path)
     assert str(err.value) == f"{tmp_path}: a folder, not a pool file; give the path of a TOML pool file"
+
+
+def test_a_bundle_with_data_after_its_footer_names_that_line(tmp_path):
+    """It said "no footer: the file is truncated" about a file whose footer is there, lines before the end."""
+    import gzip
+    import json
+
+    from agora.traces.bundle import FORMAT, VERSION
+    from agora.traces.bundle_reading import BundleError, check_bundle
+
+    head = {"format": FORMAT, "version": VERSION, "tables": {"notes": {"columns": {"k": "TEXT"}, "primary_key": ["k"]}}}
+    lines = [json.dumps(head), json.dumps({"t": "notes", "v": ["a"]}), json.dumps({"end": True, "rows": {"notes": 1}}),
+             "", json.dumps({"t": "notes", "v": ["b"]})]
+    path = tmp_path / "extra.agora.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    with pytest.raises(BundleError) as err:
+        check_bundle(path)
+    assert str(err.value) == f"{path}:5: data after the footer (line 3); nothing was imported"

@@ -122,8 +122,31 @@ def _footer_first(path: Path) -> tuple[dict[str, Any], int]:
     except (ValueError, RecursionError):
         footer = None
     if not (isinstance(footer, dict) and "end" in footer):
+        _refuse_data_after_footer(path, lines, tail)
         raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
     return _footer_shape(path, lines, footer), lines
+
+
+def _refuse_data_after_footer(path: Path, lines: int, tail: bytes) -> None:
+    """Refuse a bundle whose footer is followed by more lines (within the last 64 KiB read), naming
+    the first line after it and the footer's line; return quietly when no footer is found there.
+
+    ``lines`` is the file's newline count, ``tail`` its last bytes: the last piece of
+    ``tail.split(b"\n")`` is line ``lines + 1`` (empty when the file ends in a newline)."""
+    pieces = tail.split(b"\n")
+    first_line = lines + 2 - len(pieces)  # the line number of pieces[0] (cut short unless the tail is whole)
+    for k in range(len(pieces) - 1, 0, -1):
+        piece = pieces[k].strip()
+        if not piece.startswith(b"{") or b'"end"' not in piece:
+            continue
+        try:
+            found = json.loads(piece) if not _too_deep(piece.decode("utf-8")) else None
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(found, dict) and "end" in found:
+            after = next(first_line + j for j in range(k + 1, len(pieces)) if pieces[j].strip())
+            raise BundleError(f"{path}:{after}: data after the footer (line {first_line + k}); "
+                              "nothing was imported")
 
 
 def _footer_shape(path: Path, line: int, footer: dict[str, Any]) -> dict[str, Any]:
