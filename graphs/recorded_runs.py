@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 from langgraph.errors import GraphDrained
 
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver
-from agora.graphs.run_checkpoints import open_checkpointer
+from agora.graphs.run_checkpoints import open_checkpointer, reclaim_free_pages
 from agora.traces.store import TraceStore
 
 
@@ -93,8 +93,8 @@ def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, 
     """What every driver does around its work (``run_problems``, ``runs.duel.run_duels``,
     ``runs.selection.run_session``): open the checkpointer (:func:`open_checkpointer`, with
     ``group_commit``), start or resume the run's row (``TraceStore.start_run``, with its refusal
-    rules and ``pool_may_change``), and, when the ``with`` block ends, write the row's status and
-    close the checkpointer.
+    rules and ``pool_may_change``), and, when the ``with`` block ends, write the row's status, give
+    the checkpoints file's free pages back (:func:`reclaim_free_pages`) and close the checkpointer.
 
     The block ends the row with :meth:`RecordedRun.finish` (default: ``finished``, no summary, when
     the block returns without calling it). An exception leaving the block marks the row
@@ -145,6 +145,8 @@ def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, 
         finally:
             with _live_lock:
                 _live_runs.pop(key, None)
+            with suppress(sqlite3.Error):  # best effort: a failed pending commit is raised by close() below
+                reclaim_free_pages(saver)
             if failed:  # a full disk fails the checkpointer's last commit too: keep the first error
                 with suppress(sqlite3.Error):
                     saver.close()

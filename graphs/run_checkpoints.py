@@ -1,7 +1,8 @@
 """A run's checkpointer beside its trace DB: where it lives (:func:`checkpoint_path`), opening it
 (:func:`open_checkpointer`: SQLite in WAL, or the Postgres store's own schema), refusing a checkpoints
-file that belongs to another tool (:func:`check_checkpoint_schema`), and the wall time a resumed
-question's checkpoints keep from its earlier sittings (:func:`kept_wall_s`).
+file that belongs to another tool (:func:`check_checkpoint_schema`), giving the pages of deleted
+checkpoints back to the file system when a run ends (:func:`reclaim_free_pages`), and the wall time a
+resumed question's checkpoints keep from its earlier sittings (:func:`kept_wall_s`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
     WAL without an fsync per commit: LangGraph commits after every step, and a synced commit
     (~10 ms) would dwarf the step. A crash of the process loses nothing; of the OS, at most the
     last steps, which the resumed run redoes.
+
+    A new file is created with ``auto_vacuum=INCREMENTAL``, so that the pages of finished questions'
+    checkpoints (deleted by the runner) can be given back when the run ends (:func:`reclaim_free_pages`);
+    a file created before keeps its setting (SQLite changes it only through a full ``VACUUM``).
     """
     if is_postgres_url(str(db_path)):  # the trace database's own schema agora_checkpoints, shared by its workers
         return open_postgres_checkpointer(str(db_path))  # type: ignore[return-value]
@@ -43,6 +48,7 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
         check_checkpoint_schema(path)
     try:
         conn = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # before WAL writes the header: takes effect on a new file only
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         saver = InlineAsyncSqliteSaver(conn, group_commit=group_commit)
@@ -50,6 +56,45 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
     except sqlite3.Error as exc:
         raise TraceStoreError(describe_sqlite_error(path, exc)) from None
     return saver
+
+
+#: Free pages (4 KiB each by default) a checkpoints file keeps at the end of a run without giving them
+#: back: fewer are reused by the next run's checkpoints, and giving them back costs a write.
+RECLAIM_MIN_FREE_PAGES = 256
+
+
+def reclaim_free_pages(saver: object, *, min_free_pages: int = RECLAIM_MIN_FREE_PAGES) -> int:
+    """At the end of a run, give the free pages of a SQLite checkpoints file (those of deleted
+    checkpoints: the runner deletes a question's checkpoints once it is recorded) back to the file
+    system, on the saver's own connection: commit what is pending, ``PRAGMA incremental_vacuum`` when
+    the file has at least ``min_free_pages`` free pages, then a ``wal_checkpoint(TRUNCATE)`` that
+    shrinks the file at once (when another process is reading it, the file shrinks at a later
+    checkpoint instead). Both are ordinary writes under SQLite's locks, safe while other runs use the
+    same file; no full ``VACUUM`` is run.
+
+    A file created without ``auto_vacuum=INCREMENTAL`` (by an older Agora), an in-memory or Postgres
+    checkpointer: nothing is done.
+
+    Returns:
+        The number of pages given back (0 when nothing was done).
+
+    Raises:
+        sqlite3.Error: the pending commit or the vacuum failed (a full disk, an I/O error).
+    """
+    if not isinstance(saver, InlineAsyncSqliteSaver):
+        return 0
+    saver.commit()
+    with saver.lock:
+        conn = saver.conn
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # 2: INCREMENTAL
+            return 0
+        before = conn.execute("PRAGMA page_count").fetchone()[0]
+        if conn.execute("PRAGMA freelist_count").fetchone()[0] < min_free_pages:
+            return 0
+        # executescript: the sqlite3 module's execute() steps this pragma once (one page), not to its end
+        conn.executescript("PRAGMA incremental_vacuum;")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return before - conn.execute("PRAGMA page_count").fetchone()[0]
 
 
 #: The tables of LangGraph's SQLite checkpointer: a checkpoints file holding any other table belongs

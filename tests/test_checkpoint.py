@@ -263,3 +263,67 @@ def test_with_allowlist_extends_the_saver_in_place(tmp_path):
     assert ("my_pkg.models", "Thing") in saver.serde._allowed_msgpack_modules
     assert ("langgraph.types", "Send") in saver.serde._allowed_msgpack_modules
     saver.close()
+
+
+# ----------------------------------------------------------------------------- giving free pages back
+
+
+def put_big_threads(saver, n: int, size: int) -> None:
+    """``n`` threads with one checkpoint each holding ``size`` bytes of state."""
+    for i in range(n):
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"steps": ["x" * size]}
+        saver.put({"configurable": {"thread_id": f"q{i}", "checkpoint_ns": ""}}, cp, {"step": 0}, {})
+
+
+def pages(path) -> tuple[int, int]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("PRAGMA page_count").fetchone()[0], conn.execute("PRAGMA freelist_count").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_a_run_gives_the_pages_of_deleted_checkpoints_back_when_it_ends(tmp_path):
+    from agora.graphs.recorded_runs import recorded_run
+    from agora.traces.store import TraceStore
+
+    store = TraceStore(tmp_path / "t.db")
+    path = checkpoint_path(tmp_path / "t.db")
+    with recorded_run(store, "r", "align", config={}, pool=[], dataset={}, group_commit=True) as run:
+        put_big_threads(run.saver, 8, 1_000_000)  # 8 MB of checkpoints: ~2000 pages of 4 KiB
+        run.saver.commit()
+        big, free = pages(path)
+        for i in range(7):  # seven questions recorded: their checkpoints deleted (as the runner does)
+            run.saver.delete_thread(f"q{i}")
+        run.saver.commit()
+        assert pages(path)[0] == big and pages(path)[1] > 7 * 1_000_000 // 4096  # the file keeps them
+        live = big - pages(path)[1]
+    page_count, freelist = pages(path)
+    assert freelist == 0 and page_count <= live  # only the live pages are left (fewer pointer-map pages too)
+    assert page_count < big // 4  # one of eight threads left
+    assert Path(path).stat().st_size == page_count * 4096
+    with recorded_run(store, "r2", "align", config={}, pool=[], dataset={}) as run:  # still a working file
+        assert run.saver.get_tuple({"configurable": {"thread_id": "q7"}}) is not None
+
+
+def test_reclaim_leaves_a_few_free_pages_and_an_older_file_alone(tmp_path):
+    from agora.graphs.run_checkpoints import reclaim_free_pages
+
+    saver = open_checkpointer(tmp_path / "t.db")
+    put_big_threads(saver, 2, 100_000)
+    saver.delete_thread("q0")
+    assert 0 < pages(checkpoint_path(tmp_path / "t.db"))[1] < 256
+    assert reclaim_free_pages(saver) == 0  # under the threshold: kept for the next checkpoints
+    freed = pages(checkpoint_path(tmp_path / "t.db"))[1]
+    assert reclaim_free_pages(saver, min_free_pages=1) == freed
+    saver.close()
+
+    old = tmp_path / "old.db"  # a checkpoints file created without auto_vacuum (an older Agora)
+    sqlite3.connect(checkpoint_path(old)).execute("PRAGMA journal_mode=WAL").fetchall()
+    saver = open_checkpointer(old)
+    put_big_threads(saver, 2, 2_000_000)
+    saver.delete_thread("q0")
+    before = pages(checkpoint_path(old))
+    assert reclaim_free_pages(saver) == 0 and pages(checkpoint_path(old)) == before
+    saver.close()
