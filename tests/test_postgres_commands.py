@@ -94,7 +94,9 @@ def test_evolve_records_into_the_postgres_database_it_is_given(postgres_server, 
     def fake_evolve(store, run_id, specs, problems, cfg, out, **kwargs):  # the loop itself is tested elsewhere
         seen.update(type=type(store).__name__, path=store.path)
         store.start_run(run_id, "evolve", config={}, pool=[], dataset={})
-        raise ValueError("stopped by the test")
+        from agora.tasks.errors import InputError
+
+        raise InputError("stopped by the test")  # a refusal the CLI shows in one line
 
     monkeypatch.setattr(evolve_module, "evolve", fake_evolve)
     instructions = tmp_path / "i.jsonl"
