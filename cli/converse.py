@@ -203,7 +203,7 @@ def print_report(report: DiversityReport) -> None:
 def report_diversity(
     db: str = typer.Option(..., "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     out: Path = typer.Option(..., "--out", help="Folder for the heatmaps and diversity.json."),
-    runs: Optional[list[str]] = typer.Option(None, "--run", help="Only this run id (repeatable; a converse base id selects its pairs)."),
+    runs: Optional[list[str]] = typer.Option(None, "--run-id", "--run", help="Only this run id (repeatable; a converse base id selects its pairs)."),
     min_turns: int = typer.Option(5, "--min-turns", min=1, help="Turns a speaker × partner cell needs to count for Δ_m."),
     panel_size: int = typer.Option(3, "--panel-size", min=2, help="Members of the suggested panel."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),

@@ -18,6 +18,7 @@ from agora.traces.members import has_recipes, member_rows
 from agora.traces.question_report import question_report
 from agora.traces.report import TOO_FEW, disagreements, unknown_tokens_note
 from agora.traces.run_list import open_trace_store, run_rows, run_summary
+from agora.tasks.errors import InputError
 from agora.traces.store import check_run_id
 
 
@@ -64,7 +65,9 @@ def _short(text: str | None, width: int = 60) -> str:
 
 @report_app.command("run", short_help="One run at a glance: methods with CIs, cost, how answers were found.")
 def report_run(
-    run_id: str = typer.Argument(..., help="The run (see `agora report runs`)."),
+    run_arg: Optional[str] = typer.Argument(None, metavar="[RUN_ID]",
+                                            help="The run (see `agora report runs`); or give it as --run-id."),
+    run_opt: Optional[str] = typer.Option(None, "--run-id", help="The run, as every report subcommand takes it."),
     db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object instead of the tables."),
     disagree: Optional[tuple[str, str]] = typer.Option(
@@ -79,7 +82,12 @@ def report_run(
     adds its decisions' shares (accept, verify, escalate) and its rescues and harms, as `agora run
     comed` prints them."""
     with user_errors():
-        check_run_id(run_id, "RUN_ID")
+        if run_arg is not None and run_opt is not None and run_arg != run_opt:
+            raise InputError(f"RUN_ID {run_arg!r} and --run-id {run_opt!r} name different runs: give one")
+        if run_arg is None and run_opt is None:
+            raise InputError("no run given: `agora report run --run-id RUN_ID` (see `agora report runs`)")
+        run_id = run_opt if run_opt is not None else run_arg
+        check_run_id(run_id, "--run-id" if run_opt is not None else "RUN_ID")
         store = open_trace_store(db)
         s = run_summary(store, run_id)
         members = member_rows(store, run_id) if has_recipes(store, run_id) else []  # a pool with recipes
