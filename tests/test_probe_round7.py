@@ -34,3 +34,18 @@ def test_a_bundle_with_data_after_its_footer_names_that_line(tmp_path):
     with pytest.raises(BundleError) as err:
         check_bundle(path)
     assert str(err.value) == f"{path}:5: data after the footer (line 3); nothing was imported"
+
+
+def test_report_diversity_of_a_run_the_database_does_not_hold_says_so(tmp_path):
+    """It said only "no successful model calls in run(s) nope", as if the run were there."""
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from test_diversity_report import comed_db
+
+    db = comed_db(tmp_path / "c.db")
+    res = CliRunner().invoke(app, ["report", "diversity", "--db", str(db), "--out", str(tmp_path / "o"), "--run", "nope"])
+    errors = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and errors == [
+        f"error: {db}: no successful model calls in run(s) nope: the database holds no run 'nope' "
+        "(`agora report runs` lists them)"], res.output

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 from agora.tasks.errors import InputError
 from agora.tasks.answers import extract_answer
+from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, readonly_uri, store_backend
 
 _OPTION_LINE = re.compile(r"^\s*\(?([A-J])[.)]\s", re.MULTILINE)
@@ -128,7 +129,8 @@ def read_exchanges(path: str | Path, run_ids: Sequence[str] = (), *, min_shared_
     Raises:
         FileNotFoundError: no such file. TraceStoreError: a Postgres database that cannot be reached
             or holds no trace tables.
-        ValueError: the DB has no ``model_calls`` table, or it lacks ``model``/``completion``.
+        ValueError: the DB has no ``model_calls`` table, or it lacks ``model``/``completion``, or
+            a run id in ``run_ids`` selects no run of the DB.
     """
     conn = _Reader(path)
     try:
@@ -146,6 +148,13 @@ def read_exchanges(path: str | Path, run_ids: Sequence[str] = (), *, min_shared_
         where = "completion is not null" + (" and error is null" if "error" in cols else "")
         calls = conn.rows(f"select {select} from model_calls where {where} order by rowid")
         calls = [c for c in calls if _selected(c["run_id"], run_ids)]
+        if run_ids:  # a run the database does not hold is said so, not reported as one without calls
+            known = {r["run_id"] for r in conn.rows("select distinct run_id from "
+                                                     + ("runs" if "runs" in tables else "model_calls"))}
+            absent = [w for w in run_ids if not any(_selected(k, [w]) for k in known)]
+            if absent:
+                raise InputError(f"{shown_url(str(path))}: no successful model calls in run(s) {', '.join(run_ids)}: "
+                                 f"the database holds no run {absent[0]!r} (`agora report runs` lists them)")
         if "partner" not in cols:
             notes.append("model_calls has no partner column: partners inferred from prompt contents")
 
