@@ -132,6 +132,10 @@ def report_duels(
             raise FileNotFoundError(f"{db}: no such trace database")
         store = TraceStore(db, readonly=True)  # a report writes nothing into the database, not even tables
         runs = duel_traces.duel_runs(store)
+        if run_id is not None and run_id not in runs and (
+                "runs" not in store.db.table_names() or store.get_run(run_id) is None):
+            raise InputError(f"{shown_url(db)}: no run {run_id!r} in this database; "
+                             + (f"duel runs: {', '.join(runs)}" if runs else "it holds no duel runs (run `agora duel` first)"))
         if not runs:
             raise InputError(f"{db}: no duel runs (run `agora duel` first)")
         if run_id is not None and run_id not in runs:

@@ -49,3 +49,18 @@ def test_report_diversity_of_a_run_the_database_does_not_hold_says_so(tmp_path):
     assert res.exit_code == 2 and errors == [
         f"error: {db}: no successful model calls in run(s) nope: the database holds no run 'nope' "
         "(`agora report runs` lists them)"], res.output
+
+
+def test_report_duels_of_a_run_the_database_does_not_hold_says_so(tmp_path):
+    """It said "no duel runs" about a --run-id that is not in the database at all."""
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.store import TraceStore
+
+    TraceStore(tmp_path / "t.db").close()
+    res = CliRunner().invoke(app, ["report", "duels", "--db", str(tmp_path / "t.db"), "--out", str(tmp_path / "p"),
+                                   "--run-id", "nope"])
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and lines == [f"error: {tmp_path / 't.db'}: no run 'nope' in this database; it holds "
+                                            "no duel runs (run `agora duel` first)"], res.output
