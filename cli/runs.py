@@ -88,6 +88,9 @@ def report_run(
             raise InputError("no run given: `agora report run --run-id RUN_ID` (see `agora report runs`)")
         run_id = run_opt if run_opt is not None else run_arg
         check_run_id(run_id, "--run-id" if run_opt is not None else "RUN_ID")
+        if disagree and disagree[0] == disagree[1]:
+            raise InputError(f"--disagree {disagree[0]} {disagree[1]}: the same method twice; name two different "
+                             "methods (a method never disagrees with itself)")
         store = open_trace_store(db)
         s = run_summary(store, run_id)
         members = member_rows(store, run_id) if has_recipes(store, run_id) else []  # a pool with recipes

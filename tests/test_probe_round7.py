@@ -64,3 +64,17 @@ def test_report_duels_of_a_run_the_database_does_not_hold_says_so(tmp_path):
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert res.exit_code == 2 and lines == [f"error: {tmp_path / 't.db'}: no run 'nope' in this database; it holds "
                                             "no duel runs (run `agora duel` first)"], res.output
+
+
+def test_report_run_refuses_comparing_a_method_with_itself(tmp_path):
+    """`--disagree align align` was accepted and printed an empty comparison."""
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    res = CliRunner().invoke(app, ["report", "run", "--db", str(tmp_path / "t.db"), "--run-id", "r1",
+                                   "--disagree", "align", "align"])
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and lines == ["error: --disagree align align: the same method twice; name two different "
+                                            "methods (a method never disagrees with itself)"], res.output
+    assert not (tmp_path / "t.db").exists()
