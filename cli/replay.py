@@ -37,6 +37,7 @@ def print_rules() -> None:
 
 @app.command("replay", short_help="Re-decide a recorded run under another selection rule, with no model call.")
 def replay_cmd(
+    ctx: typer.Context,
     db: str = typer.Option("agora.db", "--db", help="Trace database (a SQLite file or a postgresql:// URL); "
                                                     "opened read-only."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="The recorded run to replay."),
@@ -54,7 +55,13 @@ def replay_cmd(
     (replay − method, pp) with a 95 % paired-bootstrap CI, wins/losses and the exact McNemar p. No
     model is called. Under the run's own settings a rule reproduces the method it names."""
     with user_errors():
-        if rule is None:
+        if rule is None:  # the rules are listed, but a --db or --run-id given is checked first
+            if run_id is not None:
+                check_run_id(run_id)
+            if run_id is not None or getattr(ctx.get_parameter_source("db"), "name", None) in ("COMMANDLINE", "ENVIRONMENT"):
+                store = TraceStore.reading(db)
+                if run_id is not None:
+                    load_run(store, run_id)
             print_rules()
             return
         if run_id is None:

@@ -78,3 +78,25 @@ def test_report_run_refuses_comparing_a_method_with_itself(tmp_path):
     assert res.exit_code == 2 and lines == ["error: --disagree align align: the same method twice; name two different "
                                             "methods (a method never disagrees with itself)"], res.output
     assert not (tmp_path / "t.db").exists()
+
+
+def test_replay_without_a_rule_checks_the_db_and_run_it_is_given(tmp_path):
+    """Without --rule, a missing --db or an unknown --run-id was ignored: exit 0 and the rules listed."""
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.store import TraceStore
+
+    def errors(*args):
+        res = CliRunner().invoke(app, ["replay", *map(str, args)])
+        return res.exit_code, [line for line in res.output.splitlines() if line.strip()]
+
+    missing = tmp_path / "nope.db"
+    assert errors("--db", missing) == (2, [f"error: {missing}: trace database not found"])
+    assert errors("--db", missing, "--run-id", "r1") == (2, [f"error: {missing}: trace database not found"])
+    TraceStore(tmp_path / "t.db").close()
+    code, lines = errors("--db", tmp_path / "t.db", "--run-id", "nope")
+    assert code == 2 and len(lines) == 1 and "'nope'" in lines[0], lines
+    code, lines = errors("--db", tmp_path / "t.db")  # a database that is there: the rules, as before
+    assert code == 0 and any("selection rules" in line for line in lines)
+    assert not missing.exists()
