@@ -256,6 +256,9 @@ def _prompt(rec: dict, path: Path, line: int) -> Problem:
             if key == "instruction" and isinstance(rec.get("input"), str) and rec["input"].strip():
                 value = f"{value.strip()}\n\n{rec['input'].strip()}"
             return Problem(_id(rec, path, line), value.strip(), None, "open", source="prompts")
+    for key in _PROMPT_KEYS:  # a prompt field that is there but not text is named as such
+        if key in rec and not isinstance(rec[key], str):
+            raise TaskFormatError(path, line, key, f"must be text, not {type(rec[key]).__name__} {rec[key]!r:.60}")
     raise TaskFormatError(path, line, "prompt", f"no text field (one of {', '.join(_PROMPT_KEYS)})")
 
 

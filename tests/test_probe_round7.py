@@ -100,3 +100,14 @@ def test_replay_without_a_rule_checks_the_db_and_run_it_is_given(tmp_path):
     code, lines = errors("--db", tmp_path / "t.db")  # a database that is there: the rules, as before
     assert code == 0 and any("selection rules" in line for line in lines)
     assert not missing.exists()
+
+
+def test_a_prompt_given_as_a_number_is_refused_as_not_text(tmp_path):
+    """`{"question": 5}` in a prompts file was refused as "no text field", as if the question were absent."""
+    from agora.tasks.loaders import TaskFormatError, load_problems
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"question": "What is 1 + 1?"}\n{"question": 5}\n', encoding="utf-8")
+    with pytest.raises(TaskFormatError) as err:
+        load_problems(path, "prompts")
+    assert str(err.value) == f"{path}:2: field 'question': must be text, not int 5"
