@@ -188,8 +188,68 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
                                   soft_wrap=True)
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        err_console.print(f"[red]error:[/red] {escape(str(message))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(with_option(str(message)))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+#: A settings refusal: ``Class.field must ...`` or ``Class.field: ...`` (:func:`agora.models.validation.one_line`),
+#: maybe ending ``, got <value>``.
+_SETTING_REFUSED = re.compile(r"(?P<owner>[A-Z]\w*)\.(?P<field>[a-z_]\w*)(?: must |: )")
+_GOT = re.compile(r", got (?P<got>.*)$")
+
+
+def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
+    """The option of the running command (``ctx``: its click context) that sets the settings field
+    ``field``, as the user would type it (``-n/--agents``); ``None`` when no parameter is known to.
+
+    The map is read off the command's own parameters, not listed per command: the parameter named
+    as the field (``rounds`` → ``DebateConfig.rounds``; every command made from a settings class),
+    else the one named as the field's last words (``agents`` → ``n_agents``, ``samples`` →
+    ``k_samples``; one such parameter, the longest tail). It is named only when its value is the
+    one refused (``got``: the ``repr`` after ``, got`` in the message; a comma-separated option
+    matches the tuple it gives), or, for a message with no value, when it was typed on the command
+    line: a field the value of which came from elsewhere (a ``--config`` file, a pool) is not
+    pinned on an option."""
+    params = {p.name: p for p in getattr(getattr(ctx, "command", None), "params", ()) if p.name and p.opts}
+    param = params.get(field)
+    if param is None:
+        words = field.split("_")
+        tails = ["_".join(words[i:]) for i in range(1, len(words))]
+        param = next((params[t] for t in tails if t in params), None)
+    if param is None or not any(o.startswith("-") for o in param.opts):
+        return None
+    value = ctx.params.get(param.name)
+    if got is None:
+        source = getattr(ctx.get_parameter_source(param.name), "name", None)
+        matched = source == "COMMANDLINE"
+    else:
+        shown = {repr(value), repr(str(value))}
+        if isinstance(value, str):
+            shown |= {repr(tuple(v.strip() for v in value.split(","))), repr(tuple(v.strip() for v in value.split(",") if v.strip()))}
+        matched = value is not None and got in shown
+    if not matched:
+        return None
+    opts = sorted({*param.opts, *param.secondary_opts}, key=lambda o: (o.startswith("--"), o))
+    return "/".join(opts)
+
+
+def with_option(message: str) -> str:
+    """``message``, a settings refusal (``DelegationConfig.n_agents must be at most 64, got 100``),
+    led by the option of the running command that gave the value: ``-n/--agents: DelegationConfig...``
+    (:func:`option_of_field`). Any other message, or one outside a command, is returned as it is."""
+    found = _SETTING_REFUSED.match(message)
+    if found is None:
+        return message
+    try:
+        from typer._click.globals import get_current_context  # Typer vendors click
+    except ImportError:  # pragma: no cover - a Typer on the real click
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return message
+    got = _GOT.search(message)
+    option = option_of_field(ctx, found["field"], got["got"] if got else None)
+    return message if option is None else f"{option}: {message}"
 
 
 def exit_if_failed(outcome: Any, total: int, run_id: str, unit: str = "questions") -> None:
