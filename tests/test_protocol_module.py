@@ -1,6 +1,7 @@
 """A new protocol is one module: the `vote` module that docs/architecture.md shows under "Adding a
 protocol" runs as written (read from the page, not copied here), is found by the registry from its
-source, runs through the runner with a trace store, and has the Studio schemas every protocol has."""
+source, runs through the runner with a trace store, and has the Studio schemas every protocol has; the
+page's try-it script runs as a user's script beside the saved module."""
 
 import importlib.util
 import re
@@ -19,10 +20,15 @@ from agora.traces import TraceStore
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def vote_source() -> str:
-    """The first Python block of the "Adding a protocol" section of docs/architecture.md."""
+def python_blocks() -> list[str]:
+    """The Python blocks of the "Adding a protocol" section of docs/architecture.md."""
     section = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").split("## Adding a protocol\n", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+
+
+def vote_source() -> str:
+    """The first Python block of the "Adding a protocol" section: the module."""
+    return python_blocks()[0]
 
 
 @pytest.fixture
@@ -88,3 +94,21 @@ def test_the_new_protocol_has_studio_schemas(vote):
     assert all(prop.get("description") for prop in output.values()), output
     assert graph.get_input_jsonschema()["examples"] == [{"question": "Tom has 3 apples and buys 4 more. How many "
                                                                      "apples does he have?", "kind": "math"}]
+
+
+def test_the_page_try_script_runs_beside_the_saved_module(tmp_path, monkeypatch, capsys):
+    module, script = python_blocks()[:2]
+    (tmp_path / "vote.py").write_text(module, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    try:
+        exec(compile(script, "try_vote.py", "exec"), {"__name__": "__main__"})
+    finally:
+        if "vote" in registry.PROTOCOLS:
+            registry.unregister("vote")
+        sys.modules.pop("vote", None)
+    assert capsys.readouterr().out == "13\n13\n"
+    store = TraceStore(tmp_path / "runs.db")
+    assert [(r["question_id"], r["method"], r["answer"], r["correct"]) for r in store.db["results"].rows] == [
+        ("q1", "vote", "13", 1)]
+    assert store.db["model_calls"].count == 3
