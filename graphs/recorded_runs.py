@@ -145,10 +145,14 @@ def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, 
         finally:
             with _live_lock:
                 _live_runs.pop(key, None)
-            with suppress(sqlite3.Error):  # best effort: a failed pending commit is raised by close() below
-                reclaim_free_pages(saver)
-            if failed:  # a full disk fails the checkpointer's last commit too: keep the first error
-                with suppress(sqlite3.Error):
+            try:
+                if not failed and isinstance(saver, InlineAsyncSqliteSaver):
+                    saver.commit()  # raises a deferred commit's failure (once): the vacuum's own commit would swallow it
+                with suppress(sqlite3.Error):  # best effort: a failed pending commit is raised by close() below
+                    reclaim_free_pages(saver)
+            finally:
+                if failed:  # a full disk fails the checkpointer's last commit too: keep the first error
+                    with suppress(sqlite3.Error):
+                        saver.close()
+                else:
                     saver.close()
-            else:
-                saver.close()

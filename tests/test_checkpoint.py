@@ -327,3 +327,16 @@ def test_reclaim_leaves_a_few_free_pages_and_an_older_file_alone(tmp_path):
     before = pages(checkpoint_path(old))
     assert reclaim_free_pages(saver) == 0 and pages(checkpoint_path(old)) == before
     saver.close()
+
+
+def test_a_deferred_commit_failure_at_a_run_end_is_raised_not_lost_to_the_vacuum(tmp_path):
+    """A group commit that failed in the saver's timer (a full disk) is raised by the saver's next
+    call; at the end of a run the vacuum's own commit made that call and its error, swallowed as
+    best effort, was never raised: the run ended as if its checkpoints were written."""
+    from agora.graphs.recorded_runs import recorded_run
+    from agora.traces.store import TraceStore
+
+    store = TraceStore(tmp_path / "t.db")
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        with recorded_run(store, "r", "align", config={}, pool=[], dataset={}, group_commit=True) as run:
+            run.saver._failure = sqlite3.OperationalError("database or disk is full")  # as _timer_fired leaves it
