@@ -230,11 +230,85 @@ def _route_sympy(restricted: dict) -> None:
     parser = sys.modules.get("sympy.parsing.sympy_parser")
     if parser is not None:
         parser.eval_expr = _RestrictedSympyEval(restricted)
+        _route_stringify(parser, restricted)
+    _route_code_runners(restricted)
     _route_lambdify()
     _route_lambdify_code(restricted)
     _ALLOWED[0] = frozenset(restricted["__builtins__"]["__import__"].allowed)
     _route_importers()
     _route_operator(restricted["_getattr_"])
+
+
+def _withheld(name: str):
+    def withheld(*args, **kwargs):
+        raise NameError(f"name {name!r} is not defined")
+
+    return withheld
+
+
+def _program_view(global_dict, restricted: dict) -> dict:
+    """What a program may see of a sympy parser's ``global_dict``: the same names (the transformations
+    decide by them what is a symbol), but a name with a leading ``_`` (sympy's dict holds
+    ``__builtins__``, the interpreter's) or a built-in function the program was not given (sympy copies
+    ``eval``, ``open``, ``__import__``... into it) stands for a function that raises ``NameError``."""
+    import builtins
+
+    allowed = restricted["__builtins__"]
+    return {k: v if isinstance(k, str) and not k.startswith("_") and (k not in vars(builtins) or allowed.get(k) is v)
+            else _withheld(str(k)) for k, v in global_dict.items()}
+
+
+def _route_stringify(parser, restricted: dict) -> None:
+    """``parse_expr`` hands its ``global_dict`` to every transformation, and a program may pass its own
+    (``parse_expr(s, transformations=(..., mine))``): the transformations see :func:`_program_view`
+    of it, not the interpreter's ``eval`` and ``__import__`` that sympy put there."""
+    original = parser.stringify_expr
+    if getattr(original, "__sandboxed__", False):
+        return
+
+    def stringify_expr(s, local_dict, global_dict, transformations):
+        view = _program_view(global_dict, restricted) if isinstance(global_dict, dict) else global_dict
+        return original(s, local_dict, view, transformations)
+
+    stringify_expr.__sandboxed__ = True
+    parser.stringify_expr = stringify_expr
+
+
+#: sympy modules that compile and run code built from a program's values (symbol names, strings)
+#: with the interpreter's own built-ins; they are loaded in the worker before it forks
+#: (:data:`CODE_RUNNERS`), and in a child their ``exec``/``compile`` are replaced.
+CODE_RUNNERS = ("sympy.parsing.ast_parser", "sympy.plotting.experimental_lambdify")
+
+
+def _route_code_runners(restricted: dict) -> None:
+    """``sympy.parsing.ast_parser.parse_expr`` compiles a program's string unrestricted (attribute access
+    on a ``local_dict`` object reaches ``__globals__``): refused. ``experimental_lambdify`` ``exec``s a
+    lambda printed from the expression (a symbol named ``__import__('os')...`` is code there): compiled
+    by RestrictedPython and run with the program's built-ins and hooks."""
+    import sys
+
+    from RestrictedPython import compile_restricted
+
+    ast_parser = sys.modules.get("sympy.parsing.ast_parser")
+    if ast_parser is not None:
+        def refused_compile(*args, **kwargs):
+            raise NotImplementedError("sympy.parsing.ast_parser is not available in the sandbox "
+                                      "(use sympy.parse_expr or sympify)")
+
+        vars(ast_parser)["compile"] = refused_compile
+    lambdifier = sys.modules.get("sympy.plotting.experimental_lambdify")
+    if lambdifier is not None:
+        hooks = {k: v for k, v in restricted.items() if k.startswith("_")}
+
+        def exec_(source, globals=None, locals=None):
+            if not isinstance(source, str):
+                raise ValueError("experimental_lambdify ran code that is not a string")
+            code = compile_restricted(source, filename="<experimental_lambdify>", mode="exec", policy=_Policy)
+            namespace = globals if globals is not None else {}
+            namespace.update(hooks)
+            return exec(code, namespace, locals)  # noqa: S102 - restricted code, in the limited child
+
+        vars(lambdifier)["exec"] = exec_
 
 
 def _checked_lambdify(original):

@@ -105,6 +105,11 @@ def _warm_sympy() -> None:
 
 
 _warm_sympy()
+for _name in _restricted.CODE_RUNNERS:  # loaded here, so that every child replaces their exec (see there)
+    try:
+        __import__(_name)
+    except ImportError:
+        pass
 _restricted._route_importers()  # once, before any fork (a child's allowed modules are set in the child)
 
 

@@ -1,0 +1,57 @@
+"""Probe round 8 (b): what a fresh user and an attacker found still wrong, each with its fix."""
+
+from __future__ import annotations
+
+from agora.models.recipes.sandbox import SandboxLimits, run_program
+
+LIMITS = SandboxLimits(cpu_s=2, wall_s=6, memory_mb=256, output_bytes=4096)
+
+
+def test_a_parse_expr_transformation_of_the_program_does_not_get_the_interpreters_builtins():
+    """sympy's ``parse_expr`` hands its ``global_dict`` (the interpreter's ``eval``, ``__import__``,
+    ``open`` and ``__builtins__`` copied in) to every transformation, one of the program's too:
+    ``g['eval']("__import__('os').getpid()", g)`` ran unrestricted code."""
+    program = ("from sympy.parsing.sympy_parser import parse_expr, standard_transformations\n"
+               "seen = []\n"
+               "def mine(tokens, local_dict, global_dict):\n"
+               "    seen.append(global_dict)\n"
+               "    return tokens\n"
+               "print(parse_expr('x + 1', transformations=standard_transformations + (mine,)))\n"
+               "g = seen[0]\n"
+               "print('Symbol' in g, g['abs'] is abs, 'eval' in g)\n"
+               "g['eval']('1')\n")
+    run = run_program(program, LIMITS)
+    assert (run.status, run.output) == ("error", "x + 1\nTrue True True\n"), run
+    assert run.error == "NameError: name 'eval' is not defined"
+    for name in ("exec", "open", "__import__", "compile"):
+        run = run_program(program.replace("g['eval']('1')", f"g[{name!r}]('1')"), LIMITS)
+        assert run.error == f"NameError: name {name!r} is not defined"
+    run = run_program(program.replace("g['eval']('1')", "print(g['__builtins__'])"), LIMITS)
+    assert "withheld" in run.output  # a stand-in, not the interpreter's builtins module
+
+
+def test_sympys_ast_parser_is_refused_not_run_unrestricted():
+    """``sympy.parsing.ast_parser.parse_expr`` compiles the string as plain Python: attribute access on
+    a ``local_dict`` object reached ``__globals__['__builtins__']`` and then ``os``."""
+    program = ("from sympy.parsing import ast_parser\n"
+               "b = ast_parser.parse_expr(\"f.__globals__['__builtins__']\", {'f': ast_parser.parse_expr})\n"
+               "print(b['__import__']('os').getpid())\n")
+    run = run_program(program, LIMITS)
+    assert run.status == "error"
+    assert run.error == ("NotImplementedError: sympy.parsing.ast_parser is not available in the sandbox "
+                         "(use sympy.parse_expr or sympify)")
+
+
+def test_experimental_lambdify_runs_its_printed_code_restricted():
+    """sympy's plotting ``experimental_lambdify`` ``exec``s a lambda printed from the expression with the
+    interpreter's built-ins: a symbol named ``__import__('os').getpid()`` ran."""
+    program = ("import sympy\n"
+               "from sympy.plotting.experimental_lambdify import Lambdifier\n"
+               "x = sympy.Symbol('x')\n"
+               "print(Lambdifier([x], sympy.Symbol(\"__import__('os').getpid()\") + x, use_python_math=True)(1))\n")
+    run = run_program(program, LIMITS)
+    assert run.status == "error"
+    assert run.error.startswith('SyntaxError: Line 1: "__import__" is an invalid variable name'), run.error
+    fine = ("import sympy\nfrom sympy.plotting.experimental_lambdify import experimental_lambdify\n"
+            "x = sympy.Symbol('x')\nprint(experimental_lambdify([x], x**2 + 1, use_python_math=True)(3))\n")
+    assert (run_program(fine, LIMITS).output) == "10\n"
