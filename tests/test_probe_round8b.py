@@ -55,3 +55,19 @@ def test_experimental_lambdify_runs_its_printed_code_restricted():
     fine = ("import sympy\nfrom sympy.plotting.experimental_lambdify import experimental_lambdify\n"
             "x = sympy.Symbol('x')\nprint(experimental_lambdify([x], x**2 + 1, use_python_math=True)(3))\n")
     assert (run_program(fine, LIMITS).output) == "10\n"
+
+
+def test_the_output_cap_holds_when_the_program_changes_its_printer():
+    """``printed`` is RestrictedPython's collector, the program's own object: ``printed.cap = 10**12``
+    (or appending to ``printed.parts``) let 40 MB come back with ``output_bytes`` 4096, status ok.
+    The worker bounds the output itself."""
+    raised = run_program("printed.cap = 10 ** 12\nfor i in range(20):\n    print('y' * 10 ** 6)\n", LIMITS)
+    assert raised.status == "output_limit"
+    assert raised.output == ""
+    assert raised.error == "OutputLimit: the program printed more than 4096 bytes"
+    appended = run_program("printed.parts.append('z' * 10000)\nprint('end')\n", LIMITS)
+    assert appended.status == "output_limit"
+    assert appended.output == "z" * 4096
+    assert appended.error == "OutputLimit: the program printed more than 4096 bytes"
+    exact = run_program("print('a' * 4095)\n", LIMITS)  # 4095 + newline = the cap: still fine
+    assert (exact.status, len(exact.output)) == ("ok", 4096)

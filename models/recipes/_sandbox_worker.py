@@ -164,10 +164,13 @@ def _child(request: dict, folder: str, result_fd: int) -> None:
     os._exit(code)
 
 
-def _wait(pid: int, wall_s: float, result_fd: int, chunks: list[bytes]) -> tuple[int | None, bool]:
+def _wait(pid: int, wall_s: float, result_fd: int, chunks: list[bytes], limit: int = 2**62,
+          overflow: list[bool] | None = None) -> tuple[int | None, bool]:
     """``(wait status, timed out)``: the child's status, after killing its group at ``wall_s``;
-    what the child writes to the pipe ``result_fd`` is drained into ``chunks`` meanwhile."""
+    what the child writes to the pipe ``result_fd`` is drained into ``chunks`` meanwhile, at most
+    ``limit`` bytes (more: ``chunks`` is emptied and ``overflow[0]`` set)."""
     os.set_blocking(result_fd, False)
+    overflow = overflow if overflow is not None else [False]
 
     def drain() -> None:
         while True:
@@ -177,7 +180,12 @@ def _wait(pid: int, wall_s: float, result_fd: int, chunks: list[bytes]) -> tuple
                 return
             if not part:
                 return
-            chunks.append(part)
+            if sum(map(len, chunks)) + len(part) > limit:  # more than a capped output can be: not kept
+                chunks.clear()
+                chunks.append(b"")  # the mark of an overflow (see run)
+                overflow[0] = True
+            if not overflow[0]:
+                chunks.append(part)
 
     deadline = time.monotonic() + wall_s
     try:
@@ -242,19 +250,32 @@ def run(request: dict) -> dict:
         _child(request, folder, write_fd)
     os.close(write_fd)
     chunks: list[bytes] = []
+    overflow = [False]
+    # a result holds at most output_bytes of output, JSON-escaped (at most 6 bytes a byte), and a short error
+    limit = 6 * int(request["output_bytes"]) + 2**20
     try:
-        status, timed_out = _wait(pid, float(request["wall_s"]), read_fd, chunks)
+        status, timed_out = _wait(pid, float(request["wall_s"]), read_fd, chunks, limit, overflow)
     finally:
         os.close(read_fd)
     seconds = time.perf_counter() - start
     reply = {"status": "killed", "output": "", "error": None, "seconds": seconds, "layers": list(_LAYERS)}
     try:
-        if chunks:
+        if overflow[0]:
+            reply.update(status="output_limit", error=f"OutputLimit: the program printed more than {request['output_bytes']} bytes")
+        elif chunks:
             reply.update(_checked(json.loads(b"".join(chunks))))
     except ValueError as exc:
         reply.update(status="error", error=f"SandboxError: {exc}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    # the child's own cap is the program's to change (``printed``, RestrictedPython's collector, is its
+    # object): the output and error are bounded here, outside the child
+    cap = int(request["output_bytes"])
+    if len(reply["output"].encode("utf-8", "replace")) > cap:
+        reply.update(status="output_limit", output=reply["output"].encode("utf-8", "replace")[:cap].decode("utf-8", "ignore"),
+                     error=f"OutputLimit: the program printed more than {cap} bytes")
+    if isinstance(reply["error"], str) and len(reply["error"]) > 2000:
+        reply["error"] = reply["error"][:2000]
     if timed_out:
         reply.update(status="timeout", error=f"TimeoutError: the program ran past its wall-time limit of {request['wall_s']} s")
     elif reply["error"] is None and reply["status"] == "killed":
