@@ -7,8 +7,8 @@ Postgres refuses to run as root, so as root the system binaries run as the ``pos
 sleep) and returns the server; :meth:`PostgresServer.database` creates an empty database and gives
 its ``postgresql://`` URL.
 
-Leaks: a system server lives in ``$TMPDIR/agora-pg-*`` with an ``owner`` file (the pid and start
-time of the process that started it). :func:`start` first stops (``pg_ctl stop -m immediate``) and
+Leaks: a server, system or pgserver, lives in ``$TMPDIR/agora-pg-*`` (its data in ``data/``) with an
+``owner`` file (the pid and start time of the process that started it). :func:`start` first stops (``pg_ctl stop -m immediate``) and
 removes the servers whose owner is gone (a pytest killed before its teardown: ``kill -9``, a
 ``timeout``), and the folders of older servers without an owner file once no server runs in them;
 a live server without an owner file is left alone (whose it is cannot be told). The server is also
@@ -153,9 +153,10 @@ def _as_postgres() -> list[str]:
     return [runuser, "-u", "postgres", "--"]
 
 
-def sweep_stale(bin_dir: str, tmp: str | None = None) -> list[str]:
+def sweep_stale(bin_dir: str | None, tmp: str | None = None) -> list[str]:
     """Stop and remove the throw-away servers left in ``tmp`` (default: the temp folder) by processes
-    that are gone (see the module docstring); the folders removed."""
+    that are gone (see the module docstring), system or pgserver ones; the folders removed. A
+    server is stopped with ``bin_dir``'s ``pg_ctl`` (``None``: none here), else with ``SIGQUIT``."""
     removed = []
     for root in sorted(Path(tmp or tempfile.gettempdir()).glob(f"{PREFIX}*")):
         if not root.is_dir():
@@ -172,6 +173,8 @@ def sweep_stale(bin_dir: str, tmp: str | None = None) -> list[str]:
             continue
         if server is not None:
             try:
+                if bin_dir is None:
+                    raise NoPostgres("no pg_ctl")
                 stop = subprocess.run([*_as_postgres(), f"{bin_dir}/pg_ctl", "-D", str(root / "data"), "-m", "immediate",
                                        "-w", "stop"], capture_output=True, timeout=120, check=False)
                 stopped = stop.returncode == 0
@@ -187,11 +190,17 @@ def sweep_stale(bin_dir: str, tmp: str | None = None) -> list[str]:
     return removed
 
 
-def _start_system(bin_dir: str) -> PostgresServer:
-    sweep_stale(bin_dir)
+def _new_root() -> str:
+    """A new server folder in the temp folder, with this process's owner file."""
     root = tempfile.mkdtemp(prefix=PREFIX)
     me = os.getpid()
     Path(root, OWNER).write_text(f"{me} {_started_at(me)}\n")
+    return root
+
+
+def _start_system(bin_dir: str) -> PostgresServer:
+    sweep_stale(bin_dir)
+    root = _new_root()
     data, sock = Path(root, "data"), Path(root, "sock")
     sock.mkdir()
     as_user: list[str] = []
@@ -231,9 +240,10 @@ def _start_pgserver() -> PostgresServer:
     except ImportError:
         raise NoPostgres("no postgres on PATH and the pgserver package is not installed "
                          "(pip install -e '.[postgres]')") from None
-    root = tempfile.mkdtemp(prefix="agora-pgserver-")
+    sweep_stale(_system_bin())
+    root = _new_root()  # the system server's layout: <root>/owner, <root>/data (pgserver's PGDATA and socket)
     try:
-        srv = pgserver.get_server(root, cleanup_mode="stop")
+        srv = pgserver.get_server(Path(root, "data"), cleanup_mode="stop")
     except Exception as exc:  # noqa: BLE001 - any reason it cannot start is a skip reason
         shutil.rmtree(root, ignore_errors=True)
         raise NoPostgres(f"pgserver could not start: {exc}") from None
@@ -242,7 +252,9 @@ def _start_pgserver() -> PostgresServer:
 
     parsed = urlparse(uri)
     host = unquote(parse_qs(parsed.query)["host"][0])
-    return PostgresServer(socket_dir=host, user=parsed.username or "postgres", pg=srv, root=root)
+    server = PostgresServer(socket_dir=host, user=parsed.username or "postgres", pg=srv, root=root)
+    atexit.register(server.stop)  # (before pgserver's own exit handler, which stops it but keeps its folder)
+    return server
 
 
 def start() -> PostgresServer:

@@ -73,3 +73,45 @@ def test_a_server_whose_starter_was_killed_is_stopped_and_removed_by_the_next_st
         time.sleep(0.1)
     assert not _alive(server) and not root.exists() and not old.exists()
     assert mine.exists() and new.exists()
+
+
+@pytest.fixture
+def pgserver_ok() -> None:
+    pytest.importorskip("pgserver")
+
+
+def test_a_pgserver_server_is_removed_when_stopped_and_when_its_starter_was_killed(pgserver_ok, tmp):
+    """The pgserver fallback keeps the same rules: its folder goes with ``stop()``, and a server left
+    running by a killed starter is stopped and removed by the next sweep."""
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(HERE)}
+    stopped = subprocess.run(
+        [sys.executable, "-c", "import postgres_server as pg, psycopg; s = pg._start_pgserver(); "
+         "psycopg.connect(s.database()).close(); pid = s.pg.get_pid(); s.stop(); print(s.root, pid)"],
+        cwd=HERE, capture_output=True, text=True, env=env, timeout=300)
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    root, pid = stopped.stdout.split()
+    assert Path(root).parent == tmp and not Path(root).exists()
+    for _ in range(100):
+        if not _alive(int(pid)):
+            break
+        time.sleep(0.1)
+    assert not _alive(int(pid))
+
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import time; import postgres_server as pg; "
+         "s = pg._start_pgserver(); print(s.root, flush=True); time.sleep(600)"],
+        cwd=HERE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        root = Path(starter.stdout.readline().strip())
+    finally:
+        starter.send_signal(signal.SIGKILL)  # no teardown, no atexit: the server is left running
+        starter.wait(60)
+    server = pg._postmaster(root)
+    assert root.parent == tmp and server is not None and _alive(server)
+    assert pg._owner_alive(root) is False
+    assert pg.sweep_stale(None, str(tmp)) == [str(root)]
+    for _ in range(100):
+        if not _alive(server):
+            break
+        time.sleep(0.1)
+    assert not _alive(server) and not root.exists()
