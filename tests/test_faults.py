@@ -874,11 +874,11 @@ def agora_process(tmp_path, pool: Path, *extra) -> subprocess.Popen:
 
 
 def test_sigterm_drains_marks_the_run_interrupted_and_exits_143_naming_the_resume_command(tmp_path):
-    arrived = threading.Event()
+    arrived, sent = threading.Event(), threading.Event()
 
     def slow(path, body):
         arrived.set()
-        time.sleep(0.5)  # simulated model latency: the call is in flight when SIGTERM comes
+        sent.wait(60)  # the call is in flight when SIGTERM comes: it answers only once the signal is sent
         return 200, chat_reply(body)
 
     with StubServer(slow) as srv:
@@ -886,6 +886,7 @@ def test_sigterm_drains_marks_the_run_interrupted_and_exits_143_naming_the_resum
         proc = agora_process(tmp_path, pool)  # no --run-id: the message names the generated one
         assert arrived.wait(60)
         proc.send_signal(signal.SIGTERM)
+        sent.set()
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 143, err
         assert "Traceback" not in err

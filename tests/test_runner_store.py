@@ -172,10 +172,11 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
     import signal
 
     store = TraceStore(trace_db)
-    state = {"armed": True, "delivered": False}
+    state = {"armed": True}
+    delivered = threading.Event()
 
     def on_sigint(signum, frame):
-        state["delivered"] = True
+        delivered.set()
         raise KeyboardInterrupt
 
     def respond(chat, index):
@@ -184,9 +185,7 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
             _thread.interrupt_main()
             # keep this branch running until the main thread has taken the Ctrl-C (however loaded
             # the machine is), so it always lands during the fan-out
-            deadline = time.monotonic() + 30
-            while not state["delivered"] and time.monotonic() < deadline:
-                time.sleep(0.005)
+            delivered.wait(30)
         return "The answer is 4."
 
     # blocking models run in worker threads (latency_s), so the Ctrl-C lands in the runner's event loop
@@ -198,7 +197,7 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
             run(store, pool, durability=durability)
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert state["delivered"]
+    assert delivered.is_set()
     assert store.finished_questions("r1") == {"q1"}
     out = run(store, pool, durability=durability)
     assert [q.problem.id for q in out.outcomes] == ["q2", "q3"]
