@@ -107,10 +107,16 @@ def test_settings_stay_frozen_dataclasses_and_values_are_kept_as_given():
     assert Knobs(note=3).note == 3
 
 
-#: The product classes that still have a ``__post_init__``, and why (none checks settings values).
+#: The product classes that still have a ``__post_init__``, and why. Neither is a settings or context
+#: class: each derives a field it computes (``init=False``) from what it is given, and refuses only
+#: what that derivation cannot use.
 POST_INIT_ALLOWED = {
-    "LexiconDetector": "derives its phrase index (a field it computes, init=False) from its phrases",
-    "PoolMember": "derives its sampler (the model as the member contract) from the model it is given",
+    "LexiconDetector": ("a cue detector built in code (HEDGING, REPAIR, CHALLENGE), not settings: derives its "
+                        "phrase index (init=False) from its phrases, refusing an empty lexicon or a phrase "
+                        "with no word tokens, which leave nothing to index"),
+    "PoolMember": ("the pool's runtime pairing of a spec and a built model, not settings: derives its sampler "
+                   "(the model as the member contract) from the model, refusing an object that is neither "
+                   "a BaseChatModel nor a member-contract object"),
 }
 
 
