@@ -41,7 +41,7 @@ from agora.models.pool import (
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.errors import InputError, is_input
 from agora.tasks.loaders import TaskFormatError
-from agora.traces.pg_sql import is_postgres_url
+from agora.traces.pg_sql import is_postgres_url, shown_url
 from agora.traces.store import describe_sqlite_error
 
 #: The control characters a terminal may act on: C0 but newline and tab, DEL, and C1 (``\x9b`` is CSI).
@@ -188,8 +188,19 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
                                   soft_wrap=True)
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        err_console.print(f"[red]error:[/red] {escape(with_option(str(message)))}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(without_passwords(with_option(str(message))))}", highlight=False,
+                          soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+#: A Postgres URL in a message, up to the punctuation that ends its sentence (``URL: no run ...``).
+_POSTGRES_URL = re.compile(r"(?i)\bpostgres(?:ql)?://[^\s`'\"]*?(?=[:;,.)]*(?:[\s`'\"]|$))")
+
+
+def without_passwords(text: str) -> str:
+    """``text`` with every Postgres URL in it shown without its password (:func:`shown_url`): an
+    error's message names the database as the store holds it, the ``--db`` URL whole."""
+    return _POSTGRES_URL.sub(lambda m: shown_url(m.group()), text)
 
 
 #: A settings refusal: ``Class.field must ...`` or ``Class.field: ...`` (:func:`agora.models.validation.one_line`),
