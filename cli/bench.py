@@ -155,7 +155,7 @@ def _router(store: TraceStore, pool: ModelPool, bench_id: str, questions: set[st
         console.print(f"{escape(str(exc))}: no router, fixed anchor {escape(pool.names[0])}", highlight=False,
                       soft_wrap=True)
         return None
-    console.print(f"router: kNN (k={k}, {escape(router.embedder.name)}) over past traces in {escape(str(store.path))} "
+    console.print(f"router: kNN (k={k}, {escape(router.embedder.name)}) over past traces in {escape(shown_url(str(store.path)))} "
                   "outside this bench",
                   highlight=False, soft_wrap=True)
     return router

@@ -99,7 +99,7 @@ def _router(use: bool, store: TraceStore, pool: ModelPool, run_id: str, k: int, 
     except ValueError as exc:
         console.print(f"{escape(str(exc))}: no router, fixed anchor {escape(pool.names[0])}", highlight=False)
         return None
-    console.print(f"router: kNN (k={k}, {escape(router.embedder.name)}) over past traces in {escape(str(store.path))}",
+    console.print(f"router: kNN (k={k}, {escape(router.embedder.name)}) over past traces in {escape(shown_url(str(store.path)))}",
                   highlight=False)
     return router
 

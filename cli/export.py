@@ -16,6 +16,7 @@ from agora.traces.bundle import SUFFIX
 from agora.traces.bundle_export import check_out_path, export_bundle
 from agora.traces.bundle_import import import_bundle
 from agora.traces.bundle_reading import check_bundle
+from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, backfill, check_run_id, store_backend
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)
@@ -84,12 +85,12 @@ def import_cmd(
                     Path(f"{db}{extra}").unlink(missing_ok=True)
             raise
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n) or "none"
-        console.print(f"imported {escape(str(bundle))} into {escape(str(db))}: {len(summary.runs)} runs; rows added: "
+        console.print(f"imported {escape(str(bundle))} into {escape(shown_url(str(db)))}: {len(summary.runs)} runs; rows added: "
                       f"{rows}; already present: {summary.skipped}"
                       + (f"; replaced (--force): {summary.replaced}" if force else ""), highlight=False, soft_wrap=True)
         for run, source in summary.missing_shared.items():
             console.print(f"[yellow]warning:[/yellow] run {escape(run)} took its shared candidates from run "
-                          f"{escape(source)}, which is neither in the bundle nor in {escape(str(db))}: its report and "
+                          f"{escape(source)}, which is neither in the bundle nor in {escape(shown_url(str(db)))}: its report and "
                           f"replay are refused until that run is imported (agora export --db <its database> --run-id "
                           f"{escape(source)} --out <bundle>, then agora import)", highlight=False, soft_wrap=True)
 
@@ -108,5 +109,5 @@ def backfill_cmd(
         for r in run_id or ():
             check_run_id(r)
         counts = backfill(TraceStore(db), run_id or ())
-        console.print(f"{escape(str(db))}: {counts['calls']} model calls and {counts['questions']} questions filled",
+        console.print(f"{escape(shown_url(str(db)))}: {counts['calls']} model calls and {counts['questions']} questions filled",
                       highlight=False)

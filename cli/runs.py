@@ -19,6 +19,7 @@ from agora.traces.question_report import question_report
 from agora.traces.report import TOO_FEW, disagreements, unknown_tokens_note
 from agora.traces.run_list import open_trace_store, run_rows, run_summary
 from agora.tasks.errors import InputError
+from agora.traces.pg_sql import shown_url
 from agora.traces.store import check_run_id
 
 
@@ -40,9 +41,9 @@ def report_runs(
                 print(json.dumps(asdict(r), ensure_ascii=False))
             return
         if not rows:  # the message alone, not an empty table above it
-            console.print(f"no runs in {escape(str(db))}", highlight=False, soft_wrap=True)
+            console.print(f"no runs in {escape(shown_url(str(db)))}", highlight=False, soft_wrap=True)
             return
-        table = Table(title=f"runs in {escape(str(db))}")
+        table = Table(title=f"runs in {escape(shown_url(str(db)))}")
         for col in ("run id", "protocol", "status", "questions", "accuracy %", "started", "last activity"):
             # a run id is what a user copies into --run-id: folded onto more lines, never cut with "…"
             # (no minimum width: one the other columns cannot leave it crops the table's right side)

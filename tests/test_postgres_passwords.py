@@ -25,3 +25,12 @@ def test_error_lines_leave_a_postgres_password_out(postgres_server):
         code, out = agora(*args, env={"COLUMNS": "1000"})
         assert code == 2, out
         assert "hunter2" not in out and "password=***" in out, (args, out)
+
+
+def test_report_and_backfill_lines_leave_a_postgres_password_out(postgres_server):
+    """`report runs`' table title ('runs in <URL>') and `traces backfill`'s line printed the URL whole."""
+    url = _url_with_password(postgres_server)
+    for args in (["report", "runs", "--db", url], ["traces", "backfill", "--db", url]):
+        code, out = agora(*args, env={"COLUMNS": "1000"})
+        assert code == 0, out
+        assert "hunter2" not in out and "password=***" in out, (args, out)
