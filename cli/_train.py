@@ -196,7 +196,7 @@ def report(run, pool_file: Path, store: TraceStore) -> None:
         "adapter": res.adapter_dir, "rows": f"{res.rows} train, {len(run.validation_rows)} validation",
         "steps": res.steps, "loss": " → ".join(f"{x:.4f}" for x in (res.losses[:1] + res.losses[-1:])) or "-",
         "validation preference accuracy": "-" if run.validation_accuracy is None else f"{run.validation_accuracy:.3f}",
-        "time": f"{res.wall_s:.0f} s wall, {res.cpu_s:.0f} s CPU", "pool file": pool_file, "traces": store.path,
+        "time": f"{res.wall_s:.0f} s wall, {res.cpu_s:.0f} s CPU", "pool file": pool_file, "traces": shown_url(str(store.path)),
     })
     console.print(f"use it: agora run align --pool {escape(shlex.quote(str(pool_file)))}", highlight=False)
 

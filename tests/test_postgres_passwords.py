@@ -34,3 +34,16 @@ def test_report_and_backfill_lines_leave_a_postgres_password_out(postgres_server
         code, out = agora(*args, env={"COLUMNS": "1000"})
         assert code == 0, out
         assert "hunter2" not in out and "password=***" in out, (args, out)
+
+
+def test_a_training_report_leaves_a_postgres_password_out(capsys):
+    """`agora train ...`'s closing 'traces:' line printed the --db URL whole."""
+    from types import SimpleNamespace
+
+    from agora.cli._train import report
+
+    result = SimpleNamespace(adapter_dir="out/adapter", rows=4, steps=2, losses=[0.7, 0.5], wall_s=3.0, cpu_s=2.0)
+    run = SimpleNamespace(result=result, validation_rows=[], validation_accuracy=None)
+    report(run, "out/pool.toml", SimpleNamespace(path="postgresql://agora:hunter2@db.example/traces"))
+    out = capsys.readouterr().out
+    assert "hunter2" not in out and "traces: postgresql://agora:***@db.example/traces" in out, out
