@@ -278,3 +278,21 @@ def test_the_slm_mux_rule_reproduces_comeds_slm_mux_baseline(bench_db):
         # its members are SLM-MUX's own (node mux_sample), not the council's members (role member too)
         assert all(r.samples == len([s for s in q.samples if s.node == "mux_sample"])
                    for r, q in zip(result.rows, run.questions))
+
+
+@pytest.mark.parametrize("prior", ["nan", "inf"])
+def test_a_weighted_vote_prior_that_is_not_a_finite_number_is_refused(prior):
+    """--param prior=nan passed the '>= 0' check (nan < 0 is false): every weight became nan, no
+    tally was close to the best, and the vote raised StopIteration (a traceback); inf did the same."""
+    from types import SimpleNamespace
+
+    from agora.traces.replay_rules import ReplayContext
+
+    samples = [SimpleNamespace(role="agent", agent=0, model="a", sample_index=i, answer=ans, how="marker")
+               for i, ans in enumerate(["4", "4", "5"])]
+    ctx = ReplayContext(run=SimpleNamespace(protocol="align"), model_accuracy={"a": (3, 4)})
+    rule = RULES["weighted_vote"]
+    params = parse_params(rule, ["weight=accuracy", f"prior={prior}"])
+    with pytest.raises(ValueError, match=f"--param prior={prior}: must be a finite number >= 0"):
+        rule.decide(SimpleNamespace(samples=samples), params, ctx)
+    assert rule.decide(SimpleNamespace(samples=samples), parse_params(rule, ["prior=1"]), ctx).answer == "4"

@@ -263,8 +263,8 @@ def weighted_vote_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) 
     ``accuracy`` weighs ``a``. Ties go to the answer seen first; a model absent from the dev run
     weighs as an unseen one (a = 1/2)."""
     _check_choice(p["weight"], ("log_odds", "accuracy"), "weight")
-    if p["prior"] < 0:
-        raise InputError(f"--param prior={p['prior']}: must be >= 0")
+    if not 0 <= p["prior"] < math.inf:  # (nan and inf would make every weight nan)
+        raise InputError(f"--param prior={p['prior']}: must be a finite number >= 0")
     cands = _candidates(q, p["roles"] or default_roles(ctx.run))
 
     def weight(model: str) -> float:
