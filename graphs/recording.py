@@ -46,6 +46,7 @@ their own drivers and records: :func:`agora.runs.duel.run_duels`,
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -160,8 +161,9 @@ class TraceRecorder(BaseCallbackHandler):
         RuntimeError: in an invocation started after the recorder's ``with`` block ended (its runs
             are marked ended; nothing is written).
 
-    A stream closed before its end (``GeneratorExit``) leaves a failed question: the calls of its
-    finished nodes are written, its error ``the invocation was abandoned ...``.
+    A stream closed before its end (``GeneratorExit``) or an async invocation cancelled
+    (``asyncio.CancelledError``: ``task.cancel()``, ``asyncio.wait_for``'s timeout) leaves a failed
+    question: the calls of its finished nodes are written, its error ``the invocation was abandoned ...``.
     """
 
     raise_error = True
@@ -351,7 +353,9 @@ class TraceRecorder(BaseCallbackHandler):
             return  # refused before it ran: nothing of it is written
         if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
             calls = _merged(held.updates).get("calls") or []
-            abandoned = isinstance(error, GeneratorExit)  # a stream closed early: keep its answered calls too
+            # a stream closed early, or an asyncio task cancelled (``task.cancel()``, ``wait_for``'s timeout, a
+            # web request whose client left): keep its answered calls too
+            abandoned = isinstance(error, (GeneratorExit, asyncio.CancelledError))
             attempts, seen = [], set()
             for record in [c for c in calls if abandoned or c.get("error")] + self._failed_attempts(rid) + cut_short:
                 if (abandoned or record.get("error")) and record.get("call_id") not in seen:
@@ -365,6 +369,8 @@ class TraceRecorder(BaseCallbackHandler):
                 self.store.record_calls(run_id, protocol, qid, [{**c, "question_id": qid} for c in attempts])
                 if isinstance(error, Exception):  # (Ctrl-C: the run ends interrupted, the question unanswered)
                     self._failed(protocol, qid, f"{type(error).__name__}: {error}")
+                elif isinstance(error, asyncio.CancelledError):
+                    self._failed(protocol, qid, "the invocation was abandoned (its asyncio task was cancelled)")
                 elif abandoned:
                     self._failed(protocol, qid, "the invocation was abandoned (its stream closed before the end)")
         if run.thread is not None:

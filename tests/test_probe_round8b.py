@@ -71,3 +71,53 @@ def test_the_output_cap_holds_when_the_program_changes_its_printer():
     assert appended.error == "OutputLimit: the program printed more than 4096 bytes"
     exact = run_program("print('a' * 4095)\n", LIMITS)  # 4095 + newline = the cap: still fine
     assert (exact.status, len(exact.output)) == ("ok", 4096)
+
+
+def test_an_async_invocation_cancelled_mid_question_is_a_failed_question_not_dropped(tmp_path):
+    """``asyncio.wait_for(graph.ainvoke(...), timeout)`` (or ``task.cancel()``, a web request whose client
+    left) stopped the question with ``CancelledError``: the recorder wrote nothing of it and marked
+    the run ``finished`` with 0 questions and 0 failed; it is an abandoned question, as a closed stream is."""
+    import asyncio
+    import json
+    import sys
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from langchain_openai import ChatOpenAI
+    from openai_stub import StubServer, default_handler
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.graphs.recording import TraceRecorder
+    from agora.models.pool import ModelPool
+    from agora.traces.store import TraceStore
+
+    def slow(path, body):
+        time.sleep(0.5)
+        return default_handler(path, body)
+
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer(slow) as server:
+        pool = ModelPool.from_chat_models(
+            {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
+            max_retries=0)
+        context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
+
+        async def app() -> TraceRecorder:
+            with TraceRecorder(db, run_id="app") as recorder:
+                try:
+                    await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
+                                                         {"callbacks": [recorder]}, context=context), 0.1)
+                except TimeoutError:
+                    pass
+            return recorder
+
+        recorder = asyncio.run(app())
+    assert recorder.recorded == {} and recorder.failed == {"align": 1}
+    run = TraceStore(db).get_run("app-align")
+    summary = json.loads(run["summary"])
+    assert run["status"] == "failed"
+    assert (summary["questions"], summary["failed"]) == (0, 1)
+    assert summary["failed_questions"] == {"q1": "the invocation was abandoned (its asyncio task was cancelled)"}
