@@ -13,7 +13,7 @@ inline (:class:`~agora.graphs.checkpoint.InlineAsync`, as the SQLite saver does)
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import maybe_add_typed_methods
@@ -124,6 +124,20 @@ class InlineAsyncPostgresSaver(CheckedReads, InlineAsync, _PostgresSaver):  # ty
         detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         return CorruptCheckpointError(f"{where}: a checkpoint row cannot be read ({type(exc).__name__}: {detail}); "
                                       "it was changed or damaged outside Agora: delete the thread or use a new run id")
+
+    def delete_threads(self, thread_ids: Sequence[str]) -> None:
+        """Delete every checkpoint, blob and write of the threads ``thread_ids`` (all their
+        namespaces): ``delete_thread`` for many threads at once, three statements in all.
+
+        Raises:
+            psycopg.Error: the database refused or could not be reached.
+        """
+        if not thread_ids:
+            return
+        ids = [str(t) for t in thread_ids]
+        with self._cursor(pipeline=True) as cur:
+            for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+                cur.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%s)", (ids,))
 
     def commit(self) -> None:
         """Nothing waits for a commit here."""

@@ -81,7 +81,9 @@ def run_claimed(claims: Claims, todo: list[tuple[int, Problem]], solve: Callable
     claim is still theirs), until every question of ``todo`` is done, by this worker or another;
     while the rest are claimed by live workers they wait, and take over a question whose lease
     expired (its worker died). On the first error or a drain no new question is claimed, the
-    questions held are freed for the others, and the error (or ``GraphDrained``) is raised. An
+    questions held are freed for the others, and the error (or ``GraphDrained``, unless every
+    question of ``todo`` is done by then: the run ended, as a drain after a one-process run's last
+    question ends it) is raised. An
     error on a question whose claim was taken over meanwhile (this worker's lease expired) is not
     this worker's to report: it is logged and the worker goes on (``record`` writes nothing for such
     a question either, :meth:`~agora.traces.claims.Claims.record`)."""
@@ -145,7 +147,8 @@ def run_claimed(claims: Claims, todo: list[tuple[int, Problem]], solve: Callable
         claims.stop()
     if errors:
         raise errors[0]
-    raise_if_drained(control)
+    if control is not None and control.drain_requested and claims.remaining(ids):
+        raise_if_drained(control)  # (every question done, by this worker or others: the run ended, as one process's does)
 
 
 class _NotStarted(Exception):

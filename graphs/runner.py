@@ -36,6 +36,7 @@ checkpointer file: :mod:`agora.graphs.run_checkpoints`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from contextlib import suppress
@@ -62,6 +63,8 @@ from agora.tasks.scoring import score_results
 from agora.traces.claims import Claims, run_ending
 from agora.traces.postgres import is_postgres_url
 from agora.traces.store import QUESTION_HASHES, TraceStore, question_hash
+
+log = logging.getLogger(__name__)
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -333,17 +336,34 @@ def run_problems(
                 with claims.record(problem.id) as mine:  # only while the claim is still ours: written once
                     if mine:
                         record(idx, problem, values, wall, was_started)
+                if not mine and claims.done([problem.id]):  # taken over and finished by another worker, which
+                    saver.delete_thread(f"{run_id}:{problem.id}")  # dropped its thread before this one's last steps
 
+            def drop_done_threads() -> None:
+                """Drop the checkpoints of the run's done questions: left by a stale worker whose graph
+                went on writing after the worker that took its question over dropped the thread (as
+                :func:`record` drops a recorded question's thread; a question not done keeps its own)."""
+                try:
+                    saver.delete_threads([f"{run_id}:{q}" for q in claims.done(ids)])
+                except Exception as exc:  # noqa: BLE001 - housekeeping: never the run's error
+                    log.warning("run %r: the checkpoints of its finished questions were not dropped (%s: %s)",
+                                run_id, type(exc).__name__, exc)
+
+        ids = [p.id for p in problems if only is None or p.id in only]
         try:
             if claims is not None:
-                ids = [p.id for p in problems if only is None or p.id in only]
                 run.others_working = lambda: claims.others_working_apart(ids)  # (an ending at once: mark_live_runs)
                 try:
                     run_claimed(claims, todo, solve, record_claimed, concurrency, control)
                 except BaseException:
-                    with suppress(Exception):  # other workers still on the run write its status (the DB may be down)
-                        run.done = claims.others_working(ids)
+                    drop_done_threads()
+                    with suppress(Exception):  # (the DB may be down: then recorded_run marks the row as it can)
+                        if claims.others_working(ids):  # other workers still on the run write its status
+                            run.done = True
+                        elif claims.remaining(ids) == 0:  # every question done (by others): the run's own
+                            run.done = claims.finish([p.id for p in problems], ids) is not None  # ending, not this stop
                     raise
+                drop_done_threads()
                 claims.finish([p.id for p in problems], ids)  # the whole run's, whichever worker ends last
                 run.done = True  # (written, or left to a worker still holding a question of it)
                 return outcome

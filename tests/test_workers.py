@@ -662,3 +662,90 @@ def test_a_claim_taken_over_by_another_thread_of_the_same_worker_is_the_new_clai
     assert _claim(url, "q0")["done"] and _claim(url, "q0")["attempts"] == 2
     claims.leave()
     store.close()
+
+
+# ----------------------------------------------------------------------------- a worker whose question was taken over
+
+
+def _checkpoint_rows(url: str, run_id: str = "r") -> dict[str, int]:
+    """Rows of run ``run_id``'s question threads (``<run_id>:<question_id>``) in each of LangGraph's
+    Postgres checkpoint tables."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return {table: conn.execute(f"select count(*) from agora_checkpoints.{table} where thread_id like %s",
+                                    [f"{run_id}:%"]).fetchone()[0]
+                for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")}
+
+
+def _stale_worker(postgres_server, monkeypatch):
+    """Worker a's first model call on q0 hangs until ``release``; worker b records q1, q2 and q3,
+    takes q0 over once a's lease on it is expired (by force here), records it and ends the run.
+    Returns ``(url, results, a, release, control)``: a is still running, holding its stale q0, with
+    ``control`` its RunControl."""
+    import psycopg
+    from langgraph.runtime import RunControl
+
+    monkeypatch.setenv("AGORA_LEASE_S", "30")  # a renews every 10 s; a waiting b looks every second
+    url = postgres_server.database()
+    arrived, release, lock = threading.Event(), threading.Event(), threading.Lock()
+    first = [True]
+
+    def respond(n: int) -> str:
+        if n == 0:
+            with lock:
+                hang, first[0] = first[0], False
+            if hang:
+                arrived.set()
+                release.wait(120)
+        return f"The answer is {2 * n}."
+
+    worker = _in_process_workers(url, respond)
+    results: dict = {}
+    control = RunControl()
+    a = worker(results, "a", control=control)
+    assert arrived.wait(60)
+    slow = _claim(url, "q0")["worker"]
+    b = worker(results, "b")
+    _wait_for(lambda: recorded_ids(url) == ["q1", "q2", "q3"], "b to record q1, q2 and q3")
+    with psycopg.connect(url, autocommit=True) as conn:
+
+        def expired_and_taken() -> bool:
+            conn.execute("update agora_claims.claims set lease_until = now() - interval '1 second' "
+                         "where run_id = 'r' and question_id = 'q0' and worker = %s", [slow])
+            return _claim(url, "q0")["worker"] != slow
+
+        _wait_for(expired_and_taken, "b to take q0 over")
+    b.join(120)
+    assert not isinstance(results["b"], BaseException), results["b"]
+    assert len(results["b"].outcomes) == 4 and _run_row(url) == ("finished", {"questions": 4})
+    return url, results, a, release, control
+
+
+def test_a_stale_worker_leaves_no_checkpoints_of_a_question_another_worker_finished(postgres_server, monkeypatch):
+    """a's graph on q0 goes on after b recorded q0 and dropped its thread: a's later checkpoints of
+    q0 (its agents' step, the steps after it) are nobody's to resume, and a drops them when it finds
+    its result discarded; the run's question threads leave no checkpoint rows behind, as on SQLite."""
+    url, results, a, release, _ = _stale_worker(postgres_server, monkeypatch)
+    assert _checkpoint_rows(url) == {"checkpoints": 0, "checkpoint_blobs": 0, "checkpoint_writes": 0}
+    release.set()
+    a.join(120)
+    assert not isinstance(results["a"], BaseException), results["a"]
+    assert (len(results["a"].outcomes), len(results["a"].failed)) == (0, 0)
+    assert _run_row(url) == ("finished", {"questions": 4})
+    assert _checkpoint_rows(url) == {"checkpoints": 0, "checkpoint_blobs": 0, "checkpoint_writes": 0}
+
+
+def test_a_stale_worker_stopped_after_the_run_finished_leaves_it_finished(postgres_server, monkeypatch):
+    """a is asked to drain (Ctrl-C, SIGTERM) while its stale q0 runs, after b finished the whole
+    run: every question is done, so the run stays ``finished`` (not ``interrupted`` by the worker
+    that wrote last), a ends without error as one process whose last question finished under a
+    drain does, and a's checkpoints of q0 are dropped."""
+    url, results, a, release, control = _stale_worker(postgres_server, monkeypatch)
+    control.request_drain("test")
+    release.set()
+    a.join(120)
+    assert _run_row(url) == ("finished", {"questions": 4})
+    assert not isinstance(results["a"], BaseException), results["a"]
+    assert recorded_ids(url) == ["q0", "q1", "q2", "q3"]
+    assert _checkpoint_rows(url) == {"checkpoints": 0, "checkpoint_blobs": 0, "checkpoint_writes": 0}

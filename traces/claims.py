@@ -261,6 +261,13 @@ class Claims:
                                  [self.run_id, list(ids)]))
         return int(row["n"])
 
+    def done(self, ids: Sequence[str]) -> list[str]:
+        """The questions among ``ids`` that are done (recorded, or failed in this sitting), by any
+        worker, in the run's order: their checkpoint threads are nobody's to resume."""
+        return [r["question_id"] for r in self.db.query(
+            "SELECT question_id FROM agora_claims.claims WHERE run_id = ? AND question_id = ANY(?) AND done ORDER BY idx",
+            [self.run_id, list(ids)])]
+
     def next(self, ids: Sequence[str], stopped: Any = lambda: False) -> str | None:
         """The next question to work on: claimed at once when one is free; while all the rest are
         leased by other workers, wait (a fifth of the lease between looks) for one to free up or
