@@ -119,6 +119,21 @@ def names(value: Optional[str]) -> tuple[str, ...]:
     return tuple(m.strip() for m in value.split(",") if m.strip()) if value else ()
 
 
+def member_names(value: Optional[str], option: str = "--models") -> tuple[str, ...]:
+    """The pool members of a comma-separated option (``--models``, ``--train-models``): ``"a, b"`` →
+    ``("a", "b")``, ``None`` → ``()``.
+
+    Raises:
+        InputError: a member named more than once (``--models a,a: 'a' named more than once; ...``).
+    """
+    given = names(value)
+    twice = [m for m in dict.fromkeys(given) if given.count(m) > 1]
+    if twice:
+        raise InputError(f"{option} {value}: {', '.join(map(repr, twice))} named more than once; name each "
+                         "member once")
+    return given
+
+
 def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: int,
                    load: Callable[..., list[Problem]] = load_problems) -> tuple[Path | None, str, list[Problem]]:
     """``(data, format, problems)``: ``--data`` in ``--format`` (guessed when omitted), the generated
@@ -239,6 +254,10 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+#: Settings fields whose comma-separated option lists pool members, each at most once (:func:`member_names`).
+MEMBER_LISTS = frozenset({"models"})
+
+
 def _field_option(f: Any, hint: Any, doc: str) -> tuple[Any, Any, Callable[[Any], Any]]:
     """``(annotation, typer.Option, to_field)`` of one settings field: tuples of names as a
     comma-separated option, ``X | None`` as an optional ``X``; the settings check the values."""
@@ -251,7 +270,8 @@ def _field_option(f: Any, hint: Any, doc: str) -> tuple[Any, Any, Callable[[Any]
     args = typing.get_args(hint)
     if typing.get_origin(hint) is tuple:
         shown = ",".join(default) or None
-        return Optional[str], typer.Option(shown, flag, help=f"{doc} (comma-separated)"), names
+        convert = (lambda v: member_names(v, flag)) if f.name in MEMBER_LISTS else names
+        return Optional[str], typer.Option(shown, flag, help=f"{doc} (comma-separated)"), convert
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         inner = next(a for a in args if a is not type(None))
         return Optional[inner], typer.Option(default, flag, help=doc), lambda v: v

@@ -57,7 +57,7 @@ def run_align(
         data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed, load_problems)  # default: the GSM8K sample
         config = DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                   temperature=temperature, seed=seed,
-                                  models=tuple(m.strip() for m in models.split(",")) if models else (),
+                                  models=_run.member_names(models),
                                   utility=utility, dev_accuracy=_run.names(dev_accuracy), dev_run=dev_run,
                                   dev_db=dev_db or (db if dev_run else None))
         the_pool = get_pool(pool)

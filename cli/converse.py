@@ -29,6 +29,7 @@ from agora.cli._shared import (
     user_errors,
 )
 from agora.cli._apps import app, report_app
+from agora.cli._run import member_names
 from agora.graphs.conversation import (
     ConversationConfig,
     ConversationContext,
@@ -66,7 +67,7 @@ def ordered_pairs(pool: ModelPool, models: Optional[str], pairs: Optional[str]) 
             pool[a], pool[b]
             out.append((a, b))
         return out
-    names = _names(models) if models else pool.names
+    names = list(member_names(models)) if models else pool.names
     for n in names:
         pool[n]
     if len(set(names)) < 2:

@@ -15,6 +15,7 @@ from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.cli._shared import Table, console, new_run_id, user_errors
 from agora.cli._apps import app
+from agora.cli._run import member_names
 from agora.cli._train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.pg_sql import shown_url
@@ -75,6 +76,7 @@ def evolve_cmd(
     models replace their pool entries (when they do no worse on held-out pairs) → next iteration."""
     with user_errors("duels"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        trained = member_names(train_models, "--train-models")  # before any work
         from agora.models.llamacpp import default_threads
         from agora.models.pool import pool_from_specs
         from agora.graphs.duel import DuelConfig, duel_pool
@@ -92,7 +94,7 @@ def evolve_cmd(
         cfg = EvolveConfig(
             duel=DuelConfig(mode=mode, duels=duels, iterations=iterations, seed=seed, max_tokens=max_tokens,
                             judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots), leader=Exp3Config()),
-            algorithm=algo, train_models=tuple(m.strip() for m in train_models.split(",")) if train_models else (),
+            algorithm=algo, train_models=trained,
             validation_fraction=validation, min_margin=min_margin, dpo=DPOSettings(**common),
             grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length)
             if algo == "grpo" else GRPOSettings(), rewards=tuple(reward), serve_with=serve_with, data=data,

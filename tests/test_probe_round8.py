@@ -22,3 +22,30 @@ def test_a_refused_setting_of_a_generated_command_names_its_option(tmp_path):
     assert code == 2, output
     assert one_error_line(output) == ("error: --rounds: DebateConfig.rounds must be at most 10 (each question costs "
                                       "agents × rounds model calls), got 100000")
+
+
+import pytest  # noqa: E402
+
+MEMBER = "qwen2.5-coder-0.5b"  # of the embedded pools
+
+
+@pytest.mark.parametrize("command, option", [
+    (["run", "align", "--format", "synthetic"], "--models"),
+    (["run", "debate", "--format", "synthetic"], "--models"),
+    (["run", "slm-mux", "--format", "synthetic"], "--models"),
+    (["converse"], "--models"),
+])
+def test_a_member_named_twice_in_models_is_refused(tmp_path, command, option):
+    """`--models a,a` was accepted (align, debate, converse: the member played twice as often)."""
+    code, output = agora(*command, option, f"{MEMBER},{MEMBER}", "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output) == (f"error: {option} {MEMBER},{MEMBER}: '{MEMBER}' named more than once; name each "
+                                      "member once")
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_a_member_named_twice_in_train_models_is_refused(tmp_path):
+    code, output = agora("evolve", "--instructions", tmp_path / "none.jsonl", "--train-models", "a, b,a",
+                         "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output) == "error: --train-models a, b,a: 'a' named more than once; name each member once"
