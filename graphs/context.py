@@ -115,7 +115,7 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
     Raises:
         ContextError: any other type (one line naming what is accepted).
         PoolConfigError: a pool file that is missing or invalid (its own one-line message; a missing relative
-            path names the folder it was read from).
+            path names the folder it was read from), or a path that is a folder (said so).
     """
     if value is None or isinstance(value, ModelPool):
         return value
@@ -134,6 +134,8 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
                 path = Path(base) / path
             path = Path(os.path.normpath(path))
             stat = path.stat() if path.is_file() else None
+            if stat is None and base is not None and path.is_dir():
+                raise PoolConfigError(f"{text}: a folder ({path}), not a pool file; give the path of a TOML pool file")
             if stat is None and base is not None:  # say where a relative path was looked for
                 raise PoolConfigError(f"{text}: pool file not found in {base} (a relative pool path is read from "
                                       f"${POOL_DIR_ENV}, else the current folder; built-in pools: "

@@ -49,3 +49,16 @@ def test_a_member_named_twice_in_train_models_is_refused(tmp_path):
                          "--db", tmp_path / "t.db")
     assert code == 2, output
     assert one_error_line(output) == "error: --train-models a, b,a: 'a' named more than once; name each member once"
+
+
+def test_a_relative_pool_path_that_is_a_folder_says_so(tmp_path, monkeypatch):
+    """It said "pool file not found in <base>" about a folder that is there."""
+    from agora.graphs.context import resolve_pool
+    from agora.models.errors import PoolConfigError
+
+    monkeypatch.setenv("AGORA_POOL_DIR", str(tmp_path))
+    (tmp_path / "pools").mkdir()
+    with pytest.raises(PoolConfigError) as err:
+        resolve_pool("pools")
+    assert str(err.value) == (f"pools: a folder ({tmp_path / 'pools'}), not a pool file; give the path of a TOML "
+                              "pool file")
