@@ -57,6 +57,19 @@ def visible(text: str) -> str:
     return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
 
 
+#: The terminal controls ``json.dumps`` leaves raw with ``ensure_ascii=False``: DEL and C1 (C0 it escapes).
+_JSON_RAW_CONTROLS = re.compile(r"[\x7f-\x9f]")
+
+
+def json_text(value: Any, **kwargs: Any) -> str:
+    """``value`` as JSON for a terminal (what ``--json`` prints): ``json.dumps(value, ensure_ascii=False,
+    **kwargs)``, with every control character a terminal would act on written as a JSON escape
+    (``\\u009b``): C0 by ``json.dumps`` itself, DEL and C1 here. Other text (``é``, ``×``) stays as
+    written; ``json.loads`` gives back the very strings (a control can only stand inside a string)."""
+    text = json.dumps(value, ensure_ascii=False, **kwargs)
+    return _JSON_RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 class _Console(Console):
     """A rich ``Console`` that prints every string it is given (a ``print`` argument, a table cell,
     a panel's body) through :func:`visible`, before its markup is read and its width measured."""

@@ -3,7 +3,6 @@ report run`` (one run at a glance) and ``agora report question`` (one question's
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Optional
 
@@ -11,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from agora.cli._apps import report_app
-from agora.cli._shared import Table, console, fmt_ci, fmt_pct, user_errors
+from agora.cli._shared import Table, console, fmt_ci, fmt_pct, json_text, user_errors
 from agora.cli.comed import print_comed_decisions
 from agora.traces.comed import comed_summary
 from agora.traces.members import has_recipes, member_rows
@@ -38,7 +37,7 @@ def report_runs(
         rows = run_rows(open_trace_store(db), stale_after_s=stale_after * 60)
         if as_json:
             for r in rows:
-                print(json.dumps(asdict(r), ensure_ascii=False))
+                print(json_text(asdict(r)))
             return
         if not rows:  # the message alone, not an empty table above it
             console.print(f"no runs in {escape(shown_url(str(db)))}", highlight=False, soft_wrap=True)
@@ -105,8 +104,8 @@ def report_run(
                                   "rescue_harm": asdict(comed.rescue_harm)}
             if pairs is not None:
                 extra["disagree"] = pairs
-            print(json.dumps({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]], **extra},
-                             ensure_ascii=False, default=str))
+            print(json_text({**s, "methods": [{**asdict(m), "too_few": m.too_few} for m in s["methods"]], **extra},
+                            default=str))
             return
         t = s["totals"]
         console.print(f"run [bold]{escape(run_id)}[/bold]: {s['protocol']}, {s['status']}; {int(t['questions'])} "
@@ -187,7 +186,7 @@ def report_question(
         check_run_id(run_id)
         r = question_report(open_trace_store(db), run_id, question_id)
         if as_json:
-            print(json.dumps(r, ensure_ascii=False, default=str))
+            print(json_text(r, default=str))
             return
         if r["failed"]:
             console.print(f"[bold]{escape(question_id)}[/bold] in {escape(run_id)} ({r['protocol']}): failed, no "

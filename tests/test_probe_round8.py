@@ -62,3 +62,44 @@ def test_a_relative_pool_path_that_is_a_folder_says_so(tmp_path, monkeypatch):
         resolve_pool("pools")
     assert str(err.value) == (f"pools: a folder ({tmp_path / 'pools'}), not a pool file; give the path of a TOML "
                               "pool file")
+
+
+#: A model's words: a C1 CSI (8-bit), DEL, a C1 OSC and ST, an ESC; and text that is not a control.
+HOSTILE = "\x9b2J\x7f\x9d0;pwned\x9c answer 4 \x1b[8m é×"
+
+
+def _json_control_free(output: str) -> bool:
+    return not any(ord(c) < 32 and c != "\n" or 0x7f <= ord(c) <= 0x9f for c in output)
+
+
+def test_json_output_escapes_c1_and_other_terminal_controls(tmp_path):
+    """`--json` printed C1 controls (U+0080..U+009F) and DEL raw: a completion could drive the terminal."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.cli.main import app
+    from agora.graphs.delegation import DelegationContext
+    from agora.graphs.runner import run_protocol
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.tasks.problem import Problem
+    from agora.traces.store import TraceStore
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=lambda chat, i: HOSTILE) for m in ("a", "b")})
+    config = DelegationConfig(n_agents=2, k_samples=1, tau=0.5)
+    db = tmp_path / "t.db"
+    run_protocol("align", [Problem(id="q\x9b1", question="What is 2 + 2?\x85", gold="4", kind="math")],
+                 store=TraceStore(db), run_id="r", context=DelegationContext(pool, config), config=config,
+                 pool_description=pool.describe(), dataset={"path": "q\x9b", "format": "jsonl"})
+    for args in (["report", "question", "--run-id", "r", "--question-id", "q\x9b1"], ["report", "run", "r"],
+                 ["report", "runs"]):
+        result = CliRunner().invoke(app, [*args, "--db", str(db), "--json"])
+        assert result.exit_code == 0, result.output
+        assert _json_control_free(result.output), (args, repr(result.output))
+        if args[1] == "question":
+            report = json.loads(result.output)  # still JSON, holding the very strings
+            assert report["question"] == "What is 2 + 2?\x85"
+            assert [s["completion"] for s in report["samples"]] == [HOSTILE, HOSTILE]
+            assert "é×" in result.output  # other text is kept as written
