@@ -7,7 +7,7 @@ exemplars as a ``Question:/Answer:`` transcript.
 
 from __future__ import annotations
 
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 
 MATH_SYSTEM = ("Solve the math problem. Reason briefly step by step in words, not code, then end with "
                "'The answer is N.' where N is the final number.")

@@ -55,7 +55,8 @@ from agora.graphs.delegation import (
     principal_select,
 )
 from agora.graphs.runner import run_problems
-from agora.tasks.loaders import Problem, detect_format, load_problems
+from agora.tasks.loaders import detect_format, load_problems
+from agora.tasks.problem import Problem
 from agora.traces.store import TraceStore
 
 

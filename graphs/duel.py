@@ -54,7 +54,7 @@ from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer
 from agora.tasks.comparison import is_correct
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.tasks.synthetic import synthetic_problems
 from agora.traces import duels as duel_traces
 

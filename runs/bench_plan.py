@@ -22,7 +22,7 @@ from agora.graphs.escalation import OWN_METHODS as COMED_OWN_METHODS
 from agora.models.validation import Check, Choice, Convert, Count, Flag, Instance, Name, Number, settings
 from agora.runs.bench_tasks import DevSplit, TaskFile
 from agora.runs.matched_single import MULTI_MEMBER
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.store import TraceStore
 
 _OWN_SHARING = {

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Sequence
 
 from agora.tasks.errors import InputError
-from agora.tasks.loaders import Problem, detect_format, load_problems
+from agora.tasks.loaders import detect_format, load_problems
+from agora.tasks.problem import Problem
 from agora.tasks.samples import sample_path
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from agora.tasks.errors import InputError
 from agora.graphs.candidates import CandidatesConfig, models_of
 from agora.graphs.matched_single import MatchedSingleConfig
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.matched_single import MATCHED_RUN
 from agora.traces.store import TraceStore
 

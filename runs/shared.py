@@ -22,7 +22,7 @@ from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig
 from agora.agents.router import KNNRouter, RouterExample
 from agora.graphs.candidates import CandidatesConfig, shared_from_rows
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.tasks.scoring import score_answer
 from agora.traces.store import TraceStore
 

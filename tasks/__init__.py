@@ -14,7 +14,8 @@ from agora.tasks.answers import extract_answer, find_answer
 from agora.tasks.comparison import answer_key, is_correct
 from agora.tasks.errors import InputError
 from agora.tasks.extraction import Extraction
-from agora.tasks.loaders import FORMATS, Problem, TaskFormatError, load_problems
+from agora.tasks.loaders import FORMATS, TaskFormatError, load_problems
+from agora.tasks.problem import Problem
 from agora.tasks.scoring import score_answer, score_results
 from agora.tasks.synthetic import synthetic_problems
 

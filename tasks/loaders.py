@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator
 
 from agora.tasks.errors import InputError
 from agora.tasks.values import ascii_digits
-from agora.tasks.problem import AnswerKind, Problem  # noqa: F401 (re-exported: its home is tasks.problem)
+from agora.tasks.problem import Problem
 
 #: Option letters of multiple-choice problems (answers are extracted among the first ``n_choices``).
 LETTERS = "ABCDEFGHIJ"

@@ -583,7 +583,7 @@ def test_router_uses_only_runs_outside_the_bench_and_adds_router_only(tmp_path, 
 
 def test_time_left_is_each_runs_questions_left_times_its_own_mean_time():
     from agora.runs.bench_plan import Step, time_left_s
-    from agora.tasks.loaders import Problem
+    from agora.tasks.problem import Problem
 
     store = TraceStore(":memory:")
     qs = tuple(Problem(id=f"q{i}", question=f"Q{i}", gold="1", kind="math") for i in range(4))

@@ -15,7 +15,7 @@ import agora.cli.bench as bench_cli
 import agora.traces.bench as traces_bench
 from agora.cli.main import app
 from agora.runs.bench_plan import Step
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.store import TraceStore
 from test_bench import bench_args, scripted_pool, write_tasks
 

@@ -28,7 +28,7 @@ def test_report_question_shows_a_models_control_characters_escaped(tmp_path, mon
     from agora.graphs.runner import run_protocol
     from agora.models.pool import ModelPool
     from agora.models.testing import ScriptedChatModel
-    from agora.tasks.loaders import Problem
+    from agora.tasks.problem import Problem
     from agora.traces.store import TraceStore
 
     def respond(chat, i):

@@ -22,7 +22,8 @@ from agora.graphs.conversation import (
     conversation_messages,
 )
 from agora.graphs.runner import run_problems
-from agora.tasks.loaders import Problem, load_problems
+from agora.tasks.loaders import load_problems
+from agora.tasks.problem import Problem
 from agora.traces.diversity import read_exchanges
 from agora.traces.store import TraceStore, call_row
 

@@ -109,7 +109,7 @@ from agora.agents.escalation import EscalationConfig, EscalationThresholds  # no
 from agora.graphs.escalation import EscalationContext, build_escalation_graph  # noqa: E402
 from agora.graphs.recording import TraceRecorder  # noqa: E402
 from agora.graphs.runner import run_protocol  # noqa: E402
-from agora.tasks.loaders import Problem  # noqa: E402
+from agora.tasks.problem import Problem  # noqa: E402
 from agora.traces.store import TraceStore  # noqa: E402
 from agora.training.datasets import align_pairs  # noqa: E402
 

@@ -35,7 +35,7 @@ import agora.cli.comed as comed_cli
 from agora.cli.main import app
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.runner import run_problems
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.bench_data import comed_dev_outcomes
 from agora.traces.comed import calibrate_run, comed_summary
 from agora.traces.store import TraceStore

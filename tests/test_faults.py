@@ -23,7 +23,7 @@ from agora.models.testing import ScriptedChatModel
 from agora.cli.main import app
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_dataset, run_problems
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces import store as store_module
 from agora.traces.report import failed_questions, method_table, run_totals
 from agora.traces.store import TraceStore, TraceStoreError

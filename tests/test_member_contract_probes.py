@@ -30,7 +30,7 @@ from agora.models.errors import MemberContractError
 from agora.models.pool import load_pool, unreturned_attempts
 from agora.models.registry import ENTRY_POINT_GROUP, available_backends, get_backend, unregister_backend
 from agora.models.retry import is_transient
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.store import TraceStore
 
 HI = [{"role": "user", "content": "What is 2 + 2?"}]

@@ -38,7 +38,7 @@ from agora.models.langchain import LangChainMember, langchain_member
 from agora.models.pool import pool_from_specs
 from agora.models.retry import backoff_s, is_transient, is_unreachable, retry_after
 from agora.models.testing import ScriptedChatModel
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.report import run_totals
 from agora.traces.store import TraceStore
 

@@ -16,7 +16,7 @@ from agora.models.pool import ModelCallError, ModelPool, ModelSpec, PoolConfigEr
 from agora.models.structured import parse_json_reply
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.store import TraceStore
 
 MSG = [{"role": "user", "content": "What is 2 + 2?"}]

@@ -20,7 +20,7 @@ from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.recording import QuestionRecordedError, TraceRecorder
 from agora.graphs.runner import run_protocol
 from agora.models.pool import ModelCallError, ModelPool
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.report import failed_questions, run_totals
 from agora.traces.store import TraceStore, TraceStoreError
 from openai_stub import DROP, StubServer, chat_reply

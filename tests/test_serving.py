@@ -297,7 +297,7 @@ TWO_QUESTIONS = [("a", "Tom has 3 apples and buys 4 more. How many apples does h
 def test_served_align_samples_n_per_request_with_seeds_that_replay(served, tmp_path):
     from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.graphs.runner import run_problems
-    from agora.tasks.loaders import Problem
+    from agora.tasks.problem import Problem
     from agora.traces.store import TraceStore
 
     pool = load_pool(served.pool_path)  # the pool file agora serve wrote, as is
@@ -337,7 +337,7 @@ def test_served_comed_runs_and_its_anchor_request_returns_logprobs(served, tmp_p
     from agora.agents.escalation_records import comed_detail
     from agora.graphs.escalation import EscalationContext, build_escalation_graph
     from agora.graphs.runner import run_problems
-    from agora.tasks.loaders import Problem
+    from agora.tasks.problem import Problem
     from agora.traces.store import TraceStore
 
     pool = load_pool(served.pool_file(tmp_path / "pool.toml", {"anchor": {}, "peer": {"system_prompt": "Be brief."}}))

@@ -16,7 +16,7 @@ from agora.graphs.recording import TraceRecorder
 from agora.graphs.runner import run_protocol
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.store import TraceStore, check_run_id
 from test_bench import bench_args, scripted_pool, write_tasks
 from test_bundles import exported, table_counts  # noqa: F401 (exported: a fixture)

@@ -35,7 +35,7 @@ from agora.models.pool import ModelPool, ModelSpec, pool_from_specs
 from agora.models.validation import Rule, settings
 from agora.graphs.duel import DuelConfig, DuelContext
 from agora.runs.duel import run_duels
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.store import TraceStore
 from agora.training.config import DPOSettings, GRPOSettings, SFTSettings
 from agora.training.datasets import (
