@@ -33,7 +33,7 @@ from agora.models.hf_backend import TransformersChatModel  # noqa: E402
 from agora.models.llamacpp import default_threads  # noqa: E402
 from agora.agents.prompts import solver_messages  # noqa: E402
 from agora.tasks import extract_answer, is_correct, synthetic_problems  # noqa: E402
-from agora.traces.report import bootstrap_ci  # noqa: E402
+from agora.agents.stats import bootstrap_ci  # noqa: E402
 from agora.training.config import GRPOSettings, LoraSettings  # noqa: E402
 from agora.training.datasets import grpo_rows_from_problems  # noqa: E402
 from agora.training.rewards import correctness_reward  # noqa: E402

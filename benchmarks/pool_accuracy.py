@@ -24,7 +24,7 @@ from agora.models.pool import load_pool
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import detect_format, load_problems
-from agora.traces.report import bootstrap_ci
+from agora.agents.stats import bootstrap_ci
 from agora.traces.store import TraceStore
 
 

@@ -12,7 +12,7 @@ from rich.markup import escape
 from agora.tasks.errors import InputError
 from agora.cli._apps import app
 from agora.cli._shared import Table, console, fmt_ci, fmt_pct, user_errors
-from agora.traces.bench import MIN_QUESTIONS, TOO_FEW
+from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.replay import check_rule, paired_table, replay, reproduced
 from agora.traces.replay_rules import RULES, parse_params
 from agora.traces.run_trace import load_run

@@ -15,7 +15,8 @@ from agora.models.testing import ScriptedChatModel
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.runner import run_problems
 from agora.tasks import Problem
-from agora.traces.report import bootstrap_ci, method_table, run_totals
+from agora.agents.stats import bootstrap_ci
+from agora.traces.report import method_table, run_totals
 from agora.traces.store import TraceStore
 from waiting import wait_until
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.runs.bench_claims import _holds
-from agora.traces.bench import MIN_QUESTIONS, TOO_FEW, too_few
+from agora.traces.report import MIN_QUESTIONS, TOO_FEW, too_few
 from test_bench import bench_args, scripted_pool, write_tasks
 
 

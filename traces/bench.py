@@ -27,11 +27,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from agora.agents.escalation_calibration import rescue_harm
-from agora.agents.stats import macro_bootstrap_ci, macro_paired, mcnemar_exact, paired_bootstrap_ci
+from agora.agents.stats import bootstrap_ci, macro_bootstrap_ci, macro_paired, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.bench_data import BenchData, TaskData, read_bench
 from agora.traces.bench_members import members_report
 from agora.traces.bench_spec import BenchSpec, BenchTask
-from agora.traces.report import MIN_QUESTIONS, TOO_FEW, bootstrap_ci, too_few  # noqa: F401 (re-exported)
+from agora.traces.report import too_few
 from agora.traces.store import TraceStore, now
 
 LEVEL = 0.95

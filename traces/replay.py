@@ -33,7 +33,7 @@ from typing import Any
 from agora.tasks.errors import InputError
 from agora.tasks.scoring import score_answer
 from agora.agents.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
-from agora.traces.bench import too_few
+from agora.traces.report import too_few
 from agora.traces.replay_rules import (RULES, ReplayContext, Rule, Unavailable, default_roles, model_accuracy,
                                        parse_params)
 from agora.traces.run_trace import RunTrace
@@ -169,7 +169,7 @@ def paired_table(run: RunTrace, result: ReplayResult, *, seed: int = 0) -> list[
     """The replayed rule against every recorded method of the run, on the questions both were
     scored on (gold, neither failed, replay available): accuracies, the difference (replay − method)
     with its 95 % paired-bootstrap CI, wins/losses, the exact McNemar p-value, and ``too_few``
-    (fewer than :data:`agora.traces.bench.MIN_QUESTIONS` pairs or a degenerate interval: report
+    (fewer than :data:`agora.traces.report.MIN_QUESTIONS` pairs or a degenerate interval: report
     "too few questions", no verdict)."""
     mine = {r.question_id: r for r in result.rows}
     methods = sorted({m for q in run.questions for m in q.results})

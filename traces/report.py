@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from agora.tasks.errors import InputError
-from agora.agents.stats import bootstrap_ci  # noqa: F401 (its home is agents/, below traces)
+from agora.agents.stats import bootstrap_ci
 from agora.traces.store import TraceStore
 
 

@@ -11,8 +11,7 @@
   bootstrap interval over questions (pairs kept), the discordant counts (``gained``: wrong → right,
   ``lost``: right → wrong) and McNemar's exact two-sided p-value on them.
 * The intervals and McNemar's test themselves (Wilson, Newcombe, Wald, Welch, bootstrap) live in
-  :mod:`agora.agents.stats`; ``proportion_ci``, ``proportion_difference``, ``mean_ci`` and
-  ``mean_difference`` are re-exported here for older imports.
+  :mod:`agora.agents.stats`.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.tasks.errors import InputError
-from agora.agents.stats import (  # noqa: F401 (proportion_ci ... mean_difference: re-exported, their home is agents/stats)
-    bootstrap_ci, mcnemar_exact, mean_ci, mean_difference, proportion_ci, proportion_difference)
+from agora.agents.stats import bootstrap_ci, mcnemar_exact, mean_ci
 
 
 def paired_difference(before: Sequence[int | bool], after: Sequence[int | bool], *, level: float = 0.95,
