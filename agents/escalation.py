@@ -26,11 +26,11 @@ from pydantic import model_validator
 
 from agora.tasks.errors import InputError
 from agora.agents._checks import MaxTokens, Samples, Seed, Shots, Temperature, TopP
-from agora.agents.debate import MAX_DEBATE_AGENTS, MAX_DEBATE_ROUNDS, DebateConfig, debate_messages  # noqa: F401 (debate's own home)
-from agora.agents.moa import MoAConfig, aggregator_messages  # noqa: F401 (MoA's own home)
+from agora.agents.debate import MAX_DEBATE_AGENTS, MAX_DEBATE_ROUNDS, DebateConfig
+from agora.agents.moa import MoAConfig
 from agora.agents.prompts import finish_instruction, with_question
 from agora.models.validation import Check, Count, Flag, Instance, Name, Names, Number, settings
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 
 Decision = Literal["accept", "verify", "escalate"]
 BASELINES = ("moa", "debate")

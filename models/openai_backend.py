@@ -54,8 +54,8 @@ from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agora.tasks.errors import InputError
-from agora.models._chat import (CUT_MARKER, MAX_CHARS_PER_TOKEN, NativeMember, cap_reply,  # noqa: F401
-                                fewshot_stops, generation, render_fewshot, to_dicts)
+from agora.models._chat import (CUT_MARKER, NativeMember, cap_reply, fewshot_stops, generation, render_fewshot,
+                                to_dicts)
 from agora.models.errors import InvalidReplyError, ModelUnavailableError
 from agora.models.openai_endpoints import EndpointRotation, async_client, is_refused_connection, shared_client
 

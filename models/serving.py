@@ -46,7 +46,7 @@ from agora.models._vllm_env import _memory, engine_defaults, memory_fraction, vl
 from agora.models.pool import ModelSpec
 from agora.models.registry import get_backend
 from agora.models.validation import Rule, settings
-from agora.models.vllm_args import REFUSED_VLLM_ARGS, vllm_args_problem  # noqa: F401 (moved there; the pool checks them too)
+from agora.models.vllm_args import vllm_args_problem
 
 log = logging.getLogger("agora.serving")
 

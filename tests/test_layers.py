@@ -261,6 +261,91 @@ def test_the_alias_check_sees_both_kinds(tmp_path):
     assert _alias_of(package) is None and _alias_of(ROOT / "graphs" / "moa.py") is None
 
 
+REEXPORTING = {"models/pool.py", "models/registry.py"}
+"""The modules that name other modules' classes on purpose (the pool's and the backend registry's
+public surface); package ``__init__`` files may too, and a module may declare such names in its ``__all__``.
+Everywhere else a name is imported from its home."""
+
+
+def _used_names(tree: ast.AST) -> set[str]:
+    """Every name ``tree`` reads or binds, quoted annotations (``x: "Problem"``) included, and the names
+    its ``__all__`` lists (a module that declares its surface there, as ``traces/store.py`` does, names it on purpose)."""
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]:
+            used |= {n.value for n in ast.walk(node.value) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        annotations = []
+        if isinstance(node, ast.arg):
+            annotations = [node.annotation]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            annotations = [node.returns]
+        elif isinstance(node, ast.AnnAssign):
+            annotations = [node.annotation]
+        for annotation in annotations:
+            for part in ast.walk(annotation) if annotation is not None else ():
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    try:
+                        used |= {n.id for n in ast.walk(ast.parse(part.value, mode="eval")) if isinstance(n, ast.Name)}
+                    except SyntaxError:
+                        pass
+    return used
+
+
+def _reexports(module: str, source: str | None = None) -> list[str]:
+    """``file:line name`` for each ``agora.*`` name ``module`` imports at module level (``TYPE_CHECKING``
+    and ``try`` blocks included) but never uses: it is there only for others to import. Submodule
+    imports (``from agora.cli import align``, which registers commands) are not names and do not count."""
+    path = MODULES[module]
+    rel = str(path.relative_to(ROOT))
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source, filename=rel)
+    imports: list[ast.ImportFrom] = []
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop(0)
+        if isinstance(node, ast.ImportFrom):
+            imports.append(node)
+        elif isinstance(node, (ast.If, ast.Try)):
+            statements += node.body + node.orelse + getattr(node, "finalbody", [])
+            statements += [s for handler in getattr(node, "handlers", []) for s in handler.body]
+    used = _used_names(tree)
+    found = []
+    for node in imports:
+        if node.level:
+            base = _package(module).split(".")
+            stem = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+        else:
+            stem = node.module or ""
+        if not stem.startswith("agora."):
+            continue
+        for alias in node.names:
+            if f"{stem}.{alias.name}" not in MODULES and (alias.asname or alias.name) not in used:
+                found.append(f"{rel}:{node.lineno} {alias.asname or alias.name}")
+    return found
+
+
+def test_no_module_reexports_names():
+    """A module imports what it uses; an ``agora.*`` name imported and left unused (a ``# noqa: F401``
+    re-export "for older imports") fails: its callers import it from its home module instead."""
+    found = [hit for module, path in MODULES.items()
+             if path.name != "__init__.py" and str(path.relative_to(ROOT)) not in REEXPORTING
+             for hit in _reexports(module)]
+    assert not found, "names imported only to be re-exported (import them from their home module):\n" + "\n".join(found)
+
+
+def test_the_reexport_check_sees_an_unused_import_only():
+    source = ('"""A module."""\nfrom typing import TYPE_CHECKING\n\nfrom agora.tasks.problem import AnswerKind, Problem'
+              '  # noqa: F401\nfrom agora.tasks.values import ascii_digits as digits\nfrom agora.graphs import runner\n'
+              'from agora.tasks.errors import InputError\nif TYPE_CHECKING:\n    from agora.tasks.scoring import score_answer\n\n'
+              'def f(x: "Problem") -> None:\n    raise InputError(x)\n')
+    assert _reexports("agora.tasks.loaders", source) == ["tasks/loaders.py:4 AnswerKind", "tasks/loaders.py:5 digits",
+                                                         "tasks/loaders.py:9 score_answer"]
+    assert _reexports("agora.tasks.loaders", source + '__all__ = ["AnswerKind"]\n') == [
+        "tasks/loaders.py:5 digits", "tasks/loaders.py:9 score_answer"]
+    assert _reexports("agora.models.pool") and not _reexports("agora.tasks.loaders")
+
+
 def test_no_import_cycle():
     cycles = _cycles(EDGES)
     text = [" -> ".join(f"{edge.source} ({edge.where()})" for edge in cycle) + f" -> {cycle[0].source}" for cycle in cycles]
