@@ -18,7 +18,7 @@ from typing import Any, Callable
 from langgraph.errors import GraphDrained
 from langgraph.runtime import RunControl
 
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.traces.claims import Claims
 
 log = logging.getLogger(__name__)

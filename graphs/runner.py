@@ -57,7 +57,7 @@ from agora.graphs.registry import get as protocol_spec
 from agora.graphs.run_checkpoints import KEPT_WALL_S, SITTING_STARTED, kept_wall_s
 from agora.graphs.scoring import noted_event
 from agora.graphs.spec import methods_written
-from agora.tasks.loaders import Problem
+from agora.tasks.problem import Problem
 from agora.tasks.errors import InputError
 from agora.tasks.scoring import score_results
 from agora.traces.claims import Claims, run_ending

@@ -270,7 +270,7 @@ def _in_process_workers(url: str, respond, questions: int = 4):
     from agora.graphs.runner import run_protocol
     from agora.models.pool import ModelPool
     from agora.models.testing import ScriptedChatModel
-    from agora.tasks.loaders import Problem
+    from agora.tasks.problem import Problem
 
     problems = [Problem(f"q{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(questions)]
 
