@@ -103,3 +103,80 @@ def test_json_output_escapes_c1_and_other_terminal_controls(tmp_path):
             assert report["question"] == "What is 2 + 2?\x85"
             assert [s["completion"] for s in report["samples"]] == [HOSTILE, HOSTILE]
             assert "é×" in result.output  # other text is kept as written
+
+
+def _align_run(db, text="The answer is 4."):
+    """A two-question ALIGN run whose members (scripted) answer ``text``, recorded in ``db`` as run ``r``."""
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext
+    from agora.graphs.runner import run_protocol
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+    from agora.tasks.problem import Problem
+    from agora.traces.store import TraceStore
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(respond=lambda chat, i: text) for m in ("a", "b")})
+    config = DelegationConfig(n_agents=2, k_samples=1, tau=0.5)
+    store = TraceStore(db)
+    run_protocol("align", [Problem(id=f"q{n}", question=f"What is 2 + {n}?", gold=str(2 + n), kind="math")
+                           for n in (2, 3)], store=store, run_id="r", context=DelegationContext(pool, config),
+                 config=config, pool_description=pool.describe(), dataset={"path": "q", "format": "jsonl"})
+    return store
+
+
+def test_a_bundle_row_altered_after_export_is_refused_by_its_checksum(tmp_path):
+    """A flipped byte in a row that still parses (an answer 4 made 5) was imported silently."""
+    import gzip
+    import hashlib
+    import json
+
+    from agora.traces.bundle_export import export_bundle
+    from agora.traces.bundle_reading import BundleError, check_bundle
+
+    bundle = tmp_path / "r.agora.jsonl.gz"
+    export_bundle(_align_run(tmp_path / "t.db"), bundle, ["r"])
+    raw = gzip.open(bundle, "rb").read()
+    lines = raw.split(b"\n")
+    footer = json.loads(lines[-2])
+    assert footer["sha256"] == hashlib.sha256(b"".join(line + b"\n" for line in lines[1:-2])).hexdigest()
+    at = next(i for i, line in enumerate(lines) if b'"model_calls"' in line and b"The answer is 4." in line)
+    flipped = tmp_path / "flipped.agora.jsonl.gz"
+    flipped.write_bytes(gzip.compress(raw.replace(lines[at], lines[at].replace(b"is 4.", b"is 5.", 1), 1)))
+    code, output = agora("import", flipped, "--db", tmp_path / "into.db")
+    assert code == 2, output
+    assert one_error_line(output) == (f"error: {flipped}: its rows do not match the footer's checksum (sha256): a line "
+                                      "was altered or damaged after export; nothing was imported")
+    assert not (tmp_path / "into.db").exists()
+    with pytest.raises(BundleError, match="do not match the footer's checksum"):  # into an existing database too
+        from agora.traces.bundle_import import import_bundle
+        from agora.traces.store import TraceStore
+
+        import_bundle(flipped, TraceStore(tmp_path / "existing.db"))
+    assert TraceStore(tmp_path / "existing.db").run_ids() == []
+    # a bundle written before the checksum (its footer has none) still imports; so does the untouched one
+    older = tmp_path / "older.agora.jsonl.gz"
+    del footer["sha256"]
+    older.write_bytes(gzip.compress(b"\n".join([*lines[:-2], json.dumps(footer).encode(), b""])))
+    assert check_bundle(older)["runs"] == ["r"]
+    for good in (older, bundle):
+        code, output = agora("import", good, "--db", tmp_path / f"{good.name}.db")
+        assert code == 0 and "rows added" in output, output
+
+
+def test_a_bundle_footer_whose_checksum_is_not_a_digest_is_refused(tmp_path):
+    import gzip
+    import json
+
+    from agora.traces.bundle_export import export_bundle
+    from agora.traces.bundle_reading import BundleError, check_bundle
+
+    bundle = tmp_path / "r.agora.jsonl.gz"
+    export_bundle(_align_run(tmp_path / "t.db"), bundle, ["r"])
+    lines = gzip.open(bundle, "rt", encoding="utf-8").read().splitlines()
+    footer = {**json.loads(lines[-1]), "sha256": "xyz"}
+    bad = tmp_path / "bad.agora.jsonl.gz"
+    bad.write_bytes(gzip.compress(("\n".join([*lines[:-1], json.dumps(footer)]) + "\n").encode()))
+    with pytest.raises(BundleError) as err:
+        check_bundle(bad)
+    assert str(err.value) == (f"{bad}:{len(lines)}: footer.sha256: \"xyz\" is not a SHA-256 digest (64 hexadecimal "
+                              "digits); nothing was imported")

@@ -6,6 +6,7 @@ renamed over the target.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.traces import schema
-from agora.traces.bundle import BENCH_TABLES, FILE_KINDS, FORMAT, VERSION, BundleError, BundleSummary, shared_source
+from agora.traces.bundle import BENCH_TABLES, DIGEST_KEY, FILE_KINDS, FORMAT, VERSION, BundleError, BundleSummary, shared_source
 from agora.traces.store import TraceStore, code_revision, now
 
 def _table_info(store: TraceStore, table: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -92,8 +93,10 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
     header = {"format": FORMAT, "version": VERSION, "created_at": now(), "code_revision": code_revision(),
               "runs": runs, "benches": benches, "tables": tables,
               "doc": "gzip JSON Lines: this header, one {\"t\": table, \"v\": [values in columns order]} per row, "
-                     "then {\"end\": true, \"rows\": {table: count}}; see docs/traces.md"}
+                     "then {\"end\": true, \"rows\": {table: count}, \"sha256\": hex digest of the row lines}; "
+                     "see docs/traces.md"}
     counts: dict[str, int] = {}
+    digest = hashlib.sha256()  # over the row lines as written (DIGEST_KEY)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.part")  # written whole, then renamed over --out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -105,10 +108,12 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
                 names = ", ".join(f"[{c}]" for c in cols)
                 n = 0
                 for row in store.db.execute(f"select {names} from [{t}] where {where} order by rowid", params):
-                    f.write(json.dumps({"t": t, "v": list(row)}, ensure_ascii=False) + "\n")
+                    line = json.dumps({"t": t, "v": list(row)}, ensure_ascii=False) + "\n"
+                    f.write(line)
+                    digest.update(line.encode("utf-8"))
                     n += 1
                 counts[t] = n
-            f.write(json.dumps({"end": True, "rows": counts}) + "\n")
+            f.write(json.dumps({"end": True, "rows": counts, DIGEST_KEY: digest.hexdigest()}) + "\n")
         os.replace(tmp, out)
     except OSError as exc:
         raise BundleError(f"{out}: cannot write the bundle ({exc.strerror or exc})") from None

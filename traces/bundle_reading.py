@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from agora.traces.bundle import FILE_KINDS, FORMAT, SUFFIX, VERSION, BundleError
+from agora.traces.bundle import DIGEST_KEY, FILE_KINDS, FORMAT, SUFFIX, VERSION, BundleError
 from agora.traces.bundle_schema import SCHEMA_TYPES, check_known_table, check_values, plain_name, short
 from agora.traces.store import check_run_id
 
@@ -25,6 +25,7 @@ from agora.traces.store import check_run_id
 MAX_LINE_CHARS = 32 * 2**20
 #: Deepest nesting of JSON arrays and objects in a line (a row is 2 deep, the header 4).
 MAX_NESTING = 16
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 
@@ -50,6 +51,13 @@ def bundle_lines(path: Path) -> Iterator[tuple[int, Any]]:
     Raises:
         BundleError: naming the file and line: not gzip, cut short, not UTF-8, too long, too deep, not JSON.
     """
+    for i, _, value in bundle_line_texts(path):
+        yield i, value
+
+
+def bundle_line_texts(path: Path) -> Iterator[tuple[int, str, Any]]:
+    """:func:`bundle_lines` with each line's text as read (its line end included, when it has one):
+    ``(line number, text, parsed JSON)``."""
     i = 0
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
@@ -75,7 +83,7 @@ def bundle_lines(path: Path) -> Iterator[tuple[int, Any]]:
                                       "bundle value is that long); nothing was imported") from None
                 except RecursionError:  # pragma: no cover - _too_deep refuses these first
                     raise BundleError(f"{path}:{i}: JSON nested too deep; nothing was imported") from None
-                yield i, value
+                yield i, line, value
     except UnicodeDecodeError as exc:
         raise BundleError(f"{path}:{i + 1}: not UTF-8 text ({exc.reason} at byte {exc.start} of a chunk); "
                           "nothing was imported") from None
@@ -150,7 +158,8 @@ def _refuse_data_after_footer(path: Path, lines: int, tail: bytes) -> None:
 
 
 def _footer_shape(path: Path, line: int, footer: dict[str, Any]) -> dict[str, Any]:
-    """The footer ``{"end": true, "rows": {table: count}}``, or a refusal naming the field."""
+    """The footer ``{"end": true, "rows": {table: count}}`` (with ``"sha256"``, :data:`DIGEST_KEY`, a hex
+    digest, since bundles carry one), or a refusal naming the field."""
     if footer.get("end") is not True:
         raise BundleError(f"{path}:{line}: footer.end: {short(footer.get('end'))} is not true; nothing was imported")
     rows = footer.get("rows")
@@ -161,6 +170,10 @@ def _footer_shape(path: Path, line: int, footer: dict[str, Any]) -> dict[str, An
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise BundleError(f"{path}:{line}: footer.rows.{t}: {short(n)} is not a row count (an integer from 0); "
                               "nothing was imported")
+    digest = footer.get(DIGEST_KEY, "0" * 64)
+    if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+        raise BundleError(f"{path}:{line}: footer.sha256: {short(digest)} is not a SHA-256 digest (64 hexadecimal "
+                          "digits); nothing was imported")
     return footer
 
 
@@ -197,24 +210,36 @@ def check_bundle(path: str | Path) -> dict[str, Any]:
             columns, a value of the wrong type (:func:`agora.traces.bundle_schema.check_values`), a row
             of a run the header does not list or before that run's ``runs`` row, two rows with one
             primary key and different content (a self-contradicting bundle), or an orphan row
-            (:func:`agora.traces.bundle_import.import_bundle`); each names the line.
+            (:func:`agora.traces.bundle_import.import_bundle`); each names the line. Rows that do not
+            give the footer's ``sha256`` (altered since export): naming the file.
     """
     path = Path(path)
-    head, footer, read = scan_bundle(path)
-    check_footer(path, footer, read)
+    head, footer, read, digest = scan_bundle(path)
+    check_footer(path, footer, read, digest)
     return head
 
 
-def check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int]) -> None:
+def check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int], digest: str | None = None) -> None:
+    """Refuse a bundle whose footer is missing, counts other rows than ``read`` (table → rows), or
+    holds a ``sha256`` (:data:`agora.traces.bundle.DIGEST_KEY`) other than ``digest``, the rows' as
+    :func:`scan_bundle` computed it (a footer without one, written before bundles carried it, is not
+    checked; nor is any with ``digest=None``).
+
+    Raises:
+        BundleError: one line naming the file."""
     if footer is None:
         raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
     expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
     if expected != {t: n for t, n in read.items() if n}:
         raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+    if DIGEST_KEY in footer and digest is not None and footer[DIGEST_KEY] != digest:
+        raise BundleError(f"{path}: its rows do not match the footer's checksum (sha256): a line was altered or "
+                          "damaged after export; nothing was imported")
 
 
-def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, int]]:
-    """:func:`check_bundle` but the footer's counts: (header, footer or None, rows read per table)."""
+def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, int], str]:
+    """:func:`check_bundle` but the footer's counts and checksum: (header, footer or None, rows read per
+    table, the rows' :data:`agora.traces.bundle.DIGEST_KEY` as hex)."""
     head = read_header(path)
     footer_first, n_lines = _footer_first(path)
     counted = sum(footer_first["rows"].values())
@@ -229,7 +254,8 @@ def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict
     read: dict[str, int] = {}
     footer = None
     orphans = _Orphans()
-    for i, line in bundle_lines(path):
+    rows_digest = hashlib.sha256()
+    for i, text, line in bundle_line_texts(path):
         if i == 1:
             continue
         if footer is not None:
@@ -273,8 +299,9 @@ def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict
                                   "nothing was imported, --force or not")
         read[t] = read.get(t, 0) + 1
         orphans.see(t, row, i)
+        rows_digest.update((text if text.endswith("\n") else text + "\n").encode("utf-8"))
     orphans.check(path)
-    return head, footer, read
+    return head, footer, read, rows_digest.hexdigest()
 
 
 def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
