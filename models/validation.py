@@ -249,7 +249,8 @@ def one_line(owner: str, exc: ValidationError, names: tuple[str, ...] = ()) -> E
 def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool = True,
              config: ConfigDict | None = None) -> Any:
     """Class decorator: ``cls`` as a pydantic dataclass (frozen, with slots, by default) whose
-    bad values raise the one-line error of :func:`one_line` (not pydantic's ``ValidationError``);
+    bad values raise the one-line error of :func:`one_line` (not pydantic's ``ValidationError``; a
+    keyword that is not a field, ``TypeError``, as for any class);
     its fields without a rule get :data:`AS_GIVEN`. (A graph's JSON schema takes its descriptions
     from the field docstrings through :func:`agora.graphs.studio_schema.studio_schema`.) Use bare (``@settings``) or with
     arguments (``@settings(frozen=False)``).
@@ -258,7 +259,7 @@ def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool 
         pydantic.errors.PydanticUndefinedAnnotation: at import, an annotation that does not resolve
             (import the types the fields name at module level).
     """
-    options = ConfigDict(arbitrary_types_allowed=True, **(config or {}))
+    options = ConfigDict(arbitrary_types_allowed=True, extra="forbid", **(config or {}))  # an unknown keyword: TypeError
 
     def wrap(cls: type[T]) -> type[T]:
         _as_given_unless_ruled(cls)

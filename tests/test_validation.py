@@ -139,3 +139,17 @@ def test_no_product_class_checks_its_values_in_a_post_init():
     extra = {owner: where for owner, where in post_inits().items() if owner not in POST_INIT_ALLOWED}
     assert not extra, (f"__post_init__ in {extra}: declare the checks as field rules and model validators "
                        "(agora.models.validation.settings), or say here why it must stay")
+
+
+def test_a_settings_class_refuses_a_keyword_it_does_not_have():
+    """A misspelt field (``n_agent=4``) was dropped without a word (pydantic's dataclasses ignore
+    extra keywords by default): the run went on with the default, n_agents = 2. It is refused as any
+    Python class refuses an unknown keyword, a TypeError naming it."""
+    from agora.agents.delegation import DelegationConfig
+    from agora.runs.bench_plan import BenchConfig
+
+    with pytest.raises(TypeError, match="DelegationConfig: unexpected keyword argument 'n_agent'"):
+        DelegationConfig(n_agent=4)
+    with pytest.raises(TypeError, match="BenchConfig: unexpected keyword argument 'concurency'"):
+        BenchConfig(concurency=3)
+    assert DelegationConfig(n_agents=4).n_agents == 4
