@@ -3,7 +3,6 @@ zero model calls, and compare it with every method the run recorded (:mod:`agora
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
@@ -11,7 +10,7 @@ from rich.markup import escape
 
 from agora.tasks.errors import InputError
 from agora.cli._apps import app
-from agora.cli._shared import Table, console, fmt_ci, fmt_pct, user_errors
+from agora.cli._shared import Table, console, fmt_ci, fmt_pct, json_text, user_errors
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.replay import check_rule, paired_table, replay, reproduced
 from agora.traces.replay_rules import RULES, parse_params
@@ -81,8 +80,8 @@ def replay_cmd(
         method = RULES[rule].reproduces.get(run.protocol)
         same = reproduced(run, result, method) if method else None
         if as_json:
-            print(json.dumps({**result.to_json(), "protocol": run.protocol, "paired": table,
-                              "reproduces": method, "identical": same}, ensure_ascii=False, default=str))
+            print(json_text({**result.to_json(), "protocol": run.protocol, "paired": table,
+                             "reproduces": method, "identical": same}, default=str))
             return
         shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "no parameters"
         console.print(f"replayed {escape(run_id)} ({escape(str(run.protocol))}, {len(run.questions)} questions) under "

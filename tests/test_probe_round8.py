@@ -94,7 +94,7 @@ def test_json_output_escapes_c1_and_other_terminal_controls(tmp_path):
                  store=TraceStore(db), run_id="r", context=DelegationContext(pool, config), config=config,
                  pool_description=pool.describe(), dataset={"path": "q\x9b", "format": "jsonl"})
     for args in (["report", "question", "--run-id", "r", "--question-id", "q\x9b1"], ["report", "run", "r"],
-                 ["report", "runs"]):
+                 ["report", "runs"], ["replay", "--run-id", "r", "--rule", "plurality"]):
         result = CliRunner().invoke(app, [*args, "--db", str(db), "--json"])
         assert result.exit_code == 0, result.output
         assert _json_control_free(result.output), (args, repr(result.output))
