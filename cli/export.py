@@ -108,6 +108,11 @@ def backfill_cmd(
             raise FileNotFoundError(f"{db}: no such trace database")
         for r in run_id or ():
             check_run_id(r)
-        counts = backfill(TraceStore(db), run_id or ())
+        store = TraceStore(db)
+        known = set(store.run_ids()) | {r["run_id"] for r in store.db.query("select distinct run_id from questions")}
+        for r in run_id or ():  # a run the database does not hold is said so, not 'nothing filled'
+            if r not in known:
+                raise InputError(f"{shown_url(str(db))}: no run {r!r} (`agora report runs` lists them)")
+        counts = backfill(store, run_id or ())
         console.print(f"{escape(shown_url(str(db)))}: {counts['calls']} model calls and {counts['questions']} questions filled",
                       highlight=False)

@@ -69,3 +69,14 @@ def test_report_duels_takes_run_id(tmp_path):
     TraceStore(tmp_path / "t.db").close()
     r = invoke("report", "duels", "--db", tmp_path / "t.db", "--out", tmp_path / "plots", "--run-id", "d")
     assert r.exit_code == 2 and "No such option" not in r.output and "no duel runs" in r.output
+
+
+def test_traces_backfill_refuses_a_run_id_the_database_does_not_hold(tmp_path):
+    """`agora traces backfill --run-id nope` said '0 model calls and 0 questions filled' (exit 0): a
+    mistyped run id did nothing without a word."""
+    db = two_runs(tmp_path / "t.db")
+    result = invoke("traces", "backfill", "--db", db, "--run-id", "a", "--run-id", "nope")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"error: {db}: no run 'nope' (`agora report runs` lists them)"
+    result = invoke("traces", "backfill", "--db", db, "--run-id", "a")
+    assert result.exit_code == 0 and "0 model calls and 0 questions filled" in result.output, result.output
