@@ -69,6 +69,8 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
     for item in items:
         name, sep, rest = item.partition("=")
         given = rest if sep else item
+        if not given.strip():
+            raise InputError(f"--tasks {item!r}: no task file after '=' (give name=path)")
         if given == "sample":
             path, fmt = sample_path("gsm8k")
             name = name if sep else "gsm8k-sample"

@@ -599,3 +599,10 @@ def test_time_left_is_each_runs_questions_left_times_its_own_mean_time():
     assert time_left_s(store, [Step("calibrate", "*", "b:all:comed-dev", qs, None, "dev")]) is None
     # 4 questions in flight: each question's wall time overlaps 3 others', so the time left is a quarter
     assert time_left_s(store, steps, in_flight=4) == pytest.approx((2 * 15 + 3 * 60 + 4 * 15) / 4)
+
+
+def test_a_task_named_with_no_file_after_the_equals_sign_is_refused_as_such():
+    """--tasks 'arith=' was read as the path '' (the current folder): 'error: .: is a directory, not
+    a JSONL file', naming neither the task nor the option."""
+    with pytest.raises(ValueError, match=r"^--tasks 'arith=': no task file after '=' \(give name=path\)$"):
+        load_tasks("arith=")
