@@ -38,7 +38,9 @@ beside it, :mod:`agora.models.lora_gguf`) or a GGUF LoRA file, applied by llama.
 
 from __future__ import annotations
 
+import difflib
 import logging
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Sequence
@@ -80,20 +82,28 @@ _SPEC_FIELDS = ("name", "backend", "path", "prompt_format", "base_url", "model",
 _EXTRA_KEYS = {"vllm_args", "chat_template", "adapters", "features"}
 
 
-def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None) -> ModelSpec:
+def _spec_from_dict(entry: dict[str, Any], where: str, base_dir: Path | None,
+                    source: tuple[Path, str, int] | None = None) -> ModelSpec:
     """One ``[[models]]`` entry as a :class:`ModelSpec`, validated by its backend's config class.
 
     Raises:
         PoolConfigError: ``where (name): field 'x': what is wrong``.
     """
     config = validate_entry(entry, where, base_dir)
-    return spec_from_config(config, where=f"{where} ({config.name})")
+    if source is None:
+        return spec_from_config(config, where=f"{where} ({config.name})")
+    path, text, index = source
+    note = unknown_fields_note(config, f"models[{index}] ({config.name})", str(path), _entry_key_lines(text, index))
+    if note:
+        log.warning("%s", note)
+    return spec_from_config(config, warn=False)
 
 
-def spec_from_config(config: Any, where: str = "") -> ModelSpec:
+def spec_from_config(config: Any, where: str = "", *, warn: bool = True) -> ModelSpec:
     """A :class:`ModelSpec` from a validated backend config (:class:`agora.models.registry.BackendConfig`):
     its common fields as attributes, fields only its class declares in ``options`` (by their pool-file
-    name), keys no class declares in ``extra`` (unknown ones logged: a typo should not pass unseen)."""
+    name), keys no class declares in ``extra`` (unknown ones logged when ``warn``, by
+    :func:`unknown_fields_note`: a typo should not pass unseen)."""
     base = {name for name in type(config).model_fields if name in _SPEC_FIELDS}
     kwargs: dict[str, Any] = {name: getattr(config, name) for name in base}
     kwargs["endpoints"] = tuple(kwargs.get("endpoints") or ())
@@ -110,14 +120,75 @@ def spec_from_config(config: Any, where: str = "") -> ModelSpec:
         else:
             options[key] = dumped[key]
     extra.update(config.model_extra or {})
-    unknown = sorted(set(config.model_extra or {}) - _EXTRA_KEYS)
-    if unknown:  # kept for forward compatibility, but a typo ("temprature") should not pass unseen
-        log.warning("%s: unknown field(s) %s are ignored", where or config.name, ", ".join(unknown))
+    note = unknown_fields_note(config, where or config.name) if warn else None
+    if note:
+        log.warning("%s", note)
     return ModelSpec(**kwargs, extra=extra, options=options)
 
 
-def _read_pool_file(path: Path) -> dict[str, Any]:
-    """The TOML table of a pool file.
+def unknown_fields_note(config: Any, where: str, file: str | None = None,
+                        lines: dict[str, int] | None = None) -> str | None:
+    """The warning for the fields of a pool entry that neither its backend's config class nor Agora's
+    tools (:data:`_EXTRA_KEYS`) know, or ``None`` when there are none. They are kept in
+    ``ModelSpec.extra`` and otherwise ignored (a pool file written for a later Agora still loads),
+    but a typo should not pass unseen: the note names the file and the line of the first (``lines``:
+    field → line in ``file``, when known), the entry (``where``: ``models[0] (x)``), each field, and
+    the closest known field (``difflib``) when one is close::
+
+        pool.toml:7: models[0] (x): unknown field(s) temprature are ignored (did you mean 'temperature'?)
+    """
+    unknown = sorted(set(config.model_extra or {}) - _EXTRA_KEYS, key=lambda f: ((lines or {}).get(f, 1 << 30), f))
+    if not unknown:
+        return None
+    known = sorted({info.alias or name for name, info in type(config).model_fields.items()} | _EXTRA_KEYS)
+    lines = lines or {}
+    close = {f: next(iter(difflib.get_close_matches(f, known, n=1, cutoff=0.6)), None) for f in unknown}
+    if len(unknown) == 1:
+        (f,) = unknown
+        notes = [f"did you mean {close[f]!r}?"] if close[f] else []
+    else:
+        notes = [f"{f}{f' on line {lines[f]}' if f in lines else ''}{f': did you mean {close[f]!r}?' if close[f] else ''}"
+                 for f in unknown if f in lines or close[f]]
+    first = lines.get(unknown[0])
+    at = f"{file}:{first}: " if file and first else f"{file}: " if file else ""
+    return (f"{at}{where}: unknown field(s) {', '.join(unknown)} are ignored"
+            + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+#: A TOML table header (``[[models]]``, ``[models.vllm_args]``), not an array value spread over lines.
+_TABLE_HEADER = re.compile(r"""^\s*\[{1,2}\s*[A-Za-z0-9_.\"' -]+\s*\]{1,2}\s*(#.*)?$""")
+_MODELS_HEADER = re.compile(r"^\s*\[\[\s*models\s*\]\]\s*(#.*)?$")
+_SUBTABLE_HEADER = re.compile(r"^\s*\[\s*models\s*\.\s*([A-Za-z0-9_-]+)\s*\]\s*(#.*)?$")
+#: A key at the start of a line (bare, or quoted), followed by ``=`` or a dotted key's ``.``.
+_KEY_AT_START = re.compile(r"""^\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*[=.]""")
+
+
+def _entry_key_lines(text: str, index: int) -> dict[str, int]:
+    """Each top-level key of the ``index``-th ``[[models]]`` table of the pool file ``text`` → its
+    line (1-based), read off the text (``tomllib`` keeps no positions); ``{}`` when the entry is not
+    written as such a table (an inline ``models = [{...}]``)."""
+    rows = text.splitlines()
+    starts = [n for n, row in enumerate(rows) if _MODELS_HEADER.match(row)]
+    if index >= len(starts):
+        return {}
+    found: dict[str, int] = {}
+    in_subtable = False
+    for n in range(starts[index] + 1, len(rows)):
+        if _TABLE_HEADER.match(rows[n]):
+            sub = _SUBTABLE_HEADER.match(rows[n])  # [models.vllm_args]: a key of this entry, then its own keys
+            if sub is None:
+                break
+            found.setdefault(sub.group(1), n + 1)
+            in_subtable = True
+            continue
+        key = None if in_subtable else _KEY_AT_START.match(rows[n])
+        if key:
+            found.setdefault(next(g for g in key.groups() if g is not None), n + 1)
+    return found
+
+
+def _read_pool_file(path: Path) -> tuple[dict[str, Any], str]:
+    """The TOML table of a pool file, and its text.
 
     Raises:
         PoolConfigError: unreadable, not UTF-8 text (a UTF-16 file says so), or invalid TOML (with line).
@@ -133,7 +204,7 @@ def _read_pool_file(path: Path) -> dict[str, Any]:
         kind = "it looks like UTF-16 (a byte-order mark or NUL bytes)" if utf16 else f"byte {exc.start} is not UTF-8"
         raise PoolConfigError(f"{path}: a pool file must be UTF-8 text; {kind}: save it as UTF-8") from None
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
         raise PoolConfigError(f"{path}: invalid TOML: {exc}") from None
     except RecursionError:
@@ -159,11 +230,11 @@ def load_pool(path: str | Path) -> ModelPool:
         raise PoolConfigError(f"{path}: a folder, not a pool file; give the path of a TOML pool file")
     if not path.is_file():
         raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)})")
-    data = _read_pool_file(path)
+    data, text = _read_pool_file(path)
     entries = data.get("models")
     if not isinstance(entries, list) or not entries:
         raise PoolConfigError(f"{path}: needs at least one [[models]] table")
-    specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent) for i, e in enumerate(entries)]
+    specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent, (path, text, i)) for i, e in enumerate(entries)]
     shadowing_plugins()  # a plug-in named like a built-in is refused: said once, as a warning
     members = []
     for i, spec in enumerate(specs):

@@ -180,3 +180,32 @@ def test_a_bundle_footer_whose_checksum_is_not_a_digest_is_refused(tmp_path):
         check_bundle(bad)
     assert str(err.value) == (f"{bad}:{len(lines)}: footer.sha256: \"xyz\" is not a SHA-256 digest (64 hexadecimal "
                               "digits); nothing was imported")
+
+
+def test_unknown_pool_fields_warn_with_file_line_field_and_the_closest_known_field(tmp_path, caplog):
+    """The warning named file, entry and field, but neither the line nor the field that was meant."""
+    from agora.models.pool import load_pool
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text('# two members\n[[models]]\nname = "x"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    'model = "m"\ntemprature = 0.2\n\n[[models]]\nname = "y"\nbackend = "openai"\n'
+                    'base_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n"system_promt" = "Be brief."\n'
+                    'zzzz = 1\n[models.vllm_args]\nenforce_eager = true\n')
+    with caplog.at_level("WARNING", logger="agora.pool"):
+        load_pool(pool)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{pool}:7: models[0] (x): unknown field(s) temprature are ignored (did you mean 'temperature'?)",
+        f"{pool}:14: models[1] (y): unknown field(s) system_promt, zzzz are ignored (system_promt on line 14: did "
+        "you mean 'system_prompt'?; zzzz on line 15)"]
+
+
+def test_an_unknown_field_of_an_inline_entry_warns_without_a_line(tmp_path, caplog):
+    from agora.models.pool import load_pool
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text('models = [{name = "x", backend = "openai", base_url = "http://127.0.0.1:9/v1", model = "m", '
+                    'max_retires = 2}]\n')
+    with caplog.at_level("WARNING", logger="agora.pool"):
+        load_pool(pool)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{pool}: models[0] (x): unknown field(s) max_retires are ignored (did you mean 'max_retries'?)"]
