@@ -198,6 +198,9 @@ def test_program_extraction_and_the_answer_line():
     assert extract_program("print(4)") == "print(4)"  # no fence, but Python
     assert extract_program("The answer is 4.") is None
     assert extract_program("```python\nprint(5)") == "print(5)"  # cut off before the closing fence
+    # nested past the compiler's limits: no program (a failed sample), not a RecursionError
+    assert extract_program("1+" * 500_000 + "1") is None
+    assert extract_program("-" * 1_000_000 + "1") is None
     assert answer_line("step 1\n\nAnswer: 3/4.\n") == "3/4"
     assert answer_line("The answer is B\n") == "B"
     assert answer_line("  \n") == ""

@@ -64,7 +64,8 @@ def extract_program(text: str) -> str | None:
         try:  # a syntax check that builds no Python AST objects: CPython 3.11's ast.parse can raise a
             # spurious SystemError while another thread parses too (python/cpython#106905)
             compile(text, "<reply>", "exec", dont_inherit=True)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            # a reply nested too deep for the compiler (a million unary minuses) is no program either
             return None
         return text.strip("\n")
     return None
