@@ -217,9 +217,8 @@ def without_passwords(text: str) -> str:
 
 
 #: A settings refusal: ``Class.field must ...`` or ``Class.field: ...`` (:func:`agora.models.validation.one_line`),
-#: maybe ending ``, got <value>``.
+#: often ending ``, got <value>``.
 _SETTING_REFUSED = re.compile(r"(?P<owner>[A-Z]\w*)\.(?P<field>[a-z_]\w*)(?: must |: )")
-_GOT = re.compile(r", got (?P<got>.*)$")
 
 
 def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
@@ -229,11 +228,10 @@ def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
     The map is read off the command's own parameters, not listed per command: the parameter named
     as the field (``rounds`` → ``DebateConfig.rounds``; every command made from a settings class),
     else the one named as the field's last words (``agents`` → ``n_agents``, ``samples`` →
-    ``k_samples``; one such parameter, the longest tail). It is named only when its value is the
-    one refused (``got``: the ``repr`` after ``, got`` in the message; a comma-separated option
-    matches the tuple it gives), or, for a message with no value, when it was typed on the command
-    line: a field the value of which came from elsewhere (a ``--config`` file, a pool) is not
-    pinned on an option."""
+    ``k_samples``; one such parameter, the longest tail). It is named only when it was typed on the
+    command line, or when its value is the one refused (``got``: the ``repr`` after the message's
+    last ``, got``; a comma-separated option matches the tuple it gives): a field whose value came
+    from elsewhere (a ``--config`` file, another option's default) is not pinned on an option."""
     params = {p.name: p for p in getattr(getattr(ctx, "command", None), "params", ()) if p.name and p.opts}
     param = params.get(field)
     if param is None:
@@ -243,15 +241,12 @@ def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
     if param is None or not any(o.startswith("-") for o in param.opts):
         return None
     value = ctx.params.get(param.name)
-    if got is None:
-        source = getattr(ctx.get_parameter_source(param.name), "name", None)
-        matched = source == "COMMANDLINE"
-    else:
-        shown = {repr(value), repr(str(value))}
-        if isinstance(value, str):
-            shown |= {repr(tuple(v.strip() for v in value.split(","))), repr(tuple(v.strip() for v in value.split(",") if v.strip()))}
-        matched = value is not None and got in shown
-    if not matched:
+    shown = {repr(value), repr(str(value))}
+    if isinstance(value, str):
+        shown |= {repr(tuple(v.strip() for v in value.split(","))),
+                  repr(tuple(v.strip() for v in value.split(",") if v.strip()))}
+    typed = getattr(ctx.get_parameter_source(param.name), "name", None) == "COMMANDLINE"
+    if not (typed or (value is not None and got in shown)):
         return None
     opts = sorted({*param.opts, *param.secondary_opts}, key=lambda o: (o.startswith("--"), o))
     return "/".join(opts)
@@ -271,8 +266,8 @@ def with_option(message: str) -> str:
     ctx = get_current_context(silent=True)
     if ctx is None:
         return message
-    got = _GOT.search(message)
-    option = option_of_field(ctx, found["field"], got["got"] if got else None)
+    _, said, got = message.rpartition(", got ")
+    option = option_of_field(ctx, found["field"], got if said else None)
     return message if option is None else f"{option}: {message}"
 
 

@@ -300,7 +300,8 @@ def test_cli_eta_bound_is_the_configs_exclusive_one(tmp_path):
     for eta in ("-1", "0", "inf", "nan"):
         out = invoke("duel", "--instructions", data, "--eta", eta, "--db", tmp_path / "t.db")
         assert out.exit_code == 2 and "Traceback" not in out.output
-        assert out.output.strip() == f"error: Exp3Config.eta must be a finite number > 0 (or None for 1/K), got {float(eta)}"
+        assert out.output.strip() == (f"error: --eta: Exp3Config.eta must be a finite number > 0 (or None for 1/K), "
+                                      f"got {float(eta)}")  # the option typed, then the setting it gives
     assert not (tmp_path / "t.db").exists()
 
 

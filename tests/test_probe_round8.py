@@ -16,6 +16,24 @@ def test_a_refused_setting_names_the_option_that_was_typed(tmp_path):
     assert not (tmp_path / "t.db").exists()
 
 
+def test_a_refused_part_of_a_typed_option_names_the_option(tmp_path):
+    """The value refused is one entry of the option (2.0 of a=2): the option typed is still named."""
+    code, output = agora("run", "align", "--utility", "calibrated", "--dev-accuracy", "a=2", "--format", "synthetic",
+                         "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output) == ("error: --dev-accuracy: DelegationConfig.dev_accuracy: a's accuracy must be a "
+                                      "finite number in [0, 1], got 2.0")
+
+
+def test_a_field_set_from_a_config_file_is_not_pinned_on_an_option(tmp_path):
+    config = tmp_path / "debate.toml"
+    config.write_text("[debate]\nrounds = 100000\n")
+    code, output = agora("run", "debate", "--format", "synthetic", "--config", config, "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output) == (f"error: --config {config}: [debate] DebateConfig.rounds must be at most 10 "
+                                      "(each question costs agents × rounds model calls), got 100000")
+
+
 def test_a_refused_setting_of_a_generated_command_names_its_option(tmp_path):
     """Commands made from a settings class (agora run debate) name the option too."""
     code, output = agora("run", "debate", "--rounds", "100000", "--format", "synthetic", "--db", tmp_path / "t.db")
