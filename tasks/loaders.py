@@ -56,6 +56,8 @@ MAX_NESTING = 64
 MAX_LINE_BYTES = 1 << 20
 #: A GSM8K gold answer after ``####`` (thousands commas removed): a plain decimal number.
 _GSM8K_GOLD = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+#: A number whose commas are thousands separators (``1,234,567.5``): one to three digits, then groups of three.
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
 #: A lone UTF-16 surrogate (``\ud800``–``\udfff``): valid in a Python string, not in UTF-8 (refused in problems).
 SURROGATE = re.compile(r"[\ud800-\udfff]")
 #: What a problem's strings may not hold: a lone surrogate (no UTF-8 text holds one) or NUL (a
@@ -91,14 +93,26 @@ def _require(record: dict, key: str, path: Path, line: int, types: tuple = (str,
     return value
 
 
+def _without_thousands_commas(number: str, path: Path, line: int, field: str) -> str:
+    """``number`` with its thousands commas removed (``1,234`` → ``1234``); commas that do not group
+    thousands (``1,000,00``, a decimal comma ``4,5``) are refused: removing them gave another number."""
+    if "," not in number:
+        return number
+    if not _THOUSANDS.fullmatch(number):
+        raise TaskFormatError(path, line, field, f"{number!r:.60}: its commas do not separate thousands "
+                                                 "(1,234,567); write the number without them")
+    return number.replace(",", "")
+
+
 def _gsm8k(rec: dict, path: Path, line: int) -> Problem:
     question = _require(rec, "question", path, line)
     answer = _require(rec, "answer", path, line)
     if "####" not in answer:
         raise TaskFormatError(path, line, "answer", "no '#### N' final answer")
-    gold = ascii_digits(answer.rsplit("####", 1)[1]).strip().replace(",", "")  # "#### ٧" is 7
+    gold = ascii_digits(answer.rsplit("####", 1)[1]).strip()  # "#### ٧" is 7
     if not gold:
         raise TaskFormatError(path, line, "answer", "empty final answer after '####'")
+    gold = _without_thousands_commas(gold, path, line, "answer")
     if not _GSM8K_GOLD.fullmatch(gold):
         raise TaskFormatError(path, line, "answer", f"the final answer after '####' is not a number: {gold!r:.60}")
     return Problem(_id(rec, path, line), question.strip(), gold, "math", source="gsm8k")
@@ -110,7 +124,7 @@ def _gsm_hard(rec: dict, path: Path, line: int) -> Problem:
     if isinstance(target, bool):
         raise TaskFormatError(path, line, "target", f"not a number: {target!r}")
     try:
-        value = float(ascii_digits(str(target)).replace(",", ""))
+        value = float(_without_thousands_commas(ascii_digits(str(target)).strip(), path, line, "target"))
     except ValueError:
         raise TaskFormatError(path, line, "target", f"not a number: {target!r:.60}") from None
     if not math.isfinite(value):  # NaN, Infinity, or beyond float range (1e400)

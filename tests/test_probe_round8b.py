@@ -121,3 +121,31 @@ def test_an_async_invocation_cancelled_mid_question_is_a_failed_question_not_dro
     assert run["status"] == "failed"
     assert (summary["questions"], summary["failed"]) == (0, 1)
     assert summary["failed_questions"] == {"q1": "the invocation was abandoned (its asyncio task was cancelled)"}
+
+
+def _load_one(tmp_path, line: str, fmt: str):
+    from agora.tasks.loaders import load_problems
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    return load_problems(path, fmt)[0]
+
+
+def test_a_gold_whose_commas_do_not_separate_thousands_is_refused_not_read_as_another_number(tmp_path):
+    """``#### 1,000,00`` was read as 100000 and ``#### 4,5`` (a decimal comma) as 45: every comma was removed."""
+    import pytest
+
+    from agora.tasks.loaders import TaskFormatError
+
+    assert _load_one(tmp_path, '{"question": "q", "answer": "#### 1,234,567"}', "gsm8k").gold == "1234567"
+    assert _load_one(tmp_path, '{"question": "q", "answer": "#### -12,345.5"}', "gsm8k").gold == "-12345.5"
+    assert _load_one(tmp_path, '{"input": "q", "target": "1,234"}', "gsm-hard").gold == "1234"
+    for bad in ("1,000,00", "4,5", "1,2345"):
+        with pytest.raises(TaskFormatError) as err:
+            _load_one(tmp_path, f'{{"question": "q", "answer": "#### {bad}"}}', "gsm8k")
+        assert str(err.value) == (f"{tmp_path / 't.jsonl'}:1: field 'answer': '{bad}': its commas do not separate "
+                                  "thousands (1,234,567); write the number without them")
+        with pytest.raises(TaskFormatError) as err:
+            _load_one(tmp_path, f'{{"input": "q", "target": "{bad}"}}', "gsm-hard")
+        assert str(err.value) == f"{tmp_path / 't.jsonl'}:1: field 'target': not a number: '{bad}'"
+
