@@ -39,6 +39,7 @@ import json
 import math
 import re
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -286,9 +287,24 @@ _LOADERS: dict[str, Callable[[dict, Path, int], Problem]] = {
 
 
 def _id(rec: dict, path: Path, line: int) -> str:
+    """The line's id: its ``id``, ``unique_id``, ``task_id`` or ``question_id`` (text or a whole
+    number), else ``<file stem>-<line>``. An id of another type (an object, a list, ``true``, ``1.5``)
+    or holding a control or invisible format character (a newline, U+202E) is refused: ids are
+    printed in reports and typed back (``agora report question ID``)."""
     for key in ("id", "unique_id", "task_id", "question_id"):
-        if key in rec and str(rec[key]).strip():
-            return str(rec[key])
+        if key not in rec or rec[key] is None:
+            continue
+        value = rec[key]
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise TaskFormatError(path, line, key, f"an id is text or a whole number, got {type(value).__name__} {value!r:.60}")
+        text = str(value)
+        if not text.strip():
+            continue
+        for at, ch in enumerate(text):
+            if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+                raise TaskFormatError(path, line, key, f"{text!r:.60} holds the control or invisible character {ch!r} at "
+                                                       f"position {at}; ids are printed and typed, so use visible characters")
+        return text
     return f"{path.stem}-{line}"
 
 

@@ -149,3 +149,26 @@ def test_a_gold_whose_commas_do_not_separate_thousands_is_refused_not_read_as_an
             _load_one(tmp_path, f'{{"input": "q", "target": "{bad}"}}', "gsm-hard")
         assert str(err.value) == f"{tmp_path / 't.jsonl'}:1: field 'target': not a number: '{bad}'"
 
+
+def test_a_question_id_that_is_not_text_or_a_whole_number_or_holds_a_control_character_is_refused(tmp_path):
+    """``"id": {"a": 1}`` became the question id ``"{'a': 1}"``, ``true`` became ``'True'``, and an id with a
+    newline or U+202E was stored and printed as it is."""
+    import pytest
+
+    from agora.tasks.loaders import TaskFormatError
+
+    line = '{"question": "q", "answer": "#### 4", "id": %s}'
+    assert _load_one(tmp_path, line % "7", "gsm8k").id == "7"
+    assert _load_one(tmp_path, line % '"gsm-12"', "gsm8k").id == "gsm-12"
+    assert _load_one(tmp_path, line % "null", "gsm8k").id == "t-1"
+    where = f"{tmp_path / 't.jsonl'}:1: field 'id': "
+    for value, why in (('{"a": 1}', "an id is text or a whole number, got dict {'a': 1}"),
+                       ("true", "an id is text or a whole number, got bool True"),
+                       ("1.5", "an id is text or a whole number, got float 1.5"),
+                       ('"a\\nb"', "'a\\nb' holds the control or invisible character '\\n' at position 1; ids are printed "
+                                   "and typed, so use visible characters"),
+                       ('"x\\u202ey"', "'x\\u202ey' holds the control or invisible character '\\u202e' at position 1; ids "
+                                       "are printed and typed, so use visible characters")):
+        with pytest.raises(TaskFormatError) as err:
+            _load_one(tmp_path, line % value, "gsm8k")
+        assert str(err.value) == where + why
