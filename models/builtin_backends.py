@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, StrictStr, ValidationInfo, field_validator, model_validator
 
@@ -129,7 +130,27 @@ class OpenAIConfig(BackendConfig):
             raise FieldProblem("base_url", "an openai model needs base_url (or endpoints) and model")
         if not self.model:
             raise FieldProblem("model", "an openai model needs base_url (or endpoints) and model")
+        for field, urls in (("base_url", [self.base_url] if self.base_url else []), ("endpoints", self.endpoints)):
+            for url in urls:
+                if why := _url_problem(url):
+                    raise FieldProblem(field, f"{url!r} {why}, e.g. \"http://127.0.0.1:8000/v1\"")
         return self
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an OpenAI-compatible server's base URL (``None`` when it can): it needs the
+    scheme ``http`` or ``https`` and a host (``not a url`` and ``ftp://x/v1`` were only found out as an
+    unreachable model, after every retry)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "is not an http:// or https:// URL"
+    if not parts.hostname:
+        return "has no host"
+    return None
 
 
 class LangChainConfig(BackendConfig):

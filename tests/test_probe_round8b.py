@@ -172,3 +172,31 @@ def test_a_question_id_that_is_not_text_or_a_whole_number_or_holds_a_control_cha
         with pytest.raises(TaskFormatError) as err:
             _load_one(tmp_path, line % value, "gsm8k")
         assert str(err.value) == where + why
+
+
+def test_an_openai_member_whose_url_is_not_an_http_url_is_refused_when_the_pool_is_loaded(tmp_path):
+    """``base_url = "not a url"`` or ``"ftp://x/v1"`` loaded; the run then tried every retry and ended
+    'model 'a' is unreachable' (exit 1), as if a server were down."""
+    import pytest
+
+    from agora.models.errors import PoolConfigError
+    from agora.models.pool import load_pool
+
+    def pool(field: str, value: str):
+        path = tmp_path / "pool.toml"
+        path.write_text(f'[[models]]\nname = "a"\nbackend = "openai"\n{field} = {value}\nmodel = "m"\n', encoding="utf-8")
+        return load_pool(path)
+
+    assert pool("base_url", '"https://api.example.com/v1"').names == ["a"]
+    assert pool("base_url", '"http://[::1]:8000/v1"').names == ["a"]
+    where = f"{tmp_path / 'pool.toml'}: models[0] (a): field "
+    example = ', e.g. "http://127.0.0.1:8000/v1"'
+    for field, value, why in (("base_url", '"not a url"', "'not a url' is not an http:// or https:// URL"),
+                              ("base_url", '"ftp://x/v1"', "'ftp://x/v1' is not an http:// or https:// URL"),
+                              ("base_url", '"127.0.0.1:8000/v1"', "'127.0.0.1:8000/v1' is not an http:// or https:// URL"),
+                              ("base_url", '"http://"', "'http://' has no host"),
+                              ("base_url", '"http://h:99999/v1"', "'http://h:99999/v1' is not a URL (Port out of range 0-65535)"),
+                              ("endpoints", '["http://h:1/v1", "localhost:8000"]', "'localhost:8000' is not an http:// or https:// URL")):
+        with pytest.raises(PoolConfigError) as err:
+            pool(field, value)
+        assert str(err.value) == f"{where}'{field}': {why}{example}"
