@@ -400,7 +400,8 @@ class TraceRecorder(BaseCallbackHandler):
                     "invocation was written")
             return given
         base = as_problem(inputs).id
-        taken = self.store.question_ids(run_id, base) | {
+        # a failed question keeps its id though it has no row (cancelled with every call in flight)
+        taken = self.store.question_ids(run_id, base) | set(self.failed_questions.get(protocol, {})) | {
             h.question_id for h in self._held.values() if h.protocol == protocol and h.question_id}
         qid, n = base, 1
         while qid in taken:

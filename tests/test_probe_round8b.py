@@ -200,3 +200,60 @@ def test_an_openai_member_whose_url_is_not_an_http_url_is_refused_when_the_pool_
         with pytest.raises(PoolConfigError) as err:
             pool(field, value)
         assert str(err.value) == f"{where}'{field}': {why}{example}"
+
+
+def test_a_cancelled_question_keeps_its_id_and_the_next_invocation_of_its_text_is_a_new_question(tmp_path):
+    """A cancelled invocation wrote no ``model_calls`` rows (its calls were in flight), so the next
+    invocation of the same text took its ``q-<crc>`` again and, answered, cleared the failure."""
+    import asyncio
+    import json
+    import sys
+    import threading
+    import zlib
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from langchain_openai import ChatOpenAI
+    from openai_stub import StubServer, default_handler
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.graphs.recording import TraceRecorder
+    from agora.models.pool import ModelPool
+    from agora.traces.store import TraceStore
+
+    slow = threading.Event()
+    slow.set()
+
+    def handler(path, body):
+        if slow.is_set():
+            threading.Event().wait(0.5)
+        return default_handler(path, body)
+
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    question = {"question": "What is 3 + 3?", "gold": "6"}
+    base = f"q-{zlib.crc32(b'What is 3 + 3?'):08x}"  # the auto id of a question without question_id
+    with StubServer(handler) as server:
+        pool = ModelPool.from_chat_models(
+            {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
+            max_retries=0)
+        context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
+
+        async def app() -> TraceRecorder:
+            with TraceRecorder(db, run_id="app") as recorder:
+                try:
+                    await asyncio.wait_for(graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context), 0.1)
+                except TimeoutError:
+                    pass
+                slow.clear()
+                await graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context)
+            return recorder
+
+        recorder = asyncio.run(app())
+    assert recorder.recorded == {"align": 1} and recorder.failed == {"align": 1}
+    store = TraceStore(db)
+    assert [q["question_id"] for q in store.questions("app-align")] == [f"{base}-2"]
+    summary = json.loads(store.get_run("app-align")["summary"])
+    assert (summary["questions"], summary["failed"]) == (1, 1)
+    assert summary["failed_questions"] == {base: "the invocation was abandoned (its asyncio task was cancelled)"}
