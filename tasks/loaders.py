@@ -5,7 +5,7 @@ Each loader turns one JSON line into a :class:`Problem`. A malformed line raises
 
 Formats (``fmt`` argument of :func:`load_problems`):
 
-* ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N``: a number (thousands commas
+* ``gsm8k``: ``question``, ``answer`` whose last line is ``#### N`` (one such line: two are refused): a number (thousands commas
   allowed, digits of any script read as ASCII: ``#### ٧`` is 7; ``#### seven`` is refused, as no
   answer could ever match it).
 * ``gsm-hard``: ``input``, ``target`` (a finite number; an integer target compares exactly, others with a relative tolerance: docs/scoring.md).
@@ -110,6 +110,11 @@ def _gsm8k(rec: dict, path: Path, line: int) -> Problem:
     answer = _require(rec, "answer", path, line)
     if "####" not in answer:
         raise TaskFormatError(path, line, "answer", "no '#### N' final answer")
+    if (count := answer.count("####")) > 1:  # which one is meant is unknown: not silently the last
+        finals = ", ".join("#### " + part.splitlines()[0].strip() if part.strip() else "####"
+                           for part in answer.split("####")[1:])
+        raise TaskFormatError(path, line, "answer", f"{count} '#### N' final answers ({finals:.80}); "
+                                                    "a GSM8K answer has exactly one")
     gold = ascii_digits(answer.rsplit("####", 1)[1]).strip()  # "#### ٧" is 7
     if not gold:
         raise TaskFormatError(path, line, "answer", "empty final answer after '####'")

@@ -257,3 +257,17 @@ def test_a_cancelled_question_keeps_its_id_and_the_next_invocation_of_its_text_i
     summary = json.loads(store.get_run("app-align")["summary"])
     assert (summary["questions"], summary["failed"]) == (1, 1)
     assert summary["failed_questions"] == {base: "the invocation was abandoned (its asyncio task was cancelled)"}
+
+
+def test_a_gsm8k_answer_with_two_final_answer_lines_is_refused_not_read_as_the_last(tmp_path):
+    """``#### 4\\n#### 5`` scored against 5, the last; real GSM8K answers have exactly one ``####``."""
+    import pytest
+
+    from agora.tasks.loaders import TaskFormatError
+
+    with pytest.raises(TaskFormatError) as raised:
+        _load_one(tmp_path, '{"question": "2 + 2?", "answer": "so 4\\n#### 4\\n#### 5"}', "gsm8k")
+    assert str(raised.value) == (f"{tmp_path / 't.jsonl'}:1: field 'answer': 2 '#### N' final answers "
+                                 "(#### 4, #### 5); a GSM8K answer has exactly one")
+    assert "\n" not in str(raised.value)
+    assert _load_one(tmp_path, '{"question": "2 + 2?", "answer": "so 4\\n#### 4"}', "gsm8k").gold == "4"
