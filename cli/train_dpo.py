@@ -101,14 +101,23 @@ def train_dpo_cmd(
             source = {"pairs": "duel", "align": align, "held_out_questions": len(held)}
         flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
                          run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
+
+        def dpo_settings(spec=None) -> DPOSettings:  # checked alike with --data-only
+            return DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
+                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                               max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
+
         if data_only:
             from agora.training.datasets import dpo_rows, split_by_instruction
+            from agora.training.pipeline import check_dpo_split
             from agora.training.verified import source_runs
 
             if pairs_from != "own":
                 check_pair_sources(db, pairs, flt)
+            dpo_settings()
             rows = dpo_rows(pairs, flt)
             train, val = split_by_instruction(rows, validation, seed=seed)
+            check_dpo_split(model, rows, train, val, flt)  # as training refuses it: nothing written
             write_data_only(out, {"train": train, "validation": val},
                             {**stats, "rows": len(rows), "source": source, "filter": asdict(flt),
                              "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])})
@@ -119,9 +128,7 @@ def train_dpo_cmd(
         check_serve_with(spec, serve_with)
         if pairs_from != "own":  # a member or duel run in no pair: refused before any run row or model load
             check_pair_sources(db, pairs, flt)
-        settings = DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
-                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
-                               max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
+        settings = dpo_settings(spec)
         run_id = new_run_id("train-dpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(shown_url(db))} "

@@ -77,7 +77,7 @@ def train_grpo_cmd(
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.training.config import GRPOSettings
         from agora.training.datasets import grpo_rows_from_duels, grpo_rows_from_problems, load_duels
-        from agora.training.pipeline import grpo_member
+        from agora.training.pipeline import check_grpo_rows, grpo_member
 
         check_out_path(out)
         unknown = [r for r in reward if r not in REWARDS]
@@ -88,10 +88,20 @@ def train_grpo_cmd(
                              "--duel-run and --all-prompts")
         if aggregate and set(reward) != {"correctness"}:
             raise InputError("--aggregate trains with the scorer's reward only: drop --reward")
+
+        def grpo_settings(spec=None) -> GRPOSettings:  # checked alike with --data-only
+            return GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
+                                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                                num_generations=num_generations, max_completion_length=max_completion_length,
+                                temperature=temperature, beta=kl_beta, threads=llama_threads(threads), seed=seed,
+                                save_steps=save_steps)
+
         if aggregate:
             rows, source, stats = aggregate_rows(db, aggregate, sets_per_question, easy_per_hard, source_run,
                                                  held_out, shots, seed, limit)
             if data_only:
+                grpo_settings()
+                check_grpo_rows(model, rows)  # as training refuses it: nothing written
                 write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source})
                 return
         specs = member_specs(pool)
@@ -99,11 +109,7 @@ def train_grpo_cmd(
         check_serve_with(spec, serve_with)
         if name is not None and name != model and name in {s.name for s in specs}:
             raise InputError(f"--name {name!r} is another member of the pool; give the trained member a new name")
-        settings = GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec), epochs=epochs,
-                                max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
-                                num_generations=num_generations, max_completion_length=max_completion_length,
-                                temperature=temperature, beta=kl_beta, threads=llama_threads(threads), seed=seed,
-                                save_steps=save_steps)
+        settings = grpo_settings(spec)
         if data is None and fmt is not None:
             raise InputError(f"--format {fmt} reads a --data file; without --data the prompts are the duels' "
                              "instructions in --db")
@@ -124,6 +130,7 @@ def train_grpo_cmd(
                                         model=None if all_prompts else model)[:limit]
             source = {"db": shown_url(db), "duel_runs": duel_run, "all_prompts": all_prompts}
         if data_only:
+            check_grpo_rows(model, rows)  # as training refuses it: nothing written
             write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source})
             return
         require_train_extra()

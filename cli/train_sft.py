@@ -62,20 +62,27 @@ def train_sft_cmd(
         vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, per_question=per_question)
         rows, stats = sft_rows(samples, vcfg), verified_stats(samples, vcfg, skipped)
         source = {"verified": vcfg.describe()}
+        from agora.training.config import SFTSettings
+        from agora.training.pipeline import check_sft_rows
+
+        def sft_settings(spec=None) -> SFTSettings:  # checked alike with --data-only
+            return SFTSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
+                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                               max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
+
         if data_only:
+            sft_settings()
+            check_sft_rows(model, rows)  # as training refuses it: nothing written
             write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source,
                                                    "source_runs": stats["sft_runs"]})
             return
         require_train_extra()
-        from agora.training.config import SFTSettings
         from agora.training.pipeline import sft_member
 
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
-        settings = SFTSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
-                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
-                               max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
+        settings = sft_settings(spec)
         run_id = new_run_id("train-sft") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of its own verified "

@@ -271,3 +271,29 @@ def test_a_gsm8k_answer_with_two_final_answer_lines_is_refused_not_read_as_the_l
                                  "(#### 4, #### 5); a GSM8K answer has exactly one")
     assert "\n" not in str(raised.value)
     assert _load_one(tmp_path, '{"question": "2 + 2?", "answer": "so 4\\n#### 4"}', "gsm8k").gold == "4"
+
+
+def test_train_data_only_refuses_an_empty_dataset_and_bad_settings_as_training_does(tmp_path, duel_pairs_db):
+    """``--data-only`` wrote an empty dataset and exited 0 where training refuses it (exit 2), and did
+    not check ``--lr nan`` or ``--epochs -1`` at all."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_verified_data import agora
+
+    db = duel_pairs_db
+    out = agora("train", "dpo", "--model", "a", "--data-only", "--db", db, "--out", tmp_path / "o", "--min-margin", 5)
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert [line for line in out.output.splitlines() if line.strip()] == [
+        "error: no preference pairs to train 'a' on (0 after the filters {'min_margin': 5.0, 'model': 'a', "
+        "'dedupe': True, 'run_ids': (), 'iterations': ()}, 0 held out); run more duels or relax --min-margin"]
+    assert not (tmp_path / "o").exists()
+    for flags, message in ((("--lr", "nan"), "learning_rate must be > 0, got nan"),
+                           (("--epochs", "-1"), "epochs must be > 0 unless max_steps is set")):
+        out = agora("train", "dpo", "--model", "a", "--data-only", "--db", db, "--out", tmp_path / "o", *flags)
+        assert out.exit_code == 2 and message in out.output, out.output
+        assert len([line for line in out.output.splitlines() if line.strip()]) == 1
+        assert not (tmp_path / "o").exists()
+    ok = agora("train", "dpo", "--model", "a", "--data-only", "--db", db, "--out", tmp_path / "k", "--validation", 0)
+    assert ok.exit_code == 0, ok.output

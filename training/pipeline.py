@@ -107,9 +107,7 @@ def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[
     """
     rows = dpo_rows(pairs, flt)
     train, validation = split_by_instruction(rows, validation_fraction, seed=settings.seed)
-    if not train:
-        raise InputError(f"no preference pairs to train {spec.name!r} on ({len(rows)} after the filters "
-                         f"{asdict(flt)}, {len(validation)} held out); run more duels or relax --min-margin")
+    check_dpo_split(spec.name, rows, train, validation, flt)
     main = is_main_process()
     if main:
         for split, part in (("train", train), ("validation", validation)):
@@ -128,6 +126,38 @@ def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[
                      trained_entry(spec, result, iteration))
 
 
+
+def check_dpo_split(name: str, rows: Sequence[dict[str, Any]], train: Sequence[dict[str, Any]],
+                    validation: Sequence[dict[str, Any]], flt: PairFilter) -> None:
+    """Refuse a DPO dataset of member ``name`` with no training row (``agora train dpo``, with or
+    without ``--data-only``).
+
+    Raises:
+        InputError: ``train`` is empty (naming the rows after the filters and those held out)."""
+    if not train:
+        raise InputError(f"no preference pairs to train {name!r} on ({len(rows)} after the filters "
+                         f"{asdict(flt)}, {len(validation)} held out); run more duels or relax --min-margin")
+
+
+def check_sft_rows(name: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Refuse an empty SFT dataset of member ``name`` (``agora train sft``, ``--data-only`` too).
+
+    Raises:
+        InputError: no rows."""
+    if not rows:
+        raise InputError(f"no verified answers to train {name!r} on: none of its recorded samples is right, "
+                         "finished and explicit (or every question is held out)")
+
+
+def check_grpo_rows(name: str, rows: Sequence[dict[str, Any]]) -> None:
+    """Refuse an empty GRPO prompt set of member ``name`` (``agora train grpo``, ``--data-only`` too).
+
+    Raises:
+        InputError: no rows."""
+    if not rows:
+        raise InputError(f"no prompts to train {name!r} on")
+
+
 def sft_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[dict[str, Any]], out: Path,
                settings: SFTSettings, *, iteration: int | None = None, source: dict[str, Any] | None = None
                ) -> MemberRun:
@@ -138,9 +168,7 @@ def sft_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[d
     Raises:
         ValueError: no rows.
     """
-    if not rows:
-        raise InputError(f"no verified answers to train {spec.name!r} on: none of its recorded samples is right, "
-                         "finished and explicit (or every question is held out)")
+    check_sft_rows(spec.name, rows)
     main = is_main_process()
     if main:
         _record_split(store, run_id, iteration, spec.name, "sft", "train", rows, out / "dataset" / "train.jsonl",
@@ -162,8 +190,7 @@ def grpo_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[
     Raises:
         ValueError: no rows.
     """
-    if not rows:
-        raise InputError(f"no prompts to train {spec.name!r} on")
+    check_grpo_rows(spec.name, rows)
     main = is_main_process()
     if main:
         _record_split(store, run_id, iteration, spec.name, "grpo", "train", rows, out / "dataset" / "train.jsonl",
