@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from agora.models.contract import MAX_TOKENS_LIMIT
 from agora.models.registry import MAX_POOL_TEMPERATURE
 from agora.models.validation import Check, Count, Number, SeedInt
 
@@ -20,7 +21,7 @@ Temperature = Annotated[float, Number(0.0, MAX_POOL_TEMPERATURE)]
 #: Nucleus sampling's probability mass, in ``(0, 1]``.
 TopP = Annotated[float, Number(0.0, 1.0, low_open=True)]
 #: A generated-token cap, an integer >= 1.
-MaxTokens = Annotated[int, Count(1)]
+MaxTokens = Annotated[int, Count(1, MAX_TOKENS_LIMIT)]
 #: Worked exemplars in a prompt, an integer >= 0.
 Shots = Annotated[int, Count(0)]
 #: Most samples one request of a protocol draws (k, N): a self-consistency vote levels off long

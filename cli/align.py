@@ -17,6 +17,7 @@ from agora.tasks.loaders import load_problems
 from agora.traces.pg_sql import shown_url
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore
+from agora.models.contract import MAX_TOKENS_LIMIT
 
 _DEFAULTS = DelegationConfig()  # the options' defaults
 
@@ -30,7 +31,8 @@ def run_align(
     samples: int = typer.Option(_DEFAULTS.k_samples, "--samples", "-k", min=1, help="Candidates each agent samples (k)."),
     tau: float = typer.Option(_DEFAULTS.tau, "--tau", min=0.0, max=1.0,
                               help="Principal's committed acceptance threshold on U."),
-    max_tokens: int = typer.Option(_DEFAULTS.max_tokens, "--max-tokens", min=1, help="Max generated tokens per sample."),
+    max_tokens: int = typer.Option(_DEFAULTS.max_tokens, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                   help="Max generated tokens per sample."),
     temperature: float = typer.Option(_DEFAULTS.temperature, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     seed: int = typer.Option(_DEFAULTS.seed, "--seed"),
     pool: Optional[Path] = _run.POOL,

@@ -63,6 +63,7 @@ from agora.traces.bench_spec import read_bench_spec
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
+from agora.models.contract import MAX_TOKENS_LIMIT
 
 
 class _Bar(BenchProgress):
@@ -203,8 +204,10 @@ def bench(
     embedding: str = typer.Option("auto", "--embedding", help="Router embedding: auto, minilm or tfidf."),
     debate_agents: int = typer.Option(3, "--debate-agents", min=1),
     debate_rounds: int = typer.Option(2, "--debate-rounds", min=1, help="Debate rounds including the first."),
-    max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Max generated tokens per sample, every method."),
-    probe_max_tokens: int = typer.Option(64, "--probe-max-tokens", min=1, help="Max tokens of COMED's probe answer."),
+    max_tokens: int = typer.Option(256, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                   help="Max generated tokens per sample, every method."),
+    probe_max_tokens: int = typer.Option(64, "--probe-max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                         help="Max tokens of COMED's probe answer."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help=_run.CONCURRENCY_HELP),
     durability: Literal["async", "sync", "exit"] = typer.Option("async", "--durability",

@@ -44,6 +44,7 @@ from agora.traces.comed import ComedSummary, calibrate_run, comed_summary
 from agora.traces.pg_sql import shown_url
 from agora.traces.report import failed_questions
 from agora.traces.store import TraceStore
+from agora.models.contract import MAX_TOKENS_LIMIT
 
 DEFAULT_LAMBDA = 0.01
 """Calibration cost weight λ: the accuracy gain (fraction; 0.01 = 1 pp) one extra model call per
@@ -59,8 +60,9 @@ PROBE = typer.Option(None, "--probe", help="Peer-probe model (default: router ru
 ROUTER = typer.Option(True, "--router/--no-router", help="Route with kNN over past traces in --db (when any).")
 ROUTER_K = typer.Option(5, "--router-k", help="Neighbours of the kNN router.")
 EMBEDDING = typer.Option("auto", "--embedding", help="Router embedding: auto, minilm or tfidf.")
-MAX_TOKENS = typer.Option(_DEFAULTS.max_tokens, "--max-tokens", help="Max generated tokens per sample.")
-PROBE_MAX_TOKENS = typer.Option(_DEFAULTS.probe_max_tokens, "--probe-max-tokens",
+MAX_TOKENS = typer.Option(_DEFAULTS.max_tokens, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                          help="Max generated tokens per sample.")
+PROBE_MAX_TOKENS = typer.Option(_DEFAULTS.probe_max_tokens, "--probe-max-tokens", min=1, max=MAX_TOKENS_LIMIT,
                                 help="Max generated tokens of the probe's answer.")
 TEMPERATURE = typer.Option(_DEFAULTS.temperature, "--temperature", min=0.0, max=MAX_TEMPERATURE,
                            help="Sampling temperature of the anchor, peers and baselines (the probe is greedy).")

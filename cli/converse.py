@@ -42,6 +42,7 @@ from agora.traces.diversity import read_exchanges
 from agora.traces.plots import write_heatmaps
 from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
+from agora.models.contract import MAX_TOKENS_LIMIT
 
 
 def _names(value: str) -> list[str]:
@@ -84,7 +85,8 @@ def converse(
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML). Default: the embedded models plus a 'cautious' persona variant of each."),
     models: Optional[str] = typer.Option(None, "--models", help="Comma-separated members; every ordered pair of them talks."),
     pairs: Optional[str] = typer.Option(None, "--pairs", help="Ordered pairs A:B,C:D instead of all pairs."),
-    max_tokens: int = typer.Option(96, "--max-tokens", min=1, help="Max generated tokens per turn."),
+    max_tokens: int = typer.Option(96, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                   help="Max generated tokens per turn."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE),
     shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in the prompt (math, multiple choice)."),
     seed: int = typer.Option(0, "--seed"),

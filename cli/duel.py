@@ -33,6 +33,7 @@ from agora.traces import duels as duel_traces
 from agora.traces.pg_sql import shown_url
 from agora.traces.report import run_totals
 from agora.traces.store import TraceStore, check_run_id, store_backend
+from agora.models.contract import MAX_TOKENS_LIMIT
 
 
 @app.command("duel", short_help="Duel-then-judge rounds whose non-tied duels become preference pairs.")
@@ -46,9 +47,11 @@ def duel(
                              "instructions, closest-reputation matching)."),
     duels: int = typer.Option(64, "--duels", "-D", min=1, help="Duels per iteration (D)."),
     iterations: int = typer.Option(8, "--iterations", "-T", min=1, help="Iterations (T)."),
-    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Max tokens of a follower's answer "
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                   help="Max tokens of a follower's answer "
                                    "(the paper uses 256; 64 keeps CPU runs short)."),
-    judge_max_tokens: int = typer.Option(64, "--judge-max-tokens", min=1, help="Max tokens of a judge's reply."),
+    judge_max_tokens: int = typer.Option(64, "--judge-max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                         help="Max tokens of a judge's reply."),
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2, help="Worked judge exemplars (0 = Sparta's "
                                     "prompt alone)."),
     presentation: str = typer.Option("single", "--presentation", help="single (one answer per judge prompt), pair "

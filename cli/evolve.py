@@ -20,6 +20,7 @@ from agora.cli._train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
+from agora.models.contract import MAX_TOKENS_LIMIT
 
 #: Progress lines printed (the duels' own events are too many on a terminal).
 LOOP_EVENTS = {"iteration", "train", "skip", "selected", "kept"}
@@ -50,7 +51,8 @@ def evolve_cmd(
     validation: float = typer.Option(0.2, "--validation", min=0.0, max=0.9, help="Held-out share of instructions "
                                      "per member, for checkpoint selection."),
     min_margin: float = typer.Option(0.0, "--min-margin", min=0.0),
-    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Max tokens of a follower's answer."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                   help="Max tokens of a follower's answer."),
     judge_max_tokens: int = typer.Option(64, "--judge-max-tokens", min=1),
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     lr: float = typer.Option(1e-6, "--lr", help="Learning rate (paper: 1e-6; ~1e-4 for short CPU runs)."),

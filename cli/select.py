@@ -49,6 +49,7 @@ from agora.tasks.loaders import load_problems
 from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id, readonly_uri, store_backend
 from agora.traces.plots import plot_regret
+from agora.models.contract import MAX_TOKENS_LIMIT
 
 
 @app.command("select")
@@ -62,7 +63,8 @@ def select(
     thread: Optional[str] = typer.Option(None, "--thread", help="Session id; an existing id continues that session with its first settings."),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny; see `agora pool list`). Default: the embedded Qwen pool."),
     variants: Optional[bool] = typer.Option(None, "--variants/--no-variants", help="Add concise and tutor persona variants of every model (default: when the pool has fewer than 3 models)."),
-    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Max generated tokens per answer."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
+                                   help="Max generated tokens per answer."),
     beta: float = typer.Option(1.0, "--beta", min=0.0, help="UCB confidence width β."),
     delta: float = typer.Option(0.05, "--delta", min=1e-6, max=0.5, help="Stop when P(best) ≥ 1 − δ."),
     seed: int = typer.Option(0, "--seed"),

@@ -29,6 +29,10 @@ from agora.models.validation import Check, Count, Number, is_count, settings
 #: (no usage reported: the sample's counts are 0 and its trace record holds ``None``).
 Usage = Literal["exact", "split", "unknown"]
 
+#: The most tokens one sample may be asked for (``max_tokens``): beyond the context of any model
+#: served today (1M tokens); a larger value is a typo, not a request a server can honour.
+MAX_TOKENS_LIMIT = 1_000_000
+
 
 @settings
 class SamplingParams:
@@ -37,7 +41,7 @@ class SamplingParams:
     n: Annotated[int, Count(1)] = 1
     temperature: Annotated[float, Number(0)] = 0.7
     top_p: Annotated[float, Number(0, 1, low_open=True)] = 0.95
-    max_tokens: Annotated[int, Count(1)] = 256
+    max_tokens: Annotated[int, Count(1, MAX_TOKENS_LIMIT)] = 256
     """Upper bound on generated tokens per sample."""
     seed: Annotated[int | None, Check(is_count, "an integer or None", optional=True)] = None
     """Seed of the first sample; sample ``i`` uses ``seed + i``."""

@@ -297,3 +297,32 @@ def test_train_data_only_refuses_an_empty_dataset_and_bad_settings_as_training_d
         assert not (tmp_path / "o").exists()
     ok = agora("train", "dpo", "--model", "a", "--data-only", "--db", db, "--out", tmp_path / "k", "--validation", 0)
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_max_tokens_beyond_any_context_is_refused_naming_the_option(tmp_path, monkeypatch):
+    """``--max-tokens 99999999999999999999`` was accepted and sent to servers as is."""
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_verified_data import agora
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.models.contract import SamplingParams
+    from agora.tasks.errors import InputError
+
+    monkeypatch.chdir(tmp_path)  # (before the fix the run went ahead: its agora.db lands here)
+    for command in (("run", "align"), ("run", "comed"), ("bench",), ("duel",), ("select",)):
+        out = agora(*command, "--max-tokens", "99999999999999999999", "--pool", tmp_path / "none.toml")
+        assert out.exit_code == 2, (command, out.output)
+        assert "Invalid value for '--max-tokens'" in out.output and "1000000" in out.output, (command, out.output)
+        assert "Traceback" not in out.output
+    assert SamplingParams(max_tokens=1_000_000).max_tokens == 1_000_000
+    with pytest.raises((InputError, ValueError)) as raised:
+        SamplingParams(max_tokens=1_000_001)
+    assert "max_tokens" in str(raised.value) and "1..1000000" in str(raised.value)
+    with pytest.raises((InputError, ValueError)) as raised:
+        DelegationConfig(max_tokens=10 ** 20)
+    assert "max_tokens" in str(raised.value) and "1..1000000" in str(raised.value)
