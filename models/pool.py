@@ -42,6 +42,7 @@ import difflib
 import logging
 import re
 import tomllib
+import unicodedata
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -235,6 +236,13 @@ def load_pool(path: str | Path) -> ModelPool:
     if not isinstance(entries, list) or not entries:
         raise PoolConfigError(f"{path}: needs at least one [[models]] table")
     specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent, (path, text, i)) for i, e in enumerate(entries)]
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(specs):  # before any model loads; "ａ" (full width) and "a" are one name to a reader
+        first = seen.setdefault(unicodedata.normalize("NFKC", spec.name), i)
+        if first != i:
+            raise PoolConfigError(f"{path}: models[{i}] ({spec.name}): field 'name': {spec.name!r} is the name of "
+                                  f"models[{first}] ({specs[first].name!r}) once normalised (NFKC); give each member "
+                                  "its own name")
     shadowing_plugins()  # a plug-in named like a built-in is refused: said once, as a warning
     members = []
     for i, spec in enumerate(specs):

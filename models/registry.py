@@ -246,6 +246,8 @@ def validate_entry(entry: Any, where: str, base_dir: Path | None = None) -> Back
     if not isinstance(entry, dict):
         raise PoolConfigError(f"{where}: must be a table ([[models]]), got {type(entry).__name__}")
     name = entry.get("name")
+    if name is not None and not isinstance(name, str):
+        raise PoolConfigError(f"{where}: field 'name': must be text, got {name!r:.80}")
     if not isinstance(name, str) or not name.strip():
         raise PoolConfigError(f"{where}: field 'name': missing or empty")
     where = f"{where} ({name})"

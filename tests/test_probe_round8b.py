@@ -326,3 +326,26 @@ def test_a_max_tokens_beyond_any_context_is_refused_naming_the_option(tmp_path, 
     with pytest.raises((InputError, ValueError)) as raised:
         DelegationConfig(max_tokens=10 ** 20)
     assert "max_tokens" in str(raised.value) and "1..1000000" in str(raised.value)
+
+
+def test_a_pool_member_name_that_is_not_text_or_repeats_another_after_nfkc_is_refused(tmp_path):
+    """``name = 5`` was reported "missing or empty"; full-width ``"ａ"`` beside ``"a"`` (one name after
+    NFKC normalisation, as a terminal or a report shows them alike) made two members."""
+    import pytest
+
+    from agora.models.errors import PoolConfigError
+    from agora.models.pool import load_pool
+
+    stub = 'backend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+    pool = tmp_path / "p.toml"
+    pool.write_text(f"[[models]]\nname = 5\n{stub}", encoding="utf-8")
+    with pytest.raises(PoolConfigError) as raised:
+        load_pool(pool)
+    assert str(raised.value) == f"{pool}: models[0]: field 'name': must be text, got 5"
+    pool.write_text(f'[[models]]\nname = "a"\n{stub}\n[[models]]\nname = "\uff41"\n{stub}', encoding="utf-8")
+    with pytest.raises(PoolConfigError) as raised:
+        load_pool(pool)
+    assert str(raised.value) == (f"{pool}: models[1] (\uff41): field 'name': '\uff41' is the name of models[0] "
+                                 "('a') once normalised (NFKC); give each member its own name")
+    pool.write_text(f'[[models]]\nname = "a"\n{stub}\n[[models]]\nname = "b"\n{stub}', encoding="utf-8")
+    assert load_pool(pool).names == ["a", "b"]
