@@ -163,7 +163,9 @@ class TraceRecorder(BaseCallbackHandler):
 
     A stream closed before its end (``GeneratorExit``) or an async invocation cancelled
     (``asyncio.CancelledError``: ``task.cancel()``, ``asyncio.wait_for``'s timeout) leaves a failed
-    question: the calls of its finished nodes are written, its error ``the invocation was abandoned ...``.
+    question: the calls of its finished nodes are written, its error ``the invocation was abandoned ...``;
+    a cancelled invocation's async model calls then in flight are written as failed attempts (error
+    ``cancelled``). The question keeps its id, so the next invocation of its text is another question.
     """
 
     raise_error = True
@@ -221,7 +223,7 @@ class TraceRecorder(BaseCallbackHandler):
             if thread is not None and isinstance(inputs, dict):  # a fresh start on the thread: no resume
                 for key in [k for k in self._held if k[0] == thread[0]]:
                     del self._held[key]
-        collector = unreturned_attempts()
+        collector = unreturned_attempts(in_flight=True)
         run.unreturned = (collector, collector.__enter__())
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -356,6 +358,8 @@ class TraceRecorder(BaseCallbackHandler):
             # a stream closed early, or an asyncio task cancelled (``task.cancel()``, ``wait_for``'s timeout, a
             # web request whose client left): keep its answered calls too
             abandoned = isinstance(error, (GeneratorExit, asyncio.CancelledError))
+            if not isinstance(error, asyncio.CancelledError):  # calls in flight count when the invocation was cancelled
+                cut_short = [c for c in cut_short if c.get("error") != "cancelled"]
             attempts, seen = [], set()
             for record in [c for c in calls if abandoned or c.get("error")] + self._failed_attempts(rid) + cut_short:
                 if (abandoned or record.get("error")) and record.get("call_id") not in seen:

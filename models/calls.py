@@ -27,8 +27,15 @@ log = logging.getLogger("agora.pool")
 _UNRETURNED: ContextVar[list[dict[str, Any]] | None] = ContextVar("agora_unreturned_attempts", default=None)
 
 
+class _Sink(list):
+    """The records :func:`unreturned_attempts` collects; ``in_flight``: the attempts in flight when
+    their call was cancelled too."""
+
+    in_flight = False
+
+
 @contextlib.contextmanager
-def unreturned_attempts() -> Iterator[list[dict[str, Any]]]:
+def unreturned_attempts(*, in_flight: bool = False) -> Iterator[list[dict[str, Any]]]:
     """Collect the failed-attempt trace records of model calls that do not return them.
 
     A call returns its records with its samples; one that raises :class:`ModelCallError` (an
@@ -37,8 +44,12 @@ def unreturned_attempts() -> Iterator[list[dict[str, Any]]]:
     calls of that step. Inside this context (and in asyncio tasks created inside it, which copy
     it), every call that raises or is cancelled adds its failed attempts (records with ``error``
     set) to the yielded list, so the runner stores every attempt that failed, not one member's.
+    ``in_flight``: an async call cancelled while it waited for its model (``task.cancel()``,
+    ``asyncio.wait_for``'s timeout) adds that attempt too, as a failed attempt whose ``error`` is
+    ``"cancelled"`` (its reply never came).
     """
-    sink: list[dict[str, Any]] = []
+    sink = _Sink()
+    sink.in_flight = in_flight
     token = _UNRETURNED.set(sink)
     try:
         yield sink
@@ -193,11 +204,16 @@ class SamplingCall:
         self._failure(attempt, f"EmptyResponseError: model {name!r} returned {empty} empty or null "
                       f"repl{'y' if empty == 1 else 'ies'} of {len(samples)}", start)
 
-    def unreturned(self) -> None:
+    def unreturned(self, in_flight: float | None = None) -> None:
         """The call ends without returning (it raised or was cancelled): its failed attempts go to
-        the collecting :func:`unreturned_attempts`, if any."""
+        the collecting :func:`unreturned_attempts`, if any. ``in_flight``: the ``perf_counter`` start
+        of the attempt a cancellation cut short, added (error ``"cancelled"``) when the collector
+        asked for those."""
         sink = _UNRETURNED.get()
         if sink is not None:
+            if in_flight is not None and getattr(sink, "in_flight", False):
+                self._failure(self.attempt, "cancelled", in_flight)
+                self.attempt += 1
             sink.extend(r for r in self.records if r.get("error"))
 
     def finish(self) -> None:

@@ -160,6 +160,7 @@ class ModelPool(PythonObject):
         loop's default executor is larger (the runner's loops have 64 threads).
         """
         call = SamplingCall(self[name], messages, params, context)
+        in_flight = None  # the start of the attempt awaiting its model, if one is
         try:
             while (request := call.next_request()) is not None:
                 start = time.perf_counter()
@@ -169,14 +170,18 @@ class ModelPool(PythonObject):
                         raise MemberContractError(f"model {call.base['model']!r} (member {type(call.sampler).__name__}): "
                                                   f"asample() returned {_shown(pending)}, not an awaitable: define it "
                                                   "with async def (docs/models.md)")
-                    got = call.checked(await pending, request)
+                    in_flight = start
+                    replied = await pending
+                    in_flight = None
+                    got = call.checked(replied, request)
                 except Exception as exc:  # noqa: BLE001 - classified once (agora.models.retry), logged, maybe retried
+                    in_flight = None
                     if wait := call.failed(exc, start):
                         await asyncio.sleep(wait)
                     continue
                 call.received(got, start)
-        except BaseException:  # ModelCallError, a cancellation (a sibling node failed), Ctrl-C
-            call.unreturned()
+        except BaseException as exc:  # ModelCallError, a cancellation (a sibling node failed), Ctrl-C
+            call.unreturned(in_flight if isinstance(exc, asyncio.CancelledError) else None)
             raise
         await call.afinish()
         return call.result()

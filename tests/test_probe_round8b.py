@@ -349,3 +349,48 @@ def test_a_pool_member_name_that_is_not_text_or_repeats_another_after_nfkc_is_re
                                  "('a') once normalised (NFKC); give each member its own name")
     pool.write_text(f'[[models]]\nname = "a"\n{stub}\n[[models]]\nname = "b"\n{stub}', encoding="utf-8")
     assert load_pool(pool).names == ["a", "b"]
+
+
+def test_the_model_calls_in_flight_when_an_invocation_is_cancelled_are_recorded_as_failed_attempts(tmp_path):
+    """A cancelled invocation's calls awaiting their model were dropped: the failed question had no
+    ``model_calls`` row at all. Each is now a failed attempt with error ``cancelled``."""
+    import asyncio
+    import sys
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from langchain_openai import ChatOpenAI
+    from openai_stub import StubServer, default_handler
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.graphs.recording import TraceRecorder
+    from agora.models.pool import ModelPool
+    from agora.traces.store import TraceStore
+
+    def slow(path, body):
+        time.sleep(0.5)
+        return default_handler(path, body)
+
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer(slow) as server:
+        pool = ModelPool.from_chat_models(
+            {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
+            max_retries=0)
+        context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
+
+        async def app() -> None:
+            with TraceRecorder(db, run_id="app") as recorder:
+                try:
+                    await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
+                                                         {"callbacks": [recorder]}, context=context), 0.1)
+                except TimeoutError:
+                    pass
+
+        asyncio.run(app())
+    calls = TraceStore(db).calls("app-align", "q1")
+    assert sorted((c["model"], c["attempt"], c["error"], c["completion"]) for c in calls) == [
+        ("a", 0, "cancelled", None), ("b", 0, "cancelled", None)]
+    assert all(0 < c["latency_s"] < 0.5 for c in calls)
