@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import shlex
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 import typer
 from rich.markup import escape
 
 from agora.tasks.errors import InputError
 from agora.models.pool import ModelSpec, load_pool
-from agora.cli._shared import console, echo_kv
+from agora.cli._shared import console, echo_kv, err_console
 from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore
 
@@ -113,8 +113,13 @@ def check_pair_sources(db: str, pairs: list[dict], flt) -> None:
                          f"{', '.join(members) or 'none'})")
 
 
-def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict) -> None:
-    """``--data-only``: the rows of each split as ``OUT/dataset/<split>.jsonl`` and ``stats.json``, reported."""
+def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict,
+                    training_check: Callable[[], None] | None = None) -> None:
+    """``--data-only``: the rows of each split as ``OUT/dataset/<split>.jsonl`` and ``stats.json``, reported.
+
+    ``training_check`` is what training would refuse the dataset for (an empty one): the data and its
+    statistics are still written (they say why it is empty), and its message is printed as a
+    warning on stderr; the exit status stays 0."""
     import json
 
     from agora.training.datasets import export_jsonl
@@ -127,6 +132,12 @@ def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict) -> No
              **{k: stats[k] for k in ("questions", "samples", "correct", "pairs_before_length_filter",
                                       "pairs_after_length_filter", "pairs", "sft_rows") if k in stats},
              "source runs": ", ".join(stats.get("source_runs", [])) or "-"})
+    if training_check is not None:
+        try:
+            training_check()
+        except InputError as refused:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(str(refused))} (training would refuse this dataset)",
+                              highlight=False, soft_wrap=True)
 
 
 def require_train_extra() -> None:

@@ -117,10 +117,10 @@ def train_dpo_cmd(
             dpo_settings()
             rows = dpo_rows(pairs, flt)
             train, val = split_by_instruction(rows, validation, seed=seed)
-            check_dpo_split(model, rows, train, val, flt)  # as training refuses it: nothing written
             write_data_only(out, {"train": train, "validation": val},
                             {**stats, "rows": len(rows), "source": source, "filter": asdict(flt),
-                             "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])})
+                             "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])},
+                            training_check=lambda: check_dpo_split(model, rows, train, val, flt))
             return
         require_train_extra()
         specs = member_specs(pool)

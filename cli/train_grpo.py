@@ -101,8 +101,8 @@ def train_grpo_cmd(
                                                  held_out, shots, seed, limit)
             if data_only:
                 grpo_settings()
-                check_grpo_rows(model, rows)  # as training refuses it: nothing written
-                write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source})
+                write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source},
+                                training_check=lambda: check_grpo_rows(model, rows))
                 return
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
@@ -130,8 +130,8 @@ def train_grpo_cmd(
                                         model=None if all_prompts else model)[:limit]
             source = {"db": shown_url(db), "duel_runs": duel_run, "all_prompts": all_prompts}
         if data_only:
-            check_grpo_rows(model, rows)  # as training refuses it: nothing written
-            write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source})
+            write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source},
+                            training_check=lambda: check_grpo_rows(model, rows))
             return
         require_train_extra()
         run_id = new_run_id("train-grpo") if run_id is None else check_run_id(run_id)

@@ -72,9 +72,9 @@ def train_sft_cmd(
 
         if data_only:
             sft_settings()
-            check_sft_rows(model, rows)  # as training refuses it: nothing written
             write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source,
-                                                   "source_runs": stats["sft_runs"]})
+                                                   "source_runs": stats["sft_runs"]},
+                            training_check=lambda: check_sft_rows(model, rows))
             return
         require_train_extra()
         from agora.training.pipeline import sft_member

@@ -273,9 +273,11 @@ def test_a_gsm8k_answer_with_two_final_answer_lines_is_refused_not_read_as_the_l
     assert _load_one(tmp_path, '{"question": "2 + 2?", "answer": "so 4\\n#### 4"}', "gsm8k").gold == "4"
 
 
-def test_train_data_only_refuses_an_empty_dataset_and_bad_settings_as_training_does(tmp_path, duel_pairs_db):
-    """``--data-only`` wrote an empty dataset and exited 0 where training refuses it (exit 2), and did
-    not check ``--lr nan`` or ``--epochs -1`` at all."""
+def test_train_data_only_warns_of_an_empty_dataset_and_refuses_bad_settings_as_training_does(tmp_path, duel_pairs_db):
+    """``--data-only`` wrote an empty dataset in silence where training refuses it, and did not check
+    ``--lr nan`` or ``--epochs -1`` at all. An empty dataset is still written with its statistics
+    (they say why it is empty), with training's refusal as a warning; bad settings are refused."""
+    import json
     import sys
     from pathlib import Path
 
@@ -283,12 +285,13 @@ def test_train_data_only_refuses_an_empty_dataset_and_bad_settings_as_training_d
     from test_verified_data import agora
 
     db = duel_pairs_db
-    out = agora("train", "dpo", "--model", "a", "--data-only", "--db", db, "--out", tmp_path / "o", "--min-margin", 5)
-    assert out.exit_code == 2 and "Traceback" not in out.output
-    assert [line for line in out.output.splitlines() if line.strip()] == [
-        "error: no preference pairs to train 'a' on (0 after the filters {'min_margin': 5.0, 'model': 'a', "
-        "'dedupe': True, 'run_ids': (), 'iterations': ()}, 0 held out); run more duels or relax --min-margin"]
-    assert not (tmp_path / "o").exists()
+    out = agora("train", "dpo", "--model", "a", "--data-only", "--db", db, "--out", tmp_path / "e", "--min-margin", 5)
+    assert out.exit_code == 0 and "Traceback" not in out.output
+    assert ("warning: no preference pairs to train 'a' on (0 after the filters {'min_margin': 5.0, 'model': 'a', "
+            "'dedupe': True, 'run_ids': (), 'iterations': ()}, 0 held out); run more duels or relax --min-margin "
+            "(training would refuse this dataset)") in out.output.replace("\n", "")
+    assert json.loads((tmp_path / "e" / "dataset" / "stats.json").read_text())["rows"] == 0
+    assert (tmp_path / "e" / "dataset" / "train.jsonl").read_text() == ""
     for flags, message in ((("--lr", "nan"), "learning_rate must be > 0, got nan"),
                            (("--epochs", "-1"), "epochs must be > 0 unless max_steps is set")):
         out = agora("train", "dpo", "--model", "a", "--data-only", "--db", db, "--out", tmp_path / "o", *flags)
