@@ -20,8 +20,9 @@ __all__ = ["MAX_AGENTS", "MAX_SAMPLES", "Agents", "MaxTokens", "Samples", "Seed"
 Temperature = Annotated[float, Number(0.0, MAX_POOL_TEMPERATURE)]
 #: Nucleus sampling's probability mass, in ``(0, 1]``.
 TopP = Annotated[float, Number(0.0, 1.0, low_open=True)]
-#: A generated-token cap, an integer >= 1.
-MaxTokens = Annotated[int, Count(1, MAX_TOKENS_LIMIT)]
+#: A generated-token cap, an integer >= 1 and at most ``MAX_TOKENS_LIMIT``.
+MaxTokens = Annotated[int, Count(1), Check(lambda v: v <= MAX_TOKENS_LIMIT,
+                                           f"at most {MAX_TOKENS_LIMIT} (beyond any model's context)")]
 #: Worked exemplars in a prompt, an integer >= 0.
 Shots = Annotated[int, Count(0)]
 #: Most samples one request of a protocol draws (k, N): a self-consistency vote levels off long
