@@ -41,7 +41,8 @@ class SamplingParams:
     n: Annotated[int, Count(1)] = 1
     temperature: Annotated[float, Number(0)] = 0.7
     top_p: Annotated[float, Number(0, 1, low_open=True)] = 0.95
-    max_tokens: Annotated[int, Count(1, MAX_TOKENS_LIMIT)] = 256
+    max_tokens: Annotated[int, Count(1), Check(lambda v: v <= MAX_TOKENS_LIMIT,
+                                               f"at most {MAX_TOKENS_LIMIT} (beyond any model's context)")] = 256
     """Upper bound on generated tokens per sample."""
     seed: Annotated[int | None, Check(is_count, "an integer or None", optional=True)] = None
     """Seed of the first sample; sample ``i`` uses ``seed + i``."""

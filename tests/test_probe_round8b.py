@@ -325,7 +325,7 @@ def test_a_max_tokens_beyond_any_context_is_refused_naming_the_option(tmp_path, 
     assert SamplingParams(max_tokens=1_000_000).max_tokens == 1_000_000
     with pytest.raises((InputError, ValueError)) as raised:
         SamplingParams(max_tokens=1_000_001)
-    assert "max_tokens" in str(raised.value) and "1..1000000" in str(raised.value)
+    assert "max_tokens" in str(raised.value) and "at most 1000000" in str(raised.value)
     with pytest.raises((InputError, ValueError)) as raised:
         DelegationConfig(max_tokens=10 ** 20)
     assert "max_tokens" in str(raised.value) and "at most 1000000" in str(raised.value)
