@@ -277,14 +277,16 @@ def _route_stringify(parser, restricted: dict) -> None:
 #: sympy modules that compile and run code built from a program's values (symbol names, strings)
 #: with the interpreter's own built-ins; they are loaded in the worker before it forks
 #: (:data:`CODE_RUNNERS`), and in a child their ``exec``/``compile`` are replaced.
-CODE_RUNNERS = ("sympy.parsing.ast_parser", "sympy.plotting.experimental_lambdify")
+CODE_RUNNERS = ("sympy.parsing.ast_parser", "sympy.plotting.experimental_lambdify",
+                "sympy.plotting.pygletplot.plot_interval")
 
 
 def _route_code_runners(restricted: dict) -> None:
     """``sympy.parsing.ast_parser.parse_expr`` compiles a program's string unrestricted (attribute access
     on a ``local_dict`` object reaches ``__globals__``): refused. ``experimental_lambdify`` ``exec``s a
-    lambda printed from the expression (a symbol named ``__import__('os')...`` is code there): compiled
-    by RestrictedPython and run with the program's built-ins and hooks."""
+    lambda printed from the expression (a symbol named ``__import__('os')...`` is code there), and
+    pygletplot's ``PlotInterval`` ``eval``s a string it is given: both compiled by RestrictedPython and
+    run with the program's built-ins and hooks."""
     import sys
 
     from RestrictedPython import compile_restricted
@@ -309,6 +311,18 @@ def _route_code_runners(restricted: dict) -> None:
             return exec(code, namespace, locals)  # noqa: S102 - restricted code, in the limited child
 
         vars(lambdifier)["exec"] = exec_
+    interval = sys.modules.get("sympy.plotting.pygletplot.plot_interval")
+    if interval is not None:
+        # ``PlotInterval("(x, 0, 1, 8)")`` ``eval``s its string (importable without pyglet)
+        names = {k: v for k, v in vars(interval).items() if not k.startswith("_")}
+
+        def eval_(source, globals=None, locals=None):
+            if not isinstance(source, str):
+                raise ValueError("PlotInterval evaluated code that is not a string")
+            code = compile_restricted(source, filename="<PlotInterval string>", mode="eval", policy=_Policy)
+            return eval(code, {**names, **{k: v for k, v in restricted.items() if k.startswith("_")}})  # noqa: S307
+
+        vars(interval)["eval"] = eval_
 
 
 def _checked_lambdify(original):
