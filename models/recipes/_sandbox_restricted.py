@@ -55,6 +55,9 @@ def _importer(allowed: frozenset[str]):
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
         if level != 0 or name.split(".")[0] not in allowed:
             raise ImportError(f"import of {name!r} is not allowed (allowed: {', '.join(sorted(allowed))})")
+        for full in (name, *(f"{name}.{item}" for item in fromlist or () if isinstance(item, str))):
+            if why := _closed_module(full):  # ``from sympy import testing`` too, before it loads
+                raise ImportError(f"import of {full!r} is not allowed ({why})")
         module = real(name, globals, locals, fromlist, level)
         for item in fromlist or ():
             if item == "*":
@@ -114,12 +117,30 @@ _DANGEROUS = _dangerous_builtins()
 _MISSING = object()
 
 
+#: Packages of allowed libraries that are no program's business: sympy's test suite (its
+#: ``tmpfiles.TmpFileManager.cleanup`` removes any folder it is given, ``runtests`` runs doctests).
+_CLOSED_PACKAGES = ("sympy.testing",)
+
+
+def _closed_module(name: str) -> str | None:
+    """Why the module ``name`` of an allowed library may not be imported, or ``None``: a private one
+    (a dotted part starting with ``_``: RestrictedPython refuses ``from sympy.utilities import
+    _compilation`` but not ``import sympy.utilities._compilation.util``), or a closed package."""
+    if any(part.startswith("_") for part in name.split(".")):
+        return "a private module"
+    if any(name == p or name.startswith(p + ".") for p in _CLOSED_PACKAGES):
+        return "sympy's test suite"
+    return None
+
+
 def _refused(value, allowed: frozenset[str]) -> str | None:
     """Why a program may not hold ``value`` (``None`` when it may): a module outside ``allowed``, one
     of the interpreter's unsafe built-ins, or a function or class of a module in :data:`_UNREACHABLE`."""
     if isinstance(value, types.ModuleType):
         top = value.__name__.split(".")[0]
-        return None if top in allowed else f"is the module {value.__name__!r}, which is not allowed"
+        if top not in allowed or _closed_module(value.__name__):
+            return f"is the module {value.__name__!r}, which is not allowed"
+        return None
     if id(value) in _DANGEROUS:
         return "is a built-in the sandbox does not give"
     if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
