@@ -53,7 +53,7 @@ def evolve_cmd(
     min_margin: float = typer.Option(0.0, "--min-margin", min=0.0),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1, max=MAX_TOKENS_LIMIT,
                                    help="Max tokens of a follower's answer."),
-    judge_max_tokens: int = typer.Option(64, "--judge-max-tokens", min=1),
+    judge_max_tokens: int = typer.Option(64, "--judge-max-tokens", min=1, max=MAX_TOKENS_LIMIT),
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     lr: float = typer.Option(1e-6, "--lr", help="Learning rate (paper: 1e-6; ~1e-4 for short CPU runs)."),
     lora_r: int = typer.Option(64, "--lora-r", min=1), lora_alpha: int = typer.Option(16, "--lora-alpha", min=1),
