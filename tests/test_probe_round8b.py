@@ -2,9 +2,46 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agora.models.recipes.sandbox import SandboxLimits, run_program
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=6, memory_mb=256, output_bytes=4096)
+
+
+@pytest.fixture
+def loopback_align(tmp_path):
+    """A user's own app: ALIGN (two agents, two samples each) over two ``ChatOpenAI`` members ``a``
+    and ``b`` of a loopback OpenAI stub whose every reply takes 0.5 s while ``slow`` is set (it is,
+    at first; cleared, replies come at once). Yields ``(graph, context, db, slow)``: the compiled
+    graph, its context, the trace DB path to record into and the ``threading.Event``."""
+    import sys
+    import threading
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from langchain_openai import ChatOpenAI
+    from openai_stub import StubServer, default_handler
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.models.pool import ModelPool
+
+    slow = threading.Event()
+    slow.set()
+
+    def handler(path, body):
+        if slow.is_set():
+            threading.Event().wait(0.5)
+        return default_handler(path, body)
+
+    graph = build_delegation_graph().compile()
+    with StubServer(handler) as server:
+        pool = ModelPool.from_chat_models(
+            {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
+            max_retries=0)
+        context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
+        yield graph, context, tmp_path / "app.db", slow
 
 
 def test_a_parse_expr_transformation_of_the_program_does_not_get_the_interpreters_builtins():
@@ -73,48 +110,28 @@ def test_the_output_cap_holds_when_the_program_changes_its_printer():
     assert (exact.status, len(exact.output)) == ("ok", 4096)
 
 
-def test_an_async_invocation_cancelled_mid_question_is_a_failed_question_not_dropped(tmp_path):
+def test_an_async_invocation_cancelled_mid_question_is_a_failed_question_not_dropped(loopback_align):
     """``asyncio.wait_for(graph.ainvoke(...), timeout)`` (or ``task.cancel()``, a web request whose client
     left) stopped the question with ``CancelledError``: the recorder wrote nothing of it and marked
     the run ``finished`` with 0 questions and 0 failed; it is an abandoned question, as a closed stream is."""
     import asyncio
     import json
-    import sys
-    import time
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from langchain_openai import ChatOpenAI
-    from openai_stub import StubServer, default_handler
-
-    from agora.agents.delegation import DelegationConfig
-    from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.graphs.recording import TraceRecorder
-    from agora.models.pool import ModelPool
     from agora.traces.store import TraceStore
 
-    def slow(path, body):
-        time.sleep(0.5)
-        return default_handler(path, body)
+    graph, context, db, _ = loopback_align
 
-    db = tmp_path / "app.db"
-    graph = build_delegation_graph().compile()
-    with StubServer(slow) as server:
-        pool = ModelPool.from_chat_models(
-            {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
-            max_retries=0)
-        context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
+    async def app() -> TraceRecorder:
+        with TraceRecorder(db, run_id="app") as recorder:
+            try:
+                await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
+                                                     {"callbacks": [recorder]}, context=context), 0.1)
+            except TimeoutError:
+                pass
+        return recorder
 
-        async def app() -> TraceRecorder:
-            with TraceRecorder(db, run_id="app") as recorder:
-                try:
-                    await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
-                                                         {"callbacks": [recorder]}, context=context), 0.1)
-                except TimeoutError:
-                    pass
-            return recorder
-
-        recorder = asyncio.run(app())
+    recorder = asyncio.run(app())
     assert recorder.recorded == {} and recorder.failed == {"align": 1}
     run = TraceStore(db).get_run("app-align")
     summary = json.loads(run["summary"])
@@ -202,55 +219,31 @@ def test_an_openai_member_whose_url_is_not_an_http_url_is_refused_when_the_pool_
         assert str(err.value) == f"{where}'{field}': {why}{example}"
 
 
-def test_a_cancelled_question_keeps_its_id_and_the_next_invocation_of_its_text_is_a_new_question(tmp_path):
+def test_a_cancelled_question_keeps_its_id_and_the_next_invocation_of_its_text_is_a_new_question(loopback_align):
     """A cancelled invocation wrote no ``model_calls`` rows (its calls were in flight), so the next
     invocation of the same text took its ``q-<crc>`` again and, answered, cleared the failure."""
     import asyncio
     import json
-    import sys
-    import threading
     import zlib
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from langchain_openai import ChatOpenAI
-    from openai_stub import StubServer, default_handler
-
-    from agora.agents.delegation import DelegationConfig
-    from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.graphs.recording import TraceRecorder
-    from agora.models.pool import ModelPool
     from agora.traces.store import TraceStore
 
-    slow = threading.Event()
-    slow.set()
-
-    def handler(path, body):
-        if slow.is_set():
-            threading.Event().wait(0.5)
-        return default_handler(path, body)
-
-    db = tmp_path / "app.db"
-    graph = build_delegation_graph().compile()
+    graph, context, db, slow = loopback_align
     question = {"question": "What is 3 + 3?", "gold": "6"}
     base = f"q-{zlib.crc32(b'What is 3 + 3?'):08x}"  # the auto id of a question without question_id
-    with StubServer(handler) as server:
-        pool = ModelPool.from_chat_models(
-            {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
-            max_retries=0)
-        context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
 
-        async def app() -> TraceRecorder:
-            with TraceRecorder(db, run_id="app") as recorder:
-                try:
-                    await asyncio.wait_for(graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context), 0.1)
-                except TimeoutError:
-                    pass
-                slow.clear()
-                await graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context)
-            return recorder
+    async def app() -> TraceRecorder:
+        with TraceRecorder(db, run_id="app") as recorder:
+            try:
+                await asyncio.wait_for(graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context), 0.1)
+            except TimeoutError:
+                pass
+            slow.clear()
+            await graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context)
+        return recorder
 
-        recorder = asyncio.run(app())
+    recorder = asyncio.run(app())
     assert recorder.recorded == {"align": 1} and recorder.failed == {"align": 1}
     store = TraceStore(db)
     assert [q["question_id"] for q in store.questions("app-align")] == [f"{base}-2"]
@@ -354,45 +347,25 @@ def test_a_pool_member_name_that_is_not_text_or_repeats_another_after_nfkc_is_re
     assert load_pool(pool).names == ["a", "b"]
 
 
-def test_the_model_calls_in_flight_when_an_invocation_is_cancelled_are_recorded_as_failed_attempts(tmp_path):
+def test_the_model_calls_in_flight_when_an_invocation_is_cancelled_are_recorded_as_failed_attempts(loopback_align):
     """A cancelled invocation's calls awaiting their model were dropped: the failed question had no
     ``model_calls`` row at all. Each is now a failed attempt with error ``cancelled``."""
     import asyncio
-    import sys
-    import time
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from langchain_openai import ChatOpenAI
-    from openai_stub import StubServer, default_handler
-
-    from agora.agents.delegation import DelegationConfig
-    from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.graphs.recording import TraceRecorder
-    from agora.models.pool import ModelPool
     from agora.traces.store import TraceStore
 
-    def slow(path, body):
-        time.sleep(0.5)
-        return default_handler(path, body)
+    graph, context, db, _ = loopback_align
 
-    db = tmp_path / "app.db"
-    graph = build_delegation_graph().compile()
-    with StubServer(slow) as server:
-        pool = ModelPool.from_chat_models(
-            {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
-            max_retries=0)
-        context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
+    async def app() -> None:
+        with TraceRecorder(db, run_id="app") as recorder:
+            try:
+                await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
+                                                     {"callbacks": [recorder]}, context=context), 0.1)
+            except TimeoutError:
+                pass
 
-        async def app() -> None:
-            with TraceRecorder(db, run_id="app") as recorder:
-                try:
-                    await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
-                                                         {"callbacks": [recorder]}, context=context), 0.1)
-                except TimeoutError:
-                    pass
-
-        asyncio.run(app())
+    asyncio.run(app())
     calls = TraceStore(db).calls("app-align", "q1")
     assert sorted((c["model"], c["attempt"], c["error"], c["completion"]) for c in calls) == [
         ("a", 0, "cancelled", None), ("b", 0, "cancelled", None)]
