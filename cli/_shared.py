@@ -176,7 +176,7 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
             raise typer.Exit(130) from None
         if stopped_by == signal.SIGTERM:
             err_console.print(f"[yellow]terminated[/yellow] (SIGTERM): finished {unit} are saved and the run is "
-                              f"marked interrupted; resume with: {escape(resume_command())}", highlight=False,
+                              f"marked interrupted; resume with: {escape(resume_command(note=True))}", highlight=False,
                               soft_wrap=True)
             raise typer.Exit(143) from None
         err_console.print(f"[yellow]interrupted[/yellow]: finished {unit} are saved; rerun with the same "
@@ -300,14 +300,28 @@ _stop = _StopState()
 TERM_GRACE_S = 8.0
 
 
-def resume_command(run_id: str | None = None) -> str:
+def resume_command(run_id: str | None = None, *, note: bool = False) -> str:
     """The command line that resumes the current run: this process's own arguments, with
-    ``--run-id`` added when the run id was generated (``agora`` as the program)."""
+    ``--run-id`` added when the run id was generated (``agora`` as the program), and each Postgres
+    URL in them (``--db URL``, ``--dev-db=URL``) without its password (:func:`db_argument`).
+    ``note``: followed by :data:`PASSWORD_NOTE` when a password was left out."""
     run_id = run_id or _stop.run_id
-    args = list(sys.argv[1:])
+    given = list(sys.argv[1:])
+    args = [_arg_without_password(a) for a in given]
     if run_id and "--run-id" not in args and not any(a.startswith("--run-id=") for a in args):
         args += ["--run-id", run_id]
-    return shlex.join(["agora", *args])
+    command = shlex.join(["agora", *args])
+    return f"{command} {PASSWORD_NOTE}" if note and args[:len(given)] != given else command
+
+
+def _arg_without_password(arg: str) -> str:
+    """A command-line argument that is a Postgres URL (or ``--option=URL``) without its password."""
+    option, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    return f"{option}{eq}{_bare_url(value)}" if is_postgres_url(value) else arg
+
+
+#: What follows a printed command whose Postgres URL had a password (:func:`db_argument`).
+PASSWORD_NOTE = "(the password is left out: set PGPASSWORD, or a ~/.pgpass line, to give it)"
 
 
 def db_argument(db: Any) -> tuple[str, str]:
@@ -322,6 +336,14 @@ def db_argument(db: Any) -> tuple[str, str]:
     url = str(db)
     if not is_postgres_url(url):
         return shlex.quote(url), ""
+    bare = _bare_url(url)
+    if bare == url:
+        return shlex.quote(url), ""
+    return shlex.quote(bare), PASSWORD_NOTE
+
+
+def _bare_url(url: str) -> str:
+    """The Postgres URL ``url`` without its password (``user:PASSWORD@``, ``?password=``)."""
     scheme, sep, rest = url.partition("://")
     cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
     netloc, tail = rest[:cut], rest[cut:]
@@ -332,10 +354,7 @@ def db_argument(db: Any) -> tuple[str, str]:
     query, hsep, fragment = query.partition("#")
     kept = [part for part in query.split("&") if not part.lower().startswith("password=")] if qsep else []
     tail = path + ("?" + "&".join(kept) if any(kept) else "") + hsep + fragment
-    bare = f"{scheme}{sep}{netloc}{tail}"
-    if bare == url:
-        return shlex.quote(url), ""
-    return shlex.quote(bare), "(the password is left out: set PGPASSWORD, or a ~/.pgpass line, to give it)"
+    return f"{scheme}{sep}{netloc}{tail}"
 
 
 def _end_now(code: int, message: str) -> None:
@@ -346,7 +365,7 @@ def _end_now(code: int, message: str) -> None:
     marked = mark_live_runs("interrupted", "stopped at once: " + message)
     note = "the run is marked interrupted" if marked else "finished work is saved"
     err_console.print(f"[yellow]stopped[/yellow]: {message}; model calls in flight abandoned; {note}; resume with: "
-                      f"{escape(resume_command())}", highlight=False, soft_wrap=True)
+                      f"{escape(resume_command(note=True))}", highlight=False, soft_wrap=True)
     console.show_cursor(True)  # a progress display hides it
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):

@@ -17,3 +17,33 @@ def test_evolve_refuses_a_judge_max_tokens_beyond_any_context_naming_that_option
     assert "Invalid value for '--judge-max-tokens'" in output and "1000000" in output, output
     assert "--max-tokens:" not in output, output
     assert not (tmp_path / "t.db").exists()
+
+
+def test_the_resume_command_printed_on_a_stop_leaves_a_postgres_password_out(monkeypatch, capsys):
+    """SIGTERM's 'resume with: agora ...' line (and a second Ctrl-C's) repeated the command line as
+    typed: a --db postgresql://user:PASSWORD@... URL was printed whole, password and all."""
+    import signal
+    import sys
+
+    import pytest
+    import typer
+
+    from agora.cli import _shared
+
+    monkeypatch.setattr(sys, "argv", ["agora", "run", "align", "--db", "postgresql://agora:hunter2@db.example/traces",
+                                      "--dev-db=postgres://agora@db.example/dev?password=hunter2&sslmode=require",
+                                      "--limit", "3"])
+    command = _shared.resume_command("r1")
+    assert command == ("agora run align --db postgresql://agora@db.example/traces "
+                       "'--dev-db=postgres://agora@db.example/dev?sslmode=require' --limit 3 --run-id r1")
+    monkeypatch.setattr(_shared._stop, "signal", signal.SIGTERM)
+    monkeypatch.setattr(_shared._stop, "run_id", "r1")
+    with pytest.raises(typer.Exit):
+        with _shared.user_errors("questions"):
+            raise KeyboardInterrupt
+    err = capsys.readouterr().err
+    assert "hunter2" not in err, err
+    assert f"resume with: {command} (the password is left out: set PGPASSWORD" in " ".join(err.split()), err
+    # a command line without a password is repeated as typed
+    monkeypatch.setattr(sys, "argv", ["agora", "run", "align", "--db", "postgresql://agora@db.example/traces"])
+    assert _shared.resume_command("r1") == "agora run align --db postgresql://agora@db.example/traces --run-id r1"
