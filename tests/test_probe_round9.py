@@ -46,3 +46,33 @@ def test_private_modules_and_sympys_test_helpers_are_not_importable(tmp_path):
     assert tmp_path.exists()
     run = run_program("import sympy.ntheory.factor_ as f\nprint(f.factorint(12))", LIMITS)
     assert (run.status, run.output) == ("ok", "{2: 2, 3: 1}\n")
+
+
+def test_trace_stores_opened_at_once_on_a_new_database_by_threads_all_open(tmp_path):
+    """Ten per-request ``TraceRecorder``s (each its own run id) opening a new database at once: nine
+    failed at once with ``the database is locked by another process (waited 30 s)``, 0.0 s after
+    they started, and their questions were lost. Creating the schema read, then wrote, in one
+    transaction: SQLite refuses that upgrade without waiting when another connection wrote between."""
+    import threading
+
+    from agora.traces.store import TraceStore
+
+    db = tmp_path / "new.db"
+    start, errors, stores = threading.Barrier(10), [], []
+
+    def open_store():
+        start.wait()
+        try:
+            stores.append(TraceStore(db))
+        except Exception as exc:  # noqa: BLE001 - counted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(stores) == 10
+    for i, store in enumerate(stores):  # each writes its own run
+        store.start_run(f"r{i}", "align", config={}, pool=[], dataset={})
+    assert stores[0].run_ids() == sorted(f"r{i}" for i in range(10))

@@ -109,7 +109,7 @@ class TraceStore(TraceReader):
         self._lock = threading.RLock()
         if self.path == ":memory:":
             self.db = _LockedDatabase(memory=True, lock=self._lock)
-            self._create()
+            self._create_sqlite()
             return
         check_db_path(self.path)
         try:
@@ -139,7 +139,7 @@ class TraceStore(TraceReader):
         db.enable_wal()
         db.execute("PRAGMA synchronous=NORMAL")
         self.db = db
-        self._create()
+        self._create_sqlite()
         self._opened = (os.path.abspath(self.path), file_identity(self.path))
         return db
 
@@ -148,6 +148,21 @@ class TraceStore(TraceReader):
         replaced at its path since it was opened: rows written on would be lost."""
         if self._opened is not None and self._opened[1] is not None:
             check_same_file(self._opened[0], self._opened[1], shown=self.path)
+
+    def _create_sqlite(self) -> None:
+        """:meth:`_create` in one write transaction that holds SQLite's write lock from its start
+        (``BEGIN IMMEDIATE``, which waits out another writer): checking which tables exist and then
+        creating them in a transaction that began as a read fails at once ("database is locked", no
+        wait) when another connection wrote in between, as stores opened at the same time by the
+        threads of one app do."""
+        with self._lock:
+            self.db.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._create()
+            except BaseException:
+                self.db.conn.rollback()
+                raise
+            self.db.conn.commit()
 
     def _create(self) -> None:
         db = self.db
