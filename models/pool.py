@@ -240,9 +240,10 @@ def load_pool(path: str | Path) -> ModelPool:
     for i, spec in enumerate(specs):  # before any model loads; "ａ" (full width) and "a" are one name to a reader
         first = seen.setdefault(unicodedata.normalize("NFKC", spec.name), i)
         if first != i:
+            same = (f"models[{first}] too" if specs[first].name == spec.name
+                    else f"models[{first}] ({specs[first].name!r}) once normalised (NFKC)")
             raise PoolConfigError(f"{path}: models[{i}] ({spec.name}): field 'name': {spec.name!r} is the name of "
-                                  f"models[{first}] ({specs[first].name!r}) once normalised (NFKC); give each member "
-                                  "its own name")
+                                  f"{same}; give each member its own name")
     shadowing_plugins()  # a plug-in named like a built-in is refused: said once, as a warning
     members = []
     for i, spec in enumerate(specs):

@@ -47,3 +47,21 @@ def test_the_resume_command_printed_on_a_stop_leaves_a_postgres_password_out(mon
     # a command line without a password is repeated as typed
     monkeypatch.setattr(sys, "argv", ["agora", "run", "align", "--db", "postgresql://agora@db.example/traces"])
     assert _shared.resume_command("r1") == "agora run align --db postgresql://agora@db.example/traces --run-id r1"
+
+
+def test_a_pool_member_named_exactly_as_another_is_not_said_to_match_it_once_normalised(tmp_path):
+    """Two entries both named "a" were refused with "'a' is the name of models[0] ('a') once
+    normalised (NFKC)": the names are the same as written, no normalisation is involved."""
+    import pytest
+
+    from agora.models.errors import PoolConfigError
+    from agora.models.pool import load_pool
+
+    stub = 'backend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+    pool = tmp_path / "p.toml"
+    pool.write_text(f'[[models]]\nname = "a"\n{stub}\n[[models]]\nname = "b"\n{stub}\n[[models]]\nname = "a"\n{stub}',
+                    encoding="utf-8")
+    with pytest.raises(PoolConfigError) as raised:
+        load_pool(pool)
+    assert str(raised.value) == (f"{pool}: models[2] (a): field 'name': 'a' is the name of models[0] too; give each "
+                                 "member its own name")
