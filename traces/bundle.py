@@ -9,11 +9,13 @@ A bundle is gzip-compressed JSON Lines (``*.agora.jsonl.gz``):
 2. one line per row: ``{"t": table, "v": [values in the header's column order]}``, tables in the
    header's order (``runs`` first), rows in their database order (model calls keep their call
    order, which sample indices and "first call" readers rely on);
-3. a footer ``{"end": true, "rows": {table: count}, "sha256": hex}``: an import without it, or with
-   other counts, is a truncated file and writes nothing; ``sha256`` (:data:`DIGEST_KEY`) is the
-   SHA-256 of the row lines, and an import whose rows give another writes nothing either (a line
-   altered or damaged since export, though it still parses). A footer without it (a bundle written
-   before bundles carried it) is not checked.
+3. a footer ``{"end": true, "rows": {table: count}, "sha256": hex, "header_sha256": hex}``: an import
+   without it, or with other counts, is a truncated file and writes nothing; ``sha256``
+   (:data:`DIGEST_KEY`) is the SHA-256 of the row lines and ``header_sha256``
+   (:data:`HEADER_DIGEST_KEY`) that of the header line, and an import whose rows or header give
+   another writes nothing either (a line altered or damaged since export, though it still parses: a
+   run id, a table's column order). A footer without one of them (a bundle written before bundles
+   carried it) leaves that part unchecked, as before.
 
 Tables: the core ones (:data:`agora.traces.schema.TABLES`) and every other table with a ``run_id``
 column and a primary key (duels, reputation and leader snapshots, preference pairs, ...), each
@@ -58,6 +60,10 @@ SUFFIX = ".agora.jsonl.gz"
 DIGEST_KEY = "sha256"
 """The footer's key for the SHA-256 (hex) of the row lines: every line between header and footer, in
 file order, as UTF-8 text ending in its newline (``"\\n"``)."""
+HEADER_DIGEST_KEY = "header_sha256"
+"""The footer's key for the SHA-256 (hex) of the header line (line 1, as UTF-8 text ending in its
+newline). Kept apart from :data:`DIGEST_KEY` so that the rows' checksum means what it always meant:
+bundles written before it existed import as they did, and an older Agora still reads newer bundles."""
 BENCH_TABLES = ("benches", "bench_cells")
 SHARED_CANDIDATES_KEY = "shared_candidates"
 """The key of a run's recorded settings (``runs.config``) naming the run it took its shared candidate

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agora.traces import schema
-from agora.traces.bundle import BENCH_TABLES, DIGEST_KEY, FILE_KINDS, FORMAT, VERSION, BundleError, BundleSummary, shared_source
+from agora.traces.bundle import (BENCH_TABLES, DIGEST_KEY, FILE_KINDS, FORMAT, HEADER_DIGEST_KEY, VERSION, BundleError,
+                                 BundleSummary, shared_source)
 from agora.traces.store import TraceStore, code_revision, now
 
 def _table_info(store: TraceStore, table: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -93,7 +94,8 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
     header = {"format": FORMAT, "version": VERSION, "created_at": now(), "code_revision": code_revision(),
               "runs": runs, "benches": benches, "tables": tables,
               "doc": "gzip JSON Lines: this header, one {\"t\": table, \"v\": [values in columns order]} per row, "
-                     "then {\"end\": true, \"rows\": {table: count}, \"sha256\": hex digest of the row lines}; "
+                     "then {\"end\": true, \"rows\": {table: count}, \"sha256\": hex digest of the row lines, "
+                     "\"header_sha256\": hex digest of this header line}; "
                      "see docs/traces.md"}
     counts: dict[str, int] = {}
     digest = hashlib.sha256()  # over the row lines as written (DIGEST_KEY)
@@ -102,7 +104,8 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
                 io.TextIOWrapper(gz, encoding="utf-8") as f:
-            f.write(json.dumps(header, ensure_ascii=False) + "\n")
+            head_line = json.dumps(header, ensure_ascii=False) + "\n"
+            f.write(head_line)
             for t, where, params in plan:
                 cols = list(tables[t]["columns"])
                 names = ", ".join(f"[{c}]" for c in cols)
@@ -113,7 +116,8 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
                     digest.update(line.encode("utf-8"))
                     n += 1
                 counts[t] = n
-            f.write(json.dumps({"end": True, "rows": counts, DIGEST_KEY: digest.hexdigest()}) + "\n")
+            f.write(json.dumps({"end": True, "rows": counts, DIGEST_KEY: digest.hexdigest(),
+                                HEADER_DIGEST_KEY: hashlib.sha256(head_line.encode("utf-8")).hexdigest()}) + "\n")
         os.replace(tmp, out)
     except OSError as exc:
         raise BundleError(f"{out}: cannot write the bundle ({exc.strerror or exc})") from None

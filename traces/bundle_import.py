@@ -49,7 +49,7 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
         TraceStoreError: a read-only store.
     """
     path = Path(path)
-    head, footer, read, digest = scan_bundle(path)  # check_bundle; its footer counts last, after the store's own refusals
+    head, footer, read, digest, header_digest = scan_bundle(path)  # check_bundle; its footer counts last, after the store's own refusals
     if store.readonly:
         raise TraceStoreError(f"{store.path}: opened read-only; import needs to write")
     tables: dict[str, dict[str, Any]] = head["tables"]
@@ -113,7 +113,7 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
                     replaced += 1
             added[t] += cur.rowcount
             skipped += 1 - cur.rowcount
-        check_footer(path, footer, read, digest)
+        check_footer(path, footer, read, digest, header_digest)
         missing = {rid: src for rid in bundle_runs if (src := shared_source(store, rid)) and store.get_run(src) is None}
     return BundleSummary(path, tuple(head.get("runs") or ()), tuple(head.get("benches") or ()), added,
                          path.stat().st_size, skipped - replaced, replaced, missing_shared=missing)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from agora.traces.bundle import DIGEST_KEY, FILE_KINDS, FORMAT, SUFFIX, VERSION, BundleError
+from agora.traces.bundle import DIGEST_KEY, FILE_KINDS, FORMAT, HEADER_DIGEST_KEY, SUFFIX, VERSION, BundleError
 from agora.traces.bundle_schema import SCHEMA_TYPES, check_known_table, check_values, plain_name, short
 from agora.traces.store import check_run_id
 
@@ -158,8 +158,9 @@ def _refuse_data_after_footer(path: Path, lines: int, tail: bytes) -> None:
 
 
 def _footer_shape(path: Path, line: int, footer: dict[str, Any]) -> dict[str, Any]:
-    """The footer ``{"end": true, "rows": {table: count}}`` (with ``"sha256"``, :data:`DIGEST_KEY`, a hex
-    digest, since bundles carry one), or a refusal naming the field."""
+    """The footer ``{"end": true, "rows": {table: count}}`` (with ``"sha256"`` and ``"header_sha256"``,
+    :data:`DIGEST_KEY` and :data:`HEADER_DIGEST_KEY`, hex digests, since bundles carry them), or a
+    refusal naming the field."""
     if footer.get("end") is not True:
         raise BundleError(f"{path}:{line}: footer.end: {short(footer.get('end'))} is not true; nothing was imported")
     rows = footer.get("rows")
@@ -170,10 +171,11 @@ def _footer_shape(path: Path, line: int, footer: dict[str, Any]) -> dict[str, An
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise BundleError(f"{path}:{line}: footer.rows.{t}: {short(n)} is not a row count (an integer from 0); "
                               "nothing was imported")
-    digest = footer.get(DIGEST_KEY, "0" * 64)
-    if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
-        raise BundleError(f"{path}:{line}: footer.sha256: {short(digest)} is not a SHA-256 digest (64 hexadecimal "
-                          "digits); nothing was imported")
+    for key in (DIGEST_KEY, HEADER_DIGEST_KEY):
+        digest = footer.get(key, "0" * 64)
+        if not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+            raise BundleError(f"{path}:{line}: footer.{key}: {short(digest)} is not a SHA-256 digest (64 hexadecimal "
+                              "digits); nothing was imported")
     return footer
 
 
@@ -210,36 +212,43 @@ def check_bundle(path: str | Path) -> dict[str, Any]:
             columns, a value of the wrong type (:func:`agora.traces.bundle_schema.check_values`), a row
             of a run the header does not list or before that run's ``runs`` row, two rows with one
             primary key and different content (a self-contradicting bundle), or an orphan row
-            (:func:`agora.traces.bundle_import.import_bundle`); each names the line. Rows that do not
-            give the footer's ``sha256`` (altered since export): naming the file.
+            (:func:`agora.traces.bundle_import.import_bundle`); each names the line. A header line
+            that does not give the footer's ``header_sha256`` (line 1), or rows that do not give its
+            ``sha256`` (the file): altered since export.
     """
     path = Path(path)
-    head, footer, read, digest = scan_bundle(path)
-    check_footer(path, footer, read, digest)
+    head, footer, read, digest, header_digest = scan_bundle(path)
+    check_footer(path, footer, read, digest, header_digest)
     return head
 
 
-def check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int], digest: str | None = None) -> None:
+def check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int], digest: str | None = None,
+                 header_digest: str | None = None) -> None:
     """Refuse a bundle whose footer is missing, counts other rows than ``read`` (table → rows), or
-    holds a ``sha256`` (:data:`agora.traces.bundle.DIGEST_KEY`) other than ``digest``, the rows' as
-    :func:`scan_bundle` computed it (a footer without one, written before bundles carried it, is not
-    checked; nor is any with ``digest=None``).
+    holds a ``header_sha256`` (:data:`agora.traces.bundle.HEADER_DIGEST_KEY`) other than
+    ``header_digest`` or a ``sha256`` (:data:`agora.traces.bundle.DIGEST_KEY`) other than ``digest``,
+    the header line's and the rows' as :func:`scan_bundle` computed them (a footer without one,
+    written before bundles carried it, leaves that part unchecked; so does a digest given as ``None``).
 
     Raises:
-        BundleError: one line naming the file."""
+        BundleError: one line naming the file (and line 1 for the header)."""
     if footer is None:
         raise BundleError(f"{path}: no footer: the file is truncated; nothing was imported")
     expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
     if expected != {t: n for t, n in read.items() if n}:
         raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
+    if HEADER_DIGEST_KEY in footer and header_digest is not None and footer[HEADER_DIGEST_KEY] != header_digest:
+        raise BundleError(f"{path}:1: the header does not match the footer's checksum (header_sha256): it was "
+                          "altered or damaged after export; nothing was imported")
     if DIGEST_KEY in footer and digest is not None and footer[DIGEST_KEY] != digest:
         raise BundleError(f"{path}: its rows do not match the footer's checksum (sha256): a line was altered or "
                           "damaged after export; nothing was imported")
 
 
-def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, int], str]:
-    """:func:`check_bundle` but the footer's counts and checksum: (header, footer or None, rows read per
-    table, the rows' :data:`agora.traces.bundle.DIGEST_KEY` as hex)."""
+def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, int], str, str]:
+    """:func:`check_bundle` but the footer's counts and checksums: (header, footer or None, rows read per
+    table, the rows' :data:`agora.traces.bundle.DIGEST_KEY` and the header line's
+    :data:`agora.traces.bundle.HEADER_DIGEST_KEY`, each as hex)."""
     head = read_header(path)
     footer_first, n_lines = _footer_first(path)
     counted = sum(footer_first["rows"].values())
@@ -255,8 +264,10 @@ def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict
     footer = None
     orphans = _Orphans()
     rows_digest = hashlib.sha256()
+    header_digest = ""
     for i, text, line in bundle_line_texts(path):
         if i == 1:
+            header_digest = hashlib.sha256((text if text.endswith("\n") else text + "\n").encode("utf-8")).hexdigest()
             continue
         if footer is not None:
             raise BundleError(f"{path}:{i}: a row after the footer; nothing was imported")
@@ -301,7 +312,7 @@ def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict
         orphans.see(t, row, i)
         rows_digest.update((text if text.endswith("\n") else text + "\n").encode("utf-8"))
     orphans.check(path)
-    return head, footer, read, rows_digest.hexdigest()
+    return head, footer, read, rows_digest.hexdigest(), header_digest
 
 
 def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
