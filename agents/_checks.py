@@ -8,13 +8,15 @@ one ``ValueError`` naming the class, the field and the value::
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from agora.models.contract import MAX_TOKENS_LIMIT
 from agora.models.registry import MAX_POOL_TEMPERATURE
-from agora.models.validation import Check, Count, Number, SeedInt
+from agora.models.validation import Check, Convert, Count, Number, SeedInt
+from agora.tasks.errors import InputError
 
-__all__ = ["MAX_AGENTS", "MAX_SAMPLES", "Agents", "MaxTokens", "Samples", "Seed", "Shots", "Temperature", "TopP"]
+__all__ = ["MAX_AGENTS", "MAX_SAMPLES", "Agents", "EachOnce", "MaxTokens", "Samples", "Seed", "Shots", "Temperature",
+           "TopP"]
 
 #: A sampling temperature in ``[0, MAX_POOL_TEMPERATURE]``.
 Temperature = Annotated[float, Number(0.0, MAX_POOL_TEMPERATURE)]
@@ -40,3 +42,25 @@ Agents = Annotated[int, Count(1), Check(lambda v: v <= MAX_AGENTS,
                                         f"at most {MAX_AGENTS} (each agent is a branch of every question)")]
 #: A base seed, an integer of any sign.
 Seed = Annotated[int, SeedInt]
+
+
+def EachOnce(owner: str, field: str, why: str) -> Check:  # noqa: N802 - a marker
+    """A list of pool members (after ``Names``) that names each member once, kept as given; a
+    repeated one is refused in one line naming it, in the order first given::
+
+        MoAConfig.proposers: 'a' named more than once (each proposer answers once and its answer is read once)
+
+    ``owner``/``field``: the settings class and field the message names; ``why``: what a repeat
+    would do wrong (the CLI refuses it sooner, naming the option: ``agora.cli._run.member_names``).
+
+    Raises (when a value is checked):
+        InputError: a member named more than once.
+    """
+    def once(names: Any) -> Any:
+        given = list(names)
+        twice = [n for n in dict.fromkeys(given) if given.count(n) > 1]
+        if twice:
+            raise InputError(f"{owner}.{field}: {', '.join(map(repr, twice))} named more than once ({why})")
+        return names
+
+    return Convert(once)

@@ -34,7 +34,7 @@ from pydantic import model_validator
 from agora.tasks.errors import InputError
 from agora.agents.prompts import finish_instruction, with_question
 from agora.agents.seeds import SeedNode, call_seed
-from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
+from agora.agents._checks import EachOnce, MaxTokens, Seed, Shots, Temperature, TopP
 from agora.models.validation import Name, Names, settings
 from agora.tasks.problem import Problem
 
@@ -59,7 +59,8 @@ class CouncilConfig:
         ValueError: a bad value; the message names the field.
     """
 
-    members: Annotated[tuple[str, ...], Names] = ()
+    members: Annotated[tuple[str, ...], Names,
+                       EachOnce("CouncilConfig", "members", "each member answers once and casts one ballot")] = ()
     """Member models (one first answer and one ballot each); empty = every pool model. At least two."""
     chair: Annotated[str | None, Name()] = None
     """The model that writes the final answer; ``None`` = the first member (Agora's pools list the
@@ -80,9 +81,7 @@ class CouncilConfig:
     """Per-question seeds (answers, rankings, the reviewers' shuffles) derive from it and the question id."""
 
     @model_validator(mode="after")
-    def _distinct_members(self) -> CouncilConfig:
-        if len(set(self.members)) != len(self.members):
-            raise InputError(f"CouncilConfig.members: a model is listed twice in {self.members}")
+    def _two_members(self) -> CouncilConfig:
         if len(self.members) == 1:
             raise InputError(f"CouncilConfig.members: a council needs at least two members, got {self.members}")
         return self

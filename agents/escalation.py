@@ -25,9 +25,9 @@ from typing import Annotated, Callable, Literal, Sequence
 from pydantic import model_validator
 
 from agora.tasks.errors import InputError
-from agora.agents._checks import MaxTokens, Samples, Seed, Shots, Temperature, TopP
+from agora.agents._checks import EachOnce, MaxTokens, Samples, Seed, Shots, Temperature, TopP
 from agora.agents.debate import MAX_DEBATE_AGENTS, MAX_DEBATE_ROUNDS, DebateConfig
-from agora.agents.moa import MoAConfig
+from agora.agents.moa import PROPOSERS_ONCE, MoAConfig
 from agora.agents.prompts import finish_instruction, with_question
 from agora.models.validation import Check, Count, Flag, Instance, Name, Names, Number, settings
 from agora.tasks.problem import Problem
@@ -116,7 +116,7 @@ class EscalationConfig:
     baselines: Annotated[tuple[str, ...], Names] = BASELINES
     """Dense-collaboration baselines run in the same pool: ``moa``, ``debate``, or any registered dense
     baseline (``council``; :func:`baseline_names`)."""
-    moa_proposers: Annotated[tuple[str, ...], Names] = ()
+    moa_proposers: Annotated[tuple[str, ...], Names, EachOnce("EscalationConfig", "moa_proposers", PROPOSERS_ONCE)] = ()
     """MoA proposer models (one answer each); empty = every pool model."""
     moa_aggregator: Annotated[str | None, Name()] = None
     """MoA aggregator; ``None`` = the anchor."""

@@ -13,13 +13,17 @@ from typing import Annotated, Sequence
 
 from agora.tasks.errors import InputError
 from agora.models.pool import MAX_POOL_TEMPERATURE
-from agora.agents._checks import MaxTokens, Seed, Shots, TopP
+from agora.agents._checks import EachOnce, MaxTokens, Seed, Shots, TopP
 from agora.agents.prompts import finish_instruction, with_question
 from agora.models.validation import Name, Names, Number, settings
 from agora.tasks.problem import Problem
 
 # Seeds: nodes "moa.proposer" and "moa.aggregator" of agora.agents.seeds.NODES (the same in COMED's
 # baseline and in MoA alone, so both draw the same samples).
+
+
+#: Why a proposer named twice is refused (:func:`agora.agents._checks.EachOnce`).
+PROPOSERS_ONCE = "each proposer answers once and its answer is read once"
 
 
 @settings
@@ -31,7 +35,7 @@ class MoAConfig:
             class, the field and the value (:mod:`agora.models.validation`).
     """
 
-    proposers: Annotated[tuple[str, ...], Names] = ()
+    proposers: Annotated[tuple[str, ...], Names, EachOnce("MoAConfig", "proposers", PROPOSERS_ONCE)] = ()
     """Proposer models (one answer each); empty = every pool model."""
     aggregator: Annotated[str | None, Name()] = None
     """The aggregator model; ``None`` = the first pool model (COMED passes its anchor)."""

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Sequence
 from typing_extensions import TypedDict
 
 from agora.tasks.errors import InputError
-from agora.agents._checks import MaxTokens, Samples, Seed, Shots, Temperature, TopP
+from agora.agents._checks import EachOnce, MaxTokens, Samples, Seed, Shots, Temperature, TopP
 from agora.agents.delegation import plurality
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
 from agora.agents.seeds import SeedNode
@@ -43,15 +43,6 @@ from agora.models.validation import Convert, Name, Names, settings
 MEMBER = SeedNode(811, agent_stride=1000)
 
 
-def _each_once(models: Any) -> Any:
-    """``models`` unchanged; a member named twice is refused (each is sampled once, counted once)."""
-    twice = sorted({m for m in models if list(models).count(m) > 1})
-    if twice:
-        raise InputError(f"SLMMuxConfig.models: {', '.join(map(repr, twice))} named more than once "
-                         "(each member is sampled once and its samples counted once)")
-    return models
-
-
 @settings
 class SLMMuxConfig:
     """Settings of one SLM-MUX run (defaults: the paper's ``k = 3`` samples per member, sized for
@@ -61,7 +52,8 @@ class SLMMuxConfig:
         ValueError: a bad value; one line naming the field and the value (:mod:`agora.models.validation`).
     """
 
-    models: Annotated[tuple[str, ...], Names, Convert(_each_once)] = ()
+    models: Annotated[tuple[str, ...], Names,
+                      EachOnce("SLMMuxConfig", "models", "each member is sampled once and its samples counted once")] = ()
     """The members, in order (the last tie-breaker); empty = every pool member."""
     k_samples: Samples = 3
     """Samples each member draws (k): its confidence is the share of them on its plurality answer."""

@@ -254,8 +254,9 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-#: Settings fields whose comma-separated option lists pool members, each at most once (:func:`member_names`).
-MEMBER_LISTS = frozenset({"models"})
+#: Settings fields whose comma-separated option lists pool members, each at most once (:func:`member_names`):
+#: ``--models`` (debate, slm-mux), ``--members`` (council), ``--proposers`` (moa).
+MEMBER_LISTS = frozenset({"models", "members", "proposers"})
 
 
 def _field_option(f: Any, hint: Any, doc: str) -> tuple[Any, Any, Callable[[Any], Any]]:
