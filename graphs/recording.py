@@ -47,8 +47,10 @@ their own drivers and records: :func:`agora.runs.duel.run_duels`,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,6 +67,7 @@ from agora.graphs import registry
 from agora.graphs.question import as_problem
 from agora.graphs.runner import default_detail, question_failed, scored_values
 from agora.models.pool import unreturned_attempts
+from agora.traces.errors import RunLockedError
 from agora.traces.store import TraceStore, check_run_id
 
 log = logging.getLogger("agora.recording")
@@ -193,6 +196,8 @@ class TraceRecorder(BaseCallbackHandler):
         self._lock = threading.RLock()
         self._protocols = {spec.name: spec for spec in registry.specs() if spec.kind == "benchmark"}
         self._closed = False
+        self._locks: list[contextlib.ExitStack] = []
+        """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
         """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
 
     # ------------------------------------------------------------------ LangChain callbacks
@@ -452,12 +457,33 @@ class TraceRecorder(BaseCallbackHandler):
                 del self.failed[protocol], self.failed_questions[protocol]
 
     def _start(self, protocol: str, calls: list[dict[str, Any]]) -> str:
-        """The run id of ``protocol``'s questions, its row started on first use."""
+        """The run id of ``protocol``'s questions, its row started on first use, holding the run id's
+        live-run lock until :meth:`finish` (one recorder or driver records a run at a time: two would
+        take the same question ids and merge their questions).
+
+        Raises:
+            RunLockedError: another recorder (of this process or another) or a driver holds the run id.
+        """
         if protocol not in self.run_ids:
             run_id = f"{self.run_id}-{protocol}"
-            pool = self.pool if self.pool is not None else [{"name": m} for m in sorted({c["model"] for c in calls})]
-            self.store.start_run(run_id, protocol, config=self.config, pool=pool,
-                                 dataset={"source": "embedded", "recorded_by": "TraceRecorder"})
+            lock = contextlib.ExitStack()
+            try:
+                lock.enter_context(self.store.run_lock(run_id))
+            except RunLockedError as exc:
+                holder = re.search(r"\((pid .*?|a process that is starting)\) on ", str(exc))
+                raise RunLockedError(
+                    f"{self.store.path}: run id {run_id!r} is being recorded by another TraceRecorder or process"
+                    f"{f' ({holder.group(1)})' if holder else ''}: one TraceRecorder records an app's threads at "
+                    "once, so share it, or give each recorder its own run_id; nothing of this invocation was "
+                    "written") from None
+            try:
+                pool = self.pool if self.pool is not None else [{"name": m} for m in sorted({c["model"] for c in calls})]
+                self.store.start_run(run_id, protocol, config=self.config, pool=pool,
+                                     dataset={"source": "embedded", "recorded_by": "TraceRecorder"})
+            except BaseException:
+                lock.close()
+                raise
+            self._locks.append(lock)
             self.run_ids[protocol] = run_id
         return self.run_ids[protocol]
 
@@ -479,6 +505,8 @@ class TraceRecorder(BaseCallbackHandler):
                 summary["paused"] = paused
             self.store.finish_run(run_id, summary=summary,
                                   status="failed" if failed and status == "finished" else status)
+        while self._locks:  # the runs' live-run locks: another recorder may take the run ids now
+            self._locks.pop().close()
 
     def __enter__(self) -> "TraceRecorder":
         return self

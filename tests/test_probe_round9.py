@@ -76,3 +76,100 @@ def test_trace_stores_opened_at_once_on_a_new_database_by_threads_all_open(tmp_p
     for i, store in enumerate(stores):  # each writes its own run
         store.start_run(f"r{i}", "align", config={}, pool=[], dataset={})
     assert stores[0].run_ids() == sorted(f"r{i}" for i in range(10))
+
+
+def _loopback_align():
+    """(stub server, a pool of two user ``ChatOpenAI`` clients on it, the compiled ALIGN graph, its context)."""
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from langchain_openai import ChatOpenAI
+    from openai_stub import StubServer, chat_reply
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.models.pool import ModelPool
+
+    arrived, together = [], threading.Event()
+
+    def slow(path, body):  # the first invocations overlap: the first 6 requests are answered together
+        arrived.append(1)
+        if len(arrived) >= 6:
+            together.set()
+        together.wait(10)
+        time.sleep(0.1)
+        return 200, chat_reply(body)
+
+    server = StubServer(slow)
+    pool = ModelPool.from_chat_models({m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0,
+                                                     timeout=10) for m in "ab"}, max_retries=0)
+    context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
+    return server, build_delegation_graph().compile(), context
+
+
+def _rows(db, sql):
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def test_two_recorders_of_one_run_id_at_once_are_refused_not_merged(tmp_path):
+    """Per-request recorders sharing a run id, requests at once: one got ``sqlite3.IntegrityError:
+    UNIQUE constraint failed: runs.run_id`` (a traceback, its question lost), others took the same
+    question id and were upserted into one question; two recorders of one run id on one invocation
+    wrote the question twice, its 4 ``model_calls`` rows moved to the second (the first counted 4
+    and held none). A run id is recorded by one recorder at a time, as it is run by one driver."""
+    import threading
+
+    from agora.graphs.recording import TraceRecorder
+    from agora.traces.errors import RunLockedError
+
+    db = tmp_path / "app.db"
+    server, graph, context = _loopback_align()
+    question = {"question": "What is 2 + 2?", "gold": "4"}
+    with server:
+        start, done, errors = threading.Barrier(3), threading.Barrier(3), []
+
+        def request():
+            start.wait()
+            try:
+                with TraceRecorder(db, run_id="web") as recorder:
+                    try:
+                        graph.invoke(question, {"callbacks": [recorder]}, context=context)
+                    finally:
+                        done.wait(30)  # every request ends before any recorder does
+            except Exception as exc:  # noqa: BLE001 - counted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=request) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(errors) == 2 and all(isinstance(e, RunLockedError) for e in errors), errors
+        assert "run id 'web-align' is being recorded by another TraceRecorder or process" in str(errors[0])
+        assert "\n" not in str(errors[0])
+        assert _rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]
+        # the same run id once more, after the first recorder ended: a new question, counts agree
+        with TraceRecorder(db, run_id="web") as recorder:
+            graph.invoke(question, {"callbacks": [recorder]}, context=context)
+        assert _rows(db, "select q.question_id, q.model_calls, count(c.call_id) from questions q join model_calls c "
+                         "using (run_id, question_id) group by 1 order by 1") == [
+            ("q-f465154e", 4, 4), ("q-f465154e-2", 4, 4)]
+        # two recorders of one run id on one invocation: the second is refused, the first records it
+        other = tmp_path / "nested.db"
+        with TraceRecorder(other, run_id="nest") as first, TraceRecorder(other, run_id="nest") as second:
+            try:
+                graph.invoke(question, {"callbacks": [first, second]}, context=context)
+            except RunLockedError:
+                pass
+        assert first.recorded == {"align": 1} and second.recorded == {}
+        assert _rows(other, "select q.question_id, q.model_calls, count(c.call_id) from questions q join model_calls c "
+                            "using (run_id, question_id) group by 1") == [("q-f465154e", 4, 4)]
