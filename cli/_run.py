@@ -12,17 +12,20 @@ moa`` and ``agora run debate`` are made so, with no CLI module); ``agora run ali
 
 from __future__ import annotations
 
+import contextlib
 import tomllib
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence, TypeVar
 
 import typer
 from rich.markup import escape
 
-from agora.tasks.errors import InputError
+from agora.tasks.errors import InputError, is_input
 from agora.models.pool import ModelPool
 from agora.cli._shared import (
+    _SETTING_REFUSED,
+    OPTIONS_OF_FIELD,
     Table,
     console,
     exit_if_failed,
@@ -102,6 +105,8 @@ def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: 
         ValueError: a missing or invalid file, no ``[table]`` in it, an unknown field (named), or a
             bad value (the settings' own check, naming the field).
     """
+    if options:
+        ctx.meta[OPTIONS_OF_FIELD] = options
     if config_file is None:
         return cls(**given) if not options else settings_from(given, cls)
     file_values = config_table(config_file, table, cls)
@@ -109,9 +114,37 @@ def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: 
     options = options or {}
     from_file = {k: v for k, v in file_values.items() if not any(o in typed for o in options.get(k, (k,)))}
     try:
-        return settings_from({**given, **from_file}, cls)
+        made = settings_from({**given, **from_file}, cls)
     except ValueError as exc:
         raise InputError(f"--config {config_file}: [{table}] {exc}") from None
+    ctx.meta[_FROM_FILE] = (config_file, table, cls.__name__, frozenset(from_file))
+    return made
+
+
+#: ``ctx.meta`` key: ``(file, table, settings class name, fields)`` of the fields :func:`settings` took
+#: from the ``--config`` file, for :func:`config_refusals`.
+_FROM_FILE = "agora.config_fields"
+
+
+@contextlib.contextmanager
+def config_refusals(ctx: typer.Context) -> Iterator[None]:
+    """Name the ``--config`` file in a refusal raised inside, after the settings were built (a member
+    the pool lacks, a dev run missing), of a field whose value came from that file: ``MoAConfig.proposers:
+    'zz' is not in the pool ...`` becomes ``--config run.toml: [moa] MoAConfig.proposers: ...``, as a
+    refusal of the settings themselves reads, and names no option the user did not type. Any other
+    refusal (of a typed option: :func:`agora.cli._shared.with_option` names it) passes unchanged.
+
+    Raises:
+        InputError: the refusal, led by the file and its table.
+    """
+    try:
+        yield
+    except ValueError as exc:
+        from_file = ctx.meta.get(_FROM_FILE)
+        found = _SETTING_REFUSED.match(str(exc)) if is_input(exc) and from_file else None
+        if found is None or found["owner"] != from_file[2] or found["field"] not in from_file[3]:
+            raise
+        raise InputError(f"--config {from_file[0]}: [{from_file[1]}] {exc}") from None
 
 
 def names(value: Optional[str]) -> tuple[str, ...]:
@@ -332,9 +365,11 @@ def benchmark_command(name: str, cls: type, *, short_help: str, help: str, conte
             config = settings(ctx, cls, values["config_file"], name,
                               {f: convert(values[f]) for f, convert in converters.items()})
             the_pool = get_pool(values["pool"])
-            check(config, the_pool.names)
+            with config_refusals(ctx):
+                check(config, the_pool.names)
+                the_context = context(the_pool, config)
             store, run_id, outcome = run_benchmark(
-                name, problems, context=context(the_pool, config), config=config, pool=the_pool, db=values["db"],
+                name, problems, context=the_context, config=config, pool=the_pool, db=values["db"],
                 run_id=values["run_id"], data=data, fmt_name=fmt_name, limit=values["limit"],
                 label=label(config, the_pool.names), durability=values["durability"],
                 concurrency=values["concurrency"])

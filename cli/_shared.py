@@ -221,6 +221,12 @@ def without_passwords(text: str) -> str:
 _SETTING_REFUSED = re.compile(r"(?P<owner>[A-Z]\w*)\.(?P<field>[a-z_]\w*)(?: must |: )")
 
 
+#: ``ctx.meta`` key: a command's map of settings field → the parameters that set it, when not the one
+#: named as the field (``{"n_anchor": ("samples", "thresholds")}``; :func:`agora.cli._run.settings`'
+#: ``options``), read by :func:`option_of_field` before it guesses from the field's name.
+OPTIONS_OF_FIELD = "agora.options_of_field"
+
+
 def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
     """The option of the running command (``ctx``: its click context) that sets the settings field
     ``field``, as the user would type it (``-n/--agents``); ``None`` when no parameter is known to.
@@ -231,9 +237,14 @@ def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
     ``k_samples``; one such parameter, the longest tail). It is named only when it was typed on the
     command line, or when its value is the one refused (``got``: the ``repr`` after the message's
     last ``, got``; a comma-separated option matches the tuple it gives): a field whose value came
-    from elsewhere (a ``--config`` file, another option's default) is not pinned on an option."""
+    from elsewhere (a ``--config`` file, another option's default) is not pinned on an option. A
+    field the command maps to its parameters (:data:`OPTIONS_OF_FIELD`) is named by the first of
+    them that was typed, else the first, never by a guess from its name (``n_anchor`` is set by
+    ``-N/--samples``, not ``--anchor``)."""
     params = {p.name: p for p in getattr(getattr(ctx, "command", None), "params", ()) if p.name and p.opts}
-    param = params.get(field)
+    mapped = [params[p] for p in (getattr(ctx, "meta", {}).get(OPTIONS_OF_FIELD) or {}).get(field, ()) if p in params]
+    typed_ones = [p for p in mapped if getattr(ctx.get_parameter_source(p.name), "name", None) == "COMMANDLINE"]
+    param = (typed_ones or mapped or [params.get(field)])[0]
     if param is None:
         words = field.split("_")
         tails = ["_".join(words[i:]) for i in range(1, len(words))]

@@ -23,7 +23,7 @@ from agora.agents.escalation_calibration import ThresholdsFile, load_thresholds,
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._apps import calibrate_app, run_app
-from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, counted, load_benchmark, settings
+from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, config_refusals, counted, load_benchmark, settings
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     Table,
@@ -225,7 +225,8 @@ def run_comed(
         samples = config.n_anchor
         fmt_name, problems = _problems(data, fmt, limit, seed)
         the_pool = get_pool(pool)
-        check_pool(config, the_pool.names)
+        with config_refusals(ctx):
+            check_pool(config, the_pool.names)
         run_id = run_id or new_run_id("comed")
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)
