@@ -65,3 +65,55 @@ def test_a_pool_member_named_exactly_as_another_is_not_said_to_match_it_once_nor
         load_pool(pool)
     assert str(raised.value) == (f"{pool}: models[2] (a): field 'name': 'a' is the name of models[0] too; give each "
                                  "member its own name")
+
+
+def test_a_dev_run_url_with_a_password_is_not_recorded_in_the_runs_settings(postgres_server, tmp_path):
+    """`agora run align --dev-run R` reads the dev run from --db by default: the run's recorded
+    settings (runs.config, which `agora report run --json` prints and `agora export` carries to others)
+    held dev_db as the --db URL whole, password and all. The run still resumes under the same command."""
+    import json
+
+    from agora.traces.store import TraceStore
+
+    fake = "langchain_core.language_models.fake_chat_models:FakeListChatModel"
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "langchain"\nclass = "{fake}"\n'
+                            f'kwargs = {{responses = ["The answer is 4."]}}\n\n' for m in ("a", "b")))
+    url = postgres_server.database() + "&password=hunter2"  # the test server trusts its socket's user
+    base = ["run", "align", "--format", "synthetic", "--limit", "1", "--pool", pool, "--db", url]
+    code, output = agora(*base, "--run-id", "dev")
+    assert code == 0, output
+    command = [*base, "--run-id", "main", "--utility", "calibrated", "--dev-run", "dev"]
+    code, output = agora(*command)
+    assert code == 0, output
+    store = TraceStore(url)
+    config = json.loads(store.get_run("main")["config"])
+    store.close()
+    assert config["dev_run"] == "dev" and config["dev_db"].startswith("postgresql://")
+    assert "hunter2" not in json.dumps(config), config
+    code, output = agora(*command)  # the same command again: the finished run, not "started with other settings"
+    assert code == 0, output
+    code, output = agora("report", "run", "main", "--db", url, "--json")
+    assert code == 0 and "hunter2" not in output, output
+
+
+def test_a_run_recorded_with_a_password_in_its_settings_still_resumes_and_a_new_one_records_none(tmp_path):
+    """Settings holding a Postgres URL (dev_db) are recorded with the password as ***; a run whose row
+    holds the URL whole (recorded before) resumes with the same settings, and one with other
+    settings is refused naming the difference, not the password."""
+    import json
+
+    import pytest
+
+    from agora.traces.errors import ResumeRefusedError
+    from agora.traces.store import TraceStore
+
+    url = "postgresql://agora:hunter2@db.example/dev"
+    store = TraceStore(tmp_path / "t.db")
+    assert store.start_run("r", "align", config={"dev_db": url, "tau": 0.5}, pool=[], dataset={}) is False
+    assert json.loads(store.get_run("r")["config"]) == {"dev_db": "postgresql://agora:***@db.example/dev", "tau": 0.5}
+    store.db["runs"].update("r", {"config": json.dumps({"dev_db": url, "tau": 0.5})})  # as recorded before
+    assert store.start_run("r", "align", config={"dev_db": url, "tau": 0.5}, pool=[], dataset={}) is True
+    with pytest.raises(ResumeRefusedError) as refused:
+        store.start_run("r", "align", config={"dev_db": url, "tau": 0.7}, pool=[], dataset={})
+    assert "tau" in str(refused.value) and "dev_db" not in str(refused.value) and "hunter2" not in str(refused.value)

@@ -13,6 +13,7 @@ from typing import Any
 
 from agora.tasks.errors import InputError
 from agora.traces.errors import ResumeRefusedError
+from agora.traces.pg_sql import is_postgres_url, shown_url
 from agora.traces.rows import _json, option_count
 
 
@@ -253,6 +254,23 @@ def _compared_questions(store: Any, run_id: str, before: dict[str, Any], now_ds:
     return compared, differ
 
 
+def recorded_settings(config: Any) -> Any:
+    """``config`` as a run's ``runs`` row records it (its JSON value): every Postgres URL in it (a dev
+    run's database, ``dev_db``) with its password shown as ``***`` (:func:`~agora.traces.pg_sql.shown_url`),
+    since a run's settings are printed (``agora report run --json``) and travel with it (``agora
+    export``). A rerun's settings are compared with the recorded ones in this form."""
+    def left_out(value: Any) -> Any:
+        if isinstance(value, str):
+            return shown_url(value) if is_postgres_url(value) else value
+        if isinstance(value, dict):
+            return {k: left_out(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [left_out(v) for v in value]
+        return value
+
+    return left_out(json.loads(_json(config)))
+
+
 def refusal(store: Any, run_id: str, existing: dict[str, Any], protocol: str, config: Any, pool: Any,
             before: Any = None, now_ds: Any = None, *, pool_may_change: bool = False, suffix: str = "") -> str | None:
     """Why resuming run ``run_id`` (its ``runs`` row ``existing``) with this protocol, settings, pool
@@ -269,9 +287,11 @@ def refusal(store: Any, run_id: str, existing: dict[str, Any], protocol: str, co
     if existing["protocol"] != protocol:
         return f"run id {run_id!r} already holds a {existing['protocol']} run in {store.path}; pick a new --run-id{suffix}"
     changed, details = store.data_changes(run_id, before, now_ds) if now_ds is not None else ([], [])
-    if existing["config"] != _json(config):
+    given = _json(recorded_settings(config))
+    # (a run recorded before passwords were left out of its settings compares as it is recorded now)
+    if existing["config"] != given and _json(recorded_settings(store._run_json(existing, "config"))) != given:
         changed.append("settings")
-        details += _differences(json.loads(_json(config)), store._run_json(existing, "config"))
+        details += _differences(json.loads(given), recorded_settings(store._run_json(existing, "config")))
     pool_note = ""
     if not pool_may_change:
         old_pool, new_pool = _models(store._run_json(existing, "pool")), _models(json.loads(_json(pool)))

@@ -35,6 +35,7 @@ from agora.traces.resume import (
     check_run_id,
     data_changes,
     question_hash,
+    recorded_settings,
     refusal,
 )
 from agora.traces.rows import (
@@ -224,7 +225,7 @@ class TraceStore(TraceReader):
                 return True
             self.db["runs"].insert({
                 "run_id": run_id, "protocol": protocol, "status": "running", "started_at": now(),
-                "finished_at": None, "config": _clean_text(_json(config)), "pool": _clean_text(_json(pool)),
+                "finished_at": None, "config": _clean_text(_json(recorded_settings(config))), "pool": _clean_text(_json(pool)),
                 "dataset": _clean_text(_json(dataset)), "code_revision": code_revision(), "host": platform.node(),
                 "summary": None,
             })
