@@ -4,7 +4,9 @@ the problem they describe, and the bench's shared candidate samples that may com
 
 from __future__ import annotations
 
+import math
 import sys
+import unicodedata
 import zlib
 from collections.abc import Mapping
 from typing import Any, NotRequired, get_args
@@ -162,9 +164,11 @@ def checked_input(inp: Any) -> Any:
     """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate or a NUL
     in ``question`` (the JSONL loader's check: no UTF-8 text holds the one, a Postgres trace store
     cannot store the other), a ``kind`` other than math, mc, open, an ``n_choices`` that is not an
-    integer in 0..10, and a ``question_id`` or
-    ``gold`` that is neither text nor a number are refused; a number (``7``, ``0.5``) becomes its
-    text. Returns the mapping (a copy when a field was coerced); anything else (a resume's
+    integer in 0..10, a ``question_id`` or
+    ``gold`` that is neither text nor a finite number, and a ``question_id`` holding a control or
+    invisible format character (a newline, U+202E) are refused; a number (``7``, ``0.5``) becomes its
+    text, and a blank ``question_id`` or ``gold`` (``''``, ``'  '``: a cleared form field) is left
+    out, as not given (a blank gold would score every method wrong). Returns the mapping (a copy when a field was coerced); anything else (a resume's
     ``None`` or ``Command``) unchanged.
 
     Raises:
@@ -188,13 +192,34 @@ def checked_input(inp: Any) -> Any:
         if value is None or isinstance(value, str):
             if isinstance(value, str) and (bad := UNSTORABLE.search(value)):
                 raise InputError(f"graph input field {field!r}: {unstorable(bad.group(0))}")
+            if isinstance(value, str) and not value.strip():
+                fixed[field] = _DROPPED  # a cleared form field: none given
+            elif field == "question_id" and isinstance(value, str):
+                _check_id_characters(value)
             continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"graph input field {field!r} must be a finite number or text, not {value!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             fixed[field] = str(value)
             continue
         raise InputError(f"graph input field {field!r} must be text or a number, "
                          f"not {type(value).__name__} {value!r:.60}")
-    return {**inp, **fixed} if fixed else inp
+    if not fixed:
+        return inp
+    return {k: v for k, v in {**inp, **fixed}.items() if v is not _DROPPED}
+
+
+_DROPPED = object()
+
+
+def _check_id_characters(qid: str) -> None:
+    """Refuse a ``question_id`` holding a control or invisible format character (a newline, U+202E,
+    a zero-width space), as the task files' ids are refused: ids are printed in reports and typed
+    back (``agora report question ID``)."""
+    for at, ch in enumerate(qid):
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            raise InputError(f"graph input field 'question_id': {qid!r:.60} holds the control or invisible character "
+                             f"{ch!r} at position {at}; ids are printed and typed, so use visible characters")
 
 
 def as_problem(state: dict[str, Any]) -> Problem:

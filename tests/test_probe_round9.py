@@ -173,3 +173,38 @@ def test_two_recorders_of_one_run_id_at_once_are_refused_not_merged(tmp_path):
         assert first.recorded == {"align": 1} and second.recorded == {}
         assert _rows(other, "select q.question_id, q.model_calls, count(c.call_id) from questions q join model_calls c "
                             "using (run_id, question_id) group by 1") == [("q-f465154e", 4, 4)]
+
+
+def test_a_graph_inputs_blank_gold_or_id_is_none_and_a_hidden_character_or_non_finite_gold_is_refused():
+    """A graph input's ``gold`` of ``''`` or ``'  '`` (a Studio form's cleared field) scored every
+    method wrong (``correct`` 0 where there was no gold to score against), a ``nan`` gold likewise;
+    a ``question_id`` of ``' '`` was recorded as the id ``' '``, and one holding a newline or
+    U+202E was stored and printed as is (task files refuse such ids, naming file, line and field)."""
+    import math
+
+    import pytest
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.graphs.question import checked_input
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+
+    q = "What is 2 + 2?"
+    assert checked_input({"question": q, "gold": "  ", "question_id": " "}) == {"question": q}
+    assert checked_input({"question": q, "gold": ""}) == {"question": q}
+    assert checked_input({"question": q, "gold": " 4 ", "question_id": "q 1"}) == {
+        "question": q, "gold": " 4 ", "question_id": "q 1"}
+    for qid, what in (("q\n1", "'\\n'"), ("\u202eq", "'\\u202e'"), ("a\u200bb", "'\\u200b'")):
+        with pytest.raises(ValueError) as refused:
+            checked_input({"question": q, "question_id": qid})
+        assert str(refused.value).startswith(f"graph input field 'question_id': {qid!r} holds the control or "
+                                             f"invisible character {what}"), str(refused.value)
+    for gold in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match="graph input field 'gold' must be a finite number"):
+            checked_input({"question": q, "gold": gold})
+    chats = {m: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for m in "ab"}
+    graph = build_delegation_graph().compile()
+    out = graph.invoke({"question": q, "gold": ""}, context=DelegationContext(
+        ModelPool.from_chat_models(chats), DelegationConfig(n_agents=2, k_samples=1, tau=0.5)))
+    assert {m["correct"] for m in out["methods"].values()} == {None}
