@@ -76,6 +76,13 @@ __all__ = [  # the names the layers above import from here (defined in the modul
 ]
 
 
+#: Held while a store of this process opens its file (the schema check, the switch to WAL, the
+#: schema created or completed): stores opened at once by an app's threads (one per request) then
+#: open one after the other, and none meets another's half-done switch or schema ("database is
+#: locked" at once, without SQLite's wait). Other processes are waited out by SQLite's lock.
+_OPENING = threading.Lock()
+
+
 class TraceStore(TraceReader):
     """The trace database. Thread-safe in one process: one re-entrant lock around its writes and
     around every ``db.query``/``db.execute`` on its shared connection (:class:`_LockedDatabase`).
@@ -114,7 +121,8 @@ class TraceStore(TraceReader):
             return
         check_db_path(self.path)
         try:
-            self.db = self._open()
+            with _OPENING:  # one store of this process at a time checks, converts and completes a file
+                self.db = self._open()
         except (sqlite3.Error, OSError) as exc:
             raise TraceStoreError(describe_sqlite_error(self.path, exc)) from None
 
