@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Literal, Optional, Sequence, TypeVar
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError, is_input
 from agora.models.pool import ModelPool
 from agora.cli._shared import (
@@ -41,7 +42,6 @@ from agora.graphs.runner import RunOutcome, run_protocol
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.tasks.problem import Problem
 from agora.tasks.samples import sample_path
-from agora.traces.pg_sql import shown_url
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore, check_run_id
 

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.models.pool import (
     MAX_POOL_TEMPERATURE,
@@ -41,7 +42,7 @@ from agora.models.pool import (
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.errors import InputError, is_input
 from agora.tasks.loaders import TaskFormatError
-from agora.traces.pg_sql import is_postgres_url, shown_url
+from agora.traces.pg_sql import is_postgres_url
 from agora.traces.store import describe_sqlite_error
 
 #: The control characters a terminal may act on: C0 but newline and tab, DEL, and C1 (``\x9b`` is CSI).

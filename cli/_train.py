@@ -17,10 +17,10 @@ from typing import Callable, Literal, Optional
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.models.pool import ModelSpec, load_pool
 from agora.cli._shared import console, echo_kv, err_console
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore
 
 

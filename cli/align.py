@@ -13,8 +13,8 @@ from agora.cli import _run
 from agora.cli._apps import run_app
 from agora.cli._shared import MAX_TEMPERATURE, Table, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
 from agora.graphs.delegation import METHODS, DelegationContext, calibrated_reliabilities
+from agora.models.urls import shown_url
 from agora.tasks.loaders import load_problems
-from agora.traces.pg_sql import shown_url
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore
 from agora.models.contract import MAX_TOKENS_LIMIT

@@ -20,6 +20,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.agents.delegation import DelegationConfig
 from agora.agents.escalation import EscalationConfig, EscalationThresholds
@@ -61,7 +62,6 @@ from agora.runs.report_format import (any_too_few, claim_lines, fmt_accuracy, fm
                                       single_model_rows)
 from agora.traces.bench_spec import read_bench_spec
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT
 

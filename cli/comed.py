@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.agents.escalation import EscalationConfig, EscalationThresholds, check_pool, baseline_names, decision_grid
 from agora.agents.escalation_records import comed_detail
@@ -41,7 +42,6 @@ from agora.graphs.escalation import METHODS, EscalationContext, build_escalation
 from agora.graphs.runner import RunOutcome, run_problems
 from agora.tasks.problem import Problem
 from agora.traces.comed import ComedSummary, calibrate_run, comed_summary
-from agora.traces.pg_sql import shown_url
 from agora.traces.report import failed_questions
 from agora.traces.store import TraceStore
 from agora.models.contract import MAX_TOKENS_LIMIT

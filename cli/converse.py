@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.agents.panel import NO_PARTNER, DiversityConfig, DiversityReport, analyse
 from agora.agents.personas import converse_default_specs
@@ -40,7 +41,6 @@ from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.traces.diversity import read_exchanges
 from agora.traces.plots import write_heatmaps
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT
 

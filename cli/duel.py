@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
@@ -30,7 +31,6 @@ from agora.graphs.duel import DuelConfig, DuelContext, duel_pool
 from agora.runs.duel import run_duels
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces import duels as duel_traces
-from agora.traces.pg_sql import shown_url
 from agora.traces.report import run_totals
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.models.contract import MAX_TOKENS_LIMIT

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.models._files import safe_file_name
 from agora.agents.exp3 import Exp3Config
@@ -18,7 +19,6 @@ from agora.cli._apps import app
 from agora.cli._run import member_names
 from agora.cli._train import ServeWith, lora_settings, member_specs
 from agora.tasks.loaders import FORMATS, load_problems
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT
 

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
@@ -16,7 +17,6 @@ from agora.traces.bundle import SUFFIX
 from agora.traces.bundle_export import check_out_path, export_bundle
 from agora.traces.bundle_import import import_bundle
 from agora.traces.bundle_reading import check_bundle
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, backfill, check_run_id, store_backend
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)

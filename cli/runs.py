@@ -12,13 +12,13 @@ from rich.markup import escape
 from agora.cli._apps import report_app
 from agora.cli._shared import Table, console, fmt_ci, fmt_pct, json_text, user_errors
 from agora.cli.comed import print_comed_decisions
+from agora.models.urls import shown_url
 from agora.traces.comed import comed_summary
 from agora.traces.members import has_recipes, member_rows
 from agora.traces.question_report import question_report
 from agora.traces.report import TOO_FEW, disagreements, unknown_tokens_note
 from agora.traces.run_list import open_trace_store, run_rows, run_summary
 from agora.tasks.errors import InputError
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import check_run_id
 
 

@@ -26,6 +26,7 @@ import typer
 from rich.markup import escape
 from rich.panel import Panel
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.models._files import safe_file_name
 from agora.agents.cupid import CupidConfig
@@ -46,7 +47,6 @@ from agora.graphs.run_checkpoints import checkpoint_path
 from agora.graphs.selection import SPEC, known_features, parse_choice
 from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id, readonly_uri, store_backend
 from agora.traces.plots import plot_regret
 from agora.models.contract import MAX_TOKENS_LIMIT

@@ -11,10 +11,10 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.cli._shared import check_out_path, console, new_run_id, user_errors
 from agora.cli._apps import train_app
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
                               THREADS_OPTION, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,

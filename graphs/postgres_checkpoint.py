@@ -26,8 +26,8 @@ from agora.graphs.checkpoint import (
     UnsafeCheckpointError,
     checkpoint_serializer,
 )
+from agora.models.urls import shown_url
 from agora.traces.errors import TraceStoreError
-from agora.traces.postgres import shown_url
 
 #: The Postgres schema holding LangGraph's checkpoint tables in a trace database.
 CHECKPOINT_SCHEMA = "agora_checkpoints"

@@ -17,6 +17,7 @@ from agora.models.backend import Backend, BackendConfig, FieldProblem, MemberBui
 from agora.models.builtins import BuiltinModelError
 from agora.models.builtins import resolve_builtin as _resolve_builtin
 from agora.models.errors import PoolConfigError
+from agora.models.urls import shown_url
 
 if TYPE_CHECKING:  # pragma: no cover - names for annotations only
     from langchain_core.language_models import BaseChatModel
@@ -133,14 +134,15 @@ class OpenAIConfig(BackendConfig):
         for field, urls in (("base_url", [self.base_url] if self.base_url else []), ("endpoints", self.endpoints)):
             for url in urls:
                 if why := _url_problem(url):
-                    raise FieldProblem(field, f"{url!r} {why}, e.g. \"http://127.0.0.1:8000/v1\"")
+                    raise FieldProblem(field, f"{shown_url(url)!r} {why}, e.g. \"http://127.0.0.1:8000/v1\"")
         return self
 
 
 def _url_problem(url: str) -> str | None:
     """Why ``url`` cannot be an OpenAI-compatible server's base URL (``None`` when it can): it needs the
     scheme ``http`` or ``https`` and a host (``not a url`` and ``ftp://x/v1`` were only found out as an
-    unreachable model, after every retry)."""
+    unreachable model, after every retry). The reason quotes no part of ``url``: the caller shows it
+    without its password (:func:`~agora.models.urls.shown_url`)."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535

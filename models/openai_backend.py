@@ -58,6 +58,7 @@ from agora.models._chat import (CUT_MARKER, NativeMember, cap_reply, fewshot_sto
                                 to_dicts)
 from agora.models.errors import InvalidReplyError, ModelUnavailableError
 from agora.models.openai_endpoints import EndpointRotation, async_client, is_refused_connection, shared_client
+from agora.models.urls import shown_url
 
 log = logging.getLogger("agora.openai")
 
@@ -154,14 +155,14 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
     def _schema_dropped(self, endpoint: str, exc: Exception) -> None:
         self._schema_refused = True
         log.warning("model %s at %s refused structured output (%s); asking without it from now "
-                    "on, replies are parsed strictly", self.model_name or self.model, endpoint, exc)
+                    "on, replies are parsed strictly", self.model_name or self.model, shown_url(endpoint), exc)
 
     def _refused(self, endpoint: str, exc: Exception, errors: list[str]) -> None:
         """Note a refused connection (logged once per outage, not once per request of a fan-out)."""
         level = logging.ERROR if self._rotation.mark_dead(endpoint) else logging.DEBUG
         log.log(level, "model %s: endpoint %s is unreachable (%s); skipping it for %.0f s",
-                self.model_name or self.model, endpoint, exc, self.dead_for_s)
-        errors.append(f"{endpoint}: {exc}")
+                self.model_name or self.model, shown_url(endpoint), exc, self.dead_for_s)
+        errors.append(f"{shown_url(endpoint)}: {exc}")
 
     def _send(self, request: dict[str, Any]) -> tuple[Any, str]:
         """Send one request to the next live endpoint; on a refused connection, try the others."""
@@ -260,14 +261,14 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
         """
         name = self.model_name or self.model
         if not hasattr(response, "choices"):  # the SDK hands back the body of a non-JSON reply (HTML...)
-            raise InvalidReplyError(f"model {name} at {endpoint} sent a reply that is not "
+            raise InvalidReplyError(f"model {name} at {shown_url(endpoint)} sent a reply that is not "
                                     f"a completion: {str(response)[:200]!r}")
         error = (getattr(response, "model_extra", None) or {}).get("error")
         if error is not None and not response.choices:
             raise _server_error(name, endpoint, error)
         choices = list(response.choices or [])[:want]
         if not choices:  # with no generation at all the pool logs a failed attempt and retries
-            log.warning("model %s at %s returned no choices", name, endpoint)
+            log.warning("model %s at %s returned no choices", name, shown_url(endpoint))
             return []
         usage = response.usage
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
@@ -282,7 +283,7 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
             if cut:
                 finish = "length"
                 log.warning("model %s at %s sent a reply of %d characters for max_tokens=%d: stored cut at %d "
-                            "characters, marked %r", name, endpoint, len(text) - len(CUT_MARKER) + cut, max_tokens,
+                            "characters, marked %r", name, shown_url(endpoint), len(text) - len(CUT_MARKER) + cut, max_tokens,
                             len(text) - len(CUT_MARKER), CUT_MARKER.strip())
             generations.append(generation(
                 text, prompt_tokens=prompt_tokens,
@@ -371,7 +372,7 @@ def _server_error(name: str, endpoint: str, error: Any) -> InvalidReplyError:
     else:
         message, kind, code = str(error), None, None
     details = ", ".join(str(x) for x in (kind, code) if x not in (None, ""))
-    exc = InvalidReplyError(f"model {name} at {endpoint} sent an error with status 200: {message[:500]}"
+    exc = InvalidReplyError(f"model {name} at {shown_url(endpoint)} sent an error with status 200: {message[:500]}"
                             + (f" ({details})" if details else ""))
     try:
         status = int(code)

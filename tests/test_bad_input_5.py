@@ -194,7 +194,7 @@ def test_a_postgres_url_that_does_not_parse_is_named(url, said):
 
 
 def test_shown_url_redacts_without_raising():
-    from agora.traces.pg_sql import shown_url
+    from agora.models.urls import shown_url
 
     assert shown_url("postgresql://u:secret@[::1/db") == "postgresql://u:***@[::1/db"
     assert shown_url("postgresql://u:secret@[::1]:5432/db") == "postgresql://u:***@[::1]:5432/db"

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.tasks.answers import extract_answer
-from agora.traces.pg_sql import shown_url
 from agora.traces.store import TraceStore, readonly_uri, store_backend
 
 _OPTION_LINE = re.compile(r"^\s*\(?([A-J])[.)]\s", re.MULTILINE)

@@ -19,6 +19,7 @@ import contextlib
 import threading
 from typing import Any, Iterable, Iterator, Sequence
 
+from agora.models.urls import shown_url
 from agora.traces.errors import TraceStoreError
 from agora.traces.pg_sql import (
     _CREATE_TABLE,
@@ -30,12 +31,11 @@ from agora.traces.pg_sql import (
     _value,
     check_url,
     is_postgres_url,
-    shown_url,
     to_postgres,
     without_password,
 )
 
-__all__ = ["PostgresDatabase", "PostgresTable", "SCHEMES", "SETUP", "is_postgres_url", "shown_url", "to_postgres"]
+__all__ = ["PostgresDatabase", "PostgresTable", "SCHEMES", "SETUP", "is_postgres_url", "to_postgres"]
 
 #: Connections per store: enough for a run's questions in flight (its threads share them).
 POOL_MAX_SIZE = 16

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any, Sequence
 from urllib.parse import unquote, urlsplit
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.traces.rows import _json
 
@@ -25,26 +26,9 @@ def is_postgres_url(path: Any) -> bool:
     return isinstance(path, str) and path.split("://", 1)[0].lower() in SCHEMES and "://" in path
 
 
-def shown_url(url: str) -> str:
-    """``url`` with its password (``user:PASSWORD@``, ``?password=``) shown as ``***``, for messages
-    and the ``runs`` table's readers. Never raises: a URL that does not parse (``[::1/db``) is
-    redacted as libpq splits it (the user part ends at the last ``@`` before the first ``/?#``)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    netloc, tail = rest[:cut], rest[cut:]
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-    tail = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", tail)
-    return f"{scheme}{sep}{netloc}{tail}"
-
-
 def without_password(text: str, url: str) -> str:
     """``text`` (a driver's message about ``url``) with ``url``'s password left out: the URL itself
-    shown as :func:`shown_url` does, and the password, as written and percent-decoded, as ``***``
+    shown as :func:`~agora.models.urls.shown_url` does, and the password, as written and percent-decoded, as ``***``
     where the message quotes it as a password: a quoted token (``"p%40ss"``: libpq quotes a token
     it cannot decode), ``user:PASSWORD@`` or ``password=PASSWORD``. Elsewhere the same characters
     are the message's own (a password ``5432`` leaves ``port 5432`` alone). Never raises."""

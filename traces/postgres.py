@@ -24,12 +24,13 @@ import contextlib
 import threading
 from typing import Any, Iterator
 
+from agora.models.urls import shown_url
 from agora.traces.errors import RunLockedError, TraceStoreError
-from agora.traces.pg_database import SETUP, PostgresDatabase, is_postgres_url, shown_url
+from agora.traces.pg_database import SETUP, PostgresDatabase, is_postgres_url
 from agora.traces.rows import _clean_text, _json, now
 from agora.traces.store import TraceStore
 
-__all__ = ["PostgresTraceStore", "PostgresDatabase", "is_postgres_url", "shown_url"]
+__all__ = ["PostgresTraceStore", "PostgresDatabase", "is_postgres_url"]
 
 
 class PostgresTraceStore(TraceStore):

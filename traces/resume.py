@@ -11,9 +11,10 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.traces.errors import ResumeRefusedError
-from agora.traces.pg_sql import is_postgres_url, shown_url
+from agora.traces.pg_sql import is_postgres_url
 from agora.traces.rows import _json, option_count
 
 

@@ -11,9 +11,9 @@ from typing import Any, Callable, TypeVar
 
 import sqlite_utils
 
+from agora.models.urls import shown_url
 from agora.traces import schema
 from agora.traces.errors import TraceStoreError
-from agora.traces.pg_sql import shown_url
 
 
 #: Seconds a write waits for a lock held by another connection or process (SQLite's busy

@@ -1,0 +1,58 @@
+"""Review round 9: what a code review found still wrong, each with its fix."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import pytest
+from openai_stub import StubServer
+
+from agora.models.pool import (ModelCallError, ModelSpec, PoolConfigError, SamplingParams, load_pool,
+                               pool_from_specs)
+
+MSG = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- 1. an endpoint's password
+
+
+@pytest.mark.parametrize("line, shown", [
+    ('base_url = "ftp://ann:s3cret@h/v1"', "field 'base_url': 'ftp://ann:***@h/v1' is not an http:// or https:// URL"),
+    ('endpoints = ["http://ann:s3cret@/v1"]', "field 'endpoints': 'http://ann:***@/v1' has no host"),
+    ('base_url = "http://ann:s3cret@h:99999/v1"', "field 'base_url': 'http://ann:***@h:99999/v1' is not a URL"),
+])
+def test_a_refused_base_url_is_shown_without_its_password(tmp_path, line, shown):
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\nbackend = "openai"\nmodel = "m"\n{line}\n', encoding="utf-8")
+    with pytest.raises(PoolConfigError) as err:
+        load_pool(pool)
+    assert "s3cret" not in str(err.value)
+    assert str(err.value).startswith(f"{pool}: models[0] (m): {shown}")
+
+
+def test_an_unreachable_endpoint_is_logged_and_recorded_without_its_password(caplog):
+    dead = f"127.0.0.1:{_free_port()}/v1"
+    pool = pool_from_specs([ModelSpec(name="m", backend="openai", model="stub", max_retries=0,
+                                      endpoints=(f"http://ann:s3cret@{dead}",))])
+    with caplog.at_level(logging.ERROR, logger="agora.openai"), pytest.raises(ModelCallError) as info:
+        pool.sample("m", MSG, SamplingParams())
+    assert f"endpoint http://ann:***@{dead} is unreachable" in caplog.text
+    assert f"http://ann:***@{dead}: " in info.value.records[0]["error"]
+    assert "s3cret" not in caplog.text and "s3cret" not in str(info.value) and "s3cret" not in str(info.value.records)
+
+
+def test_a_servers_error_names_its_endpoint_without_the_password(caplog):
+    with StubServer(lambda path, body: (200, {"error": {"message": "bad key", "code": 401}})) as srv:
+        url = srv.base_url.replace("http://", "http://ann:s3cret@")
+        pool = pool_from_specs([ModelSpec(name="m", backend="openai", model="stub", max_retries=0, base_url=url)])
+        samples, records = pool.sample("m", MSG, SamplingParams())
+    shown = srv.base_url.replace("http://", "http://ann:***@")
+    assert samples == [] and records[0]["error"] == \
+        f"InvalidReplyError: model m at {shown} sent an error with status 200: bad key (401)"
