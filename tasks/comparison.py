@@ -7,10 +7,12 @@ and the canonical key that groups equal answers for a vote.
 from __future__ import annotations
 
 import functools
+import math
+import re
 
 from math_verify import verify
 
-from agora.tasks.values import CLOCK, AnswerKind, as_float, ascii_digits, parse_value, read_values, verify_kwargs
+from agora.tasks.values import CLOCK, INTEGER, AnswerKind, as_float, ascii_digits, parse_value, read_values, verify_kwargs
 
 #: Relative tolerance for non-integer numeric gold answers (GSM-Hard targets such as 3.3333333).
 #: Integer gold answers compare exactly.
@@ -35,9 +37,28 @@ def answer_key(answer: str | None, kind: AnswerKind = "math") -> str | None:
     return ", ".join(values) if values else answer.strip() or None
 
 
+_DECIMAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _plain_number(value: str) -> int | float | None:
+    """A canonical value written as a plain number: an integer exactly (``int``), a decimal or
+    scientific one as a finite ``float``; ``None`` otherwise (LaTeX, a variable, a tuple)."""
+    if INTEGER.fullmatch(value):
+        return int(value)
+    if _DECIMAL.fullmatch(value):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    return None
+
+
 def _same_value(gold: str, predicted: str) -> bool:
     if CLOCK.fullmatch(gold) or CLOCK.fullmatch(predicted):
         return gold == predicted  # "12:30" is a time or ratio, not 12
+    g_number, p_number = _plain_number(gold), _plain_number(predicted)
+    if g_number is not None and p_number is not None:  # (Python compares an int with a float exactly)
+        if g_number == int(g_number):
+            return p_number == g_number  # integer golds compare exactly, past a float's 2**53 too
+        return abs(g_number - p_number) <= REL_TOL * max(1.0, abs(g_number))
     g_parsed, p_parsed = parse_value(gold), parse_value(predicted)
     if not g_parsed or not p_parsed:
         return False

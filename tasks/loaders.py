@@ -129,8 +129,11 @@ def _gsm_hard(rec: dict, path: Path, line: int) -> Problem:
     target = _require(rec, "target", path, line, (int, float, str))
     if isinstance(target, bool):
         raise TaskFormatError(path, line, "target", f"not a number: {target!r}")
+    text = _without_thousands_commas(ascii_digits(str(target)).strip(), path, line, "target")
+    if re.fullmatch(r"[-+]?\d+", text):  # an integer keeps its value (through float, 2**53 + 1 was 2**53)
+        return Problem(_id(rec, path, line), question.strip(), str(int(text)), "math", source="gsm-hard")
     try:
-        value = float(_without_thousands_commas(ascii_digits(str(target)).strip(), path, line, "target"))
+        value = float(text)
     except ValueError:
         raise TaskFormatError(path, line, "target", f"not a number: {target!r:.60}") from None
     if not math.isfinite(value):  # NaN, Infinity, or beyond float range (1e400)

@@ -107,11 +107,19 @@ _SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?[eE][-+]?\d+")
 CLOCK = re.compile(r"\d+(?::\d+)+")
 
 
+#: An integer as written (sign and digits), at most Python's 4300 digits for ``int(str)``: read
+#: exactly, not through ``float`` (which makes 2**53 + 1 into 2**53).
+INTEGER = re.compile(r"[-+]?\d{1,4300}")
+
+
 def canonical_value(value: str) -> str | None:
-    """One value's canonical string: ``"2125"``, ``"0.5"``, else math-verify's reading of it.
+    """One value's canonical string: ``"2125"`` (an integer exactly, however large), ``"0.5"``, else
+    math-verify's reading of it.
     Scientific notation (``1e1``, ``2.5E-3``) is read as a number (one past a float's range,
     ``1E+400``, stays as written, normalised: ``1e400``); a clock time or ratio
     (``12:30``) stays as written (it is not 12); one on the hour (``2:00``) is the hour."""
+    if INTEGER.fullmatch(value):
+        return str(int(value))
     if _SCIENTIFIC.fullmatch(value):
         number = float(value)
         if not math.isfinite(number):  # past a float's range (1e400): the number as written, normalised

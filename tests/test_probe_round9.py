@@ -208,3 +208,40 @@ def test_a_graph_inputs_blank_gold_or_id_is_none_and_a_hidden_character_or_non_f
     out = graph.invoke({"question": q, "gold": ""}, context=DelegationContext(
         ModelPool.from_chat_models(chats), DelegationConfig(n_agents=2, k_samples=1, tau=0.5)))
     assert {m["correct"] for m in out["methods"].values()} == {None}
+
+
+def test_a_gsm_hard_integer_target_beyond_float_precision_keeps_its_value(tmp_path):
+    """A gsm-hard ``target`` that is an integer beyond 2**53 went through ``float``:
+    ``12345678901234567890123`` became the gold ``12345678901234567741440``, and the right answer
+    was scored wrong (integers are compared exactly)."""
+    from agora.tasks.loaders import load_problems
+    from agora.tasks.scoring import score_answer
+
+    path = tmp_path / "hard.jsonl"
+    path.write_text('{"input": "q1", "target": 12345678901234567890123}\n'
+                    '{"input": "q2", "target": "98,765,432,109,876,543,210"}\n'
+                    '{"input": "q3", "target": -9007199254740993}\n'
+                    '{"input": "q4", "target": 2.5}\n{"input": "q5", "target": 1e20}\n{"input": "q6", "target": "7.0"}\n')
+    golds = [p.gold for p in load_problems(path, "gsm-hard")]
+    assert golds == ["12345678901234567890123", "98765432109876543210", "-9007199254740993", "2.5",
+                     "100000000000000000000", "7"]
+    assert score_answer("12345678901234567890123", golds[0], "math")
+
+
+def test_integers_beyond_a_floats_precision_compare_exactly():
+    """Answers were read through ``float``: ``9007199254740993`` was extracted as
+    ``9007199254740992.0`` and ``10000000000000001`` as ``1e+16``, so an answer one off a large
+    integer gold was scored right and two different answers were one vote (docs/scoring.md:
+    integer golds compare exactly)."""
+    from agora.tasks.answers import find_answer
+    from agora.tasks.comparison import answer_key
+    from agora.tasks.scoring import score_answer
+
+    assert find_answer("The answer is 9007199254740993.", "math").answer == "9007199254740993"
+    for answer, gold in [("9007199254740993", "9007199254740992"), ("10000000000000001", "10000000000000000"),
+                         ("12345678901234567890124", "12345678901234567890123"), ("-9007199254740993", "-9007199254740992")]:
+        assert score_answer(find_answer(f"The answer is {answer}.", "math").answer, gold, "math") is False, answer
+        assert score_answer(find_answer(f"The answer is {answer}.", "math").answer, answer, "math") is True, answer
+    assert answer_key("10000000000000001") != answer_key("10000000000000000")
+    assert answer_key("10,000,000,000,000,001") == "10000000000000001"
+    assert score_answer("1e20", "100000000000000000000", "math") and score_answer("42", "42.0", "math")
