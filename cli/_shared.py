@@ -42,7 +42,7 @@ from agora.models.pool import (
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.errors import InputError, is_input
 from agora.tasks.loaders import TaskFormatError
-from agora.traces.pg_sql import is_postgres_url
+from agora.traces.pg_sql import PASSWORD_NOTE, bare_url, is_postgres_url
 from agora.traces.store import describe_sqlite_error
 
 #: The control characters a terminal may act on: C0 but newline and tab, DEL, and C1 (``\x9b`` is CSI).
@@ -315,8 +315,8 @@ TERM_GRACE_S = 8.0
 def resume_command(run_id: str | None = None, *, note: bool = False) -> str:
     """The command line that resumes the current run: this process's own arguments, with
     ``--run-id`` added when the run id was generated (``agora`` as the program), and each Postgres
-    URL in them (``--db URL``, ``--dev-db=URL``) without its password (:func:`db_argument`).
-    ``note``: followed by :data:`PASSWORD_NOTE` when a password was left out."""
+    URL in them (``--db URL``, ``--dev-db=URL``) without its password (:func:`~agora.traces.pg_sql.db_argument`).
+    ``note``: followed by :data:`~agora.traces.pg_sql.PASSWORD_NOTE` when a password was left out."""
     run_id = run_id or _stop.run_id
     given = list(sys.argv[1:])
     args = [_arg_without_password(a) for a in given]
@@ -329,44 +329,7 @@ def resume_command(run_id: str | None = None, *, note: bool = False) -> str:
 def _arg_without_password(arg: str) -> str:
     """A command-line argument that is a Postgres URL (or ``--option=URL``) without its password."""
     option, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-    return f"{option}{eq}{_bare_url(value)}" if is_postgres_url(value) else arg
-
-
-#: What follows a printed command whose Postgres URL had a password (:func:`db_argument`).
-PASSWORD_NOTE = "(the password is left out: set PGPASSWORD, or a ~/.pgpass line, to give it)"
-
-
-def db_argument(db: Any) -> tuple[str, str]:
-    """``db`` (a ``--db`` value: a SQLite path or a Postgres URL) as a printed command's ``--db``
-    argument (shell-quoted), and a note to print after the command (``""`` when none is needed).
-
-    A Postgres URL with a password (``user:PASSWORD@``, ``?password=``) is given without it, as
-    ``psql`` users expect: libpq, which opens the URL, reads the password from ``PGPASSWORD`` or
-    ``~/.pgpass``, and the note says so. The command then connects once the password is set there,
-    and a command copied into a log or a chat does not carry it (``***`` in its place would not
-    connect). Any other value is given as it is."""
-    url = str(db)
-    if not is_postgres_url(url):
-        return shlex.quote(url), ""
-    bare = _bare_url(url)
-    if bare == url:
-        return shlex.quote(url), ""
-    return shlex.quote(bare), PASSWORD_NOTE
-
-
-def _bare_url(url: str) -> str:
-    """The Postgres URL ``url`` without its password (``user:PASSWORD@``, ``?password=``)."""
-    scheme, sep, rest = url.partition("://")
-    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    netloc, tail = rest[:cut], rest[cut:]
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        netloc = f"{userinfo.split(':', 1)[0]}@{host}"
-    path, qsep, query = tail.partition("?")
-    query, hsep, fragment = query.partition("#")
-    kept = [part for part in query.split("&") if not part.lower().startswith("password=")] if qsep else []
-    tail = path + ("?" + "&".join(kept) if any(kept) else "") + hsep + fragment
-    return f"{scheme}{sep}{netloc}{tail}"
+    return f"{option}{eq}{bare_url(value)}" if is_postgres_url(value) else arg
 
 
 def _end_now(code: int, message: str) -> None:

@@ -35,7 +35,6 @@ from agora.cli._shared import (
     err_console,
     FieldColumn,
     check_out_path,
-    db_argument,
     get_pool,
     graceful_stop,
     new_run_id,
@@ -61,6 +60,7 @@ from agora.runs.report import write_report
 from agora.runs.report_format import (any_too_few, claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens,
                                       single_model_rows)
 from agora.traces.bench_spec import read_bench_spec
+from agora.traces.pg_sql import db_argument
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT

@@ -23,7 +23,6 @@ from agora.cli._shared import (
     MAX_TEMPERATURE,
     Table,
     console,
-    db_argument,
     graceful_stop,
     new_run_id,
     question_progress,
@@ -40,6 +39,7 @@ from agora.graphs.conversation import (
 from agora.graphs.runner import run_problems
 from agora.tasks.loaders import FORMATS, detect_format, load_problems
 from agora.traces.diversity import read_exchanges
+from agora.traces.pg_sql import db_argument
 from agora.traces.plots import write_heatmaps
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT

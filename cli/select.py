@@ -40,13 +40,14 @@ from agora.agents.cupid_simulation import (
     persona_variants,
     simulate_regret,
 )
-from agora.cli._shared import Table, console, db_argument, err_console, get_pool, new_run_id, user_errors
+from agora.cli._shared import Table, console, err_console, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.graphs.postgres_checkpoint import CHECKPOINT_SCHEMA
 from agora.graphs.run_checkpoints import checkpoint_path
 from agora.graphs.selection import SPEC, known_features, parse_choice
 from agora.runs.selection import run_session, session_settings
 from agora.tasks.loaders import load_problems
+from agora.traces.pg_sql import db_argument
 from agora.traces.store import TraceStore, check_run_id, readonly_uri, store_backend
 from agora.traces.plots import plot_regret
 from agora.models.contract import MAX_TOKENS_LIMIT

@@ -107,7 +107,7 @@ def test_run_settings_refused_as_input_not_as_a_bug(monkeypatch, capsys, call, s
      "PGPASSWORD"),
 ])
 def test_a_printed_commands_db_leaves_out_only_the_password(db, shown, note):
-    from agora.cli._shared import db_argument
+    from agora.traces.pg_sql import db_argument
 
     argument, said = db_argument(db)
     assert argument == shown and (note in said if note else said == "")

@@ -56,3 +56,41 @@ def test_a_servers_error_names_its_endpoint_without_the_password(caplog):
     shown = srv.base_url.replace("http://", "http://ann:***@")
     assert samples == [] and records[0]["error"] == \
         f"InvalidReplyError: model m at {shown} sent an error with status 200: bad key (401)"
+
+
+# ----------------------------------------------------------------------------- 2. a suggested command that connects
+
+
+class _StoreWithoutRuns:
+    """A trace store whose database holds no ``runs`` table: all that the no-such-run check reads."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.db = type("Db", (), {"table_names": staticmethod(lambda: [])})()
+
+
+@pytest.mark.parametrize("read", ["run_summary", "load_run"])
+def test_no_such_run_suggests_a_command_without_the_password_that_connects(read):
+    """The message showed ``--db postgresql://ann:***@h/db`` once the CLI masked it: a command that
+    cannot connect (and, from Python, the URL with its password)."""
+    from agora.traces.run_list import run_summary
+    from agora.traces.run_trace import load_run
+
+    store = _StoreWithoutRuns("postgresql://ann:s3cret@h:5432/db?sslmode=require")
+    with pytest.raises(ValueError) as err:
+        {"run_summary": run_summary, "load_run": load_run}[read](store, "r1")
+    assert str(err.value) == (
+        "postgresql://ann:***@h:5432/db?sslmode=require: no run 'r1' "
+        "(`agora report runs --db 'postgresql://ann@h:5432/db?sslmode=require'` lists them "
+        "(the password is left out: set PGPASSWORD, or a ~/.pgpass line, to give it))")
+
+
+@pytest.mark.parametrize("read", ["run_summary", "load_run"])
+def test_no_such_run_suggests_a_sqlite_path_quoted_as_a_shell_reads_it(read):
+    from agora.traces.run_list import run_summary
+    from agora.traces.run_trace import load_run
+
+    store = _StoreWithoutRuns("my runs/t.db")
+    with pytest.raises(ValueError) as err:
+        {"run_summary": run_summary, "load_run": load_run}[read](store, "r1")
+    assert str(err.value) == "my runs/t.db: no run 'r1' (`agora report runs --db 'my runs/t.db'` lists them)"

@@ -1,12 +1,14 @@
 """SQLite-flavoured SQL and values as Postgres takes them, for
 :class:`agora.traces.pg_database.PostgresDatabase`: the statement's dialect (:func:`to_postgres`),
 the values written (:func:`_stored`, :func:`_storable`) and read back (:func:`_row`), and the URL
-helpers."""
+helpers: a driver's message without the password (:func:`without_password`), a ``--db`` value as a
+printed command gives it (:func:`db_argument`, for every command a message suggests)."""
 
 from __future__ import annotations
 
 import logging
 import re
+import shlex
 from decimal import Decimal
 from typing import Any, Sequence
 from urllib.parse import unquote, urlsplit
@@ -24,6 +26,43 @@ SCHEMES = ("postgresql", "postgres")
 def is_postgres_url(path: Any) -> bool:
     """Whether ``path`` (a ``--db`` value) names a Postgres database (``postgresql://`` or ``postgres://``)."""
     return isinstance(path, str) and path.split("://", 1)[0].lower() in SCHEMES and "://" in path
+
+
+#: What follows a printed command whose Postgres URL had a password (:func:`db_argument`).
+PASSWORD_NOTE = "(the password is left out: set PGPASSWORD, or a ~/.pgpass line, to give it)"
+
+
+def db_argument(db: Any) -> tuple[str, str]:
+    """``db`` (a ``--db`` value: a SQLite path or a Postgres URL) as a printed command's ``--db``
+    argument (shell-quoted), and a note to print after the command (``""`` when none is needed).
+
+    A Postgres URL with a password (``user:PASSWORD@``, ``?password=``) is given without it, as
+    ``psql`` users expect: libpq, which opens the URL, reads the password from ``PGPASSWORD`` or
+    ``~/.pgpass``, and the note says so. The command then connects once the password is set there,
+    and a command copied into a log or a chat does not carry it (``***`` in its place would not
+    connect). Any other value is given as it is."""
+    url = str(db)
+    if not is_postgres_url(url):
+        return shlex.quote(url), ""
+    bare = bare_url(url)
+    if bare == url:
+        return shlex.quote(url), ""
+    return shlex.quote(bare), PASSWORD_NOTE
+
+
+def bare_url(url: str) -> str:
+    """The Postgres URL ``url`` without its password (``user:PASSWORD@``, ``?password=``)."""
+    scheme, sep, rest = url.partition("://")
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}@{host}"
+    path, qsep, query = tail.partition("?")
+    query, hsep, fragment = query.partition("#")
+    kept = [part for part in query.split("&") if not part.lower().startswith("password=")] if qsep else []
+    tail = path + ("?" + "&".join(kept) if any(kept) else "") + hsep + fragment
+    return f"{scheme}{sep}{netloc}{tail}"
 
 
 def without_password(text: str, url: str) -> str:

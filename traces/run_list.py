@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
+from agora.traces.pg_sql import db_argument
 from agora.traces.report import method_table, run_totals
 from agora.traces.shared_candidates import shared_totals
 from agora.traces.store import TraceStore, TraceStoreError, check_db_path, store_backend
@@ -177,7 +179,9 @@ def run_summary(store: TraceStore, run_id: str) -> dict[str, object]:
     """
     run = store.get_run(run_id) if "runs" in store.db.table_names() else None
     if run is None:
-        raise InputError(f"{store.path}: no run {run_id!r} (`agora report runs --db {store.path}` lists them)")
+        db, note = db_argument(store.path)  # without a password: libpq reads it from PGPASSWORD or ~/.pgpass
+        raise InputError(f"{shown_url(str(store.path))}: no run {run_id!r} "
+                         f"(`agora report runs --db {db}` lists them{' ' + note if note else ''})")
     totals = run_totals(store, run_id)
     hows: dict[str, int] = {}
     if "how" in store.db["model_calls"].columns_dict:

@@ -10,7 +10,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
+from agora.traces.pg_sql import db_argument
 from agora.traces.shared_candidates import shared_takes
 from agora.traces.store import TraceStore, answer_fields, option_count
 
@@ -86,7 +88,9 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
     """
     run = store.get_run(run_id) if "runs" in store.db.table_names() else None
     if run is None:
-        raise InputError(f"{store.path}: no run {run_id!r} (`agora report runs --db {store.path}` lists them)")
+        db, note = db_argument(store.path)  # without a password: libpq reads it from PGPASSWORD or ~/.pgpass
+        raise InputError(f"{shown_url(str(store.path))}: no run {run_id!r} "
+                         f"(`agora report runs --db {db}` lists them{' ' + note if note else ''})")
     keep = None if question_ids is None else set(question_ids)
     questions: dict[str, QuestionTrace] = {}
     for q in store.questions(run_id):
