@@ -125,7 +125,7 @@ def canonical_value(value: str) -> str | None:
         if not math.isfinite(number):  # past a float's range (1e400): the number as written, normalised
             mantissa, exponent = re.split("[eE]", value.lstrip("+"))
             return f"{mantissa}e{'-' if exponent.startswith('-') else ''}{exponent.lstrip('+-').lstrip('0') or '0'}"
-        if number == int(number) and abs(number) < 1e15:
+        if number == int(number):  # an integral float as its integer: "1e16" is "10000000000000000"
             return str(int(number))
         return repr(round(number, 10))
     if CLOCK.fullmatch(value):  # a clock time on the hour (2:00) is the hour, as in the fallback
@@ -135,7 +135,7 @@ def canonical_value(value: str) -> str | None:
         return None
     number = as_float(parsed)
     if number is not None:
-        if number == int(number) and abs(number) < 1e15:
+        if number == int(number):  # an integral float as its integer: "1e16" is "10000000000000000"
             return str(int(number))
         return repr(round(number, 10))
     return str(parsed[-1]).strip() or None

@@ -244,4 +244,5 @@ def test_integers_beyond_a_floats_precision_compare_exactly():
         assert score_answer(find_answer(f"The answer is {answer}.", "math").answer, answer, "math") is True, answer
     assert answer_key("10000000000000001") != answer_key("10000000000000000")
     assert answer_key("10,000,000,000,000,001") == "10000000000000001"
+    assert answer_key("1e16") == answer_key("10000000000000000") == answer_key("10^{16}") == "10000000000000000"
     assert score_answer("1e20", "100000000000000000000", "math") and score_answer("42", "42.0", "math")
