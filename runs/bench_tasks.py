@@ -50,7 +50,8 @@ BENCH_FORMAT_HINT = ("agora bench has no --format: give the file the fields of o
 
 
 def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFile]:
-    """The task files of ``--tasks``: comma-separated paths, each optionally ``name=path``, in any
+    """The task files of ``--tasks``: comma-separated paths, each optionally ``name=path`` (spaces
+    around the name and the path are dropped), in any
     loader format (detected from the file); ``sample`` is the GSM8K sample shipped with Agora. The
     test questions are the first ``limit`` of each file (all without it); with ``dev``, the file's
     last ``dev`` questions form that task's dev split (and are never test questions). Taking them
@@ -68,8 +69,8 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
     taken: set[str] = set()
     for item in items:
         name, sep, rest = item.partition("=")
-        given = rest if sep else item
-        if not given.strip():
+        name, given = name.strip(), (rest if sep else item).strip()  # "name = path": neither keeps a space
+        if not given:
             raise InputError(f"--tasks {item!r}: no task file after '=' (give name=path)")
         if given == "sample":
             path, fmt = sample_path("gsm8k")
@@ -77,7 +78,7 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
         else:
             path = Path(given)
             fmt = detect_format(path, hint=BENCH_FORMAT_HINT)
-            name = name.strip() if sep else _task_name(path, taken)
+            name = name if sep else _task_name(path, taken)
         if not name or ":" in name or name in taken or name in ("all", "macro"):
             raise InputError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "
                              "name it with name=path")

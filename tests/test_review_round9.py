@@ -94,3 +94,22 @@ def test_no_such_run_suggests_a_sqlite_path_quoted_as_a_shell_reads_it(read):
     with pytest.raises(ValueError) as err:
         {"run_summary": run_summary, "load_run": load_run}[read](store, "r1")
     assert str(err.value) == "my runs/t.db: no run 'r1' (`agora report runs --db 'my runs/t.db'` lists them)"
+
+
+# ----------------------------------------------------------------------------- 3. --tasks "name= path"
+
+
+def test_tasks_name_and_path_are_both_stripped(tmp_path):
+    """``--tasks "mine= file.jsonl"`` kept the path's leading space: ' file.jsonl' was not found."""
+    from pathlib import Path
+
+    from agora.runs.bench_tasks import load_tasks
+
+    path = tmp_path / "arith.jsonl"
+    path.write_text('{"question": "What is 2 + 2?", "answer": "2 + 2 = 4\\n#### 4"}\n'
+                    '{"question": "What is 3 + 4?", "answer": "3 + 4 = 7\\n#### 7"}\n', encoding="utf-8")
+    mine, other, sample = load_tasks(f"mine = {path}, other=  {path} ,gsm = sample")
+    assert (mine.name, mine.path, mine.format) == ("mine", Path(path), "gsm8k")
+    assert (other.name, other.path) == ("other", Path(path))
+    assert [p.gold for p in mine.problems] == ["4", "7"]
+    assert sample.name == "gsm"
