@@ -246,3 +246,22 @@ def test_integers_beyond_a_floats_precision_compare_exactly():
     assert answer_key("10,000,000,000,000,001") == "10000000000000001"
     assert answer_key("1e16") == answer_key("10000000000000000") == answer_key("10^{16}") == "10000000000000000"
     assert score_answer("1e20", "100000000000000000000", "math") and score_answer("42", "42.0", "math")
+
+
+def test_a_recipe_with_no_roles_is_refused_as_one_that_never_applies(tmp_path):
+    """``recipe = { name = "pot", roles = [] }`` loaded, and the member answered every protocol call
+    the plain way: a program-of-thought member that never wrote a program (a misspelt role is refused
+    for that reason)."""
+    import pytest
+
+    from agora.models.pool import load_pool
+    from agora.models.errors import PoolConfigError
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text('[[models]]\nname = "a"\nbackend = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    'recipe = { name = "pot", roles = [] }\n')
+    with pytest.raises(PoolConfigError) as refused:
+        load_pool(pool)
+    assert str(refused.value) == (f"{pool}: models[0] (a): field 'recipe.roles': no roles: the recipe would apply "
+                                  "to no protocol call; name some (agent, candidate, ...) or leave roles out "
+                                  "for the answering roles, got []")

@@ -86,12 +86,15 @@ class Recipe(BaseModel):
     @field_validator("roles", mode="before")
     @classmethod
     def _known_roles(cls, value: Any) -> Any:
-        """Refuse a role no protocol gives (:data:`KNOWN_ROLES`), naming the known ones; a value
-        that is not a string is left to the type check."""
+        """Refuse a role no protocol gives (:data:`KNOWN_ROLES`), naming the known ones, and an empty
+        list (the recipe would never apply); a value that is not a string is left to the type check."""
         unknown = [r for r in value if isinstance(r, str) and r not in KNOWN_ROLES] \
             if isinstance(value, (list, tuple)) else []
         if unknown:
             raise InputError(f"unknown role {unknown[0]!r}; known roles: {', '.join(KNOWN_ROLES)}")
+        if isinstance(value, (list, tuple)) and not value:
+            raise InputError("no roles: the recipe would apply to no protocol call; name some (agent, candidate, "
+                             "...) or leave roles out for the answering roles")
         return value
 
     def applies(self, context: dict[str, Any] | None) -> bool:
