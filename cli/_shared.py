@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import logging
@@ -228,20 +229,23 @@ _SETTING_REFUSED = re.compile(r"(?P<owner>[A-Z]\w*)\.(?P<field>[a-z_]\w*)(?: mus
 OPTIONS_OF_FIELD = "agora.options_of_field"
 
 
-def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
+def option_of_field(ctx: Any, field: str, got: str | None, message: str = "") -> str | None:
     """The option of the running command (``ctx``: its click context) that sets the settings field
     ``field``, as the user would type it (``-n/--agents``); ``None`` when no parameter is known to.
 
     The map is read off the command's own parameters, not listed per command: the parameter named
     as the field (``rounds`` → ``DebateConfig.rounds``; every command made from a settings class),
     else the one named as the field's last words (``agents`` → ``n_agents``, ``samples`` →
-    ``k_samples``; one such parameter, the longest tail). It is named only when it was typed on the
-    command line, or when its value is the one refused (``got``: the ``repr`` after the message's
-    last ``, got``; a comma-separated option matches the tuple it gives): a field whose value came
-    from elsewhere (a ``--config`` file, another option's default) is not pinned on an option. A
-    field the command maps to its parameters (:data:`OPTIONS_OF_FIELD`) is named by the first of
-    them that was typed, else the first, never by a guess from its name (``n_anchor`` is set by
-    ``-N/--samples``, not ``--anchor``)."""
+    ``k_samples``; one such parameter, the longest tail). It is named only when the refused value is
+    surely its value: ``got`` (the ``repr`` after the message's last ``, got``) is its value (a
+    comma-separated option matches the tuple it gives), or, for an option typed on the command
+    line, one part of it (``a=2`` gave ``2.0``; :func:`_gave_part`); with no ``got``, an option
+    typed whose part the message quotes (``'zz'`` of ``--proposers m1,zz``; ``message``). A field
+    whose value came from elsewhere (a ``--config`` file, another option: ``--judge-max-tokens``
+    gave ``JudgeConfig.max_tokens``, not ``--max-tokens`` typed beside it) is not pinned on an
+    option: the message names the settings field alone. A field the command maps to its parameters
+    (:data:`OPTIONS_OF_FIELD`) is named by the first of them that was typed, else the first, never
+    by a guess from its name (``n_anchor`` is set by ``-N/--samples``, not ``--anchor``)."""
     params = {p.name: p for p in getattr(getattr(ctx, "command", None), "params", ()) if p.name and p.opts}
     mapped = [params[p] for p in (getattr(ctx, "meta", {}).get(OPTIONS_OF_FIELD) or {}).get(field, ()) if p in params]
     typed_ones = [p for p in mapped if getattr(ctx.get_parameter_source(p.name), "name", None) == "COMMANDLINE"]
@@ -258,10 +262,45 @@ def option_of_field(ctx: Any, field: str, got: str | None) -> str | None:
         shown |= {repr(tuple(v.strip() for v in value.split(","))),
                   repr(tuple(v.strip() for v in value.split(",") if v.strip()))}
     typed = getattr(ctx.get_parameter_source(param.name), "name", None) == "COMMANDLINE"
-    if not (typed or (value is not None and got in shown)):
+    if value is None:
+        return None
+    if got is not None:
+        sure = got in shown or (typed and _gave_part(value, got))
+    else:
+        sure = typed and any(repr(part) in message for part in _parts(value))
+    if not sure:
         return None
     opts = sorted({*param.opts, *param.secondary_opts}, key=lambda o: (o.startswith("--"), o))
     return "/".join(opts)
+
+
+def _parts(value: Any) -> list[str]:
+    """The parts of an option's value as a message may quote them: the entries of a list or of a
+    comma-separated string, and each ``name=value`` entry's two sides (``"a=2,b"`` → ``a=2``,
+    ``a``, ``2``, ``b``)."""
+    entries = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(",")
+    parts = [e.strip() for e in entries]
+    parts += [side.strip() for e in parts if "=" in e for side in e.split("=", 1)]
+    return [p for p in parts if p]
+
+
+def _gave_part(value: Any, got: str) -> bool:
+    """Whether ``got`` (a refused value's ``repr``, ``2.0``, ``'zz'``) is one part of ``value`` (an
+    option's value, :func:`_parts`), as written or as the number it reads as (``2`` gave ``2.0``)."""
+    try:
+        refused = ast.literal_eval(got)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    for part in _parts(value):
+        if part == refused:
+            return True
+        if isinstance(refused, (int, float)) and not isinstance(refused, bool):
+            try:
+                if float(part) == refused:
+                    return True
+            except ValueError:
+                continue
+    return False
 
 
 def with_option(message: str) -> str:
@@ -279,7 +318,7 @@ def with_option(message: str) -> str:
     if ctx is None:
         return message
     _, said, got = message.rpartition(", got ")
-    option = option_of_field(ctx, found["field"], got if said else None)
+    option = option_of_field(ctx, found["field"], got if said else None, message)
     return message if option is None else f"{option}: {message}"
 
 

@@ -113,3 +113,46 @@ def test_tasks_name_and_path_are_both_stripped(tmp_path):
     assert (other.name, other.path) == ("other", Path(path))
     assert [p.gold for p in mine.problems] == ["4", "7"]
     assert sample.name == "gsm"
+
+
+# ----------------------------------------------------------------------------- 4. the option a refusal names
+
+
+def _said(args: list[str], message: str) -> str:
+    """What :func:`agora.cli._shared.with_option` makes of ``message`` inside a command run with
+    ``args`` (options ``--max-tokens``, ``--judge-max-tokens``, ``--proposers``, ``--dev-accuracy``)."""
+    import typer
+    from typer.testing import CliRunner
+
+    from agora.cli._shared import with_option
+
+    app = typer.Typer()
+
+    @app.command()
+    def run(max_tokens: int = typer.Option(64, "--max-tokens"), judge_max_tokens: int = typer.Option(64, "--judge-max-tokens"),
+            proposers: str = typer.Option("m1", "--proposers"), dev_accuracy: str = typer.Option("", "--dev-accuracy")) -> None:
+        print(with_option(message))
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.output.strip()
+
+
+@pytest.mark.parametrize("args, message, option", [
+    # the refused value is another option's (--judge-max-tokens gave JudgeConfig.max_tokens): the field only
+    (["--max-tokens", "64", "--judge-max-tokens", "2000"], "JudgeConfig.max_tokens must be at most 1000, got 2000", None),
+    # no value in the message to tell where it came from: the field only
+    (["--max-tokens", "64"], "JudgeConfig.max_tokens: more than the judge's context", None),
+    # the option typed gave the refused value: named
+    (["--max-tokens", "2000"], "JudgeConfig.max_tokens must be at most 1000, got 2000", "--max-tokens"),
+    # one entry of the option typed, quoted by the message
+    (["--proposers", "m1,zz"], "MoAConfig.proposers: 'zz' is not in the pool (m1, m2)", "--proposers"),
+    (["--proposers", "m1"], "MoAConfig.proposers: 'zz' is not in the pool (m1, m2)", None),
+    # a part of the option typed, as the settings read it (a=2 gives 2.0)
+    (["--dev-accuracy", "a=2"], "DelegationConfig.dev_accuracy: a's accuracy must be a finite number in [0, 1], "
+                                "got 2.0", "--dev-accuracy"),
+    (["--dev-accuracy", "a=0.5"], "DelegationConfig.dev_accuracy: a's accuracy must be a finite number in [0, 1], "
+                                  "got 2.0", None),
+])
+def test_a_typed_option_is_named_only_when_it_gave_the_refused_value(args, message, option):
+    assert _said(args, message) == (f"{option}: {message}" if option else message)
