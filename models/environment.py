@@ -147,7 +147,10 @@ def _check(var: EnvVar, value: str) -> None:
     elif var.kind in ("folder", "new_folder"):
         if not value.strip():
             fail("empty, not a folder")
-        path = Path(value).expanduser()
+        try:
+            path = Path(value).expanduser()
+        except RuntimeError:  # "~name/..." for a user this system does not have
+            fail(f"{value.split('/', 1)[0]!r} is no user's home folder (no such user)")
         if path.exists():
             if not path.is_dir():
                 fail("a file, not a folder")

@@ -265,3 +265,17 @@ def test_a_recipe_with_no_roles_is_refused_as_one_that_never_applies(tmp_path):
     assert str(refused.value) == (f"{pool}: models[0] (a): field 'recipe.roles': no roles: the recipe would apply "
                                   "to no protocol call; name some (agent, candidate, ...) or leave roles out "
                                   "for the answering roles, got []")
+
+
+def test_a_folder_variable_naming_an_unknown_users_home_is_one_line():
+    """``AGORA_CACHE_DIR='~nosuchuser/x'``: ``Path.expanduser`` raised ``RuntimeError: Could not
+    determine home directory.`` from the variable check, a traceback from every command."""
+    import pytest
+
+    from agora.models.environment import EnvironmentVariableError, check_environment
+
+    for var in ("AGORA_CACHE_DIR", "AGORA_POOL_DIR"):
+        with pytest.raises(EnvironmentVariableError) as refused:
+            check_environment({var: "~nosuchuser-agora/x"})
+        assert str(refused.value).startswith(f"{var}='~nosuchuser-agora/x': '~nosuchuser-agora' is no user's home "
+                                             "folder (no such user)"), str(refused.value)
