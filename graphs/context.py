@@ -128,7 +128,11 @@ def resolve_pool(value: Any, *, builtin: Callable[[str], ModelPool] = builtin_po
             key: tuple[Any, ...] = ("builtin", name, builtin)
             make = functools.partial(builtin, name)
         else:
-            path = Path(text).expanduser()
+            try:
+                path = Path(text).expanduser()
+            except RuntimeError:  # Path.expanduser: "Could not determine home directory."
+                raise PoolConfigError(f"{text}: {text.split('/', 1)[0]!r} is no user's home folder (no such user); "
+                                      "give the pool file's path") from None
             base = None if path.is_absolute() else pool_base_dir()
             if base is not None:  # against the launch folder: `agora studio` serves from a private one
                 path = Path(base) / path

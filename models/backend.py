@@ -186,9 +186,15 @@ def spec_problem(spec: Any) -> str | None:
     return None
 
 
-def pool_path(value: str, info: ValidationInfo | None) -> Path:
-    """``value`` as a path, relative to the pool file's folder (``context["base_dir"]``) when relative."""
-    p = Path(value).expanduser()
+def pool_path(value: str, info: ValidationInfo | None, field: str = "path") -> Path:
+    """``value`` as a path, relative to the pool file's folder (``context["base_dir"]``) when relative.
+
+    Raises:
+        FieldProblem: (naming ``field``) ``~name/...`` for a user this system does not have."""
+    try:
+        p = Path(value).expanduser()
+    except RuntimeError:  # Path.expanduser: "Could not determine home directory."
+        raise FieldProblem(field, f"{value.split('/', 1)[0]!r} is no user's home folder (no such user)") from None
     base_dir = (info.context or {}).get("base_dir") if info is not None else None
     return Path(base_dir) / p if not p.is_absolute() and base_dir is not None else p
 

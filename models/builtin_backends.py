@@ -73,7 +73,7 @@ class LlamaCppConfig(BackendConfig):
         if "adapter" in self.model_fields_set:
             if not self.adapter:
                 raise FieldProblem("adapter", "must be a peft adapter folder or a GGUF LoRA file")
-            p = pool_path(self.adapter, info)
+            p = pool_path(self.adapter, info, "adapter")
             if p.is_file():
                 if not _is_gguf_file(p):
                     raise FieldProblem("adapter", f"{p} is not a GGUF file (a llamacpp adapter is a GGUF LoRA or a peft folder)")
@@ -93,7 +93,7 @@ class TransformersConfig(BackendConfig):
             value = getattr(self, key)
             if not value:
                 raise FieldProblem(key, "must be a folder path")
-            p = pool_path(value, info)
+            p = pool_path(value, info, key)
             if not (p / marker).is_file():
                 raise FieldProblem(key, f"no {marker} in {p}")
             return str(p)

@@ -279,3 +279,23 @@ def test_a_folder_variable_naming_an_unknown_users_home_is_one_line():
             check_environment({var: "~nosuchuser-agora/x"})
         assert str(refused.value).startswith(f"{var}='~nosuchuser-agora/x': '~nosuchuser-agora' is no user's home "
                                              "folder (no such user)"), str(refused.value)
+
+
+def test_a_pool_path_naming_an_unknown_users_home_is_one_line(tmp_path):
+    """``path = "~nosuchuser/m.gguf"`` in a pool file, and a graph context's pool
+    ``"~nosuchuser/pool.toml"``, raised ``RuntimeError: Could not determine home directory.``."""
+    import pytest
+
+    from agora.graphs.delegation import build_delegation_graph
+    from agora.models.errors import PoolConfigError
+    from agora.models.pool import load_pool
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text('[[models]]\nname = "a"\npath = "~nosuchuser-agora/m.gguf"\n')
+    with pytest.raises(PoolConfigError) as refused:
+        load_pool(pool)
+    assert "field 'path'" in str(refused.value) and "'~nosuchuser-agora' is no user's home folder" in str(refused.value)
+    with pytest.raises(PoolConfigError) as refused:
+        build_delegation_graph().compile().invoke({"question": "q"}, context={"pool": "~nosuchuser-agora/pool.toml"})
+    assert str(refused.value) == ("~nosuchuser-agora/pool.toml: '~nosuchuser-agora' is no user's home folder "
+                                  "(no such user); give the pool file's path")
