@@ -45,6 +45,7 @@ and uses ``/v1/completions``, for base models without a chat template (as the ll
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Literal
 
@@ -74,6 +75,18 @@ def split_tokens(total: int, parts: int) -> list[int]:
         return []
     base, rest = divmod(max(0, total), parts)
     return [base + (1 if i < rest else 0) for i in range(parts)]
+
+
+def _token_count(value: Any) -> int | None:
+    """A reply's usage field as a token count: a whole number >= 0 (``None`` or missing: 0), else
+    ``None`` (a string, a negative or fractional number: the server's count is not usable)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value == int(value)):
+        return None
+    return int(value) if value >= 0 else None
 
 
 class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
@@ -271,9 +284,14 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
             log.warning("model %s at %s returned no choices", name, shown_url(endpoint))
             return []
         usage = response.usage
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        prompt_tokens, completion_tokens = (_token_count(getattr(usage, f, 0)) for f in ("prompt_tokens", "completion_tokens"))
+        if usage is not None and (prompt_tokens is None or completion_tokens is None):
+            log.warning("model %s at %s reported token usage that is not a count (%.120r): stored as unknown",
+                        name, shown_url(endpoint), usage)
+            usage = None  # the choices are good; only the counts are unknown
+        prompt_tokens = prompt_tokens if usage is not None else 0
         parsed = [self._choice(c) for c in choices]
-        shares = split_tokens(int(getattr(usage, "completion_tokens", 0) or 0), len(choices))
+        shares = split_tokens(completion_tokens if usage is not None else 0, len(choices))
         generations = []
         for (text, lp, top, count), share, choice in zip(parsed, shares, choices):
             # a count of its own (one logprob per token), else its share of the request's usage

@@ -299,3 +299,36 @@ def test_a_pool_path_naming_an_unknown_users_home_is_one_line(tmp_path):
         build_delegation_graph().compile().invoke({"question": "q"}, context={"pool": "~nosuchuser-agora/pool.toml"})
     assert str(refused.value) == ("~nosuchuser-agora/pool.toml: '~nosuchuser-agora' is no user's home folder "
                                   "(no such user); give the pool file's path")
+
+
+def test_a_reply_whose_usage_block_is_unreadable_keeps_its_samples_with_usage_unknown():
+    """A 200 reply with good choices and ``"completion_tokens": "x"`` failed as a permanent error
+    (``ValueError: invalid literal for int()``): its samples were lost and the question failed; a
+    negative ``prompt_tokens`` was stored as -5, lowering the run's token sums. Unusable counts are
+    unknown (NULL), as when a server sends no usage."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from openai_stub import StubServer, chat_reply
+
+    from agora.models.contract import SamplingParams
+    from agora.models.pool import ModelSpec, pool_from_specs
+
+    for usage in ({"prompt_tokens": 11, "completion_tokens": "x", "total_tokens": None},
+                  {"prompt_tokens": -5, "completion_tokens": 10, "total_tokens": 5},
+                  {"prompt_tokens": 11.5, "completion_tokens": 10, "total_tokens": 21.5}):
+        def handler(path, body, usage=usage):
+            return 200, {**chat_reply(body), "usage": usage}
+
+        with StubServer(handler) as server:
+            pool = pool_from_specs([ModelSpec(name="a", backend="openai", model="stub", base_url=server.base_url,
+                                              max_retries=0)])
+            samples, records = pool.sample("a", [{"role": "user", "content": "2+2?"}], SamplingParams(n=2, seed=1))
+        assert [s.text for s in samples] == ["The answer is 4."] * 2, usage
+        assert [(r["error"], r["prompt_tokens"], r["completion_tokens"]) for r in records] == [(None, None, None)] * 2, usage
+    with StubServer(lambda path, body: (200, {**chat_reply(body), "usage": {"prompt_tokens": 11.0, "completion_tokens": 10,
+                                                                             "total_tokens": 21}})) as server:
+        pool = pool_from_specs([ModelSpec(name="a", backend="openai", model="stub", base_url=server.base_url, max_retries=0)])
+        samples, records = pool.sample("a", [{"role": "user", "content": "2+2?"}], SamplingParams(n=2, seed=1))
+    assert [(r["prompt_tokens"], r["completion_tokens"]) for r in records] == [(11, 5), (11, 5)]
