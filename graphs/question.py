@@ -164,9 +164,8 @@ def checked_input(inp: Any) -> Any:
     """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate or a NUL
     in ``question`` (the JSONL loader's check: no UTF-8 text holds the one, a Postgres trace store
     cannot store the other), a ``kind`` other than math, mc, open, an ``n_choices`` that is not an
-    integer in 0..10, a ``question_id`` or
-    ``gold`` that is neither text nor a finite number, and a ``question_id`` holding a control or
-    invisible format character (a newline, U+202E) are refused; a number (``7``, ``0.5``) becomes its
+    integer in 0..10, and a ``question_id`` or
+    ``gold`` that is neither text nor a finite number are refused; a number (``7``, ``0.5``) becomes its
     text, and a blank ``question_id`` or ``gold`` (``''``, ``'  '``: a cleared form field) is left
     out, as not given (a blank gold would score every method wrong). Returns the mapping (a copy when a field was coerced); anything else (a resume's
     ``None`` or ``Command``) unchanged.
@@ -194,8 +193,6 @@ def checked_input(inp: Any) -> Any:
                 raise InputError(f"graph input field {field!r}: {unstorable(bad.group(0))}")
             if isinstance(value, str) and not value.strip():
                 fixed[field] = _DROPPED  # a cleared form field: none given
-            elif field == "question_id" and isinstance(value, str):
-                _check_id_characters(value)
             continue
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"graph input field {field!r} must be a finite number or text, not {value!r}")
@@ -212,10 +209,13 @@ def checked_input(inp: Any) -> Any:
 _DROPPED = object()
 
 
-def _check_id_characters(qid: str) -> None:
-    """Refuse a ``question_id`` holding a control or invisible format character (a newline, U+202E,
-    a zero-width space), as the task files' ids are refused: ids are printed in reports and typed
-    back (``agora report question ID``)."""
+def check_question_id(qid: str) -> None:
+    """Refuse a caller's ``question_id`` holding a control or invisible format character (a newline,
+    U+202E, a zero-width space), as the task files' ids are refused: ids are printed in reports and
+    typed back (``agora report question ID``). The trace recorder applies it to the ids it records.
+
+    Raises:
+        InputError: one line naming the field, the id and the character."""
     for at, ch in enumerate(qid):
         if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
             raise InputError(f"graph input field 'question_id': {qid!r:.60} holds the control or invisible character "

@@ -64,7 +64,7 @@ from langgraph.errors import GraphBubbleUp
 
 from agora.tasks.errors import InputError
 from agora.graphs import registry
-from agora.graphs.question import as_problem
+from agora.graphs.question import as_problem, check_question_id
 from agora.graphs.runner import default_detail, question_failed, scored_values
 from agora.models.pool import unreturned_attempts
 from agora.traces.errors import RunLockedError
@@ -396,10 +396,13 @@ class TraceRecorder(BaseCallbackHandler):
 
         Raises:
             QuestionRecordedError: the caller's ``question_id`` is answered in the run already
-                (``failing``: ``None`` instead, the invocation's own error is the one raised)."""
+                (``failing``: ``None`` instead, the invocation's own error is the one raised).
+            InputError: the caller's ``question_id`` holds a control or invisible character
+                (:func:`agora.graphs.question.check_question_id`)."""
         run_id = f"{self.run_id}-{protocol}"
         given = inputs.get("question_id")
         if given:
+            check_question_id(str(given))  # (before the first node: no model asked)
             if given in self.store.question_ids(run_id, given, answered=True):
                 if failing:
                     return None

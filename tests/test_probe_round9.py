@@ -175,7 +175,7 @@ def test_two_recorders_of_one_run_id_at_once_are_refused_not_merged(tmp_path):
                             "using (run_id, question_id) group by 1") == [("q-f465154e", 4, 4)]
 
 
-def test_a_graph_inputs_blank_gold_or_id_is_none_and_a_hidden_character_or_non_finite_gold_is_refused():
+def test_a_graph_inputs_blank_gold_or_id_is_none_and_a_hidden_character_or_non_finite_gold_is_refused(tmp_path):
     """A graph input's ``gold`` of ``''`` or ``'  '`` (a Studio form's cleared field) scored every
     method wrong (``correct`` 0 where there was no gold to score against), a ``nan`` gold likewise;
     a ``question_id`` of ``' '`` was recorded as the id ``' '``, and one holding a newline or
@@ -186,7 +186,8 @@ def test_a_graph_inputs_blank_gold_or_id_is_none_and_a_hidden_character_or_non_f
 
     from agora.agents.delegation import DelegationConfig
     from agora.graphs.delegation import DelegationContext, build_delegation_graph
-    from agora.graphs.question import checked_input
+    from agora.graphs.question import check_question_id, checked_input
+    from agora.graphs.recording import TraceRecorder
     from agora.models.pool import ModelPool
     from agora.models.testing import ScriptedChatModel
 
@@ -197,7 +198,7 @@ def test_a_graph_inputs_blank_gold_or_id_is_none_and_a_hidden_character_or_non_f
         "question": q, "gold": " 4 ", "question_id": "q 1"}
     for qid, what in (("q\n1", "'\\n'"), ("\u202eq", "'\\u202e'"), ("a\u200bb", "'\\u200b'")):
         with pytest.raises(ValueError) as refused:
-            checked_input({"question": q, "question_id": qid})
+            check_question_id(qid)
         assert str(refused.value).startswith(f"graph input field 'question_id': {qid!r} holds the control or "
                                              f"invisible character {what}"), str(refused.value)
     for gold in (math.nan, math.inf, -math.inf):
@@ -208,6 +209,11 @@ def test_a_graph_inputs_blank_gold_or_id_is_none_and_a_hidden_character_or_non_f
     out = graph.invoke({"question": q, "gold": ""}, context=DelegationContext(
         ModelPool.from_chat_models(chats), DelegationConfig(n_agents=2, k_samples=1, tau=0.5)))
     assert {m["correct"] for m in out["methods"].values()} == {None}
+    with TraceRecorder(tmp_path / "app.db", run_id="app") as recorder:  # recorded ids are checked before any call
+        with pytest.raises(ValueError, match="holds the control or invisible character"):
+            graph.invoke({"question": q, "question_id": "q\n1"}, {"callbacks": [recorder]}, context=DelegationContext(
+                ModelPool.from_chat_models(chats), DelegationConfig(n_agents=2, k_samples=1, tau=0.5)))
+    assert recorder.recorded == {} and recorder.failed == {}
 
 
 def test_a_gsm_hard_integer_target_beyond_float_precision_keeps_its_value(tmp_path):
@@ -332,3 +338,42 @@ def test_a_reply_whose_usage_block_is_unreadable_keeps_its_samples_with_usage_un
         pool = pool_from_specs([ModelSpec(name="a", backend="openai", model="stub", base_url=server.base_url, max_retries=0)])
         samples, records = pool.sample("a", [{"role": "user", "content": "2+2?"}], SamplingParams(n=2, seed=1))
     assert [(r["prompt_tokens"], r["completion_tokens"]) for r in records] == [(11, 5), (11, 5)]
+
+
+def test_a_bundle_row_whose_key_belongs_to_another_run_is_refused_force_or_not(tmp_path):
+    """``model_calls`` is keyed by ``call_id`` alone: a bundle of run ``r1`` holding a call whose id is
+    a call of run ``victim`` in the database was refused, its message saying ``--force replaces such
+    rows``, and with ``--force`` the victim's call moved into ``r1`` (the victim's question counted
+    1 call and held none)."""
+    import sqlite3
+
+    import pytest
+
+    from agora.traces.bundle import BundleError
+    from agora.traces.bundle_export import export_bundle
+    from agora.traces.bundle_import import import_bundle
+    from agora.traces.store import TraceStore
+
+    def make(db, run, qid, text):
+        store = TraceStore(db)
+        store.start_run(run, "align", config={"x": 1}, pool=[{"name": "a"}], dataset={})
+        call = {"call_id": "c1", "run_id": run, "question_id": qid, "model": "a", "role": "agent", "prompt": "p",
+                "completion": text, "created_at": "2026-01-01T00:00:00.000Z", "params": {}}
+        store.record_question(run, "align", {"question_id": qid, "idx": 0, "question": "Q", "gold": "4", "answer": "4",
+                                             "correct": 1}, {"align": {"answer": "4", "correct": True, "samples": 1}}, [call])
+        store.finish_run(run, summary={})
+        return store
+
+    make(tmp_path / "victim.db", "victim", "q1", "the victim's call")
+    export_bundle(make(tmp_path / "src.db", "r1", "q9", "another call"), tmp_path / "b.agora.jsonl.gz", run_ids=["r1"])
+    for force in (False, True):
+        with pytest.raises(BundleError) as refused:
+            import_bundle(tmp_path / "b.agora.jsonl.gz", TraceStore(tmp_path / "victim.db"), force=force)
+        assert str(refused.value) == (
+            f"{tmp_path / 'b.agora.jsonl.gz'}:5: model_calls: the row call_id='c1' belongs to run 'victim' in "
+            f"{tmp_path / 'victim.db'}, not to the bundle's run 'r1'; nothing was imported, --force or not "
+            "(import into another database)")
+    conn = sqlite3.connect(tmp_path / "victim.db")
+    assert conn.execute("select call_id, run_id, completion from model_calls").fetchall() == [
+        ("c1", "victim", "the victim's call")]
+    assert conn.execute("select run_id from runs").fetchall() == [("victim",)]
