@@ -30,7 +30,9 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
     already exists in ``store`` (a later state of that run), unless ``force``: the bundle's rows then
     replace the stored ones in place (their row order kept) and the new rows are added. Always
     refused, ``force`` or not: a run id that exists in ``store`` as another run (other protocol,
-    start time or settings), a run id :func:`agora.traces.store.check_run_id` refuses, and orphans:
+    start time or settings), a row whose key is a row of another run in ``store`` (``model_calls`` is
+    keyed by ``call_id`` alone: ``--force`` would move that run's call into the bundle's), a run id
+    :func:`agora.traces.store.check_run_id` refuses, and orphans:
     a ``results`` row of a question the bundle's ``questions`` do not hold for that run, or a
     question's ``model_calls`` rows in a run that has questions when that question is not among
     them and none of its calls failed (a failed question, recorded without a ``questions`` row,
@@ -101,6 +103,11 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
             if not cur.rowcount and pk:
                 where = " and ".join(f"[{k}] = ?" for k in pk)
                 stored = db.conn.execute(f"select {names} from [{t}] where {where}", [row[k] for k in pk]).fetchone()
+                owner = dict(zip(cols, stored)).get("run_id") if stored is not None else None
+                if "run_id" in cols and "run_id" not in pk and owner != rid:  # (model_calls: keyed by call_id alone)
+                    raise BundleError(f"{path}:{i}: {t}: the row {key_text(pk, row)} belongs to run {owner!r} in "
+                                      f"{store.path}, not to the bundle's run {rid!r}; nothing was imported, --force "
+                                      "or not (import into another database)")
                 differ = _differing(cols, stored, line["v"]) if stored is not None else []
                 if differ and not force:
                     raise BundleError(f"{path}:{i}: {t}: the row {key_text(pk, row)} already exists in {store.path} "
