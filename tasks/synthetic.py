@@ -46,10 +46,20 @@ def _two_step(rng: random.Random) -> tuple[str, int]:
             f"How many {item} are left?"), a * b - c
 
 
+#: The most problems :func:`synthetic_problems` makes (a list in memory, about 400 MB at this bound);
+#: ``--limit 99999999999999999999999`` generated until the process was killed.
+MAX_SYNTHETIC = 1_000_000
+
+
 def synthetic_problems(n: int = 10, seed: int = 0) -> list[Problem]:
-    """``n`` arithmetic word problems (about half one-step, half two-step), ids ``synthetic-<seed>-<i>``."""
+    """``n`` arithmetic word problems (about half one-step, half two-step), ids ``synthetic-<seed>-<i>``.
+
+    Raises:
+        InputError: ``n`` below 0 or above :data:`MAX_SYNTHETIC` (named as ``--limit``)."""
     if n < 0:
         raise InputError(f"n must be >= 0, got {n}")
+    if n > MAX_SYNTHETIC:
+        raise InputError(f"--limit {n}: at most {MAX_SYNTHETIC:,} synthetic problems are generated; give a smaller --limit")
     rng = random.Random(seed)
     problems = []
     for i in range(n):

@@ -377,3 +377,23 @@ def test_a_bundle_row_whose_key_belongs_to_another_run_is_refused_force_or_not(t
     assert conn.execute("select call_id, run_id, completion from model_calls").fetchall() == [
         ("c1", "victim", "the victim's call")]
     assert conn.execute("select run_id from runs").fetchall() == [("victim",)]
+
+
+def test_a_synthetic_limit_beyond_the_bound_is_refused_at_once():
+    """``agora run align --format synthetic --limit 99999999999999999999999`` generated problems
+    until killed (no output after 120 s, memory growing): the count is bounded."""
+    import time
+
+    import pytest
+
+    from agora.tasks.loaders import load_problems
+    from agora.tasks.synthetic import MAX_SYNTHETIC
+
+    started = time.perf_counter()
+    for n in (10**23, MAX_SYNTHETIC + 1):
+        with pytest.raises(ValueError) as refused:
+            load_problems(None, "synthetic", n)
+        assert str(refused.value) == (f"--limit {n}: at most {MAX_SYNTHETIC:,} synthetic problems are generated; "
+                                      "give a smaller --limit")
+    assert time.perf_counter() - started < 1.0
+    assert len(load_problems(None, "synthetic", 3)) == 3 and MAX_SYNTHETIC == 1_000_000
