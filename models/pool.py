@@ -230,6 +230,9 @@ def load_pool(path: str | Path) -> ModelPool:
     if path.is_dir():
         raise PoolConfigError(f"{path}: a folder, not a pool file; give the path of a TOML pool file")
     if not path.is_file():
+        if path.exists():  # (read, a FIFO would block until a writer came)
+            raise PoolConfigError(f"{path}: not a regular file (a FIFO, device or socket); give the path of a "
+                                  "TOML pool file")
         raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)})")
     data, text = _read_pool_file(path)
     entries = data.get("models")

@@ -397,3 +397,21 @@ def test_a_synthetic_limit_beyond_the_bound_is_refused_at_once():
                                       "give a smaller --limit")
     assert time.perf_counter() - started < 1.0
     assert len(load_problems(None, "synthetic", 3)) == 3 and MAX_SYNTHETIC == 1_000_000
+
+
+def test_a_pool_path_that_is_a_fifo_or_device_says_so_not_not_found(tmp_path):
+    """``--pool fifo`` (or ``/dev/null``) said ``pool file not found``, though the path exists."""
+    import os
+
+    import pytest
+
+    from agora.models.errors import PoolConfigError
+    from agora.models.pool import load_pool
+
+    fifo = tmp_path / "pool.fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/null"):
+        with pytest.raises(PoolConfigError) as refused:
+            load_pool(path)
+        assert str(refused.value) == (f"{path}: not a regular file (a FIFO, device or socket); give the path of "
+                                      "a TOML pool file")
