@@ -129,13 +129,14 @@ def _gsm_hard(rec: dict, path: Path, line: int) -> Problem:
     target = _require(rec, "target", path, line, (int, float, str))
     if isinstance(target, bool):
         raise TaskFormatError(path, line, "target", f"not a number: {target!r}")
-    text = _without_thousands_commas(ascii_digits(str(target)).strip(), path, line, "target")
-    if re.fullmatch(r"[-+]?\d+", text):  # an integer keeps its value (through float, 2**53 + 1 was 2**53)
-        return Problem(_id(rec, path, line), question.strip(), str(int(text)), "math", source="gsm-hard")
     try:
+        text = _without_thousands_commas(ascii_digits(str(target)).strip(), path, line, "target")
+        whole = int(text) if re.fullmatch(r"[-+]?\d+", text) else None  # exactly: through float, 2**53 + 1 was 2**53
         value = float(text)
     except ValueError:
         raise TaskFormatError(path, line, "target", f"not a number: {target!r:.60}") from None
+    if whole is not None:
+        return Problem(_id(rec, path, line), question.strip(), str(whole), "math", source="gsm-hard")
     if not math.isfinite(value):  # NaN, Infinity, or beyond float range (1e400)
         raise TaskFormatError(path, line, "target", f"not a finite number: {target!r:.60}")
     gold = str(int(value)) if value == int(value) else repr(value)
