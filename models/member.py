@@ -14,6 +14,7 @@ from agora.models.contract import ModelMember
 from agora.models.errors import PoolConfigError
 from agora.models.langchain import langchain_member
 from agora.models.recipes import Recipe, RecipeError, recipe_from_entry
+from agora.models.urls import shown_url
 from agora.models.backend import spec_problem
 from agora.models.validation import settings
 
@@ -77,10 +78,15 @@ class ModelSpec:
         return self
 
     def describe(self) -> dict[str, Any]:
-        """The spec as a dict for run records, without empty fields and secrets (``api_key``, and
-        option or kwarg keys that name a key, token, secret or password)."""
+        """The spec as a dict for run records, without empty fields and secrets (``api_key``, a
+        password in ``base_url`` or ``endpoints``, shown as ``***``, and option or kwarg keys that
+        name a key, token, secret or password)."""
         d = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, {}, "", ())}
         d.pop("api_key", None)
+        if "base_url" in d:  # a password in a server's URL is a secret too (nothing reads it back)
+            d["base_url"] = shown_url(d["base_url"])
+        if "endpoints" in d:
+            d["endpoints"] = tuple(shown_url(u) if isinstance(u, str) else u for u in d["endpoints"])
         if self.recipe is not None:
             d["recipe"] = self.recipe.describe()
         if "options" in d:

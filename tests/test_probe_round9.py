@@ -415,3 +415,18 @@ def test_a_pool_path_that_is_a_fifo_or_device_says_so_not_not_found(tmp_path):
             load_pool(path)
         assert str(refused.value) == (f"{path}: not a regular file (a FIFO, device or socket); give the path of "
                                       "a TOML pool file")
+
+
+def test_a_pool_members_url_password_is_not_written_to_the_runs_pool_description(tmp_path):
+    """``base_url = "http://user:secret@host/v1"`` was kept whole by ``ModelSpec.describe``, which the
+    ``runs`` row stores (and bundles export), though ``api_key`` is left out of it."""
+    from agora.models.pool import load_pool
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text('[[models]]\nname = "a"\nbackend = "openai"\nmodel = "m"\nbase_url = "http://user:secret@127.0.0.1:9/v1"\n'
+                    '[[models]]\nname = "b"\nbackend = "openai"\nmodel = "m"\n'
+                    'endpoints = ["http://127.0.0.1:9/v1", "https://u:s3cret@example.org/v1"]\n')
+    described = load_pool(pool).describe()
+    assert described[0]["base_url"] == "http://user:***@127.0.0.1:9/v1"
+    assert list(described[1]["endpoints"]) == ["http://127.0.0.1:9/v1", "https://u:***@example.org/v1"]
+    assert "secret" not in repr(described) and "s3cret" not in repr(described)
