@@ -157,9 +157,14 @@ def member_names(value: Optional[str], option: str = "--models") -> tuple[str, .
     ``("a", "b")``, ``None`` → ``()``.
 
     Raises:
-        InputError: a member named more than once (``--models a,a: 'a' named more than once; ...``).
+        InputError: a member named more than once (``--models a,a: 'a' named more than once; ...``), or
+        an option given but naming no member (``--models ""``, ``--models ,,``), which would otherwise
+        quietly mean the default (every member).
     """
     given = names(value)
+    if value is not None and not given:
+        raise InputError(f"{option} {value!r}: names no member; give comma-separated pool members, or leave "
+                         f"{option} out for the default")
     twice = [m for m in dict.fromkeys(given) if given.count(m) > 1]
     if twice:
         raise InputError(f"{option} {value}: {', '.join(map(repr, twice))} named more than once; name each "

@@ -68,7 +68,7 @@ def ordered_pairs(pool: ModelPool, models: Optional[str], pairs: Optional[str]) 
             pool[a], pool[b]
             out.append((a, b))
         return out
-    names = list(member_names(models)) if models else pool.names
+    names = list(member_names(models)) if models is not None else pool.names
     for n in names:
         pool[n]
     if len(set(names)) < 2:
