@@ -33,6 +33,7 @@ from agora.cli._shared import (
     fmt_ci,
     fmt_pct,
     graceful_stop,
+    nonempty_path,
     new_run_id,
     question_progress,
 )
@@ -48,8 +49,9 @@ from agora.traces.store import TraceStore, check_run_id
 Durability = Literal["async", "sync", "exit"]
 
 # The options every benchmark command shares (one declaration, reused as defaults).
-DATA = typer.Option(None, "--data", help="Problem file (JSONL). Default: 5 GSM8K test problems shipped with Agora "
-                                         "(--format synthetic: generated arithmetic).")
+DATA = typer.Option(None, "--data", parser=nonempty_path, metavar="<path>",
+                    help="Problem file (JSONL). Default: 5 GSM8K test problems shipped with Agora "
+                         "(--format synthetic: generated arithmetic).")
 FORMAT = typer.Option(None, "--format", help=f"One of {', '.join(FORMATS)}; guessed from the file when omitted.")
 LIMIT = typer.Option(None, "--limit", min=1, help="Use the first N problems (default: all; 5 generated).")
 POOL = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, tiny, diverse; see "

@@ -157,6 +157,22 @@ USER_ERRORS = (InputError, TaskFormatError, PoolConfigError, FileNotFoundError, 
 #: ``internal error`` line).
 
 
+def nonempty_path(value: Any) -> Path:
+    """A ``parser=`` for a file option (``typer.Option(..., parser=nonempty_path)``): the value as a
+    :class:`~pathlib.Path`. An empty value (``--data ""``) would otherwise be ``Path(".")``, the
+    current folder, and be reported as a directory.
+
+    Raises:
+        typer.BadParameter: the value is empty or blank (exit code 2: ``Invalid value for '--data':
+        an empty path; give a file``).
+    """
+    if isinstance(value, Path):
+        return value
+    if not str(value).strip():
+        raise typer.BadParameter("an empty path; give a file")
+    return Path(value)
+
+
 @contextlib.contextmanager
 def user_errors(unit: str | None = None) -> Iterator[None]:
     """Turn user-facing errors (:data:`USER_ERRORS`, and a ``ValueError`` marked as input) into

@@ -35,6 +35,7 @@ from agora.cli._shared import (
     get_pool,
     graceful_stop,
     new_run_id,
+    nonempty_path,
     question_progress,
     user_errors,
 )
@@ -71,9 +72,11 @@ SEED = typer.Option(_DEFAULTS.seed, "--seed", help="Base seed: each model call m
 DB = typer.Option("agora.db", "--db", help="Trace database (a SQLite file or a postgresql:// URL); also the "
                  "router's history.")
 # run comed only
-DATA = typer.Option(None, "--data", help="Problem file (JSONL). Default: generated arithmetic problems.")
+DATA = typer.Option(None, "--data", parser=nonempty_path, metavar="<path>",
+                    help="Problem file (JSONL). Default: generated arithmetic problems.")
 # calibrate comed only
-DEV_DATA = typer.Option(..., "--data", help="Dev split (JSONL) with gold answers.")
+DEV_DATA = typer.Option(..., "--data", parser=nonempty_path, metavar="<path>",
+                        help="Dev split (JSONL) with gold answers.")
 DEV_LIMIT = typer.Option(None, "--limit", min=1, help="Use the first N problems.")
 
 

@@ -14,7 +14,8 @@ from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.agents.judge import JudgeConfig
 from agora.models.pool import load_pool
-from agora.cli._shared import MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, new_run_id, user_errors
+from agora.cli._shared import (MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, new_run_id, nonempty_path,
+                               user_errors)
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
@@ -35,7 +36,8 @@ def train_grpo_cmd(
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (members, and the judges of --reward judge)."),
     reward: list[str] = typer.Option(["correctness"], "--reward", help=f"Reward(s): {', '.join(REWARDS)} "
                                      "(judge: the pool's other members score online)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Problem file (JSONL) with gold answers as prompts; "
+    data: Optional[Path] = typer.Option(None, "--data", parser=nonempty_path, metavar="<path>",
+                                        help="Problem file (JSONL) with gold answers as prompts; "
                                         "'synthetic' for generated arithmetic."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Problem file format (guessed when omitted)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1),

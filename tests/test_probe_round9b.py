@@ -32,3 +32,30 @@ def test_member_names_still_reads_lists_and_absence():
     assert member_names(" a, b ,c") == ("a", "b", "c")
     with pytest.raises(ValueError, match=r"^--train-models '': names no member"):
         member_names("", "--train-models")
+
+
+@pytest.mark.parametrize("command", [["run", "debate"], ["run", "comed"], ["calibrate", "comed"], ["train", "grpo"]])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_data_option_is_refused_naming_it(tmp_path, command, value):
+    """``--data ""`` became ``Path("")``, the current folder: ``error: .: is a directory, not a JSONL
+    file``. Now the option parser refuses it, naming ``--data``, before anything is read."""
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    db = tmp_path / "t.db"
+    result = CliRunner().invoke(app, [*command, "--data", value, "--db", str(db)])
+    text = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--data': an empty path; give a file" in text, result.output
+    assert "is a directory" not in text
+    assert not db.exists()
+
+
+def test_a_data_file_still_parses_as_a_path(tmp_path):
+    from pathlib import Path
+
+    from agora.cli._shared import nonempty_path
+
+    assert nonempty_path("problems.jsonl") == Path("problems.jsonl")
+    assert nonempty_path(Path(".")) == Path(".")
