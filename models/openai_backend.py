@@ -50,7 +50,7 @@ import time
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
@@ -290,7 +290,7 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
                         name, shown_url(endpoint), usage)
             usage = None  # the choices are good; only the counts are unknown
         prompt_tokens = prompt_tokens if usage is not None else 0
-        parsed = [self._choice(c) for c in choices]
+        parsed = [self._choice(c, f"model {name} at {shown_url(endpoint)}") for c in choices]
         shares = split_tokens(completion_tokens if usage is not None else 0, len(choices))
         generations = []
         for (text, lp, top, count), share, choice in zip(parsed, shares, choices):
@@ -359,8 +359,14 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
             log.warning("model %s returned %d of %d samples", self.model_name or self.model, len(generations), n)
         return ChatResult(generations=generations)
 
-    def _choice(self, choice: Any) -> tuple[str, float | None, tuple[dict[str, float], ...] | None, int | None]:
-        """``(text, summed logprob, per-token top-k alternatives, token count)`` of one choice."""
+    def _choice(self, choice: Any, where: str) -> tuple[str, float | None, tuple[dict[str, float], ...] | None,
+                                                    int | None]:
+        """``(text, summed logprob, per-token top-k alternatives, token count)`` of one choice (``where``:
+        ``model NAME at URL``, for errors).
+
+        Raises:
+            InvalidReplyError: message content that is neither text nor a list of content parts.
+        """
         lp = getattr(choice, "logprobs", None)
         if self.prompt_format == "fewshot":
             text = choice.text or ""
@@ -369,12 +375,28 @@ class OpenAICompatibleChatModel(NativeMember, BaseChatModel):
                 return text, None, None, None
             tops = tuple(dict(t) for t in (getattr(lp, "top_logprobs", None) or []) if t)
             return text, float(sum(x for x in tokens if x is not None)), tops or None, len(tokens)
-        text = choice.message.content or ""
+        text = _content_text(choice.message.content, where)
         content = list(getattr(lp, "content", None) or []) if lp is not None else []
         if not content:
             return text, None, None, None
         tops = tuple({a.token: float(a.logprob) for a in (t.top_logprobs or [])} for t in content)
         return text, float(sum(t.logprob for t in content)), tops if any(tops) else None, len(content)
+
+
+def _content_text(content: Any, where: str) -> str:
+    """The text of a chat message's ``content``: a string as is, ``None`` as ``""``, a list of
+    OpenAI-style content parts (``[{"type": "text", "text": "..."}, ...]``, or strings) as its text
+    parts joined (LangChain's ``AIMessage.text``; image, audio and refusal parts are left out).
+
+    Raises:
+        InvalidReplyError: any other content (a number, an object, a list of neither strings nor parts).
+    """
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(part, (str, dict)) for part in content):
+        return AIMessage(content=content).text
+    raise InvalidReplyError(f"{where} sent message content that is neither text nor a list of content parts: "
+                            f"{str(content)[:200]!r}")
 
 
 def _plain(request: dict[str, Any]) -> dict[str, Any]:

@@ -59,3 +59,59 @@ def test_a_data_file_still_parses_as_a_path(tmp_path):
 
     assert nonempty_path("problems.jsonl") == Path("problems.jsonl")
     assert nonempty_path(Path(".")) == Path(".")
+
+
+def _openai_pool(url: str):
+    from agora.models.pool import ModelSpec, pool_from_specs
+
+    return pool_from_specs([ModelSpec(name="m", backend="openai", model="stub", endpoints=(url,), max_retries=0)])
+
+
+def test_a_reply_of_content_parts_is_read_as_its_text_parts_joined():
+    """An OpenAI-compatible server whose message ``content`` is a list of content parts
+    (``[{"type": "text", "text": ...}, ...]``): every attempt failed with ``AttributeError: 'list'
+    object has no attribute 'strip'``. Now the text parts are joined (others left out)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from openai_stub import StubServer, chat_reply
+
+    from agora.models.contract import SamplingParams
+
+    def handler(path, body):
+        reply = chat_reply(body)
+        for choice in reply["choices"]:
+            choice["message"]["content"] = [{"type": "text", "text": "The answer is "},
+                                            {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+                                            {"type": "text", "text": "4."}]
+        return 200, reply
+
+    with StubServer(handler) as srv:
+        samples, records = _openai_pool(srv.base_url).sample("m", [{"role": "user", "content": "2+2?"}],
+                                                             SamplingParams(n=2, temperature=0.5))
+    assert [s.text for s in samples] == ["The answer is 4.", "The answer is 4."]
+    assert [r["error"] for r in records] == [None, None]
+    assert [r["completion"] for r in records] == ["The answer is 4.", "The answer is 4."]
+
+
+def test_a_reply_whose_content_is_not_text_or_parts_fails_with_a_clear_message():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from openai_stub import StubServer, chat_reply
+
+    from agora.models.contract import SamplingParams
+
+    def handler(path, body):
+        reply = chat_reply(body)
+        reply["choices"][0]["message"]["content"] = {"answer": 4}
+        return 200, reply
+
+    with StubServer(handler) as srv:
+        samples, records = _openai_pool(srv.base_url).sample("m", [{"role": "user", "content": "2+2?"}],
+                                                             SamplingParams(n=1, temperature=0.5))
+    assert samples == []
+    assert records[-1]["error"] == (f"InvalidReplyError: model m at {srv.base_url} sent message content that is "
+                                    "neither text nor a list of content parts: \"{'answer': 4}\""), records[-1]["error"]
