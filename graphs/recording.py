@@ -200,6 +200,18 @@ class TraceRecorder(BaseCallbackHandler):
         """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
         """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
 
+    @property
+    def parent_run_id(self) -> None:
+        """Not a callback manager's attribute: LangChain reads ``parent_run_id`` of a ``callbacks``
+        value that is not a list, taking it for a callback manager; for a recorder passed alone
+        (``{"callbacks": recorder}``) that read fails here with the fix.
+
+        Raises:
+            TypeError: always (``pass the TraceRecorder in a list: config={"callbacks": [recorder]}``).
+        """
+        raise TypeError(f"TraceRecorder {self.run_id!r} was passed as callbacks alone; pass it in a list: "
+                        'config={"callbacks": [recorder]}')
+
     # ------------------------------------------------------------------ LangChain callbacks
 
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,

@@ -115,3 +115,38 @@ def test_a_reply_whose_content_is_not_text_or_parts_fails_with_a_clear_message()
     assert samples == []
     assert records[-1]["error"] == (f"InvalidReplyError: model m at {srv.base_url} sent message content that is "
                                     "neither text nor a list of content parts: \"{'answer': 4}\""), records[-1]["error"]
+
+
+def test_a_trace_recorder_passed_alone_as_callbacks_says_to_pass_it_in_a_list(tmp_path):
+    """``graph.invoke(question, {"callbacks": recorder})`` failed inside LangChain with
+    ``AttributeError: 'TraceRecorder' object has no attribute 'parent_run_id'`` (a value that is not
+    a list is taken for a callback manager). Now a ``TypeError`` saying to pass ``[recorder]``;
+    in a list it records as before."""
+    import asyncio
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.graphs.recording import TraceRecorder
+    from agora.models.testing import ScriptedChatModel
+    from agora.models.pool import ModelPool
+    from agora.traces.store import TraceStore
+
+    pool = ModelPool.from_chat_models({m: ScriptedChatModel(responses=["The answer is 4."], cycle=True)
+                                       for m in ("a", "b")}, max_retries=0)
+    graph = build_delegation_graph().compile()
+    context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=1))
+    question = {"question": "What is 2 + 2?", "question_id": "q1", "gold": "4"}
+    message = ("TraceRecorder 'r' was passed as callbacks alone; pass it in a list: "
+               'config={"callbacks": [recorder]}')
+    with TraceRecorder(tmp_path / "t.db", "r") as recorder:
+        with pytest.raises(TypeError) as raised:
+            graph.invoke(dict(question), {"callbacks": recorder}, context=context)
+        assert str(raised.value) == message
+        with pytest.raises(TypeError, match=r"pass it in a list"):
+            asyncio.run(graph.ainvoke(dict(question), {"callbacks": recorder}, context=context))
+        with pytest.raises(TypeError, match=r"pass it in a list"):
+            list(graph.stream(dict(question), {"callbacks": recorder}, context=context))
+        assert graph.invoke(dict(question), {"callbacks": [recorder]}, context=context)["answer"] == "4"
+    assert recorder.recorded == {"align": 1}
+    store = TraceStore(tmp_path / "t.db")
+    assert [r["question_id"] for r in store.db.query("SELECT question_id FROM questions")] == ["q1"]
