@@ -150,3 +150,21 @@ def test_a_trace_recorder_passed_alone_as_callbacks_says_to_pass_it_in_a_list(tm
     assert recorder.recorded == {"align": 1}
     store = TraceStore(tmp_path / "t.db")
     assert [r["question_id"] for r in store.db.query("SELECT question_id FROM questions")] == ["q1"]
+
+
+@pytest.mark.parametrize("run_id", ["-", "-x", "--db", "-1"])
+def test_a_run_id_starting_with_a_dash_is_refused(tmp_path, run_id):
+    """A run id of ``-`` was accepted and printed in suggested commands as ``--run-id -``, which a
+    shell user's next command reads as an option. Refused by the one run id check, before any
+    database is created (the recorder's too)."""
+    from agora.graphs.recording import TraceRecorder
+    from agora.traces.store import check_run_id
+
+    with pytest.raises(ValueError) as raised:
+        check_run_id(run_id)
+    assert str(raised.value) == (f"--run-id {run_id!r}: a run id may not start with '-' (the commands Agora prints "
+                                 "would read it as an option); start it with a letter or digit")
+    with pytest.raises(ValueError, match=r"^run_id '-.*': a run id may not start with '-'"):
+        TraceRecorder(tmp_path / "t.db", run_id)
+    assert not (tmp_path / "t.db").exists()
+    assert check_run_id("a-b") == "a-b" and check_run_id("1-") == "1-"

@@ -65,7 +65,8 @@ def check_run_id(run_id: Any, option: str = "--run-id") -> str:
     every command that takes a run id (``--run-id``, ``--thread``, ``--dev-run-id``, a bundle's
     runs) and :meth:`TraceStore.start_run` apply, before anything is created.
 
-    Refused: a non-string, an empty or blank id, leading or trailing white space, control
+    Refused: a non-string, an empty or blank id, leading or trailing white space, a leading ``-``
+    (printed commands such as ``--run-id -x`` would read it as an option), control
     characters, invisible format characters (bidirectional overrides such as U+202E, zero-width
     spaces and joiners), lone surrogates and line or paragraph separators
     (:data:`_RUN_ID_BAD_CATEGORIES`, each named for what it is and shown escaped in the message).
@@ -87,6 +88,9 @@ def check_run_id(run_id: Any, option: str = "--run-id") -> str:
                          "and written to files, so use visible characters")
     if run_id != run_id.strip():
         raise InputError(f"{option} {run_id!r}: leading or trailing white space in a run id; remove it")
+    if run_id.startswith("-"):
+        raise InputError(f"{option} {run_id!r}: a run id may not start with '-' (the commands Agora prints "
+                         f"would read it as an option); start it with a letter or digit")
     return run_id
 
 
