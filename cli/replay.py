@@ -52,7 +52,8 @@ def replay_cmd(
     """Apply --rule to every recorded question of --run-id, score it against the stored gold with the
     task's scorer, and print the paired table against each recorded method: accuracies, difference
     (replay − method, pp) with a 95 % paired-bootstrap CI, wins/losses and the exact McNemar p. No
-    model is called. Under the run's own settings a rule reproduces the method it names."""
+    model is called. Under the run's own settings a rule reproduces the method it names. A run with
+    no successful model call is one line saying so (exit 0), not an empty table."""
     with user_errors():
         if rule is None:  # the rules are listed, but a --db or --run-id given is checked first
             if run_id is not None:
@@ -75,6 +76,11 @@ def replay_cmd(
         check_rule(run, rule)  # before its parameters: a COMED rule on an ALIGN run is refused as such
         params = parse_params(RULES[rule], param or [], run)
         dev = load_run(store, dev_run_id) if dev_run_id else None
+        if not as_json and not any(q.samples for q in run.questions):  # the line alone, not an empty table
+            console.print(f"nothing to replay: run {escape(run_id)} ({escape(str(run.protocol))}, "
+                          f"{len(run.questions)} questions) holds no successful model call", highlight=False,
+                          soft_wrap=True)
+            return
         result = replay(run, rule, params, dev=dev)
         table = paired_table(run, result, seed=seed)
         method = RULES[rule].reproduces.get(run.protocol)

@@ -168,3 +168,24 @@ def test_a_run_id_starting_with_a_dash_is_refused(tmp_path, run_id):
         TraceRecorder(tmp_path / "t.db", run_id)
     assert not (tmp_path / "t.db").exists()
     assert check_run_id("a-b") == "a-b" and check_run_id("1-") == "1-"
+
+
+def test_replay_of_a_run_without_model_calls_says_so_in_one_line(tmp_path):
+    """``agora replay`` of a run that holds no model call printed its header and an empty paired
+    table, no reason. Now one line (exit 0, as ``agora report runs`` on an empty database);
+    ``--json`` still writes its object."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+    from agora.traces.store import TraceStore
+
+    db = tmp_path / "t.db"
+    TraceStore(db).start_run("r", "align", config={}, pool=[], dataset={"path": "q", "format": "jsonl"})
+    result = CliRunner().invoke(app, ["replay", "--db", str(db), "--run-id", "r", "--rule", "plurality"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "nothing to replay: run r (align, 0 questions) holds no successful model call\n"
+    result = CliRunner().invoke(app, ["replay", "--db", str(db), "--run-id", "r", "--rule", "plurality", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["rows"] == []
