@@ -428,11 +428,32 @@ class _GeneratedPolicy(_Policy):
         super().check_name(node, name, allow_magic_methods)
 
 
+#: The modules ``lambdify`` itself imports for its default numeric namespaces (``math``, ``mpmath``,
+#: ``sympy``), allowed to its import lines besides the program's own.
+_LAMBDIFY_MODULES = frozenset({"math", "mpmath", "sympy"})
+
+
+def _lambdify_import_line(source, allowed: frozenset[str]) -> ast.Module:
+    """The import statements ``source`` (a line ``lambdify`` ``exec``s: its ``MODULES`` table's
+    import commands, or a printer's ``module_imports`` as ``from M import k``), or ``ImportError``:
+    a program can edit that table and a printer's ``module_imports`` (``from os import getpid``
+    was run with the interpreter's ``__import__``, and the generated code called it)."""
+    try:
+        tree = ast.parse(source) if isinstance(source, str) else None
+    except SyntaxError:
+        tree = None
+    if tree is None or not all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in tree.body):
+        raise ImportError(f"lambdify may only run import lines in the sandbox, not {source!r}")
+    return tree
+
+
 def _route_lambdify_code(restricted: dict) -> None:
     """Compile and run the code ``lambdify`` prints the way the program is run: RestrictedPython's
     policy, the program's built-ins and hooks, and ``builtins`` standing for the program's built-ins.
     (sympy runs that code with the interpreter's own built-ins: a function named ``eval`` or a symbol
-    named ``builtins`` would reach them.)"""
+    named ``builtins`` would reach them.) Its import lines (``exec``) and ``import_module('m')``
+    commands (``eval``), which a program can edit, go through the program's import check (with
+    :data:`_LAMBDIFY_MODULES` besides) and nothing else."""
     import sys
 
     from RestrictedPython import compile_restricted
@@ -450,14 +471,33 @@ def _route_lambdify_code(restricted: dict) -> None:
             return compile_restricted(source, filename=filename, mode=mode, policy=_GeneratedPolicy)
         return compile(source, filename, mode, *args, **kwargs)
 
+    importer = _importer(frozenset(restricted["__builtins__"]["__import__"].allowed | _LAMBDIFY_MODULES))
+
     def exec_(code, globals=None, locals=None):
         if isinstance(code, types.CodeType) and generated(code.co_filename):
             globals = dict(globals or {})
             globals.update({k: v for k, v in restricted.items() if k.startswith("_")})
             globals["builtins"] = types.SimpleNamespace(**names)
-        return exec(code, globals, locals)  # noqa: S102 - the printed code, compiled restricted above
+            return exec(code, globals, locals)  # noqa: S102 - the printed code, compiled restricted above
+        tree = _lambdify_import_line(code, importer.allowed)
+        return exec(compile(tree, "<lambdify import>", "exec"), {"__builtins__": {"__import__": importer}},  # noqa: S102
+                    globals if locals is None else locals)
 
-    module.compile, module.exec = compile_, exec_
+    def eval_(source, globals=None, locals=None):
+        try:
+            call = ast.parse(source, mode="eval").body if isinstance(source, str) else None
+        except SyntaxError:
+            call = None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "import_module"
+                and len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Constant)
+                and isinstance(call.args[0].value, str)):
+            raise ImportError(f"lambdify may only run import_module('name') in the sandbox, not {source!r}")
+        name = call.args[0].value
+        if name.split(".")[0] not in importer.allowed or _closed_module(name):
+            return None  # as if not installed, like sympy's import_module for a missing module
+        return module.import_module(name)
+
+    module.compile, module.exec, module.eval = compile_, exec_, eval_
 
 
 #: The modules the running program may import (set per child by :func:`_route_sympy`; read by the

@@ -1,0 +1,37 @@
+"""Probe round 10: what a fresh user and an attacker found still wrong, each with its fix."""
+
+from __future__ import annotations
+
+from agora.models.recipes.sandbox import SandboxLimits, run_program
+
+LIMITS = SandboxLimits(cpu_s=2, wall_s=6, memory_mb=256, output_bytes=4096)
+
+
+def test_lambdifys_import_lines_go_through_the_programs_import_check():
+    """``lambdify`` ``exec``s ``from M import k`` for each name in its printer's ``module_imports``
+    (a public attribute a program's ``_lambdacode`` given through ``Function('f', **{...})`` can add
+    to) and the import commands of its ``MODULES`` table (a public dict): both ran with the
+    interpreter's ``__import__``, and the generated code called ``os.getpid()``."""
+    through_printer = (
+        "import sympy\nx = sympy.Symbol('x')\n"
+        "def code(self, printer):\n    printer.module_imports['os'].add('getpid')\n    return 'getpid()'\n"
+        "f = sympy.Function('f', **{'_lambdacode': code, '_pythoncode': code, '_mpmathcode': code})\n"
+        "print(sympy.lambdify(x, f(x))(1))\n")
+    run = run_program(through_printer, LIMITS)
+    assert run.status == "error" and run.error.startswith("ImportError: lambdify may only run import lines"), run
+    through_table = (
+        "import sympy\nfrom sympy.utilities.lambdify import MODULES\nx = sympy.Symbol('x')\n"
+        "MODULES['math'] = ({}, {}, {}, ('from posix import getpid',))\n"
+        "print(sympy.lambdify(x, sympy.Function('getpid')(), modules='math')(1))\n")
+    run = run_program(through_table, LIMITS)
+    assert (run.status, run.error) == ("error", "ImportError: Cannot import 'math' with 'from posix import getpid' "
+                                                "command"), run
+    through_eval = through_table.replace("'from posix import getpid'", "\"import_module('sympy') or 1\"")
+    run = run_program(through_eval, LIMITS)
+    assert run.status == "error" and run.error.startswith(
+        "ImportError: lambdify may only run import_module('name') in the sandbox"), run
+    fine = ("import sympy\nx = sympy.Symbol('x')\n"
+            "print(sympy.lambdify(x, sympy.sin(x) + sympy.gamma(x))(1.0), sympy.lambdify(x, x**2, 'mpmath')(3),"
+            " sympy.lambdify(x, sympy.sqrt(x), 'math')(4))\n")
+    run = run_program(fine, LIMITS)
+    assert (run.status, run.output) == ("ok", "1.8414709848078965 9 2.0\n"), run
