@@ -35,3 +35,31 @@ def test_lambdifys_import_lines_go_through_the_programs_import_check():
             " sympy.lambdify(x, sympy.sqrt(x), 'math')(4))\n")
     run = run_program(fine, LIMITS)
     assert (run.status, run.output) == ("ok", "1.8414709848078965 9 2.0\n"), run
+
+
+def test_sympys_interactive_session_and_timing_helper_are_not_reachable():
+    """``sympy.interactive.session.init_python_session()`` is a ``code.InteractiveConsole``: its
+    ``runsource("import posix; pid = posix.getpid()")`` ran with the interpreter's built-ins (the
+    pid was then read from ``console.locals``); ``sympy.utilities.timeutils.timed(f, setup=...)``
+    hands ``setup`` to ``timeit``, which compiled and ran ``__import__('posix').getpid()``."""
+    closed = "is not allowed (it runs code outside the sandbox)"
+    cases = [
+        ("from sympy.interactive.session import init_python_session\nc = init_python_session()\n"
+         "c.runsource('import posix; pid = posix.getpid()')\nprint(c.locals.get('pid'))",
+         f"ImportError: import of 'sympy.interactive.session' {closed}"),
+        ("from sympy.utilities.timeutils import timed\n"
+         "print(timed(lambda: 1, setup=\"raise ValueError(str(__import__('posix').getpid()))\"))",
+         f"ImportError: import of 'sympy.utilities.timeutils' {closed}"),
+        ("import sympy\nprint(sympy.init_session)",
+         "AttributeError: 'init_session' belongs to the module 'sympy.interactive.session', which is not allowed "
+         "(it runs code outside the sandbox)"),
+        ("import sympy\nprint(sympy.interactive.session)",
+         "AttributeError: 'session' is the module 'sympy.interactive.session', which is not allowed"),
+        ("import sympy.utilities\nprint(sympy.utilities.timeutils)",
+         "AttributeError: 'timeutils' is the module 'sympy.utilities.timeutils', which is not allowed"),
+    ]
+    for program, error in cases:
+        run = run_program(program, LIMITS)
+        assert (run.status, run.error) == ("error", error), program
+    run = run_program("import sympy\nsympy.init_printing(use_unicode=False)\nprint(sympy.sqrt(8))", LIMITS)
+    assert (run.status, run.output) == ("ok", "2*sqrt(2)\n"), run

@@ -97,7 +97,7 @@ _UNREACHABLE = frozenset({
     "threading", "_thread", "concurrent", "signal", "_signal", "resource", "pickle", "_pickle", "marshal", "shelve",
     "dbm", "tempfile", "glob", "fnmatch", "urllib", "http", "requests", "asyncio", "code", "codeop", "inspect",
     "gc", "pty", "select", "selectors", "mmap", "sqlite3", "types", "zipfile", "tarfile", "webbrowser",
-    "linecache", "tokenize", "site", "sysconfig", "faulthandler", "tracemalloc", "atexit", "fcntl", "termios",
+    "linecache", "tokenize", "timeit", "site", "sysconfig", "faulthandler", "tracemalloc", "atexit", "fcntl", "termios",
     "platform"})
 
 
@@ -117,9 +117,14 @@ _DANGEROUS = _dangerous_builtins()
 _MISSING = object()
 
 
-#: Packages of allowed libraries that are no program's business: sympy's test suite (its
-#: ``tmpfiles.TmpFileManager.cleanup`` removes any folder it is given, ``runtests`` runs doctests).
-_CLOSED_PACKAGES = ("sympy.testing",)
+#: Packages of allowed libraries that are no program's business, and why: sympy's test suite (its
+#: ``tmpfiles.TmpFileManager.cleanup`` removes any folder it is given, ``runtests`` runs doctests);
+#: sympy's interactive session (``init_python_session()`` is a ``code.InteractiveConsole`` whose
+#: ``runsource`` ran any code with the interpreter's built-ins) and its timing helper (``timed(f,
+#: setup=...)`` hands ``setup`` to ``timeit``, which compiles and runs it the same way).
+_CLOSED_PACKAGES = {"sympy.testing": "sympy's test suite",
+                    "sympy.interactive.session": "it runs code outside the sandbox",
+                    "sympy.utilities.timeutils": "it runs code outside the sandbox"}
 
 
 def _closed_module(name: str) -> str | None:
@@ -128,8 +133,14 @@ def _closed_module(name: str) -> str | None:
     _compilation`` but not ``import sympy.utilities._compilation.util``), or a closed package."""
     if any(part.startswith("_") for part in name.split(".")):
         return "a private module"
-    if any(name == p or name.startswith(p + ".") for p in _CLOSED_PACKAGES):
-        return "sympy's test suite"
+    return _closed_package(name)
+
+
+def _closed_package(name: str) -> str | None:
+    """Why ``name`` is (in) one of :data:`_CLOSED_PACKAGES`, or ``None``."""
+    for package, why in _CLOSED_PACKAGES.items():
+        if name == package or name.startswith(package + "."):
+            return why
     return None
 
 
@@ -148,6 +159,8 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
         top = module.split(".")[0] if isinstance(module, str) else ""
         if top in _UNREACHABLE and top not in allowed:
             return f"belongs to the module {module!r}, which is not allowed"
+        if isinstance(module, str) and _closed_package(module):  # ``sympy.init_session``
+            return f"belongs to the module {module!r}, which is not allowed ({_closed_package(module)})"
     return None
 
 
