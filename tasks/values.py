@@ -91,6 +91,11 @@ def parse_value(answer: str) -> tuple:
 
 
 def as_float(parsed) -> float | None:
+    return _first_number(parsed)[1]
+
+
+def _first_number(parsed) -> tuple[object, float | None]:
+    """The first parsed item with a finite float value, and that value (``(None, None)``: none)."""
     for item in parsed:
         if isinstance(item, str):
             continue
@@ -99,8 +104,20 @@ def as_float(parsed) -> float | None:
         except (TypeError, ValueError):
             continue
         if math.isfinite(value):
-            return value
-    return None
+            return item, value
+    return None, None
+
+
+def _exact_integer(item, number: float) -> int:
+    """The integer an integral expression ``item`` (``10000000000000000000001*3``, ``2^{70}+1``) is,
+    when its float ``number`` is past a float's exact integers (2**53): evaluated with enough digits,
+    not rounded through the float (which read those two as ``...000`` and ``2^{70}``)."""
+    if abs(number) < 2 ** 53 or getattr(item, "is_integer", None) is not True:
+        return int(number)
+    try:
+        return int(round(item.evalf(len(str(int(abs(number)))) + 10)))
+    except (TypeError, ValueError, ArithmeticError):
+        return int(number)
 
 
 _SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?[eE][-+]?\d+")
@@ -133,10 +150,10 @@ def canonical_value(value: str) -> str | None:
     parsed = parse_value(value)
     if not parsed:
         return None
-    number = as_float(parsed)
+    item, number = _first_number(parsed)
     if number is not None:
-        if number == int(number):  # an integral float as its integer: "1e16" is "10000000000000000"
-            return str(int(number))
+        if number == int(number):  # an integral value as its integer, exactly: "2^{70}+1" is 1180591620717411303425
+            return str(_exact_integer(item, number))
         return repr(round(number, 10))
     return str(parsed[-1]).strip() or None
 

@@ -63,3 +63,22 @@ def test_sympys_interactive_session_and_timing_helper_are_not_reachable():
         assert (run.status, run.error) == ("error", error), program
     run = run_program("import sympy\nsympy.init_printing(use_unicode=False)\nprint(sympy.sqrt(8))", LIMITS)
     assert (run.status, run.output) == ("ok", "2*sqrt(2)\n"), run
+
+
+def test_an_integral_expression_past_a_floats_integers_is_its_exact_integer():
+    """A value written as an expression (``10000000000000000000001*3``, ``2^{70}+1``,
+    ``100000000000000000001/1``) was rounded through ``float``: the reply ``...001*3`` was extracted
+    as ``30000000000000000000000`` and scored right against that gold (its value is ``...003``);
+    ``2^{70}+1`` was the vote of ``2^{70}``."""
+    from agora.tasks.answers import find_answer
+    from agora.tasks.comparison import answer_key
+    from agora.tasks.scoring import score_answer
+
+    assert find_answer("The answer is 10000000000000000000001*3.", "math").answer == "30000000000000000000003"
+    assert score_answer("10000000000000000000001*3", "30000000000000000000000", "math") is False
+    assert score_answer("10000000000000000000001*3", "30000000000000000000003", "math") is True
+    assert answer_key("2^{70}+1") == str(2 ** 70 + 1) != answer_key("2^{70}") == str(2 ** 70)
+    assert answer_key("100000000000000000001/1") == "100000000000000000001"
+    assert answer_key("-(2^{60}+1)") == str(-(2 ** 60 + 1))
+    assert answer_key("\\frac{2^{64}+2}{2}") == str(2 ** 63 + 1)
+    assert answer_key("4/2") == "2" and answer_key("1.5*2") == "3" and answer_key("1e16") == "10000000000000000"
