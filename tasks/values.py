@@ -121,6 +121,9 @@ def _exact_integer(item, number: float) -> int:
 
 
 _SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?[eE][-+]?\d+")
+#: A number in scientific notation inside an expression (``1e20/3``): read as ``1\cdot 10^{20}``
+#: (math-verify reads ``1e20`` there as 1·e·20, Euler's number). Exponents of up to 3 digits.
+_SCIENTIFIC_PART = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 CLOCK = re.compile(r"\d+(?::\d+)+")
 
 
@@ -148,6 +151,11 @@ def canonical_value(value: str) -> str | None:
     if CLOCK.fullmatch(value):  # a clock time on the hour (2:00) is the hour, as in the fallback
         return value.split(":")[0].lstrip("0") or "0" if re.fullmatch(r"\d+(?::0+)+", value) else value
     parsed = parse_value(value)
+    scientific = _SCIENTIFIC_PART.sub(r"(\1\\cdot 10^{\2})", value)
+    if scientific != value:  # "1e20/3" is 10^20/3; one past a float's range ("1e400/3") stays as written
+        parsed = parse_value(scientific)
+        if _first_number(parsed)[1] is None:
+            return value.strip()
     if not parsed:
         return None
     item, number = _first_number(parsed)

@@ -82,3 +82,17 @@ def test_an_integral_expression_past_a_floats_integers_is_its_exact_integer():
     assert answer_key("-(2^{60}+1)") == str(-(2 ** 60 + 1))
     assert answer_key("\\frac{2^{64}+2}{2}") == str(2 ** 63 + 1)
     assert answer_key("4/2") == "2" and answer_key("1.5*2") == "3" and answer_key("1e16") == "10000000000000000"
+
+
+def test_scientific_notation_inside_an_expression_is_a_power_of_ten_not_eulers_number():
+    """``1e2/8`` was read by math-verify as 1·e·2/8 (Euler's number): the reply ``The answer is
+    1e2/8.`` was extracted as ``0.6795704571`` (12.5 is right), ``2e5+1`` as ``28.1828182846``."""
+    from agora.tasks.answers import find_answer
+    from agora.tasks.comparison import answer_key
+    from agora.tasks.scoring import score_answer
+
+    assert find_answer("The answer is 1e2/8.", "math").answer == "12.5"
+    assert score_answer("1e2/8", "12.5", "math") is True
+    assert answer_key("2e5+1") == "200001" and answer_key("1E2/4") == "25" and answer_key("2.5e-3*2") == "0.005"
+    assert answer_key("1e400/3") == "1e400/3"  # past a float's range: as written, not 1·e·400/3
+    assert answer_key("e^2") == "7.3890560989" and answer_key("1e3") == "1000"  # Euler's number where written
