@@ -15,7 +15,7 @@ from typing import Literal
 from agora.tasks.cues import (ALTERNATIVE, BOUND, BOUND_AFTER, BOUND_AFTER_GUESS, BOUND_BEFORE, CORRECTION, DOUBT, FILLER,
                               GIVES_UP, NEGATION, REFUSAL, RESTATED, RETRACTION, SEVERAL_WORDS)
 from agora.tasks.statements import CALC_NOTE, How, find_statements, next_sentence, sentence_end
-from agora.tasks.values import (NUM, NUMBER, AnswerKind, ascii_digits, canonical_value, clean_value, plain_values,
+from agora.tasks.values import (BOLD, NUM, NUMBER, AnswerKind, ascii_digits, canonical_value, clean_value, plain_values,
                                 read_values, unclosed)
 
 NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished", "bound", "echo"]
@@ -48,7 +48,7 @@ class Extraction:
 def _read_math(span: str, latex: bool) -> tuple[list[str], NoAnswer | None]:
     """Values of one statement; ``([], reason)`` when it is no answer, ``([], None)`` when it
     names no value (then it is not a statement)."""
-    s = FILLER.sub("", span.replace("**", "").strip()).strip()
+    s = FILLER.sub("", BOLD.sub("", span).strip()).strip()
     if BOUND.match(s) and re.search(r"\d", s):
         return [], "bound"  # "at least 12": a bound, not a value
     if NEGATION.match(s):

@@ -267,9 +267,13 @@ def clean_value(value: str) -> str:
     return value.strip().rstrip(".,;:!").strip()
 
 
+#: Markdown bold (``**42**``): a ``**`` not between two operands. ``2**3`` is a power (8), not 23.
+BOLD = re.compile(r"(?<![\w)\]}])\*\*|\*\*(?![\w(\[{])")
+
+
 def read_values(expr: str) -> tuple[list[str], str | None]:
     """Canonical values of one answer expression (an equation's value, each of several values)."""
-    expr = expr.replace("**", "")
+    expr = BOLD.sub("", expr).replace("**", "^")  # what bold leaves is Python's power: 2**3 is 2^3
     if re.search(r"<<(?![^<]*>>)", expr) or unclosed(expr) \
             or re.search(r"(?:[-+*/^=(]|\\|\\frac\s*\{[^{}]*\})\s*$", expr.strip()):
         return [], "unfinished"

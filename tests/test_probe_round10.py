@@ -96,3 +96,16 @@ def test_scientific_notation_inside_an_expression_is_a_power_of_ten_not_eulers_n
     assert answer_key("2e5+1") == "200001" and answer_key("1E2/4") == "25" and answer_key("2.5e-3*2") == "0.005"
     assert answer_key("1e400/3") == "1e400/3"  # past a float's range: as written, not 1·e·400/3
     assert answer_key("e^2") == "7.3890560989" and answer_key("1e3") == "1000"  # Euler's number where written
+
+
+def test_pythons_power_operator_in_an_answer_is_a_power_not_digits_run_together():
+    """Every ``**`` was taken for Markdown bold and removed: ``The answer is 2**3.`` was extracted as
+    ``23`` (8 is right), ``(2+1)**2`` as ``6`` (the implicit product of ``(2+1)2``; 9 is right).
+    Bold around a value (``**42**``) is still bold."""
+    from agora.tasks.answers import find_answer
+
+    for text, answer in [("The answer is 2**3.", "8"), ("The answer is (2+1)**2.", "9"), ("The answer is 2**10.", "1024"),
+                         ("\\boxed{2**3}", "8"), ("The answer is **42**.", "42"), ("**Answer:** 17", "17"),
+                         ("The answer is **3*4**.", "12"), ("**The answer is 9.**", "9"),
+                         ("The answer is **4**, **5**.", "4, 5")]:
+        assert find_answer(text, "math").answer == answer, text
