@@ -45,6 +45,15 @@ class Extraction:
 # ----------------------------------------------------------------------------- math
 
 
+#: LaTeX between numbers in plain text, as plain text writes it: ``2 \cdot 3`` and ``2 \times 3``
+#: are ``2 * 3``, ``6 \div 2`` is ``6 / 2``, a thousands ``1\,000``/``1{,}000``/``10,\!080`` is
+#: ``1000``, ``2^{10}`` is ``2^10``. (The plain reading stopped at the ``\``: ``2 \cdot 3`` was 2.)
+_PLAIN_LATEX = ((re.compile(r"(?<=\d)\s*\\(?:cdot|times)(?![A-Za-z])\s*(?=[-−]?\d)"), " * "),
+                (re.compile(r"(?<=\d)\s*\\div(?![A-Za-z])\s*(?=[-−]?\d)"), " / "),
+                (re.compile(r"(?<=\d)(?:\\,|\{,\}|,\\!)(?=\d{3}(?!\d))"), ""),
+                (re.compile(r"(?<=\d)\^\{([-−]?\d+)\}"), r"^(\1)"))
+
+
 def _read_math(span: str, latex: bool) -> tuple[list[str], NoAnswer | None]:
     """Values of one statement; ``([], reason)`` when it is no answer, ``([], None)`` when it
     names no value (then it is not a statement)."""
@@ -62,6 +71,8 @@ def _read_math(span: str, latex: bool) -> tuple[list[str], NoAnswer | None]:
     if latex:
         s = re.sub(r"^\$|\$$", "", s.strip()).strip()
         return read_values(s) if s else ([], None)
+    for pattern, plain in _PLAIN_LATEX:
+        s = pattern.sub(plain, s)
     several = SEVERAL_WORDS.match(s)
     exprs, end = plain_values(s[several.end():] if several else s)
     if not exprs:

@@ -109,3 +109,19 @@ def test_pythons_power_operator_in_an_answer_is_a_power_not_digits_run_together(
                          ("The answer is **3*4**.", "12"), ("**The answer is 9.**", "9"),
                          ("The answer is **4**, **5**.", "4, 5")]:
         assert find_answer(text, "math").answer == answer, text
+
+
+def test_latex_operators_and_thousands_between_numbers_in_plain_text_are_read():
+    """A plain-text answer with LaTeX between its numbers was read as its first number:
+    ``The answer is 2 \\cdot 3.`` as ``2`` (scored right against a gold of 2), ``6 \\div 2`` as
+    ``6``, ``1\\,000`` and ``1{,}000`` as ``1``; ``2^{10}`` was no answer ("unfinished")."""
+    from agora.tasks.answers import find_answer
+
+    for text, answer in [("The answer is 2 \\cdot 3.", "6"), ("Final answer: 2\\cdot 3", "6"),
+                         ("The answer is 2 \\times 3 apples, since each box has 3.", "6"),
+                         ("The answer is 6 \\div 2.", "3"), ("The answer is 1\\,000 dollars.", "1000"),
+                         ("The answer is 1{,}000.", "1000"), ("The answer is 10,\\!080.", "10080"),
+                         ("The answer is 1\\,000\\,000.", "1000000"), ("The answer is 2^{10}.", "1024"),
+                         ("The answer is 2^{-1}.", "0.5"), ("The answer is 3 \\cdot 10^{5}.", "300000"),
+                         ("The answer is \\frac{1}{2}.", "0.5"), ("The answer is 12.", "12")]:
+        assert find_answer(text, "math").answer == answer, text
