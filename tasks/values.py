@@ -125,6 +125,9 @@ _SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?[eE][-+]?\d+")
 #: (math-verify reads ``1e20`` there as 1·e·20, Euler's number). Exponents of up to 3 digits.
 _SCIENTIFIC_PART = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 CLOCK = re.compile(r"\d+(?::\d+)+")
+#: A mixed number (``3 1/2``, ``-2 3/4``): its whole part plus its proper fraction (math-verify read
+#: ``3 1/2`` as 1 and ``2 3/4`` as 3).
+_MIXED = re.compile(r"([-−]?)(\d{1,15})\s+(\d{1,15})\s*/\s*(\d{1,15})")
 
 
 #: An integer as written (sign and digits), at most Python's 4300 digits for ``int(str)``: read
@@ -148,6 +151,9 @@ def canonical_value(value: str) -> str | None:
         if number == int(number):  # an integral float as its integer: "1e16" is "10000000000000000"
             return str(int(number))
         return repr(round(number, 10))
+    if (mixed := _MIXED.fullmatch(value)) and 0 < int(mixed[3]) < int(mixed[4]):  # "3 1/2" is 3.5
+        number = int(mixed[2]) + int(mixed[3]) / int(mixed[4])
+        return repr(round(-number if mixed[1] else number, 10))
     if CLOCK.fullmatch(value):  # a clock time on the hour (2:00) is the hour, as in the fallback
         return value.split(":")[0].lstrip("0") or "0" if re.fullmatch(r"\d+(?::0+)+", value) else value
     parsed = parse_value(value)
