@@ -175,9 +175,11 @@ def canonical_value(value: str) -> str | None:
 # ----------------------------------------------------------------------------- reading values
 
 NUM = r"\d+(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
-#: A number in running text (the fallback's candidates): sign, thousands commas, a fraction ``5/2``;
+#: A number in running text (the fallback's candidates): sign, thousands commas, a fraction ``5/2``
+#: or a mixed number ``3 1/2``;
 #: not an ordinal (``10th``), a label (``horse #12``) or the minutes of a clock time (``2:00`` reads 2).
-NUMBER = re.compile(rf"(?:(?:(?<=[\s=($])|^)-(?=\d))?(?<![\w.,#:])(?:{NUM})(?:\s*/\s*(?:{NUM}))?(?!\d|(?:st|nd|rd|th)\b)")
+NUMBER = re.compile(rf"(?:(?:(?<=[\s=($])|^)-(?=\d))?(?<![\w.,#:])(?:\d+ (?=\d+/\d))?(?:{NUM})(?:\s*/\s*(?:{NUM}))?"
+                    r"(?!\d|(?:st|nd|rd|th)\b)")
 #: A thousands comma (``2,125``, LaTeX ``10,\!080``): not a list separator.
 _THOUSANDS = re.compile(r"(?<=\d),(?:\\!\s*)?(?=\d{3}(?!\d))")
 _CMD_WORDS = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+")

@@ -129,12 +129,15 @@ def test_latex_operators_and_thousands_between_numbers_in_plain_text_are_read():
 
 def test_a_mixed_number_is_its_whole_part_plus_its_fraction():
     """``The answer is 3 1/2.`` was extracted as ``1`` and ``2 3/4 cups`` as ``3`` (math-verify's
-    reading of the two numbers side by side): scored right against golds of 1 and 3."""
+    reading of the two numbers side by side): scored right against golds of 1 and 3. Without a
+    marker, ``It takes 3 1/2 hours.`` was ``0.5`` (its last number, the fraction alone)."""
     from agora.tasks.answers import find_answer
     from agora.tasks.scoring import score_answer
 
     for text, answer in [("The answer is 3 1/2.", "3.5"), ("The answer is 2 3/4 cups.", "2.75"), ("#### 3 1/2", "3.5"),
                          ("The answer is -2 1/4.", "-2.25"), ("The answer is 7 1/2 hours.", "7.5"),
-                         ("The answer is 3/4.", "0.75"), ("The answer is 12 13.", "12, 13")]:
+                         ("The answer is 3/4.", "0.75"), ("The answer is 12 13.", "12, 13"),
+                         ("It takes 3 1/2 hours.", "3.5"), ("She used 2 3/4 cups of flour.", "2.75"),
+                         ("He ate 1/2 of it.", "0.5")]:
         assert find_answer(text, "math").answer == answer, text
     assert score_answer("3 1/2", "1", "math") is False and score_answer("3 1/2", "3.5", "math") is True
