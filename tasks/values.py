@@ -125,6 +125,8 @@ _SCIENTIFIC = re.compile(r"[-+]?\d+(?:\.\d+)?[eE][-+]?\d+")
 #: (math-verify reads ``1e20`` there as 1·e·20, Euler's number). Exponents of up to 3 digits.
 _SCIENTIFIC_PART = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([-+]?\d{1,3})(?![\w.])")
 CLOCK = re.compile(r"\d+(?::\d+)+")
+#: A bracket right after a number or a closing bracket (``2(3)``, ``(2)(3)``, ``6/2(1+2)``): a product.
+_JUXTAPOSED = re.compile(r"(?<=[\d)])\s*\((?=[^()]*\))")
 #: A mixed number (``3 1/2``, ``-2 3/4``): its whole part plus its proper fraction (math-verify read
 #: ``3 1/2`` as 1 and ``2 3/4`` as 3).
 _MIXED = re.compile(r"([-−]?)(\d{1,15})\s+(\d{1,15})\s*/\s*(\d{1,15})")
@@ -156,6 +158,7 @@ def canonical_value(value: str) -> str | None:
         return repr(round(-number if mixed[1] else number, 10))
     if CLOCK.fullmatch(value):  # a clock time on the hour (2:00) is the hour, as in the fallback
         return value.split(":")[0].lstrip("0") or "0" if re.fullmatch(r"\d+(?::0+)+", value) else value
+    value = _JUXTAPOSED.sub(r"\\cdot(", value)  # "2(3)" is 2·3 (math-verify read it as 2 + 3)
     parsed = parse_value(value)
     scientific = _SCIENTIFIC_PART.sub(r"(\1\\cdot 10^{\2})", value)
     if scientific != value:  # "1e20/3" is 10^20/3; one past a float's range ("1e400/3") stays as written

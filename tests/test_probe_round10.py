@@ -141,3 +141,14 @@ def test_a_mixed_number_is_its_whole_part_plus_its_fraction():
                          ("He ate 1/2 of it.", "0.5")]:
         assert find_answer(text, "math").answer == answer, text
     assert score_answer("3 1/2", "1", "math") is False and score_answer("3 1/2", "3.5", "math") is True
+
+
+def test_a_number_next_to_a_bracket_is_a_product():
+    """math-verify reads ``2(3)`` as 2 + 3: ``The answer is 2(3).`` was extracted as ``5`` (6 is
+    right), ``(2)(3)`` as 5, ``6 / 2 (3)`` as 1.2."""
+    from agora.tasks.answers import find_answer
+    from agora.tasks.comparison import answer_key
+
+    assert find_answer("The answer is 2(3).", "math").answer == "6"
+    assert answer_key("(2)(3)") == "6" and answer_key("-2(3)") == "-6" and answer_key("6 / 2 (3)") == "9"
+    assert answer_key("3(4+1)") == "15" and answer_key("x(3)") == "x(3)" and answer_key("(1, 2)") == "(1, 2)"
