@@ -44,6 +44,26 @@ def loopback_align(tmp_path):
         yield graph, context, tmp_path / "app.db", slow
 
 
+def _cancelled_invocation(graph, context, db):
+    """Record one ALIGN invocation of question ``q1`` (3 + 3) from an app's ``asyncio`` code, cancelled
+    by ``asyncio.wait_for`` after 0.1 s (the stub is slow), with a ``TraceRecorder`` on run ``app``;
+    returns the recorder once its ``with`` block has ended."""
+    import asyncio
+
+    from agora.graphs.recording import TraceRecorder
+
+    async def app() -> TraceRecorder:
+        with TraceRecorder(db, run_id="app") as recorder:
+            try:
+                await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
+                                                     {"callbacks": [recorder]}, context=context), 0.1)
+            except TimeoutError:
+                pass
+        return recorder
+
+    return asyncio.run(app())
+
+
 def test_a_parse_expr_transformation_of_the_program_does_not_get_the_interpreters_builtins():
     """sympy's ``parse_expr`` hands its ``global_dict`` (the interpreter's ``eval``, ``__import__``,
     ``open`` and ``__builtins__`` copied in) to every transformation, one of the program's too:
@@ -114,24 +134,13 @@ def test_an_async_invocation_cancelled_mid_question_is_a_failed_question_not_dro
     """``asyncio.wait_for(graph.ainvoke(...), timeout)`` (or ``task.cancel()``, a web request whose client
     left) stopped the question with ``CancelledError``: the recorder wrote nothing of it and marked
     the run ``finished`` with 0 questions and 0 failed; it is an abandoned question, as a closed stream is."""
-    import asyncio
     import json
 
-    from agora.graphs.recording import TraceRecorder
     from agora.traces.store import TraceStore
 
     graph, context, db, _ = loopback_align
 
-    async def app() -> TraceRecorder:
-        with TraceRecorder(db, run_id="app") as recorder:
-            try:
-                await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
-                                                     {"callbacks": [recorder]}, context=context), 0.1)
-            except TimeoutError:
-                pass
-        return recorder
-
-    recorder = asyncio.run(app())
+    recorder = _cancelled_invocation(graph, context, db)
     assert recorder.recorded == {} and recorder.failed == {"align": 1}
     run = TraceStore(db).get_run("app-align")
     summary = json.loads(run["summary"])
@@ -350,22 +359,11 @@ def test_a_pool_member_name_that_is_not_text_or_repeats_another_after_nfkc_is_re
 def test_the_model_calls_in_flight_when_an_invocation_is_cancelled_are_recorded_as_failed_attempts(loopback_align):
     """A cancelled invocation's calls awaiting their model were dropped: the failed question had no
     ``model_calls`` row at all. Each is now a failed attempt with error ``cancelled``."""
-    import asyncio
-
-    from agora.graphs.recording import TraceRecorder
     from agora.traces.store import TraceStore
 
     graph, context, db, _ = loopback_align
 
-    async def app() -> None:
-        with TraceRecorder(db, run_id="app") as recorder:
-            try:
-                await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
-                                                     {"callbacks": [recorder]}, context=context), 0.1)
-            except TimeoutError:
-                pass
-
-    asyncio.run(app())
+    _cancelled_invocation(graph, context, db)
     calls = TraceStore(db).calls("app-align", "q1")
     assert sorted((c["model"], c["attempt"], c["error"], c["completion"]) for c in calls) == [
         ("a", 0, "cancelled", None), ("b", 0, "cancelled", None)]
