@@ -95,9 +95,14 @@ class PostgresTraceStore(TraceStore):
             if not got:
                 raise RunLockedError(f"run id {run_id!r} is being run by another process on {shown_url(self.path)}; "
                                      "wait for it to end (or stop it), or pick a new --run-id")
-            yield
+            try:
+                yield
+            finally:  # released now: the server drops a closed session's locks only when its backend
+                # has ended, after close() returns, so a rerun at once could find the lock still held
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("select pg_advisory_unlock(hashtext(%s))", [f"agora-run-lock:{run_id}"])
         finally:
-            conn.close()  # (ends the session: the lock goes with it)
+            conn.close()  # (ends the session: the lock goes with it, whatever happened above)
 
     def finish_run(self, run_id: str, summary: Any = None, status: str = "finished") -> None:
         with self._lock, self.db.conn:
