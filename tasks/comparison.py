@@ -12,7 +12,8 @@ import re
 
 from math_verify import verify
 
-from agora.tasks.values import CLOCK, INTEGER, AnswerKind, as_float, ascii_digits, parse_value, read_values, verify_kwargs
+from agora.tasks.values import (CLOCK, INTEGER, AnswerKind, as_float, ascii_digits, parse_value, plain_numerals, read_values,
+                               verify_kwargs)
 
 #: Relative tolerance for non-integer numeric gold answers (GSM-Hard targets such as 3.3333333).
 #: Integer gold answers compare exactly.
@@ -22,7 +23,7 @@ REL_TOL = 1e-4
 @functools.lru_cache(maxsize=8192)
 def _answer_values(answer: str) -> tuple[str, ...]:
     """Canonical values of a bare answer (gold, or an extracted one); cached, as golds repeat."""
-    values, _ = read_values(ascii_digits(answer).strip())
+    values, _ = read_values(plain_numerals(ascii_digits(answer)).strip())
     return tuple(values)
 
 

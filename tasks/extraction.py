@@ -15,8 +15,8 @@ from typing import Literal
 from agora.tasks.cues import (ALTERNATIVE, BOUND, BOUND_AFTER, BOUND_AFTER_GUESS, BOUND_BEFORE, CORRECTION, DOUBT, FILLER,
                               GIVES_UP, NEGATION, REFUSAL, RESTATED, RETRACTION, SEVERAL_WORDS)
 from agora.tasks.statements import CALC_NOTE, How, find_statements, next_sentence, sentence_end
-from agora.tasks.values import (BOLD, NUM, NUMBER, AnswerKind, ascii_digits, canonical_value, clean_value, plain_values,
-                                read_values, unclosed)
+from agora.tasks.values import (BOLD, NUM, NUMBER, AnswerKind, ascii_digits, canonical_value, clean_value,
+                                plain_numerals, plain_values, read_values, unclosed)
 
 NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished", "bound", "echo"]
 """Why an output has no answer: empty, nothing answer-like, a negated (or retracted) final statement,
@@ -45,12 +45,15 @@ class Extraction:
 # ----------------------------------------------------------------------------- math
 
 
-#: LaTeX between numbers in plain text, as plain text writes it: ``2 \cdot 3`` and ``2 \times 3``
-#: are ``2 * 3``, ``6 \div 2`` is ``6 / 2``, a thousands ``1\,000``/``1{,}000``/``10,\!080`` is
-#: ``1000``, ``2^{10}`` is ``2^10``. (The plain reading stopped at the ``\``: ``2 \cdot 3`` was 2.)
-_PLAIN_LATEX = ((re.compile(r"(?<=\d)\s*\\(?:cdot|times)(?![A-Za-z])\s*(?=[-−]?\d)"), " * "),
+#: LaTeX between numbers in plain text, as plain text writes it: a thousands ``1\,000``/``1{,}000``/
+#: ``10,\!080`` is ``1000``, other spacing (``\,``, ``\;``, ``\!``) a space, ``\$`` is ``$``,
+#: ``2 \cdot 3`` and ``2 \times 3`` are ``2 * 3``, ``6 \div 2`` is ``6 / 2``, ``2^{10}`` is ``2^10``.
+#: (The plain reading stopped at the ``\``: ``2 \cdot 3`` was 2.)
+_PLAIN_LATEX = ((re.compile(r"(?<=\d)(?:\\,|\{,\}|,\\!)(?=\d{3}(?!\d))"), ""),
+                (re.compile(r"\\[,;:! ]"), " "),  # LaTeX spacing: "2\,\cdot\, 3" is 2 \cdot 3
+                (re.compile(r"\\(?=[$%])"), ""),  # an escaped "\$", "\%" is the sign
+                (re.compile(r"(?<=\d)\s*\\(?:cdot|times)(?![A-Za-z])\s*(?=[-−]?\d)"), " * "),
                 (re.compile(r"(?<=\d)\s*\\div(?![A-Za-z])\s*(?=[-−]?\d)"), " / "),
-                (re.compile(r"(?<=\d)(?:\\,|\{,\}|,\\!)(?=\d{3}(?!\d))"), ""),
                 (re.compile(r"(?<=\d)\^\{([-−]?\d+)\}"), r"^(\1)"))
 
 
@@ -264,7 +267,7 @@ _BARE_VARIABLE = re.compile(r"[A-Za-z]")
 def read_answer(text: str, kind: AnswerKind, n_choices: int) -> Extraction:
     if not text or not text.strip():
         return Extraction(None, None, "empty")
-    clean = CALC_NOTE.sub("", ascii_digits(text))
+    clean = CALC_NOTE.sub("", plain_numerals(ascii_digits(text)))
     letters = "ABCDEFGHIJ"[: max(1, min(10, n_choices))]
     statements = find_statements(clean)
     boxed = any(s.how == "boxed" for s in statements)

@@ -1,6 +1,7 @@
 """Reading the values an answer expression names, in the digits of any script, as canonical strings
 (``docs/scoring.md``, rule 4): ``\\boxed{x = 5}`` is 5, ``25 or 20`` names two values, ``1e1`` is 10,
-``12:30`` is a clock time, not 12. Values are parsed by `math-verify
+``12:30`` is a clock time, not 12; numbers in other notations (``0x10``, ``1 000``, ``3 million``) are
+read as plain digits first (:func:`plain_numerals`). Values are parsed by `math-verify
 <https://github.com/huggingface/Math-Verify>`_. Which statement of an output holds the answer is
 :mod:`agora.tasks.extraction`'s; whether two values are the same is :mod:`agora.tasks.comparison`'s.
 """
@@ -13,6 +14,7 @@ import math
 import re
 import threading
 import unicodedata
+from decimal import Decimal
 from typing import Literal
 
 from math_verify import parse
@@ -48,6 +50,81 @@ def ascii_digits(text: str) -> str:
     text = text.translate(_FULLWIDTH)
     text = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), text)
     return _SEPARATOR.sub(lambda m: _SEPARATORS[m.group()], text)
+
+
+# ----------------------------------------------------------------------------- numerals
+
+#: A Python integer literal in base 16, 2 or 8 (``0x10``, ``0b101``, ``0o17``, ``0XFF``), standing alone.
+_BASE_LITERAL = re.compile(r"(?<![\w.])0(?:[xX][0-9a-fA-F]+(?:_[0-9a-fA-F]+)*|[bB][01]+(?:_[01]+)*|[oO][0-7]+(?:_[0-7]+)*)"
+                           r"(?![\w]|\.\d)")
+#: Digits grouped in threes by underscores (``1_000``, ``1_000_000``); not a subscript (``1011_2``).
+_UNDERSCORE_GROUPS = re.compile(r"(?<![\w.])\d{1,3}(?:_\d{3})+(?![\w]|\.\d)")
+#: The spaces that group thousands: a space, a no-break space (U+00A0), a thin space (U+2009) and a
+#: narrow no-break space (U+202F).
+_GROUP_SPACE = "[ \u00a0\u2009\u202f]"
+#: Thousands grouped by spaces (``1 000 000``, ``12 345``): a first group of 1 to 3 digits, then groups
+#: of exactly 3; not when the run goes on with more digits (``12 345 6``, ``1 0000``), follows a number
+#: (``12 13 345``), or is a mixed number's fraction (``3 100/200``).
+_SPACE_GROUPS = re.compile(rf"(?<![\w.,/])(?<!\d{_GROUP_SPACE})\d{{1,3}}(?:{_GROUP_SPACE}\d{{3}})+"
+                           rf"(?![\w/]|{_GROUP_SPACE}?\d|\s*/|,\d)")
+#: A LaTeX mixed number in running text (``3\frac{1}{2}``, ``3\dfrac12``): a whole number of its own
+#: (not inside a ``{...}`` argument, a power or a subscript) before a fraction of digits.
+_LATEX_MIXED = re.compile(r"(?<![\w.^_{}\\/])(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d)(?!\d))")
+_SCALES = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
+_SCALE_WORD = r"(?:hundred|thousand|million|billion|trillion)(?![\w-])"
+_SCALE_NUMBER = r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+#: A number and a scale word (``3 million``, ``1.5 billion``, ``3 hundred thousand``, ``3\text{ million}``):
+#: the whole number. Singular only: a plural counts units (``3 hundreds`` in place value is 3).
+_SCALED = re.compile(rf"{_SCALE_NUMBER}\s*(?:\\(?:text|mathrm|mbox)\s*\{{\s*({_SCALE_WORD}(?:\s+{_SCALE_WORD})*)\s*\}}"
+                     rf"|({_SCALE_WORD}(?:\s+{_SCALE_WORD})*))")
+#: Money with a multiplier suffix (``$1.5k``, ``$3M``, ``$2bn``): after a currency sign only, where
+#: the letter cannot be a variable (``4k``) or a unit.
+_MONEY_SUFFIX = re.compile(r"([$€£]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s?(k|K|M|mn|B|bn)(?![A-Za-z0-9])")
+_SUFFIXES = {"k": 3, "K": 3, "M": 6, "mn": 6, "B": 9, "bn": 9}
+
+
+def _times_ten(number: str, power: int) -> str:
+    """``number`` (digits, thousands commas, a decimal point) times ``10**power``, exactly."""
+    value = Decimal(number.replace(",", "")).scaleb(power)
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def _scaled(m: re.Match) -> str:
+    words = (m.group(2) or m.group(3)).split()
+    return _times_ten(m.group(1), sum(_SCALES[w] for w in words))
+
+
+def _mixed_latex(text: str) -> str:
+    """A LaTeX mixed number (``3\\frac{1}{2}``) written as a plain one (``3 1/2``); other text unchanged."""
+    return _LATEX_MIXED.sub(lambda m: f"{m[1]} {m[2] or m[3]}/{m[4] or m[5]}", text)
+
+
+def plain_numerals(text: str) -> str:
+    """``text`` with numbers written in other notations as plain digits, so the reader takes the
+    value the writer wrote (``docs/scoring.md``, section 3):
+
+    - Python integer literals in base 16, 2 and 8: ``0x10`` → ``16``, ``0b101`` → ``5``, ``0o17`` → ``15``
+      (not ``0 x 10``, a product);
+    - digits grouped in threes by underscores or spaces (also U+00A0, U+2009, U+202F): ``1_000`` and
+      ``1 000 000`` → ``1000`` and ``1000000`` (a first group of 1 to 3 digits, then groups of 3;
+      ``12 13`` and ``1234 567`` stay two numbers);
+    - a LaTeX mixed number in running text: ``3\\frac{1}{2}`` → ``3 1/2`` (a mixed number; one with an
+      improper fraction is two values, :func:`read_values`);
+    - a number with a scale word: ``3 million`` → ``3000000``, ``2.5 billion`` → ``2500000000``,
+      ``3 hundred thousand`` → ``300000``; money with a suffix: ``$1.5k`` → ``$1500``, ``$3M`` → ``$3000000``.
+
+    Everything else is unchanged (``1011_2``, ``7 dozen``, ``1.5k``). Applied to outputs and gold
+    answers alike, after :func:`ascii_digits`."""
+    if not any(ch.isdigit() for ch in text):
+        return text
+    text = _BASE_LITERAL.sub(lambda m: str(int(m.group(), 0)), text)
+    text = _UNDERSCORE_GROUPS.sub(lambda m: m.group().replace("_", ""), text)
+    text = _SPACE_GROUPS.sub(lambda m: re.sub(_GROUP_SPACE, "", m.group()), text)
+    text = _mixed_latex(text)
+    text = _SCALED.sub(_scaled, text)
+    return _MONEY_SUFFIX.sub(lambda m: m[1] + _times_ten(m[2], _SUFFIXES[m[3]]), text)
 
 
 # ----------------------------------------------------------------------------- math-verify
@@ -256,7 +333,8 @@ def _equation_value(expr: str) -> str:
 
 def _split_values(expr: str) -> list[str]:
     """The values an answer names: top-level list commas (not thousands commas), ``or``/``and``,
-    ``;``, ``\\pm``, ranges (``5-7``, ``5 – 7``, ``5 to 7``), and bare numbers side by side (``12 13``)."""
+    ``;``, ``\\pm``, ranges (``5-7``, ``5 – 7``, ``5 to 7``), bare numbers side by side (``12 13``),
+    and a whole number before an improper fraction (``3 5/2``, ``3\\frac{5}{2}``: not a mixed number)."""
     expr = _THOUSANDS.sub("", expr)
     pieces: list[str] = []
     for part in _top_level(expr, ","):
@@ -266,6 +344,8 @@ def _split_values(expr: str) -> list[str]:
                 pieces += [rng.group(1), rng.group(2) or rng.group(3)]
             elif _BARE_NUMBERS.fullmatch(sub):
                 pieces += sub.split()  # "12 13": two values
+            elif (mixed := _MIXED.fullmatch(_mixed_latex(sub.strip()))) and not 0 < int(mixed[3]) < int(mixed[4]):
+                pieces += [mixed[1] + mixed[2], f"{mixed[3]}/{mixed[4]}"]  # "3 5/2": not a mixed number, two values
             else:
                 pieces.append(sub)
     return [p.strip() for p in pieces if p.strip()]
