@@ -386,21 +386,25 @@ def test_a_checkpoints_path_that_is_a_folder_is_refused_before_the_run_starts(tm
     assert sqlite_utils.Database(db)["runs"].count == 0  # no run row left "running"
 
 
-def hold_write_lock(db: Path, seconds: float) -> threading.Thread:
-    """Another connection takes the write lock of ``db`` for ``seconds`` (as a second process would)."""
+def hold_write_lock(db: Path, seconds: float | None = None, until: threading.Event | None = None) -> threading.Thread:
+    """Another connection takes the write lock of ``db`` (as a second process would) and holds it for
+    ``seconds``, or until ``until`` is set; returns once the lock is held."""
     ready = threading.Event()
 
     def hold():
         conn = sqlite3.connect(db, isolation_level=None)
         conn.execute("BEGIN IMMEDIATE")
         ready.set()
-        time.sleep(seconds)  # the lock held for a set time: the contention under test
+        if until is not None:
+            until.wait(300)
+        else:
+            time.sleep(seconds)  # the lock held for a set time: the contention under test
         conn.execute("COMMIT")
         conn.close()
 
     t = threading.Thread(target=hold, daemon=True)
     t.start()
-    ready.wait(5)
+    assert ready.wait(300), "the write lock was not taken"
     return t
 
 
@@ -408,9 +412,15 @@ def test_a_lock_held_past_the_busy_timeout_is_one_line_and_exit_2(tmp_path, serv
     db = tmp_path / "t.db"
     TraceStore(db).close()
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.3)
-    holder = hold_write_lock(db, 2.0)
-    out = run_align(served_pool, db)
-    holder.join()
+    # held until the run has ended: a lock held for a set time (2 s) was free again when a run on a
+    # busy machine took longer than that to reach its first write, and the run then succeeded
+    release = threading.Event()
+    holder = hold_write_lock(db, until=release)
+    try:
+        out = run_align(served_pool, db)
+    finally:
+        release.set()
+        holder.join()
     assert out.exit_code == 2 and "Traceback" not in out.output
     [line] = error_lines(out)
     assert "locked by another process" in line
