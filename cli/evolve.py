@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
-from agora.models._files import safe_file_name
+from agora.models import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.cli._shared import Table, console, new_run_id, user_errors

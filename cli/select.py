@@ -28,7 +28,7 @@ from rich.panel import Panel
 
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
-from agora.models._files import safe_file_name
+from agora.models import safe_file_name
 from agora.agents.cupid import CupidConfig
 from agora.agents.cupid_features import LATENCY, feature_table, parse_theta, trace_features
 from agora.agents.cupid_simulation import (

@@ -5,7 +5,11 @@ protocol players of :mod:`agora.agents`. No protocol logic and no LangGraph here
 Public surface::
 
     from agora.models import ModelPool, SamplingParams, Sample, default_pool, load_pool
+
+and :func:`safe_file_name` (a model, run or thread name as one file name inside a folder).
 """
+
+from agora.models._files import safe_file_name
 
 from agora.models.pool import (
     ModelCallError,
@@ -29,4 +33,5 @@ __all__ = [
     "SamplingParams",
     "default_pool",
     "load_pool",
+    "safe_file_name",
 ]
