@@ -12,22 +12,22 @@ moa`` and ``agora run debate`` are made so, with no CLI module); ``agora run ali
 
 from __future__ import annotations
 
-import contextlib
+import re
 import tomllib
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Optional, Sequence, TypeVar
+from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
 import typer
 from rich.markup import escape
 
 from agora.models.urls import shown_url
-from agora.tasks.errors import InputError, is_input
+from agora.tasks.errors import InputError
 from agora.models.pool import ModelPool
 from agora.cli._shared import (
-    _SETTING_REFUSED,
-    OPTIONS_OF_FIELD,
+    Source,
     Table,
+    config_lead,
     console,
     exit_if_failed,
     fmt_ci,
@@ -36,6 +36,8 @@ from agora.cli._shared import (
     nonempty_path,
     new_run_id,
     question_progress,
+    record_sources,
+    source_lead,
 )
 from agora.graphs.context import settings_from
 from agora.graphs.registry import get as protocol
@@ -71,28 +73,104 @@ CONFIG = typer.Option(None, "--config", help="Settings file (TOML): a table name
 S = TypeVar("S")
 
 
-def config_table(config_file: Path, table: str, cls: type) -> dict[str, Any]:
-    """The ``[table]`` of the TOML settings file ``config_file`` (field → value, not yet checked).
+def config_table(config_file: Path, table: str, cls: type) -> tuple[dict[str, Any], str]:
+    """The ``[table]`` of the TOML settings file ``config_file`` (field → value, not yet checked),
+    and the file's text (where :func:`toml_key_line` finds a key's line).
 
     Raises:
-        ValueError: a missing or invalid file, or no ``[table]`` in it (the fields of ``cls`` listed).
+        InputError: a missing or invalid file, or no ``[table]`` in it (the fields of ``cls`` listed).
     """
     path = Path(config_file)
     if not path.is_file():
         raise InputError(f"--config {path}: no such file")
+    text = path.read_text(encoding="utf-8")
     try:
-        values = tomllib.loads(path.read_text(encoding="utf-8")).get(table)
+        values = tomllib.loads(text).get(table)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"--config {path}: invalid TOML: {exc}") from None
     if not isinstance(values, dict):
         raise InputError(f"--config {path}: no [{table}] table (fields: {', '.join(f.name for f in fields(cls))})")
-    return values
+    return values, text
+
+
+#: A TOML key, bare or quoted; a dotted key is several, joined by ``.``.
+_KEY_PART = r"""(?:"[^"\n]*"|'[^'\n]*'|[A-Za-z0-9_-]+)"""
+_DOTTED_KEY = rf"{_KEY_PART}(?:\s*\.\s*{_KEY_PART})*"
+_TABLE_LINE = re.compile(rf"^\s*\[\s*({_DOTTED_KEY})\s*\]\s*(?:#.*)?$")
+_ARRAY_TABLE_LINE = re.compile(rf"^\s*\[\[\s*({_DOTTED_KEY})\s*\]\]\s*(?:#.*)?$")
+_KEY_LINE = re.compile(rf"^\s*({_DOTTED_KEY})\s*=")
+
+
+def _key_path(dotted: str) -> tuple[str, ...]:
+    """``a."b.c" . d`` → ``("a", "b.c", "d")`` (quotes taken off; escapes in a quoted key are not read)."""
+    return tuple(next(g for g in m.groups() if g is not None)
+                 for m in re.finditer(r""""([^"\n]*)"|'([^'\n]*)'|([A-Za-z0-9_-]+)""", dotted))
+
+
+def toml_key_line(text: str, path: Sequence[str]) -> int | None:
+    """The line (1-based) of the TOML document ``text`` that sets the key ``path`` (``("moa",
+    "seed")``: ``seed`` of the ``[moa]`` table), read off the text (``tomllib`` keeps no
+    positions): a ``key = ...`` line under its table's ``[header]`` (or a dotted key under a table
+    above it), the header of the table ``path`` itself, else the line of the inline table that holds
+    it (``moa = {seed = 1}``); ``None`` when none is found (an array of tables is not searched).
+    Lines inside a multi-line string are skipped."""
+    target = tuple(path)
+    table: tuple[str, ...] | None = ()
+    inline: int | None = None
+    in_string: str | None = None
+    for n, row in enumerate(text.split("\n"), 1):
+        if in_string is not None:  # a line of a multi-line string: not a key
+            if row.count(in_string) % 2 == 1:
+                in_string = None
+            continue
+        header = _TABLE_LINE.match(row)
+        if header is not None:
+            table = _key_path(header.group(1))
+            if table == target:
+                return n
+            continue
+        if _ARRAY_TABLE_LINE.match(row):
+            table = None  # keys of an array's table are not the settings'
+            continue
+        key = _KEY_LINE.match(row) if table is not None else None
+        if key is not None:
+            full = (*table, *_key_path(key.group(1)))
+            if full == target:
+                return n
+            if inline is None and full == target[:len(full)] and "{" in row[key.end():]:
+                inline = n
+        rest = row[key.end():] if key is not None else row
+        for quote in ('"""', "'''"):
+            if rest.count(quote) % 2 == 1:
+                in_string = quote
+                break
+    return inline
 
 
 def typed_options(ctx: typer.Context) -> set[str]:
     """The parameters of this command that were set on the command line (not defaults)."""
     # Typer vendors click (typer._click): compare the source by name, not by click's enum.
     return {k for k in ctx.params if getattr(ctx.get_parameter_source(k), "name", None) == "COMMANDLINE"}
+
+
+def _file_sources(cls: type, values: dict[str, Any], file: Path, table: tuple[str, ...],
+                  text: str) -> dict[str, dict[str, Source]]:
+    """Settings class name → field → :class:`Source` of the ``values`` a ``--config`` file gives the
+    settings ``cls`` from its table ``table`` (a path: ``("comed",)``), nested settings' own tables
+    included (``[comed.thresholds]``: ``EscalationThresholds``)."""
+    import typing
+    from dataclasses import is_dataclass
+
+    hints = typing.get_type_hints(cls)
+    mine: dict[str, Source] = {}
+    out = {cls.__name__: mine}
+    for key, value in values.items():
+        mine[key] = Source(file=file, table=".".join(table), key=key, line=toml_key_line(text, (*table, key)))
+        nested = next((k for k in (hints.get(key), *typing.get_args(hints.get(key))) if is_dataclass(k)), None)
+        if isinstance(value, dict) and nested is not None:
+            for owner, sources in _file_sources(nested, value, file, (*table, key), text).items():
+                out.setdefault(owner, {}).update(sources)
+    return out
 
 
 def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: str, given: dict[str, Any],
@@ -103,50 +181,34 @@ def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: 
     field, when not the one named as the field (``{"n_anchor": ("samples",)}``); a field in the
     file that no option sets is taken from the file.
 
+    Records where each field's value came from (:func:`agora.cli._shared.record_sources`): the
+    option, or the file's table, key and line; a refusal of the field names it, here or when the
+    settings are checked later (:func:`agora.cli._shared.with_option`).
+
     Raises:
-        ValueError: a missing or invalid file, no ``[table]`` in it, an unknown field (named), or a
-            bad value (the settings' own check, naming the field).
+        InputError: a missing or invalid file, no ``[table]`` in it, an unknown field (named, with
+            the file's line), or a bad value (the settings' own check, naming the field, led by the
+            option typed or the file's line that gave it).
     """
-    if options:
-        ctx.meta[OPTIONS_OF_FIELD] = options
-    if config_file is None:
-        return cls(**given) if not options else settings_from(given, cls)
-    file_values = config_table(config_file, table, cls)
-    typed = typed_options(ctx)
     options = options or {}
-    from_file = {k: v for k, v in file_values.items() if not any(o in typed for o in options.get(k, (k,)))}
+    record_sources(ctx, cls.__name__, {f.name: Source(options=options.get(f.name, (f.name,))) for f in fields(cls)})
+    from_file: dict[str, Any] = {}
+    text = ""
+    if config_file is not None:
+        file_values, text = config_table(config_file, table, cls)
+        typed = typed_options(ctx)
+        from_file = {k: v for k, v in file_values.items() if not any(o in typed for o in options.get(k, (k,)))}
+        for owner, sources in _file_sources(cls, from_file, config_file, (table,), text).items():
+            record_sources(ctx, owner, sources)
     try:
-        made = settings_from({**given, **from_file}, cls)
+        return settings_from({**given, **from_file}, cls)
     except ValueError as exc:
-        raise InputError(f"--config {config_file}: [{table}] {exc}") from None
-    ctx.meta[_FROM_FILE] = (config_file, table, cls.__name__, frozenset(from_file))
-    return made
-
-
-#: ``ctx.meta`` key: ``(file, table, settings class name, fields)`` of the fields :func:`settings` took
-#: from the ``--config`` file, for :func:`config_refusals`.
-_FROM_FILE = "agora.config_fields"
-
-
-@contextlib.contextmanager
-def config_refusals(ctx: typer.Context) -> Iterator[None]:
-    """Name the ``--config`` file in a refusal raised inside, after the settings were built (a member
-    the pool lacks, a dev run missing), of a field whose value came from that file: ``MoAConfig.proposers:
-    'zz' is not in the pool ...`` becomes ``--config run.toml: [moa] MoAConfig.proposers: ...``, as a
-    refusal of the settings themselves reads, and names no option the user did not type. Any other
-    refusal (of a typed option: :func:`agora.cli._shared.with_option` names it) passes unchanged.
-
-    Raises:
-        InputError: the refusal, led by the file and its table.
-    """
-    try:
-        yield
-    except ValueError as exc:
-        from_file = ctx.meta.get(_FROM_FILE)
-        found = _SETTING_REFUSED.match(str(exc)) if is_input(exc) and from_file else None
-        if found is None or found["owner"] != from_file[2] or found["field"] not in from_file[3]:
-            raise
-        raise InputError(f"--config {from_file[0]}: [{from_file[1]}] {exc}") from None
+        message = str(exc)
+        lead = source_lead(ctx, message)
+        if lead is None and config_file is not None:  # names no field: an unknown one, or the file's table
+            unknown = sorted(k for k in from_file if k not in {f.name for f in fields(cls)})
+            lead = config_lead(config_file, table, toml_key_line(text, (table, unknown[0])) if unknown else None)
+        raise InputError(f"{lead or ''}{message}") from None
 
 
 def names(value: Optional[str]) -> tuple[str, ...]:
@@ -372,9 +434,8 @@ def benchmark_command(name: str, cls: type, *, short_help: str, help: str, conte
             config = settings(ctx, cls, values["config_file"], name,
                               {f: convert(values[f]) for f, convert in converters.items()})
             the_pool = get_pool(values["pool"])
-            with config_refusals(ctx):
-                check(config, the_pool.names)
-                the_context = context(the_pool, config)
+            check(config, the_pool.names)  # a refusal names the option or --config line of its field
+            the_context = context(the_pool, config)
             store, run_id, outcome = run_benchmark(
                 name, problems, context=the_context, config=config, pool=the_pool, db=values["db"],
                 run_id=values["run_id"], data=data, fmt_name=fmt_name, limit=values["limit"],

@@ -15,6 +15,7 @@ import sqlite3
 import sys
 import threading
 import tomllib
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
@@ -234,38 +235,105 @@ def without_passwords(text: str) -> str:
     return _POSTGRES_URL.sub(lambda m: shown_url(m.group()), text)
 
 
-#: A settings refusal: ``Class.field must ...`` or ``Class.field: ...`` (:func:`agora.models.validation.one_line`),
-#: often ending ``, got <value>``.
-_SETTING_REFUSED = re.compile(r"(?P<owner>[A-Z]\w*)\.(?P<field>[a-z_]\w*)(?: must |: )")
+#: A settings refusal: ``Class.field must ...``, ``Class.field (value) must ...`` or ``Class.field: ...``
+#: (:func:`agora.models.validation.one_line`), often ending ``, got <value>``; groups ``owner`` (the
+#: settings class) and ``field``.
+SETTING_REFUSED = re.compile(r"(?P<owner>[A-Z]\w*)\.(?P<field>[a-z_]\w*)(?: \([^()]*\))?(?: must |: )")
 
 
-#: ``ctx.meta`` key: a command's map of settings field → the parameters that set it, when not the one
-#: named as the field (``{"n_anchor": ("samples", "thresholds")}``; :func:`agora.cli._run.settings`'
-#: ``options``), read by :func:`option_of_field` before it guesses from the field's name.
-OPTIONS_OF_FIELD = "agora.options_of_field"
+def config_lead(file: Path | str, table: str, line: int | None = None) -> str:
+    """How a refusal of a value read from the ``--config`` file ``file`` begins: ``--config run.toml:3:
+    [moa] `` (``line``: 1-based, left out when ``None``), the settings' own message following."""
+    at = f"{file}:{line}" if line else f"{file}"
+    return f"--config {at}: [{table}] "
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a settings field's value came from, as the command recorded it while building the
+    settings (:func:`record_sources`): the command's parameters that set it (``options``, parameter
+    names: the first of them typed on the command line gave the value; none typed, their default
+    did), or the ``--config`` ``file``'s ``table`` and ``key``, on ``line`` (1-based; ``None`` when
+    the file's text does not show it)."""
+
+    options: tuple[str, ...] = ()
+    file: Path | str | None = None
+    table: str = ""
+    key: str = ""
+    line: int | None = None
+
+    def lead(self, ctx: Any) -> str:
+        """How a refusal of the field begins in the running command (``ctx``: its click context):
+        ``-n/--agents: `` (the option typed), ``--config run.toml:3: [moa] `` (:func:`config_lead`),
+        or ``""`` (a default: the settings' message names the field alone)."""
+        if self.file is not None:
+            return config_lead(self.file, self.table, self.line)
+        params = {p.name: p for p in getattr(getattr(ctx, "command", None), "params", ()) if p.name}
+        for name in self.options:
+            param = params.get(name)
+            if param is not None and _typed(ctx, name) and any(o.startswith("-") for o in param.opts):
+                return _option_text(param) + ": "
+        return ""
+
+
+#: ``ctx.meta`` key: settings class name → field → :class:`Source`, what :func:`record_sources`
+#: recorded for the running command and :func:`with_option` reads.
+FIELD_SOURCES = "agora.field_sources"
+
+
+def record_sources(ctx: Any, owner: str, sources: dict[str, Source]) -> None:
+    """Record in the running command's context (``ctx``) where the fields of the settings class
+    named ``owner`` got their values (field → :class:`Source`), so that a refusal of one of them,
+    raised while the settings are built or checked later (a member the pool lacks), names that
+    option or file line. A field of ``owner`` left out is named by no option."""
+    ctx.meta.setdefault(FIELD_SOURCES, {}).setdefault(owner, {}).update(sources)
+
+
+def from_options(ctx: Any, cls: type, **options: str | tuple[str, ...]) -> None:
+    """:func:`record_sources` for settings ``cls`` built from the command's options: ``field=
+    "parameter"`` (or a tuple of parameters, the first typed giving the value) for each field an
+    option sets (``n_agents="agents"``)."""
+    record_sources(ctx, cls.__name__, {f: Source(options=(p,) if isinstance(p, str) else tuple(p))
+                                       for f, p in options.items()})
+
+
+def source_lead(ctx: Any, message: str) -> str | None:
+    """The lead of ``message``, a settings refusal (:data:`SETTING_REFUSED`), from the sources the
+    running command recorded (:meth:`Source.lead`); ``None`` when it names no field, or a field of a
+    settings class the command recorded nothing for."""
+    found = SETTING_REFUSED.match(message)
+    recorded = (getattr(ctx, "meta", None) or {}).get(FIELD_SOURCES) or {}
+    if found is None or found["owner"] not in recorded:
+        return None
+    source = recorded[found["owner"]].get(found["field"])
+    return source.lead(ctx) if source is not None else ""
+
+
+def _typed(ctx: Any, name: str) -> bool:
+    """Whether the parameter ``name`` of the running command was typed on the command line."""
+    # Typer vendors click (typer._click): compare the source by name, not by click's enum.
+    return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+
+
+def _option_text(param: Any) -> str:
+    """A parameter's options as the user would type them: ``-n/--agents``."""
+    return "/".join(sorted({*param.opts, *param.secondary_opts}, key=lambda o: (o.startswith("--"), o)))
 
 
 def option_of_field(ctx: Any, field: str, got: str | None, message: str = "") -> str | None:
-    """The option of the running command (``ctx``: its click context) that sets the settings field
-    ``field``, as the user would type it (``-n/--agents``); ``None`` when no parameter is known to.
+    """For a command that recorded no :class:`Source` of the settings refused (it builds them from
+    its options without :func:`from_options`): the option of the running command (``ctx``: its
+    click context) whose value the settings field ``field`` surely holds, as the user would type it
+    (``-n/--agents``); ``None`` when no parameter surely gave it.
 
-    The map is read off the command's own parameters, not listed per command: the parameter named
-    as the field (``rounds`` → ``DebateConfig.rounds``; every command made from a settings class),
-    else the one named as the field's last words (``agents`` → ``n_agents``, ``samples`` →
-    ``k_samples``; one such parameter, the longest tail). It is named only when the refused value is
-    surely its value: ``got`` (the ``repr`` after the message's last ``, got``) is its value (a
-    comma-separated option matches the tuple it gives), or, for an option typed on the command
-    line, one part of it (``a=2`` gave ``2.0``; :func:`_gave_part`); with no ``got``, an option
-    typed whose part the message quotes (``'zz'`` of ``--proposers m1,zz``; ``message``). A field
-    whose value came from elsewhere (a ``--config`` file, another option: ``--judge-max-tokens``
-    gave ``JudgeConfig.max_tokens``, not ``--max-tokens`` typed beside it) is not pinned on an
-    option: the message names the settings field alone. A field the command maps to its parameters
-    (:data:`OPTIONS_OF_FIELD`) is named by the first of them that was typed, else the first, never
-    by a guess from its name (``n_anchor`` is set by ``-N/--samples``, not ``--anchor``)."""
+    The parameter is the one named as the field (``rounds``), else the one named as the field's
+    last words (``agents`` → ``n_agents``; the longest tail). It is named only when ``got`` (the
+    ``repr`` after the message's last ``, got``) is its value (a comma-separated option matches the
+    tuple it gives), or, for an option typed on the command line, one part of it (``a=2`` gave
+    ``2.0``; :func:`_gave_part`); with no ``got``, an option typed whose part the message quotes
+    (``'zz'`` of ``--proposers m1,zz``; ``message``). Else the message names the field alone."""
     params = {p.name: p for p in getattr(getattr(ctx, "command", None), "params", ()) if p.name and p.opts}
-    mapped = [params[p] for p in (getattr(ctx, "meta", {}).get(OPTIONS_OF_FIELD) or {}).get(field, ()) if p in params]
-    typed_ones = [p for p in mapped if getattr(ctx.get_parameter_source(p.name), "name", None) == "COMMANDLINE"]
-    param = (typed_ones or mapped or [params.get(field)])[0]
+    param = params.get(field)
     if param is None:
         words = field.split("_")
         tails = ["_".join(words[i:]) for i in range(1, len(words))]
@@ -277,17 +345,14 @@ def option_of_field(ctx: Any, field: str, got: str | None, message: str = "") ->
     if isinstance(value, str):
         shown |= {repr(tuple(v.strip() for v in value.split(","))),
                   repr(tuple(v.strip() for v in value.split(",") if v.strip()))}
-    typed = getattr(ctx.get_parameter_source(param.name), "name", None) == "COMMANDLINE"
+    typed = _typed(ctx, param.name)
     if value is None:
         return None
     if got is not None:
         sure = got in shown or (typed and _gave_part(value, got))
     else:
         sure = typed and any(repr(part) in message for part in _parts(value))
-    if not sure:
-        return None
-    opts = sorted({*param.opts, *param.secondary_opts}, key=lambda o: (o.startswith("--"), o))
-    return "/".join(opts)
+    return _option_text(param) if sure else None
 
 
 def _parts(value: Any) -> list[str]:
@@ -321,9 +386,12 @@ def _gave_part(value: Any, got: str) -> bool:
 
 def with_option(message: str) -> str:
     """``message``, a settings refusal (``DelegationConfig.n_agents must be at most 64, got 100``),
-    led by the option of the running command that gave the value: ``-n/--agents: DelegationConfig...``
-    (:func:`option_of_field`). Any other message, or one outside a command, is returned as it is."""
-    found = _SETTING_REFUSED.match(message)
+    led by where the running command got the refused value: the option typed (``-n/--agents:
+    DelegationConfig...``) or the ``--config`` file's line (``--config run.toml:3: [moa] ...``), as
+    the command recorded it (:func:`record_sources`); for settings it recorded nothing of, the option
+    that surely gave it (:func:`option_of_field`). Any other message, or one outside a command, is
+    returned as it is."""
+    found = SETTING_REFUSED.match(message)
     if found is None:
         return message
     try:
@@ -333,6 +401,9 @@ def with_option(message: str) -> str:
     ctx = get_current_context(silent=True)
     if ctx is None:
         return message
+    lead = source_lead(ctx, message)
+    if lead is not None:
+        return lead + message
     _, said, got = message.rpartition(", got ")
     option = option_of_field(ctx, found["field"], got if said else None, message)
     return message if option is None else f"{option}: {message}"

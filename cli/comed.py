@@ -24,7 +24,7 @@ from agora.agents.escalation_calibration import ThresholdsFile, load_thresholds,
 from agora.models.pool import ModelPool
 from agora.agents.router import KNNRouter, history_from_store
 from agora.cli._apps import calibrate_app, run_app
-from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, config_refusals, counted, load_benchmark, settings
+from agora.cli._run import CONFIG, FORMAT, LIMIT, POOL, RUN_ID, counted, load_benchmark, settings
 from agora.cli._shared import (
     MAX_TEMPERATURE,
     Table,
@@ -228,8 +228,7 @@ def run_comed(
         samples = config.n_anchor
         fmt_name, problems = _problems(data, fmt, limit, seed)
         the_pool = get_pool(pool)
-        with config_refusals(ctx):
-            check_pool(config, the_pool.names)
+        check_pool(config, the_pool.names)  # a refusal names the option or --config line of its field
         run_id = run_id or new_run_id("comed")
         store = TraceStore(db)
         the_router = _router(router, store, the_pool, run_id, router_k, embedding, anchor, problems)

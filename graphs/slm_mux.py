@@ -45,7 +45,7 @@ from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand
 from agora.graphs.state import MethodsOutput, MethodsState
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import ModelPool
-from agora.traces.reliability import reliabilities
+from agora.traces.reliability import DevRunError, reliabilities
 
 METHODS = ("slm-mux", "mux_vote", "mux_top")
 
@@ -193,11 +193,16 @@ def check_settings(config: SLMMuxConfig, names: Sequence[str]) -> None:
 
     Raises:
         ValueError: a member not in the pool, named.
-        DevRunError: the dev run's database or run is missing, or it has no scored sample (one line).
+        DevRunError: the dev run's database or run is missing, or it has no scored sample (one line,
+            ``SLMMuxConfig.dev_db: ...`` or ``SLMMuxConfig.dev_run: ...``).
     """
     check_pool(config, names)
     if config.dev_run:
-        reliabilities(config.dev_accuracy, config.dev_db, config.dev_run)
+        try:
+            reliabilities(config.dev_accuracy, config.dev_db, config.dev_run)
+        except DevRunError as exc:  # named by the setting at fault (the default database: the dev run's)
+            field = exc.field if config.dev_db is not None else "dev_run"
+            raise DevRunError(f"SLMMuxConfig.{field}: {exc}", field) from None
 
 
 def comed_slm_mux(comed: Any, pool: ModelPool, anchor: str) -> Any:

@@ -87,7 +87,7 @@ def test_a_config_file_value_the_pool_refuses_names_the_file_and_its_table(tmp_p
     code, output = agora("run", command, "--format", "synthetic", "--pool", _pool(tmp_path), "--config", config,
                          "--db", tmp_path / "t.db")
     assert code == 2, output
-    assert one_error_line(output) == f"error: --config {config}: [{command}] {message}"
+    assert one_error_line(output) == f"error: --config {config}:2: [{command}] {message}"
     assert not (tmp_path / "t.db").exists()
 
 
@@ -110,7 +110,7 @@ def test_a_comed_config_file_value_the_pool_refuses_names_the_file(tmp_path, tab
     code, output = agora("run", "comed", "--format", "synthetic", "--pool", _pool(tmp_path), "--config", config,
                          "--db", tmp_path / "t.db")
     assert code == 2, output
-    assert one_error_line(output) == f"error: --config {config}: [comed] {message}"
+    assert one_error_line(output) == f"error: --config {config}:2: [comed] {message}"
 
 
 def test_a_refused_setting_is_named_by_the_option_that_sets_it_not_by_a_likely_name(tmp_path):

@@ -395,7 +395,7 @@ def test_run_with_a_bad_sampling_setting_in_its_config_file_is_one_error_line(tm
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     errors = [ln for ln in result.output.splitlines() if ln.startswith("error: ")]
-    assert errors == [f"error: --config {config}: [{command}] {message}"], result.output
+    assert errors == [f"error: --config {config}:2: [{command}] {message}"], result.output
     assert not (tmp_path / "t.db").exists()
 
 

@@ -30,7 +30,7 @@ def test_a_field_set_from_a_config_file_is_not_pinned_on_an_option(tmp_path):
     config.write_text("[debate]\nrounds = 100000\n")
     code, output = agora("run", "debate", "--format", "synthetic", "--config", config, "--db", tmp_path / "t.db")
     assert code == 2, output
-    assert one_error_line(output) == (f"error: --config {config}: [debate] DebateConfig.rounds must be at most 10 "
+    assert one_error_line(output) == (f"error: --config {config}:2: [debate] DebateConfig.rounds must be at most 10 "
                                       "(each question costs agents × rounds model calls), got 100000")
 
 

@@ -25,7 +25,14 @@ _LOCK = threading.Lock()
 
 
 class DevRunError(InputError):
-    """A dev run that cannot give reliabilities: no such database or run, or no scored sample. One line."""
+    """A dev run that cannot give reliabilities: no such database or run, or no scored sample. One line.
+
+    ``field``: the setting at fault, ``"dev_db"`` (no such database file, or not a file) or
+    ``"dev_run"`` (no such run in the database, or no scored sample of it)."""
+
+    def __init__(self, message: str, field: str = "dev_run") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def dev_accuracy(db: str | Path | TraceStore, run_id: str) -> dict[str, float]:
@@ -45,8 +52,9 @@ def dev_accuracy(db: str | Path | TraceStore, run_id: str) -> dict[str, float]:
             if path.exists():  # a folder, a FIFO, a device: say what it is, as `agora import` does
                 mode = path.stat().st_mode
                 what = next((name for test, name in FILE_KINDS if test(mode)), "not a regular file")
-                raise DevRunError(f"dev run {run_id!r}: trace database {db} is {what}, not a database file")
-            raise DevRunError(f"dev run {run_id!r}: trace database {db} not found")
+                raise DevRunError(f"dev run {run_id!r}: trace database {db} is {what}, not a database file",
+                                  "dev_db")
+            raise DevRunError(f"dev run {run_id!r}: trace database {db} not found", "dev_db")
         stat = path.stat()
         key = (os.path.abspath(path), stat.st_mtime_ns, stat.st_size, run_id)
         with _LOCK:
