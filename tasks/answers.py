@@ -31,7 +31,9 @@ Which statement of a model's output is its final answer, and when that answer co
    ``12 13``, a range ``5-7``/``5 to 7``, ``\\pm``/``±``, several letters ``A or C``, ``B (or C)``,
    a letter range ``A-C``) is wrong unless the gold answer names the same values. ``1e1`` is 10; a
    clock time ``12:30`` is not 12 (``2:00`` is 2). ``$``, ``%``, thousands commas and units
-   words are not part of a value.
+   words are not part of a value. Numbers in other notations are the number written (``0x10`` is 16,
+   ``1_000`` and ``1 000`` are 1000, ``3 million`` is 3000000, ``3\\frac{1}{2}`` is 3.5); a whole
+   number before an improper fraction (``3 5/2``) is two values, not a mixed number.
 5. **Comparison**: equivalence is `math-verify <https://github.com/huggingface/Math-Verify>`_'s
    (``\\frac{1}{2} == 0.5``, intervals, sets, expressions). Numbers: an integer gold answer compares
    exactly; a non-integer one (GSM-Hard's float targets) within a relative tolerance of
