@@ -98,6 +98,24 @@ def test_solved_questions(traces):
     assert solved_questions(traces, ["a"], models=[SMALL]) == {"q1", "q4"}
 
 
+def test_align_pairs_take_one_requests_samples_in_their_order_not_their_random_call_ids(tmp_path):
+    """One request's n samples share their ``created_at``; their call ids are random (uuid4). The
+    candidates keep the samples' order (``sample_index``), so two identical seeded runs give the same
+    pairs: with the call ids sorting the other way round, the pair taken was the second sample's."""
+    store = TraceStore(tmp_path / "t.db")
+    store.db["runs"].insert({"run_id": "a", "protocol": "align", "status": "finished"})
+    store.db["questions"].insert({"run_id": "a", "question_id": "q1", "idx": 0, "kind": "math",
+                                  "question": "question q1", "gold": "7", "finished_at": "t"})
+    texts = ["3 + 4 = 7. The answer is 7.", "4 + 3 = 7. The answer is 7.", "The answer is 8.", "The answer is 9."]
+    store.db["model_calls"].insert_all([
+        {"call_id": f"{'zyxw'[i]}{i}", "run_id": "a", "question_id": "q1", "protocol": "align", "node": "agent_sample",
+         "role": "agent", "agent": 0, "model": SMALL, "messages": json.dumps(PROMPT), "completion": text,
+         "finish_reason": "stop", "error": None, "created_at": "2026-12-01T00:00:00.000", "sample_index": i,
+         "request_id": "z0"} for i, text in enumerate(texts)])
+    [pair] = align_target_pairs(store, AlignPairConfig(target=SMALL, max_pairs_per_question=1), ["a"])
+    assert (pair["chosen"], pair["rejected"]) == (texts[0], texts[2])
+
+
 def test_candidate_stats(traces):
     stats = candidate_stats(traces, ["a"])
     # gold questions q1, q2, q4, q5; q1 has 4 own candidates (2 correct), q4 1 correct, q2 and q5 wrong

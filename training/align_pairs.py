@@ -79,12 +79,15 @@ def _decode(value: Any) -> Any:
 
 def question_candidates(store: TraceStore, question: dict[str, Any]) -> list[Candidate]:
     """The successful ``agent_sample`` candidates of one recorded ALIGN question, scored against its
-    gold answer, in a stable order (agent, creation time, call id)."""
+    gold answer, in a stable order: agent, creation time, position among its request's samples
+    (``sample_index``: the n samples of one request share their creation time), then the order the
+    rows were written in (not the call id: a random id, which would order one request's samples, and
+    so the pairs taken, differently in two identical seeded runs)."""
     kind = question.get("kind") or "math"
     rows = [c for c in store.calls(question["run_id"], question["question_id"])
             if c.get("node") == "agent_sample" and not c.get("error") and c.get("completion")]
     rows.sort(key=lambda c: (c.get("agent") if c.get("agent") is not None else -1, c.get("created_at") or "",
-                             c["call_id"]))
+                             c.get("sample_index") if c.get("sample_index") is not None else -1))
     out = []
     for c in rows:
         found = find_answer(c["completion"], kind, question=question.get("question"))  # an echo is no answer
