@@ -144,7 +144,10 @@ def test_two_recorders_of_one_run_id_at_once_are_refused_not_merged(tmp_path):
                     try:
                         graph.invoke(question, {"callbacks": [recorder]}, context=context)
                     finally:
-                        done.wait(30)  # every request ends before any recorder does
+                        # every request ends before any recorder does; the one recorded waits 10 s
+                        # for 6 requests that never come (_loopback_align), so 30 s left a busy
+                        # machine 20 s for the rest, then a BrokenBarrierError in every thread
+                        done.wait(300)
             except Exception as exc:  # noqa: BLE001 - counted below
                 errors.append(exc)
 
