@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 import postgres_server as pg
 
@@ -67,11 +68,8 @@ def test_a_server_whose_starter_was_killed_is_stopped_and_removed_by_the_next_st
     os.utime(old, (time.time() - pg.OWNERLESS_AGE_S - 60,) * 2)
 
     assert pg.sweep_stale(bin_dir, str(tmp)) == sorted([str(root), str(old)])  # in name order; root's name is random
-    for _ in range(100):
-        if not _alive(server):
-            break
-        time.sleep(0.1)
-    assert not _alive(server) and not root.exists() and not old.exists()
+    wait_until(lambda: not _alive(server), f"the swept server (pid {server}) to exit")
+    assert not root.exists() and not old.exists()
     assert mine.exists() and new.exists()
 
 
@@ -91,11 +89,7 @@ def test_a_pgserver_server_is_removed_when_stopped_and_when_its_starter_was_kill
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     root, pid = stopped.stdout.split()
     assert Path(root).parent == tmp and not Path(root).exists()
-    for _ in range(100):
-        if not _alive(int(pid)):
-            break
-        time.sleep(0.1)
-    assert not _alive(int(pid))
+    wait_until(lambda: not _alive(int(pid)), f"the stopped pgserver server (pid {pid}) to exit")
 
     starter = subprocess.Popen(
         [sys.executable, "-c", "import time; import postgres_server as pg; "
@@ -110,8 +104,5 @@ def test_a_pgserver_server_is_removed_when_stopped_and_when_its_starter_was_kill
     assert root.parent == tmp and server is not None and _alive(server)
     assert pg._owner_alive(root) is False
     assert pg.sweep_stale(None, str(tmp)) == [str(root)]
-    for _ in range(100):
-        if not _alive(server):
-            break
-        time.sleep(0.1)
-    assert not _alive(server) and not root.exists()
+    wait_until(lambda: not _alive(server), f"the swept pgserver server (pid {server}, SIGQUIT) to exit")
+    assert not root.exists()
