@@ -15,7 +15,7 @@ from typing import Literal
 from agora.tasks.cues import (ALTERNATIVE, BOUND, BOUND_AFTER, BOUND_AFTER_GUESS, BOUND_BEFORE, CORRECTION, DOUBT, FILLER,
                               GIVES_UP, NEGATION, REFUSAL, RESTATED, RETRACTION, SEVERAL_WORDS)
 from agora.tasks.statements import CALC_NOTE, How, find_statements, next_sentence, sentence_end
-from agora.tasks.values import (BOLD, NUM, NUMBER, AnswerKind, ascii_digits, canonical_value, clean_value,
+from agora.tasks.values import (BOLD, EMPHASIS, NUM, NUMBER, AnswerKind, ascii_digits, canonical_value, clean_value,
                                 plain_numerals, plain_values, read_values, unclosed)
 
 NoAnswer = Literal["empty", "none", "negated", "refusal", "unfinished", "bound", "echo"]
@@ -267,7 +267,7 @@ _BARE_VARIABLE = re.compile(r"[A-Za-z]")
 def read_answer(text: str, kind: AnswerKind, n_choices: int) -> Extraction:
     if not text or not text.strip():
         return Extraction(None, None, "empty")
-    clean = CALC_NOTE.sub("", plain_numerals(ascii_digits(text)))
+    clean = CALC_NOTE.sub("", EMPHASIS.sub(r"\2", plain_numerals(ascii_digits(text))))
     letters = "ABCDEFGHIJ"[: max(1, min(10, n_choices))]
     statements = find_statements(clean)
     boxed = any(s.how == "boxed" for s in statements)

@@ -360,6 +360,10 @@ def clean_value(value: str) -> str:
 
 #: Markdown bold (``**42**``): a ``**`` not between two operands. ``2**3`` is a power (8), not 23.
 BOLD = re.compile(r"(?<![\w)\]}])\*\*|\*\*(?![\w(\[{])")
+#: Markdown emphasis other than bold: ``*42*``, ``_42_``, ``__42__`` (group 2 is what it emphasises),
+#: on one line, the opening mark not after an operand and the closing one not before one (``2*3*4``,
+#: ``2 * 3 * 4`` and subscripts ``x_1`` are not emphasis).
+EMPHASIS = re.compile(r"(?<![\w)\]}*\\])(\*|__?)(?=[^\s*_])([^*_\n]{0,200}?[^\s*_\\])\1(?![\w(\[{*])")
 
 
 def read_values(expr: str) -> tuple[list[str], str | None]:

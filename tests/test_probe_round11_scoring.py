@@ -154,3 +154,22 @@ def test_dozen_a_plural_scale_word_and_a_bare_k_are_units_not_multipliers(kind):
     assert _read("So the answer is 5k.", kind) == "5"
     # a plural counts units, as in place value: "3 hundreds" is 3
     assert _read("The answer is 3 hundreds.", kind) == "3"
+
+
+@pytest.mark.parametrize("text, kind, value", [
+    ("Final answer: *6*", "gsm8k", "6"), ("The answer is *6*.", "math", "6"), ("Final answer: __6__", "gsm8k", "6"),
+    ("#### _6_", "gsm8k", "6"), ("Final answer: *2\\cdot 3*", "math", "6"), ("The answer is *$6*.", "gsm8k", "6"),
+    ("Final answer: *B*", "mc", "B"), ("Final answer: *B* or *C*", "mc", "B, C"),
+])
+def test_a_value_in_markdown_italics_is_the_value(text, kind, value):
+    """``Final answer: *6*`` was no answer ("unfinished": the output ended with a ``*``), and
+    ``Final answer: __6__`` none at all; ``**6**`` (bold) was already 6."""
+    assert find_answer(text, kind, 4).answer == value, text
+
+
+@pytest.mark.parametrize("text, value", [
+    ("The answer is 2*3*4.", "24"), ("The answer is 2 * 3 * 4.", "24"), ("The answer is **6**.", "6"),
+    ("The answer is $x_1 + x_2$.", "x_1 + x_2"),
+])
+def test_products_and_subscripts_are_not_italics(text, value):
+    assert find_answer(text, "math", 4).answer == value, text
