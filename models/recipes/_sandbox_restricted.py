@@ -1,6 +1,41 @@
 """The restricted run of a sandbox child (:mod:`_sandbox_worker`; loaded by path, imports nothing of
 Agora): RestrictedPython's policy, a small set of built-ins, an import hook that admits only the
-allowed modules, a guarded ``getattr``, and a ``print`` that collects at most ``output_bytes``.
+allowed modules, a guarded ``getattr``, a guarded write, and a ``print`` that collects at most
+``output_bytes``.
+
+sympy: an allow-list, not a deny-list. A program may hold a sympy module, function or class only
+when it comes from :data:`SYMPY_PACKAGES` / :data:`SYMPY_MODULES` (the mathematics: core, numbers,
+functions, polys, solvers, simplify, matrices, ntheory, combinatorics, sets, series, integrals,
+calculus, concrete, stats, geometry, logic, printing to strings...). Everything else of sympy
+(``lambdify``'s module, ``printing.preview``, ``interactive.session``, ``testing``, ``plotting``,
+``external``, ``utilities.autowrap``/``pkgdata``/``runtests``/``source``, ``parsing.latex`` and the
+other parsers, ``physics``, ``codegen`` where Landlock does not confine writes...) is unreachable,
+whatever path leads to it. The check is on *what the program gets*, not on how it asked, since the
+paths are many (``import a.b``, ``from a import b``, ``from a import *``, ``a.b``, ``getattr``,
+``str.format`` fields, ``operator.attrgetter``): the guarded ``getattr`` and the import hook hand
+back a value only after :func:`_refused` has judged it: a module by its name; a function, class,
+method or other callable by its ``__module__`` (the module that defined it, which sympy's
+re-exports keep: ``sympy.preview`` is ``sympy.printing.preview``'s, hence refused). ``from m
+import *`` gets a copy of ``m`` with only the names that pass. A from-import needs no holdable
+``m`` (the program gets the names, not ``m``); a plain ``import a.b`` binds ``a.b`` (``as``) and needs it.
+
+Why not a proxy module per sympy module: a proxy must also wrap every sympy object's attributes
+(``x.func``, ``Matrix.applyfunc``, a class's methods), that is re-implement the guarded ``getattr``;
+and sympy's own code would see proxies where it expects modules. RestrictedPython already routes
+every attribute read of the program through ``_getattr_`` (and refuses names starting with ``_``
+and frame/code attributes like ``gi_frame``, ``f_globals``, ``co_code`` at compile time and in
+``getattr``): one check there covers every path.
+
+RestrictedPython leaves attribute *writes* to the ``_write_`` hook; it was the identity, so a
+program could ``del sympy.parsing.ast_parser.compile`` (the sandbox's replacement) and have sympy
+compile its string with the interpreter's own ``compile``. :func:`_write_guard` refuses writing or
+deleting attributes of modules, of classes and functions the program did not define, and of the
+sandbox's own routing objects; items (``m[0, 0] = 1``) and the program's own objects stay writable.
+
+``sympify``/``parse_expr`` of a string stay: sympy turns the string into Python code and
+``eval``s it, and here that code is compiled by RestrictedPython with the program's built-ins and
+hooks (:class:`_RestrictedSympyEval`): the string can do no more than the program itself could, and
+models write ``sympify("x**2 - 4")`` and ``solve("x**2 - 4")`` often.
 """
 
 from __future__ import annotations
@@ -58,10 +93,13 @@ def _importer(allowed: frozenset[str]):
         for full in (name, *(f"{name}.{item}" for item in fromlist or () if isinstance(item, str))):
             if why := _closed_module(full):  # ``from sympy import testing`` too, before it loads
                 raise ImportError(f"import of {full!r} is not allowed ({why})")
+        # ``import a.b`` (``as c``) binds the module ``a.b``; ``from a.b import c`` binds only ``c``
+        if not fromlist and (why := _library_refused(name)):
+            raise ImportError(f"import of {name!r} is not allowed ({why})")
         module = real(name, globals, locals, fromlist, level)
+        if fromlist and "*" in fromlist:
+            return _star_view(module, allowed)
         for item in fromlist or ():
-            if item == "*":
-                continue
             # ``from m import x`` reads the attribute without the guarded getattr: the same checks here
             if why := _refused(getattr(module, item, None), allowed):
                 raise ImportError(f"{name}.{item} {why}")
@@ -144,24 +182,170 @@ def _closed_package(name: str) -> str | None:
     return None
 
 
+#: sympy's packages a program may hold, with all their modules (but their ``tests`` and ``benchmarks``):
+#: the mathematics. An allow-list: a sympy module that is neither here nor in :data:`SYMPY_MODULES`
+#: (nor, where Landlock confines writes, :data:`SYMPY_FILE_WRITERS`) is unreachable.
+SYMPY_PACKAGES = ("sympy.abc", "sympy.algebras", "sympy.assumptions", "sympy.calculus", "sympy.combinatorics",
+                  "sympy.concrete", "sympy.core", "sympy.crypto", "sympy.discrete", "sympy.functions",
+                  "sympy.geometry", "sympy.holonomic", "sympy.integrals", "sympy.logic", "sympy.matrices",
+                  "sympy.multipledispatch", "sympy.ntheory", "sympy.polys", "sympy.series", "sympy.sets",
+                  "sympy.simplify", "sympy.solvers", "sympy.stats", "sympy.strategies", "sympy.tensor", "sympy.unify",
+                  "sympy.vector", "sympy.printing.pretty")
+
+#: Single sympy modules a program may hold: the package itself, the printers that make strings
+#: (not ``preview``, ``gtk``, ``tree``, ``dot``, nor the JIT and array-library printers), the plain
+#: helpers of ``utilities``, ``init_printing``, and the string parsers and plotting evaluators whose
+#: ``eval``/``exec``/``compile`` the sandbox replaces (:func:`_route_sympy`; each refusal is tested).
+SYMPY_MODULES = frozenset(
+    {"sympy", "sympy.printing", "sympy.utilities", "sympy.parsing", "sympy.interactive", "sympy.interactive.printing",
+     "sympy.utilities.misc", "sympy.utilities.iterables", "sympy.utilities.decorator", "sympy.utilities.exceptions",
+     "sympy.utilities.memoization", "sympy.utilities.enumerative",
+     "sympy.parsing.sympy_parser", "sympy.parsing.ast_parser", "sympy.plotting.experimental_lambdify",
+     "sympy.plotting.pygletplot.plot_interval"}
+    | {f"sympy.printing.{m}" for m in ("printer", "str", "repr", "latex", "precedence", "conventions", "defaults",
+                                        "mathml", "tableform", "codeprinter", "pycode", "lambdarepr", "numpy", "c",
+                                        "cxx", "fortran", "jscode", "julia", "octave", "maple", "mathematica",
+                                        "rcode", "rust", "glsl", "smtlib", "python")})
+
+#: sympy modules that write files where the program says (``codegen(..., to_files=True)``): held
+#: only where Landlock confines the child's writes to its own folder.
+SYMPY_FILE_WRITERS = frozenset({"sympy.utilities.codegen"})
+
+#: Whether this child's writes are confined to its folder (Landlock; set by :func:`_restricted_globals`).
+_WRITES_CONFINED: list[bool] = [False]
+
+
+def _sympy_refused(name: str, confined: bool) -> str | None:
+    """Why the sympy module ``name`` is not one a program may hold, or ``None`` (the allow-list)."""
+    parts = name.split(".")
+    if "tests" in parts or "benchmarks" in parts:
+        return "sympy's tests"
+    if name in SYMPY_MODULES or any(name == p or name.startswith(p + ".") for p in SYMPY_PACKAGES):
+        return None
+    if confined and name in SYMPY_FILE_WRITERS:
+        return None
+    return "not one of sympy's mathematical modules"
+
+
+_SYMPY_VERDICTS: dict[tuple[str, bool], str | None] = {}
+
+
+def _library_refused(name: str) -> str | None:
+    """Why the module ``name`` of an allowed library may not be held (only sympy's are listed), or ``None``."""
+    if name != "sympy" and not name.startswith("sympy."):
+        return None
+    key = (name, _WRITES_CONFINED[0])
+    if key not in _SYMPY_VERDICTS:
+        _SYMPY_VERDICTS[key] = _sympy_refused(name, key[1])
+    return _SYMPY_VERDICTS[key]
+
+
+def _module_of(value) -> str | None:
+    """The ``__module__`` of a function, class, method or other callable (``None`` when it has none).
+    sympy's ``lazy_function`` proxies (``sympy.test``, ``sympy.doctest``) say ``sympy.core.cache``
+    but import and call a function of another module (the test runners): their target's module."""
+    kind = type(value)
+    if kind.__qualname__ == "lazy_function.<locals>.LazyFunction" and kind.__module__ == "sympy.core.cache":
+        call = kind.__dict__.get("__call__")
+        cells = dict(zip(getattr(getattr(call, "__code__", None), "co_freevars", ()), getattr(call, "__closure__", None) or ()))
+        try:
+            target = cells["module"].cell_contents
+        except (KeyError, ValueError):
+            target = None
+        return target if isinstance(target, str) else "sympy.testing"  # unknown: refused
+    try:
+        module = getattr(value, "__module__", None)
+    except Exception:  # noqa: BLE001 - an object whose attribute lookup raises says nothing
+        return None
+    return module if isinstance(module, str) else None
+
+
 def _refused(value, allowed: frozenset[str]) -> str | None:
-    """Why a program may not hold ``value`` (``None`` when it may): a module outside ``allowed``, one
-    of the interpreter's unsafe built-ins, or a function or class of a module in :data:`_UNREACHABLE`."""
+    """Why a program may not hold ``value`` (``None`` when it may): a module outside ``allowed`` or
+    outside sympy's allow-list, one of the interpreter's unsafe built-ins, or a function, class or
+    other callable of a module in :data:`_UNREACHABLE` or outside sympy's allow-list."""
     if isinstance(value, types.ModuleType):
         top = value.__name__.split(".")[0]
-        if top not in allowed or _closed_module(value.__name__):
+        if top not in allowed or _closed_module(value.__name__) or _library_refused(value.__name__):
             return f"is the module {value.__name__!r}, which is not allowed"
         return None
     if id(value) in _DANGEROUS:
         return "is a built-in the sandbox does not give"
-    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
-        module = getattr(value, "__module__", None)
-        top = module.split(".")[0] if isinstance(module, str) else ""
+    if isinstance(value, type) or callable(value):
+        module = _module_of(value)
+        if module is None:
+            return None
+        top = module.split(".")[0]
         if top in _UNREACHABLE and top not in allowed:
             return f"belongs to the module {module!r}, which is not allowed"
-        if isinstance(module, str) and _closed_package(module):  # ``sympy.init_session``
-            return f"belongs to the module {module!r}, which is not allowed ({_closed_package(module)})"
+        if why := _closed_package(module) or _library_refused(module):  # ``sympy.init_session``, ``sympy.preview``
+            return f"belongs to the module {module!r}, which is not allowed ({why})"
     return None
+
+
+def _star_view(module: types.ModuleType, allowed: frozenset[str]) -> types.ModuleType:
+    """What ``from module import *`` binds: a new module holding only the names of ``module``'s
+    ``__all__`` (else its public names) that :func:`_refused` lets a program hold."""
+    names = getattr(module, "__all__", None)
+    if not isinstance(names, (list, tuple)):
+        names = [n for n in vars(module) if isinstance(n, str)]
+    kept = {}
+    for name in names:
+        if isinstance(name, str) and not name.startswith("_") and hasattr(module, name):
+            value = getattr(module, name)
+            if not _refused(value, allowed):
+                kept[name] = value
+    view = types.ModuleType(module.__name__)
+    vars(view).update(kept)
+    view.__all__ = list(kept)
+    return view
+
+
+class _ItemsOnly:
+    """What ``_write_`` gives for an object whose attributes the program may not change: its items
+    can still be set (``_write_(obj)[k] = v``), its attributes not."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target):
+        object.__setattr__(self, "target", target)
+
+    def __getitem__(self, key):
+        return self.target[key]
+
+    def __setitem__(self, key, value):
+        self.target[key] = value
+
+    def __delitem__(self, key):
+        del self.target[key]
+
+    def __setattr__(self, name, value):
+        raise TypeError(f"the sandbox does not let a program change the attribute {name!r} of {_described(self.target)}")
+
+    def __delattr__(self, name):
+        raise TypeError(f"the sandbox does not let a program delete the attribute {name!r} of {_described(self.target)}")
+
+
+def _described(obj) -> str:
+    if isinstance(obj, types.ModuleType):
+        return f"the module {obj.__name__!r}"
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return f"{name!r} of the module {_module_of(obj)!r}" if _module_of(obj) else repr(name)
+
+
+def _write_guard(obj):
+    """RestrictedPython's ``_write_``: the object itself when the program may set and delete its
+    attributes (its own objects, sympy's instances), else :class:`_ItemsOnly`: a module; a class,
+    function or method the program did not define (``__module__`` other than ``__main__``); the
+    sandbox's routing objects (the restricted ``eval_expr``: their state is the worker's)."""
+    if isinstance(obj, types.ModuleType) or isinstance(obj, (_RestrictedSympyEval, _SafeFormatter)):
+        return _ItemsOnly(obj)
+    if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                        types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
+                        types.GetSetDescriptorType, types.MemberDescriptorType, property, staticmethod, classmethod)):
+        if _module_of(obj) != "__main__":
+            return _ItemsOnly(obj)
+    return obj
 
 
 def _getattr_guard(allowed: frozenset[str]):
@@ -198,7 +382,14 @@ def _inplacevar(op: str, x, y):
 
 class _Policy(RestrictingNodeTransformer):
     """RestrictedPython's policy, with ``x[i] += y`` and ``obj.a += y`` read as ``x[i] = x[i] + y``
-    (RestrictedPython refuses augmented assignment of items and attributes; programs count with it)."""
+    (RestrictedPython refuses augmented assignment of items and attributes; programs count with it),
+    and ``from m import *`` accepted (RestrictedPython refuses it; the import hook then gives a copy
+    of ``m`` with only the names a program may hold and no name starting with ``_``)."""
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if [alias.name for alias in node.names] == ["*"] and not getattr(node, "is_lazy", 0):
+            return self.node_contents_visit(node)
+        return super().visit_ImportFrom(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         if isinstance(node.target, (ast.Subscript, ast.Attribute)):
@@ -210,8 +401,12 @@ class _Policy(RestrictingNodeTransformer):
         return super().visit_AugAssign(node)
 
 
-def _restricted_globals(printer: _Printer, allowed: frozenset[str]) -> dict:
+def _restricted_globals(printer: _Printer, allowed: frozenset[str], confined_writes: bool = False) -> dict:
+    """The program's globals: built-ins, import hook and RestrictedPython's hooks. ``confined_writes``:
+    Landlock confines this child's writes to its folder (:data:`SYMPY_FILE_WRITERS` are then held)."""
     import builtins
+
+    _WRITES_CONFINED[0] = confined_writes
 
     names = dict(safe_builtins)
     names.update({n: getattr(builtins, n) for n in _BUILTIN_NAMES if hasattr(builtins, n)})
@@ -225,7 +420,7 @@ def _restricted_globals(printer: _Printer, allowed: frozenset[str]) -> dict:
     return {"__builtins__": names, "__name__": "__main__", "__metaclass__": type,
             "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": default_guarded_getitem,
             "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
-            "_unpack_sequence_": guarded_unpack_sequence, "_write_": lambda ob: ob, "_inplacevar_": _inplacevar,
+            "_unpack_sequence_": guarded_unpack_sequence, "_write_": _write_guard, "_inplacevar_": _inplacevar,
             "_apply_": lambda f, *a, **k: f(*a, **k)}
 
 
@@ -506,11 +701,35 @@ def _route_lambdify_code(restricted: dict) -> None:
                 and isinstance(call.args[0].value, str)):
             raise ImportError(f"lambdify may only run import_module('name') in the sandbox, not {source!r}")
         name = call.args[0].value
-        if name.split(".")[0] not in importer.allowed or _closed_module(name):
+        if name.split(".")[0] not in importer.allowed or _closed_module(name) or _library_refused(name):
             return None  # as if not installed, like sympy's import_module for a missing module
         return module.import_module(name)
 
     module.compile, module.exec, module.eval = compile_, exec_, eval_
+
+
+def _route_containers() -> None:
+    """Values a holdable sympy module keeps in a public table are not checked when a program reads
+    them (``d['k']``, ``d.get('k')``, ``list(d.values())``: no hook sees them): such a table must
+    hold nothing the program may not hold. ``sympy.strategies.util.basic_fns`` and ``expr_fns``
+    (shared by ``sympy.strategies.traverse`` and ``branch.traverse``) keep the built-in ``type`` as
+    ``'op'``: replaced by a one-argument function that refuses a class the program may not hold.
+    (``tests/test_probe_round11_sandbox.py`` scans every holdable module's tables.) Done once in the
+    worker, before it forks."""
+    try:
+        from sympy.strategies import util
+    except ImportError:
+        return
+
+    def op(expr):
+        kind = type(expr)
+        if why := _refused(kind, _ALLOWED[0]):
+            raise TypeError(f"the class of that object {why}")
+        return kind
+
+    for table in (util.basic_fns, util.expr_fns):
+        if table.get("op") is type:
+            table["op"] = op
 
 
 #: The modules the running program may import (set per child by :func:`_route_sympy`; read by the
@@ -536,7 +755,8 @@ def _route_importers() -> None:
     original_import, original_get_class = importtools.import_module, source.get_class
 
     def import_module(module, *args, **kwargs):
-        if not isinstance(module, str) or module.split(".")[0] not in _ALLOWED[0]:
+        if (not isinstance(module, str) or module.split(".")[0] not in _ALLOWED[0] or _closed_module(module)
+                or _library_refused(module)):
             return None
         return original_import(module, *args, **kwargs)
 

@@ -24,7 +24,9 @@ a network namespace of its own when the kernel lets it (no interfaces: no networ
    small set of built-ins (no ``open``, ``eval``, ``exec``, ``getattr`` is RestrictedPython's
    ``safer_getattr``), an import hook that admits only the allowed modules, and a ``print`` that
    collects at most ``output_bytes`` (more: ``output_limit``). A module attribute that is a module
-   outside the allowed ones (``sympy.utilities.misc.os``) is refused too;
+   outside the allowed ones (``sympy.utilities.misc.os``) is refused too, and of sympy only the
+   allow-listed mathematical modules, and their functions and classes, are reachable; attributes
+   of modules, classes and functions the program did not define cannot be set or deleted;
    sympy's string evaluation (``sympify("...")``, ``parse_expr``) is compiled the same restricted way;
 5. writes its result to a pipe the worker opened before the fork (not a file the program could
    forge) and exits; the worker checks the result's keys and types and removes the folder.
@@ -111,6 +113,7 @@ for _name in _restricted.CODE_RUNNERS:  # loaded here, so that every child repla
     except ImportError:
         pass
 _restricted._route_importers()  # once, before any fork (a child's allowed modules are set in the child)
+_restricted._route_containers()
 
 
 def _child(request: dict, folder: str, result_fd: int) -> None:
@@ -141,7 +144,7 @@ def _child(request: dict, folder: str, result_fd: int) -> None:
         error = None
         try:
             compiled = compile_restricted(request["program"], filename="<program>", mode="exec", policy=_Policy)
-            env = _restricted_globals(printer, allowed)
+            env = _restricted_globals(printer, allowed, confined_writes="landlock" in layers)
             _route_sympy(env)
             exec(compiled, env)  # noqa: S102 - restricted code, in the limited child
         except SyntaxError as exc:  # RestrictedPython's refusals arrive as SyntaxError too
