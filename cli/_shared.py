@@ -289,12 +289,24 @@ def record_sources(ctx: Any, owner: str, sources: dict[str, Source]) -> None:
     ctx.meta.setdefault(FIELD_SOURCES, {}).setdefault(owner, {}).update(sources)
 
 
-def from_options(ctx: Any, cls: type, **options: str | tuple[str, ...]) -> None:
-    """:func:`record_sources` for settings ``cls`` built from the command's options: ``field=
-    "parameter"`` (or a tuple of parameters, the first typed giving the value) for each field an
-    option sets (``n_agents="agents"``)."""
-    record_sources(ctx, cls.__name__, {f: Source(options=(p,) if isinstance(p, str) else tuple(p))
-                                       for f, p in options.items()})
+def from_options(cls: type, **options: str | tuple[str, ...]) -> None:
+    """:func:`record_sources` in the running command for settings ``cls`` it builds from its options:
+    ``field="parameter"`` (or a tuple of parameters, the first typed giving the value) for each field
+    an option sets (``from_options(DelegationConfig, n_agents="agents")``); call it before building
+    them. Outside a command it does nothing."""
+    ctx = _current_context()
+    if ctx is not None:
+        record_sources(ctx, cls.__name__, {f: Source(options=(p,) if isinstance(p, str) else tuple(p))
+                                           for f, p in options.items()})
+
+
+def _current_context() -> Any:
+    """The click context of the running command, or ``None`` outside one."""
+    try:
+        from typer._click.globals import get_current_context  # Typer vendors click
+    except ImportError:  # pragma: no cover - a Typer on the real click
+        from click import get_current_context
+    return get_current_context(silent=True)
 
 
 def source_lead(ctx: Any, message: str) -> str | None:
@@ -394,11 +406,7 @@ def with_option(message: str) -> str:
     found = SETTING_REFUSED.match(message)
     if found is None:
         return message
-    try:
-        from typer._click.globals import get_current_context  # Typer vendors click
-    except ImportError:  # pragma: no cover - a Typer on the real click
-        from click import get_current_context
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     if ctx is None:
         return message
     lead = source_lead(ctx, message)

@@ -11,7 +11,8 @@ from rich.markup import escape
 from agora.agents.delegation import DelegationConfig
 from agora.cli import _run
 from agora.cli._apps import run_app
-from agora.cli._shared import MAX_TEMPERATURE, Table, console, exit_if_failed, fmt_ci, fmt_pct, get_pool, user_errors
+from agora.cli._shared import (MAX_TEMPERATURE, Table, console, exit_if_failed, fmt_ci, fmt_pct, from_options, get_pool,
+                               user_errors)
 from agora.graphs.delegation import METHODS, DelegationContext, calibrated_reliabilities
 from agora.models.urls import shown_url
 from agora.tasks.loaders import load_problems
@@ -57,6 +58,9 @@ def run_align(
     self-consistency and best-of-n·k on the same candidates."""
     with user_errors("questions"):
         data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed, load_problems)  # default: the GSM8K sample
+        from_options(DelegationConfig, n_agents="agents", k_samples="samples", tau="tau", max_tokens="max_tokens",
+                     temperature="temperature", seed="seed", models="models", utility="utility",
+                     dev_accuracy="dev_accuracy", dev_run="dev_run", dev_db=("dev_db", "db"))
         config = DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                   temperature=temperature, seed=seed,
                                   models=_run.member_names(models),

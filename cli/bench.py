@@ -35,6 +35,7 @@ from agora.cli._shared import (
     err_console,
     FieldColumn,
     check_out_path,
+    from_options,
     get_pool,
     graceful_stop,
     new_run_id,
@@ -273,6 +274,17 @@ def bench(
                 + f"; {', '.join(given)} set on the command line"
         if embedding not in ("auto", "minilm", "tfidf"):
             raise InputError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
+        from_options(DelegationConfig, n_agents="agents", k_samples="samples", tau="tau", max_tokens="max_tokens",
+                     temperature="temperature", seed="seed")
+        from_options(EscalationConfig, thresholds=("thresholds", "tau_hi", "tau_lo", "m_min"),
+                     n_anchor=("anchor_samples", "thresholds"), anchor="anchor", debate_agents="debate_agents",
+                     debate_rounds="debate_rounds", max_tokens="max_tokens", probe_max_tokens="probe_max_tokens",
+                     temperature="temperature", seed="seed")
+        from_options(EscalationThresholds, tau_hi=("tau_hi", "thresholds"), tau_lo=("tau_lo", "thresholds"),
+                     m_min=("m_min", "thresholds"))
+        from_options(BenchConfig, methods="protocols", lam="lam", max_calls="max_calls", concurrency="concurrency", durability="durability",
+                     round_size="round_size", shared="shared_candidates", router_k="router_k", embedding="embedding",
+                     matched_single="matched_single")
         config = BenchConfig(
             align=DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                    temperature=temperature, seed=seed),

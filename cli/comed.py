@@ -32,6 +32,7 @@ from agora.cli._shared import (
     exit_if_failed,
     fmt_ci,
     fmt_pct,
+    from_options,
     get_pool,
     graceful_stop,
     new_run_id,
@@ -217,6 +218,8 @@ def run_comed(
         base = file.thresholds if file else EscalationThresholds()
         given = {k: v for k, v in {"tau_hi": tau_hi, "tau_lo": tau_lo, "m_min": m_min}.items() if v is not None}
         samples = _samples(samples, file, thresholds)
+        from_options(EscalationThresholds, tau_hi=("tau_hi", "thresholds"), tau_lo=("tau_lo", "thresholds"),
+                     m_min=("m_min", "thresholds"))  # a [comed.thresholds] table of --config: its lines instead
         config = settings(ctx, EscalationConfig, config_file, "comed", {
             "thresholds": asdict(EscalationThresholds(**{**asdict(base), **given})), "n_anchor": samples,
             "anchor": anchor, "probe": probe, "baselines": _baselines(baselines), "debate_agents": debate_agents,

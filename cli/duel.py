@@ -21,6 +21,7 @@ from agora.cli._shared import (
     console,
     err_console,
     fmt_pct,
+    from_options,
     graceful_stop,
     new_run_id,
     question_progress,
@@ -71,6 +72,10 @@ def duel(
         problems = load_problems(instructions, fmt, limit)
         if not problems:
             raise InputError(f"{instructions}: no instructions")
+        from_options(DuelConfig, mode="mode", duels="duels", iterations="iterations", seed="seed",
+                     temperature="temperature", max_tokens="max_tokens")
+        from_options(JudgeConfig, max_tokens="judge_max_tokens", shots="judge_shots", presentation="presentation")
+        from_options(Exp3Config, eta="eta")
         config = DuelConfig(mode=mode, duels=duels, iterations=iterations, seed=seed, temperature=temperature,
                             max_tokens=max_tokens,
                             judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots,

@@ -14,7 +14,7 @@ from agora.tasks.errors import InputError
 from agora.models import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
-from agora.cli._shared import Table, console, new_run_id, user_errors
+from agora.cli._shared import Table, console, from_options, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.cli._run import member_names
 from agora.cli._train import ServeWith, lora_settings, member_specs
@@ -93,6 +93,9 @@ def evolve_cmd(
         common = dict(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout), epochs=epochs,
                       max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
                       threads=threads or default_threads(), seed=seed)
+        from_options(DuelConfig, mode="mode", duels="duels", iterations="iterations", seed="seed",
+                     max_tokens="max_tokens")
+        from_options(JudgeConfig, max_tokens="judge_max_tokens", shots="judge_shots")
         cfg = EvolveConfig(
             duel=DuelConfig(mode=mode, duels=duels, iterations=iterations, seed=seed, max_tokens=max_tokens,
                             judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots), leader=Exp3Config()),

@@ -137,3 +137,17 @@ def test_no_cli_module_imports_a_private_name_of_another_module():
                 if private_module or (names and node.module != "agora.cli"):
                     found.append(f"{path.name}: from {node.module} import {', '.join(a.name for a in node.names)}")
     assert found == []
+
+
+# ----------------------------------------------------------------------------- options that set nested settings
+
+
+@pytest.mark.parametrize("args, tau_hi", [(["--tau-hi", "0.5", "--tau-lo", "0.9"], "0.5"), (["--tau-lo", "0.9"], "0.67")])
+def test_comed_thresholds_typed_are_named_by_their_option(tmp_path, args, tau_hi):
+    """``EscalationThresholds.tau_lo (0.9) must be ...`` named no option: the refusal's form (the
+    value in brackets after the field) was not read as a settings refusal."""
+    code, output = agora("run", "comed", "--format", "synthetic", "--pool", _pool(tmp_path), *args,
+                         "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert one_error_line(output) == f"error: --tau-lo: EscalationThresholds.tau_lo (0.9) must be <= tau_hi ({tau_hi})"
+    assert not (tmp_path / "t.db").exists()
