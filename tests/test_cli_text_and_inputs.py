@@ -176,6 +176,8 @@ def test_a_worker_ended_at_once_leaves_a_shared_run_to_the_workers_still_on_it(p
     other = Claims(store, "r")  # the other worker: present on the run, holding q1 under a live lease
     other.seed([(0, "q0"), (1, "q1")])
     assert other.claim_next(["q1"]) == "q1"
+    other.start()  # renewed, as a working worker's is: unrenewed, the 5 s lease lapsed on a busy machine
+    # before this worker's first model call (1.7 s later on an idle one), and the run was marked
     seen: dict = {}
 
     def respond(n: int) -> str:
