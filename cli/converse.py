@@ -23,6 +23,7 @@ from agora.cli._shared import (
     MAX_TEMPERATURE,
     Table,
     console,
+    from_options,
     graceful_stop,
     new_run_id,
     question_progress,
@@ -115,6 +116,8 @@ def converse(
         console.print(f"run [bold]{escape(base)}[/bold]: {len(todo)} ordered pairs × {len(problems)} {escape(fmt_name)} "
                       f"prompts × {turns} turns; pool {escape(', '.join(the_pool.names))}", highlight=False)
         calls = 0
+        from_options(ConversationConfig, turns="turns", max_tokens="max_tokens", temperature="temperature",
+                     shots="shots", seed="seed")
         with question_progress(len(todo) * len(problems)) as progress, graceful_stop(base) as control:
             task = progress.add_task("converse", total=len(todo) * len(problems), label="converse", status="")
             for a, b in todo:
@@ -215,6 +218,7 @@ def report_diversity(
     partner-conditioned shift Δ_m, behavioural distances, and the panel maximising them beside a
     family-label-only choice. Writes heatmaps (PNG) and diversity.json to --out."""
     with user_errors():
+        from_options(DiversityConfig, min_turns="min_turns", panel_size="panel_size", seed="seed")
         config = DiversityConfig(min_turns=min_turns, panel_size=panel_size, seed=seed)
         data = read_exchanges(db, runs or ())
         if not data.rows:

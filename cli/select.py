@@ -40,7 +40,7 @@ from agora.agents.cupid_simulation import (
     persona_variants,
     simulate_regret,
 )
-from agora.cli._shared import Table, console, err_console, get_pool, new_run_id, user_errors
+from agora.cli._shared import Table, console, err_console, from_options, get_pool, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.graphs.postgres_checkpoint import CHECKPOINT_SCHEMA
 from agora.graphs.run_checkpoints import checkpoint_path
@@ -99,12 +99,16 @@ def select(
         if settings is None:
             if prompts is None:
                 raise InputError("--prompts FILE is needed to start a session")
+            from_options(CupidConfig, budget_rounds="budget_rounds", budget_cost="budget_cost",
+                         budget_time_s="budget_time", beta="beta", delta="delta", max_tokens="max_tokens", seed="seed")
             settings = {
                 "config": asdict(CupidConfig(budget_rounds=budget_rounds, budget_cost=budget_cost,
                                              budget_time_s=budget_time, beta=beta, delta=delta,
                                              max_tokens=max_tokens, seed=seed)),
                 "pool_file": str(pool) if pool else None, "variants": variants,
                 "simulate": simulate, "noisy": noisy, "prompts_file": str(prompts)}
+        else:
+            from_options(CupidConfig)  # the session's stored settings: no option gave them
         config = CupidConfig(**settings["config"])
         if checked_pool is not None and not resumed:
             the_pool = checked_pool

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from agora.models.pool import DEFAULT_SPECS
 from agora.models.serving import ServeConfig, ServedPool, default_python, serve_mode
-from agora.cli._shared import console, err_console, get_pool, user_errors
+from agora.cli._shared import console, err_console, from_options, get_pool, user_errors
 from agora.cli._apps import app
 
 
@@ -36,6 +36,9 @@ def serve(
     """
     with user_errors():
         specs = [m.spec for m in get_pool(pool)] if pool is not None else list(DEFAULT_SPECS)
+        from_options(ServeConfig, python="python", port="port", enforce_eager="enforce_eager",
+                     memory_fraction="memory_fraction", max_model_len="max_model_len",
+                     startup_timeout_s="startup_timeout", log_dir="log_dir")
         config = ServeConfig(python=python or default_python(), port=port, enforce_eager=enforce_eager,
                              memory_fraction=memory_fraction, max_model_len=max_model_len,
                              startup_timeout_s=startup_timeout, log_dir=log_dir)
