@@ -136,6 +136,20 @@ HOSTILE = [
      "TypeError: the sandbox does not let a program change the attribute 'restricted'"),
     ("del experimental_lambdify.exec", "from sympy.plotting import experimental_lambdify as e\ndel e.exec\nprint(1)",
      "TypeError: the sandbox does not let a program delete the attribute 'exec'"),
+    ("update_wrapper onto a module", "import functools\nfrom sympy.parsing import ast_parser\nclass H:\n    pass\nh = H()\n"
+     f"h.compile = lambda a, f, m: {TOUCH!r}\nfunctools.update_wrapper(ast_parser, h, assigned=('compile',), updated=())\n"
+     "print(ast_parser.parse_expr('1', {}))",
+     "TypeError: the sandbox does not let a program change the attributes of the module 'sympy.parsing.ast_parser'"),
+    ("wraps onto the parser", "import functools\nimport sympy.parsing.sympy_parser as p\nclass H:\n    pass\nh = H()\n"
+     f"h.eval_expr = lambda code, l, g: g['eval']({TOUCH!r})\nfunctools.wraps(h, assigned=('eval_expr',), updated=())(p)\n"
+     "print(p.parse_expr('1'))",
+     "TypeError: the sandbox does not let a program change the attributes of the module 'sympy.parsing.sympy_parser'"),
+    ("sympy's own update_wrapper", "import sympy.utilities.decorator as d\nimport sympy.parsing.sympy_parser as p\n"
+     "d.update_wrapper(p, p, assigned=(), updated=())\nprint(1)",
+     "TypeError: the sandbox does not let a program change the attributes of the module"),
+    ("update_wrapper of __code__", "import functools\ndef f(x):\n    return x\n"
+     "functools.update_wrapper(f, lambda y: y, assigned=('__code__',))\nprint(f(1))",
+     "TypeError: update_wrapper of the attributes ['__code__'] is not allowed in the sandbox"),
     ("a sympy class's attribute", "import sympy\nsympy.Symbol.is_commutative = False\nprint(1)",
      "TypeError: the sandbox does not let a program change the attribute 'is_commutative' of 'Symbol'"),
     ("a sympy function's attribute", "import sympy\nsympy.solve.x = 1\nprint(1)",
@@ -186,6 +200,10 @@ LEGITIMATE = [
      "sympy.lambdify(x, x**2 + 1)(3), sympy.latex(x**2), sympy.pycode(x**2))", "5 [-3, 3] 10 x^{2} x**2\n"),
     ("strategies", "from sympy.strategies.util import basic_fns\nimport sympy\nprint(basic_fns['op'](sympy.Integer(2)))",
      "<class 'sympy.core.numbers.Integer'>\n"),
+    ("functools decorators", "import functools\ndef memo(g):\n    cache = {}\n    @functools.wraps(g)\n    def inner(n):\n"
+     "        if n not in cache:\n            cache[n] = g(n)\n        return cache[n]\n    return inner\n@memo\ndef fib(n):\n"
+     "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n@functools.lru_cache(maxsize=None)\ndef c(n):\n"
+     "    return 1 if n < 2 else c(n - 1) + c(n - 2)\nprint(fib(30), c(30))", "832040 1346269\n"),
     ("the program's own objects", "class Counter:\n    total = 0\nc = Counter()\nc.n = 3\nCounter.total += c.n\n"
      "def f():\n    return 1\nf.memo = {}\nprint(Counter.total, c.n, f.memo)", "3 3 {}\n"),
 ]

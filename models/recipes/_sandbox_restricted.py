@@ -526,7 +526,7 @@ def _route_code_runners(restricted: dict) -> None:
             raise NotImplementedError("sympy.parsing.ast_parser is not available in the sandbox "
                                       "(use sympy.parse_expr or sympify)")
 
-        vars(ast_parser)["compile"] = refused_compile
+        vars(ast_parser)["compile"] = vars(ast_parser)["eval"] = refused_compile  # eval too: should compile be put back
     lambdifier = sys.modules.get("sympy.plotting.experimental_lambdify")
     if lambdifier is not None:
         hooks = {k: v for k, v in restricted.items() if k.startswith("_")}
@@ -624,6 +624,42 @@ def _route_operator(guarded_getattr) -> None:
 
     guarded_attrgetter.__sandboxed__ = True
     operator.attrgetter, operator.methodcaller = guarded_attrgetter, guarded_methodcaller
+
+
+def _route_functools() -> None:
+    """``functools.update_wrapper(wrapper, wrapped, assigned, updated)`` (and ``wraps``, which calls
+    it) sets attributes with Python's own ``setattr``, past the ``_write_`` hook:
+    ``update_wrapper(sympy.parsing.ast_parser, obj, assigned=('compile',))`` put back a ``compile``
+    of the program's, and ``parse_expr`` then ``eval``'d the string it returned with the
+    interpreter's built-ins. In the child it refuses a module on either side, a class the program
+    did not define or one of the sandbox's routing objects as ``wrapper``, and any attribute name
+    starting with ``_`` besides Python's standard ones (``__code__``, ``__defaults__``); sympy's
+    own decorators (a function wrapping a function) pass. Done once in the worker, before it forks:
+    the modules that hold the original (``from functools import update_wrapper``:
+    ``sympy.printing.printer``, ``sympy.utilities.decorator``) get the checked one too."""
+    import functools
+    import sys
+
+    original = functools.update_wrapper
+    if getattr(original, "__sandboxed__", False):
+        return
+    standard = frozenset(functools.WRAPPER_ASSIGNMENTS) | frozenset(functools.WRAPPER_UPDATES)
+
+    def update_wrapper(wrapper, wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
+        if (isinstance(wrapper, types.ModuleType) or isinstance(wrapped, types.ModuleType)
+                or isinstance(wrapper, (_RestrictedSympyEval, _SafeFormatter))
+                or (isinstance(wrapper, type) and _module_of(wrapper) != "__main__")):
+            raise TypeError(f"the sandbox does not let a program change the attributes of {_described(wrapper)}")
+        odd = [n for n in (*assigned, *updated) if not isinstance(n, str) or (n.startswith("_") and n not in standard)]
+        if odd:
+            raise TypeError(f"update_wrapper of the attributes {odd!r} is not allowed in the sandbox")
+        return original(wrapper, wrapped, assigned, updated)
+
+    update_wrapper.__sandboxed__ = True
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict) and namespace.get("update_wrapper") is original:
+            namespace["update_wrapper"] = update_wrapper
 
 
 class _GeneratedPolicy(_Policy):
