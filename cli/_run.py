@@ -22,7 +22,7 @@ import typer
 from rich.markup import escape
 
 from agora.models.urls import shown_url
-from agora.tasks.errors import InputError
+from agora.tasks.errors import InputError, is_input
 from agora.models.pool import ModelPool
 from agora.cli._shared import (
     Source,
@@ -203,6 +203,8 @@ def settings(ctx: typer.Context, cls: type[S], config_file: Path | None, table: 
     try:
         return settings_from({**given, **from_file}, cls)
     except ValueError as exc:
+        if config_file is None and not is_input(exc):  # not a refusal of the user's values: a bug, as it is
+            raise
         message = str(exc)
         lead = source_lead(ctx, message)
         if lead is None and config_file is not None:  # names no field: an unknown one, or the file's table
