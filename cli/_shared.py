@@ -31,7 +31,6 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from agora.models.urls import shown_url
-from agora.tasks.errors import InputError
 from agora.models.pool import (
     MAX_POOL_TEMPERATURE,
     ModelCallError,
