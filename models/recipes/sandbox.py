@@ -13,7 +13,10 @@ What was chosen, and why:
   ``print`` Agora collects. The program gets a small set of built-ins (no ``open``, ``eval``,
   ``exec``, ``compile``, ``globals``) and an import hook that admits only :attr:`SandboxLimits.imports`;
   a module attribute that is another module outside the list (``sympy.utilities.misc.os``) is
-  refused. RestrictedPython alone is not a security boundary (its own docs say so), hence:
+  refused, of sympy only an allow-list of its mathematical modules (and their functions and
+  classes) is reachable, and attributes of modules and of classes and functions the program did
+  not define cannot be set or deleted (``_sandbox_restricted.py`` says why). RestrictedPython
+  alone is not a security boundary (its own docs say so), hence:
 - **OS limits in the child** (``resource.setrlimit``): CPU seconds (``RLIMIT_CPU``), address space
   (``RLIMIT_AS``: the worker's plus :attr:`~SandboxLimits.memory_mb`), file size, no core files, no
   new processes (``RLIMIT_NPROC`` 0, which the kernel does not enforce for root), a fresh empty
