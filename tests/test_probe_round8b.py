@@ -12,9 +12,10 @@ LIMITS = SandboxLimits(cpu_s=2, wall_s=6, memory_mb=256, output_bytes=4096)
 @pytest.fixture
 def loopback_align(tmp_path):
     """A user's own app: ALIGN (two agents, two samples each) over two ``ChatOpenAI`` members ``a``
-    and ``b`` of a loopback OpenAI stub whose every reply takes 0.5 s while ``slow`` is set (it is,
-    at first; cleared, replies come at once). Yields ``(graph, context, db, slow)``: the compiled
-    graph, its context, the trace DB path to record into and the ``threading.Event``."""
+    and ``b`` of a loopback OpenAI stub that holds every request while ``slow`` is set (it is, at
+    first; cleared, replies come at once), until the test ends: a call stays in flight until it is
+    cancelled. Yields ``(graph, context, db, slow, server)``: the compiled graph, its context, the
+    trace DB path to record into, the ``threading.Event`` and the stub (its ``requests``: arrivals)."""
     import sys
     import threading
     from pathlib import Path
@@ -27,12 +28,12 @@ def loopback_align(tmp_path):
     from agora.graphs.delegation import DelegationContext, build_delegation_graph
     from agora.models.pool import ModelPool
 
-    slow = threading.Event()
+    slow, ended = threading.Event(), threading.Event()
     slow.set()
 
     def handler(path, body):
         if slow.is_set():
-            threading.Event().wait(0.5)
+            ended.wait(60)
         return default_handler(path, body)
 
     graph = build_delegation_graph().compile()
@@ -41,25 +42,49 @@ def loopback_align(tmp_path):
             {m: ChatOpenAI(base_url=server.base_url, api_key="k", model=m, max_retries=0, timeout=10) for m in "ab"},
             max_retries=0)
         context = DelegationContext(pool, DelegationConfig(n_agents=2, k_samples=2, tau=0.5))
-        yield graph, context, tmp_path / "app.db", slow
+        try:
+            yield graph, context, tmp_path / "app.db", slow, server
+        finally:
+            ended.set()
 
 
-def _cancelled_invocation(graph, context, db):
+async def _cancelled_in_flight(invocation, server, calls: int = 2) -> float:
+    """Await ``invocation`` (a coroutine) as a task and cancel it, as ``asyncio.wait_for``'s timeout
+    does, once ``calls`` more model requests have reached the stub (they are in flight: the stub holds
+    them); the seconds from its start to the end of its cancellation. A set timeout (0.1 s) cancelled
+    a busy machine's invocation before its calls had started."""
+    import asyncio
+    import time
+
+    start, before = time.monotonic(), len(server.requests)
+    task = asyncio.ensure_future(invocation)
+    while len(server.requests) < before + calls and not task.done():
+        if time.monotonic() - start > 300:
+            task.cancel()
+            pytest.fail(f"{calls} model requests did not reach the stub in 300 s")
+        await asyncio.sleep(0.01)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return time.monotonic() - start
+
+
+def _cancelled_invocation(graph, context, db, server):
     """Record one ALIGN invocation of question ``q1`` (3 + 3) from an app's ``asyncio`` code, cancelled
-    by ``asyncio.wait_for`` after 0.1 s (the stub is slow), with a ``TraceRecorder`` on run ``app``;
-    returns the recorder once its ``with`` block has ended."""
+    once both members' calls are in flight (:func:`_cancelled_in_flight`), with a ``TraceRecorder`` on
+    run ``app``; returns the recorder once its ``with`` block has ended and the seconds the invocation ran."""
     import asyncio
 
     from agora.graphs.recording import TraceRecorder
 
-    async def app() -> TraceRecorder:
+    async def app() -> tuple[TraceRecorder, float]:
         with TraceRecorder(db, run_id="app") as recorder:
-            try:
-                await asyncio.wait_for(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1", "gold": "6"},
-                                                     {"callbacks": [recorder]}, context=context), 0.1)
-            except TimeoutError:
-                pass
-        return recorder
+            ran = await _cancelled_in_flight(graph.ainvoke({"question": "What is 3 + 3?", "question_id": "q1",
+                                                            "gold": "6"}, {"callbacks": [recorder]}, context=context),
+                                             server)
+        return recorder, ran
 
     return asyncio.run(app())
 
@@ -138,9 +163,9 @@ def test_an_async_invocation_cancelled_mid_question_is_a_failed_question_not_dro
 
     from agora.traces.store import TraceStore
 
-    graph, context, db, _ = loopback_align
+    graph, context, db, _, server = loopback_align
 
-    recorder = _cancelled_invocation(graph, context, db)
+    recorder, _ = _cancelled_invocation(graph, context, db, server)
     assert recorder.recorded == {} and recorder.failed == {"align": 1}
     run = TraceStore(db).get_run("app-align")
     summary = json.loads(run["summary"])
@@ -238,16 +263,13 @@ def test_a_cancelled_question_keeps_its_id_and_the_next_invocation_of_its_text_i
     from agora.graphs.recording import TraceRecorder
     from agora.traces.store import TraceStore
 
-    graph, context, db, slow = loopback_align
+    graph, context, db, slow, server = loopback_align
     question = {"question": "What is 3 + 3?", "gold": "6"}
     base = f"q-{zlib.crc32(b'What is 3 + 3?'):08x}"  # the auto id of a question without question_id
 
     async def app() -> TraceRecorder:
         with TraceRecorder(db, run_id="app") as recorder:
-            try:
-                await asyncio.wait_for(graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context), 0.1)
-            except TimeoutError:
-                pass
+            await _cancelled_in_flight(graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context), server)
             slow.clear()
             await graph.ainvoke(dict(question), {"callbacks": [recorder]}, context=context)
         return recorder
@@ -361,10 +383,10 @@ def test_the_model_calls_in_flight_when_an_invocation_is_cancelled_are_recorded_
     ``model_calls`` row at all. Each is now a failed attempt with error ``cancelled``."""
     from agora.traces.store import TraceStore
 
-    graph, context, db, _ = loopback_align
+    graph, context, db, _, server = loopback_align
 
-    _cancelled_invocation(graph, context, db)
+    _, ran = _cancelled_invocation(graph, context, db, server)
     calls = TraceStore(db).calls("app-align", "q1")
     assert sorted((c["model"], c["attempt"], c["error"], c["completion"]) for c in calls) == [
         ("a", 0, "cancelled", None), ("b", 0, "cancelled", None)]
-    assert all(0 < c["latency_s"] < 0.5 for c in calls)
+    assert all(0 < c["latency_s"] <= ran for c in calls)  # the time until the cancellation (no reply came)
