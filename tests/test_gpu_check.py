@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ports import free_ports
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.sh"
 TASK_FILES = ("gsm8k/test.jsonl", "arc/arc_challenge_test.jsonl", "math/math500_test.jsonl", "mmlu/mmlu_dev.jsonl")
@@ -93,21 +94,6 @@ def test_an_unknown_argument_is_refused(tmp_path):
     assert "unknown argument '--gpu' (expected --dry-run or --help)" in proc.stderr
 
 
-def free_port_pair() -> int:
-    """A port p with p and p + 1 free (bound and released; loopback)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            p = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", p + 1))
-                except OSError:
-                    continue
-                return p
-    raise RuntimeError("no two adjacent free ports")
-
-
 def stand_in(path: Path, body: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("#!/usr/bin/env bash\n" + body)
@@ -148,7 +134,9 @@ if [ "$1" = -m ]; then shift 2; exec python3 {stub} "$@"; fi
     for name in TASK_FILES:
         (tmp_path / "data" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "data" / name).write_text("")
-    port = free_port_pair() - 50  # the replicas listen on PORT + 50 and PORT + 51
+    # the replicas listen on PORT + 50 and PORT + 51, polled by the script until they do: two free ports
+    # below the ephemeral range, which no other socket is given meanwhile (ports.py)
+    port = free_ports(2) - 50
     proc, steps = run_check(tmp_path, NVIDIA_SMI=str(fake_nvidia_smi(tmp_path, 0)), PORT=str(port),
                             REPLICA_QUESTIONS="4")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -10,22 +10,16 @@ import os
 import pickle
 import signal
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_ports
 from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(url, body, timeout_s: float = 10):
@@ -61,7 +55,7 @@ def agora_exe() -> str:
 
 def start_studio(tmp_path: Path, cwd: Path, *args: str) -> tuple[subprocess.Popen, str, Path, object]:
     """``agora studio --port P ...`` started in ``cwd``; its log goes to a file (a full pipe would stall it)."""
-    port = free_port()
+    port = free_ports()  # below the ephemeral range: GET /ok polls it for minutes before the server binds it
     env = {**os.environ, "LANGSMITH_TRACING": "false", "AGORA_LLAMA_THREADS": os.environ.get("AGORA_LLAMA_THREADS", "1")}
     log = tmp_path / "studio.log"
     sink = log.open("w")
