@@ -150,6 +150,11 @@ HOSTILE = [
     ("update_wrapper of __code__", "import functools\ndef f(x):\n    return x\n"
      "functools.update_wrapper(f, lambda y: y, assigned=('__code__',))\nprint(f(1))",
      "TypeError: update_wrapper of the attributes ['__code__'] is not allowed in the sandbox"),
+    ("the program's globals through eval_expr", "import sympy.parsing.sympy_parser as p\n"
+     "p.eval_expr.restricted['_getattr_'] = lambda o, n: n\nprint(p.x)",
+     "AttributeError: '_RestrictedSympyEval' object has no attribute 'restricted'"),
+    ("a table of a closed module", "from sympy.plotting.plot import plot_backends\nprint(plot_backends)",
+     "ImportError: sympy.plotting.plot.plot_backends belongs to the module 'sympy.plotting.plot', which is not allowed"),
     ("a sympy class's attribute", "import sympy\nsympy.Symbol.is_commutative = False\nprint(1)",
      "TypeError: the sandbox does not let a program change the attribute 'is_commutative' of 'Symbol'"),
     ("a sympy function's attribute", "import sympy\nsympy.solve.x = 1\nprint(1)",
@@ -198,6 +203,8 @@ LEGITIMATE = [
      "(8, 15) 3 2 1/3\n"),
     ("strings and lambdify", "import sympy\nx = sympy.Symbol('x')\nprint(sympy.sympify('x**2 - 4').subs(x, 3), sympy.solve('x**2 - 9'), "
      "sympy.lambdify(x, x**2 + 1)(3), sympy.latex(x**2), sympy.pycode(x**2))", "5 [-3, 3] 10 x^{2} x**2\n"),
+    ("lambdify's table", "import sympy\nfrom sympy.utilities.lambdify import MODULES\nx = sympy.Symbol('x')\n"
+     "print('math' in MODULES, sympy.lambdify(x, sympy.sqrt(x), modules='math')(16))", "True 4.0\n"),
     ("strategies", "from sympy.strategies.util import basic_fns\nimport sympy\nprint(basic_fns['op'](sympy.Integer(2)))",
      "<class 'sympy.core.numbers.Integer'>\n"),
     ("functools decorators", "import functools\ndef memo(g):\n    cache = {}\n    @functools.wraps(g)\n    def inner(n):\n"
@@ -244,7 +251,8 @@ def look(where, value, depth):
             found.add(where)
         look(where, item, depth + 1)
 for name, module in list(sys.modules.items()):
-    if isinstance(module, types.ModuleType) and name.startswith("sympy") and not R._refused(module, R._ALLOWED[0]):
+    if isinstance(module, types.ModuleType) and name.startswith("sympy") and (
+            not R._refused(module, R._ALLOWED[0]) or name in R.SYMPY_TABLES):
         for attr, value in list(vars(module).items()):
             if not attr.startswith("_"):
                 look(f"{name}.{attr}", value, 0)

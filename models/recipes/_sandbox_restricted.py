@@ -101,11 +101,16 @@ def _importer(allowed: frozenset[str]):
             return _star_view(module, allowed)
         for item in fromlist or ():
             # ``from m import x`` reads the attribute without the guarded getattr: the same checks here
-            if why := _refused(getattr(module, item, None), allowed):
+            value = getattr(module, item, None)
+            if why := _refused(value, allowed):
                 raise ImportError(f"{name}.{item} {why}")
+            # data (a table, a number) has no module of its own: judged by the module it is taken from
+            if (not (isinstance(value, (type, types.ModuleType)) or callable(value)) and name not in SYMPY_TABLES
+                    and (why := _library_refused(name))):
+                raise ImportError(f"{name}.{item} belongs to the module {name!r}, which is not allowed ({why})")
         return module
 
-    guarded_import.allowed = allowed
+    guarded_import.allowed_modules = allowed  # its own attribute: the program never holds this function
     return guarded_import
 
 
@@ -206,6 +211,11 @@ SYMPY_MODULES = frozenset(
                                         "mathml", "tableform", "codeprinter", "pycode", "lambdarepr", "numpy", "c",
                                         "cxx", "fortran", "jscode", "julia", "octave", "maple", "mathematica",
                                         "rcode", "rust", "glsl", "smtlib", "python")})
+
+#: sympy modules a program may not hold whose tables it may import: ``lambdify`` reads its
+#: ``MODULES`` table (the namespaces of ``modules='math'``...; the import lines in it go through the
+#: program's import check, :func:`_route_lambdify_code`).
+SYMPY_TABLES = frozenset({"sympy.utilities.lambdify"})
 
 #: sympy modules that write files where the program says (``codegen(..., to_files=True)``): held
 #: only where Landlock confines the child's writes to its own folder.
@@ -432,7 +442,7 @@ class _RestrictedSympyEval:
     with the program's guarded built-ins and hooks. A code object (``evaluate=False``) is refused."""
 
     def __init__(self, restricted: dict):
-        self.restricted = restricted
+        self._restricted = restricted  # a leading ``_``: the program's globals, out of its reach
 
     def __call__(self, code, local_dict, global_dict):
         from RestrictedPython import compile_restricted
@@ -442,12 +452,12 @@ class _RestrictedSympyEval:
         compiled = compile_restricted(code, filename="<sympy string>", mode="eval", policy=_Policy)
         import builtins
 
-        allowed = self.restricted["__builtins__"]
+        allowed = self._restricted["__builtins__"]
         # sympy copies Python's built-in functions (open, eval, exec...) into its parser's globals:
         # only those the program has stay
         env = {k: v for k, v in global_dict.items()
                if not k.startswith("_") and (k not in vars(builtins) or allowed.get(k) is v)}
-        env.update({k: v for k, v in self.restricted.items() if k.startswith("_")})
+        env.update({k: v for k, v in self._restricted.items() if k.startswith("_")})
         return eval(compiled, env, local_dict)  # noqa: S307 - restricted code, in the limited child
 
 
@@ -463,7 +473,7 @@ def _route_sympy(restricted: dict) -> None:
     _route_code_runners(restricted)
     _route_lambdify()
     _route_lambdify_code(restricted)
-    _ALLOWED[0] = frozenset(restricted["__builtins__"]["__import__"].allowed)
+    _ALLOWED[0] = frozenset(restricted["__builtins__"]["__import__"].allowed_modules)
     _route_importers()
     _route_operator(restricted["_getattr_"])
 
@@ -715,7 +725,7 @@ def _route_lambdify_code(restricted: dict) -> None:
             return compile_restricted(source, filename=filename, mode=mode, policy=_GeneratedPolicy)
         return compile(source, filename, mode, *args, **kwargs)
 
-    importer = _importer(frozenset(restricted["__builtins__"]["__import__"].allowed | _LAMBDIFY_MODULES))
+    importer = _importer(frozenset(restricted["__builtins__"]["__import__"].allowed_modules | _LAMBDIFY_MODULES))
 
     def exec_(code, globals=None, locals=None):
         if isinstance(code, types.CodeType) and generated(code.co_filename):
@@ -723,7 +733,7 @@ def _route_lambdify_code(restricted: dict) -> None:
             globals.update({k: v for k, v in restricted.items() if k.startswith("_")})
             globals["builtins"] = types.SimpleNamespace(**names)
             return exec(code, globals, locals)  # noqa: S102 - the printed code, compiled restricted above
-        tree = _lambdify_import_line(code, importer.allowed)
+        tree = _lambdify_import_line(code, importer.allowed_modules)
         return exec(compile(tree, "<lambdify import>", "exec"), {"__builtins__": {"__import__": importer}},  # noqa: S102
                     globals if locals is None else locals)
 
@@ -737,7 +747,7 @@ def _route_lambdify_code(restricted: dict) -> None:
                 and isinstance(call.args[0].value, str)):
             raise ImportError(f"lambdify may only run import_module('name') in the sandbox, not {source!r}")
         name = call.args[0].value
-        if name.split(".")[0] not in importer.allowed or _closed_module(name) or _library_refused(name):
+        if name.split(".")[0] not in importer.allowed_modules or _closed_module(name) or _library_refused(name):
             return None  # as if not installed, like sympy's import_module for a missing module
         return module.import_module(name)
 
