@@ -17,7 +17,10 @@ back a value only after :func:`_refused` has judged it: a module by its name; a 
 method or other callable by its ``__module__`` (the module that defined it, which sympy's
 re-exports keep: ``sympy.preview`` is ``sympy.printing.preview``'s, hence refused). ``from m
 import *`` gets a copy of ``m`` with only the names that pass. A from-import needs no holdable
-``m`` (the program gets the names, not ``m``); a plain ``import a.b`` binds ``a.b`` (``as``) and needs it.
+``m`` (the program gets the names, not ``m``) unless a name is data (a table has no module of its own,
+so it is judged by ``m``); a plain ``import a.b`` binds ``a.b`` (``as``) and needs it. What a call
+returns, and what a table holds, no hook sees: the sandbox's importers return only holdable modules,
+and a test scans the holdable modules' tables.
 
 Why not a proxy module per sympy module: a proxy must also wrap every sympy object's attributes
 (``x.func``, ``Matrix.applyfunc``, a class's methods), that is re-implement the guarded ``getattr``;
