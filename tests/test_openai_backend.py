@@ -4,11 +4,11 @@ server that dies in the middle of a run."""
 
 import asyncio
 import logging
-import socket
 import threading
 
 import pytest
 from openai_stub import StubServer, chat_reply
+from ports import free_ports
 
 from agora.agents.delegation import DelegationConfig
 from agora.models.openai_backend import OpenAICompatibleChatModel, split_tokens
@@ -25,10 +25,9 @@ SCORE = {"type": "object", "required": ["score"], "additionalProperties": False,
 
 
 def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, below the ephemeral range (ports.py): a client connecting to it is
+    refused, never given it as its own source port, and a stub server stopped on it binds it again."""
+    return free_ports()
 
 
 def pool_for(*urls: str, name: str = "m", max_retries: int = 0, **fields) -> ModelPool:
