@@ -111,6 +111,8 @@ HOSTILE = [
     ("a generator's frame", "g = (i for i in [1])\nprint(getattr(g, 'gi_frame'))",
      "AttributeError: \"gi_frame\" is a restricted name"),
     ("a module's os", f"import sympy\nsympy.utilities.misc.os.system({SHELL!r})", "AttributeError: 'os' is the module 'os'"),
+    ("find_executable", "import sympy\nprint(sympy.utilities.misc.find_executable('sh'))",
+     "AttributeError: 'find_executable' belongs to the module 'sympy.utilities.misc', which is not allowed"),
     ("a module's builtins", "import sympy\nprint(sympy.parsing.sympy_parser.builtins)",
      "AttributeError: 'builtins' is the module 'builtins', which is not allowed"),
     ("importlib through cache", "import sympy\nprint(sympy.core.cache.import_module)",
@@ -205,6 +207,8 @@ LEGITIMATE = [
      "sympy.lambdify(x, x**2 + 1)(3), sympy.latex(x**2), sympy.pycode(x**2))", "5 [-3, 3] 10 x^{2} x**2\n"),
     ("lambdify's table", "import sympy\nfrom sympy.utilities.lambdify import MODULES\nx = sympy.Symbol('x')\n"
      "print('math' in MODULES, sympy.lambdify(x, sympy.sqrt(x), modules='math')(16))", "True 4.0\n"),
+    ("misc", "from sympy.utilities.misc import as_int, ordinal\nimport sympy\nprint(as_int(7), ordinal(3), sympy.filldedent('a b'))",
+     "7 3rd \na b\n"),
     ("strategies", "from sympy.strategies.util import basic_fns\nimport sympy\nprint(basic_fns['op'](sympy.Integer(2)))",
      "<class 'sympy.core.numbers.Integer'>\n"),
     ("functools decorators", "import functools\ndef memo(g):\n    cache = {}\n    @functools.wraps(g)\n    def inner(n):\n"

@@ -215,6 +215,12 @@ SYMPY_MODULES = frozenset(
                                         "cxx", "fortran", "jscode", "julia", "octave", "maple", "mathematica",
                                         "rcode", "rust", "glsl", "smtlib", "python")})
 
+#: Holdable sympy modules of which only these functions and classes are (an allow-list within the
+#: module): ``sympy.utilities.misc`` also has ``find_executable`` (which probes the file system)
+#: and ``debug`` helpers.
+SYMPY_NAMES = {"sympy.utilities.misc": frozenset({"Undecidable", "as_int", "filldedent", "func_name", "ordinal",
+                                                  "rawlines", "replace", "strlines", "translate"})}
+
 #: sympy modules a program may not hold whose tables it may import: ``lambdify`` reads its
 #: ``MODULES`` table (the namespaces of ``modules='math'``...; the import lines in it go through the
 #: program's import check, :func:`_route_lambdify_code`).
@@ -293,6 +299,9 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
             return f"belongs to the module {module!r}, which is not allowed"
         if why := _closed_package(module) or _library_refused(module):  # ``sympy.init_session``, ``sympy.preview``
             return f"belongs to the module {module!r}, which is not allowed ({why})"
+        names = SYMPY_NAMES.get(module)
+        if names is not None and getattr(value, "__name__", None) not in names:
+            return f"belongs to the module {module!r}, which is not allowed (not one of its functions a program may use)"
     return None
 
 
