@@ -157,6 +157,8 @@ HOSTILE = [
      "AttributeError: '_RestrictedSympyEval' object has no attribute 'restricted'"),
     ("a table of a closed module", "from sympy.plotting.plot import plot_backends\nprint(plot_backends)",
      "ImportError: sympy.plotting.plot.plot_backends belongs to the module 'sympy.plotting.plot', which is not allowed"),
+    ("a table through a star import", "from sympy.plotting.plot import *\nprint(plot_backends)",
+     "NameError: name 'plot_backends' is not defined"),
     ("a sympy class's attribute", "import sympy\nsympy.Symbol.is_commutative = False\nprint(1)",
      "TypeError: the sandbox does not let a program change the attribute 'is_commutative' of 'Symbol'"),
     ("a sympy function's attribute", "import sympy\nsympy.solve.x = 1\nprint(1)",

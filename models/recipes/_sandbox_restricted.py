@@ -104,13 +104,8 @@ def _importer(allowed: frozenset[str]):
             return _star_view(module, allowed)
         for item in fromlist or ():
             # ``from m import x`` reads the attribute without the guarded getattr: the same checks here
-            value = getattr(module, item, None)
-            if why := _refused(value, allowed):
+            if why := _imported_refused(name, getattr(module, item, None), allowed):
                 raise ImportError(f"{name}.{item} {why}")
-            # data (a table, a number) has no module of its own: judged by the module it is taken from
-            if (not (isinstance(value, (type, types.ModuleType)) or callable(value)) and name not in SYMPY_TABLES
-                    and (why := _library_refused(name))):
-                raise ImportError(f"{name}.{item} belongs to the module {name!r}, which is not allowed ({why})")
         return module
 
     guarded_import.allowed_modules = allowed  # its own attribute: the program never holds this function
@@ -305,6 +300,18 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
     return None
 
 
+def _imported_refused(name: str, value, allowed: frozenset[str]) -> str | None:
+    """Why ``from name import x`` may not give ``value`` (``None`` when it may): :func:`_refused`; and
+    data (a table, a number), which has no module of its own, is judged by the module ``name`` it
+    is taken from (but :data:`SYMPY_TABLES`)."""
+    if why := _refused(value, allowed):
+        return why
+    if (not (isinstance(value, (type, types.ModuleType)) or callable(value)) and name not in SYMPY_TABLES
+            and (why := _library_refused(name))):
+        return f"belongs to the module {name!r}, which is not allowed ({why})"
+    return None
+
+
 def _star_view(module: types.ModuleType, allowed: frozenset[str]) -> types.ModuleType:
     """What ``from module import *`` binds: a new module holding only the names of ``module``'s
     ``__all__`` (else its public names) that :func:`_refused` lets a program hold."""
@@ -315,7 +322,7 @@ def _star_view(module: types.ModuleType, allowed: frozenset[str]) -> types.Modul
     for name in names:
         if isinstance(name, str) and not name.startswith("_") and hasattr(module, name):
             value = getattr(module, name)
-            if not _refused(value, allowed):
+            if not _imported_refused(module.__name__, value, allowed):
                 kept[name] = value
     view = types.ModuleType(module.__name__)
     vars(view).update(kept)
