@@ -155,6 +155,12 @@ HOSTILE = [
     ("the program's globals through eval_expr", "import sympy.parsing.sympy_parser as p\n"
      "p.eval_expr.restricted['_getattr_'] = lambda o, n: n\nprint(p.x)",
      "AttributeError: '_RestrictedSympyEval' object has no attribute 'restricted'"),
+    ("a hook through parse_expr's locals", "from sympy.parsing.sympy_parser import parse_expr\n"
+     "print(parse_expr('x.y', local_dict={'_getattr_': lambda o, n: 'hooked'}))",
+     "AttributeError: 'Symbol' object has no attribute 'y'"),
+    ("a hook through eval_expr's locals", "from sympy.parsing.sympy_parser import eval_expr\n"
+     "print(eval_expr('(1).y', {'_getattr_': lambda o, n: 'hooked'}, {}))",
+     "AttributeError: 'int' object has no attribute 'y'"),
     ("a table of a closed module", "from sympy.plotting.plot import plot_backends\nprint(plot_backends)",
      "ImportError: sympy.plotting.plot.plot_backends belongs to the module 'sympy.plotting.plot', which is not allowed"),
     ("a table through a star import", "from sympy.plotting.plot import *\nprint(plot_backends)",

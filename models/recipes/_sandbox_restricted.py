@@ -477,7 +477,12 @@ class _RestrictedSympyEval:
         env = {k: v for k, v in global_dict.items()
                if not k.startswith("_") and (k not in vars(builtins) or allowed.get(k) is v)}
         env.update({k: v for k, v in self._restricted.items() if k.startswith("_")})
-        return eval(compiled, env, local_dict)  # noqa: S307 - restricted code, in the limited child
+        # the locals come first in a name lookup: a program's ``local_dict={'_getattr_': f}`` would
+        # replace the hooks of the restricted code; its names with a leading ``_`` are left out
+        if not isinstance(local_dict, dict):
+            raise TypeError(f"local_dict must be a dict, not {type(local_dict).__name__}")
+        local = {k: v for k, v in local_dict.items() if not (isinstance(k, str) and k.startswith("_"))}
+        return eval(compiled, env, local)  # noqa: S307 - restricted code, in the limited child
 
 
 def _route_sympy(restricted: dict) -> None:
