@@ -115,6 +115,7 @@ for _name in _restricted.CODE_RUNNERS:  # loaded here, so that every child repla
 _restricted._route_importers()  # once, before any fork (a child's allowed modules are set in the child)
 _restricted._route_containers()
 _restricted._route_functools()
+_restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  # ``from sympy import *``
 
 
 def _child(request: dict, folder: str, result_fd: int) -> None:
