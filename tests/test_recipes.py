@@ -221,6 +221,25 @@ def moa_run(store: TraceStore, recipe: str | None = "pot", run_id: str = "moa") 
                  dataset={}, detail=protocol_spec("moa").detail)
 
 
+def test_the_member_table_lists_the_pool_in_its_order_then_other_models_by_name(tmp_path):
+    """Members in the order of the run's pool (here z before a, whichever drew first: MoA's
+    proposers draw concurrently), never in the order concurrent calls finished."""
+    from agora.traces.members import member_rows
+
+    store = TraceStore(tmp_path / "t.db")
+    say = ScriptedChatModel(respond=lambda chat, i: "The answer is 42.")
+    pool = pool_of(**{"z": (say, None), "a": (ScriptedChatModel(respond=lambda chat, i: "```python\nprint(42)\n```"),
+                                              "pot")})
+    problem = Problem(id="q1", question="What is 6 times 7?", gold="42", kind="math")
+    for _ in range(3):
+        run_problems(build_moa_graph(), [problem], store=store, run_id="r", protocol="moa",
+                     context=MoAContext(pool, MoAConfig(aggregator="a")), config={}, pool_description=pool.describe(),
+                     dataset={}, detail=protocol_spec("moa").detail)
+        assert [m.model for m in member_rows(store, "r")] == ["z", "a"]
+    store.db["runs"].update("r", {"pool": "not json"})  # no readable pool: by name
+    assert [m.model for m in member_rows(store, "r")] == ["a", "z"]
+
+
 def test_the_run_report_has_a_member_table_when_the_pool_has_recipes(tmp_path):
     from dataclasses import asdict
 

@@ -85,7 +85,9 @@ def has_recipes(store: TraceStore, run_id: str) -> bool:
 
 
 def member_rows(store: TraceStore, run_id: str) -> list[MemberRow]:
-    """One :class:`MemberRow` per model of the run, in the order the models first drew a sample."""
+    """One :class:`MemberRow` per model of the run: the members of the run's pool (``runs.pool``) in
+    the pool's order, then any other model that drew a sample (a recorder's own chat models) by
+    name. The order never depends on which concurrent call finished first."""
     columns = store.db["model_calls"].columns_dict
     recipe = "c.recipe" if "recipe" in columns else "null"
     program = "c.program_run" if "program_run" in columns else "null"
@@ -112,7 +114,22 @@ def member_rows(store: TraceStore, run_id: str) -> list[MemberRow]:
             m["failures"] += run.get("error") is not None
             if run.get("seconds") is not None:
                 m["seconds"].append(float(run["seconds"]))
-    return [MemberRow(model, m["recipe"], m["samples"], m["answered"], m["correct"], m["scored"], m["programs"],
+    order = {name: i for i, name in enumerate(_pool_names(store, run_id))}
+    ranked = sorted(seen, key=lambda model: (order.get(model, len(order)), model))
+    return [MemberRow(model, (m := seen[model])["recipe"], m["samples"], m["answered"], m["correct"], m["scored"], m["programs"],
                       m["failures"], statistics.median(m["seconds"]) if m["seconds"] else None,
                       m["scored_failures"])
-            for model, m in seen.items()]
+            for model in ranked]
+
+
+def _pool_names(store: TraceStore, run_id: str) -> list[str]:
+    """The member names of the run's stored pool (``runs.pool``, a JSON list of member settings), in
+    its order; ``[]`` when the run has none or it is not that list."""
+    run = store.get_run(run_id)
+    try:
+        pool = json.loads(run["pool"]) if run is not None and run.get("pool") else []
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(pool, list):
+        return []
+    return [m["name"] for m in pool if isinstance(m, dict) and isinstance(m.get("name"), str)]

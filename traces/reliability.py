@@ -37,7 +37,7 @@ class DevRunError(InputError):
 
 def dev_accuracy(db: str | Path | TraceStore, run_id: str) -> dict[str, float]:
     """Member → per-sample accuracy (correct / scored samples) in the dev run ``run_id`` of ``db``,
-    for every member with at least one scored sample, in the order the members first drew.
+    for every member with at least one scored sample, in the order of :func:`~agora.traces.members.member_rows`.
 
     A SQLite file's result is kept per process until the file changes (a graph reads it once per
     question).
