@@ -72,15 +72,20 @@ _SPACE_GROUPS = re.compile(rf"(?<![\w.,/])(?<!\d{_GROUP_SPACE})\d{{1,3}}(?:{_GRO
 _LATEX_MIXED = re.compile(r"(?<![\w.^_{}\\/])(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d)(?!\d))")
 _SCALES = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 _SCALE_WORD = r"(?:hundred|thousand|million|billion|trillion)(?![\w-])"
-_SCALE_NUMBER = r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+_SCALE_NUMBER = r"(?<![\w.,/])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 #: A number and a scale word (``3 million``, ``1.5 billion``, ``3 hundred thousand``, ``3\text{ million}``):
 #: the whole number. Singular only: a plural counts units (``3 hundreds`` in place value is 3).
+#: Not a fraction's denominator (``1/2 million`` stays: its value is not 1/2000000).
 _SCALED = re.compile(rf"{_SCALE_NUMBER}\s*(?:\\(?:text|mathrm|mbox)\s*\{{\s*({_SCALE_WORD}(?:\s+{_SCALE_WORD})*)\s*\}}"
                      rf"|({_SCALE_WORD}(?:\s+{_SCALE_WORD})*))")
 #: Money with a multiplier suffix (``$1.5k``, ``$3M``, ``$2bn``): after a currency sign only, where
-#: the letter cannot be a variable (``4k``) or a unit.
+#: the letter cannot be a variable (``4k``) or a unit; not a ``$`` that opens LaTeX inline math
+#: (``$4k+1$``, ``$3M$``: :data:`_CLOSING_DOLLAR`).
 _MONEY_SUFFIX = re.compile(r"([$€£]\s*)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s?(k|K|M|mn|B|bn)(?![A-Za-z0-9])")
 _SUFFIXES = {"k": 3, "K": 3, "M": 6, "mn": 6, "B": 9, "bn": 9}
+#: The rest of a line up to a ``$`` that closes inline math: the next ``$``, unescaped and not a
+#: money sign before an amount (``$2k and $500`` is money; ``$4k + 1$`` math).
+_CLOSING_DOLLAR = re.compile(r"[^\n$]*(?<!\\)\$(?!\s*-?\d)")
 
 
 def _times_ten(number: str, power: int) -> str:
@@ -113,7 +118,8 @@ def plain_numerals(text: str) -> str:
     - a LaTeX mixed number in running text: ``3\\frac{1}{2}`` → ``3 1/2`` (a mixed number; one with an
       improper fraction is two values, :func:`read_values`);
     - a number with a scale word: ``3 million`` → ``3000000``, ``2.5 billion`` → ``2500000000``,
-      ``3 hundred thousand`` → ``300000``; money with a suffix: ``$1.5k`` → ``$1500``, ``$3M`` → ``$3000000``.
+      ``3 hundred thousand`` → ``300000``; money with a suffix: ``$1.5k`` → ``$1500``, ``$3M`` → ``$3000000``
+      (not in LaTeX inline math: ``$4k+1$`` stays).
 
     Everything else is unchanged (``1011_2``, ``7 dozen``, ``1.5k``). Applied to outputs and gold
     answers alike, after :func:`ascii_digits`."""
@@ -124,7 +130,17 @@ def plain_numerals(text: str) -> str:
     text = _SPACE_GROUPS.sub(lambda m: re.sub(_GROUP_SPACE, "", m.group()), text)
     text = _mixed_latex(text)
     text = _SCALED.sub(_scaled, text)
-    return _MONEY_SUFFIX.sub(lambda m: m[1] + _times_ten(m[2], _SUFFIXES[m[3]]), text)
+    return _MONEY_SUFFIX.sub(lambda m: _money(m, text), text)
+
+
+def _money(m: re.Match, text: str) -> str:
+    """``$1.5k`` as ``$1500``; unchanged when its ``$`` (not an escaped ``\\$``) opens inline math
+    that a later ``$`` on the line closes (``$4k+1$``: ``k`` is a variable)."""
+    sign = m[1].rstrip()
+    escaped = m.start() > 0 and text[m.start() - 1] == "\\"
+    if sign == "$" and not escaped and _CLOSING_DOLLAR.match(text, m.end()):
+        return m.group()
+    return m[1] + _times_ten(m[2], _SUFFIXES[m[3]])
 
 
 # ----------------------------------------------------------------------------- math-verify
