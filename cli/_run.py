@@ -107,21 +107,60 @@ def _key_path(dotted: str) -> tuple[str, ...]:
                  for m in re.finditer(r""""([^"\n]*)"|'([^'\n]*)'|([A-Za-z0-9_-]+)""", dotted))
 
 
+def _toml_value_end(rest: str, quote: str | None, depth: int) -> tuple[str | None, int]:
+    """Read ``rest``, a line's TOML value text (or a further line of a value), from the state
+    ``quote`` (the delimiter of an open multi-line string, ``\"\"\"`` or ``\'\'\'``, else ``None``)
+    and ``depth`` (arrays and inline tables open); the state after it. One-line strings, escapes
+    and comments are skipped, so a bracket or quote inside them counts for nothing."""
+    i, end = 0, len(rest)
+    while i < end:
+        if quote is not None:  # inside a multi-line string: only its closing delimiter (and escapes)
+            if quote == '"""' and rest[i] == "\\":
+                i += 2
+            elif rest.startswith(quote, i):
+                i += 3
+                while i < end and rest[i] == quote[0]:  # up to two quotes of the string before it
+                    i += 1
+                quote = None
+            else:
+                i += 1
+            continue
+        ch = rest[i]
+        if ch == "#":
+            break
+        if rest.startswith('"""', i) or rest.startswith("'''", i):
+            quote, i = rest[i:i + 3], i + 3
+        elif ch == '"':
+            i += 1
+            while i < end and rest[i] != '"':
+                i += 2 if rest[i] == "\\" else 1
+            i += 1
+        elif ch == "'":
+            close = rest.find("'", i + 1)
+            i = end if close < 0 else close + 1
+        else:
+            depth += (ch in "[{") - (ch in "]}")
+            depth = max(depth, 0)
+            i += 1
+    return quote, depth
+
+
 def toml_key_line(text: str, path: Sequence[str]) -> int | None:
     """The line (1-based) of the TOML document ``text`` that sets the key ``path`` (``("moa",
     "seed")``: ``seed`` of the ``[moa]`` table), read off the text (``tomllib`` keeps no
     positions): a ``key = ...`` line under its table's ``[header]`` (or a dotted key under a table
     above it), the header of the table ``path`` itself, else the line of the inline table that holds
     it (``moa = {seed = 1}``); ``None`` when none is found (an array of tables is not searched).
-    Lines inside a multi-line string are skipped."""
+    Lines inside a multi-line string or array, and strings and comments, are not read as keys or
+    headers (:func:`_toml_value_end`)."""
     target = tuple(path)
     table: tuple[str, ...] | None = ()
     inline: int | None = None
-    in_string: str | None = None
+    quote: str | None = None
+    depth = 0
     for n, row in enumerate(text.split("\n"), 1):
-        if in_string is not None:  # a line of a multi-line string: not a key
-            if row.count(in_string) % 2 == 1:
-                in_string = None
+        if quote is not None or depth:  # a further line of a multi-line string or array: not a key
+            quote, depth = _toml_value_end(row, quote, depth)
             continue
         header = _TABLE_LINE.match(row)
         if header is not None:
@@ -132,18 +171,14 @@ def toml_key_line(text: str, path: Sequence[str]) -> int | None:
         if _ARRAY_TABLE_LINE.match(row):
             table = None  # keys of an array's table are not the settings'
             continue
-        key = _KEY_LINE.match(row) if table is not None else None
-        if key is not None:
+        key = _KEY_LINE.match(row)
+        if key is not None and table is not None:
             full = (*table, *_key_path(key.group(1)))
             if full == target:
                 return n
             if inline is None and full == target[:len(full)] and "{" in row[key.end():]:
                 inline = n
-        rest = row[key.end():] if key is not None else row
-        for quote in ('"""', "'''"):
-            if rest.count(quote) % 2 == 1:
-                in_string = quote
-                break
+        quote, depth = _toml_value_end(row[key.end():] if key is not None else row, None, 0)
     return inline
 
 
