@@ -148,10 +148,17 @@ def _dangerous_builtins() -> frozenset[int]:
     import builtins
     import io
 
+    import _operator
+
     names = ("open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "dir", "input",
              "breakpoint", "getattr", "setattr", "delattr", "memoryview", "help", "exit", "quit", "type")
     made = (io.open, types.FunctionType, types.CodeType, types.CellType, types.FrameType, types.TracebackType)
-    return frozenset(id(getattr(builtins, n)) for n in names if hasattr(builtins, n)) | {id(v) for v in made}
+    # the originals of ``operator.attrgetter``/``methodcaller`` read any attribute (``'__class__'``); a child's
+    # ``operator`` module holds guarded ones (:func:`_route_operator`), but sympy's modules keep the
+    # originals (``sympy.core.add.attrgetter``)
+    by_name = (_operator.attrgetter, _operator.methodcaller)
+    return (frozenset(id(getattr(builtins, n)) for n in names if hasattr(builtins, n)) | {id(v) for v in made}
+            | {id(v) for v in by_name})
 
 
 _DANGEROUS = _dangerous_builtins()
@@ -285,6 +292,9 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
         return None
     if id(value) in _DANGEROUS:
         return "is a built-in the sandbox does not give"
+    if (isinstance(value, type) and issubclass(value, string.Formatter)) or isinstance(value, string.Formatter):
+        # its ``get_field`` reads any attribute (``'0.__class__'``), and a subclass's ``super()`` reaches it
+        return "is string.Formatter, which reads any attribute (format strings with str.format or f-strings)"
     if isinstance(value, type) or callable(value):
         module = _module_of(value)
         if module is None:
@@ -405,8 +415,17 @@ def _write_guard(obj):
     return obj
 
 
+#: Attributes a ``super()`` object does not give a program: the formatting methods of ``str`` and
+#: ``string.Formatter``, which read attributes by name without the guarded ``getattr``.
+_SUPER_REFUSED = frozenset({"format", "format_map", "vformat", "get_field", "get_value"})
+
+
 def _getattr_guard(allowed: frozenset[str]):
     def guarded_getattr(obj, name, default=_MISSING):
+        if isinstance(obj, super) and name in _SUPER_REFUSED:
+            # ``super(S, s).format`` of a ``str`` subclass is ``str.format`` unguarded (RestrictedPython's
+            # check looks at the super object, not at what it stands for)
+            raise NotImplementedError(f"{name!r} of a super() object is not available in the sandbox")
         if isinstance(obj, str) and name in ("format", "format_map"):
             formatter = _SafeFormatter(guarded_getattr)
             if name == "format":
@@ -526,8 +545,18 @@ def _route_sympy(restricted: dict) -> None:
     _route_lambdify()
     _route_lambdify_code(restricted)
     _ALLOWED[0] = frozenset(restricted["__builtins__"]["__import__"].allowed_modules)
+    _PROGRAM_GLOBALS[0] = restricted
     _route_importers()
     _route_operator(restricted["_getattr_"])
+    for name in _PLOTTING:  # mpmath's ``plot(..., file=path)`` imports pylab itself and saves where told
+        if name not in _ALLOWED[0] and name not in sys.modules:
+            sys.modules[name] = None
+
+
+#: Plotting libraries a child may not load unless the program may import them: mpmath's contexts
+#: (reachable through sympy) plot with ``import pylab`` of their own, past the import hook, and
+#: ``plot(f, file=path)`` writes where the program says.
+_PLOTTING = ("pylab", "matplotlib", "mpl_toolkits")
 
 
 def _withheld(name: str):
@@ -569,15 +598,17 @@ def _route_stringify(parser, restricted: dict) -> None:
 #: with the interpreter's own built-ins; they are loaded in the worker before it forks
 #: (:data:`CODE_RUNNERS`), and in a child their ``exec``/``compile`` are replaced.
 CODE_RUNNERS = ("sympy.parsing.ast_parser", "sympy.plotting.experimental_lambdify",
-                "sympy.plotting.pygletplot.plot_interval")
+                "sympy.plotting.pygletplot.plot_interval", "mpmath.identification")
 
 
 def _route_code_runners(restricted: dict) -> None:
     """``sympy.parsing.ast_parser.parse_expr`` compiles a program's string unrestricted (attribute access
     on a ``local_dict`` object reaches ``__globals__``): refused. ``experimental_lambdify`` ``exec``s a
     lambda printed from the expression (a symbol named ``__import__('os')...`` is code there), and
-    pygletplot's ``PlotInterval`` ``eval``s a string it is given: both compiled by RestrictedPython and
-    run with the program's built-ins and hooks."""
+    pygletplot's ``PlotInterval`` ``eval``s a string it is given, and mpmath's ``identify(x, ['pi'])``
+    (its contexts are reachable through sympy: ``sympy.polys.numberfields.utilities.mp``) ``eval``s
+    each constant given as a string: all compiled by RestrictedPython and run with the program's
+    built-ins and hooks."""
     import sys
 
     from RestrictedPython import compile_restricted
@@ -614,6 +645,18 @@ def _route_code_runners(restricted: dict) -> None:
             return eval(code, {**names, **{k: v for k, v in restricted.items() if k.startswith("_")}})  # noqa: S307
 
         vars(interval)["eval"] = eval_
+    identification = sys.modules.get("mpmath.identification")
+    if identification is not None:
+        program_hooks = {k: v for k, v in restricted.items() if k.startswith("_")}
+
+        def constant(source, globals=None, locals=None):
+            if not isinstance(source, str):
+                raise ValueError("mpmath's identify evaluated code that is not a string")
+            code = compile_restricted(source, filename="<identify constant>", mode="eval", policy=_Policy)
+            names = {k: v for k, v in (globals or {}).items() if isinstance(k, str) and not k.startswith("_")}
+            return eval(code, {**names, **program_hooks})  # noqa: S307 - restricted code, in the limited child
+
+        vars(identification)["eval"] = constant
 
 
 def _checked_lambdify(original):
@@ -722,6 +765,130 @@ def _route_functools() -> None:
         namespace = getattr(module, "__dict__", None)
         if isinstance(namespace, dict) and namespace.get("update_wrapper") is original:
             namespace["update_wrapper"] = update_wrapper
+
+
+def _route_reconstruction() -> None:
+    """``copy.copy``/``deepcopy`` of an object whose ``__reduce_ex__`` returns ``(f, args, state)`` call
+    ``f(*args)`` and write ``state`` into what it returns, with the interpreter's own ``__dict__
+    .update``/``setattr``, past the ``_write_`` hook. A program makes such a class with any metaclass
+    it can call (``numbers.ABCMeta('X', (), {'__reduce_ex__': f})``) and reaches ``copy`` through
+    sympy (``sympy.polys.agca.modules.copy``): ``f`` returning ``sympy.parsing.sympy_parser`` and
+    ``state`` ``{'eval_expr': ...}`` replaced the sandbox's string evaluator. In the child a state
+    is not written into anything :func:`_write_guard` protects (a module, a class or function the
+    program did not define); items (a list's, a dict's) stay. Done once in the worker, before it
+    forks; outside a child (before :func:`_route_sympy` has set the program's globals) ``copy`` is as it was."""
+    import copy
+
+    original = copy._reconstruct
+    if getattr(original, "__sandboxed__", False):
+        return
+
+    def _reconstruct(x, memo, func, args, state=None, *rest, **kwargs):
+        if state is not None and _PROGRAM_GLOBALS[0] is not None:  # in a child (the worker's own copies pass)
+            made = func
+
+            def func(*a, **k):
+                y = made(*a, **k)
+                if isinstance(_write_guard(y), _ItemsOnly):
+                    raise TypeError(f"the sandbox does not let a program change the attributes of {_described(y)}")
+                return y
+
+        return original(x, memo, func, args, state, *rest, **kwargs)
+
+    _reconstruct.__sandboxed__ = True
+    copy._reconstruct = _reconstruct
+
+
+def _route_annotations() -> None:
+    """``typing.get_type_hints`` evaluates an annotation written as a string (and RestrictedPython
+    compiles every program with ``from __future__ import annotations``: all of a program's are
+    strings) with the interpreter's ``eval``, compiled without RestrictedPython:
+    ``functools.singledispatch``'s ``register(g)`` did so for ``def g(x: "().__class__.__base__
+    .__subclasses__()...")`` and the walk reached ``os``. In the child such an annotation (a
+    ``typing.ForwardRef``) is compiled by RestrictedPython and evaluated only in the program's own
+    globals (its built-ins and hooks: ``def g(x: int)`` works); in any other namespace (an object's
+    ``__globals__`` of the program's making, a module's) it is refused with ``TypeError``. Done once
+    in the worker, before it forks (the program's globals are set per child by :func:`_route_sympy`);
+    outside a child (the worker, a process that imports it) annotations evaluate as ``typing`` does."""
+    import typing
+
+    from RestrictedPython import compile_restricted
+
+    forward = getattr(typing, "ForwardRef", None)
+    original = getattr(forward, "_evaluate", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+
+    def _evaluate(self, globalns, localns, *args, **kwargs):
+        program = _PROGRAM_GLOBALS[0]
+        if program is None:  # not in a child (the worker, or a process that imported it): as typing does
+            return original(self, globalns, localns, *args, **kwargs)
+        if (globalns is not program or (localns is not None and localns is not globalns)
+                or getattr(self, "__forward_module__", None) is not None):
+            raise TypeError("the sandbox evaluates an annotation written as a string only in the program's own "
+                            f"namespace ({getattr(self, '__forward_arg__', '?')!r})")
+        self.__forward_code__ = compile_restricted(self.__forward_arg__, filename="<annotation>", mode="eval",
+                                                   policy=_Policy)
+        return original(self, globalns, localns, *args, **kwargs)
+
+    _evaluate.__sandboxed__ = True
+    forward._evaluate = _evaluate
+
+
+#: The running program's globals (set per child by :func:`_route_sympy`; read by :func:`_route_annotations`).
+_PROGRAM_GLOBALS: list[dict | None] = [None]
+
+
+def _route_var() -> None:
+    """``sympy.var('x y')`` writes the symbols it makes into its caller's globals, by their names:
+    ``var('_write_', cls=C)`` replaced the program's ``_write_`` hook (RestrictedPython's attribute
+    writes) with an object of the program's, and ``var('__builtins__')`` its built-ins. In a child
+    (once :func:`_route_sympy` has set the program's globals) a name starting with ``_`` is refused
+    (``ValueError``) before anything is written; elsewhere ``var`` is sympy's. Done once in the
+    worker, before it forks, wherever a loaded sympy module holds ``var``."""
+    import sys
+
+    symbol = sys.modules.get("sympy.core.symbol")
+    original = getattr(symbol, "var", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+    from sympy.core.basic import Basic
+    from sympy.core.function import FunctionClass
+
+    def var(names, **args):
+        frame = sys._getframe(1)
+        try:
+            made = symbol.symbols(names, **args)
+            found: list = []
+
+            def collect(item):
+                if isinstance(item, Basic):
+                    found.append((item.name, item))
+                elif isinstance(item, FunctionClass):
+                    found.append((item.__name__, item))
+                elif item is not None:
+                    for sub in item:
+                        collect(sub)
+
+            collect(made)
+            odd = [n for n, _ in found if not isinstance(n, str) or n.startswith("_")]
+            if odd and _PROGRAM_GLOBALS[0] is not None:  # in a child
+                raise ValueError(f"var of the names {odd!r} is not allowed in the sandbox (a name starting "
+                                 "with _ would replace the program's hooks)")
+            for name, item in found:
+                frame.f_globals[name] = item
+        finally:
+            del frame
+        return made
+
+    var.__name__, var.__qualname__, var.__module__, var.__doc__ = (
+        original.__name__, original.__qualname__, original.__module__, original.__doc__)
+    var.__sandboxed__ = True
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
+                and namespace.get("var") is original):
+            namespace["var"] = var
 
 
 class _GeneratedPolicy(_Policy):

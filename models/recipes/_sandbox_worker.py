@@ -115,6 +115,9 @@ for _name in _restricted.CODE_RUNNERS:  # loaded here, so that every child repla
 _restricted._route_importers()  # once, before any fork (a child's allowed modules are set in the child)
 _restricted._route_containers()
 _restricted._route_functools()
+_restricted._route_reconstruction()
+_restricted._route_annotations()
+_restricted._route_var()
 _restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  # ``from sympy import *``
 
 

@@ -1,0 +1,106 @@
+"""Probe round 11b: routes past RestrictedPython through the standard library and mpmath.
+
+Each hostile program reaches code that reads attributes or evaluates strings without the
+sandbox's guards (``string.Formatter.get_field`` through ``super()``, the original
+``operator.attrgetter`` that sympy's modules keep, mpmath's ``identify``, ``functools
+.singledispatch`` evaluating a string annotation, ``copy`` writing a reduced state into a module,
+``sympy.var`` writing the program's hooks). Its payload would raise ``ValueError`` naming the
+child's process id (``int('pid1234')``), so an escape shows in the error; each must be a failed
+sample with the sandbox's refusal instead. The worker must survive them all, and the programs a
+model writes with these tools must keep their outputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agora.models.recipes.sandbox import Sandbox, SandboxLimits
+
+LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
+#: unrestricted Python that reaches ``os`` (a subclass walk) and raises with the child's pid
+WALK = ('int("pid%d" % [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == "_wrap_close"][0]'
+        '.__init__.__globals__["getpid"]())')
+PAYLOAD = 'int("pid%d" % __import__("os").getpid())'
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    box = Sandbox(workers=1)
+    yield box
+    box.close()
+
+
+# (case, program, the start of its error)
+HOSTILE = [
+    ("Formatter through super", "from string import Formatter\nclass F(Formatter):\n    pass\n"
+     "g = super(F, F()).get_field\nprint(g('0.__class__.__mro__', [1], {})[0])",
+     "ImportError: string.Formatter is string.Formatter"),
+    ("Formatter through a star import", "from string import *\nclass F(Formatter):\n    pass\nprint(F)",
+     "NameError: name 'Formatter' is not defined"),
+    ("str.format through super", "class S(str):\n    pass\nprint(super(S, S('{0.__class__.__mro__}')).format(1))",
+     "NotImplementedError: 'format' of a super() object is not available in the sandbox"),
+    ("sympy's attrgetter", "import sympy.core.add as A\nprint(A.attrgetter('__class__.__mro__')(1))",
+     "AttributeError: 'attrgetter' is a built-in the sandbox does not give"),
+    ("sympy's attrgetter imported", "from sympy.core.operations import attrgetter\nprint(attrgetter('__class__')(1))",
+     "ImportError: sympy.core.operations.attrgetter is a built-in the sandbox does not give"),
+    ("mpmath identify of a string", "from sympy.polys.numberfields.utilities import mp\n"
+     f"print(mp.identify(0.5, [{PAYLOAD!r}]))", 'SyntaxError: Line 1: "__import__" is an invalid variable name'),
+    ("mpmath identify of a walk", "from sympy.polys.numberfields.subfield import MPContext\n"
+     f"print(MPContext().identify(3, [{WALK!r}]))", 'SyntaxError: Line 1: "__globals__" is an invalid attribute name'),
+    ("singledispatch of a string annotation", "import functools\n@functools.singledispatch\ndef f(x):\n    return 0\n"
+     f"def g(x: {WALK!r}):\n    return 1\nf.register(g)\nprint(f(1))",
+     'SyntaxError: Line 1: "__globals__" is an invalid attribute name'),
+    ("singledispatch in another namespace", "from numbers import ABCMeta\nimport functools\n@functools.singledispatch\n"
+     "def f(x):\n    return 0\n"
+     f"G = ABCMeta('G', (), {{'__annotations__': {{'x': {PAYLOAD!r}}}, '__globals__': {{}}}})\nf.register(G())\nprint(1)",
+     "TypeError: the sandbox evaluates an annotation written as a string only in the program's own namespace"),
+    ("copy writes a module", "from numbers import ABCMeta\nfrom sympy.polys.agca.modules import copy\n"
+     "import sympy.parsing.sympy_parser as P\n"
+     f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\n"
+     "def red(self, proto):\n    return (lambda: P, (), {'eval_expr': ev})\n"
+     "X = ABCMeta('X', (), {'__reduce_ex__': red})\ncopy(X())\nprint(P.parse_expr('1'))",
+     "TypeError: the sandbox does not let a program change the attributes of the module 'sympy.parsing.sympy_parser'"),
+    ("var writes a hook", "from numbers import ABCMeta\nimport sympy\nimport sympy.parsing.sympy_parser as P\n"
+     "W = ABCMeta('W', (sympy.Symbol,), {'__call__': lambda self, obj: obj})\nsympy.var('_write_', cls=W)\n"
+     f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\nP.eval_expr = ev\nprint(P.parse_expr('1'))",
+     "ValueError: var of the names ['_write_'] is not allowed in the sandbox"),
+    ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
+     "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
+]
+
+
+def test_every_route_past_the_guards_is_a_failed_sample_and_never_runs_its_payload(sandbox):
+    failures = []
+    for case, program, error in HOSTILE:
+        run = sandbox.run(program, LIMITS)
+        if run.ok or not (run.failure or "").startswith(error) or "base 10: 'pid" in (run.failure or ""):
+            failures.append((case, run.status, run.output, run.failure))
+    assert failures == []
+    assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"  # the worker survived them all
+
+
+# (case, program, its output)
+LEGITIMATE = [
+    ("var", "import sympy\nsympy.var('a b')\nprint(sympy.expand((a + b)**2))", "a**2 + 2*a*b + b**2\n"),
+    ("var of functions", "import sympy\nsympy.var('f g', cls=sympy.Function)\nx = sympy.Symbol('x')\nprint(f(x) + g(x))",
+     "f(x) + g(x)\n"),
+    ("copy", "import sympy\nfrom sympy.polys.agca.modules import copy\nx = sympy.Symbol('x')\nclass P:\n    pass\n"
+     "p = P()\np.v = [x]\nq = copy(p)\nq.w = 1\nprint(q.v, copy([1, 2]), copy(x + 1), hasattr(p, 'w'))",
+     "[x] [1, 2] x + 1 False\n"),
+    ("singledispatch", "import functools\n@functools.singledispatch\ndef f(x):\n    return 'any'\n@f.register\n"
+     "def g(x: int):\n    return 'int'\n@f.register(str)\ndef h(x):\n    return 'str'\nprint(f(1), f('a'), f(1.5))",
+     "int str any\n"),
+    ("identify", "from sympy.polys.numberfields.utilities import mp\nprint(mp.identify(0.75), mp.identify(mp.pi * 2, ['pi']))",
+     "(3/4) (2*pi)\n"),
+    ("str.format and the attrgetter of operator", "import operator\nclass P:\n    pass\np = P()\np.x = 2\n"
+     "print('{0.x:03d} {1}'.format(p, operator.attrgetter('x')(p)))", "002 2\n"),
+]
+
+
+def test_the_programs_a_model_writes_with_these_tools_keep_their_outputs(sandbox):
+    failures = []
+    for case, program, output in LEGITIMATE:
+        run = sandbox.run(program, LIMITS)
+        if (run.status, run.output) != ("ok", output):
+            failures.append((case, run.status, run.output, run.failure))
+    assert failures == []
