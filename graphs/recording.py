@@ -196,9 +196,11 @@ class TraceRecorder(BaseCallbackHandler):
         self._lock = threading.RLock()
         self._protocols = {spec.name: spec for spec in registry.specs() if spec.kind == "benchmark"}
         self._closed = False
+        """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
         self._locks: list[contextlib.ExitStack] = []
         """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
-        """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
+        self._late: set[UUID] = set()
+        """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
 
     @property
     def parent_run_id(self) -> None:
@@ -259,7 +261,11 @@ class TraceRecorder(BaseCallbackHandler):
             if run.parent in self._runs:
                 return
             try:  # the outermost run this recorder saw: record what ran under it
-                self._record_tree(run_id)
+                if run_id in self._late:
+                    self._late.discard(run_id)
+                    self._refuse_late(error)
+                else:
+                    self._record_tree(run_id)
             finally:
                 self._forget(run_id)
                 if run.unreturned is not None:
@@ -267,6 +273,22 @@ class TraceRecorder(BaseCallbackHandler):
                         run.unreturned[0].__exit__(None, None, None)
                     except ValueError:  # (ended in another context than it started: nothing to restore)
                         pass
+
+    def _refuse_late(self, error: BaseException | None) -> None:
+        """An invocation that was running when :meth:`finish` marked the runs ended: its questions are
+        not written (the runs' rows and summaries are final, their live-run locks released; the
+        summary counted it as ``unfinished``).
+
+        Raises:
+            RuntimeError: the invocation ended normally (one line); one that raised keeps its own
+                error (logged here).
+        """
+        message = (f"TraceRecorder {self.run_id!r}: its with block ended while this invocation ran, so its "
+                   "questions were not recorded (the run's summary counts it as unfinished); end the block "
+                   "after the invocations that use the recorder")
+        if error is None:
+            raise RuntimeError(message)
+        log.warning("%s", message)
 
     # ------------------------------------------------------------------ recording
 
@@ -509,7 +531,12 @@ class TraceRecorder(BaseCallbackHandler):
         (and ``failed_questions``: id → last error, the first 50; ``paused``: questions paused and not
         resumed, unrecorded). A run with failed questions is marked ``failed`` instead of
         ``finished``, as :func:`agora.graphs.runner.run_problems` marks a CLI run (``interrupted``
-        and ``failed`` are kept as given)."""
+        and ``failed`` are kept as given). ``unfinished``: invocations still running (another thread's, a
+        stream left open); their questions are not written when they end (the invocation raises a
+        one-line ``RuntimeError``), since the runs are ended."""
+        with self._lock:
+            self._late = {rid for rid, run in self._runs.items() if run.parent not in self._runs and not run.ended}
+            unfinished = len(self._late)
         for protocol, run_id in self.run_ids.items():
             failed = self.failed.get(protocol, 0)
             summary: dict[str, Any] = {"questions": self.recorded.get(protocol, 0), "failed": failed}
@@ -518,6 +545,8 @@ class TraceRecorder(BaseCallbackHandler):
             paused = sum(h.protocol == protocol and h.question_id is None for h in self._held.values())
             if paused:
                 summary["paused"] = paused
+            if unfinished:
+                summary["unfinished"] = unfinished
             self.store.finish_run(run_id, summary=summary,
                                   status="failed" if failed and status == "finished" else status)
         while self._locks:  # the runs' live-run locks: another recorder may take the run ids now

@@ -1,0 +1,73 @@
+"""The trace recorder as a user's app drives it (round 11 probes): the user's ``ChatOpenAI`` clients on
+the loopback OpenAI stub (tests/openai_stub.py), each case counting the rows written against what the
+server was really asked."""
+
+import json
+import sqlite3
+import threading
+
+from langchain_openai import ChatOpenAI
+
+from agora.graphs.delegation import DelegationContext, build_delegation_graph
+from agora.graphs.recording import TraceRecorder
+from agora.models.pool import ModelPool
+from openai_stub import StubServer, default_handler
+
+CONFIG = {"n_agents": 2, "k_samples": 2}  # 2 requests of n=2: 4 samples a question
+QUESTION = {"question": "What is 2 + 2?", "gold": "4"}
+
+
+def user_pool(url: str) -> ModelPool:
+    return ModelPool.from_chat_models(
+        {name: ChatOpenAI(base_url=url, api_key="k", model=name, max_retries=0, timeout=10) for name in "ab"},
+        max_retries=0)
+
+
+def rows(db, sql, *params):
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def test_an_invocation_still_running_when_the_block_ends_is_counted_and_not_written_after_the_run_ended(tmp_path):
+    """A thread's invocation that outlives the recorder's ``with`` block: before, its question was written
+    after the run was marked finished (summary ``questions: 1`` over 2 recorded questions) and without
+    the run's live-run lock, which the block's end had released."""
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    release, arrived = threading.Event(), threading.Semaphore(0)
+
+    def held_back(path, body):  # the late invocation's requests wait until the block has ended
+        if body["messages"][-1]["content"].find("3 + 3") >= 0:
+            arrived.release()
+            release.wait(10)
+        return default_handler(path, body)
+
+    outcome = {}
+    with StubServer(held_back) as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            graph.invoke(QUESTION, {"callbacks": [recorder]}, context=DelegationContext(pool, CONFIG))
+
+            def late():
+                try:
+                    graph.invoke({"question": "What is 3 + 3?", "gold": "6"}, {"callbacks": [recorder]},
+                                 context=DelegationContext(pool, CONFIG))
+                except RuntimeError as exc:
+                    outcome["error"] = str(exc)
+
+            thread = threading.Thread(target=late)
+            thread.start()
+            assert arrived.acquire(timeout=10) and arrived.acquire(timeout=10)  # both agents' requests sent
+        release.set()
+        thread.join(10)
+        assert len(server.requests) == 4
+    assert "with block ended while this invocation ran" in outcome["error"] and "\n" not in outcome["error"]
+    assert rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]
+    assert rows(db, "select count(*) from model_calls") == [(4,)]
+    [(status, summary)] = rows(db, "select status, summary from runs")
+    assert status == "finished"
+    assert json.loads(summary) == {"questions": 1, "failed": 0, "unfinished": 1}
+    assert recorder.recorded == {"align": 1}
