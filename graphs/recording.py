@@ -66,6 +66,7 @@ from agora.tasks.errors import InputError
 from agora.graphs import registry
 from agora.graphs.question import as_problem, check_question_id
 from agora.graphs.runner import default_detail, question_failed, scored_values
+from agora.graphs.scoring import GRAPH_METADATA_KEY
 from agora.models.pool import unreturned_attempts
 from agora.traces.errors import RunLockedError
 from agora.traces.store import TraceStore, check_run_id
@@ -96,6 +97,8 @@ class _Run:
     """``(thread_id, checkpoint_ns)`` of a run under a checkpointer's thread (what a resume finds)."""
     unreturned: Any = None
     """The outermost run's :func:`agora.models.pool.unreturned_attempts` context (entered, its list)."""
+    graph: str | None = None
+    """A protocol graph's context class name (:data:`agora.graphs.scoring.GRAPH_METADATA_KEY`)."""
 
 
 @dataclass
@@ -195,6 +198,7 @@ class TraceRecorder(BaseCallbackHandler):
         self._held: dict[tuple[str, str], _Held] = {}
         self._lock = threading.RLock()
         self._protocols = {spec.name: spec for spec in registry.specs() if spec.kind == "benchmark"}
+        self._by_context = {spec.context.__name__: spec.name for spec in self._protocols.values()}
         self._closed = False
         """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
         self._locks: list[contextlib.ExitStack] = []
@@ -226,7 +230,8 @@ class TraceRecorder(BaseCallbackHandler):
         thread_id = (metadata.get("configurable") or {}).get("thread_id", metadata.get("thread_id"))
         thread = (str(thread_id), str(metadata.get("checkpoint_ns") or "")) if thread_id is not None else None
         with self._lock:
-            run = self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs, thread=thread)
+            run = self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs, thread=thread,
+                                            graph=None if node else metadata.get(GRAPH_METADATA_KEY))
             if parent_run_id not in self._runs and self._closed:
                 del self._runs[run_id]
                 raise RuntimeError(
@@ -302,7 +307,13 @@ class TraceRecorder(BaseCallbackHandler):
             return  # a paused or stopped question resumed: the same invocation
         protocols = [p for p, names in _protocol_nodes().items() if first_node in names]
         if len(protocols) == 1:
-            self._question_id(protocols[0], inputs)
+            self._refuse_repeat_id(protocols[0], inputs)
+
+    def _refuse_repeat_id(self, protocol: str, inputs: Any) -> None:
+        """Raise :class:`QuestionRecordedError` when ``inputs``' ``question_id`` is answered in
+        ``protocol``'s run already."""
+        if isinstance(inputs, dict) and inputs.get("question_id") and inputs.get("question"):
+            self._question_id(protocol, inputs)
 
     def _forget(self, root: UUID) -> None:
         todo = [root]
@@ -332,8 +343,11 @@ class TraceRecorder(BaseCallbackHandler):
         if held is not None:
             return held.protocol
         nodes = {self._runs[c].name for c in run.children if c in self._runs and self._runs[c].node}
-        if not nodes or not isinstance(run.inputs, dict) or not run.inputs.get("question"):
+        if not isinstance(run.inputs, dict) or not run.inputs.get("question"):
             return None
+        if not nodes:  # paused before its first node (a breakpoint there): known by its graph's metadata
+            paused = run.thread is not None and (run.error is None or isinstance(run.error, GraphBubbleUp))
+            return self._by_context.get(run.graph) if paused else None
         matches = [p for p, names in _protocol_nodes().items() if nodes <= names]
         return matches[0] if len(matches) == 1 else None
 
@@ -392,6 +406,8 @@ class TraceRecorder(BaseCallbackHandler):
         error = run.error
         if isinstance(error, QuestionRecordedError):
             return  # refused before it ran: nothing of it is written
+        if not held.updates and held.question_id is None and (error is None or isinstance(error, GraphBubbleUp)):
+            self._refuse_repeat_id(protocol, inputs)  # paused before its first node: refused now, as there
         if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
             calls = _merged(held.updates).get("calls") or []
             # a stream closed early, or an asyncio task cancelled (``task.cancel()``, ``wait_for``'s timeout, a

@@ -239,11 +239,22 @@ class ScoredCompiledGraph(CompiledStateGraph):
             yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)
 
 
+GRAPH_METADATA_KEY = "agora_graph"
+"""The run metadata key naming a protocol graph's context class (``"DelegationContext"``): callbacks
+(the trace recorder) see which protocol a graph run is before any of its nodes ran, as when it
+pauses at a breakpoint on its first node. An outer protocol's value wins in the graphs it runs."""
+
+
 class ProtocolGraph(StateGraph):
     """The builder of a protocol graph: a LangGraph ``StateGraph`` whose ``compile`` returns a
-    :class:`ScoredCompiledGraph` (same arguments, same graph)."""
+    :class:`ScoredCompiledGraph` (same arguments, same graph), whose runs carry the metadata
+    :data:`GRAPH_METADATA_KEY`."""
 
     def compile(self, *args: Any, **kwargs: Any) -> ScoredCompiledGraph:
         compiled = super().compile(*args, **kwargs)
         compiled.__class__ = ScoredCompiledGraph  # LangGraph builds the instance; only the streams differ
+        if self.context_schema is not None:
+            config = dict(compiled.config or {})
+            config["metadata"] = {**(config.get("metadata") or {}), GRAPH_METADATA_KEY: self.context_schema.__name__}
+            compiled.config = config
         return compiled

@@ -6,10 +6,13 @@ import json
 import sqlite3
 import threading
 
+import pytest
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
 
+from agora.graphs import registry
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
-from agora.graphs.recording import TraceRecorder
+from agora.graphs.recording import QuestionRecordedError, TraceRecorder
 from agora.models.pool import ModelPool
 from openai_stub import StubServer, default_handler
 
@@ -71,3 +74,52 @@ def test_an_invocation_still_running_when_the_block_ends_is_counted_and_not_writ
     assert status == "finished"
     assert json.loads(summary) == {"questions": 1, "failed": 0, "unfinished": 1}
     assert recorder.recorded == {"align": 1}
+
+
+def _first_nodes(builder) -> list[str]:
+    return sorted({edge.target for edge in builder.compile().get_graph().edges if edge.source == "__start__"})
+
+
+@pytest.mark.parametrize("protocol", ["align", "moa", "council", "slm-mux"])
+def test_a_question_paused_before_its_first_node_and_resumed_is_recorded_once_whole(tmp_path, protocol):
+    """A breakpoint on a protocol graph's first node (``interrupt_before=[first]``, as Studio sets one):
+    before, the first sitting ran no node, so the recorder could not tell the protocol, held nothing,
+    and on resume logged "did not see it start" and recorded nothing of a question it had seen."""
+    db = tmp_path / "app.db"
+    builder = registry.get(protocol).build()
+    graph = builder.compile(checkpointer=InMemorySaver(), interrupt_before=_first_nodes(builder))
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            thread = {"callbacks": [recorder], "configurable": {"thread_id": "t1"}}
+            graph.invoke(QUESTION, thread, context={"pool": pool, "config": {}})
+            assert graph.get_state(thread).next and not server.requests  # paused before any model call
+            while graph.get_state(thread).next:
+                graph.invoke(None, thread, context={"pool": pool, "config": {}})
+            # a question paused there and never resumed is counted, not recorded
+            other = {"callbacks": [recorder], "configurable": {"thread_id": "t2"}}
+            graph.invoke({"question": "What is 3 + 3?", "gold": "6"}, other, context={"pool": pool, "config": {}})
+        samples = sum(r["body"].get("n", 1) for r in server.requests)
+    assert samples > 0 and recorder.recorded == {protocol: 1}
+    assert rows(db, "select question_id, model_calls, correct, gold from questions") == [
+        ("q-f465154e", samples, 1, "4")]
+    assert rows(db, "select count(*), count(error) from model_calls") == [(samples, 0)]
+    assert json.loads(rows(db, "select summary from runs")[0][0]) == {"questions": 1, "failed": 0, "paused": 1}
+
+
+def test_a_repeated_question_id_paused_before_the_first_node_is_refused_before_any_model_call(tmp_path):
+    db = tmp_path / "app.db"
+    builder = build_delegation_graph()
+    graph = builder.compile(checkpointer=InMemorySaver(), interrupt_before=_first_nodes(builder))
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            build_delegation_graph().compile().invoke({**QUESTION, "question_id": "q1"}, {"callbacks": [recorder]},
+                                                      context=DelegationContext(pool, CONFIG))
+            asked = len(server.requests)
+            with pytest.raises(QuestionRecordedError, match="'q1' is already recorded"):
+                graph.invoke({**QUESTION, "question_id": "q1"},
+                             {"callbacks": [recorder], "configurable": {"thread_id": "t"}},
+                             context=DelegationContext(pool, CONFIG))
+        assert len(server.requests) == asked
+    assert rows(db, "select question_id from questions") == [("q1",)]
