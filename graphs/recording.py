@@ -204,6 +204,8 @@ class TraceRecorder(BaseCallbackHandler):
         self._locks: list[contextlib.ExitStack] = []
         """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
         self._late: set[UUID] = set()
+        self._dropped: dict[str, int] = {}
+        """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
 
     @property
@@ -246,7 +248,9 @@ class TraceRecorder(BaseCallbackHandler):
                 return
             if thread is not None and isinstance(inputs, dict):  # a fresh start on the thread: no resume
                 for key in [k for k in self._held if k[0] == thread[0]]:
-                    del self._held[key]
+                    dropped = self._held.pop(key)
+                    if dropped.question_id is None:  # paused, never finished: counted as paused
+                        self._dropped[dropped.protocol] = self._dropped.get(dropped.protocol, 0) + 1
         collector = unreturned_attempts(in_flight=True)
         run.unreturned = (collector, collector.__enter__())
 
@@ -545,7 +549,7 @@ class TraceRecorder(BaseCallbackHandler):
     def finish(self, status: str = "finished") -> None:
         """Mark every run this recorder wrote ``status``, with ``{"questions", "failed"}`` as summary
         (and ``failed_questions``: id → last error, the first 50; ``paused``: questions paused and not
-        resumed, unrecorded). A run with failed questions is marked ``failed`` instead of
+        resumed, unrecorded, those dropped by a fresh input on their thread included). A run with failed questions is marked ``failed`` instead of
         ``finished``, as :func:`agora.graphs.runner.run_problems` marks a CLI run (``interrupted``
         and ``failed`` are kept as given). ``unfinished``: invocations still running (another thread's, a
         stream left open); their questions are not written when they end (the invocation raises a
@@ -559,6 +563,7 @@ class TraceRecorder(BaseCallbackHandler):
             if failed:
                 summary["failed_questions"] = dict(list(self.failed_questions.get(protocol, {}).items())[:50])
             paused = sum(h.protocol == protocol and h.question_id is None for h in self._held.values())
+            paused += self._dropped.get(protocol, 0)
             if paused:
                 summary["paused"] = paused
             if unfinished:

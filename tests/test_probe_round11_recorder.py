@@ -123,3 +123,21 @@ def test_a_repeated_question_id_paused_before_the_first_node_is_refused_before_a
                              context=DelegationContext(pool, CONFIG))
         assert len(server.requests) == asked
     assert rows(db, "select question_id from questions") == [("q1",)]
+
+
+def test_a_paused_question_dropped_by_a_fresh_input_on_its_thread_is_counted_as_paused(tmp_path):
+    """A fresh input on a paused question's thread starts another question and drops the paused one
+    (its calls are not recorded): before, the run's summary did not count it at all, though the
+    server answered its calls; a question still paused at the end was counted (``paused``)."""
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile(checkpointer=InMemorySaver(), interrupt_before=["principal_select"])
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            thread = {"callbacks": [recorder], "configurable": {"thread_id": "t1"}}
+            graph.invoke(QUESTION, thread, context=DelegationContext(pool, CONFIG))  # paused: 4 samples
+            graph.invoke(QUESTION, thread, context=DelegationContext(pool, CONFIG))  # a fresh start: 4 more
+            graph.invoke(None, thread, context=DelegationContext(pool, CONFIG))      # finished
+        assert sum(r["body"]["n"] for r in server.requests) == 8
+    assert rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]
+    assert json.loads(rows(db, "select summary from runs")[0][0]) == {"questions": 1, "failed": 0, "paused": 1}
