@@ -64,6 +64,15 @@ HOSTILE = [
      "W = ABCMeta('W', (sympy.Symbol,), {'__call__': lambda self, obj: obj})\nsympy.var('_write_', cls=W)\n"
      f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\nP.eval_expr = ev\nprint(P.parse_expr('1'))",
      "ValueError: var of the names ['_write_'] is not allowed in the sandbox"),
+    ("call_highest_priority of __getattribute__", "from numbers import ABCMeta\n"
+     "from sympy.core.decorators import call_highest_priority\nimport sympy\n"
+     "S = ABCMeta('S', (str,), {'_op_priority': 0})\nw = call_highest_priority('__getattribute__')(lambda a, b: 0)\n"
+     "print(w(S('__class__'), sympy.Symbol('x')))",
+     "ValueError: call_highest_priority of '__getattribute__' is not allowed in the sandbox"),
+    ("update_wrapper onto sympy's function", "import functools\nfrom numbers import ABCMeta\nimport sympy\n"
+     "X = ABCMeta('X', (), {'_op_priority': 100})\n"
+     "functools.update_wrapper(sympy.Basic.subs, X, assigned=(), updated=('__dict__',))\nprint(1)",
+     "TypeError: the sandbox does not let a program change the attributes of 'Basic.subs' of the module 'sympy.core.basic'"),
     ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
      "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
 ]
@@ -90,6 +99,15 @@ LEGITIMATE = [
     ("singledispatch", "import functools\n@functools.singledispatch\ndef f(x):\n    return 'any'\n@f.register\n"
      "def g(x: int):\n    return 'int'\n@f.register(str)\ndef h(x):\n    return 'str'\nprint(f(1), f('a'), f(1.5))",
      "int str any\n"),
+    ("evalf of a function named __setattr__", "from numbers import ABCMeta\nimport sympy\n"
+     "from sympy.core.function import FunctionClass\n"
+     "E = ABCMeta('E', (sympy.Symbol,), {'_to_mpmath': lambda self, prec: 'mpf'})\n"
+     "F = FunctionClass('__setattr__', (sympy.Function,), {'nargs': 2})\ntry:\n    F(E('a'), E('b')).evalf()\n"
+     "except TypeError as e:\n    print(e)\nprint(sympy.Float(1.5) + 1, sympy.gamma(2.5).evalf(5), sympy.besselj(1, 2.5).evalf(5))",
+     "expected mpmath number (mpf or mpc)\n2.50000000000000 1.3293 0.49709\n"),
+    ("cacheit and wraps", "import functools\nfrom sympy import cacheit\n@cacheit\ndef f(n):\n    return n * 2\n"
+     "def deco(g):\n    @functools.wraps(g)\n    def inner(*a):\n        return g(*a) + 1\n    return inner\n"
+     "@deco\ndef h(n):\n    return n\nprint(f(21), h(1))", "42 2\n"),
     ("identify", "from sympy.polys.numberfields.utilities import mp\nprint(mp.identify(0.75), mp.identify(mp.pi * 2, ['pi']))",
      "(3/4) (2*pi)\n"),
     ("str.format and the attrgetter of operator", "import operator\nclass P:\n    pass\np = P()\np.x = 2\n"

@@ -753,7 +753,11 @@ def _route_functools() -> None:
     def update_wrapper(wrapper, wrapped, assigned=functools.WRAPPER_ASSIGNMENTS, updated=functools.WRAPPER_UPDATES):
         if (isinstance(wrapper, types.ModuleType) or isinstance(wrapped, types.ModuleType)
                 or isinstance(wrapper, (_RestrictedSympyEval, _SafeFormatter))
-                or (isinstance(wrapper, type) and _module_of(wrapper) != "__main__")):
+                or (isinstance(wrapper, type) and _module_of(wrapper) != "__main__")
+                or (_PROGRAM_GLOBALS[0] is not None and isinstance(_write_guard(wrapper), _ItemsOnly)
+                    and "<locals>" not in str(getattr(wrapper, "__qualname__", "")))):
+            # (a library's function the program can reach, ``sympy.Basic.subs``: its ``__dict__`` took
+            # ``_op_priority``; a decorator's new closure, ``f.<locals>.wrapper``, is wrapped as usual)
             raise TypeError(f"the sandbox does not let a program change the attributes of {_described(wrapper)}")
         odd = [n for n in (*assigned, *updated) if not isinstance(n, str) or (n.startswith("_") and n not in standard)]
         if odd:
@@ -797,6 +801,60 @@ def _route_reconstruction() -> None:
 
     _reconstruct.__sandboxed__ = True
     copy._reconstruct = _reconstruct
+
+
+#: The method names ``call_highest_priority`` may call on the other operand: the binary operators.
+_PRIORITY_NAMES = re.compile(r"__r?(add|sub|mul|matmul|truediv|floordiv|div|mod|divmod|pow|lshift|rshift|and|or|xor)__")
+
+
+def _route_priority() -> None:
+    """``sympy.core.decorators.call_highest_priority(name)`` makes a binary operator that calls
+    ``getattr(other, name)(self)`` when ``other._op_priority`` is higher: with ``name``
+    ``'__getattribute__'`` it read any attribute of a sympy object (``x.__class__``; of a function
+    given ``_op_priority``, its ``__globals__``, whose built-ins hold ``eval``). In the child a
+    name other than a binary operator's (``'__radd__'``, ``'__mul__'``...) is refused with
+    ``ValueError``; sympy's own operators were made at import, before. Done once in the worker,
+    before it forks, wherever a loaded sympy module holds it."""
+    import sys
+
+    decorators = sys.modules.get("sympy.core.decorators")
+    original = getattr(decorators, "call_highest_priority", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+
+    def call_highest_priority(method_name):
+        if _PROGRAM_GLOBALS[0] is not None and not (isinstance(method_name, str)
+                                                    and _PRIORITY_NAMES.fullmatch(method_name)):
+            raise ValueError(f"call_highest_priority of {method_name!r} is not allowed in the sandbox "
+                             "(only a binary operator's method, such as '__radd__')")
+        return original(method_name)
+
+    call_highest_priority.__name__, call_highest_priority.__qualname__ = original.__name__, original.__qualname__
+    call_highest_priority.__module__, call_highest_priority.__doc__ = original.__module__, original.__doc__
+    call_highest_priority.__sandboxed__ = True
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
+                and namespace.get("call_highest_priority") is original):
+            namespace["call_highest_priority"] = call_highest_priority
+
+
+def _route_mpmath_names() -> None:
+    """A sympy ``Function`` without an ``_eval_evalf`` of its own is evaluated by ``getattr(mpmath,
+    name)(*args)``, ``name`` its class's name (or ``MPMATH_TRANSLATIONS[name]``, a table a program
+    may edit): a class named ``__setattr__`` (a metaclass makes one) wrote any attribute of the
+    ``mpmath`` module. ``sympy.core.function`` gets a copy of ``mpmath`` with its public names only:
+    a name with a leading ``_`` then finds the copy's own methods (a write lands in the copy).
+    Done once in the worker, before it forks."""
+    import sys
+
+    function = sys.modules.get("sympy.core.function")
+    real = sys.modules.get("mpmath")
+    if function is None or real is None or vars(function).get("mpmath") is not real:
+        return
+    view = types.ModuleType("mpmath")
+    vars(view).update({k: v for k, v in vars(real).items() if isinstance(k, str) and not k.startswith("_")})
+    vars(function)["mpmath"] = view
 
 
 def _route_annotations() -> None:
