@@ -73,6 +73,18 @@ HOSTILE = [
      "X = ABCMeta('X', (), {'_op_priority': 100})\n"
      "functools.update_wrapper(sympy.Basic.subs, X, assigned=(), updated=('__dict__',))\nprint(1)",
      "TypeError: the sandbox does not let a program change the attributes of 'Basic.subs' of the module 'sympy.core.basic'"),
+    ("requires of __dict__", "from sympy.printing.codeprinter import requires\nimport sympy.parsing.sympy_parser as P\n"
+     f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\n"
+     "requires(**{'__dict__': {'eval_expr': ev}})(lambda s: 0)(P)\nprint(P.parse_expr('1'))",
+     "ValueError: requires of the attribute '__dict__' is not allowed in the sandbox"),
+    ("cached_property of __globals__", "from sympy.core.cache import cached_property\nimport sympy\n"
+     "def globals__(self):\n    return 0\ng = cached_property(globals__).fget(sympy.solve)\n"
+     f"print(g['__builtins__']['eval']({PAYLOAD!r}, g))",
+     "TypeError: the sandbox does not let a program reach the attribute '__globals__' of 'solve'"),
+    ("memoize_property of the evaluator's state", "from sympy.utilities.decorator import memoize_property\n"
+     "import sympy.parsing.sympy_parser as P\ndef restricted(self):\n    return 0\n"
+     "env = memoize_property(restricted).fget(P.eval_expr)\nprint(sorted(env))",
+     "TypeError: the sandbox does not let a program reach the attribute '_restricted' of"),
     ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
      "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
 ]
@@ -108,6 +120,11 @@ LEGITIMATE = [
     ("cacheit and wraps", "import functools\nfrom sympy import cacheit\n@cacheit\ndef f(n):\n    return n * 2\n"
      "def deco(g):\n    @functools.wraps(g)\n    def inner(*a):\n        return g(*a) + 1\n    return inner\n"
      "@deco\ndef h(n):\n    return n\nprint(f(21), h(1))", "42 2\n"),
+    ("cached properties", "from sympy.core.cache import cached_property\nfrom sympy.utilities.decorator import memoize_property\n"
+     "import sympy\nclass A:\n    @cached_property\n    def area(self):\n        return 6\n    @memoize_property\n"
+     "    def side(self):\n        return 2\na = A()\nM = sympy.Matrix([[1, 2], [3, 4]])\n"
+     "print(a.area, a.area, a.side, M.is_symmetric(), sympy.ccode(sympy.sqrt(sympy.Symbol('x'))))",
+     "6 6 2 False sqrt(x)\n"),
     ("identify", "from sympy.polys.numberfields.utilities import mp\nprint(mp.identify(0.75), mp.identify(mp.pi * 2, ['pi']))",
      "(3/4) (2*pi)\n"),
     ("str.format and the attrgetter of operator", "import operator\nclass P:\n    pass\np = P()\np.x = 2\n"

@@ -839,6 +839,73 @@ def _route_priority() -> None:
             namespace["call_highest_priority"] = call_highest_priority
 
 
+def _route_attribute_helpers() -> None:
+    """sympy's helpers that read or write an attribute whose name a program gives: ``sympy.printing
+    .codeprinter.requires(**{'__dict__': d})(f)(obj)`` ran ``getattr(obj, '__dict__').update(d)``
+    (a module's dict: the sandbox's ``eval_expr`` replaced); ``sympy.core.cache.cached_property(f)
+    .fget(obj)`` reads and writes ``'__' + f.__name__`` of ``obj`` (``def globals__`` read a
+    function's ``__globals__``), and ``sympy.utilities.decorator.memoize_property`` ``'_' + name``
+    (``_restricted`` of the sandbox's string evaluator: the program's globals). In the child
+    ``requires`` refuses names starting with ``_``, and those properties refuse an object whose
+    attributes the program may not change (:func:`_write_guard`) and a name of the form ``__x__``;
+    sympy's own uses (made at import, on its own instances) are as before. Done once in the worker,
+    before it forks."""
+    import functools
+    import sys
+
+    codeprinter = sys.modules.get("sympy.printing.codeprinter")
+    requires = getattr(codeprinter, "requires", None)
+    if requires is not None and not getattr(requires.__call__, "__sandboxed__", False):
+        def __call__(self, method):
+            req = self
+
+            def _method_wrapper(self_, *args, **kwargs):
+                for k, v in req._req.items():
+                    if _PROGRAM_GLOBALS[0] is not None and (not isinstance(k, str) or k.startswith("_")):
+                        raise ValueError(f"requires of the attribute {k!r} is not allowed in the sandbox")
+                    getattr(self_, k).update(v)
+                return method(self_, *args, **kwargs)
+
+            return functools.wraps(method)(_method_wrapper)
+
+        __call__.__sandboxed__ = True
+        requires.__call__ = __call__
+
+    def checked(original, prefix):
+        def make(func):
+            prop = original(func)
+            name = prefix + str(getattr(func, "__name__", ""))
+
+            def accessor(self):
+                if _PROGRAM_GLOBALS[0] is not None and (isinstance(_write_guard(self), _ItemsOnly)
+                                                        or (name.startswith("__") and name.endswith("__"))):
+                    raise TypeError(f"the sandbox does not let a program reach the attribute {name!r} of "
+                                    f"{_described(self)}")
+                return prop.fget(self)
+
+            functools.update_wrapper(accessor, prop.fget)
+            return property(accessor)
+
+        make.__name__, make.__qualname__, make.__module__, make.__doc__ = (
+            original.__name__, original.__qualname__, original.__module__, original.__doc__)
+        make.__sandboxed__ = True
+        return make
+
+    swaps = {}
+    for module_name, name, prefix in (("sympy.core.cache", "cached_property", "__"),
+                                      ("sympy.utilities.decorator", "memoize_property", "_")):
+        original = getattr(sys.modules.get(module_name), name, None)
+        if original is not None and not getattr(original, "__sandboxed__", False):
+            swaps[id(original)] = (name, checked(original, prefix))
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict) or not str(getattr(module, "__name__", "")).startswith("sympy"):
+            continue
+        for key, value in list(namespace.items()):
+            if id(value) in swaps and swaps[id(value)][0] == key:
+                namespace[key] = swaps[id(value)][1]
+
+
 def _route_mpmath_names() -> None:
     """A sympy ``Function`` without an ``_eval_evalf`` of its own is evaluated by ``getattr(mpmath,
     name)(*args)``, ``name`` its class's name (or ``MPMATH_TRANSLATIONS[name]``, a table a program
