@@ -242,8 +242,12 @@ class TraceRecorder(BaseCallbackHandler):
             if parent_run_id in self._runs:
                 parent = self._runs[parent_run_id]
                 if node and not any(self._runs[c].node for c in parent.children if c in self._runs):
-                    # a graph's first node: a repeated question_id stops here
-                    self._refuse_repeat(parent, name)
+                    # a graph's first node (each of a fan-out's): a repeated question_id stops here
+                    try:
+                        self._refuse_repeat(parent, name)
+                    except BaseException:
+                        del self._runs[run_id]  # (it never runs: not left behind as an unfinished run)
+                        raise
                 parent.children.append(run_id)
                 return
             if thread is not None and isinstance(inputs, dict):  # a fresh start on the thread: no resume

@@ -141,3 +141,21 @@ def test_a_paused_question_dropped_by_a_fresh_input_on_its_thread_is_counted_as_
         assert sum(r["body"]["n"] for r in server.requests) == 8
     assert rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]
     assert json.loads(rows(db, "select summary from runs")[0][0]) == {"questions": 1, "failed": 0, "paused": 1}
+
+
+def test_invocations_refused_for_a_repeated_question_id_are_not_counted_as_unfinished(tmp_path):
+    """A refused invocation's first node stayed in the recorder's memory as if it were still running."""
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            for _ in range(3):
+                try:
+                    graph.invoke({**QUESTION, "question_id": "q1"}, {"callbacks": [recorder]},
+                                 context=DelegationContext(pool, CONFIG))
+                except QuestionRecordedError:
+                    pass
+        assert len(server.requests) == 2
+    assert recorder._runs == {}
+    assert json.loads(rows(db, "select summary from runs")[0][0]) == {"questions": 1, "failed": 0}
