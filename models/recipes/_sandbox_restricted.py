@@ -941,7 +941,21 @@ def _route_annotations() -> None:
 
     forward = getattr(typing, "ForwardRef", None)
     original = getattr(forward, "_evaluate", None)
-    if original is None or getattr(original, "__sandboxed__", False):
+    if original is None:  # a typing without ForwardRef._evaluate (newer Python): no evaluation in a child at all
+        hints = typing.get_type_hints
+        if getattr(hints, "__sandboxed__", False):
+            return
+
+        def get_type_hints(*args, **kwargs):
+            if _PROGRAM_GLOBALS[0] is not None:
+                raise TypeError("the sandbox does not evaluate annotations on this Python; write the class itself "
+                                "(register(int))")
+            return hints(*args, **kwargs)
+
+        get_type_hints.__sandboxed__ = True
+        typing.get_type_hints = get_type_hints
+        return
+    if getattr(original, "__sandboxed__", False):
         return
 
     def _evaluate(self, globalns, localns, *args, **kwargs):
