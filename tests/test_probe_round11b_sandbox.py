@@ -85,6 +85,14 @@ HOSTILE = [
      "import sympy.parsing.sympy_parser as P\ndef restricted(self):\n    return 0\n"
      "env = memoize_property(restricted).fget(P.eval_expr)\nprint(sorted(env))",
      "TypeError: the sandbox does not let a program reach the attribute '_restricted' of"),
+    ("a printer's printmethod", "from numbers import ABCMeta\nimport sympy\nfrom sympy.printing.str import StrPrinter\n"
+     "P = ABCMeta('P', (str, StrPrinter), {'printmethod': '__getattribute__', '_str': staticmethod(lambda v: v), "
+     "'__init__': lambda self, *a: None, '_print_level': 0, '_context': {}, '_settings': {}})\n"
+     f"g = P('__globals__').doprint(sympy.solve)\nprint(g['__builtins__']['eval']({PAYLOAD!r}, g))",
+     "TypeError: the sandbox does not let a printer reach the attribute '__getattribute__' of 'solve'"),
+    ("a sympy printer's printmethod set", "import sympy\nfrom sympy.printing.str import StrPrinter\np = StrPrinter()\n"
+     "p.printmethod = '__reduce_ex__'\nprint(p.doprint(sympy.Symbol('x')))",
+     "TypeError: the sandbox does not let a printer reach the attribute '__reduce_ex__'"),
     ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
      "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
 ]
@@ -125,6 +133,11 @@ LEGITIMATE = [
      "    def side(self):\n        return 2\na = A()\nM = sympy.Matrix([[1, 2], [3, 4]])\n"
      "print(a.area, a.area, a.side, M.is_symmetric(), sympy.ccode(sympy.sqrt(sympy.Symbol('x'))))",
      "6 6 2 False sqrt(x)\n"),
+    ("printers", "import sympy\nfrom sympy.printing.str import StrPrinter\nx = sympy.Symbol('x')\n"
+     "class P(StrPrinter):\n    def emptyPrinter(self, expr):\n        return 'obj'\n"
+     "class T:\n    pass\nprint(P().doprint(x**2 + 1), sympy.sstr(sympy.sin), sympy.latex(sympy.Matrix([[x]])), "
+     "sympy.pretty(x**2, use_unicode=False), P().doprint(T()), sympy.sstr(abs))",
+     "x**2 + 1 sin \\left[\\begin{matrix}x\\end{matrix}\\right]  2\nx  obj <built-in function abs>\n"),
     ("identify", "from sympy.polys.numberfields.utilities import mp\nprint(mp.identify(0.75), mp.identify(mp.pi * 2, ['pi']))",
      "(3/4) (2*pi)\n"),
     ("str.format and the attrgetter of operator", "import operator\nclass P:\n    pass\np = P()\np.x = 2\n"

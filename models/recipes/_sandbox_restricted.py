@@ -906,6 +906,35 @@ def _route_attribute_helpers() -> None:
                 namespace[key] = swaps[id(value)][1]
 
 
+def _route_printer_getattr() -> None:
+    """sympy's ``Printer._print`` calls ``getattr(expr, self.printmethod)(self)``, and ``printmethod``
+    is the program's to set (a class attribute of its printer, or of a sympy printer's instance):
+    ``'__getattribute__'``, with a printer that is also a ``str`` (``'__globals__'``), read a
+    function's ``__globals__``, whose built-ins hold ``eval``. ``sympy.printing.printer`` gets a
+    ``getattr`` of its own (a module global, ahead of the built-in) that in a child refuses a name of
+    the form ``__x``, and a name starting with ``_`` of an object whose attributes the program may
+    not change (:func:`_write_guard`: a module, a library's function or class); its other reads
+    (``_print_Symbol`` of the printer, ``_sympystr`` of an expression) are as before. The check is
+    at the read itself, so a ``printmethod`` changed while ``_print`` runs is checked too. Done once
+    in the worker, before it forks."""
+    import builtins
+    import sys
+
+    printer = sys.modules.get("sympy.printing.printer")
+    if printer is None or "getattr" in vars(printer):
+        return
+    real = builtins.getattr
+
+    def getattr(obj, name, *default):
+        if _PROGRAM_GLOBALS[0] is not None and (
+                not isinstance(name, str) or name.startswith("__")
+                or (name.startswith("_") and isinstance(_write_guard(obj), _ItemsOnly))):
+            raise TypeError(f"the sandbox does not let a printer reach the attribute {name!r} of {_described(obj)}")
+        return real(obj, name, *default)
+
+    vars(printer)["getattr"] = getattr
+
+
 def _route_mpmath_names() -> None:
     """A sympy ``Function`` without an ``_eval_evalf`` of its own is evaluated by ``getattr(mpmath,
     name)(*args)``, ``name`` its class's name (or ``MPMATH_TRANSLATIONS[name]``, a table a program
