@@ -553,7 +553,8 @@ class TraceRecorder(BaseCallbackHandler):
     def finish(self, status: str = "finished") -> None:
         """Mark every run this recorder wrote ``status``, with ``{"questions", "failed"}`` as summary
         (and ``failed_questions``: id → last error, the first 50; ``paused``: questions paused and not
-        resumed, unrecorded, those dropped by a fresh input on their thread included). A run with failed questions is marked ``failed`` instead of
+        resumed, unrecorded, those dropped by a fresh input on their thread included; a protocol whose
+        questions all paused gets its run row for this). A run with failed questions is marked ``failed`` instead of
         ``finished``, as :func:`agora.graphs.runner.run_problems` marks a CLI run (``interrupted``
         and ``failed`` are kept as given). ``unfinished``: invocations still running (another thread's, a
         stream left open); their questions are not written when they end (the invocation raises a
@@ -561,21 +562,27 @@ class TraceRecorder(BaseCallbackHandler):
         with self._lock:
             self._late = {rid for rid, run in self._runs.items() if run.parent not in self._runs and not run.ended}
             unfinished = len(self._late)
-        for protocol, run_id in self.run_ids.items():
-            failed = self.failed.get(protocol, 0)
-            summary: dict[str, Any] = {"questions": self.recorded.get(protocol, 0), "failed": failed}
-            if failed:
-                summary["failed_questions"] = dict(list(self.failed_questions.get(protocol, {}).items())[:50])
-            paused = sum(h.protocol == protocol and h.question_id is None for h in self._held.values())
-            paused += self._dropped.get(protocol, 0)
-            if paused:
-                summary["paused"] = paused
-            if unfinished:
-                summary["unfinished"] = unfinished
-            self.store.finish_run(run_id, summary=summary,
-                                  status="failed" if failed and status == "finished" else status)
-        while self._locks:  # the runs' live-run locks: another recorder may take the run ids now
-            self._locks.pop().close()
+            paused: dict[str, int] = dict(self._dropped)
+            for held in self._held.values():
+                if held.question_id is None:
+                    paused[held.protocol] = paused.get(held.protocol, 0) + 1
+        try:
+            for protocol in paused:  # a protocol whose questions all paused: its run's row says so
+                self._start(protocol, [])
+            for protocol, run_id in self.run_ids.items():
+                failed = self.failed.get(protocol, 0)
+                summary: dict[str, Any] = {"questions": self.recorded.get(protocol, 0), "failed": failed}
+                if failed:
+                    summary["failed_questions"] = dict(list(self.failed_questions.get(protocol, {}).items())[:50])
+                if paused.get(protocol):
+                    summary["paused"] = paused[protocol]
+                if unfinished:
+                    summary["unfinished"] = unfinished
+                self.store.finish_run(run_id, summary=summary,
+                                      status="failed" if failed and status == "finished" else status)
+        finally:
+            while self._locks:  # the runs' live-run locks: another recorder may take the run ids now
+                self._locks.pop().close()
 
     def __enter__(self) -> "TraceRecorder":
         return self

@@ -159,3 +159,21 @@ def test_invocations_refused_for_a_repeated_question_id_are_not_counted_as_unfin
         assert len(server.requests) == 2
     assert recorder._runs == {}
     assert json.loads(rows(db, "select summary from runs")[0][0]) == {"questions": 1, "failed": 0}
+
+
+def test_questions_that_all_stayed_paused_leave_a_run_row_that_counts_them(tmp_path):
+    """Before, a recorder whose questions all paused wrote no run row, so the summary's ``paused``
+    count that the guarantees promise was nowhere (the database held nothing of 4 answered calls)."""
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile(checkpointer=InMemorySaver(), interrupt_before=["principal_select"])
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        with TraceRecorder(db, run_id="app") as recorder:
+            graph.invoke(QUESTION, {"callbacks": [recorder], "configurable": {"thread_id": "t1"}},
+                         context=DelegationContext(pool, CONFIG))
+        assert len(server.requests) == 2
+    assert rows(db, "select run_id, protocol, status, summary from runs") == [
+        ("app-align", "align", "finished", json.dumps({"questions": 0, "failed": 0, "paused": 1}))]
+    assert rows(db, "select count(*) from questions") == [(0,)]
+    with TraceRecorder(db, run_id="app") as again:  # the run id's lock was released
+        pass
