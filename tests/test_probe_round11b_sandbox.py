@@ -39,6 +39,8 @@ HOSTILE = [
      "NameError: name 'Formatter' is not defined"),
     ("str.format through super", "class S(str):\n    pass\nprint(super(S, S('{0.__class__.__mro__}')).format(1))",
      "NotImplementedError: 'format' of a super() object is not available in the sandbox"),
+    ("UserString.format", "from collections import UserString\nprint(UserString('{0.__class__.__mro__}').format(1))",
+     "AttributeError: \"__class__\" is an invalid attribute name"),
     ("sympy's attrgetter", "import sympy.core.add as A\nprint(A.attrgetter('__class__.__mro__')(1))",
      "AttributeError: 'attrgetter' is a built-in the sandbox does not give"),
     ("sympy's attrgetter imported", "from sympy.core.operations import attrgetter\nprint(attrgetter('__class__')(1))",
@@ -138,6 +140,8 @@ LEGITIMATE = [
      "class T:\n    pass\nprint(P().doprint(x**2 + 1), sympy.sstr(sympy.sin), sympy.latex(sympy.Matrix([[x]])), "
      "sympy.pretty(x**2, use_unicode=False), P().doprint(T()), sympy.sstr(abs))",
      "x**2 + 1 sin \\left[\\begin{matrix}x\\end{matrix}\\right]  2\nx  obj <built-in function abs>\n"),
+    ("UserString", "from collections import UserString\nu = UserString('{0:.2f} {x}')\nprint(u.format(2, x='a'), u.upper())",
+     "2.00 a {0:.2F} {X}\n"),
     ("identify", "from sympy.polys.numberfields.utilities import mp\nprint(mp.identify(0.75), mp.identify(mp.pi * 2, ['pi']))",
      "(3/4) (2*pi)\n"),
     ("str.format and the attrgetter of operator", "import operator\nclass P:\n    pass\np = P()\np.x = 2\n"

@@ -44,6 +44,7 @@ models write ``sympify("x**2 - 4")`` and ``solve("x**2 - 4")`` often.
 from __future__ import annotations
 
 import ast
+import collections
 import re
 import string
 import types
@@ -426,6 +427,8 @@ def _getattr_guard(allowed: frozenset[str]):
             # ``super(S, s).format`` of a ``str`` subclass is ``str.format`` unguarded (RestrictedPython's
             # check looks at the super object, not at what it stands for)
             raise NotImplementedError(f"{name!r} of a super() object is not available in the sandbox")
+        if name in ("format", "format_map") and isinstance(obj, collections.UserString):
+            obj = obj.data  # its ``format`` is ``self.data.format``: the guarded one below
         if isinstance(obj, str) and name in ("format", "format_map"):
             formatter = _SafeFormatter(guarded_getattr)
             if name == "format":
