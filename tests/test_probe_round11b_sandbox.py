@@ -95,6 +95,11 @@ HOSTILE = [
     ("a sympy printer's printmethod set", "import sympy\nfrom sympy.printing.str import StrPrinter\np = StrPrinter()\n"
      "p.printmethod = '__reduce_ex__'\nprint(p.doprint(sympy.Symbol('x')))",
      "TypeError: the sandbox does not let a printer reach the attribute '__reduce_ex__'"),
+    ("a predicate's handler", "from numbers import ABCMeta\nfrom sympy.assumptions.assume import Predicate\n"
+     "import sympy.parsing.sympy_parser as P\nS = ABCMeta('__setattr__', (str,), {})\n"
+     f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\n"
+     "Predicate('p', handlers=[P]).eval([S('eval_expr')], ev)\nprint(P.parse_expr('1'))",
+     "NotImplementedError: a Predicate with handlers (sympy's deprecated AskHandler system) is not available"),
     ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
      "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
 ]
@@ -142,6 +147,9 @@ LEGITIMATE = [
      "x**2 + 1 sin \\left[\\begin{matrix}x\\end{matrix}\\right]  2\nx  obj <built-in function abs>\n"),
     ("UserString", "from collections import UserString\nu = UserString('{0:.2f} {x}')\nprint(u.format(2, x='a'), u.upper())",
      "2.00 a {0:.2F} {X}\n"),
+    ("assumptions", "import sympy\nfrom sympy.assumptions.assume import Predicate\nx = sympy.Symbol('x', positive=True)\n"
+     "print(sympy.ask(sympy.Q.positive(x)), sympy.ask(sympy.Q.integer(x)), sympy.ask(Predicate('p')(x)), "
+     "sympy.refine(sympy.sqrt(x**2), sympy.Q.positive(x)))", "True None None x\n"),
     ("identify", "from sympy.polys.numberfields.utilities import mp\nprint(mp.identify(0.75), mp.identify(mp.pi * 2, ['pi']))",
      "(3/4) (2*pi)\n"),
     ("str.format and the attrgetter of operator", "import operator\nclass P:\n    pass\np = P()\np.x = 2\n"

@@ -938,6 +938,35 @@ def _route_printer_getattr() -> None:
     vars(printer)["getattr"] = getattr
 
 
+def _route_predicates() -> None:
+    """sympy's deprecated ``AskHandler`` evaluation (``UndefinedPredicate.eval``, for a ``Predicate('p',
+    handlers=[h])``) calls ``getattr(h, name)(expr, assumptions)`` for each class ``name`` in ``expr``'s
+    type: a handler that was a module and an ``expr`` of a ``str`` class named ``__setattr__`` wrote
+    the module's attribute (the sandbox's ``eval_expr`` replaced). In a child a predicate with handlers
+    is refused (``NotImplementedError``) and one without gives ``None``, as sympy does, without
+    running that loop. Done once in the worker, before it forks."""
+    import sys
+
+    assume = sys.modules.get("sympy.assumptions.assume")
+    kind = getattr(assume, "UndefinedPredicate", None)
+    original = getattr(kind, "eval", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+
+    def eval(self, args, assumptions=True):  # noqa: A001 - sympy's method name
+        if _PROGRAM_GLOBALS[0] is None:
+            return original(self, args, assumptions)
+        if self.handlers:
+            raise NotImplementedError("a Predicate with handlers (sympy's deprecated AskHandler system) is not "
+                                      "available in the sandbox")
+        return None
+
+    eval.__name__, eval.__qualname__, eval.__module__, eval.__doc__ = (
+        original.__name__, original.__qualname__, original.__module__, original.__doc__)
+    eval.__sandboxed__ = True
+    kind.eval = eval
+
+
 def _route_mpmath_names() -> None:
     """A sympy ``Function`` without an ``_eval_evalf`` of its own is evaluated by ``getattr(mpmath,
     name)(*args)``, ``name`` its class's name (or ``MPMATH_TRANSLATIONS[name]``, a table a program

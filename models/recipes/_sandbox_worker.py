@@ -122,6 +122,7 @@ _restricted._route_priority()
 _restricted._route_mpmath_names()
 _restricted._route_attribute_helpers()
 _restricted._route_printer_getattr()
+_restricted._route_predicates()
 _restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  # ``from sympy import *``
 
 
