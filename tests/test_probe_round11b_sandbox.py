@@ -100,6 +100,8 @@ HOSTILE = [
      f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\n"
      "Predicate('p', handlers=[P]).eval([S('eval_expr')], ev)\nprint(P.parse_expr('1'))",
      "NotImplementedError: a Predicate with handlers (sympy's deprecated AskHandler system) is not available"),
+    ("lazy_function of os", "from sympy.core.cache import lazy_function\nf = lazy_function('os', 'getpid')\n"
+     "print(int('pid%d' % f()))", "ImportError: lazy_function('os', 'getpid') is not available in the sandbox"),
     ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
      "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
 ]

@@ -967,6 +967,34 @@ def _route_predicates() -> None:
     kind.eval = eval
 
 
+def _route_lazy_function() -> None:
+    """``sympy.core.cache.lazy_function(module, name)`` makes a proxy that imports ``module`` with
+    ``importlib`` (past the import hook) and calls its ``name``: ``lazy_function('os', 'system')``
+    ran a shell command. sympy makes its proxies at import (``sympy.test``); in a child the function
+    is refused (``ImportError``). Done once in the worker, before it forks, wherever a loaded sympy
+    module holds it."""
+    import sys
+
+    cache = sys.modules.get("sympy.core.cache")
+    original = getattr(cache, "lazy_function", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+
+    def lazy_function(module, name):
+        if _PROGRAM_GLOBALS[0] is not None:
+            raise ImportError(f"lazy_function({module!r}, {name!r}) is not available in the sandbox (import the module)")
+        return original(module, name)
+
+    lazy_function.__name__, lazy_function.__qualname__ = original.__name__, original.__qualname__
+    lazy_function.__module__, lazy_function.__doc__ = original.__module__, original.__doc__
+    lazy_function.__sandboxed__ = True
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
+                and namespace.get("lazy_function") is original):
+            namespace["lazy_function"] = lazy_function
+
+
 def _route_mpmath_names() -> None:
     """A sympy ``Function`` without an ``_eval_evalf`` of its own is evaluated by ``getattr(mpmath,
     name)(*args)``, ``name`` its class's name (or ``MPMATH_TRANSLATIONS[name]``, a table a program

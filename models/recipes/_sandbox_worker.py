@@ -123,6 +123,7 @@ _restricted._route_mpmath_names()
 _restricted._route_attribute_helpers()
 _restricted._route_printer_getattr()
 _restricted._route_predicates()
+_restricted._route_lazy_function()
 _restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  # ``from sympy import *``
 
 
