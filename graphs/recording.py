@@ -371,8 +371,8 @@ class TraceRecorder(BaseCallbackHandler):
                 found.append((rid, protocol, True))
             elif (protocol := self._unfinished_protocol(run)) is not None:
                 found.append((rid, protocol, False))
-            else:
-                todo.extend(run.children)
+            else:  # (in the order they started: ids and idx follow the order the questions were asked)
+                todo.extend(reversed(run.children))
         unreturned = self._runs[root].unreturned
         cut_short = list(unreturned[1]) if unreturned is not None else []
         for rid, protocol, finished in found:

@@ -177,3 +177,34 @@ def test_questions_that_all_stayed_paused_leave_a_run_row_that_counts_them(tmp_p
     assert rows(db, "select count(*) from questions") == [(0,)]
     with TraceRecorder(db, run_id="app") as again:  # the run id's lock was released
         pass
+
+
+def test_questions_of_one_invocation_are_numbered_in_the_order_they_were_asked(tmp_path):
+    """An app node asking ALIGN three questions in turn: before, they were recorded last first, so the
+    last question got idx 0 and the bare id ``q-<crc>``, and the one asked before it ``q-<crc>-2``."""
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    class AppState(TypedDict, total=False):
+        question: str
+        answers: list
+
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+
+        def ask_three(state: AppState) -> dict:
+            texts = [state["question"], "What is 3 + 3?", "What is 3 + 3?"]
+            return {"answers": [graph.invoke({"question": t}, context=DelegationContext(pool, CONFIG))["answer"]
+                                for t in texts]}
+
+        builder = StateGraph(AppState)
+        builder.add_node("ask_three", ask_three)
+        builder.add_edge(START, "ask_three")
+        builder.add_edge("ask_three", END)
+        with TraceRecorder(db, run_id="app") as recorder:
+            builder.compile().invoke({"question": QUESTION["question"]}, {"callbacks": [recorder]})
+    assert rows(db, "select idx, question_id, question from questions order by idx") == [
+        (0, "q-f465154e", "What is 2 + 2?"), (1, "q-2622f7aa", "What is 3 + 3?"), (2, "q-2622f7aa-2", "What is 3 + 3?")]
+    assert recorder.recorded == {"align": 3}
