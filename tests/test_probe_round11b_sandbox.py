@@ -102,6 +102,11 @@ HOSTILE = [
      "NotImplementedError: a Predicate with handlers (sympy's deprecated AskHandler system) is not available"),
     ("lazy_function of os", "from sympy.core.cache import lazy_function\nf = lazy_function('os', 'getpid')\n"
      "print(int('pid%d' % f()))", "ImportError: lazy_function('os', 'getpid') is not available in the sandbox"),
+    ("numpy through sympy", "import sympy\na = sympy.matrix2numpy(sympy.Matrix([[1, 2]]))\na.tofile('/tmp/x')\nprint(a)",
+     "ModuleNotFoundError: import of numpy halted; None in sys.modules"),
+    ("matplotlib through mpmath", "from sympy.polys.numberfields.utilities import mp\n"
+     "mp.plot(lambda x: x, [0, 1], points=5, file='p.png')\nprint(1)",
+     "ModuleNotFoundError: import of pylab halted; None in sys.modules"),
     ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
      "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
 ]

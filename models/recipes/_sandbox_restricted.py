@@ -551,15 +551,17 @@ def _route_sympy(restricted: dict) -> None:
     _PROGRAM_GLOBALS[0] = restricted
     _route_importers()
     _route_operator(restricted["_getattr_"])
-    for name in _PLOTTING:  # mpmath's ``plot(..., file=path)`` imports pylab itself and saves where told
-        if name not in _ALLOWED[0] and name not in sys.modules:
+    for name in _WITHHELD:  # libraries that sympy's and mpmath's functions import themselves (see there)
+        if name not in _ALLOWED[0]:
             sys.modules[name] = None
 
 
-#: Plotting libraries a child may not load unless the program may import them: mpmath's contexts
-#: (reachable through sympy) plot with ``import pylab`` of their own, past the import hook, and
-#: ``plot(f, file=path)`` writes where the program says.
-_PLOTTING = ("pylab", "matplotlib", "mpl_toolkits")
+#: Libraries a child may not load (or use, if the worker holds them) unless the program may import
+#: them: library code imports with the interpreter's own ``import``, past the import hook. mpmath's
+#: contexts (reachable through sympy) plot with ``import pylab`` and ``plot(f, file=path)`` writes
+#: where the program says; sympy's ``matrix2numpy``/``list2numpy`` (and its samplers) import numpy
+#: and hand back arrays (``tofile``, ``ctypes``), and numpy may never be allowed.
+_WITHHELD = ("pylab", "matplotlib", "mpl_toolkits", "numpy", "scipy")
 
 
 def _withheld(name: str):
