@@ -163,7 +163,7 @@ class TraceRecorder(BaseCallbackHandler):
 
     Raises:
         ValueError: a ``run_id`` that :func:`agora.traces.store.check_run_id` refuses (blank, control
-            characters), before the database is opened or created.
+            characters), before the database is opened or created; a ``TraceStore`` opened read-only.
         RuntimeError: in an invocation started after the recorder's ``with`` block ended (its runs
             are marked ended; nothing is written).
 
@@ -182,6 +182,9 @@ class TraceRecorder(BaseCallbackHandler):
     def __init__(self, db: str | Path | TraceStore, run_id: str, *, config: Any = None, pool: Any = None):
         super().__init__()
         self.run_id = check_run_id(run_id, "run_id")
+        if isinstance(db, TraceStore) and db.readonly:
+            raise ValueError(f"TraceRecorder {self.run_id!r}: the trace store {db.path} is open read-only; "
+                             "give the database path (or a TraceStore opened for writing)")
         self.store = db if isinstance(db, TraceStore) else TraceStore(db)
         self.config = config if config is not None else {"recorded_by": "TraceRecorder"}
         self.pool = pool.describe() if hasattr(pool, "describe") else pool

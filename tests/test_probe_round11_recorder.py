@@ -208,3 +208,14 @@ def test_questions_of_one_invocation_are_numbered_in_the_order_they_were_asked(t
     assert rows(db, "select idx, question_id, question from questions order by idx") == [
         (0, "q-f465154e", "What is 2 + 2?"), (1, "q-2622f7aa", "What is 3 + 3?"), (2, "q-2622f7aa-2", "What is 3 + 3?")]
     assert recorder.recorded == {"align": 3}
+
+
+def test_a_read_only_trace_store_is_refused_by_the_recorder_in_one_line(tmp_path):
+    """Before: the first question failed inside the invocation with sqlite3's ``no such table:
+    model_calls`` (or ``attempt to write a readonly database``)."""
+    from agora.traces.store import TraceStore
+
+    db = tmp_path / "app.db"
+    TraceStore(db)  # an existing trace database, with its tables
+    with pytest.raises(ValueError, match=r"^TraceRecorder 'app': the trace store .*app\.db is open read-only; give "):
+        TraceRecorder(TraceStore(db, readonly=True), run_id="app")
