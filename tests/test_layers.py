@@ -231,7 +231,8 @@ def _alias_of(path: Path) -> str | None:
     imports, a docstring and ``__all__``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(
+        blocks = isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is None
+        if isinstance(node, ast.Assign) and not blocks and any(  # sys.modules[name] = None blocks an import
                 isinstance(t, ast.Subscript) and ast.unparse(t.value) == "sys.modules" for t in node.targets):
             return f"line {node.lineno} replaces itself in sys.modules"
     body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
