@@ -4,7 +4,8 @@ Each hostile program reaches code that reads attributes or evaluates strings wit
 sandbox's guards (``string.Formatter.get_field`` through ``super()``, the original
 ``operator.attrgetter`` that sympy's modules keep, mpmath's ``identify``, ``functools
 .singledispatch`` evaluating a string annotation, ``copy`` writing a reduced state into a module,
-``sympy.var`` writing the program's hooks). Its payload would raise ``ValueError`` naming the
+``sympy.var`` writing the program's hooks, the sandbox's own replacements of sympy's
+``exec``/``compile`` called with a write hook in their locals). Its payload would raise ``ValueError`` naming the
 child's process id (``int('pid1234')``), so an escape shows in the error; each must be a failed
 sample with the sandbox's refusal instead. The worker must survive them all, and the programs a
 model writes with these tools must keep their outputs.
@@ -21,6 +22,8 @@ LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
 WALK = ('int("pid%d" % [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == "_wrap_close"][0]'
         '.__init__.__globals__["getpid"]())')
 PAYLOAD = 'int("pid%d" % __import__("os").getpid())'
+#: unrestricted Python that evaluates :data:`PAYLOAD` through a sympy function's ``__globals__``
+GLOBALS_EVAL = "sympify.__globals__['__builtins__']['eval'](" + repr(PAYLOAD) + ")"
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +111,26 @@ HOSTILE = [
      "mp.plot(lambda x: x, [0, 1], points=5, file='p.png')\nprint(1)",
      "ModuleNotFoundError: import of pylab halted; None in sys.modules"),
     ("var of the built-ins", "import sympy\nsympy.var('x __builtins__')\nprint(len([1]))",
-     "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),
+     "ValueError: var of the names ['__builtins__'] is not allowed in the sandbox"),    ("experimental_lambdify's exec with a write hook in its locals", "import sympy.plotting.experimental_lambdify as E\n"
+     "E.exec('import sympy\\ndel sympy.parsing.ast_parser.compile\\ndel sympy.parsing.ast_parser.eval', {}, "
+     "{'_write_': lambda o: o})\nfrom sympy.parsing.ast_parser import parse_expr\n"
+     f"print(parse_expr({GLOBALS_EVAL!r}, {{}}))",
+     "AttributeError: 'exec' is the sandbox's own code runner, which a program may not hold"),
+    ("lambdify's exec and compile imported", "from sympy.utilities.lambdify import exec as ex, compile as co\n"
+     f"c = co({PAYLOAD!r}, '<lambdifygenerated-9>', 'exec')\nex(c, {{}}, {{'_write_': lambda o: o}})\nprint(1)",
+     "ImportError: sympy.utilities.lambdify.exec is the sandbox's own code runner, which a program may not hold"),
+    ("lambdify's compile imported", "from sympy.utilities.lambdify import compile as co\n"
+     f"exec_ = co({PAYLOAD!r}, 'f', 'exec')\nprint(1)",
+     "ImportError: sympy.utilities.lambdify.compile is the sandbox's own code runner, which a program may not hold"),
+    ("lambdify's eval imported", "from sympy.utilities.lambdify import eval as ev\n"
+     f"print(ev({PAYLOAD!r}, {{}}, {{'_write_': lambda o: o}}))",
+     "ImportError: sympy.utilities.lambdify.eval is the sandbox's own code runner, which a program may not hold"),
+    ("PlotInterval's eval", "import sympy.plotting.pygletplot.plot_interval as I\n"
+     f"print(I.eval({PAYLOAD!r}, {{}}, {{'_write_': lambda o: o}}))",
+     "AttributeError: 'eval' is the sandbox's own code runner, which a program may not hold"),
+    ("ast_parser's refused compile", "from sympy.parsing.ast_parser import compile as co\n"
+     f"print(co({PAYLOAD!r}, 'f', 'exec'))",
+     "ImportError: sympy.parsing.ast_parser.compile is the sandbox's own code runner, which a program may not hold"),
 ]
 
 
@@ -160,7 +182,10 @@ LEGITIMATE = [
     ("identify", "from sympy.polys.numberfields.utilities import mp\nprint(mp.identify(0.75), mp.identify(mp.pi * 2, ['pi']))",
      "(3/4) (2*pi)\n"),
     ("str.format and the attrgetter of operator", "import operator\nclass P:\n    pass\np = P()\np.x = 2\n"
-     "print('{0.x:03d} {1}'.format(p, operator.attrgetter('x')(p)))", "002 2\n"),
+     "print('{0.x:03d} {1}'.format(p, operator.attrgetter('x')(p)))", "002 2\n"),    ("lambdify and experimental_lambdify", "import sympy\nfrom sympy.plotting.experimental_lambdify import "
+     "experimental_lambdify\nx, y = sympy.symbols('x y')\nf = sympy.lambdify([x, y], [sympy.sqrt(x) + y, 2 * x], 'mpmath')\n"
+     "g = sympy.lambdify(x, sympy.sin(x) + x**2)\nprint(f(4, 1), g(0.0), experimental_lambdify([x], x**2 + 1)(3))",
+     "[mpf('3.0'), 8] 0.0 10\n"),
 ]
 
 

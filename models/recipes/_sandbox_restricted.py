@@ -164,6 +164,28 @@ def _dangerous_builtins() -> frozenset[int]:
 
 _DANGEROUS = _dangerous_builtins()
 _MISSING = object()
+#: The sandbox's own replacements for the ``exec``/``eval``/``compile`` of sympy's and mpmath's code
+#: runners (:func:`_route_code_runners`, :func:`_route_lambdify_code`), by ``id`` (the values keep
+#: them alive): like the interpreter's, a program may not hold them (:func:`_refused`).
+_OWN_RUNNERS: dict[int, object] = {}
+
+
+def _own_runner(function):
+    """Register ``function`` in :data:`_OWN_RUNNERS` and return it."""
+    _OWN_RUNNERS[id(function)] = function
+    return function
+
+
+def _plain_namespace(mapping, what: str) -> dict:
+    """A copy of the globals or locals a replaced ``exec``/``eval`` was given, without its keys that
+    start with ``_`` (RestrictedPython's hooks are such names, and a name is looked up in the locals
+    first: ``{'_write_': f}`` would replace the write guard). ``None`` gives ``{}``; anything but a
+    ``dict`` raises ``TypeError``."""
+    if mapping is None:
+        return {}
+    if type(mapping) is not dict:
+        raise TypeError(f"{what} must be a dict, not {type(mapping).__name__}")
+    return {k: v for k, v in mapping.items() if not (isinstance(k, str) and k.startswith("_"))}
 
 
 #: Packages of allowed libraries that are no program's business, and why: sympy's test suite (its
@@ -293,6 +315,8 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
         return None
     if id(value) in _DANGEROUS:
         return "is a built-in the sandbox does not give"
+    if id(value) in _OWN_RUNNERS:
+        return "is the sandbox's own code runner, which a program may not hold"
     if (isinstance(value, type) and issubclass(value, string.Formatter)) or isinstance(value, string.Formatter):
         # its ``get_field`` reads any attribute (``'0.__class__'``), and a subclass's ``super()`` reaches it
         return "is string.Formatter, which reads any attribute (format strings with str.format or f-strings)"
@@ -620,6 +644,7 @@ def _route_code_runners(restricted: dict) -> None:
 
     ast_parser = sys.modules.get("sympy.parsing.ast_parser")
     if ast_parser is not None:
+        @_own_runner
         def refused_compile(*args, **kwargs):
             raise NotImplementedError("sympy.parsing.ast_parser is not available in the sandbox "
                                       "(use sympy.parse_expr or sympify)")
@@ -629,13 +654,22 @@ def _route_code_runners(restricted: dict) -> None:
     if lambdifier is not None:
         hooks = {k: v for k, v in restricted.items() if k.startswith("_")}
 
+        @_own_runner
         def exec_(source, globals=None, locals=None):
+            # sympy reads what the code defined from ``globals`` (``MYNEWLAMBDA``): the names it
+            # bound are copied back, the hooks and the program's ``_`` keys never mix with them
             if not isinstance(source, str):
                 raise ValueError("experimental_lambdify ran code that is not a string")
+            namespace = _plain_namespace(globals, "globals")
+            local = None if locals is None else _plain_namespace(locals, "locals")
             code = compile_restricted(source, filename="<experimental_lambdify>", mode="exec", policy=_Policy)
-            namespace = globals if globals is not None else {}
-            namespace.update(hooks)
-            return exec(code, namespace, locals)  # noqa: S102 - restricted code, in the limited child
+            run = {**namespace, **hooks}
+            result = exec(code, run, local)  # noqa: S102 - restricted code, in the limited child
+            if globals is not None:
+                globals.update({k: v for k, v in run.items() if k not in hooks})
+            if locals is not None:
+                locals.update(local)
+            return result
 
         vars(lambdifier)["exec"] = exec_
     interval = sys.modules.get("sympy.plotting.pygletplot.plot_interval")
@@ -643,6 +677,7 @@ def _route_code_runners(restricted: dict) -> None:
         # ``PlotInterval("(x, 0, 1, 8)")`` ``eval``s its string (importable without pyglet)
         names = {k: v for k, v in vars(interval).items() if not k.startswith("_")}
 
+        @_own_runner
         def eval_(source, globals=None, locals=None):
             if not isinstance(source, str):
                 raise ValueError("PlotInterval evaluated code that is not a string")
@@ -654,6 +689,7 @@ def _route_code_runners(restricted: dict) -> None:
     if identification is not None:
         program_hooks = {k: v for k, v in restricted.items() if k.startswith("_")}
 
+        @_own_runner
         def constant(source, globals=None, locals=None):
             if not isinstance(source, str):
                 raise ValueError("mpmath's identify evaluated code that is not a string")
@@ -1169,23 +1205,38 @@ def _route_lambdify_code(restricted: dict) -> None:
     def generated(filename) -> bool:
         return isinstance(filename, str) and filename.startswith("<lambdifygenerated")
 
+    @_own_runner
     def compile_(source, filename, mode, *args, **kwargs):
-        if generated(filename):
-            return compile_restricted(source, filename=filename, mode=mode, policy=_GeneratedPolicy)
-        return compile(source, filename, mode, *args, **kwargs)
+        # sympy compiles only the code it prints, under a ``<lambdifygenerated-N>`` filename
+        if not generated(filename):
+            raise ValueError(f"lambdify may only compile its generated code in the sandbox, not {filename!r}")
+        return compile_restricted(source, filename=filename, mode=mode, policy=_GeneratedPolicy)
 
     importer = _importer(frozenset(restricted["__builtins__"]["__import__"].allowed_modules | _LAMBDIFY_MODULES))
 
+    @_own_runner
     def exec_(code, globals=None, locals=None):
+        # sympy reads the function the code defined from ``locals`` (``_lambdifygenerated``): what
+        # the code bound there is copied back; the program's ``_`` keys never reach the run
+        namespace = _plain_namespace(globals, "globals")
+        local = None if locals is None else _plain_namespace(locals, "locals")
         if isinstance(code, types.CodeType) and generated(code.co_filename):
-            globals = dict(globals or {})
-            globals.update({k: v for k, v in restricted.items() if k.startswith("_")})
-            globals["builtins"] = types.SimpleNamespace(**names)
-            return exec(code, globals, locals)  # noqa: S102 - the printed code, compiled restricted above
-        tree = _lambdify_import_line(code, importer.allowed_modules)
-        return exec(compile(tree, "<lambdify import>", "exec"), {"__builtins__": {"__import__": importer}},  # noqa: S102
-                    globals if locals is None else locals)
+            namespace.update({k: v for k, v in restricted.items() if k.startswith("_")})
+            namespace["builtins"] = types.SimpleNamespace(**names)
+            result = exec(code, namespace, local)  # noqa: S102 - the printed code, compiled restricted above
+        else:
+            tree = _lambdify_import_line(code, importer.allowed_modules)
+            if local is None:
+                local = namespace
+            result = exec(compile(tree, "<lambdify import>", "exec"),  # noqa: S102 - import lines only
+                          {"__builtins__": {"__import__": importer}}, local)
+        if locals is not None:
+            locals.update(local)
+        elif globals is not None and local is namespace:
+            globals.update(local)
+        return result
 
+    @_own_runner
     def eval_(source, globals=None, locals=None):
         try:
             call = ast.parse(source, mode="eval").body if isinstance(source, str) else None
