@@ -743,7 +743,7 @@ def _route_operator(guarded_getattr) -> None:
     (in any dotted part), and read each attribute through the program's ``guarded_getattr``."""
     import operator
 
-    attrgetter, methodcaller = operator.attrgetter, operator.methodcaller
+    attrgetter = operator.attrgetter
     if getattr(attrgetter, "__sandboxed__", False):
         return
 
@@ -844,6 +844,31 @@ def _route_reconstruction() -> None:
     copy._reconstruct = _reconstruct
 
 
+def _dressed_as(original, replacement):
+    """``replacement`` (a function) made to look like ``original``: its ``__name__``, ``__qualname__``,
+    ``__module__`` and ``__doc__`` copied over, and ``__sandboxed__ = True`` set (the mark each
+    ``_route_*`` checks so it routes only once). Returns ``replacement``."""
+    replacement.__name__, replacement.__qualname__ = original.__name__, original.__qualname__
+    replacement.__module__, replacement.__doc__ = original.__module__, original.__doc__
+    replacement.__sandboxed__ = True
+    return replacement
+
+
+def _swap_in_sympy(original, replacement, name: str) -> None:
+    """Dress ``replacement`` as ``original`` (:func:`_dressed_as`) and put it under ``name`` in every
+    loaded module whose ``__name__`` starts with ``sympy`` and whose namespace holds ``original``
+    itself under that name (``from sympy.core.cache import lazy_function`` made copies); other
+    modules and other names are left as they are."""
+    import sys
+
+    _dressed_as(original, replacement)
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
+                and namespace.get(name) is original):
+            namespace[name] = replacement
+
+
 #: The method names ``call_highest_priority`` may call on the other operand: the binary operators.
 _PRIORITY_NAMES = re.compile(r"__r?(add|sub|mul|matmul|truediv|floordiv|div|mod|divmod|pow|lshift|rshift|and|or|xor)__")
 
@@ -870,14 +895,7 @@ def _route_priority() -> None:
                              "(only a binary operator's method, such as '__radd__')")
         return original(method_name)
 
-    call_highest_priority.__name__, call_highest_priority.__qualname__ = original.__name__, original.__qualname__
-    call_highest_priority.__module__, call_highest_priority.__doc__ = original.__module__, original.__doc__
-    call_highest_priority.__sandboxed__ = True
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
-                and namespace.get("call_highest_priority") is original):
-            namespace["call_highest_priority"] = call_highest_priority
+    _swap_in_sympy(original, call_highest_priority, "call_highest_priority")
 
 
 def _route_attribute_helpers() -> None:
@@ -927,10 +945,7 @@ def _route_attribute_helpers() -> None:
             functools.update_wrapper(accessor, prop.fget)
             return property(accessor)
 
-        make.__name__, make.__qualname__, make.__module__, make.__doc__ = (
-            original.__name__, original.__qualname__, original.__module__, original.__doc__)
-        make.__sandboxed__ = True
-        return make
+        return _dressed_as(original, make)
 
     swaps = {}
     for module_name, name, prefix in (("sympy.core.cache", "cached_property", "__"),
@@ -999,10 +1014,7 @@ def _route_predicates() -> None:
                                       "available in the sandbox")
         return None
 
-    eval.__name__, eval.__qualname__, eval.__module__, eval.__doc__ = (
-        original.__name__, original.__qualname__, original.__module__, original.__doc__)
-    eval.__sandboxed__ = True
-    kind.eval = eval
+    kind.eval = _dressed_as(original, eval)
 
 
 def _route_lazy_function() -> None:
@@ -1023,14 +1035,7 @@ def _route_lazy_function() -> None:
             raise ImportError(f"lazy_function({module!r}, {name!r}) is not available in the sandbox (import the module)")
         return original(module, name)
 
-    lazy_function.__name__, lazy_function.__qualname__ = original.__name__, original.__qualname__
-    lazy_function.__module__, lazy_function.__doc__ = original.__module__, original.__doc__
-    lazy_function.__sandboxed__ = True
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
-                and namespace.get("lazy_function") is original):
-            namespace["lazy_function"] = lazy_function
+    _swap_in_sympy(original, lazy_function, "lazy_function")
 
 
 def _route_mpmath_names() -> None:
@@ -1147,14 +1152,7 @@ def _route_var() -> None:
             del frame
         return made
 
-    var.__name__, var.__qualname__, var.__module__, var.__doc__ = (
-        original.__name__, original.__qualname__, original.__module__, original.__doc__)
-    var.__sandboxed__ = True
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
-                and namespace.get("var") is original):
-            namespace["var"] = var
+    _swap_in_sympy(original, var, "var")
 
 
 class _GeneratedPolicy(_Policy):
