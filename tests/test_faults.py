@@ -488,7 +488,6 @@ import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from agora.graphs import runner as runner_module  # noqa: E402
 from agora.graphs.checkpoint import InlineAsyncSqliteSaver, UnsafeCheckpointError  # noqa: E402
 from agora.graphs.run_checkpoints import open_checkpointer  # noqa: E402
 from agora.traces.store import RunLockedError, run_lock  # noqa: E402
@@ -902,7 +901,7 @@ def test_sigterm_drains_marks_the_run_interrupted_and_exits_143_naming_the_resum
         assert "Traceback" not in err
         [run_row] = sqlite_utils.Database(tmp_path / "t.db")["runs"].rows
         assert run_row["status"] == "interrupted"
-        assert f"resume with: agora run align --limit 2" in err and f"--run-id {run_row['run_id']}" in err
+        assert "resume with: agora run align --limit 2" in err and f"--run-id {run_row['run_id']}" in err
         resumed = agora("run", "align", "--limit", 2, "--agents", 1, "--samples", 1, "--pool", pool,
                         "--db", tmp_path / "t.db", "--run-id", run_row["run_id"])
     assert resumed.exit_code == 0, resumed.output

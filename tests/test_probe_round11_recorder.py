@@ -175,7 +175,7 @@ def test_questions_that_all_stayed_paused_leave_a_run_row_that_counts_them(tmp_p
     assert rows(db, "select run_id, protocol, status, summary from runs") == [
         ("app-align", "align", "finished", json.dumps({"questions": 0, "failed": 0, "paused": 1}))]
     assert rows(db, "select count(*) from questions") == [(0,)]
-    with TraceRecorder(db, run_id="app") as again:  # the run id's lock was released
+    with TraceRecorder(db, run_id="app"):  # the run id's lock was released
         pass
 
 
