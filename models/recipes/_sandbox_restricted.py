@@ -642,6 +642,16 @@ def _route_code_runners(restricted: dict) -> None:
 
     from RestrictedPython import compile_restricted
 
+    hooks = {k: v for k, v in restricted.items() if k.startswith("_")}  # the program's built-ins and guards
+
+    def restricted_eval(source, what: str, filename: str, names: dict):
+        """``source`` (an expression string) compiled by RestrictedPython and evaluated over
+        ``names`` and the program's hooks; ``ValueError`` naming ``what`` for code that is not a string."""
+        if not isinstance(source, str):
+            raise ValueError(f"{what} evaluated code that is not a string")
+        code = compile_restricted(source, filename=filename, mode="eval", policy=_Policy)
+        return eval(code, {**names, **hooks})  # noqa: S307 - restricted code, in the limited child
+
     ast_parser = sys.modules.get("sympy.parsing.ast_parser")
     if ast_parser is not None:
         @_own_runner
@@ -652,8 +662,6 @@ def _route_code_runners(restricted: dict) -> None:
         vars(ast_parser)["compile"] = vars(ast_parser)["eval"] = refused_compile  # eval too: should compile be put back
     lambdifier = sys.modules.get("sympy.plotting.experimental_lambdify")
     if lambdifier is not None:
-        hooks = {k: v for k, v in restricted.items() if k.startswith("_")}
-
         @_own_runner
         def exec_(source, globals=None, locals=None):
             # sympy reads what the code defined from ``globals`` (``MYNEWLAMBDA``): the names it
@@ -679,23 +687,15 @@ def _route_code_runners(restricted: dict) -> None:
 
         @_own_runner
         def eval_(source, globals=None, locals=None):
-            if not isinstance(source, str):
-                raise ValueError("PlotInterval evaluated code that is not a string")
-            code = compile_restricted(source, filename="<PlotInterval string>", mode="eval", policy=_Policy)
-            return eval(code, {**names, **{k: v for k, v in restricted.items() if k.startswith("_")}})  # noqa: S307
+            return restricted_eval(source, "PlotInterval", "<PlotInterval string>", names)
 
         vars(interval)["eval"] = eval_
     identification = sys.modules.get("mpmath.identification")
     if identification is not None:
-        program_hooks = {k: v for k, v in restricted.items() if k.startswith("_")}
-
         @_own_runner
         def constant(source, globals=None, locals=None):
-            if not isinstance(source, str):
-                raise ValueError("mpmath's identify evaluated code that is not a string")
-            code = compile_restricted(source, filename="<identify constant>", mode="eval", policy=_Policy)
             names = {k: v for k, v in (globals or {}).items() if isinstance(k, str) and not k.startswith("_")}
-            return eval(code, {**names, **program_hooks})  # noqa: S307 - restricted code, in the limited child
+            return restricted_eval(source, "mpmath's identify", "<identify constant>", names)
 
         vars(identification)["eval"] = constant
 
