@@ -209,6 +209,28 @@ def test_a_value_a_backend_cannot_store_does_not_lose_the_question(trace_db, com
     store.close()
 
 
+def test_calls_come_by_question_in_dataset_order_then_in_the_order_written(trace_db):
+    """Question ``a`` (idx 1) is written before ``b`` (idx 0), after a failed question ``f`` with no
+    ``questions`` row; call ids run against the write order. The (run_id, question_id) index gives
+    a, b, f, and the primary key c0, c1, c5, c9: neither is the order asked for."""
+    store = TraceStore(trace_db)
+    store.start_run("r", "align", config={}, pool=[], dataset={})
+    store.record_calls("r", "align", "f", [{"call_id": "c0", "model": "m", "messages": [], "error": "Boom: down"}])
+
+    def record(qid, idx, call_ids):
+        store.record_question("r", "align", {"question_id": qid, "idx": idx, "kind": "math", "question": "1 + 1?",
+                                             "gold": "2", "answer": "2", "correct": True},
+                              {"align": {"answer": "2", "correct": True, "samples": len(call_ids)}},
+                              [{"call_id": c, "model": "m", "messages": [], "completion": "2"} for c in call_ids])
+
+    record("a", 1, ["c9", "c1"])
+    record("b", 0, ["c5"])
+    assert [(c["question_id"], c["call_id"]) for c in store.calls("r")] == \
+        [("b", "c5"), ("a", "c9"), ("a", "c1"), ("f", "c0")]
+    assert [c["call_id"] for c in store.calls("r", "a")] == ["c9", "c1"]
+    store.close()
+
+
 def test_an_unreachable_postgres_url_is_one_line_and_exit_2(tmp_path):
     pytest.importorskip("psycopg")
     from typer.testing import CliRunner

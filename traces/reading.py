@@ -90,9 +90,20 @@ class TraceReader:
         return list(self.db["questions"].rows_where("run_id = ?", [run_id], order_by="idx"))
 
     def calls(self, run_id: str, question_id: str | None = None) -> list[dict]:
-        if question_id is None:
-            return list(self.db["model_calls"].rows_where("run_id = ?", [run_id]))
-        return list(self.db["model_calls"].rows_where("run_id = ? and question_id = ?", [run_id, question_id]))
+        """The ``model_calls`` rows of ``run_id`` (of its question ``question_id`` when given), in a
+        fixed order: by question, in dataset order (``questions.idx``; the calls of questions without
+        a ``questions`` row, failed or not question-shaped such as duels, after them), then in the
+        order they were written (``rowid``: a question's calls in the order its samples and failed
+        attempts were recorded). Not the order a query plan happens to give, which changes with the
+        indexes a database has."""
+        if question_id is not None:
+            return list(self.db["model_calls"].rows_where("run_id = ? and question_id = ?", [run_id, question_id],
+                                                          order_by="rowid"))
+        if not self._has("questions"):
+            return list(self.db["model_calls"].rows_where("run_id = ?", [run_id], order_by="rowid"))
+        return list(self.db.query(
+            "select c.* from model_calls c left join questions q on q.run_id = c.run_id and q.question_id = c.question_id "
+            "where c.run_id = ? order by q.idx is null, q.idx, c.rowid", [run_id]))
 
     def _has(self, table: str) -> bool:
         return table in self.db.table_names()
