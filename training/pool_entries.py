@@ -19,7 +19,9 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
                   backend: str = "transformers") -> dict[str, Any]:
     """The ``[[models]]`` entry serving ``result``'s adapter in place of pool member ``spec``.
 
-    Same name, persona and sampling settings as ``spec``, and the ``iteration`` it came from.
+    Same name, persona, sampling settings and member recipe (``recipe``, :mod:`agora.models.recipes`:
+    the trained weights are asked and read the way the member was) as ``spec``, and the ``iteration``
+    it came from.
     ``backend = "transformers"``: the base folder (or ``builtin:...``, dequantised) and the adapter,
     in-process on CPU or GPU. ``backend = "llamacpp"``: the member's GGUF with the adapter applied by
     llama.cpp (converted once to ``<adapter>/adapter.gguf``, :mod:`agora.models.lora_gguf`): the
@@ -32,6 +34,8 @@ def trained_entry(spec, result: TrainResult, iteration: int | None = None, *,
     if backend not in ("transformers", "llamacpp"):
         raise InputError(f"backend {backend!r}: a trained member is served by 'transformers' or 'llamacpp'")
     entry = {k: getattr(spec, k) for k in _KEPT if getattr(spec, k) not in (None, "")}
+    if getattr(spec, "recipe", None) is not None:
+        entry["recipe"] = spec.recipe.describe()
     # Absolute paths: a pool file reads relative paths relative to itself, not to the working directory.
     base = result.base if result.base.startswith("builtin:") else str(Path(result.base).resolve())
     if backend == "llamacpp":
@@ -55,7 +59,10 @@ def spec_entry(spec) -> dict[str, Any]:
 
 
 def write_pool_file(entries: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write ``[[models]]`` entries as a TOML pool file (scalars, lists, and one level of tables)."""
+    """Write ``[[models]]`` entries as a TOML pool file: scalars, lists, one level of tables
+    (``[models.recipe]``), and tables inside those as TOML inline tables (a ``fewshot`` recipe's
+    ``shots = [{ question = "...", answer = "..." }]``), so that :func:`agora.models.pool.load_pool`
+    reads back the entries written."""
     def value(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -63,6 +70,9 @@ def write_pool_file(entries: Sequence[dict[str, Any]], path: str | Path) -> Path
             return repr(v)
         if isinstance(v, (list, tuple)):
             return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):  # an inline table; keys quoted (any text is a valid quoted key)
+            return "{ " + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)} = {value(x)}"
+                                    for k, x in v.items() if x is not None) + " }"
         return json.dumps(str(v), ensure_ascii=False)  # a TOML basic string
 
     lines = []

@@ -1,0 +1,166 @@
+"""Trained members served back as pool members: their recipes kept through the pool files the
+training and the rounds write; ``agora evolve`` refusing to start without the ``train`` extra;
+the runs a training read named in its run record; a trained aggregator named in the role
+settings of the council and COMED as well as MoA's."""
+
+import json
+import sys
+
+import pytest
+import sqlite_utils
+
+from agora.models.pool import ModelSpec, load_pool
+from agora.training.pool_entries import spec_entry, trained_entry, write_pool_file
+from agora.training.trainers import TrainResult
+
+SHOTS = [{"question": "Tom has 1 + 1 ?", "answer": "1 + 1 = 2 . The answer is 2 ."},
+         {"question": "Say \"hi\" = ?", "answer": "The answer is 0 ."}]
+RECIPES = {"checker": {"name": "persona", "persona": "You check each step."},
+           "coder": {"name": "pot"},
+           "shot": {"name": "fewshot", "shots": SHOTS}}
+
+
+def _hf_folder(tmp_path):
+    """A folder a transformers pool entry accepts (its weights are never loaded here)."""
+    folder = tmp_path / "base"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text("{}")
+    return str(folder)
+
+
+def _result(tmp_path, base):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir(exist_ok=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    return TrainResult(kind="sft", adapter_dir=adapter, base=base, previous_adapter=None, rows=1, steps=1,
+                       losses=[0.5])
+
+
+def test_a_trained_member_keeps_its_recipe_through_the_pool_file(tmp_path):
+    """A persona, a program-of-thought and a few-shot member, trained: each entry keeps its recipe
+    (the few-shot set's exemplars included) and the written pool file loads back to the same recipes."""
+    base = _hf_folder(tmp_path)
+    specs = [ModelSpec(name=name, backend="transformers", path=base, recipe=recipe)
+             for name, recipe in RECIPES.items()] + [ModelSpec(name="plain", backend="transformers", path=base)]
+    result = _result(tmp_path, base)
+    entries = [trained_entry(s, result, 1) for s in specs]
+    assert [e.get("recipe") for e in entries] == [
+        {"name": "persona", "persona": "You check each step."}, {"name": "pot"},
+        {"name": "fewshot", "shots": SHOTS}, None]
+    served = load_pool(write_pool_file(entries, tmp_path / "out" / "pool.toml"))
+    assert {n: served[n].spec.recipe for n in RECIPES} == {s.name: s.recipe for s in specs[:3]}
+    assert served["plain"].spec.recipe is None
+    assert [served[n].spec.adapter for n in served.names] == [str(result.adapter_dir.resolve())] * 4
+    # the untouched members of a round's pool file (spec_entry) read back the same way
+    again = load_pool(write_pool_file([spec_entry(s) for s in specs], tmp_path / "again" / "pool.toml"))
+    assert [again[s.name].spec.recipe for s in specs] == [s.recipe for s in specs]
+
+
+def test_the_few_shot_exemplars_are_written_as_inline_tables(tmp_path):
+    path = write_pool_file([{"name": "shot", "backend": "transformers", "path": _hf_folder(tmp_path),
+                             "recipe": {"name": "fewshot", "shots": SHOTS[1:]}}], tmp_path / "pool.toml")
+    assert path.read_text().splitlines()[-2:] == [
+        'name = "fewshot"', 'shots = [{ "question" = "Say \\"hi\\" = ?", "answer" = "The answer is 0 ." }]']
+
+
+def test_evolve_serves_a_recipe_member_back_with_its_recipe_on_either_backend(tmp_path):
+    from agora.training.evolve import next_spec
+    from agora.training.pipeline import MemberRun
+
+    spec = ModelSpec(name="qwen0.5b+pot", backend="llamacpp", path="builtin:qwen2.5-coder-0.5b", recipe="pot",
+                     n_ctx=4096)
+    result = _result(tmp_path, "builtin:qwen2.5-coder-0.5b")
+    run = MemberRun(spec.name, result, "ck", [], [], None, trained_entry(spec, result, 0))
+    for serve_with in ("transformers", "llamacpp"):
+        nxt = next_spec(spec, run, 0, serve_with)
+        assert (nxt.backend, nxt.recipe, nxt.adapter) == (serve_with, spec.recipe, str(result.adapter_dir.resolve()))
+
+
+def _agora(*args):
+    from typer.testing import CliRunner
+
+    from agora.cli.main import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_evolve_without_the_train_extra_is_one_line_before_any_duel(tmp_path, monkeypatch):
+    """Before: the run was recorded and its duels played (hours on a CPU pool), then training failed."""
+    monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` raises ImportError, as when it is not installed
+    instructions = tmp_path / "i.jsonl"
+    instructions.write_text(json.dumps({"id": "i1", "prompt": "2+3?"}) + "\n")
+    pool = tmp_path / "pool.toml"  # members that cannot answer: a duel played would say so
+    pool.write_text("".join(f'[[models]]\nname = "{n}"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                            f'model = "x"\nmax_retries = 0\n' for n in "abc"))
+    out = _agora("evolve", "--instructions", instructions, "--pool", pool, "--db", tmp_path / "t.db",
+                 "--out", tmp_path / "o", "-T", 1, "-D", 1)
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert [line for line in out.output.splitlines() if line.strip()] == [
+        "error: training needs the 'train' extra (missing: trl): pip install 'agora-llm[train]' (or -e '.[train]' in "
+        "a checkout)"]
+    assert not (tmp_path / "t.db").exists() and not (tmp_path / "o").exists()
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    pytest.importorskip("trl")
+    from tiny_lm import build_tiny_lm
+
+    return build_tiny_lm(tmp_path / "tiny")
+
+
+def test_a_training_run_names_the_runs_it_read_in_its_run_record(tmp_path, tiny):
+    """The ``runs`` row of ``agora train sft`` and ``train dpo --pairs own`` lists the runs its rows
+    came from (``source_runs``), not only the ``--source-run`` filter (empty: every run)."""
+    from test_verified_data import HELD, call, question
+
+    db = tmp_path / "t.db"
+    d = sqlite_utils.Database(db)
+    d["runs"].insert_all([{"run_id": r, "protocol": "align"} for r in ("a1", "a2", "a3")], pk="run_id")
+    d["questions"].insert_all([question("a1", "q1", 0, "What is 2+3?", "5"),
+                               question("a2", "q1", 0, "What is 2+3?", "5"),
+                               question("a3", "q2", 0, "What is 1+1?", "2")], pk=("run_id", "question_id"))
+    d["model_calls"].insert_all([
+        call("c1", "a1", "q1", "2+3=5. The answer is 5.", 10, "5", "marker", role="agent"),
+        call("c2", "a2", "q1", "2+3=6. The answer is 6.", 10, "6", "marker", role="agent"),
+        call("c3", "a3", "q2", "The answer is 3.", 5, "3", "marker", role="agent", messages=HELD),  # no right one
+    ], pk="call_id")
+    pool = tmp_path / "pool.toml"
+    pool.write_text(f'[[models]]\nname = "m"\nbackend = "transformers"\npath = "{tiny}"\n')
+    common = ("--db", db, "--model", "m", "--pool", pool, "--max-steps", 1, "--batch-size", 1, "--lora-r", 2,
+              "--lr", "1e-2", "--threads", 1)
+    assert _agora("train", "sft", *common, "--out", tmp_path / "sft", "--run-id", "sft-1").exit_code == 0
+    out = _agora("train", "dpo", "--pairs", "own", *common, "--validation", 0, "--out", tmp_path / "dpo",
+                 "--run-id", "dpo-1")
+    assert out.exit_code == 0, out.output
+    recorded = {r["run_id"]: json.loads(r["dataset"]) for r in d["runs"].rows if r["run_id"] in ("sft-1", "dpo-1")}
+    assert recorded["sft-1"]["source_runs"] == ["a1"]
+    assert recorded["dpo-1"]["source_runs"] == ["a1", "a2"]
+    assert recorded["dpo-1"]["verified"]["run_ids"] == [] and recorded["dpo-1"]["pairs"] == "own"
+
+
+def test_an_aggregator_entry_is_named_as_the_councils_chair_and_in_comeds_roles(tmp_path, tiny):
+    """A trained aggregator sits in its pool file beside the untouched members (``--name agg``); each
+    protocol's role setting names it like any member: the council's chair, COMED's probe (the
+    verify step's second opinion) and the aggregator of COMED's MoA baseline."""
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{n}"\nbackend = "transformers"\npath = "{tiny}"\n'
+                            for n in ("m", "m2", "agg")))
+    problems = tmp_path / "p.jsonl"
+    problems.write_text(json.dumps({"id": "t1", "question": "Tom has 1 + 2 ?", "answer": "So #### 3"}) + "\n")
+    common = ("--pool", pool, "--data", problems, "--max-tokens", 2, "--shots", 0)
+    out = _agora("run", "council", *common, "--members", "m,m2", "--chair", "agg", "--db", tmp_path / "c.db",
+                 "--run-id", "c1")
+    assert out.exit_code == 0, out.output
+    calls = list(sqlite_utils.Database(tmp_path / "c.db")["model_calls"].rows)
+    assert {c["model"] for c in calls if c["role"] == "chair" and c["error"] is None} == {"agg"}
+    config = tmp_path / "comed.toml"  # explore: the probe runs whatever the anchor's confidence
+    config.write_text('[comed]\nexplore = true\nshots = 0\nbaselines = ["moa"]\nmoa_proposers = ["m", "m2"]\n'
+                      'moa_aggregator = "agg"\n')
+    out = _agora("run", "comed", "--pool", pool, "--data", problems, "--max-tokens", 2, "--config", config,
+                 "--anchor", "m", "--probe", "agg", "--probe-max-tokens", 2, "--db", tmp_path / "e.db", "--run-id", "e1")
+    assert out.exit_code == 0, out.output
+    calls = list(sqlite_utils.Database(tmp_path / "e.db")["model_calls"].rows)
+    roles = {(c["role"], c["model"]) for c in calls if c["error"] is None}
+    assert {("probe", "agg"), ("aggregator", "agg"), ("anchor", "m")} <= roles
+    assert {m for r, m in roles if r in ("probe", "aggregator")} == {"agg"}
