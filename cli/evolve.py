@@ -17,7 +17,7 @@ from agora.agents.judge import JudgeConfig
 from agora.cli._shared import Table, console, from_options, new_run_id, user_errors
 from agora.cli._apps import app
 from agora.cli._run import member_names
-from agora.cli._train import ServeWith, lora_settings, member_specs
+from agora.cli._train import ServeWith, lora_settings, member_specs, require_train_extra
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT
@@ -79,6 +79,7 @@ def evolve_cmd(
     with user_errors("duels"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         trained = member_names(train_models, "--train-models")  # before any work
+        require_train_extra()  # one line naming the extra, before any duel is played or run recorded
         from agora.models.llamacpp import default_threads
         from agora.models.pool import pool_from_specs
         from agora.graphs.duel import DuelConfig, duel_pool

@@ -13,11 +13,11 @@ from rich.markup import escape
 
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
-from agora.cli._shared import check_out_path, console, new_run_id, user_errors
+from agora.cli._shared import check_out_path, console, new_run_id, settings_from_options, user_errors
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
-                              THREADS_OPTION, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+                              THREADS_OPTION, TRAIN_OPTIONS, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, verified_samples, write_data_only,
                               check_pair_sources)
@@ -103,9 +103,11 @@ def train_dpo_cmd(
                          run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
 
         def dpo_settings(spec=None) -> DPOSettings:  # checked alike with --data-only
-            return DPOSettings(learning_rate=lr, beta=beta, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
-                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
-                               max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
+            return settings_from_options(
+                DPOSettings, {**TRAIN_OPTIONS, "beta": "beta"}, learning_rate=lr, beta=beta,
+                lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec), epochs=epochs, max_steps=max_steps,
+                batch_size=batch_size, grad_accum=grad_accum, max_length=max_length, threads=llama_threads(threads),
+                seed=seed, save_steps=save_steps)
 
         if data_only:
             from agora.training.datasets import dpo_rows, split_by_instruction
@@ -123,6 +125,9 @@ def train_dpo_cmd(
                             training_check=lambda: check_dpo_split(model, rows, train, val, flt))
             return
         require_train_extra()
+        from agora.training.datasets import dpo_rows
+        from agora.training.verified import source_runs
+
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
@@ -138,7 +143,8 @@ def train_dpo_cmd(
         train_and_record(
             store, run_id, "train-dpo", specs, out,
             config={"model": model, "settings": settings, "filter": flt},
-            dataset={"db": shown_url(db), "align": align, **source},
+            dataset={"db": shown_url(db), "align": align, **source,
+                     "source_runs": source_runs(pairs, [r["pair_id"] for r in dpo_rows(pairs, flt)])},
             train=lambda: dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation,
                                      source=source),
             summary=lambda run: {"validation_accuracy": run.validation_accuracy}, serve_with=serve_with, spec=spec,

@@ -10,12 +10,12 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agora.cli._shared import check_out_path, console, new_run_id, user_errors
+from agora.cli._shared import check_out_path, console, new_run_id, settings_from_options, user_errors
 from agora.cli._apps import train_app
 from agora.models.urls import shown_url
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
-                              THREADS_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+                              THREADS_OPTION, TRAIN_OPTIONS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, verified_samples,
                               write_data_only)
@@ -66,9 +66,10 @@ def train_sft_cmd(
         from agora.training.pipeline import check_sft_rows
 
         def sft_settings(spec=None) -> SFTSettings:  # checked alike with --data-only
-            return SFTSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
-                               epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
-                               max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
+            return settings_from_options(
+                SFTSettings, TRAIN_OPTIONS, learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
+                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                max_length=max_length, threads=llama_threads(threads), seed=seed, save_steps=save_steps)
 
         if data_only:
             sft_settings()
@@ -89,7 +90,7 @@ def train_sft_cmd(
                       f"answers from {escape(shown_url(db))}", highlight=False)
         train_and_record(
             store, run_id, "train-sft", specs, out, config={"model": model, "settings": settings},
-            dataset={"db": shown_url(db), **source},
+            dataset={"db": shown_url(db), **source, "source_runs": stats["sft_runs"]},
             train=lambda: sft_member(store, run_id, spec, rows, out, settings, source=source),
             serve_with=serve_with, spec=spec,
         )
