@@ -200,7 +200,7 @@ def _file_sources(cls: type, values: dict[str, Any], file: Path, table: tuple[st
     mine: dict[str, Source] = {}
     out = {cls.__name__: mine}
     for key, value in values.items():
-        mine[key] = Source(file=file, table=".".join(table), key=key, line=toml_key_line(text, (*table, key)))
+        mine[key] = Source(file=file, table=".".join(table), line=toml_key_line(text, (*table, key)))
         nested = next((k for k in (hints.get(key), *typing.get_args(hints.get(key))) if is_dataclass(k)), None)
         if isinstance(value, dict) and nested is not None:
             for owner, sources in _file_sources(nested, value, file, (*table, key), text).items():

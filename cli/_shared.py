@@ -252,13 +252,12 @@ class Source:
     """Where a settings field's value came from, as the command recorded it while building the
     settings (:func:`record_sources`): the command's parameters that set it (``options``, parameter
     names: the first of them typed on the command line gave the value; none typed, their default
-    did), or the ``--config`` ``file``'s ``table`` and ``key``, on ``line`` (1-based; ``None`` when
-    the file's text does not show it)."""
+    did), or the ``--config`` ``file``'s ``table`` (the field being its key there), on ``line``
+    (1-based; ``None`` when the file's text does not show it)."""
 
     options: tuple[str, ...] = ()
     file: Path | str | None = None
     table: str = ""
-    key: str = ""
     line: int | None = None
 
     def lead(self, ctx: Any) -> str:
@@ -297,6 +296,33 @@ def from_options(cls: type, **options: str | tuple[str, ...]) -> None:
     if ctx is not None:
         record_sources(ctx, cls.__name__, {f: Source(options=(p,) if isinstance(p, str) else tuple(p))
                                            for f, p in options.items()})
+
+
+#: A refusal naming a field without its settings class (``learning_rate must be > 0, got 0``: a class
+#: whose rules write their whole message); group ``field``.
+_BARE_FIELD_REFUSED = re.compile(r"(?P<field>[a-z_]\w*)(?: \([^()]*\))?(?: must |: )")
+
+
+def settings_from_options(cls: type, options: dict[str, str | tuple[str, ...]], /, **values: Any) -> Any:
+    """``cls(**values)``: settings a command builds from its options, with :func:`from_options`
+    recorded first (``options``: field → the parameter, or parameters, that set it), so a refusal
+    of a field names the option the user gave (``--lr: DPOSettings.learning_rate must be > 0, got
+    0``; a default names the field alone). A refusal that names a field of ``options`` without its
+    class is given the class (``cls.field``), which is how :func:`with_option` finds the option.
+
+    Raises:
+        InputError: a refusal of a field of ``options``, as ``cls.field ...``.
+        ValueError: any other refusal of ``cls``, as ``cls`` raised it.
+    """
+    from_options(cls, **options)
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        message = str(exc)
+        found = _BARE_FIELD_REFUSED.match(message)
+        if found is None or found["field"] not in options or not (isinstance(exc, InputError) or is_input(exc)):
+            raise
+        raise InputError(f"{cls.__name__}.{message}") from None
 
 
 def _current_context() -> Any:

@@ -20,7 +20,7 @@ from rich.markup import escape
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.models.pool import ModelSpec, load_pool
-from agora.cli._shared import console, echo_kv, err_console
+from agora.cli._shared import console, echo_kv, err_console, settings_from_options
 from agora.traces.store import TraceStore
 
 
@@ -38,6 +38,14 @@ THREADS_OPTION = typer.Option(None, "--threads", min=1, help="torch threads (def
 SAVE_STEPS_OPTION = typer.Option(0, "--save-steps", min=0, help="A checkpoint every N optimiser steps in "
                                  "OUT/trainer/: rerunning the same command resumes an interrupted run from the "
                                  "last one (0: none).")
+
+
+#: The parameters of the training commands that set :class:`~agora.training.config.TrainSettings`
+#: fields (field → parameter), for :func:`~agora.cli._shared.settings_from_options`: a refusal names
+#: the option given (``--lr: DPOSettings.learning_rate must be > 0, got 0``).
+TRAIN_OPTIONS = {"learning_rate": "lr", "epochs": "epochs", "max_steps": "max_steps", "batch_size": "batch_size",
+                 "grad_accum": "grad_accum", "max_length": "max_length", "threads": "threads", "seed": "seed",
+                 "save_steps": "save_steps"}
 
 
 PAIRS = ("duel", "own")
@@ -197,8 +205,9 @@ def lora_settings(r: int | None, alpha: int | None, dropout: float | None, spec:
                              "and training goes on from it with its own LoRA shape; drop the option, or train a "
                              "fresh adapter from a pool entry without 'adapter'")
     d = LoraSettings()
-    return LoraSettings(r=d.r if r is None else r, alpha=d.alpha if alpha is None else alpha,
-                        dropout=d.dropout if dropout is None else dropout)
+    return settings_from_options(LoraSettings, {"r": "lora_r", "alpha": "lora_alpha", "dropout": "lora_dropout"},
+                                 r=d.r if r is None else r, alpha=d.alpha if alpha is None else alpha,
+                                 dropout=d.dropout if dropout is None else dropout)
 
 
 def report(run, pool_file: Path, store: TraceStore) -> None:

@@ -14,10 +14,10 @@ from agora.tasks.errors import InputError
 from agora.models import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
-from agora.cli._shared import Table, console, from_options, new_run_id, user_errors
+from agora.cli._shared import Table, console, from_options, new_run_id, settings_from_options, user_errors
 from agora.cli._apps import app
 from agora.cli._run import member_names
-from agora.cli._train import ServeWith, lora_settings, member_specs, require_train_extra
+from agora.cli._train import TRAIN_OPTIONS, ServeWith, lora_settings, member_specs, require_train_extra
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT
@@ -97,14 +97,23 @@ def evolve_cmd(
         from_options(DuelConfig, mode="mode", duels="duels", iterations="iterations", seed="seed",
                      max_tokens="max_tokens")
         from_options(JudgeConfig, max_tokens="judge_max_tokens", shots="judge_shots")
-        cfg = EvolveConfig(
-            duel=DuelConfig(mode=mode, duels=duels, iterations=iterations, seed=seed, max_tokens=max_tokens,
-                            judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots), leader=Exp3Config()),
-            algorithm=algo, train_models=trained,
-            validation_fraction=validation, min_margin=min_margin, dpo=DPOSettings(**common),
-            grpo=GRPOSettings(**common, num_generations=num_generations, max_completion_length=max_completion_length)
-            if algo == "grpo" else GRPOSettings(), rewards=tuple(reward), serve_with=serve_with, data=data,
-            length_ratio=length_ratio, sft=SFTSettings(**common) if algo == "sft" else SFTSettings())
+        duel = DuelConfig(mode=mode, duels=duels, iterations=iterations, seed=seed, max_tokens=max_tokens,
+                          judge=JudgeConfig(max_tokens=judge_max_tokens, shots=judge_shots), leader=Exp3Config())
+        trained_by = {k: v for k, v in TRAIN_OPTIONS.items() if k in common}  # field → the option setting it
+        dpo = settings_from_options(DPOSettings, trained_by, **common)
+        grpo = settings_from_options(
+            GRPOSettings, {**trained_by, "num_generations": "num_generations",
+                           "max_completion_length": "max_completion_length"},
+            **common, num_generations=num_generations, max_completion_length=max_completion_length,
+        ) if algo == "grpo" else GRPOSettings()
+        sft = settings_from_options(SFTSettings, trained_by, **common) if algo == "sft" else SFTSettings()
+        cfg = settings_from_options(
+            EvolveConfig, {"algorithm": "algo", "train_models": "train_models", "validation_fraction": "validation",
+                           "min_margin": "min_margin", "rewards": "reward", "serve_with": "serve_with",
+                           "data": "data", "length_ratio": "length_ratio"},
+            duel=duel, algorithm=algo, train_models=trained, validation_fraction=validation, min_margin=min_margin,
+            dpo=dpo, grpo=grpo, rewards=tuple(reward), serve_with=serve_with, data=data, length_ratio=length_ratio,
+            sft=sft)
         held = []
         if held_out is not None:
             from agora.tasks.loaders import detect_format

@@ -15,11 +15,11 @@ from agora.tasks.errors import InputError
 from agora.agents.judge import JudgeConfig
 from agora.models.pool import load_pool
 from agora.cli._shared import (MAX_SHOTS, MAX_TEMPERATURE, check_out_path, console, new_run_id, nonempty_path,
-                               user_errors)
+                               settings_from_options, user_errors)
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
-                              THREADS_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+                              THREADS_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION, TRAIN_OPTIONS,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, write_data_only)
 
@@ -92,11 +92,16 @@ def train_grpo_cmd(
             raise InputError("--aggregate trains with the scorer's reward only: drop --reward")
 
         def grpo_settings(spec=None) -> GRPOSettings:  # checked alike with --data-only
-            return GRPOSettings(learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
-                                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
-                                num_generations=num_generations, max_completion_length=max_completion_length,
-                                temperature=temperature, beta=kl_beta, threads=llama_threads(threads), seed=seed,
-                                save_steps=save_steps)
+            options = {**TRAIN_OPTIONS, "num_generations": "num_generations",
+                       "max_completion_length": "max_completion_length", "temperature": "temperature",
+                       "beta": "kl_beta"}
+            del options["max_length"]  # not an option of train grpo
+            return settings_from_options(
+                GRPOSettings, options, learning_rate=lr, lora=lora_settings(lora_r, lora_alpha, lora_dropout, spec),
+                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum,
+                num_generations=num_generations, max_completion_length=max_completion_length,
+                temperature=temperature, beta=kl_beta, threads=llama_threads(threads), seed=seed,
+                save_steps=save_steps)
 
         if aggregate:
             rows, source, stats = aggregate_rows(db, aggregate, sets_per_question, easy_per_hard, source_run,
