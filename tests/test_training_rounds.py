@@ -164,3 +164,45 @@ def test_an_aggregator_entry_is_named_as_the_councils_chair_and_in_comeds_roles(
     roles = {(c["role"], c["model"]) for c in calls if c["error"] is None}
     assert {("probe", "agg"), ("aggregator", "agg"), ("anchor", "m")} <= roles
     assert {m for r, m in roles if r in ("probe", "aggregator")} == {"agg"}
+
+
+def test_a_recipe_members_own_words_are_its_data_and_a_rewritten_reply_is_a_candidate_only(tmp_path):
+    """A persona's or a few-shot set's replies are the model's own words (the recipe changed the
+    prompt, which the trace records): they make SFT rows and pairs. Program-of-thought's recorded
+    completion is the program's result, not what the model wrote: left out of its own data (and a
+    recipe not installed here likewise), kept as a candidate for an aggregator."""
+    from test_verified_data import call, question
+
+    from agora.training.own_samples import VerifiedConfig, own_samples, rewrites_reply, scored_samples
+    from agora.training.verified import own_pairs, sft_rows
+
+    assert {r: rewrites_reply(r) for r in ("cot", "persona", "fewshot", "pot", "nosuch")} == {
+        "cot": False, "persona": False, "fewshot": False, "pot": True, "nosuch": True}
+    db = tmp_path / "t.db"
+    d = sqlite_utils.Database(db)
+    d["runs"].insert({"run_id": "b:gsm8k:candidates", "protocol": "candidates"}, pk="run_id")
+    d["questions"].insert(question("b:gsm8k:candidates", "q1", 0, "What is 2+3?", "5"), pk=("run_id", "question_id"))
+    persona = [{"role": "system", "content": "You check each step.\n\nSolve."}, {"role": "user", "content": "What is 2+3?"}]
+    run = "b:gsm8k:candidates"
+    d["model_calls"].insert_all([
+        call("p1", run, "q1", "2+3=5. The answer is 5.", 10, "5", "marker", model="chk", recipe="persona",
+             messages=persona, t=1),
+        call("p2", run, "q1", "2+3=6. The answer is 6.", 10, "6", "marker", model="chk", recipe="persona",
+             messages=persona, t=2),
+        call("t1", run, "q1", "```python\nprint(2+3)\n```\nThe answer is 5.", 12, "5", "marker", model="pot",
+             recipe="pot", t=3),
+        call("x1", run, "q1", "The answer is 5.", 4, "5", "marker", model="plug", recipe="nosuch", t=4),
+    ], pk="call_id")
+    samples, skipped = own_samples(db, VerifiedConfig(model="chk"))
+    assert [(s.call_id, s.correct, s.messages[0]["content"]) for s in samples] == [
+        ("p1", True, "You check each step.\n\nSolve."), ("p2", False, "You check each step.\n\nSolve.")]
+    cfg = VerifiedConfig(model="chk")
+    assert [(r["call_id"], r["prompt"]) for r in sft_rows(samples, cfg)] == [("p1", persona)]
+    assert [p["pair_id"] for p in own_pairs(samples, cfg)] == ["b:gsm8k:candidates:q1:p1>p2"]
+    assert skipped["recipe"] == 0
+    for member in ("pot", "plug"):
+        none, skipped = own_samples(db, VerifiedConfig(model=member))
+        assert none == [] and skipped["recipe"] == 1
+    everyone, skipped = scored_samples(db)
+    assert [(s.call_id, s.correct) for s in everyone] == [("p1", True), ("p2", False), ("t1", True), ("x1", True)]
+    assert skipped["recipe"] == 0

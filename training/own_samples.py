@@ -15,8 +15,10 @@ first round. :func:`own_samples` reads them through the store's readers (``run_i
 ``questions``, ``calls``) and keeps a call when:
 
 * it is ``model``'s, succeeded, and answered the question alone: role in :data:`SOLVER_ROLES`,
-  ``partner`` NULL (no other model's answer in its prompt), no member recipe rewrote it (a
-  ``recipe`` row's completion is the recipe's text, not the model's), and its prompt is recorded;
+  ``partner`` NULL (no other model's answer in its prompt), its completion is the model's own words
+  (a member recipe that rewrites the reply, :func:`rewrites_reply`, such as program-of-thought's
+  program result, leaves it out; one that only changes the prompt, a persona or a few-shot set,
+  keeps it: the recorded prompt is the one the member saw), and its prompt is recorded;
 * its question has a gold answer and a checker (``math`` or ``mc``; ``open`` questions are not
   verifiable) and is not held out (:class:`HeldOut`: by question id or by question text).
 
@@ -24,7 +26,9 @@ Each kept sample is scored with :func:`agora.tasks.scoring.score_answer` on the 
 it (re-extracted with :func:`agora.tasks.find_answer` where the database predates that column).
 
 Held-out questions (:class:`HeldOut`) are never read; :func:`duel_samples` reads a member's
-answers from duel rows the same way.
+answers from duel rows the same way. :func:`scored_samples` reads every model's samples as the
+protocols read them (an aggregator's candidates): a rewritten reply counts there, as the text a
+protocol was shown.
 """
 
 from __future__ import annotations
@@ -193,19 +197,36 @@ def _bench_task(store: TraceStore, run_id: str) -> str | None:
     return None
 
 
+def rewrites_reply(recipe: str) -> bool:
+    """Whether the member recipe called ``recipe`` (a ``model_calls.recipe`` value) replaces the
+    model's reply with text of its own (:meth:`agora.models.recipes.Recipe.finish` overridden:
+    program-of-thought writes the program and its printed result), so that the recorded completion
+    is not the model's words. A recipe not installed here counts as rewriting."""
+    from agora.models.recipes import Recipe, get_recipe
+
+    try:
+        cls = get_recipe(recipe)
+    except KeyError:
+        return True
+    return cls.finish is not Recipe.finish
+
+
 def own_samples(db: str | Path | TraceStore | sqlite_utils.Database, cfg: VerifiedConfig
                 ) -> tuple[list[OwnSample], dict[str, int]]:
     """``cfg.model``'s verifiable samples in the runs ``cfg.run_ids`` (all runs when empty), scored,
     by run, question order and call, and how many calls were left out and why
     (``{"held_out", "no_gold", "not_solver", "recipe", "no_prompt"}``: the module docstring)."""
-    return scored_samples(db, (cfg.model,), cfg.run_ids, cfg.held_out)
+    return scored_samples(db, (cfg.model,), cfg.run_ids, cfg.held_out, own_words=True)
 
 
 def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: Sequence[str] = (),
-                   run_ids: Sequence[str] = (), held_out: HeldOut = HeldOut()
+                   run_ids: Sequence[str] = (), held_out: HeldOut = HeldOut(), *, own_words: bool = False
                    ) -> tuple[list[OwnSample], dict[str, int]]:
-    """As :func:`own_samples`, for the samples of ``models`` (every model when empty)."""
+    """As :func:`own_samples`, for the samples of ``models`` (every model when empty). ``own_words``
+    leaves out the calls whose recipe rewrote the reply (:func:`rewrites_reply`; counted under
+    ``recipe``); without it their completion, the text the protocol read, is the sample's."""
     store = TraceStore.reading(db)
+    rewriting: dict[str, bool] = {}
     tables = set(store.db.table_names())
     skipped = {"held_out": 0, "no_gold": 0, "not_solver": 0, "recipe": 0, "no_prompt": 0}
     if not {"runs", "questions", "model_calls"} <= tables:
@@ -230,7 +251,10 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
             if c.get("role") not in SOLVER_ROLES or c.get("partner"):
                 skipped["not_solver"] += 1
                 continue
-            if c.get("recipe"):
+            recipe = c.get("recipe")
+            if own_words and recipe and recipe not in rewriting:
+                rewriting[recipe] = rewrites_reply(recipe)
+            if own_words and recipe and rewriting[recipe]:
                 skipped["recipe"] += 1
                 continue
             if q.get("gold") is None or kind not in ("math", "mc"):
