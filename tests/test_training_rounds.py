@@ -206,3 +206,90 @@ def test_a_recipe_members_own_words_are_its_data_and_a_rewritten_reply_is_a_cand
     everyone, skipped = scored_samples(db)
     assert [(s.call_id, s.correct) for s in everyone] == [("p1", True), ("p2", False), ("t1", True), ("x1", True)]
     assert skipped["recipe"] == 0
+
+
+def test_member_messages_are_the_chat_the_pool_sends():
+    """The prompt a member saw, rebuilt from the protocol's: the pool's own record of the call agrees,
+    with the recipe applied to the call's role or not."""
+    from agora.models.pool import ModelPool, PoolMember, SamplingParams
+    from agora.models.testing import ScriptedChatModel
+    from agora.training.own_samples import member_messages
+
+    protocol = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "2+3?"}]
+    for recipe in ({"name": "persona", "persona": "You check."}, {"name": "persona", "persona": "You check.",
+                                                                  "roles": ["agent"]}, {"name": "pot"}, None):
+        spec = ModelSpec(name="m", backend="openai", base_url="http://unused", model="x", system_prompt="Be brief.",
+                         recipe=recipe)
+        pool = ModelPool([PoolMember(spec, ScriptedChatModel(responses=["The answer is 5."], cycle=True))])
+        _, records = pool.sample("m", protocol, SamplingParams(n=1, max_tokens=8), context={"role": "follower"})
+        assert records[0]["messages"] == member_messages(spec, protocol, "follower")
+    persona = ModelSpec(name="m", backend="openai", base_url="http://unused", model="x", system_prompt="Be brief.",
+                        recipe={"name": "persona", "persona": "You check."})
+    assert member_messages(persona, protocol, "follower") == [
+        {"role": "system", "content": "Be brief."}, {"role": "system", "content": "You check.\n\nSolve."},
+        {"role": "user", "content": "2+3?"}]
+
+
+def test_a_recipe_members_duel_answers_under_the_prompt_it_saw():
+    """evolve --data own: a persona member's own answers are paired under its persona's prompt; a
+    program-of-thought member's duel answers (the recipe's text) give it no own data."""
+    from agora.training.own_samples import VerifiedConfig, duel_samples
+    from agora.training.verified import own_pairs
+
+    prompt = [{"role": "user", "content": "2+3?"}]
+
+    def duel(n, a, extracted):
+        return {"duel_id": f"d:0:{n}", "run_id": "d", "instruction_id": "i1", "instruction": "2+3?", "gold": "5",
+                "kind": "math", "prompt_messages": prompt, "model_a": "m", "model_b": "x", "answer_a": a,
+                "answer_b": "No.", "extracted_a": extracted, "extracted_b": None}
+
+    duels = [duel(0, "2+3=5. The answer is 5.", "5"), duel(1, "2+3=4. The answer is 4.", "4")]
+    persona = ModelSpec(name="m", backend="transformers", path="x", recipe={"name": "persona", "persona": "Check."})
+    samples = duel_samples(duels, "m", persona)
+    assert [s.messages for s in samples] == [({"role": "system", "content": "Check."}, prompt[0])] * 2
+    [pair] = own_pairs(samples, VerifiedConfig(model="m"))
+    assert pair["prompt_messages"] == [{"role": "system", "content": "Check."}, prompt[0]]
+    assert duel_samples(duels, "m", ModelSpec(name="m", backend="transformers", path="x", recipe="pot")) == []
+    assert [s.messages for s in duel_samples(duels, "m")] == [tuple(prompt)] * 2  # no spec: as recorded
+
+
+def test_the_held_out_score_asks_and_reads_a_member_as_the_pool_serves_it(tmp_path, monkeypatch):
+    """A member's held-out score (agora evolve --held-out) is the member's: its system prompt and
+    recipe frame the prompt, and the recipe reads the reply (here one that keeps the first word)."""
+    import agora.models.hf_backend as hf
+    from agora.agents.prompts import solver_messages
+    from agora.models.recipes import Finished, Recipe
+    from agora.tasks import Problem
+    from agora.training.evaluation import greedy_outcomes
+    from agora.training.evolve import held_out_accuracy
+
+    class FirstWord(Recipe):
+        name = "firstword"
+        summary = "the reply's first word is the answer"
+
+        def prepare(self, messages):
+            return [{"role": "system", "content": "One word."}, messages[-1]]
+
+        def finish(self, text):
+            return Finished(f"The answer is {text.split()[0]}.")
+
+    class FakeModel:
+        prompts: list = []
+
+        def __init__(self, **_):
+            pass
+
+        def generate_texts(self, batch, temperature):
+            FakeModel.prompts += batch
+            return [{"text": "5 then 6", "completion_tokens": 3, "finish_reason": "stop"} for _ in batch]
+
+    monkeypatch.setattr(hf, "TransformersChatModel", FakeModel)
+    problems = [Problem("h1", "What is 2+3?", "5")]
+    spec = ModelSpec(name="m", backend="transformers", path="x", system_prompt="Be brief.", recipe=FirstWord())
+    [row] = greedy_outcomes(problems, "x", None, tmp_path / "a.jsonl", shots=0, member=spec)
+    assert (row["text"], row["reply"], row["answer"], row["correct"]) == ("The answer is 5.", "5 then 6", "5", 1)
+    assert FakeModel.prompts[-1] == [{"role": "system", "content": "Be brief."},
+                                     {"role": "system", "content": "One word."}, solver_messages(problems[0], 0)[-1]]
+    [plain] = greedy_outcomes(problems, "x", None, tmp_path / "b.jsonl", shots=0)  # the weights alone
+    assert (plain["text"], plain["correct"], "reply" in plain) == ("5 then 6", 0, False)
+    assert held_out_accuracy(spec, problems, tmp_path / "c.jsonl", 8, 1) == 1.0

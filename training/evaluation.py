@@ -75,12 +75,36 @@ def _llamacpp_generate(base: str, adapter: str | None, max_tokens: int):
     return generate
 
 
+def _read_by(member: Any):
+    """``text -> the text the protocol reads``: ``member``'s recipe's ``finish`` (program-of-thought runs
+    the program), a failing recipe giving a text without an answer (as the pool does); identity
+    without a recipe."""
+    recipe = getattr(member, "recipe", None)
+    if recipe is None or not recipe.applies(None):
+        return lambda text: text
+
+    def read(text: str) -> str:
+        try:
+            return recipe.finish(text).text
+        except Exception as exc:  # noqa: BLE001 - a recipe's failure is this answer's, as in the pool
+            return f"The recipe failed ({type(exc).__name__}), so this reply gives no answer."
+
+    return read
+
+
 def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out_file: str | Path, *,
                     max_tokens: int = 256, shots: int = 2, batch_size: int = 8, threads: int | None = None,
-                    dtype: str = "float32", progress: Any = None, backend: str = "transformers") -> list[dict[str, Any]]:
+                    dtype: str = "float32", progress: Any = None, backend: str = "transformers",
+                    member: Any = None) -> list[dict[str, Any]]:
     """Greedy answers of ``base`` (+ ``adapter``) to ``problems``, one JSON line per question in
     ``out_file`` (``question_id``, ``answer``, ``correct``, ``completion_tokens``, ``finish_reason``,
     ``text``); questions already in the file are not redone. Returns the rows in ``problems`` order.
+
+    ``member``: a pool member's spec (:class:`~agora.models.pool.ModelSpec`) to evaluate as the pool
+    serves it: its system prompt and recipe frame the prompt
+    (:func:`agora.training.own_samples.member_messages`) and its recipe reads the reply (a
+    program-of-thought member's program is run); ``text`` is then the text read and ``reply`` the
+    model's own. Without it, the weights under the plain solver prompt.
 
     ``backend``: ``"transformers"`` (``base`` an HF folder or ``builtin:...`` dequantised, ``dtype``,
     left-padded batches of ``batch_size``) or ``"llamacpp"`` (``base`` a GGUF or built-in name, the
@@ -110,6 +134,7 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
                     continue
                 done[row["question_id"]] = row
     todo = [p for p in problems if p.id not in done]
+    read = _read_by(member)
     if todo:
         if backend == "llamacpp":
             generate = _llamacpp_generate(base, adapter, max_tokens)
@@ -124,13 +149,19 @@ def greedy_outcomes(problems: Sequence[Any], base: str, adapter: str | None, out
         with out_file.open("a", encoding="utf-8") as f:
             for i in range(0, len(todo), batch_size):
                 batch = todo[i:i + batch_size]
-                outs = generate([solver_messages(p, shots) for p in batch])
+                prompts = [solver_messages(p, shots) for p in batch]
+                if member is not None:
+                    from agora.training.own_samples import member_messages
+
+                    prompts = [member_messages(member, m) for m in prompts]
+                outs = generate(prompts)
                 for p, o in zip(batch, outs):
-                    found = find_answer(o["text"], p.kind, p.n_choices or 4, question=p.question)
+                    text = read(o["text"])
+                    found = find_answer(text, p.kind, p.n_choices or 4, question=p.question)
                     row = {"question_id": p.id, "answer": found.answer, "how": found.how,
                            "correct": int(bool(is_correct(found.answer, p.gold, p.kind))),
                            "completion_tokens": o["completion_tokens"], "finish_reason": o["finish_reason"],
-                           "text": o["text"]}
+                           "text": text, **({"reply": o["text"]} if text != o["text"] else {})}
                     done[p.id] = row
                     f.write(json.dumps(row, ensure_ascii=False) + "\n")
                 f.flush()

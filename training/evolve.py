@@ -207,10 +207,13 @@ def play_iteration(store: TraceStore, duel_run_id: str, pool: ModelPool, problem
         pass
 
 
-def own_data(store: TraceStore, duel_run_id: str, t: int, name: str, cfg: EvolveConfig) -> tuple[list, list]:
-    """``(pairs, sft rows)`` of member ``name``'s own verified answers in iteration ``t``'s duels."""
+def own_data(store: TraceStore, duel_run_id: str, t: int, name: str, cfg: EvolveConfig,
+             spec: ModelSpec | None = None) -> tuple[list, list]:
+    """``(pairs, sft rows)`` of member ``name``'s own verified answers in iteration ``t``'s duels; with
+    its ``spec``, under the prompt it saw (its recipe's and system prompt), none when its recipe
+    rewrites the reply (:func:`agora.training.own_samples.duel_samples`)."""
     vcfg = VerifiedConfig(model=name, length_ratio=cfg.length_ratio)
-    samples = duel_samples(load_duels(store.db, run_ids=(duel_run_id,), iterations=(t,)), name)
+    samples = duel_samples(load_duels(store.db, run_ids=(duel_run_id,), iterations=(t,)), name, spec)
     return own_pairs(samples, vcfg), sft_rows(samples, vcfg)
 
 
@@ -257,12 +260,13 @@ def _train(store: TraceStore, run_id: str, duel_run_id: str, pool: ModelPool, sp
 
 def held_out_accuracy(spec: ModelSpec, problems: Sequence[Problem], out_file: Path, max_tokens: int,
                       threads: int) -> float:
-    """Greedy accuracy of pool member ``spec`` (its weights and adapter, on transformers) on ``problems``
+    """Greedy accuracy of pool member ``spec`` (its weights and adapter, on transformers, asked and read
+    as the pool serves it: its system prompt and recipe) on ``problems``
     (:func:`agora.training.evaluation.greedy_outcomes`: resumable, one JSON line per question in ``out_file``)."""
     from agora.training.evaluation import greedy_outcomes
 
     base, adapter = base_of(spec)
-    rows = greedy_outcomes(problems, base, adapter, out_file, max_tokens=max_tokens, threads=threads)
+    rows = greedy_outcomes(problems, base, adapter, out_file, max_tokens=max_tokens, threads=threads, member=spec)
     return sum(bool(r["correct"]) for r in rows) / len(rows)
 
 
@@ -319,7 +323,7 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
             members = []
             for name in names:
                 spec = next(s for s in specs if s.name == name)
-                mine_pairs, sft = own_data(store, duel_run_id, t, name, cfg) if cfg.data == "own" else (pairs, [])
+                mine_pairs, sft = own_data(store, duel_run_id, t, name, cfg, spec) if cfg.data == "own" else (pairs, [])
                 mine = dpo_rows(mine_pairs, PairFilter(min_margin=cfg.min_margin, model=name))
                 val_rows = split_by_instruction(mine, cfg.validation_fraction, seed=cfg.dpo.seed)[1]
                 emit({"event": "train", "message": f"iteration {t}: training {name} ({cfg.algorithm}, {cfg.data})"})

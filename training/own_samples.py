@@ -211,6 +211,20 @@ def rewrites_reply(recipe: str) -> bool:
     return cls.finish is not Recipe.finish
 
 
+def member_messages(spec: Any, messages: Sequence[dict[str, str]], role: str | None = None) -> list[dict[str, str]]:
+    """The chat pool member ``spec`` is sent for a protocol's ``messages`` in a call of trace role
+    ``role``, as :class:`agora.models.calls.SamplingCall` builds it: its recipe's
+    :meth:`~agora.models.recipes.Recipe.prepare` (when the recipe applies to ``role``), then its
+    ``system_prompt`` first. The duels table keeps the protocol's prompt; the member saw this one."""
+    chat = [{"role": m["role"], "content": m["content"]} for m in messages]
+    recipe = getattr(spec, "recipe", None)
+    if recipe is not None and recipe.applies({"role": role} if role else None):
+        chat = recipe.prepare(chat)
+    if getattr(spec, "system_prompt", None):
+        chat = [{"role": "system", "content": spec.system_prompt}] + chat
+    return chat
+
+
 def own_samples(db: str | Path | TraceStore | sqlite_utils.Database, cfg: VerifiedConfig
                 ) -> tuple[list[OwnSample], dict[str, int]]:
     """``cfg.model``'s verifiable samples in the runs ``cfg.run_ids`` (all runs when empty), scored,
@@ -283,13 +297,21 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
     return out, skipped
 
 
-def duel_samples(duels: Sequence[dict[str, Any]], model: str) -> list[OwnSample]:
+def duel_samples(duels: Sequence[dict[str, Any]], model: str, spec: Any = None) -> list[OwnSample]:
     """``model``'s answers in duel rows (:func:`agora.training.datasets.load_duels`: ``prompt_messages``
     decoded) as scored samples: the rows with a gold answer and a checker, each side the model played,
     scored by :func:`agora.tasks.scoring.score_answer` on the extracted answer the duel recorded.
 
+    ``spec``, the member's pool spec: each sample's prompt is the one the member saw
+    (:func:`member_messages`, role ``follower``: its recipe's prompt and its system prompt), and a
+    member whose recipe rewrites the reply (:func:`rewrites_reply`: the duel recorded the recipe's
+    text, not the model's) has no samples. Without it, the duel's prompt as recorded.
+
     The duels table keeps no token counts or ``finish_reason``: lengths are characters and every
     answer counts as finished. Samples group by instruction and prompt as :func:`own_samples`' do."""
+    recipe = getattr(spec, "recipe", None)
+    if recipe is not None and recipe.applies({"role": "follower"}) and rewrites_reply(recipe.name):
+        return []
     out = []
     for d in duels:
         kind = d.get("kind") or "math"
@@ -298,6 +320,8 @@ def duel_samples(duels: Sequence[dict[str, Any]], model: str) -> list[OwnSample]
         messages = _messages(d.get("prompt_messages"))
         if messages is None:
             continue
+        if spec is not None:
+            messages = tuple(member_messages(spec, messages, "follower"))
         for side in ("a", "b"):
             text = (d.get(f"answer_{side}") or "").strip()
             if d.get(f"model_{side}") != model or not text:
