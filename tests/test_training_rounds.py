@@ -293,3 +293,28 @@ def test_the_held_out_score_asks_and_reads_a_member_as_the_pool_serves_it(tmp_pa
     [plain] = greedy_outcomes(problems, "x", None, tmp_path / "b.jsonl", shots=0)  # the weights alone
     assert (plain["text"], plain["correct"], "reply" in plain) == ("5 then 6", 0, False)
     assert held_out_accuracy(spec, problems, tmp_path / "c.jsonl", 8, 1) == 1.0
+
+
+def test_cli_evolve_on_own_answers_records_the_held_out_score_before_the_rounds(tmp_path, tiny):
+    """``agora evolve --data own --algo sft --held-out FILE`` from the command line: each member's
+    held-out score before the first round is printed and in the run's summary (random tiny members
+    never answer right, so none has own data to train on, and each says why)."""
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "t{i}"\nbackend = "transformers"\npath = "{tiny}"\n\n' for i in range(3)))
+    instructions = tmp_path / "i.jsonl"
+    instructions.write_text(json.dumps({"question": "Tom has 2 apples + 3 ?", "answer": "5"}) + "\n")
+    held = tmp_path / "h.jsonl"
+    held.write_text(json.dumps({"id": "h1", "question": "Mia has 1 + 1 ?", "answer": "So #### 2"}) + "\n")
+    out = _agora("evolve", "--instructions", instructions, "--data", "own", "--algo", "sft", "--held-out", held,
+                 "-T", 1, "-D", 1, "--max-tokens", 3, "--judge-max-tokens", 3, "--judge-shots", 0, "--pool", pool,
+                 "--db", tmp_path / "e.db", "--out", tmp_path / "o", "--run-id", "ev", "--threads", 1,
+                 "--max-steps", 1, "--train-models", "t0")
+    assert out.exit_code == 0, out.output
+    assert "held-out score before the first round: t0 0.00" in out.output
+    assert "no verified answers to train 't0' on" in out.output
+    d = sqlite_utils.Database(tmp_path / "e.db")
+    summary = json.loads(next(d.query("select summary from runs where run_id = 'ev'"))["summary"])
+    assert summary["base_held_out"] == {"t0": 0.0}
+    [member] = summary["iterations"][0]["members"]
+    assert (member["model"], member["trained"], member["held_out_accuracy"]) == ("t0", False, None)
+    assert (tmp_path / "o" / "ev" / "held_out" / "base-t0.jsonl").is_file()
