@@ -131,7 +131,9 @@ class _SafeFormatter(string.Formatter):
 
 #: Modules whose functions and classes a program may not reach through an allowed module's
 #: attributes (``sympy.utilities.autowrap.check_output`` is ``subprocess``'s, ``sympy.core.cache
-#: .import_module`` is ``importlib``'s): their top-level names, C halves included.
+#: .import_module`` is ``importlib``'s): their top-level names, C halves included. ``dataclasses``
+#: (``sympy.integrals.manualintegrate.dataclass``) writes a class's field names into the source of the
+#: methods it ``exec``s with the interpreter's built-ins: a field named ``"a,__import__('os')..."`` ran.
 _UNREACHABLE = frozenset({
     "os", "posix", "nt", "posixpath", "ntpath", "genericpath", "sys", "subprocess", "_posixsubprocess", "socket",
     "_socket", "shutil", "pathlib", "io", "_io", "importlib", "_frozen_importlib", "_frozen_importlib_external",
@@ -140,7 +142,7 @@ _UNREACHABLE = frozenset({
     "dbm", "tempfile", "glob", "fnmatch", "urllib", "http", "requests", "asyncio", "code", "codeop", "inspect",
     "gc", "pty", "select", "selectors", "mmap", "sqlite3", "types", "zipfile", "tarfile", "webbrowser",
     "linecache", "tokenize", "timeit", "site", "sysconfig", "faulthandler", "tracemalloc", "atexit", "fcntl", "termios",
-    "platform"})
+    "platform", "dataclasses"})
 
 
 def _dangerous_builtins() -> frozenset[int]:
@@ -164,6 +166,20 @@ def _dangerous_builtins() -> frozenset[int]:
 
 _DANGEROUS = _dangerous_builtins()
 _MISSING = object()
+
+
+def _plain(name) -> bool:
+    """``name`` is a ``str`` itself, not an instance of a subclass. A ``str`` subclass is the
+    program's code: its ``startswith``, ``split``, ``__eq__``, ``__hash__``, ``__radd__``,
+    ``__format__`` can answer a check one way and the lookup the check guards another
+    (``S('__dict__')`` whose ``startswith('_')`` is ``False``; a dict key whose ``__eq__`` says
+    ``'_write_'`` only from its second call on). Every name the sandbox checks must pass this first."""
+    return type(name) is str
+
+
+def _plain_keys(mapping) -> dict:
+    """The items of ``mapping`` whose key is a plain ``str`` (:func:`_plain`) not starting with ``_``."""
+    return {k: v for k, v in mapping.items() if type(k) is str and not k.startswith("_")}
 #: The sandbox's own replacements for the ``exec``/``eval``/``compile`` of sympy's and mpmath's code
 #: runners (:func:`_route_code_runners`, :func:`_route_lambdify_code`), by ``id`` (the values keep
 #: them alive): like the interpreter's, a program may not hold them (:func:`_refused`).
@@ -177,15 +193,15 @@ def _own_runner(function):
 
 
 def _plain_namespace(mapping, what: str) -> dict:
-    """A copy of the globals or locals a replaced ``exec``/``eval`` was given, without its keys that
-    start with ``_`` (RestrictedPython's hooks are such names, and a name is looked up in the locals
+    """A copy of the globals or locals a replaced ``exec``/``eval`` was given, with only its keys that
+    are plain ``str`` (:func:`_plain`) not starting with ``_`` (RestrictedPython's hooks are such names, and a name is looked up in the locals
     first: ``{'_write_': f}`` would replace the write guard). ``None`` gives ``{}``; anything but a
     ``dict`` raises ``TypeError``."""
     if mapping is None:
         return {}
     if type(mapping) is not dict:
         raise TypeError(f"{what} must be a dict, not {type(mapping).__name__}")
-    return {k: v for k, v in mapping.items() if not (isinstance(k, str) and k.startswith("_"))}
+    return _plain_keys(mapping)
 
 
 #: Packages of allowed libraries that are no program's business, and why: sympy's test suite (its
@@ -383,7 +399,7 @@ def _new_star_view(module: types.ModuleType, allowed: frozenset[str]) -> types.M
         names = [n for n in vars(module) if isinstance(n, str)]
     kept = {}
     for name in names:
-        if isinstance(name, str) and not name.startswith("_") and hasattr(module, name):
+        if _plain(name) and not name.startswith("_") and hasattr(module, name):
             value = getattr(module, name)
             if not _imported_refused(module.__name__, value, allowed):
                 kept[name] = value
@@ -473,6 +489,15 @@ def _getattr_guard(allowed: frozenset[str]):
     return guarded_getattr
 
 
+def _guarded_hasattr(obj, name) -> bool:
+    """The program's ``hasattr``: ``False`` for a name starting with ``_``; a ``str`` subclass is read
+    by its text (``str.__str__``), not by its own methods (:func:`_plain`)."""
+    if not isinstance(name, str):
+        raise TypeError(f"attribute name must be string, not '{type(name).__name__}'")
+    name = str.__str__(name)
+    return not name.startswith("_") and hasattr(obj, name)
+
+
 def _inplacevar(op: str, x, y):
     ops = {"+=": lambda: x + y, "-=": lambda: x - y, "*=": lambda: x * y, "/=": lambda: x / y,
            "//=": lambda: x // y, "%=": lambda: x % y, "**=": lambda: x ** y, "<<=": lambda: x << y,
@@ -519,7 +544,7 @@ def _restricted_globals(printer: _Printer, allowed: frozenset[str], confined_wri
     guarded_getattr = _getattr_guard(allowed)
     names["__import__"] = _importer(allowed)
     names["getattr"] = guarded_getattr
-    names["hasattr"] = lambda obj, name: not name.startswith("_") and hasattr(obj, name)
+    names["hasattr"] = _guarded_hasattr
     return {"__builtins__": names, "__name__": "__main__", "__metaclass__": type,
             "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": default_guarded_getitem,
             "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
@@ -548,14 +573,14 @@ class _RestrictedSympyEval:
         allowed = self._restricted["__builtins__"]
         # sympy copies Python's built-in functions (open, eval, exec...) into its parser's globals:
         # only those the program has stay
-        env = {k: v for k, v in global_dict.items()
-               if not k.startswith("_") and (k not in vars(builtins) or allowed.get(k) is v)}
+        env = {k: v for k, v in _plain_keys(global_dict).items() if k not in vars(builtins) or allowed.get(k) is v}
         env.update({k: v for k, v in self._restricted.items() if k.startswith("_")})
         # the locals come first in a name lookup: a program's ``local_dict={'_getattr_': f}`` would
-        # replace the hooks of the restricted code; its names with a leading ``_`` are left out
+        # replace the hooks of the restricted code; its names with a leading ``_`` are left out, and
+        # keys that are not plain ``str`` (a key whose ``__eq__`` says ``'_write_'`` later: :func:`_plain`)
         if not isinstance(local_dict, dict):
             raise TypeError(f"local_dict must be a dict, not {type(local_dict).__name__}")
-        local = {k: v for k, v in local_dict.items() if not (isinstance(k, str) and k.startswith("_"))}
+        local = _plain_keys(local_dict)
         return eval(compiled, env, local)  # noqa: S307 - restricted code, in the limited child
 
 
@@ -599,12 +624,13 @@ def _program_view(global_dict, restricted: dict) -> dict:
     """What a program may see of a sympy parser's ``global_dict``: the same names (the transformations
     decide by them what is a symbol), but a name with a leading ``_`` (sympy's dict holds
     ``__builtins__``, the interpreter's) or a built-in function the program was not given (sympy copies
-    ``eval``, ``open``, ``__import__``... into it) stands for a function that raises ``NameError``."""
+    ``eval``, ``open``, ``__import__``... into it) stands for a function that raises ``NameError``; a key
+    that is not a plain ``str`` (:func:`_plain`) is left out."""
     import builtins
 
     allowed = restricted["__builtins__"]
-    return {k: v if isinstance(k, str) and not k.startswith("_") and (k not in vars(builtins) or allowed.get(k) is v)
-            else _withheld(str(k)) for k, v in global_dict.items()}
+    return {k: v if not k.startswith("_") and (k not in vars(builtins) or allowed.get(k) is v)
+            else _withheld(k) for k, v in global_dict.items() if _plain(k)}
 
 
 def _route_stringify(parser, restricted: dict) -> None:
@@ -694,7 +720,7 @@ def _route_code_runners(restricted: dict) -> None:
     if identification is not None:
         @_own_runner
         def constant(source, globals=None, locals=None):
-            names = {k: v for k, v in (globals or {}).items() if isinstance(k, str) and not k.startswith("_")}
+            names = _plain_keys(globals or {})
             return restricted_eval(source, "mpmath's identify", "<identify constant>", names)
 
         vars(identification)["eval"] = constant
@@ -748,7 +774,9 @@ def _route_operator(guarded_getattr) -> None:
         return
 
     def check(name):
-        if not isinstance(name, str) or any(part.startswith("_") for part in name.split(".")):
+        if not _plain(name):
+            raise TypeError("attribute name must be a plain str in the sandbox")
+        if any(part.startswith("_") for part in name.split(".")):
             raise AttributeError(f"{name!r} is an invalid attribute name because it starts with \"_\"")
 
     def fetch(obj, dotted):
@@ -800,7 +828,7 @@ def _route_functools() -> None:
             # (a library's function the program can reach, ``sympy.Basic.subs``: its ``__dict__`` took
             # ``_op_priority``; a decorator's new closure, ``f.<locals>.wrapper``, is wrapped as usual)
             raise TypeError(f"the sandbox does not let a program change the attributes of {_described(wrapper)}")
-        odd = [n for n in (*assigned, *updated) if not isinstance(n, str) or (n.startswith("_") and n not in standard)]
+        odd = [n for n in (*assigned, *updated) if not _plain(n) or (n.startswith("_") and n not in standard)]
         if odd:
             raise TypeError(f"update_wrapper of the attributes {odd!r} is not allowed in the sandbox")
         return original(wrapper, wrapped, assigned, updated)
@@ -854,9 +882,9 @@ def _dressed_as(original, replacement):
     return replacement
 
 
-def _swap_in_sympy(original, replacement, name: str) -> None:
+def _swap_in_sympy(original, replacement, name: str, library: str = "sympy") -> None:
     """Dress ``replacement`` as ``original`` (:func:`_dressed_as`) and put it under ``name`` in every
-    loaded module whose ``__name__`` starts with ``sympy`` and whose namespace holds ``original``
+    loaded module whose ``__name__`` starts with ``library`` and whose namespace holds ``original``
     itself under that name (``from sympy.core.cache import lazy_function`` made copies); other
     modules and other names are left as they are."""
     import sys
@@ -864,7 +892,7 @@ def _swap_in_sympy(original, replacement, name: str) -> None:
     _dressed_as(original, replacement)
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
-        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith("sympy")
+        if (isinstance(namespace, dict) and str(getattr(module, "__name__", "")).startswith(library)
                 and namespace.get(name) is original):
             namespace[name] = replacement
 
@@ -920,7 +948,7 @@ def _route_attribute_helpers() -> None:
 
             def _method_wrapper(self_, *args, **kwargs):
                 for k, v in req._req.items():
-                    if _PROGRAM_GLOBALS[0] is not None and (not isinstance(k, str) or k.startswith("_")):
+                    if _PROGRAM_GLOBALS[0] is not None and (not _plain(k) or k.startswith("_")):
                         raise ValueError(f"requires of the attribute {k!r} is not allowed in the sandbox")
                     getattr(self_, k).update(v)
                 return method(self_, *args, **kwargs)
@@ -932,8 +960,23 @@ def _route_attribute_helpers() -> None:
 
     def checked(original, prefix):
         def make(func):
+            raw = getattr(func, "__name__", "")
+            if _PROGRAM_GLOBALS[0] is not None:
+                # sympy makes the name with ``prefix + func.__name__`` itself: a ``str`` subclass's
+                # ``__radd__`` gave it ``'gi_frame'`` (:func:`_plain`), and a property a second name;
+                # it is given a stand-in whose name is the plain ``str`` checked here
+                if not _plain(raw):
+                    raise TypeError(f"{original.__name__} of a function whose name is not a plain str is not "
+                                    "available in the sandbox")
+
+                def stand_in(self, _func=func):
+                    return _func(self)
+
+                stand_in.__name__ = stand_in.__qualname__ = raw
+                stand_in.__doc__ = getattr(func, "__doc__", None)
+                func = stand_in
             prop = original(func)
-            name = prefix + str(getattr(func, "__name__", ""))
+            name = prefix + str(raw)
 
             def accessor(self):
                 if _PROGRAM_GLOBALS[0] is not None and (isinstance(_write_guard(self), _ItemsOnly)
@@ -983,7 +1026,7 @@ def _route_printer_getattr() -> None:
 
     def getattr(obj, name, *default):
         if _PROGRAM_GLOBALS[0] is not None and (
-                not isinstance(name, str) or name.startswith("__")
+                not _plain(name) or name.startswith("__")
                 or (name.startswith("_") and isinstance(_write_guard(obj), _ItemsOnly))):
             raise TypeError(f"the sandbox does not let a printer reach the attribute {name!r} of {_described(obj)}")
         return real(obj, name, *default)
@@ -1015,6 +1058,75 @@ def _route_predicates() -> None:
         return None
 
     kind.eval = _dressed_as(original, eval)
+
+
+#: The parameter types of mpmath's hypergeometric summators: integer, rational, real, complex.
+_HYPSUM_FLAGS = frozenset("ZQRC")
+
+
+def _route_hyp_summator() -> None:
+    """mpmath's ``ctx.hypsum(p, q, flags, coeffs, z)`` (an ``mp`` context is reachable through sympy:
+    ``sympy.polys.numberfields.utilities.mp``) has ``libmp.make_hyp_summator((p, q, flags, ztype))``
+    write the flags into the name of a function whose source it ``exec``s with the interpreter's
+    built-ins: a flag ``"x(): pass\nimport os..."`` (a ``str`` subclass equal to ``'R'``) ran. In a
+    child the key must be two plain ``int`` counts, flags that are each a plain ``str`` (:func:`_plain`)
+    among ``Z``, ``Q``, ``R``, ``C``, and an argument type ``R`` or ``C``; anything else raises
+    ``ValueError`` before any source is made. Done once in the worker, before it forks, wherever a
+    loaded mpmath module holds it."""
+    import sys
+
+    libmp = sys.modules.get("mpmath.libmp")
+    original = getattr(libmp, "make_hyp_summator", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+
+    def make_hyp_summator(key):
+        if _PROGRAM_GLOBALS[0] is not None:
+            parts = tuple(key) if type(key) is tuple else ()
+            flags = parts[2] if len(parts) == 4 else None
+            if not (len(parts) == 4 and type(parts[0]) is int and type(parts[1]) is int
+                    and type(flags) in (tuple, list, str) and all(_plain(f) and f in _HYPSUM_FLAGS for f in flags)
+                    and _plain(parts[3]) and parts[3] in ("R", "C")):
+                raise ValueError("hypsum takes two whole numbers, parameter types among 'Z', 'Q', 'R', 'C' "
+                                 "and an argument type 'R' or 'C' in the sandbox")
+        return original(key)
+
+    _swap_in_sympy(original, make_hyp_summator, "make_hyp_summator", library="mpmath")
+
+
+def _route_public() -> None:
+    """``sympy.utilities.decorator.public(obj)`` appends ``obj.__name__`` to the ``__all__`` of
+    ``obj.__globals__`` (a function) or of ``sys.modules[obj.__module__]`` (a class, whose
+    ``__module__`` its maker chooses): it wrote into any loaded module's ``__all__``, and a name that
+    was a ``str`` subclass passed ``from m import *``'s check and bound ``__builtins__`` (the
+    interpreter's) in the program's globals. In a child only the program's own function or class
+    (``__module__`` ``'__main__'``) with a plain ``str`` name (:func:`_plain`) is taken, and its name
+    goes to the program's own ``__all__``; anything else raises ``TypeError``. Done once in the worker,
+    before it forks, wherever a loaded sympy module holds it."""
+    import sys
+
+    decorator = sys.modules.get("sympy.utilities.decorator")
+    original = getattr(decorator, "public", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+
+    def public(obj):
+        program = _PROGRAM_GLOBALS[0]
+        if program is None:
+            return original(obj)
+        if isinstance(obj, types.FunctionType):
+            own = obj.__globals__ is program
+        else:
+            own = isinstance(obj, type) and _module_of(obj) == "__main__"
+        name = getattr(obj, "__name__", None)
+        if not own or not _plain(name):
+            raise TypeError("public takes only the program's own functions and classes (with a plain str name) "
+                            "in the sandbox")
+        names = program.setdefault("__all__", [])
+        names.append(name)
+        return obj
+
+    _swap_in_sympy(original, public, "public")
 
 
 def _route_lazy_function() -> None:
@@ -1142,7 +1254,7 @@ def _route_var() -> None:
                         collect(sub)
 
             collect(made)
-            odd = [n for n, _ in found if not isinstance(n, str) or n.startswith("_")]
+            odd = [n for n, _ in found if not _plain(n) or n.startswith("_")]
             if odd and _PROGRAM_GLOBALS[0] is not None:  # in a child
                 raise ValueError(f"var of the names {odd!r} is not allowed in the sandbox (a name starting "
                                  "with _ would replace the program's hooks)")
@@ -1282,11 +1394,41 @@ _ALLOWED: list[frozenset[str]] = [frozenset()]
 _IMPORTERS_ROUTED: list[bool] = [False]
 
 
+#: ``sympy.external.import_module``'s parameters after ``module``, in order.
+_IMPORT_MODULE_PARAMETERS = ("min_module_version", "min_python_version", "warn_not_installed", "warn_old_version",
+                             "module_version_attr", "module_version_attr_call_args", "import_kwargs", "catch")
+
+
+def _import_module_options(args: tuple, kwargs: dict) -> str | None:
+    """What of ``import_module``'s options (``args`` after the module, ``kwargs``) a child may not
+    use, or ``None``: a ``module_version_attr`` other than ``'__version__'`` or any
+    ``module_version_attr_call_args`` (``getattr(module, attr)(*args)``: ``'__setattr__'`` wrote
+    a module's attribute), ``import_kwargs`` other than a ``fromlist`` of plain public names
+    (``level``, ``globals``: a relative import)."""
+    options = dict(zip(_IMPORT_MODULE_PARAMETERS, args))
+    options.update(kwargs)
+    attr = options.get("module_version_attr", "__version__")
+    if not (_plain(attr) and attr == "__version__"):
+        return f"module_version_attr={attr!r}"
+    if options.get("module_version_attr_call_args") is not None:
+        return "module_version_attr_call_args"
+    extra = options.get("import_kwargs") or {}
+    if type(extra) is not dict or set(extra) - {"fromlist"}:
+        return f"import_kwargs={extra!r}"
+    names = extra.get("fromlist", ())
+    if not isinstance(names, (list, tuple)) or not all(_plain(n) and not n.startswith("_") for n in names):
+        return f"fromlist={names!r}"
+    return None
+
+
 def _route_importers() -> None:
     """sympy's functions that import a module by name (``sympy.external.import_module``,
     ``sympy.utilities.source.get_class``) bypass the import hook: wrapped, a module outside the
     program's allowed ones (:data:`_ALLOWED`) is as if not installed (``import_module`` gives
-    ``None``; ``get_class`` raises ``ImportError``), wherever a loaded sympy module holds them.
+    ``None``, also when what it imported is such a module; ``get_class`` raises ``ImportError``),
+    wherever a loaded sympy module holds them; the name must be a plain ``str`` (:func:`_plain`),
+    and in a child ``import_module``'s options that read or call an attribute by name are refused
+    (:func:`_import_module_options`).
     Done once per process (the worker calls it before forking: a child then touches no module's
     dict, and shares those pages)."""
     import sys
@@ -1299,13 +1441,18 @@ def _route_importers() -> None:
     original_import, original_get_class = importtools.import_module, source.get_class
 
     def import_module(module, *args, **kwargs):
-        if (not isinstance(module, str) or module.split(".")[0] not in _ALLOWED[0] or _closed_module(module)
+        if (not _plain(module) or module.split(".")[0] not in _ALLOWED[0] or _closed_module(module)
                 or _library_refused(module)):
             return None
-        return original_import(module, *args, **kwargs)
+        if _PROGRAM_GLOBALS[0] is not None and (why := _import_module_options(args, kwargs)):
+            raise ValueError(f"import_module with {why} is not available in the sandbox")
+        found = original_import(module, *args, **kwargs)
+        return None if found is not None and _refused(found, _ALLOWED[0]) else found
 
     def get_class(lookup_view):
-        if isinstance(lookup_view, str) and lookup_view.split(".")[0] not in _ALLOWED[0]:
+        if not _plain(lookup_view):
+            raise ImportError("get_class takes a plain str in the sandbox")
+        if lookup_view.split(".")[0] not in _ALLOWED[0]:
             raise ImportError(f"import of {lookup_view!r} is not allowed")
         value = original_get_class(lookup_view)
         if why := _refused(value, _ALLOWED[0]):

@@ -124,6 +124,8 @@ _restricted._route_attribute_helpers()
 _restricted._route_printer_getattr()
 _restricted._route_predicates()
 _restricted._route_lazy_function()
+_restricted._route_public()
+_restricted._route_hyp_summator()
 _restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  # ``from sympy import *``
 
 
