@@ -36,6 +36,15 @@ Each invocation is its own question (``docs/guarantees.md``, "Recording from an 
   ``model_calls`` rows under the question's id, with no ``questions`` row, and the run ends
   ``failed`` with the id in its summary's ``failed_questions``, as ``agora run`` writes them. With
   a checkpointer, resuming the invocation finishes the question, which is then recorded whole.
+  Ctrl-C inside an invocation (``KeyboardInterrupt``) leaves a failed question too, with the calls of
+  its finished nodes, answered or not (as a stream closed early).
+- **Retries within an invocation**: a question asked again, with the same input, after a try of it
+  raised (a ``with_retry`` or ``with_fallbacks`` around the protocol graph or the app's graph, or
+  the app's own retry loop) is the same question: its tries are recorded under one id, and it is
+  answered once a try answers.
+- **One recorder per database on an invocation**: a second recorder of the same database (another
+  ``run_id``) on an invocation the first records is refused as the invocation starts
+  (:class:`RecorderConflictError`): the two would write the same model calls.
 
 What it does not record: a question resumed through another recorder (or process) than the one
 that saw it start (its earlier nodes are not known: it is skipped, with a logged warning; use
@@ -50,9 +59,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import re
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +87,26 @@ log = logging.getLogger("agora.recording")
 
 class QuestionRecordedError(InputError):
     """A caller's ``question_id`` that the recording's run has already answered (one line)."""
+
+
+class RecorderConflictError(RuntimeError):
+    """Two recorders of one trace database on one invocation (one line): each model call is one row,
+    keyed by its call id, so the second recorder's rows would replace the first's."""
+
+
+_LIVE: dict[str, "weakref.WeakSet[TraceRecorder]"] = {}
+"""Trace database → the recorders of this process writing to it (their invocations are checked
+against each other's: :class:`RecorderConflictError`)."""
+_LIVE_LOCK = threading.Lock()
+
+
+def _database_key(store: TraceStore) -> str:
+    """What names ``store``'s database within this process: an SQLite file's real path, a URL as
+    given, an in-memory database by its store."""
+    path = str(store.path)
+    if path == ":memory:" or path.startswith("<"):
+        return f"{path}#{id(store)}"
+    return path if "://" in path else os.path.realpath(path)
 
 
 @dataclass
@@ -154,8 +185,9 @@ class TraceRecorder(BaseCallbackHandler):
 
     Recording errors (the database, a run id that holds another protocol, a repeated
     ``question_id``: :class:`QuestionRecordedError`, a database file deleted or replaced since it
-    was opened: :class:`~agora.traces.errors.TraceStoreError`) are raised in the invocation that
-    ran the question (``raise_error``), not logged and lost.
+    was opened, or a store the app closed: :class:`~agora.traces.errors.TraceStoreError`, another
+    recorder of the same database on the invocation: :class:`RecorderConflictError`) are raised in
+    the invocation that ran the question (``raise_error``), not logged and lost.
 
     Run status: as ``agora run`` records it (:func:`agora.graphs.runner.run_problems`): ``failed``
     when any of a protocol's questions failed (their ids and last errors in the summary's
@@ -164,6 +196,7 @@ class TraceRecorder(BaseCallbackHandler):
     Raises:
         ValueError: a ``run_id`` that :func:`agora.traces.store.check_run_id` refuses (blank, control
             characters), before the database is opened or created; a ``TraceStore`` opened read-only.
+        TraceStoreError: a ``TraceStore`` that was closed (one line naming its file).
         RuntimeError: in an invocation started after the recorder's ``with`` block ended (its runs
             are marked ended; nothing is written).
 
@@ -207,9 +240,13 @@ class TraceRecorder(BaseCallbackHandler):
         self._locks: list[contextlib.ExitStack] = []
         """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
         self._late: set[UUID] = set()
+        """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
         self._dropped: dict[str, int] = {}
         """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
-        """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
+        self.store.check_open()
+        self._database = _database_key(self.store)
+        with _LIVE_LOCK:
+            _LIVE.setdefault(self._database, weakref.WeakSet()).add(self)
 
     @property
     def parent_run_id(self) -> None:
@@ -234,6 +271,9 @@ class TraceRecorder(BaseCallbackHandler):
         node = metadata.get("langgraph_node") == name and name != START
         thread_id = (metadata.get("configurable") or {}).get("thread_id", metadata.get("thread_id"))
         thread = (str(thread_id), str(metadata.get("checkpoint_ns") or "")) if thread_id is not None else None
+        self._refuse_shared(run_id, parent_run_id)
+        if parent_run_id not in self._runs and not self._closed:
+            self.store.check_open()  # (a store the app closed: one line naming it, before anything runs)
         with self._lock:
             run = self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs, thread=thread,
                                             graph=None if node else metadata.get(GRAPH_METADATA_KEY))
@@ -260,6 +300,39 @@ class TraceRecorder(BaseCallbackHandler):
                         self._dropped[dropped.protocol] = self._dropped.get(dropped.protocol, 0) + 1
         collector = unreturned_attempts(in_flight=True)
         run.unreturned = (collector, collector.__enter__())
+
+    def _refuse_shared(self, run_id: UUID, parent_run_id: UUID | None) -> None:
+        """Raise :class:`RecorderConflictError` when another recorder of the same database records the
+        run starting (both passed to one invocation, or one to an invocation inside the other's):
+        the two would write the same model calls, and the second one's rows would replace the
+        first's (a ``model_calls`` row is keyed by its call id alone), leaving the first run's
+        questions without their calls. Checked on the topmost run the two share (not on each node
+        under it); the run never starts, and the other recorder forgets it. Two recorders of one
+        ``run_id`` are left to the run's live-run lock (:class:`RunLockedError` when they record)."""
+        with _LIVE_LOCK:
+            others = [r for r in _LIVE.get(self._database, ()) if r is not self and r.run_id != self.run_id]
+        for other in others:
+            if run_id in other._runs and not (parent_run_id in self._runs and parent_run_id in other._runs):
+                other._drop_refused(run_id)
+                raise RecorderConflictError(
+                    f"TraceRecorder {self.run_id!r}: this invocation is recorded into {self.store.path} by "
+                    f"TraceRecorder {other.run_id!r} too; two recorders of one database would write the same model "
+                    "calls (the second's rows replacing the first's), so it was not run: pass one TraceRecorder "
+                    "per database to an invocation")
+
+    def _drop_refused(self, run_id: UUID) -> None:
+        """Forget a run that another recorder refused as it started (:meth:`_refuse_shared`: it never
+        runs, so no end is reported for it)."""
+        with self._lock:
+            run = self._runs.pop(run_id, None)
+            if run is None:
+                return
+            parent = self._runs.get(run.parent)
+            if parent is not None and run_id in parent.children:
+                parent.children.remove(run_id)
+        if run.unreturned is not None:
+            with contextlib.suppress(ValueError):
+                run.unreturned[0].__exit__(None, None, None)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._ended(run_id, outputs, None)
@@ -378,12 +451,31 @@ class TraceRecorder(BaseCallbackHandler):
                 todo.extend(reversed(run.children))
         unreturned = self._runs[root].unreturned
         cut_short = list(unreturned[1]) if unreturned is not None else []
+        stopped: list[tuple[_Run, str, str]] = []
+        """The questions stopped by an error so far in this invocation: (run, protocol, id)."""
         for rid, protocol, finished in found:
+            run = self._runs[rid]
+            again = None
+            for i in range(len(stopped) - 1, -1, -1):  # the latest try of this question, if it was asked before
+                if stopped[i][1] == protocol and self._asked_again(stopped[i][0], run):
+                    again = stopped.pop(i)[2]
+                    break
             if finished:
-                self._record_question(self._runs[rid], protocol)
+                self._record_question(run, protocol, again)
             else:
-                self._hold(rid, protocol, cut_short)
+                qid = self._hold(rid, protocol, cut_short, again)
                 cut_short = []  # (given to the first question stopped: one invocation, one error)
+                if qid is not None:
+                    stopped.append((run, protocol, qid))
+
+    @staticmethod
+    def _asked_again(stopped: _Run, run: _Run) -> bool:
+        """Whether ``run`` asks again the question ``stopped`` raised on, within one invocation: the
+        next try of a ``with_retry`` or ``with_fallbacks`` around the protocol graph or the app's
+        graph, or of the app's own retry loop: the same input, started after the stopped one ended
+        (not beside it, as a fan-out's)."""
+        return (run.inputs == stopped.inputs and stopped.error is not None
+                and not isinstance(stopped.error, GraphBubbleUp) and run.started >= stopped.started + stopped.wall_s)
 
     def _node_updates(self, graph_run: _Run) -> list[dict[str, Any]]:
         """The state updates of the nodes that finished under ``graph_run``, in the order they started."""
@@ -406,9 +498,12 @@ class TraceRecorder(BaseCallbackHandler):
             todo.extend(run.children)
         return records
 
-    def _hold(self, rid: UUID, protocol: str, cut_short: list[dict[str, Any]]) -> None:
+    def _hold(self, rid: UUID, protocol: str, cut_short: list[dict[str, Any]],
+              again: str | None = None) -> str | None:
         """A protocol question that ended without an answer: paused (kept for its resume), or stopped
-        by an error (its failed attempts written now, the question failed; kept for a resume too)."""
+        by an error (its failed attempts written now, the question failed; kept for a resume too).
+        ``again``: the id of the earlier try this one repeats (:meth:`_asked_again`), taken as its id.
+        Returns the id a stopped question was written under (``None`` when paused or refused)."""
         run = self._runs[rid]
         held = self._held.pop(run.thread, None) if run.thread is not None else None
         inputs = held.inputs if held is not None else run.inputs
@@ -416,14 +511,16 @@ class TraceRecorder(BaseCallbackHandler):
                      (held.wall_s if held else 0.0) + run.wall_s, held.question_id if held else None)
         error = run.error
         if isinstance(error, QuestionRecordedError):
-            return  # refused before it ran: nothing of it is written
+            return None  # refused before it ran: nothing of it is written
         if not held.updates and held.question_id is None and (error is None or isinstance(error, GraphBubbleUp)):
             self._refuse_repeat_id(protocol, inputs)  # paused before its first node: refused now, as there
         if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
             calls = _merged(held.updates).get("calls") or []
             # a stream closed early, or an asyncio task cancelled (``task.cancel()``, ``wait_for``'s timeout, a
             # web request whose client left): keep its answered calls too
-            abandoned = isinstance(error, (GeneratorExit, asyncio.CancelledError))
+            # Ctrl-C inside the invocation (``KeyboardInterrupt``) too: the calls its finished nodes made
+            # were answered, and the question stays unanswered
+            abandoned = isinstance(error, (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt))
             if not isinstance(error, asyncio.CancelledError):  # calls in flight count when the invocation was cancelled
                 cut_short = [c for c in cut_short if c.get("error") != "cancelled"]
             attempts, seen = [], set()
@@ -432,19 +529,22 @@ class TraceRecorder(BaseCallbackHandler):
                     seen.add(record.get("call_id"))
                     attempts.append(record)
             if held.question_id is None:
-                held.question_id = self._question_id(protocol, inputs, failing=True)
+                held.question_id = again or self._question_id(protocol, inputs, failing=True)
             if held.question_id is not None:
                 qid = held.question_id
                 run_id = self._start(protocol, attempts)
                 self.store.record_calls(run_id, protocol, qid, [{**c, "question_id": qid} for c in attempts])
-                if isinstance(error, Exception):  # (Ctrl-C: the run ends interrupted, the question unanswered)
+                if isinstance(error, Exception):
                     self._failed(protocol, qid, f"{type(error).__name__}: {error}")
+                elif isinstance(error, KeyboardInterrupt):
+                    self._failed(protocol, qid, "KeyboardInterrupt: the invocation was interrupted (Ctrl-C)")
                 elif isinstance(error, asyncio.CancelledError):
                     self._failed(protocol, qid, "the invocation was abandoned (its asyncio task was cancelled)")
                 elif abandoned:
                     self._failed(protocol, qid, "the invocation was abandoned (its stream closed before the end)")
         if run.thread is not None:
             self._held[run.thread] = held
+        return held.question_id if error is not None and not isinstance(error, GraphBubbleUp) else None
 
     def _failed(self, protocol: str, question_id: str, error: str) -> None:
         questions = self.failed_questions.setdefault(protocol, {})
@@ -482,7 +582,9 @@ class TraceRecorder(BaseCallbackHandler):
             qid = f"{base}-{n}"
         return qid
 
-    def _record_question(self, graph_run: _Run, protocol: str) -> None:
+    def _record_question(self, graph_run: _Run, protocol: str, again: str | None = None) -> None:
+        """Write a finished protocol question (with what was held of it before a pause or an error);
+        ``again``: the id of the earlier try this one repeats (:meth:`_asked_again`), its id too."""
         held = self._held.pop(graph_run.thread, None) if graph_run.thread is not None else None
         inputs = held.inputs if held is not None else graph_run.inputs
         inputs = inputs if isinstance(inputs, dict) else None
@@ -493,7 +595,8 @@ class TraceRecorder(BaseCallbackHandler):
         values = _merged((held.updates if held else []) + self._node_updates(graph_run))
         values.update(graph_run.outputs)
         wall_s = (held.wall_s if held else 0.0) + graph_run.wall_s
-        qid = held.question_id if held is not None and held.question_id else self._question_id(protocol, inputs)
+        qid = (held.question_id if held is not None and held.question_id
+               else again or self._question_id(protocol, inputs))
         calls = [{**c, "question_id": qid} for c in values.get("calls") or []]
         problem = as_problem({**inputs, "question_id": qid})  # the caller's input: its gold scores the methods
         values = scored_values(values, problem)

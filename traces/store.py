@@ -152,9 +152,22 @@ class TraceStore(TraceReader):
         self._opened = (os.path.abspath(self.path), file_identity(self.path))
         return db
 
+    def check_open(self) -> None:
+        """Raise :class:`TraceStoreError` (one line naming the database) when this store's SQLite
+        connection was closed (:meth:`close`): before, the next read or write failed with sqlite3's
+        bare ``Cannot operate on a closed database``, which names no file."""
+        conn = getattr(getattr(self, "db", None), "conn", None)
+        if isinstance(conn, sqlite3.Connection):
+            try:
+                conn.total_changes  # noqa: B018 - raises ProgrammingError on a closed connection
+            except sqlite3.ProgrammingError:
+                raise TraceStoreError(f"{self.path}: this trace store was closed (TraceStore.close()); open the "
+                                      "database again (TraceStore(path)) to write to it") from None
+
     def _check_file(self) -> None:
-        """Raise :class:`TraceStoreError` (one line) when the open database file was deleted or
-        replaced at its path since it was opened: rows written on would be lost."""
+        """Raise :class:`TraceStoreError` (one line) when the store was closed, or the open database
+        file was deleted or replaced at its path since it was opened: rows written on would be lost."""
+        self.check_open()
         if self._opened is not None and self._opened[1] is not None:
             check_same_file(self._opened[0], self._opened[1], shown=self.path)
 
