@@ -134,6 +134,7 @@ class _SafeFormatter(string.Formatter):
 #: .import_module`` is ``importlib``'s): their top-level names, C halves included. ``dataclasses``
 #: (``sympy.integrals.manualintegrate.dataclass``) writes a class's field names into the source of the
 #: methods it ``exec``s with the interpreter's built-ins: a field named ``"a,__import__('os')..."`` ran.
+#: ``traceback``, ``dis`` and the debuggers and profilers hand out frames and code objects.
 _UNREACHABLE = frozenset({
     "os", "posix", "nt", "posixpath", "ntpath", "genericpath", "sys", "subprocess", "_posixsubprocess", "socket",
     "_socket", "shutil", "pathlib", "io", "_io", "importlib", "_frozen_importlib", "_frozen_importlib_external",
@@ -142,7 +143,7 @@ _UNREACHABLE = frozenset({
     "dbm", "tempfile", "glob", "fnmatch", "urllib", "http", "requests", "asyncio", "code", "codeop", "inspect",
     "gc", "pty", "select", "selectors", "mmap", "sqlite3", "types", "zipfile", "tarfile", "webbrowser",
     "linecache", "tokenize", "timeit", "site", "sysconfig", "faulthandler", "tracemalloc", "atexit", "fcntl", "termios",
-    "platform", "dataclasses"})
+    "platform", "dataclasses", "traceback", "dis", "pdb", "bdb", "trace", "profile", "cProfile"})
 
 
 def _dangerous_builtins() -> frozenset[int]:
@@ -1399,12 +1400,12 @@ _IMPORT_MODULE_PARAMETERS = ("min_module_version", "min_python_version", "warn_n
                              "module_version_attr", "module_version_attr_call_args", "import_kwargs", "catch")
 
 
-def _import_module_options(args: tuple, kwargs: dict) -> str | None:
-    """What of ``import_module``'s options (``args`` after the module, ``kwargs``) a child may not
-    use, or ``None``: a ``module_version_attr`` other than ``'__version__'`` or any
+def _import_module_options(module: str, args: tuple, kwargs: dict) -> str | None:
+    """What of ``import_module(module, ...)``'s options (``args`` after the module, ``kwargs``) a child
+    may not use, or ``None``: a ``module_version_attr`` other than ``'__version__'`` or any
     ``module_version_attr_call_args`` (``getattr(module, attr)(*args)``: ``'__setattr__'`` wrote
     a module's attribute), ``import_kwargs`` other than a ``fromlist`` of plain public names
-    (``level``, ``globals``: a relative import)."""
+    (``level``, ``globals``: a relative import) that are not closed submodules."""
     options = dict(zip(_IMPORT_MODULE_PARAMETERS, args))
     options.update(kwargs)
     attr = options.get("module_version_attr", "__version__")
@@ -1418,6 +1419,8 @@ def _import_module_options(args: tuple, kwargs: dict) -> str | None:
     names = extra.get("fromlist", ())
     if not isinstance(names, (list, tuple)) or not all(_plain(n) and not n.startswith("_") for n in names):
         return f"fromlist={names!r}"
+    if closed := [n for n in names if _closed_module(f"{module}.{n}")]:  # ``['testing']`` of sympy loads it
+        return f"fromlist={closed!r}"
     return None
 
 
@@ -1444,7 +1447,7 @@ def _route_importers() -> None:
         if (not _plain(module) or module.split(".")[0] not in _ALLOWED[0] or _closed_module(module)
                 or _library_refused(module)):
             return None
-        if _PROGRAM_GLOBALS[0] is not None and (why := _import_module_options(args, kwargs)):
+        if _PROGRAM_GLOBALS[0] is not None and (why := _import_module_options(module, args, kwargs)):
             raise ValueError(f"import_module with {why} is not available in the sandbox")
         found = original_import(module, *args, **kwargs)
         return None if found is not None and _refused(found, _ALLOWED[0]) else found
