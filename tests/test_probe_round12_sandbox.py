@@ -53,8 +53,7 @@ HOSTILE = [
     ("import_module's relative import", "from sympy.external import import_module\n"
      "print(import_module('math', import_kwargs={'level': 1, 'globals': {'__package__': 'os'}}))",
      "ValueError: import_module with import_kwargs="),
-    ("import_module's fromlist of sympy's test suite", "from sympy.external import import_module
-"
+    ("import_module's fromlist of sympy's test suite", "from sympy.external import import_module\n"
      "print(import_module('sympy', import_kwargs={'fromlist': ['testing']}))",
      "ValueError: import_module with fromlist=['testing'] is not available in the sandbox"),
     ("public of a class named by a str subclass", f"{LIAR}from sympy.utilities.decorator import public\n"
