@@ -35,6 +35,11 @@ compile its string with the interpreter's own ``compile``. :func:`_write_guard` 
 deleting attributes of modules, of classes and functions the program did not define, and of the
 sandbox's own routing objects; items (``m[0, 0] = 1``) and the program's own objects stay writable.
 
+A name the sandbox checks (an attribute's, a dict key that would become a variable, a module's)
+must be a plain ``str`` (:func:`_plain`): a subclass, easy to make with a reachable metaclass
+(``numbers.ABCMeta('S', (str,), {...})``), answers ``startswith``, ``split``, ``==`` and ``'__' +
+name`` with the program's code, so it can pass a check and name something else where it is used.
+
 ``sympify``/``parse_expr`` of a string stay: sympy turns the string into Python code and
 ``eval``s it, and here that code is compiled by RestrictedPython with the program's built-ins and
 hooks (:class:`_RestrictedSympyEval`): the string can do no more than the program itself could, and
