@@ -750,7 +750,8 @@ def _checked_lambdify(original):
                     a for it in item for a in sympy.preorder_traversal(sympy.sympify(it))]:
                 name = getattr(obj, "name", None) if isinstance(obj, sympy.Symbol) else (
                     type(obj).__name__ if isinstance(obj, AppliedUndef) else None)
-                if name is not None and (not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_")):
+                if name is not None and (not _plain(name) or not name.isidentifier() or keyword.iskeyword(name)
+                                         or name.startswith("_")):
                     raise ValueError(f"lambdify of the name {name!r} is not allowed in the sandbox")
         return original(args, expr, *rest, **kwargs)
 
