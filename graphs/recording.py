@@ -79,7 +79,8 @@ from agora.graphs.question import as_problem, check_question_id
 from agora.graphs.runner import default_detail, question_failed, scored_values
 from agora.graphs.scoring import GRAPH_METADATA_KEY
 from agora.models.pool import unreturned_attempts
-from agora.traces.errors import RunLockedError
+from agora.traces.errors import ResumeRefusedError, RunLockedError
+from agora.traces.resume import refusal
 from agora.traces.store import TraceStore, check_run_id
 
 log = logging.getLogger("agora.recording")
@@ -239,6 +240,8 @@ class TraceRecorder(BaseCallbackHandler):
         """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
         self._locks: list[contextlib.ExitStack] = []
         """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
+        self._resumable: set[str] = set()
+        """Protocols whose run in the database was found to take this recorder's questions."""
         self._late: set[UUID] = set()
         """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
         self._dropped: dict[str, int] = {}
@@ -287,6 +290,7 @@ class TraceRecorder(BaseCallbackHandler):
                 if node and not any(self._runs[c].node for c in parent.children if c in self._runs):
                     # a graph's first node (each of a fan-out's): a repeated question_id stops here
                     try:
+                        self._refuse_unresumable(parent, name)
                         self._refuse_repeat(parent, name)
                     except BaseException:
                         del self._runs[run_id]  # (it never runs: not left behind as an unfinished run)
@@ -392,6 +396,35 @@ class TraceRecorder(BaseCallbackHandler):
         protocols = [p for p, names in _protocol_nodes().items() if first_node in names]
         if len(protocols) == 1:
             self._refuse_repeat_id(protocols[0], inputs)
+
+    def _refuse_unresumable(self, graph_run: _Run, first_node: str) -> None:
+        """Before a protocol graph's first node runs, the first time this recorder meets the
+        protocol: raise :class:`~agora.traces.errors.ResumeRefusedError` (no model asked) when the
+        protocol's run in the database was recorded with another protocol, other settings
+        (``config``) or, when given, another ``pool`` (before, the models answered first and the
+        refusal came when the question was to be written, with the command line's advice)."""
+        inputs = graph_run.inputs
+        if graph_run.node or not isinstance(inputs, dict) or not inputs.get("question"):
+            return
+        protocols = [p for p, names in _protocol_nodes().items() if first_node in names]
+        if len(protocols) != 1 or protocols[0] in self.run_ids or protocols[0] in self._resumable:
+            return
+        message = self._refusal(protocols[0], self.pool, " (no model was asked; nothing was written)")
+        if message:
+            raise ResumeRefusedError(message)
+        self._resumable.add(protocols[0])
+
+    def _refusal(self, protocol: str, pool: Any, suffix: str) -> str | None:
+        """Why ``protocol``'s run in the database cannot take this recorder's questions
+        (:func:`agora.traces.resume.refusal`, with a recorder's advice), or ``None``. ``pool=None``:
+        the pool is not compared (the default pool is known from the first question's calls)."""
+        run_id = f"{self.run_id}-{protocol}"
+        existing = self.store.get_run(run_id)
+        if existing is None:
+            return None
+        return refusal(self.store, run_id, existing, protocol, self.config, pool, pool_may_change=pool is None,
+                       suffix=suffix, advice="give this TraceRecorder another run_id, or the config and pool "
+                                             "that run was recorded with")
 
     def _refuse_repeat_id(self, protocol: str, inputs: Any) -> None:
         """Raise :class:`QuestionRecordedError` when ``inputs``' ``question_id`` is answered in
@@ -647,6 +680,10 @@ class TraceRecorder(BaseCallbackHandler):
                 pool = self.pool if self.pool is not None else [{"name": m} for m in sorted({c["model"] for c in calls})]
                 self.store.start_run(run_id, protocol, config=self.config, pool=pool,
                                      dataset={"source": "embedded", "recorded_by": "TraceRecorder"})
+            except ResumeRefusedError as exc:
+                lock.close()
+                raise ResumeRefusedError(self._refusal(protocol, pool, " (nothing of this invocation was written)")
+                                         or str(exc)) from None
             except BaseException:
                 lock.close()
                 raise

@@ -283,3 +283,32 @@ def test_each_input_of_a_batch_stream_or_gather_is_its_own_question(tmp_path):
     assert sorted(q for (q,) in rows(db, "select question_id from questions")) == sorted(
         ["q-f465154e"] + [f"q-f465154e-{i}" for i in range(2, 10)] + ["q-2622f7aa", "q-2622f7aa-2"])
     assert rows(db, "select status, summary from runs") == [("finished", json.dumps({"questions": 11, "failed": 0}))]
+
+
+@pytest.mark.parametrize("change", ["config", "pool"])
+def test_a_recorder_whose_run_holds_other_settings_is_refused_before_any_model_is_asked(tmp_path, change):
+    """An app restarted with another ``config`` (or ``pool``) for its recorder: before, every invocation
+    asked its models and then raised the command line's refusal (``... or pick a new --run-id``) as the
+    question was to be written, losing the answers."""
+    from agora.traces.errors import ResumeRefusedError
+
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        pool = user_pool(server.base_url)
+        other_pool = ModelPool.from_chat_models({name: chat(server.base_url, name) for name in "cd"}, max_retries=0)
+        with TraceRecorder(db, run_id="app", config={"version": 1}, pool=pool) as recorder:
+            graph.invoke(QUESTION, {"callbacks": [recorder]}, context=DelegationContext(pool, CONFIG))
+        assert len(server.requests) == 2
+        given = {"config": {"version": 2}, "pool": pool} if change == "config" else {
+            "config": {"version": 1}, "pool": other_pool}
+        with pytest.raises(ResumeRefusedError) as refused:
+            with TraceRecorder(db, run_id="app", **given) as recorder:
+                graph.invoke(QUESTION, {"callbacks": [recorder]}, context=DelegationContext(given["pool"], CONFIG))
+        assert len(server.requests) == 2  # no model asked
+    first = str(refused.value).splitlines()[0]
+    said = "settings (version: 2 here, 1 in the run)" if change == "config" else "pool"
+    assert first.endswith(f"was started with other {said}; give this TraceRecorder another run_id, or the config and "
+                          "pool that run was recorded with (no model was asked; nothing was written)"), first
+    assert rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]
+    assert rows(db, "select run_id, status from runs") == [("app-align", "finished")]

@@ -277,20 +277,24 @@ def recorded_settings(config: Any) -> Any:
 
 
 def refusal(store: Any, run_id: str, existing: dict[str, Any], protocol: str, config: Any, pool: Any,
-            before: Any = None, now_ds: Any = None, *, pool_may_change: bool = False, suffix: str = "") -> str | None:
+            before: Any = None, now_ds: Any = None, *, pool_may_change: bool = False, suffix: str = "",
+            advice: str | None = None) -> str | None:
     """Why resuming run ``run_id`` (its ``runs`` row ``existing``) with this protocol, settings, pool
     and dataset would mix two experiments in one run, or ``None``: another protocol; another dataset
     (``before``, the run's, against ``now_ds``; ``now_ds=None``: not compared; :func:`data_changes`),
     other settings or another pool (unless ``pool_may_change``; :data:`TRANSPORT_FIELDS` may change).
     The one message of :meth:`agora.traces.store.TraceStore.start_run` and :func:`resume_refusal`:
     its first line names what changed and how, ``suffix`` ends that line, and a second line names
-    the pool's differences.
+    the pool's differences. ``advice``: what to do instead of the command line's (``rerun with the
+    same options to resume it, or pick a new --run-id``), for callers without options (an app's
+    :class:`~agora.graphs.recording.TraceRecorder`).
 
     Raises:
         ResumeRefusedError: questions edited in place (:func:`data_changes`).
     """
     if existing["protocol"] != protocol:
-        return f"run id {run_id!r} already holds a {existing['protocol']} run in {store.path}; pick a new --run-id{suffix}"
+        return (f"run id {run_id!r} already holds a {existing['protocol']} run in {store.path}; "
+                f"{advice or 'pick a new --run-id'}{suffix}")
     changed, details = store.data_changes(run_id, before, now_ds) if now_ds is not None else ([], [])
     given = _json(recorded_settings(config))
     # (a run recorded before passwords were left out of its settings compares as it is recorded now)
@@ -306,25 +310,27 @@ def refusal(store: Any, run_id: str, existing: dict[str, Any], protocol: str, co
     if not changed:
         return None
     said = f" ({'; '.join(details[:4])})" if details else ""
-    return (f"run id {run_id!r} in {store.path} was started with other {', '.join(changed)}{said}; rerun with the same "
-            f"options to resume it, or pick a new --run-id{suffix}{pool_note}")
+    advice = advice or "rerun with the same options to resume it, or pick a new --run-id"
+    return f"run id {run_id!r} in {store.path} was started with other {', '.join(changed)}{said}; {advice}{suffix}{pool_note}"
 
 
 def resume_refusal(store: Any, run_id: str, protocol: str, config: Any, pool: Any,
-                   dataset: Any = None) -> str | None:
+                   dataset: Any = None, *, advice: str | None = None) -> str | None:
     """Why :meth:`agora.traces.store.TraceStore.start_run` would refuse to resume ``run_id`` with
     this protocol, settings, pool and ``dataset`` (as :func:`agora.graphs.runner.run_dataset` makes
     it; ``None``: not checked): its message (:func:`refusal`), saying that nothing was run or
     recorded, or ``None`` (a new run, or the same). A bench asks it for every run before its spec is
     recorded, so a refused rerun changes nothing in the DB. Task files at another path holding the
     same questions (a bench moved to another machine) resume (:func:`data_changes`); the runs keep
-    the paths they started on, the bench's spec names the files of this call."""
+    the paths they started on, the bench's spec names the files of this call. ``advice``: as
+    :func:`refusal`'s."""
     existing = store.get_run(run_id)
     if existing is None:
         return None
     suffix = " (nothing was run or recorded)"
     try:
         return refusal(store, run_id, existing, protocol, config, pool, store._run_json(existing, "dataset") or {},
-                       None if dataset is None else json.loads(_json(dataset)) or {}, suffix=suffix)
+                       None if dataset is None else json.loads(_json(dataset)) or {}, suffix=suffix,
+                       advice=advice)
     except ResumeRefusedError as exc:
         return f"{exc}{suffix}"
