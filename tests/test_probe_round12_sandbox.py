@@ -16,7 +16,9 @@ a model writes with these tools keep their outputs.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -31,6 +33,8 @@ PAYLOAD = 'int("pid%d" % __import__("os").getpid())'
 EV = f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\n"
 #: a ``str`` subclass whose ``startswith`` says no to everything
 LIAR = "from numbers import ABCMeta\nS = ABCMeta('S', (str,), {'startswith': lambda self, *a: False})\n"
+#: a file a hostile program tries to make outside its folder
+CANARY = Path(tempfile.gettempdir()) / f"agora-round12-canary-{os.getpid()}"
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +110,15 @@ HOSTILE = [
      f"C = ABCMeta('C', (), {{'__annotations__': {{{'a,' + PAYLOAD!r}: int}}, 'a': 1}})\n"
      "D = dataclass(init=False, repr=False)(C)\nprint(D() == D())",
      "ImportError: sympy.integrals.manualintegrate.dataclass belongs to the module 'dataclasses', which is not allowed"),
+    ("doctest_depends_on's closure of sympy's test suite", "from numbers import ABCMeta\n"
+     "from sympy.utilities.decorator import doctest_depends_on\ngot = {}\n"
+     "W = ABCMeta('W', (), {'__setattr__': lambda self, name, value: got.update({name: value})})\n"
+     f"doctest_depends_on(disable_viewers=[{str(CANARY)!r}])(W())\nprint(got['__doctest_skip__']())",
+     "ModuleNotFoundError: No module named 'sympy.testing.runtests'"),
+    ("a library function's __dict__ through update_wrapper", "import functools\nfrom numbers import ABCMeta\n"
+     "import sympy\nd = {}\nW = ABCMeta('W', (), {'__dict__': property(lambda self: d)})\n"
+     "functools.update_wrapper(W(), sympy.symarray, assigned=(), updated=('__dict__',))\nprint(d['__doctest_skip__']())",
+     "KeyError: '__doctest_skip__'"),
     ("mpmath's hypsum of a flag that is code", "from numbers import ABCMeta\n"
      "from sympy.polys.numberfields.utilities import mp\n"
      "S = ABCMeta('S', (str,), {'__eq__': lambda self, other: other == 'R', '__hash__': lambda self: 1})\n"
@@ -116,12 +129,14 @@ HOSTILE = [
 
 
 def test_every_route_with_a_made_name_or_generated_code_is_a_failed_sample(sandbox):
+    CANARY.unlink(missing_ok=True)
     failures = []
     for case, program, error in HOSTILE:
         run = sandbox.run(program, LIMITS)
         if run.ok or not (run.failure or "").startswith(error) or "base 10: 'pid" in (run.failure or ""):
             failures.append((case, run.status, run.output, run.failure))
     assert failures == []
+    assert not CANARY.exists()
     assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"  # the worker survived them all
 
 
@@ -130,6 +145,9 @@ LEGITIMATE = [
     ("import_module", "from sympy.external import import_module\nm = import_module('math')\n"
      "s = import_module('sympy', min_module_version='1.0')\nprint(m.sqrt(16), s.Integer(3) + 1, import_module('os'))",
      "4.0 4 None\n"),
+    ("wraps of a library function", "import functools\nimport sympy\n@functools.wraps(sympy.symarray)\n"
+     "def f(*a):\n    return 1\n@functools.lru_cache(maxsize=None)\ndef g(n):\n    return n * 2\n"
+     "print(f(), g(21), sympy.cacheit(sympy.factorint)(12))", "1 42 {2: 2, 3: 1}\n"),
     ("public of the program's own function", "from sympy.utilities.decorator import public\n@public\ndef f(x):\n"
      "    return x + 1\nprint(f(1))", "2\n"),
     ("hasattr", "from numbers import ABCMeta\nS = ABCMeta('S', (str,), {'startswith': lambda self, *a: False})\n"

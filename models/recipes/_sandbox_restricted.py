@@ -609,6 +609,9 @@ def _route_sympy(restricted: dict) -> None:
     for name in _WITHHELD:  # libraries that sympy's and mpmath's functions import themselves (see there)
         if name not in _ALLOWED[0]:
             sys.modules[name] = None
+    for package in _WITHHELD_PACKAGES:
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")] or [package]:
+            sys.modules[name] = None
 
 
 #: Libraries a child may not load (or use, if the worker holds them) unless the program may import
@@ -617,6 +620,13 @@ def _route_sympy(restricted: dict) -> None:
 #: where the program says; sympy's ``matrix2numpy``/``list2numpy`` (and its samplers) import numpy
 #: and hand back arrays (``tofile``, ``ctypes``), and numpy may never be allowed.
 _WITHHELD = ("pylab", "matplotlib", "mpl_toolkits", "numpy", "scipy")
+
+
+#: Packages of allowed libraries that library code may not load in a child either: sympy's test suite.
+#: sympy keeps closures that import it (``doctest_depends_on``'s ``skiptests``, in the ``__dict__`` of
+#: the functions it decorates, and made anew by ``doctest_depends_on(disable_viewers=[path])``), and
+#: its ``_check_dependencies(disable_viewers=...)`` writes an executable file at any path.
+_WITHHELD_PACKAGES = ("sympy.testing",)
 
 
 def _withheld(name: str):
@@ -838,6 +848,14 @@ def _route_functools() -> None:
         odd = [n for n in (*assigned, *updated) if not _plain(n) or (n.startswith("_") and n not in standard)]
         if odd:
             raise TypeError(f"update_wrapper of the attributes {odd!r} is not allowed in the sandbox")
+        if (_PROGRAM_GLOBALS[0] is not None and "__dict__" in updated
+                and isinstance(_write_guard(wrapped), _ItemsOnly)):
+            # a library's function attributes starting with ``_`` are its own (``__doctest_skip__``, a
+            # closure that imports sympy's test suite): a wrapper of the program's whose ``__dict__``
+            # is a property handed them over; the public ones are copied
+            result = original(wrapper, wrapped, assigned, tuple(n for n in updated if n != "__dict__"))
+            getattr(wrapper, "__dict__").update(_plain_keys(getattr(wrapped, "__dict__", {})))
+            return result
         return original(wrapper, wrapped, assigned, updated)
 
     update_wrapper.__sandboxed__ = True
