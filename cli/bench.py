@@ -174,7 +174,7 @@ def bench(
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML) or a built-in pool name (default, "
                                         "tiny; see `agora pool list`). Default: the embedded Qwen pool."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Test questions per task: the first N of each file."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seeds of every protocol, and the bootstrap's."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Sampling seeds of every protocol, and the bootstrap's."),
     db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file, or a postgresql:// URL (several workers may share a run there)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Bench id; rerun the same id to resume (runs "
                                          "<id>:<task>:<protocol>)."),

@@ -212,7 +212,7 @@ def report_diversity(
     runs: Optional[list[str]] = typer.Option(None, "--run-id", "--run", help="Only this run id (repeatable; a converse base id selects its pairs)."),
     min_turns: int = typer.Option(5, "--min-turns", min=1, help="Turns a speaker × partner cell needs to count for Δ_m."),
     panel_size: int = typer.Option(3, "--panel-size", min=2, help="Members of the suggested panel."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap seed."),
 ) -> None:
     """Hedging, repair and challenge cue rates per speaker and partner with bootstrap CIs, the
     partner-conditioned shift Δ_m, behavioural distances, and the panel maximising them beside a

@@ -59,7 +59,7 @@ def duel(
                                      "(both shown), both_orders (pair in both orders: measures position bias)."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, max=MAX_TEMPERATURE, help="Followers' sampling temperature."),
     eta: Optional[float] = typer.Option(None, "--eta", help="Leader step η > 0 (default 1/K, the paper's)."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file (TOML), at least 3 models. Default: the "
                                         "embedded models plus a persona variant of each."),
     db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),

@@ -63,7 +63,7 @@ def evolve_cmd(
     num_generations: int = typer.Option(4, "--num-generations", min=2, help="GRPO completions per prompt."),
     max_completion_length: int = typer.Option(256, "--max-completion-length", min=1, help="GRPO completion cap."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file, at least 3 models (default: the "
                                         "embedded duel pool)."),
     db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),

@@ -47,7 +47,7 @@ def replay_cmd(
                                              "weighted_vote (a dev run, not the replayed one)."),
     questions: bool = typer.Option(False, "--questions", help="Also list each question: answer, correct, why."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object (rule, params, paired table, rows)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Bootstrap seed."),
 ) -> None:
     """Apply --rule to every recorded question of --run-id, score it against the stored gold with the
     task's scorer, and print the paired table against each recorded method: accuracies, difference

@@ -68,7 +68,7 @@ def select(
                                    help="Max generated tokens per answer."),
     beta: float = typer.Option(1.0, "--beta", min=0.0, help="UCB confidence width β."),
     delta: float = typer.Option(0.05, "--delta", min=1e-6, max=0.5, help="Stop when P(best) ≥ 1 − δ."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0),
     sim_seeds: int = typer.Option(20, "--sim-seeds", min=1, help="Simulated runs per policy in the regret plot."),
     db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),
     out: Path = typer.Option(Path("agora-select"), "--out", help="Folder for the report (JSON) and regret plot (PNG)."),

@@ -58,7 +58,7 @@ def train_dpo_cmd(
     batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
     max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
     threads: Optional[int] = THREADS_OPTION,
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1),
     save_steps: int = SAVE_STEPS_OPTION,
     serve_with: ServeWith = SERVE_WITH_OPTION,
     run_id: Optional[str] = typer.Option(None, "--run-id"),

@@ -57,7 +57,7 @@ def train_grpo_cmd(
     shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in --data prompts."),
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = THREADS_OPTION,
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1),
     aggregate: int = typer.Option(0, "--aggregate", min=0, help="Train an aggregator (AggLM): prompts show K "
                                   "recorded samples of a --db question (any model) to combine into one answer; "
                                   "reward: the scorer on its answer (0: off)."),

@@ -1,0 +1,86 @@
+"""Probes of the CLI, round 12: a negative ``--seed`` where the seed feeds a bootstrap or a random
+generator that takes none (numpy's): before, each command ended in ``internal error: ValueError
+expected non-negative integer`` and a traceback (``agora duel`` and ``agora select`` after their
+models had been asked), and ``agora bench`` after every run had finished. Now the option refuses it
+as it parses, exit 2, nothing asked. The models are a loopback stub (tests/openai_stub.py) or
+scripted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import agora.cli.bench as bench_cli
+from cli_runs import agora
+from openai_stub import StubServer
+from test_bench import bench_args, scripted_pool, write_tasks
+
+
+def _pool(tmp_path, url):
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nbase_url = "{url}"\nmodel = "{m}"\n'
+                            "max_retries = 0\n" for m in ("m1", "m2", "m3")))
+    return pool
+
+
+def _prompts(tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": f"#### {2 * i}"}) + "\n"
+                               for i in range(1, 4)))
+    return prompts
+
+
+def _refused_seed(code: int, output: str) -> None:
+    assert code == 2, output
+    assert "internal error" not in output and "Traceback" not in output
+    said = " ".join(output.replace("│", " ").split())  # (the usage error's box, unwrapped)
+    assert "Invalid value for '--seed': Input should be greater than or equal to 0" in said, output
+
+
+@pytest.mark.parametrize("command", ["duel", "select", "evolve"])
+def test_a_negative_seed_of_a_command_drawing_with_numpy_is_refused_before_any_model_is_asked(tmp_path, command):
+    with StubServer() as server:
+        pool, prompts = _pool(tmp_path, server.base_url), _prompts(tmp_path)
+        args = {"duel": ("duel", "--pool", pool, "--instructions", prompts, "-D", "2", "-T", "1"),
+                "select": ("select", "--pool", pool, "--prompts", prompts, "--simulate", "latency_s=-1",
+                           "--budget-rounds", "2", "--sim-seeds", "1", "--out", tmp_path / "sel"),
+                "evolve": ("evolve", "--pool", pool, "--instructions", prompts, "-D", "2", "-T", "1",
+                           "--out", tmp_path / "evo")}[command]
+        code, output = agora(*args, "--seed", "-1", "--db", tmp_path / "t.db")
+        assert server.requests == []
+    _refused_seed(code, output)
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_a_negative_bootstrap_seed_of_replay_and_report_diversity_is_refused(tmp_path):
+    with StubServer() as server:
+        pool = _pool(tmp_path, server.base_url)
+        db = tmp_path / "t.db"
+        code, output = agora("converse", "--pool", pool, "--limit", "1", "--turns", "2", "--models", "m1,m2",
+                             "--db", db, "--run-id", "cv")
+        assert code == 0, output
+        code, output = agora("run", "align", "--pool", pool, "--format", "synthetic", "--limit", "2", "--db", db,
+                             "--run-id", "a1")
+        assert code == 0, output
+    _refused_seed(*agora("replay", "--db", db, "--run-id", "a1", "--rule", "plurality", "--seed", "-1"))
+    _refused_seed(*agora("report", "diversity", "--db", db, "--out", tmp_path / "div", "--min-turns", "1",
+                         "--panel-size", "2", "--seed", "-1"))
+    # the seeds these commands did take still work: 0 and one beyond 64 bits
+    for seed in ("0", str(2 ** 64)):
+        code, output = agora("replay", "--db", db, "--run-id", "a1", "--rule", "plurality", "--seed", seed)
+        assert code == 0, output
+        code, output = agora("report", "diversity", "--db", db, "--out", tmp_path / f"div{seed}", "--min-turns", "1",
+                             "--panel-size", "2", "--seed", seed)
+        assert code == 0, output
+
+
+def test_a_negative_bench_seed_is_refused_before_any_run(tmp_path, monkeypatch):
+    """Before: every protocol ran on every task and the bench's report (its paired bootstrap) then
+    failed with an internal error."""
+    calls = []
+    math_file, mc_file = write_tasks(tmp_path)
+    monkeypatch.setattr(bench_cli, "get_pool", lambda path: calls.append(path) or scripted_pool())
+    code, output = agora(*bench_args(math_file, mc_file, tmp_path / "t.db", tmp_path / "b", "--seed", "-1"))
+    _refused_seed(code, output)
+    assert calls == [] and not (tmp_path / "t.db").exists()
