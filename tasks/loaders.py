@@ -9,8 +9,9 @@ Formats (``fmt`` argument of :func:`load_problems`):
   allowed, digits of any script read as ASCII: ``#### ٧`` is 7; ``#### seven`` is refused, as no
   answer could ever match it).
 * ``gsm-hard``: ``input``, ``target`` (a finite number; an integer target compares exactly, others with a relative tolerance: docs/scoring.md).
-* ``math``: ``problem`` with ``answer``, or ``solution`` whose last ``\\boxed{...}`` (brace-matched)
-  is the answer.
+* ``math``: ``problem`` with ``answer`` (text, or a number: ``4``, ``4.0`` and ``"4"`` are the same
+  gold; ``true``, a list or an object is refused, not passed over for the solution), or ``solution``
+  whose last ``\\boxed{...}`` (brace-matched) is the answer.
 * ``mc``: ``question`` with one of: ``options`` (dict ``{"A": text, ...}``) and ``answer_idx``
   (letter, MedQA); ``choices`` (list) and ``answer`` (index, MMLU); ``choices`` (dict with
   ``text`` and ``label`` lists) and ``answerKey`` (ARC; also ARC's raw ``question`` object
@@ -165,6 +166,10 @@ def last_boxed(text: str) -> str | None:
 def _math(rec: dict, path: Path, line: int) -> Problem:
     problem = _require(rec, "problem", path, line)
     gold = rec.get("answer")
+    if gold is not None and not isinstance(gold, str):  # a number is its text; anything else is refused
+        if isinstance(gold, bool) or not isinstance(gold, (int, float)) or isinstance(gold, float) and not math.isfinite(gold):
+            raise TaskFormatError(path, line, "answer", f"must be text or a number, not {type(gold).__name__} {gold!r:.60}")
+        gold = str(gold) if isinstance(gold, int) or gold != int(gold) else str(int(gold))
     if not (isinstance(gold, str) and gold.strip()):
         solution = _require(rec, "solution", path, line)
         gold = last_boxed(solution)

@@ -84,3 +84,36 @@ def test_a_negative_bench_seed_is_refused_before_any_run(tmp_path, monkeypatch):
     code, output = agora(*bench_args(math_file, mc_file, tmp_path / "t.db", tmp_path / "b", "--seed", "-1"))
     _refused_seed(code, output)
     assert calls == [] and not (tmp_path / "t.db").exists()
+
+
+def test_a_math_answer_given_as_a_number_is_the_gold_not_passed_over_for_the_solution(tmp_path):
+    """Before: a MATH line whose ``answer`` is a JSON number was scored against its solution's
+    ``\\boxed{}`` (here 5, not 4), and without a solution refused as "field 'solution': missing"."""
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps(rec) + "\n" for rec in [
+        {"problem": "What is 2 + 2?", "answer": 4, "solution": "Surely \\boxed{5}"},
+        {"problem": "What is 3 + 3?", "answer": 6.0},
+        {"problem": "What is 1 / 2?", "answer": 0.5}]))
+    with StubServer() as server:
+        code, output = agora("run", "align", "--pool", _pool(tmp_path, server.base_url), "--format", "math",
+                             "--data", data, "--db", tmp_path / "t.db", "--run-id", "m")
+        assert code == 0, output
+    import sqlite3
+
+    conn = sqlite3.connect(tmp_path / "t.db")
+    try:
+        golds = conn.execute("select question, gold, correct from questions order by idx").fetchall()
+    finally:
+        conn.close()
+    assert golds == [("What is 2 + 2?", "4", 1), ("What is 3 + 3?", "6", 0), ("What is 1 / 2?", "0.5", 0)]
+
+
+@pytest.mark.parametrize("answer, shown", [("true", "bool True"), ('["4"]', "list ['4']"), ('{"v": 4}', "dict {'v': 4}")])
+def test_a_math_answer_that_is_not_text_or_a_number_is_refused_naming_it(tmp_path, answer, shown):
+    data = tmp_path / "math.jsonl"
+    data.write_text('{"problem": "What is 2 + 2?", "answer": ' + answer + ', "solution": "\\\\boxed{4}"}\n')
+    code, output = agora("run", "align", "--pool", _pool(tmp_path, "http://127.0.0.1:9/v1"), "--format", "math",
+                         "--data", data, "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert f"math.jsonl:1: field 'answer': must be text or a number, not {shown}" in output
+    assert not (tmp_path / "t.db").exists()
