@@ -162,6 +162,8 @@ _MODELS_HEADER = re.compile(r"^\s*\[\[\s*models\s*\]\]\s*(#.*)?$")
 _SUBTABLE_HEADER = re.compile(r"^\s*\[\s*models\s*\.\s*([A-Za-z0-9_-]+)\s*\]\s*(#.*)?$")
 #: A key at the start of a line (bare, or quoted), followed by ``=`` or a dotted key's ``.``.
 _KEY_AT_START = re.compile(r"""^\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))\s*[=.]""")
+#: A table header's first key (``[defaults]``, ``[[extra]]``, ``[a.b]``).
+_TABLE_NAME = re.compile(r"""^\s*\[{1,2}\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_-]+))""")
 
 
 def _entry_key_lines(text: str, index: int) -> dict[str, int]:
@@ -186,6 +188,22 @@ def _entry_key_lines(text: str, index: int) -> dict[str, int]:
         if key:
             found.setdefault(next(g for g in key.groups() if g is not None), n + 1)
     return found
+
+
+def _top_level_line(text: str, key: str) -> int | None:
+    """The line (1-based) of the pool file ``text`` where top-level ``key`` is set or its table
+    starts, read off the text; ``None`` when not found there (a key set after a table header is the
+    table's, not a top-level one: only lines before the first header are read for ``key = ...``)."""
+    in_table = False
+    for n, row in enumerate(text.splitlines(), 1):
+        header = _TABLE_NAME.match(row)
+        if header:
+            in_table = True
+            if next(g for g in header.groups() if g is not None) == key:
+                return n
+        elif not in_table and (m := _KEY_AT_START.match(row)) and next(g for g in m.groups() if g is not None) == key:
+            return n
+    return None
 
 
 def _read_pool_file(path: Path) -> tuple[dict[str, Any], str]:
@@ -238,6 +256,12 @@ def load_pool(path: str | Path) -> ModelPool:
     entries = data.get("models")
     if not isinstance(entries, list) or not entries:
         raise PoolConfigError(f"{path}: needs at least one [[models]] table")
+    if others := [key for key in data if key != "models"]:  # ([defaults] or a stray key: nothing reads them)
+        line = _top_level_line(text, others[0])
+        log.warning("%s%s: top-level %s %s %s ignored: a pool file is read for its [[models]] tables only (a setting "
+                    "of every member goes in each [[models]] table)", path, f":{line}" if line else "",
+                    "keys" if len(others) > 1 else "key", ", ".join(repr(k) for k in others),
+                    "are" if len(others) > 1 else "is")
     specs = [_spec_from_dict(e, f"{path}: models[{i}]", path.parent, (path, text, i)) for i, e in enumerate(entries)]
     seen: dict[str, int] = {}
     for i, spec in enumerate(specs):  # before any model loads; "ａ" (full width) and "a" are one name to a reader

@@ -250,7 +250,7 @@ def validate_entry(entry: Any, where: str, base_dir: Path | None = None) -> Back
         raise PoolConfigError(f"{where}: field 'name': must be text, got {name!r:.80}")
     if not isinstance(name, str) or not name.strip():
         raise PoolConfigError(f"{where}: field 'name': missing or empty")
-    where = f"{where} ({name})"
+    where = f"{where} ({name if name.isprintable() else repr(name)})"  # (a newline would split the one line)
     backend_name = entry.get("backend", "llamacpp")
     if not isinstance(backend_name, str):
         raise PoolConfigError(f"{where}: field 'backend': expected a string, got {backend_name!r}")

@@ -117,3 +117,36 @@ def test_a_math_answer_that_is_not_text_or_a_number_is_refused_naming_it(tmp_pat
     assert code == 2, output
     assert f"math.jsonl:1: field 'answer': must be text or a number, not {shown}" in output
     assert not (tmp_path / "t.db").exists()
+
+
+def test_a_member_name_with_a_newline_is_refused_in_one_line(tmp_path):
+    """Before: the name was printed raw in the refusal's ``models[0] (...)``, splitting it over two lines."""
+    pool = tmp_path / "pool.toml"
+    pool.write_text('[[models]]\nname = "a\\nb"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    code, output = agora("run", "align", "--pool", pool, "--format", "synthetic", "--limit", "1", "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert output.splitlines() == [f"error: {pool}: models[0] ('a\\nb'): field 'name': 'a\\nb' holds the control "
+                                   "character '\\n' at position 1; use visible characters"]
+
+
+def test_top_level_keys_of_a_pool_file_that_nothing_reads_are_named_in_a_warning(tmp_path, caplog):
+    """Before: a ``[defaults]`` table (or any key beside ``[[models]]``) was ignored without a word, so
+    the settings a user put there silently did not apply."""
+    import logging
+
+    from agora.models.pool import load_pool
+
+    pool = tmp_path / "pool.toml"
+    pool.write_text('# my pool\nlabel = "mine"\n\n[defaults]\ntemperature = 0.2\n\n[[models]]\nname = "m1"\n'
+                    'backend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    with caplog.at_level(logging.WARNING, logger="agora.pool"):
+        loaded = load_pool(pool)
+    assert loaded.names == ["m1"] and loaded["m1"].spec.temperature is None
+    assert [r.getMessage() for r in caplog.records if "top-level" in r.getMessage()] == [
+        f"{pool}:2: top-level keys 'label', 'defaults' are ignored: a pool file is read for its [[models]] tables "
+        "only (a setting of every member goes in each [[models]] table)"]
+    caplog.clear()
+    pool.write_text('[[models]]\nname = "m1"\nbackend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n')
+    with caplog.at_level(logging.WARNING, logger="agora.pool"):
+        load_pool(pool)
+    assert not [r for r in caplog.records if "top-level" in r.getMessage()]
