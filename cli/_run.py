@@ -81,13 +81,29 @@ def config_table(config_file: Path, table: str, cls: type) -> tuple[dict[str, An
         InputError: a missing or invalid file, or no ``[table]`` in it (the fields of ``cls`` listed).
     """
     path = Path(config_file)
+    if path.is_dir():
+        raise InputError(f"--config {path}: a folder, not a settings file; give the path of a TOML file")
     if not path.is_file():
+        if path.exists():  # (read, a FIFO would block until a writer came)
+            raise InputError(f"--config {path}: not a regular file (a FIFO, device or socket); give the path of a "
+                             "TOML file")
         raise InputError(f"--config {path}: no such file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark (a Windows editor's) is accepted, as in pool files
+    except UnicodeDecodeError as exc:
+        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:64]
+        kind = "it looks like UTF-16 (a byte-order mark or NUL bytes)" if utf16 else f"byte {exc.start} is not UTF-8"
+        raise InputError(f"--config {path}: a settings file must be UTF-8 text; {kind}: save it as UTF-8") from None
     try:
         values = tomllib.loads(text).get(table)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"--config {path}: invalid TOML: {exc}") from None
+    except RecursionError:  # (tomllib recurses per nested array or inline table)
+        raise InputError(f"--config {path}: invalid TOML: nested too deeply") from None
     if not isinstance(values, dict):
         raise InputError(f"--config {path}: no [{table}] table (fields: {', '.join(f.name for f in fields(cls))})")
     return values, text

@@ -150,3 +150,41 @@ def test_top_level_keys_of_a_pool_file_that_nothing_reads_are_named_in_a_warning
     with caplog.at_level(logging.WARNING, logger="agora.pool"):
         load_pool(pool)
     assert not [r for r in caplog.records if "top-level" in r.getMessage()]
+
+
+def _settings_file_refusal(tmp_path, config) -> str:
+    code, output = agora("run", "debate", "--format", "synthetic", "--limit", "1", "--pool",
+                         _pool(tmp_path, "http://127.0.0.1:9/v1"), "--config", config, "--db", tmp_path / "t.db")
+    assert code == 2, output
+    assert "Traceback" not in output and len(output.splitlines()) == 1, output
+    assert not (tmp_path / "t.db").exists()
+    return output.strip()
+
+
+def test_a_settings_file_with_a_byte_order_mark_is_read_and_its_lines_counted_as_written(tmp_path):
+    """Before: ``invalid TOML: Invalid statement (at line 1, column 1)`` for a file a Windows editor saved
+    with a UTF-8 byte-order mark (pool files accept one)."""
+    config = tmp_path / "run.toml"
+    config.write_text("\ufeff# my debate\n[debate]\nrounds = 100000\n", encoding="utf-8")
+    assert _settings_file_refusal(tmp_path, config) == (
+        f"error: --config {config}:3: [debate] DebateConfig.rounds must be at most 10 (each question costs "
+        "agents × rounds model calls), got 100000")
+
+
+def test_a_settings_file_that_cannot_be_read_as_toml_is_named_for_what_it_is(tmp_path):
+    """Before: UTF-16 text gave ``'utf-8' codec can't decode byte 0xff`` (no file named), a folder or a
+    FIFO ``no such file``, and arrays nested 2000 deep a ``RecursionError`` (exit 1, nothing printed)."""
+    import os
+
+    config = tmp_path / "run.toml"
+    config.write_text("[debate]\nrounds = 2\n", encoding="utf-16")
+    assert _settings_file_refusal(tmp_path, config) == (
+        f"error: --config {config}: a settings file must be UTF-8 text; it looks like UTF-16 (a byte-order mark or "
+        "NUL bytes): save it as UTF-8")
+    assert _settings_file_refusal(tmp_path, tmp_path) == (
+        f"error: --config {tmp_path}: a folder, not a settings file; give the path of a TOML file")
+    os.mkfifo(tmp_path / "fifo")
+    assert _settings_file_refusal(tmp_path, tmp_path / "fifo") == (
+        f"error: --config {tmp_path / 'fifo'}: not a regular file (a FIFO, device or socket); give the path of a TOML file")
+    config.write_text("a = " + "[" * 2000 + "]" * 2000 + "\n")
+    assert _settings_file_refusal(tmp_path, config) == f"error: --config {config}: invalid TOML: nested too deeply"
