@@ -156,8 +156,8 @@ def parse_theta(text: str, names: Sequence[str]) -> np.ndarray:
     weigh 0) or from ``d`` comma-separated numbers in feature order.
 
     Raises:
-        ValueError: unknown feature name (lists the known ones), a value that is not a finite number,
-        or the wrong count of plain numbers.
+        ValueError: unknown feature name (lists the known ones), a feature named twice, a value that
+        is not a finite number, or the wrong count of plain numbers.
     """
     parts = [p.strip() for p in text.split(",") if p.strip()]
     theta = np.zeros(len(names))
@@ -170,11 +170,15 @@ def parse_theta(text: str, names: Sequence[str]) -> np.ndarray:
         except ValueError:
             raise InputError(f"theta {text!r}: not a list of numbers") from None
     else:
+        seen: set[str] = set()
         for p in parts:
             name, _, value = p.partition("=")
             name = name.strip()
             if name not in names:
                 raise InputError(f"theta {text!r}: unknown feature {name!r}; features: {', '.join(names)}")
+            if name in seen:  # (the last would win, silently)
+                raise InputError(f"theta {text!r}: feature {name!r} is given twice; give each feature once")
+            seen.add(name)
             try:
                 theta[list(names).index(name)] = float(value)
             except ValueError:

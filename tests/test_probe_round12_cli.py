@@ -188,3 +188,16 @@ def test_a_settings_file_that_cannot_be_read_as_toml_is_named_for_what_it_is(tmp
         f"error: --config {tmp_path / 'fifo'}: not a regular file (a FIFO, device or socket); give the path of a TOML file")
     config.write_text("a = " + "[" * 2000 + "]" * 2000 + "\n")
     assert _settings_file_refusal(tmp_path, config) == f"error: --config {config}: invalid TOML: nested too deeply"
+
+
+def test_a_simulated_users_feature_given_twice_is_refused_before_any_model_is_asked(tmp_path):
+    """Before: ``--simulate latency_s=1,latency_s=2`` ran a session as if only ``latency_s=2`` had been
+    given (the last won, silently)."""
+    with StubServer() as server:
+        code, output = agora("select", "--pool", _pool(tmp_path, server.base_url), "--prompts", _prompts(tmp_path),
+                             "--simulate", "latency_s=1,latency_s=2", "--budget-rounds", "2", "--sim-seeds", "1",
+                             "--db", tmp_path / "t.db", "--out", tmp_path / "sel")
+        assert server.requests == []
+    assert code == 2, output
+    assert output.strip() == ("error: theta 'latency_s=1,latency_s=2': feature 'latency_s' is given twice; give each "
+                              "feature once")
