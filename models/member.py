@@ -130,7 +130,7 @@ class PoolMember:
         else:
             raise PoolConfigError(f"model {self.spec.name!r}: {_shown(model)} is not a model: a member is a "
                                   "langchain_core BaseChatModel or an object with sample() and asample() "
-                                  "(agora.models.contract.ModelMember, docs/models.md)")
+                                  f"(agora.models.contract.ModelMember, docs/models.md){_wrapper_hint(model)}")
 
     @property
     def name(self) -> str:
@@ -141,6 +141,23 @@ class PoolMember:
         if key not in self._said:
             self._said.add(key)
             log.log(level, message, *args)
+
+
+def _wrapper_hint(model: Any) -> str:
+    """For a LangChain wrapper of a chat model (``.with_retry()``, ``.with_fallbacks()``, ``.bind()``,
+    ``.with_config()``, ``.configurable_fields()``): what to pass instead, or ``""``."""
+    from langchain_core.runnables.retry import RunnableRetry
+
+    inner = getattr(model, "bound", None) or getattr(model, "runnable", None) or getattr(model, "default", None)
+    if not isinstance(inner, BaseChatModel):
+        return ""
+    if isinstance(model, RunnableRetry):
+        return ("; pass the chat model itself, without .with_retry(): the pool retries failed calls "
+                "(max_retries, with backoff) and records every attempt")
+    if hasattr(model, "fallbacks"):
+        return "; pass the chat model itself, without .with_fallbacks(), and its fallbacks as members of their own"
+    return ("; pass the chat model itself: sampling settings (temperature, max_tokens...) are set per request by "
+            "the protocol, and a member's own on its ModelSpec")
 
 
 def _shown(value: Any, width: int = 60) -> str:

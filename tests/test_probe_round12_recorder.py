@@ -5,6 +5,7 @@ the rows written against what the models were asked."""
 
 import contextlib
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -312,3 +313,19 @@ def test_a_recorder_whose_run_holds_other_settings_is_refused_before_any_model_i
                           "pool that run was recorded with (no model was asked; nothing was written)"), first
     assert rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]
     assert rows(db, "select run_id, status from runs") == [("app-align", "finished")]
+
+
+@pytest.mark.parametrize("wrap, hint", [
+    (lambda m: m.with_retry(stop_after_attempt=2),
+     "; pass the chat model itself, without .with_retry(): the pool retries failed calls"),
+    (lambda m: m.with_fallbacks([chat("http://127.0.0.1:9/v1", "b")]),
+     "; pass the chat model itself, without .with_fallbacks(), and its fallbacks as members of their own"),
+    (lambda m: m.bind(temperature=0.3), "; pass the chat model itself: sampling settings"),
+])
+def test_a_users_chat_model_in_a_langchain_wrapper_is_refused_saying_what_to_pass(wrap, hint):
+    """Before: only "a RunnableRetry (...) is not a model", which does not say that the wrapped chat model
+    is what the pool takes, nor why its retries and fallbacks belong to the pool."""
+    from agora.models.errors import PoolConfigError
+
+    with pytest.raises(PoolConfigError, match=r"^model 'a': a \w+ \(.*\) is not a model: .*" + re.escape(hint)):
+        ModelPool.from_chat_models({"a": wrap(chat("http://127.0.0.1:9/v1", "a"))})
