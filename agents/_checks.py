@@ -1,6 +1,7 @@
 """The sampling fields most protocol settings share, as field types of :func:`agora.models.validation.settings`
 classes: a temperature in ``[0, MAX_POOL_TEMPERATURE]`` (a pool member's own limit), ``top_p`` in
-``(0, 1]``, a token cap an integer >= 1, ``shots`` an integer >= 0 and a seed an integer. A bad value is
+``(0, 1]``, a token cap an integer >= 1, ``shots`` an integer >= 0 and a seed an integer (a
+seed of numpy's generator an integer >= 0). A bad value is
 one ``ValueError`` naming the class, the field and the value::
 
     MoAConfig.max_tokens must be an integer >= 1, got True
@@ -15,8 +16,8 @@ from agora.models.registry import MAX_POOL_TEMPERATURE
 from agora.models.validation import Check, Convert, Count, Number, SeedInt
 from agora.tasks.errors import InputError
 
-__all__ = ["MAX_AGENTS", "MAX_SAMPLES", "Agents", "EachOnce", "MaxTokens", "Samples", "Seed", "Shots", "Temperature",
-           "TopP"]
+__all__ = ["MAX_AGENTS", "MAX_SAMPLES", "Agents", "DrawSeed", "EachOnce", "MaxTokens", "Samples", "Seed", "Shots",
+           "Temperature", "TopP"]
 
 #: A sampling temperature in ``[0, MAX_POOL_TEMPERATURE]``.
 Temperature = Annotated[float, Number(0.0, MAX_POOL_TEMPERATURE)]
@@ -42,6 +43,10 @@ Agents = Annotated[int, Count(1), Check(lambda v: v <= MAX_AGENTS,
                                         f"at most {MAX_AGENTS} (each agent is a branch of every question)")]
 #: A base seed, an integer of any sign.
 Seed = Annotated[int, SeedInt]
+#: The seed of numpy's random generator (``np.random.default_rng``: duels' draws, CUPID's, a
+#: bootstrap's), an integer >= 0: numpy refuses a negative one (``expected non-negative integer``)
+#: when the first draw is made, after models were asked.
+DrawSeed = Annotated[int, Count(0)]
 
 
 def EachOnce(owner: str, field: str, why: str) -> Check:  # noqa: N802 - a marker

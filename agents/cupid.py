@@ -28,7 +28,7 @@ from typing import Annotated, Literal, Sequence
 
 import numpy as np
 
-from agora.agents._checks import MaxTokens, Seed, Temperature
+from agora.agents._checks import DrawSeed, MaxTokens, Temperature
 from agora.models.validation import Count, Number, settings
 
 Choice = Literal["A", "B", "tie"]
@@ -63,7 +63,7 @@ class CupidConfig:
     """Upper bound on generated tokens per answer (answers are read by a person)."""
     temperature: Temperature = 0.7
     """Sampling temperature of the answers (a pool member's own ``temperature`` overrides it)."""
-    seed: Seed = 0
+    seed: DrawSeed = 0
     """Seeds generation, the A/B order of each duel and the Monte Carlo estimate."""
 
 

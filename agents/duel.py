@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, field
 from typing import Annotated, Any
 
-from agora.agents._checks import MaxTokens, Seed, Shots, Temperature, TopP
+from agora.agents._checks import DrawSeed, MaxTokens, Shots, Temperature, TopP
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
 from agora.agents.matching import MatchConfig, Mode
@@ -26,7 +26,7 @@ class DuelConfig:
     """``D``: duels per iteration."""
     iterations: Annotated[int, Count(1)] = 8
     """``T``: iterations (the schedules of ``g*`` run over them)."""
-    seed: Seed = 0
+    seed: DrawSeed = 0
     """Seed of every draw (instruction, pairing, follower sampling)."""
     temperature: Temperature = 0.7
     """Followers' sampling temperature (a pool member's own ``temperature`` overrides it)."""

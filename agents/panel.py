@@ -43,7 +43,7 @@ from agora.agents.behaviour import DEFAULT_DETECTORS, CueDetector, measure
 from agora.agents.delegation import plurality
 from agora.agents.panel_choice import behavioural_distance, family_distance, optimal_panels, panel_total
 from agora.agents.stats import bootstrap_ci
-from agora.models.validation import Count, Names, Number, SeedInt, settings
+from agora.models.validation import Count, Names, Number, settings
 
 NO_PARTNER = "(none)"
 """Column label of responses written without seeing another model's answer."""
@@ -69,8 +69,8 @@ class DiversityConfig:
     """Confidence level of the bootstrap intervals."""
     resamples: Annotated[int, Count(1)] = 2000
     """Bootstrap resamples per interval."""
-    seed: Annotated[int, SeedInt] = 0
-    """Seed of the bootstrap generator."""
+    seed: Annotated[int, Count(0)] = 0
+    """Seed of the bootstrap generator (numpy's: an integer >= 0)."""
     exclude_roles: Annotated[tuple[str, ...], Names] = ("judge",)
     """Rows with these roles are left out (a judge's reply is a score, not conversation)."""
     max_exact: Annotated[int, Count(1)] = 200_000

@@ -201,3 +201,17 @@ def test_a_simulated_users_feature_given_twice_is_refused_before_any_model_is_as
     assert code == 2, output
     assert output.strip() == ("error: theta 'latency_s=1,latency_s=2': feature 'latency_s' is given twice; give each "
                               "feature once")
+
+
+@pytest.mark.parametrize("cls", ["agora.agents.duel:DuelConfig", "agora.agents.cupid:CupidConfig",
+                                 "agora.agents.panel:DiversityConfig"])
+def test_settings_whose_seed_feeds_numpys_generator_refuse_a_negative_one(cls):
+    """From Python (or a settings file) as from the options: before, ``DuelConfig(seed=-1)`` was taken
+    and the run ended in numpy's ``expected non-negative integer`` at its first draw."""
+    import importlib
+
+    module, name = cls.split(":")
+    settings = getattr(importlib.import_module(module), name)
+    with pytest.raises(ValueError, match=rf"^{name}\.seed must be an integer >= 0, got -1$"):
+        settings(seed=-1)
+    assert settings(seed=2 ** 70).seed == 2 ** 70
