@@ -186,6 +186,90 @@ def _plain(name) -> bool:
 def _plain_keys(mapping) -> dict:
     """The items of ``mapping`` whose key is a plain ``str`` (:func:`_plain`) not starting with ``_``."""
     return {k: v for k, v in mapping.items() if type(k) is str and not k.startswith("_")}
+#: Built-in value types whose instances libraries use as names, dict keys and source text: a program's
+#: class statement may derive from them only with an empty body (:func:`_class_statement_refused`).
+_VALUE_TYPES = (str, bytes, bytearray, int, float, complex, tuple, frozenset, dict, list, set)
+#: The names a class body always has (or may have without defining behaviour).
+_CLASS_BOOKKEEPING = frozenset({"__module__", "__qualname__", "__doc__", "__slots__", "__firstlineno__",
+                                "__static_attributes__"})
+
+
+def _library_class(cls) -> bool:
+    """``cls`` is the object its module holds under its qualified name (a class a library defined at
+    import). A class a program makes (a statement, or a metaclass call that sets ``__module__`` to
+    ``'sympy.core.basic'``) is not: the module holds another object or nothing there, and a program
+    cannot write a module's attributes. Reads the type's own slots (a metaclass's
+    ``__getattribute__`` is not consulted)."""
+    import sys
+
+    namespace = type.__dict__["__dict__"].__get__(cls)
+    module = sys.modules.get(namespace.get("__module__")) if _plain(namespace.get("__module__")) else None
+    qualname = type.__dict__["__qualname__"].__get__(cls)
+    if module is None or not _plain(qualname) or "<" in qualname:
+        return False
+    found = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found is cls
+
+
+def _class_statement_refused(bases: tuple, namespace: dict, meta) -> str | None:
+    """Why a program's ``class`` statement may not make a class (``None`` when it may). Refused: a
+    metaclass (a class deriving from ``type``); a class whose metaclass the program made (not
+    ``type`` and not a library's, :func:`_library_class`); a class deriving from a built-in value type
+    (:data:`_VALUE_TYPES`) whose body, or a base the program made, defines anything (its methods would
+    answer ``==``, ``hash``, ``+``, ``split``... where a library takes it for a name or a key).
+    ``class S(str): pass`` stays."""
+    mros = [type.__dict__["__mro__"].__get__(b) for b in bases]
+    if any(type in mro for mro in mros):
+        return "a class deriving from type (a metaclass)"
+    if meta is not type and not _library_class(meta):
+        return "a class whose metaclass the program made"
+    if any(v in mro for mro in mros for v in _VALUE_TYPES):
+        if set(namespace) - _CLASS_BOOKKEEPING:
+            return "a subclass of a built-in value type (str, int, tuple, dict...) with attributes of its own"
+        for mro in mros:
+            for klass in mro:
+                if (klass is not object and klass not in _VALUE_TYPES and not _library_class(klass)
+                        and set(type.__dict__["__dict__"].__get__(klass)) - _CLASS_BOOKKEEPING - {"__dict__", "__weakref__"}):
+                    return "a subclass of a built-in value type (str, int, tuple, dict...) with attributes of its own"
+    return None
+
+
+def _winner(metaclass, bases: tuple):
+    """The metaclass a class of ``bases`` gets (the most derived of ``metaclass`` and the bases'
+    metaclasses, as ``type`` computes it), by the types' own ``__mro__`` (a metaclass's
+    ``__subclasscheck__`` is its maker's). Raises ``TypeError`` on a conflict."""
+    meta = metaclass
+    for base in bases:
+        kind = type(base)
+        if meta in type.__dict__["__mro__"].__get__(kind):
+            meta = kind
+        elif kind not in type.__dict__["__mro__"].__get__(meta):
+            raise TypeError("metaclass conflict: the metaclass of a derived class must be a (non-strict) subclass "
+                            "of the metaclasses of all its bases")
+    return meta
+
+
+def _guarded_build_class(func, name, *bases, metaclass=type, **kwargs):
+    """The program's ``__build_class__`` (what a ``class`` statement calls; RestrictedPython passes
+    ``metaclass=__metaclass__``, that is ``type``): the class is made by its metaclass as usual
+    (:func:`_winner`: ``sympy.Function``'s for a ``Function`` subclass, with its ``__prepare__``)
+    once :func:`_class_statement_refused` has judged its bases and body, before the metaclass runs
+    (a library's metaclass registers the class it makes). Raises ``TypeError``."""
+    import builtins
+
+    def make(name_, bases_, namespace, **kw):
+        meta = _winner(metaclass, bases_)
+        if why := _class_statement_refused(bases_, namespace, meta):
+            raise TypeError(f"class {name_}: {why} is not allowed in the sandbox")
+        return meta(name_, bases_, namespace, **kw)
+
+    # ``__build_class__`` asks its metaclass (here ``make``) for ``__prepare__``: the real one's
+    make.__prepare__ = lambda name_, bases_, **kw: _winner(metaclass, bases_).__prepare__(name_, bases_, **kw)
+    return builtins.__build_class__(func, name, *bases, metaclass=make, **kwargs)
+
+
 #: The sandbox's own replacements for the ``exec``/``eval``/``compile`` of sympy's and mpmath's code
 #: runners (:func:`_route_code_runners`, :func:`_route_lambdify_code`), by ``id`` (the values keep
 #: them alive): like the interpreter's, a program may not hold them (:func:`_refused`).
@@ -452,7 +536,8 @@ def _write_guard(obj):
     attributes (its own objects, sympy's instances), else :class:`_ItemsOnly`: a module; a class,
     function or method the program did not define (``__module__`` other than ``__main__``); the
     sandbox's routing objects (the restricted ``eval_expr``: their state is the worker's)."""
-    if isinstance(obj, types.ModuleType) or isinstance(obj, (_RestrictedSympyEval, _SafeFormatter)):
+    if (isinstance(obj, (types.ModuleType, _RestrictedSympyEval, _SafeFormatter))
+            or (_LIBRARY_STATE and isinstance(obj, _LIBRARY_STATE))):
         return _ItemsOnly(obj)
     if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                         types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
@@ -551,6 +636,7 @@ def _restricted_globals(printer: _Printer, allowed: frozenset[str], confined_wri
     names["__import__"] = _importer(allowed)
     names["getattr"] = guarded_getattr
     names["hasattr"] = _guarded_hasattr
+    names["__build_class__"] = _guarded_build_class
     return {"__builtins__": names, "__name__": "__main__", "__metaclass__": type,
             "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": default_guarded_getitem,
             "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
@@ -883,6 +969,14 @@ def _route_reconstruction() -> None:
 
     def _reconstruct(x, memo, func, args, state=None, *rest, **kwargs):
         if state is not None and _PROGRAM_GLOBALS[0] is not None:  # in a child (the worker's own copies pass)
+            # the state is written name by name (``setattr``, ``__setstate__``): plain ``dict``s whose
+            # keys are plain ``str`` and no ``__x__`` name (``{'__class__': C}`` changed a sympy
+            # instance's class to the program's)
+            for part in (state if type(state) is tuple and len(state) == 2 else (state,)):
+                if part is not None and (type(part) is not dict or not all(
+                        _plain(k) and not (k.startswith("__") and k.endswith("__")) for k in part)):
+                    raise TypeError("copy of an object whose state is not a dict of plain attribute names is not "
+                                    "available in the sandbox")
             made = func
 
             def func(*a, **k):
@@ -1039,14 +1133,12 @@ def _route_printer_getattr() -> None:
     the form ``__x``, and a name starting with ``_`` of an object whose attributes the program may
     not change (:func:`_write_guard`: a module, a library's function or class); its other reads
     (``_print_Symbol`` of the printer, ``_sympystr`` of an expression) are as before. The check is
-    at the read itself, so a ``printmethod`` changed while ``_print`` runs is checked too. Done once
-    in the worker, before it forks."""
+    at the read itself, so a ``printmethod`` changed while ``_print`` runs is checked too. The LaTeX,
+    code and Rust printers, which read ``'_print_' + name`` of a function's class name themselves,
+    get the same ``getattr``. Done once in the worker, before it forks."""
     import builtins
     import sys
 
-    printer = sys.modules.get("sympy.printing.printer")
-    if printer is None or "getattr" in vars(printer):
-        return
     real = builtins.getattr
 
     def getattr(obj, name, *default):
@@ -1056,7 +1148,12 @@ def _route_printer_getattr() -> None:
             raise TypeError(f"the sandbox does not let a printer reach the attribute {name!r} of {_described(obj)}")
         return real(obj, name, *default)
 
-    vars(printer)["getattr"] = getattr
+    # the printers that make a method's name from a class's name (``'_print_' + expr.func.__name__``;
+    # a class's ``__name__`` may be a ``str`` subclass whose ``__radd__`` chooses the attribute)
+    for name in ("sympy.printing.printer", "sympy.printing.latex", "sympy.printing.codeprinter", "sympy.printing.rust"):
+        module = sys.modules.get(name)
+        if module is not None and "getattr" not in vars(module):
+            vars(module)["getattr"] = getattr
 
 
 def _route_predicates() -> None:
@@ -1152,6 +1249,130 @@ def _route_public() -> None:
         return obj
 
     _swap_in_sympy(original, public, "public")
+
+
+def _route_library_registries() -> None:
+    """sympy's paths that write a name a program chooses into sympy's shared state, or use it to pick
+    an attribute, each checked in a child (sympy's own uses, made at import, are as before):
+
+    - a new class of the metaclass ``OptionType`` wrote a property named by its ``option`` onto
+      ``sympy.polys.polyoptions.Options`` and put itself in its table of options: refused;
+    - a new class of the metaclass ``Singleton`` registers itself in ``sympy.S`` under its
+      ``__name__``, deleting what ``S`` held there (``S.Zero``): a name that is not a plain ``str``
+      (:func:`_plain`), starts with ``_`` or is one ``S`` has already is refused; ``S.x = v`` by the
+      program is refused by :func:`_write_guard`;
+    - ``Expr.expand(**hints)`` calls ``getattr(expr, '_eval_expand_' + hint)``: a hint that is not a
+      plain ``str`` is refused (a subclass's ``__radd__`` chose the attribute);
+    - ``Domain.convert_from(a, K)`` calls ``getattr(self, 'from_' + K.alias)(a, K)``: the alias (or
+      the class name) must be a plain ``str`` not starting with ``_``;
+    - ``doctest_depends_on(...)(obj)`` writes two attributes onto ``obj``: not onto a module or a
+      registry (sympy's modules decorate their own functions with it as they load);
+    - ``init_printing()`` sets ``sys.displayhook``: the printing settings are taken, the hook is put
+      back as it was.
+
+    Raises ``TypeError`` (``ValueError`` for a name). Done once in the worker, before it forks."""
+    import sys
+
+    options = sys.modules.get("sympy.polys.polyoptions")
+    option_type = getattr(options, "OptionType", None)
+    if option_type is not None and not getattr(option_type.__init__, "__sandboxed__", False):
+        original_option = option_type.__init__
+
+        def option_init(cls, *args, **kwargs):
+            if _PROGRAM_GLOBALS[0] is not None:
+                raise TypeError("a new polys option class (metaclass OptionType) is not available in the sandbox")
+            return original_option(cls, *args, **kwargs)
+
+        option_type.__init__ = _dressed_as(original_option, option_init)
+
+    singleton = sys.modules.get("sympy.core.singleton")
+    meta = getattr(singleton, "Singleton", None)
+    if meta is not None and not getattr(meta.__init__, "__sandboxed__", False):
+        original_singleton = meta.__init__
+        registry = singleton.S
+
+        def singleton_init(cls, *args, **kwargs):
+            if _PROGRAM_GLOBALS[0] is not None:
+                name = type.__dict__["__name__"].__get__(cls)
+                # a registry keeps its entries on its class (``Registry.__setattr__``)
+                if (not _plain(name) or name.startswith("_") or name in vars(type(registry))
+                        or name in registry._classes_to_install):
+                    raise ValueError(f"a singleton class named {str.__str__(name)!r} is not allowed in the sandbox "
+                                     "(sympy.S has that name, or it starts with '_')")
+            return original_singleton(cls, *args, **kwargs)
+
+        meta.__init__ = _dressed_as(original_singleton, singleton_init)
+        global _LIBRARY_STATE
+        _LIBRARY_STATE += (getattr(sys.modules.get("sympy.core.core"), "Registry", type(registry)),)
+
+    expr_module = sys.modules.get("sympy.core.expr")
+    expr = getattr(expr_module, "Expr", None)
+    if expr is not None and not getattr(expr.__dict__["expand"], "__sandboxed__", False):
+        original_expand = expr.__dict__["expand"]
+
+        def expand(self, *args, **hints):
+            if _PROGRAM_GLOBALS[0] is not None and not all(_plain(k) for k in hints):
+                raise TypeError("expand takes hints named by plain str in the sandbox")
+            return original_expand(self, *args, **hints)
+
+        expr.expand = _dressed_as(original_expand, expand)
+
+    domain_module = sys.modules.get("sympy.polys.domains.domain")
+    domain = getattr(domain_module, "Domain", None)
+    if domain is not None and not getattr(domain.__dict__["convert_from"], "__sandboxed__", False):
+        original_convert = domain.__dict__["convert_from"]
+
+        def convert_from(self, element, base):
+            if _PROGRAM_GLOBALS[0] is None:
+                return original_convert(self, element, base)
+            alias = base.alias
+            name = alias if alias is not None else type(base).__name__
+            if not _plain(name) or name.startswith("_"):
+                raise TypeError("convert_from of a domain whose alias is not a plain str is not available in the "
+                                "sandbox")
+            convert = getattr(self, "from_" + name)
+            result = convert(element, base) if convert is not None else None
+            if result is not None:
+                return result
+            raise domain_module.CoercionFailed(f"Cannot convert {element} of type {type(element)} from {base} to {self}")
+
+        domain.convert_from = _dressed_as(original_convert, convert_from)
+
+    decorator = sys.modules.get("sympy.utilities.decorator")
+    depends = getattr(decorator, "doctest_depends_on", None)
+    if depends is not None and not getattr(depends, "__sandboxed__", False):
+        def doctest_depends_on(*args, **kwargs):
+            deco = depends(*args, **kwargs)
+            if _PROGRAM_GLOBALS[0] is None:
+                return deco
+
+            def checked(obj):
+                # sympy's modules decorate their own functions as they load, in the child too
+                if isinstance(obj, (types.ModuleType, *_LIBRARY_STATE)):
+                    raise TypeError(f"doctest_depends_on of {_described(obj)} is not allowed in the sandbox (it "
+                                    "writes attributes onto what it decorates)")
+                return deco(obj)
+
+            return checked
+
+        _swap_in_sympy(depends, doctest_depends_on, "doctest_depends_on")
+
+    printing = sys.modules.get("sympy.interactive.printing")
+    init = getattr(printing, "init_printing", None)
+    if init is not None and not getattr(init, "__sandboxed__", False):
+        def init_printing(*args, **kwargs):
+            hook = sys.displayhook
+            try:
+                return init(*args, **kwargs)
+            finally:
+                sys.displayhook = hook
+
+        _swap_in_sympy(init, init_printing, "init_printing")
+
+
+#: Types of sympy's shared objects whose attributes a program may not set (its registries, ``sympy.S``),
+#: filled by :func:`_route_library_registries`.
+_LIBRARY_STATE: tuple[type, ...] = ()
 
 
 def _route_lazy_function() -> None:
