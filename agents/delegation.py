@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import field
 from functools import partial
 from typing import Annotated, Literal, NotRequired, Sequence
 
@@ -23,7 +24,7 @@ from typing_extensions import TypedDict
 from agora.tasks.errors import InputError
 from agora.agents._checks import Agents, MaxTokens, Samples, Seed, Shots, Temperature, TopP
 from agora.agents.reliability import DevAccuracy, dev_accuracy_pairs
-from agora.models.validation import Choice, Convert, Name, Names, Number, settings
+from agora.models.validation import UNSET_UNRECORDED, Choice, Convert, Name, Names, Number, settings
 
 ProposalRule = Literal["plurality", "first"]
 UtilityName = Literal["agreement", "calibrated"]
@@ -100,6 +101,12 @@ class DelegationConfig:
     """A dev run in the trace DB ``dev_db`` whose samples give each member's accuracy (``None``: none read)."""
     dev_db: Annotated[str | None, Name()] = None
     """The trace DB holding ``dev_run`` (a SQLite file or a postgresql:// URL); ``None``: ``agora.db``."""
+    principal: Annotated[str | None, Name()] = field(default=None, metadata=UNSET_UNRECORDED)
+    """A pool member acting as the principal (a trained aggregator, :mod:`agora.training.aggregator`):
+    it reads the question and the agents' proposals (:func:`agora.agents.moa.aggregator_prompt`) and
+    its answer is ALIGN's, in place of the committed rule over ``utility``; ``None`` (the default):
+    the rule, and no model call. Left out of a run's recorded settings while ``None``
+    (:func:`agora.models.validation.recorded`), so runs recorded before it existed still resume."""
 
     @model_validator(mode="after")
     def _calibrated_needs_reliabilities(self) -> DelegationConfig:
@@ -201,12 +208,37 @@ def principal_utility(name: UtilityName, answers: Sequence[str | None], proposal
 
 
 class Selection(TypedDict):
-    agent: int
-    """Index of the selected proposal's agent (-1 when there is none)."""
+    agent: int | None
+    """Index of the selected proposal's agent (-1 when there is none). With a model principal
+    (``DelegationConfig.principal``): the one agent whose proposal's answer is the principal's;
+    ``None`` when no proposal's answer is, or when several agents' are (a tie: no one agent chosen)."""
     answer: str | None
     utility: float
+    """U of the selected answer under the configured utility (0 for an answer no agent proposed)."""
     accepted: bool
-    """True when U >= tau (the committed rule accepted it), False for the argmax fallback."""
+    """True when U >= tau (the committed rule accepted it), False for the argmax fallback. With a
+    model principal: whether its answer's U reaches tau (its answer stands either way)."""
+    principal: NotRequired[str]
+    """The pool member that answered as the principal (only with ``DelegationConfig.principal``)."""
+
+
+def principal_choice(proposals: Sequence[Proposal], answer: str | None, utilities: Sequence[float],
+                     tau: float, member: str) -> Selection:
+    """The bookkeeping of a model principal's answer ``answer``: the agent whose proposal carries it
+    (``None`` unless exactly one agent's does), and that answer's U (``utilities``: U of each
+    proposal, in ``proposals``' order; 0 when no proposal carries it).
+
+    >>> props = [{"agent": 0, "answer": "4"}, {"agent": 1, "answer": "5"}]
+    >>> principal_choice(props, "5", [0.5, 0.5], 0.5, "agg")["agent"]
+    1
+    >>> principal_choice(props, "6", [0.5, 0.5], 0.5, "agg")["agent"] is None
+    True
+    """
+    matches = [i for i, p in enumerate(proposals) if answer is not None and p["answer"] == answer]
+    utility = float(utilities[matches[0]]) if matches else 0.0
+    agent = proposals[matches[0]]["agent"] if len(matches) == 1 else None
+    return Selection(agent=agent, answer=answer, utility=utility, accepted=utility >= tau and bool(matches),
+                     principal=member)
 
 
 def principal_select(proposals: Sequence[Proposal], utilities: Sequence[float], tau: float) -> Selection:

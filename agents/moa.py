@@ -9,6 +9,7 @@ aggregator.
 
 from __future__ import annotations
 
+import random
 from typing import Annotated, Sequence
 
 from agora.tasks.errors import InputError
@@ -65,6 +66,17 @@ def aggregator_messages(problem: Problem, proposals: Sequence[str], shots: int =
     return with_question(problem, shots, (
         f"{problem.question}\n\nResponses from several models:\n{shown}\n\n"
         f"Some of them may be wrong. Critically evaluate them and write one correct answer. {finish_instruction(problem)}"))
+
+
+def aggregator_prompt(question: str, candidates: Sequence[str], *, kind: str = "math", n_choices: int = 4,
+                      seed: int = 0, shots: int = 2, question_id: str = "q") -> list[dict[str, str]]:
+    """The trained aggregator's prompt (:mod:`agora.training.aggregator`, and ALIGN's model principal
+    at run time): :func:`aggregator_messages` over ``candidates`` shuffled with ``seed``
+    (``random.Random(seed).shuffle``), so the candidates' order carries no signal."""
+    shown = list(candidates)
+    random.Random(seed).shuffle(shown)
+    problem = Problem(question_id, question, None, kind, n_choices=n_choices)
+    return aggregator_messages(problem, shown, shots)
 
 
 def run_label(config: MoAConfig, names: Sequence[str]) -> str:

@@ -53,6 +53,7 @@ NODES: dict[str, SeedNode] = {
     "conversation.turn": SeedNode(0, step_stride=1),          # turn t
     "duel.respond": SeedNode(0, agent_stride=1),              # follower slot s (item: "<iteration>:<index>")
     "cupid.answer": SeedNode(0),                              # both answers of a CUPID round
+    "align.principal": SeedNode(901),                         # ALIGN's model principal (DelegationConfig.principal)
 }
 
 

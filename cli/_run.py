@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
@@ -24,6 +24,7 @@ from rich.markup import escape
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError, is_input
 from agora.models.pool import ModelPool
+from agora.models.validation import recorded
 from agora.cli._shared import (
     Source,
     Table,
@@ -342,7 +343,7 @@ def run_benchmark(name: str, problems: Sequence[Problem], *, context: Any, confi
         with graceful_stop(run_id) as control:
             outcome = run_protocol(
                 spec.name, problems, store=store, run_id=run_id, context=context,
-                config=asdict(config), pool_description=pool.describe(),
+                config=recorded(config), pool_description=pool.describe(),
                 dataset={"path": str(data) if data else None, "format": fmt_name, "limit": limit},
                 on_event=lambda e: progress.update(task, status=e.get("message", "")[:70]),
                 on_question=lambda q: progress.advance(task),

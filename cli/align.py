@@ -47,6 +47,9 @@ def run_align(
     dev_run: Optional[str] = typer.Option(None, "--dev-run", help="A dev run whose samples give the member accuracies "
                                                                    "not in --dev-accuracy."),
     dev_db: Optional[str] = typer.Option(None, "--dev-db", help="The trace DB holding --dev-run (default: --db)."),
+    principal: Optional[str] = typer.Option(None, "--principal",
+                                            help="A pool member (e.g. a trained aggregator) that reads the question and "
+                                                 "the proposals and answers for ALIGN, in place of the utility rule."),
     db: str = _run.DB,
     run_id: Optional[str] = _run.RUN_ID,
     concurrency: Optional[int] = _run.CONCURRENCY,
@@ -60,14 +63,15 @@ def run_align(
         data, fmt_name, problems = _run.load_benchmark(data, fmt, limit, seed, load_problems)  # default: the GSM8K sample
         from_options(DelegationConfig, n_agents="agents", k_samples="samples", tau="tau", max_tokens="max_tokens",
                      temperature="temperature", seed="seed", models="models", utility="utility",
-                     dev_accuracy="dev_accuracy", dev_run="dev_run", dev_db=("dev_db", "db"))
+                     dev_accuracy="dev_accuracy", dev_run="dev_run", dev_db=("dev_db", "db"),
+                     principal="principal")
         config = DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
                                   temperature=temperature, seed=seed,
                                   models=_run.member_names(models),
                                   utility=utility, dev_accuracy=_run.names(dev_accuracy), dev_run=dev_run,
-                                  dev_db=dev_db or (db if dev_run else None))
+                                  dev_db=dev_db or (db if dev_run else None), principal=principal)
         the_pool = get_pool(pool)
-        for m in config.models:
+        for m in (*config.models, *((config.principal,) if config.principal else ())):
             the_pool[m]
         calibrated_reliabilities(config, list(config.models) or the_pool.names)  # dev run and accuracies: before any run row
         store, run_id, outcome = _run.run_benchmark(

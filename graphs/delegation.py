@@ -5,7 +5,9 @@
 A principal delegates a question to ``n`` agents. Each agent privately samples ``k`` candidates
 and proposes one with a confidence signal; the principal, committed in advance to a threshold
 ``tau`` on its utility ``U``, accepts the best proposal with ``U >= tau`` or falls back to argmax
-``U``. From the **same candidate pool** the graph also computes the fair baselines: single-agent
+``U``. With a model principal (``DelegationConfig.principal``, a pool member such as a trained
+aggregator), ``principal_select`` instead shows that member the question and the proposals and its
+answer is ALIGN's (its call is recorded with role ``principal``). From the **same candidate pool** the graph also computes the fair baselines: single-agent
 (one sample), self-consistency over all ``n·k`` candidates, and best-of-``n·k`` by ``U``.
 
 Source: Zhu et al., arXiv 2602.00127 (2026), reconstructed (see :mod:`agora.agents.delegation`).
@@ -32,9 +34,11 @@ from typing_extensions import TypedDict
 from agora.tasks.errors import InputError
 from agora.agents.delegation import Candidate, DelegationConfig, Proposal, Selection, principal_utility
 from agora.agents.delegation import best_of_n, principal_select as select_rule, propose, self_consistency
-from agora.agents.delegation import single_agent
+from agora.agents.delegation import principal_choice, single_agent
+from agora.agents.moa import aggregator_prompt
 from agora.agents.prompts import solver_messages
 from agora.agents.seeds import call_seed, sampling
+from agora.graphs._calls import Cost, Request, aask, ask, call_context, found, partner
 from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit, sync_async_node
 from agora.graphs.question import SharedCandidate, as_problem, protocol_input, take_shared
@@ -115,6 +119,8 @@ def delegate(state: DelegationState, runtime: Runtime[DelegationContext]) -> dic
     for m in models:
         if m not in pool:
             raise InputError(f"DelegationConfig.models names {m!r}, which is not in the pool ({', '.join(pool.names)})")
+    if cfg.principal is not None and cfg.principal not in pool:
+        raise InputError(f"DelegationConfig.principal: {cfg.principal!r} is not in the pool ({', '.join(pool.names)})")
     calibrated_reliabilities(cfg, models)
     assignments = [{"agent": i, "model": models[i % len(models)]} for i in range(cfg.n_agents)]
     emit("delegate", f"delegating to {cfg.n_agents} agents × {cfg.k_samples} samples",
@@ -217,15 +223,38 @@ def calibrated_reliabilities(cfg: DelegationConfig, models: list[str]) -> dict[s
     return found
 
 
-def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
-    """The principal applies its committed rule; the baselines answer from the same candidates
-    (each method's ``correct`` is left ``None``: the runner scores)."""
+def _principal_request(state: DelegationState, runtime: Runtime[DelegationContext]) -> Request | None:
+    """The model principal's request (``DelegationConfig.principal``): the question and the agents'
+    proposals in agent order, shuffled with the call's seed (:func:`agora.agents.moa.aggregator_prompt`,
+    the prompt the trained aggregator learnt on); ``None`` without a model principal (no call)."""
+    cfg = _config(runtime)
+    if cfg.principal is None:
+        return None
+    problem = as_problem(state)
+    proposals = sorted(state.get("proposals", []), key=lambda p: p["agent"])
+    seed = call_seed(cfg.seed, problem.id, "align.principal")
+    messages = aggregator_prompt(problem.question, [p["text"] for p in proposals], kind=problem.kind,
+                                 n_choices=problem.n_choices or 4, seed=seed, shots=cfg.shots, question_id=problem.id)
+    return Request(pool_from(runtime.context, DelegationContext), cfg.principal, messages, sampling(cfg, seed=seed),
+                   call_context(problem, "principal_select", "principal", partner=partner(p["model"] for p in proposals)))
+
+
+def _selected(state: DelegationState, runtime: Runtime[DelegationContext],
+              asked: tuple[list[Any], list[dict[str, Any]], Cost] | None) -> dict[str, Any]:
+    """The principal's selection and the methods; ``asked``: the model principal's samples, trace
+    records and cost (``None``: the committed rule, no call)."""
     cfg = _config(runtime)
     proposals = sorted(state.get("proposals", []), key=lambda p: p["agent"])
     candidates = state.get("candidates", [])
     reliability = calibrated_reliabilities(cfg, [p["model"] for p in proposals])
     utilities = principal_utility(cfg.utility, [p["answer"] for p in proposals], proposals, reliability)
-    selection = select_rule(proposals, utilities, cfg.tau)
+    principal_how = None
+    if asked is None:
+        selection = select_rule(proposals, utilities, cfg.tau)
+    else:
+        samples, _records, _cost = asked
+        answer, principal_how = found(samples[0].text if samples else None, as_problem(state))
+        selection = principal_choice(proposals, answer, utilities, cfg.tau, cfg.principal)
 
     def result(answer: str | None, used: list[Candidate]) -> MethodResult:  # unscored: the runner scores
         out = MethodResult(answer=answer, correct=None, samples=len(used),
@@ -240,16 +269,41 @@ def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]
         return out
 
     first = [c for c in candidates if c["agent"] == 0 and c["index"] == 0]
+    align = result(selection["answer"], candidates)
+    if asked is not None:  # the principal's call adds to ALIGN's cost; its answer's mark is its own
+        cost = asked[2]
+        align.update(samples=align["samples"] + cost["samples"],
+                     completion_tokens=align["completion_tokens"] + cost["completion_tokens"],
+                     latency_s=align["latency_s"] + cost["latency_s"], how=principal_how)
     methods = {
-        "align": result(selection["answer"], candidates),
+        "align": align,
         "single_agent": result(single_agent(candidates), first),
         "self_consistency": result(self_consistency(candidates)[0], candidates),
         "best_of_n": result(best_of_n(candidates, proposals, cfg.utility, reliability)[0], candidates),
     }
-    verdict = "accepted" if selection["accepted"] else f"no proposal reached tau={cfg.tau}; argmax fallback"
-    emit("selection", f"principal selected {selection['answer']} from agent {selection['agent']} "
-         f"(U={selection['utility']:.2f}, {verdict})", **selection)
-    return {"selection": selection, "methods": methods, "answer": selection["answer"]}
+    if asked is None:
+        verdict = "accepted" if selection["accepted"] else f"no proposal reached tau={cfg.tau}; argmax fallback"
+        emit("selection", f"principal selected {selection['answer']} from agent {selection['agent']} "
+             f"(U={selection['utility']:.2f}, {verdict})", **selection)
+        return {"selection": selection, "methods": methods, "answer": selection["answer"]}
+    who = "no single agent" if selection["agent"] is None else f"agent {selection['agent']}"
+    emit("selection", f"principal {cfg.principal} answered {selection['answer']} ({who}'s proposal, "
+         f"U={selection['utility']:.2f})", **selection)
+    return {"selection": selection, "methods": methods, "answer": selection["answer"], "calls": asked[1]}
+
+
+def principal_select(state: DelegationState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
+    """The principal applies its committed rule, or, with a model principal
+    (``DelegationConfig.principal``), that member reads the proposals and answers; the baselines
+    answer from the same candidates (each method's ``correct`` is left ``None``: the runner scores)."""
+    request = _principal_request(state, runtime)
+    return _selected(state, runtime, None if request is None else ask(*request))
+
+
+async def aprincipal_select(state: DelegationState, runtime: Runtime[DelegationContext]) -> dict[str, Any]:
+    """:func:`principal_select` for async runs (``ainvoke``, Studio): awaits the model principal's call."""
+    request = _principal_request(state, runtime)
+    return _selected(state, runtime, None if request is None else await aask(*request))
 
 
 # ---------------------------------------------------------------------------- graph
@@ -267,7 +321,7 @@ def build_delegation_graph() -> StateGraph:
     builder.add_node("delegate", sync_async_node(delegate))
     builder.add_node("agent_sample", sync_async_node(agent_sample, aagent_sample), destinations=("agent_propose",))
     builder.add_node("agent_propose", sync_async_node(agent_propose))
-    builder.add_node("principal_select", sync_async_node(principal_select))
+    builder.add_node("principal_select", sync_async_node(principal_select, aprincipal_select))
     builder.add_edge(START, "delegate")
     builder.add_conditional_edges("delegate", fan_out, ["agent_sample"])
     builder.add_edge("agent_propose", "principal_select")

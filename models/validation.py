@@ -48,7 +48,7 @@ from pydantic_core import core_schema
 from agora.tasks.errors import as_input
 
 __all__ = ["Check", "Choice", "Convert", "Count", "Flag", "Instance", "Name", "Names", "Number", "Problem", "Rule", "SeedInt",
-           "check_all", "expected_number", "is_count", "is_number", "is_settings", "one_line", "settings"]
+           "UNSET_UNRECORDED", "check_all", "expected_number", "is_count", "is_number", "is_settings", "one_line", "recorded", "settings"]
 
 T = TypeVar("T")
 
@@ -305,6 +305,22 @@ def _install_init(cls: type) -> None:
 
     __init__.__agora_settings__ = True
     cls.__init__ = __init__
+
+
+#: Field metadata (``dataclasses.field(default=None, metadata=UNSET_UNRECORDED)``) of a setting
+#: added after runs were recorded without it: :func:`recorded` leaves it out while it holds its
+#: default, so such a run's recorded settings still equal a rerun's and it still resumes.
+UNSET_UNRECORDED = {"recorded": "when set"}
+
+
+def recorded(config: Any) -> dict[str, Any]:
+    """``dataclasses.asdict(config)``, less each field marked :data:`UNSET_UNRECORDED` that holds
+    its default: the settings a run's ``runs`` row records (and a resume compares)."""
+    out = dataclasses.asdict(config)
+    for f in dataclasses.fields(config):
+        if f.metadata.get("recorded") == "when set" and out.get(f.name) == f.default:
+            out.pop(f.name)
+    return out
 
 
 def is_settings(cls: Any) -> bool:

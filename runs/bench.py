@@ -34,6 +34,7 @@ from agora.agents.escalation import EscalationConfig, check_pool
 from agora.agents.escalation_records import comed_detail
 from agora.agents.escalation_calibration import calibrate
 from agora.models.pool import ModelPool
+from agora.models.validation import recorded
 from agora.agents.router import KNNRouter
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import (
@@ -274,7 +275,7 @@ def run_bench(
                 fixed = thresholds_for("*")
                 calib_rows += ([{**fixed, "scope": "*"}] if len(uncalibrated) == len(tasks)
                                else [{**fixed, "scope": n} for n in uncalibrated])
-    settings = {"align": _short(asdict(config.align)), "comed": _short(comed_run_config(comed_cfg)),
+    settings = {"align": _short(recorded(config.align)), "comed": _short(comed_run_config(comed_cfg)),
                 "pool": pool.names, "methods": list(config.methods)}
     if "align" not in config.protocols:
         settings.pop("align")
@@ -309,7 +310,7 @@ def run_bench(
                 None, None
         if step.kind == "align":
             return (build_delegation_graph(), DelegationContext(pool=pool, config=config.align),
-                    {**asdict(config.align), **({SHARED_KEY: shared_from} if shared_from else {})}, "align", None, inputs)
+                    {**recorded(config.align), **({SHARED_KEY: shared_from} if shared_from else {})}, "align", None, inputs)
         if step.kind == MATCHED_RUN:  # the dev-chosen best member's extra samples, to match the methods' counts
             cfg_m = matched_config(shared_cfg, best_for(step.task)["model"], pool.names)
             return (build_matched_single_graph(), MatchedSingleContext(pool=pool, config=cfg_m), asdict(cfg_m),

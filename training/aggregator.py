@@ -9,9 +9,10 @@ the aggregator from learning to distrust majorities.
 
 Pieces, each a pure function over recorded traces (:mod:`agora.training.verified` reads them):
 
-* :func:`aggregator_prompt`: the question and the k candidates, shuffled with a seed, in the Mixture-of-
-  Agents aggregator's prompt (:func:`agora.agents.moa.aggregator_messages`), so that a member trained
-  on it meets the same prompt when it serves as MoA's aggregator;
+* :func:`aggregator_prompt` (defined in :mod:`agora.agents.moa`): the question and the k candidates,
+  shuffled with a seed, in the Mixture-of-Agents aggregator's prompt
+  (:func:`agora.agents.moa.aggregator_messages`), so that a member trained on it meets the same prompt
+  when it serves as MoA's aggregator or as ALIGN's principal;
 * :func:`candidate_sets`: up to ``sets_per_question`` sets of k recorded samples per question (distinct
   samples; two samples with the same text both count, as votes do)
   (any model, any run; the bench's shared draws hold k samples of every pool model per question),
@@ -23,7 +24,8 @@ Pieces, each a pure function over recorded traces (:mod:`agora.training.verified
 
 The trained adapter is a pool member like any other (``agora train grpo --aggregate K --name NAME``
 writes ``OUT/pool.toml`` with it beside the untouched pool), pointed at by each protocol's role
-setting: MoA's ``aggregator``, the council's ``chair``, COMED's ``probe`` and ``moa_aggregator``.
+setting: MoA's ``aggregator``, the council's ``chair``, COMED's ``probe`` and ``moa_aggregator``,
+ALIGN's ``principal``.
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ import random
 from collections import Counter, defaultdict
 from typing import Annotated, Any, Callable, Sequence
 
-from agora.agents.moa import aggregator_messages
+from agora.agents.moa import aggregator_prompt  # noqa: F401 (its home is agents: ALIGN's model principal uses it too)
 from agora.models.validation import Rule, settings
-from agora.tasks import Problem, find_answer
+from agora.tasks import find_answer
 from agora.tasks.scoring import score_answer
 from agora.training.rewards import completion_text
 from agora.training.own_samples import OwnSample, normalise_question
@@ -54,16 +56,6 @@ class AggregatorDataConfig:
     shots: int = 2
     """Worked exemplars in the prompt (MoA's default)."""
     seed: int = 0
-
-
-def aggregator_prompt(question: str, candidates: Sequence[str], *, kind: str = "math", n_choices: int = 4,
-                      seed: int = 0, shots: int = 2, question_id: str = "q") -> list[dict[str, str]]:
-    """The aggregator's prompt: MoA's aggregator prompt over ``candidates`` shuffled with ``seed``
-    (``random.Random(seed).shuffle``), so the candidates' order carries no signal."""
-    shown = list(candidates)
-    random.Random(seed).shuffle(shown)
-    problem = Problem(question_id, question, None, kind, n_choices=n_choices)
-    return aggregator_messages(problem, shown, shots)
 
 
 def plurality_answer(answers: Sequence[str | None]) -> str | None:
