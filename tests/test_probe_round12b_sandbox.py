@@ -4,7 +4,8 @@ The routes of probe rounds 11 and 12 share one root: a program makes a class of 
 a subclass of ``str`` whose ``==``, ``hash``, ``split`` or ``+`` lie, and hands it to library code
 that takes it for a name or a key. A ``class`` statement may no longer make a metaclass, use a
 metaclass the program made, or give a subclass of a built-in value type (``str``, ``int``, ``tuple``,
-``dict``...) attributes of its own; ``class S(str): pass`` stays. Classes made by calling a reachable
+``dict``...) attributes of its own, nor write attributes onto such a class or its bases afterwards;
+``class S(str): pass`` stays. Classes made by calling a reachable
 metaclass (``numbers.ABCMeta('S', (str,), {...})``) stay possible (earlier rounds' tests pin what
 their uses raise), so the library paths that take a name from them are checked each: ``expand``'s
 hints, ``Domain.convert_from``'s alias, the LaTeX printer's ``'_print_' + name``, writes onto
@@ -48,6 +49,12 @@ HOSTILE = [
     ("a subclass of a made str subclass", "from numbers import ABCMeta\n"
      "S = ABCMeta('S', (str,), {'split': lambda self, *a: []})\nclass T(S):\n    pass\nprint(T('a').split())",
      "TypeError: class T: a subclass of a built-in value type"),
+    ("a method written onto an empty str subclass", "class S(str):\n    pass\nS.split = lambda self, *a: ['math']\n"
+     "from sympy.external import import_module\nprint(import_module(S('os')))",
+     "TypeError: the sandbox does not let a program change the attribute 'split' of 'S'"),
+    ("a method written onto the base of a str subclass", "class A:\n    pass\nclass S(A, str):\n    pass\n"
+     "A.split = lambda self, *a: ['math']\nprint(S('a').split())",
+     "TypeError: the sandbox does not let a program change the attribute 'split' of 'A'"),
     ("a metaclass", "from numbers import ABCMeta\nclass M(ABCMeta):\n    pass\nprint(M)",
      "TypeError: class M: a class deriving from type (a metaclass) is not allowed in the sandbox"),
     ("a metaclass the program made, through a base", "from numbers import ABCMeta\n"
@@ -104,7 +111,7 @@ def test_type_with_three_arguments_stays_unreachable(sandbox):
 LEGITIMATE = [
     ("classes", "class S(str):\n    pass\nclass A:\n    def __init__(self, v):\n        self.v = v\n"
      "    def double(self):\n        return 2 * self.v\nclass B(A):\n    def double(self):\n"
-     "        return super().double() + 1\nprint(S('a') + 'b', B(3).double())", "ab 7\n"),
+     "        return super().double() + 1\nB.k = 1\nB.k += 1\nprint(S('a') + 'b', B(3).double(), B.k)", "ab 7 2\n"),
     ("a Function subclass", "import sympy\nclass f(sympy.Function):\n    @classmethod\n    def eval(cls, x):\n"
      "        if x.is_Number:\n            return 2 * x\nx = sympy.Symbol('x')\n"
      "print(f(3), f(x), sympy.latex(f(x)**2), sympy.latex(sympy.sin(x)**2), sympy.ccode(sympy.gamma(x)))",

@@ -39,6 +39,10 @@ A name the sandbox checks (an attribute's, a dict key that would become a variab
 must be a plain ``str`` (:func:`_plain`): a subclass, easy to make with a reachable metaclass
 (``numbers.ABCMeta('S', (str,), {...})``), answers ``startswith``, ``split``, ``==`` and ``'__' +
 name`` with the program's code, so it can pass a check and name something else where it is used.
+The root of that class is closed for ``class`` statements (:func:`_guarded_build_class`): no
+metaclass, no metaclass of the program's, no subclass of a built-in value type with attributes of
+its own. A metaclass a program can call (``numbers.ABCMeta``) still makes such classes, so the
+checks where names are used stay.
 
 ``sympify``/``parse_expr`` of a string stay: sympy turns the string into Python code and
 ``eval``s it, and here that code is compiled by RestrictedPython with the program's built-ins and
@@ -534,17 +538,35 @@ def _described(obj) -> str:
 def _write_guard(obj):
     """RestrictedPython's ``_write_``: the object itself when the program may set and delete its
     attributes (its own objects, sympy's instances), else :class:`_ItemsOnly`: a module; a class,
-    function or method the program did not define (``__module__`` other than ``__main__``); the
-    sandbox's routing objects (the restricted ``eval_expr``: their state is the worker's)."""
+    function or method the program did not define (``__module__`` other than ``__main__``); sympy's
+    registries (``sympy.S``, :data:`_LIBRARY_STATE`); a class of the program's that is, or has a
+    subclass that is, a subclass of a built-in value type (``class S(str): pass`` then ``S.split =
+    f`` would give it the methods :func:`_class_statement_refused` refuses); the sandbox's routing
+    objects (the restricted ``eval_expr``: their state is the worker's)."""
     if (isinstance(obj, (types.ModuleType, _RestrictedSympyEval, _SafeFormatter))
             or (_LIBRARY_STATE and isinstance(obj, _LIBRARY_STATE))):
         return _ItemsOnly(obj)
     if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                         types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
                         types.GetSetDescriptorType, types.MemberDescriptorType, property, staticmethod, classmethod)):
-        if _module_of(obj) != "__main__":
+        if _module_of(obj) != "__main__" or (isinstance(obj, type) and _value_class(obj)):
             return _ItemsOnly(obj)
     return obj
+
+
+def _value_class(cls) -> bool:
+    """``cls`` or a class deriving from it (now) derives from a built-in value type
+    (:data:`_VALUE_TYPES`), by the types' own ``__mro__`` and ``__subclasses__``."""
+    todo, seen = [cls], set()
+    while todo:
+        klass = todo.pop()
+        if id(klass) in seen:
+            continue
+        seen.add(id(klass))
+        if any(v in type.__dict__["__mro__"].__get__(klass) for v in _VALUE_TYPES):
+            return True
+        todo.extend(type.__dict__["__subclasses__"](klass))
+    return False
 
 
 #: Attributes a ``super()`` object does not give a program: the formatting methods of ``str`` and
