@@ -15,6 +15,7 @@ from agora.cli._shared import (MAX_TEMPERATURE, Table, console, exit_if_failed, 
                                user_errors)
 from agora.graphs.delegation import METHODS, DelegationContext, calibrated_reliabilities
 from agora.models.urls import shown_url
+from agora.tasks.errors import InputError
 from agora.tasks.loaders import load_problems
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore
@@ -71,8 +72,10 @@ def run_align(
                                   utility=utility, dev_accuracy=_run.names(dev_accuracy), dev_run=dev_run,
                                   dev_db=dev_db or (db if dev_run else None), principal=principal)
         the_pool = get_pool(pool)
-        for m in (*config.models, *((config.principal,) if config.principal else ())):
+        for m in config.models:
             the_pool[m]
+        if config.principal is not None and config.principal not in the_pool:
+            raise InputError(f"--principal: {config.principal!r} is not in the pool ({', '.join(the_pool.names)})")
         calibrated_reliabilities(config, list(config.models) or the_pool.names)  # dev run and accuracies: before any run row
         store, run_id, outcome = _run.run_benchmark(
             "align", problems, context=DelegationContext(pool=the_pool, config=config), config=config, pool=the_pool,

@@ -146,3 +146,11 @@ def test_studio_context_names_the_principal_and_the_async_run_asks_it():
     assert len(models["agg"].calls) == 1
     fields = json.dumps(graph.get_context_jsonschema())  # Studio's form shows the setting
     assert '"principal": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": null' in fields
+
+
+def test_cli_refuses_a_principal_not_in_the_pool_naming_the_option(tmp_path, cli_pool):
+    data = tmp_path / "q.jsonl"
+    data.write_text(json.dumps({"question": "Q?", "answer": "#### 1"}) + "\n")
+    code, output = agora("run", "align", "--data", data, "--db", tmp_path / "t.db", "--principal", "nobody")
+    assert (code, output) == (2, "error: --principal: 'nobody' is not in the pool (a, b, agg)\n")
+    assert not (tmp_path / "t.db").exists()  # refused before any run row
