@@ -5,7 +5,7 @@ a subclass of ``str`` whose ``==``, ``hash``, ``split`` or ``+`` lie, and hands 
 that takes it for a name or a key. A ``class`` statement may no longer make a metaclass, use a
 metaclass the program made, or give a subclass of a built-in value type (``str``, ``int``, ``tuple``,
 ``dict``...) attributes of its own, nor write attributes onto such a class or its bases afterwards;
-``class S(str): pass`` stays. Classes made by calling a reachable
+``class S(str): pass`` stays. Calling a reachable metaclass may not make a metaclass either. Classes made by calling a reachable
 metaclass (``numbers.ABCMeta('S', (str,), {...})``) stay possible (earlier rounds' tests pin what
 their uses raise), so the library paths that take a name from them are checked each: ``expand``'s
 hints, ``Domain.convert_from``'s alias, the LaTeX printer's ``'_print_' + name``, writes onto
@@ -57,9 +57,12 @@ HOSTILE = [
      "TypeError: the sandbox does not let a program change the attribute 'split' of 'A'"),
     ("a metaclass", "from numbers import ABCMeta\nclass M(ABCMeta):\n    pass\nprint(M)",
      "TypeError: class M: a class deriving from type (a metaclass) is not allowed in the sandbox"),
-    ("a metaclass the program made, through a base", "from numbers import ABCMeta\n"
+    ("a metaclass made by calling ABCMeta", "from numbers import ABCMeta\n"
      "M = ABCMeta('M', (ABCMeta,), {})\nX = M('X', (), {})\nclass C(X):\n    pass\nprint(C)",
-     "TypeError: class C: a class whose metaclass the program made is not allowed in the sandbox"),
+     "TypeError: a metaclass made by calling ABCMeta is not allowed in the sandbox"),
+    ("a metaclass made by calling FunctionClass", "from sympy.core.function import FunctionClass\n"
+     "M = FunctionClass('M', (FunctionClass,), {})\nprint(M)",
+     "TypeError: a metaclass made by calling FunctionClass is not allowed in the sandbox"),
     ("expand of a hint whose name is made", RADD % "__class__" + "import sympy\nx = sympy.Symbol('x')\n"
      "print(x.expand(**{S('q'): True}))", "TypeError: expand takes hints named by plain str in the sandbox"),
     ("convert_from of an alias that names __setattr__", RADD % "__setattr__" + "from sympy import ZZ\n"

@@ -1392,6 +1392,44 @@ def _route_library_registries() -> None:
         _swap_in_sympy(init, init_printing, "init_printing")
 
 
+def _route_metaclasses() -> None:
+    """A program may not make a metaclass by calling one (``numbers.ABCMeta('M', (ABCMeta,), {...})``,
+    ``FunctionClass('M', (FunctionClass,), {})``): a class of such a metaclass would answer its
+    ``__mro__``, ``__name__``, ``==`` and ``hash`` with the program's code where libraries read them
+    (a printer's walk of ``type(expr).__mro__``, caches keyed by class). Each metaclass loaded in the
+    worker that is a Python class (``abc.ABCMeta``, sympy's ``FunctionClass``, ``Singleton``...) gets an
+    ``__init__`` that, in a child, refuses a new class deriving from ``type`` with ``TypeError``
+    (``class M(ABCMeta)`` is refused by :func:`_guarded_build_class`; ``type`` itself is out of reach).
+    Libraries make their metaclasses with ``class`` statements, whose metaclass is ``type``: untouched.
+    Done once in the worker, before it forks."""
+    heap_type, immutable = 1 << 9, 1 << 8  # Py_TPFLAGS_HEAPTYPE (a class made at run time), Py_TPFLAGS_IMMUTABLETYPE
+    metaclasses, todo = [], [type]
+    while todo:
+        for meta in type.__subclasses__(todo.pop()):
+            if meta not in metaclasses:
+                metaclasses.append(meta)
+                todo.append(meta)
+    for meta in metaclasses:
+        own = meta.__dict__.get("__init__")
+        if not meta.__flags__ & heap_type or meta.__flags__ & immutable or getattr(own, "__sandboxed__", False):
+            continue
+
+        def __init__(cls, *args, _meta=meta, _own=own, **kwargs):
+            if _PROGRAM_GLOBALS[0] is not None and type in type.__dict__["__mro__"].__get__(cls)[1:]:
+                raise TypeError(f"a metaclass made by calling {_meta.__name__} is not allowed in the sandbox")
+            if _own is not None:
+                return _own(cls, *args, **kwargs)
+            return super(_meta, cls).__init__(*args, **kwargs)
+
+        __init__.__sandboxed__ = True
+        if own is not None:
+            __init__.__name__, __init__.__qualname__, __init__.__doc__ = own.__name__, own.__qualname__, own.__doc__
+        try:
+            meta.__init__ = __init__
+        except TypeError:  # an extension's metaclass that cannot be changed (Cython's): left as it is
+            pass
+
+
 #: Types of sympy's shared objects whose attributes a program may not set (its registries, ``sympy.S``),
 #: filled by :func:`_route_library_registries`.
 _LIBRARY_STATE: tuple[type, ...] = ()
