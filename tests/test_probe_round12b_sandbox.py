@@ -1,18 +1,18 @@
-"""Probe round 12b: classes a program makes, and the library paths that write its names into sympy's state.
+"""Probe round 12b: classes a program makes, and library paths that write its names into sympy.
 
 The routes of probe rounds 11 and 12 share one root: a program makes a class of its own, most often
 a subclass of ``str`` whose ``==``, ``hash``, ``split`` or ``+`` lie, and hands it to library code
 that takes it for a name or a key. A ``class`` statement may no longer make a metaclass, use a
-metaclass the program made, or give a subclass of a built-in value type (``str``, ``int``, ``tuple``,
-``dict``...) attributes of its own, nor write attributes onto such a class or its bases afterwards;
-``class S(str): pass`` stays. Calling a reachable metaclass may not make a metaclass either. Classes made by calling a reachable
-metaclass (``numbers.ABCMeta('S', (str,), {...})``) stay possible (earlier rounds' tests pin what
-their uses raise), so the library paths that take a name from them are checked each: ``expand``'s
-hints, ``Domain.convert_from``'s alias, the LaTeX printer's ``'_print_' + name``, writes onto
-``sympy.S``, new ``OptionType`` and ``Singleton`` classes, ``doctest_depends_on`` of a module,
-``copy`` of a state naming ``__class__``, and ``init_printing``'s ``sys.displayhook``. Each hostile
-program must be a failed sample with the sandbox's refusal; the worker survives them, and the
-programs a model writes keep their outputs.
+metaclass the program made, or give a subclass of a built-in value type (``str``, ``int``,
+``tuple``, ``dict``...) attributes of its own, nor write attributes onto such a class or its bases
+afterwards; ``class S(str): pass`` stays. Calling a reachable metaclass may not make a metaclass
+either. Classes made by calling a reachable metaclass (``numbers.ABCMeta('S', (str,), {...})``) stay
+possible (earlier rounds' tests pin what their uses raise), so the library paths that take a name
+from them are checked each: ``expand``'s hints, ``Domain.convert_from``'s alias, the LaTeX printer's
+``'_print_' + name``, writes onto ``sympy.S``, new ``OptionType`` and ``Singleton`` classes,
+``doctest_depends_on`` of a module, ``copy`` of a state naming ``__class__``, and
+``init_printing``'s ``sys.displayhook``. Each hostile program must be a failed sample with the
+sandbox's refusal; the worker survives them, and the programs a model writes keep their outputs.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ LEGITIMATE = [
      "print(f(3), f(x), sympy.latex(f(x)**2), sympy.latex(sympy.sin(x)**2), sympy.ccode(sympy.gamma(x)))",
      "6 f(x) f^{2}{\\left(x \\right)} \\sin^{2}{\\left(x \\right)} tgamma(x)\n"),
     ("expand", "import sympy\nx, y = sympy.symbols('x y')\nprint(sympy.expand((x + 1)**2), "
-     "sympy.sin(x + y).expand(trig=True), sympy.expand(sympy.log(x*y), force=True), sympy.Matrix([[(x + 1)**2]]).expand())",
+     "sympy.sin(x + y).expand(trig=True), sympy.expand(sympy.log(x*y), force=True), "
+     "sympy.Matrix([[(x + 1)**2]]).expand())",
      "x**2 + 2*x + 1 sin(x)*cos(y) + sin(y)*cos(x) log(x) + log(y) Matrix([[x**2 + 2*x + 1]])\n"),
     ("domains", "import sympy\nfrom sympy import ZZ, QQ\nx = sympy.Symbol('x')\n"
      "print(ZZ.convert_from(QQ(4), QQ), QQ.convert(ZZ(3), ZZ), sympy.Poly(x**2 / 2 + 1, x).domain, "
@@ -166,8 +167,9 @@ def test_init_printing_leaves_the_displayhook():
     restricted = _restricted_module()
     methods = {(owner, name): vars(owner)[name] for owner, name in (
         (Expr, "expand"), (Domain, "convert_from"), (OptionType, "__init__"), (Singleton, "__init__"))}
-    held = {(module, name): vars(module)[name] for module in list(sys.modules.values())
-            if str(getattr(module, "__name__", "")).startswith("sympy") and isinstance(getattr(module, "__dict__", None), dict)
+    sympy_modules = [m for m in list(sys.modules.values()) if str(getattr(m, "__name__", "")).startswith("sympy")
+                     and isinstance(getattr(m, "__dict__", None), dict)]
+    held = {(module, name): vars(module)[name] for module in sympy_modules
             for name in ("init_printing", "doctest_depends_on") if name in vars(module)}
     hook, settings = sys.displayhook, dict(Printer._global_settings)
     try:

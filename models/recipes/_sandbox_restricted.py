@@ -234,8 +234,8 @@ def _class_statement_refused(bases: tuple, namespace: dict, meta) -> str | None:
             return "a subclass of a built-in value type (str, int, tuple, dict...) with attributes of its own"
         for mro in mros:
             for klass in mro:
-                if (klass is not object and klass not in _VALUE_TYPES and not _library_class(klass)
-                        and set(type.__dict__["__dict__"].__get__(klass)) - _CLASS_BOOKKEEPING - {"__dict__", "__weakref__"}):
+                own = set(type.__dict__["__dict__"].__get__(klass)) - _CLASS_BOOKKEEPING - {"__dict__", "__weakref__"}
+                if klass is not object and klass not in _VALUE_TYPES and not _library_class(klass) and own:
                     return "a subclass of a built-in value type (str, int, tuple, dict...) with attributes of its own"
     return None
 
@@ -1293,6 +1293,7 @@ def _route_library_registries() -> None:
       back as it was.
 
     Raises ``TypeError`` (``ValueError`` for a name). Done once in the worker, before it forks."""
+    global _LIBRARY_STATE
     import sys
 
     options = sys.modules.get("sympy.polys.polyoptions")
@@ -1324,7 +1325,6 @@ def _route_library_registries() -> None:
             return original_singleton(cls, *args, **kwargs)
 
         meta.__init__ = _dressed_as(original_singleton, singleton_init)
-        global _LIBRARY_STATE
         _LIBRARY_STATE += (getattr(sys.modules.get("sympy.core.core"), "Registry", type(registry)),)
 
     expr_module = sys.modules.get("sympy.core.expr")
@@ -1356,7 +1356,8 @@ def _route_library_registries() -> None:
             result = convert(element, base) if convert is not None else None
             if result is not None:
                 return result
-            raise domain_module.CoercionFailed(f"Cannot convert {element} of type {type(element)} from {base} to {self}")
+            raise domain_module.CoercionFailed(
+                f"Cannot convert {element} of type {type(element)} from {base} to {self}")
 
         domain.convert_from = _dressed_as(original_convert, convert_from)
 
