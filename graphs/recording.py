@@ -31,17 +31,20 @@ Each invocation is its own question (``docs/guarantees.md``, "Recording from an 
   namespace, and the question is recorded once, whole, when a later invocation through the same
   recorder finishes it. A fresh input on that thread drops what was held for it.
 - **Errors**: an invocation that raises (an unreachable member's ``ModelCallError``, any other
-  error) leaves its protocol question failed: the failed attempts of its model calls (those of the
-  call that raised, of calls cut short beside it, and of the nodes that finished) are written as
-  ``model_calls`` rows under the question's id, with no ``questions`` row, and the run ends
-  ``failed`` with the id in its summary's ``failed_questions``, as ``agora run`` writes them. With
-  a checkpointer, resuming the invocation finishes the question, which is then recorded whole.
-  Ctrl-C inside an invocation (``KeyboardInterrupt``) leaves a failed question too, with the calls of
-  its finished nodes, answered or not (as a stream closed early).
+  error) leaves its protocol question failed: every model call it made (the samples and failed
+  attempts of the nodes that finished, the attempts of the call that raised, and those of the calls
+  cut short beside it: async requests then in flight as failed attempts with error ``cancelled``)
+  is written as a ``model_calls`` row under the question's id, with no ``questions`` row, and the
+  run ends ``failed`` with the id in its summary's ``failed_questions``, as ``agora run`` writes
+  them. With a checkpointer, resuming the invocation finishes the question, which is then recorded
+  whole (the rows written before are written again, not twice: a row is keyed by its call id).
+  Ctrl-C inside an invocation (``KeyboardInterrupt``) leaves a failed question too, as a stream
+  closed early does.
 - **Retries within an invocation**: a question asked again, with the same input, after a try of it
   raised (a ``with_retry`` or ``with_fallbacks`` around the protocol graph or the app's graph, or
   the app's own retry loop) is the same question: its tries are recorded under one id, and it is
-  answered once a try answers.
+  answered once a try answers (an earlier try's failed attempts are kept, not the samples it got
+  before it raised: the question's samples are the answering try's).
 - **One recorder per database on an invocation**: a second recorder of the same database (another
   ``run_id``) on an invocation the first records is refused as the invocation starts
   (:class:`RecorderConflictError`): the two would write the same model calls.
@@ -486,7 +489,7 @@ class TraceRecorder(BaseCallbackHandler):
         cut_short = list(unreturned[1]) if unreturned is not None else []
         stopped: list[tuple[_Run, str, str]] = []
         """The questions stopped by an error so far in this invocation: (run, protocol, id)."""
-        for rid, protocol, finished in found:
+        for n, (rid, protocol, finished) in enumerate(found):
             run = self._runs[rid]
             again = None
             for i in range(len(stopped) - 1, -1, -1):  # the latest try of this question, if it was asked before
@@ -496,7 +499,9 @@ class TraceRecorder(BaseCallbackHandler):
             if finished:
                 self._record_question(run, protocol, again)
             else:
-                qid = self._hold(rid, protocol, cut_short, again)
+                answered_later = any(done and p == protocol and self._asked_again(run, self._runs[later])
+                                     for later, p, done in found[n + 1:])
+                qid = self._hold(rid, protocol, cut_short, again, answered_later=answered_later)
                 cut_short = []  # (given to the first question stopped: one invocation, one error)
                 if qid is not None:
                     stopped.append((run, protocol, qid))
@@ -532,10 +537,13 @@ class TraceRecorder(BaseCallbackHandler):
         return records
 
     def _hold(self, rid: UUID, protocol: str, cut_short: list[dict[str, Any]],
-              again: str | None = None) -> str | None:
+              again: str | None = None, *, answered_later: bool = False) -> str | None:
         """A protocol question that ended without an answer: paused (kept for its resume), or stopped
-        by an error (its failed attempts written now, the question failed; kept for a resume too).
+        by an error (every call it made written now, the question failed; kept for a resume too).
         ``again``: the id of the earlier try this one repeats (:meth:`_asked_again`), taken as its id.
+        ``answered_later``: a later try of it in the same invocation answered it (a ``with_retry``):
+        this try's failed attempts are written, not the samples its finished nodes got (the
+        question's samples are those of the try that answered).
         Returns the id a stopped question was written under (``None`` when paused or refused)."""
         run = self._runs[rid]
         held = self._held.pop(run.thread, None) if run.thread is not None else None
@@ -548,17 +556,16 @@ class TraceRecorder(BaseCallbackHandler):
         if not held.updates and held.question_id is None and (error is None or isinstance(error, GraphBubbleUp)):
             self._refuse_repeat_id(protocol, inputs)  # paused before its first node: refused now, as there
         if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
-            calls = _merged(held.updates).get("calls") or []
-            # a stream closed early, or an asyncio task cancelled (``task.cancel()``, ``wait_for``'s timeout, a
-            # web request whose client left): keep its answered calls too
-            # Ctrl-C inside the invocation (``KeyboardInterrupt``) too: the calls its finished nodes made
-            # were answered, and the question stays unanswered
+            # every call the question made is a row (docs/guarantees.md, "every attempt a row"): those of
+            # its finished nodes, answered or not (a resume or a retry that answers it rewrites the same
+            # rows: a row is keyed by its call id), the attempts of the call that raised, and those of
+            # the calls cut short beside it: async requests still in flight when the error (another
+            # member's, an abandoned stream's, a cancelled task's, Ctrl-C's) cancelled them (``cancelled``)
             abandoned = isinstance(error, (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt))
-            if not isinstance(error, asyncio.CancelledError):  # calls in flight count when the invocation was cancelled
-                cut_short = [c for c in cut_short if c.get("error") != "cancelled"]
+            calls = [c for c in _merged(held.updates).get("calls") or [] if not answered_later or c.get("error")]
             attempts, seen = [], set()
-            for record in [c for c in calls if abandoned or c.get("error")] + self._failed_attempts(rid) + cut_short:
-                if (abandoned or record.get("error")) and record.get("call_id") not in seen:
+            for record in calls + self._failed_attempts(rid) + cut_short:
+                if record.get("call_id") not in seen:
                     seen.add(record.get("call_id"))
                     attempts.append(record)
             if held.question_id is None:

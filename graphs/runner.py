@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Collection, Sequence, get_args
 
+from langgraph.errors import GraphBubbleUp
 from langgraph.graph import StateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Durability
@@ -201,8 +202,10 @@ def run_problems(
         Failed questions (see the module docstring) raise nothing: they are in
         :attr:`RunOutcome.failed` and the run's row ends ``failed``. When a node fails (e.g. an unreachable
         model raises ``ModelCallError``), LangGraph cancels the other nodes of that step still
-        running under ``ainvoke``: the rerun redoes those (nodes that finished are kept); the failed
-        attempts of every model call of the question, cancelled ones included, are stored.
+        running under ``ainvoke``: the rerun redoes those (nodes that finished are kept); every model
+        call of the question is stored (:func:`raised_question_calls`): its finished nodes' samples
+        and failed attempts, the attempts of the call that raised, and its requests then in flight
+        (error ``cancelled``); the rerun that answers it writes those rows again, not twice.
         KeyboardInterrupt and model errors propagate after the finished questions are stored
         (with ``concurrency > 1``, after the questions already running have finished and been
         stored; the ones not started are left for the rerun); rerunning with the same ``run_id``
@@ -284,11 +287,13 @@ def run_problems(
                     return snapshot.values, before + time.perf_counter() - start, was_started
                 inp = None if pending else inp
             try:
-                with unreturned_attempts() as unreturned:  # failed attempts of calls cut short by the error
+                # failed attempts of calls cut short by the error, requests then in flight included
+                with unreturned_attempts(in_flight=True) as unreturned:
                     values = run_to_end(thread_loop(), run_graph(inp, thread, problem))
-            except ModelCallError as exc:  # an unreachable model: keep every failed attempt, then stop the run
-                seen = {r["call_id"] for r in exc.records}  # (other members' too, whose nodes were cancelled)
-                attempts = exc.records + [r for r in unreturned if r["call_id"] not in seen]
+            except GraphBubbleUp:  # a drain (a graceful stop): the question resumes from its checkpoint
+                raise
+            except Exception as exc:  # an unreachable model, any node's error: keep every call, then stop the run
+                attempts = raised_question_calls(exc, unreturned, checkpointed_calls(graph, thread))
                 if claims is None:
                     store.record_calls(run_id, protocol, problem.id, attempts)
                 else:
@@ -386,6 +391,42 @@ def run_problems(
             if claims is not None:
                 claims.leave()
     return outcome
+
+
+def checkpointed_calls(graph: Any, thread: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trace records (``calls``) of the nodes of a question's checkpoint thread that finished
+    before it raised: those of its checkpointed steps (its state's ``calls``) and of the step that
+    raised (the writes LangGraph kept for the nodes of that step that finished, which a resume does
+    not run again). ``[]`` when the checkpoint cannot be read (logged)."""
+    try:
+        snapshot = graph.get_state(thread)
+    except Exception as exc:  # noqa: BLE001 - the question's own error is the one raised
+        log.warning("the model calls of a question's finished nodes were not read from its checkpoint (%s: %s)",
+                    type(exc).__name__, exc)
+        return []
+    calls = list((snapshot.values or {}).get("calls") or [])
+    for task in snapshot.tasks:
+        result = getattr(task, "result", None)
+        if isinstance(result, dict):
+            calls.extend(result.get("calls") or [])
+    return calls
+
+
+def raised_question_calls(error: BaseException, unreturned: list[dict[str, Any]],
+                          kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every model call of a question whose graph raised ``error``, each once (by ``call_id``): the
+    calls of its finished nodes, answered or not (``kept``: :func:`checkpointed_calls`; the rerun that
+    resumes it writes the same rows again, not more), the attempts of the call that raised
+    (``ModelCallError.records``), and those of the calls cut short beside it (``unreturned``: from
+    :func:`agora.models.pool.unreturned_attempts`, requests then in flight as ``cancelled``)."""
+    attempts: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    raised = error.records if isinstance(error, ModelCallError) else []
+    for record in kept + list(raised) + list(unreturned):
+        if record.get("call_id") not in seen:
+            seen.add(record.get("call_id"))
+            attempts.append(record)
+    return attempts
 
 
 def run_protocol(name: str, problems: Sequence[Problem], **kwargs: Any) -> RunOutcome:

@@ -169,7 +169,8 @@ def run_summary(store: TraceStore, run_id: str) -> dict[str, object]:
     """A run at a glance (``agora report run``): its row (protocol, status, times, host, code),
     questions recorded and failed, model calls and tokens, each method's accuracy with its CI (and
     ``too_few``: fewer than :data:`agora.traces.report.MIN_QUESTIONS` scored questions or a degenerate interval), how the samples' answers were found (``marker``, ``boxed``, ``####``,
-    ``fallback``, ``echo``, ``none``; ``unknown`` in an old database not backfilled), on how many
+    ``fallback``, ``echo``, ``none``; ``unknown`` in an old database not backfilled; ``failed question``:
+    the samples of questions that failed, which are not read for an answer), on how many
     questions the methods disagree, and ``shared``: the cost of the samples it took from a bench's
     shared candidates, whose rows are the candidates run's (:func:`agora.traces.shared_candidates.shared_totals`; ``totals`` counts
     the run's own rows only).
@@ -185,8 +186,14 @@ def run_summary(store: TraceStore, run_id: str) -> dict[str, object]:
     totals = run_totals(store, run_id)
     hows: dict[str, int] = {}
     if "how" in store.db["model_calls"].columns_dict:
-        for r in store.db.query("select coalesce(how, 'unknown') as how, count(*) as n from model_calls "
-                                "where run_id = ? and error is null group by 1 order by 2 desc", [run_id]):
+        # a failed question's samples are not read for an answer (it has no questions row): they are
+        # counted apart, as "failed question", not as an unknown way of finding one
+        failed = ("when c.how is null and not exists (select 1 from questions q where q.run_id = c.run_id and "
+                  "q.question_id = c.question_id) then 'failed question' " if "questions" in store.db.table_names()
+                  else "")
+        for r in store.db.query(f"select case {failed}else coalesce(c.how, 'unknown') end as how, count(*) as n "
+                                "from model_calls c where c.run_id = ? and c.error is null group by 1 order by 2 desc",
+                                [run_id]):
             hows[r["how"]] = r["n"]
     answers: dict[str, set] = {}
     for r in store.results(run_id):
