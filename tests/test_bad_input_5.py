@@ -256,9 +256,10 @@ def test_known_recipe_roles_are_the_roles_protocols_write():
 
     written = written_roles()
     # hand-checked: ALIGN agent; candidates candidate; council member/reviewer/chair; SLM-MUX member; MoA
-    # proposer/aggregator; debate debater; duel follower; COMED anchor/probe/peer; conversation speaker; judge
+    # proposer/aggregator; debate debater; duel follower; COMED anchor/probe/peer; conversation speaker; judge;
+    # ALIGN's model principal (--principal) principal
     assert written == {"agent", "candidate", "member", "reviewer", "chair", "proposer", "aggregator", "debater",
-                       "follower", "anchor", "probe", "peer", "speaker", "judge"}
+                       "follower", "anchor", "probe", "peer", "speaker", "judge", "principal"}
     assert set(KNOWN_ROLES) == written and len(KNOWN_ROLES) == len(written)
     assert set(ANSWER_ROLES) <= written
 

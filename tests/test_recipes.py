@@ -41,11 +41,11 @@ def pool_of(**members) -> ModelPool:
     ('recipe = { name = "pot", cpu = 2 }', "field 'recipe.cpu': recipe 'pot' has no setting 'cpu' (it takes name, "
      "roles, shots, cpu_s, wall_s, memory_mb, output_bytes, imports)"),
     ('recipe = { name = "pot", roles = ["agnet"] }', "field 'recipe.roles': unknown role 'agnet'; known roles: "
-     "agent, candidate, member, proposer, aggregator, debater, chair, follower, anchor, probe, peer, reviewer, "
-     "speaker, judge, got ['agnet']"),
+     "agent, candidate, member, proposer, aggregator, debater, chair, follower, principal, anchor, probe, peer, "
+     "reviewer, speaker, judge, got ['agnet']"),
     ('recipe = { name = "pot", roles = ["nosuchrole", 5] }', "field 'recipe.roles': unknown role 'nosuchrole'; "
-     "known roles: agent, candidate, member, proposer, aggregator, debater, chair, follower, anchor, probe, "
-     "peer, reviewer, speaker, judge, got ['nosuchrole', 5]"),
+     "known roles: agent, candidate, member, proposer, aggregator, debater, chair, follower, principal, anchor, "
+     "probe, peer, reviewer, speaker, judge, got ['nosuchrole', 5]"),
     ('recipe = { name = "pot", cpu_s = -1 }', "field 'recipe.cpu_s': input should be greater than or equal to 0.01, got -1"),
     ('recipe = { name = "pot", shots = 9 }', "field 'recipe.shots': input should be less than or equal to 3, got 9"),
     ('recipe = { name = "persona" }', "field 'recipe.persona': missing: recipe 'persona' needs 'persona'"),

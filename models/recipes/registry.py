@@ -42,7 +42,7 @@ ENTRY_POINT_GROUP = "agora.recipes"
 #: rewrites by default. A judge's score, a council reviewer's review and a conversation's turn
 #: are left as the protocol asked for them.
 ANSWER_ROLES: tuple[str, ...] = ("agent", "candidate", "member", "proposer", "aggregator", "debater", "chair",
-                                 "follower")
+                                 "follower", "principal")
 
 #: Every trace role a protocol gives its calls: a recipe's ``roles`` must name some of these (a
 #: misspelt role, or one no protocol writes, would make the recipe never apply). COMED's anchor,
