@@ -111,6 +111,9 @@ class _Bar(BenchProgress):
     def event(self, step: Step, event: dict[str, Any]) -> None:
         self.progress.update(self.task, status=escape(str(event.get("message", "")))[:60])
 
+    def note(self, text: str) -> None:
+        self.progress.console.print(escape(text), highlight=False, soft_wrap=True)
+
 
 def default_out(bench_id: str) -> Path:
     """The default report folder ``bench-<id>``, one folder in the current one: path separators and

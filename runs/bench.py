@@ -100,6 +100,9 @@ class BenchProgress:
     def event(self, step: Step, event: dict[str, Any]) -> None:
         """A graph's custom stream event (``event["message"]``)."""
 
+    def note(self, text: str) -> None:
+        """A one-line notice about the bench itself (e.g. a member left out of a router)."""
+
 
 class CalibrationError(RuntimeError):
     """A dev run some of whose questions failed: no thresholds from a partial dev split."""
@@ -261,6 +264,22 @@ def run_bench(
             "scope": task, "thresholds": asdict(comed_cfg.thresholds), "n_anchor": comed_cfg.n_anchor,
             "source": config.thresholds_source}
 
+    router_left_out: dict[str, list[str]] = {}
+    """Task → the members its ``comed_routed`` router leaves out (no scored dev answer)."""
+    for step in steps:  # comed_routed's routers, before any test question: a dev draw with too few answers stops here
+        if step.kind != "comed-routed":
+            continue
+        dev_run = candidates_of(step.task, dev_run=True)
+        fresh = dev_run not in routers
+        if fresh:
+            routers[dev_run] = dev_router(store, dev_run, pool.names, k=config.router_k, embedding=config.embedding)
+        left = [m for m in pool.names if m not in routers[dev_run].models]
+        if left:
+            router_left_out[step.task] = left
+            if fresh:
+                progress.note(f"{', '.join(left)} left out of comed_routed's router: no scored dev answer in {dev_run} "
+                              f"(every dev call failed); it routes among {', '.join(routers[dev_run].models)}")
+
     runs: dict[str, dict[str, str]] = {t.name: {} for t in tasks}
     for step in steps:
         if step.kind in ("calibrate", "candidates-dev"):
@@ -277,6 +296,8 @@ def run_bench(
                                else [{**fixed, "scope": n} for n in uncalibrated])
     settings = {"align": _short(recorded(config.align)), "comed": _short(comed_run_config(comed_cfg)),
                 "pool": pool.names, "methods": list(config.methods)}
+    if router_left_out:
+        settings["router_left_out"] = router_left_out
     if "align" not in config.protocols:
         settings.pop("align")
     if "comed" not in config.protocols:

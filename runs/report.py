@@ -85,6 +85,10 @@ def report_markdown(report: dict[str, Any]) -> str:
     for key in ("align", "comed"):
         if settings.get(key):
             lines += ["", f"{key.upper()} settings: " + ", ".join(f"{k} = {v}" for k, v in settings[key].items()) + "."]
+    if settings.get("router_left_out"):
+        lines += ["", "Members left out of `comed_routed`'s router (no scored dev answer): "
+                  + "; ".join(f"{task}: " + ", ".join(f"`{m}`" for m in members)
+                              for task, members in settings["router_left_out"].items()) + "."]
 
     lines += ["", "## Accuracy", "", "| method | " + " | ".join(tasks) + " | macro |",
               "|---|" + "---|" * (len(tasks) + 1)]

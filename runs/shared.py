@@ -129,11 +129,25 @@ def best_on_dev(store: TraceStore, run_id: str, models: Sequence[str]) -> tuple[
 def dev_router(store: TraceStore, run_id: str, models: Sequence[str], *, k: int = 5,
                embedding: str = "auto") -> KNNRouter:
     """``comed_routed``'s kNN router, trained on the dev candidates run only (every model's solo
-    answers on the dev questions): never a test question."""
+    answers on the dev questions): never a test question. A member of ``models`` with no scored dev
+    answer (every one of its dev calls failed) is left out: the router ranks the others, and
+    ``router.models`` lists those it ranks (in ``models``' order).
+
+    Raises:
+        ValueError: fewer than two members have a scored dev answer (nothing to route between),
+            naming those without one.
+    """
     questions = {q["question_id"]: q["question"] for q in store.questions(run_id)}
     examples = [RouterExample(questions[q], m, a) for m, per in model_accuracy(store, run_id).items()
                 for q, a in sorted(per.items()) if q in questions]
-    return KNNRouter(examples, list(models), k=k, embedding=embedding)  # type: ignore[arg-type]
+    ranked = [m for m in models if any(e.model == m for e in examples)]
+    if len(ranked) < 2:
+        silent = [m for m in models if m not in ranked]
+        raise InputError(f"{run_id}: the routed anchor needs two members with a scored dev answer; "
+                         f"{', '.join(ranked) or 'none'} {'has' if len(ranked) == 1 else 'have'} one, "
+                         f"{', '.join(silent)} none (every dev call failed): make those members answer "
+                         "(their failed calls are in the dev run's traces) and rerun with the same --run-id")
+    return KNNRouter(examples, ranked, k=k, embedding=embedding)  # type: ignore[arg-type]
 
 
 def check_edition(store: TraceStore, run_ids: Sequence[str], shared: bool) -> None:
