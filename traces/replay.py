@@ -27,7 +27,7 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agora.tasks.errors import InputError
@@ -36,7 +36,7 @@ from agora.agents.stats import bootstrap_ci, mcnemar_exact, paired_bootstrap_ci
 from agora.traces.report import too_few
 from agora.traces.replay_rules import (RULES, ReplayContext, Rule, Unavailable, default_roles, model_accuracy,
                                        parse_params)
-from agora.traces.run_trace import RunTrace
+from agora.traces.run_trace import QuestionTrace, RunTrace
 
 
 # ---------------------------------------------------------------------------- replay and its table
@@ -53,6 +53,19 @@ class Replayed:
     why: str
     samples: int
     unavailable: str | None = None
+    members: list[dict[str, Any]] = field(default_factory=list)
+    """The question's recorded members, one per (role, agent, model, recipe) in call order:
+    ``{"role", "agent", "model", "recipe"}``, ``recipe`` the one that rewrote its calls (``pot``...)
+    or ``None`` (no recipe, or a database from before recipes)."""
+
+
+def recorded_members(q: QuestionTrace) -> list[dict[str, Any]]:
+    """:attr:`Replayed.members` of one recorded question."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for s in q.samples:
+        seen.setdefault((s.role, s.agent, s.model, s.recipe),
+                        {"role": s.role, "agent": s.agent, "model": s.model, "recipe": s.recipe})
+    return list(seen.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +156,10 @@ def replay(run: RunTrace, rule: str, params: dict[str, Any] | None = None, *, de
         try:
             c = spec.decide(q, params, ctx)
         except Unavailable as exc:
-            rows.append(Replayed(q.question_id, None, None, f"unavailable: {exc}", 0, str(exc)))
+            rows.append(Replayed(q.question_id, None, None, f"unavailable: {exc}", 0, str(exc), recorded_members(q)))
             continue
         correct = None if c.samples == 0 else score_answer(c.answer, q.gold, q.kind)
-        rows.append(Replayed(q.question_id, c.answer, correct, c.why, c.samples))
+        rows.append(Replayed(q.question_id, c.answer, correct, c.why, c.samples, members=recorded_members(q)))
     return ReplayResult(run.run_id, rule, dict(params), rows, dev.run_id if dev else None)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from agora.tasks.errors import InputError
 from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
@@ -147,8 +147,18 @@ def _candidates(q: QuestionTrace, roles: str) -> list[dict[str, Any]]:
     wanted = [r.strip() for r in roles.split(",") if r.strip()]
     rows = [s for s in q.samples if s.role in wanted]
     cands = [{"agent": s.agent or 0, "model": s.model, "index": s.sample_index or 0, "text": "", "answer": s.answer,
-              "how": s.how} for s in rows]
+              "how": s.how, "recipe": getattr(s, "recipe", None)} for s in rows]
     return sorted(cands, key=lambda c: (c["agent"], c["index"]))
+
+
+def member_label(model: str | None, recipe: str | None) -> str:
+    """A member as ``agora report question`` names it: its model, then its recipe in brackets when a
+    recipe rewrote its calls (``m [pot]``); the model alone without one.
+
+    >>> member_label("m", "pot"), member_label("m", None)
+    ('m [pot]', 'm')
+    """
+    return (model or "-") + (f" [{recipe}]" if recipe else "")
 
 
 def default_roles(run: RunTrace) -> str:
@@ -236,7 +246,7 @@ def first_sample_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -
     first = [c for c in cands if c["agent"] == 0 and c["index"] == 0] if cands else []
     if not first:
         return Choice(None, "agent 0 has no first sample", 0)
-    return Choice(first[0]["answer"], f"agent 0's first sample ({first[0]['model']}, {first[0]['how']})", 1)
+    return Choice(first[0]["answer"], f"agent 0's first sample ({member_label(first[0]['model'], first[0]['recipe'])}, {first[0]['how']})", 1)
 
 
 def model_accuracy(run: RunTrace, roles: str | None = None) -> dict[str, tuple[int, int]]:
@@ -316,8 +326,18 @@ def _member_confidences(q: QuestionTrace, votes: dict[int, MemberVote]) -> list[
     return [member_confidence(v, accuracy) for v in votes.values()]
 
 
-def _shown(confidences: Sequence[MemberConfidence]) -> str:
-    return "; ".join(f"member {c['member']} ({c['model']}) {c['answer']!r} at {c['confidence']:.2f}"
+def _member_recipes(q: QuestionTrace) -> dict[int, str | None]:
+    """SLM-MUX member → the recipe its recorded samples (node ``mux_sample``) ran under (``None``: none)."""
+    return {s.agent or 0: s.recipe for s in q.of("member") if s.node == "mux_sample"}
+
+
+def _named(c: Mapping[str, Any], recipes: dict[int, str | None]) -> str:
+    """``member i (model [recipe])``."""
+    return f"member {c['member']} ({member_label(c['model'], recipes.get(c['member']))})"
+
+
+def _shown(confidences: Sequence[MemberConfidence], recipes: dict[int, str | None]) -> str:
+    return "; ".join(f"{_named(c, recipes)} {c['answer']!r} at {c['confidence']:.2f}"
                      + (f", dev {c['dev_accuracy']:.2f}" if c["dev_accuracy"] is not None else "") for c in confidences)
 
 
@@ -343,8 +363,9 @@ def slm_mux_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Cho
     confidences = _member_confidences(q, votes)
     sel = mux_select(confidences)
     tie = " (a confidence tie: dev accuracy, then order)" if sel["tie"] else ""
-    return Choice(sel["answer"], f"member {sel['member']} ({sel['model']}) is the most self-consistent{tie}; "
-                  f"{_shown(confidences)}", sum(len(v["answers"]) for v in votes.values()))
+    recipes = _member_recipes(q)
+    return Choice(sel["answer"], f"{_named(sel, recipes)} is the most self-consistent{tie}; "
+                  f"{_shown(confidences, recipes)}", sum(len(v["answers"]) for v in votes.values()))
 
 
 @selection_rule("mux_top", params={"k": 0}, reproduces={"slm-mux": "mux_top"}, protocols=("slm-mux",),
@@ -360,7 +381,7 @@ def mux_top_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Cho
     if top is None:
         return Choice(None, "no member sample recorded", 0)
     dev = f"dev accuracy {top['dev_accuracy']:.2f}" if top["dev_accuracy"] is not None else "no dev accuracy: first member"
-    return Choice(top["answer"], f"member {top['member']} ({top['model']}), {dev}: its plurality "
+    return Choice(top["answer"], f"{_named(top, _member_recipes(q))}, {dev}: its plurality "
                   f"{top['answer']!r} at {top['confidence']:.2f}", len(votes[top["member"]]["answers"]))
 
 
