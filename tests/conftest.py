@@ -57,3 +57,13 @@ def duel_pairs_db(tmp_path) -> Path:
          "chosen_model": "a", "rejected_model": "b", "chosen_score": 8.0, "rejected_score": 6.0, "margin": 2.0,
          "judge_scores": "{}", "reputations": "{}", "gold": None, "kind": None, "created_at": "t"}, pk="pair_id")
     return db
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    """One program-of-thought sandbox worker for a test module's programs (the probe-round tests)."""
+    from agora.models.recipes.sandbox import Sandbox
+
+    box = Sandbox(workers=1)
+    yield box
+    box.close()

@@ -15,21 +15,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
+from agora.models.recipes.sandbox import SandboxLimits
 
-from agora.models.recipes.sandbox import Sandbox, SandboxLimits
+from sandbox_probes import hostile_failures, output_failures
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
 CANARY = Path(tempfile.gettempdir()) / f"agora-round11-canary-{os.getpid()}"
 TOUCH = f"open({str(CANARY)!r}, 'w').write('escaped')"
 SHELL = f"touch {CANARY}"
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox(workers=1)
-    yield box
-    box.close()
 
 
 # (case, program, the start of its error)
@@ -174,12 +167,7 @@ HOSTILE = [
 
 def test_every_route_through_sympy_is_a_failed_sample_and_never_runs_its_payload(sandbox):
     CANARY.unlink(missing_ok=True)
-    failures = []
-    for case, program, error in HOSTILE:
-        run = sandbox.run(program, LIMITS)
-        if run.ok or not (run.failure or "").startswith(error):
-            failures.append((case, run.status, run.output, run.failure))
-    assert failures == []
+    assert hostile_failures(sandbox, HOSTILE, LIMITS) == []
     assert not CANARY.exists()
     assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"  # the worker survived them all
 
@@ -229,12 +217,7 @@ LEGITIMATE = [
 
 
 def test_the_programs_a_model_writes_keep_their_outputs(sandbox):
-    wrong = []
-    for case, program, output in LEGITIMATE:
-        run = sandbox.run(program, SandboxLimits(cpu_s=5, wall_s=15, output_bytes=4096))
-        if (run.status, run.output) != ("ok", output):
-            wrong.append((case, run.status, run.output, run.failure))
-    assert wrong == []
+    assert output_failures(sandbox, LEGITIMATE, SandboxLimits(cpu_s=5, wall_s=15, output_bytes=4096)) == []
 
 
 SCAN = r"""

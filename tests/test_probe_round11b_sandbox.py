@@ -13,9 +13,9 @@ model writes with these tools must keep their outputs.
 
 from __future__ import annotations
 
-import pytest
+from agora.models.recipes.sandbox import SandboxLimits
 
-from agora.models.recipes.sandbox import Sandbox, SandboxLimits
+from sandbox_probes import hostile_failures, output_failures
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
 #: unrestricted Python that reaches ``os`` (a subclass walk) and raises with the child's pid
@@ -24,13 +24,6 @@ WALK = ('int("pid%d" % [c for c in ().__class__.__base__.__subclasses__() if c._
 PAYLOAD = 'int("pid%d" % __import__("os").getpid())'
 #: unrestricted Python that evaluates :data:`PAYLOAD` through a sympy function's ``__globals__``
 GLOBALS_EVAL = "sympify.__globals__['__builtins__']['eval'](" + repr(PAYLOAD) + ")"
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox(workers=1)
-    yield box
-    box.close()
 
 
 # (case, program, the start of its error)
@@ -135,12 +128,7 @@ HOSTILE = [
 
 
 def test_every_route_past_the_guards_is_a_failed_sample_and_never_runs_its_payload(sandbox):
-    failures = []
-    for case, program, error in HOSTILE:
-        run = sandbox.run(program, LIMITS)
-        if run.ok or not (run.failure or "").startswith(error) or "base 10: 'pid" in (run.failure or ""):
-            failures.append((case, run.status, run.output, run.failure))
-    assert failures == []
+    assert hostile_failures(sandbox, HOSTILE, LIMITS, leaked=("base 10: 'pid",)) == []
     assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"  # the worker survived them all
 
 
@@ -190,9 +178,4 @@ LEGITIMATE = [
 
 
 def test_the_programs_a_model_writes_with_these_tools_keep_their_outputs(sandbox):
-    failures = []
-    for case, program, output in LEGITIMATE:
-        run = sandbox.run(program, LIMITS)
-        if (run.status, run.output) != ("ok", output):
-            failures.append((case, run.status, run.output, run.failure))
-    assert failures == []
+    assert output_failures(sandbox, LEGITIMATE, LIMITS) == []

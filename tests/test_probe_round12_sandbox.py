@@ -15,16 +15,14 @@ a model writes with these tools keep their outputs.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import tempfile
 import types
 from pathlib import Path
 
-import pytest
+from agora.models.recipes.sandbox import SandboxLimits
 
-from agora.models.recipes.sandbox import Sandbox, SandboxLimits
+from sandbox_probes import hostile_failures, output_failures, restricted_module
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
 PAYLOAD = 'int("pid%d" % __import__("os").getpid())'
@@ -35,13 +33,6 @@ EV = f"def ev(code, l, g):\n    return g['eval']({PAYLOAD!r}, g)\n"
 LIAR = "from numbers import ABCMeta\nS = ABCMeta('S', (str,), {'startswith': lambda self, *a: False})\n"
 #: a file a hostile program tries to make outside its folder
 CANARY = Path(tempfile.gettempdir()) / f"agora-round12-canary-{os.getpid()}"
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox(workers=1)
-    yield box
-    box.close()
 
 
 # (case, program, the start of its error)
@@ -130,12 +121,7 @@ HOSTILE = [
 
 def test_every_route_with_a_made_name_or_generated_code_is_a_failed_sample(sandbox):
     CANARY.unlink(missing_ok=True)
-    failures = []
-    for case, program, error in HOSTILE:
-        run = sandbox.run(program, LIMITS)
-        if run.ok or not (run.failure or "").startswith(error) or "base 10: 'pid" in (run.failure or ""):
-            failures.append((case, run.status, run.output, run.failure))
-    assert failures == []
+    assert hostile_failures(sandbox, HOSTILE, LIMITS, leaked=("base 10: 'pid",)) == []
     assert not CANARY.exists()
     assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"  # the worker survived them all
 
@@ -163,28 +149,14 @@ LEGITIMATE = [
 
 
 def test_the_programs_a_model_writes_with_these_tools_keep_their_outputs(sandbox):
-    failures = []
-    for case, program, output in LEGITIMATE:
-        run = sandbox.run(program, LIMITS)
-        if (run.status, run.output) != ("ok", output):
-            failures.append((case, run.status, run.output, run.failure))
-    assert failures == []
-
-
-def _restricted_module() -> types.ModuleType:
-    """``_sandbox_restricted.py`` loaded by path, as the worker loads it."""
-    path = Path(sys.modules["agora.models.recipes.sandbox"].__file__).with_name("_sandbox_restricted.py")
-    spec = importlib.util.spec_from_file_location("_sandbox_restricted_round12", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    assert output_failures(sandbox, LEGITIMATE, LIMITS) == []
 
 
 def test_a_star_import_binds_only_plain_str_names():
     """``from m import *`` binds the names of its view's ``__all__``: a ``str`` subclass equal to
     ``'__builtins__'`` whose ``startswith`` says no bound the interpreter's built-ins in the
     program's globals. The view keeps plain ``str`` names only."""
-    restricted = _restricted_module()
+    restricted = restricted_module("_sandbox_restricted_round12")
 
     class Liar(str):
         def startswith(self, *args):

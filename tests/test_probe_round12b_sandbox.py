@@ -17,25 +17,15 @@ sandbox's refusal; the worker survives them, and the programs a model writes kee
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-import types
-from pathlib import Path
 
-import pytest
+from agora.models.recipes.sandbox import SandboxLimits
 
-from agora.models.recipes.sandbox import Sandbox, SandboxLimits
+from sandbox_probes import hostile_failures, output_failures, restricted_module
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
 #: a ``str`` subclass whose ``'prefix' + s`` is ``'__init__'`` (its ``__radd__`` chooses the name)
 RADD = "from numbers import ABCMeta\nS = ABCMeta('S', (str,), {'__radd__': lambda self, o: %r})\n"
-
-
-@pytest.fixture(scope="module")
-def sandbox():
-    box = Sandbox(workers=1)
-    yield box
-    box.close()
 
 
 # (case, program, the start of its error)
@@ -96,12 +86,7 @@ HOSTILE = [
 
 
 def test_every_made_class_route_is_a_failed_sample(sandbox):
-    failures = []
-    for case, program, error in HOSTILE:
-        run = sandbox.run(program, LIMITS)
-        if run.ok or not (run.failure or "").startswith(error):
-            failures.append((case, run.status, run.output, run.failure))
-    assert failures == []
+    assert hostile_failures(sandbox, HOSTILE, LIMITS) == []
     assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"  # the worker survived them all
 
 
@@ -136,21 +121,7 @@ LEGITIMATE = [
 
 
 def test_the_programs_a_model_writes_keep_their_outputs(sandbox):
-    failures = []
-    for case, program, output in LEGITIMATE:
-        run = sandbox.run(program, LIMITS)
-        if (run.status, run.output) != ("ok", output):
-            failures.append((case, run.status, run.output, run.failure))
-    assert failures == []
-
-
-def _restricted_module() -> types.ModuleType:
-    """``_sandbox_restricted.py`` loaded by path, as the worker loads it."""
-    path = Path(sys.modules["agora.models.recipes.sandbox"].__file__).with_name("_sandbox_restricted.py")
-    spec = importlib.util.spec_from_file_location("_sandbox_restricted_round12b", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    assert output_failures(sandbox, LEGITIMATE, LIMITS) == []
 
 
 def test_init_printing_leaves_the_displayhook():
@@ -164,7 +135,7 @@ def test_init_printing_leaves_the_displayhook():
     from sympy.polys.polyoptions import OptionType
     from sympy.printing.printer import Printer
 
-    restricted = _restricted_module()
+    restricted = restricted_module("_sandbox_restricted_round12b")
     methods = {(owner, name): vars(owner)[name] for owner, name in (
         (Expr, "expand"), (Domain, "convert_from"), (OptionType, "__init__"), (Singleton, "__init__"))}
     sympy_modules = [m for m in list(sys.modules.values()) if str(getattr(m, "__name__", "")).startswith("sympy")
