@@ -3,7 +3,6 @@ the loopback OpenAI stub (tests/openai_stub.py), each case counting the rows wri
 server was really asked."""
 
 import json
-import sqlite3
 import threading
 
 import pytest
@@ -15,6 +14,7 @@ from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.recording import QuestionRecordedError, TraceRecorder
 from agora.models.pool import ModelPool
 from openai_stub import StubServer, default_handler
+from db_rows import rows
 
 CONFIG = {"n_agents": 2, "k_samples": 2}  # 2 requests of n=2: 4 samples a question
 QUESTION = {"question": "What is 2 + 2?", "gold": "4"}
@@ -24,14 +24,6 @@ def user_pool(url: str) -> ModelPool:
     return ModelPool.from_chat_models(
         {name: ChatOpenAI(base_url=url, api_key="k", model=name, max_retries=0, timeout=10) for name in "ab"},
         max_retries=0)
-
-
-def rows(db, sql, *params):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def test_an_invocation_still_running_when_the_block_ends_is_counted_and_not_written_after_the_run_ended(tmp_path):

@@ -6,7 +6,6 @@ the rows written against what the models were asked."""
 import contextlib
 import json
 import re
-import sqlite3
 import threading
 import time
 
@@ -21,6 +20,7 @@ from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 from agora.traces.store import TraceStore, TraceStoreError
 from openai_stub import DROP, StubServer, default_handler
+from db_rows import rows
 
 CONFIG = {"n_agents": 2, "k_samples": 2}  # 2 requests of n=2: 4 samples a question
 QUESTION = {"question": "What is 2 + 2?", "gold": "4"}
@@ -32,14 +32,6 @@ def chat(url: str, name: str) -> ChatOpenAI:
 
 def user_pool(url: str) -> ModelPool:
     return ModelPool.from_chat_models({name: chat(url, name) for name in "ab"}, max_retries=0)
-
-
-def rows(db, sql, *params):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def first_request_of_a_dropped():

@@ -5,7 +5,6 @@ OpenAI stub (tests/openai_stub.py); each case counts the rows against what the s
 
 import asyncio
 import json
-import sqlite3
 import threading
 
 import pytest
@@ -20,6 +19,7 @@ from agora.graphs.recording import TraceRecorder
 from agora.graphs.runner import run_problems
 from agora.models.pool import ModelCallError, ModelSpec, pool_from_specs
 from agora.tasks.problem import Problem
+from db_rows import rows
 
 CONFIG = DelegationConfig(n_agents=2, k_samples=2)  # one request of n=2 to member a, one to member b
 QUESTION = {"question": "What is 2 + 2?", "gold": "4"}
@@ -28,14 +28,6 @@ QUESTION = {"question": "What is 2 + 2?", "gold": "4"}
 def pool(url: str):
     return pool_from_specs([ModelSpec(name=n, backend="openai", model=n, base_url=url, max_retries=0, timeout_s=10)
                             for n in "ab"])
-
-
-def rows(db, sql, *params):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def run(db, url, run_id="r"):

@@ -5,7 +5,6 @@ Each case counts the rows written: questions, model calls per question, failed a
 import json
 import os
 import socket
-import sqlite3
 import threading
 from typing import TypedDict
 
@@ -24,6 +23,7 @@ from agora.tasks.problem import Problem
 from agora.traces.report import failed_questions, run_totals
 from agora.traces.store import TraceStore, TraceStoreError
 from openai_stub import DROP, StubServer, chat_reply
+from db_rows import rows
 
 CONFIG = DelegationConfig(n_agents=2, k_samples=2, tau=0.5)  # 2 requests of n=2: 4 samples a question
 QUESTION = "What is 2 + 2?"
@@ -41,14 +41,6 @@ def closed_port_url() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-
-
-def rows(db, sql, *params):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def calls_per_question(db, run_id):

@@ -3,7 +3,6 @@ one task per member): LangGraph then traces its input step ``__start__`` as a no
 node of the protocol. A pause and resume through the same recorder records the question once, whole,
 and a repeated ``question_id`` is refused before any model is asked, as for ALIGN."""
 
-import sqlite3
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -12,6 +11,7 @@ from agora.graphs.recording import QuestionRecordedError, TraceRecorder
 from agora.graphs.slm_mux import build_slm_mux_graph
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
+from db_rows import rows
 
 QUESTION = {"question": "What is 3 + 4?", "gold": "7"}
 CONTEXT_CONFIG = {"k_samples": 2}
@@ -31,14 +31,6 @@ def scripted_pool() -> tuple[ModelPool, list[Counting]]:
     models = [Counting(responses=["3 + 4 = 7. The answer is 7."], cycle=True),
               Counting(responses=["The answer is 8."], cycle=True)]
     return ModelPool.from_chat_models({"a": models[0], "b": models[1]}), models
-
-
-def rows(db, sql):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_an_slm_mux_question_paused_and_resumed_is_recorded_once_whole(tmp_path):
