@@ -290,6 +290,19 @@ def member_names(value: Optional[str], option: str = "--models") -> tuple[str, .
     return given
 
 
+def check_principal(principal: str | None, pool: ModelPool) -> None:
+    """Refuse ``--principal NAME`` (ALIGN's model principal, ``DelegationConfig.principal``) when
+    ``NAME`` is no member of ``pool``, before any run row or trace DB is written; ``None`` (no model
+    principal) passes.
+
+    Raises:
+        InputError: one line naming ``--principal``, the name and the pool's members
+            (``--principal: 'nobody' is not in the pool (a, b)``).
+    """
+    if principal is not None and principal not in pool:
+        raise InputError(f"--principal: {principal!r} is not in the pool ({', '.join(pool.names)})")
+
+
 def load_benchmark(data: Path | None, fmt: str | None, limit: int | None, seed: int,
                    load: Callable[..., list[Problem]] = load_problems) -> tuple[Path | None, str, list[Problem]]:
     """``(data, format, problems)``: ``--data`` in ``--format`` (guessed when omitted), the generated

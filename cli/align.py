@@ -15,7 +15,6 @@ from agora.cli._shared import (MAX_TEMPERATURE, Table, console, exit_if_failed, 
                                user_errors)
 from agora.graphs.delegation import METHODS, DelegationContext, calibrated_reliabilities
 from agora.models.urls import shown_url
-from agora.tasks.errors import InputError
 from agora.tasks.loaders import load_problems
 from agora.traces.report import method_table, run_totals, unknown_tokens_note
 from agora.traces.store import TraceStore
@@ -74,8 +73,7 @@ def run_align(
         the_pool = get_pool(pool)
         for m in config.models:
             the_pool[m]
-        if config.principal is not None and config.principal not in the_pool:
-            raise InputError(f"--principal: {config.principal!r} is not in the pool ({', '.join(the_pool.names)})")
+        _run.check_principal(config.principal, the_pool)
         calibrated_reliabilities(config, list(config.models) or the_pool.names)  # dev run and accuracies: before any run row
         store, run_id, outcome = _run.run_benchmark(
             "align", problems, context=DelegationContext(pool=the_pool, config=config), config=config, pool=the_pool,

@@ -59,7 +59,7 @@ from agora.graphs.runner import QuestionOutcome
 from agora.tasks.loaders import detect_format, load_problems
 from agora.runs.report import write_report
 from agora.runs.report_format import (any_too_few, claim_lines, fmt_accuracy, fmt_thresholds, fmt_tokens,
-                                      single_model_rows)
+                                      principal_line, single_model_rows)
 from agora.traces.bench_spec import read_bench_spec
 from agora.traces.pg_sql import db_argument
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
@@ -185,6 +185,10 @@ def bench(
     agents: int = typer.Option(2, "--agents", "-n", min=1, help="ALIGN agents n."),
     samples: int = typer.Option(3, "--samples", "-k", min=1, help="ALIGN candidates per agent k."),
     tau: float = typer.Option(0.5, "--tau", min=0.0, max=1.0, help="ALIGN's committed threshold on U."),
+    principal: Optional[str] = typer.Option(None, "--principal",
+                                            help="ALIGN's model principal: a pool member (e.g. a trained aggregator) "
+                                                 "that reads each question and the agents' proposals and answers for "
+                                                 "ALIGN, in place of the utility rule (as in `agora run align`)."),
     anchor_samples: Optional[int] = typer.Option(None, "--anchor-samples", "-N", min=1,
                                                  help="COMED anchor samples N (default 3, or the thresholds file's)."),
     thresholds: Optional[Path] = typer.Option(None, "--thresholds", help="COMED thresholds file from `agora "
@@ -278,7 +282,7 @@ def bench(
         if embedding not in ("auto", "minilm", "tfidf"):
             raise InputError(f"--embedding must be auto, minilm or tfidf, got {embedding!r}")
         from_options(DelegationConfig, n_agents="agents", k_samples="samples", tau="tau", max_tokens="max_tokens",
-                     temperature="temperature", seed="seed")
+                     temperature="temperature", seed="seed", principal="principal")
         from_options(EscalationConfig, thresholds=("thresholds", "tau_hi", "tau_lo", "m_min"),
                      n_anchor=("anchor_samples", "thresholds"), anchor="anchor", debate_agents="debate_agents",
                      debate_rounds="debate_rounds", max_tokens="max_tokens", probe_max_tokens="probe_max_tokens",
@@ -290,7 +294,7 @@ def bench(
                      matched_single="matched_single")
         config = BenchConfig(
             align=DelegationConfig(n_agents=agents, k_samples=samples, tau=tau, max_tokens=max_tokens,
-                                   temperature=temperature, seed=seed),
+                                   temperature=temperature, seed=seed, principal=principal),
             comed=EscalationConfig(thresholds=EscalationThresholds(**{**asdict(base), **given}), n_anchor=n_anchor,
                                    anchor=anchor, debate_agents=debate_agents, debate_rounds=debate_rounds,
                                    max_tokens=max_tokens, probe_max_tokens=probe_max_tokens, temperature=temperature,
@@ -301,7 +305,11 @@ def bench(
         dev_splits = (_dev_splits(calibrate_on, dev, task_files)
                       if "comed" in config.protocols or shared_candidates else [])
         check_matched_single(config, bool(dev_splits))  # before any DB is opened
+        if principal is not None and "align" not in config.methods:
+            raise InputError(f"--principal {principal}: the model principal answers for the align method, which "
+                             f"--protocols did not choose ({', '.join(config.methods)})")
         the_pool = get_pool(pool)
+        _run.check_principal(principal, the_pool)
         bench_id = new_run_id("bench") if run_id is None else check_run_id(run_id)
         out_dir = out or default_out(bench_id)
         check_out_path(out_dir)
@@ -363,6 +371,8 @@ def _print_summary(report: dict[str, Any], files: Any) -> None:
     if any_too_few(report):
         console.print(f"† {TOO_FEW}: fewer than {MIN_QUESTIONS} scored questions or a degenerate interval; no finding",
                       highlight=False)
+    if principal_line(report):
+        console.print(escape(principal_line(report)), highlight=False, soft_wrap=True)
     for c in report["calibration"]:
         t = c["thresholds"]
         scope = "all tasks" if c["scope"] == "*" else c["scope"]

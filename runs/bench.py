@@ -313,6 +313,9 @@ def run_bench(
         if routed:
             renames["comed-routed"] = {"comed": "comed_routed"}
         settings["shared"] = _shared_settings(shared_cfg, best_model, tasks, pool.names)
+    if config.align.principal is not None and "align" in shares:  # the model principal's call is its own
+        shares = {**shares, "align": f"{shares['align']}; the model principal {config.align.principal} reads the "
+                                     "agents' proposals and answers (one more call per question, its own)"}
     spec = BenchSpec(
         bench_id=bench_id,
         tasks=tuple(BenchTask(t.name, str(t.path), t.format, tuple(p.id for p in t.problems), runs[t.name])

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 from agora.runs.bench_claims import CLAIMS
 from agora.runs.report_members import members_markdown
 from agora.runs.report_format import (any_too_few, claim_qualifier, fmt_accuracy, fmt_ci, fmt_few, fmt_num, fmt_p,
-                                      fmt_pct, fmt_thresholds, fmt_tokens, single_model_rows)
+                                      fmt_pct, fmt_thresholds, fmt_tokens, principal_line, single_model_rows)
 from agora.traces.bench import bench_report
 from agora.traces.bench_data import BenchData, read_bench
 from agora.traces.bench_spec import BenchSpec, record_bench, report_json
@@ -85,6 +85,8 @@ def report_markdown(report: dict[str, Any]) -> str:
     for key in ("align", "comed"):
         if settings.get(key):
             lines += ["", f"{key.upper()} settings: " + ", ".join(f"{k} = {v}" for k, v in settings[key].items()) + "."]
+    if principal_line(report):
+        lines += ["", principal_line(report, "`") + "."]
     if settings.get("router_left_out"):
         lines += ["", "Members left out of `comed_routed`'s router (no scored dev answer): "
                   + "; ".join(f"{task}: " + ", ".join(f"`{m}`" for m in members)

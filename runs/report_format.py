@@ -64,6 +64,19 @@ def single_model_rows(report: dict[str, Any], tasks: Sequence[str]) -> list[tupl
     return rows
 
 
+def principal_line(report: dict[str, Any], quote: str = "") -> str | None:
+    """Who answered for ALIGN when a model principal did (the bench's ``settings.align.principal``):
+    ``ALIGN's answers are the model principal agg's: ...`` (the name between ``quote``s: a backtick
+    in ``bench.md``); ``None`` for ALIGN's committed utility rule (a bench without ``--principal``)
+    or a bench without ALIGN."""
+    name = ((report.get("settings") or {}).get("align") or {}).get("principal")
+    if not name:
+        return None
+    return (f"ALIGN's answers are the model principal {quote}{name}{quote}'s: it reads each question and the agents' "
+            "proposals and answers (one more call per question, counted in align's cost), in place of the "
+            "utility rule; the other ALIGN methods use no principal")
+
+
 def any_too_few(report: dict[str, Any]) -> bool:
     return any(c.get("too_few") for key in ("cells", "macro", "single_models", "macro_single_models")
                for c in report.get(key) or [])
