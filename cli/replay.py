@@ -13,7 +13,7 @@ from agora.cli._apps import app
 from agora.cli._shared import Table, console, fmt_ci, fmt_pct, json_text, user_errors
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.replay import check_rule, paired_table, replay, reproduced
-from agora.traces.replay_rules import RULES, parse_params
+from agora.traces.replay_rules import RULES, model_principal, parse_params
 from agora.traces.run_trace import load_run
 from agora.traces.store import TraceStore, check_run_id
 
@@ -85,14 +85,19 @@ def replay_cmd(
         table = paired_table(run, result, seed=seed)
         method = RULES[rule].reproduces.get(run.protocol)
         same = reproduced(run, result, method) if method else None
+        principal = model_principal(run, rule)
         if as_json:
             print(json_text({**result.to_json(), "protocol": run.protocol, "paired": table,
-                             "reproduces": method, "identical": same}, default=str))
+                             "reproduces": method, "identical": same,
+                             **({"principal": principal} if principal else {})}, default=str))
             return
         shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "no parameters"
         console.print(f"replayed {escape(run_id)} ({escape(str(run.protocol))}, {len(run.questions)} questions) under "
                       f"[bold]{escape(rule)}[/bold] ({escape(shown)})" + (f", weights from {escape(dev_run_id)}" if dev_run_id
                                                                    else "") + ": 0 model calls", highlight=False)
+        if principal:
+            console.print(f"ALIGN's answers are the recorded answers of the run's model principal {escape(principal)} "
+                          "(not asked again: replay calls no model)", highlight=False, soft_wrap=True)
         if same is not None and same[1]:
             console.print(f"answers identical to the recorded {escape(str(method))}: {same[0]}/{same[1]} questions",
                           highlight=False)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from agora.tasks.errors import InputError
-from agora.agents.delegation import agreement_utility, plurality, principal_select, propose
+from agora.agents.delegation import agreement_utility, plurality, principal_choice, principal_select, propose
 from agora.agents.escalation import EscalationThresholds, decide, escalates
 from agora.agents.escalation_calibration import DevOutcome
 from agora.agents.slm_mux import MemberConfidence, MemberVote, member_confidence, mux_select, top_member
@@ -187,20 +187,74 @@ def _check_choice(value: str, allowed: Sequence[str], name: str) -> None:
         raise InputError(f"--param {name}={value}: choose from {', '.join(allowed)}")
 
 
+def model_principal(run: RunTrace, rule: str) -> str | None:
+    """The pool member that answered for ALIGN in ``run`` (its recorded setting ``principal``,
+    ``agora run align --principal`` / ``agora bench --principal``) when replaying it under ``rule``
+    gives that member's answers (rule ``align`` on an ALIGN run); ``None`` otherwise (ALIGN's
+    committed rule answered, or another rule is replayed)."""
+    if rule != "align" or run.protocol != "align":
+        return None
+    return run.config.get("principal") or None
+
+
+def model_principal_choice(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext, cands: Sequence[dict[str, Any]],
+                           proposals: Sequence[dict[str, Any]], utilities: Sequence[float], shown: str) -> Choice:
+    """ALIGN's answer on a run with a model principal: the answer of the recorded ``principal`` call
+    (its first sample; ``None`` when the call has no successful row), which is what the run
+    answered; never asked again. The bookkeeping is :func:`agora.agents.delegation.principal_choice`'s
+    (the one agent whose proposal carries the answer, its U against ``tau``: the answer stands either
+    way, so ``tau`` changes the why, never the answer). ``samples``: the candidates and the
+    principal's rows, as the run counted them.
+
+    Raises:
+        ValueError: ``proposal_rule`` other than the run's own: other proposals would need the
+            principal asked about them, and replay calls no model.
+    """
+    principal = model_principal(ctx.run, "align")
+    own = ctx.run.config.get("proposal_rule") or "plurality"
+    if p["proposal_rule"] != own:
+        raise InputError(f"--param proposal_rule={p['proposal_rule']}: run {ctx.run.run_id!r}'s ALIGN answers come "
+                         f"from its model principal {principal}, which read the proposals made under "
+                         f"proposal_rule={own}; other proposals would need it asked again, and replay calls no "
+                         "model")
+    rows = sorted(q.of("principal"), key=lambda s: s.sample_index or 0)
+    if not rows:
+        return Choice(None, f"the model principal {principal} has no recorded answer (its call failed); "
+                      f"proposals: {shown}", len(cands))
+    answer = rows[0].answer
+    sel = principal_choice(proposals, answer, utilities, p["tau"], principal)
+    who = (f"agent {sel['agent']}'s proposal" if sel["agent"] is not None
+           else "no single agent's proposal")
+    verdict = (f"U {sel['utility']:.2f} {'>=' if sel['accepted'] else '<'} τ {p['tau']:g}, its answer stands "
+               "either way")
+    return Choice(answer, f"the model principal {principal} answered {answer!r} (recorded, not asked again; {who}, "
+                  f"{verdict}); proposals: {shown}", len(cands) + len(rows))
+
+
 @selection_rule("align", params={"tau": 0.5, "proposal_rule": "plurality"}, from_config=_align_config,
                 reproduces={"align": "align"}, protocols=("align",),
-                help="ALIGN's principal: best proposal with utility U >= tau, else argmax U (agents' samples).")
+                help="ALIGN's principal: best proposal with utility U >= tau, else argmax U (agents' samples); on a run "
+                     "with a model principal, that member's recorded answers.")
 def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
     """ALIGN's committed rule (:func:`agora.agents.delegation.principal_select`) on the recorded
-    agents' candidates, with each agent's proposal re-made under ``proposal_rule``."""
+    agents' candidates, with each agent's proposal re-made under ``proposal_rule``. A run with a
+    model principal (its recorded ``principal``): that member's recorded answer
+    (:func:`model_principal_choice`), as the run answered.
+
+    Raises:
+        ValueError: a ``proposal_rule`` not ``plurality`` or ``first``, a ``tau`` outside [0, 1], or,
+            on a model-principal run, a ``proposal_rule`` other than the run's own.
+    """
     _check_choice(p["proposal_rule"], ("plurality", "first"), "proposal_rule")
     if not 0.0 <= p["tau"] <= 1.0:
         raise InputError(f"--param tau={p['tau']}: must be in [0, 1]")
     cands, proposals = _proposals(q, p["proposal_rule"], ctx)
     utilities = agreement_utility([x["answer"] for x in proposals], proposals)
-    sel = principal_select(proposals, utilities, p["tau"])
     shown = "; ".join(f"agent {x['agent']} {x['answer']!r} (share {x['signal']:.2f}, U {u:.2f})"
                       for x, u in zip(proposals, utilities))
+    if model_principal(ctx.run, "align") is not None:
+        return model_principal_choice(q, p, ctx, cands, proposals, utilities, shown)
+    sel = principal_select(proposals, utilities, p["tau"])
     verdict = (f"U {sel['utility']:.2f} >= τ {p['tau']:g}" if sel["accepted"]
                else f"no U reached τ {p['tau']:g}: argmax U {sel['utility']:.2f}")
     return Choice(sel["answer"], f"agent {sel['agent']}'s proposal, {verdict}; proposals: {shown}", len(cands))
