@@ -314,8 +314,7 @@ def run_bench(
             renames["comed-routed"] = {"comed": "comed_routed"}
         settings["shared"] = _shared_settings(shared_cfg, best_model, tasks, pool.names)
     if config.align.principal is not None and "align" in shares:  # the model principal's call is its own
-        shares = {**shares, "align": f"{shares['align']}; the model principal {config.align.principal} reads the "
-                                     "agents' proposals and answers (one more call per question, its own)"}
+        shares = {**shares, "align": _principal_sharing(shares["align"], config.align.principal)}
     spec = BenchSpec(
         bench_id=bench_id,
         tasks=tuple(BenchTask(t.name, str(t.path), t.format, tuple(p.id for p in t.problems), runs[t.name])
@@ -395,6 +394,18 @@ def _shared_settings(cfg: Any, best: dict[str, dict[str, Any]], tasks: Sequence[
                            "source": "NOT chosen on dev (no dev split): the first pool model, as in the first edition"})
     return {"k": cfg.k, "models": list(cfg.models), "temperature": cfg.temperature, "max_tokens": cfg.max_tokens,
             "shots": cfg.shots, "single_model": chosen}
+
+
+def _principal_sharing(text: str, principal: str) -> str:
+    """ALIGN's sharing text with a model principal: its pick (free under the utility rule) is the
+    member's answer, one more call per question of its own."""
+    picks = ("the principal's pick among all of them", "the principal's pick is free")
+    said = (f"the model principal {principal} reads the agents' proposals and answers (one more call per "
+            "question, its own)")
+    for pick in picks:
+        if pick in text:
+            return text.replace(pick, said)
+    return f"{text}; {said}"
 
 
 def _short(settings: dict[str, Any]) -> dict[str, Any]:

@@ -51,11 +51,14 @@ def principal_pool(counter=None):
 
 
 def bench(tmp_path, monkeypatch, *extra, counter=None, db="t.db"):
+    """``agora bench`` on the arith file with ``principal_pool``: ALIGN and its baselines only, each
+    protocol drawing its own samples unless ``extra`` says ``--shared-candidates``."""
     math_file, _ = write_tasks(tmp_path)
+    extra = extra if "--shared-candidates" in extra else ("--no-shared-candidates", *extra)
     monkeypatch.setattr(bench_cli, "get_pool", lambda path: principal_pool(counter))
     result = CliRunner().invoke(app, ["bench", "--tasks", str(math_file), "--db", str(tmp_path / db), "--out",
                                       str(tmp_path / "b"), "--run-id", "b1", "--max-tokens", "16",
-                                      "--no-shared-candidates", "--protocols", "align", "--round-size", "0", *extra])
+                                      "--protocols", "align", "--round-size", "0", *extra])
     return result.exit_code, result.output
 
 
@@ -111,6 +114,23 @@ def test_a_resumed_bench_keeps_its_principal(principal_bench, tmp_path, monkeypa
         code, output = bench(tmp_path, monkeypatch, *extra, counter=again)
         assert code == 2 and "principal" in output and "nothing was run or recorded" in " ".join(output.split()), output
         assert again == {}
+
+
+def test_the_default_shared_bench_takes_the_principal_too_and_replays_it(tmp_path, monkeypatch):
+    """One candidate pool per question (the default design): the agents take a's and b's shared
+    samples, which are the same answers as above, and agg answers as above."""
+    code, output = bench(tmp_path, monkeypatch, "--principal", "agg", "--shared-candidates")
+    assert code == 0, output
+    report = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert {c["method"]: (c["accuracy"], c["samples_per_q"]) for c in report["cells"]} == {
+        "align": (0.75, 7.0), "single_agent": (0.5, 1.0), "self_consistency": (1.0, 6.0), "best_of_n": (1.0, 6.0)}
+    assert report["sharing"]["align"] == (
+        "the shared pool (k samples per model and question, drawn once): ALIGN's n·k candidates are its agents' "
+        "models' shares; the model principal agg reads the agents' proposals and answers (one more call per "
+        "question, its own)")
+    run = load_run(TraceStore(tmp_path / "t.db", readonly=True), ALIGN)
+    result = replay(run, "align")
+    assert [r.answer for r in result.rows] == ["2", "4", "6", "0"] and reproduced(run, result, "align") == (4, 4)
 
 
 def test_a_bench_without_principal_records_and_resumes_as_before(tmp_path, monkeypatch):
