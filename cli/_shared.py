@@ -308,10 +308,14 @@ def settings_from_options(cls: type, options: dict[str, str | tuple[str, ...]], 
     recorded first (``options``: field → the parameter, or parameters, that set it), so a refusal
     of a field names the option the user gave (``--lr: DPOSettings.learning_rate must be > 0, got
     0``; a default names the field alone). A refusal that names a field of ``options`` without its
-    class is given the class (``cls.field``), which is how :func:`with_option` finds the option.
+    class is given the class (``cls.field``), which is how :func:`with_option` finds the option. A
+    cross-field refusal (a rule over several fields) is led by the options of the fields it names,
+    typed or not, as either may be changed: ``--batch-size, --grad-accum, --num-generations:
+    GRPOSettings: batch_size × grad_accum (3 × 1) must be divisible by num_generations (2)``.
 
     Raises:
-        InputError: a refusal of a field of ``options``, as ``cls.field ...``.
+        InputError: a refusal of a field of ``options``, as ``cls.field ...``; a cross-field refusal
+            naming two or more of them, led by their options.
         ValueError: any other refusal of ``cls``, as ``cls`` raised it.
     """
     from_options(cls, **options)
@@ -319,10 +323,35 @@ def settings_from_options(cls: type, options: dict[str, str | tuple[str, ...]], 
         return cls(**values)
     except ValueError as exc:
         message = str(exc)
-        found = _BARE_FIELD_REFUSED.match(message)
-        if found is None or found["field"] not in options or not (isinstance(exc, InputError) or is_input(exc)):
+        if not (isinstance(exc, InputError) or is_input(exc)):
             raise
-        raise InputError(f"{cls.__name__}.{message}") from None
+        found = _BARE_FIELD_REFUSED.match(message)
+        if found is not None and found["field"] in options:
+            raise InputError(f"{cls.__name__}.{message}") from None
+        lead = _cross_field_lead(options, message)
+        if lead is None:
+            raise
+        raise InputError(f"{lead}: {cls.__name__}: {message}") from None
+
+
+def _cross_field_lead(options: dict[str, str | tuple[str, ...]], message: str) -> str | None:
+    """The options of the running command that set the fields a cross-field refusal names (``batch_size
+    × grad_accum (3 × 1) must be divisible by num_generations (2)``), typed or not, in the order the
+    message names them: ``--batch-size, --grad-accum, --num-generations``; ``None`` outside a command
+    or when the message names fewer than two such fields (not a cross-field rule)."""
+    ctx = _current_context()
+    if ctx is None:
+        return None
+    params = {p.name: p for p in getattr(getattr(ctx, "command", None), "params", ()) if p.name and p.opts}
+    named = sorted((m.start(), m.group(0)) for f in options for m in re.finditer(rf"\b{re.escape(f)}\b", message))
+    shown: list[str] = []
+    for _, field_name in named:
+        option = options[field_name]
+        param = params.get(option if isinstance(option, str) else option[0])
+        text = None if param is None else max(param.opts, key=lambda o: (o.startswith("--"), len(o)))
+        if text is not None and text not in shown:
+            shown.append(text)
+    return ", ".join(shown) if len(shown) >= 2 else None
 
 
 def _current_context() -> Any:

@@ -21,6 +21,7 @@ from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.models.pool import ModelSpec, load_pool
 from agora.cli._shared import console, echo_kv, err_console, settings_from_options
+from agora.training.config import MAX_TRAIN_SEED
 from agora.traces.store import TraceStore
 
 
@@ -35,6 +36,11 @@ LORA_R_OPTION = typer.Option(None, "--lora-r", min=1, help="LoRA rank of a fresh
 LORA_ALPHA_OPTION = typer.Option(None, "--lora-alpha", min=1, help="LoRA alpha [default: 16].")
 LORA_DROPOUT_OPTION = typer.Option(None, "--lora-dropout", min=0.0, max=0.99, help="LoRA dropout [default: 0.1].")
 THREADS_OPTION = typer.Option(None, "--threads", min=1, help="torch threads (default: free cores).")
+#: ``--seed`` of the commands that train (``train dpo|grpo|sft``, ``evolve``): a negative one is refused
+#: by the option, one above :data:`~agora.training.config.MAX_TRAIN_SEED` by the settings' own rule, in
+#: one line naming ``--seed`` and the range, before anything runs.
+SEED_OPTION = typer.Option(0, "--seed", min=0, help=f"Training seed, 0 to {MAX_TRAIN_SEED} (numpy's and torch's "
+                           "seeds are 32-bit).")
 SAVE_STEPS_OPTION = typer.Option(0, "--save-steps", min=0, help="A checkpoint every N optimiser steps in "
                                  "OUT/trainer/: rerunning the same command resumes an interrupted run from the "
                                  "last one (0: none).")

@@ -17,7 +17,7 @@ from agora.agents.judge import JudgeConfig
 from agora.cli._shared import Table, console, from_options, new_run_id, settings_from_options, user_errors
 from agora.cli._apps import app
 from agora.cli._run import member_names
-from agora.cli._train import TRAIN_OPTIONS, ServeWith, lora_settings, member_specs, require_train_extra
+from agora.cli._train import SEED_OPTION, TRAIN_OPTIONS, ServeWith, lora_settings, member_specs, require_train_extra
 from agora.tasks.loaders import FORMATS, load_problems
 from agora.traces.store import TraceStore, check_run_id
 from agora.models.contract import MAX_TOKENS_LIMIT
@@ -63,7 +63,7 @@ def evolve_cmd(
     num_generations: int = typer.Option(4, "--num-generations", min=2, help="GRPO completions per prompt."),
     max_completion_length: int = typer.Option(256, "--max-completion-length", min=1, help="GRPO completion cap."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1),
-    seed: int = typer.Option(0, "--seed", min=0),
+    seed: int = SEED_OPTION,
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file, at least 3 models (default: the "
                                         "embedded duel pool)."),
     db: str = typer.Option("agora.db", "--db", help="Trace database: a SQLite file or a postgresql:// URL."),

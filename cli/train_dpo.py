@@ -17,7 +17,7 @@ from agora.cli._shared import check_out_path, console, new_run_id, settings_from
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
-                              THREADS_OPTION, TRAIN_OPTIONS, PAIRS, SAVE_STEPS_OPTION, SERVE_WITH_OPTION,
+                              THREADS_OPTION, TRAIN_OPTIONS, PAIRS, SAVE_STEPS_OPTION, SEED_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, verified_samples, write_data_only,
                               check_pair_sources)
@@ -58,7 +58,7 @@ def train_dpo_cmd(
     batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
     max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
     threads: Optional[int] = THREADS_OPTION,
-    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1),
+    seed: int = SEED_OPTION,
     save_steps: int = SAVE_STEPS_OPTION,
     serve_with: ServeWith = SERVE_WITH_OPTION,
     run_id: Optional[str] = typer.Option(None, "--run-id"),

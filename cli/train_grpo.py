@@ -19,7 +19,7 @@ from agora.cli._shared import (MAX_SHOTS, MAX_TEMPERATURE, check_out_path, conso
 from agora.cli._apps import train_app
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
-                              THREADS_OPTION, SAVE_STEPS_OPTION, SERVE_WITH_OPTION, TRAIN_OPTIONS,
+                              THREADS_OPTION, SAVE_STEPS_OPTION, SEED_OPTION, SERVE_WITH_OPTION, TRAIN_OPTIONS,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, write_data_only)
 
@@ -57,7 +57,7 @@ def train_grpo_cmd(
     shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="Worked exemplars in --data prompts."),
     judge_shots: int = typer.Option(2, "--judge-shots", min=0, max=2),
     threads: Optional[int] = THREADS_OPTION,
-    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1),
+    seed: int = SEED_OPTION,
     aggregate: int = typer.Option(0, "--aggregate", min=0, help="Train an aggregator (AggLM): prompts show K "
                                   "recorded samples of a --db question (any model) to combine into one answer; "
                                   "reward: the scorer on its answer (0: off)."),

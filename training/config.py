@@ -40,6 +40,12 @@ class LoraSettings:
                           target_modules=list(self.target_modules), task_type="CAUSAL_LM")
 
 
+#: The largest seed a trainer takes (``2**32 - 1``): ``transformers.set_seed`` seeds numpy's legacy
+#: generator, which refuses a seed outside ``[0, 2**32 - 1]``, at the start of training, after any
+#: earlier work (``agora evolve``'s duels); a seed outside it is refused when the settings are built.
+MAX_TRAIN_SEED = 2**32 - 1
+
+
 @settings
 class TrainSettings:
     """Settings every trainer shares."""
@@ -58,7 +64,11 @@ class TrainSettings:
     """Gradient accumulation steps."""
     max_length: Annotated[int, Rule(lambda v: v >= 1, "max_length must be >= 1, got {value}")] = 1024
     """DPO: prompt + completion tokens kept (the prompt's start is kept)."""
-    seed: int = 0
+    seed: Annotated[int, Rule(lambda v: is_count(v) and 0 <= v <= MAX_TRAIN_SEED,
+                              f"seed must be an integer in [0, {MAX_TRAIN_SEED}] (numpy's and torch's seeds are "
+                              "32-bit), got {value!r}")] = 0
+    """Seeds the trainer's numpy, torch and Python generators (``transformers.set_seed``), the
+    validation split and the data order: an integer in ``[0, MAX_TRAIN_SEED]``."""
     threads: Annotated[int, Rule(lambda v: v >= 1, "threads must be >= 1, got {value}")] = field(default_factory=default_threads)
     """torch CPU threads (default: the cores this process may use)."""
     logging_steps: Annotated[int, Rule(lambda v: v >= 1, "logging_steps must be >= 1, got {value}")] = 1
