@@ -10,15 +10,20 @@ from typing import Any, Sequence
 from agora.traces.bundle import BundleError, BundleSummary, shared_source
 from agora.traces.bundle_reading import bundle_lines, check_footer, key_text, scan_bundle
 from agora.traces.bundle_schema import sql_type
+from agora.traces.pg_sql import is_postgres_url
 from agora.traces.store import TraceStore, TraceStoreError
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in ("protocol", "started_at", "config"))
 
 
-def _differing(cols: Sequence[str], old: Sequence[Any], new: Sequence[Any]) -> list[str]:
-    """Columns whose stored value differs from the bundle's (``1`` and ``1.0`` are the same value)."""
-    return [c for c, a, b in zip(cols, old, new) if a != b]
+def _differing(cols: Sequence[str], old: Sequence[Any], new: Sequence[Any], postgres: bool = False) -> list[str]:
+    """Columns whose stored value differs from the bundle's (``1`` and ``1.0`` are the same value; in a
+    Postgres store (``postgres``), a bundle's NUL character is the U+FFFD the store wrote for it, so
+    importing such a bundle twice adds nothing the second time)."""
+    def same(a: Any, b: Any) -> bool:
+        return a == b or (postgres and isinstance(b, str) and "\x00" in b and a == b.replace("\x00", "\ufffd"))
+    return [c for c, a, b in zip(cols, old, new) if not same(a, b)]
 
 
 def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -> BundleSummary:
@@ -108,7 +113,7 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
                     raise BundleError(f"{path}:{i}: {t}: the row {key_text(pk, row)} belongs to run {owner!r} in "
                                       f"{store.path}, not to the bundle's run {rid!r}; nothing was imported, --force "
                                       "or not (import into another database)")
-                differ = _differing(cols, stored, line["v"]) if stored is not None else []
+                differ = _differing(cols, stored, line["v"], is_postgres_url(store.path)) if stored is not None else []
                 if differ and not force:
                     raise BundleError(f"{path}:{i}: {t}: the row {key_text(pk, row)} already exists in {store.path} "
                                       f"with other content ({', '.join(differ[:6])} differ); nothing was imported "

@@ -28,6 +28,17 @@ KNOWN_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     **schema.PRIMARY_KEYS, "duels": ("duel_id",), "reputation_snapshots": ("duel_id", "model"),
     "leader_snapshots": ("duel_id",), "preference_pairs": ("pair_id",), "benches": ("bench_id",),
     "bench_cells": ("bench_id", "task", "method")}
+#: Columns the store writes as 0 or 1 (NULL where unknown): a bundle's 5 in ``results.correct`` would
+#: be read as five right answers (an accuracy of 500 %).
+FLAGS: dict[str, tuple[str, ...]] = {
+    "questions": ("correct",), "results": ("correct",), "duels": ("correct_a", "correct_b", "tie"),
+    "benches": ("complete",)}
+#: Counts the store writes (tokens, samples, calls): never negative; a negative one would lower a
+#: run's reported cost.
+COUNTS: dict[str, tuple[str, ...]] = {
+    "questions": ("model_calls", "prompt_tokens", "completion_tokens"),
+    "results": ("samples", "completion_tokens", "calls", "shared_calls", "shared_samples", "shared_tokens"),
+    "model_calls": ("prompt_tokens", "completion_tokens", "attempt", "sample_index")}
 #: SQLite types a header may declare for a column of each Python type of :data:`SCHEMA_TYPES`.
 _SQL_NAMES = {str: "TEXT", int: "INTEGER", float: "FLOAT"}
 _DECLARED = {str: {"TEXT", ""}, int: {"INTEGER", "INT", ""}, float: {"FLOAT", "REAL", "NUMERIC", "DOUBLE", ""}}
@@ -91,7 +102,8 @@ def check_values(path: Path, line: int, table: str, info: dict[str, Any], row: d
     column, a number in a text column, a list or object anywhere, a NULL primary key column. Integer
     columns take integers (a JSON ``true``/``false`` or a whole real such as ``3.0`` is stored as the
     integer SQLite makes of it); real columns take integers and reals (not NaN or infinite); any
-    other column may be NULL. Text holding a lone surrogate (a JSON ``"\\ud800"`` escape without
+    other column may be NULL. A yes/no column (:data:`FLAGS`) holds 0 or 1 and a count
+    (:data:`COUNTS`) is not negative. Text holding a lone surrogate (a JSON ``"\\ud800"`` escape without
     its pair) is refused: no database stores it."""
     for column, value in row.items():
         if value is None:
@@ -116,6 +128,12 @@ def check_values(path: Path, line: int, table: str, info: dict[str, Any], row: d
         if not ok:
             what = _TYPE_NAMES.get(want, "a text or number")
             raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is not {what}; "
+                              "nothing was imported")
+        if column in FLAGS.get(table, ()) and value not in (0, 1):
+            raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is not 0 or 1 (a yes/no column); "
+                              "nothing was imported")
+        if column in COUNTS.get(table, ()) and value < 0:
+            raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is a negative count; "
                               "nothing was imported")
         if isinstance(value, str) and (bad := SURROGATE.search(value)):
             raise BundleError(f"{path}:{line}: {table}.{column}: a lone surrogate (\\u{ord(bad.group()):04x} at character "

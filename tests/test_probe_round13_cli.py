@@ -1,0 +1,97 @@
+"""Probes of the CLI, bundles, task files and the Postgres store, round 13: a crafted bundle whose
+yes/no column held 5 (a report's accuracy of 500 %), a bundle of a NUL character that a Postgres
+store refused to import a second time, ... Each was found by a new user's or an attacker's input;
+the models are a loopback stub (tests/openai_stub.py), never a real one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from cli_runs import agora, one_error_line
+from openai_stub import StubServer
+
+
+def _pool(tmp_path, url):
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nbase_url = "{url}"\nmodel = "{m}"\n'
+                            "max_retries = 0\n" for m in ("m1", "m2", "m3")))
+    return pool
+
+
+@pytest.fixture(scope="module")
+def align_bundle(tmp_path_factory):
+    """Run ``a1`` (ALIGN, 2 synthetic questions, the stub answering "The answer is 4.") and its bundle."""
+    tmp = tmp_path_factory.mktemp("round13")
+    with StubServer() as server:
+        code, output = agora("run", "align", "--pool", _pool(tmp, server.base_url), "--format", "synthetic",
+                             "--limit", "2", "--db", tmp / "t.db", "--run-id", "a1")
+        assert code == 0, output
+    bundle = tmp / "a1.jsonl.gz"
+    code, output = agora("export", "--db", tmp / "t.db", "--run-id", "a1", "--out", bundle)
+    assert code == 0, output
+    return tmp / "t.db", bundle
+
+
+def _lines(bundle):
+    return [json.loads(line) for line in gzip.open(bundle, "rt", encoding="utf-8")]
+
+
+def _crafted(bundle, out, table, column, value):
+    """``bundle`` with ``table.column`` set to ``value`` in every row, written by hand as an attacker
+    would (the footer's counts made to match, no checksums: a bundle may be written without them)."""
+    lines = _lines(bundle)
+    cols = list(lines[0]["tables"][table]["columns"])
+    rows = [{**r, "v": [value if c == column else v for c, v in zip(cols, r["v"])]} if r.get("t") == table else r
+            for r in lines[1:-1]]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["t"]] = counts.get(r["t"], 0) + 1
+    with gzip.open(out, "wt", encoding="utf-8") as f:
+        for line in [lines[0], *rows, {"end": True, "rows": counts}]:
+            f.write(json.dumps(line) + "\n")
+    return out
+
+
+@pytest.mark.parametrize("table, column, value, said", [
+    ("results", "correct", 5, "results.correct: 5 is not 0 or 1"),
+    ("questions", "correct", -1, "questions.correct: -1 is not 0 or 1"),
+    ("results", "completion_tokens", -400, "results.completion_tokens: -400 is a negative count"),
+    ("model_calls", "prompt_tokens", -11, "model_calls.prompt_tokens: -11 is a negative count"),
+])
+def test_a_bundle_whose_yes_no_column_or_count_holds_what_no_store_writes_is_refused(
+        align_bundle, tmp_path, table, column, value, said):
+    """Before: ``results.correct = 5`` was imported and ``agora report run`` showed ALIGN's accuracy as
+    500.0 % (``replay``: a difference of -475 points); a negative token count lowered the run's cost."""
+    bundle = _crafted(align_bundle[1], tmp_path / "c.gz", table, column, value)
+    code, output = agora("import", bundle, "--db", tmp_path / "i.db")
+    assert code == 2, output
+    assert said in one_error_line(output) and "nothing was imported" in output
+    assert not (tmp_path / "i.db").exists()
+
+
+def test_a_bundle_of_flags_and_counts_as_written_still_imports(align_bundle, tmp_path):
+    code, output = agora("import", align_bundle[1], "--db", tmp_path / "i.db")
+    assert code == 0, output
+    assert "rows added: runs 1, questions 2, results 8, model_calls 12" in output
+
+
+def test_a_bundle_holding_a_nul_imported_twice_into_postgres_adds_nothing_the_second_time(
+        align_bundle, tmp_path, postgres_server):
+    """Postgres text cannot hold NUL: the store writes U+FFFD for it. Before: the second import of the
+    same bundle compared the stored U+FFFD with the bundle's NUL and refused it, ``already exists with
+    other content (question differ)``, though importing twice adds nothing."""
+    bundle = _crafted(align_bundle[1], tmp_path / "nul.gz", "questions", "question", "What is 2\x00+2?")
+    url = postgres_server.database()
+    code, output = agora("import", bundle, "--db", url)
+    assert code == 0, output
+    assert "rows added: runs 1, questions 2, results 8, model_calls 12" in output
+    code, output = agora("import", bundle, "--db", url)
+    assert code == 0, output
+    assert "rows added: none; already present: 23" in output
+    # a bundle whose text really differs is still refused
+    other = _crafted(align_bundle[1], tmp_path / "other.gz", "questions", "question", "What is 3\x00+3?")
+    code, output = agora("import", other, "--db", url)
+    assert code == 2 and "question differ" in one_error_line(output), output
