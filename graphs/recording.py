@@ -15,7 +15,9 @@ protocol graph is one whose nodes ran under it and whose output has ``methods`` 
 benchmark protocol's main method (``align``, ``comed``, ``moa``, ``debate``, ``converse``); its model
 calls are the ``calls`` of its own nodes' updates. A protocol graph run inside another (COMED's MoA
 and debate baselines) belongs to the outer one. Questions are written when the outermost run the
-recorder saw ends, one transaction per question (:meth:`TraceStore.record_question`). A protocol
+recorder saw ends, one transaction per question (:meth:`TraceStore.record_question`); a protocol
+graph run still running then (one the app started in a thread of its own and did not wait for) is
+kept and recorded when it ends, as an outermost run of its own. A protocol
 run that ends without ``methods`` (paused, or stopped by an error) is known by its nodes' names
 (those of a registered protocol's graph).
 
@@ -471,6 +473,29 @@ class TraceRecorder(BaseCallbackHandler):
         matches = [p for p, names in _protocol_nodes().items() if nodes <= names]
         return matches[0] if len(matches) == 1 else None
 
+    def _still_running_protocol(self, run: _Run) -> bool:
+        """Whether ``run`` is a protocol graph run that has not ended (neither answered, paused nor
+        stopped) while the outermost run it was started under has: a branch the app left running
+        (a thread it started with the node's config and did not join)."""
+        if run.node or run.ended or run.error is not None or not isinstance(run.inputs, dict):
+            return False
+        if not run.inputs.get("question"):
+            return False
+        if run.graph in self._by_context:
+            return True
+        nodes = {self._runs[c].name for c in run.children if c in self._runs and self._runs[c].node}
+        return bool(nodes) and any(nodes <= names for names in _protocol_nodes().values())
+
+    def _detach(self, rid: UUID) -> None:
+        """Keep the still-running protocol graph run ``rid`` (and the runs under it) when the outermost
+        run it was started under is forgotten: it becomes an outermost run itself, so its question
+        is recorded, whole, when it ends (:meth:`_ended`), instead of its nodes' ends finding no run."""
+        run = self._runs[rid]
+        parent = self._runs.get(run.parent)
+        if parent is not None and rid in parent.children:
+            parent.children.remove(rid)
+        run.parent = None
+
     def _record_tree(self, root: UUID) -> None:
         found: list[tuple[UUID, str, bool]] = []
         todo = [root]
@@ -479,7 +504,9 @@ class TraceRecorder(BaseCallbackHandler):
             run = self._runs.get(rid)
             if run is None:
                 continue
-            if (protocol := self._protocol_of(run)) is not None:
+            if rid != root and self._still_running_protocol(run):
+                self._detach(rid)  # recorded when it ends, as an invocation of its own
+            elif (protocol := self._protocol_of(run)) is not None:
                 found.append((rid, protocol, True))
             elif (protocol := self._unfinished_protocol(run)) is not None:
                 found.append((rid, protocol, False))

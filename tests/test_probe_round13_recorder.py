@@ -90,3 +90,119 @@ def test_evolves_grpo_group_size_refusal_names_the_options(tmp_path, monkeypatch
     assert result.exit_code == 2, result.output
     assert lines(result) == [GROUPS_REFUSED.format(g=4)]
     assert not (tmp_path / "t.db").exists()
+
+
+# ------------------------------------------------------------------ a branch still running when the question ends
+
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from langchain_core.runnables import RunnableConfig  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from typing_extensions import TypedDict  # noqa: E402
+
+from agora.graphs.delegation import DelegationContext, build_delegation_graph  # noqa: E402
+from agora.graphs.recording import TraceRecorder  # noqa: E402
+from agora.models.pool import ModelCallError, ModelPool  # noqa: E402
+from db_rows import rows  # noqa: E402
+from openai_stub import DROP, StubServer, default_handler  # noqa: E402
+from test_probe_round12_recorder import chat  # noqa: E402
+
+CONFIG = {"n_agents": 2, "k_samples": 2}  # one request of n=2 to member a, one to member b: 4 samples a question
+QUESTION = {"question": "What is 2 + 2?", "gold": "4"}
+
+
+def user_pool(url: str, names: str = "ab") -> ModelPool:
+    return ModelPool.from_chat_models({name: chat(url, name) for name in names}, max_retries=0)
+
+
+class SlowB:
+    """Member ``b``'s reply takes 0.5 s; while ``broken``, member ``a``'s connection is dropped as soon
+    as ``b``'s request has arrived, so ``a``'s call raises while ``b``'s is still in flight."""
+
+    def __init__(self):
+        self.broken, self.arrived = True, threading.Event()
+
+    def __call__(self, path, body):
+        if body.get("model") == "b":
+            self.arrived.set()
+            time.sleep(0.5)
+            return default_handler(path, body)
+        if self.broken:
+            self.arrived.wait(20)
+            return 200, DROP
+        return default_handler(path, body)
+
+
+def test_a_sync_members_call_in_flight_when_another_raised_is_written_once_and_its_resume_doubles_nothing(tmp_path):
+    """It cannot be lost: a synchronous invocation (LangGraph's sync loop) joins every task of the step
+    before the graph's end reaches the recorder, so ``b``'s node, finishing 0.5 s after ``a``'s call
+    raised, has ended when the failed question is written; the resume through the checkpointer writes
+    each call once (a row per call id, every request the server saw a row or two, one per sample)."""
+    db = tmp_path / "app.db"
+    handler = SlowB()
+    graph = build_delegation_graph().compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t1"}}
+    with StubServer(handler) as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        with TraceRecorder(db, run_id="app") as recorder:
+            with pytest.raises(ModelCallError):
+                graph.invoke(QUESTION, {**thread, "callbacks": [recorder]}, context=context)
+            assert rows(db, "select model, error from model_calls order by model, error") == [
+                ("a", "OpenAIConnectionError: Connection error."), ("b", None), ("b", None)]
+            handler.broken = False
+            out = graph.invoke(None, {**thread, "callbacks": [recorder]}, context=context)
+        assert out["answer"] == "4"
+        asked = sorted(r["body"]["model"] for r in server.requests)
+    assert asked == ["a", "a", "b"]  # b's node, finished in the step that raised, is kept by the checkpoint
+    assert rows(db, "select count(*), count(distinct call_id) from model_calls") == [(5, 5)]
+    assert rows(db, "select model, count(*), count(error) from model_calls group by model order by model") == [
+        ("a", 3, 1), ("b", 2, 0)]
+    assert rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]  # its samples
+
+
+class AppState(TypedDict, total=False):
+    question: str
+    answer: str
+
+
+def test_a_protocol_question_the_app_left_running_is_recorded_when_it_ends(tmp_path):
+    """An app's node starts the protocol graph in a thread of its own (with the node's config, so the
+    recorder sees it) and returns before it ends; the app's invocation ends first. Before: the
+    question was lost: the recorder forgot the runs when the app's invocation ended, so the protocol
+    graph's nodes and end found no run (2 requests, 4 samples, no row, no run)."""
+    db = tmp_path / "app.db"
+    protocol = build_delegation_graph().compile()
+    started: list[threading.Thread] = []
+
+    def slow(path, body):
+        time.sleep(0.3)
+        return default_handler(path, body)
+
+    with StubServer(slow) as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+
+        def ask(state: AppState, config: RunnableConfig) -> dict:
+            worker = threading.Thread(target=protocol.invoke, args=({**QUESTION, "question": state["question"]}, config),
+                                      kwargs={"context": context})
+            worker.start()
+            started.append(worker)
+            return {"answer": "pending"}
+
+        builder = StateGraph(AppState)
+        builder.add_node("ask", ask)
+        builder.add_edge(START, "ask")
+        builder.add_edge("ask", END)
+        app_graph = builder.compile()
+        with TraceRecorder(db, run_id="app") as recorder:
+            assert app_graph.invoke({"question": QUESTION["question"]}, {"callbacks": [recorder]}) == {
+                "question": QUESTION["question"], "answer": "pending"}
+            assert rows(db, "select count(*) from model_calls") == [(0,)]  # still running
+            for worker in started:
+                worker.join(20)
+        assert len(server.requests) == 2
+    assert rows(db, "select question_id, answer, correct, model_calls from questions") == [("q-f465154e", "4", 1, 4)]
+    assert rows(db, "select model, count(*) from model_calls group by model order by model") == [("a", 2), ("b", 2)]
+    assert rows(db, "select run_id, status, summary from runs") == [
+        ("app-align", "finished", json.dumps({"questions": 1, "failed": 0}))]
