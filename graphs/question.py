@@ -167,7 +167,8 @@ def checked_input(inp: Any) -> Any:
     integer in 0..10, and a ``question_id`` or
     ``gold`` that is neither text nor a finite number are refused; a number (``7``, ``0.5``) becomes its
     text, and a blank ``question_id`` or ``gold`` (``''``, ``'  '``: a cleared form field) is left
-    out, as not given (a blank gold would score every method wrong). Returns the mapping (a copy when a field was coerced); anything else (a resume's
+    out, as not given (a blank gold would score every method wrong); spaces around a ``question_id``
+    are dropped (``"q1 "`` prints as ``q1``: one id, as in the task files). Returns the mapping (a copy when a field was coerced); anything else (a resume's
     ``None`` or ``Command``) unchanged.
 
     Raises:
@@ -193,6 +194,8 @@ def checked_input(inp: Any) -> Any:
                 raise InputError(f"graph input field {field!r}: {unstorable(bad.group(0))}")
             if isinstance(value, str) and not value.strip():
                 fixed[field] = _DROPPED  # a cleared form field: none given
+            elif field == "question_id" and isinstance(value, str) and value != value.strip():
+                fixed[field] = value.strip()  # "q1 " prints as q1: one id, as in the task files
             continue
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"graph input field {field!r} must be a finite number or text, not {value!r}")

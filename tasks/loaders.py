@@ -304,15 +304,16 @@ def _id(rec: dict, path: Path, line: int) -> str:
     """The line's id: its ``id``, ``unique_id``, ``task_id`` or ``question_id`` (text or a whole
     number), else ``<file stem>-<line>``. An id of another type (an object, a list, ``true``, ``1.5``)
     or holding a control or invisible format character (a newline, U+202E) is refused: ids are
-    printed in reports and typed back (``agora report question ID``)."""
+    printed in reports and typed back (``agora report question ID``). Spaces around an id are
+    dropped (``"q1 "`` is ``q1``), so two ids that print alike are one id, refused as a duplicate."""
     for key in ("id", "unique_id", "task_id", "question_id"):
         if key not in rec or rec[key] is None:
             continue
         value = rec[key]
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise TaskFormatError(path, line, key, f"an id is text or a whole number, got {type(value).__name__} {value!r:.60}")
-        text = str(value)
-        if not text.strip():
+        text = str(value).strip()
+        if not text:
             continue
         for at, ch in enumerate(text):
             if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):

@@ -95,3 +95,48 @@ def test_a_bundle_holding_a_nul_imported_twice_into_postgres_adds_nothing_the_se
     other = _crafted(align_bundle[1], tmp_path / "other.gz", "questions", "question", "What is 3\x00+3?")
     code, output = agora("import", other, "--db", url)
     assert code == 2 and "question differ" in one_error_line(output), output
+
+
+def test_ids_that_differ_only_by_surrounding_spaces_are_one_id_in_task_files(tmp_path):
+    """Before: ``"q1 "`` and ``"q1"`` loaded as two questions whose ids print alike in every report;
+    ``agora report question --question-id q1`` showed one of them, the other could hardly be typed."""
+    from agora.tasks.loaders import TaskFormatError, load_problems
+
+    data = tmp_path / "t.jsonl"
+    data.write_text(json.dumps({"id": "q1 ", "question": "a?", "answer": "#### 1"}) + "\n"
+                    + json.dumps({"id": "q1", "question": "b?", "answer": "#### 2"}) + "\n")
+    with pytest.raises(TaskFormatError) as refused:
+        load_problems(data, "gsm8k")
+    assert str(refused.value) == f"{data}:2: field 'id': duplicate id 'q1'"
+    data.write_text(json.dumps({"id": " q1 ", "question": "a?", "answer": "#### 1"}) + "\n"
+                    + json.dumps({"question_id": "  ", "question": "b?", "answer": "#### 2"}) + "\n")
+    assert [p.id for p in load_problems(data, "gsm8k")] == ["q1", "t-2"]
+
+
+def test_a_graph_inputs_question_id_with_surrounding_spaces_is_the_same_question(tmp_path):
+    """Before: a Studio form's ``"q1 "`` after ``"q1"`` was recorded as a second question ``'q1 '``
+    (two rows that print alike); now it is ``q1``, refused by the recorder as already recorded."""
+    import sqlite3
+
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.graphs.question import checked_input
+    from agora.graphs.recording import QuestionRecordedError, TraceRecorder
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+
+    assert checked_input({"question": "x", "question_id": " q 1\t"}) == {"question": "x", "question_id": "q 1"}
+    chats = {m: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for m in "ab"}
+    graph = build_delegation_graph().compile()
+
+    def context():
+        return DelegationContext(ModelPool.from_chat_models(chats), DelegationConfig(n_agents=2, k_samples=1, tau=0.5))
+
+    with TraceRecorder(tmp_path / "app.db", run_id="app") as recorder:
+        graph.invoke({"question": "What is 2+2?", "question_id": "q1", "gold": "4"}, {"callbacks": [recorder]},
+                     context=context())
+        with pytest.raises(QuestionRecordedError, match="question id 'q1' is already recorded"):
+            graph.invoke({"question": "What is 2+2?", "question_id": "q1 ", "gold": "4"}, {"callbacks": [recorder]},
+                         context=context())
+    with sqlite3.connect(tmp_path / "app.db") as conn:
+        assert conn.execute("select question_id, correct from questions").fetchall() == [("q1", 1)]
