@@ -136,3 +136,116 @@ def _limit(which: int, value: int, hard: int | None = None) -> None:
         resource.setrlimit(which, (value, value if hard is None else hard))
     except (ValueError, OSError):
         pass
+
+
+# ----------------------------------------------------------------------------- audit hook (child)
+
+#: Audit events (PEP 578) a child refuses whatever raises them: processes, signals, network, raw
+#: memory (``ctypes``), the collector's object walks, code and function objects made by hand,
+#: unpickling, limits raised again, tracing, the working folder changed, and any change to the file
+#: system but a file opened for writing in the child's own folder. None of them is on a path an
+#: allowed library takes for a program; each is one that code past RestrictedPython would take.
+_AUDIT_REFUSED = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+    "os.startfile", "os.chdir", "os.fchdir", "os.chroot", "subprocess.Popen", "pty.spawn", "signal.pthread_kill",
+    "resource.setrlimit", "resource.prlimit", "sys.setprofile", "sys.settrace", "sys._current_frames",
+    "sys._current_exceptions", "code.__new__", "function.__new__", "pickle.find_class", "os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.mkfifo", "os.mknod", "os.chmod",
+    "os.chown", "os.chflags", "os.lchflags", "os.link", "os.symlink", "os.truncate", "os.utime", "os.setxattr",
+    "os.removexattr", "os.putenv", "os.unsetenv", "shutil.rmtree", "shutil.copyfile", "shutil.copymode",
+    "shutil.copystat", "shutil.copytree", "shutil.move", "shutil.chown", "shutil.make_archive",
+    "shutil.unpack_archive", "tempfile.mkstemp", "tempfile.mkdtemp", "fcntl.ioctl", "fcntl.fcntl", "fcntl.flock",
+    "fcntl.lockf", "mmap.__new__", "sys.unraisablehook", "sys.excepthook", "cpython.run_command",
+    "cpython.run_file", "cpython.run_module", "cpython.run_startup", "cpython.run_interactivehook",
+    "cpython._PySys_ClearAuditHooks"})
+#: Families of audit events a child refuses (``socket.connect``, ``ctypes.dlopen``, ``gc.get_objects``...).
+_AUDIT_REFUSED_FAMILIES = ("socket.", "ctypes.", "gc.", "sqlite3.", "webbrowser.", "urllib.", "http.", "ftplib.",
+                           "smtplib.", "poplib.", "imaplib.", "nntplib.", "telnetlib.", "ssl.", "winreg.", "_winapi.",
+                           "msvcrt.", "syslog.")
+#: Audit events that read a file or folder by path: allowed below the child's folder and Python's
+#: own folders (:data:`_READABLE`) only; ``open`` for writing below the child's folder only.
+_AUDIT_PATHS = frozenset({"open", "os.listdir", "os.scandir", "glob.glob"})
+#: ``os.open`` flags that write (``O_WRONLY``, ``O_RDWR``, ``O_CREAT``, ``O_TRUNC``, ``O_APPEND``).
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _audit_hook(folder: str) -> bool:
+    """Install, in this process (a child, just before its program runs), a ``sys.addaudithook``
+    hook that raises ``PermissionError`` (``EPERM`` as seccomp's refusals; ``EACCES`` for a path,
+    as Landlock's) for the events of :data:`_AUDIT_REFUSED` and :data:`_AUDIT_REFUSED_FAMILIES`,
+    for a read (``open``, ``os.listdir``...) of a path outside ``folder`` and Python's own
+    folders, and for an ``open`` that writes outside ``folder``. The path an event names must be a
+    plain ``str`` or ``bytes`` (an object's ``__fspath__`` could name another file when the file is
+    opened) without a ``..`` part. Everything the hook uses is bound when it is made: code that got
+    past RestrictedPython may replace module attributes and built-ins, not what the hook holds, and
+    it cannot reach the hook or its helpers (no collector walks, no ``ctypes``; they are made here,
+    not held by a module). A library that copes with Landlock's refusals (a bytecode cache it
+    cannot write) copes with these. ``False`` where Python has no audit hooks. A hook cannot be
+    removed: only ever call this in a child."""
+    import sys
+
+    add = getattr(sys, "addaudithook", None)
+    if add is None:
+        return False
+
+    def normal_path(path: str, cwd: str) -> str | None:
+        """``path`` (relative to ``cwd``) as an absolute path with ``.`` and empty parts taken out, by its
+        text alone (no file system calls, no module function a program could replace); ``None`` for a
+        path with a ``..`` part (a symbolic link before it would lead elsewhere than the text says)."""
+        if not path.startswith("/"):
+            path = cwd + "/" + path
+        parts = []
+        for part in path.split("/"):
+            if part == "..":
+                return None
+            if part and part != ".":
+                parts.append(part)
+        return "/" + "/".join(parts)
+
+    cwd = normal_path(os.path.realpath(folder), "/") or folder
+    # each of Python's folders as written (the paths imports open) and as resolved
+    folders = [normal_path(q, "/") for p in _READABLE for q in (os.path.abspath(p), os.path.realpath(p))]
+    readable = tuple(dict.fromkeys(r for r in (cwd, *folders, "/dev/null", "/dev/urandom") if r))
+    writable = (cwd,)
+    refused, families, paths, write_flags = _AUDIT_REFUSED, _AUDIT_REFUSED_FAMILIES, _AUDIT_PATHS, _WRITE_FLAGS
+    normal, exact_type, plain_str, plain_bytes, plain_int, denied = normal_path, type, str, bytes, int, PermissionError
+
+    def below(path, roots) -> bool:
+        kind = exact_type(path)
+        if kind is plain_bytes:
+            path = plain_bytes.decode(path, "utf-8", "surrogateescape")
+        elif kind is not plain_str:
+            return False
+        found = normal(path, cwd)
+        if found is None:
+            return False
+        for root in roots:
+            if found == root or plain_str.startswith(found, root + "/"):
+                return True
+        return False
+
+    def hook(event, args):
+        if event in refused or plain_str.startswith(event, families):
+            raise denied(1, f"Operation not permitted (the sandbox's audit hook refuses {event})")
+        if event not in paths:
+            return
+        path = args[0] if args else None
+        if event == "open":
+            mode, flags = args[1], args[2]
+            writes = exact_type(flags) is plain_int and flags & write_flags
+            if exact_type(mode) is plain_str:
+                for letter in "wax+":
+                    writes = writes or letter in mode
+            if exact_type(path) is plain_int:  # a descriptor already open: reading it is allowed, writing not
+                if writes:
+                    raise denied(13, "Permission denied (the sandbox's audit hook: writing to an open descriptor)", path)
+                return
+            if not below(path, writable if writes else readable):
+                raise denied(13, f"Permission denied (the sandbox's audit hook: {'writing' if writes else 'reading'})", path)
+            return
+        if path is None or exact_type(path) is plain_int:  # the working folder, or a descriptor already open
+            return
+        if not below(path, readable):
+            raise denied(13, f"Permission denied (the sandbox's audit hook: {event})", path)
+
+    add(hook)
+    return True

@@ -41,8 +41,11 @@ must be a plain ``str`` (:func:`_plain`): a subclass, easy to make with a reacha
 name`` with the program's code, so it can pass a check and name something else where it is used.
 The root of that class is closed for ``class`` statements (:func:`_guarded_build_class`): no
 metaclass, no metaclass of the program's, no subclass of a built-in value type with attributes of
-its own. A metaclass a program can call (``numbers.ABCMeta``) still makes such classes, so the
-checks where names are used stay.
+its own. A metaclass a program can call (``numbers.ABCMeta``) still makes such classes, and so
+does ``type`` itself, which library code hands out (``collections.Counter.copy(int)`` is
+``int.__class__(int)``, ``sympy.Basic.func.fget(int)`` is ``int.__class__``) and which no hook can
+wrap (its ``__new__`` and ``__init__`` cannot be replaced), so the checks where names are used
+stay, and they are the defence.
 
 ``sympify``/``parse_expr`` of a string stay: sympy turns the string into Python code and
 ``eval``s it, and here that code is compiled by RestrictedPython with the program's built-ins and
@@ -97,10 +100,23 @@ class _Printer:
         print(*objects, file=self, **kwargs)
 
 
+#: Modules the C code of an allowed module imports when a program calls it, which the program itself
+#: may not import: ``datetime``'s ``strftime`` and ``timetuple`` import ``time``, its ``strptime``
+#: ``_strptime``. C code imports through the import hook of the running program's globals
+#: (``PyImport_Import``) with a ``list`` as ``fromlist`` (empty; ``['__doc__']`` before Python
+#: 3.11); an import statement passes ``None`` or a tuple, and a program cannot call the hook itself
+#: (``__import__`` is a name RestrictedPython refuses). The module goes to the C code, not to the
+#: program.
+_C_IMPORTS = frozenset({"time", "_strptime"})
+
+
 def _importer(allowed: frozenset[str]):
     real = __import__
 
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if (type(name) is str and name in _C_IMPORTS and type(fromlist) is list and fromlist in ([], ["__doc__"])
+                and level == 0):
+            return real(name, globals, locals, fromlist, level)
         if level != 0 or name.split(".")[0] not in allowed:
             raise ImportError(f"import of {name!r} is not allowed (allowed: {', '.join(sorted(allowed))})")
         for full in (name, *(f"{name}.{item}" for item in fromlist or () if isinstance(item, str))):
@@ -423,9 +439,11 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
         if top not in allowed or _closed_module(value.__name__) or _library_refused(value.__name__):
             return f"is the module {value.__name__!r}, which is not allowed"
         return None
-    if id(value) in _DANGEROUS:
+    kind = type(value)
+    # (``id`` only for the kinds these are: each ``id`` call is an audit event of the child's hook)
+    if (kind is type or kind is types.BuiltinFunctionType) and id(value) in _DANGEROUS:
         return "is a built-in the sandbox does not give"
-    if id(value) in _OWN_RUNNERS:
+    if kind is types.FunctionType and id(value) in _OWN_RUNNERS:
         return "is the sandbox's own code runner, which a program may not hold"
     if (isinstance(value, type) and issubclass(value, string.Formatter)) or isinstance(value, string.Formatter):
         # its ``get_field`` reads any attribute (``'0.__class__'``), and a subclass's ``super()`` reaches it
@@ -1400,9 +1418,11 @@ def _route_metaclasses() -> None:
     (a printer's walk of ``type(expr).__mro__``, caches keyed by class). Each metaclass loaded in the
     worker that is a Python class (``abc.ABCMeta``, sympy's ``FunctionClass``, ``Singleton``...) gets an
     ``__init__`` that, in a child, refuses a new class deriving from ``type`` with ``TypeError``
-    (``class M(ABCMeta)`` is refused by :func:`_guarded_build_class`; ``type`` itself is out of reach).
-    Libraries make their metaclasses with ``class`` statements, whose metaclass is ``type``: untouched.
-    Done once in the worker, before it forks."""
+    (``class M(ABCMeta)`` is refused by :func:`_guarded_build_class`). ``type`` itself is within reach
+    (the module docstring says how) and cannot be changed: ``type('M', (type,), {})`` still makes a
+    metaclass, whose classes a ``class`` statement refuses as bases. Libraries make their metaclasses
+    with ``class`` statements, whose metaclass is ``type``: untouched. Done once in the worker,
+    before it forks."""
     heap_type, immutable = 1 << 9, 1 << 8  # Py_TPFLAGS_HEAPTYPE (a class made at run time), Py_TPFLAGS_IMMUTABLETYPE
     metaclasses, todo = [], [type]
     while todo:

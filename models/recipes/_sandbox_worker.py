@@ -19,6 +19,9 @@ a network namespace of its own when the kernel lets it (no interfaces: no networ
    folder and Python's own folders, writing, removing or making any file outside the folder,
    executing any file and TCP; seccomp makes ``fork``,
    ``clone``, ``execve``, ``socket``, ``kill``, ``ptrace``, ``unshare``, ``mount`` ... fail with EPERM;
+   last, an audit hook (``sys.addaudithook``, on any kernel) refuses processes, signals, sockets,
+   ``ctypes``, the collector's walks, code made by hand, changes to the file system, reads outside
+   the folder and Python's folders and writes outside the folder;
 4. compiles the program with RestrictedPython (``compile_restricted``: no name or attribute that
    starts with ``_``, so no ``__class__.__bases__`` walk, no ``__import__``) and runs it with a
    small set of built-ins (no ``open``, ``eval``, ``exec``, ``getattr`` is RestrictedPython's
@@ -29,7 +32,9 @@ a network namespace of its own when the kernel lets it (no interfaces: no networ
    of modules, classes and functions the program did not define cannot be set or deleted;
    sympy's string evaluation (``sympify("...")``, ``parse_expr``) is compiled the same restricted way;
 5. writes its result to a pipe the worker opened before the fork (not a file the program could
-   forge) and exits; the worker checks the result's keys and types and removes the folder.
+   forge) and exits (an exception whose message is hostile is named, not shown); the worker checks
+   the result's keys and types, replaces a NUL or lone surrogate in the output and error with
+   U+FFFD, and removes the folder.
 
 Steps 2 and 3 are ``_sandbox_kernel.py``, step 4 ``_sandbox_restricted.py`` (both beside this file,
 loaded by path).
@@ -41,6 +46,7 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import resource
 import select
 import shutil
@@ -67,8 +73,9 @@ def _sibling(name: str) -> types.ModuleType:
 _kernel = _sibling("_sandbox_kernel")
 _restricted = _sibling("_sandbox_restricted")
 _LAYERS, _LINUX = _kernel._LAYERS, _kernel._LINUX
-_address_space, _landlock, _limit, _private_network, _seccomp = (
-    _kernel._address_space, _kernel._landlock, _kernel._limit, _kernel._private_network, _kernel._seccomp)
+_address_space, _audit_hook, _landlock, _limit, _private_network, _seccomp = (
+    _kernel._address_space, _kernel._audit_hook, _kernel._landlock, _kernel._limit, _kernel._private_network,
+    _kernel._seccomp)
 _OutputLimit, _Policy, _Printer, _restricted_globals, _route_sympy = (
     _restricted._OutputLimit, _restricted._Policy, _restricted._Printer, _restricted._restricted_globals,
     _restricted._route_sympy)
@@ -131,6 +138,25 @@ _restricted._route_metaclasses()  # after the routes that replace a metaclass's 
 _restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  # ``from sympy import *``
 
 
+def _type_name(exc: BaseException) -> str:
+    """The name of ``exc``'s class as a plain ``str`` (a class a program made may carry a ``str``
+    subclass as its name, whose ``__format__`` is the program's)."""
+    name = type.__dict__["__name__"].__get__(type(exc))
+    return str.__str__(name) if isinstance(name, str) else "Exception"
+
+
+def _error_text(exc: BaseException) -> str:
+    """``Type: message`` of the program's exception ``exc``, at most 2000 characters. Its message
+    is the program's code (``__str__``): one that raises, or returns something that is not a
+    ``str``, gives ``Type: <its message could not be shown: Error>`` instead (the sample fails with
+    that error, and what it printed is kept); one that runs past the CPU limit is a timeout."""
+    try:
+        text = str.__str__(str(exc)[:2000])
+    except BaseException as inner:  # noqa: BLE001 - whatever the program's __str__ raised
+        text = f"<its message could not be shown: {_type_name(inner)}>"
+    return f"{_type_name(exc)}: {text}"[:2000]
+
+
 def _child(request: dict, folder: str, result_fd: int) -> None:
     """Runs in the forked child; never returns. The result goes to the pipe ``result_fd`` (the
     program has no ``os`` to reach it; the worker checks what arrives)."""
@@ -154,6 +180,8 @@ def _child(request: dict, folder: str, result_fd: int) -> None:
             layers.append("landlock")
         if _LINUX and _seccomp():
             layers.append("seccomp")
+        if _audit_hook(folder):  # last: the layers above use ctypes, which the hook refuses
+            layers.append("audit-hook")
         allowed = frozenset(request["imports"])
         printer = _Printer(cap)
         error = None
@@ -163,14 +191,17 @@ def _child(request: dict, folder: str, result_fd: int) -> None:
             _route_sympy(env)
             exec(compiled, env)  # noqa: S102 - restricted code, in the limited child
         except SyntaxError as exc:  # RestrictedPython's refusals arrive as SyntaxError too
-            why = exc.msg if isinstance(exc.msg, str) else "; ".join(map(str, exc.args[0] if exc.args else ()))
-            error = f"SyntaxError: {why or exc}"[:2000]
+            try:
+                why = exc.msg if isinstance(exc.msg, str) else "; ".join(map(str, exc.args[0] if exc.args else ()))
+                error = f"SyntaxError: {str.__str__(why or str(exc))}"[:2000]
+            except BaseException:  # noqa: BLE001 - a SyntaxError the program raised with an odd message
+                error = _error_text(exc)
         except _OutputLimit as exc:
             error = f"OutputLimit: {exc}"
         except RecursionError:
             error = "RecursionError: maximum recursion depth exceeded"
         except BaseException as exc:  # noqa: BLE001 - the program's own error is its result
-            error = f"{type(exc).__name__}: {exc}"[:2000]
+            error = _error_text(exc)
         output = "".join(printer.parts)
         status = "output_limit" if printer.over else ("error" if error else "ok")
         data = json.dumps({"status": status, "output": output, "error": error, "layers": layers}).encode()
@@ -234,6 +265,9 @@ def _wait(pid: int, wall_s: float, result_fd: int, chunks: list[bytes], limit: i
             time.sleep(min(0.002, max(0.0, left)))
 
 
+#: Characters a program may print that no trace store keeps: NUL and lone UTF-16 surrogates.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
 _RESULT_TYPES = {"status": (str,), "output": (str,), "error": (str, type(None)), "layers": (list,)}
 _STATUSES = ("ok", "error", "output_limit")
 
@@ -286,6 +320,11 @@ def run(request: dict) -> dict:
         reply.update(status="error", error=f"SandboxError: {exc}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    # a lone surrogate or a NUL in the output or the error is no answer, and a trace store cannot keep
+    # it (UTF-8 encoders refuse surrogates, PostgreSQL text refuses NUL): each becomes U+FFFD
+    for key in ("output", "error"):
+        if isinstance(reply[key], str) and _UNSTORABLE.search(reply[key]):
+            reply[key] = _UNSTORABLE.sub("\ufffd", reply[key])
     # the child's own cap is the program's to change (``printed``, RestrictedPython's collector, is its
     # object): the output and error are bounded here, outside the child
     cap = int(request["output_bytes"])

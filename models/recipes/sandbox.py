@@ -29,6 +29,10 @@ What was chosen, and why:
   (through libseccomp, loaded with ``ctypes``) makes ``fork``/``clone``/``execve``/``socket``/
   ``kill``/``ptrace``/``unshare``/``mount`` fail; the worker enters a network namespace of its own
   (no interfaces). :func:`sandbox_layers` says which layers this machine gives.
+- **An audit hook in the child** (PEP 578, on every machine): processes, signals, sockets,
+  ``ctypes``, the collector's walks, code made by hand and changes to the file system fail, and so
+  do reads outside the folder and Python's own folders and writes outside the folder; in-process,
+  so weaker than the kernel layers, but there where they are not (``_sandbox_kernel._audit_hook``).
 - **A pre-forked worker** instead of a fresh interpreter per program: the worker imports
   RestrictedPython and the allowed modules (sympy included) once; a program then costs a ``fork``
   and its run (``benchmarks/sandbox_overhead.py``; benchmarks/README.md has the figures).
@@ -302,5 +306,6 @@ def run_program(program: str, limits: SandboxLimits = SandboxLimits()) -> Progra
 
 def sandbox_layers() -> tuple[str, ...]:
     """The containment layers of this machine: always ``restrictedpython``, ``rlimits``,
-    ``fresh-folder``; ``network-namespace``, ``landlock`` and ``seccomp`` where the kernel allows."""
+    ``fresh-folder``; ``network-namespace``, ``landlock`` and ``seccomp`` where the kernel allows;
+    ``audit-hook`` where Python has audit hooks (3.8 and later)."""
     return run_program("print(1)").layers
