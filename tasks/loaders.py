@@ -41,6 +41,7 @@ import math
 import re
 import sys
 import unicodedata
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -140,8 +141,14 @@ def _gsm_hard(rec: dict, path: Path, line: int) -> Problem:
         return Problem(_id(rec, path, line), question.strip(), str(whole), "math", source="gsm-hard")
     if not math.isfinite(value):  # NaN, Infinity, or beyond float range (1e400)
         raise TaskFormatError(path, line, "target", f"not a finite number: {target!r:.60}")
-    gold = str(int(value)) if value == int(value) else repr(value)
+    gold = _whole(value) if value == int(value) else repr(value)
     return Problem(_id(rec, path, line), question.strip(), gold, "math", source="gsm-hard")
+
+
+def _whole(value: float) -> str:
+    """An integral float as the integer its shortest text names: ``1e23`` is ``10**23``, not the
+    float's own ``99999999999999991611392`` (which no answer of 10**23 would match)."""
+    return str(int(Decimal(repr(value))))
 
 
 def last_boxed(text: str) -> str | None:
@@ -169,7 +176,7 @@ def _math(rec: dict, path: Path, line: int) -> Problem:
     if gold is not None and not isinstance(gold, str):  # a number is its text; anything else is refused
         if isinstance(gold, bool) or not isinstance(gold, (int, float)) or isinstance(gold, float) and not math.isfinite(gold):
             raise TaskFormatError(path, line, "answer", f"must be text or a number, not {type(gold).__name__} {gold!r:.60}")
-        gold = str(gold) if isinstance(gold, int) or gold != int(gold) else str(int(gold))
+        gold = str(gold) if isinstance(gold, int) or gold != int(gold) else _whole(gold)
     if not (isinstance(gold, str) and gold.strip()):
         solution = _require(rec, "solution", path, line)
         gold = last_boxed(solution)

@@ -244,7 +244,8 @@ def canonical_value(value: str) -> str | None:
             mantissa, exponent = re.split("[eE]", value.lstrip("+"))
             return f"{mantissa}e{'-' if exponent.startswith('-') else ''}{exponent.lstrip('+-').lstrip('0') or '0'}"
         if number == int(number):  # an integral float as its integer: "1e16" is "10000000000000000"
-            return str(int(number))
+            exact = Decimal(value)  # as written: "1e23" is 10**23, not the float's 99999999999999991611392
+            return str(int(exact)) if exact == exact.to_integral_value() else str(int(number))
         return repr(round(number, 10))
     if (mixed := _MIXED.fullmatch(value)) and 0 < int(mixed[3]) < int(mixed[4]):  # "3 1/2" is 3.5
         number = int(mixed[2]) + int(mixed[3]) / int(mixed[4])

@@ -140,3 +140,26 @@ def test_a_graph_inputs_question_id_with_surrounding_spaces_is_the_same_question
                          context=context())
     with sqlite3.connect(tmp_path / "app.db") as conn:
         assert conn.execute("select question_id, correct from questions").fetchall() == [("q1", 1)]
+
+
+def test_an_integral_float_gold_or_answer_is_the_integer_it_is_written_as(tmp_path):
+    """A JSON ``1e23`` is the float 99999999999999991611392.0. Before: a gsm-hard ``target`` (or a MATH
+    ``answer``) of ``1e23`` became the gold ``99999999999999991611392``, and a reply ``The answer is
+    1e23.`` was read as that integer too, so the reply ``100000000000000000000000`` was scored wrong
+    against a gold of ``1e23`` (and the reply ``1e23`` wrong against the gold 10**23)."""
+    from agora.tasks.extraction import read_answer
+    from agora.tasks.loaders import load_problems
+    from agora.tasks.scoring import score_answer
+
+    data = tmp_path / "h.jsonl"
+    data.write_text('{"input": "a?", "target": 1e23}\n{"input": "b?", "target": "1e23"}\n'
+                    '{"input": "c?", "target": 1.5e300}\n{"input": "d?", "target": 2.5}\n')
+    assert [p.gold for p in load_problems(data, "gsm-hard")] == [
+        "1" + "0" * 23, "1" + "0" * 23, "15" + "0" * 299, "2.5"]
+    data = tmp_path / "m.jsonl"
+    data.write_text('{"problem": "a?", "answer": 1e23}\n{"problem": "b?", "answer": 4.0}\n')
+    assert [p.gold for p in load_problems(data, "math")] == ["1" + "0" * 23, "4"]
+    assert read_answer("The answer is 1e23.", "math", 0).answer == "1" + "0" * 23
+    assert score_answer("1" + "0" * 23, "1e+23") is True  # a graph input's gold 1e23 (str(1e23))
+    assert score_answer("1e23", "1" + "0" * 23) is True
+    assert score_answer("99999999999999991611392", "1e23") is False
