@@ -136,6 +136,11 @@ class _Run:
     """The outermost run's :func:`agora.models.pool.unreturned_attempts` context (entered, its list)."""
     graph: str | None = None
     """A protocol graph's context class name (:data:`agora.graphs.scoring.GRAPH_METADATA_KEY`)."""
+    pool_check: str | None = None
+    """A protocol graph run of a recorder given no ``pool``, whose protocol's run exists in the
+    database: the protocol whose recorded pool its first model call's pool is compared with."""
+    pool_seen: Any = None
+    """The outermost run's: the description of the pool its first model call went through."""
 
 
 @dataclass
@@ -148,6 +153,15 @@ class _Held:
     wall_s: float
     question_id: str | None = None
     """Set once the question was written as failed (its attempts are under this id)."""
+
+
+_NO_POOL_ADVICE = ("this TraceRecorder was given no pool=, so the pool its invocations' model calls go through is "
+                   "compared; give it another run_id, or the pool that run was recorded with")
+
+
+def _described(pool: Any) -> Any:
+    """A pool's description as a run row stores it (``ModelPool.describe()``; a list as it is)."""
+    return pool.describe() if hasattr(pool, "describe") else pool
 
 
 def _update_of(outputs: Any) -> dict[str, Any] | None:
@@ -187,7 +201,10 @@ class TraceRecorder(BaseCallbackHandler):
             adds to those runs (each invocation its own question: the module docstring).
         config: what the runs' rows store as their settings (default: ``{"recorded_by": "TraceRecorder"}``).
         pool: the pool the runs' rows describe (a ``ModelPool`` or a list of member dicts); default:
-            the names of the models the recorded calls went to, at the first question.
+            the pool the first model call of a run's first question went through (its
+            ``describe()``). Without it, a run found in the database is compared with the pool of
+            an invocation's first model call before that call sends anything
+            (:class:`~agora.traces.errors.ResumeRefusedError` for other models: no model asked).
 
     Recording errors (the database, a run id that holds another protocol, a repeated
     ``question_id``: :class:`QuestionRecordedError`, a database file deleted or replaced since it
@@ -247,9 +264,14 @@ class TraceRecorder(BaseCallbackHandler):
         """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
         self._resumable: set[str] = set()
         """Protocols whose run in the database was found to take this recorder's questions."""
+        self._resolved: dict[str, Any] = {}
+        """Without a ``pool``: protocol → the pool its run in the database was recorded with, once
+        the pool of a first model call was found to be that one (:meth:`_before_call`)."""
         self._late: set[UUID] = set()
         """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
         self._dropped: dict[str, int] = {}
+        self._seen: Any = None
+        """While an invocation's questions are written: the pool its first model call went through."""
         """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         self.store.check_open()
         self._database = _database_key(self.store)
@@ -307,7 +329,7 @@ class TraceRecorder(BaseCallbackHandler):
                     dropped = self._held.pop(key)
                     if dropped.question_id is None:  # paused, never finished: counted as paused
                         self._dropped[dropped.protocol] = self._dropped.get(dropped.protocol, 0) + 1
-        collector = unreturned_attempts(in_flight=True)
+        collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id))
         run.unreturned = (collector, collector.__enter__())
 
     def _refuse_shared(self, run_id: UUID, parent_run_id: UUID | None) -> None:
@@ -412,12 +434,73 @@ class TraceRecorder(BaseCallbackHandler):
         if graph_run.node or not isinstance(inputs, dict) or not inputs.get("question"):
             return
         protocols = [p for p, names in _protocol_nodes().items() if first_node in names]
-        if len(protocols) != 1 or protocols[0] in self.run_ids or protocols[0] in self._resumable:
+        if len(protocols) != 1 or protocols[0] in self.run_ids:
             return
-        message = self._refusal(protocols[0], self.pool, " (no model was asked; nothing was written)")
-        if message:
-            raise ResumeRefusedError(message)
-        self._resumable.add(protocols[0])
+        protocol = protocols[0]
+        if protocol not in self._resumable:
+            message = self._refusal(protocol, self.pool, " (no model was asked; nothing was written)")
+            if message:
+                raise ResumeRefusedError(message)
+            self._resumable.add(protocol)
+        if (self.pool is None and protocol not in self._resolved
+                and self.store.get_run(f"{self.run_id}-{protocol}") is not None):
+            graph_run.pool_check = protocol  # its pool is known at its first model call: compared there
+
+    def _before_call(self, root: UUID, pool: Any, name: str) -> None:
+        """Before a model call of the invocation ``root`` sends anything (:func:`agora.models.calls.
+        before_call`): the pool it goes through is the invocation's pool when the recorder was given
+        none (the default pool of a new run); a protocol run in the database whose graph is waiting
+        for that pool (:attr:`_Run.pool_check`) is compared with it, and a run recorded with another
+        pool is refused here, before any request (:meth:`_pool_refusal`).
+
+        Raises:
+            ResumeRefusedError: the run was recorded with another pool (one line naming ``pool=``,
+                then the pools' differences)."""
+        if self.pool is not None:
+            return
+        with self._lock:
+            top = self._runs.get(root)
+            if top is None:
+                return
+            described = None
+            if top.pool_seen is None:
+                described = top.pool_seen = _described(pool)
+            waiting, todo = [], [root]
+            while todo:
+                run = self._runs.get(todo.pop())
+                if run is None:
+                    continue
+                if run.pool_check is not None and run.pool_check not in self._resolved:
+                    waiting.append(run.pool_check)
+                todo.extend(run.children)
+            for protocol in dict.fromkeys(waiting):
+                described = described if described is not None else _described(pool)
+                message, stored = self._pool_refusal(protocol, described)
+                if message:
+                    raise ResumeRefusedError(message)
+                self._resolved[protocol] = stored
+
+    def _pool_refusal(self, protocol: str, pool: Any) -> tuple[str | None, Any]:
+        """``(why protocol's run cannot take calls through pool, the run's recorded pool)`` for a
+        recorder given no ``pool``: a run recorded with a pool description is compared with
+        ``pool``'s as when ``pool=`` is given (:func:`agora.traces.resume.refusal`); one recorded
+        with member names only (the models its first question's calls went to) takes any pool
+        holding those names."""
+        run_id = f"{self.run_id}-{protocol}"
+        existing = self.store.get_run(run_id)
+        if existing is None:
+            return None, None
+        stored = self.store._run_json(existing, "pool")
+        if isinstance(stored, list) and all(isinstance(m, dict) and set(m) == {"name"} for m in stored):
+            missing = [m["name"] for m in stored if m["name"] not in {d.get("name") for d in pool}]
+            if not missing:
+                return None, stored
+            return (f"run id {run_id!r} in {self.store.path} was recorded with models {', '.join(missing)}, which "
+                    f"the pool of this invocation's model calls ({', '.join(str(d.get('name')) for d in pool)}) "
+                    f"lacks; {_NO_POOL_ADVICE} (no model was asked; nothing was written)"), stored
+        message = refusal(self.store, run_id, existing, protocol, self.config, pool,
+                          suffix=" (no model was asked; nothing was written)", advice=_NO_POOL_ADVICE)
+        return message, stored
 
     def _refusal(self, protocol: str, pool: Any, suffix: str) -> str | None:
         """Why ``protocol``'s run in the database cannot take this recorder's questions
@@ -514,6 +597,7 @@ class TraceRecorder(BaseCallbackHandler):
                 todo.extend(reversed(run.children))
         unreturned = self._runs[root].unreturned
         cut_short = list(unreturned[1]) if unreturned is not None else []
+        self._seen = self._runs[root].pool_seen  # (under the lock: the default pool of a run started now)
         stopped: list[tuple[_Run, str, str]] = []
         """The questions stopped by an error so far in this invocation: (run, protocol, id)."""
         for n, (rid, protocol, finished) in enumerate(found):
@@ -578,8 +662,8 @@ class TraceRecorder(BaseCallbackHandler):
         held = _Held(protocol, inputs, (held.updates if held else []) + self._node_updates(run),
                      (held.wall_s if held else 0.0) + run.wall_s, held.question_id if held else None)
         error = run.error
-        if isinstance(error, QuestionRecordedError):
-            return None  # refused before it ran: nothing of it is written
+        if isinstance(error, (QuestionRecordedError, ResumeRefusedError)):
+            return None  # refused before it ran (or before its first model call): nothing of it is written
         if not held.updates and held.question_id is None and (error is None or isinstance(error, GraphBubbleUp)):
             self._refuse_repeat_id(protocol, inputs)  # paused before its first node: refused now, as there
         if error is not None and not isinstance(error, GraphBubbleUp):  # stopped: a failed question
@@ -690,6 +774,20 @@ class TraceRecorder(BaseCallbackHandler):
             if not self.failed[protocol]:
                 del self.failed[protocol], self.failed_questions[protocol]
 
+    def _default_pool(self, protocol: str, calls: list[dict[str, Any]]) -> Any:
+        """The pool ``protocol``'s run row describes: the recorder's ``pool``; without one, the pool
+        its run in the database was found to be recorded with (:meth:`_before_call`), else the pool
+        the invocation's first model call went through (:attr:`_Run.pool_seen`), else the names of
+        the models ``calls`` went to (calls made outside this recorder's invocation context: a
+        thread the app started)."""
+        if self.pool is not None:
+            return self.pool
+        if protocol in self._resolved:
+            return self._resolved[protocol]
+        if self._seen is not None:
+            return self._seen
+        return [{"name": m} for m in sorted({c["model"] for c in calls})]
+
     def _start(self, protocol: str, calls: list[dict[str, Any]]) -> str:
         """The run id of ``protocol``'s questions, its row started on first use, holding the run id's
         live-run lock until :meth:`finish` (one recorder or driver records a run at a time: two would
@@ -711,7 +809,7 @@ class TraceRecorder(BaseCallbackHandler):
                     "once, so share it, or give each recorder its own run_id; nothing of this invocation was "
                     "written") from None
             try:
-                pool = self.pool if self.pool is not None else [{"name": m} for m in sorted({c["model"] for c in calls})]
+                pool = self._default_pool(protocol, calls)
                 self.store.start_run(run_id, protocol, config=self.config, pool=pool,
                                      dataset={"source": "embedded", "recorded_by": "TraceRecorder"})
             except ResumeRefusedError as exc:
@@ -744,6 +842,7 @@ class TraceRecorder(BaseCallbackHandler):
                 if held.question_id is None:
                     paused[held.protocol] = paused.get(held.protocol, 0) + 1
         try:
+            self._seen = None
             for protocol in paused:  # a protocol whose questions all paused: its run's row says so
                 self._start(protocol, [])
             for protocol, run_id in self.run_ids.items():

@@ -12,7 +12,7 @@ import uuid
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from agora.models._chat import to_dicts
 from agora.models.contract import Sample, SamplingParams
@@ -29,13 +29,16 @@ _UNRETURNED: ContextVar[list[dict[str, Any]] | None] = ContextVar("agora_unretur
 
 class _Sink(list):
     """The records :func:`unreturned_attempts` collects; ``in_flight``: the attempts in flight when
-    their call was cancelled too."""
+    their call was cancelled too; ``before_call``: asked before each call sends anything
+    (:func:`before_call`)."""
 
     in_flight = False
+    before_call: Callable[[Any, str], None] | None = None
 
 
 @contextlib.contextmanager
-def unreturned_attempts(*, in_flight: bool = False) -> Iterator[list[dict[str, Any]]]:
+def unreturned_attempts(*, in_flight: bool = False,
+                        before_call: Callable[[Any, str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
     """Collect the failed-attempt trace records of model calls that do not return them.
 
     A call returns its records with its samples; one that raises :class:`ModelCallError` (an
@@ -46,15 +49,28 @@ def unreturned_attempts(*, in_flight: bool = False) -> Iterator[list[dict[str, A
     set) to the yielded list, so the runner stores every attempt that failed, not one member's.
     ``in_flight``: an async call cancelled while it waited for its model (``task.cancel()``,
     ``asyncio.wait_for``'s timeout) adds that attempt too, as a failed attempt whose ``error`` is
-    ``"cancelled"`` (its reply never came).
+    ``"cancelled"`` (its reply never came). ``before_call(pool, name)``: called by every
+    :meth:`ModelPool.sample` / ``asample`` inside the context before its first request is sent (a
+    trace recorder checks there which pool the calls go to); what it raises is the call's error,
+    and no request is made.
     """
     sink = _Sink()
     sink.in_flight = in_flight
+    sink.before_call = before_call
     token = _UNRETURNED.set(sink)
     try:
         yield sink
     finally:
         _UNRETURNED.reset(token)
+
+
+def before_call(pool: Any, name: str) -> None:
+    """Before model ``name`` of ``pool`` is asked: the ``before_call`` of the innermost
+    :func:`unreturned_attempts` context, if it has one (what it raises stops the call before any
+    request)."""
+    check = getattr(_UNRETURNED.get(), "before_call", None)
+    if check is not None:
+        check(pool, name)
 
 
 def _started_at(start: float) -> str:

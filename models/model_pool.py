@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
-from agora.models.calls import SamplingCall
+from agora.models.calls import SamplingCall, before_call
 from agora.models.contract import Sample, SamplingParams
 from agora.models.errors import MemberContractError, PoolConfigError, UnknownNameError
 from agora.models.member import ModelSpec, PoolMember, _shown
@@ -126,7 +126,9 @@ class ModelPool(PythonObject):
         Raises:
             ModelCallError: the model is unreachable (:class:`ModelUnavailableError`) after its retries.
         """
-        call = SamplingCall(self[name], messages, params, context)
+        member = self[name]
+        before_call(self, name)
+        call = SamplingCall(member, messages, params, context)
         try:
             while (request := call.next_request()) is not None:
                 start = time.perf_counter()
@@ -159,7 +161,9 @@ class ModelPool(PythonObject):
         LangChain arranges: at most ``min(32, cpus + 4)`` calls of one loop at a time, unless the
         loop's default executor is larger (the runner's loops have 64 threads).
         """
-        call = SamplingCall(self[name], messages, params, context)
+        member = self[name]
+        before_call(self, name)
+        call = SamplingCall(member, messages, params, context)
         in_flight = None  # the start of the attempt awaiting its model, if one is
         try:
             while (request := call.next_request()) is not None:

@@ -206,3 +206,77 @@ def test_a_protocol_question_the_app_left_running_is_recorded_when_it_ends(tmp_p
     assert rows(db, "select model, count(*) from model_calls group by model order by model") == [("a", 2), ("b", 2)]
     assert rows(db, "select run_id, status, summary from runs") == [
         ("app-align", "finished", json.dumps({"questions": 1, "failed": 0}))]
+
+
+# ------------------------------------------------------------------ a recorder given no pool=
+
+
+def _ask(db, url, names, **given):
+    """One question through a new recorder of run ``app`` (no ``pool=``), members ``names``."""
+    graph = build_delegation_graph().compile()
+    context = DelegationContext(user_pool(url, names), {"n_agents": 2, "k_samples": 2})
+    with TraceRecorder(db, run_id="app", **given) as recorder:
+        return graph.invoke(QUESTION, {"callbacks": [recorder]}, context=context)
+
+
+def test_a_recorder_without_pool_is_refused_before_any_model_is_asked_when_its_run_holds_other_models(tmp_path):
+    """Before: the app's models c and d were asked (2 requests, 4 samples), and only then was the
+    invocation refused, as the question was to be written (``... was started with other pool``)."""
+    from agora.traces.errors import ResumeRefusedError
+
+    db = tmp_path / "app.db"
+    with StubServer() as server:
+        assert _ask(db, server.base_url, "ab")["answer"] == "4"
+        assert len(server.requests) == 2
+        with pytest.raises(ResumeRefusedError) as refused:
+            _ask(db, server.base_url, "cd")
+        assert len(server.requests) == 2  # no model asked
+    first = str(refused.value).splitlines()[0]
+    assert first == (f"run id 'app-align' in {db} was started with other pool; this TraceRecorder was given no pool=, "
+                     "so the pool its invocations' model calls go through is compared; give it another run_id, or "
+                     "the pool that run was recorded with (no model was asked; nothing was written)")
+    assert str(refused.value).splitlines()[1] == "  pool: members c, d here, a, b in the run"
+    assert rows(db, "select question_id, model_calls from questions") == [("q-f465154e", 4)]
+    assert rows(db, "select count(*) from model_calls") == [(4,)]
+    assert rows(db, "select run_id, status, summary from runs") == [
+        ("app-align", "finished", json.dumps({"questions": 1, "failed": 0}))]
+
+
+def test_a_recorder_without_pool_resumes_its_run_with_the_same_models(tmp_path):
+    """The run row describes the pool the first call went through (not only the names of the models
+    called), and a later recorder without ``pool=`` on the same models adds to the run."""
+    db = tmp_path / "app.db"
+    with StubServer() as server:
+        _ask(db, server.base_url, "ab")
+        _ask(db, server.base_url, "ab")
+        assert len(server.requests) == 4
+    assert rows(db, "select question_id, model_calls from questions order by idx") == [
+        ("q-f465154e", 4), ("q-f465154e-2", 4)]
+    [(pool,)] = rows(db, "select pool from runs")
+    assert [(m["name"], m["backend"]) for m in json.loads(pool)] == [("a", "langchain"), ("b", "langchain")]
+
+
+def test_a_run_recorded_with_member_names_only_takes_a_pool_holding_them(tmp_path):
+    """A run an earlier recorder started without ``pool=`` holds the names of the models its first
+    question called: a pool holding them resumes it, one lacking one is refused before any request."""
+    from agora.traces.errors import ResumeRefusedError
+    from agora.traces.store import TraceStore
+
+    db = tmp_path / "app.db"
+    store = TraceStore(db)
+    store.start_run("app-align", "align", config={"recorded_by": "TraceRecorder"},
+                    pool=[{"name": "a"}, {"name": "b"}], dataset={"source": "embedded", "recorded_by": "TraceRecorder"})
+    store.finish_run("app-align", summary={"questions": 0, "failed": 0})
+    store.close()
+    with StubServer() as server:
+        assert _ask(db, server.base_url, "ab")["answer"] == "4"
+        with pytest.raises(ResumeRefusedError) as refused:
+            _ask(db, server.base_url, "ac")
+        assert len(server.requests) == 2
+    assert str(refused.value) == (
+        f"run id 'app-align' in {db} was recorded with models b, which the pool of this invocation's model calls "
+        "(a, c) lacks; this TraceRecorder was given no pool=, so the pool its invocations' model calls go through is "
+        "compared; give it another run_id, or the pool that run was recorded with (no model was asked; nothing was "
+        "written)")
+    assert rows(db, "select pool from runs") == [(json.dumps([{"name": "a"}, {"name": "b"}]),)]
+    assert rows(db, "select count(*) from questions") == [(1,)]
