@@ -79,8 +79,8 @@ class ModelSpec:
 
     def describe(self) -> dict[str, Any]:
         """The spec as a dict for run records, without empty fields and secrets (``api_key``, a
-        password in ``base_url`` or ``endpoints``, shown as ``***``, and option or kwarg keys that
-        name a key, token, secret or password)."""
+        password or key in ``base_url`` or ``endpoints``, shown as ``***``, and option, kwarg or
+        unknown field keys that name a key, token, secret or password)."""
         d = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) not in (None, {}, "", ())}
         d.pop("api_key", None)
         if "base_url" in d:  # a password in a server's URL is a secret too (nothing reads it back)
@@ -89,8 +89,9 @@ class ModelSpec:
             d["endpoints"] = tuple(shown_url(u) if isinstance(u, str) else u for u in d["endpoints"])
         if self.recipe is not None:
             d["recipe"] = self.recipe.describe()
-        if "options" in d:
-            d["options"] = _redacted(d["options"])
+        for table in ("options", "extra"):  # (extra: fields the pool file gave that no backend reads)
+            if table in d:
+                d[table] = _redacted(d[table])
         return d
 
 

@@ -1,4 +1,4 @@
-"""URLs as messages show them: a URL's password (``user:PASSWORD@``, ``?password=``) never printed
+"""URLs as messages show them: a URL's password (``user:PASSWORD@``, ``?password=``, ``?api_key=``) never printed
 or logged. Used for a model server's base URL (``models``) and a Postgres trace store's URL (``traces``)."""
 
 from __future__ import annotations
@@ -6,8 +6,14 @@ from __future__ import annotations
 import re
 
 
+#: A query parameter whose name says it holds a secret (``?password=``, ``?api_key=``, ``&access_token=``,
+#: ``&sig=``): its value is shown as ``***``.
+_SECRET_PARAMETER = re.compile(r"(?i)([?&][^=&#]*(?:password|passwd|key|token|secret|auth|credential|sig)[^=&#]*=)[^&#]*")
+
+
 def shown_url(url: str) -> str:
-    """``url`` with its password (``user:PASSWORD@``, ``?password=``) shown as ``***``, for messages,
+    """``url`` with its password (``user:PASSWORD@``, ``?password=``, or a query parameter named as a
+    key, token or secret: ``?api_key=``) shown as ``***``, for messages,
     logs and the ``runs`` table's readers; a URL without one is returned as it is. Never raises: a
     URL that does not parse (``[::1/db``, a port out of range) is redacted as libpq splits it (the
     user part ends at the last ``@`` before the first ``/?#``).
@@ -26,5 +32,5 @@ def shown_url(url: str) -> str:
         userinfo, host = netloc.rsplit("@", 1)
         if ":" in userinfo:
             netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-    tail = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", tail)
+    tail = _SECRET_PARAMETER.sub(r"\1***", tail)
     return f"{scheme}{sep}{netloc}{tail}"

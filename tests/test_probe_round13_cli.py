@@ -163,3 +163,30 @@ def test_an_integral_float_gold_or_answer_is_the_integer_it_is_written_as(tmp_pa
     assert score_answer("1" + "0" * 23, "1e+23") is True  # a graph input's gold 1e23 (str(1e23))
     assert score_answer("1e23", "1" + "0" * 23) is True
     assert score_answer("99999999999999991611392", "1e23") is False
+
+
+def test_a_key_in_a_members_url_query_or_an_unknown_field_is_not_written_to_the_runs_pool(tmp_path):
+    """The run's pool description goes into the trace database and every bundle of it. Before:
+    ``base_url = "http://host/v1?api_key=QSECRET"`` was stored whole (only ``?password=`` was
+    hidden), and ``headers = {Authorization = "Bearer HSECRET"}``, a field the pool warns it ignores,
+    was stored as is under ``extra``."""
+    from agora.models.urls import shown_url
+
+    with StubServer() as server:
+        pool = tmp_path / "pool.toml"
+        pool.write_text(f'[[models]]\nname = "a"\nbackend = "openai"\nbase_url = "{server.base_url}?api_key=QSECRET"\n'
+                        'model = "a"\nmax_retries = 0\n'
+                        f'[[models]]\nname = "b"\nbackend = "openai"\nbase_url = "{server.base_url}"\nmodel = "b"\n'
+                        'max_retries = 0\nheaders = {Authorization = "Bearer HSECRET", Accept = "text/plain"}\n')
+        code, output = agora("run", "align", "--pool", pool, "--format", "synthetic", "--limit", "1",
+                             "--db", tmp_path / "t.db", "--run-id", "s1")
+        assert code == 0, output
+    assert b"SECRET" not in (tmp_path / "t.db").read_bytes()
+    code, output = agora("export", "--db", tmp_path / "t.db", "--run-id", "s1", "--out", tmp_path / "s1.gz")
+    assert code == 0, output
+    members = json.loads(dict(zip(_lines(tmp_path / "s1.gz")[0]["tables"]["runs"]["columns"],
+                                  _lines(tmp_path / "s1.gz")[1]["v"]))["pool"])
+    assert members[0]["base_url"] == f"{server.base_url}?api_key=***"
+    assert members[1]["extra"] == {"headers": {"Authorization": "***", "Accept": "text/plain"}}
+    assert shown_url("http://h/v1?x=1&access_token=T&sig=S#f") == "http://h/v1?x=1&access_token=***&sig=***#f"
+    assert shown_url("postgresql://ann:pw@h/db?sslmode=require") == "postgresql://ann:***@h/db?sslmode=require"
