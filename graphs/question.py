@@ -164,7 +164,8 @@ def checked_input(inp: Any) -> Any:
     """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate or a NUL
     in ``question`` (the JSONL loader's check: no UTF-8 text holds the one, a Postgres trace store
     cannot store the other), a ``kind`` other than math, mc, open, an ``n_choices`` that is not an
-    integer in 0..10, and a ``question_id`` or
+    integer in 0..10, a multiple-choice (``mc``) question of 1 option or whose text ``gold`` is not
+    one of its option letters (``F`` of 4 options: every answer would be scored wrong), and a ``question_id`` or
     ``gold`` that is neither text nor a finite number are refused; a number (``7``, ``0.5``) becomes its
     text, and a blank ``question_id`` or ``gold`` (``''``, ``'  '``: a cleared form field) is left
     out, as not given (a blank gold would score every method wrong); spaces around a ``question_id``
@@ -186,6 +187,15 @@ def checked_input(inp: Any) -> Any:
                                   or not 0 <= n_choices <= len(LETTERS)):
         raise InputError(f"graph input field 'n_choices' must be an integer in 0..{len(LETTERS)} (options A to "
                          f"{LETTERS[-1]}), not {n_choices!r:.60}")
+    if kind == "mc":  # as a task file's: at least two options, the gold one of their letters
+        if n_choices == 1:
+            raise InputError("graph input field 'n_choices': a multiple-choice question has at least 2 options (A, B), "
+                             "not 1")
+        letters = LETTERS[: n_choices or len(LETTERS)]
+        gold = inp.get("gold")
+        if isinstance(gold, str) and gold.strip() and gold.strip().upper() not in letters:
+            raise InputError(f"graph input field 'gold' of a multiple-choice question must be one of the option letters "
+                             f"{letters[0]}-{letters[-1]}, not {gold!r:.60} (no answer could match it)")
     fixed: dict[str, Any] = {}
     for field in ("question_id", "gold"):
         value = inp.get(field)

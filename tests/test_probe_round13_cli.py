@@ -190,3 +190,34 @@ def test_a_key_in_a_members_url_query_or_an_unknown_field_is_not_written_to_the_
     assert members[1]["extra"] == {"headers": {"Authorization": "***", "Accept": "text/plain"}}
     assert shown_url("http://h/v1?x=1&access_token=T&sig=S#f") == "http://h/v1?x=1&access_token=***&sig=***#f"
     assert shown_url("postgresql://ann:pw@h/db?sslmode=require") == "postgresql://ann:***@h/db?sslmode=require"
+
+
+@pytest.mark.parametrize("extra, said", [
+    ({"gold": "F", "n_choices": 4}, "graph input field 'gold' of a multiple-choice question must be one of the option "
+                                    "letters A-D, not 'F'"),
+    ({"gold": "2"}, "graph input field 'gold' of a multiple-choice question must be one of the option letters A-J"),
+    ({"gold": "B", "n_choices": 1}, "graph input field 'n_choices': a multiple-choice question has at least 2 options"),
+])
+def test_a_multiple_choice_graph_input_whose_gold_no_answer_can_match_is_refused(extra, said):
+    """Before: Studio's ``{"kind": "mc", "gold": "F", "n_choices": 4}`` ran every model and scored every
+    method wrong (no answer is read outside A-D), as did ``n_choices`` 1 (no letter is read at all);
+    a task file refuses both, naming its line."""
+    from agora.agents.delegation import DelegationConfig
+    from agora.graphs.delegation import DelegationContext, build_delegation_graph
+    from agora.models.pool import ModelPool
+    from agora.models.testing import ScriptedChatModel
+
+    chats = {m: ScriptedChatModel(responses=["The answer is B."], cycle=True) for m in "ab"}
+    graph = build_delegation_graph().compile()
+    question = "Which is 2 + 2?\nA. 3\nB. 4\nC. 5\nD. 6"
+
+    def invoke(**fields):
+        return graph.invoke({"question": question, "kind": "mc", **fields}, context=DelegationContext(
+            ModelPool.from_chat_models(chats), DelegationConfig(n_agents=2, k_samples=1, tau=0.5, shots=0)))
+
+    with pytest.raises(ValueError) as refused:
+        invoke(**extra)
+    assert str(refused.value).startswith(said), str(refused.value)
+    assert all(chat.calls == [] for chat in chats.values())  # refused before any model was asked
+    for fields in ({"gold": "b", "n_choices": 4}, {"gold": "B"}, {"gold": "B", "n_choices": 0}):
+        assert {m["correct"] for m in invoke(**fields)["methods"].values()} == {True}
