@@ -221,3 +221,20 @@ def test_a_multiple_choice_graph_input_whose_gold_no_answer_can_match_is_refused
     assert all(chat.calls == [] for chat in chats.values())  # refused before any model was asked
     for fields in ({"gold": "b", "n_choices": 4}, {"gold": "B"}, {"gold": "B", "n_choices": 0}):
         assert {m["correct"] for m in invoke(**fields)["methods"].values()} == {True}
+
+
+def test_a_postgres_url_whose_own_connect_timeout_is_bad_is_one_line_at_once(postgres_server):
+    """Before: the first connection (checking the URL) set its own ``connect_timeout``, so a URL's
+    ``&connect_timeout=abc`` passed it; the pool's connections then failed in the background,
+    printing ``error connecting in 'agora-traces'`` again and again for 30 s, and the command ended
+    with exit 1 and no error line."""
+    import time
+
+    url = postgres_server.database()
+    started = time.monotonic()
+    code, output = agora("report", "runs", "--db", url + "&connect_timeout=abc")
+    assert code == 2, output
+    assert one_error_line(output).endswith("cannot connect to the Postgres trace store (bad value for connect_timeout: 'abc')")
+    assert time.monotonic() - started < 20
+    code, output = agora("report", "runs", "--db", url + "&connect_timeout=5")  # a good one connects
+    assert one_error_line(output).endswith("connect_timeout=5: no trace tables in this database"), output

@@ -292,8 +292,13 @@ class PostgresDatabase:
         self.url = url
         self._local = threading.local()
         self._dict_row = dict_row
+        from psycopg.conninfo import conninfo_to_dict
+
         try:  # one connection first: a wrong URL, password or host fails here at once, with the server's reason
-            psycopg.connect(url, connect_timeout=10).close()
+            # (with the URL's own connect_timeout when it gives one, as the pool's connections will: a bad
+            # one fails here, not in the pool's background retries until its 30 s timeout)
+            own_timeout = "connect_timeout" in conninfo_to_dict(url)
+            psycopg.connect(url, **({} if own_timeout else {"connect_timeout": 10})).close()
         except psycopg.Error as exc:
             reason = without_password(" ".join(line.strip() for line in str(exc).splitlines() if line.strip()), url)
             reason = reason[:300] or type(exc).__name__
