@@ -81,6 +81,7 @@ from langgraph.errors import GraphBubbleUp
 from agora.tasks.errors import InputError
 from agora.graphs import registry
 from agora.graphs.question import as_problem, check_question_id
+from agora.tasks.problem import SAME_ID, id_clash
 from agora.graphs.runner import default_detail, question_failed, scored_values
 from agora.graphs.scoring import GRAPH_METADATA_KEY
 from agora.models.pool import unreturned_attempts
@@ -707,7 +708,9 @@ class TraceRecorder(BaseCallbackHandler):
         ``question_id``, else the first id of its text that the run has not taken.
 
         Raises:
-            QuestionRecordedError: the caller's ``question_id`` is answered in the run already
+            QuestionRecordedError: the caller's ``question_id`` is answered in the run already, or
+                is an id of the run spelled otherwise (the same id once compared as ids are:
+                :func:`agora.tasks.problem.id_key`, ``q1 `` or ``ｑ１`` for ``q1``), naming both
                 (``failing``: ``None`` instead, the invocation's own error is the one raised).
             InputError: the caller's ``question_id`` holds a control or invisible character
                 (:func:`agora.graphs.question.check_question_id`)."""
@@ -715,6 +718,14 @@ class TraceRecorder(BaseCallbackHandler):
         given = inputs.get("question_id")
         if given:
             check_question_id(str(given))  # (before the first node: no model asked)
+            other = id_clash(self.store.question_ids(run_id) | set(self.failed_questions.get(protocol, {})), given)
+            if other is not None:
+                if failing:
+                    return None
+                raise QuestionRecordedError(
+                    f"{self.store.path}: question id {given!r} and question id {other!r} of run {run_id!r} are "
+                    f"{SAME_ID}; give this invocation {other!r} (the same question) or an id of its own; nothing "
+                    "of this invocation was written")
             if given in self.store.question_ids(run_id, given, answered=True):
                 if failing:
                     return None

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator
 
 from agora.tasks.errors import InputError
 from agora.tasks.values import ascii_digits
-from agora.tasks.problem import Problem
+from agora.tasks.problem import SAME_ID, Problem, id_key
 
 #: Option letters of multiple-choice problems (answers are extracted among the first ``n_choices``).
 LETTERS = "ABCDEFGHIJ"
@@ -442,8 +442,10 @@ def load_problems(path: str | Path | None, fmt: str, limit: int | None = None, s
     ``fmt="synthetic"`` generates problems with :func:`synthetic_problems` and takes no ``path``.
 
     Raises:
-        TaskFormatError: unknown format, missing file, a file with ``fmt="synthetic"``, or a
-        malformed line (file, line, field).
+        TaskFormatError: unknown format, missing file, a file with ``fmt="synthetic"``, a
+        malformed line (file, line, field), or an id given twice, also as a spelling that is the
+        same id once compared as ids are (:func:`agora.tasks.problem.id_key`: ``q1`` and ``q1 ``
+        or ``ｑ１``; naming both and the first one's line).
     """
     if fmt == "synthetic":
         if path is not None:
@@ -459,12 +461,16 @@ def load_problems(path: str | Path | None, fmt: str, limit: int | None = None, s
         raise TaskFormatError("-", 0, None, f"format {fmt!r} needs a file")
     loader = _LOADERS[fmt]
     problems: list[Problem] = []
-    seen: set[str] = set()
+    seen: dict[str, tuple[str, int]] = {}  # id_key → (the id as written, its line)
     for number, record in iter_records(path):
         problem = loader(record, Path(path), number)
-        if problem.id in seen:
+        first = seen.get(id_key(problem.id))
+        if first is not None and first[0] == problem.id:
             raise TaskFormatError(path, number, "id", f"duplicate id {problem.id!r}")
-        seen.add(problem.id)
+        if first is not None:
+            raise TaskFormatError(path, number, "id", f"id {problem.id!r} and id {first[0]!r} of line {first[1]} are "
+                                  f"{SAME_ID}; give each question an id of its own")
+        seen[id_key(problem.id)] = (problem.id, number)
         problems.append(problem)
         if limit is not None and len(problems) >= limit:
             break

@@ -280,3 +280,114 @@ def test_a_run_recorded_with_member_names_only_takes_a_pool_holding_them(tmp_pat
         "written)")
     assert rows(db, "select pool from runs") == [(json.dumps([{"name": "a"}, {"name": "b"}]),)]
     assert rows(db, "select count(*) from questions") == [(1,)]
+
+
+# ------------------------------------------------------------------ one id, two spellings
+
+from cli_runs import agora, one_error_line  # noqa: E402
+
+FULL_WIDTH_Q1 = "\uff51\uff11"  # ｑ１: NFKC gives q1
+
+
+@pytest.mark.parametrize("first, second", [("q1", FULL_WIDTH_Q1), ("1", "\u2460"), ("q1", "q\u00b9")])  # ｑ１, ①, q¹
+def test_a_task_file_with_one_id_spelled_two_ways_is_refused_naming_both(tmp_path, first, second):
+    """Before: ``q1`` and ``ｑ１`` were two questions, printed nearly alike in every report (spaces
+    around an id are dropped as the file is read: ``"q1 "`` is ``q1``, a duplicate)."""
+    from agora.tasks.loaders import TaskFormatError, load_problems
+
+    data = tmp_path / "t.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "question": f"What is {n} + {n}?", "answer": f"#### {2 * n}"}) + "\n"
+                            for n, i in enumerate([first, "q2", second], 1)))
+    with pytest.raises(TaskFormatError) as refused:
+        load_problems(data, "gsm8k")
+    assert str(refused.value) == (f"{data}:3: field 'id': id {second!r} and id {first!r} of line 1 are the same id "
+                                  "once compared as ids are (Unicode NFKC, white space at the ends ignored); give each "
+                                  "question an id of its own")
+
+
+def _stub_pool_file(tmp_path, url):
+    pool = tmp_path / "pool.toml"
+    pool.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "openai"\nbase_url = "{url}"\nmodel = "{m}"\n'
+                            "max_retries = 0\n" for m in ("m1", "m2")))
+    return pool
+
+
+@pytest.mark.parametrize("respelled", [FULL_WIDTH_Q1])
+def test_agora_run_resume_refuses_a_question_id_the_run_holds_spelled_otherwise(tmp_path, respelled):
+    """Before: the resume took ``ｑ１`` for a new question and asked its models again, so the run held
+    the question twice under ids that print nearly alike."""
+    data, db = tmp_path / "t.jsonl", tmp_path / "t.db"
+    data.write_text(json.dumps({"id": "q1", "question": "What is 2 + 2?", "answer": "#### 4"}) + "\n")
+    with StubServer() as server:
+        pool = _stub_pool_file(tmp_path, server.base_url)
+        args = ("run", "align", "--pool", pool, "--data", data, "--format", "gsm8k", "--db", db, "--run-id", "r",
+                "--agents", "2", "--samples", "1")
+        code, output = agora(*args)
+        assert code == 0, output
+        asked = len(server.requests)
+        data.write_text(json.dumps({"id": respelled, "question": "What is 2 + 2?", "answer": "#### 4"}) + "\n")
+        code, output = agora(*args)
+        assert len(server.requests) == asked  # no model asked
+    assert code == 2, output
+    assert one_error_line(output) == (
+        f"error: run id 'r' in {db}: question id {respelled!r} and the run's question id 'q1' are the same id once "
+        "compared as ids are (Unicode NFKC, white space at the ends ignored); give the question the run's id, or pick "
+        "a new --run-id")
+    assert rows(db, "select question_id from questions") == [("q1",)]
+
+
+@pytest.mark.parametrize("respelled", [FULL_WIDTH_Q1])
+def test_the_recorder_refuses_a_question_id_the_run_holds_spelled_otherwise(tmp_path, respelled):
+    """Before: ``question_id="ｑ１"`` after ``"q1"`` was answered was recorded as a second question
+    (the repeat check compares ids exactly), its models asked. (``"q1 "`` is ``q1``: the graph input
+    drops the spaces, and the recorder refuses it as recorded.)"""
+    from agora.graphs.recording import QuestionRecordedError
+
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        with TraceRecorder(db, run_id="app") as recorder:
+            graph.invoke({**QUESTION, "question_id": "q1"}, {"callbacks": [recorder]}, context=context)
+            with pytest.raises(QuestionRecordedError) as refused:
+                graph.invoke({**QUESTION, "question_id": respelled}, {"callbacks": [recorder]}, context=context)
+        assert len(server.requests) == 2  # the first question's only
+    assert str(refused.value) == (
+        f"{db}: question id {respelled!r} and question id 'q1' of run 'app-align' are the same id once compared as "
+        "ids are (Unicode NFKC, white space at the ends ignored); give this invocation 'q1' (the same question) or an "
+        "id of its own; nothing of this invocation was written")
+    assert rows(db, "select question_id from questions") == [("q1",)]
+
+
+def _two_spellings_db(path, respelled):
+    """A trace DB whose run ``r`` holds questions ``q1`` and ``respelled`` (as written before the check)."""
+    from agora.traces.store import TraceStore
+
+    store = TraceStore(path)
+    store.start_run("r", "align", config={}, pool=[{"name": "a"}], dataset={})
+    for idx, qid in enumerate(["q1", respelled]):
+        store.record_question("r", "align", {"question_id": qid, "idx": idx, "source": "t", "kind": "math",
+                                             "question": "What is 2 + 2?", "gold": "4", "answer": "4",
+                                             "correct": True, "wall_s": 0.1, "detail": {}},
+                              {"align": {"answer": "4", "correct": True}}, [])
+    store.finish_run("r", summary={"questions": 2, "failed": 0})
+    store.close()
+
+
+@pytest.mark.parametrize("respelled", ["q1 ", FULL_WIDTH_Q1])
+def test_a_bundle_whose_run_holds_one_id_spelled_two_ways_is_refused_naming_both(tmp_path, respelled):
+    """Before: imported as two questions; a bundle is refused as the recorder and ``agora run`` refuse them."""
+    from agora.traces.bundle import BundleError
+    from agora.traces.bundle_export import export_bundle
+    from agora.traces.bundle_import import import_bundle
+    from agora.traces.store import TraceStore
+
+    _two_spellings_db(tmp_path / "old.db", respelled)
+    bundle = tmp_path / "r.agora.jsonl.gz"
+    export_bundle(TraceStore(tmp_path / "old.db", readonly=True), bundle, ["r"])
+    target = TraceStore(tmp_path / "new.db")
+    with pytest.raises(BundleError, match=rf"^{bundle}:\d+: questions: run 'r' has question ids {respelled!r} and "
+                                          r"'q1' \(line \d+\), the same id once compared as ids are \(Unicode NFKC, "
+                                          r"white space at the ends ignored\); nothing was imported$"):
+        import_bundle(bundle, target)
+    assert target.get_run("r") is None

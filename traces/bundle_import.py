@@ -11,6 +11,7 @@ from agora.traces.bundle import BundleError, BundleSummary, shared_source
 from agora.traces.bundle_reading import bundle_lines, check_footer, key_text, scan_bundle
 from agora.traces.bundle_schema import sql_type
 from agora.traces.pg_sql import is_postgres_url
+from agora.tasks.problem import SAME_ID, id_clash
 from agora.traces.store import TraceStore, TraceStoreError
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -105,6 +106,11 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
                 raise BundleError(f"{path}:{i}: {t}: a new row for run {rid!r}, which already exists in "
                                   f"{store.path}; a re-import may only repeat identical rows; nothing was imported "
                                   "(--force adds it: the bundle holds a later state of the run)")
+            if t == "questions" and cur.rowcount and bundle_runs.get(rid) and isinstance(row.get("question_id"), str):
+                other = id_clash(store.question_ids(rid), row["question_id"])  # (--force: a new question of the run)
+                if other is not None:
+                    raise BundleError(f"{path}:{i}: questions: question id {row['question_id']!r} of run {rid!r} and "
+                                      f"its question id {other!r} in {store.path} are {SAME_ID}; nothing was imported")
             if not cur.rowcount and pk:
                 where = " and ".join(f"[{k}] = ?" for k in pk)
                 stored = db.conn.execute(f"select {names} from [{t}] where {where}", [row[k] for k in pk]).fetchone()

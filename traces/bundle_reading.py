@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from agora.traces.bundle import DIGEST_KEY, FILE_KINDS, FORMAT, HEADER_DIGEST_KEY, SUFFIX, VERSION, BundleError
 from agora.traces.bundle_schema import SCHEMA_TYPES, check_known_table, check_values, plain_name, short
+from agora.tasks.problem import SAME_ID, id_key
 from agora.traces.store import check_run_id
 
 #: Longest line a bundle may hold, in characters (a row with its texts: prompts and replies; the
@@ -362,6 +363,8 @@ class _Orphans:
     """Finds orphan rows while a bundle is read (see :func:`agora.traces.bundle_import.import_bundle`)."""
 
     def __init__(self) -> None:
+        self.ids: dict[tuple[Any, str], tuple[Any, int]] = {}  # (run, id_key) -> (the id as written, its line)
+        self.clash: tuple[int, Any, Any, Any, int] | None = None  # the first: line, run, id, other id, its line
         self.questions: set[tuple[Any, Any]] = set()
         self.runs_with_questions: set[Any] = set()
         self.results: dict[tuple[Any, Any], int] = {}
@@ -372,6 +375,10 @@ class _Orphans:
         if table == "questions":
             self.questions.add((rid, qid))
             self.runs_with_questions.add(rid)
+            if isinstance(qid, str) and self.clash is None:
+                first = self.ids.setdefault((rid, id_key(qid)), (qid, line))
+                if first[0] != qid:
+                    self.clash = (line, rid, qid, first[0], first[1])
         elif table == "results":
             self.results.setdefault((rid, qid), line)
         elif table == "model_calls" and rid is not None and qid is not None:
@@ -379,7 +386,12 @@ class _Orphans:
             seen[1] = seen[1] or row.get("error") is not None
 
     def check(self, path: Path) -> None:
-        """Raises BundleError naming the first orphan's line, table, run and question."""
+        """Raises BundleError naming the first orphan's line, table, run and question, or the first
+        two question ids of one run that are one id spelled two ways (:func:`agora.tasks.problem.id_key`)."""
+        if self.clash is not None:
+            line, rid, qid, other, first = self.clash
+            raise BundleError(f"{path}:{line}: questions: run {rid!r} has question ids {qid!r} and {other!r} (line "
+                              f"{first}), {SAME_ID}; nothing was imported")
         for (rid, qid), i in self.results.items():
             if (rid, qid) not in self.questions:
                 raise BundleError(f"{path}:{i}: results: run {rid!r} has results for question {qid!r}, which is not "

@@ -13,6 +13,7 @@ from typing import Any
 
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
+from agora.tasks.problem import SAME_ID, id_key
 from agora.traces.errors import ResumeRefusedError
 from agora.traces.pg_sql import is_postgres_url
 from agora.traces.rows import _json, option_count
@@ -202,10 +203,15 @@ def data_changes(store: Any, run_id: str, before: Any, now_ds: Any) -> tuple[lis
     Raises:
         ResumeRefusedError: questions of the run differ now: edited in the same file (naming
             them), or in the file at another path (naming the run id, both paths and how many
-            of the questions compared differ).
+            of the questions compared differ); a question id of the data that is one of the run's
+            ids spelled otherwise (:func:`id_clash_refusal`).
     """
     if not isinstance(before, dict) or not isinstance(now_ds, dict):
         return [], []
+    if isinstance(now_ds.get(QUESTION_HASHES), dict):
+        refused = id_clash_refusal(store, run_id, now_ds[QUESTION_HASHES], set(before.get(QUESTION_HASHES) or ()))
+        if refused:
+            raise ResumeRefusedError(refused)
     changed = [k for k in ("path", "format") if before.get(k) != now_ds.get(k)]
     hint = ""
     if changed == ["path"]:  # the same format at another path: the same data if it holds the same questions
@@ -234,6 +240,21 @@ def data_changes(store: Any, run_id: str, before: Any, now_ds: Any) -> tuple[lis
             f"{shown} differ from the ones the run was started on (text, gold or options); rerun "
             "with the original file to resume it, or pick a new --run-id")
     return [], []
+
+def id_clash_refusal(store: Any, run_id: str, ids: Any, known: set[str] = frozenset()) -> str | None:
+    """Why questions ``ids`` cannot be added to run ``run_id`` of ``store``: one of them is an id the
+    run holds (``known``, or a ``questions`` or ``model_calls`` row) spelled otherwise, the same id
+    once compared as ids are (:func:`agora.tasks.problem.id_key`: ``q1 `` or ``ｑ１`` for ``q1``), so
+    reports and resumes could not tell the two apart; ``None`` when none is. One line naming both."""
+    taken = set(known) | store.question_ids(run_id)
+    keys = {id_key(q): q for q in taken}
+    for qid in ids:
+        other = keys.get(id_key(qid)) if qid not in taken else None
+        if other is not None:
+            return (f"run id {run_id!r} in {store.path}: question id {qid!r} and the run's question id {other!r} are "
+                    f"{SAME_ID}; give the question the run's id, or pick a new --run-id")
+    return None
+
 
 def _compared_questions(store: Any, run_id: str, before: dict[str, Any], now_ds: dict[str, Any]) -> tuple[int, list[str]]:
     """``(questions compared, ids of those that differ)`` between a run's questions and the
