@@ -16,8 +16,14 @@ under RestrictedPython that does not depend on the kernel.
 - A new layer, the child's audit hook (PEP 578): processes, signals, sockets, ``ctypes``, the
   collector's walks, code and functions made by hand, changes to the file system, reads outside
   the folder and Python's own folders, and writes outside the folder are refused to code that got
-  past RestrictedPython, where the kernel gives no Landlock or seccomp too. Tested with plain
-  (unrestricted) code in a child process, as ``tests/test_sandbox.py`` tests the kernel layers.
+  past RestrictedPython, where the kernel gives no Landlock or seccomp too. The C functions that
+  raise no audit event (``_posixsubprocess.fork_exec`` started a shell past the hook;
+  ``pidfd_open`` with ``pidfd_send_signal`` signals any process) are withheld, and their modules
+  cannot be made anew (``_imp.create_builtin`` raised no event). Tested with plain (unrestricted)
+  code in a child process, as ``tests/test_sandbox.py`` tests the kernel layers.
+- seccomp refused ``kill`` and ``ptrace`` but not the other ways to another process: ``tgkill``,
+  pidfds (``pidfd_send_signal``, ``pidfd_getfd``), ``process_vm_readv``, ``setpriority``... (a
+  root child reaches every process). Refused now.
 """
 
 from __future__ import annotations
@@ -139,7 +145,7 @@ kernel = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kernel)
 folder, outside = sys.argv[2], sys.argv[3]
 os.chdir(folder)
-import ctypes, gc, resource, shutil, socket, subprocess
+import _imp, ctypes, gc, resource, shutil, socket, subprocess
 print(json.dumps({"installed": kernel._audit_hook(folder)}))
 os.path.realpath = lambda path, *a, **k: folder  # what escaped code would try: the hook holds its own helpers
 tries = {
@@ -154,6 +160,12 @@ tries = {
     "remove": lambda: os.remove(outside), "rmtree": lambda: shutil.rmtree(outside),
     "symlink": lambda: os.symlink("/etc/passwd", "link"), "rename": lambda: os.rename("x", outside),
     "write a descriptor": lambda: open(1, "w", closefd=False), "/proc/self/mem": lambda: open("/proc/self/mem", "r+b"),
+    # C functions that raise no audit event: withheld, and their modules cannot be made anew
+    "fork_exec": lambda: subprocess._fork_exec(), "pidfd_open": lambda: os.pidfd_open(os.getppid()),
+    "pidfd_send_signal": lambda: __import__("signal").pidfd_send_signal(0, 0),
+    "setpriority": lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 19),
+    "posix anew": lambda: _imp.create_builtin(importlib.util.find_spec("posix")).pidfd_open,
+    "_posixsubprocess anew": lambda: importlib.util.module_from_spec(importlib.util.find_spec("_posixsubprocess")),
 }
 result = {}
 for name, attempt in tries.items():
@@ -168,6 +180,7 @@ with open("inside.txt", "w") as fh:
     fh.write("ok")
 result["inside"] = open("inside.txt").read()
 result["python's folder"] = len(open(json.__file__).read()) > 0
+result["a built-in module imported late"] = __import__("_symtable").__name__
 print(json.dumps(result))
 """
 
@@ -186,13 +199,17 @@ def test_the_audit_hook_refuses_what_code_past_restrictedpython_would_do(tmp_pat
         installed, result = [json.loads(line) for line in run.stdout.splitlines()]
         assert installed == {"installed": True}
         assert result.pop("inside") == "ok" and result.pop("python's folder") is True
+        assert result.pop("a built-in module imported late") == "_symtable"
         processes = {"os.system", "subprocess", "fork", "kill", "socket", "ctypes", "gc", "setrlimit", "chdir",
                      "remove", "rmtree", "symlink", "rename"}
+        withheld = {"fork_exec", "pidfd_open", "pidfd_send_signal", "setpriority", "posix anew",
+                    "_posixsubprocess anew"}
         not_refused = {name: why for name, why in result.items() if not why.startswith(
             "[Errno 1] Operation not permitted (the sandbox's audit hook refuses" if name in processes
+            else "[Errno 1] Operation not permitted (the sandbox" if name in withheld
             else "[Errno 13] Permission denied (the sandbox's audit hook")}
         assert not_refused == {}
-        assert sorted(result) == sorted(processes | {"write outside", "os.open outside", "append outside",
+        assert sorted(result) == sorted(processes | withheld | {"write outside", "os.open outside", "append outside",
                                                      "read /etc/passwd", "read through ..", "read /proc", "list /",
                                                      "write a descriptor", "/proc/self/mem"})
         assert not outside.exists()
@@ -200,3 +217,44 @@ def test_the_audit_hook_refuses_what_code_past_restrictedpython_would_do(tmp_pat
         for child in folder.iterdir():
             child.unlink()
         folder.rmdir()
+
+
+#: plain Python in a process of its own: applies the child's seccomp filter and reaches for other
+#: processes by the system calls ``kill`` and ``ptrace`` do not cover
+SECCOMP_PROBE = r"""
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("_sandbox_kernel", os.path.join(sys.argv[1], "_sandbox_kernel.py"))
+kernel = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kernel)
+if not kernel._seccomp():
+    print(json.dumps(None))
+    raise SystemExit
+result = {}
+for name, attempt in {"pidfd_open": lambda: os.pidfd_open(os.getppid()),
+                      "setpriority": lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 19),
+                      "sched_setaffinity": lambda: os.sched_setaffinity(os.getppid(), {0})}.items():
+    try:
+        attempt()
+        result[name] = "allowed"
+    except OSError as exc:
+        result[name] = exc.errno
+result["still runs"] = sum(range(10))
+print(json.dumps(result))
+"""
+
+
+def test_seccomp_refuses_the_calls_that_reach_other_processes_past_kill():
+    """A root child could signal any process through a pidfd (``pidfd_open`` + ``pidfd_send_signal``),
+    take its descriptors (``pidfd_getfd``), read its memory (``process_vm_readv``) or lower its
+    priority: seccomp now refuses those calls too (EPERM)."""
+    import errno
+    import json
+
+    worker_dir = Path(sys.modules["agora.models.recipes.sandbox"].__file__).parent
+    run = subprocess.run([sys.executable, "-I", "-c", SECCOMP_PROBE, str(worker_dir)], capture_output=True,
+                         text=True, timeout=120)
+    result = json.loads(run.stdout)
+    if result is None:
+        return  # no libseccomp here: the audit hook withholds these functions instead (above)
+    assert result == {"pidfd_open": errno.EPERM, "setpriority": errno.EPERM, "sched_setaffinity": errno.EPERM,
+                      "still runs": 45}

@@ -84,7 +84,23 @@ def _landlock(folder: str) -> bool:
 
 _DENIED_CALLS = ("fork", "vfork", "clone", "clone3", "execve", "execveat", "socket", "socketpair", "connect",
                  "bind", "listen", "accept", "accept4", "kill", "tkill", "ptrace", "unshare", "setns", "mount",
-                 "umount2", "chroot", "pivot_root", "reboot", "setuid", "setgid", "process_vm_writev")
+                 "umount2", "chroot", "pivot_root", "reboot", "setuid", "setgid", "process_vm_writev",
+                 # other processes reached without kill/ptrace (a root child may signal, read and take file
+                 # descriptors of any process): tgkill, queued signals, pidfds, process_vm_readv, kcmp
+                 "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
+                 "process_vm_readv", "kcmp",
+                 # io_uring runs file and network operations that seccomp does not see as system calls
+                 "io_uring_setup", "io_uring_enter", "io_uring_register",
+                 # the kernel's own state: modules, keys, BPF, perf, file handles, mounts, identities, clocks
+                 "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "bpf",
+                 "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "open_by_handle_at",
+                 "name_to_handle_at", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount", "open_tree",
+                 "mount_setattr", "swapon", "swapoff", "setresuid", "setresgid", "setreuid", "setregid", "setgroups",
+                 "setfsuid", "setfsgid", "capset", "sethostname", "setdomainname", "settimeofday", "clock_settime",
+                 "clock_adjtime", "adjtimex", "acct", "quotactl", "syslog", "iopl", "ioperm",
+                 # another process's priority, scheduling, processors and memory placement
+                 "setpriority", "sched_setscheduler", "sched_setparam", "sched_setattr", "sched_setaffinity",
+                 "ioprio_set", "migrate_pages", "move_pages")
 
 
 def _load_seccomp() -> ctypes.CDLL | None:
@@ -168,6 +184,21 @@ _AUDIT_PATHS = frozenset({"open", "os.listdir", "os.scandir", "glob.glob"})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
+#: C functions that reach another process without raising an audit event, as ``(module, name)``:
+#: a child's modules hold a function that raises ``PermissionError`` in their place
+#: (``_posixsubprocess.fork_exec`` starts a process, ``pidfd_open`` with ``pidfd_send_signal``
+#: signals any process the user may signal, ``setpriority`` and ``sched_set*`` change another
+#: process's share of the machine).
+_UNAUDITED = (("_posixsubprocess", "fork_exec"), ("subprocess", "_fork_exec"), ("_signal", "pidfd_send_signal"),
+              ("signal", "pidfd_send_signal"),
+              *((module, name) for module in ("posix", "os") for name in (
+                  "pidfd_open", "setpriority", "sched_setscheduler", "sched_setparam", "sched_setaffinity")))
+#: Modules a child may not make anew (a new module object would hold those functions again):
+#: ``_imp.create_dynamic`` raises the audit event ``import``, which the hook refuses for them, and
+#: ``_imp.create_builtin``, which raises none, is routed through the hook (see :func:`_audit_hook`).
+_UNAUDITED_MODULES = frozenset({"_posixsubprocess", "posix", "_signal"})
+
+
 def _audit_hook(folder: str) -> bool:
     """Install, in this process (a child, just before its program runs), a ``sys.addaudithook``
     hook that raises ``PermissionError`` (``EPERM`` as seccomp's refusals; ``EACCES`` for a path,
@@ -223,9 +254,32 @@ def _audit_hook(folder: str) -> bool:
                 return True
         return False
 
+    # ``_imp.create_builtin(spec)`` makes a built-in module anew (``posix``, with its ``pidfd_open``)
+    # and raises no audit event. Its replacement holds no reference to it (a function's closure is
+    # readable): it raises an event of the sandbox's own, and the hook, which nothing can reach,
+    # makes the module from the name alone, read once (a spec's ``name`` may change between reads).
+    import _imp
+    import types
+
+    create_builtin, audit, namespace_type, get = _imp.create_builtin, sys.audit, types.SimpleNamespace, getattr
+    unaudited_modules, own_event = _UNAUDITED_MODULES, "agora.sandbox.create_builtin"
+
+    def builtin_module(spec, box) -> None:
+        name = get(spec, "name", None)
+        if exact_type(name) is not plain_str or name in unaudited_modules:
+            raise denied(1, f"Operation not permitted (the sandbox's audit hook refuses making the module {name!r})")
+        box.append(create_builtin(namespace_type(name=name, origin="built-in", loader_state=None,
+                                                 submodule_search_locations=None, parent=name.rpartition(".")[0])))
+
     def hook(event, args):
         if event in refused or plain_str.startswith(event, families):
             raise denied(1, f"Operation not permitted (the sandbox's audit hook refuses {event})")
+        if event == own_event:
+            return builtin_module(*args)
+        if event == "import":  # a name that is not a plain str could answer ``in`` falsely
+            if args and (exact_type(args[0]) is not plain_str or args[0] in unaudited_modules):
+                raise denied(1, f"Operation not permitted (the sandbox's audit hook refuses importing {args[0]} anew)")
+            return
         if event not in paths:
             return
         path = args[0] if args else None
@@ -247,5 +301,18 @@ def _audit_hook(folder: str) -> bool:
         if not below(path, readable):
             raise denied(13, f"Permission denied (the sandbox's audit hook: {event})", path)
 
+    def withheld(*args, **kwargs):
+        raise denied(1, "Operation not permitted (the sandbox withholds this function)")
+
+    def routed_create_builtin(spec):
+        box: list = []
+        audit(own_event, spec, box)
+        return box[0]
+
+    for module_name, name in _UNAUDITED:
+        namespace = getattr(sys.modules.get(module_name), "__dict__", None)
+        if isinstance(namespace, dict) and name in namespace:
+            namespace[name] = withheld
+    vars(_imp)["create_builtin"] = routed_create_builtin
     add(hook)
     return True
