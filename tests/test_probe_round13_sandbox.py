@@ -166,6 +166,7 @@ tries = {
     "setpriority": lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 19),
     "posix anew": lambda: _imp.create_builtin(importlib.util.find_spec("posix")).pidfd_open,
     "_posixsubprocess anew": lambda: importlib.util.module_from_spec(importlib.util.find_spec("_posixsubprocess")),
+    "_posixshmem": lambda: __import__("_posixshmem"),
 }
 result = {}
 for name, attempt in tries.items():
@@ -203,7 +204,7 @@ def test_the_audit_hook_refuses_what_code_past_restrictedpython_would_do(tmp_pat
         processes = {"os.system", "subprocess", "fork", "kill", "socket", "ctypes", "gc", "setrlimit", "chdir",
                      "remove", "rmtree", "symlink", "rename"}
         withheld = {"fork_exec", "pidfd_open", "pidfd_send_signal", "setpriority", "posix anew",
-                    "_posixsubprocess anew"}
+                    "_posixsubprocess anew", "_posixshmem"}
         not_refused = {name: why for name, why in result.items() if not why.startswith(
             "[Errno 1] Operation not permitted (the sandbox's audit hook refuses" if name in processes
             else "[Errno 1] Operation not permitted (the sandbox" if name in withheld

@@ -193,10 +193,12 @@ _UNAUDITED = (("_posixsubprocess", "fork_exec"), ("subprocess", "_fork_exec"), (
               ("signal", "pidfd_send_signal"),
               *((module, name) for module in ("posix", "os") for name in (
                   "pidfd_open", "setpriority", "sched_setscheduler", "sched_setparam", "sched_setaffinity")))
-#: Modules a child may not make anew (a new module object would hold those functions again):
-#: ``_imp.create_dynamic`` raises the audit event ``import``, which the hook refuses for them, and
-#: ``_imp.create_builtin``, which raises none, is routed through the hook (see :func:`_audit_hook`).
-_UNAUDITED_MODULES = frozenset({"_posixsubprocess", "posix", "_signal"})
+#: Modules a child may not make anew (a new module object would hold those functions again), nor
+#: load at all (``_posixshmem``, ``_multiprocessing``: shared memory and named semaphores, files in
+#: ``/dev/shm`` made without an audit event): ``_imp.create_dynamic`` raises the audit event
+#: ``import``, which the hook refuses for them, and ``_imp.create_builtin``, which raises none, is
+#: routed through the hook (see :func:`_audit_hook`).
+_UNAUDITED_MODULES = frozenset({"_posixsubprocess", "posix", "_signal", "_posixshmem", "_multiprocessing"})
 
 
 def _audit_hook(folder: str) -> bool:
