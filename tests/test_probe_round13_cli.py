@@ -58,8 +58,9 @@ def _crafted(bundle, out, table, column, value):
 @pytest.mark.parametrize("table, column, value, said", [
     ("results", "correct", 5, "results.correct: 5 is not 0 or 1"),
     ("questions", "correct", -1, "questions.correct: -1 is not 0 or 1"),
-    ("results", "completion_tokens", -400, "results.completion_tokens: -400 is a negative count"),
-    ("model_calls", "prompt_tokens", -11, "model_calls.prompt_tokens: -11 is a negative count"),
+    ("results", "completion_tokens", -400, "results.completion_tokens: -400 is negative (a count or seconds)"),
+    ("model_calls", "prompt_tokens", -11, "model_calls.prompt_tokens: -11 is negative (a count or seconds)"),
+    ("model_calls", "latency_s", -5.0, "model_calls.latency_s: -5.0 is negative (a count or seconds)"),
 ])
 def test_a_bundle_whose_yes_no_column_or_count_holds_what_no_store_writes_is_refused(
         align_bundle, tmp_path, table, column, value, said):
@@ -238,3 +239,22 @@ def test_a_postgres_url_whose_own_connect_timeout_is_bad_is_one_line_at_once(pos
     assert time.monotonic() - started < 20
     code, output = agora("report", "runs", "--db", url + "&connect_timeout=5")  # a good one connects
     assert one_error_line(output).endswith("connect_timeout=5: no trace tables in this database"), output
+
+
+@pytest.mark.parametrize("key, named, said", [
+    ("runs", ["a1", "ghost"], "the header names run 'ghost', but the bundle holds no runs row of it"),
+    ("benches", ["b9"], "the header names bench 'b9', but the bundle holds no benches row of it"),
+])
+def test_a_bundle_whose_header_names_a_run_or_bench_it_holds_no_row_of_is_refused(align_bundle, tmp_path, key, named, said):
+    """Before: ``imported ...: 2 runs`` for a bundle whose header listed runs a1 and ghost and whose
+    rows held a1 only (ghost's rows removed by hand): a run reported imported that is nowhere."""
+    lines = _lines(align_bundle[1])
+    lines[0][key] = named
+    bundle = tmp_path / "b.gz"
+    with gzip.open(bundle, "wt", encoding="utf-8") as f:
+        for line in lines[:-1] + [{"end": True, "rows": lines[-1]["rows"]}]:
+            f.write(json.dumps(line) + "\n")
+    code, output = agora("import", bundle, "--db", tmp_path / "i.db")
+    assert code == 2, output
+    assert f"b.gz:1: {key}: {said}" in one_error_line(output)
+    assert not (tmp_path / "i.db").exists()

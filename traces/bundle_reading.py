@@ -260,6 +260,7 @@ def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict
     tables: dict[str, dict[str, Any]] = head["tables"]
     head_runs = {r for r in head.get("runs") or () if isinstance(r, str)}
     runs_seen: set[str] = set()
+    benches_seen: set[Any] = set()
     keys: dict[tuple[str, str], tuple[int, bytes]] = {}  # (table, key) -> (first line, digest of its values)
     read: dict[str, int] = {}
     footer = None
@@ -309,10 +310,17 @@ def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict
                 raise BundleError(f"{path}:{i}: {t}: the row {key_text(pk, row)} is also on line {first[0]} with "
                                   f"other content: the bundle contradicts itself (lines {first[0]} and {i}); "
                                   "nothing was imported, --force or not")
+        if t == "benches":
+            benches_seen.add(row.get("bench_id"))
         read[t] = read.get(t, 0) + 1
         orphans.see(t, row, i)
         rows_digest.update((text if text.endswith("\n") else text + "\n").encode("utf-8"))
     orphans.check(path)
+    # every run and bench the header names has its row: else an import would report it as imported
+    for table, kind, seen in (("runs", "run", runs_seen), ("benches", "bench", benches_seen)):
+        if missing := [x for x in head.get(table) or () if x not in seen]:
+            raise BundleError(f"{path}:1: {table}: the header names {kind} {missing[0]!r}, but the bundle holds no "
+                              f"{table} row of it (rows were removed, or the header altered); nothing was imported")
     return head, footer, read, rows_digest.hexdigest(), header_digest
 
 

@@ -33,12 +33,13 @@ KNOWN_PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
 FLAGS: dict[str, tuple[str, ...]] = {
     "questions": ("correct",), "results": ("correct",), "duels": ("correct_a", "correct_b", "tie"),
     "benches": ("complete",)}
-#: Counts the store writes (tokens, samples, calls): never negative; a negative one would lower a
-#: run's reported cost.
+#: Counts and seconds the store writes (tokens, samples, calls, latencies): never negative; a negative
+#: one would lower a run's reported cost or time.
 COUNTS: dict[str, tuple[str, ...]] = {
-    "questions": ("model_calls", "prompt_tokens", "completion_tokens"),
-    "results": ("samples", "completion_tokens", "calls", "shared_calls", "shared_samples", "shared_tokens"),
-    "model_calls": ("prompt_tokens", "completion_tokens", "attempt", "sample_index")}
+    "questions": ("model_calls", "prompt_tokens", "completion_tokens", "wall_s"),
+    "results": ("samples", "completion_tokens", "calls", "shared_calls", "shared_samples", "shared_tokens",
+                "latency_s", "shared_latency_s"),
+    "model_calls": ("prompt_tokens", "completion_tokens", "attempt", "sample_index", "latency_s")}
 #: SQLite types a header may declare for a column of each Python type of :data:`SCHEMA_TYPES`.
 _SQL_NAMES = {str: "TEXT", int: "INTEGER", float: "FLOAT"}
 _DECLARED = {str: {"TEXT", ""}, int: {"INTEGER", "INT", ""}, float: {"FLOAT", "REAL", "NUMERIC", "DOUBLE", ""}}
@@ -102,8 +103,8 @@ def check_values(path: Path, line: int, table: str, info: dict[str, Any], row: d
     column, a number in a text column, a list or object anywhere, a NULL primary key column. Integer
     columns take integers (a JSON ``true``/``false`` or a whole real such as ``3.0`` is stored as the
     integer SQLite makes of it); real columns take integers and reals (not NaN or infinite); any
-    other column may be NULL. A yes/no column (:data:`FLAGS`) holds 0 or 1 and a count
-    (:data:`COUNTS`) is not negative. Text holding a lone surrogate (a JSON ``"\\ud800"`` escape without
+    other column may be NULL. A yes/no column (:data:`FLAGS`) holds 0 or 1 and a count or a
+    number of seconds (:data:`COUNTS`) is not negative. Text holding a lone surrogate (a JSON ``"\\ud800"`` escape without
     its pair) is refused: no database stores it."""
     for column, value in row.items():
         if value is None:
@@ -133,7 +134,7 @@ def check_values(path: Path, line: int, table: str, info: dict[str, Any], row: d
             raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is not 0 or 1 (a yes/no column); "
                               "nothing was imported")
         if column in COUNTS.get(table, ()) and value < 0:
-            raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is a negative count; "
+            raise BundleError(f"{path}:{line}: {table}.{column}: {short(value)} is negative (a count or seconds); "
                               "nothing was imported")
         if isinstance(value, str) and (bad := SURROGATE.search(value)):
             raise BundleError(f"{path}:{line}: {table}.{column}: a lone surrogate (\\u{ord(bad.group()):04x} at character "
