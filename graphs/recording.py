@@ -271,9 +271,9 @@ class TraceRecorder(BaseCallbackHandler):
         self._late: set[UUID] = set()
         """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
         self._dropped: dict[str, int] = {}
+        """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         self._seen: Any = None
         """While an invocation's questions are written: the pool its first model call went through."""
-        """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         self.store.check_open()
         self._database = _database_key(self.store)
         with _LIVE_LOCK:
