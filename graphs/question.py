@@ -193,7 +193,7 @@ def checked_input(inp: Any) -> Any:
                              "not 1")
         letters = LETTERS[: n_choices or len(LETTERS)]
         gold = inp.get("gold")
-        if isinstance(gold, str) and gold.strip() and gold.strip().upper() not in letters:
+        if isinstance(gold, str) and gold.strip() and gold.strip().upper() not in tuple(letters):
             raise InputError(f"graph input field 'gold' of a multiple-choice question must be one of the option letters "
                              f"{letters[0]}-{letters[-1]}, not {gold!r:.60} (no answer could match it)")
     fixed: dict[str, Any] = {}

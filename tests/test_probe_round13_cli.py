@@ -198,6 +198,9 @@ def test_a_key_in_a_members_url_query_or_an_unknown_field_is_not_written_to_the_
                                     "letters A-D, not 'F'"),
     ({"gold": "2"}, "graph input field 'gold' of a multiple-choice question must be one of the option letters A-J"),
     ({"gold": "B", "n_choices": 1}, "graph input field 'n_choices': a multiple-choice question has at least 2 options"),
+    ({"gold": "AB", "n_choices": 4}, "graph input field 'gold' of a multiple-choice question must be one of the option "
+                                     "letters A-D, not 'AB'"),  # (a run of letters is no letter)
+    ({"gold": "BCD"}, "graph input field 'gold' of a multiple-choice question must be one of the option letters A-J"),
 ])
 def test_a_multiple_choice_graph_input_whose_gold_no_answer_can_match_is_refused(extra, said):
     """Before: Studio's ``{"kind": "mc", "gold": "F", "n_choices": 4}`` ran every model and scored every
