@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from agora.tasks.errors import InputError
-from agora.agents.delegation import agreement_utility, plurality, principal_choice, principal_select, propose
+from agora.agents.delegation import UTILITIES, agreement_utility, plurality, principal_choice, principal_select
+from agora.agents.delegation import principal_utility, propose
+from agora.agents.reliability import dev_accuracy_pairs
 from agora.agents.escalation import EscalationThresholds, decide, escalates
 from agora.agents.escalation_calibration import DevOutcome
 from agora.agents.slm_mux import MemberConfidence, MemberVote, member_confidence, mux_select, top_member
 from agora.tasks.scoring import score_answer
 from agora.traces.bench_data import dev_outcome
+from agora.traces.reliability import reliabilities
 
 from agora.traces.run_trace import QuestionTrace, RunTrace
 
@@ -67,6 +70,9 @@ class Rule:
     protocols: tuple[str, ...] = ()
     """The protocols whose runs the rule applies to (their traces hold what it reads); empty: any
     protocol (a rule over the samples of ``roles``)."""
+    optional: dict[str, Any] = field(default_factory=dict)
+    """Parameter → an example value of its type: parameters ``--param`` also takes, left out of
+    :func:`parse_params`' result unless given (the rule then reads the run's own setting)."""
 
     def applies_to(self, protocol: str) -> bool:
         return not self.protocols or protocol in self.protocols
@@ -79,12 +85,13 @@ RULES: dict[str, Rule] = {}
 def selection_rule(name: str, *, params: dict[str, Any] | None = None, help: str = "",
                    from_config: Callable[[RunTrace], dict[str, Any]] | None = None,
                    reproduces: dict[str, str] | None = None, needs_dev: bool = False,
-                   protocols: Sequence[str] = ()) -> Callable[[RuleFn], RuleFn]:
+                   protocols: Sequence[str] = (), optional: dict[str, Any] | None = None) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn(question, params, context) -> Choice`` as rule ``name`` (a plug-in: a new rule
     is one decorated function). ``params``: name → default; ``from_config``: the run's own values;
     ``reproduces``: protocol → the recorded method it equals under those; ``needs_dev``: the rule
     reads per-model accuracy from a dev run; ``protocols``: the protocols whose runs it applies to
-    (default: any; :func:`check_rule` refuses the others). Raise :class:`Unavailable` for a question
+    (default: any; :func:`check_rule` refuses the others); ``optional``: parameters taken only when
+    given (:attr:`Rule.optional`). Raise :class:`Unavailable` for a question
     whose trace lacks what the rule needs.
 
     Raises:
@@ -94,7 +101,7 @@ def selection_rule(name: str, *, params: dict[str, Any] | None = None, help: str
         if name in RULES:
             raise InputError(f"selection rule {name!r} is already registered")
         RULES[name] = Rule(name, fn, dict(params or {}), help or (fn.__doc__ or "").strip().split("\n")[0],
-                           from_config, dict(reproduces or {}), needs_dev, tuple(protocols))
+                           from_config, dict(reproduces or {}), needs_dev, tuple(protocols), dict(optional or {}))
         return fn
     return register
 
@@ -109,6 +116,7 @@ def parse_params(rule: Rule, items: Sequence[str], run: RunTrace | None = None) 
             default) or a value that is not of the parameter's type.
     """
     out = dict(rule.params)
+    known = {**rule.params, **rule.optional}
     if run is not None and rule.from_config is not None:
         out.update({k: v for k, v in rule.from_config(run).items() if k in out and v is not None})
     given: dict[str, str] = {}
@@ -117,18 +125,19 @@ def parse_params(rule: Rule, items: Sequence[str], run: RunTrace | None = None) 
         key = key.strip()
         if not sep:
             raise InputError(f"--param {item!r}: expected key=value")
-        if key not in rule.params:
+        if key not in known:
             raise InputError(f"--param {key}: rule {rule.name} has no such parameter; it takes "
-                             f"{', '.join(rule.params) or 'none'}")
+                             f"{', '.join(known) or 'none'}")
         if key in given:
             raise InputError(f"--param {key}: given twice ({key}={given[key]} and {key}={value}); give it once")
         given[key] = value
         if not value.strip(" ,"):
-            default = rule.params[key]
+            default = rule.params.get(key, "")
             raise InputError(f"--param {key}={value}: an empty value; give one, or leave --param {key} out for "
-                             + (f"its default {default!r}" if default != "" else "the protocol's default")
+                             + ("the run's own setting" if key in rule.optional
+                                else f"its default {default!r}" if default != "" else "the protocol's default")
                              + (f" ({default_roles(run)} on this {run.protocol} run)" if key == "roles" and run else ""))
-        kind = type(rule.params[key])
+        kind = type(known[key])
         try:
             if kind is bool:
                 if value.lower() not in ("true", "false", "1", "0"):
@@ -198,7 +207,7 @@ def model_principal(run: RunTrace, rule: str) -> str | None:
 
 
 def model_principal_choice(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext, cands: Sequence[dict[str, Any]],
-                           proposals: Sequence[dict[str, Any]], utilities: Sequence[float], shown: str) -> Choice:
+                           proposals: Sequence[dict[str, Any]], utilities: Sequence[float] | None, shown: str) -> Choice:
     """ALIGN's answer on a run with a model principal: the answer of the recorded ``principal`` call
     (its first sample; ``None`` when the call has no successful row), which is what the run
     answered; never asked again. The bookkeeping is :func:`agora.agents.delegation.principal_choice`'s
@@ -222,38 +231,105 @@ def model_principal_choice(q: QuestionTrace, p: dict[str, Any], ctx: ReplayConte
         return Choice(None, f"the model principal {principal} has no recorded answer (its call failed); "
                       f"proposals: {shown}", len(cands))
     answer = rows[0].answer
-    sel = principal_choice(proposals, answer, utilities, p["tau"], principal)
+    sel = principal_choice(proposals, answer, utilities or [0.0] * len(proposals), p["tau"], principal)
     who = (f"agent {sel['agent']}'s proposal" if sel["agent"] is not None
            else "no single agent's proposal")
-    verdict = (f"U {sel['utility']:.2f} {'>=' if sel['accepted'] else '<'} τ {p['tau']:g}, its answer stands "
-               "either way")
+    verdict = (f"U {sel['utility']:.2f} {'>=' if sel['accepted'] else '<'} τ {p['tau']:g}" if utilities is not None
+               else "calibrated U not recomputed: the run's member reliabilities cannot be read")
+    verdict += ", its answer stands either way"
     return Choice(answer, f"the model principal {principal} answered {answer!r} (recorded, not asked again; {who}, "
                   f"{verdict}); proposals: {shown}", len(cands) + len(rows))
 
 
-@selection_rule("align", params={"tau": 0.5, "proposal_rule": "plurality"}, from_config=_align_config,
-                reproduces={"align": "align"}, protocols=("align",),
-                help="ALIGN's principal: best proposal with utility U >= tau, else argmax U (agents' samples); on a run "
-                     "with a model principal, that member's recorded answers.")
-def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
-    """ALIGN's committed rule (:func:`agora.agents.delegation.principal_select`) on the recorded
-    agents' candidates, with each agent's proposal re-made under ``proposal_rule``. A run with a
-    model principal (its recorded ``principal``): that member's recorded answer
-    (:func:`model_principal_choice`), as the run answered.
+def run_utility(p: dict[str, Any], run: RunTrace) -> str:
+    """The principal utility an ALIGN replay uses: ``--param utility`` when given, else the run's own
+    recorded ``utility`` (``agreement`` for runs that recorded none).
 
     Raises:
-        ValueError: a ``proposal_rule`` not ``plurality`` or ``first``, a ``tau`` outside [0, 1], or,
-            on a model-principal run, a ``proposal_rule`` other than the run's own.
+        ValueError: a utility not in :data:`agora.agents.delegation.UTILITIES`.
+    """
+    name = p.get("utility") or run.config.get("utility") or "agreement"
+    _check_choice(name, UTILITIES, "utility")
+    return name
+
+
+def recorded_reliabilities(run: RunTrace, models: Sequence[str], asked: bool = False) -> dict[str, float]:
+    """The ``calibrated`` utility's member reliabilities as ``run`` computed them: its recorded
+    ``dev_accuracy``, the other members' accuracies from its recorded ``dev_run`` in ``dev_db``
+    (:func:`agora.traces.reliability.reliabilities`, what the ALIGN graph reads), for every member in
+    ``models``. ``asked``: ``--param utility=calibrated`` asked for them (the refusal says so).
+
+    Raises:
+        ValueError: one line naming the run's ``utility = calibrated`` (or the ``--param``), why its reliabilities cannot
+            be read (a bad recorded ``dev_accuracy``, the dev run's database or run gone, a member with
+            none) and that ``--param utility=agreement`` replays it under the agreement utility.
+    """
+    config = run.config
+    try:
+        given = dev_accuracy_pairs(f"run {run.run_id!r}", "dev_accuracy", config.get("dev_accuracy") or ())
+        found = reliabilities(given, config.get("dev_db"), config.get("dev_run"))
+        missing = [m for m in dict.fromkeys(models) if m and m not in found]
+        if missing:
+            raise InputError(f"no dev accuracy for member(s) {', '.join(missing)} in its dev_accuracy"
+                             + (f" or its dev run {config['dev_run']!r}" if config.get("dev_run") else ""))
+    except InputError as exc:
+        who = (f"--param utility=calibrated on run {run.run_id!r}:" if asked
+               else f"run {run.run_id!r} was recorded with utility = calibrated, and")
+        raise InputError(f"{who} replay cannot read its member reliabilities ({exc}); give "
+                         "--param utility=agreement to replay it under the agreement utility instead") from None
+    return {**found, "": 0.0}  # "": an agent with no recorded sample (signal 0, so weight 0 either way)
+
+
+def _utilities(p: dict[str, Any], ctx: ReplayContext, proposals: Sequence[dict[str, Any]]) -> list[float]:
+    """U of each proposal under :func:`run_utility`, as the ALIGN graph computes it
+    (:func:`agora.agents.delegation.principal_utility`; ``calibrated``: :func:`recorded_reliabilities`).
+
+    Raises:
+        ValueError: as :func:`run_utility` and :func:`recorded_reliabilities`.
+    """
+    name = run_utility(p, ctx.run)
+    reliability = (recorded_reliabilities(ctx.run, [x["model"] for x in proposals], asked=bool(p.get("utility")))
+                   if name == "calibrated" else None)
+    return principal_utility(name, [x["answer"] for x in proposals], proposals, reliability)
+
+
+@selection_rule("align", params={"tau": 0.5, "proposal_rule": "plurality"}, from_config=_align_config,
+                reproduces={"align": "align"}, protocols=("align",), optional={"utility": "agreement"},
+                help="ALIGN's principal: best proposal with utility U >= tau, else argmax U (agents' samples), U the "
+                     "run's own utility (--param utility=agreement|calibrated to choose); on a run with a model "
+                     "principal, that member's recorded answers.")
+def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
+    """ALIGN's committed rule (:func:`agora.agents.delegation.principal_select`) on the recorded
+    agents' candidates, with each agent's proposal re-made under ``proposal_rule`` and U under the
+    run's own ``utility`` (or ``--param utility``; ``calibrated`` weighs each proposal by its member's
+    recorded dev accuracy, :func:`recorded_reliabilities`). A run with a model principal (its recorded
+    ``principal``): that member's recorded answer (:func:`model_principal_choice`), as the run
+    answered; when its calibrated U cannot be recomputed the why says so instead of showing a U.
+
+    Raises:
+        ValueError: a ``proposal_rule`` not ``plurality`` or ``first``, a ``tau`` outside [0, 1], a
+            ``utility`` not ``agreement`` or ``calibrated``, a calibrated run whose reliabilities
+            cannot be read (not on a model-principal run), or, on a model-principal run, a
+            ``proposal_rule`` other than the run's own.
     """
     _check_choice(p["proposal_rule"], ("plurality", "first"), "proposal_rule")
     if not 0.0 <= p["tau"] <= 1.0:
         raise InputError(f"--param tau={p['tau']}: must be in [0, 1]")
     cands, proposals = _proposals(q, p["proposal_rule"], ctx)
-    utilities = agreement_utility([x["answer"] for x in proposals], proposals)
-    shown = "; ".join(f"agent {x['agent']} {x['answer']!r} (share {x['signal']:.2f}, U {u:.2f})"
-                      for x, u in zip(proposals, utilities))
-    if model_principal(ctx.run, "align") is not None:
+    principal = model_principal(ctx.run, "align")
+    run_utility(p, ctx.run)  # a bad --param utility is refused on every run
+    try:
+        utilities: list[float] | None = _utilities(p, ctx, proposals)
+    except InputError:
+        if principal is None:
+            raise
+        utilities = None  # the principal's answer needs no U: it stands, and the why says U was not recomputed
+    shown = "; ".join(f"agent {x['agent']} {x['answer']!r} (share {x['signal']:.2f}"
+                      + (f", U {utilities[i]:.2f})" if utilities is not None else ")")
+                      for i, x in enumerate(proposals))
+    if principal is not None:
         return model_principal_choice(q, p, ctx, cands, proposals, utilities, shown)
+    assert utilities is not None  # (no principal: a failure to compute U was raised above)
     sel = principal_select(proposals, utilities, p["tau"])
     verdict = (f"U {sel['utility']:.2f} >= τ {p['tau']:g}" if sel["accepted"]
                else f"no U reached τ {p['tau']:g}: argmax U {sel['utility']:.2f}")
