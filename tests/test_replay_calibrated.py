@@ -45,6 +45,9 @@ def test_a_calibrated_run_replays_with_its_recorded_dev_accuracy(data, tmp_path)
     assert reproduced(run, result, "align") == (1, 1)
     assert result.rows[0].why == ("agent 1's proposal, U 0.75 >= τ 0.5; proposals: agent 0 '12' (share 1.00, U 0.25); "
                                   "agent 1 '7' (share 1.00, U 0.75)")
+    # best-of-n·k over the 6 candidates under the same U: 7 (U 0.75), as the run recorded
+    best = replay(run, "best_of_n")
+    assert [r.answer for r in best.rows] == ["7"] and reproduced(run, best, "best_of_n") == (1, 1)
     # the agreement utility, asked for deliberately: the tie goes to agent 0's 12
     code, output = agora("replay", "--db", db, "--run-id", "C", "--rule", "align", "--param", "utility=agreement",
                          "--json")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from agora.tasks.errors import InputError
-from agora.agents.delegation import UTILITIES, agreement_utility, plurality, principal_choice, principal_select
+from agora.agents.delegation import UTILITIES, plurality, principal_choice, principal_select
 from agora.agents.delegation import principal_utility, propose
 from agora.agents.reliability import dev_accuracy_pairs
 from agora.agents.escalation import EscalationThresholds, decide, escalates
@@ -342,13 +342,22 @@ def align_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choic
                 reproduces={"align": "best_of_n"}, protocols=("align",),
                 help="The candidate with the highest principal utility U over all agents' samples.")
 def best_of_n_rule(q: QuestionTrace, p: dict[str, Any], ctx: ReplayContext) -> Choice:
-    """Best-of-n·k (:func:`agora.agents.delegation.best_of_n`) under ``utility`` (``agreement``)."""
+    """Best-of-n·k (:func:`agora.agents.delegation.best_of_n`) under ``utility`` (the run's own;
+    ``calibrated``: the run's member reliabilities, :func:`recorded_reliabilities`).
+
+    Raises:
+        ValueError: a ``proposal_rule`` or ``utility`` not known, or ``calibrated`` whose
+            reliabilities cannot be read.
+    """
     _check_choice(p["proposal_rule"], ("plurality", "first"), "proposal_rule")
-    _check_choice(p["utility"], ("agreement",), "utility")
+    _check_choice(p["utility"], UTILITIES, "utility")
     cands, proposals = _proposals(q, p["proposal_rule"], ctx)
     if not cands:
         return Choice(None, "no candidate", 0)
-    utilities = agreement_utility([c["answer"] for c in cands], proposals)
+    reliability = (recorded_reliabilities(ctx.run, [x["model"] for x in proposals],
+                                          asked=ctx.run.config.get("utility") != "calibrated")
+                   if p["utility"] == "calibrated" else None)
+    utilities = principal_utility(p["utility"], [c["answer"] for c in cands], proposals, reliability)
     best = max(range(len(cands)), key=lambda i: (utilities[i], -i))
     return Choice(cands[best]["answer"], f"agent {cands[best]['agent']} sample {cands[best]['index']}: "
                   f"highest U {utilities[best]:.2f}; candidates {_votes([c['answer'] for c in cands])}", len(cands))
