@@ -331,7 +331,8 @@ def settings_from_options(cls: type, options: dict[str, str | tuple[str, ...]], 
         lead = _cross_field_lead(options, message)
         if lead is None:
             raise
-        raise InputError(f"{lead}: {cls.__name__}: {message}") from None
+        named = message if message.startswith(f"{cls.__name__}.") else f"{cls.__name__}: {message}"
+        raise InputError(f"{lead}: {named}") from None
 
 
 def _cross_field_lead(options: dict[str, str | tuple[str, ...]], message: str) -> str | None:

@@ -223,6 +223,19 @@ def check_bundle(path: str | Path) -> dict[str, Any]:
     return head
 
 
+def check_header_digest(path: Path, footer: dict[str, Any] | None, header_digest: str | None) -> None:
+    """Refuse a bundle whose footer holds a ``header_sha256`` (:data:`agora.traces.bundle.HEADER_DIGEST_KEY`)
+    other than ``header_digest`` (the header line's, as :func:`scan_bundle` computed it); no footer,
+    a footer without one, or ``header_digest`` ``None`` leave it unchecked.
+
+    Raises:
+        BundleError: one line naming the file's line 1."""
+    if (footer is not None and HEADER_DIGEST_KEY in footer and header_digest is not None
+            and footer[HEADER_DIGEST_KEY] != header_digest):
+        raise BundleError(f"{path}:1: the header does not match the footer's checksum (header_sha256): it was "
+                          "altered or damaged after export; nothing was imported")
+
+
 def check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int], digest: str | None = None,
                  header_digest: str | None = None) -> None:
     """Refuse a bundle whose footer is missing, counts other rows than ``read`` (table → rows), or
@@ -238,9 +251,7 @@ def check_footer(path: Path, footer: dict[str, Any] | None, read: dict[str, int]
     expected = {t: n for t, n in (footer.get("rows") or {}).items() if n}
     if expected != {t: n for t, n in read.items() if n}:
         raise BundleError(f"{path}: the footer counts rows {expected}, the file holds {read}; nothing was imported")
-    if HEADER_DIGEST_KEY in footer and header_digest is not None and footer[HEADER_DIGEST_KEY] != header_digest:
-        raise BundleError(f"{path}:1: the header does not match the footer's checksum (header_sha256): it was "
-                          "altered or damaged after export; nothing was imported")
+    check_header_digest(path, footer, header_digest)
     if DIGEST_KEY in footer and digest is not None and footer[DIGEST_KEY] != digest:
         raise BundleError(f"{path}: its rows do not match the footer's checksum (sha256): a line was altered or "
                           "damaged after export; nothing was imported")
@@ -319,6 +330,7 @@ def scan_bundle(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None, dict
     # every run and bench the header names has its row: else an import would report it as imported
     for table, kind, seen in (("runs", "run", runs_seen), ("benches", "bench", benches_seen)):
         if missing := [x for x in head.get(table) or () if x not in seen]:
+            check_header_digest(path, footer, header_digest)  # an edited header: said as such first
             raise BundleError(f"{path}:1: {table}: the header names {kind} {missing[0]!r}, but the bundle holds no "
                               f"{table} row of it (rows were removed, or the header altered); nothing was imported")
     return head, footer, read, rows_digest.hexdigest(), header_digest
