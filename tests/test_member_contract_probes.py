@@ -351,7 +351,12 @@ def test_an_align_run_over_two_unreachable_members_records_failed_attempts_of_bo
                      pool_description=pool.describe(), dataset={"format": "test"})
     calls = store.calls("r")
     assert {c["model"] for c in calls} == {"a", "b"}  # not only the member whose error stopped the run
-    assert all(c["error"].startswith(("OpenAIConnectionError", "APIConnectionError")) for c in calls)
+    connection = ("OpenAIConnectionError", "APIConnectionError")
+    # (the other member's retry may still be in flight when the first one's error stops the run: it is
+    # then a `cancelled` row, as docs/guarantees.md says; which one races depends on timing)
+    assert all(c["error"].startswith(connection) or c["error"] == "cancelled" for c in calls)
+    assert {c["model"] for c in calls if c["error"].startswith(connection)} == {"a", "b"}
+    assert sum(c["error"] == "cancelled" for c in calls) <= 1
     assert len({c["call_id"] for c in calls}) == len(calls) and len(calls) <= 4
     assert {(c["model"], c["attempt"]) for c in calls} >= {("a", 0), ("b", 0)}
 
