@@ -28,7 +28,6 @@ under RestrictedPython that does not depend on the kernel.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
