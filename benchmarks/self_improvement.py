@@ -120,7 +120,9 @@ MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
                     "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
-                    "agg_easy_per_hard": 1.0}
+                    "agg_easy_per_hard": 1.0, "base_from": None}
+#: Settings a base evaluation adopted with --base-from must share with this run.
+BASE_SETTINGS = ("pool", "eval_data", "eval_questions", "max_tokens", "eval_backend")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -168,6 +170,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--samples-runs", default="",
                     help="own arms: comma-separated runs of --samples-db to read (default: every run there; in this "
                          "run's traces.db, the align-traces run)")
+    ap.add_argument("--base-from", type=Path, default=None,
+                    help="another run's phases.json whose finished base evaluation (eval:base) this run pairs with "
+                         "instead of recomputing it; refused unless pool, eval data and size, max tokens and backend "
+                         "match (a base evaluation from another kind of machine is redone here, as always)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save-steps", type=int, default=4,
                     help="a training checkpoint every this many steps: an interrupted arm resumes from the last one "
@@ -196,6 +202,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for path in (args.train_data, args.eval_data):
         if not path.is_file():
             ap.error(f"{path}: no such file (GSM8K JSONL; --train-data / --eval-data)")
+    if args.base_from is not None and not args.base_from.is_file():
+        ap.error(f"--base-from {args.base_from}: no such phases.json")
     if args.samples_db is not None and not args.samples_db.is_file():
         ap.error(f"--samples-db {args.samples_db}: no such trace database")
     return args
@@ -738,6 +746,9 @@ def main(argv=None) -> None:
     try:
         book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE, record=args.record,
                          read_only=args.report)
+        if args.base_from is not None and not args.report:
+            if book.adopt("eval:base", args.base_from, same={k: OMITTED_DEFAULTS.get(k) for k in BASE_SETTINGS}):
+                log(f"eval:base adopted from {args.base_from}")
     except PhaseBookError as exc:
         raise SystemExit(str(exc)) from None
     # --report writes nothing: no traces.db is created where the run folder is missing

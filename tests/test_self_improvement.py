@@ -437,3 +437,44 @@ def test_the_aggregator_arm_is_scored_on_the_held_out_candidates_beside_majority
     report = si.aggregator_report(Book())
     assert (report["majority vote"]["diff"], report["ALIGN"]["diff"]) == (0.5, 0.0)
     assert "vs majority vote" in capsys.readouterr().out
+
+
+def test_a_run_adopts_another_runs_base_evaluation_only_when_it_means_the_same(tmp_path):
+    """``--base-from``: one base-model evaluation paired with several runs' arms. It is copied with its
+    costs and machine (so the cross-machine rule still applies) and refused when the evaluation set,
+    its size or the answer budget differ; settings a book leaves out count at their defaults."""
+    other = PhaseBook(tmp_path / "a" / "phases.json", {"eval_questions": 200, "max_tokens": 256})
+    other.run("eval:base", lambda: {"correct": [1, 0, 1]})
+    same = {"eval_questions": None, "max_tokens": None, "eval_backend": "transformers"}
+
+    book = PhaseBook(tmp_path / "b" / "phases.json", {"eval_questions": 200, "max_tokens": 256, "steps": 48})
+    assert book.adopt("eval:base", other.path, same=same)
+    copied = book.phases["eval:base"]
+    assert copied["result"] == {"correct": [1, 0, 1]} and copied["adopted_from"] == str(other.path)
+    assert copied["machine"] == other.phases["eval:base"]["machine"]
+    assert json.loads(book.path.read_text())["phases"]["eval:base"]["result"] == {"correct": [1, 0, 1]}
+    assert not book.adopt("eval:base", other.path, same=same)       # already there: nothing copied
+    assert book.run("eval:base", lambda: {"correct": [0, 0, 0]}) == {"correct": [1, 0, 1]}  # not redone
+
+    for i, (settings, named) in enumerate((({"eval_questions": 100, "max_tokens": 256}, "eval_questions 200 there, 100 here"),
+                            ({"eval_questions": 200, "max_tokens": 256, "eval_backend": "llamacpp"},
+                             "eval_backend 'transformers' there, 'llamacpp' here"))):
+        fresh = PhaseBook(tmp_path / f"fresh{i}" / "phases.json", settings)
+        with pytest.raises(PhaseBookError, match=named):
+            fresh.adopt("eval:base", other.path, same=same)
+        assert not fresh.done("eval:base")
+    with pytest.raises(PhaseBookError, match="'eval:agg' has not finished"):
+        book.adopt("eval:agg", other.path, same=same)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(PhaseBookError, match="bad.json: not a readable phase book"):
+        PhaseBook(tmp_path / "c.json", {}).adopt("eval:base", tmp_path / "bad.json")
+
+
+def test_base_from_is_checked_by_the_benchmark_script(tmp_path):
+    si = _benchmark_script()
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    files = ["--train-data", str(data), "--eval-data", str(data)]
+    with pytest.raises(SystemExit):
+        si.parse_args(files + ["--base-from", str(tmp_path / "missing.json")])
+    assert "base_from" not in si.settings_of(si.parse_args(files))  # older runs' settings unchanged

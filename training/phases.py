@@ -34,7 +34,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 from agora.tasks.errors import InputError
 
 
@@ -115,6 +115,47 @@ class PhaseBook:
         self.attempts.pop(name, None)
         self._write()
         return self.phases[name]["result"]
+
+    def adopt(self, name: str, other: "PhaseBook | str | Path", *,
+              same: Iterable[str] | Mapping[str, Any] = ()) -> bool:
+        """Copy the finished phase ``name`` from another run's book (or its phases.json path), so this
+        run pairs with it instead of recomputing it (e.g. one base-model evaluation shared by runs).
+
+        The copy keeps the other run's result, costs and machine and gains ``"adopted_from"``
+        (that book's path). ``same`` names settings both runs must share for the copy to mean the
+        same thing (e.g. the evaluation data and size); as a mapping, its values are the defaults of
+        settings a book leaves out.
+
+        Returns:
+            False when this book already has ``name`` (nothing copied), else True.
+
+        Raises:
+            PhaseBookError: the other book cannot be read, has not finished ``name``, or differs from
+                this one in a ``same`` setting.
+        """
+        if name in self.phases:
+            return False
+        if not isinstance(other, PhaseBook):
+            path = Path(other)
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                other_settings, other_phases = data.get("settings", {}), data.get("phases", {})
+            except (OSError, ValueError, AttributeError) as exc:
+                raise PhaseBookError(f"{path}: not a readable phase book ({exc})") from None
+        else:
+            path, other_settings, other_phases = other.path, other.settings, other.phases
+        if name not in other_phases:
+            raise PhaseBookError(f"{path}: phase {name!r} has not finished there")
+        defaults = dict(same) if isinstance(same, Mapping) else {}
+        there = {k: other_settings.get(k, defaults.get(k)) for k in same}
+        here = {k: self.settings.get(k, defaults.get(k)) for k in same}
+        differ = sorted(k for k in same if there[k] != here[k])
+        if differ:
+            raise PhaseBookError(f"{path}: phase {name!r} ran with other settings ("
+                                 + "; ".join(f"{k} {there[k]!r} there, {here[k]!r} here" for k in differ) + ")")
+        self.phases[name] = {**other_phases[name], "adopted_from": str(path)}
+        self._write()
+        return True
 
     def costs(self) -> dict[str, dict[str, float]]:
         """``{phase: {"wall_s", "cpu_s"}}`` of the finished phases, in the order they finished."""
