@@ -97,7 +97,7 @@ HOSTILE = [
      'SyntaxError: Line 2: "__init_subclass__" is an invalid attribute name'),
     ("type(x).__mro__", "import sympy\nprint(type(sympy.Symbol('x')).__mro__)",
      'SyntaxError: Line 2: "__mro__" is an invalid attribute name'),
-    ("type()", "import sympy\nprint(type(sympy.Symbol('x')))", "NameError: name 'type' is not defined"),
+    ("type() of a class", "import sympy\nprint(type(int), sympy.Symbol)", "TypeError: the sandbox does not give a program the built-in type"),
     ("a function's __code__", "import sympy\nprint(sympy.solve.__code__)", 'SyntaxError: Line 2: "__code__" is an invalid'),
     ("getattr of a dunder", "import sympy\nprint(getattr(sympy.solve, '__globals__'))",
      "AttributeError: \"__globals__\" is an invalid attribute name"),

@@ -38,7 +38,7 @@ HOSTILE = [
      "TypeError: class T: a subclass of a built-in value type"),
     ("a subclass of a made str subclass", "from numbers import ABCMeta\n"
      "S = ABCMeta('S', (str,), {'split': lambda self, *a: []})\nclass T(S):\n    pass\nprint(T('a').split())",
-     "TypeError: class T: a subclass of a built-in value type"),
+     "TypeError: class S: a subclass of a built-in value type"),
     ("a method written onto an empty str subclass", "class S(str):\n    pass\nS.split = lambda self, *a: ['math']\n"
      "from sympy.external import import_module\nprint(import_module(S('os')))",
      "TypeError: the sandbox does not let a program change the attribute 'split' of 'S'"),
@@ -49,19 +49,19 @@ HOSTILE = [
      "TypeError: class M: a class deriving from type (a metaclass) is not allowed in the sandbox"),
     ("a metaclass made by calling ABCMeta", "from numbers import ABCMeta\n"
      "M = ABCMeta('M', (ABCMeta,), {})\nX = M('X', (), {})\nclass C(X):\n    pass\nprint(C)",
-     "TypeError: a metaclass made by calling ABCMeta is not allowed in the sandbox"),
+     "TypeError: class M: a class deriving from type (a metaclass) is not allowed"),
     ("a metaclass made by calling FunctionClass", "from sympy.core.function import FunctionClass\n"
      "M = FunctionClass('M', (FunctionClass,), {})\nprint(M)",
-     "TypeError: a metaclass made by calling FunctionClass is not allowed in the sandbox"),
+     "TypeError: class M: a class deriving from type (a metaclass) is not allowed"),
     ("expand of a hint whose name is made", RADD % "__class__" + "import sympy\nx = sympy.Symbol('x')\n"
-     "print(x.expand(**{S('q'): True}))", "TypeError: expand takes hints named by plain str in the sandbox"),
+     "print(x.expand(**{S('q'): True}))", "TypeError: class S: a subclass of a built-in value type"),
     ("convert_from of an alias that names __setattr__", RADD % "__setattr__" + "from sympy import ZZ\n"
      "K = ABCMeta('K', (), {'alias': S('ZZ')})\nZZ.convert_from('dtype', K())\nprint(ZZ(3))",
-     "TypeError: convert_from of a domain whose alias is not a plain str is not available in the sandbox"),
+     "TypeError: class S: a subclass of a built-in value type"),
     ("latex of a function whose class name is made", RADD % "__init__" + "import sympy\n"
      "from sympy.core.function import FunctionClass\nF = FunctionClass(S('g'), (sympy.Function,), {'nargs': 1})\n"
      "print(sympy.latex(F(sympy.Symbol('x'))**2))",
-     "TypeError: the sandbox does not let a printer reach the attribute '__init__'"),
+     "TypeError: class S: a subclass of a built-in value type"),
     ("a write onto sympy.S", "import sympy\nsympy.S.Zero = 5\nprint(sympy.S.Zero)",
      "TypeError: the sandbox does not let a program change the attribute 'Zero'"),
     ("a polys option class", "from sympy.polys.polyoptions import Expand\nclass E(Expand):\n    option = 'gens'\n"
@@ -92,7 +92,8 @@ def test_every_made_class_route_is_a_failed_sample(sandbox):
 
 def test_type_with_three_arguments_stays_unreachable(sandbox):
     run = sandbox.run("print(type('S', (str,), {'split': lambda self: []}))", LIMITS)
-    assert (run.ok, run.failure) == (False, "NameError: name 'type' is not defined")
+    assert (run.ok, run.failure) == (False, "TypeError: type(name, bases, namespace) is not available in the sandbox "
+                                            "(write a class statement)")
 
 
 # (case, program, its output)

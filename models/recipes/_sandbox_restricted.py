@@ -41,11 +41,16 @@ must be a plain ``str`` (:func:`_plain`): a subclass, easy to make with a reacha
 name`` with the program's code, so it can pass a check and name something else where it is used.
 The root of that class is closed for ``class`` statements (:func:`_guarded_build_class`): no
 metaclass, no metaclass of the program's, no subclass of a built-in value type with attributes of
-its own. A metaclass a program can call (``numbers.ABCMeta``) still makes such classes, and so
-does ``type`` itself, which library code hands out (``collections.Counter.copy(int)`` is
-``int.__class__(int)``, ``sympy.Basic.func.fget(int)`` is ``int.__class__``) and which no hook can
-wrap (its ``__new__`` and ``__init__`` cannot be replaced), so the checks where names are used
-stay, and they are the defence.
+its own; and for calls of a metaclass written in Python (``numbers.ABCMeta('S', (str,), {...})``,
+sympy's ``FunctionClass``): each checks the same before the class exists (:func:`_route_metaclasses`).
+``type`` itself, which no hook can wrap (its ``__new__`` cannot be replaced), is never the
+program's value, though library code hands it out (``collections.Counter.copy(int)`` is
+``int.__class__(int)``, ``sympy.Basic.func.fget(int)`` is ``int.__class__``): the second pass of
+the policy (:class:`_CallResults`) checks every call's result, loop variable, parameter, decorator
+result, ``with`` target and received ``yield`` value, and the item and unpacking hooks check theirs.
+What the program never holds, C code can still pass along (``itertools.starmap(operator.call,
+[list(map(Counter.copy, [int])) + [...]])`` calls ``type`` with arguments of the program's): the
+checks where names are used stay, as the last defence.
 
 ``sympify``/``parse_expr`` of a string stay: sympy turns the string into Python code and
 ``eval``s it, and here that code is compiled by RestrictedPython with the program's built-ins and
@@ -57,6 +62,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import operator
 import re
 import string
 import types
@@ -94,6 +100,9 @@ class _Printer:
             self.over = True
             raise _OutputLimit(f"the program printed more than {self.cap} bytes")
         self.parts.append(text)
+
+    def flush(self) -> None:  # ``print(..., flush=True)``: nothing is buffered
+        return None
 
     def _call_print(self, *objects, **kwargs) -> None:
         kwargs.pop("file", None)
@@ -594,6 +603,14 @@ _SUPER_REFUSED = frozenset({"format", "format_map", "vformat", "get_field", "get
 
 def _getattr_guard(allowed: frozenset[str]):
     def guarded_getattr(obj, name, default=_MISSING):
+        if type(obj) is super and _plain(name) and name in _SUPER_METHODS:
+            # ``super().__init__``: only of an instance of a class the program defined
+            owner = super.__dict__["__self__"].__get__(obj)
+            if (type(owner) is not type and not isinstance(owner, type)
+                    and _module_of(type(owner)) == "__main__" and not _value_class(type(owner))):
+                return getattr(obj, name)
+            raise AttributeError(f"{name!r} of a super() object is not available in the sandbox (only of the "
+                                 "program's own instance)")
         if isinstance(obj, super) and name in _SUPER_REFUSED:
             # ``super(S, s).format`` of a ``str`` subclass is ``str.format`` unguarded (RestrictedPython's
             # check looks at the super object, not at what it stands for)
@@ -605,6 +622,9 @@ def _getattr_guard(allowed: frozenset[str]):
             if name == "format":
                 return lambda *args, **kwargs: formatter.vformat(obj, args, kwargs)
             return lambda mapping: formatter.vformat(obj, (), mapping)
+        if name == "mro" and isinstance(obj, type) and type in type.__dict__["__mro__"].__get__(obj):
+            # ``numbers.ABCMeta.mro(numbers.ABCMeta)`` is a list that holds the built-in ``type``
+            raise AttributeError("'mro' of a metaclass is not available in the sandbox")
         if isinstance(obj, types.ModuleType) and (why := _refused(obj, allowed)):
             raise AttributeError(f"{name!r} of a module that {why.removeprefix('is ')}")
         # a missing attribute raises (RestrictedPython's default would give None: ``math.pie`` printed "None")
@@ -629,21 +649,386 @@ def _guarded_hasattr(obj, name) -> bool:
     return not name.startswith("_") and hasattr(obj, name)
 
 
+#: RestrictedPython's augmented-assignment operators, as Python runs them: in place where the value
+#: can be changed in place (``a += [2]`` extends the list ``a`` and every other name for it;
+#: ``x + y`` made a new list, and an object's ``__iadd__`` was never called).
+_INPLACE = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+            "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
+            ">>=": operator.irshift, "|=": operator.ior, "^=": operator.ixor, "&=": operator.iand,
+            "@=": operator.imatmul}
+#: The same, by the operator's ``ast`` class (:meth:`_Policy.visit_AugAssign`).
+_INPLACE_BY_NODE = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=", ast.Mod: "%=",
+                    ast.Pow: "**=", ast.LShift: "<<=", ast.RShift: ">>=", ast.BitOr: "|=", ast.BitXor: "^=",
+                    ast.BitAnd: "&=", ast.MatMult: "@="}
+
+
 def _inplacevar(op: str, x, y):
-    ops = {"+=": lambda: x + y, "-=": lambda: x - y, "*=": lambda: x * y, "/=": lambda: x / y,
-           "//=": lambda: x // y, "%=": lambda: x % y, "**=": lambda: x ** y, "<<=": lambda: x << y,
-           ">>=": lambda: x >> y, "|=": lambda: x | y, "^=": lambda: x ^ y, "&=": lambda: x & y,
-           "@=": lambda: x @ y}
-    if op not in ops:
+    """RestrictedPython's ``_inplacevar_``: ``x op y`` in place (:data:`_INPLACE`); ``SyntaxError`` for
+    another operator."""
+    function = _INPLACE.get(op) if _plain(op) else None
+    if function is None:
         raise SyntaxError(f"operator {op} is not allowed")
-    return ops[op]()
+    return function(x, y)
+
+
+def _no_type():
+    """What a program gets in place of the built-in ``type``: ``TypeError``. ``type(name, bases,
+    namespace)`` makes a class past the checks of a ``class`` statement (:func:`_guarded_build_class`),
+    and no hook runs inside it (its ``__new__`` cannot be replaced)."""
+    raise TypeError("the sandbox does not give a program the built-in type (write a class statement; "
+                    "isinstance tells an object's class)")
+
+
+def _type_checked(value):
+    """``value``, unless it is the built-in ``type`` (:func:`_no_type`). The function form of the check
+    :class:`_CallResults` writes inline; used where an assignment expression may not stand."""
+    if value is type:
+        _no_type()
+    return value
+
+
+class _ProgramType:
+    """The program's ``type`` (one object, :data:`_program_type`): ``type(obj)`` is the class of
+    ``obj`` (models write ``type(x) == int``); not the built-in ``type`` itself (``type(int)``), nor
+    a class the program may not hold (:func:`_refused`), nor ``type(name, bases, namespace)``
+    (``TypeError``). ``isinstance(x, type)`` and ``issubclass(c, type)`` answer as with the built-in."""
+
+    __slots__ = ()
+
+    def __call__(self, obj, *rest, **kwargs):
+        if rest or kwargs:
+            raise TypeError("type(name, bases, namespace) is not available in the sandbox (write a class statement)")
+        kind = type(obj)
+        if kind is type:
+            _no_type()
+        if why := _refused(kind, _ALLOWED[0]):
+            raise TypeError(f"the class of that object {why}")
+        return kind
+
+    def __instancecheck__(self, obj) -> bool:
+        return isinstance(obj, type)
+
+    def __subclasscheck__(self, cls) -> bool:
+        return issubclass(cls, type)
+
+    def __repr__(self) -> str:
+        return "<class 'type'>"
+
+
+_program_type = _ProgramType()
+
+
+def _checked_decorator(decorator):
+    """A decorator that applies ``decorator`` and checks what it gives (:func:`_type_checked`):
+    ``@collections.Counter.copy`` on a class is ``type(C)``, that is ``type``."""
+    return lambda obj: _type_checked(decorator(obj))
+
+
+def _checked_getitem(obj, index):
+    """RestrictedPython's ``_getitem_`` (``obj[index]``), refusing the built-in ``type`` as the item
+    (``numbers.ABCMeta.mro(numbers.ABCMeta)[1]``)."""
+    value = obj[index]
+    if value is type:
+        _no_type()
+    return value
+
+
+def _checked_unpack_sequence(it, spec, _getiter_):
+    """RestrictedPython's ``_unpack_sequence_`` (``a, b = it``), refusing the built-in ``type`` among
+    the values."""
+    values = guarded_unpack_sequence(it, spec, _getiter_)
+    for value in values:
+        if value is type:
+            _no_type()
+    return values
+
+
+def _checked_iter_unpack_sequence(it, spec, _getiter_):
+    """RestrictedPython's ``_iter_unpack_sequence_`` (``for a, b in it``), through
+    :func:`_checked_unpack_sequence`."""
+    for ob in _getiter_(it):
+        yield _checked_unpack_sequence(ob, spec, _getiter_)
+
+
+def _checked_apply(function, *args, **kwargs):
+    """RestrictedPython's ``_apply_`` (a call with ``*args`` or ``**kwargs``)."""
+    return function(*args, **kwargs)
+
+
+def _types_refused(values) -> None:
+    """``TypeError`` (:func:`_no_type`) when one of ``values`` (a function's ``*args`` tuple, its
+    ``**kwargs`` values) is the built-in ``type``."""
+    for value in values:
+        if value is type:
+            _no_type()
+
+
+#: The globals names of the checks :class:`_CallResults` writes (each program's globals hold them).
+_CALL_CHECK_GLOBALS = {"_type_": type, "_no_type_": _no_type, "_type_checked_": _type_checked,
+                       "_checked_decorator_": _checked_decorator, "_types_refused_": _types_refused}
+
+
+def _is_type(name: str) -> ast.expr:
+    return ast.Compare(left=ast.Name(name, ast.Load()), ops=[ast.Is()], comparators=[ast.Name("_type_", ast.Load())])
+
+
+def _refuse_call() -> ast.expr:
+    return ast.Call(func=ast.Name("_no_type_", ast.Load()), args=[], keywords=[])
+
+
+def _names_check(names: list[str], packed: list[ast.expr]) -> list[ast.stmt]:
+    """Statements that raise (:func:`_no_type`) when a variable of ``names`` holds the built-in
+    ``type``, or one of the values of ``packed`` (expressions of collections) does."""
+    checks: list[ast.stmt] = []
+    if names:
+        test = _is_type(names[0]) if len(names) == 1 else ast.BoolOp(op=ast.Or(), values=[_is_type(n) for n in names])
+        checks.append(ast.If(test=test, body=[ast.Expr(_refuse_call())], orelse=[]))
+    for values in packed:
+        checks.append(ast.Expr(ast.Call(func=ast.Name("_types_refused_", ast.Load()), args=[values], keywords=[])))
+    return checks
+
+
+class _CallResults(ast.NodeTransformer):
+    """The second pass of :class:`_Policy`: every call the program wrote (marked ``_sandbox_call`` by
+    the first pass; not the hooks RestrictedPython adds) has its result checked not to be the
+    built-in ``type``, which library code hands out (``collections.Counter.copy(int)`` is
+    ``int.__class__(int)``; ``sympy.Basic.func.fget(int)``; ``max(...)`` of a list holding it), and
+    each decorator too. Inline, as ``(_r_ if (_r_ := f(x)) is not _type_ else _no_type_())`` (a few
+    nanoseconds a call), where an assignment expression may stand: in a function, a lambda or the
+    module, outside a comprehension's iterable; elsewhere (a class body, a comprehension's iterable)
+    as ``_type_checked_(f(x))``. Annotations are left as they are (they are strings, evaluated by
+    ``typing`` with the same policy)."""
+
+    def __init__(self) -> None:
+        # one entry per scope: [kind, depth of comprehension iterables being visited]
+        self.scopes: list[list] = [["module", 0]]
+
+    def _walrus_ok(self) -> bool:
+        for kind, iterables in reversed(self.scopes):
+            if iterables:
+                return False
+            if kind != "comprehension":
+                return kind in ("module", "function")
+        return False
+
+    def _visit_in(self, kind: str, nodes) -> None:
+        self.scopes.append([kind, 0])
+        try:
+            for node in nodes:
+                self.visit(node)
+        finally:
+            self.scopes.pop()
+
+    def _visit_iterable(self, node):
+        self.scopes[-1][1] += 1
+        try:
+            return self.visit(node)
+        finally:
+            self.scopes[-1][1] -= 1
+
+    def _arguments(self, args: ast.arguments) -> None:
+        args.defaults = [self.visit(d) for d in args.defaults]
+        args.kw_defaults = [d if d is None else self.visit(d) for d in args.kw_defaults]
+
+    def _decorators(self, node) -> None:
+        if isinstance(node, ast.Lambda):
+            return
+        node.decorator_list = [
+            ast.fix_missing_locations(ast.copy_location(ast.Call(func=ast.Name("_checked_decorator_", ast.Load()),
+                                                                 args=[self.visit(d)], keywords=[]), d))
+            for d in node.decorator_list]
+
+    def _function(self, node):
+        self._decorators(node)
+        self._arguments(node.args)
+        body = [node.body] if isinstance(node, ast.Lambda) else node.body
+        self.scopes.append(["function", 0])
+        try:
+            body = [self.visit(b) for b in body]
+        finally:
+            self.scopes.pop()
+        if isinstance(node, ast.Lambda):
+            node.body = body[0]
+        else:
+            node.body = body
+        return node
+
+    @staticmethod
+    def _parameters(args: ast.arguments) -> tuple[list[str], list[ast.expr]]:
+        names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+        packed: list[ast.expr] = []
+        if args.vararg is not None:
+            packed.append(ast.Name(args.vararg.arg, ast.Load()))
+        if args.kwarg is not None:
+            packed.append(ast.Call(func=ast.Attribute(value=ast.Name(args.kwarg.arg, ast.Load()), attr="values",
+                                                      ctx=ast.Load()), args=[], keywords=[]))
+        return names, packed
+
+    def _checked_function(self, node):
+        # what a caller passes (library code calls the program's functions: ``map``, ``sorted``'s
+        # key, a method called with another object) is checked on entry
+        node = self._function(node)
+        names, packed = self._parameters(node.args)
+        if not names and not packed:
+            return node
+        if isinstance(node, ast.Lambda):
+            if packed:
+                first = ast.Call(func=ast.Name("_types_refused_", ast.Load()), args=[ast.Tuple(
+                    elts=[ast.Starred(value=p, ctx=ast.Load()) for p in packed], ctx=ast.Load())], keywords=[])
+                node.body = ast.IfExp(test=first, body=_refuse_call(), orelse=node.body)
+            if names:
+                test = (ast.BoolOp(op=ast.Or(), values=[_is_type(n) for n in names]) if len(names) > 1
+                        else _is_type(names[0]))
+                node.body = ast.IfExp(test=test, body=_refuse_call(), orelse=node.body)
+            return ast.fix_missing_locations(node)
+        at = 1 if (node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+                   and isinstance(node.body[0].value.value, str)) else 0
+        for check in reversed(_names_check(names, packed)):
+            node.body.insert(at, ast.copy_location(check, node.body[0] if node.body else node))
+        return ast.fix_missing_locations(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _checked_function
+
+    def visit_For(self, node: ast.For):
+        self.generic_visit(node)
+        if isinstance(node.target, ast.Name):  # (a tuple target goes through ``_iter_unpack_sequence_``)
+            for check in _names_check([node.target.id], []):
+                node.body.insert(0, ast.fix_missing_locations(ast.copy_location(check, node)))
+        return node
+
+    def visit_With(self, node: ast.With):
+        self.generic_visit(node)
+        names = [item.optional_vars.id for item in node.items if isinstance(item.optional_vars, ast.Name)]
+        for check in _names_check(names, []):
+            node.body.insert(0, ast.fix_missing_locations(ast.copy_location(check, node)))
+        return node
+
+    def visit_Yield(self, node):
+        self.generic_visit(node)
+        return self._checked(node)
+
+    visit_YieldFrom = visit_Await = visit_Yield
+
+    def visit_ClassDef(self, node: ast.ClassDef):
+        self._decorators(node)
+        node.bases = [self.visit(b) for b in node.bases]
+        node.keywords = [self.visit(k) for k in node.keywords]
+        self.scopes.append(["class", 0])
+        try:
+            node.body = [self.visit(b) for b in node.body]
+        finally:
+            self.scopes.pop()
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is not None:
+            node.value = self.visit(node.value)
+        return node
+
+    def visit_arg(self, node: ast.arg):
+        return node  # an annotation
+
+    def _comprehension(self, node):
+        first = node.generators[0]
+        first.iter = self._visit_iterable(first.iter)
+        self.scopes.append(["comprehension", 0])
+        try:
+            for generator in node.generators:
+                generator.target = self.visit(generator.target)
+                if generator is not first:
+                    generator.iter = self._visit_iterable(generator.iter)
+                generator.ifs = [self.visit(i) for i in generator.ifs]
+                if isinstance(generator.target, ast.Name):  # ``t is not _type_ or _no_type_()`` first
+                    test = ast.BoolOp(op=ast.Or(), values=[
+                        ast.Compare(left=ast.Name(generator.target.id, ast.Load()), ops=[ast.IsNot()],
+                                    comparators=[ast.Name("_type_", ast.Load())]), _refuse_call()])
+                    generator.ifs.insert(0, ast.fix_missing_locations(ast.copy_location(test, generator.target)))
+            for field in ("elt", "key", "value"):
+                if hasattr(node, field):
+                    setattr(node, field, self.visit(getattr(node, field)))
+        finally:
+            self.scopes.pop()
+        return node
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        if not getattr(node, "_sandbox_call", False):
+            return node
+        return self._checked(node)
+
+    def _checked(self, node: ast.expr) -> ast.expr:
+        """``node`` (a call, a ``yield``) with its result checked."""
+        if not self._walrus_ok():
+            check = ast.Call(func=ast.Name("_type_checked_", ast.Load()), args=[node], keywords=[])
+            return ast.fix_missing_locations(ast.copy_location(check, node))
+        check = ast.IfExp(
+            test=ast.Compare(left=ast.NamedExpr(target=ast.Name("_r_", ast.Store()), value=node), ops=[ast.IsNot()],
+                             comparators=[ast.Name("_type_", ast.Load())]),
+            body=ast.Name("_r_", ast.Load()),
+            orelse=ast.Call(func=ast.Name("_no_type_", ast.Load()), args=[], keywords=[]))
+        return ast.fix_missing_locations(ast.copy_location(check, node))
+
+
+#: Special methods a program's class may define besides those RestrictedPython allows (``__init__``,
+#: ``__eq__``, ``__lt__``...): what models write (``__repr__``, ``__hash__``, ``__add__``, ``__len__``,
+#: ``__iter__``...). Not the ones that change how attributes are read or written (``__getattr__``,
+#: ``__setattr__``...), how classes are made (``__init_subclass__``, ``__set_name__``,
+#: ``__class_getitem__``, ``__mro_entries__``, ``__new__``), how objects are copied or pickled
+#: (``__reduce__``...), nor ``__del__``. A class deriving from a built-in value type may still define
+#: none of them (:func:`_class_statement_refused`).
+_MAGIC_METHODS = frozenset(f"__{n}__" for n in (
+    "repr", "str", "hash", "bool", "len", "iter", "next", "reversed", "call", "getitem", "setitem", "delitem",
+    "missing", "neg", "pos", "abs", "invert", "int", "float", "complex", "index", "round", "trunc", "floor", "ceil",
+    "enter", "exit", "format",
+    *(f"{prefix}{op}" for op in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod", "pow",
+                                 "lshift", "rshift", "and", "or", "xor") for prefix in ("", "r", "i"))))
+#: The special methods ``super().name`` may read (of the program's own instance: :func:`_getattr_guard`).
+_SUPER_METHODS = frozenset({"__init__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+                            "__contains__"}) | _MAGIC_METHODS
 
 
 class _Policy(RestrictingNodeTransformer):
-    """RestrictedPython's policy, with ``x[i] += y`` and ``obj.a += y`` read as ``x[i] = x[i] + y``
-    (RestrictedPython refuses augmented assignment of items and attributes; programs count with it),
-    and ``from m import *`` accepted (RestrictedPython refuses it; the import hook then gives a copy
-    of ``m`` with only the names a program may hold and no name starting with ``_``)."""
+    """RestrictedPython's policy, with ``x[i] += y`` and ``obj.a += y`` read as ``x[i] =
+    _inplacevar_('+=', x[i], y)``, in place as Python does it (RestrictedPython refuses augmented
+    assignment of items and attributes; programs count with it), and ``from m import *`` accepted (RestrictedPython refuses it; the import hook then gives a copy
+    of ``m`` with only the names a program may hold and no name starting with ``_``). A second pass
+    (:class:`_CallResults`) checks what each call of the program gives."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        node = super().visit_Call(node)
+        node._sandbox_call = True
+        return node
+
+    def check_name(self, node, name, allow_magic_methods=False):
+        # a method of a class (RestrictedPython allows ``__init__``, ``__eq__``, ``__lt__``... only)
+        if allow_magic_methods and name in _MAGIC_METHODS and getattr(node, "col_offset", 0) != 0:
+            return
+        super().check_name(node, name, allow_magic_methods)
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        # ``super().__init__(...)``, ``super().__repr__()``: read through the guarded ``getattr``, which
+        # gives these names of a ``super`` object that stands for the program's own instance
+        if (node.attr in _SUPER_METHODS and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"):
+            read = ast.Call(func=ast.Name("_getattr_", ast.Load()),
+                            args=[self.visit(node.value), ast.Constant(node.attr)], keywords=[])
+            return ast.fix_missing_locations(ast.copy_location(read, node))
+        return super().visit_Attribute(node)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> ast.AST:
+        for name in node.names:
+            self.check_name(node, name)
+        return node
+
+    def visit_Module(self, node: ast.Module) -> ast.AST:
+        node = super().visit_Module(node)
+        return _CallResults().visit(node)
+
+    def visit_Expression(self, node: ast.Expression) -> ast.AST:
+        node = super().visit_Expression(node)
+        return _CallResults().visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
         if [alias.name for alias in node.names] == ["*"] and not getattr(node, "is_lazy", 0):
@@ -653,10 +1038,17 @@ class _Policy(RestrictingNodeTransformer):
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         if isinstance(node.target, (ast.Subscript, ast.Attribute)):
             load = ast.parse(ast.unparse(node.target), mode="eval").body
-            assign = ast.Assign(targets=[node.target], value=ast.BinOp(left=load, op=node.op, right=node.value))
+            ast.copy_location(load, node.target)
+            ast.fix_missing_locations(load)
+            # ``x[i] = _inplacevar_('+=', x[i], y)``: in place, as Python does it (a list item extended);
+            # the parts go through the policy, the hook's own name is added after
+            target, load, operand = self.visit(node.target), self.visit(load), self.visit(node.value)
+            value = ast.Call(func=ast.Name("_inplacevar_", ast.Load()),
+                             args=[ast.Constant(_INPLACE_BY_NODE[type(node.op)]), load, operand], keywords=[])
+            assign = ast.Assign(targets=[target], value=value)
             ast.copy_location(assign, node)
             ast.fix_missing_locations(assign)
-            return self.visit(assign)
+            return assign
         return super().visit_AugAssign(node)
 
 
@@ -677,11 +1069,12 @@ def _restricted_globals(printer: _Printer, allowed: frozenset[str], confined_wri
     names["getattr"] = guarded_getattr
     names["hasattr"] = _guarded_hasattr
     names["__build_class__"] = _guarded_build_class
+    names["type"] = _program_type
     return {"__builtins__": names, "__name__": "__main__", "__metaclass__": type,
-            "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": default_guarded_getitem,
-            "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
-            "_unpack_sequence_": guarded_unpack_sequence, "_write_": _write_guard, "_inplacevar_": _inplacevar,
-            "_apply_": lambda f, *a, **k: f(*a, **k)}
+            "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": _checked_getitem,
+            "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": _checked_iter_unpack_sequence,
+            "_unpack_sequence_": _checked_unpack_sequence, "_write_": _write_guard, "_inplacevar_": _inplacevar,
+            "_apply_": _checked_apply, **_CALL_CHECK_GLOBALS}
 
 
 class _RestrictedSympyEval:
@@ -692,6 +1085,10 @@ class _RestrictedSympyEval:
     with the program's guarded built-ins and hooks. A code object (``evaluate=False``) is refused."""
 
     def __init__(self, restricted: dict):
+        if _PROGRAM_GLOBALS[0] is not None:
+            # made once per child before the program runs; a program reaches the class
+            # (``sympy.Basic.func.fget(eval_expr)``) and would make one over hooks of its own
+            raise TypeError("the sandbox's string evaluator cannot be made by a program")
         self._restricted = restricted  # a leading ``_``: the program's globals, out of its reach
 
     def __call__(self, code, local_dict, global_dict):
@@ -1416,11 +1813,14 @@ def _route_metaclasses() -> None:
     ``FunctionClass('M', (FunctionClass,), {})``): a class of such a metaclass would answer its
     ``__mro__``, ``__name__``, ``==`` and ``hash`` with the program's code where libraries read them
     (a printer's walk of ``type(expr).__mro__``, caches keyed by class). Each metaclass loaded in the
-    worker that is a Python class (``abc.ABCMeta``, sympy's ``FunctionClass``, ``Singleton``...) gets an
+    worker that is a Python class (``abc.ABCMeta``, sympy's ``FunctionClass``, ``Singleton``...) gets a
+    ``__new__`` that, in a child, judges the bases and namespace of the class it is asked to make as a
+    ``class`` statement is judged (:func:`_made_class_refused`: no metaclass, no subclass of a built-in
+    value type with attributes of its own), before the class exists (``type.__new__`` hands it to the
+    namespace's ``__set_name__`` and the bases' ``__init_subclass__``), and an
     ``__init__`` that, in a child, refuses a new class deriving from ``type`` with ``TypeError``
-    (``class M(ABCMeta)`` is refused by :func:`_guarded_build_class`). ``type`` itself is within reach
-    (the module docstring says how) and cannot be changed: ``type('M', (type,), {})`` still makes a
-    metaclass, whose classes a ``class`` statement refuses as bases. Libraries make their metaclasses
+    (``class M(ABCMeta)`` is refused by :func:`_guarded_build_class`). ``type`` itself cannot be
+    changed; a program never holds it (the module docstring says how). Libraries make their metaclasses
     with ``class`` statements, whose metaclass is ``type``: untouched. Done once in the worker,
     before it forks."""
     heap_type, immutable = 1 << 9, 1 << 8  # Py_TPFLAGS_HEAPTYPE (a class made at run time), Py_TPFLAGS_IMMUTABLETYPE
@@ -1445,15 +1845,93 @@ def _route_metaclasses() -> None:
         __init__.__sandboxed__ = True
         if own is not None:
             __init__.__name__, __init__.__qualname__, __init__.__doc__ = own.__name__, own.__qualname__, own.__doc__
+        own_new = meta.__dict__.get("__new__")
+        own_new = getattr(own_new, "__func__", own_new)  # a staticmethod's function
+
+        def __new__(mcls, *args, _meta=meta, _own=own_new, **kwargs):
+            # before the class exists: ``type.__new__`` hands it to the namespace's ``__set_name__``
+            # and to the bases' ``__init_subclass__``, which are the program's
+            if _PROGRAM_GLOBALS[0] is not None and len(args) == 3 and (why := _made_class_refused(*args)):
+                raise TypeError(why)
+            if _own is not None:
+                return _own(mcls, *args, **kwargs)
+            return super(_meta, mcls).__new__(mcls, *args, **kwargs)
+
+        __new__.__sandboxed__ = True
         try:
             meta.__init__ = __init__
+            meta.__new__ = staticmethod(__new__)
         except TypeError:  # an extension's metaclass that cannot be changed (Cython's): left as it is
             pass
+
+
+def _made_class_refused(name, bases, namespace) -> str | None:
+    """Why a metaclass call (``numbers.ABCMeta('S', (str,), {...})``, sympy's ``Function('f',
+    bases=..., __dict__=...)``) may not make the class ``name`` of ``bases`` and ``namespace`` in a
+    child, or ``None``: the rules of a ``class`` statement (:func:`_class_statement_refused`: no
+    metaclass, no subclass of a built-in value type with attributes of its own), whoever calls it."""
+    if type(bases) is not tuple or not all(isinstance(b, type) for b in bases):
+        return None  # ``type.__new__`` refuses it itself
+    try:
+        keys = list(namespace)
+    except TypeError:
+        return None
+    names = {k: None for k in keys if _plain(k)}
+    if len(names) < len(keys):
+        names["<a name that is not a plain str>"] = None
+    why = _class_statement_refused(bases, names, type)
+    if why is None:
+        return None
+    shown = str.__str__(name) if _plain(name) else "?"
+    return f"class {shown}: {why} is not allowed in the sandbox"
 
 
 #: Types of sympy's shared objects whose attributes a program may not set (its registries, ``sympy.S``),
 #: filled by :func:`_route_library_registries`.
 _LIBRARY_STATE: tuple[type, ...] = ()
+
+
+def _route_library_classes() -> None:
+    """Library helpers that write into the class they are given, with the interpreter's own
+    ``setattr``, past the ``_write_`` hook: ``functools.total_ordering(cls)`` sets the comparisons
+    ``cls`` lacks, ``abc.ABCMeta.register(cls, sub)`` (``numbers.Number.register(str)``) adds to the
+    registry that ``isinstance(x, cls)`` answers from (library code in the child then took a ``str``
+    for a number). In a child each refuses, with ``TypeError``, a class whose attributes the program
+    may not change (:func:`_write_guard`: a class it did not define) unless a library module's own
+    code calls it (a module imported lazily in the child); the program's own classes pass. Done once
+    in the worker, before it forks, wherever a loaded module holds the original."""
+    import abc
+    import functools
+    import sys
+
+    def from_library() -> bool:
+        # the caller's globals are a loaded module's own (a module imported lazily in the child
+        # decorates its classes as it loads); the program's, or a restricted evaluation's, are not
+        caller = sys._getframe(2).f_globals
+        name = caller.get("__name__")
+        module = sys.modules.get(name) if _plain(name) else None
+        return module is not None and name != "__main__" and getattr(module, "__dict__", None) is caller
+
+    def guarded(original, what: str):
+        def check(cls, *args, **kwargs):
+            if (_PROGRAM_GLOBALS[0] is not None and isinstance(_write_guard(cls), _ItemsOnly)
+                    and not from_library()):
+                raise TypeError(f"{what} of {_described(cls)} is not allowed in the sandbox (it writes into a "
+                                "class the program did not define)")
+            return original(cls, *args, **kwargs)
+
+        return _dressed_as(original, check)
+
+    ordering = functools.total_ordering
+    if not getattr(ordering, "__sandboxed__", False):
+        checked = guarded(ordering, "total_ordering")
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if isinstance(namespace, dict) and namespace.get("total_ordering") is ordering:
+                namespace["total_ordering"] = checked
+    register = abc.ABCMeta.__dict__.get("register")
+    if register is not None and not getattr(register, "__sandboxed__", False):
+        abc.ABCMeta.register = guarded(register, "register")
 
 
 def _route_lazy_function() -> None:

@@ -134,6 +134,7 @@ _restricted._route_lazy_function()
 _restricted._route_public()
 _restricted._route_hyp_summator()
 _restricted._route_library_registries()
+_restricted._route_library_classes()
 _restricted._route_metaclasses()  # after the routes that replace a metaclass's __init__
 _restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  # ``from sympy import *``
 

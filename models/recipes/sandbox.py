@@ -15,7 +15,10 @@ What was chosen, and why:
   a module attribute that is another module outside the list (``sympy.utilities.misc.os``) is
   refused, of sympy only an allow-list of its mathematical modules (and their functions and
   classes) is reachable, and attributes of modules and of classes and functions the program did
-  not define cannot be set or deleted (``_sandbox_restricted.py`` says why). RestrictedPython
+  not define cannot be set or deleted, nor written by library helpers (``functools.total_ordering``,
+  ``abc.ABCMeta.register``); the built-in ``type`` is never a program's value (its ``type(x)`` gives
+  ``x``'s class) and a metaclass call is judged like a ``class`` statement (``_sandbox_restricted.py``
+  says why). RestrictedPython
   alone is not a security boundary (its own docs say so), hence:
 - **OS limits in the child** (``resource.setrlimit``): CPU seconds (``RLIMIT_CPU``), address space
   (``RLIMIT_AS``: the worker's plus :attr:`~SandboxLimits.memory_mb`), file size, no core files, no
