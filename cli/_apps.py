@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 
 import typer
+from typer.models import OptionInfo
 from rich.markup import escape
 
 from agora.models.environment import EnvironmentVariableError, check_environment, unknown_variables
@@ -69,7 +70,29 @@ def escape_help(typer_app: typer.Typer) -> None:
         once(info, "short_help")
         for param in inspect.signature(info.callback).parameters.values():
             once(param.default, "help")
+            _refuse_in_memory_db(param.default)
     for group in typer_app.registered_groups:
         once(group, "help")
         if group.typer_instance is not None:
             escape_help(group.typer_instance)
+
+
+#: The options naming a trace database that a command writes into or reads.
+DB_OPTIONS = ("--db", "--dev-db")
+
+
+def _in_memory_db(ctx: typer.Context, param: typer.CallbackParam, value: object) -> object:
+    """Refuse SQLite's in-memory database ``:memory:`` as a trace database (one ``error:`` line, exit
+    2): a run's traces would be gone when the command ends, and a report would read an empty one."""
+    if value == ":memory:":
+        typer.echo(f"error: {param.opts[0]} :memory:: SQLite's in-memory database keeps nothing once the command "
+                   "ends; give a database file (e.g. agora.db) or a postgresql:// URL", err=True)
+        raise typer.Exit(2)
+    return value
+
+
+def _refuse_in_memory_db(option: object) -> None:
+    """Give ``option``, a command's ``--db`` or ``--dev-db`` declaration without a callback of its
+    own, the check :func:`_in_memory_db`."""
+    if isinstance(option, OptionInfo) and option.callback is None and set(option.param_decls or ()) & set(DB_OPTIONS):
+        option.callback = _in_memory_db

@@ -22,7 +22,7 @@ import typer
 from rich.markup import escape
 
 from agora.models.urls import shown_url
-from agora.tasks.errors import InputError, is_input
+from agora.tasks.errors import InputError, bare_cr_as_lf, is_input, utf16_guess
 from agora.models.pool import ModelPool
 from agora.models.validation import recorded
 from agora.cli._shared import (
@@ -93,12 +93,15 @@ def config_table(config_file: Path, table: str, cls: type) -> tuple[dict[str, An
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
+    utf16 = "it looks like UTF-16 (a byte-order mark or NUL bytes)"
+    if utf16_guess(raw) is not None:  # (checked first: UTF-16 without a byte-order mark decodes as UTF-8, NULs)
+        raise InputError(f"--config {path}: a settings file must be UTF-8 text; {utf16}: save it as UTF-8")
     try:
         text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark (a Windows editor's) is accepted, as in pool files
     except UnicodeDecodeError as exc:
-        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:64]
-        kind = "it looks like UTF-16 (a byte-order mark or NUL bytes)" if utf16 else f"byte {exc.start} is not UTF-8"
+        kind = utf16 if b"\x00" in raw[:64] else f"byte {exc.start} is not UTF-8"
         raise InputError(f"--config {path}: a settings file must be UTF-8 text; {kind}: save it as UTF-8") from None
+    text = bare_cr_as_lf(text)
     try:
         values = tomllib.loads(text).get(table)
     except tomllib.TOMLDecodeError as exc:

@@ -13,7 +13,7 @@ from agora.cli._apps import app
 from agora.cli._shared import Table, console, fmt_ci, fmt_pct, json_text, user_errors
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.replay import check_rule, paired_table, replay, reproduced
-from agora.traces.replay_rules import RULES, model_principal, parse_params
+from agora.traces.replay_rules import RULES, Rule, model_principal, parse_params
 from agora.traces.run_trace import load_run
 from agora.traces.store import TraceStore, check_run_id
 
@@ -22,13 +22,21 @@ def _p(p: float) -> str:
     return f"{p:.3g}" if p >= 0.001 else f"{p:.1e}"
 
 
+def rule_params(rule: Rule) -> str:
+    """``rule``'s parameters as ``agora replay``'s listing shows them: ``name=default`` for each,
+    ``params`` then ``optional`` ones (read, when not given, from the run's own settings; the
+    listed default is what a run that recorded none uses), e.g. ``tau=0.5, proposal_rule='plurality',
+    utility='agreement'``."""
+    return ", ".join(f"{k}={v!r}" for k, v in {**rule.params, **rule.optional}.items())
+
+
 def print_rules() -> None:
     """The registered selection rules with their parameters."""
     table = Table(title="selection rules (agora replay --rule NAME --param k=v)")
     for col in ("rule", "runs", "parameters (defaults; the run's own settings override them)", "reproduces", "what"):
         table.add_column(col)
     for r in sorted(RULES.values(), key=lambda r: r.name):
-        table.add_row(r.name, ", ".join(r.protocols) or "any", ", ".join(f"{k}={v!r}" for k, v in r.params.items()) or "-",
+        table.add_row(r.name, ", ".join(r.protocols) or "any", escape(rule_params(r)) or "-",
                       ", ".join(f"{m} ({p})" for p, m in r.reproduces.items()) or "-",
                       escape(r.help) + (" [needs --dev-run-id]" if r.needs_dev else ""))
     console.print(table)

@@ -228,6 +228,8 @@ def report_question(
             meth.add_row(m["method"], escape(str(m["answer"])), "-" if m["correct"] is None else
                          ("yes" if m["correct"] else "no"), m["how"] or "-", str(m["samples"]), escape(m["why"]))
         console.print(meth)
+        for note in r["notes"]:
+            console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def _print_failed_attempts(rows: list[dict], full: bool) -> None:

@@ -49,6 +49,7 @@ from typing import Any, Sequence
 from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS  # noqa: F401 (BUILTIN_MODELS re-exported)
 from agora.models.calls import unreturned_attempts  # noqa: F401 (re-exported)
 from agora.models.contract import ModelMember, Sample, SamplingParams  # noqa: F401 (re-exported)
+from agora.tasks.errors import bare_cr_as_lf, utf16_guess
 from agora.models.errors import (EmptyResponseError, MemberContractError, ModelCallError,  # noqa: F401
                                  ModelUnavailableError, PoolConfigError, UnknownNameError)
 from agora.models.member import ModelSpec, PoolMember
@@ -216,12 +217,15 @@ def _read_pool_file(path: Path) -> tuple[dict[str, Any], str]:
         raw = path.read_bytes()
     except OSError as exc:
         raise PoolConfigError(f"{path}: cannot read the pool file: {exc.strerror or exc}") from None
+    utf16 = "it looks like UTF-16 (a byte-order mark or NUL bytes)"
+    if utf16_guess(raw) is not None:  # (checked first: UTF-16 without a byte-order mark decodes as UTF-8, NULs)
+        raise PoolConfigError(f"{path}: a pool file must be UTF-8 text; {utf16}: save it as UTF-8")
     try:
         text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark is accepted
     except UnicodeDecodeError as exc:
-        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(raw) > 1 and b"\x00" in raw[:64])
-        kind = "it looks like UTF-16 (a byte-order mark or NUL bytes)" if utf16 else f"byte {exc.start} is not UTF-8"
+        kind = utf16 if len(raw) > 1 and b"\x00" in raw[:64] else f"byte {exc.start} is not UTF-8"
         raise PoolConfigError(f"{path}: a pool file must be UTF-8 text; {kind}: save it as UTF-8") from None
+    text = bare_cr_as_lf(text)
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
@@ -251,7 +255,9 @@ def load_pool(path: str | Path) -> ModelPool:
         if path.exists():  # (read, a FIFO would block until a writer came)
             raise PoolConfigError(f"{path}: not a regular file (a FIFO, device or socket); give the path of a "
                                   "TOML pool file")
-        raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)})")
+        near = difflib.get_close_matches(str(path), BUILTIN_POOLS, n=1)
+        raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)}"
+                              + (f"; did you mean {near[0]}?)" if near else ")"))
     data, text = _read_pool_file(path)
     entries = data.get("models")
     if not isinstance(entries, list) or not entries:

@@ -24,28 +24,34 @@ Formats (``fmt`` argument of :func:`load_problems`):
 * ``prompts``: any of the above, or ``prompt``/``instruction``/``text`` alone (no gold answer),
   for protocols that need instructions only (duels).
 
-Every format reads strict UTF-8 text: a line that is not UTF-8, or a string holding a lone UTF-16
-surrogate (the JSON escape ``"\\ud800"``, which no UTF-8 text can hold and the trace database
-could not store), is refused with its file, line and field. So are a NUL character (``"\\u0000"``,
-which a Postgres trace store cannot store), a key given twice in one object (JSON parsers keep one
-of the two silently: ``{"answer": "#### 18", "answer": "#### 7"}`` would score against 7), lines
-longer than :data:`MAX_LINE_BYTES` (no problem is that long; such a line would be sent to every
-model and kept in every checkpoint), JSON nested deeper than :data:`MAX_NESTING` levels and
+Every format reads strict UTF-8 text, its lines ending in LF, CRLF or a bare CR (an old Mac
+file), a UTF-8 byte-order mark ignored. A UTF-16 or UTF-32 file (a byte-order mark, or NUL bytes
+in every other byte) is refused in one line naming that encoding and how to convert it. A line that
+is not UTF-8, or a string holding a lone UTF-16 surrogate (the JSON escape ``"\\ud800"``, which no
+UTF-8 text can hold and the trace database could not store), is refused with its file, line and
+field. So are a NUL character (``"\\u0000"``, which a Postgres trace store cannot store), a key
+given twice in one object (JSON parsers keep one of the two silently: ``{"answer": "#### 18",
+"answer": "#### 7"}`` would score against 7), lines longer than :data:`MAX_LINE_BYTES` (no problem
+is that long; such a line would be sent to every model and kept in every checkpoint), JSON nested
+deeper than :data:`MAX_NESTING` levels and
 integers of more digits than Python converts (``sys.get_int_max_str_digits()``, 4300 by default).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import shlex
 import sys
 import unicodedata
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from agora.tasks.errors import InputError
+from agora.tasks.errors import InputError, not_utf8
 from agora.tasks.values import ascii_digits
 from agora.tasks.problem import SAME_ID, Problem, id_key
 
@@ -378,6 +384,48 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return record
 
 
+#: Where a bare CR (an old Mac file's line ending: a CR not followed by LF) ends a line.
+_AFTER_BARE_CR = re.compile(rb"(?<=\r)(?!\n)")
+
+
+def _read_lines(fh: Any, size: int) -> Iterator[bytes]:
+    """The lines of the binary file ``fh``, each with its ending (LF, CRLF or a bare CR), read
+    ``size`` bytes at most at a time (``fh.readline(size)``): a line longer than ``size`` comes out
+    at least ``size`` bytes long and cut there, so that the caller refuses it without reading it whole.
+
+    Raises:
+        OSError: from ``fh.readline``.
+    """
+    pending = b""
+    while True:
+        chunk = fh.readline(size)
+        data = pending + chunk
+        if not data:
+            return
+        pieces = [p for p in _AFTER_BARE_CR.split(data) if p]
+        whole = not chunk or chunk.endswith(b"\n")  # the end of a line (or of the file): every piece is a line
+        pending = b"" if whole else pieces.pop()  # (read on: a line cut by size, or between a CR and its LF)
+        if len(pending) >= size:  # a line too long: the caller refuses it
+            pieces.append(pending)
+            pending = b""
+        yield from pieces
+
+
+def _missing(path: Path) -> str:
+    """Why ``path``, which does not exist, cannot be read: not found, or a symbolic link whose target
+    does not exist or that links back to itself (``ls`` lists the link, so "not found" would puzzle)."""
+    if not path.is_symlink():
+        return "file not found"
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python 3.11 and 3.12: a loop
+        return "a symbolic link that links back to itself (a loop); give the file it should point to"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # Python 3.13: a loop is an OSError
+            return "a symbolic link that links back to itself (a loop); give the file it should point to"
+    return f"a symbolic link to {os.readlink(path)}, which does not exist"
+
+
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, record)`` for each non-blank line of a JSONL file (1-based lines).
 
@@ -394,21 +442,29 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         if path.is_dir():
             raise TaskFormatError(path, 0, None, "is a directory, not a JSONL file")
         if not path.exists():
-            raise TaskFormatError(path, 0, None, "file not found")
+            raise TaskFormatError(path, 0, None, _missing(path))
         if not path.is_file():  # a FIFO would block, /dev/zero never ends
             raise TaskFormatError(path, 0, None, "not a regular file (a FIFO, device or socket); give a JSONL file")
         fh = path.open("rb")
     except OSError as exc:  # permission denied, I/O error, ...
         raise TaskFormatError(path, 0, None, f"cannot read the file: {exc.strerror or exc}") from None
     with fh:
+        lines = _read_lines(fh, MAX_LINE_BYTES + 2)  # bounded (room for "\r\n"): a huge line is never read whole
         while True:
             try:
-                raw_bytes = fh.readline(MAX_LINE_BYTES + 2)  # bounded (room for "\r\n"): a huge line is never read whole
+                raw_bytes = next(lines, b"")
             except OSError as exc:  # a read error mid-file: the line being read
                 raise TaskFormatError(path, number + 1, None, f"cannot read the file: {exc.strerror or exc}") from None
             if not raw_bytes:
                 break
             number += 1
+            if number == 1:
+                utf16 = not_utf8(path, raw_bytes)
+                if utf16 is not None:
+                    raise TaskFormatError(path, 1, None, utf16)
+                if raw_bytes.startswith(b"\x1f\x8b"):
+                    raise TaskFormatError(path, 1, None, "gzip-compressed, not JSONL text; decompress it first "
+                                          f"(gunzip -k {shlex.quote(str(path))})")
             if len(raw_bytes.rstrip(b"\r\n")) > MAX_LINE_BYTES:
                 raise TaskFormatError(path, number, None, f"a line longer than {MAX_LINE_BYTES:,} bytes (no problem is "
                                       "that long: is this a JSONL file with one problem a line?)")
@@ -423,7 +479,9 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             except _RepeatedKey as exc:
                 raise TaskFormatError(path, number, exc.key, "given twice in one JSON object (which one is meant?)") from None
             except json.JSONDecodeError as exc:
-                raise TaskFormatError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+                spread = (" (one JSON object spread over several lines? A JSONL file holds each problem on one line)"
+                          if raw.strip() in ("{", "[") else "")
+                raise TaskFormatError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno}){spread}") from None
             except RecursionError:  # the C decoder's bound (about 1000 levels) on Python's stack
                 raise TaskFormatError(path, number, None, f"JSON nested more than {MAX_NESTING} levels deep") from None
             except ValueError as exc:  # an integer longer than sys.get_int_max_str_digits()
@@ -431,7 +489,9 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
                         else str(exc))
                 raise TaskFormatError(path, number, None, f"invalid JSON ({what})") from None
             if not isinstance(record, dict):
-                raise TaskFormatError(path, number, None, f"expected a JSON object, got {type(record).__name__}")
+                array = (" (a JSON array of the problems? A JSONL file holds one JSON object a line, not an array)"
+                         if isinstance(record, list) and record and all(isinstance(r, dict) for r in record) else "")
+                raise TaskFormatError(path, number, None, f"expected a JSON object, got {type(record).__name__}{array}")
             _check_record(record, path, number)
             yield number, record
 

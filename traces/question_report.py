@@ -12,7 +12,7 @@ from agora.tasks.scoring import score_answer
 from agora.traces.members import read_program_run
 from agora.traces.store import TraceStore
 from agora.traces.replay import replay
-from agora.traces.replay_rules import RULES
+from agora.traces.replay_rules import RULES, ReliabilitiesError
 from agora.traces.run_trace import load_run
 
 # ---------------------------------------------------------------------------- one question, explained
@@ -60,7 +60,9 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
     it is right, how many samples of the question give the same answer), every recorded method
     (answer, correct, samples, how) with why it chose that answer: the ``why`` of the registered rule
     that reproduces it under the run's settings (and whether the replay agrees), else "recorded";
-    and its failed attempts (:func:`failed_attempts`). A sample the run took from a bench's shared
+    and its failed attempts (:func:`failed_attempts`). ``notes``: lines on what could not be
+    explained (a run of the ``calibrated`` utility whose dev database or dev run is gone: its
+    utilities cannot be recomputed, so ALIGN and best-of-n are shown as recorded). A sample the run took from a bench's shared
     candidates carries ``shared_from`` (the candidates run holding its row; ``None`` for its own).
 
     A failed question (model calls but no recorded answer: ``failed`` True) has no question row:
@@ -79,7 +81,7 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
             raise InputError(f"{store.path}: run {run_id!r} has no recorded question {question_id!r}")
         return {"run_id": run_id, "protocol": run.protocol, "question_id": question_id, "failed": True,
                 "kind": None, "n_choices": None, "gold": None, "question": None, "samples": [], "methods": [],
-                "detail": {}, "failed_attempts": failures, "successful_calls": ok}
+                "detail": {}, "failed_attempts": failures, "successful_calls": ok, "notes": []}
     q = run.questions[0]
     votes = Counter(s.answer for s in q.samples if s.answer is not None)
     programs = program_runs(store, run_id, question_id)
@@ -89,17 +91,27 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
                 "program_failed": failed_program(programs.get(s.call_id)),
                 "partner": s.partner, "completion_tokens": s.completion_tokens, "call_id": s.call_id,
                 "completion": s.completion, "shared_from": s.shared_from, "recipe": s.recipe} for s in q.samples]
-    explain = {}
+    explain: dict[str, tuple[str, Any]] = {}
+    notes: list[str] = []
     for spec in RULES.values():
         method = spec.reproduces.get(run.protocol)
         if method and method in q.results and not spec.needs_dev:
-            result = replay(run, spec.name, rules={spec.name: spec})
+            try:
+                result = replay(run, spec.name, rules={spec.name: spec})
+            except ReliabilitiesError as exc:  # the dev DB or run the calibrated utility read is gone
+                note = f"the calibrated utilities cannot be recomputed: {exc.reason}"
+                if note not in notes:
+                    notes.append(note)
+                explain[method] = (spec.name, None)
+                continue
             explain[method] = (spec.name, result.rows[0])
     methods = []
     for m, r in q.results.items():
         rule, row = explain.get(m, (None, None))
         why = "recorded (no replay rule reproduces this method)"
-        if row is not None and row.unavailable is not None:
+        if rule is not None and row is None:
+            why = f"recorded (rule {rule} cannot recompute its calibrated utilities: see the note)"
+        elif row is not None and row.unavailable is not None:
             why = f"recorded (rule {rule} cannot replay this question: {row.unavailable})"
         elif row is not None:
             agrees = row.unavailable is None and row.answer == r["answer"]
@@ -110,4 +122,4 @@ def question_report(store: TraceStore, run_id: str, question_id: str) -> dict[st
     return {"run_id": run_id, "protocol": run.protocol, "question_id": q.question_id, "failed": False,
             "kind": q.kind, "n_choices": q.n_choices, "gold": q.gold, "question": q.question, "samples": samples,
             "methods": methods, "detail": q.detail, "failed_attempts": failures,
-            "successful_calls": len(q.samples)}
+            "successful_calls": len(q.samples), "notes": notes}

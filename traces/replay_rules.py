@@ -71,8 +71,9 @@ class Rule:
     """The protocols whose runs the rule applies to (their traces hold what it reads); empty: any
     protocol (a rule over the samples of ``roles``)."""
     optional: dict[str, Any] = field(default_factory=dict)
-    """Parameter → an example value of its type: parameters ``--param`` also takes, left out of
-    :func:`parse_params`' result unless given (the rule then reads the run's own setting)."""
+    """Parameter → its value on a run that recorded none (the type ``--param`` values are read as;
+    ``agora replay``'s listing shows it as the default): parameters ``--param`` also takes, left out
+    of :func:`parse_params`' result unless given (the rule then reads the run's own setting)."""
 
     def applies_to(self, protocol: str) -> bool:
         return not self.protocols or protocol in self.protocols
@@ -253,6 +254,15 @@ def run_utility(p: dict[str, Any], run: RunTrace) -> str:
     return name
 
 
+class ReliabilitiesError(InputError):
+    """The ``calibrated`` utility's member reliabilities of a run cannot be read (:func:`recorded_reliabilities`).
+    ``reason``: why, one line without the advice (``dev run 'd1': trace database dev.db not found``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def recorded_reliabilities(run: RunTrace, models: Sequence[str], asked: bool = False) -> dict[str, float]:
     """The ``calibrated`` utility's member reliabilities as ``run`` computed them: its recorded
     ``dev_accuracy``, the other members' accuracies from its recorded ``dev_run`` in ``dev_db``
@@ -260,7 +270,7 @@ def recorded_reliabilities(run: RunTrace, models: Sequence[str], asked: bool = F
     ``models``. ``asked``: ``--param utility=calibrated`` asked for them (the refusal says so).
 
     Raises:
-        ValueError: one line naming the run's ``utility = calibrated`` (or the ``--param``), why its reliabilities cannot
+        ReliabilitiesError: one line naming the run's ``utility = calibrated`` (or the ``--param``), why its reliabilities cannot
             be read (a bad recorded ``dev_accuracy``, the dev run's database or run gone, a member with
             none) and that ``--param utility=agreement`` replays it under the agreement utility.
     """
@@ -275,8 +285,9 @@ def recorded_reliabilities(run: RunTrace, models: Sequence[str], asked: bool = F
     except InputError as exc:
         who = (f"--param utility=calibrated on run {run.run_id!r}:" if asked
                else f"run {run.run_id!r} was recorded with utility = calibrated, and")
-        raise InputError(f"{who} replay cannot read its member reliabilities ({exc}); give "
-                         "--param utility=agreement to replay it under the agreement utility instead") from None
+        raise ReliabilitiesError(f"{who} replay cannot read its member reliabilities ({exc}); give "
+                                 "--param utility=agreement to replay it under the agreement utility instead",
+                                 str(exc)) from None
     return {**found, "": 0.0}  # "": an agent with no recorded sample (signal 0, so weight 0 either way)
 
 
