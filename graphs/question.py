@@ -193,9 +193,11 @@ def checked_input(inp: Any) -> Any:
                              "not 1")
         letters = LETTERS[: n_choices or len(LETTERS)]
         gold = inp.get("gold")
+        if isinstance(gold, (int, float)) and not isinstance(gold, bool):
+            gold = str(gold)  # (a number is its text, below: 1 is no option letter either)
         if isinstance(gold, str) and gold.strip() and gold.strip().upper() not in tuple(letters):
             raise InputError(f"graph input field 'gold' of a multiple-choice question must be one of the option letters "
-                             f"{letters[0]}-{letters[-1]}, not {gold!r:.60} (no answer could match it)")
+                             f"{letters[0]}-{letters[-1]}, not {inp.get('gold')!r:.60} (no answer could match it)")
     fixed: dict[str, Any] = {}
     for field in ("question_id", "gold"):
         value = inp.get(field)

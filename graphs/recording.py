@@ -101,6 +101,10 @@ class RecorderConflictError(RuntimeError):
     keyed by its call id, so the second recorder's rows would replace the first's."""
 
 
+class RecorderNotInheritedError(RuntimeError):
+    """A recorder the invocation's nodes do not inherit (one line): it would see no question."""
+
+
 _LIVE: dict[str, "weakref.WeakSet[TraceRecorder]"] = {}
 """Trace database → the recorders of this process writing to it (their invocations are checked
 against each other's: :class:`RecorderConflictError`)."""
@@ -210,7 +214,9 @@ class TraceRecorder(BaseCallbackHandler):
     Recording errors (the database, a run id that holds another protocol, a repeated
     ``question_id``: :class:`QuestionRecordedError`, a database file deleted or replaced since it
     was opened, or a store the app closed: :class:`~agora.traces.errors.TraceStoreError`, another
-    recorder of the same database on the invocation: :class:`RecorderConflictError`) are raised in
+    recorder of the same database on the invocation: :class:`RecorderConflictError`, a recorder the
+    graph's nodes do not inherit, ``CallbackManager([recorder])``: :class:`RecorderNotInheritedError`,
+    before the first model call) are raised in
     the invocation that ran the question (``raise_error``), not logged and lost.
 
     Run status: as ``agora run`` records it (:func:`agora.graphs.runner.run_problems`): ``failed``
@@ -456,7 +462,11 @@ class TraceRecorder(BaseCallbackHandler):
 
         Raises:
             ResumeRefusedError: the run was recorded with another pool (one line naming ``pool=``,
-                then the pools' differences)."""
+                then the pools' differences).
+            RecorderNotInheritedError: the recorder saw the invocation's graph start but none of its
+                nodes (passed as a handler that child runs do not inherit): the question could not
+                be recorded, so no model is asked."""
+        self._refuse_uninherited(root)
         if self.pool is not None:
             return
         with self._lock:
@@ -480,6 +490,24 @@ class TraceRecorder(BaseCallbackHandler):
                 if message:
                     raise ResumeRefusedError(message)
                 self._resolved[protocol] = stored
+
+    def _refuse_uninherited(self, root: UUID) -> None:
+        """Raise :class:`RecorderNotInheritedError` when a model call is about to be made under the
+        graph run ``root`` while the recorder has seen none of that graph's nodes: it was given as a
+        handler the graph's child runs do not inherit (``config={"callbacks": CallbackManager([recorder])}``,
+        whose handlers are the top run's only), so it would see the graph start and end but no
+        node, no model call and no question. A model call is always made inside a node."""
+        with self._lock:
+            top = self._runs.get(root)
+            if top is None or top.node or top.children:
+                return
+            if top.graph not in self._by_context and top.name != "LangGraph":
+                return  # (not a graph: a runnable of the app's own that asks a pool directly)
+        raise RecorderNotInheritedError(
+            f"TraceRecorder {self.run_id!r} sees this graph's run but none of its nodes (it was passed as a handler "
+            "that child runs do not inherit, as CallbackManager([recorder]) is), so its questions could not be "
+            'recorded; pass it in a list, config={"callbacks": [recorder]}; no model '
+            "was asked")
 
     def _pool_refusal(self, protocol: str, pool: Any) -> tuple[str | None, Any]:
         """``(why protocol's run cannot take calls through pool, the run's recorded pool)`` for a
@@ -536,8 +564,11 @@ class TraceRecorder(BaseCallbackHandler):
         first = next(iter(methods))
         if first not in self._protocols:
             return None
-        if not any(self._runs[c].node for c in run.children if c in self._runs):
+        nodes = {self._runs[c].name for c in run.children if c in self._runs and self._runs[c].node}
+        if not nodes:
             return None  # a node that writes methods (principal_select), not a graph
+        if not nodes <= _protocol_nodes()[first]:
+            return None  # the app's own graph, whose state keeps the protocol's methods: its protocol run is inside
         return first
 
     def _unfinished_protocol(self, run: _Run) -> str | None:

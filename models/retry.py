@@ -4,7 +4,8 @@ Modelled on Inspect AI's ``ModelAPI.should_retry``. The pool (:class:`agora.mode
 asks :func:`is_transient` after every failed attempt:
 
 * **transient**, retried with backoff: timeouts, connection errors, HTTP 408/409/429/5xx (a 429 or
-  503 waits for its ``Retry-After``), a reply that is not a completion (HTML page, invalid JSON),
+  503 waits for its ``Retry-After``), a reply that is not a completion (HTML page, invalid JSON, a
+  200 whose body is an error object, ``{"error": {...}}``),
   an empty or null reply (:class:`~agora.models.errors.EmptyResponseError`), and any error of a
   kind not listed below (a scripted failure, a crashed worker);
 * **permanent**, not retried: HTTP 401, 403, 404 and 422 (a wrong key, a wrong model name), a
@@ -116,8 +117,11 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, permanent):
         return False
     if isinstance(exc, ValueError):
-        # langchain-openai's reply to a 200 that is not a completion (an HTML page): a garbled reply
-        return str(exc).startswith("Unexpected response type from OpenAI-compatible endpoint")
+        # langchain-openai's reply to a 200 that is not a completion (an HTML page): a garbled reply;
+        # and to a 200 whose body is an error object (``{"error": {...}}``, a server overloaded or
+        # failing mid-request), raised as ``ValueError(body["error"])``: the server's error, as a 5xx is
+        return (str(exc).startswith("Unexpected response type from OpenAI-compatible endpoint")
+                or bool(exc.args) and isinstance(exc.args[0], dict))
     return True
 
 
