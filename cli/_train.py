@@ -64,23 +64,26 @@ DATA_ONLY_OPTION = typer.Option(False, "--data-only", help="Write OUT/dataset/ (
 
 
 def verified_samples(db: str, model: str, source_run: list[str] | None, held_out: Path | None,
-                     length_ratio: float = 1.5, per_question: int = 4):
+                     length_ratio: float = 1.5, per_question: int = 4, options: dict[str, str] | None = None):
     """``(config, samples, skipped)``: ``model``'s own verified samples in ``db``
-    (:mod:`agora.training.verified`)."""
+    (:mod:`agora.training.verified`). ``options``: the command's parameters that set
+    :class:`~agora.training.own_samples.VerifiedConfig` fields (field → parameter), so that a refused
+    value names its option (``--length-ratio: VerifiedConfig.length_ratio must be >= 1 ...``)."""
     from agora.training.own_samples import HeldOut, VerifiedConfig, own_samples
 
     check_sources(db, model, source_run)
-    cfg = VerifiedConfig(model=model, run_ids=tuple(source_run or ()),
-                         held_out=HeldOut.from_file(held_out) if held_out is not None else HeldOut(),
-                         length_ratio=length_ratio, max_pairs_per_question=per_question,
-                         max_sft_per_question=per_question)
+    cfg = settings_from_options(VerifiedConfig, options or {}, model=model, run_ids=tuple(source_run or ()),
+                                held_out=HeldOut.from_file(held_out) if held_out is not None else HeldOut(),
+                                length_ratio=length_ratio, max_pairs_per_question=per_question,
+                                max_sft_per_question=per_question)
     samples, skipped = own_samples(db, cfg)
     return cfg, samples, skipped
 
 
-def check_sources(db: str, model: str, source_run: list[str] | None) -> None:
+def check_sources(db: str, model: str | None, source_run: list[str] | None) -> None:
     """Refuse, in one line naming the known ones, a ``--source-run`` that is not a run of ``db`` and
-    a ``--model`` with no recorded call in those runs (else the datasets would be silently empty).
+    a ``--model`` with no recorded call in those runs (else the datasets would be silently empty;
+    ``model`` ``None``: any model's samples are read, only the runs are checked).
 
     Raises:
         ValueError: an unknown run or member."""
@@ -96,6 +99,8 @@ def check_sources(db: str, model: str, source_run: list[str] | None) -> None:
     for run in source_run or ():
         if run not in runs:
             raise InputError(f"--source-run {run!r}: no such run in {shown_url(db)} (its runs: {listed(runs)})")
+    if model is None:
+        return
     if "model_calls" not in tables:
         members = []
     elif source_run:
@@ -139,9 +144,13 @@ def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict,
     from agora.training.datasets import export_jsonl
 
     folder = out / "dataset"
-    for split, rows in splits.items():
-        export_jsonl(rows, folder / f"{split}.jsonl")
-    (folder / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    try:
+        for split, rows in splits.items():
+            export_jsonl(rows, folder / f"{split}.jsonl")
+        (folder / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False, default=str),
+                                           encoding="utf-8")
+    except OSError as exc:  # OUT/dataset or a file in it is something else (a file, a folder), or not writable
+        raise InputError(f"--out {out}: cannot write {exc.filename or folder}: {exc.strerror or exc}") from None
     echo_kv({**{f"{split} rows": len(rows) for split, rows in splits.items()}, "dataset": folder,
              **{k: stats[k] for k in ("questions", "samples", "correct", "pairs_before_length_filter",
                                       "pairs_after_length_filter", "pairs", "sft_rows") if k in stats},

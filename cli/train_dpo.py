@@ -77,7 +77,7 @@ def train_dpo_cmd(
             first = "`agora run` or `agora bench`" if pairs_from == "own" else "`agora duel`"
             raise FileNotFoundError(f"{db}: no such trace database (run {first} first)")
         if pairs_from == "own":
-            from agora.training.verified import own_pairs, verified_stats
+            from agora.training.verified import empty_note, own_pairs, verified_stats
 
             given = [flag for flag, on in (("--align", align), ("--duel-run", duel_run), ("--iteration", iteration),
                                            ("--all-pairs", all_pairs), ("--min-margin", min_margin)) if on]
@@ -85,9 +85,12 @@ def train_dpo_cmd(
                 raise InputError(f"{', '.join(given)}: duel-pair options; --pairs own reads the member's own samples "
                                  "(choose them with --source-run)")
 
-            vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, length_ratio, pairs_per_question)
+            vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, length_ratio, pairs_per_question,
+                                                      {"length_ratio": "length_ratio",
+                                                       "max_pairs_per_question": "pairs_per_question"})
             pairs, stats = own_pairs(samples, vcfg), verified_stats(samples, vcfg, skipped)
             source = {"pairs": "own", "verified": vcfg.describe()}
+            note = empty_note(stats, pairs=True)
         else:
             from agora.training.own_samples import HeldOut
 
@@ -99,6 +102,7 @@ def train_dpo_cmd(
             pairs = [p for p in pairs if not held.excludes("", p.get("prompt"))]
             stats = {"model": model, "pairs_read": before, "held_out_pairs": before - len(pairs)}
             source = {"pairs": "duel", "align": align, "held_out_questions": len(held)}
+            note = None
         flt = PairFilter(min_margin=min_margin, model=None if all_pairs else model,
                          run_ids=tuple(duel_run or ()), iterations=tuple(iteration or ()))
 
@@ -122,10 +126,11 @@ def train_dpo_cmd(
             write_data_only(out, {"train": train, "validation": val},
                             {**stats, "rows": len(rows), "source": source, "filter": asdict(flt),
                              "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])},
-                            training_check=lambda: check_dpo_split(model, rows, train, val, flt))
+                            training_check=lambda: check_dpo_split(model, rows, train, val, flt, note))
             return
         require_train_extra()
-        from agora.training.datasets import dpo_rows
+        from agora.training.datasets import dpo_rows, split_by_instruction
+        from agora.training.pipeline import check_dpo_split
         from agora.training.verified import source_runs
 
         specs = member_specs(pool)
@@ -134,6 +139,8 @@ def train_dpo_cmd(
         if pairs_from != "own":  # a member or duel run in no pair: refused before any run row or model load
             check_pair_sources(db, pairs, flt)
         settings = dpo_settings(spec)
+        rows = dpo_rows(pairs, flt)  # an empty training split is refused before a run is recorded
+        check_dpo_split(model, rows, *split_by_instruction(rows, validation, seed=seed), flt, note)
         run_id = new_run_id("train-dpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: DPO of {escape(model)} from {escape(shown_url(db))} "
@@ -144,7 +151,7 @@ def train_dpo_cmd(
             store, run_id, "train-dpo", specs, out,
             config={"model": model, "settings": settings, "filter": flt},
             dataset={"db": shown_url(db), "align": align, **source,
-                     "source_runs": source_runs(pairs, [r["pair_id"] for r in dpo_rows(pairs, flt)])},
+                     "source_runs": source_runs(pairs, [r["pair_id"] for r in rows])},
             train=lambda: dpo_member(store, run_id, spec, pairs, out, settings, flt, validation_fraction=validation,
                                      source=source),
             summary=lambda run: {"validation_accuracy": run.validation_accuracy}, serve_with=serve_with, spec=spec,

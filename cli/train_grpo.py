@@ -90,6 +90,12 @@ def train_grpo_cmd(
                              "--duel-run and --all-prompts")
         if aggregate and set(reward) != {"correctness"}:
             raise InputError("--aggregate trains with the scorer's reward only: drop --reward")
+        only_aggregate = [flag for flag, given in (("--source-run", source_run),
+                                                    ("--sets-per-question", sets_per_question != 2),
+                                                    ("--easy-per-hard", easy_per_hard != 1.0)) if given]
+        if only_aggregate and not aggregate:
+            raise InputError(f"{', '.join(only_aggregate)}: options of --aggregate K (its candidate sets); "
+                             "without it they would be ignored")
 
         def grpo_settings(spec=None) -> GRPOSettings:  # checked alike with --data-only
             options = {**TRAIN_OPTIONS, "num_generations": "num_generations",
@@ -129,18 +135,26 @@ def train_grpo_cmd(
                 problems = load_problems(None, "synthetic", limit or 64, seed=seed)
             else:
                 problems = load_problems(data, fmt or detect_format(data), limit)
-            rows, source = grpo_rows_from_problems(problems, shots), {"data": str(data), "limit": limit}
+            held = held_out_set(held_out)
+            kept = [p for p in problems if not held.excludes(p.id, p.question)]
+            rows, source = grpo_rows_from_problems(kept, shots), {"data": str(data), "limit": limit,
+                                                                  "held_out_prompts": len(problems) - len(kept)}
         else:
             if store_backend(db) is None and not Path(db).is_file():
                 raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first, or pass --data)")
-            rows = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
-                                        model=None if all_prompts else model)[:limit]
-            source = {"db": shown_url(db), "duel_runs": duel_run, "all_prompts": all_prompts}
+            held = held_out_set(held_out)
+            every = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
+                                         model=None if all_prompts else model)
+            kept = [r for r in every if not held.excludes("", r["instruction"])]
+            rows = kept[:limit]
+            source = {"db": shown_url(db), "duel_runs": duel_run, "all_prompts": all_prompts,
+                      "held_out_prompts": len(every) - len(kept)}
         if data_only:
             write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source},
                             training_check=lambda: check_grpo_rows(model, rows))
             return
         require_train_extra()
+        check_grpo_rows(model, rows)  # before a run is recorded
         run_id = new_run_id("train-grpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         if aggregate:
@@ -160,17 +174,32 @@ def train_grpo_cmd(
         )
 
 
+def held_out_set(held_out: Path | None):
+    """The questions of ``--held-out`` (:class:`~agora.training.own_samples.HeldOut`; empty without it)."""
+    from agora.training.own_samples import HeldOut
+
+    return HeldOut.from_file(held_out) if held_out is not None else HeldOut()
+
+
 def aggregate_rows(db: str, k: int, sets_per_question: int, easy_per_hard: float, source_run: list[str] | None,
                    held_out: Path | None, shots: int, seed: int, limit: int | None):
-    """``(rows, source, stats)`` of ``agora train grpo --aggregate K`` (:mod:`agora.training.aggregator`)."""
+    """``(rows, source, stats)`` of ``agora train grpo --aggregate K`` (:mod:`agora.training.aggregator`).
+
+    Raises:
+        InputError: a bad ``--aggregate``, ``--sets-per-question`` or ``--easy-per-hard`` (naming it), or a
+            ``--source-run`` that is not a run of ``db``. FileNotFoundError: no such database."""
     from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, aggregator_stats, candidate_sets
-    from agora.training.own_samples import HeldOut, scored_samples
+    from agora.training.own_samples import scored_samples
+    from agora.cli._train import check_sources
 
     if store_backend(db) is None and not Path(db).is_file():
         raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")
-    held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
-    cfg = AggregatorDataConfig(k=k, sets_per_question=sets_per_question, easy_per_hard=easy_per_hard, shots=shots,
-                               seed=seed)
+    check_sources(db, None, source_run)
+    held = held_out_set(held_out)
+    cfg = settings_from_options(AggregatorDataConfig, {"k": "aggregate", "sets_per_question": "sets_per_question",
+                                                       "easy_per_hard": "easy_per_hard"},
+                                k=k, sets_per_question=sets_per_question, easy_per_hard=easy_per_hard, shots=shots,
+                                seed=seed)
     samples, skipped = scored_samples(db, (), tuple(source_run or ()), held)
     sets = candidate_sets(samples, cfg)[:limit]
     stats = {**aggregator_stats(sets), "skipped_calls": skipped}

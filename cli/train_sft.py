@@ -53,7 +53,7 @@ def train_sft_cmd(
     finished and explicit; --held-out keeps evaluation questions out."""
     with user_errors():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from agora.training.verified import sft_rows, verified_stats
+        from agora.training.verified import empty_note, sft_rows, verified_stats
 
         check_out_path(out)
         if store_backend(db) is None and not Path(db).is_file():
@@ -75,7 +75,7 @@ def train_sft_cmd(
             sft_settings()
             write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source,
                                                    "source_runs": stats["sft_runs"]},
-                            training_check=lambda: check_sft_rows(model, rows))
+                            training_check=lambda: check_sft_rows(model, rows, empty_note(stats, pairs=False)))
             return
         require_train_extra()
         from agora.training.pipeline import sft_member
@@ -84,6 +84,7 @@ def train_sft_cmd(
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
         settings = sft_settings(spec)
+        check_sft_rows(model, rows, empty_note(stats, pairs=False))  # before a run is recorded
         run_id = new_run_id("train-sft") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of its own verified "

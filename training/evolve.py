@@ -49,7 +49,7 @@ from agora.training.datasets import (
 from agora.training.pipeline import MemberRun, base_of, dpo_member, grpo_member, select_checkpoint, sft_member
 from agora.training.pool_entries import spec_entry, trained_entry, write_pool_file
 from agora.training.trainers import preference_accuracy
-from agora.training.own_samples import VerifiedConfig, duel_samples, length_ratio_rule
+from agora.training.own_samples import VerifiedConfig, duel_samples, length_ratio_rule, normalise_question
 from agora.training.verified import own_pairs, sft_rows
 
 Algorithm = Literal["dpo", "grpo", "sft"]
@@ -284,7 +284,8 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
         out_dir: ``it<t>/<model>/`` folders (datasets, adapters) and ``it<t>/pool.toml``.
         on_event: progress callback (``{"event", "message", ...}``).
         make_pool: builds each iteration's pool from its specs (tests put scripted judges in).
-        held_out: problems (never among ``problems``) each trained member is scored on after every
+        held_out: problems (never among ``problems``, compared by text with whitespace collapsed:
+            :func:`~agora.training.own_samples.normalise_question`) each trained member is scored on after every
             iteration, greedy (``MemberOutcome.held_out_accuracy``; the summary's ``base_held_out`` holds
             each member's score before the first round); files ``out_dir/held_out/``.
 
@@ -302,7 +303,7 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
             del recorded[key]
     if cfg.algorithm != "sft":
         del recorded["sft"]
-    overlap = {p.question.strip() for p in held_out} & {p.question.strip() for p in problems}
+    overlap = {normalise_question(p.question) for p in held_out} & {normalise_question(p.question) for p in problems}
     if overlap:
         raise InputError(f"{len(overlap)} held-out problems are also instructions of the duels; hold out others")
     store.start_run(run_id, "evolve", config={**recorded, "duel_run": duel_run_id},

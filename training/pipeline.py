@@ -128,25 +128,30 @@ def dpo_member(store: TraceStore, run_id: str, spec: ModelSpec, pairs: Sequence[
 
 
 def check_dpo_split(name: str, rows: Sequence[dict[str, Any]], train: Sequence[dict[str, Any]],
-                    validation: Sequence[dict[str, Any]], flt: PairFilter) -> None:
+                    validation: Sequence[dict[str, Any]], flt: PairFilter, note: str | None = None) -> None:
     """Refuse a DPO dataset of member ``name`` with no training row (``agora train dpo``, with or
-    without ``--data-only``).
+    without ``--data-only``). ``note``: why a dataset of the member's own pairs is empty
+    (:func:`agora.training.verified.empty_note`); without it, the duel pairs' filters are named.
 
     Raises:
         InputError: ``train`` is empty (naming the rows after the filters and those held out)."""
+    if not train and note is not None:
+        raise InputError(f"no preference pairs to train {name!r} on ({len(rows)} own pairs, {len(validation)} of "
+                         f"them held out for validation): {note}")
     if not train:
         raise InputError(f"no preference pairs to train {name!r} on ({len(rows)} after the filters "
                          f"{asdict(flt)}, {len(validation)} held out); run more duels or relax --min-margin")
 
 
-def check_sft_rows(name: str, rows: Sequence[dict[str, Any]]) -> None:
+def check_sft_rows(name: str, rows: Sequence[dict[str, Any]], note: str | None = None) -> None:
     """Refuse an empty SFT dataset of member ``name`` (``agora train sft``, ``--data-only`` too).
+    ``note``: what was read (:func:`agora.training.verified.empty_note`), said instead of the general reason.
 
     Raises:
         InputError: no rows."""
     if not rows:
-        raise InputError(f"no verified answers to train {name!r} on: none of its recorded samples is right, "
-                         "finished and explicit (or every question is held out)")
+        raise InputError(f"no verified answers to train {name!r} on: " + (
+            note or "none of its recorded samples is right, finished and explicit (or every question is held out)"))
 
 
 def check_grpo_rows(name: str, rows: Sequence[dict[str, Any]]) -> None:

@@ -43,13 +43,13 @@ def resume_point(trainer_dir: str | Path, fingerprint: str, save_steps: int) -> 
 
     With ``save_steps`` 0 nothing is resumed. A folder whose ``agora_resume.json`` names another
     fingerprint holds another run's checkpoints: they are removed (logged), as is anything left by a
-    run without the fingerprint file.
+    run without a readable fingerprint file (:func:`recorded_fingerprint`).
     """
     trainer_dir = Path(trainer_dir)
     meta = trainer_dir / RESUME_META
     stale = _checkpoints(trainer_dir)
     if save_steps:
-        same = meta.is_file() and json.loads(meta.read_text(encoding="utf-8")).get("fingerprint") == fingerprint
+        same = recorded_fingerprint(meta) == fingerprint
         if same and stale:
             from transformers.trainer_utils import get_last_checkpoint
 
@@ -67,6 +67,17 @@ def resume_point(trainer_dir: str | Path, fingerprint: str, save_steps: int) -> 
         trainer_dir.mkdir(parents=True, exist_ok=True)
         meta.write_text(json.dumps({"fingerprint": fingerprint}), encoding="utf-8")
     return None
+
+
+def recorded_fingerprint(meta: Path) -> str | None:
+    """The fingerprint ``agora_resume.json`` (``meta``) records; ``None`` when the file is missing or
+    unreadable (cut short by an interruption while it was written, or not the JSON object Agora
+    writes): the checkpoints beside it are then another run's, removed rather than resumed."""
+    try:
+        recorded = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
+        return None
+    return recorded.get("fingerprint") if isinstance(recorded, dict) else None
 
 
 def drop_checkpoints(trainer_dir: Path) -> None:

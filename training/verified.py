@@ -7,7 +7,9 @@ a model on its own sampled answers that reach the gold answer; iterative RPO (Pa
 
 **Groups.** Samples are grouped by question text and prompt (the exact messages the member saw),
 so a pair's two answers answer the same prompt, and the same question asked the same way in two
-runs (an ALIGN run and a bench) forms one group.
+runs (an ALIGN run and a bench) forms one group. A group's rows and statistics count under the task
+of its first sample (the same question read from a bench's ``gsm8k`` run and from an ALIGN run
+without a source counts once, under ``gsm8k``).
 
 **SFT rows** (:func:`sft_rows`, TRL conversational prompt-completion): a group's right answers that
 ended by themselves (not cut at ``max_tokens``) and, by default, state their answer explicitly
@@ -23,7 +25,8 @@ unknown; ``length_ratio`` 0 turns it off): a pair whose sides differ mostly in l
 ``max_pairs_per_question`` per group, spreading over distinct chosen and rejected texts first (pair
 ``(i, j)`` ranked by ``max(i, j)``, then ``i``, then ``j``, as :mod:`agora.training.align_pairs`).
 
-Both are deduplicated (SFT by prompt and completion; pairs by prompt, chosen and rejected texts)
+Both are deduplicated (SFT by prompt and completion; pairs by prompt, chosen and rejected texts;
+texts that differ only in whitespace are one text, :func:`same_text`)
 and every row names the runs its samples came from; :func:`verified_stats` counts questions,
 samples, rows, and pairs before and after the length filter, per task (a bench run's task, else the
 questions' ``source``).
@@ -46,11 +49,17 @@ def _groups(samples: Sequence[OwnSample]) -> dict[str, list[OwnSample]]:
     return groups
 
 
+def same_text(text: str) -> str:
+    """A completion's text with whitespace collapsed: two samples that differ only in spacing or line
+    breaks are one answer (deduplicated, and never paired against each other)."""
+    return " ".join(text.split())
+
+
 def _distinct(samples: Sequence[OwnSample]) -> list[OwnSample]:
     seen, out = set(), []
     for s in samples:
-        if s.text not in seen:
-            seen.add(s.text)
+        if same_text(s.text) not in seen:
+            seen.add(same_text(s.text))
             out.append(s)
     return out
 
@@ -78,8 +87,8 @@ def length_matched(a: OwnSample, b: OwnSample, ratio: float) -> bool:
 def _group_pairs(group: Sequence[OwnSample], cfg: VerifiedConfig) -> tuple[list[tuple[OwnSample, OwnSample]], int, int]:
     """``(pairs kept, pairs before the length filter, pairs after it)`` of one group."""
     chosen = _chosen(group, cfg)
-    texts = {c.text for c in chosen}
-    rejected = [r for r in _distinct([s for s in group if not s.correct]) if r.text not in texts]
+    texts = {same_text(c.text) for c in chosen}
+    rejected = [r for r in _distinct([s for s in group if not s.correct]) if same_text(r.text) not in texts]
     every = [(i, j) for i in range(len(chosen)) for j in range(len(rejected))]
     matched = [(i, j) for i, j in every if length_matched(chosen[i], rejected[j], cfg.length_ratio)]
     ranked = sorted(matched, key=lambda ij: (max(ij), ij[0], ij[1]))[: cfg.max_pairs_per_question]
@@ -93,7 +102,7 @@ def own_pairs(samples: Sequence[OwnSample], cfg: VerifiedConfig) -> list[dict[st
     pairs, seen = [], set()
     for group in _groups(samples).values():
         for c, r in _group_pairs(group, cfg)[0]:
-            key = (c.group, c.text, r.text)
+            key = (c.group, same_text(c.text), same_text(r.text))
             if key in seen:
                 continue
             seen.add(key)
@@ -103,7 +112,7 @@ def own_pairs(samples: Sequence[OwnSample], cfg: VerifiedConfig) -> list[dict[st
                 "iteration": None, "prompt": c.question, "prompt_messages": [dict(m) for m in c.messages],
                 "chosen": c.text, "rejected": r.text, "chosen_model": cfg.model, "rejected_model": cfg.model,
                 "chosen_score": 1.0, "rejected_score": 0.0, "margin": 1.0, "judge_scores": {}, "reputations": {},
-                "gold": c.gold, "kind": c.kind, "task": c.task, "created_at": None, "source": "own",
+                "gold": c.gold, "kind": c.kind, "task": group[0].task, "created_at": None, "source": "own",
             })
     return pairs
 
@@ -118,13 +127,14 @@ def sft_rows(samples: Sequence[OwnSample], cfg: VerifiedConfig) -> list[dict[str
     rows, seen = [], set()
     for group in _groups(samples).values():
         for s in _chosen(group, cfg)[: cfg.max_sft_per_question]:
-            key = (s.group, s.text)
+            key = (s.group, same_text(s.text))
             if key in seen:
                 continue
             seen.add(key)
             rows.append({"prompt": [dict(m) for m in s.messages],
                          "completion": [{"role": "assistant", "content": s.text}],
-                         "instruction": s.question, "question_id": s.question_id, "task": s.task, "gold": s.gold,
+                         "instruction": s.question, "question_id": s.question_id, "task": group[0].task,
+                         "gold": s.gold,
                          "kind": s.kind, "model": cfg.model, "run_id": s.run_id, "call_id": s.call_id})
     return rows
 
@@ -163,6 +173,21 @@ def verified_stats(samples: Sequence[OwnSample], cfg: VerifiedConfig, skipped: d
             "sft_runs": sorted({r["run_id"] for r in sft}),
             "pair_runs": sorted({run for p in pairs for run in p["source_runs"]}),
             "skipped_calls": dict(skipped or {}), "per_task": dict(sorted(per.items()))}
+
+
+def empty_note(stats: dict[str, Any], pairs: bool) -> str:
+    """Why a member's own data (``stats``: :func:`verified_stats`) holds no row, in one clause: its
+    samples read and right, the pairs before and after the length filter (``pairs``), the calls left
+    out by reason; e.g. ``2 of its samples read (0 right), 0 right-over-wrong pairs before the length
+    filter and 0 after it; calls not read: not_solver 1``."""
+    said = f"{stats['samples']} of its samples read ({stats['correct']} right"
+    if pairs:
+        said += (f"), {stats['pairs_before_length_filter']} right-over-wrong pairs before the length filter "
+                 f"and {stats['pairs_after_length_filter']} after it")
+    else:
+        said += ", none of them finished and stating its answer)" if stats["correct"] else ")"
+    left = ", ".join(f"{why} {n}" for why, n in (stats.get("skipped_calls") or {}).items() if n)
+    return said + (f"; calls not read: {left}" if left else "")
 
 
 def source_runs(pairs: Sequence[dict[str, Any]], pair_ids: Sequence[str] | None = None) -> list[str]:
