@@ -113,11 +113,11 @@ def train_dpo_cmd(
                 batch_size=batch_size, grad_accum=grad_accum, max_length=max_length, threads=llama_threads(threads),
                 seed=seed, save_steps=save_steps)
 
-        if data_only:
-            from agora.training.datasets import dpo_rows, split_by_instruction
-            from agora.training.pipeline import check_dpo_split
-            from agora.training.verified import source_runs
+        from agora.training.datasets import dpo_rows, split_by_instruction
+        from agora.training.pipeline import check_dpo_split
+        from agora.training.verified import source_runs
 
+        if data_only:
             if pairs_from != "own":
                 check_pair_sources(db, pairs, flt)
             dpo_settings()
@@ -129,10 +129,6 @@ def train_dpo_cmd(
                             training_check=lambda: check_dpo_split(model, rows, train, val, flt, note))
             return
         require_train_extra()
-        from agora.training.datasets import dpo_rows, split_by_instruction
-        from agora.training.pipeline import check_dpo_split
-        from agora.training.verified import source_runs
-
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
