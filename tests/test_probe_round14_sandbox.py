@@ -31,7 +31,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path

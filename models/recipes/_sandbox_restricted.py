@@ -70,7 +70,7 @@ import types
 import _string
 from RestrictedPython import RestrictingNodeTransformer
 from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
-from RestrictedPython.Guards import (guarded_iter_unpack_sequence, guarded_unpack_sequence, safe_builtins,
+from RestrictedPython.Guards import (guarded_unpack_sequence, safe_builtins,
                                      safer_getattr)
 
 _BUILTIN_NAMES = ("abs", "all", "any", "bin", "bool", "chr", "complex", "dict", "divmod", "enumerate", "filter",
