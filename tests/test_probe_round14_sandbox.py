@@ -31,9 +31,7 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 from agora.models.recipes.sandbox import SandboxLimits
 
