@@ -116,9 +116,9 @@ class PhaseBook:
         self._write()
         return self.phases[name]["result"]
 
-    def adopt(self, name: str, other: "PhaseBook | str | Path", *,
+    def adopt(self, name: str, other: str | Path, *,
               same: Iterable[str] | Mapping[str, Any] = ()) -> bool:
-        """Copy the finished phase ``name`` from another run's book (or its phases.json path), so this
+        """Copy the finished phase ``name`` from another run's book (its phases.json path), so this
         run pairs with it instead of recomputing it (e.g. one base-model evaluation shared by runs).
 
         The copy keeps the other run's result, costs and machine and gains ``"adopted_from"``
@@ -135,15 +135,12 @@ class PhaseBook:
         """
         if name in self.phases:
             return False
-        if not isinstance(other, PhaseBook):
-            path = Path(other)
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                other_settings, other_phases = data.get("settings", {}), data.get("phases", {})
-            except (OSError, ValueError, AttributeError) as exc:
-                raise PhaseBookError(f"{path}: not a readable phase book ({exc})") from None
-        else:
-            path, other_settings, other_phases = other.path, other.settings, other.phases
+        path = Path(other)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            other_settings, other_phases = data.get("settings", {}), data.get("phases", {})
+        except (OSError, ValueError, AttributeError) as exc:
+            raise PhaseBookError(f"{path}: not a readable phase book ({exc})") from None
         if name not in other_phases:
             raise PhaseBookError(f"{path}: phase {name!r} has not finished there")
         defaults = dict(same) if isinstance(same, Mapping) else {}
