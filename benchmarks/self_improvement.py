@@ -16,6 +16,18 @@ The own-data arms alone (the ALIGN traces, then each arm's training and its pair
         --record benchmarks/si-own/phases.json
     python benchmarks/self_improvement.py --run-id si-own ... --arms own-sft,own-dpo,agg   # and the aggregator
 
+The aggregator on the 0.5B's own samples, with no ALIGN phase: the training candidates are a samples
+run's (here si-own2's, 4 samples of each of the first 384 GSM8K training questions), the held-out ones a
+run of the same kind on the first ``--eval-questions`` test questions, in the same database (a new run
+id: ``--agg-eval-runs`` is a setting of the run)::
+
+    AGORA_LLAMA_THREADS=2 agora run align --data ../shared/data/gsm8k/test.jsonl --limit 200 \
+        --models qwen2.5-coder-0.5b -n 1 -k 4 --db /work/si-own2/samples.db --run-id si-own2:agg-eval
+    python benchmarks/self_improvement.py --run-id si-agg --out /work/si-agg --train-questions 128 \
+        --eval-questions 200 --steps 32 --phases train,eval --arms agg --samples-db /work/si-own2/samples.db \
+        --samples-runs si-own2:samples --agg-eval-runs si-own2:agg-eval --threads 2 \
+        --record benchmarks/si-agg/phases.json
+
 Phases (each recorded in ``OUT/<run-id>/phases.json`` with its wall and CPU seconds once it finishes;
 a rerun of the same ``--run-id`` skips finished phases, and the trace and evaluation phases resume
 inside: finished questions, duels and evaluated batches are kept):
@@ -36,7 +48,9 @@ inside: finished questions, duels and evaluated batches are kept):
    on its own right answers, at most ``--sft-per-question`` a question); and ``agg``, the 0.5B trained
    as an **aggregator** (AggLM; :mod:`agora.training.aggregator`): GRPO with the scorer's reward on
    prompts that show a training question's n·k ALIGN candidates (both models'), hard and easy sets
-   mixed (``--agg-sets``, ``--agg-easy-per-hard``). Each arm writes ``OUT/<run-id>/<arm>/pool.toml``:
+   mixed (``--agg-sets``, ``--agg-easy-per-hard``); with ``--agg-eval-runs``, the sets are the target's
+   own samples in ``--samples-db``/``--samples-runs`` instead (k: the commonest number of samples a
+   question has there; no align-traces phase). Each arm writes ``OUT/<run-id>/<arm>/pool.toml``:
    the default pool with the 0.5B served with its adapter.
 4. ``eval:base``, ``eval:<arm>``: the 0.5B greedy on the first ``--eval-questions`` GSM8K *test*
    questions (never trained on), base weights and each adapter, same backend (``--eval-backend``:
@@ -52,6 +66,12 @@ inside: finished questions, duels and evaluated batches are kept):
    on the held-out questions, then ``eval:agg`` (and ``eval:agg-base``, the untrained 0.5B as
    aggregator) answers each held-out question from all of its n·k candidates, paired against
    majority vote (the run's ``self_consistency``) and ALIGN's own answer on the same candidates.
+   With ``--agg-eval-runs RUN[,RUN]`` there is no ``align-eval``: each held-out question's candidates
+   are the target's samples of it in those runs of ``--samples-db`` (matched by question text), and
+   ``eval:agg``/``eval:agg-base`` are paired against majority vote over them (plurality of the recorded
+   answers, ties to the first); ALIGN is not in that comparison. Refused up front, before any phase,
+   when a run is not in the database, shares a question with the training samples, or lacks a held-out
+   question.
 5. ``serve:<arm>``: the best arm's ``pool.toml`` loaded as a pool and run through the ALIGN graph (one
    agent, one greedy sample) on the first ``--serve-check`` held-out questions: the served adapter
    must answer as the evaluation did.
@@ -120,7 +140,7 @@ MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
                     "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
-                    "agg_easy_per_hard": 1.0, "base_from": None}
+                    "agg_easy_per_hard": 1.0, "base_from": None, "agg_eval_runs": ""}
 #: Settings a base evaluation adopted with --base-from must share with this run.
 BASE_SETTINGS = ("pool", "eval_data", "eval_questions", "max_tokens", "eval_backend")
 
@@ -170,6 +190,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--samples-runs", default="",
                     help="own arms: comma-separated runs of --samples-db to read (default: every run there; in this "
                          "run's traces.db, the align-traces run)")
+    ap.add_argument("--agg-eval-runs", default="",
+                    help="agg: comma-separated runs of --samples-db holding the target's samples of the held-out "
+                         "questions (e.g. `agora run align -n 1 -k 4` on the evaluation file); given, the arm trains "
+                         "on the target's own samples in --samples-db/--samples-runs and is compared with majority "
+                         "vote on these candidates, with no ALIGN phase (and no ALIGN in the comparison)")
     ap.add_argument("--base-from", type=Path, default=None,
                     help="another run's phases.json whose finished base evaluation (eval:base) this run pairs with "
                          "instead of recomputing it; refused unless pool, eval data and size, max tokens and backend "
@@ -206,7 +231,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error(f"--base-from {args.base_from}: no such phases.json")
     if args.samples_db is not None and not args.samples_db.is_file():
         ap.error(f"--samples-db {args.samples_db}: no such trace database")
+    eval_runs = split_runs(args.agg_eval_runs)
+    if eval_runs and args.samples_db is None:
+        ap.error("--agg-eval-runs names runs of --samples-db: give --samples-db too")
+    both = [r for r in eval_runs if r in split_runs(args.samples_runs)]
+    if both:
+        ap.error(f"--agg-eval-runs {', '.join(both)} is also in --samples-runs: the held-out candidates would be "
+                 "training data")
     return args
+
+
+def split_runs(value: str | None) -> tuple[str, ...]:
+    """A comma-separated list of run ids (``--samples-runs``, ``--agg-eval-runs``) as a tuple, blanks dropped."""
+    return tuple(r.strip() for r in (value or "").split(",") if r.strip())
 
 
 def settings_of(args: argparse.Namespace) -> dict:
@@ -300,10 +337,12 @@ def own_data(args, store: TraceStore, held_out) -> tuple:
     (evaluation) questions excluded by id and by text."""
     from agora.training.own_samples import HeldOut, VerifiedConfig, own_samples
 
-    runs = tuple(r.strip() for r in args.samples_runs.split(",") if r.strip())
+    runs = split_runs(args.samples_runs)
     if args.samples_db is None and not runs:
         runs = (f"{args.run_id}:align",)
     source = TraceStore.reading(args.samples_db) if args.samples_db is not None else store
+    if not runs and split_runs(getattr(args, "agg_eval_runs", "")):
+        runs = training_runs(args, source)  # every run but the held-out candidates'
     cfg = VerifiedConfig(model=TARGET, run_ids=runs, held_out=HeldOut.from_problems(held_out),
                          length_ratio=args.length_ratio, max_pairs_per_question=args.pairs_per_question,
                          max_sft_per_question=args.sft_per_question)
@@ -349,14 +388,27 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
         g = args.generations
         settings = GRPOSettings(**common, batch_size=g * args.grpo_prompts_per_step, num_generations=g,
                                 max_completion_length=args.max_tokens, temperature=args.grpo_temperature)
-        cfg = agg_config(args)
-        samples, _ = scored_samples(store, (), [f"{args.run_id}:align"], HeldOut.from_problems(held_out))
+        if split_runs(args.agg_eval_runs):  # the target's own samples, k a question as the data has them
+            samples, runs = agg_training_samples(args, held_out)
+            agg_eval_sets(args, held_out, samples)  # refused before training: no, or overlapping, held-out candidates
+            k = samples_per_question(samples)
+            if k < 2:
+                raise ValueError(f"{args.samples_db}: {TARGET} has {k} sample(s) a question in "
+                                 f"{', '.join(runs) or 'no run'}; an aggregator needs at least 2")
+            cfg = agg_config(args, k)
+            where = {"samples_db": str(args.samples_db), "runs": list(runs), "model": TARGET}
+        else:
+            cfg = agg_config(args)
+            samples, _ = scored_samples(store, (), [f"{args.run_id}:align"], HeldOut.from_problems(held_out))
+            where = {"run": f"{args.run_id}:align"}
         sets = candidate_sets(samples, cfg)
         if not sets:
-            raise ValueError(f"no candidate sets of {cfg.k}: the align-traces phase's samples are not in traces.db")
+            raise ValueError(f"no candidate sets of {cfg.k}: " + (
+                "no training question has that many samples" if split_runs(args.agg_eval_runs)
+                else "the align-traces phase's samples are not in traces.db"))
         member = grpo_member(store, run_id, spec, aggregator_rows(sets, cfg), out, settings, [aggregation_reward],
-                             source={"aggregate": cfg.k, "sets": len(sets), "run": f"{args.run_id}:align"})
-        extra = {"prompts": len(sets), "data": aggregator_stats(sets)}
+                             source={"aggregate": cfg.k, "sets": len(sets), **where})
+        extra = {"prompts": len(sets), "data": aggregator_stats(sets), "k": cfg.k, "source": where}
     elif arm in OWN_ARMS:
         from agora.training.config import SFTSettings
         from agora.training.pipeline import sft_member
@@ -427,47 +479,156 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             "mean_reward": sum(rewards) / len(rewards) if rewards else None, **extra}
 
 
-def agg_config(args):
-    """The aggregator's candidate sets: every ALIGN candidate of a question (n·k = 2 × --align-samples),
-    no exemplars (the prompt is then the solver prompt of a question that shows the candidates)."""
+def agg_config(args, k: int | None = None):
+    """The aggregator's candidate sets: ``k`` candidates (default: every ALIGN candidate of a question,
+    n·k = 2 × --align-samples), no exemplars (the prompt is then the solver prompt of a question that
+    shows the candidates)."""
     from agora.training.aggregator import AggregatorDataConfig
 
-    return AggregatorDataConfig(k=2 * args.align_samples, sets_per_question=args.agg_sets,
+    return AggregatorDataConfig(k=k or 2 * args.align_samples, sets_per_question=args.agg_sets,
                                 easy_per_hard=args.agg_easy_per_hard, shots=0, seed=args.seed)
+
+
+def training_runs(args, source: TraceStore) -> tuple[str, ...]:
+    """The runs of ``--samples-db`` the arms learn from: ``--samples-runs``, else every run there but
+    the ``--agg-eval-runs`` (the held-out candidates are never training data)."""
+    named = split_runs(args.samples_runs)
+    if named:
+        return named
+    held = set(split_runs(getattr(args, "agg_eval_runs", "")))
+    return tuple(r for r in source.run_ids() if r not in held)
+
+
+def agg_training_samples(args, held_out) -> tuple[list, tuple[str, ...]]:
+    """The agg arm's training candidates when ``--agg-eval-runs`` is given: ``(samples, runs)``, the
+    target's scored samples (:func:`agora.training.own_samples.scored_samples`, as a protocol read
+    them) in :func:`training_runs` of ``--samples-db``, the held-out questions left out by id and text."""
+    from agora.training.own_samples import HeldOut, scored_samples
+
+    source = TraceStore.reading(args.samples_db)
+    runs = training_runs(args, source)
+    samples, _ = scored_samples(source, (TARGET,), runs, HeldOut.from_problems(held_out))
+    return samples, runs
+
+
+def samples_per_question(samples) -> int:
+    """k of a samples run: the commonest number of samples a question has (ties: the larger; 0 without
+    samples). A question with fewer (a failed call) gives no candidate set of k."""
+    from collections import Counter
+
+    from agora.training.own_samples import normalise_question
+
+    sizes = Counter(Counter(normalise_question(s.question) for s in samples).values())
+    return max(sizes, key=lambda n: (sizes[n], n)) if sizes else 0
+
+
+def agg_eval_sets(args, held_out, train_samples=None) -> list[dict]:
+    """Each held-out question with the target's samples of it in ``--agg-eval-runs`` (matched by
+    question text, whitespace-insensitive), in held-out order: ``{"problem", "candidates": [OwnSample]
+    (recorded order), "majority": the plurality answer or None, "majority_correct", "any_correct"}``,
+    both scored against the held-out problem's gold. ``train_samples``: the arm's training samples
+    (default: :func:`agg_training_samples`).
+
+    Raises:
+        ValueError: an eval run not in ``--samples-db``; an eval run sharing a question (by text) with
+            the training samples; a held-out question without a sample of the target there.
+    """
+    from agora.tasks.scoring import score_answer
+    from agora.training.aggregator import plurality_answer
+    from agora.training.own_samples import normalise_question, scored_samples
+
+    source = TraceStore.reading(args.samples_db)
+    runs = split_runs(args.agg_eval_runs)
+    known = source.run_ids()
+    missing = [r for r in runs if r not in known]
+    if missing:
+        raise ValueError(f"{args.samples_db}: no run {', '.join(missing)} (runs there: {', '.join(known) or 'none'}); "
+                         "sample the held-out questions first (benchmarks/README.md)")
+    if train_samples is None:
+        train_samples, _ = agg_training_samples(args, held_out)
+    trained = {normalise_question(s.question): s.question_id for s in train_samples}
+    for run in runs:
+        shared = [q["question_id"] for q in source.questions(run) if normalise_question(q.get("question")) in trained]
+        if shared:
+            raise ValueError(f"{args.samples_db}: run {run} shares {len(shared)} question(s) with the training samples "
+                             f"(first: {shared[0]}); the held-out candidates must come from questions never trained on")
+    samples, _ = scored_samples(source, (TARGET,), runs)
+    by_text: dict[str, list] = {}
+    for s in samples:
+        by_text.setdefault(normalise_question(s.question), []).append(s)
+    lacking = [p.id for p in held_out if normalise_question(p.question) not in by_text]
+    if lacking:
+        raise ValueError(f"{args.samples_db}: {len(lacking)} of {len(held_out)} held-out questions have no sample of "
+                         f"{TARGET} in {', '.join(runs)} (first: {lacking[0]}); sample the first "
+                         f"{len(held_out)} of {args.eval_data} there")
+    out = []
+    for p in held_out:
+        cands = by_text[normalise_question(p.question)]
+        majority = plurality_answer([c.answer for c in cands])
+        out.append({"problem": p, "candidates": cands, "majority": majority,
+                    "majority_correct": bool(score_answer(majority, p.gold, p.kind)),
+                    "any_correct": any(bool(score_answer(c.answer, p.gold, p.kind)) for c in cands)})
+    return out
+
+
+def _aggregate(args, name: str, adapter: str | None, items) -> list[dict]:
+    """Greedy answers of the aggregator (``adapter``; ``None``: the base model) to ``items``, each
+    ``(index, problem, candidate texts)``: one prompt per question showing its candidates, shuffled with
+    seed ``--seed + index`` (the question's place among the held-out ones); rows as
+    :func:`agora.training.evaluation.greedy_outcomes` writes them to ``eval/<name>.jsonl``."""
+    from agora.tasks import Problem
+    from agora.training.aggregator import aggregator_prompt
+    from agora.training.evaluation import greedy_outcomes
+
+    problems = []
+    for n, p, texts in items:
+        prompt = aggregator_prompt(p.question, texts, kind=p.kind, n_choices=p.n_choices or 4, seed=args.seed + n,
+                                   shots=0, question_id=p.id)
+        problems.append(Problem(p.id, prompt[-1]["content"], p.gold, p.kind, n_choices=p.n_choices))
+
+    def progress(done: int, total: int) -> None:
+        log(f"  eval {name}: {done}/{total}")
+
+    return greedy_outcomes(problems, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl", shots=0,
+                           max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
+                           progress=progress, backend=args.eval_backend)
+
+
+def agg_samples_eval_phase(args, held_out, name: str, adapter: str | None) -> dict:
+    """The aggregator (``adapter``; ``None``: the base model as aggregator) on every held-out question's
+    samples in ``--agg-eval-runs`` (:func:`agg_eval_sets`), greedy, with majority vote over the same
+    candidates per question (``majority``, 0/1, paired with ``correct`` by position)."""
+    sets = agg_eval_sets(args, held_out)
+    rows = _aggregate(args, name, adapter, [(n, e["problem"], [c.text for c in e["candidates"]])
+                                            for n, e in enumerate(sets)])
+    return {"name": name, "adapter": adapter, "question_ids": [e["problem"].id for e in sets],
+            "correct": [r["correct"] for r in rows], "majority": [int(e["majority_correct"]) for e in sets],
+            "any_correct": [int(e["any_correct"]) for e in sets],
+            "candidates_per_question": sum(len(e["candidates"]) for e in sets) / len(sets),
+            "source": {"samples_db": str(args.samples_db), "runs": list(split_runs(args.agg_eval_runs)),
+                       "model": TARGET}}
 
 
 def agg_eval_phase(args, store: TraceStore, held_out, name: str, adapter: str | None) -> dict:
     """The aggregator (``adapter``; ``None``: the base model as aggregator) on every held-out question's
     n·k ALIGN candidates (phase ``align-eval``), greedy, against majority vote and ALIGN's own answer on
     the same candidates (the run's ``self_consistency`` and ``align`` results)."""
-    from agora.tasks import Problem
-    from agora.training.aggregator import aggregator_prompt
-    from agora.training.evaluation import greedy_outcomes
-
     run = f"{args.run_id}:align-eval"
     results = {(r["question_id"], r["method"]): r for r in store.results(run)}
-    problems, majority, align, shown = [], [], [], []
+    items, majority, align, shown = [], [], [], []
     for n, p in enumerate(held_out):
         texts = [c["completion"].strip() for c in store.calls(run, p.id)
                  if c.get("node") == "agent_sample" and not c.get("error") and (c.get("completion") or "").strip()]
         if not texts or (p.id, "align") not in results:
             continue
-        prompt = aggregator_prompt(p.question, texts, kind=p.kind, n_choices=p.n_choices or 4, seed=args.seed + n,
-                                   shots=0, question_id=p.id)
-        problems.append(Problem(p.id, prompt[-1]["content"], p.gold, p.kind, n_choices=p.n_choices))
+        items.append((n, p, texts))
         shown.append(len(texts))
         majority.append(int(bool(results[(p.id, "self_consistency")]["correct"])))
         align.append(int(bool(results[(p.id, "align")]["correct"])))
-    if not problems:
+    if not items:
         raise ValueError(f"no held-out candidates: run the align-eval phase first ({run} in traces.db)")
-
-    def progress(done: int, total: int) -> None:
-        log(f"  eval {name}: {done}/{total}")
-
-    rows = greedy_outcomes(problems, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl", shots=0,
-                           max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
-                           progress=progress, backend=args.eval_backend)
-    return {"name": name, "adapter": adapter, "question_ids": [p.id for p in problems],
+    rows = _aggregate(args, name, adapter, items)
+    return {"name": name, "adapter": adapter, "question_ids": [p.id for _, p, _ in items],
             "correct": [r["correct"] for r in rows], "majority": majority, "align": align,
             "candidates_per_question": sum(shown) / len(shown)}
 
@@ -609,23 +770,43 @@ def pp_interval(lo: float, hi: float) -> str:
 
 
 def aggregator_report(book: PhaseBook) -> dict:
-    """The aggregator against majority vote and against ALIGN on the same held-out candidates, and the
-    untrained model as aggregator, paired (printed and returned)."""
+    """The trained aggregator against majority vote (and, on ALIGN's candidates, against ALIGN) on the
+    same held-out candidates, and against the untrained model as aggregator, paired question by question
+    (printed and returned: label → :func:`agora.training.evaluation.paired_difference`, with
+    ``"untrained vs majority vote"`` when the untrained aggregator ran). On the target's own samples
+    (``--agg-eval-runs``) ALIGN is not in the comparison, and the report says so."""
     agg = book.result("eval:agg")
     n = len(agg["correct"])
-    log(f"\nAggregator on the held-out questions' ALIGN candidates ({agg['candidates_per_question']:.1f} a question, "
-        f"n = {n}):")
+    source = agg.get("source")
+    where = (f"{source['model']}'s own samples ({', '.join(source['runs'])})" if source
+             else "ALIGN candidates")
+    log(f"\nAggregator on the held-out questions' {where} ({agg['candidates_per_question']:.1f} a question, n = {n}):")
+    if source:
+        log("  ALIGN is not in this comparison: these candidates are one model's samples, not an ALIGN run")
+    _, lo, hi = proportion_ci(sum(agg["correct"]), n)
+    log(f"  trained aggregator {pct(sum(agg['correct']) / n)} {interval(lo, hi)}")
     out = {}
-    rows = [("majority vote", agg["majority"]), ("ALIGN", agg["align"])]
-    if book.done("eval:agg-base"):
-        rows.append(("untrained aggregator", book.result("eval:agg-base")["correct"]))
-    log(f"  trained aggregator {pct(sum(agg['correct']) / n)}")
+    rows = [("majority vote", agg["majority"])] + ([("ALIGN", agg["align"])] if "align" in agg else [])
+    base = book.result("eval:agg-base") if book.done("eval:agg-base") else None
+    if base is not None and base.get("question_ids", agg.get("question_ids")) != agg.get("question_ids"):
+        log("  untrained aggregator: other questions than the trained one's, not paired")
+        base = None
+    if base is not None:
+        rows.append(("untrained aggregator", base["correct"]))
     for label, other in rows:
         d = paired_difference(other, agg["correct"])
-        log(f"  vs {label:<21} {pct(sum(other) / n)}: {d['diff'] * 100:+.1f} pp {pp_interval(d['wald_low'], d['wald_high'])}"
-            f" (bootstrap {pp_interval(d['boot_low'], d['boot_high'])}), +{d['gained']}/−{d['lost']}, McNemar p "
-            f"{d['mcnemar_p']:.3f}")
+        _, lo, hi = proportion_ci(sum(other), n)
+        log(f"  vs {label:<21} {pct(sum(other) / n)} {interval(lo, hi)}: {d['diff'] * 100:+.1f} pp "
+            f"{pp_interval(d['wald_low'], d['wald_high'])} (bootstrap {pp_interval(d['boot_low'], d['boot_high'])}), "
+            f"+{d['gained']}/−{d['lost']}, McNemar p {d['mcnemar_p']:.3f}")
         out[label] = d
+    if base is not None:  # does the untrained model already beat voting? (what training adds is the row above)
+        d = paired_difference(agg["majority"], base["correct"])
+        log(f"  untrained vs majority vote: {d['diff'] * 100:+.1f} pp {pp_interval(d['wald_low'], d['wald_high'])}, "
+            f"+{d['gained']}/−{d['lost']}, McNemar p {d['mcnemar_p']:.3f}")
+        out["untrained vs majority vote"] = d
+    if "any_correct" in agg:
+        log(f"  a right candidate on {sum(agg['any_correct'])} of {n} questions (a selector's ceiling)")
     return out
 
 
@@ -644,9 +825,11 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
         for arm, t in trained.items():
             if arm == "agg":
                 data = t["data"]
-                what = (f"{t['prompts']} candidate sets ({data['hard']} hard, {data['easy']} easy; majority right on "
-                        f"{data['majority_correct']}, a right candidate in {data['any_correct']}), mean reward "
-                        f"{t['mean_reward']:.3f}")
+                src = t.get("source") or {}
+                what = (f"{t['prompts']} candidate sets of {t.get('k', '?')} ({data['hard']} hard, {data['easy']} "
+                        f"easy; majority right on {data['majority_correct']}, a right candidate in "
+                        f"{data['any_correct']}; from {', '.join(src.get('runs') or [src.get('run', 'ALIGN traces')])})"
+                        f", mean reward {t['mean_reward']:.3f}")
             elif arm in OWN_ARMS:
                 data = t["data"]
                 what = (f"{t['rows']} {'pairs' if arm == 'own-dpo' else 'answers'} from {t['questions']} questions "
@@ -754,6 +937,14 @@ def main(argv=None) -> None:
     # --report writes nothing: no traces.db is created where the run folder is missing
     store = TraceStore(run_dir / "traces.db") if not args.report or (run_dir / "traces.db").is_file() else None
     if not args.report:
+        train, held_out = problems_of(args)
+        agg_pending = [n for n in ("train:agg", "eval:agg", "eval:agg-base")
+                       if n.split(":")[0] in args.phases and not book.done(n)]
+        if "agg" in args.arms and split_runs(args.agg_eval_runs) and agg_pending:
+            try:  # refused now, not after the other arms' hours: no eval run, or one overlapping training
+                agg_eval_sets(args, held_out)
+            except ValueError as exc:
+                raise SystemExit(f"--agg-eval-runs: {exc}") from None
         import torch
 
         def terminate(signum, frame):  # SIGTERM (a job runner, a session's end) stops like Ctrl-C: the
@@ -762,7 +953,7 @@ def main(argv=None) -> None:
         signal.signal(signal.SIGTERM, terminate)
 
         torch.set_num_threads(args.threads)
-        train, held_out = problems_of(args)
+
         def phase(name: str, fn) -> None:
             if book.done(name):
                 log(f"phase {name}: finished earlier, skipped")
@@ -776,7 +967,8 @@ def main(argv=None) -> None:
             phase("duels-sparta", lambda: duel_phase(args, store, train, "sparta"))
         for arm in args.arms:  # each arm trained then evaluated, so figures come arm by arm
             if "train" in args.phases:
-                needs = ("align-traces" if arm in ("align-dpo", "agg") or (arm in OWN_ARMS and args.samples_db is None)
+                needs = ("align-traces" if arm == "align-dpo" or (arm == "agg" and not split_runs(args.agg_eval_runs))
+                         or (arm in OWN_ARMS and args.samples_db is None)
                          else "duels-sparta" if arm == "duel-dpo" else None)
                 if needs and not book.done(needs):
                     log(f"skip train:{arm}: phase {needs} has not finished")
@@ -786,9 +978,13 @@ def main(argv=None) -> None:
                 except ValueError as exc:  # no pairs: reported, the other arms go on
                     log(f"train:{arm} failed: {exc}")
             if arm == "agg" and "eval" in args.phases and book.done("train:agg"):
+                adapter = book.result("train:agg")["adapter"]
+                if split_runs(args.agg_eval_runs):  # the held-out candidates are already sampled
+                    phase("eval:agg", lambda adapter=adapter: agg_samples_eval_phase(args, held_out, "agg", adapter))
+                    phase("eval:agg-base", lambda: agg_samples_eval_phase(args, held_out, "agg-base", None))
+                    continue
                 # the held-out questions' candidates, then the aggregator and the base model as aggregator
                 phase("align-eval", lambda: align_phase(args, store, held_out, "align-eval"))
-                adapter = book.result("train:agg")["adapter"]
                 phase("eval:agg", lambda adapter=adapter: agg_eval_phase(args, store, held_out, "agg", adapter))
                 phase("eval:agg-base", lambda: agg_eval_phase(args, store, held_out, "agg-base", None))
                 continue
