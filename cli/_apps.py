@@ -5,6 +5,10 @@ so that a command imports the apps and not the module that imports it (no import
 from __future__ import annotations
 
 import inspect
+import math
+import types
+import typing
+from typing import Any, Callable
 
 import typer
 from typer.models import OptionInfo
@@ -68,9 +72,14 @@ def escape_help(typer_app: typer.Typer) -> None:
             info.help = inspect.getdoc(info.callback)
         once(info, "help")
         once(info, "short_help")
+        try:
+            hints = typing.get_type_hints(info.callback)
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve: its options keep typer's parsing
+            hints = {}
         for param in inspect.signature(info.callback).parameters.values():
             once(param.default, "help")
             _refuse_in_memory_db(param.default)
+            _parse_finite(param.default, hints.get(param.name))
     for group in typer_app.registered_groups:
         once(group, "help")
         if group.typer_instance is not None:
@@ -96,3 +105,56 @@ def _refuse_in_memory_db(option: object) -> None:
     own, the check :func:`_in_memory_db`."""
     if isinstance(option, OptionInfo) and option.callback is None and set(option.param_decls or ()) & set(DB_OPTIONS):
         option.callback = _in_memory_db
+
+
+def _bounds_text(low: float | None, high: float | None) -> str:
+    """``a finite number from 0 to 1``, ``a finite number >= 0``, ``a finite number``."""
+    if low is not None and high is not None:
+        return f"a finite number from {low:g} to {high:g}"
+    if low is not None:
+        return f"a finite number >= {low:g}"
+    if high is not None:
+        return f"a finite number <= {high:g}"
+    return "a finite number"
+
+
+def finite_float(low: float | None = None, high: float | None = None) -> Callable[[Any], float | None]:
+    """A ``parser=`` for a float option: the value as a float in ``[low, high]`` (``None``: unbounded
+    on that side), NaN and infinities refused whatever the bounds, each as one line that names the
+    value and what the option takes (typer's own check let ``nan`` through a range or answered
+    ``Input should be greater than or equal to 0`` without saying that NaN was the problem).
+
+    Raises:
+        typer.BadParameter: ``'nan' is not a number (NaN); --tau takes a finite number from 0 to 1``.
+    """
+    want = _bounds_text(low, high)
+
+    def parse(value: Any) -> float | None:
+        if value is None:
+            return None
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{value!r} is not a number; give {want}") from None
+        if math.isnan(x):
+            raise typer.BadParameter(f"{value!r} is not a number (NaN); give {want}")
+        if math.isinf(x):
+            raise typer.BadParameter(f"{value!r} is infinite; give {want}")
+        if (low is not None and x < low) or (high is not None and x > high):
+            raise typer.BadParameter(f"{value!r} is out of range; give {want}")
+        return x
+
+    return parse
+
+
+def _parse_finite(option: object, annotation: Any) -> None:
+    """Give ``option``, a ``float`` (or ``Optional[float]``) option declaration without a parser of its
+    own, :func:`finite_float` with its ``min`` and ``max``."""
+    if not isinstance(option, OptionInfo) or option.parser is not None:
+        return
+    optional_float = (typing.get_origin(annotation) in (typing.Union, types.UnionType)
+                      and set(typing.get_args(annotation)) == {float, type(None)})
+    if annotation is not float and not optional_float:
+        return
+    option.parser = finite_float(option.min, option.max)
+    option.metavar = option.metavar or "FLOAT"

@@ -207,7 +207,7 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         raise typer.Exit(1) from None
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
         saved = f"; finished {unit} are saved" if unit is not None else ""
-        err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error('trace database', exc))}{saved}",
+        err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error(_databases_given(), exc))}{saved}",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except Exception as exc:
@@ -222,6 +222,19 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         err_console.print(f"[red]error:[/red] {escape(without_passwords(with_option(str(message))))}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _databases_given() -> str:
+    """The trace database(s) the running command was given, naming an SQLite error that surfaced
+    after the file was opened (a corrupt page read by a report): ``t.db``, ``--db t.db or --dev-db
+    d.db``, or ``trace database`` outside a command or in one without a ``--db``."""
+    ctx = _current_context()
+    params = getattr(ctx, "params", None) or {}
+    given = [(option, params[name]) for name, option in (("db", "--db"), ("dev_db", "--dev-db"))
+             if isinstance(params.get(name), (str, Path)) and not is_postgres_url(str(params[name]))]
+    if len(given) == 1:
+        return str(given[0][1])
+    return " or ".join(f"{option} {value}" for option, value in given) or "trace database"
 
 
 #: A Postgres URL in a message, up to the punctuation that ends its sentence (``URL: no run ...``).

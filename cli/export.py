@@ -17,7 +17,8 @@ from agora.traces.bundle import SUFFIX
 from agora.traces.bundle_export import check_out_path, export_bundle
 from agora.traces.bundle_import import import_bundle
 from agora.traces.bundle_reading import check_bundle
-from agora.traces.store import TraceStore, backfill, check_run_id, store_backend
+from agora.traces.run_list import open_trace_store
+from agora.traces.store import MAX_STORED_RUN_ID_CHARS, TraceStore, backfill, check_run_id, store_backend
 
 traces_app = typer.Typer(help="Maintain a trace database (backfill).", no_args_is_help=True)
 app.add_typer(traces_app, name="traces")
@@ -47,8 +48,8 @@ def export_cmd(
         if out.exists() and not force:
             raise InputError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
         for r in run_id or ():
-            check_run_id(r)
-        summary = export_bundle(TraceStore.reading(db), out, run_id or (), bench_id or ())
+            check_run_id(r, max_chars=MAX_STORED_RUN_ID_CHARS)
+        summary = export_bundle(open_trace_store(db), out, run_id or (), bench_id or ())
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n)
         carried = "".join(f" + run {escape(r)} (its shared candidates)" for r in summary.carried)
         console.print(f"wrote {escape(str(out))}: {len(summary.runs) - len(summary.carried)} runs{carried}"
@@ -107,7 +108,7 @@ def backfill_cmd(
         if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
         for r in run_id or ():
-            check_run_id(r)
+            check_run_id(r, max_chars=MAX_STORED_RUN_ID_CHARS)
         store = TraceStore(db)
         known = set(store.run_ids()) | {r["run_id"] for r in store.db.query("select distinct run_id from questions")}
         for r in run_id or ():  # a run the database does not hold is said so, not 'nothing filled'

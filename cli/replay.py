@@ -15,7 +15,8 @@ from agora.traces.report import MIN_QUESTIONS, TOO_FEW
 from agora.traces.replay import check_rule, paired_table, replay, reproduced
 from agora.traces.replay_rules import RULES, Rule, model_principal, parse_params
 from agora.traces.run_trace import load_run
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.run_list import open_trace_store
+from agora.traces.store import MAX_STORED_RUN_ID_CHARS, check_run_id
 
 
 def _p(p: float) -> str:
@@ -65,21 +66,21 @@ def replay_cmd(
     with user_errors():
         if rule is None:  # the rules are listed, but a --db or --run-id given is checked first
             if run_id is not None:
-                check_run_id(run_id)
+                check_run_id(run_id, max_chars=MAX_STORED_RUN_ID_CHARS)
             if run_id is not None or getattr(ctx.get_parameter_source("db"), "name", None) in ("COMMANDLINE", "ENVIRONMENT"):
-                store = TraceStore.reading(db)
+                store = open_trace_store(db)
                 if run_id is not None:
                     load_run(store, run_id)
             print_rules()
             return
         if run_id is None:
             raise InputError("--run-id: which run to replay (`agora report runs --db ...` lists them)")
-        check_run_id(run_id)
+        check_run_id(run_id, max_chars=MAX_STORED_RUN_ID_CHARS)
         if dev_run_id is not None:
-            check_run_id(dev_run_id, "--dev-run-id")
+            check_run_id(dev_run_id, "--dev-run-id", max_chars=MAX_STORED_RUN_ID_CHARS)
         if rule not in RULES:
             raise InputError(f"--rule {rule}: unknown; choose from {', '.join(sorted(RULES))}")
-        store = TraceStore.reading(db)
+        store = open_trace_store(db)
         run = load_run(store, run_id)
         check_rule(run, rule)  # before its parameters: a COMED rule on an ALIGN run is refused as such
         params = parse_params(RULES[rule], param or [], run)

@@ -19,7 +19,7 @@ from agora.traces.question_report import question_report
 from agora.traces.report import TOO_FEW, disagreements, unknown_tokens_note
 from agora.traces.run_list import open_trace_store, run_rows, run_summary
 from agora.tasks.errors import InputError
-from agora.traces.store import check_run_id
+from agora.traces.store import MAX_STORED_RUN_ID_CHARS, check_run_id
 
 
 @report_app.command("runs", short_help="Every run in a trace DB: protocol, status, questions recorded, accuracy.")
@@ -87,7 +87,7 @@ def report_run(
         if run_arg is None and run_opt is None:
             raise InputError("no run given: `agora report run --run-id RUN_ID` (see `agora report runs`)")
         run_id = run_opt if run_opt is not None else run_arg
-        check_run_id(run_id, "--run-id" if run_opt is not None else "RUN_ID")
+        check_run_id(run_id, "--run-id" if run_opt is not None else "RUN_ID", max_chars=MAX_STORED_RUN_ID_CHARS)
         if disagree and disagree[0] == disagree[1]:
             raise InputError(f"--disagree {disagree[0]} {disagree[1]}: the same method twice; name two different "
                              "methods (a method never disagrees with itself)")
@@ -183,7 +183,7 @@ def report_question(
     how it was found, right or wrong, votes for its answer) and every method's answer with why it chose
     it (the selection rule's reasoning, replayed from the traces)."""
     with user_errors():
-        check_run_id(run_id)
+        check_run_id(run_id, max_chars=MAX_STORED_RUN_ID_CHARS)
         r = question_report(open_trace_store(db), run_id, question_id)
         if as_json:
             print(json_text(r, default=str))

@@ -54,7 +54,7 @@ def open_checkpointer(db_path: str | Path, *, group_commit: bool = False) -> Inl
         saver = InlineAsyncSqliteSaver(conn, group_commit=group_commit)
         saver.setup()  # a corrupt or unwritable file fails here, before any question runs
     except sqlite3.Error as exc:
-        raise TraceStoreError(describe_sqlite_error(path, exc)) from None
+        raise TraceStoreError(describe_sqlite_error(path, exc, "checkpoint database")) from None
     return saver
 
 

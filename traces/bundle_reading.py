@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 from agora.traces.bundle import DIGEST_KEY, FILE_KINDS, FORMAT, HEADER_DIGEST_KEY, SUFFIX, VERSION, BundleError
 from agora.traces.bundle_schema import SCHEMA_TYPES, check_known_table, check_values, plain_name, short
 from agora.tasks.problem import SAME_ID, id_key
-from agora.traces.store import check_run_id
+from agora.traces.store import MAX_STORED_RUN_ID_CHARS, check_run_id
 
 #: Longest line a bundle may hold, in characters (a row with its texts: prompts and replies; the
 #: longest Agora stores are far below it). A longer line is refused before it is read whole.
@@ -426,7 +426,7 @@ class _Orphans:
 def _check_runs(path: Path, head: dict[str, Any]) -> None:
     for r in head.get("runs") or ():
         try:
-            check_run_id(r, "run id")
+            check_run_id(r, "run id", max_chars=MAX_STORED_RUN_ID_CHARS)
         except ValueError as exc:
             raise BundleError(f"{path}:1: runs: {exc}; nothing was imported") from None
 

@@ -61,12 +61,23 @@ def _bad_character(run_id: str) -> tuple[int, str, str] | None:
     return None
 
 
-def check_run_id(run_id: Any, option: str = "--run-id") -> str:
+#: The most characters a run id given by the user may have (``--run-id``, ``--thread``): ids are
+#: printed in tables and commands, and are part of the ids Agora derives from them.
+MAX_RUN_ID_CHARS = 200
+#: The most characters of a run id Agora stores or reads (:meth:`TraceStore.start_run`, a bundle's runs,
+#: a report's ``--run-id``): room for the ids derived from a user's (``<bench>:<task>:<protocol>``,
+#: ``<run>-duels``, ``<base>:<a>><b>``) on top of :data:`MAX_RUN_ID_CHARS`.
+MAX_STORED_RUN_ID_CHARS = 1000
+
+
+def check_run_id(run_id: Any, option: str = "--run-id", *, max_chars: int = MAX_RUN_ID_CHARS) -> str:
     """``run_id`` if it is a usable run id, else a one-line refusal naming ``option``: the one check
     every command that takes a run id (``--run-id``, ``--thread``, ``--dev-run-id``, a bundle's
     runs) and :meth:`TraceStore.start_run` apply, before anything is created.
 
-    Refused: a non-string, an empty or blank id, leading or trailing white space, a leading ``-``
+    Refused: a non-string, an empty or blank id, one longer than ``max_chars`` characters
+    (:data:`MAX_RUN_ID_CHARS` for an id the user names for a new run; :data:`MAX_STORED_RUN_ID_CHARS`
+    where derived ids are stored or read), leading or trailing white space, a leading ``-``
     (printed commands such as ``--run-id -x`` would read it as an option), control
     characters, invisible format characters (bidirectional overrides such as U+202E, zero-width
     spaces and joiners), lone surrogates and line or paragraph separators
@@ -79,6 +90,9 @@ def check_run_id(run_id: Any, option: str = "--run-id") -> str:
         raise InputError(f"{option}: a run id is text, got {run_id!r}")
     if not run_id.strip():
         raise InputError(f"{option} {run_id!r}: a blank run id; give a name (letters, digits, - _ : . …)")
+    if len(run_id) > max_chars:
+        raise InputError(f"{option} {run_id[:40]!r}… ({len(run_id)} characters): a run id has at most {max_chars} "
+                         "characters; give a shorter one")
     bad = _bad_character(run_id)
     if bad:
         at, ch, what = bad

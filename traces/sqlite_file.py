@@ -21,8 +21,9 @@ from agora.traces.errors import TraceStoreError
 BUSY_TIMEOUT_S = 30.0
 
 
-def describe_sqlite_error(path: str | Path, exc: BaseException) -> str:
-    """One line for an SQLite (or file-system) error on the database ``path``."""
+def describe_sqlite_error(path: str | Path, exc: BaseException, what: str = "Agora trace database") -> str:
+    """One line for an SQLite (or file-system) error on the database ``path``, which Agora reads as
+    ``what`` (named when the file is not a database or a corrupt one)."""
     msg = str(exc)
     low = msg.lower()
     if "disk is full" in low or isinstance(exc, OSError) and exc.errno == 28:  # SQLITE_FULL, ENOSPC
@@ -35,7 +36,7 @@ def describe_sqlite_error(path: str | Path, exc: BaseException) -> str:
         return (f"{path}: the database is locked by another process (waited {BUSY_TIMEOUT_S:g} s); "
                 "try again once it is done")
     if "not a database" in low or "malformed" in low or "corrupt" in low:
-        return f"{path}: not an SQLite database, or a corrupt one ({msg})"
+        return f"{path}: not a readable {what} (not an SQLite database, or a corrupt one: {msg})"
     if "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
         return f"{path}: not writable ({msg})"
     if "unable to open" in low:
@@ -187,6 +188,40 @@ def read_existing(path: str | Path, read: Callable[[sqlite3.Connection], T]) -> 
         raise TraceStoreError(describe_sqlite_error(path, exc)) from None
 
 
+def check_not_cut_short(path: str | Path) -> None:
+    """Refuse a SQLite file shorter than the size its header gives (page size × page count): a copy or
+    download cut short, whose later pages SQLite reads only when a query reaches them, failing then
+    with "database disk image is malformed". The header's count is used only where SQLite itself
+    trusts it (bytes 92-95 equal the change counter, bytes 24-27) and no ``-wal`` file with pages in it
+    is beside the file (a live writer's checkpoint may be extending it). A missing file or one without SQLite's
+    header passes (SQLite's own open names those).
+
+    Raises:
+        TraceStoreError: ``<path>: not a readable Agora trace database (cut short: N of the M bytes
+            its header gives ...)``.
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            header = f.read(100)
+    except OSError:
+        return
+    try:
+        logged = Path(f"{p}-wal").stat().st_size
+    except OSError:
+        logged = 0
+    if len(header) < 100 or header[:16] != b"SQLite format 3\x00" or logged:
+        return
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if pages and header[92:96] == header[24:28] and size < page_size * pages:
+        raise TraceStoreError(f"{path}: not a readable Agora trace database (cut short: {size} of the "
+                              f"{page_size * pages} bytes its header gives; a copy or download that did not "
+                              "finish?); copy it again, or give --db another file")
+
+
 def check_schema(path: str | Path) -> None:
     """Refuse an existing database that cannot take Agora's traces (:func:`schema_problem`) before
     anything is written to it: it is opened read-only (:func:`read_existing`), so its journal mode,
@@ -195,6 +230,7 @@ def check_schema(path: str | Path) -> None:
     Raises:
         TraceStoreError: naming the file and the problem.
     """
+    check_not_cut_short(path)
     problem = read_existing(path, schema_problem)
     if problem:
         raise TraceStoreError(f"{path}: {problem} (nothing was written to it)")

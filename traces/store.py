@@ -32,6 +32,8 @@ from agora.traces.resume import (
     QUESTION_HASHES,
     TRANSPORT_FIELDS,
     TRANSPORT_KWARGS,
+    MAX_RUN_ID_CHARS,
+    MAX_STORED_RUN_ID_CHARS,
     check_run_id,
     data_changes,
     question_hash,
@@ -57,6 +59,7 @@ from agora.traces.sqlite_file import (
     OWN_TABLES,
     _LockedDatabase,
     check_db_path,
+    check_not_cut_short,
     check_same_file,
     check_schema,
     describe_sqlite_error,
@@ -67,7 +70,7 @@ from agora.traces.sqlite_file import (
 )
 
 __all__ = [  # the names the layers above import from here (defined in the modules above)
-    "BUSY_TIMEOUT_S", "OWN_TABLES", "QUESTION_HASHES", "TRANSPORT_FIELDS", "TRANSPORT_KWARGS", "ResumeRefusedError",
+    "BUSY_TIMEOUT_S", "MAX_RUN_ID_CHARS", "MAX_STORED_RUN_ID_CHARS", "OWN_TABLES", "QUESTION_HASHES", "TRANSPORT_FIELDS", "TRANSPORT_KWARGS", "ResumeRefusedError",
     "RunLockedError", "TraceReader", "TraceStore", "TraceStoreError", "answer_fields", "backfill", "call_row",
     "call_rows", "check_db_path", "check_run_id", "check_schema", "clean_rows", "code_revision",
     "describe_sqlite_error", "fcntl", "lock_path", "now", "option_count", "question_hash", "read_existing",
@@ -130,6 +133,7 @@ class TraceStore(TraceReader):
         if self.readonly:
             if not Path(self.path).is_file():
                 raise TraceStoreError(f"{self.path}: no such trace database")
+            check_not_cut_short(self.path)
             conn = sqlite3.connect(readonly_uri(self.path), uri=True,
                                    timeout=BUSY_TIMEOUT_S, check_same_thread=False)
             conn.execute("select count(*) from sqlite_master").fetchone()  # not a database: fails here
@@ -217,7 +221,7 @@ class TraceStore(TraceReader):
                 may change) or another dataset (format, edited questions, or a path whose file holds
                 other questions: :meth:`data_changes`): resuming would mix two experiments in one run.
         """
-        check_run_id(run_id, "run id")
+        check_run_id(run_id, "run id", max_chars=MAX_STORED_RUN_ID_CHARS)
         with self._lock, self.db.conn:
             existing = self.get_run(run_id)
             if existing is not None:
