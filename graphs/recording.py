@@ -87,7 +87,7 @@ from agora.graphs.scoring import GRAPH_METADATA_KEY
 from agora.models.pool import unreturned_attempts
 from agora.traces.errors import ResumeRefusedError, RunLockedError
 from agora.traces.resume import refusal
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.store import MAX_STORED_RUN_ID_CHARS, TraceStore, check_run_id
 
 log = logging.getLogger("agora.recording")
 
@@ -244,7 +244,7 @@ class TraceRecorder(BaseCallbackHandler):
 
     def __init__(self, db: str | Path | TraceStore, run_id: str, *, config: Any = None, pool: Any = None):
         super().__init__()
-        self.run_id = check_run_id(run_id, "run_id")
+        self.run_id = check_run_id(run_id, "run_id", max_chars=MAX_STORED_RUN_ID_CHARS)
         if isinstance(db, TraceStore) and db.readonly:
             raise ValueError(f"TraceRecorder {self.run_id!r}: the trace store {db.path} is open read-only; "
                              "give the database path (or a TraceStore opened for writing)")
