@@ -47,6 +47,10 @@ Each invocation is its own question (``docs/guarantees.md``, "Recording from an 
   the app's own retry loop) is the same question: its tries are recorded under one id, and it is
   answered once a try answers (an earlier try's failed attempts are kept, not the samples it got
   before it raised: the question's samples are the answering try's).
+- **Replays** from an earlier checkpoint (time travel: ``invoke(None, {"configurable": {"thread_id": ...,
+  "checkpoint_id": ...}})``): a question of its own, ``<id>-replay`` (``-replay-2``, ...) of the
+  question last recorded on the thread, with the calls the replay made; its input is the thread's
+  (:data:`agora.graphs.scoring.RESUMED_INPUT`, the replayed checkpoint's input).
 - **One recorder per database on an invocation**: a second recorder of the same database (another
   ``run_id``) on an invocation the first records is refused as the invocation starts
   (:class:`RecorderConflictError`): the two would write the same model calls.
@@ -69,6 +73,7 @@ import re
 import threading
 import time
 import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,13 +88,18 @@ from agora.graphs import registry
 from agora.graphs.question import as_problem, check_question_id
 from agora.tasks.problem import SAME_ID, id_clash
 from agora.graphs.runner import default_detail, question_failed, scored_values
-from agora.graphs.scoring import GRAPH_METADATA_KEY
+from agora.graphs.scoring import GRAPH_METADATA_KEY, RESUMED_INPUT
 from agora.models.pool import unreturned_attempts
 from agora.traces.errors import ResumeRefusedError, RunLockedError
 from agora.traces.resume import refusal
 from agora.traces.store import MAX_STORED_RUN_ID_CHARS, TraceStore, check_run_id
 
 log = logging.getLogger("agora.recording")
+
+
+_REPLAY_OF = "__agora_replay_of__"
+"""The inputs key a replayed question's run carries (the recorder's own): the id of the question it
+replays (a replay from an earlier checkpoint is recorded as ``<that id>-replay``, ``-replay-2``, ...)."""
 
 
 class QuestionRecordedError(InputError):
@@ -109,6 +119,11 @@ _LIVE: dict[str, "weakref.WeakSet[TraceRecorder]"] = {}
 """Trace database → the recorders of this process writing to it (their invocations are checked
 against each other's: :class:`RecorderConflictError`)."""
 _LIVE_LOCK = threading.Lock()
+
+_OPEN_TOP: ContextVar[tuple["TraceRecorder", UUID] | None] = ContextVar("agora_recorder_top", default=None)
+"""The outermost run a recorder last started in this context: one whose start another callback
+refused (it raised in ``on_chain_start`` after the recorder's: no end is ever reported for it) is
+found here and dropped (:meth:`TraceRecorder._drop_dead_start`)."""
 
 
 def _database_key(store: TraceStore) -> str:
@@ -139,6 +154,8 @@ class _Run:
     """``(thread_id, checkpoint_ns)`` of a run under a checkpointer's thread (what a resume finds)."""
     unreturned: Any = None
     """The outermost run's :func:`agora.models.pool.unreturned_attempts` context (entered, its list)."""
+    top_token: Any = None
+    """The outermost run's :data:`_OPEN_TOP` token."""
     graph: str | None = None
     """A protocol graph's context class name (:data:`agora.graphs.scoring.GRAPH_METADATA_KEY`)."""
     pool_check: str | None = None
@@ -146,6 +163,10 @@ class _Run:
     database: the protocol whose recorded pool its first model call's pool is compared with."""
     pool_seen: Any = None
     """The outermost run's: the description of the pool its first model call went through."""
+    unseen_graph: str | None = None
+    """A node whose parent run this recorder did not see (it was given to the child runs only, as
+    ``CallbackManager([], inheritable_handlers=[recorder])`` gives it): the protocol graph's context
+    class its run metadata names (:data:`~agora.graphs.scoring.GRAPH_METADATA_KEY`), if any."""
 
 
 @dataclass
@@ -167,6 +188,11 @@ _NO_POOL_ADVICE = ("this TraceRecorder was given no pool=, so the pool its invoc
 def _described(pool: Any) -> Any:
     """A pool's description as a run row stores it (``ModelPool.describe()``; a list as it is)."""
     return pool.describe() if hasattr(pool, "describe") else pool
+
+
+def _thread_key(thread: tuple[str, str], inputs: dict[str, Any]) -> tuple[str, str, str, str]:
+    """A question asked on a checkpointer's thread: its thread, namespace, text and caller's id."""
+    return (*thread, str(inputs.get("question")), str(inputs.get("question_id") or ""))
 
 
 def _update_of(outputs: Any) -> dict[str, Any] | None:
@@ -215,7 +241,8 @@ class TraceRecorder(BaseCallbackHandler):
     ``question_id``: :class:`QuestionRecordedError`, a database file deleted or replaced since it
     was opened, or a store the app closed: :class:`~agora.traces.errors.TraceStoreError`, another
     recorder of the same database on the invocation: :class:`RecorderConflictError`, a recorder the
-    graph's nodes do not inherit, ``CallbackManager([recorder])``: :class:`RecorderNotInheritedError`,
+    graph's nodes do not inherit, ``CallbackManager([recorder])``, or one only they inherit,
+    ``CallbackManager([], inheritable_handlers=[recorder])``: :class:`RecorderNotInheritedError`,
     before the first model call) are raised in
     the invocation that ran the question (``raise_error``), not logged and lost.
 
@@ -280,6 +307,10 @@ class TraceRecorder(BaseCallbackHandler):
         """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         self._seen: Any = None
         """While an invocation's questions are written: the pool its first model call went through."""
+        self._thread_questions: dict[tuple[str, str, str, str], str] = {}
+        """``(thread_id, checkpoint_ns, question, question_id)`` (:func:`_thread_key`) → the id of the
+        question last recorded on the thread from that input (answered or failed): what a replay
+        from one of its checkpoints replays."""
         self.store.check_open()
         self._database = _database_key(self.store)
         with _LIVE_LOCK:
@@ -314,6 +345,11 @@ class TraceRecorder(BaseCallbackHandler):
         with self._lock:
             run = self._runs[run_id] = _Run(parent=parent_run_id, name=name, node=node, inputs=inputs, thread=thread,
                                             graph=None if node else metadata.get(GRAPH_METADATA_KEY))
+            if node and parent_run_id is not None and parent_run_id not in self._runs:
+                run.unseen_graph = metadata.get(GRAPH_METADATA_KEY)
+            if not node and not isinstance(inputs, dict) and metadata.get("checkpoint_id") and thread is not None \
+                    and thread not in self._held:
+                run.inputs = self._replayed_input(thread, str(metadata["checkpoint_id"])) or inputs
             if parent_run_id not in self._runs and self._closed:
                 del self._runs[run_id]
                 raise RuntimeError(
@@ -336,8 +372,50 @@ class TraceRecorder(BaseCallbackHandler):
                     dropped = self._held.pop(key)
                     if dropped.question_id is None:  # paused, never finished: counted as paused
                         self._dropped[dropped.protocol] = self._dropped.get(dropped.protocol, 0) + 1
+        self._drop_dead_start()
         collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id))
         run.unreturned = (collector, collector.__enter__())
+        run.top_token = _OPEN_TOP.set((self, run_id))
+
+    @staticmethod
+    def _drop_dead_start() -> None:
+        """Forget the outermost run a recorder last started in this context if it never got going:
+        not ended, no node started under it. Another callback handler of the invocation raised in
+        its ``on_chain_start`` after the recorder's (LangChain then reports no end to anyone), so
+        the invocation raised before anything ran; kept, it counted as ``unfinished`` in the runs'
+        summaries, and its model-call hook stayed in the context, refusing a later model call made
+        without the recorder (``RecorderNotInheritedError``). Called when a recorder starts another
+        outermost run in the context and when its ``with`` block ends."""
+        found = _OPEN_TOP.get()
+        if found is None:
+            return
+        recorder, rid = found
+        with recorder._lock:
+            run = recorder._runs.get(rid)
+            if run is None or run.ended or run.error is not None or run.children:
+                return
+            del recorder._runs[rid]
+        with contextlib.suppress(ValueError, RuntimeError):
+            _OPEN_TOP.reset(run.top_token)
+        if run.unreturned is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                run.unreturned[0].__exit__(None, None, None)
+
+    def _replayed_input(self, thread: tuple[str, str], checkpoint_id: str) -> Any:
+        """A protocol graph run replaying its thread from an earlier checkpoint (time travel:
+        ``invoke(None, {"configurable": {"thread_id": ..., "checkpoint_id": ...}})``): the thread's
+        input (:data:`agora.graphs.scoring.RESUMED_INPUT`) marked as a replay of the question this
+        recorder recorded on the thread (else of the input's ``question_id``, else of its text's
+        ``q-<crc32>``), so it is recorded as a question of its own; ``None`` when it is none."""
+        resumed = RESUMED_INPUT.get()
+        if resumed is None or resumed[0] != thread[0] or resumed[1] != checkpoint_id:
+            return None
+        inputs = resumed[2]
+        if not isinstance(inputs.get("question"), str) or not inputs["question"].strip():
+            return None
+        original = (self._thread_questions.get(_thread_key(thread, inputs)) or inputs.get("question_id")
+                    or as_problem(inputs).id)
+        return {**inputs, _REPLAY_OF: str(original)}
 
     def _refuse_shared(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """Raise :class:`RecorderConflictError` when another recorder of the same database records the
@@ -395,6 +473,9 @@ class TraceRecorder(BaseCallbackHandler):
                     self._record_tree(run_id)
             finally:
                 self._forget(run_id)
+                if run.top_token is not None:
+                    with contextlib.suppress(ValueError, RuntimeError):  # (ended in another context)
+                        _OPEN_TOP.reset(run.top_token)
                 if run.unreturned is not None:
                     try:
                         run.unreturned[0].__exit__(None, None, None)
@@ -425,6 +506,8 @@ class TraceRecorder(BaseCallbackHandler):
         inputs = graph_run.inputs
         if graph_run.node or not isinstance(inputs, dict) or not inputs.get("question_id") or not inputs.get("question"):
             return
+        if inputs.get(_REPLAY_OF):
+            return  # a replay from an earlier checkpoint: a question of its own (``<id>-replay``)
         if graph_run.thread is not None and graph_run.thread in self._held:
             return  # a paused or stopped question resumed: the same invocation
         protocols = [p for p, names in _protocol_nodes().items() if first_node in names]
@@ -496,10 +579,24 @@ class TraceRecorder(BaseCallbackHandler):
         graph run ``root`` while the recorder has seen none of that graph's nodes: it was given as a
         handler the graph's child runs do not inherit (``config={"callbacks": CallbackManager([recorder])}``,
         whose handlers are the top run's only), so it would see the graph start and end but no
-        node, no model call and no question. A model call is always made inside a node."""
+        node, no model call and no question. A model call is always made inside a node. Also
+        when ``root`` is a protocol graph's node whose graph run the recorder did not see (given to
+        the child runs only: ``CallbackManager([], inheritable_handlers=[recorder])``): it would see
+        the nodes but not the question's input, end or answer."""
         with self._lock:
             top = self._runs.get(root)
-            if top is None or top.node or top.children:
+            if top is None:
+                return
+            if top.node:  # a node of a protocol graph whose own run this recorder did not see
+                if top.unseen_graph not in self._by_context or any(
+                        self._runs[c].node for c in top.children if c in self._runs):
+                    return  # (the app's node, or a protocol graph run as the app's node: its nodes are seen)
+                raise RecorderNotInheritedError(
+                    f"TraceRecorder {self.run_id!r} sees this graph's nodes but not the graph's own run (it was "
+                    "passed to the child runs only, as CallbackManager([], inheritable_handlers=[recorder]) passes "
+                    "it), so its questions could not be recorded; pass it in a list, "
+                    'config={"callbacks": [recorder]}; no model was asked')
+            if top.children:
                 return
             if top.graph not in self._by_context and top.name != "LangGraph":
                 return  # (not a graph: a runnable of the app's own that asks a pool directly)
@@ -715,6 +812,8 @@ class TraceRecorder(BaseCallbackHandler):
                 held.question_id = again or self._question_id(protocol, inputs, failing=True)
             if held.question_id is not None:
                 qid = held.question_id
+                if run.thread is not None:
+                    self._thread_questions[_thread_key(run.thread, inputs or {})] = (inputs or {}).get(_REPLAY_OF) or qid
                 run_id = self._start(protocol, attempts)
                 self.store.record_calls(run_id, protocol, qid, [{**c, "question_id": qid} for c in attempts])
                 if isinstance(error, Exception):
@@ -747,6 +846,8 @@ class TraceRecorder(BaseCallbackHandler):
                 (:func:`agora.graphs.question.check_question_id`)."""
         run_id = f"{self.run_id}-{protocol}"
         given = inputs.get("question_id")
+        if inputs.get(_REPLAY_OF):  # a replay from an earlier checkpoint: <the replayed id>-replay, -replay-2, ...
+            return self._free_id(protocol, f"{inputs[_REPLAY_OF]}-replay")
         if given:
             check_question_id(str(given))  # (before the first node: no model asked)
             other = id_clash(self.store.question_ids(run_id) | set(self.failed_questions.get(protocol, {})), given)
@@ -765,7 +866,11 @@ class TraceRecorder(BaseCallbackHandler):
                     "invocation its own question_id, or none (one is made per invocation); nothing of this "
                     "invocation was written")
             return given
-        base = as_problem(inputs).id
+        return self._free_id(protocol, as_problem(inputs).id)
+
+    def _free_id(self, protocol: str, base: str) -> str:
+        """``base``, else the first of ``base-2``, ``base-3``, ... that ``protocol``'s run has not taken."""
+        run_id = f"{self.run_id}-{protocol}"
         # a failed question keeps its id though it has no row (cancelled with every call in flight)
         taken = self.store.question_ids(run_id, base) | set(self.failed_questions.get(protocol, {})) | {
             h.question_id for h in self._held.values() if h.protocol == protocol and h.question_id}
@@ -791,6 +896,10 @@ class TraceRecorder(BaseCallbackHandler):
         qid = (held.question_id if held is not None and held.question_id
                else again or self._question_id(protocol, inputs))
         calls = [{**c, "question_id": qid} for c in values.get("calls") or []]
+        if inputs.get(_REPLAY_OF) and not calls:
+            return  # a replay that asked no model (every step it ran kept its samples from the checkpoint)
+        if graph_run.thread is not None:
+            self._thread_questions[_thread_key(graph_run.thread, inputs)] = inputs.get(_REPLAY_OF) or qid
         problem = as_problem({**inputs, "question_id": qid})  # the caller's input: its gold scores the methods
         values = scored_values(values, problem)
         spec = self._protocols[protocol]
@@ -876,6 +985,7 @@ class TraceRecorder(BaseCallbackHandler):
         and ``failed`` are kept as given). ``unfinished``: invocations still running (another thread's, a
         stream left open); their questions are not written when they end (the invocation raises a
         one-line ``RuntimeError``), since the runs are ended."""
+        self._drop_dead_start()
         with self._lock:
             self._late = {rid for rid, run in self._runs.items() if run.parent not in self._runs and not run.ended}
             unfinished = len(self._late)

@@ -25,9 +25,11 @@ in one line, as a Python caller's context is refused.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 from collections.abc import Mapping
+from contextvars import ContextVar, Token
 from typing import Any
 
 from langgraph.graph import StateGraph
@@ -64,11 +66,32 @@ def _gold_problem(inp: Any) -> Any:
     return None
 
 
-def _input_checkpoints(config: Any) -> Any:
-    """The thread's config, for a checkpointer's ``list``: only the top graph's checkpoints."""
+def _input_checkpoints(config: Any) -> tuple[Any, Any]:
+    """``(the thread's config, before)`` for a checkpointer's ``list``: only the top graph's
+    checkpoints; a replay from an earlier checkpoint (``checkpoint_id``: time travel) lists that
+    one's ancestors (``before``, a config naming it), so a thread that later took another input
+    is scored against the input the replayed checkpoint came from."""
     configurable = dict((config or {}).get("configurable") or {})
-    configurable.pop("checkpoint_id", None)
-    return {"configurable": {**configurable, "checkpoint_ns": configurable.get("checkpoint_ns", "")}}
+    checkpoint_id = configurable.pop("checkpoint_id", None)
+    thread = {"configurable": {**configurable, "checkpoint_ns": configurable.get("checkpoint_ns", "")}}
+    return thread, None if not checkpoint_id else {"configurable": {"checkpoint_id": checkpoint_id}}
+
+
+def _replayed(checkpointer: Any, config: Any) -> list[Any]:
+    """The replayed checkpoint itself (``checkpoint_id``), which the ``before`` listing leaves out."""
+    thread, before = _input_checkpoints(config)
+    if before is None:
+        return []
+    saved = checkpointer.get_tuple({"configurable": {**thread["configurable"], **before["configurable"]}})
+    return [saved] if saved is not None else []
+
+
+async def _areplayed(checkpointer: Any, config: Any) -> list[Any]:
+    thread, before = _input_checkpoints(config)
+    if before is None:
+        return []
+    saved = await checkpointer.aget_tuple({"configurable": {**thread["configurable"], **before["configurable"]}})
+    return [saved] if saved is not None else []
 
 
 def _thread_input(tuples: Any) -> Any:
@@ -203,40 +226,84 @@ class ScoredCompiledGraph(CompiledStateGraph):
             log.warning("graph input key %r is not an input of this graph and is ignored; did you mean %r? "
                         "(its input keys: %s)", key, known, ", ".join(sorted(self.input_keys())))
 
+    def _thread_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
+        """On a resume (:func:`_resumes`): the raw input of the thread's input checkpoint (of the
+        replayed checkpoint's, on a replay from an earlier one), else ``None``."""
+        if not _resumes(self, input, config):
+            return None
+        thread, before = _input_checkpoints(config)
+        tuples = self.checkpointer.list(thread, before=before)
+        return _thread_input([*_replayed(self.checkpointer, config), *tuples])
+
+    async def _athread_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
+        if not _resumes(self, input, config):
+            return None
+        for saved in await _areplayed(self.checkpointer, config):
+            if "__start__" in (values := saved.checkpoint.get("channel_values") or {}):
+                return values["__start__"]
+        thread, before = _input_checkpoints(config)
+        async for saved in self.checkpointer.alist(thread, before=before):
+            if "__start__" in (values := saved.checkpoint.get("channel_values") or {}):
+                return values["__start__"]
+        return None
+
     def _gold(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         """The problem whose gold this run's output is scored against: the input's, or on a resume
         the thread's input checkpoint's (``None`` without gold)."""
         if _resumes(self, input, config):
-            return _gold_problem(_thread_input(self.checkpointer.list(_input_checkpoints(config))))
-        return _gold_problem(input)
-
-    async def _agold(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
-        if _resumes(self, input, config):
-            async for saved in self.checkpointer.alist(_input_checkpoints(config)):
-                if "__start__" in (values := saved.checkpoint.get("channel_values") or {}):
-                    return _gold_problem(values["__start__"])
-            return None
+            return _gold_problem(self._thread_input(input, config))
         return _gold_problem(input)
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
         input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
         self._warn_misspelt(input, config)
-        problem = self._gold(input, config)
-        chunks = super().stream(input, config, **kwargs)
-        if problem is None:
-            yield from chunks
-            return
-        mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
-        for chunk in chunks:
-            yield _scored_chunk(chunk, mode, subgraphs, problem)
+        resumed = self._thread_input(input, config)
+        problem = _gold_problem(resumed if _resumes(self, input, config) else input)
+        token = _note_resumed(config, resumed)
+        try:
+            chunks = super().stream(input, config, **kwargs)
+            if problem is None:
+                yield from chunks
+                return
+            mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
+            for chunk in chunks:
+                yield _scored_chunk(chunk, mode, subgraphs, problem)
+        finally:
+            _forget_resumed(token)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
         self._warn_misspelt(input, config)
-        problem = await self._agold(input, config)
-        mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
-        async for chunk in super().astream(input, config, **kwargs):
-            yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)
+        resumed = await self._athread_input(input, config)
+        problem = _gold_problem(resumed if _resumes(self, input, config) else input)
+        token = _note_resumed(config, resumed)
+        try:
+            mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
+            async for chunk in super().astream(input, config, **kwargs):
+                yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)
+        finally:
+            _forget_resumed(token)
+
+
+RESUMED_INPUT: ContextVar[tuple[str, str | None, dict[str, Any]] | None] = ContextVar("agora_resumed_input",
+                                                                                      default=None)
+"""While a protocol graph resumes a thread of its checkpointer (input ``None`` or a ``Command``):
+``(thread_id, the replayed checkpoint_id or None, the raw input of the thread's input checkpoint)``.
+A callback meeting the graph's run without its input reads it there: the trace recorder records a
+replay from an earlier checkpoint (time travel) as a question of its own."""
+
+
+def _note_resumed(config: Any, resumed: Any) -> Token | None:
+    if not isinstance(resumed, Mapping):
+        return None
+    configurable = (config or {}).get("configurable") or {}
+    return RESUMED_INPUT.set((str(configurable.get("thread_id")), configurable.get("checkpoint_id"), dict(resumed)))
+
+
+def _forget_resumed(token: Token | None) -> None:
+    if token is not None:
+        with contextlib.suppress(ValueError, RuntimeError):  # (a stream closed in another context)
+            RESUMED_INPUT.reset(token)
 
 
 GRAPH_METADATA_KEY = "agora_graph"
