@@ -15,6 +15,7 @@ from agora.tasks.errors import InputError
 from agora.tasks.loaders import detect_format, load_problems
 from agora.tasks.problem import Problem
 from agora.tasks.samples import sample_path
+from agora.traces.resume import MAX_STORED_RUN_ID_CHARS, check_run_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,11 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
         if not name or ":" in name or name in taken or name in ("all", "macro"):
             raise InputError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "
                              "name it with name=path")
+        try:  # a part of the bench's run ids (<bench>:<task>:<protocol>): refused here, before any cell runs
+            check_run_id(f"x{name}x", "--tasks", max_chars=MAX_STORED_RUN_ID_CHARS)
+        except InputError:
+            raise InputError(f"--tasks: task name {name!r} (from {str(path)!r}) holds a character a run id may not "
+                             "(a control or invisible character) or is too long; name it with name=path") from None
         if fmt == "prompts":
             raise InputError(f"{path}: no gold answers (format prompts); a bench needs gold answers to score")
         problems = load_problems(path, fmt, None if dev else limit)
