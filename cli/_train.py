@@ -80,6 +80,24 @@ def verified_samples(db: str, model: str, source_run: list[str] | None, held_out
     return cfg, samples, skipped
 
 
+def held_out_by_text(held_out: Path | None, what: str):
+    """``--held-out`` for data matched by question text only (``what``: ``"duel pairs"``), as a
+    :class:`~agora.training.own_samples.HeldOut`; empty without it.
+
+    Raises:
+        InputError: a file of question ids (``.txt``): nothing in that data carries the ids, so
+            nothing would be held out."""
+    from agora.training.own_samples import HeldOut
+
+    if held_out is None:
+        return HeldOut()
+    held = HeldOut.from_file(held_out)
+    if held.question_ids and not held.questions:
+        raise InputError(f"--held-out {held_out}: a file of question ids, but {what} carry no question ids (they are "
+                         "matched by question text): give the held-out problem file (JSONL) instead")
+    return held
+
+
 def check_sources(db: str, model: str | None, source_run: list[str] | None) -> None:
     """Refuse, in one line naming the known ones, a ``--source-run`` that is not a run of ``db`` and
     a ``--model`` with no recorded call in those runs (else the datasets would be silently empty;
@@ -132,25 +150,49 @@ def check_pair_sources(db: str, pairs: list[dict], flt) -> None:
                          f"{', '.join(members) or 'none'})")
 
 
+#: The files ``--data-only`` writes in ``OUT/dataset/`` (by dataset kind: train, train + validation).
+DATASET_FILES = frozenset({"train.jsonl", "validation.jsonl", "stats.json"})
+
+
 def write_data_only(out: Path, splits: dict[str, list[dict]], stats: dict,
                     training_check: Callable[[], None] | None = None) -> None:
     """``--data-only``: the rows of each split as ``OUT/dataset/<split>.jsonl`` and ``stats.json``, reported.
 
+    Each file is written beside its place and moved there whole, ``stats.json`` last, so an
+    interrupted write leaves the previous dataset's files (or none), never a cut one; a dataset file
+    of another kind left in the folder (``validation.jsonl`` of a DPO dataset under an SFT one) is
+    removed, so the folder holds this dataset only.
+
     ``training_check`` is what training would refuse the dataset for (an empty one): the data and its
     statistics are still written (they say why it is empty), and its message is printed as a
-    warning on stderr; the exit status stays 0."""
+    warning on stderr; the exit status stays 0.
+
+    Raises:
+        InputError: ``OUT/dataset`` or a file in it cannot be written (a file, a folder, read-only)."""
     import json
+    import os
 
     from agora.training.datasets import export_jsonl
 
     folder = out / "dataset"
+    files = {f"{split}.jsonl": rows for split, rows in splits.items()}
     try:
-        for split, rows in splits.items():
-            export_jsonl(rows, folder / f"{split}.jsonl")
-        (folder / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False, default=str),
-                                           encoding="utf-8")
+        for name, rows in files.items():
+            export_jsonl(rows, folder / f".{name}.partial")
+        (folder / ".stats.json.partial").write_text(json.dumps(stats, indent=2, ensure_ascii=False, default=str),
+                                                    encoding="utf-8")
+        for name in DATASET_FILES - set(files) - {"stats.json"}:  # another kind of dataset's split
+            if (folder / name).is_file():
+                (folder / name).unlink()
+        for name in (*files, "stats.json"):
+            os.replace(folder / f".{name}.partial", folder / name)
     except OSError as exc:  # OUT/dataset or a file in it is something else (a file, a folder), or not writable
-        raise InputError(f"--out {out}: cannot write {exc.filename or folder}: {exc.strerror or exc}") from None
+        where = getattr(exc, "filename2", None) or exc.filename or folder  # (a move's target, else the file)
+        raise InputError(f"--out {out}: cannot write {where}: {exc.strerror or exc}") from None
+    finally:  # (an interrupted or refused write leaves no partial file behind)
+        for name in (*files, "stats.json"):
+            with contextlib.suppress(OSError):
+                (folder / f".{name}.partial").unlink(missing_ok=True)
     echo_kv({**{f"{split} rows": len(rows) for split, rows in splits.items()}, "dataset": folder,
              **{k: stats[k] for k in ("questions", "samples", "correct", "pairs_before_length_filter",
                                       "pairs_after_length_filter", "pairs", "sft_rows") if k in stats},

@@ -14,12 +14,13 @@ from agora.tasks.errors import InputError
 from agora.models import safe_file_name
 from agora.agents.exp3 import Exp3Config
 from agora.agents.judge import JudgeConfig
-from agora.cli._shared import Table, console, from_options, new_run_id, settings_from_options, user_errors
+from agora.cli._shared import (Table, check_out_path, console, from_options, new_run_id, settings_from_options,
+                               user_errors)
 from agora.cli._apps import app
 from agora.cli._run import member_names
 from agora.cli._train import SEED_OPTION, TRAIN_OPTIONS, ServeWith, lora_settings, member_specs, require_train_extra
 from agora.tasks.loaders import FORMATS, load_problems
-from agora.traces.store import TraceStore, check_run_id
+from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.models.contract import MAX_TOKENS_LIMIT
 
 #: Progress lines printed (the duels' own events are too many on a terminal).
@@ -78,7 +79,23 @@ def evolve_cmd(
     models replace their pool entries (when they do no worse on held-out pairs) → next iteration."""
     with user_errors("duels"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        check_out_path(out)  # a file there would stop the loop only after the first iteration's duels
         trained = member_names(train_models, "--train-models")  # before any work
+        if algo == "grpo" and data == "own":
+            raise InputError("--algo grpo --data own: GRPO trains on the duels' instructions, not on stored answers; "
+                             "use --algo grpo --data duels (the default), --algo dpo --data own or --algo sft --data own")
+        if algo == "sft" and data != "own":
+            raise InputError(f"--algo sft --data {data}: SFT trains on each member's own right answers; use --algo sft "
+                             "--data own, or --algo dpo / --algo grpo with --data duels")
+        for flag, given, needs in (  # options the run would silently ignore
+                ("--held-out-limit", held_out_limit is not None and held_out is None, "--held-out FILE"),
+                ("--length-ratio", length_ratio != 1.5 and data != "own", "--data own"),
+                ("--min-margin", min_margin != 0.0 and data == "own", "--data duels (the judges' score margins)"),
+                ("--reward", list(reward) != ["judge"] and algo != "grpo", "--algo grpo"),
+                ("--num-generations", num_generations != 4 and algo != "grpo", "--algo grpo"),
+                ("--max-completion-length", max_completion_length != 256 and algo != "grpo", "--algo grpo")):
+            if given:
+                raise InputError(f"{flag}: an option of {needs}; here it would be ignored")
         require_train_extra()  # one line naming the extra, before any duel is played or run recorded
         from agora.models.llamacpp import default_threads
         from agora.models.pool import pool_from_specs
@@ -120,6 +137,11 @@ def evolve_cmd(
 
             held = load_problems(held_out, detect_format(held_out), held_out_limit)
         run_id = new_run_id("evolve") if run_id is None else check_run_id(run_id)
+        from agora.training.evolve import check_evolve
+
+        existing = store_backend(db) is not None or Path(db).is_file()
+        # every refusal before the run line (nothing recorded; a new database is not created)
+        check_evolve(TraceStore(db) if existing else None, run_id, specs, problems, cfg, held)
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
                       f"{len(problems)} instructions, pool {escape(', '.join(s.name for s in specs))}", highlight=False)

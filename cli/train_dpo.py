@@ -20,7 +20,7 @@ from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTI
                               THREADS_OPTION, TRAIN_OPTIONS, PAIRS, SAVE_STEPS_OPTION, SEED_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, verified_samples, write_data_only,
-                              check_pair_sources)
+                              check_pair_sources, held_out_by_text)
 
 
 @train_app.command("dpo")
@@ -92,12 +92,10 @@ def train_dpo_cmd(
             source = {"pairs": "own", "verified": vcfg.describe()}
             note = empty_note(stats, pairs=True)
         else:
-            from agora.training.own_samples import HeldOut
-
             if source_run:
                 raise InputError("--source-run chooses the runs of --pairs own; duel pairs are chosen with --duel-run")
             pairs = load_preference_pairs(db) + (align_pairs(db) if align else [])
-            held = HeldOut.from_file(held_out) if held_out is not None else HeldOut()
+            held = held_out_by_text(held_out, "duel and ALIGN pairs" if align else "duel pairs")
             before = len(pairs)
             pairs = [p for p in pairs if not held.excludes("", p.get("prompt"))]
             stats = {"model": model, "pairs_read": before, "held_out_pairs": before - len(pairs)}

@@ -21,7 +21,8 @@ from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
                               THREADS_OPTION, SAVE_STEPS_OPTION, SEED_OPTION, SERVE_WITH_OPTION, TRAIN_OPTIONS,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
-                              llama_threads, require_train_extra, train_and_record, write_data_only)
+                              held_out_by_text, llama_threads, require_train_extra, train_and_record,
+                              write_data_only)
 
 
 REWARDS = ("correctness", "stored", "judge")
@@ -109,13 +110,15 @@ def train_grpo_cmd(
                 temperature=temperature, beta=kl_beta, threads=llama_threads(threads), seed=seed,
                 save_steps=save_steps)
 
+        note = None  # why an --aggregate dataset is empty
         if aggregate:
             rows, source, stats = aggregate_rows(db, aggregate, sets_per_question, easy_per_hard, source_run,
                                                  held_out, shots, seed, limit)
+            note = stats.pop("empty_note", None)
             if data_only:
                 grpo_settings()
                 write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source},
-                                training_check=lambda: check_grpo_rows(model, rows))
+                                training_check=lambda: check_grpo_rows(model, rows, note))
                 return
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
@@ -139,22 +142,32 @@ def train_grpo_cmd(
             kept = [p for p in problems if not held.excludes(p.id, p.question)]
             rows, source = grpo_rows_from_problems(kept, shots), {"data": str(data), "limit": limit,
                                                                   "held_out_prompts": len(problems) - len(kept)}
+            if problems and not kept:
+                note = f"all {len(problems)} problems read from {data} are held out by --held-out {held_out}"
         else:
             if store_backend(db) is None and not Path(db).is_file():
                 raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first, or pass --data)")
-            held = held_out_set(held_out)
+            held = held_out_by_text(held_out, "duel instructions")
             every = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
                                          model=None if all_prompts else model)
             kept = [r for r in every if not held.excludes("", r["instruction"])]
             rows = kept[:limit]
+            if every and not kept:
+                note = f"all {len(every)} duel instructions read are held out by --held-out {held_out}"
+            elif not every:
+                played = "" if all_prompts else f" of {model}"
+                note = (f"no duel{played} recorded in {shown_url(db)}"
+                        + (f" runs {', '.join(duel_run)}" if duel_run else "")
+                        + ("" if all_prompts else " (--all-prompts: every duel's instruction)")
+                        + "; play duels first (agora duel), or give problems with --data")
             source = {"db": shown_url(db), "duel_runs": duel_run, "all_prompts": all_prompts,
                       "held_out_prompts": len(every) - len(kept)}
         if data_only:
             write_data_only(out, {"train": rows}, {"rows": len(rows), "source": source},
-                            training_check=lambda: check_grpo_rows(model, rows))
+                            training_check=lambda: check_grpo_rows(model, rows, note))
             return
         require_train_extra()
-        check_grpo_rows(model, rows)  # before a run is recorded
+        check_grpo_rows(model, rows, note)  # before a run is recorded
         run_id = new_run_id("train-grpo") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
         if aggregate:
@@ -203,11 +216,32 @@ def aggregate_rows(db: str, k: int, sets_per_question: int, easy_per_hard: float
     samples, skipped = scored_samples(db, (), tuple(source_run or ()), held)
     sets = candidate_sets(samples, cfg)[:limit]
     stats = {**aggregator_stats(sets), "skipped_calls": skipped}
+    if not sets:
+        stats["empty_note"] = empty_sets_note(samples, k, easy_per_hard)
     source = {"db": shown_url(db), "aggregate": k, "sets_per_question": sets_per_question,
               "easy_per_hard": easy_per_hard,
               "held_out_questions": len(held), "source_run_filter": list(source_run or ()),
               "source_runs": stats["source_runs"]}
     return aggregator_rows(sets, cfg), source, stats
+
+
+def empty_sets_note(samples, k: int, easy_per_hard: float) -> str:
+    """Why ``--aggregate K`` drew no candidate set from ``samples`` (scored samples of any model), in
+    one clause: too few samples per question, or only sets whose majority is right (easy) and none
+    to keep them beside."""
+    from collections import defaultdict
+
+    from agora.training.own_samples import normalise_question
+
+    per_question: dict[str, set[str]] = defaultdict(set)
+    for s in samples:
+        per_question[normalise_question(s.question)].add(s.call_id)
+    most = max(map(len, per_question.values()), default=0)
+    if most < k:
+        return (f"no question has {k} recorded samples to show (the most for one question: {most}, over "
+                f"{len(per_question)} questions with gold); lower --aggregate or record more samples")
+    return (f"every candidate set drawn has a right majority (easy) and none a wrong one (hard), and "
+            f"--easy-per-hard {easy_per_hard:g} keeps that many easy sets per hard one")
 
 
 def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,

@@ -318,7 +318,8 @@ def test_cli_evolve_refuses_sft_on_duel_preferences_in_one_line(tmp_path):
                 "--out", tmp_path / "o")
     assert out.exit_code == 2 and "Traceback" not in out.output
     assert [line for line in out.output.splitlines() if line.startswith("error:")] == [
-        "error: --algo, --data: EvolveConfig.algorithm 'sft' trains on the member's own right answers: set data 'own'"]
+        "error: --algo sft --data duels: SFT trains on each member's own right answers; use --algo sft --data own, or "
+        "--algo dpo / --algo grpo with --data duels"]
 
 
 def test_a_bench_runs_samples_are_counted_under_its_task(tmp_path):

@@ -297,7 +297,9 @@ def grpo_rows_from_problems(problems: Iterable[Problem], shots: int = 2) -> list
 
 def split_by_instruction(rows: Sequence[dict[str, Any]], validation_fraction: float = 0.1,
                          seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Train/validation split by instruction: all rows of an instruction land on the same side.
+    """Train/validation split by instruction: all rows of an instruction land on the same side
+    (instructions that differ only in whitespace are one instruction, as the held-out checks count
+    them: the same question asked under two prompts never lands on both sides).
 
     ``round(validation_fraction × instructions)`` instructions (at least one when the fraction is
     positive and there are two or more) are drawn with a seeded shuffle of the sorted instructions.
@@ -307,13 +309,17 @@ def split_by_instruction(rows: Sequence[dict[str, Any]], validation_fraction: fl
     """
     if not 0.0 <= validation_fraction < 1.0:
         raise InputError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
-    instructions = sorted({r["instruction"] for r in rows})
+
+    def key(row: dict[str, Any]) -> str:
+        return " ".join(str(row["instruction"]).split())
+
+    instructions = sorted({key(r) for r in rows})
     random.Random(seed).shuffle(instructions)
     n_val = round(validation_fraction * len(instructions))
     if validation_fraction > 0 and n_val == 0 and len(instructions) >= 2:
         n_val = 1
     held = set(instructions[:n_val])
-    return [r for r in rows if r["instruction"] not in held], [r for r in rows if r["instruction"] in held]
+    return [r for r in rows if key(r) not in held], [r for r in rows if key(r) in held]
 
 
 def export_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:

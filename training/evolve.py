@@ -228,8 +228,9 @@ def _train(store: TraceStore, run_id: str, duel_run_id: str, pool: ModelPool, sp
         return dpo_member(store, run_id, spec, pairs, out, cfg.dpo, flt, validation_fraction=cfg.validation_fraction,
                           iteration=t, source=source)
     if cfg.algorithm == "sft":
-        held_out = {r["instruction"] for r in val_rows}
-        run = sft_member(store, run_id, spec, [r for r in sft if r["instruction"] not in held_out], out, cfg.sft,
+        held_out = {normalise_question(r["instruction"]) for r in val_rows}
+        run = sft_member(store, run_id, spec, [r for r in sft if normalise_question(r["instruction"]) not in held_out],
+                         out, cfg.sft,
                          iteration=t, source=source)
         run.validation_rows = val_rows
         if val_rows:
@@ -238,9 +239,9 @@ def _train(store: TraceStore, run_id: str, duel_run_id: str, pool: ModelPool, sp
         return run
     from agora.training import rewards as R
 
-    held_out = {r["instruction"] for r in val_rows}
+    held_out = {normalise_question(r["instruction"]) for r in val_rows}
     rows = [r for r in grpo_rows_from_duels(load_duels(store.db, run_ids=(duel_run_id,), iterations=(t,)),
-                                            model=spec.name) if r["instruction"] not in held_out]
+                                            model=spec.name) if normalise_question(r["instruction"]) not in held_out]
     funcs: list[Any] = []
     for name in cfg.rewards:
         if name == "judge":
@@ -270,6 +271,62 @@ def held_out_accuracy(spec: ModelSpec, problems: Sequence[Problem], out_file: Pa
     return sum(bool(r["correct"]) for r in rows) / len(rows)
 
 
+def _recorded_config(cfg: EvolveConfig, duel_run_id: str) -> dict[str, Any]:
+    """The settings the ``evolve`` run records (and a rerun under its id is compared with)."""
+    recorded = asdict(cfg)
+    # defaults added later are left out, so runs recorded before they existed resume
+    for key, default in (("serve_with", "transformers"), ("data", "duels"), ("length_ratio", 1.5)):
+        if recorded[key] == default:
+            del recorded[key]
+    if cfg.algorithm != "sft":
+        del recorded["sft"]
+    return {**recorded, "duel_run": duel_run_id}
+
+
+def check_evolve(store: TraceStore | None, run_id: str, specs: Sequence[ModelSpec], problems: Sequence[Problem],
+                 cfg: EvolveConfig, held_out: Sequence[Problem] = ()) -> list[str]:
+    """What :func:`evolve` refuses before its first duel, checked without recording anything (the
+    command line asks it before it says that a run starts). Returns the members to train.
+
+    Raises:
+        InputError: a member to train that is not in the pool or has no local weights, a pool with no
+            member to train, ``data = "own"`` with no instruction holding a gold answer (nothing to
+            check an answer against), held-out problems without gold answers or that are also
+            instructions of the duels (text compared with whitespace collapsed).
+        ResumeRefusedError: an existing ``run_id`` of ``store`` started with other settings, pool or
+            instructions (:func:`agora.traces.resume.resume_refusal`; ``store`` ``None``: a new
+            database, not checked).
+    """
+    from agora.traces.errors import ResumeRefusedError
+    from agora.traces.resume import resume_refusal
+
+    names = trainable(specs, cfg.train_models)
+    if not names:
+        raise InputError(f"no member of the pool ({', '.join(s.name for s in specs)}) has local weights to train "
+                         "(a llamacpp GGUF or a transformers HF folder): the iterations would only play duels")
+    if cfg.data == "own" and not any(p.gold is not None and p.kind in ("math", "mc") for p in problems):
+        raise InputError(f"data 'own': none of the {len(problems)} instructions has a gold answer (math or "
+                         "multiple choice) to check the members' answers against; give a problem file with gold "
+                         "answers, or train on the judges' preferences (data 'duels')")
+    no_gold = [p.id for p in held_out if p.gold is None or p.kind not in ("math", "mc")]
+    if no_gold:
+        raise InputError(f"{len(no_gold)} held-out problems have no gold answer to score against (first: "
+                         f"{no_gold[0]!r}); hold out problems with gold answers")
+    overlap = {normalise_question(p.question) for p in held_out} & {normalise_question(p.question) for p in problems}
+    if overlap:
+        raise InputError(f"{len(overlap)} held-out problems are also instructions of the duels; hold out others")
+    refused = None if store is None else resume_refusal(
+        store, run_id, "evolve", _recorded_config(cfg, f"{run_id}-duels"), [s.describe() for s in specs],
+        {"instructions": len(problems)})
+    if refused is not None:
+        raise ResumeRefusedError(refused)
+    duels = None if store is None or store.get_run(run_id) is not None else store.get_run(f"{run_id}-duels")
+    if duels is not None:  # another command's run under the id this run would play its duels as
+        raise ResumeRefusedError(f"run id {run_id!r} would play its duels as run {run_id}-duels, which {store.path} "
+                                 f"already holds (a {duels['protocol']} run of another command); pick a new --run-id")
+    return names
+
+
 def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems: Sequence[Problem],
            cfg: EvolveConfig, out_dir: str | Path, *, on_event: Callable[[dict], None] | None = None,
            make_pool: PoolFactory = pool_from_specs, held_out: Sequence[Problem] = (),
@@ -294,19 +351,9 @@ def evolve(store: TraceStore, run_id: str, specs: Sequence[ModelSpec], problems:
     """
     out_dir = Path(out_dir)
     specs = list(specs)
-    names = trainable(specs, cfg.train_models)
+    names = check_evolve(store, run_id, specs, problems, cfg, held_out)
     duel_run_id = f"{run_id}-duels"
-    recorded = asdict(cfg)
-    # defaults added later are left out, so runs recorded before they existed resume
-    for key, default in (("serve_with", "transformers"), ("data", "duels"), ("length_ratio", 1.5)):
-        if recorded[key] == default:
-            del recorded[key]
-    if cfg.algorithm != "sft":
-        del recorded["sft"]
-    overlap = {normalise_question(p.question) for p in held_out} & {normalise_question(p.question) for p in problems}
-    if overlap:
-        raise InputError(f"{len(overlap)} held-out problems are also instructions of the duels; hold out others")
-    store.start_run(run_id, "evolve", config={**recorded, "duel_run": duel_run_id},
+    store.start_run(run_id, "evolve", config=_recorded_config(cfg, duel_run_id),
                     pool=[s.describe() for s in specs], dataset={"instructions": len(problems)})
     emit = on_event or (lambda e: None)
     outcome = EvolveOutcome(run_id, duel_run_id, [], specs)

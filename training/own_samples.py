@@ -20,7 +20,11 @@ first round. :func:`own_samples` reads them through the store's readers (``run_i
   program result, leaves it out; one that only changes the prompt, a persona or a few-shot set,
   keeps it: the recorded prompt is the one the member saw), and its prompt is recorded;
 * its question has a gold answer and a checker (``math`` or ``mc``; ``open`` questions are not
-  verifiable) and is not held out (:class:`HeldOut`: by question id or by question text).
+  verifiable), a text (without one a question can be neither grouped nor held out by text: counted
+  under ``no_prompt``), and is not held out (:class:`HeldOut`: by question id or by question text).
+
+One question (its text, whitespace collapsed) recorded by two runs with golds the checker tells
+apart is refused (:func:`check_golds`): its samples would be scored against two answers.
 
 Each kept sample is scored with :func:`agora.tasks.scoring.score_answer` on the answer recorded with
 it (re-extracted with :func:`agora.tasks.find_answer` where the database predates that column).
@@ -80,17 +84,40 @@ class HeldOut:
         """A problem file (JSONL in any format :func:`agora.tasks.loaders.load_problems` reads: ids and
         texts) or a text file of question ids, one a line (``.txt``).
 
+        The ids file is read as the problem files are: UTF-8 (a byte-order mark ignored), any line
+        ending; its suffix in any case (``.TXT``).
+
         Raises:
-            FileNotFoundError: no such file. TaskFormatError: a malformed problem file (one line
-            naming file, line and field).
+            FileNotFoundError: no such file. TaskFormatError: a folder; a malformed problem file (one
+            line naming file, line and field); an ids file in UTF-16 or another encoding than UTF-8,
+            or whose lines are JSON objects (a problem file named ``.txt``: its ids would match nothing).
         """
+        from agora.tasks.errors import not_utf8
+        from agora.tasks.loaders import TaskFormatError, detect_format, load_problems
+
         path = Path(path)
+        if path.is_dir():
+            raise TaskFormatError(path, 0, None, "is a folder; give a held-out problem file (JSONL) or a .txt file of "
+                                  "question ids")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such held-out question file")
-        if path.suffix == ".txt":
-            ids = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        if path.suffix.lower() == ".txt":
+            raw = path.read_bytes()
+            utf16 = not_utf8(path, raw[:4096])
+            if utf16 is not None:
+                raise TaskFormatError(path, 1, None, utf16)
+            ids = []
+            for number, line in enumerate(raw.splitlines(), 1):
+                try:
+                    text = line.decode("utf-8-sig" if number == 1 else "utf-8").strip()
+                except UnicodeDecodeError as exc:
+                    raise TaskFormatError(path, number, None, f"not UTF-8 text (byte {exc.start + 1} of the line)"
+                                          ) from None
+                if text.startswith("{"):
+                    raise TaskFormatError(path, number, None, "a JSON object, not a question id: a problem file "
+                                          "is read by its ids and texts when it is named .jsonl")
+                ids.append(text)
             return cls(frozenset(i for i in ids if i))
-        from agora.tasks.loaders import detect_format, load_problems
 
         return cls.from_problems(load_problems(path, fmt or detect_format(path)))
 
@@ -184,6 +211,12 @@ def _messages(value: Any) -> tuple[dict[str, str], ...] | None:
     return tuple(out) if out[-1]["role"] == "user" else None
 
 
+def _count(value: Any) -> int | None:
+    """A recorded token count, or ``None`` where the row holds anything but a whole number >= 0 (a
+    hand-made database's text or float): lengths are then compared in characters."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def _bench_task(store: TraceStore, run_id: str) -> str | None:
     """The task of a bench's run (ids ``<bench>:<task>:<protocol>``, its dataset naming the bench), else ``None``."""
     row = store.get_run(run_id) or {}
@@ -245,7 +278,7 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
     skipped = {"held_out": 0, "no_gold": 0, "not_solver": 0, "recipe": 0, "no_prompt": 0}
     if not {"runs", "questions", "model_calls"} <= tables:
         return [], skipped
-    runs = list(run_ids) or store.run_ids()
+    runs = list(dict.fromkeys(run_ids)) or store.run_ids()  # a run named twice is read once
     wanted = set(models)
     out: list[OwnSample] = []
     for run_id in runs:
@@ -255,7 +288,7 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
         order = {qid: n for n, qid in enumerate(questions)}
         bench_task = _bench_task(store, run_id)
         calls = [c for c in store.calls(run_id) if (not wanted or c.get("model") in wanted)
-                 and c.get("error") is None and (c.get("completion") or "").strip()
+                 and c.get("error") is None and isinstance(c.get("completion"), str) and c["completion"].strip()
                  and c.get("question_id") in questions]
         calls.sort(key=lambda c: (order[c["question_id"]], c.get("created_at") or "", c.get("sample_index") or 0,
                                   c["call_id"]))
@@ -278,7 +311,8 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
                 skipped["held_out"] += 1
                 continue
             messages = _messages(c.get("messages"))
-            if messages is None:
+            if messages is None or not isinstance(q.get("question"), str) or not q["question"].strip():
+                # (without the question's text it can be neither grouped nor held out by text)
                 skipped["no_prompt"] += 1
                 continue
             text = c["completion"].strip()
@@ -287,14 +321,37 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
             else:  # a database from before the answer columns
                 found = find_answer(text, kind, q.get("n_choices") or 4, question=q.get("question"))
                 answer, how = found.answer, (found.how if found.answer is not None else None)
+            gold = q["gold"] if isinstance(q["gold"], str) else str(q["gold"])  # (a number in a hand-made DB)
+            answer = answer if answer is None or isinstance(answer, str) else str(answer)
             out.append(OwnSample(
                 call_id=c["call_id"], model=c["model"], run_id=run_id, question_id=q["question_id"],
                 task=bench_task or q.get("source") or kind,
-                question=q.get("question") or "", gold=q["gold"], kind=kind, messages=messages, text=text,
-                answer=answer, how=how, correct=bool(score_answer(answer, q["gold"], kind)),
-                finished=c.get("finish_reason") != "length", tokens=c.get("completion_tokens"),
+                question=q["question"], gold=gold, kind=kind, messages=messages, text=text,
+                answer=answer, how=how, correct=bool(score_answer(answer, gold, kind)),
+                finished=c.get("finish_reason") != "length", tokens=_count(c.get("completion_tokens")),
                 n_choices=q.get("n_choices") or 4))
+    check_golds(out)
     return out, skipped
+
+
+def check_golds(samples: Sequence[OwnSample]) -> None:
+    """Refuse samples of one question (its text, whitespace collapsed) that carry two golds the checker
+    tells apart (or two kinds): two runs that recorded the same question with different answers would
+    train the member on both, and score one run's answers against the other's gold.
+
+    Raises:
+        InputError: naming the question, both golds and their runs."""
+    from agora.tasks.errors import InputError
+
+    first: dict[str, OwnSample] = {}
+    for s in samples:
+        f = first.setdefault(normalise_question(s.question), s)
+        if f is not s and (f.kind != s.kind or (f.gold != s.gold and not score_answer(str(s.gold), str(f.gold), f.kind))):
+            text = normalise_question(s.question)
+            raise InputError(f"question {text[:60] + ('...' if len(text) > 60 else '')!r} has gold {f.gold!r} "
+                             f"({f.kind}) in run {f.run_id!r} (question id {f.question_id!r}) and {s.gold!r} "
+                             f"({s.kind}) in run {s.run_id!r} (question id {s.question_id!r}); read the runs that agree "
+                             "(--source-run) or hold the question out (--held-out)")
 
 
 def duel_samples(duels: Sequence[dict[str, Any]], model: str, spec: Any = None) -> list[OwnSample]:

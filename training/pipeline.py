@@ -154,13 +154,14 @@ def check_sft_rows(name: str, rows: Sequence[dict[str, Any]], note: str | None =
             note or "none of its recorded samples is right, finished and explicit (or every question is held out)"))
 
 
-def check_grpo_rows(name: str, rows: Sequence[dict[str, Any]]) -> None:
-    """Refuse an empty GRPO prompt set of member ``name`` (``agora train grpo``, ``--data-only`` too).
+def check_grpo_rows(name: str, rows: Sequence[dict[str, Any]], note: str | None = None) -> None:
+    """Refuse an empty GRPO prompt set of member ``name`` (``agora train grpo``, ``--data-only`` too);
+    ``note``: why it is empty, ending the message.
 
     Raises:
         InputError: no rows."""
     if not rows:
-        raise InputError(f"no prompts to train {name!r} on")
+        raise InputError(f"no prompts to train {name!r} on" + (f": {note}" if note else ""))
 
 
 def sft_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[dict[str, Any]], out: Path,
