@@ -48,9 +48,15 @@ program's value, though library code hands it out (``collections.Counter.copy(in
 ``int.__class__(int)``, ``sympy.Basic.func.fget(int)`` is ``int.__class__``): the second pass of
 the policy (:class:`_CallResults`) checks every call's result, loop variable, parameter, decorator
 result, ``with`` target and received ``yield`` value, and the item and unpacking hooks check theirs.
-What the program never holds, C code can still pass along (``itertools.starmap(operator.call,
-[list(map(Counter.copy, [int])) + [...]])`` calls ``type`` with arguments of the program's): the
-checks where names are used stay, as the last defence.
+What the program never holds, C code could still pass along (``itertools.starmap(operator.call,
+[list(map(Counter.copy, [int])) + [...]])`` called ``type`` with arguments of the program's): so
+``type`` is also refused where it comes from. Its origins in a program's reach are library
+functions that expect an instance and are given a class (``Counter.copy``, ``UserList.copy``,
+the getter of ``sympy.Basic.func``: a scan of every function and method of the holdable modules
+and their tables, called with classes, found no others), and the guarded ``getattr`` hands out a
+library's Python function read from anything but a module (a class, a property, a super object)
+with its result checked, whoever calls it (:func:`_result_checked`); the unpacked arguments of a
+``f(*args)`` call are checked too. The checks where names are used stay, as the last defence.
 
 ``sympify``/``parse_expr`` of a string stay: sympy turns the string into Python code and
 ``eval``s it, and here that code is compiled by RestrictedPython with the program's built-ins and
@@ -635,9 +641,59 @@ def _getattr_guard(allowed: frozenset[str]):
             return default
         if why := _refused(value, allowed):
             raise AttributeError(f"{name!r} {why}")
+        kind = type(value)
+        if kind is types.FunctionType:
+            # a library's function read from a class, a property (``fget``), a super object or an
+            # instance: ``collections.Counter.copy(int)`` is ``type`` (:func:`_result_checked`)
+            if not isinstance(obj, types.ModuleType) and value.__module__ != "__main__":
+                return _result_checked(value)
+        elif kind is types.MethodType and isinstance(value.__self__, type) and type(value.__func__) is types.FunctionType:
+            # a library's class method, or a metaclass's method, bound to a class
+            if value.__func__.__module__ != "__main__":
+                return _result_checked(value)
         return value
 
     return guarded_getattr
+
+
+#: The result-checked stand-ins :func:`_result_checked` made in this child, by the ``id`` of the
+#: function or method they stand for, with it (which keeps the ``id`` from being reused).
+_RESULT_CHECKED: dict[int, tuple] = {}
+
+
+def _result_checked(function):
+    """A stand-in for ``function`` (a library's Python function or bound method that the guarded
+    ``getattr`` hands a program from anything but a module) that raises ``TypeError``
+    (:func:`_no_type`) where ``function`` returns the built-in ``type``; otherwise it returns what
+    ``function`` returns. The origins of ``type`` in a program's reach are all such functions called
+    with a class where they expect an instance (``collections.Counter.copy(int)`` and
+    ``UserList.copy`` run ``int.__class__(int)``, the getter of ``sympy.Basic.func`` gives
+    ``int.__class__``); a program's own call of one is checked inline (:class:`_CallResults`), but C
+    code that calls it (``map(Counter.copy, [int])``, ``itertools.groupby``'s key, ``iter(partial(...),
+    None)``, a ``defaultdict``'s factory) kept ``type`` where no check sees it, and C code then called
+    it with the program's arguments (``itertools.starmap(operator.call, ...)``). Checked at the
+    origin, whoever calls it. One stand-in per function (``Counter.copy is Counter.copy`` holds); its
+    name, module and docstring are the original's, so it is judged as the original is (a function
+    the program did not define: its attributes cannot be set, :func:`_write_guard`)."""
+    key = id(function)
+    entry = _RESULT_CHECKED.get(key)
+    if entry is not None and entry[0] is function:
+        return entry[1]
+
+    def checked(*args, **kwargs):
+        value = function(*args, **kwargs)
+        if value is type:
+            _no_type()
+        return value
+
+    for attribute in ("__name__", "__qualname__", "__module__", "__doc__"):
+        try:
+            setattr(checked, attribute, getattr(function, attribute))
+        except (AttributeError, TypeError):
+            pass
+    if type(function) is types.FunctionType:  # (a bound method is a new object at each read, as in Python)
+        _RESULT_CHECKED[key] = (function, checked)
+    return checked
 
 
 def _guarded_hasattr(obj, name) -> bool:
@@ -751,7 +807,14 @@ def _checked_iter_unpack_sequence(it, spec, _getiter_):
 
 
 def _checked_apply(function, *args, **kwargs):
-    """RestrictedPython's ``_apply_`` (a call with ``*args`` or ``**kwargs``)."""
+    """RestrictedPython's ``_apply_`` (a call with ``*args`` or ``**kwargs``), refusing the built-in
+    ``type`` among the unpacked arguments (``operator.call(*L)``, ``functools.partial(*L)``)."""
+    for value in args:
+        if value is type:
+            _no_type()
+    for value in kwargs.values():
+        if value is type:
+            _no_type()
     return function(*args, **kwargs)
 
 
