@@ -383,9 +383,9 @@ class TraceRecorder(BaseCallbackHandler):
         not ended, no node started under it. Another callback handler of the invocation raised in
         its ``on_chain_start`` after the recorder's (LangChain then reports no end to anyone), so
         the invocation raised before anything ran; kept, it counted as ``unfinished`` in the runs'
-        summaries, and its model-call hook stayed in the context, refusing a later model call made
-        without the recorder (``RecorderNotInheritedError``). Called when a recorder starts another
-        outermost run in the context and when its ``with`` block ends."""
+        summaries. Called when a recorder starts another outermost run in the context and when its
+        ``with`` block ends (until then its model-call hook stays in the context: a model call made
+        there without a recorder is refused, ``RecorderNotInheritedError``)."""
         found = _OPEN_TOP.get()
         if found is None:
             return
