@@ -272,9 +272,9 @@ def test_report_cli_errors_are_one_line(tmp_path):
 
 def test_converse_refuses_out_of_range_shots_and_temperature():
     for flag, value, message in (("--shots", "4", "'--shots': Input should be less than or equal to 3"),
-                                 ("--temperature", "1e9", "'--temperature': Input should be less than or equal to 2"),
-                                 ("--temperature", "nan", "'--temperature': Input should be less than or equal to 2"),
-                                 ("--temperature", "-1", "'--temperature': Input should be greater than or equal")):
+                                 ("--temperature", "1e9", "'--temperature': '1e9' is out of range; give a finite"),
+                                 ("--temperature", "nan", "'--temperature': 'nan' is not a number (NaN)"),
+                                 ("--temperature", "-1", "'--temperature': '-1' is out of range; give a finite")):
         res = agora_here("converse", flag, value)
         assert res.exit_code == 2 and message in res.stderr, (flag, value, res.stderr)
 
