@@ -111,6 +111,16 @@ class RecorderConflictError(RuntimeError):
     keyed by its call id, so the second recorder's rows would replace the first's."""
 
 
+def _inside_graph_node() -> bool:
+    """Whether the code running now is inside a LangGraph node (the runnable config LangChain
+    keeps in the context names one): a model call made there belongs to that graph's run; one
+    made outside any graph is the app's own."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    metadata = (var_child_runnable_config.get() or {}).get("metadata") or {}
+    return "langgraph_node" in metadata or GRAPH_METADATA_KEY in metadata
+
+
 class RecorderNotInheritedError(RuntimeError):
     """A recorder the invocation's nodes do not inherit (one line): it would see no question."""
 
@@ -372,24 +382,28 @@ class TraceRecorder(BaseCallbackHandler):
                     dropped = self._held.pop(key)
                     if dropped.question_id is None:  # paused, never finished: counted as paused
                         self._dropped[dropped.protocol] = self._dropped.get(dropped.protocol, 0) + 1
-        self._drop_dead_start()
+        self._drop_dead_start(run_id)
         collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id))
         run.unreturned = (collector, collector.__enter__())
         run.top_token = _OPEN_TOP.set((self, run_id))
 
     @staticmethod
-    def _drop_dead_start() -> None:
+    def _drop_dead_start(starting: UUID | None = None) -> None:
         """Forget the outermost run a recorder last started in this context if it never got going:
         not ended, no node started under it. Another callback handler of the invocation raised in
         its ``on_chain_start`` after the recorder's (LangChain then reports no end to anyone), so
         the invocation raised before anything ran; kept, it counted as ``unfinished`` in the runs'
         summaries. Called when a recorder starts another outermost run in the context and when its
         ``with`` block ends (until then its model-call hook stays in the context: a model call made
-        there without a recorder is refused, ``RecorderNotInheritedError``)."""
+        there without a recorder is refused, ``RecorderNotInheritedError``). ``starting``: the run
+        being started now; the same run in the context is the same invocation seen by another
+        recorder (two recorders passed to one invocation), which is not a dead start."""
         found = _OPEN_TOP.get()
         if found is None:
             return
         recorder, rid = found
+        if rid == starting:
+            return
         with recorder._lock:
             run = recorder._runs.get(rid)
             if run is None or run.ended or run.error is not None or run.children:
@@ -600,6 +614,10 @@ class TraceRecorder(BaseCallbackHandler):
                 return
             if top.graph not in self._by_context and top.name != "LangGraph":
                 return  # (not a graph: a runnable of the app's own that asks a pool directly)
+            dead = not _inside_graph_node()
+        if dead:  # a start another callback refused (no node ever ran): the app's own call, unrecorded
+            self._drop_dead_start()
+            return
         raise RecorderNotInheritedError(
             f"TraceRecorder {self.run_id!r} sees this graph's run but none of its nodes (it was passed as a handler "
             "that child runs do not inherit, as CallbackManager([recorder]) is), so its questions could not be "

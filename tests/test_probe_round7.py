@@ -92,8 +92,8 @@ def test_replay_without_a_rule_checks_the_db_and_run_it_is_given(tmp_path):
         return res.exit_code, [line for line in res.output.splitlines() if line.strip()]
 
     missing = tmp_path / "nope.db"
-    assert errors("--db", missing) == (2, [f"error: {missing}: trace database not found"])
-    assert errors("--db", missing, "--run-id", "r1") == (2, [f"error: {missing}: trace database not found"])
+    assert errors("--db", missing) == (2, [f"error: {missing}: no such trace database"])
+    assert errors("--db", missing, "--run-id", "r1") == (2, [f"error: {missing}: no such trace database"])
     TraceStore(tmp_path / "t.db").close()
     code, lines = errors("--db", tmp_path / "t.db", "--run-id", "nope")
     assert code == 2 and len(lines) == 1 and "'nope'" in lines[0], lines

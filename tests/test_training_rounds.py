@@ -302,7 +302,7 @@ def test_cli_evolve_on_own_answers_records_the_held_out_score_before_the_rounds(
     pool = tmp_path / "pool.toml"
     pool.write_text("".join(f'[[models]]\nname = "t{i}"\nbackend = "transformers"\npath = "{tiny}"\n\n' for i in range(3)))
     instructions = tmp_path / "i.jsonl"
-    instructions.write_text(json.dumps({"question": "Tom has 2 apples + 3 ?", "answer": "5"}) + "\n")
+    instructions.write_text(json.dumps({"question": "Tom has 2 apples + 3 ?", "answer": "So #### 5"}) + "\n")
     held = tmp_path / "h.jsonl"
     held.write_text(json.dumps({"id": "h1", "question": "Mia has 1 + 1 ?", "answer": "So #### 2"}) + "\n")
     out = _agora("evolve", "--instructions", instructions, "--data", "own", "--algo", "sft", "--held-out", held,

@@ -399,7 +399,7 @@ class TraceStore(TraceReader):
             store.path, store.readonly, store._lock, store.db = "<database>", True, threading.RLock(), db
             return store
         if store_backend(db) is None and not Path(db).is_file():
-            raise FileNotFoundError(f"{db}: trace database not found")
+            raise FileNotFoundError(f"{db}: no such trace database")
         return cls(db, readonly=True)
 
 
