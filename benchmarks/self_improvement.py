@@ -45,7 +45,9 @@ inside: finished questions, duels and evaluated batches are kept):
    or ``--samples-db``/``--samples-runs``, e.g. a bench's shared draws; the held-out questions are
    excluded by id and text): ``own-dpo`` (DPO on its own right answers over its own wrong ones to the
    same prompt, length-matched by ``--length-ratio``) and ``own-sft`` (rejection-sampling fine-tuning
-   on its own right answers, at most ``--sft-per-question`` a question); and ``agg``, the 0.5B trained
+   on its own right answers, at most ``--sft-per-question`` a question), and ``distill-sft`` (the same
+   fine-tuning on ``--teacher``'s right answers, by default the 1.5B's, read from ``--samples-db``:
+   rejection-sampling distillation); and ``agg``, the 0.5B trained
    as an **aggregator** (AggLM; :mod:`agora.training.aggregator`): GRPO with the scorer's reward on
    prompts that show a training question's n·k ALIGN candidates (both models'), hard and easy sets
    mixed (``--agg-sets``, ``--agg-easy-per-hard``); with ``--agg-eval-runs``, the sets are the target's
@@ -126,9 +128,11 @@ from agora.training.phases import PhaseBook, PhaseBookError, machine  # noqa: E4
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "gsm8k"
-ARMS = ("align-dpo", "duel-dpo", "grpo", "own-dpo", "own-sft", "agg")
-#: Arms trained on the target's own verified samples (:mod:`agora.training.verified`).
-OWN_ARMS = ("own-dpo", "own-sft")
+ARMS = ("align-dpo", "duel-dpo", "grpo", "own-dpo", "own-sft", "distill-sft", "agg")
+#: Arms trained on verified samples (:mod:`agora.training.verified`): the target's own (``own-*``), or
+#: ``--teacher``'s right answers for ``distill-sft`` (rejection-sampling distillation, RFT with a
+#: stronger member's samples: arXiv 2308.01825 §4).
+OWN_ARMS = ("own-dpo", "own-sft", "distill-sft")
 PHASES = ("align", "duels", "train", "eval", "serve", "leader")
 #: The built-in pool whose first member is trained and whose second is its peer (``--pool``; set by
 #: :func:`configure`): ``default``, the 0.5B and the 1.5B; ``tiny`` (SmolLM2, Gemma) for a quick smoke run.
@@ -140,7 +144,7 @@ MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
                     "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
-                    "agg_easy_per_hard": 1.0, "base_from": None, "agg_eval_runs": ""}
+                    "agg_easy_per_hard": 1.0, "base_from": None, "agg_eval_runs": "", "teacher": None}
 #: Settings a base evaluation adopted with --base-from must share with this run.
 BASE_SETTINGS = ("pool", "eval_data", "eval_questions", "max_tokens", "eval_backend")
 
@@ -180,7 +184,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--pairs-per-question", type=int, default=2, help="ALIGN pairs per training question, at most")
     ap.add_argument("--length-ratio", type=float, default=1.5,
                     help="own-dpo: keep a pair when its longer answer is at most this many times the shorter (0: off)")
-    ap.add_argument("--sft-per-question", type=int, default=4, help="own-sft: distinct right answers per question")
+    ap.add_argument("--sft-per-question", type=int, default=4,
+                    help="own-sft, distill-sft: distinct right answers per question")
+    ap.add_argument("--teacher", default=None,
+                    help="distill-sft: the pool member whose verified right answers (in --samples-db/--samples-runs) "
+                         "the target is fine-tuned on (default: the pool's second member, the 1.5B)")
     ap.add_argument("--agg-sets", type=int, default=2, help="agg: candidate sets per training question, at most")
     ap.add_argument("--agg-easy-per-hard", type=float, default=1.0,
                     help="agg: sets whose majority is right kept per set whose majority is wrong (AggLM's mix)")
@@ -238,6 +246,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     if both:
         ap.error(f"--agg-eval-runs {', '.join(both)} is also in --samples-runs: the held-out candidates would be "
                  "training data")
+    if args.teacher is not None:
+        if "distill-sft" not in args.arms:
+            ap.error("--teacher is an option of --arms distill-sft; here it would be ignored")
+        members = [s.name for s in builtin_pool_specs(args.pool)]
+        if args.teacher not in members:
+            ap.error(f"--teacher {args.teacher!r}: not a member of the {args.pool} pool ({', '.join(members)})")
     return args
 
 
@@ -332,9 +346,17 @@ def _lora(args):
     return LoraSettings(r=args.lora_r, alpha=2 * args.lora_r, dropout=0.0)
 
 
-def own_data(args, store: TraceStore, held_out) -> tuple:
-    """The target's own verified samples for the own arms: ``(config, samples, skipped)``, the held-out
-    (evaluation) questions excluded by id and by text."""
+def teacher_of(args, arm: str) -> str:
+    """Whose answers arm ``arm`` learns from: ``--teacher`` (default: the pool's second member) for
+    ``distill-sft``, the target itself for the other own arms."""
+    if arm != "distill-sft":
+        return TARGET
+    return getattr(args, "teacher", None) or PEER
+
+
+def own_data(args, store: TraceStore, held_out, arm: str = "own-sft") -> tuple:
+    """The verified samples of :func:`teacher_of` ``arm`` (the target's own for the own arms):
+    ``(config, samples, skipped)``, the held-out (evaluation) questions excluded by id and by text."""
     from agora.training.own_samples import HeldOut, VerifiedConfig, own_samples
 
     runs = split_runs(args.samples_runs)
@@ -343,7 +365,7 @@ def own_data(args, store: TraceStore, held_out) -> tuple:
     source = TraceStore.reading(args.samples_db) if args.samples_db is not None else store
     if not runs and split_runs(getattr(args, "agg_eval_runs", "")):
         runs = training_runs(args, source)  # every run but the held-out candidates'
-    cfg = VerifiedConfig(model=TARGET, run_ids=runs, held_out=HeldOut.from_problems(held_out),
+    cfg = VerifiedConfig(model=teacher_of(args, arm), run_ids=runs, held_out=HeldOut.from_problems(held_out),
                          length_ratio=args.length_ratio, max_pairs_per_question=args.pairs_per_question,
                          max_sft_per_question=args.sft_per_question)
     samples, skipped = own_samples(source, cfg)
@@ -414,12 +436,13 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
         from agora.training.pipeline import sft_member
         from agora.training.verified import own_pairs, sft_rows, verified_stats
 
-        vcfg, samples, skipped = own_data(args, store, held_out)
+        vcfg, samples, skipped = own_data(args, store, held_out, arm)
         if not samples:
-            raise ValueError(f"no recorded samples of {TARGET} to learn from (the align-traces phase's traces.db "
+            raise ValueError(f"no recorded samples of {vcfg.model} to learn from (the align-traces phase's traces.db "
                              "is on another machine, or --samples-db/--samples-runs hold none)")
         stats = verified_stats(samples, vcfg, skipped)
-        source = {"verified": vcfg.describe(), "samples_db": str(args.samples_db or "traces.db")}
+        source = {"verified": vcfg.describe(), "samples_db": str(args.samples_db or "traces.db"),
+                  "answers_of": vcfg.model}
         micro = min(args.dpo_micro_batch, args.dpo_batch)
         if args.dpo_batch % micro:
             raise ValueError(f"--dpo-batch {args.dpo_batch} is not a multiple of --dpo-micro-batch {micro}")
@@ -832,8 +855,9 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
                         f", mean reward {t['mean_reward']:.3f}")
             elif arm in OWN_ARMS:
                 data = t["data"]
+                whose = "own" if arm != "distill-sft" else f"{(t.get('source') or {}).get('answers_of', 'teacher')}'s"
                 what = (f"{t['rows']} {'pairs' if arm == 'own-dpo' else 'answers'} from {t['questions']} questions "
-                        f"({data['samples']} own samples, {data['correct']} right; pairs "
+                        f"({data['samples']} {whose} samples, {data['correct']} right; pairs "
                         f"{data['pairs_before_length_filter']} → {data['pairs_after_length_filter']} by the length "
                         f"filter → {data['pairs']} kept)")
             elif arm != "grpo":

@@ -395,6 +395,37 @@ def test_own_arms_read_the_targets_verified_samples_held_out_questions_out(trace
     assert [r["question_id"] for r in sft_rows(samples, cfg)] == ["q1", "q4"]
 
 
+def test_distill_arm_reads_the_teachers_right_answers_to_train_the_target(traces, tmp_path, monkeypatch, capsys):
+    """``distill-sft``: the rows are ``--teacher``'s (default: the peer's) right answers, never the
+    target's; ``--teacher`` is refused without that arm and when it names no pool member."""
+    import argparse
+
+    from agora.training.verified import sft_rows
+
+    si = _benchmark_script()
+    monkeypatch.setattr(si, "TARGET", SMALL)
+    monkeypatch.setattr(si, "PEER", BIG)
+    args = argparse.Namespace(run_id="si", samples_db=None, samples_runs="a", length_ratio=1.5, pairs_per_question=2,
+                              sft_per_question=4, teacher=None)
+    assert (si.teacher_of(args, "distill-sft"), si.teacher_of(args, "own-sft")) == (BIG, SMALL)
+    cfg, samples, _ = si.own_data(args, traces, held_out=[], arm="distill-sft")
+    assert cfg.model == BIG and {s.model for s in samples} == {BIG}
+    rows = sft_rows(samples, cfg)
+    assert rows and all(r["model"] == BIG for r in rows)
+    assert {r["call_id"] for r in rows} <= {s.call_id for s in samples if s.correct}
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    common = ["--train-data", str(data), "--eval-data", str(data)]
+    assert si.parse_args(common + ["--arms", "distill-sft", "--teacher", "qwen2.5-coder-1.5b"]).teacher == \
+        "qwen2.5-coder-1.5b"
+    for argv, message in ((["--arms", "own-sft", "--teacher", "qwen2.5-coder-1.5b"],
+                           "--teacher is an option of --arms distill-sft"),
+                          (["--arms", "distill-sft", "--teacher", "gpt"], "--teacher 'gpt': not a member")):
+        with pytest.raises(SystemExit):
+            si.parse_args(common + argv)
+        assert message in capsys.readouterr().err
+
+
 def test_the_aggregator_arm_is_scored_on_the_held_out_candidates_beside_majority_and_align(tmp_path, monkeypatch,
                                                                                            capsys):
     """eval:agg-base on two held-out questions' recorded candidates (a tiny model as aggregator): its
