@@ -114,6 +114,16 @@ def _warm_sympy() -> None:
 
 
 _warm_sympy()
+if "sympy" in sys.modules:
+    # every sympy package a program may import, once, here: a child cannot write a bytecode cache
+    # (its writes stay in its folder), so where an install has none (``PYTHONDONTWRITEBYTECODE``, a
+    # read-only site-packages) each child compiled ``sympy.stats``'s sources anew, about 1.6 s; the
+    # routes below then cover these modules as well (the worker itself writes their cache where it can)
+    for _name in _restricted.SYMPY_PACKAGES:
+        try:
+            __import__(_name)
+        except ImportError:
+            pass
 for _name in _restricted.CODE_RUNNERS:  # loaded here, so that every child replaces their exec (see there)
     try:
         __import__(_name)
