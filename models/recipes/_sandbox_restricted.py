@@ -2122,10 +2122,7 @@ def _route_var() -> None:
                         collect(sub)
 
             collect(made)
-            odd = [n for n, _ in found if not _plain(n) or n.startswith("_")]
-            if odd and _PROGRAM_GLOBALS[0] is not None:  # in a child
-                raise ValueError(f"var of the names {odd!r} is not allowed in the sandbox (a name starting "
-                                 "with _ would replace the program's hooks)")
+            _check_frame_write("var", frame, [n for n, _ in found])
             for name, item in found:
                 frame.f_globals[name] = item
         finally:
@@ -2133,6 +2130,54 @@ def _route_var() -> None:
         return made
 
     _swap_in_sympy(original, var, "var")
+
+
+def _check_frame_write(what: str, frame, names: list) -> None:
+    """In a child (once :func:`_route_sympy` has set the program's globals), ``ValueError`` unless
+    ``what`` (``var``, ``vring``...) writes ``names`` into the program's own globals and none of them
+    starts with ``_``: called from C code that library code drives (``map(var, [...])`` iterated by
+    ``parse_expr``), its caller's frame is the library's, and ``var('eval_expr', cls=C)`` replaced
+    the sandbox's restricted evaluator in ``sympy_parser`` with the program's object; a name
+    starting with ``_`` would replace the program's hooks (``_getattr_``, ``__builtins__``)."""
+    program = _PROGRAM_GLOBALS[0]
+    if program is None:
+        return
+    if frame is None or frame.f_globals is not program:
+        module = frame.f_globals.get("__name__") if frame is not None else None
+        where = f"the module {module!r}" if _plain(module) else "a library's frame"
+        raise ValueError(f"{what} called from library code ({where}) is not allowed in the sandbox: it writes "
+                         "into its caller's globals")
+    if odd := [n for n in names if not _plain(n) or n.startswith("_")]:
+        raise ValueError(f"{what} of the names {odd!r} is not allowed in the sandbox (a name starting "
+                         "with _ would replace the program's hooks)")
+
+
+def _route_pollute() -> None:
+    """``sympy.utilities.magic.pollute(names, objects)`` writes ``objects`` into the globals of its
+    caller's caller: ``vring``, ``vfield`` (``sympy.polys``), ``vfree_group`` and ``vfp_group``
+    (``sympy.combinatorics``) inject their generators so, by the names of the program's symbols,
+    ``_getattr_`` included, and into a library module's globals when C code that library code drives
+    calls them. In a child the names and the frame are checked first (:func:`_check_frame_write`,
+    naming the function that called ``pollute``). Done once in the worker, before it forks, wherever a
+    loaded sympy module holds ``pollute``."""
+    import sys
+
+    magic = sys.modules.get("sympy.utilities.magic")
+    original = getattr(magic, "pollute", None)
+    if original is None or getattr(original, "__sandboxed__", False):
+        return
+
+    def pollute(names, objects):
+        frame = sys._getframe(2)
+        try:
+            pairs = list(zip(names, objects))
+            _check_frame_write(sys._getframe(1).f_code.co_name, frame, [n for n, _ in pairs])
+            for name, obj in pairs:
+                frame.f_globals[name] = obj
+        finally:
+            del frame
+
+    _swap_in_sympy(original, pollute, "pollute")
 
 
 class _GeneratedPolicy(_Policy):
