@@ -304,8 +304,12 @@ class TraceRecorder(BaseCallbackHandler):
         self._by_context = {spec.context.__name__: spec.name for spec in self._protocols.values()}
         self._closed = False
         """Set when the ``with`` block ends: its runs are marked ended, an invocation after it is refused."""
-        self._locks: list[contextlib.ExitStack] = []
-        """The live-run locks of :attr:`run_ids`, held from a run's first question to :meth:`finish`."""
+        self._locks: dict[str, contextlib.ExitStack] = {}
+        """Protocol → the live-run lock of its run (:attr:`run_ids`), held from the run's first question
+        (or its first question after a :meth:`finish`) to :meth:`finish`."""
+        self._status = "finished"
+        """The status :meth:`finish` was last given (a closed stream's end reported after it: its question
+        is recorded and the run marked again with it)."""
         self._resumable: set[str] = set()
         """Protocols whose run in the database was found to take this recorder's questions."""
         self._resolved: dict[str, Any] = {}
@@ -479,10 +483,18 @@ class TraceRecorder(BaseCallbackHandler):
             run.wall_s = time.perf_counter() - run.started
             if run.parent in self._runs:
                 return
+            closed_late = False
             try:  # the outermost run this recorder saw: record what ran under it
                 if run_id in self._late:
                     self._late.discard(run_id)
-                    self._refuse_late(error)
+                    # a stream the app closed (``aclose()``) or a task it cancelled before finish(): LangGraph
+                    # reports that end a few event-loop turns after ``aclose()`` returns, so it comes after
+                    # the block's end; it ended in the block, so it is recorded, and the runs marked again
+                    closed_late = isinstance(error, (GeneratorExit, asyncio.CancelledError))
+                    if closed_late:
+                        self._record_tree(run_id)
+                    else:
+                        self._refuse_late(error)
                 else:
                     self._record_tree(run_id)
             finally:
@@ -495,6 +507,8 @@ class TraceRecorder(BaseCallbackHandler):
                         run.unreturned[0].__exit__(None, None, None)
                     except ValueError:  # (ended in another context than it started: nothing to restore)
                         pass
+            if closed_late:
+                self.finish(self._status)
 
     def _refuse_late(self, error: BaseException | None) -> None:
         """An invocation that was running when :meth:`finish` marked the runs ended: its questions are
@@ -744,6 +758,9 @@ class TraceRecorder(BaseCallbackHandler):
                 todo.extend(reversed(run.children))
         unreturned = self._runs[root].unreturned
         cut_short = list(unreturned[1]) if unreturned is not None else []
+        # the app closed its stream (LangGraph then cancels the tasks of the subgraphs it ran: their
+        # questions' error is the closed stream, not a task the app cancelled)
+        closed = isinstance(self._runs[root].error, GeneratorExit)
         self._seen = self._runs[root].pool_seen  # (under the lock: the default pool of a run started now)
         stopped: list[tuple[_Run, str, str]] = []
         """The questions stopped by an error so far in this invocation: (run, protocol, id)."""
@@ -759,7 +776,7 @@ class TraceRecorder(BaseCallbackHandler):
             else:
                 answered_later = any(done and p == protocol and self._asked_again(run, self._runs[later])
                                      for later, p, done in found[n + 1:])
-                qid = self._hold(rid, protocol, cut_short, again, answered_later=answered_later)
+                qid = self._hold(rid, protocol, cut_short, again, answered_later=answered_later, closed=closed)
                 cut_short = []  # (given to the first question stopped: one invocation, one error)
                 if qid is not None:
                     stopped.append((run, protocol, qid))
@@ -795,13 +812,15 @@ class TraceRecorder(BaseCallbackHandler):
         return records
 
     def _hold(self, rid: UUID, protocol: str, cut_short: list[dict[str, Any]],
-              again: str | None = None, *, answered_later: bool = False) -> str | None:
+              again: str | None = None, *, answered_later: bool = False, closed: bool = False) -> str | None:
         """A protocol question that ended without an answer: paused (kept for its resume), or stopped
         by an error (every call it made written now, the question failed; kept for a resume too).
         ``again``: the id of the earlier try this one repeats (:meth:`_asked_again`), taken as its id.
         ``answered_later``: a later try of it in the same invocation answered it (a ``with_retry``):
         this try's failed attempts are written, not the samples its finished nodes got (the
         question's samples are those of the try that answered).
+        ``closed``: the invocation's stream was closed before its end (a cancelled subgraph task's
+        question says so).
         Returns the id a stopped question was written under (``None`` when paused or refused)."""
         run = self._runs[rid]
         held = self._held.pop(run.thread, None) if run.thread is not None else None
@@ -838,7 +857,7 @@ class TraceRecorder(BaseCallbackHandler):
                     self._failed(protocol, qid, f"{type(error).__name__}: {error}")
                 elif isinstance(error, KeyboardInterrupt):
                     self._failed(protocol, qid, "KeyboardInterrupt: the invocation was interrupted (Ctrl-C)")
-                elif isinstance(error, asyncio.CancelledError):
+                elif isinstance(error, asyncio.CancelledError) and not closed:
                     self._failed(protocol, qid, "the invocation was abandoned (its asyncio task was cancelled)")
                 elif abandoned:
                     self._failed(protocol, qid, "the invocation was abandoned (its stream closed before the end)")
@@ -965,7 +984,7 @@ class TraceRecorder(BaseCallbackHandler):
         Raises:
             RunLockedError: another recorder (of this process or another) or a driver holds the run id.
         """
-        if protocol not in self.run_ids:
+        if protocol not in self._locks:  # its first question, or its first since finish() released the run
             run_id = f"{self.run_id}-{protocol}"
             lock = contextlib.ExitStack()
             try:
@@ -978,7 +997,10 @@ class TraceRecorder(BaseCallbackHandler):
                     "once, so share it, or give each recorder its own run_id; nothing of this invocation was "
                     "written") from None
             try:
-                pool = self._default_pool(protocol, calls)
+                existing = self.store.get_run(run_id) if protocol in self.run_ids else None
+                # (a run this recorder wrote and finish() released: taken again with the pool its row holds)
+                pool = (self.store._run_json(existing, "pool") if existing is not None
+                        else self._default_pool(protocol, calls))
                 self.store.start_run(run_id, protocol, config=self.config, pool=pool,
                                      dataset={"source": "embedded", "recorded_by": "TraceRecorder"})
             except ResumeRefusedError as exc:
@@ -988,7 +1010,7 @@ class TraceRecorder(BaseCallbackHandler):
             except BaseException:
                 lock.close()
                 raise
-            self._locks.append(lock)
+            self._locks[protocol] = lock
             self.run_ids[protocol] = run_id
         return self.run_ids[protocol]
 
@@ -1002,7 +1024,11 @@ class TraceRecorder(BaseCallbackHandler):
         ``finished``, as :func:`agora.graphs.runner.run_problems` marks a CLI run (``interrupted``
         and ``failed`` are kept as given). ``unfinished``: invocations still running (another thread's, a
         stream left open); their questions are not written when they end (the invocation raises a
-        one-line ``RuntimeError``), since the runs are ended."""
+        one-line ``RuntimeError``), since the runs are ended; except an async stream the app closed or a
+        task it cancelled (its end reported after this: it is recorded, and the runs marked again).
+        Only the runs whose locks this recorder holds are marked: a question recorded after a
+        ``finish()`` takes its run again (:meth:`_start`), and a ``finish()`` with nothing recorded
+        since the last leaves the runs as that one marked them."""
         self._drop_dead_start()
         with self._lock:
             self._late = {rid for rid, run in self._runs.items() if run.parent not in self._runs and not run.ended}
@@ -1011,11 +1037,14 @@ class TraceRecorder(BaseCallbackHandler):
             for held in self._held.values():
                 if held.question_id is None:
                     paused[held.protocol] = paused.get(held.protocol, 0) + 1
+        self._status = status
         try:
             self._seen = None
             for protocol in paused:  # a protocol whose questions all paused: its run's row says so
-                self._start(protocol, [])
-            for protocol, run_id in self.run_ids.items():
+                if protocol not in self.run_ids:
+                    self._start(protocol, [])
+            for protocol in list(self._locks):  # (a run finished before and not taken since: left as marked)
+                run_id = self.run_ids[protocol]
                 failed = self.failed.get(protocol, 0)
                 summary: dict[str, Any] = {"questions": self.recorded.get(protocol, 0), "failed": failed}
                 if failed:
@@ -1028,7 +1057,24 @@ class TraceRecorder(BaseCallbackHandler):
                                       status="failed" if failed and status == "finished" else status)
         finally:
             while self._locks:  # the runs' live-run locks: another recorder may take the run ids now
-                self._locks.pop().close()
+                self._locks.popitem()[1].close()
+
+    def __copy__(self) -> "TraceRecorder":
+        """The recorder itself: a copy would share its runs and questions but not its end (used after
+        the block, it would write into runs marked ended)."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "TraceRecorder":
+        """The recorder itself, as a database connection is shared: a config deep-copied by the app
+        (``copy.deepcopy(config)``) records through the same recorder."""
+        return self
+
+    def __reduce__(self) -> Any:
+        """Raises:
+            TypeError: always (one line): a recorder records the invocations of the process that made it."""
+        raise TypeError(f"TraceRecorder {self.run_id!r} cannot be pickled (sent to another process): it records the "
+                        f"invocations of the process that made it, into {self.store.path}; make a TraceRecorder in "
+                        "each process, each with its own run_id")
 
     def __enter__(self) -> "TraceRecorder":
         return self
