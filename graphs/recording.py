@@ -90,6 +90,7 @@ from agora.tasks.problem import SAME_ID, id_clash
 from agora.graphs.runner import default_detail, question_failed, scored_values
 from agora.graphs.scoring import GRAPH_METADATA_KEY, RESUMED_INPUT
 from agora.models.pool import unreturned_attempts
+from agora.models.urls import shown_url
 from agora.traces.errors import ResumeRefusedError, RunLockedError
 from agora.traces.resume import refusal
 from agora.traces.store import MAX_STORED_RUN_ID_CHARS, TraceStore, check_run_id
@@ -283,7 +284,7 @@ class TraceRecorder(BaseCallbackHandler):
         super().__init__()
         self.run_id = check_run_id(run_id, "run_id", max_chars=MAX_STORED_RUN_ID_CHARS)
         if isinstance(db, TraceStore) and db.readonly:
-            raise ValueError(f"TraceRecorder {self.run_id!r}: the trace store {db.path} is open read-only; "
+            raise ValueError(f"TraceRecorder {self.run_id!r}: the trace store {shown_url(str(db.path))} is open read-only; "
                              "give the database path (or a TraceStore opened for writing)")
         self.store = db if isinstance(db, TraceStore) else TraceStore(db)
         self.config = config if config is not None else {"recorded_by": "TraceRecorder"}
@@ -326,6 +327,8 @@ class TraceRecorder(BaseCallbackHandler):
         question last recorded on the thread from that input (answered or failed): what a replay
         from one of its checkpoints replays."""
         self.store.check_open()
+        self._shown = shown_url(str(self.store.path))
+        """The database as the recorder's messages name it (a URL's password as ``***``)."""
         self._database = _database_key(self.store)
         with _LIVE_LOCK:
             _LIVE.setdefault(self._database, weakref.WeakSet()).add(self)
@@ -449,7 +452,7 @@ class TraceRecorder(BaseCallbackHandler):
             if run_id in other._runs and not (parent_run_id in self._runs and parent_run_id in other._runs):
                 other._drop_refused(run_id)
                 raise RecorderConflictError(
-                    f"TraceRecorder {self.run_id!r}: this invocation is recorded into {self.store.path} by "
+                    f"TraceRecorder {self.run_id!r}: this invocation is recorded into {self._shown} by "
                     f"TraceRecorder {other.run_id!r} too; two recorders of one database would write the same model "
                     "calls (the second's rows replacing the first's), so it was not run: pass one TraceRecorder "
                     "per database to an invocation")
@@ -653,7 +656,7 @@ class TraceRecorder(BaseCallbackHandler):
             missing = [m["name"] for m in stored if m["name"] not in {d.get("name") for d in pool}]
             if not missing:
                 return None, stored
-            return (f"run id {run_id!r} in {self.store.path} was recorded with models {', '.join(missing)}, which "
+            return (f"run id {run_id!r} in {self._shown} was recorded with models {', '.join(missing)}, which "
                     f"the pool of this invocation's model calls ({', '.join(str(d.get('name')) for d in pool)}) "
                     f"lacks; {_NO_POOL_ADVICE} (no model was asked; nothing was written)"), stored
         message = refusal(self.store, run_id, existing, protocol, self.config, pool,
@@ -892,14 +895,14 @@ class TraceRecorder(BaseCallbackHandler):
                 if failing:
                     return None
                 raise QuestionRecordedError(
-                    f"{self.store.path}: question id {given!r} and question id {other!r} of run {run_id!r} are "
+                    f"{self._shown}: question id {given!r} and question id {other!r} of run {run_id!r} are "
                     f"{SAME_ID}; give this invocation {other!r} (the same question) or an id of its own; nothing "
                     "of this invocation was written")
             if given in self.store.question_ids(run_id, given, answered=True):
                 if failing:
                     return None
                 raise QuestionRecordedError(
-                    f"{self.store.path}: question id {given!r} is already recorded in run {run_id!r}: give each "
+                    f"{self._shown}: question id {given!r} is already recorded in run {run_id!r}: give each "
                     "invocation its own question_id, or none (one is made per invocation); nothing of this "
                     "invocation was written")
             return given
@@ -992,7 +995,7 @@ class TraceRecorder(BaseCallbackHandler):
             except RunLockedError as exc:
                 holder = re.search(r"\((pid .*?|a process that is starting)\) on ", str(exc))
                 raise RunLockedError(
-                    f"{self.store.path}: run id {run_id!r} is being recorded by another TraceRecorder or process"
+                    f"{self._shown}: run id {run_id!r} is being recorded by another TraceRecorder or process"
                     f"{f' ({holder.group(1)})' if holder else ''}: one TraceRecorder records an app's threads at "
                     "once, so share it, or give each recorder its own run_id; nothing of this invocation was "
                     "written") from None
@@ -1073,7 +1076,7 @@ class TraceRecorder(BaseCallbackHandler):
         """Raises:
             TypeError: always (one line): a recorder records the invocations of the process that made it."""
         raise TypeError(f"TraceRecorder {self.run_id!r} cannot be pickled (sent to another process): it records the "
-                        f"invocations of the process that made it, into {self.store.path}; make a TraceRecorder in "
+                        f"invocations of the process that made it, into {self._shown}; make a TraceRecorder in "
                         "each process, each with its own run_id")
 
     def __enter__(self) -> "TraceRecorder":

@@ -149,3 +149,30 @@ def test_a_stream_of_the_apps_graph_closed_early_says_so_for_its_protocol_subgra
     assert rows(db, "select question_id, count(*), count(distinct call_id) from model_calls group by 1") == [
         ("q-f465154e", 4, 4)]
     assert rows(db, "select run_id, status, summary from runs") == [("app-align", "failed", ABANDONED)]
+
+
+def test_a_postgres_url_with_a_password_is_shown_without_it_in_the_recorders_refusals(postgres_server):
+    """Before: the recorder's one-line refusals named the trace database by the URL it was given, so a
+    ``postgresql://user:PASSWORD@...`` store printed its password (a repeated ``question_id``, a pickled
+    recorder), where the store's own messages show ``user:***@``."""
+    url = postgres_server.database().replace("postgresql://postgres@", "postgresql://postgres:s3cret@", 1)
+    shown = url.replace(":s3cret@", ":***@", 1)
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        with TraceRecorder(url, run_id="app") as recorder:
+            graph.invoke({**QUESTION, "question_id": "q1"}, {"callbacks": [recorder]}, context=context)
+            with pytest.raises(ValueError) as repeated:
+                graph.invoke({**QUESTION, "question_id": "q1"}, {"callbacks": [recorder]}, context=context)
+            with pytest.raises(TypeError) as pickled:
+                pickle.dumps(recorder)
+        assert len(server.requests) == 2
+    assert str(repeated.value) == (
+        f"{shown}: question id 'q1' is already recorded in run 'app-align': give each invocation its own "
+        "question_id, or none (one is made per invocation); nothing of this invocation was written")
+    assert "s3cret" not in str(pickled.value) and f"into {shown};" in str(pickled.value)
+    store = TraceStore(url)
+    try:
+        assert store.question_ids("app-align") == {"q1"}
+    finally:
+        store.close()
