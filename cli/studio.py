@@ -160,6 +160,35 @@ def server_command(config_path: Path, host: str, port: int, browser: bool) -> li
     return [sys.executable, "-m", "agora.cli.studio", str(config_path.resolve()), host, str(port), str(int(browser))]
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether ``host:port`` cannot be bound now (another server listens there), tested as
+    langgraph-api tests it before it falls back to a random port."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def port_taken_message(host: str, port: int) -> str:
+    return (f"--port {port}: {host}:{port} is in use (another agora studio or langgraph dev?); "
+            "stop it or pick another port with --port")
+
+
+def _keep_port(host: str, port: int | None) -> int:
+    """langgraph-api's ``_resolve_port`` without its fallback: it serves on a random free port when the
+    one asked for is taken, after ``agora studio`` printed the asked-for address. Here the server exits
+    with one line instead."""
+    if port is not None and port_in_use(host, port):
+        print(f"error: {port_taken_message(host, port)}", file=sys.stderr)
+        raise SystemExit(1)
+    return port if port is not None else 2024
+
+
 def stale_pickles(project: Path) -> list[Path]:
     """``.langgraph_api/*.pckl`` files in ``project`` (left by ``langgraph dev``; never read here)."""
     folder = project / ".langgraph_api"
@@ -192,6 +221,8 @@ def studio(
         if not config.is_file():
             raise FileNotFoundError(f"{config}: no such LangGraph config (run from the project folder, or --config)")
         server_graphs(config)  # a bad config fails here, in one line, before a process starts
+        if port_in_use(host, port):  # langgraph-api would move to a random port after the URL below was printed
+            raise InputError(port_taken_message(host, port))
         stale = stale_pickles(config.resolve().parent)
         if stale:
             err_console.print(f"note: {len(stale)} pickle file(s) in {stale[0].parent} are ignored (never loaded); "
@@ -228,9 +259,11 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def _serve(config: str, host: str, port: str, browser: str) -> None:
     """The server process (started by :func:`studio` in its private folder, with :data:`SAFE_ENV`)."""
+    import langgraph_api.cli
     from langgraph_api.cli import run_server
 
     _guard_origins()
+    langgraph_api.cli._resolve_port = _keep_port  # the port taken since the check: exit, do not move
     config_path = Path(config)
     sys.path.insert(0, str(config_path.parent))  # langgraph.json's "dependencies": ["."]
     raw = json.loads(config_path.read_text(encoding="utf-8"))

@@ -55,7 +55,8 @@ from agora.agents.router import KNNRouter
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs._calls import Cost, MethodResult, add_costs as _add_costs, ask as _ask, call_context as _context
 from agora.graphs._calls import found as _found, how_of as _how_of, shared_cost, total_cost
-from agora.graphs.context import context_as, pool_from, protocol_context
+from agora.graphs.context import ContextError, context_as, pool_from, protocol_context
+from agora.models.validation import Convert
 from agora.graphs.dense_baselines import baseline_node, dense_baselines, next_baseline
 from agora.graphs.nodes import emit
 from agora.graphs.question import as_problem, protocol_input, take_shared
@@ -69,10 +70,19 @@ OWN_METHODS = ("comed", "anchor", "router_only")
 """COMED's own methods; its dense baselines' follow them (:func:`comed_methods`)."""
 
 
+def _router(value: object) -> KNNRouter | None:
+    """A context's ``router``: a :class:`KNNRouter` (built in Python) or ``None``; JSON (Studio, the
+    HTTP API) has no way to send one, so anything else is refused in one line, not at the first route."""
+    if value is None or isinstance(value, KNNRouter):
+        return value
+    raise ContextError(f"EscalationContext.router: expected a KNNRouter (from Python) or null (a fixed anchor), "
+                       f"got {type(value).__name__} {value!r:.60}")
+
+
 EscalationContext = protocol_context(
     "EscalationContext", EscalationConfig,
     "COMED settings: thresholds, anchor samples N, anchor/probe/peers, sampling, baselines.",
-    extra=[("router", KNNRouter | None, None,
+    extra=[("router", Annotated[KNNRouter | None, Convert(_router)], None,
             "Router over past traces; ``None`` (or a fixed ``config.anchor``) = fixed anchor, no margin.")])
 
 

@@ -242,6 +242,8 @@ def as_problem(state: dict[str, Any]) -> Problem:
     ``gold`` if it has one (a caller's input, as the trace recorder reads it); a graph's state has
     none, so inside a node it is ``None``."""
     question = state.get("question")
+    if question is not None and not isinstance(question, str):
+        raise InputError(f"graph input field 'question' must be text, not {type(question).__name__} {question!r:.60}")
     if not isinstance(question, str) or not question.strip():
         raise InputError("graph input needs a non-empty 'question'")
     qid = state.get("question_id") or f"q-{zlib.crc32(question.encode()):08x}"

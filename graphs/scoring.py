@@ -37,6 +37,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from agora.graphs.context import check_context_keys
 from agora.graphs.question import as_problem, checked_input
+from agora.tasks.errors import InputError
 from agora.graphs.studio_schema import markdown_schema
 from agora.tasks.scoring import score_results
 
@@ -226,6 +227,19 @@ class ScoredCompiledGraph(CompiledStateGraph):
             log.warning("graph input key %r is not an input of this graph and is ignored; did you mean %r? "
                         "(its input keys: %s)", key, known, ", ".join(sorted(self.input_keys())))
 
+    def _object_input(self, input: Any) -> Any:  # noqa: A002 - LangGraph's name
+        """Refuse an input that is text, a number or a list (``"What is 2+2?"`` sent as the whole input):
+        LangGraph would fail writing it to the state, in lines naming none of the graph's fields.
+        A mapping, a resume's ``None`` or ``Command`` and any other object pass unchanged.
+
+        Raises:
+            InputError: one line naming the input form's fields."""
+        if isinstance(input, (str, bytes, int, float, list, tuple)):
+            fields = ", ".join(self.get_input_jsonschema().get("properties", ()))  # the form's fields
+            raise InputError(f"graph input must be an object of its fields ({fields}), "
+                             f"not {type(input).__name__} {input!r:.60}")
+        return input
+
     def _thread_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         """On a resume (:func:`_resumes`): the raw input of the thread's input checkpoint (of the
         replayed checkpoint's, on a replay from an earlier one), else ``None``."""
@@ -254,8 +268,45 @@ class ScoredCompiledGraph(CompiledStateGraph):
             return _gold_problem(self._thread_input(input, config))
         return _gold_problem(input)
 
+    def _writer(self, parent: Any) -> str | None:
+        """The node a state edit without ``as_node`` comes from: the one node whose tasks made the
+        latest step's checkpoint under the one edited (``parent``: the snapshot before that step's),
+        when they were all the same node (a ``Send`` fan-out such as MoA's proposers). LangGraph itself
+        picks ``__start__`` there (a ``Send`` task records no channel it saw), whose branch then runs
+        again with no context: ``Missing required config key 'N/A' for 'to_proposers'`` in Studio's
+        state editor at a breakpoint after the fan-out. ``None``: LangGraph's own choice."""
+        names = {task.name for task in parent.tasks} if parent is not None else set()
+        return names.pop() if len(names) == 1 and next(iter(names)) in self.nodes and "__start__" not in names else None
+
+    EDITS_WALKED = 64
+    """Earlier edits looked through for the step under them (a longer run of edits: LangGraph's choice)."""
+
+    def update_state(self, config: Any, values: Any, as_node: str | None = None,
+                     task_id: str | None = None) -> Any:
+        if as_node is None and self.checkpointer is not None:
+            snap = self.get_state(config)
+            for _ in range(self.EDITS_WALKED):  # edits' checkpoints, back to the step they edit
+                if (snap.metadata or {}).get("source") != "update" or not snap.parent_config:
+                    break
+                snap = self.get_state(snap.parent_config)
+            if (snap.metadata or {}).get("source") == "loop" and snap.parent_config:
+                as_node = self._writer(self.get_state(snap.parent_config))
+        return super().update_state(config, values, as_node, task_id)
+
+    async def aupdate_state(self, config: Any, values: Any, as_node: str | None = None,
+                            task_id: str | None = None) -> Any:
+        if as_node is None and self.checkpointer is not None:
+            snap = await self.aget_state(config)
+            for _ in range(self.EDITS_WALKED):
+                if (snap.metadata or {}).get("source") != "update" or not snap.parent_config:
+                    break
+                snap = await self.aget_state(snap.parent_config)
+            if (snap.metadata or {}).get("source") == "loop" and snap.parent_config:
+                as_node = self._writer(await self.aget_state(snap.parent_config))
+        return await super().aupdate_state(config, values, as_node, task_id)
+
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
-        input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
+        input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
         self._warn_misspelt(input, config)
         resumed = self._thread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
@@ -272,7 +323,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
             _forget_resumed(token)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
-        input = checked_input(input)  # noqa: A001 - refused or coerced before any model is asked
+        input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
         self._warn_misspelt(input, config)
         resumed = await self._athread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
