@@ -516,14 +516,16 @@ class TraceRecorder(BaseCallbackHandler):
     def _refuse_late(self, error: BaseException | None) -> None:
         """An invocation that was running when :meth:`finish` marked the runs ended: its questions are
         not written (the runs' rows and summaries are final, their live-run locks released; the
-        summary counted it as ``unfinished``).
+        summary counted it as ``unfinished``, where the recorder had written a run).
 
         Raises:
             RuntimeError: the invocation ended normally (one line); one that raised keeps its own
                 error (logged here).
         """
+        counted = ("the run's summary counts it as unfinished" if self.run_ids else
+                   "the recorder had written no run whose summary could count it as unfinished")
         message = (f"TraceRecorder {self.run_id!r}: its with block ended while this invocation ran, so its "
-                   "questions were not recorded (the run's summary counts it as unfinished); end the block "
+                   f"questions were not recorded ({counted}); end the block "
                    "after the invocations that use the recorder")
         if error is None:
             raise RuntimeError(message)

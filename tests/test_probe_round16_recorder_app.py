@@ -176,3 +176,24 @@ def test_a_postgres_url_with_a_password_is_shown_without_it_in_the_recorders_ref
         assert store.question_ids("app-align") == {"q1"}
     finally:
         store.close()
+
+
+def test_a_stream_left_open_and_read_after_the_block_says_no_run_counts_it_when_none_was_written(tmp_path):
+    """A sync stream read for its first update inside the block and to its end after it: its question
+    is not recorded (the runs were ended). Before: the one-line ``RuntimeError`` said "the run's summary
+    counts it as unfinished", though the recorder had written no run, so nothing counted it."""
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        with TraceRecorder(db, run_id="app") as recorder:
+            stream = graph.stream(QUESTION, {"callbacks": [recorder]}, context=context, stream_mode="updates")
+            next(stream)  # ("delegate": no model asked yet)
+        with pytest.raises(RuntimeError) as late:
+            list(stream)
+        assert len(server.requests) == 2
+    assert str(late.value) == (
+        "TraceRecorder 'app': its with block ended while this invocation ran, so its questions were not recorded "
+        "(the recorder had written no run whose summary could count it as unfinished); end the block after the "
+        "invocations that use the recorder")
+    assert rows(db, "select count(*) from runs") == [(0,)]
