@@ -12,7 +12,7 @@ from agora.tasks.errors import InputError
 from agora.cli._apps import app
 from agora.cli._shared import Table, console, fmt_ci, fmt_pct, json_text, user_errors
 from agora.traces.report import MIN_QUESTIONS, TOO_FEW
-from agora.traces.replay import check_rule, paired_table, replay, reproduced
+from agora.traces.replay import check_rule, paired_table, replay, reproduced, stale_scores
 from agora.traces.replay_rules import RULES, Rule, model_principal, parse_params
 from agora.traces.run_trace import load_run
 from agora.traces.run_list import open_trace_store
@@ -123,7 +123,21 @@ def replay_cmd(
                         fmt_pct(row["method_accuracy"]), f"{100 * row['diff']:+.1f}",
                         fmt_ci(row["ci_low"], row["ci_high"]), f"{row['wins']} / {row['losses']}",
                         _p(row["p_mcnemar"]), TOO_FEW if row["too_few"] else "")
-        console.print(out)
+        stale, first = stale_scores(run)
+        if stale:
+            console.print(f"[yellow]warning:[/yellow] {stale} recorded results of run {escape(run_id)} are not scored "
+                          f"as their answer scores against the stored gold now (first: question {escape(first or '')}; "
+                          "was its gold edited after the run?): the table compares the replay, scored against the "
+                          "gold as it is, with the recorded scores", highlight=False, soft_wrap=True)
+        if table:
+            console.print(out)
+        elif not any(q.results for q in run.questions):  # (not an empty table)
+            console.print(f"no paired table: run {escape(run_id)} records no method's results to compare with",
+                          highlight=False, soft_wrap=True)
+        else:
+            console.print(f"no paired table: no question of run {escape(run_id)} is scored both by the replay and by "
+                          "a recorded method (a question without a gold answer, or of a kind no scorer checks, is "
+                          "unscored)", highlight=False, soft_wrap=True)
         if any(r["too_few"] for r in table):
             console.print(f"{TOO_FEW}: fewer than {MIN_QUESTIONS} paired questions or a degenerate interval; the "
                           "numbers are no finding", highlight=False)

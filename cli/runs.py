@@ -130,8 +130,7 @@ def report_run(
             table.add_row(m.method, str(m.questions), fmt_pct(m.accuracy), fmt_ci(m.ci_low, m.ci_high),
                           f"{m.samples_per_question:.1f}",
                           *([f"{m.shared_samples_per_question:.1f}"] if with_shared else []),
-                          str(m.completion_tokens), str(m.failed), str(m.guessed),
-                          TOO_FEW if m.too_few else "")
+                          str(m.completion_tokens), str(m.failed), str(m.guessed), _method_note(m))
         console.print(table)
         hows = s["sample_answers"]
         if hows:
@@ -244,3 +243,12 @@ def _print_failed_attempts(rows: list[dict], full: bool) -> None:
                       "-" if f["attempt"] is None else str(f["attempt"] + 1), escape(f["error_class"] or "-"),
                       escape(f["message"] or "" if full else _short(f["message"], 200)))
     console.print(table)
+
+
+def _method_note(m) -> str:
+    """The methods table's note: too few scored questions, and how many answers were unscored (a run
+    without gold answers: each method's questions are 0, for want of a gold, not of questions)."""
+    unscored = f"{m.unscored} unscored (no gold answer)" if m.unscored else ""
+    if m.questions == 0 and unscored:
+        return unscored
+    return "; ".join(x for x in (TOO_FEW if m.too_few else "", unscored) if x)

@@ -51,6 +51,9 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
     ``<bench>:<task>:candidates``) brings that run along, since its samples live there
     (:attr:`agora.traces.bundle.BundleSummary.carried`).
 
+    Every row is read in one snapshot of ``store`` (:meth:`agora.traces.store.TraceStore.snapshot`): a
+    run another process is still writing is exported as it stood when the export began, whole.
+
     Raises:
         BundleError: nothing to export, a run or bench that is not in ``store``, a run whose shared
             candidates run is not in ``store``, or an unwritable ``out``.
@@ -59,6 +62,12 @@ def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (
     check_out_path(out)
     if out.exists() and store.path and Path(str(store.path)).exists() and out.samefile(str(store.path)):
         raise BundleError(f"{out}: that is the trace database being exported; pick another --out")
+    with store.snapshot():  # a run still being written: its rows as of one moment, never a question's calls without it
+        return _export(store, out, run_ids, bench_ids)
+
+
+def _export(store: TraceStore, out: Path, run_ids: Sequence[str], bench_ids: Sequence[str]) -> BundleSummary:
+    """:func:`export_bundle`, inside its snapshot of ``store``."""
     runs = list(dict.fromkeys(run_ids))
     known = set(store.run_ids())
     missing = [r for r in runs if r not in known]

@@ -29,6 +29,8 @@ MAX_NESTING = 16
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
+#: Bytes read at a time when a bundle's text turned out not to be UTF-8 and its first bad byte is looked for.
+_UTF8_CHUNK = 1 << 20
 
 
 def _too_deep(line: str) -> bool:
@@ -85,11 +87,38 @@ def bundle_line_texts(path: Path) -> Iterator[tuple[int, str, Any]]:
                 except RecursionError:  # pragma: no cover - _too_deep refuses these first
                     raise BundleError(f"{path}:{i}: JSON nested too deep; nothing was imported") from None
                 yield i, line, value
-    except UnicodeDecodeError as exc:
-        raise BundleError(f"{path}:{i + 1}: not UTF-8 text ({exc.reason} at byte {exc.start} of a chunk); "
-                          "nothing was imported") from None
+    except UnicodeDecodeError:  # (found by a chunk read ahead of the line: find the line itself)
+        raise _not_utf8(path) from None
     except (OSError, EOFError) as exc:  # not gzip, or cut short
         raise BundleError(f"{path}: not a readable gzip bundle ({exc})") from None
+
+
+def _not_utf8(path: Path) -> BundleError:
+    """The refusal of a bundle that is not UTF-8 text, naming the line of its first bad byte and that
+    byte's place in the line (1 for the first): the text reader decodes ahead of the line it returns,
+    so its error tells neither. Read as bytes, :data:`_UTF8_CHUNK` at a time; a character cut by a
+    chunk's end is read whole with the next chunk."""
+    line, column, carry = 1, 0, b""  # column: bytes of the current line before the data read next
+    with gzip.open(path, "rb") as f:
+        while True:
+            chunk = f.read(_UTF8_CHUNK)
+            data = carry + chunk
+            try:
+                data.decode("utf-8")
+                good, carry = len(data), b""
+            except UnicodeDecodeError as exc:
+                if not (chunk and exc.end == len(data) and exc.reason == "unexpected end of data"):
+                    head = data[:exc.start]
+                    lines = head.count(b"\n")
+                    at = exc.start - head.rfind(b"\n") - 1 if lines else column + exc.start
+                    return BundleError(f"{path}:{line + lines}: not UTF-8 text (byte {at + 1} of the line); "
+                                       "nothing was imported")
+                good, carry = exc.start, data[exc.start:]  # a character the chunk cut: read on
+            head = data[:good]
+            lines = head.count(b"\n")
+            line, column = line + lines, (good - head.rfind(b"\n") - 1 if lines else column + good)
+            if not chunk:
+                return BundleError(f"{path}: not UTF-8 text; nothing was imported")  # pragma: no cover - found above
 
 
 def _footer_first(path: Path) -> tuple[dict[str, Any], int]:
@@ -361,6 +390,17 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
         pk = info.get("primary_key") or []
         if not isinstance(pk, list) or any(k not in cols for k in pk):
             raise BundleError(f"{path}:1: tables.{t}.primary_key: {pk!r} names columns the table does not have")
+    for field, kind in (("runs", "run"), ("benches", "bench")):
+        ids = head.get(field)
+        if ids is None:
+            continue
+        if not isinstance(ids, list) or (field == "benches" and not all(isinstance(x, str) for x in ids)):
+            # (a string was read a character at a time, an object by its keys; a run id's type: _check_runs)
+            raise BundleError(f"{path}:1: {field}: {short(ids)} is not a list of {kind} ids; nothing was imported")
+        keys = [json.dumps(x) for x in ids]
+        if len(set(keys)) < len(keys):  # (a run named twice was counted twice: 'imported ...: 2 runs')
+            twice = next(x for n, x in enumerate(ids) if keys[n] in keys[:n])
+            raise BundleError(f"{path}:1: {field}: {kind} {twice!r} is named twice; nothing was imported")
     if "runs" in head["tables"] and "run_id" not in head["tables"]["runs"]["columns"]:
         raise BundleError(f"{path}:1: tables.runs.columns: no run_id column; the header is damaged or tampered with")
     seen: dict[str, str] = {}
@@ -376,6 +416,9 @@ def _check_header(path: Path, head: dict[str, Any]) -> dict[str, Any]:
                               "is damaged or tampered with")
         if t in SCHEMA_TYPES:
             check_known_table(path, t, info)
+        if not info.get("primary_key"):  # (export writes only tables with one; without it each import adds the rows again)
+            raise BundleError(f"{path}:1: tables.{t}.primary_key: none; a bundle's tables each have one (else a "
+                              "second import would add their rows again); nothing was imported")
     return head
 
 

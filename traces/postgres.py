@@ -123,5 +123,16 @@ class PostgresTraceStore(TraceStore):
         except Exception:  # noqa: BLE001 - never raises (a signal handler)
             return False
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """:meth:`agora.traces.store.TraceStore.snapshot` on Postgres: one REPEATABLE READ transaction
+        on this thread's connection (every read inside sees the state of its first query)."""
+        if self.db.conn.in_transaction:
+            yield
+            return
+        with self.db.conn:
+            self.db.execute("set transaction isolation level repeatable read")
+            yield
+
     def close(self) -> None:
         self.db.close()

@@ -178,6 +178,22 @@ def reproduced(run: RunTrace, result: ReplayResult, method: str) -> tuple[int, i
     return same, n
 
 
+def stale_scores(run: RunTrace) -> tuple[int, str | None]:
+    """(recorded results whose stored correctness is not what their answer scores against the
+    question's stored gold now, the first such question id): a gold edited after the run. The
+    replay scores its answers against the gold as it is, the paired table compares them with the
+    recorded correctness: such a question counts as a win or a loss of the rule that is the edit's."""
+    n, first = 0, None
+    for q in run.questions:
+        for rec in q.results.values():
+            if rec["correct"] is None or rec["samples"] == 0:
+                continue
+            if bool(score_answer(rec["answer"], q.gold, q.kind)) != bool(rec["correct"]):
+                n += 1
+                first = first or q.question_id
+    return n, first
+
+
 def paired_table(run: RunTrace, result: ReplayResult, *, seed: int = 0) -> list[dict[str, Any]]:
     """The replayed rule against every recorded method of the run, on the questions both were
     scored on (gold, neither failed, replay available): accuracies, the difference (replay − method)

@@ -53,6 +53,9 @@ class MethodRow:
     shared_samples_per_question: float = 0.0
     """Of ``samples_per_question``, the mean samples taken from a bench's shared candidate pool
     (drawn once per question by the bench's candidates run and counted there; 0 outside a bench)."""
+    unscored: int = 0
+    """Recorded questions this method answered that could not be scored (no gold answer, as a
+    ``prompts`` file gives, or a kind no scorer checks): neither right nor wrong, not in ``questions``."""
 
     @property
     def too_few(self) -> bool:
@@ -79,6 +82,7 @@ def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> l
             failed=sum(r["samples"] == 0 for r in rs),
             guessed=sum(r.get("how") == "fallback" for r in rs if r["correct"] is not None and r["samples"] != 0),
             shared_samples_per_question=float(np.mean([r.get("shared_samples") or 0 for r in rs])),
+            unscored=sum(r["correct"] is None and r["samples"] != 0 for r in rs),
         ))
     return rows
 

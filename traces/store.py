@@ -381,6 +381,26 @@ class TraceStore(TraceReader):
         with self._lock, self.db.conn:
             yield self.db
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Read the database as one consistent state: every read inside sees the rows committed when
+        the first one ran, not those another process commits meanwhile (a run still being written:
+        its question, results and calls land in one transaction, and a reader of one table after
+        another would otherwise see the question's calls without its row). SQLite: one read
+        transaction (a shared snapshot under WAL); nothing is written, so it ends in a rollback.
+        Inside a transaction of this store already: that one is the snapshot."""
+        conn = self.db.conn
+        with self._lock:
+            if conn.in_transaction:
+                yield
+                return
+            conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
     # ------------------------------------------------------------------ readers for training and reports
 
     @classmethod

@@ -20,7 +20,8 @@ first round. :func:`own_samples` reads them through the store's readers (``run_i
   program result, leaves it out; one that only changes the prompt, a persona or a few-shot set,
   keeps it: the recorded prompt is the one the member saw), and its prompt is recorded;
 * its question has a gold answer and a checker (``math`` or ``mc``; ``open`` questions are not
-  verifiable), a text (without one a question can be neither grouped nor held out by text: counted
+  verifiable; the samples of a question that failed, recorded without its ``questions`` row, have
+  none either: both counted under ``no_gold``), a text (without one a question can be neither grouped nor held out by text: counted
   under ``no_prompt``), and is not held out (:class:`HeldOut`: by question id or by question text).
 
 One question (its text, whitespace collapsed) recorded by two runs with golds the checker tells
@@ -288,8 +289,10 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
         order = {qid: n for n, qid in enumerate(questions)}
         bench_task = _bench_task(store, run_id)
         calls = [c for c in store.calls(run_id) if (not wanted or c.get("model") in wanted)
-                 and c.get("error") is None and isinstance(c.get("completion"), str) and c["completion"].strip()
-                 and c.get("question_id") in questions]
+                 and c.get("error") is None and isinstance(c.get("completion"), str) and c["completion"].strip()]
+        # a failed question's samples (recorded without its questions row): no gold to score them against
+        skipped["no_gold"] += sum(c.get("question_id") not in questions for c in calls)
+        calls = [c for c in calls if c.get("question_id") in questions]
         calls.sort(key=lambda c: (order[c["question_id"]], c.get("created_at") or "", c.get("sample_index") or 0,
                                   c["call_id"]))
         for c in calls:
