@@ -11,6 +11,7 @@ import typing
 from typing import Any, Callable
 
 import typer
+from typer.core import TyperCommand
 from typer.models import OptionInfo
 from rich.markup import escape
 
@@ -68,6 +69,8 @@ def escape_help(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
         if info.callback is None:
             continue
+        if info.cls in (None, TyperCommand):
+            info.cls = OnceCommand
         if info.help is None:
             info.help = inspect.getdoc(info.callback)
         once(info, "help")
@@ -79,11 +82,45 @@ def escape_help(typer_app: typer.Typer) -> None:
         for param in inspect.signature(info.callback).parameters.values():
             once(param.default, "help")
             _refuse_in_memory_db(param.default)
-            _parse_finite(param.default, hints.get(param.name))
+            _parse_finite(param.default, hints.get(param.name), param.name)
     for group in typer_app.registered_groups:
         once(group, "help")
         if group.typer_instance is not None:
             escape_help(group.typer_instance)
+
+
+def _single_value(param: Any) -> bool:
+    """Whether ``param`` (a parsed click parameter) is an option that keeps one value (not a flag, a
+    count or a repeatable one)."""
+    return (getattr(param, "param_type_name", None) == "option" and not param.multiple and not param.count
+            and not param.is_flag and param.nargs >= 1)
+
+
+class OnceCommand(TyperCommand):
+    """A command that refuses an option taking one value given twice (``--run-id a --run-id b``) in
+    one ``error:`` line and exit 2: click would keep the last silently, and the run would record under
+    an id the user may not have meant. Flags (``--force --force``) and repeatable options are left alone."""
+
+    def make_parser(self, ctx: typer.Context) -> Any:
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_args(args: list[str]) -> Any:
+            opts, rest, order = parse(args)
+            if not ctx.resilient_parsing:
+                seen: dict[str, int] = {}
+                for param in order:
+                    if _single_value(param):
+                        seen[param.name] = seen.get(param.name, 0) + 1
+                        if seen[param.name] == 2:
+                            name = max(param.opts, key=len)
+                            typer.echo(f"error: {name}: given more than once; give it once (the last would "
+                                       "silently win)", err=True)
+                            raise typer.Exit(2)
+            return opts, rest, order
+
+        parser.parse_args = parse_args
+        return parser
 
 
 #: The options naming a trace database that a command writes into or reads.
@@ -118,16 +155,40 @@ def _bounds_text(low: float | None, high: float | None) -> str:
     return "a finite number"
 
 
-def finite_float(low: float | None = None, high: float | None = None) -> Callable[[Any], float | None]:
+def _option_name(option: OptionInfo, param_name: str) -> str:
+    """The name a user types for ``option`` (its first ``--long`` declaration, else typer's
+    ``--param-name``)."""
+    decls = [d for d in (option.param_decls or ()) if d.startswith("--")]
+    return decls[0] if decls else "--" + param_name.replace("_", "-")
+
+
+def finite_float(low: float | None = None, high: float | None = None,
+                 name: str | None = None) -> Callable[[Any], float | None]:
     """A ``parser=`` for a float option: the value as a float in ``[low, high]`` (``None``: unbounded
-    on that side), NaN and infinities refused whatever the bounds, each as one line that names the
-    value and what the option takes (typer's own check let ``nan`` through a range or answered
-    ``Input should be greater than or equal to 0`` without saying that NaN was the problem).
+    on that side), NaN and infinities refused whatever the bounds (typer's own check let ``nan``
+    through a range, or answered ``Input should be greater than or equal to 0`` without saying that
+    NaN was the problem).
+
+    With ``name`` (the option, e.g. ``--lambda``) a refused value is Agora's one line on stderr and
+    exit 2 (``error: --lambda: must be a finite number, got nan``) instead of typer's usage box.
 
     Raises:
-        typer.BadParameter: ``'nan' is not a number (NaN); --tau takes a finite number from 0 to 1``.
+        typer.BadParameter: without ``name``: ``must be a finite number from 0 to 1, got nan``.
+        typer.Exit: with ``name``, after the ``error:`` line.
     """
     want = _bounds_text(low, high)
+
+    def refuse(value: Any) -> typer.BadParameter | typer.Exit:
+        try:
+            float(value)
+            shown = str(value).strip()
+        except (TypeError, ValueError):
+            shown = repr(value)
+        message = f"must be {want}, got {shown}"
+        if name is None:
+            return typer.BadParameter(message)
+        typer.echo(f"error: {name}: {message}", err=True)
+        return typer.Exit(2)
 
     def parse(value: Any) -> float | None:
         if value is None:
@@ -135,26 +196,22 @@ def finite_float(low: float | None = None, high: float | None = None) -> Callabl
         try:
             x = float(value)
         except (TypeError, ValueError):
-            raise typer.BadParameter(f"{value!r} is not a number; give {want}") from None
-        if math.isnan(x):
-            raise typer.BadParameter(f"{value!r} is not a number (NaN); give {want}")
-        if math.isinf(x):
-            raise typer.BadParameter(f"{value!r} is infinite; give {want}")
-        if (low is not None and x < low) or (high is not None and x > high):
-            raise typer.BadParameter(f"{value!r} is out of range; give {want}")
+            raise refuse(value) from None
+        if not math.isfinite(x) or (low is not None and x < low) or (high is not None and x > high):
+            raise refuse(value)
         return x
 
     return parse
 
 
-def _parse_finite(option: object, annotation: Any) -> None:
+def _parse_finite(option: object, annotation: Any, param_name: str) -> None:
     """Give ``option``, a ``float`` (or ``Optional[float]``) option declaration without a parser of its
-    own, :func:`finite_float` with its ``min`` and ``max``."""
+    own, :func:`finite_float` with its ``min``, ``max`` and name."""
     if not isinstance(option, OptionInfo) or option.parser is not None:
         return
     optional_float = (typing.get_origin(annotation) in (typing.Union, types.UnionType)
                       and set(typing.get_args(annotation)) == {float, type(None)})
     if annotation is not float and not optional_float:
         return
-    option.parser = finite_float(option.min, option.max)
+    option.parser = finite_float(option.min, option.max, _option_name(option, param_name))
     option.metavar = option.metavar or "FLOAT"

@@ -39,18 +39,14 @@ def test_train_dpo_names_the_option_of_a_bad_setting(tmp_path, duel_pairs_db, fl
 
 @pytest.mark.parametrize("flags, message", [
     (("--lr", "0"), "error: --lr: GRPOSettings.learning_rate must be > 0, got 0.0"),
-    # nan is refused as the option is parsed (typer's usage box), before any setting is built
-    (("--epochs", "nan"), "Invalid value for '--epochs': 'nan' is not a number (NaN); give a finite number"),
+    # nan is refused as the option is parsed, before any setting is built
+    (("--epochs", "nan"), "error: --epochs: must be a finite number, got nan"),
 ])
 def test_train_grpo_names_the_option_of_a_bad_setting(tmp_path, flags, message):
     result = CliRunner().invoke(app, ["train", "grpo", "--model", "a", "--pool", str(fake_pool(tmp_path)),
-                                      "--data", "synthetic", "--data-only", "--out", str(tmp_path / "o"), *flags],
-                                env={"COLUMNS": "200"})
+                                      "--data", "synthetic", "--data-only", "--out", str(tmp_path / "o"), *flags])
     assert result.exit_code == 2, result.output
-    if message.startswith("error:"):
-        assert lines(result) == [message]
-    else:
-        assert message in result.output, result.output
+    assert lines(result) == [message]
     assert not (tmp_path / "o").exists()
 
 

@@ -302,9 +302,9 @@ def test_cli_eta_bound_is_the_configs_exclusive_one(tmp_path):
         assert out.exit_code == 2 and "Traceback" not in out.output
         assert out.output.strip() == (f"error: --eta: Exp3Config.eta must be a finite number > 0 (or None for 1/K), "
                                       f"got {float(eta)}")  # the option typed, then the setting it gives
-    for eta, said in (("inf", "'inf' is infinite"), ("nan", "'nan' is not a number (NaN)")):  # typer's parse
+    for eta in ("inf", "nan"):  # refused as the option is parsed
         out = invoke("duel", "--instructions", data, "--eta", eta, "--db", tmp_path / "t.db")
-        assert out.exit_code == 2 and "Traceback" not in out.output and said in out.output, out.output
+        assert out.exit_code == 2 and out.output.strip() == f"error: --eta: must be a finite number, got {eta}"
     assert not (tmp_path / "t.db").exists()
 
 
