@@ -16,6 +16,11 @@ from agora.models.pool import ModelPool
 from agora.models.validation import Count, Name, settings
 from agora.tasks.problem import Problem
 
+MAX_TURNS = 100
+"""The most turns one conversation takes: every turn shows the speaker the whole conversation so far, so
+its prompt (and the checkpoint of each step) grows with every turn; ``--turns 1e30`` would otherwise run
+until the disk is full."""
+
 REPLY_PROMPT = ("Another assistant answered:\n\n{reply}\n\nReply to it: say whether you agree and why, "
                 "correct any mistake, and give your own answer.")
 """How a speaker is shown its partner's turn."""
@@ -29,8 +34,8 @@ class ConversationConfig:
     """Model that answers first; ``None`` = the pool's first member."""
     speaker_b: Annotated[str | None, Name()] = None
     """Model that replies first; ``None`` = the first other member."""
-    turns: Annotated[int, Count(2)] = 3
-    """Responses in all (A, B, A, ...); at least 2 so that someone replies."""
+    turns: Annotated[int, Count(2, MAX_TURNS)] = 3
+    """Responses in all (A, B, A, ...); at least 2 so that someone replies, at most :data:`MAX_TURNS`."""
     max_tokens: MaxTokens = 128
     """Upper bound on generated tokens per turn."""
     temperature: Temperature = 0.7

@@ -59,6 +59,12 @@ def visible(text: str) -> str:
     return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
 
 
+def error_line(text: str) -> str:
+    """``text`` through :func:`visible`, its newlines written ``\\n`` too: an ``error:`` line quoting
+    a path or a value that holds a newline (``--data 'a\\nb.jsonl'``) stays one line."""
+    return visible(text).replace("\n", "\\n")
+
+
 #: The terminal controls ``json.dumps`` leaves raw with ``ensure_ascii=False``: DEL and C1 (C0 it escapes).
 _JSON_RAW_CONTROLS = re.compile(r"[\x7f-\x9f]")
 
@@ -203,11 +209,12 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
     except ModelCallError as exc:  # a model server went away: the run stops, resumable
         resume = (f"\nfinished {unit} are saved; rerun with the same --run-id to resume once the model answers again"
                   if unit is not None else "")
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}{resume}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(error_line(str(exc)))}{resume}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
         saved = f"; finished {unit} are saved" if unit is not None else ""
-        err_console.print(f"[red]error:[/red] {escape(describe_sqlite_error(_databases_given(), exc))}{saved}",
+        described = error_line(describe_sqlite_error(_databases_given(), exc))
+        err_console.print(f"[red]error:[/red] {escape(described)}{saved}",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except Exception as exc:
@@ -219,7 +226,8 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
                                   soft_wrap=True)
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        err_console.print(f"[red]error:[/red] {escape(without_passwords(with_option(str(message))))}", highlight=False,
+        shown = error_line(without_passwords(with_option(str(message))))
+        err_console.print(f"[red]error:[/red] {escape(shown)}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(2) from None
 

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
+from agora.tasks.loaders import missing_reason
 from agora.agents.escalation import EscalationConfig, EscalationThresholds, check_pool, baseline_names, decision_grid
 from agora.agents.escalation_records import comed_detail
 from agora.agents.escalation_calibration import ThresholdsFile, load_thresholds, write_thresholds
@@ -151,6 +152,8 @@ def _check_out(out: Path, force: bool = False) -> None:
     created (as other commands create theirs) and must be writable."""
     if out.is_dir():
         raise InputError(f"--out {out}: is a folder; give a file name, e.g. {out / 'comed-thresholds.toml'}")
+    if out.is_symlink() and not out.exists() and "itself" in (reason := missing_reason(out)):
+        raise InputError(f"--out {out}: {reason}")  # (a link to a file not there yet is written through)
     if out.exists() and not force:
         raise InputError(f"--out {out}: the file exists; pick a new name, or pass --force to overwrite it")
     try:

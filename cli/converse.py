@@ -112,12 +112,14 @@ def converse(
                     else pool_from_specs(converse_default_specs(builtin_name), source=f"builtin:converse-{builtin_name}"))
         todo = ordered_pairs(the_pool, models, pairs)
         base = new_run_id("converse") if run_id is None else check_run_id(run_id)
+        from_options(ConversationConfig, turns="turns", max_tokens="max_tokens", temperature="temperature",
+                     shots="shots", seed="seed")
+        ConversationConfig(turns=turns, max_tokens=max_tokens, temperature=temperature, shots=shots,
+                           seed=seed)  # its settings refused before the trace database is created
         store = TraceStore(db)
         console.print(f"run [bold]{escape(base)}[/bold]: {len(todo)} ordered pairs × {len(problems)} {escape(fmt_name)} "
                       f"prompts × {turns} turns; pool {escape(', '.join(the_pool.names))}", highlight=False)
         calls = 0
-        from_options(ConversationConfig, turns="turns", max_tokens="max_tokens", temperature="temperature",
-                     shots="shots", seed="seed")
         with question_progress(len(todo) * len(problems)) as progress, graceful_stop(base) as control:
             task = progress.add_task("converse", total=len(todo) * len(problems), label="converse", status="")
             for a, b in todo:

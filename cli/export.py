@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
+from agora.tasks.loaders import missing_reason
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
 from agora.traces.bundle import SUFFIX
@@ -73,6 +74,8 @@ def import_cmd(
     the wrong type, and a bundle holding two contents under one key. A refused import into a new --db
     leaves no file. See docs/traces.md."""
     with user_errors():
+        if bundle.is_symlink() and not bundle.exists():  # a loop, or a link to nothing: say so, not "no such file"
+            raise InputError(f"{bundle}: {missing_reason(bundle)}")
         created = store_backend(db) is None and not Path(db).exists()
         if created:
             check_bundle(bundle)  # the whole bundle, before --db is created

@@ -101,7 +101,7 @@ def engine_problem(value: str) -> str | None:
     """What is wrong with ``value`` as ``AGORA_LLAMA_ENGINE`` (``None``: an accepted value): one
     line naming the accepted values and ending ``; unset AGORA_LLAMA_ENGINE``."""
     engine = value.strip().lower()
-    if not engine or engine in ENGINE_NAMES:
+    if not value or engine in ENGINE_NAMES:  # empty is unset; spaces alone are refused, as for every variable
         return None
     why = ("the server engine was removed on 2026-12-04 (see benchmarks/README.md)" if engine in _REMOVED_ENGINES
            else "it is not an engine's name")

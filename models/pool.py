@@ -50,6 +50,7 @@ from agora.models.builtins import BUILTIN_MODELS, BUILTIN_POOLS, BUILTINS  # noq
 from agora.models.calls import unreturned_attempts  # noqa: F401 (re-exported)
 from agora.models.contract import ModelMember, Sample, SamplingParams  # noqa: F401 (re-exported)
 from agora.tasks.errors import bare_cr_as_lf, utf16_guess
+from agora.tasks.loaders import missing_reason
 from agora.models.errors import (EmptyResponseError, MemberContractError, ModelCallError,  # noqa: F401
                                  ModelUnavailableError, PoolConfigError, UnknownNameError)
 from agora.models.member import ModelSpec, PoolMember
@@ -255,6 +256,8 @@ def load_pool(path: str | Path) -> ModelPool:
         if path.exists():  # (read, a FIFO would block until a writer came)
             raise PoolConfigError(f"{path}: not a regular file (a FIFO, device or socket); give the path of a "
                                   "TOML pool file")
+        if path.is_symlink():  # a loop, or a link to nothing: say so ("ls" lists it)
+            raise PoolConfigError(f"{path}: {missing_reason(path)}")
         near = difflib.get_close_matches(str(path), BUILTIN_POOLS, n=1)
         raise PoolConfigError(f"{path}: pool file not found (built-in pools: {', '.join(BUILTIN_POOLS)}"
                               + (f"; did you mean {near[0]}?)" if near else ")"))

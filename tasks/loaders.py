@@ -411,7 +411,7 @@ def _read_lines(fh: Any, size: int) -> Iterator[bytes]:
         yield from pieces
 
 
-def _missing(path: Path) -> str:
+def missing_reason(path: Path) -> str:
     """Why ``path``, which does not exist, cannot be read: not found, or a symbolic link whose target
     does not exist or that links back to itself (``ls`` lists the link, so "not found" would puzzle)."""
     if not path.is_symlink():
@@ -442,7 +442,7 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
         if path.is_dir():
             raise TaskFormatError(path, 0, None, "is a directory, not a JSONL file")
         if not path.exists():
-            raise TaskFormatError(path, 0, None, _missing(path))
+            raise TaskFormatError(path, 0, None, missing_reason(path))
         if not path.is_file():  # a FIFO would block, /dev/zero never ends
             raise TaskFormatError(path, 0, None, "not a regular file (a FIFO, device or socket); give a JSONL file")
         fh = path.open("rb")
@@ -481,7 +481,8 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict]]:
             except json.JSONDecodeError as exc:
                 spread = (" (one JSON object spread over several lines? A JSONL file holds each problem on one line)"
                           if raw.strip() in ("{", "[") else "")
-                raise TaskFormatError(path, number, None, f"invalid JSON ({exc.msg} at column {exc.colno}){spread}") from None
+                at = "" if exc.msg.endswith(" at") else " at"  # ("Unterminated string starting at")
+                raise TaskFormatError(path, number, None, f"invalid JSON ({exc.msg}{at} column {exc.colno}){spread}") from None
             except RecursionError:  # the C decoder's bound (about 1000 levels) on Python's stack
                 raise TaskFormatError(path, number, None, f"JSON nested more than {MAX_NESTING} levels deep") from None
             except ValueError as exc:  # an integer longer than sys.get_int_max_str_digits()

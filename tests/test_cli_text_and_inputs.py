@@ -76,7 +76,7 @@ def test_visible_keeps_newlines_tabs_and_backslashes():
     (lambda: __import__("agora.graphs.runner", fromlist=["run_protocol"]).run_protocol("duel", []),
      "protocol 'duel' is a "),
     (lambda: __import__("agora.traces.claims", fromlist=["lease_s"]).lease_s(),
-     "AGORA_LEASE_S='soon': a lease is a number of seconds"),
+     "AGORA_LEASE_S='soon': not a number above 0 (seconds a question claimed"),
 ])
 def test_run_settings_refused_as_input_not_as_a_bug(monkeypatch, capsys, call, said):
     """These refusals were plain ValueErrors, which the CLI prints as an 'internal error' with a

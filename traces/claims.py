@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any, Iterator, Mapping, Sequence
 
-from agora.tasks.errors import InputError
+from agora.models.environment import env_value
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +94,11 @@ def lease_s() -> float:
     """The lease in seconds: ``AGORA_LEASE_S`` when set (a positive number), else :data:`LEASE_S`.
 
     Raises:
-        InputError: ``AGORA_LEASE_S`` is not a positive number (the CLI prints it as one ``error:`` line).
+        EnvironmentVariableError: ``AGORA_LEASE_S`` is not a positive number (the CLI prints it as one
+            ``error:`` line, as its check of every variable does).
     """
-    raw = os.environ.get("AGORA_LEASE_S")
-    if raw is None:
-        return LEASE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InputError(f"AGORA_LEASE_S={raw!r}: a lease is a number of seconds") from None
-    if not value > 0:
-        raise InputError(f"AGORA_LEASE_S={raw!r}: a lease is a positive number of seconds")
-    return value
+    raw = env_value("AGORA_LEASE_S")  # empty is unset, as for every AGORA_* variable; nan, 0, -1 refused
+    return LEASE_S if raw is None else float(raw)
 
 
 class Claims:
