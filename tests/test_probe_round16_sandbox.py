@@ -16,6 +16,10 @@
   ``vfield`` and ``vfree_group`` write their generators two frames up the same way
   (``sympy.utilities.magic.pollute``), names starting with ``_`` (the program's hooks) included.
   In a child both now write only into the program's own globals, and never a name starting with ``_``.
+- ``functools.total_ordering`` of a class the program did not define is refused unless library code
+  calls it, judged by its caller's frame: a library function's frame calling the program's key
+  (``heapq.nsmallest(1, [Not], key=functools.total_ordering)``) passed, and wrote comparisons into
+  sympy's ``Not``. Only a module being imported (its spec ``_initializing``) counts as library code now.
 - Refused or limited, as before, with the worker healthy for the next program: frames of
   generators and tracebacks, ``__class_getitem__``/``__init_subclass__``/descriptors/metaclasses
   (in class statements and through ``numbers.ABCMeta``), format strings and ``format_map``,
@@ -83,6 +87,9 @@ FRAME_WRITERS = [
      "ValueError: vring called from library code (the module 'sympy.parsing.sympy_parser') is not allowed"),
     ("vfree_group of a hook's name", "from sympy.combinatorics.free_groups import vfree_group\n"
      "vfree_group('_write_')\nprint(1)", "ValueError: vfree_group of the names ['_write_'] is not allowed in the sandbox"),
+    ("total_ordering through heapq.nsmallest's key", "import functools, heapq\nfrom sympy.core.logic import Not\n"
+     "heapq.nsmallest(1, [Not], key=functools.total_ordering)\nprint(Not('a') >= Not('b'))",
+     "TypeError: total_ordering of 'Not' of the module 'sympy.core.logic' is not allowed in the sandbox"),
 ]
 
 
@@ -104,6 +111,9 @@ FRAME_WRITERS_KEPT = [
     ("vfield", "from sympy import QQ\nfrom sympy.polys.fields import vfield\nvfield('u', QQ)\nprint(1 / u + u)", "(u**2 + 1)/u\n"),
     ("vfree_group", "from sympy.combinatorics.free_groups import vfree_group\nvfree_group('g h')\nprint(g * h * g ** -1)",
      "g*h*g**-1\n"),
+    ("ask, whose handlers are imported lazily and register themselves", "import sympy\nx = sympy.Symbol('x', positive=True)\n"
+     "X = sympy.MatrixSymbol('X', 2, 2)\nprint(sympy.ask(sympy.Q.positive(x + 1)), sympy.ask(sympy.Q.symmetric(X * X.T)))",
+     "True True\n"),
 ]
 
 

@@ -1960,20 +1960,23 @@ def _route_library_classes() -> None:
     ``cls`` lacks, ``abc.ABCMeta.register(cls, sub)`` (``numbers.Number.register(str)``) adds to the
     registry that ``isinstance(x, cls)`` answers from (library code in the child then took a ``str``
     for a number). In a child each refuses, with ``TypeError``, a class whose attributes the program
-    may not change (:func:`_write_guard`: a class it did not define) unless a library module's own
-    code calls it (a module imported lazily in the child); the program's own classes pass. Done once
+    may not change (:func:`_write_guard`: a class it did not define) unless the code of a module
+    being imported calls it (a module imported lazily in the child); the program's own classes pass. Done once
     in the worker, before it forks, wherever a loaded module holds the original."""
     import abc
     import functools
     import sys
 
     def from_library() -> bool:
-        # the caller's globals are a loaded module's own (a module imported lazily in the child
-        # decorates its classes as it loads); the program's, or a restricted evaluation's, are not
+        # the caller's globals are those of a module being imported (a module imported lazily in the
+        # child decorates its classes as it loads); the program's, a restricted evaluation's, or a
+        # loaded library function's that calls the program's key (heapq.nsmallest(1, [cls],
+        # key=functools.total_ordering)) are not
         caller = sys._getframe(2).f_globals
         name = caller.get("__name__")
         module = sys.modules.get(name) if _plain(name) else None
-        return module is not None and name != "__main__" and getattr(module, "__dict__", None) is caller
+        return (module is not None and name != "__main__" and getattr(module, "__dict__", None) is caller
+                and getattr(getattr(module, "__spec__", None), "_initializing", False) is True)
 
     def guarded(original, what: str):
         def check(cls, *args, **kwargs):
