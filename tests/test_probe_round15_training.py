@@ -148,7 +148,7 @@ def test_a_question_without_text_is_not_read(tmp_path, text):
 # ------------------------------------------------------------------ agora evolve
 
 
-def _evolve(tmp_path, monkeypatch, *flags, pool=None):
+def _evolve(tmp_path, monkeypatch, *flags, pool=None, fmt="gsm8k"):
     import agora.cli.evolve as evolve_cli
 
     monkeypatch.setattr(evolve_cli, "require_train_extra", lambda: None, raising=False)  # as with the extra installed
@@ -157,7 +157,7 @@ def _evolve(tmp_path, monkeypatch, *flags, pool=None):
         instructions.write_text(json.dumps({"id": "i1", "question": "What is 2+3?", "answer": "#### 5"}) + "\n")
     from agora.cli.main import app
 
-    return CliRunner().invoke(app, ["evolve", "--instructions", str(instructions), "--format", "gsm8k",
+    return CliRunner().invoke(app, ["evolve", "--instructions", str(instructions), "--format", fmt,
                                     "--pool", str(pool or fake_pool(tmp_path)), "--db", str(tmp_path / "t.db"),
                                     "--out", str(tmp_path / "o"), "-D", "1", "-T", "1", *map(str, flags)])
 
@@ -228,7 +228,7 @@ def test_evolve_own_data_needs_instructions_with_gold(tmp_path, monkeypatch):
 
     monkeypatch.setattr(evolve_module, "trainable", lambda specs, names=(): ["a"])
     (tmp_path / "i.jsonl").write_text(json.dumps({"id": "i1", "prompt": "Write a poem."}) + "\n")
-    out = _evolve(tmp_path, monkeypatch, "--data", "own", "--format", "prompts")
+    out = _evolve(tmp_path, monkeypatch, "--data", "own", fmt="prompts")
     assert [" ".join(only_lines(out))] == [
         "error: data 'own': none of the 1 instructions has a gold answer (math or multiple choice) to check the "
         "members' answers against; give a problem file with gold answers, or train on the judges' preferences "
