@@ -77,10 +77,14 @@ _ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):`~?(?:[\w.]+\.)?
 _LITERAL = re.compile(r"``([^`]+)``")
 
 
+_SECTION = re.compile(r"\n\s*\n(?:Args|Arguments|Raises|Returns|Yields):\n.*", re.S)
+"""A docstring's trailing Google-style sections (what a Python caller passes and catches)."""
+
+
 def as_markdown(text: str) -> str:
     """A docstring as a form shows it (Markdown): ````code```` → `` `code` ``, ``:func:`a.b.name```
-    → `` `name` ``."""
-    return _LITERAL.sub(r"`\1`", _ROLE.sub(r"`\1`", text))
+    → `` `name` ``; its ``Raises:`` (``Args:``, ``Returns:``, ``Yields:``) sections left out."""
+    return _LITERAL.sub(r"`\1`", _ROLE.sub(r"`\1`", _SECTION.sub("", text)))
 
 
 def markdown_schema(schema: Any) -> Any:

@@ -195,3 +195,20 @@ def test_through_agora_studio_on_a_stub_pool_edits_at_a_breakpoint_and_bad_input
                                                    "null (a fixed anchor), got int 3"), bad
         finally:
             stop(proc, sink)
+
+
+# ---------------------------------------------------------------------------------------- the forms
+
+
+def test_the_context_forms_carry_no_python_docstring_sections():
+    """The settings' descriptions in Studio's context form ended in the class docstring's
+    ``Raises:\\n    ValueError: ...`` section (what a Python caller catches, not what a field means)."""
+    from agora.graphs import registry
+
+    for spec in registry.specs():
+        graph = spec.compiled()
+        for kind in ("input", "output", "context"):
+            text = json.dumps(getattr(graph, f"get_{kind}_jsonschema")())
+            assert "Raises:" not in text and "Returns:" not in text, (spec.name, kind)
+    schema = registry.specs()[0].compiled().get_context_jsonschema()
+    assert next(iter(schema["$defs"].values()))["description"]  # the description itself is kept
