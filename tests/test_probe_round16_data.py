@@ -176,7 +176,7 @@ def test_a_run_exported_while_it_is_written_is_one_consistent_snapshot(tmp_path,
     their question, and the bundle could never be imported ('an orphan')."""
     import agora.cli.export as export_cli
 
-    db = _record(tmp_path)
+    _record(tmp_path)
     opened = export_cli.open_trace_store
 
     def store_written_to_meanwhile(path):

@@ -21,8 +21,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
