@@ -64,14 +64,16 @@ DATA_ONLY_OPTION = typer.Option(False, "--data-only", help="Write OUT/dataset/ (
 
 
 def verified_samples(db: str, model: str, source_run: list[str] | None, held_out: Path | None,
-                     length_ratio: float = 1.5, per_question: int = 4, options: dict[str, str] | None = None):
+                     length_ratio: float = 1.5, per_question: int = 4, options: dict[str, str] | None = None,
+                     model_option: str = "--model"):
     """``(config, samples, skipped)``: ``model``'s own verified samples in ``db``
     (:mod:`agora.training.verified`). ``options``: the command's parameters that set
     :class:`~agora.training.own_samples.VerifiedConfig` fields (field → parameter), so that a refused
-    value names its option (``--length-ratio: VerifiedConfig.length_ratio must be >= 1 ...``)."""
+    value names its option (``--length-ratio: VerifiedConfig.length_ratio must be >= 1 ...``);
+    ``model_option``: the option that named ``model`` (``--teacher`` for another member's answers)."""
     from agora.training.own_samples import HeldOut, VerifiedConfig, own_samples
 
-    check_sources(db, model, source_run)
+    check_sources(db, model, source_run, model_option)
     cfg = settings_from_options(VerifiedConfig, options or {}, model=model, run_ids=tuple(source_run or ()),
                                 held_out=HeldOut.from_file(held_out) if held_out is not None else HeldOut(),
                                 length_ratio=length_ratio, max_pairs_per_question=per_question,
@@ -98,7 +100,7 @@ def held_out_by_text(held_out: Path | None, what: str):
     return held
 
 
-def check_sources(db: str, model: str | None, source_run: list[str] | None) -> None:
+def check_sources(db: str, model: str | None, source_run: list[str] | None, model_option: str = "--model") -> None:
     """Refuse, in one line naming the known ones, a ``--source-run`` that is not a run of ``db`` and
     a ``--model`` with no recorded call in those runs (else the datasets would be silently empty;
     ``model`` ``None``: any model's samples are read, only the runs are checked).
@@ -129,7 +131,8 @@ def check_sources(db: str, model: str | None, source_run: list[str] | None) -> N
         members = [m for (m,) in store.db.execute("select distinct model from model_calls order by model")]
     if model not in members:
         where = f"runs {', '.join(source_run)} of {shown_url(db)}" if source_run else shown_url(db)
-        raise InputError(f"--model {model!r}: no recorded call of it in {where} (members recorded: {listed(members)})")
+        raise InputError(f"{model_option} {model!r}: no recorded call of it in {where} (members recorded: "
+                         f"{listed(members)})")
 
 
 def check_pair_sources(db: str, pairs: list[dict], flt) -> None:

@@ -1,5 +1,5 @@
 """``agora train sft``: rejection-sampling SFT of one pool member's LoRA adapter on its own
-verified answers from any recorded run, with TRL."""
+verified answers (or, with ``--teacher``, another member's: distillation) from any recorded run, with TRL."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTI
 def train_sft_cmd(
     db: str = typer.Option("agora.db", "--db", help="Trace database whose runs recorded the member's samples (a "
                             "SQLite file or a postgresql:// URL)."),
-    model: str = typer.Option(..., "--model", help="Pool member whose own right answers it is trained on."),
+    model: str = typer.Option(..., "--model", help="Pool member trained (on its own right answers, unless --teacher)."),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="Member whose recorded right answers --model is "
+                                          "trained on instead of its own (distillation; e.g. a larger member)."),
     out: Path = typer.Option(..., "--out", help="Output folder: dataset/, adapter/, pool.toml."),
     pool: Optional[Path] = typer.Option(None, "--pool", help="Pool file the member comes from (default: the "
                                         "embedded duel pool)."),
@@ -50,7 +52,8 @@ def train_sft_cmd(
     """Rejection-sampling fine-tuning (STaR, RFT): SFT of a LoRA on the member's own right answers.
 
     The answers are the member's recorded samples (any run of --db) that the scorer finds right,
-    finished and explicit; --held-out keeps evaluation questions out."""
+    finished and explicit; --held-out keeps evaluation questions out. With --teacher, they are that
+    member's samples instead (rejection-sampling distillation), and --model is the one trained."""
     with user_errors():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.training.verified import empty_note, sft_rows, verified_stats
@@ -59,9 +62,11 @@ def train_sft_cmd(
         if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora run`, `agora bench` or `agora comed` "
                                     "first)")
-        vcfg, samples, skipped = verified_samples(db, model, source_run, held_out, per_question=per_question)
+        answers_of = teacher if teacher is not None else model
+        vcfg, samples, skipped = verified_samples(db, answers_of, source_run, held_out, per_question=per_question,
+                                                  model_option="--teacher" if teacher is not None else "--model")
         rows, stats = sft_rows(samples, vcfg), verified_stats(samples, vcfg, skipped)
-        source = {"verified": vcfg.describe()}
+        source = {"verified": vcfg.describe(), **({"teacher": teacher} if teacher is not None else {})}
         from agora.training.config import SFTSettings
         from agora.training.pipeline import check_sft_rows
 
@@ -87,10 +92,12 @@ def train_sft_cmd(
         check_sft_rows(model, rows, empty_note(stats, pairs=False))  # before a run is recorded
         run_id = new_run_id("train-sft") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of its own verified "
+        whose = "its own" if teacher is None else f"{escape(teacher)}'s"
+        console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of {whose} verified "
                       f"answers from {escape(shown_url(db))}", highlight=False)
         train_and_record(
-            store, run_id, "train-sft", specs, out, config={"model": model, "settings": settings},
+            store, run_id, "train-sft", specs, out,
+            config={"model": model, **({"teacher": teacher} if teacher is not None else {}), "settings": settings},
             dataset={"db": shown_url(db), **source, "source_runs": stats["sft_runs"]},
             train=lambda: sft_member(store, run_id, spec, rows, out, settings, source=source),
             serve_with=serve_with, spec=spec,

@@ -197,6 +197,28 @@ def test_data_only_own_pairs_and_sft(db, tmp_path):
     assert [r["run_id"] for r in sqlite_utils.Database(db)["runs"].rows] == ["b:gsm8k:candidates", "align-1"]
 
 
+def test_data_only_sft_on_a_teachers_right_answers(db, tmp_path):
+    """``--teacher m2``: the rows are m2's right answers (here its one right, explicit answer to q1;
+    its wrong c6 is left out), for training ``--model m``; the source records the teacher. A teacher
+    with no recorded call is refused in one line naming --teacher."""
+    d = sqlite_utils.Database(db)
+    d["model_calls"].insert(call("t1", "b:gsm8k:candidates", "q1", "3 and 2 make 5. The answer is 5.", 11, "5",
+                                 "marker", model="m2", t=11))
+    out = agora("train", "sft", "--data-only", "--db", db, "--model", "m", "--teacher", "m2",
+                "--out", tmp_path / "sft")
+    assert out.exit_code == 0, out.output
+    rows = jsonl(tmp_path / "sft" / "dataset" / "train.jsonl")
+    assert [(r["question_id"], r["model"], r["completion"][0]["content"]) for r in rows] == [
+        ("q1", "m2", "3 and 2 make 5. The answer is 5.")]
+    stats = json.loads((tmp_path / "sft" / "dataset" / "stats.json").read_text())
+    assert stats["source"]["teacher"] == "m2" and stats["source"]["verified"]["model"] == "m2"
+    out = agora("train", "sft", "--data-only", "--db", db, "--model", "m", "--teacher", "zz",
+                "--out", tmp_path / "sft2")
+    assert out.exit_code == 2
+    assert [line for line in out.output.splitlines() if line.strip()] == [
+        f"error: --teacher 'zz': no recorded call of it in {db} (members recorded: m, m2)"]
+
+
 @pytest.mark.parametrize("command", [("dpo", "--pairs", "own", "--model", "m"), ("dpo", "--model", "m"),
                                      ("sft", "--model", "m"),
                                      ("grpo", "--data", "synthetic", "--model", "qwen2.5-coder-0.5b")])
