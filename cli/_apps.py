@@ -11,7 +11,6 @@ import typing
 from typing import Any, Callable
 
 import typer
-from typer.core import TyperCommand
 from typer.models import OptionInfo
 from rich.markup import escape
 
@@ -69,8 +68,6 @@ def escape_help(typer_app: typer.Typer) -> None:
     for info in typer_app.registered_commands:
         if info.callback is None:
             continue
-        if info.cls in (None, TyperCommand):
-            info.cls = OnceCommand
         if info.help is None:
             info.help = inspect.getdoc(info.callback)
         once(info, "help")
@@ -87,40 +84,6 @@ def escape_help(typer_app: typer.Typer) -> None:
         once(group, "help")
         if group.typer_instance is not None:
             escape_help(group.typer_instance)
-
-
-def _single_value(param: Any) -> bool:
-    """Whether ``param`` (a parsed click parameter) is an option that keeps one value (not a flag, a
-    count or a repeatable one)."""
-    return (getattr(param, "param_type_name", None) == "option" and not param.multiple and not param.count
-            and not param.is_flag and param.nargs >= 1)
-
-
-class OnceCommand(TyperCommand):
-    """A command that refuses an option taking one value given twice (``--run-id a --run-id b``) in
-    one ``error:`` line and exit 2: click would keep the last silently, and the run would record under
-    an id the user may not have meant. Flags (``--force --force``) and repeatable options are left alone."""
-
-    def make_parser(self, ctx: typer.Context) -> Any:
-        parser = super().make_parser(ctx)
-        parse = parser.parse_args
-
-        def parse_args(args: list[str]) -> Any:
-            opts, rest, order = parse(args)
-            if not ctx.resilient_parsing:
-                seen: dict[str, int] = {}
-                for param in order:
-                    if _single_value(param):
-                        seen[param.name] = seen.get(param.name, 0) + 1
-                        if seen[param.name] == 2:
-                            name = max(param.opts, key=len)
-                            typer.echo(f"error: {name}: given more than once; give it once (the last would "
-                                       "silently win)", err=True)
-                            raise typer.Exit(2)
-            return opts, rest, order
-
-        parser.parse_args = parse_args
-        return parser
 
 
 #: The options naming a trace database that a command writes into or reads.

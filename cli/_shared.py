@@ -61,8 +61,10 @@ def visible(text: str) -> str:
 
 def error_line(text: str) -> str:
     """``text`` through :func:`visible`, its newlines written ``\\n`` too: an ``error:`` line quoting
-    a path or a value that holds a newline (``--data 'a\\nb.jsonl'``) stays one line."""
-    return visible(text).replace("\n", "\\n")
+    a path or a value that holds a newline (``--data 'a\\nb.jsonl'``) stays one line. A newline
+    followed by two spaces is kept: it starts one of the indented detail lines some refusals end
+    with (a resume refusal's ``  pool: ...`` differences)."""
+    return re.sub(r"\n(?!  )", r"\\n", visible(text))
 
 
 #: The terminal controls ``json.dumps`` leaves raw with ``ensure_ascii=False``: DEL and C1 (C0 it escapes).

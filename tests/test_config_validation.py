@@ -100,7 +100,7 @@ BAD = [
     (DuelConfig, "duels", True, "an integer >= 1"),
     (DuelConfig, "top_p", NAN, "a finite number in (0, 1]"),
     (DuelConfig, "judge", {"shots": 0}, "a JudgeConfig"),
-    (ConversationConfig, "turns", True, "an integer >= 2"),
+    (ConversationConfig, "turns", True, "an integer in 2..100"),
     (ConversationConfig, "temperature", 1e9, "a finite number in [0, 2]"),
     (ConversationConfig, "speaker_a", "", "a non-empty string or None"),
 ]

@@ -190,8 +190,10 @@ def test_llama_engine_variable_checked_up_front(monkeypatch):
         "AGORA_LLAMA_ENGINE='bogus': llama-cpp-python is the one embedded engine and it is not an engine's name "
         "(accepted: unset or llama-cpp-python, llama_cpp_python, llamacpp, llama-cpp, python, native, any case); "
         "unset AGORA_LLAMA_ENGINE")
-    for accepted in ("", "  ", "llama-cpp-python", " Native "):
+    for accepted in ("", "llama-cpp-python", " Native "):
         check_environment({"AGORA_LLAMA_ENGINE": accepted})
+    with pytest.raises(EnvironmentVariableError, match="AGORA_LLAMA_ENGINE='  '"):  # spaces alone, as elsewhere
+        check_environment({"AGORA_LLAMA_ENGINE": "  "})
     monkeypatch.setenv("AGORA_LLAMA_ENGINE", "bogus")
     out = CliRunner().invoke(app, ["pool", "show", "tiny"])
     assert out.exit_code == 2, out.output
