@@ -855,7 +855,7 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
                         f", mean reward {t['mean_reward']:.3f}")
             elif arm in OWN_ARMS:
                 data = t["data"]
-                whose = "own" if arm != "distill-sft" else f"{(t.get('source') or {}).get('answers_of', 'teacher')}'s"
+                whose = "own" if arm != "distill-sft" else f"{teacher_of(args, arm)}'s"
                 what = (f"{t['rows']} {'pairs' if arm == 'own-dpo' else 'answers'} from {t['questions']} questions "
                         f"({data['samples']} {whose} samples, {data['correct']} right; pairs "
                         f"{data['pairs_before_length_filter']} → {data['pairs_after_length_filter']} by the length "
