@@ -144,9 +144,10 @@ MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
                     "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
-                    "agg_easy_per_hard": 1.0, "base_from": None, "agg_eval_runs": "", "teacher": None}
+                    "agg_easy_per_hard": 1.0, "base_from": None, "agg_eval_runs": "", "teacher": None,
+                    "eval_offset": 0}
 #: Settings a base evaluation adopted with --base-from must share with this run.
-BASE_SETTINGS = ("pool", "eval_data", "eval_questions", "max_tokens", "eval_backend")
+BASE_SETTINGS = ("pool", "eval_data", "eval_offset", "eval_questions", "max_tokens", "eval_backend")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -160,6 +161,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--eval-data", type=Path, default=SHARED / "test.jsonl", help="GSM8K test split (JSONL)")
     ap.add_argument("--train-questions", type=int, default=16, help="training questions (seeded sample of train)")
     ap.add_argument("--eval-questions", type=int, default=20, help="held-out questions (first N of test); ≥ 200 for the full size")
+    ap.add_argument("--eval-offset", type=int, default=0,
+                    help="skip this many test questions first: the held-out set is questions offset+1 … "
+                         "offset+N (a second, disjoint held-out set for a run that widens an earlier one)")
     ap.add_argument("--steps", type=int, default=4, help="optimiser steps of every arm")
     ap.add_argument("--align-samples", type=int, default=2, help="ALIGN candidates per agent (k)")
     ap.add_argument("--max-tokens", type=int, default=256, help="answer tokens: traces, GRPO completions, evaluation")
@@ -220,6 +224,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "trained on) or llamacpp (the pool's quantised GGUF with the adapter as a GGUF LoRA)")
     ap.add_argument("--threads", type=int, default=default_threads(), help="torch threads (AGORA_LLAMA_THREADS: llama.cpp)")
     ap.add_argument("--report", action="store_true", help="print the figures recorded so far and stop (writes nothing)")
+    ap.add_argument("--pooled", default="",
+                    help="REC,REC[,...]: print each recorded run's paired figures for --arms and the figures "
+                         "pooled over all their held-out questions (disjoint sets, e.g. --eval-offset), then stop "
+                         "(writes nothing; the other options are ignored)")
     ap.add_argument("--record", type=Path, default=None,
                     help="a second copy of phases.json, written with every phase (e.g. benchmarks/si-full/phases.json "
                          "in the checkout): a machine without OUT/<run-id> resumes from it (evaluations and costs "
@@ -232,6 +240,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         if bad:
             ap.error(f"--{name}: unknown {', '.join(bad)} (choose from {', '.join(allowed)})")
         setattr(args, name, picked)
+    if args.eval_offset < 0:
+        ap.error(f"--eval-offset: must be at least 0, got {args.eval_offset}")
     for path in (args.train_data, args.eval_data):
         if not path.is_file():
             ap.error(f"{path}: no such file (GSM8K JSONL; --train-data / --eval-data)")
@@ -276,7 +286,10 @@ def problems_of(args: argparse.Namespace):
     train_all = load_problems(args.train_data, "gsm8k", None)
     random.Random(args.seed).shuffle(train_all)
     train = train_all[:args.train_questions]
-    held_out = load_problems(args.eval_data, "gsm8k", args.eval_questions)
+    held_out = load_problems(args.eval_data, "gsm8k", args.eval_offset + args.eval_questions)[args.eval_offset:]
+    if len(held_out) < args.eval_questions:
+        raise SystemExit(f"{args.eval_data}: {len(held_out)} held-out questions after --eval-offset "
+                         f"{args.eval_offset}, not the {args.eval_questions} asked for")
     overlap = {p.question.strip() for p in train} & {p.question.strip() for p in held_out}
     if overlap:
         raise SystemExit(f"{len(overlap)} training questions are also held-out questions")
@@ -836,7 +849,8 @@ def aggregator_report(book: PhaseBook) -> dict:
 def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
     summary: dict = {"run_id": args.run_id, "settings": book.settings, "costs": book.costs()}
     log(f"\n== self-improvement {args.run_id}: {args.train_questions} training questions (GSM8K train), "
-        f"{args.eval_questions} held-out (GSM8K test), {args.steps} steps per arm ==")
+        f"{args.eval_questions} held-out (GSM8K test"
+        f"{f', after the first {args.eval_offset}' if getattr(args, 'eval_offset', 0) else ''}), {args.steps} steps per arm ==")
     if book.done("align-traces"):
         log("\nALIGN candidates on the training questions (per model):")
         for model, s in book.result("align-traces")["candidates"].items():
@@ -946,8 +960,103 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
     return summary
 
 
+#: Settings pooled records may differ in: where and how fast they ran, and which held-out questions.
+POOLED_MAY_DIFFER = set(MUTABLE) | {"run_id", "eval_offset", "samples_db", "base_from", "record", "pooled",
+                                    "eval_data", "train_data"}
+
+
+class RecordedBook:
+    """A finished run's ``phases.json`` read as a :class:`PhaseBook` is (``phases``, ``done``, ``result``),
+    for :func:`pooled_report`."""
+
+    def __init__(self, path: Path):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--pooled {path}: not a readable phases.json ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("phases"), dict):
+            raise SystemExit(f"--pooled {path}: not a phases.json (no 'phases' object)")
+        self.path, self.settings, self.phases = path, data.get("settings") or {}, data["phases"]
+
+    def done(self, name: str) -> bool:
+        return name in self.phases
+
+    def result(self, name: str):
+        return self.phases[name]["result"]
+
+
+def pooled_report(paths: list[Path], arms: list[str]) -> dict:
+    """Each record's paired figures for every arm in ``arms`` it evaluated, then the same figures over
+    the union of their held-out questions (each question's arm and base verdicts from its own record,
+    so from one machine; the records' adapters are separate trainings of the same recipe).
+
+    Returns ``{arm: {"runs": [...], "pooled": paired_difference(...)}}``.
+
+    Raises:
+        SystemExit: a record is unreadable, the records differ in a setting that changes what is
+            measured (training data, steps, pool, ...; not the held-out slice or the machine), or two
+            records share a held-out question."""
+    books = [RecordedBook(p) for p in paths]
+    first = books[0]
+    for other in books[1:]:
+        keys = (set(first.settings) | set(other.settings)) - POOLED_MAY_DIFFER
+        changed = sorted(k for k in keys if first.settings.get(k, OMITTED_DEFAULTS.get(k))
+                         != other.settings.get(k, OMITTED_DEFAULTS.get(k)))
+        if changed:
+            raise SystemExit(f"--pooled: {other.path} was run with other settings than {first.path} ("
+                             + "; ".join(f"{k} {first.settings.get(k)!r} vs {other.settings.get(k)!r}" for k in changed)
+                             + "): its figures are not the same measurement")
+        names = {Path(str(b.settings.get("eval_data", ""))).name for b in (first, other)}
+        if len(names) > 1:
+            raise SystemExit(f"--pooled: {other.path} evaluated on {' and '.join(sorted(names))}: not one test set")
+    out: dict = {}
+    for arm in arms:
+        have = [b for b in books if b.done(f"eval:{arm}")]
+        if not have:
+            continue
+        seen: dict[str, Path] = {}
+        before, after, runs = [], [], []
+        log(f"\n{arm}, paired with the base evaluated on the same machine, per run and pooled:")
+        for b in have:
+            paired = base_for(b, arm)
+            if not b.done(paired):
+                raise SystemExit(f"--pooled {b.path}: no finished base evaluation to pair eval:{arm} with")
+            ids, base, arm_row = b.result(paired)["question_ids"], b.result(paired)["correct"], b.result(f"eval:{arm}")
+            if arm_row["question_ids"] != ids:
+                raise SystemExit(f"--pooled {b.path}: eval:{arm} and {paired} are not on the same questions")
+            for q in ids:
+                if q in seen:
+                    raise SystemExit(f"--pooled: held-out question {q} is in both {seen[q]} and {b.path}: the sets "
+                                     "must be disjoint (--eval-offset)")
+                seen[q] = b.path
+            d = paired_difference(base, arm_row["correct"])
+            runs.append({"record": str(b.path), "questions": f"{ids[0]} … {ids[-1]}", "paired": d,
+                         "machine": isa_of(b, f"eval:{arm}")})
+            log(f"  {b.settings.get('run_id', b.path)} ({ids[0]} … {ids[-1]}, n = {d['n']}, "
+                f"{isa_of(b, f'eval:{arm}') or 'machine not recorded'}): base {pct(d['before'])}, {arm} "
+                f"{pct(d['after'])}, {d['diff'] * 100:+.1f} {pp_interval(d['wald_low'], d['wald_high'])}, "
+                f"+{d['gained']}/−{d['lost']}, McNemar p {d['mcnemar_p']:.3f}")
+            before += base
+            after += arm_row["correct"]
+        d = paired_difference(before, after)
+        n = d["n"]
+        _, blo, bhi = proportion_ci(sum(before), n)
+        _, alo, ahi = proportion_ci(sum(after), n)
+        log(f"  pooled (n = {n}): base {pct(d['before'])} {interval(blo, bhi)}, {arm} {pct(d['after'])} "
+            f"{interval(alo, ahi)}: {d['diff'] * 100:+.1f} {pp_interval(d['wald_low'], d['wald_high'])} "
+            f"(bootstrap {pp_interval(d['boot_low'], d['boot_high'])}), +{d['gained']}/−{d['lost']}, "
+            f"McNemar p {d['mcnemar_p']:.3f}")
+        out[arm] = {"runs": runs, "pooled": d}
+    if not out:
+        raise SystemExit(f"--pooled: no record evaluated {', '.join(arms)}")
+    return out
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.pooled:
+        pooled_report([Path(p.strip()) for p in args.pooled.split(",") if p.strip()], args.arms)
+        return
     configure(args)
     run_dir = args.out / args.run_id
     try:

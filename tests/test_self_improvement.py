@@ -509,3 +509,62 @@ def test_base_from_is_checked_by_the_benchmark_script(tmp_path):
     with pytest.raises(SystemExit):
         si.parse_args(files + ["--base-from", str(tmp_path / "missing.json")])
     assert "base_from" not in si.settings_of(si.parse_args(files))  # older runs' settings unchanged
+
+
+def test_eval_offset_takes_the_next_questions_and_leaves_older_settings_unchanged(tmp_path):
+    """``--eval-offset 2 --eval-questions 2`` holds out questions 3 and 4 (ids from their lines), a
+    set disjoint from the first two; at its default the setting stays out of the book (older runs resume)."""
+    si = _benchmark_script()
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(f'{{"question": "{i} + 1?", "answer": "#### {i + 1}"}}\n' for i in range(1, 6)))
+    files = ["--train-data", str(data), "--eval-data", str(data), "--train-questions", "0"]
+    args = si.parse_args(files + ["--eval-questions", "2", "--eval-offset", "2"])
+    _, held_out = si.problems_of(args)
+    assert [p.question for p in held_out] == ["3 + 1?", "4 + 1?"]
+    assert [p.id for p in held_out] == ["gsm8k-3", "gsm8k-4"]
+    assert si.settings_of(args)["eval_offset"] == 2
+    assert "eval_offset" not in si.settings_of(si.parse_args(files))
+    with pytest.raises(SystemExit, match="3 held-out questions after --eval-offset 2, not the 4"):
+        si.problems_of(si.parse_args(files + ["--eval-questions", "4", "--eval-offset", "2"]))
+    with pytest.raises(SystemExit):
+        si.parse_args(files + ["--eval-offset", "-1"])
+
+
+def _record(path: Path, settings: dict, base: list[int], arm: list[int], ids: list[str], isa: str = "avx512"):
+    phase = {"wall_s": 1, "cpu_s": 1, "machine": {"isa": isa}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"settings": settings, "phases": {
+        "eval:base": {"result": {"correct": base, "question_ids": ids}, **phase},
+        "eval:distill-sft": {"result": {"correct": arm, "question_ids": ids}, **phase}}}))
+    return path
+
+
+def test_pooled_report_pairs_each_question_within_its_own_run_then_pools(tmp_path, capsys):
+    """Two records on disjoint held-out slices: each question's base and arm verdicts come from its own
+    record, pooled over all questions; by hand: run a [1,0,0,1] → [1,1,0,1] (+1/−0), run b [0,0,1,1] →
+    [1,0,0,1] (+1/−1): pooled +2/−1 of 8, +12.5 pp."""
+    si = _benchmark_script()
+    settings = {"run_id": "a", "steps": 48, "eval_data": "/x/test.jsonl", "samples_db": "/m1/s.db"}
+    a = _record(tmp_path / "a.json", settings, [1, 0, 0, 1], [1, 1, 0, 1], ["t-1", "t-2", "t-3", "t-4"], "amx")
+    b = _record(tmp_path / "b.json", {**settings, "run_id": "b", "eval_offset": 4, "samples_db": "/m2/s.db",
+                                      "eval_data": "/y/test.jsonl"},
+                [0, 0, 1, 1], [1, 0, 0, 1], ["t-5", "t-6", "t-7", "t-8"])
+    out = si.pooled_report([a, b], ["distill-sft", "own-sft"])
+    pooled = out["distill-sft"]["pooled"]
+    assert (pooled["n"], pooled["gained"], pooled["lost"]) == (8, 2, 1)
+    assert pooled["diff"] == pytest.approx(0.125) and pooled["before"] == pytest.approx(0.5)
+    assert pooled == paired_difference([1, 0, 0, 1, 0, 0, 1, 1], [1, 1, 0, 1, 1, 0, 0, 1])
+    assert [r["paired"]["diff"] for r in out["distill-sft"]["runs"]] == [pytest.approx(0.25), 0.0]
+    assert "own-sft" not in out                                      # evaluated by neither: left out
+    text = capsys.readouterr().out
+    assert "pooled (n = 8)" in text and "+12.5" in text and "amx" in text
+    # the same held-out question in both: refused, naming it
+    c = _record(tmp_path / "c.json", {**settings, "run_id": "c"}, [1], [1], ["t-4"])
+    with pytest.raises(SystemExit, match="t-4 is in both"):
+        si.pooled_report([a, c], ["distill-sft"])
+    # another training recipe is not the same measurement
+    d = _record(tmp_path / "d.json", {**settings, "run_id": "d", "steps": 32}, [1], [1], ["t-9"])
+    with pytest.raises(SystemExit, match="steps 48 vs 32"):
+        si.pooled_report([a, d], ["distill-sft"])
+    with pytest.raises(SystemExit, match="not a readable phases.json"):
+        si.pooled_report([a, tmp_path / "missing.json"], ["distill-sft"])
