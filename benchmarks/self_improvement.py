@@ -688,7 +688,8 @@ def eval_phase(args, held_out, name: str, adapter: str | None) -> dict:
     return {"name": name, "adapter": adapter, "question_ids": [r["question_id"] for r in rows],
             "correct": [r["correct"] for r in rows],
             "completion_tokens": sum(r["completion_tokens"] for r in rows) / max(1, len(rows)),
-            "capped": sum(r["finish_reason"] == "length" for r in rows) / max(1, len(rows))}
+            "capped": sum(r["finish_reason"] == "length" for r in rows) / max(1, len(rows)),
+            "capped_ids": [r["question_id"] for r in rows if r["finish_reason"] == "length"]}
 
 
 def serve_phase(args, store: TraceStore, held_out, arm: str, pool_file: str, evaluated: dict) -> dict:
@@ -791,6 +792,37 @@ def changed_outputs(args, arm: str, base: str = "base") -> int | None:
     except (OSError, ValueError):
         return None
     return sum(after.get(q) != t for q, t in base.items())
+
+
+def capped_ids(args, book, name: str) -> set[str] | None:
+    """Held-out questions whose answer the evaluation ``name`` (``eval:base``, ``eval:<arm>``) cut at
+    ``--max-tokens``: from the record, else from its answers on this machine; None when neither has them."""
+    result = book.result(name)
+    if "capped_ids" in result:
+        return set(result["capped_ids"])
+    path = args.out / args.run_id / "eval" / f"{name[len('eval:'):]}.jsonl"
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    return {r["question_id"] for r in rows if r.get("finish_reason") == "length"}
+
+
+def uncapped_difference(args, book, arm: str, paired: str) -> dict | None:
+    """The arm's paired difference on the questions neither evaluation cut at the budget (is the gain
+    more than fewer cut answers?), with how many gains had the base cut and how many losses the arm cut;
+    None when the cut answers are not known."""
+    base_cut, arm_cut = capped_ids(args, book, paired), capped_ids(args, book, f"eval:{arm}")
+    if base_cut is None or arm_cut is None:
+        return None
+    ids, before = book.result(paired)["question_ids"], book.result(paired)["correct"]
+    after = book.result(f"eval:{arm}")["correct"]
+    keep = [i for i, q in enumerate(ids) if q not in base_cut and q not in arm_cut]
+    d = paired_difference([before[i] for i in keep], [after[i] for i in keep])
+    d["gained_where_base_cut"] = sum(1 for q, b, a in zip(ids, before, after) if a > b and q in base_cut)
+    d["lost_where_arm_cut"] = sum(1 for q, b, a in zip(ids, before, after) if a < b and q in arm_cut)
+    d["base_cut"], d["arm_cut"] = len(base_cut), len(arm_cut)
+    return d
 
 
 def _or_dash(value) -> str:
@@ -918,6 +950,14 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
                 f"{paired[len('eval:'):]}{'' if same else ' (other or unrecorded machine: includes the machine effect)'}")
             summary["eval"][arm] = {"correct": after["correct"], "paired": d, "paired_with": paired,
                                     "same_machine": same, "changed": changed}
+            u = uncapped_difference(args, book, arm, paired)
+            if u is not None:
+                log(f"  {'':<12} answers cut at {args.max_tokens} tokens: base {u['base_cut']}, {arm} "
+                    f"{u['arm_cut']}; {u['gained_where_base_cut']} of the +{d['gained']} were cut by the base, "
+                    f"{u['lost_where_arm_cut']} of the −{d['lost']} by the arm; on the {u['n']} questions neither "
+                    f"cut: {u['diff'] * 100:+.1f} {pp_interval(u['wald_low'], u['wald_high'])}, "
+                    f"+{u['gained']}/−{u['lost']}")
+                summary["eval"][arm]["uncapped"] = u
     if book.done("eval:agg"):
         summary["aggregator"] = aggregator_report(book)
     for arm in ARMS:

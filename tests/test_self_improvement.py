@@ -568,3 +568,32 @@ def test_pooled_report_pairs_each_question_within_its_own_run_then_pools(tmp_pat
         si.pooled_report([a, d], ["distill-sft"])
     with pytest.raises(SystemExit, match="not a readable phases.json"):
         si.pooled_report([a, tmp_path / "missing.json"], ["distill-sft"])
+
+
+def test_report_separates_gains_from_fewer_cut_answers(tmp_path, monkeypatch, capsys):
+    """By hand: base [1,0,0,1,0] cuts b and c, the arm [1,1,1,0,0] cuts d: both gains (b, c) were answers
+    the base cut, the loss (d) one the arm cut; on the questions neither cut (a, e) nothing changed. The
+    cut answers come from the record, else from the evaluation's answers on this machine."""
+    si = _benchmark_script()
+    here = {"cpu": "x", "isa": "avx512", "cores": 2}
+    monkeypatch.setattr(si, "machine", lambda: here)
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    args = si.parse_args(["--train-data", str(data), "--eval-data", str(data), "--out", str(tmp_path)])
+    ids = list("abcde")
+    book = PhaseBook(tmp_path / "phases.json", {"steps": 4})
+    book.phases["eval:base"] = {"result": {"correct": [1, 0, 0, 1, 0], "question_ids": ids, "capped_ids": ["b", "c"]},
+                                "wall_s": 1, "cpu_s": 1, "machine": here}
+    book.phases["eval:own-sft"] = {"result": {"correct": [1, 1, 1, 0, 0], "question_ids": ids}, "wall_s": 1,
+                                   "cpu_s": 1, "machine": here}
+    assert si.uncapped_difference(args, book, "own-sft", "eval:base") is None   # the arm's cuts unknown
+    folder = tmp_path / args.run_id / "eval"
+    folder.mkdir(parents=True)
+    (folder / "own-sft.jsonl").write_text("".join(
+        json.dumps({"question_id": q, "finish_reason": "length" if q == "d" else "stop"}) + "\n" for q in ids))
+    u = si.uncapped_difference(args, book, "own-sft", "eval:base")
+    assert (u["gained_where_base_cut"], u["lost_where_arm_cut"], u["base_cut"], u["arm_cut"]) == (2, 1, 2, 1)
+    assert (u["n"], u["gained"], u["lost"], u["diff"]) == (2, 0, 0, 0.0)
+    summary = si.report(args, book, TraceStore(tmp_path / "t.db"))
+    assert summary["eval"]["own-sft"]["uncapped"]["n"] == 2
+    assert "2 of the +2 were cut by the base, 1 of the −1 by the arm" in capsys.readouterr().out
