@@ -100,7 +100,7 @@ import os
 import random
 import signal
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -145,9 +145,9 @@ MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
                     "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
                     "agg_easy_per_hard": 1.0, "base_from": None, "agg_eval_runs": "", "teacher": None,
-                    "eval_offset": 0}
+                    "eval_offset": 0, "target_adapter": None}
 #: Settings a base evaluation adopted with --base-from must share with this run.
-BASE_SETTINGS = ("pool", "eval_data", "eval_offset", "eval_questions", "max_tokens", "eval_backend")
+BASE_SETTINGS = ("pool", "eval_data", "eval_offset", "eval_questions", "max_tokens", "eval_backend", "target_adapter")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -211,6 +211,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="another run's phases.json whose finished base evaluation (eval:base) this run pairs with "
                          "instead of recomputing it; refused unless pool, eval data and size, max tokens and backend "
                          "match (a base evaluation from another kind of machine is redone here, as always)")
+    ap.add_argument("--target-adapter", default=None,
+                    help="a second round: the target starts from this peft adapter folder (a previous run's "
+                         "<arm>/adapter); its 'base' evaluation is this adapter and every arm trains it further "
+                         "(LoRA options then do not apply); --samples-db should hold that model's own samples")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save-steps", type=int, default=4,
                     help="a training checkpoint every this many steps: an interrupted arm resumes from the last one "
@@ -240,6 +244,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         if bad:
             ap.error(f"--{name}: unknown {', '.join(bad)} (choose from {', '.join(allowed)})")
         setattr(args, name, picked)
+    if args.target_adapter is not None:
+        folder = Path(args.target_adapter)
+        if not (folder / "adapter_config.json").is_file():
+            ap.error(f"--target-adapter {folder}: not a peft adapter folder (no adapter_config.json)")
+        args.target_adapter = str(folder.resolve())
     if args.eval_offset < 0:
         ap.error(f"--eval-offset: must be at least 0, got {args.eval_offset}")
     for path in (args.train_data, args.eval_data):
@@ -287,7 +296,7 @@ def problems_of(args: argparse.Namespace):
     random.Random(args.seed).shuffle(train_all)
     train = train_all[:args.train_questions]
     held_out = load_problems(args.eval_data, "gsm8k", args.eval_offset + args.eval_questions)[args.eval_offset:]
-    if len(held_out) < args.eval_questions:
+    if args.eval_offset and len(held_out) < args.eval_questions:  # a widening slice must be whole
         raise SystemExit(f"{args.eval_data}: {len(held_out)} held-out questions after --eval-offset "
                          f"{args.eval_offset}, not the {args.eval_questions} asked for")
     overlap = {p.question.strip() for p in train} & {p.question.strip() for p in held_out}
@@ -394,6 +403,8 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
 
     specs = list(builtin_pool_specs(POOL))
     spec = next(s for s in specs if s.name == TARGET)
+    if getattr(args, "target_adapter", None):  # a second round: trained further from the first's adapter
+        spec = replace(spec, adapter=args.target_adapter)
     out = args.out / args.run_id / arm
     run_id = f"{args.run_id}:train:{arm}"
     common = dict(learning_rate=args.lr, lr_scheduler="constant_with_warmup", warmup_ratio=args.warmup_ratio,
@@ -625,6 +636,7 @@ def _aggregate(args, name: str, adapter: str | None, items) -> list[dict]:
     def progress(done: int, total: int) -> None:
         log(f"  eval {name}: {done}/{total}")
 
+    adapter = adapter if adapter is not None else getattr(args, "target_adapter", None)
     return greedy_outcomes(problems, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl", shots=0,
                            max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
                            progress=progress, backend=args.eval_backend)
@@ -682,6 +694,7 @@ def eval_phase(args, held_out, name: str, adapter: str | None) -> dict:
     def progress(done: int, total: int) -> None:
         log(f"  eval {name}: {done}/{total}")
 
+    adapter = adapter if adapter is not None else getattr(args, "target_adapter", None)  # base: the start
     rows = greedy_outcomes(held_out, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl",
                            max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
                            progress=progress, backend=args.eval_backend)
@@ -883,6 +896,9 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
     log(f"\n== self-improvement {args.run_id}: {args.train_questions} training questions (GSM8K train), "
         f"{args.eval_questions} held-out (GSM8K test"
         f"{f', after the first {args.eval_offset}' if getattr(args, 'eval_offset', 0) else ''}), {args.steps} steps per arm ==")
+    if book.settings.get("target_adapter"):
+        log(f"A second round: {TARGET} starts from the adapter {book.settings['target_adapter']}; 'base' below is "
+            "that model, and every arm trained it further")
     if book.done("align-traces"):
         log("\nALIGN candidates on the training questions (per model):")
         for model, s in book.result("align-traces")["candidates"].items():

@@ -597,3 +597,61 @@ def test_report_separates_gains_from_fewer_cut_answers(tmp_path, monkeypatch, ca
     summary = si.report(args, book, TraceStore(tmp_path / "t.db"))
     assert summary["eval"]["own-sft"]["uncapped"]["n"] == 2
     assert "2 of the +2 were cut by the base, 1 of the −1 by the arm" in capsys.readouterr().out
+
+
+def test_a_second_round_starts_from_the_first_rounds_adapter(traces, tmp_path, monkeypatch, capsys):
+    """``--target-adapter``: the base evaluation is that adapter, an own arm trains the target from it
+    (the member spec carries it, so training goes on from it), and a folder that is no peft adapter is
+    refused in one line."""
+    import agora.training.evaluation as evaluation
+    import agora.training.pipeline as pipeline
+
+    si = _benchmark_script()
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    common = ["--train-data", str(data), "--eval-data", str(data), "--out", str(tmp_path / "runs")]
+    with pytest.raises(SystemExit):
+        si.parse_args(common + ["--target-adapter", str(tmp_path)])
+    assert "not a peft adapter folder (no adapter_config.json)" in capsys.readouterr().err
+    first = tmp_path / "round1" / "adapter"
+    first.mkdir(parents=True)
+    (first / "adapter_config.json").write_text("{}")
+    args = si.parse_args(common + ["--target-adapter", str(first), "--arms", "own-sft", "--samples-runs", "a",
+                                   "--train-questions", "0"])
+    assert si.settings_of(args)["target_adapter"] == str(first.resolve())
+    assert "target_adapter" not in si.settings_of(si.parse_args(common))      # older runs resume
+
+    seen = {}
+
+    def fake_outcomes(problems, base, adapter, out_file, **kw):
+        seen["eval"] = adapter
+        return [{"question_id": p.id, "correct": 1, "completion_tokens": 5, "finish_reason": "stop"} for p in problems]
+
+    monkeypatch.setattr(evaluation, "greedy_outcomes", fake_outcomes)
+    _, held_out = si.problems_of(args)
+    assert si.eval_phase(args, held_out, "base", None)["adapter"] == str(first.resolve())
+    assert seen["eval"] == str(first.resolve())
+    si.eval_phase(args, held_out, "own-sft", "/x/own-sft/adapter")
+    assert seen["eval"] == "/x/own-sft/adapter"                                # an arm: its own adapter
+
+    class Stop(Exception):
+        pass
+
+    def fake_sft(store, run_id, spec, rows, out, settings, source=None):
+        seen["spec"] = spec
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "sft_member", fake_sft)
+    monkeypatch.setattr(si, "TARGET", SMALL)
+    specs = [replace_spec(s, SMALL) for s in si.builtin_pool_specs(si.POOL)]
+    monkeypatch.setattr(si, "builtin_pool_specs", lambda pool: specs)
+    with pytest.raises(Stop):
+        si.train_phase(args, None, traces, [], "own-sft", held_out)
+    assert seen["spec"].name == SMALL and seen["spec"].adapter == str(first.resolve())
+
+
+def replace_spec(spec, name):
+    """The first built-in member renamed to the scripted DB's target (the others as they are)."""
+    from dataclasses import replace
+
+    return replace(spec, name=name) if spec is not None and spec.name == "qwen2.5-coder-0.5b" else spec
