@@ -89,6 +89,19 @@ with that reason, and the serve check runs on the best arm whose adapter is on t
 
 Figures are printed at the end (and with ``--report`` alone, from what is recorded) and saved to
 ``OUT/<run-id>/summary.json``. CPU seconds are the process's (all threads: llama.cpp and torch).
+Where both evaluations' cut answers are known, the report adds the paired difference on the questions
+neither cut at ``--max-tokens`` (is a gain more than fewer cut answers?).
+
+Widening a measurement: ``--eval-offset 200 --eval-questions 200`` holds out test questions 201–400,
+disjoint from a first run's 1–200, under a new ``--run-id`` (same training settings; the arm is
+retrained and its base evaluated again on this machine). ``--pooled A/phases.json,B/phases.json
+--arms ARM`` prints each record's paired figures and the figures pooled over all their questions (each
+question's verdicts from its own record), refused when the records differ in a setting that changes
+what is measured or share a question.
+
+A second round: ``--target-adapter OUT/<run-id>/<arm>/adapter`` starts the target from a first round's
+adapter; ``eval:base`` is then that model, and every arm trains it further (with ``--samples-db``
+holding that model's own samples, e.g. ``agora run align --pool OUT/<run-id>/<arm>/pool.toml``).
 """
 
 from __future__ import annotations
