@@ -223,7 +223,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--base-from", type=Path, default=None,
                     help="another run's phases.json whose finished base evaluation (eval:base) this run pairs with "
                          "instead of recomputing it; refused unless pool, eval data and size, max tokens and backend "
-                         "match (a base evaluation from another kind of machine is redone here, as always)")
+                         "match (a base evaluation from another kind of machine is redone here, as always); with "
+                         "--target-adapter, the first round's evaluation of that adapter (its eval:<arm>)")
     ap.add_argument("--target-adapter", default=None,
                     help="a second round: the target starts from this peft adapter folder (a previous run's "
                          "<arm>/adapter); its 'base' evaluation is this adapter and every arm trains it further "
@@ -285,6 +286,27 @@ def parse_args(argv=None) -> argparse.Namespace:
         if args.teacher not in members:
             ap.error(f"--teacher {args.teacher!r}: not a member of the {args.pool} pool ({', '.join(members)})")
     return args
+
+
+def first_round_eval(args) -> str:
+    """With ``--target-adapter`` and ``--base-from``: the phase of the first round's book that evaluated
+    that adapter (``eval:<arm>`` of the arm whose ``train:<arm>`` wrote it), the second round's base.
+
+    Raises:
+        PhaseBookError: no finished evaluation of that adapter in the book."""
+    try:
+        phases = json.loads(Path(args.base_from).read_text(encoding="utf-8")).get("phases", {})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise PhaseBookError(f"{args.base_from}: not a readable phase book ({exc})") from None
+    for name, phase in phases.items():
+        adapter = (phase.get("result") or {}).get("adapter") if name.startswith("train:") else None
+        if adapter and Path(adapter).resolve() == Path(args.target_adapter).resolve():
+            arm = name[len("train:"):]
+            if f"eval:{arm}" in phases:
+                return f"eval:{arm}"
+    raise PhaseBookError(f"--base-from {args.base_from}: no finished evaluation of the --target-adapter "
+                         f"{args.target_adapter} there (its train:<arm> wrote another adapter, or eval:<arm> "
+                         "has not finished)")
 
 
 def split_runs(value: str | None) -> tuple[str, ...]:
@@ -1132,8 +1154,11 @@ def main(argv=None) -> None:
         book = PhaseBook(run_dir / "phases.json", settings_of(args), mutable=MUTABLE, record=args.record,
                          read_only=args.report)
         if args.base_from is not None and not args.report:
-            if book.adopt("eval:base", args.base_from, same={k: OMITTED_DEFAULTS.get(k) for k in BASE_SETTINGS}):
-                log(f"eval:base adopted from {args.base_from}")
+            source = first_round_eval(args) if args.target_adapter else "eval:base"
+            same = {k: OMITTED_DEFAULTS.get(k) for k in BASE_SETTINGS if not (args.target_adapter and
+                                                                           k == "target_adapter")}
+            if book.adopt("eval:base", args.base_from, same=same, source=source):
+                log(f"eval:base adopted from {args.base_from} ({source})")
     except PhaseBookError as exc:
         raise SystemExit(str(exc)) from None
     # --report writes nothing: no traces.db is created where the run folder is missing

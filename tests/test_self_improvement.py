@@ -655,3 +655,33 @@ def replace_spec(spec, name):
     from dataclasses import replace
 
     return replace(spec, name=name) if spec is not None and spec.name == "qwen2.5-coder-0.5b" else spec
+
+
+def test_a_second_round_adopts_the_first_rounds_evaluation_of_its_adapter_as_its_base(tmp_path, monkeypatch):
+    """``--target-adapter A --base-from R1/phases.json``: R1's ``eval:<arm>`` of the arm whose training
+    wrote A becomes this run's ``eval:base`` (same questions and machine: the same greedy answers), marked
+    ``book#phase``; a book that never evaluated A is refused naming it."""
+    si = _benchmark_script()
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    adapter = tmp_path / "r1" / "distill-sft" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    common = ["--train-data", str(data), "--eval-data", str(data), "--out", str(tmp_path / "runs"),
+              "--train-questions", "0", "--eval-questions", "1"]
+    first = tmp_path / "r1.json"
+    writer = PhaseBook(first, si.settings_of(si.parse_args(common)))
+    writer.run("train:distill-sft", lambda: {"adapter": str(adapter), "losses": []})
+    writer.run("eval:distill-sft", lambda: {"name": "distill-sft", "correct": [1], "question_ids": ["gsm8k-1"]})
+    args = si.parse_args(common + ["--target-adapter", str(adapter), "--base-from", str(first)])
+    assert si.first_round_eval(args) == "eval:distill-sft"
+    book = PhaseBook(tmp_path / "r2.json", si.settings_of(args))
+    assert book.adopt("eval:base", first, source="eval:distill-sft",
+                      same={k: si.OMITTED_DEFAULTS.get(k) for k in si.BASE_SETTINGS if k != "target_adapter"})
+    assert book.result("eval:base")["correct"] == [1]
+    assert book.phases["eval:base"]["adopted_from"] == f"{first}#eval:distill-sft"
+    other = tmp_path / "other" / "adapter"
+    other.mkdir(parents=True)
+    (other / "adapter_config.json").write_text("{}")
+    with pytest.raises(PhaseBookError, match="no finished evaluation of the --target-adapter"):
+        si.first_round_eval(si.parse_args(common + ["--target-adapter", str(other), "--base-from", str(first)]))

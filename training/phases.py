@@ -117,14 +117,16 @@ class PhaseBook:
         return self.phases[name]["result"]
 
     def adopt(self, name: str, other: str | Path, *,
-              same: Iterable[str] | Mapping[str, Any] = ()) -> bool:
+              same: Iterable[str] | Mapping[str, Any] = (), source: str | None = None) -> bool:
         """Copy the finished phase ``name`` from another run's book (its phases.json path), so this
         run pairs with it instead of recomputing it (e.g. one base-model evaluation shared by runs).
 
         The copy keeps the other run's result, costs and machine and gains ``"adopted_from"``
-        (that book's path). ``same`` names settings both runs must share for the copy to mean the
-        same thing (e.g. the evaluation data and size); as a mapping, its values are the defaults of
-        settings a book leaves out.
+        (that book's path; with ``source``, ``"book#phase"``). ``same`` names settings both runs must
+        share for the copy to mean the same thing (e.g. the evaluation data and size); as a mapping,
+        its values are the defaults of settings a book leaves out. ``source``: the other book's phase
+        to copy as ``name`` (default ``name``; e.g. a first round's arm evaluation as a second
+        round's base).
 
         Returns:
             False when this book already has ``name`` (nothing copied), else True.
@@ -141,16 +143,18 @@ class PhaseBook:
             other_settings, other_phases = data.get("settings", {}), data.get("phases", {})
         except (OSError, ValueError, AttributeError) as exc:
             raise PhaseBookError(f"{path}: not a readable phase book ({exc})") from None
-        if name not in other_phases:
-            raise PhaseBookError(f"{path}: phase {name!r} has not finished there")
+        source = source or name
+        if source not in other_phases:
+            raise PhaseBookError(f"{path}: phase {source!r} has not finished there")
         defaults = dict(same) if isinstance(same, Mapping) else {}
         there = {k: other_settings.get(k, defaults.get(k)) for k in same}
         here = {k: self.settings.get(k, defaults.get(k)) for k in same}
         differ = sorted(k for k in same if there[k] != here[k])
         if differ:
-            raise PhaseBookError(f"{path}: phase {name!r} ran with other settings ("
+            raise PhaseBookError(f"{path}: phase {source!r} ran with other settings ("
                                  + "; ".join(f"{k} {there[k]!r} there, {here[k]!r} here" for k in differ) + ")")
-        self.phases[name] = {**other_phases[name], "adopted_from": str(path)}
+        self.phases[name] = {**other_phases[source],
+                             "adopted_from": str(path) if source == name else f"{path}#{source}"}
         self._write()
         return True
 
