@@ -9,6 +9,7 @@ from typing_extensions import TypedDict
 
 from agora.agents.exp3 import LeaderState
 from agora.agents.judge import Judgement, judge_means
+from agora.graphs.studio_schema import studio_schema
 
 
 class Instruction(TypedDict):
@@ -36,6 +37,7 @@ class FollowerAnswer(TypedDict):
     call_id: str
 
 
+@studio_schema()
 class PreferencePair(TypedDict):
     """A row of ``preference_pairs`` (:mod:`agora.traces.duels`), for DPO."""
 
@@ -60,6 +62,7 @@ class PreferencePair(TypedDict):
     kind: str | None
 
 
+@studio_schema()
 class DuelRecord(TypedDict):
     """Everything one duel produced; :func:`agora.traces.duels.record_duel` writes it."""
 

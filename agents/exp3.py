@@ -26,6 +26,7 @@ from typing_extensions import TypedDict
 
 from agora.tasks.errors import InputError
 from agora.models.validation import Flag, Number, check_all, settings
+from agora.graphs.studio_schema import studio_schema
 
 
 @settings
@@ -125,6 +126,7 @@ def exp3_update(log_weights: np.ndarray, k: int, reward: float, p_k: float, eta:
     return out - (top + math.log(np.exp(out - top).sum()))
 
 
+@studio_schema()
 class LeaderState(TypedDict):
     """The leader's weights, sparse: instructions absent from ``log_w`` have ``log_w_rest``."""
 

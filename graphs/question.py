@@ -17,7 +17,7 @@ from agora.tasks.errors import InputError
 from agora.agents.seeds import item_seed
 from agora.graphs.studio_schema import studio_schema
 from agora.models.pool import Sample
-from agora.tasks.loaders import LETTERS, UNSTORABLE, unstorable
+from agora.tasks.loaders import LETTERS, MAX_LINE_BYTES, UNSTORABLE, unstorable
 from agora.tasks.problem import AnswerKind, Problem
 
 
@@ -30,6 +30,7 @@ class ProblemState(TypedDict, total=False):
     n_choices: int
 
 
+@studio_schema()
 class SharedCandidate(TypedDict):
     """One sample of a question's **shared candidate pool**: drawn once per question and model by
     ``agora bench`` (node ``candidates``, role ``candidate``, the protocol-neutral solver prompt
@@ -101,7 +102,7 @@ class QuestionFields(TypedDict):
     kind: NotRequired[AnswerKind]
     """``math`` (default), ``mc`` or ``open``: how answers are extracted and compared."""
     n_choices: NotRequired[int]
-    """Number of lettered options of a ``mc`` question (default 4)."""
+    """Number of lettered options of a ``mc`` question, 2 to 10 (default 4: answers are read among A-D)."""
 
 
 @studio_schema()
@@ -156,16 +157,25 @@ def problem_input(problem: Problem) -> dict[str, Any]:
             "n_choices": problem.n_choices}
 
 
+#: Longest ``question`` a graph input may hold, in characters: a task file's line holds at most
+#: :data:`agora.tasks.loaders.MAX_LINE_BYTES` bytes, so every question it holds is taken.
+MAX_QUESTION_CHARS = MAX_LINE_BYTES
+
+#: Options of a multiple-choice input without ``n_choices``: the nodes read answers among A-D.
+DEFAULT_CHOICES = 4
+
 #: The answer kinds a graph input's ``kind`` may name (:data:`agora.tasks.problem.AnswerKind`).
 _KINDS = get_args(AnswerKind)
 
 
 def checked_input(inp: Any) -> Any:
-    """A caller's input mapping checked before any model is asked: a lone UTF-16 surrogate or a NUL
+    """A caller's input mapping checked before any model is asked: a ``question`` longer than
+    :data:`MAX_QUESTION_CHARS`, a lone UTF-16 surrogate or a NUL
     in ``question`` (the JSONL loader's check: no UTF-8 text holds the one, a Postgres trace store
     cannot store the other), a ``kind`` other than math, mc, open, an ``n_choices`` that is not an
-    integer in 0..10, a multiple-choice (``mc``) question of 1 option or whose text ``gold`` is not
-    one of its option letters (``F`` of 4 options: every answer would be scored wrong), and a ``question_id`` or
+    integer in 0..10, a multiple-choice (``mc``) question of fewer than 2 options (``n_choices`` 0 or 1) or whose
+    text ``gold`` is not one of its option letters (``F`` of 4 options, or of an input without ``n_choices``,
+    whose answers are read among A-D: every answer would be scored wrong), and a ``question_id`` or
     ``gold`` that is neither text nor a finite number are refused; a number (``7``, ``0.5``) becomes its
     text, and a blank ``question_id`` or ``gold`` (``''``, ``'  '``: a cleared form field) is left
     out, as not given (a blank gold would score every method wrong); spaces around a ``question_id``
@@ -177,6 +187,9 @@ def checked_input(inp: Any) -> Any:
     if not isinstance(inp, Mapping):
         return inp
     question = inp.get("question")
+    if isinstance(question, str) and len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"graph input field 'question' is {len(question):,} characters long; at most "
+                         f"{MAX_QUESTION_CHARS:,} are taken (a task file's line holds no more)")
     if isinstance(question, str) and (bad := UNSTORABLE.search(question)):
         raise InputError(f"graph input field 'question': {unstorable(bad.group(0))}")
     kind = inp.get("kind")
@@ -188,10 +201,10 @@ def checked_input(inp: Any) -> Any:
         raise InputError(f"graph input field 'n_choices' must be an integer in 0..{len(LETTERS)} (options A to "
                          f"{LETTERS[-1]}), not {n_choices!r:.60}")
     if kind == "mc":  # as a task file's: at least two options, the gold one of their letters
-        if n_choices == 1:
+        if n_choices is not None and n_choices < 2:
             raise InputError("graph input field 'n_choices': a multiple-choice question has at least 2 options (A, B), "
-                             "not 1")
-        letters = LETTERS[: n_choices or len(LETTERS)]
+                             f"not {n_choices}")
+        letters = LETTERS[: n_choices or DEFAULT_CHOICES]  # the letters answers are read among
         gold = inp.get("gold")
         if isinstance(gold, (int, float)) and not isinstance(gold, bool):
             gold = str(gold)  # (a number is its text, below: 1 is no option letter either)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import logging
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from typing import Any
@@ -102,9 +101,6 @@ def _thread_input(tuples: Any) -> Any:
         if "__start__" in values:
             return values["__start__"]
     return None
-
-
-log = logging.getLogger(__name__)
 
 
 def misspelt_keys(keys: Any, known: Any) -> list[tuple[str, str]]:
@@ -210,22 +206,32 @@ class ScoredCompiledGraph(CompiledStateGraph):
         schema = super().get_context_jsonschema()
         return None if schema is None else markdown_schema(schema)
 
-    def input_keys(self) -> frozenset[str]:
-        """The keys an input may hold: the input schema's, and ``gold`` (read by the scoring here,
-        never put in the state)."""
-        return frozenset(self.builder.schemas.get(self.builder.input_schema, ())) | {"gold"}
+    def accepted_keys(self) -> frozenset[str]:
+        """The keys a top-level input mapping may hold: the input schema's (the bench's
+        ``shared_candidates`` among them), and ``gold`` where the graph returns ``methods`` to score."""
+        keys = frozenset(self.builder.schemas.get(self.builder.input_schema, ()))
+        return keys | {"gold"} if "methods" in self.channels else keys
 
-    def _warn_misspelt(self, input: Any, config: Any) -> None:  # noqa: A002 - LangGraph's name
-        """Log a warning for each key of a top-level input mapping that is not an input key but
-        close to one (:func:`misspelt_keys`): LangGraph drops a key its input schema lacks, so a
-        misspelt ``golden`` would run unscored without a word. Not refused: it may be meant for
-        something else, and a protocol graph run as a node of a parent graph (:func:`_nested`)
-        gets the parent's whole state, which is not checked at all."""
+    def _refuse_unknown(self, input: Any, config: Any) -> None:  # noqa: A002 - LangGraph's name
+        """Refuse a top-level input mapping with a key the graph does not take (:meth:`accepted_keys`):
+        LangGraph would drop it, so a misspelt ``golden`` ran unscored and a misspelt ``kind`` ran
+        as math. A protocol graph run as a node of a parent graph (:func:`_nested`) gets the parent's
+        whole state, which is not checked.
+
+        Raises:
+            InputError: ``graph input: unknown field(s) golden (did you mean gold?); its fields are
+            question, question_id, kind, n_choices, gold``."""
         if not isinstance(input, Mapping) or _nested(config):
             return
-        for key, known in misspelt_keys(input, self.input_keys()):
-            log.warning("graph input key %r is not an input of this graph and is ignored; did you mean %r? "
-                        "(its input keys: %s)", key, known, ", ".join(sorted(self.input_keys())))
+        accepted = self.accepted_keys()
+        unknown = [key for key in input if key not in accepted]
+        if not unknown:
+            return
+        close = dict(misspelt_keys(unknown, accepted))
+        shown = {key: f"{key:.60}" if isinstance(key, str) and key.isprintable() else f"{key!r:.60}" for key in unknown}
+        named = ", ".join(f"{shown[key]} (did you mean {close[key]}?)" if key in close else shown[key] for key in unknown)
+        fields = ", ".join(self.get_input_jsonschema().get("properties", ()))  # the form's fields
+        raise InputError(f"graph input: unknown field(s) {named}; its fields are {fields}")
 
     def _object_input(self, input: Any) -> Any:  # noqa: A002 - LangGraph's name
         """Refuse an input that is text, a number or a list (``"What is 2+2?"`` sent as the whole input):
@@ -307,7 +313,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
         input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
-        self._warn_misspelt(input, config)
+        self._refuse_unknown(input, config)
         resumed = self._thread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
         token = _note_resumed(config, resumed)
@@ -324,7 +330,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
-        self._warn_misspelt(input, config)
+        self._refuse_unknown(input, config)
         resumed = await self._athread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
         token = _note_resumed(config, resumed)

@@ -53,6 +53,7 @@ SLMMuxContext = protocol_context("SLMMuxContext", SLMMuxConfig, "SLM-MUX setting
 SLMMuxInput = protocol_input("SLMMuxInput")
 
 
+@studio_schema()
 class MemberSamples(TypedDict):
     """One member's ``k`` samples."""
 

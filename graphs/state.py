@@ -21,6 +21,7 @@ from agora.graphs.studio_schema import studio_schema
 from agora.traces.schema import Cost, MethodResult
 
 
+@studio_schema()
 class MemberAnswer(TypedDict):
     """One member's answer to the question."""
 

@@ -196,11 +196,12 @@ def test_a_key_in_a_members_url_query_or_an_unknown_field_is_not_written_to_the_
 @pytest.mark.parametrize("extra, said", [
     ({"gold": "F", "n_choices": 4}, "graph input field 'gold' of a multiple-choice question must be one of the option "
                                     "letters A-D, not 'F'"),
-    ({"gold": "2"}, "graph input field 'gold' of a multiple-choice question must be one of the option letters A-J"),
+    ({"gold": "2"}, "graph input field 'gold' of a multiple-choice question must be one of the option letters A-D"),
     ({"gold": "B", "n_choices": 1}, "graph input field 'n_choices': a multiple-choice question has at least 2 options"),
     ({"gold": "AB", "n_choices": 4}, "graph input field 'gold' of a multiple-choice question must be one of the option "
                                      "letters A-D, not 'AB'"),  # (a run of letters is no letter)
-    ({"gold": "BCD"}, "graph input field 'gold' of a multiple-choice question must be one of the option letters A-J"),
+    ({"gold": "BCD"}, "graph input field 'gold' of a multiple-choice question must be one of the option letters A-D"),
+    ({"gold": "B", "n_choices": 0}, "graph input field 'n_choices': a multiple-choice question has at least 2 options"),
 ])
 def test_a_multiple_choice_graph_input_whose_gold_no_answer_can_match_is_refused(extra, said):
     """Before: Studio's ``{"kind": "mc", "gold": "F", "n_choices": 4}`` ran every model and scored every
@@ -223,7 +224,7 @@ def test_a_multiple_choice_graph_input_whose_gold_no_answer_can_match_is_refused
         invoke(**extra)
     assert str(refused.value).startswith(said), str(refused.value)
     assert all(chat.calls == [] for chat in chats.values())  # refused before any model was asked
-    for fields in ({"gold": "b", "n_choices": 4}, {"gold": "B"}, {"gold": "B", "n_choices": 0}):
+    for fields in ({"gold": "b", "n_choices": 4}, {"gold": "B"}, {"gold": "B", "n_choices": 2}):
         assert {m["correct"] for m in invoke(**fields)["methods"].values()} == {True}
 
 

@@ -65,6 +65,8 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from agora.graphs.studio_schema import studio_schema
+
 RUNS = {
     "run_id": str, "protocol": str, "status": str, "started_at": str, "finished_at": str,
     "config": str, "pool": str, "dataset": str, "code_revision": str, "host": str, "summary": str,
@@ -203,6 +205,7 @@ class CallRecord(TypedDict, total=False):
     program_s: NotRequired[float | None]
 
 
+@studio_schema()
 class Cost(TypedDict):
     """What a step or a method spent."""
 
@@ -240,6 +243,7 @@ def added_cost(cost: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@studio_schema()
 class MethodResult(TypedDict):
     """One ``results`` row as a graph writes it under ``state["methods"][method]``."""
 
