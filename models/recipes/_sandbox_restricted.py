@@ -115,6 +115,26 @@ class _Printer:
         print(*objects, file=self, **kwargs)
 
 
+class _Stdout:
+    """The child's ``sys.stdout`` while the program runs (the worker sets it): what library code
+    prints (``sympy.pprint``, mpmath's ``nprint``, ``re.DEBUG``) goes to the program's
+    :class:`_Printer`, under its cap. Only ``write``, ``flush`` and ``encoding``; the printer is kept
+    in a slot with a leading ``_``, out of the program's reach."""
+
+    __slots__ = ("_printer",)
+    encoding = "utf-8"
+
+    def __init__(self, printer: _Printer) -> None:
+        self._printer = printer
+
+    def write(self, text: str) -> int:
+        self._printer.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
 #: Modules the C code of an allowed module imports when a program calls it, which the program itself
 #: may not import: ``datetime``'s ``strftime`` and ``timetuple`` import ``time``, its ``strptime``
 #: ``_strptime``. C code imports through the import hook of the running program's globals
@@ -2278,6 +2298,29 @@ def _route_lambdify_code(restricted: dict) -> None:
         return module.import_module(name)
 
     module.compile, module.exec, module.eval = compile_, exec_, eval_
+
+
+def _route_user_string() -> None:
+    """``collections.UserString.format`` and ``format_map`` are ``self.data.format(...)``: read from the
+    class (``UserString.format(u, x)``, or handed to ``map``, ``functools.partial``,
+    ``operator.methodcaller``) they ran ``str.format`` on the program's string without the guarded
+    ``getattr``, and ``'{0.__class__.__mro__}'`` read any attribute (the guarded ``getattr`` only sees
+    ``u.format`` of an instance). In a child both format ``self.data`` through the program's guarded
+    ``getattr`` (its ``format`` of a ``str`` is :class:`_SafeFormatter`), whoever calls them. Done once
+    in the worker, before it forks."""
+    user = collections.UserString
+    for name in ("format", "format_map"):
+        original = user.__dict__.get(name)
+        if original is None or getattr(original, "__sandboxed__", False):
+            continue
+
+        def method(self, *args, _original=original, _name=name, **kwargs):
+            program = _PROGRAM_GLOBALS[0]
+            if program is None:
+                return _original(self, *args, **kwargs)
+            return program["_getattr_"](self.data, _name)(*args, **kwargs)
+
+        setattr(user, name, _dressed_as(original, method))
 
 
 def _route_containers() -> None:

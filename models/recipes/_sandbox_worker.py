@@ -26,7 +26,8 @@ a network namespace of its own when the kernel lets it (no interfaces: no networ
    starts with ``_``, so no ``__class__.__bases__`` walk, no ``__import__``) and runs it with a
    small set of built-ins (no ``open``, ``eval``, ``exec``, ``getattr`` is RestrictedPython's
    ``safer_getattr``), an import hook that admits only the allowed modules, and a ``print`` that
-   collects at most ``output_bytes`` (more: ``output_limit``). A module attribute that is a module
+   collects at most ``output_bytes`` (more: ``output_limit``); what library code prints to ``sys.stdout``
+   (``sympy.pprint``) is collected the same way. A module attribute that is a module
    outside the allowed ones (``sympy.utilities.misc.os``) is refused too, and of sympy only the
    allow-listed mathematical modules, and their functions and classes, are reachable; attributes
    of modules, classes and functions the program did not define cannot be set or deleted;
@@ -131,6 +132,7 @@ for _name in _restricted.CODE_RUNNERS:  # loaded here, so that every child repla
         pass
 _restricted._route_importers()  # once, before any fork (a child's allowed modules are set in the child)
 _restricted._route_containers()
+_restricted._route_user_string()
 _restricted._route_functools()
 _restricted._route_reconstruction()
 _restricted._route_annotations()
@@ -201,6 +203,9 @@ def _child(request: dict, folder: str, result_fd: int) -> None:
             compiled = compile_restricted(request["program"], filename="<program>", mode="exec", policy=_Policy)
             env = _restricted_globals(printer, allowed, confined_writes="landlock" in layers)
             _route_sympy(env)
+            # library functions that print (``sympy.pprint``, mpmath's ``nprint``) write to ``sys.stdout``:
+            # the program's output, under its cap (a stand-in with no attribute the program may set)
+            sys.stdout = _restricted._Stdout(printer)
             exec(compiled, env)  # noqa: S102 - restricted code, in the limited child
         except SyntaxError as exc:  # RestrictedPython's refusals arrive as SyntaxError too
             try:
