@@ -169,6 +169,11 @@ class _Run:
     """The outermost run's :data:`_OPEN_TOP` token."""
     graph: str | None = None
     """A protocol graph's context class name (:data:`agora.graphs.scoring.GRAPH_METADATA_KEY`)."""
+    task: Any = None
+    """The outermost run's: the asyncio task it started in (:func:`_current_task`)."""
+    closed: bool = False
+    """The outermost run's: it ended because the app closed its stream before the end (``GeneratorExit``,
+    or an ``astream_events`` stream closed: :func:`_events_stream_closed`)."""
     pool_check: str | None = None
     """A protocol graph run of a recorder given no ``pool``, whose protocol's run exists in the
     database: the protocol whose recorded pool its first model call's pool is compared with."""
@@ -204,6 +209,26 @@ def _described(pool: Any) -> Any:
 def _thread_key(thread: tuple[str, str], inputs: dict[str, Any]) -> tuple[str, str, str, str]:
     """A question asked on a checkpointer's thread: its thread, namespace, text and caller's id."""
     return (*thread, str(inputs.get("question")), str(inputs.get("question_id") or ""))
+
+
+def _current_task() -> asyncio.Task | None:
+    """The asyncio task running now (``None`` outside an event loop: a sync invocation)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+def _events_stream_closed(error: BaseException | None, task: asyncio.Task | None) -> bool:
+    """Whether ``error``, ending an outermost run started in ``task``, is LangChain's ``astream_events``
+    closing that task because the app closed the event stream (broke off its ``async for``):
+    ``astream_events`` consumes the graph's ``astream`` in a task of its own (``consume_astream``) and
+    cancels it once on its way out; when the app's own task was cancelled it cancels it first with
+    that cancellation, so twice (``Task.cancelling()``)."""
+    if not isinstance(error, asyncio.CancelledError) or task is None:
+        return False
+    name = getattr(task.get_coro(), "__qualname__", "") or ""
+    return name.endswith(".consume_astream") and task.cancelling() == 1
 
 
 def _update_of(outputs: Any) -> dict[str, Any] | None:
@@ -318,6 +343,8 @@ class TraceRecorder(BaseCallbackHandler):
         the pool of a first model call was found to be that one (:meth:`_before_call`)."""
         self._late: set[UUID] = set()
         """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
+        self._marked_paused: dict[str, int] = {}
+        """Protocol → the ``paused`` count :meth:`finish` last wrote in its run's summary."""
         self._dropped: dict[str, int] = {}
         """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         self._seen: Any = None
@@ -393,6 +420,7 @@ class TraceRecorder(BaseCallbackHandler):
         collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id))
         run.unreturned = (collector, collector.__enter__())
         run.top_token = _OPEN_TOP.set((self, run_id))
+        run.task = _current_task()
 
     @staticmethod
     def _drop_dead_start(starting: UUID | None = None) -> None:
@@ -486,6 +514,7 @@ class TraceRecorder(BaseCallbackHandler):
             run.wall_s = time.perf_counter() - run.started
             if run.parent in self._runs:
                 return
+            run.closed = isinstance(error, GeneratorExit) or _events_stream_closed(error, run.task)
             closed_late = False
             try:  # the outermost run this recorder saw: record what ran under it
                 if run_id in self._late:
@@ -765,7 +794,7 @@ class TraceRecorder(BaseCallbackHandler):
         cut_short = list(unreturned[1]) if unreturned is not None else []
         # the app closed its stream (LangGraph then cancels the tasks of the subgraphs it ran: their
         # questions' error is the closed stream, not a task the app cancelled)
-        closed = isinstance(self._runs[root].error, GeneratorExit)
+        closed = self._runs[root].closed
         self._seen = self._runs[root].pool_seen  # (under the lock: the default pool of a run started now)
         stopped: list[tuple[_Run, str, str]] = []
         """The questions stopped by an error so far in this invocation: (run, protocol, id)."""
@@ -1045,8 +1074,9 @@ class TraceRecorder(BaseCallbackHandler):
         self._status = status
         try:
             self._seen = None
-            for protocol in paused:  # a protocol whose questions all paused: its run's row says so
-                if protocol not in self.run_ids:
+            for protocol in paused:  # a protocol whose questions all paused: its run's row says so (and a
+                # run released by an earlier finish() whose paused count changed since is taken again)
+                if protocol not in self._locks and paused[protocol] != self._marked_paused.get(protocol, 0):
                     self._start(protocol, [])
             for protocol in list(self._locks):  # (a run finished before and not taken since: left as marked)
                 run_id = self.run_ids[protocol]
@@ -1056,6 +1086,7 @@ class TraceRecorder(BaseCallbackHandler):
                     summary["failed_questions"] = dict(list(self.failed_questions.get(protocol, {}).items())[:50])
                 if paused.get(protocol):
                     summary["paused"] = paused[protocol]
+                self._marked_paused[protocol] = paused.get(protocol, 0)
                 if unfinished:
                     summary["unfinished"] = unfinished
                 self.store.finish_run(run_id, summary=summary,
