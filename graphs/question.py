@@ -9,6 +9,7 @@ import sys
 import unicodedata
 import zlib
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, NotRequired, get_args
 
 from typing_extensions import TypedDict
@@ -176,8 +177,8 @@ def checked_input(inp: Any) -> Any:
     integer in 0..10, a multiple-choice (``mc``) question of fewer than 2 options (``n_choices`` 0 or 1) or whose
     text ``gold`` is not one of its option letters (``F`` of 4 options, or of an input without ``n_choices``,
     whose answers are read among A-D: every answer would be scored wrong), and a ``question_id`` or
-    ``gold`` that is neither text nor a finite number are refused; a number (``7``, ``0.5``) becomes its
-    text, and a blank ``question_id`` or ``gold`` (``''``, ``'  '``: a cleared form field) is left
+    ``gold`` that is neither text nor a finite number are refused; a number (``7``, ``0.5``, a
+    ``Decimal`` in positional notation) becomes its text, and a blank ``question_id`` or ``gold`` (``''``, ``'  '``: a cleared form field) is left
     out, as not given (a blank gold would score every method wrong); spaces around a ``question_id``
     are dropped (``"q1 "`` prints as ``q1``: one id, as in the task files). Returns the mapping (a copy when a field was coerced); anything else (a resume's
     ``None`` or ``Command``) unchanged.
@@ -206,8 +207,8 @@ def checked_input(inp: Any) -> Any:
                              f"not {n_choices}")
         letters = LETTERS[: n_choices or DEFAULT_CHOICES]  # the letters answers are read among
         gold = inp.get("gold")
-        if isinstance(gold, (int, float)) and not isinstance(gold, bool):
-            gold = str(gold)  # (a number is its text, below: 1 is no option letter either)
+        if isinstance(gold, (int, float, Decimal)) and not isinstance(gold, bool):
+            gold = _number_text(gold)  # (a number is its text, below: 1 is no option letter either)
         if isinstance(gold, str) and gold.strip() and gold.strip().upper() not in tuple(letters):
             raise InputError(f"graph input field 'gold' of a multiple-choice question must be one of the option letters "
                              f"{letters[0]}-{letters[-1]}, not {inp.get('gold')!r:.60} (no answer could match it)")
@@ -222,10 +223,11 @@ def checked_input(inp: Any) -> Any:
             elif field == "question_id" and isinstance(value, str) and value != value.strip():
                 fixed[field] = value.strip()  # "q1 " prints as q1: one id, as in the task files
             continue
-        if isinstance(value, float) and not math.isfinite(value):
+        if (isinstance(value, float) and not math.isfinite(value)
+                or isinstance(value, Decimal) and not value.is_finite()):
             raise InputError(f"graph input field {field!r} must be a finite number or text, not {value!r}")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            fixed[field] = str(value)
+        if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+            fixed[field] = _number_text(value)
             continue
         raise InputError(f"graph input field {field!r} must be text or a number, "
                          f"not {type(value).__name__} {value!r:.60}")
@@ -235,6 +237,12 @@ def checked_input(inp: Any) -> Any:
 
 
 _DROPPED = object()
+
+
+def _number_text(value: int | float | Decimal) -> str:
+    """A number given as a graph input field, as text: an ``int`` or ``float`` as ``str`` writes it, a
+    ``Decimal`` (a database's ``numeric`` column) in positional notation (``Decimal("1E+2")``: ``"100"``)."""
+    return format(value, "f") if isinstance(value, Decimal) else str(value)
 
 
 def check_question_id(qid: str) -> None:
