@@ -79,6 +79,13 @@ def import_cmd(
         created = store_backend(db) is None and not Path(db).exists()
         if created:
             check_bundle(bundle)  # the whole bundle, before --db is created
+            try:  # claim the new file: an import into the same path that created it meanwhile keeps it its own
+                with open(db, "x"):
+                    pass
+            except FileExistsError:
+                created = False  # (another process made it since: a refusal here must not remove its rows)
+            except OSError:
+                pass  # (no folder yet, or another problem: the store makes the folder or says what is wrong)
         store = TraceStore(db)
         try:
             summary = import_bundle(bundle, store, force=force)
@@ -89,9 +96,15 @@ def import_cmd(
                     Path(f"{db}{extra}").unlink(missing_ok=True)
             raise
         rows = ", ".join(f"{t} {n}" for t, n in summary.rows.items() if n) or "none"
-        console.print(f"imported {escape(str(bundle))} into {escape(shown_url(str(db)))}: {len(summary.runs)} runs; rows added: "
-                      f"{rows}; already present: {summary.skipped}"
-                      + (f"; replaced (--force): {summary.replaced}" if force else ""), highlight=False, soft_wrap=True)
+        where = escape(shown_url(str(db)))
+        skipped = ", ".join(said for n, said in (
+            (summary.skipped, f"{summary.skipped} identical to rows already in {where}"),
+            (summary.repeated, f"{summary.repeated} repeated within the bundle")) if n) or "none"
+        console.print(f"imported {escape(str(bundle))} into {where}: {len(summary.runs)} runs; rows added: "
+                      f"{rows}; rows skipped: {skipped}"
+                      + (f"; rows replaced (--force): {summary.replaced}"
+                         + (f" whose key {where} held with other content" if summary.replaced else "") if force else ""),
+                      highlight=False, soft_wrap=True)
         for run, source in summary.missing_shared.items():
             console.print(f"[yellow]warning:[/yellow] run {escape(run)} took its shared candidates from run "
                           f"{escape(source)}, which is neither in the bundle nor in {escape(shown_url(str(db)))}: its report and "

@@ -73,7 +73,7 @@ def test_export_then_import_into_an_empty_db_reads_exactly_like_the_original(exp
     copy = tmp_path / "copy.db"
     result = CliRunner().invoke(app, ["import", str(bundle), "--db", str(copy)])
     assert result.exit_code == 0, result.output
-    assert "already present: 0" in result.output
+    assert "rows skipped: none" in result.output
     assert table_counts(copy) == table_counts(db)
     want, got = outputs(db), outputs(copy)
     # ALIGN pairs: arith, agent 0 right over agent 1's plurality "0" (4); quiz, agent 1's A over agent 0's B (3)
@@ -91,7 +91,7 @@ def test_importing_twice_adds_nothing(exported, tmp_path):
     result = CliRunner().invoke(app, ["import", str(bundle), "--db", str(copy)])
     assert result.exit_code == 0 and "rows added: none" in result.output
     assert table_counts(copy) == before
-    assert f"already present: {sum(before.values())}" in result.output
+    assert f"rows skipped: {sum(before.values())} identical to rows already in {copy}\n" in result.output
 
 
 def test_a_truncated_newer_or_conflicting_bundle_is_refused_and_writes_nothing(exported, tmp_path):

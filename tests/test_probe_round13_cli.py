@@ -91,7 +91,7 @@ def test_a_bundle_holding_a_nul_imported_twice_into_postgres_adds_nothing_the_se
     assert "rows added: runs 1, questions 2, results 8, model_calls 12" in output
     code, output = agora("import", bundle, "--db", url)
     assert code == 0, output
-    assert "rows added: none; already present: 23" in output
+    assert "rows added: none; rows skipped: 23 identical to rows already in " in output
     # a bundle whose text really differs is still refused
     other = _crafted(align_bundle[1], tmp_path / "other.gz", "questions", "question", "What is 3\x00+3?")
     code, output = agora("import", other, "--db", url)

@@ -90,7 +90,7 @@ def test_the_recorded_bundle_itself_imports_whole(recorded, tmp_path):
     code, output = agora("import", bundle, "--db", tmp_path / "t.db")
     assert code == 0, output
     assert counts(tmp_path / "t.db") == ROWS
-    assert output.endswith("rows added: runs 1, questions 2, results 8, model_calls 12; already present: 0\n")
+    assert output.endswith("rows added: runs 1, questions 2, results 8, model_calls 12; rows skipped: none\n")
 
 
 @pytest.mark.parametrize("runs, said", [

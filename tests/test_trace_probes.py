@@ -138,8 +138,8 @@ def test_import_refuses_a_row_whose_key_exists_with_other_content_unless_force(b
 
     code, output = agora("import", edited, "--db", copy, "--force")
     assert code == 0, output
-    assert "rows added: none" in output and "replaced (--force): 1" in output
-    assert f"already present: {sum(before.values()) - 1}" in output
+    assert "rows added: none" in output and "rows replaced (--force): 1 whose key" in output
+    assert f"rows skipped: {sum(before.values()) - 1} identical to rows already in {copy};" in output
     conn = sqlite3.connect(copy)
     assert conn.execute("select completion from model_calls where call_id = ?", [call_id]).fetchone() == (
         "The answer is 7.",)
@@ -471,7 +471,7 @@ def test_import_accepts_identical_twin_rows_and_values_sqlite_stores_alike(bench
     target = tmp_path / "t.db"
     code, output = agora("import", ok, "--db", target)
     assert code == 0, output
-    assert "already present: 1" in output
+    assert "rows skipped: 1 repeated within the bundle\n" in output
     row = sqlite3.connect(target).execute("select correct, model_calls from questions where run_id = ? and "
                                           "question_id = 'arith-1'", [ALIGN]).fetchone()
     assert row == (1, 12) and type(row[1]) is int

@@ -88,12 +88,14 @@ class BundleSummary:
     bytes: int
     """Size of the bundle file."""
     skipped: int = 0
-    """Rows already in the database with the same content (import)."""
+    """Rows already in the database with the same content (import; not counting :attr:`repeated`)."""
     replaced: int = 0
     """Rows whose primary key existed with other content, replaced by the bundle's (import ``force``)."""
     carried: dict[str, str] = field(default_factory=dict)
     """Export: runs added because a requested run took its shared candidates from them (candidates
     run → the run that named it in its settings, :data:`SHARED_CANDIDATES_KEY`)."""
+    repeated: int = 0
+    """Import: rows the bundle holds more than once, identically (its second and later copies); skipped."""
     missing_shared: dict[str, str] = field(default_factory=dict)
     """Import: runs of the bundle that took shared candidates from a run that is neither in the bundle
     nor in the database (run → its candidates run). They are imported, but their report and replay

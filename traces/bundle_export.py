@@ -83,6 +83,9 @@ def _export(store: TraceStore, out: Path, run_ids: Sequence[str], bench_ids: Seq
         if recorded:  # (a bench in its dev phase has runs but no spec yet: its runs alone are exported)
             benches.append(b)
         runs += [r for r in started if r not in runs]
+    if not runs and benches:  # (benches recorded, their runs gone: the bench rows alone import as nothing)
+        raise BundleError(f"{store.path}: bench {benches[0]!r} has no run in the database (runs {benches[0]}:...); "
+                          "nothing to export")
     if not runs:
         raise BundleError("nothing to export: give --run-id or --bench-id")
     carried: dict[str, str] = {}

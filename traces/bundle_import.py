@@ -4,6 +4,7 @@ whole first (:func:`agora.traces.bundle_reading.check_bundle`), then written in 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,9 +28,16 @@ def _differing(cols: Sequence[str], old: Sequence[Any], new: Sequence[Any], post
     return [c for c, a, b in zip(cols, old, new) if not same(a, b)]
 
 
+def json_key(values: Sequence[Any]) -> str:
+    """A row's primary key values as one comparable text (``1`` and ``1.0`` alike, as SQLite keys them)."""
+    return json.dumps([float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in values],
+                      ensure_ascii=False, default=str)
+
+
 def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -> BundleSummary:
     """Load the bundle ``path`` into ``store`` in one transaction: rows whose primary key is new are
-    added; rows already there with the same content are skipped (importing twice adds nothing).
+    added; rows already there with the same content are skipped (importing twice adds nothing), and
+    so is a row the bundle repeats identically (counted apart: :attr:`BundleSummary.repeated`).
 
     Refused, writing nothing: a row whose primary key exists in ``store`` with other content (the
     message names the table, the key and the columns that differ), and a new row for a run that
@@ -62,7 +70,8 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
         raise TraceStoreError(f"{store.path}: opened read-only; import needs to write")
     tables: dict[str, dict[str, Any]] = head["tables"]
     added = {t: 0 for t in tables}
-    skipped = replaced = 0
+    skipped = replaced = repeated = 0
+    seen: set[tuple[str, str]] = set()  # (table, key) of every keyed row read so far: a bundle's own twins
     db = store.db
     with store.transaction():
         # Plain SQL inside one explicit transaction: SQLite's DDL is transactional, so a refusal further
@@ -111,6 +120,12 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
                 if other is not None:
                     raise BundleError(f"{path}:{i}: questions: question id {row['question_id']!r} of run {rid!r} and "
                                       f"its question id {other!r} in {store.path} are {SAME_ID}; nothing was imported")
+            key = (t, json_key([row[k] for k in pk])) if pk else None
+            if not cur.rowcount and key in seen:  # the bundle's own twin of a row read above (checked identical)
+                repeated += 1
+                continue
+            if key is not None:
+                seen.add(key)
             if not cur.rowcount and pk:
                 where = " and ".join(f"[{k}] = ?" for k in pk)
                 stored = db.conn.execute(f"select {names} from [{t}] where {where}", [row[k] for k in pk]).fetchone()
@@ -134,4 +149,4 @@ def import_bundle(path: str | Path, store: TraceStore, *, force: bool = False) -
         check_footer(path, footer, read, digest, header_digest)
         missing = {rid: src for rid in bundle_runs if (src := shared_source(store, rid)) and store.get_run(src) is None}
     return BundleSummary(path, tuple(head.get("runs") or ()), tuple(head.get("benches") or ()), added,
-                         path.stat().st_size, skipped - replaced, replaced, missing_shared=missing)
+                         path.stat().st_size, skipped - replaced, replaced, missing_shared=missing, repeated=repeated)
