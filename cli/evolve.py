@@ -131,17 +131,19 @@ def evolve_cmd(
             duel=duel, algorithm=algo, train_models=trained, validation_fraction=validation, min_margin=min_margin,
             dpo=dpo, grpo=grpo, rewards=tuple(reward), serve_with=serve_with, data=data, length_ratio=length_ratio,
             sft=sft)
-        held = []
+        held, held_file = [], None
         if held_out is not None:
             from agora.tasks.loaders import detect_format
 
-            held = load_problems(held_out, detect_format(held_out), held_out_limit)
+            held_file = (held_out, detect_format(held_out))
+            held = load_problems(*held_file, held_out_limit)
         run_id = new_run_id("evolve") if run_id is None else check_run_id(run_id)
         from agora.training.evolve import check_evolve
 
         existing = store_backend(db) is not None or Path(db).is_file()
         # every refusal before the run line (nothing recorded; a new database is not created)
-        check_evolve(TraceStore(db) if existing else None, run_id, specs, problems, cfg, held)
+        check_evolve(TraceStore(db) if existing else None, run_id, specs, problems, cfg, held,
+                     held_out_file=held_file, instructions_file=(instructions, fmt))
         store = TraceStore(db)
         console.print(f"run [bold]{escape(run_id)}[/bold]: {iterations} iterations × {duels} duels ({mode}), {algo} on "
                       f"{len(problems)} instructions, pool {escape(', '.join(s.name for s in specs))}", highlight=False)

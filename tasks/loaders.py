@@ -538,6 +538,18 @@ def load_problems(path: str | Path | None, fmt: str, limit: int | None = None, s
     return problems
 
 
+def problem_line(path: str | Path, fmt: str, problem_id: str) -> int | None:
+    """The line of the problem file ``path`` (format ``fmt``) that holds the problem ``problem_id``
+    (1-based), or ``None`` (not there, or a format that reads no file): for refusals that name a
+    problem by its file and line after the file was loaded."""
+    if fmt not in _LOADERS:
+        return None
+    for number, record in iter_records(path):
+        if _LOADERS[fmt](record, Path(path), number).id == problem_id:
+            return number
+    return None
+
+
 def detect_format(path: str | Path, hint: str | None = None) -> str:
     """Guess a problem file's format from its first record's fields: a text field of ``prompts``
     (``prompt``, ``instruction``, ``text``, ...) with no gold-answer field is ``prompts``.

@@ -150,7 +150,7 @@ def test_evolve_refuses_held_out_problems_that_differ_from_an_instruction_only_i
     problems = [Problem("p1", "Tom has 2 apples and 3 more.\nHow many?", "5")]
     held = [Problem("h1", "Tom has  2 apples and 3 more. How many?", "5")]
     store = TraceStore(tmp_path / "e.db")
-    with pytest.raises(ValueError, match="1 held-out problems are also instructions of the duels"):
+    with pytest.raises(ValueError, match="held-out problem 'h1' .* is also instruction 'p1' of the duels"):
         evolve(store, "ev", specs, problems, EvolveConfig(), tmp_path / "o", held_out=held)
     assert store.get_run("ev") is None
 

@@ -206,7 +206,9 @@ def test_evolve_refusals_come_before_the_run_line(tmp_path, monkeypatch):
     held = tmp_path / "held.jsonl"
     held.write_text(json.dumps({"id": "h1", "question": "What is 2+3? ", "answer": "#### 5"}) + "\n")
     out = _evolve(tmp_path, monkeypatch, "--held-out", held)
-    assert only_lines(out) == ["error: 1 held-out problems are also instructions of the duels; hold out others"]
+    assert only_lines(out) == [f"error: {held}:1: held-out problem 'h1' ('What is 2+3?') is also instruction 'i1' of "
+                               f"the duels ({tmp_path / 'i.jsonl'}:1; texts compared with whitespace collapsed); hold "
+                               "out problems the duels do not play"]
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "h1", "prompt": "What is 7+1?"}) + "\n")
     out = _evolve(tmp_path, monkeypatch, "--held-out", prompts)

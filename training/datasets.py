@@ -298,8 +298,8 @@ def grpo_rows_from_problems(problems: Iterable[Problem], shots: int = 2) -> list
 def split_by_instruction(rows: Sequence[dict[str, Any]], validation_fraction: float = 0.1,
                          seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train/validation split by instruction: all rows of an instruction land on the same side
-    (instructions that differ only in whitespace are one instruction, as the held-out checks count
-    them: the same question asked under two prompts never lands on both sides).
+    (instructions that differ only in whitespace or Unicode form are one instruction, as the held-out
+    checks count them, :func:`agora.training.own_samples.normalise_question`: the same question asked under two prompts never lands on both sides).
 
     ``round(validation_fraction × instructions)`` instructions (at least one when the fraction is
     positive and there are two or more) are drawn with a seeded shuffle of the sorted instructions.
@@ -310,8 +310,10 @@ def split_by_instruction(rows: Sequence[dict[str, Any]], validation_fraction: fl
     if not 0.0 <= validation_fraction < 1.0:
         raise InputError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
 
+    from agora.training.own_samples import normalise_question
+
     def key(row: dict[str, Any]) -> str:
-        return " ".join(str(row["instruction"]).split())
+        return normalise_question(str(row["instruction"]))
 
     instructions = sorted({key(r) for r in rows})
     random.Random(seed).shuffle(instructions)

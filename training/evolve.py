@@ -283,8 +283,32 @@ def _recorded_config(cfg: EvolveConfig, duel_run_id: str) -> dict[str, Any]:
     return {**recorded, "duel_run": duel_run_id}
 
 
+def _overlap_refusal(overlap: Sequence[Problem], played: dict[str, Problem], held_out_file: tuple[Path, str] | None,
+                     instructions_file: tuple[Path, str] | None) -> str:
+    """One line naming the first held-out problem that is also an instruction (file and line where known)."""
+    from agora.tasks.loaders import problem_line
+
+    def at(file: tuple[Path, str] | None, pid: str) -> str | None:
+        if file is None or file[0] is None:
+            return None
+        line = problem_line(*file, pid)
+        return f"{file[0]}:{line}" if line is not None else str(file[0])
+
+    h = overlap[0]
+    p = played[normalise_question(h.question)]
+    text = normalise_question(h.question)
+    text = text[:60] + ("..." if len(text) > 60 else "")
+    where, source = at(held_out_file, h.id), at(instructions_file, p.id)
+    more = f"; {len(overlap)} held-out problems in all are instructions" if len(overlap) > 1 else ""
+    return (f"{where + ': ' if where else ''}held-out problem {h.id!r} ({text!r}) is also instruction {p.id!r} of the "
+            f"duels ({source + '; ' if source else ''}texts compared with whitespace collapsed){more}; hold out "
+            "problems the duels do not play")
+
+
 def check_evolve(store: TraceStore | None, run_id: str, specs: Sequence[ModelSpec], problems: Sequence[Problem],
-                 cfg: EvolveConfig, held_out: Sequence[Problem] = ()) -> list[str]:
+                 cfg: EvolveConfig, held_out: Sequence[Problem] = (), *,
+                 held_out_file: tuple[Path, str] | None = None,
+                 instructions_file: tuple[Path, str] | None = None) -> list[str]:
     """What :func:`evolve` refuses before its first duel, checked without recording anything (the
     command line asks it before it says that a run starts). Returns the members to train.
 
@@ -292,7 +316,9 @@ def check_evolve(store: TraceStore | None, run_id: str, specs: Sequence[ModelSpe
         InputError: a member to train that is not in the pool or has no local weights, a pool with no
             member to train, ``data = "own"`` with no instruction holding a gold answer (nothing to
             check an answer against), held-out problems without gold answers or that are also
-            instructions of the duels (text compared with whitespace collapsed).
+            instructions of the duels (text compared with whitespace collapsed; one line naming the
+            first such problem, its id, text and line of ``held_out_file`` and the instruction's line of
+            ``instructions_file``, each ``(path, format)`` the problems were loaded from, when given).
         ResumeRefusedError: an existing ``run_id`` of ``store`` started with other settings, pool or
             instructions (:func:`agora.traces.resume.resume_refusal`; ``store`` ``None``: a new
             database, not checked).
@@ -312,9 +338,12 @@ def check_evolve(store: TraceStore | None, run_id: str, specs: Sequence[ModelSpe
     if no_gold:
         raise InputError(f"{len(no_gold)} held-out problems have no gold answer to score against (first: "
                          f"{no_gold[0]!r}); hold out problems with gold answers")
-    overlap = {normalise_question(p.question) for p in held_out} & {normalise_question(p.question) for p in problems}
+    played = {}
+    for p in problems:
+        played.setdefault(normalise_question(p.question), p)
+    overlap = [p for p in held_out if normalise_question(p.question) in played]
     if overlap:
-        raise InputError(f"{len(overlap)} held-out problems are also instructions of the duels; hold out others")
+        raise InputError(_overlap_refusal(overlap, played, held_out_file, instructions_file))
     refused = None if store is None else resume_refusal(
         store, run_id, "evolve", _recorded_config(cfg, f"{run_id}-duels"), [s.describe() for s in specs],
         {"instructions": len(problems)})

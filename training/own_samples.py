@@ -21,7 +21,7 @@ first round. :func:`own_samples` reads them through the store's readers (``run_i
   keeps it: the recorded prompt is the one the member saw), and its prompt is recorded;
 * its question has a gold answer and a checker (``math`` or ``mc``; ``open`` questions are not
   verifiable; the samples of a question that failed, recorded without its ``questions`` row, have
-  none either: both counted under ``no_gold``), a text (without one a question can be neither grouped nor held out by text: counted
+  none either, also in a run that recorded calls but no question: all counted under ``no_gold``), a text (without one a question can be neither grouped nor held out by text: counted
   under ``no_prompt``), and is not held out (:class:`HeldOut`: by question id or by question text).
 
 One question (its text, whitespace collapsed) recorded by two runs with golds the checker tells
@@ -38,8 +38,10 @@ protocol was shown.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Sequence
@@ -56,21 +58,35 @@ SOLVER_ROLES = ("agent", "candidate", "anchor", "probe", "proposer", "member", "
 
 
 def normalise_question(text: str | None) -> str:
-    """A question's text for matching held-out questions: whitespace collapsed, case kept."""
-    return " ".join((text or "").split())
+    """A question's text for matching held-out questions and grouping samples: Unicode NFC (a letter
+    written as base and combining mark is the composed letter), whitespace collapsed, case kept."""
+    return " ".join(unicodedata.normalize("NFC", text or "").split())
+
+
+@functools.lru_cache(maxsize=8)
+def _id_keys(ids: frozenset[str]) -> frozenset[str]:
+    from agora.tasks.problem import id_key
+
+    return frozenset(id_key(i) for i in ids)
 
 
 @dataclass(frozen=True, slots=True)
 class HeldOut:
-    """Questions no training row may come from: by id, or by text (whitespace-insensitive), so an
-    evaluation set stays unseen whatever ids the runs gave its questions."""
+    """Questions no training row may come from: by id (compared as question ids are,
+    :func:`agora.tasks.problem.id_key`: ``ｑ１`` is ``q1``), or by text (:func:`normalise_question`:
+    whitespace- and Unicode-form-insensitive), so an evaluation set stays unseen whatever ids the
+    runs gave its questions."""
 
     question_ids: frozenset[str] = frozenset()
+    """Question ids as written (compared by :func:`agora.tasks.problem.id_key`)."""
     questions: frozenset[str] = frozenset()
     """Normalised question texts (:func:`normalise_question`)."""
 
     def excludes(self, question_id: str, question: str | None) -> bool:
-        return question_id in self.question_ids or normalise_question(question) in self.questions
+        from agora.tasks.problem import id_key
+
+        keys = _id_keys(self.question_ids)
+        return (isinstance(question_id, str) and id_key(question_id) in keys) or normalise_question(question) in self.questions
 
     def __len__(self) -> int:
         return len(self.question_ids | self.questions)
@@ -284,8 +300,7 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
     out: list[OwnSample] = []
     for run_id in runs:
         questions = {q["question_id"]: q for q in store.questions(run_id)}
-        if not questions:
-            continue
+        # (a run with calls and no questions row, every question failed, counts its calls under no_gold below)
         order = {qid: n for n, qid in enumerate(questions)}
         bench_task = _bench_task(store, run_id)
         calls = [c for c in store.calls(run_id) if (not wanted or c.get("model") in wanted)

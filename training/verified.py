@@ -141,8 +141,8 @@ def sft_rows(samples: Sequence[OwnSample], cfg: VerifiedConfig) -> list[dict[str
 
 def verified_stats(samples: Sequence[OwnSample], cfg: VerifiedConfig, skipped: dict[str, int] | None = None
                    ) -> dict[str, Any]:
-    """What the data holds, overall and per task: questions (distinct texts), samples, right
-    samples, SFT rows, questions with a pair, pairs before the length filter, after it, and kept
+    """What the data holds, overall and per task: questions (distinct texts; the totals count a
+    question asked under two tasks once), samples, right samples, SFT rows, questions with a pair, pairs before the length filter, after it, and kept
     (after the per-question cap and dedupe); the runs the rows came from; the calls left out."""
     per: dict[str, dict[str, Any]] = {}
     pairs = own_pairs(samples, cfg)
@@ -165,9 +165,14 @@ def verified_stats(samples: Sequence[OwnSample], cfg: VerifiedConfig, skipped: d
         per[r["task"]]["sft_rows"] += 1
     for t in per.values():
         t["questions"] = len(t["questions"])
-    total = {k: sum(t[k] for t in per.values()) for k in ("questions", "samples", "correct", "sft_rows",
-                                                           "pair_questions", "pairs_before_length_filter",
+    total = {k: sum(t[k] for t in per.values()) for k in ("samples", "correct", "sft_rows",
+                                                           "pairs_before_length_filter",
                                                            "pairs_after_length_filter", "pairs")}
+    # (a question asked under two tasks, with two prompts, counts under each task and once in the totals)
+    total["questions"] = len({normalise_question(s.question) for s in samples})
+    total["pair_questions"] = len({normalise_question(p["prompt"]) for p in pairs})
+    total = {k: total[k] for k in ("questions", "samples", "correct", "sft_rows", "pair_questions",
+                                   "pairs_before_length_filter", "pairs_after_length_filter", "pairs")}
     return {"model": cfg.model, "settings": cfg.describe(), **total,
             "length_filtered": total["pairs_before_length_filter"] - total["pairs_after_length_filter"],
             "sft_runs": sorted({r["run_id"] for r in sft}),
