@@ -11,12 +11,35 @@ import typing
 from typing import Any, Callable
 
 import typer
+from typer.core import TyperGroup
 from typer.models import OptionInfo
 from rich.markup import escape
 
 from agora.models.environment import EnvironmentVariableError, check_environment, unknown_variables
 
-app = typer.Typer(help="Agora: multi-LLM protocols as LangGraph state machines on local models.",
+
+
+class _AgoraGroup(TyperGroup):
+    """The ``agora`` group: a required option or argument left out of a command is Agora's one line
+    and exit 2 (``error: --tasks: required option, not given``) instead of typer's usage box."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as exc:
+            if type(exc).__name__ != "MissingParameter" or exc.param is None:
+                raise
+            param = exc.param
+            opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")] or list(getattr(param, "opts", ()))
+            if getattr(param, "param_type_name", "") == "argument" or not opts:
+                named, kind = str(getattr(param, "metavar", None) or param.name or "argument").upper(), "argument"
+            else:
+                named, kind = opts[0], "option"
+            typer.echo(f"error: {named}: required {kind}, not given", err=True)
+            raise typer.Exit(2) from None
+
+
+app = typer.Typer(help="Agora: multi-LLM protocols as LangGraph state machines on local models.", cls=_AgoraGroup,
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 run_app = typer.Typer(help="Run a protocol on a benchmark and print its method table.", no_args_is_help=True)
 report_app = typer.Typer(help="Reports and plots from a trace database.", no_args_is_help=True)
@@ -80,6 +103,7 @@ def escape_help(typer_app: typer.Typer) -> None:
             once(param.default, "help")
             _refuse_in_memory_db(param.default)
             _parse_finite(param.default, hints.get(param.name), param.name)
+            _parse_bounded_int(param.default, hints.get(param.name), param.name)
     for group in typer_app.registered_groups:
         once(group, "help")
         if group.typer_instance is not None:
@@ -178,3 +202,87 @@ def _parse_finite(option: object, annotation: Any, param_name: str) -> None:
         return
     option.parser = finite_float(option.min, option.max, _option_name(option, param_name))
     option.metavar = option.metavar or "FLOAT"
+
+
+def _int_bounds_text(low: int | None, high: int | None) -> str:
+    """``at least 1``, ``at most 3``, ``an integer from 1 to 8192``, ``an integer``."""
+    if low is not None and high is not None:
+        return f"an integer from {low} to {high}"
+    if low is not None:
+        return f"at least {low}"
+    if high is not None:
+        return f"at most {high}"
+    return "an integer"
+
+
+#: The most characters of a refused value an ``error:`` line quotes (a 5000-digit number stays readable).
+_SHOWN_CHARS = 40
+
+
+def bounded_int(low: int | None = None, high: int | None = None,
+                name: str | None = None) -> Callable[[Any], int | None]:
+    """A ``parser=`` for an integer option: the value (ASCII digits, an optional sign, surrounding
+    spaces) as an ``int`` in ``[low, high]`` (``None``: unbounded on that side).
+
+    With ``name`` (the option, e.g. ``--limit``) a refused value is Agora's one line on stderr and
+    exit 2 (``error: --limit: must be at least 1, got 0``; ``error: --limit: must be an integer,
+    got 'two'``) instead of typer's usage box. Only ASCII digits are read: Python's ``int`` would take
+    ``'1_000'`` and Arabic-Indic digits, which a shell user did not mean to type; a full-width digit
+    or a minus sign from a word processor (U+2212) is refused, saying so.
+
+    Raises:
+        typer.BadParameter: without ``name``: ``must be at least 1, got 0``.
+        typer.Exit: with ``name``, after the ``error:`` line.
+    """
+    want = _int_bounds_text(low, high)
+
+    def refuse(message: str) -> typer.BadParameter | typer.Exit:
+        if name is None:
+            return typer.BadParameter(message)
+        from agora.cli._shared import error_line
+
+        typer.echo(error_line(f"error: {name}: {message}"), err=True)
+        return typer.Exit(2)
+
+    def shown(text: str) -> str:
+        return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text)} characters)"
+
+    def parse(value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value)
+            core = text.strip()
+            digits = core[1:] if core[:1] in "+-" else core
+            if not (digits and digits.isascii() and digits.isdigit()):
+                odd = next((c for c in core if not c.isascii()), None)
+                hint = ""
+                if odd is not None:
+                    import unicodedata
+
+                    hint = f" (it holds {unicodedata.name(odd, f'U+{ord(odd):04X}')}; type ASCII digits and '-')"
+                raise refuse(f"must be an integer, got {shown(text)!r}{hint}")
+            try:
+                number = int(core)
+            except ValueError:  # more digits than Python converts (4300)
+                raise refuse(f"must be {want}, got {shown(core)}") from None
+        if (low is not None and number < low) or (high is not None and number > high):
+            raise refuse(f"must be {want}, got {shown(str(number))}")
+        return number
+
+    return parse
+
+
+def _parse_bounded_int(option: object, annotation: Any, param_name: str) -> None:
+    """Give ``option``, an ``int`` (or ``Optional[int]``) option declaration without a parser of its
+    own, :func:`bounded_int` with its ``min``, ``max`` and name."""
+    if not isinstance(option, OptionInfo) or option.parser is not None or getattr(option, "click_type", None) is not None:
+        return
+    optional_int = (typing.get_origin(annotation) in (typing.Union, types.UnionType)
+                    and set(typing.get_args(annotation)) == {int, type(None)})
+    if annotation is not int and not optional_int:
+        return
+    option.parser = bounded_int(option.min, option.max, _option_name(option, param_name))
+    option.metavar = option.metavar or "INTEGER"

@@ -271,7 +271,7 @@ def test_report_cli_errors_are_one_line(tmp_path):
 
 
 def test_converse_refuses_out_of_range_shots_and_temperature():
-    for flag, value, message in (("--shots", "4", "'--shots': Input should be less than or equal to 3"),
+    for flag, value, message in (("--shots", "4", "error: --shots: must be an integer from 0 to 3, got 4"),
                                  ("--temperature", "1e9", "error: --temperature: must be a finite number from 0 to 2, got 1e9"),
                                  ("--temperature", "nan", "error: --temperature: must be a finite number from 0 to 2, got nan"),
                                  ("--temperature", "-1", "error: --temperature: must be a finite number from 0 to 2, got -1")):

@@ -344,7 +344,8 @@ def test_a_max_tokens_beyond_any_context_is_refused_naming_the_option(tmp_path, 
     for command in (("run", "align"), ("run", "comed"), ("bench",), ("duel",), ("select",)):
         out = agora(*command, "--max-tokens", "99999999999999999999", "--pool", tmp_path / "none.toml")
         assert out.exit_code == 2, (command, out.output)
-        assert "Invalid value for '--max-tokens'" in out.output and "1000000" in out.output, (command, out.output)
+        assert out.output.strip() == ("error: --max-tokens: must be an integer from 1 to 1000000, got "
+                                      "99999999999999999999"), (command, out.output)
         assert "Traceback" not in out.output
     assert SamplingParams(max_tokens=1_000_000).max_tokens == 1_000_000
     with pytest.raises((InputError, ValueError)) as raised:

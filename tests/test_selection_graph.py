@@ -238,7 +238,7 @@ def test_zero_rounds_is_refused_before_any_model_call(tmp_path, cli_pool):
     result = CliRunner().invoke(app, ["select", "--prompts", str(write_prompts(tmp_path)), "--budget-rounds", "0",
                                       "--db", str(tmp_path / "t.db")])
     assert result.exit_code == 2
-    assert "'--budget-rounds': Input should be greater than or equal" in result.output
+    assert result.output.strip() == "error: --budget-rounds: must be at least 1, got 0", result.output
     assert not any(m.calls for m in cli_pool.values()) and not (tmp_path / "t.db").exists()
     with pytest.raises(ValueError, match=r"budget_rounds must be >= 1 \(a session with no duel learns no preference\), got 0"):
         CupidConfig(budget_rounds=0)
