@@ -58,9 +58,14 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
     last ``dev`` questions form that task's dev split (and are never test questions). Taking them
     from the end keeps the dev split the same when a later rerun raises ``limit``.
 
+    The same file given twice (the same file once its links are followed, whatever its name) is
+    refused: it would count twice in the macro average. Two files of the same stem in different
+    folders are two tasks; the second is named after its folder too (``<folder>-<stem>``).
+
     Raises:
-        ValueError: no task, a duplicate name, a name that cannot be a run id part, a file without
-            gold answers (``prompts``), or a file with fewer than ``limit + dev`` problems.
+        ValueError: no task, a file given twice, a duplicate name, a name that cannot be a run id
+            part, a file without gold answers (``prompts``), or a file with fewer than ``limit + dev``
+            problems.
         TaskFormatError: a file that cannot be read (file:line: field).
     """
     items = [s.strip() for s in spec.split(",") if s.strip()]
@@ -68,7 +73,8 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
         raise InputError("--tasks: no task file given")
     tasks: list[TaskFile] = []
     taken: set[str] = set()
-    for item in items:
+    seen: dict[object, int] = {}  # a file's identity (device, inode) -> its position in --tasks, from 1
+    for position, item in enumerate(items, 1):
         name, sep, rest = item.partition("=")
         name, given = name.strip(), (rest if sep else item).strip()  # "name = path": neither keeps a space
         if not given:
@@ -80,6 +86,11 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
             path = Path(given)
             fmt = detect_format(path, hint=BENCH_FORMAT_HINT)
             name = name if sep else _task_name(path, taken)
+        key = _file_identity(path)
+        if key in seen:  # counted twice, it would weigh double in the macro average
+            raise InputError(f"--tasks: {str(path)!r} is given twice (task files {seen[key]} and {position} are the "
+                             "same file); give each task file once")
+        seen[key] = position
         if not name or ":" in name or name in taken or name in ("all", "macro"):
             raise InputError(f"--tasks: task name {name!r} is empty, has ':', is reserved or is used twice; "
                              "name it with name=path")
@@ -99,6 +110,16 @@ def load_tasks(spec: str, limit: int | None = None, dev: int = 0) -> list[TaskFi
         taken.add(name)
         tasks.append(TaskFile(name, path, fmt, tuple(test), tuple(held_out)))
     return tasks
+
+
+def _file_identity(path: Path) -> object:
+    """What tells two ``--tasks`` paths apart: the file's ``(device, inode)`` (a symbolic link, a
+    hard link and ``./a.jsonl`` beside ``a.jsonl`` are the same file), else its resolved path."""
+    try:
+        st = path.stat()
+    except OSError:
+        return str(path.resolve())
+    return (st.st_dev, st.st_ino)
 
 
 @dataclass(frozen=True, slots=True)

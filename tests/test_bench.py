@@ -508,12 +508,16 @@ def test_dev_split_is_the_end_of_the_file(tmp_path):
     assert [p.id for p in task.problems] == ["arith-1", "arith-2", "arith-3"]
     with pytest.raises(ValueError, match="fewer than --limit 2 \\+ --dev 4"):
         load_tasks(str(math_file), limit=2, dev=4)
-    named = load_tasks(f"x={math_file},{math_file}", limit=1)
+    other = tmp_path / "copy"  # another file of the same stem (the same file twice is refused)
+    other.mkdir()
+    other_file = other / "arith.jsonl"
+    other_file.write_text(math_file.read_text())
+    named = load_tasks(f"x={math_file},{other_file}", limit=1)
     assert [t.name for t in named] == ["x", "arith"]
-    first, second = load_tasks(f"{math_file},{math_file}")  # the same stem twice: the second gets its folder
-    assert first.name == "arith" and second.name == f"{tmp_path.name}-arith"
+    first, second = load_tasks(f"{math_file},{other_file}")  # the same stem twice: the second gets its folder
+    assert first.name == "arith" and second.name == "copy-arith"
     with pytest.raises(ValueError, match="used twice"):
-        load_tasks(f"x={math_file},x={math_file}")
+        load_tasks(f"x={math_file},x={other_file}")
 
 
 def test_bench_refuses_bad_options_in_one_line(tmp_path, monkeypatch):

@@ -108,9 +108,11 @@ def test_tasks_name_and_path_are_both_stripped(tmp_path):
     path = tmp_path / "arith.jsonl"
     path.write_text('{"question": "What is 2 + 2?", "answer": "2 + 2 = 4\\n#### 4"}\n'
                     '{"question": "What is 3 + 4?", "answer": "3 + 4 = 7\\n#### 7"}\n', encoding="utf-8")
-    mine, other, sample = load_tasks(f"mine = {path}, other=  {path} ,gsm = sample")
+    copy = tmp_path / "arith2.jsonl"  # (the same file twice is refused: it would count twice)
+    copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    mine, other, sample = load_tasks(f"mine = {path}, other=  {copy} ,gsm = sample")
     assert (mine.name, mine.path, mine.format) == ("mine", Path(path), "gsm8k")
-    assert (other.name, other.path) == ("other", Path(path))
+    assert (other.name, other.path) == ("other", Path(copy))
     assert [p.gold for p in mine.problems] == ["4", "7"]
     assert sample.name == "gsm"
 
