@@ -1,0 +1,162 @@
+"""A thread of a checkpointer takes one question after another: each new question starts from clean
+per-question state (appended lists, costs), while a paused question resumed on its thread keeps what
+it gathered before the pause, and the trace recorder records each question of the thread."""
+
+import asyncio
+import sqlite3
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agora.graphs import registry
+from agora.graphs.moa import MoAContext, build_moa_graph
+from agora.graphs.recording import TraceRecorder
+from agora.models.pool import ModelPool
+from agora.models.testing import ScriptedChatModel
+
+FIRST = {"question": "What is 2 + 2?", "gold": "4"}
+SECOND = {"question": "What is 3 + 3?", "gold": "6"}
+BENCHMARK = [s.name for s in registry.specs() if s.kind == "benchmark"]
+OPEN = pytest.mark.xfail(strict=True, reason=(
+    "a second question on a thread still adds to the first's appended state (proposals, calls, costs) "
+    "and keeps its input fields; fix drafted in ScoredCompiledGraph (reset at __start__), not yet "
+    "regression-tested"))
+
+
+def scripted_pool() -> ModelPool:
+    return ModelPool.from_chat_models({n: ScriptedChatModel(responses=["The answer is 6."], cycle=True) for n in "abc"})
+
+
+def without_call_ids(value: Any) -> Any:
+    """``value`` without the per-call uuids and start times, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_call_ids(v) for k, v in value.items() if k not in ("call_id", "messages_of", "created_at")}
+    if isinstance(value, list):
+        return [without_call_ids(v) for v in value]
+    return value
+
+
+def without_none(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def timeless(value: Any) -> Any:
+    """``value`` with latencies zeroed (the scripted model's wall clock differs between runs)."""
+    if isinstance(value, dict):
+        return {k: 0 if "latency" in k else timeless(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [timeless(v) for v in value]
+    return value
+
+
+@OPEN
+@pytest.mark.parametrize("name", BENCHMARK)
+def test_a_second_question_on_a_thread_is_answered_as_on_a_fresh_thread(name):
+    """Before: the second question's appended lists and costs held the first question's too (MoA: 6
+    proposals and 8 calls, not 3 and 4)."""
+    spec = registry.get(name)
+    context = spec.context(scripted_pool())
+    graph = spec.build().compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    graph.invoke(FIRST, thread, context=context)
+    second = graph.invoke(SECOND, thread, context=context)
+    fresh = graph.invoke(SECOND, {"configurable": {"thread_id": "fresh"}}, context=context)
+    assert timeless(without_call_ids(second)) == timeless(without_call_ids(fresh))
+    state, fresh_state = graph.get_state(thread).values, graph.get_state({"configurable": {"thread_id": "fresh"}}).values
+    # an input field the first question had and this one leaves out is None (read as absent)
+    assert timeless(without_call_ids(without_none(state))) == timeless(without_call_ids(without_none(fresh_state)))
+    assert len(state["calls"]) == len(fresh_state["calls"]) > 0
+    assert {c["question_id"] for c in state["calls"]} == {c["question_id"] for c in fresh_state["calls"]}
+
+
+@OPEN
+def test_moa_second_question_counts_hand_checked():
+    """Three proposers and one aggregator: 3 proposals, 4 calls, for each question on the thread."""
+    chats = {n: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for n in "abc"}
+    ctx = MoAContext(ModelPool.from_chat_models(chats))
+    graph = build_moa_graph().compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    graph.invoke(FIRST, thread, context=ctx)
+    out = graph.invoke(SECOND, thread, context=ctx)
+    assert len(out["proposals"]) == 3 and len(graph.get_state(thread).values["calls"]) == 4
+    assert out["methods"]["moa"]["calls"] == 4 and out["methods"]["proposal_vote"]["calls"] == 3
+    assert {k: c["calls"] for k, c in out["costs"].items()} == {"propose": 3, "aggregate": 1}
+    assert graph.get_state(thread).values["proposals"] == out["proposals"]
+
+
+@pytest.mark.parametrize("how", ["input_none", pytest.param("second_pause", marks=OPEN)])
+def test_a_paused_question_resumed_on_its_thread_keeps_its_earlier_calls(how):
+    """Paused before the aggregator, then resumed: the proposals and calls gathered before the pause
+    stay (3 proposals, 4 calls), also for a second question paused after a finished one."""
+    chats = {n: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for n in "abc"}
+    ctx = MoAContext(ModelPool.from_chat_models(chats))
+    graph = build_moa_graph().compile(checkpointer=InMemorySaver(), interrupt_before=["moa_aggregate"])
+    thread = {"configurable": {"thread_id": "t"}}
+    if how == "second_pause":
+        graph.invoke(FIRST, thread, context=ctx)
+        graph.invoke(None, thread, context=ctx)
+    graph.invoke(SECOND, thread, context=ctx)
+    paused = graph.get_state(thread).values
+    assert len(paused["proposals"]) == 3 and len(paused["calls"]) == 3
+    assert graph.get_state(thread).next == ("moa_aggregate",)
+    out = graph.invoke(None, thread, context=ctx)
+    assert len(out["proposals"]) == 3 and len(graph.get_state(thread).values["calls"]) == 4
+    assert out["methods"]["moa"]["calls"] == 4 and out["methods"]["moa"]["correct"] is False
+    assert sum(1 for c in chats.values() for _ in c.calls) == (8 if how == "second_pause" else 4)
+
+
+@OPEN
+def test_async_second_question_on_a_thread_starts_clean():
+    asyncio.run(_async_second_question())
+
+
+async def _async_second_question():
+    chats = {n: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for n in "abc"}
+    ctx = MoAContext(ModelPool.from_chat_models(chats))
+    graph = build_moa_graph().compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    await graph.ainvoke(FIRST, thread, context=ctx)
+    out = await graph.ainvoke(SECOND, thread, context=ctx)
+    assert len((await graph.aget_state(thread)).values["calls"]) == 4
+    assert len(out["proposals"]) == 3 and out["methods"]["moa"]["correct"] is False
+
+
+@OPEN
+def test_the_recorder_records_both_questions_of_a_thread(tmp_path):
+    """Two questions one after the other on one thread, recorded: each question's row has its own
+    4 calls and its own methods' costs."""
+    db = tmp_path / "app.db"
+    chats = {n: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for n in "abc"}
+    ctx = MoAContext(ModelPool.from_chat_models(chats))
+    graph = build_moa_graph().compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    with TraceRecorder(db, run_id="app") as recorder:
+        graph.invoke(FIRST, {**config, "callbacks": [recorder]}, context=ctx)
+        graph.invoke(SECOND, {**config, "callbacks": [recorder]}, context=ctx)
+    with sqlite3.connect(db) as conn:
+        calls = conn.execute("select question_id, count(*) from model_calls group by 1 order by 1").fetchall()
+        questions = conn.execute("select question_id from questions order by 1").fetchall()
+        recorded = conn.execute("select question_id, model_calls from questions order by 1").fetchall()
+        results = conn.execute("select question_id, method, calls, correct from results order by 1, 2").fetchall()
+    assert len(questions) == 2
+    assert [n for _, n in calls] == [4, 4]
+    assert {q for q, _ in calls} == {q for (q,) in questions}
+    assert recorded == [("q-2622f7aa", 4), ("q-f465154e", 4)]
+    assert results == [("q-2622f7aa", "moa", 4, 0), ("q-2622f7aa", "proposal_vote", 3, 0),
+                       ("q-f465154e", "moa", 4, 1), ("q-f465154e", "proposal_vote", 3, 1)]
+
+
+@OPEN
+def test_an_input_field_the_second_question_leaves_out_is_not_the_first_ones():
+    """A multiple-choice question, then a math one without ``kind`` on the same thread: before, the
+    second kept ``kind`` mc and ``n_choices`` 4, so its answer 6 was read among A-D (none found)."""
+    chats = {n: ScriptedChatModel(responses=["The answer is 6."], cycle=True) for n in "abc"}
+    ctx = MoAContext(ModelPool.from_chat_models(chats))
+    graph = build_moa_graph().compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"question": "Pick one.\nA. 1\nB. 2\nC. 3\nD. 4", "kind": "mc", "n_choices": 4,
+                  "question_id": "mc-1", "gold": "A"}, thread, context=ctx)
+    out = graph.invoke(SECOND, thread, context=ctx)
+    assert out["answer"] == "6" and out["methods"]["moa"]["correct"] is True
+    assert {c["question_id"] for c in graph.get_state(thread).values["calls"]} == {"q-2622f7aa"}
