@@ -9,7 +9,7 @@ from typing_extensions import TypedDict
 
 from agora.agents.exp3 import LeaderState
 from agora.agents.judge import Judgement, judge_means
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 
 
 class Instruction(TypedDict):

@@ -26,7 +26,7 @@ from typing_extensions import TypedDict
 
 from agora.tasks.errors import InputError
 from agora.models.validation import Flag, Number, check_all, settings
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 
 
 @settings

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from agora.tasks.errors import InputError
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.models.builtins import BUILTIN_POOLS
 from agora.models.pool import ModelPool, PoolConfigError, builtin_pool, builtin_pool_name, load_pool
 from agora.models.validation import Convert, is_settings, settings

@@ -41,7 +41,7 @@ from agora.graphs.nodes import emit
 from agora.graphs.question import as_problem, protocol_input
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.tasks.answers import extract_answer
 from agora.traces.schema import MethodResult
 

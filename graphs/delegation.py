@@ -44,7 +44,7 @@ from agora.graphs.nodes import emit, sync_async_node
 from agora.graphs.question import SharedCandidate, as_problem, protocol_input, take_shared
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec, detail_keys
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.tasks.answers import find_answer
 from agora.traces.reliability import reliabilities
 from agora.traces.schema import MethodResult

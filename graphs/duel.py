@@ -49,7 +49,7 @@ from agora.agents.reputation import Reputation, ReputationState, aggregate_score
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, protocol_context
 from agora.graphs.nodes import emit
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.tasks.answers import extract_answer

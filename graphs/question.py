@@ -16,7 +16,7 @@ from typing_extensions import TypedDict
 
 from agora.tasks.errors import InputError
 from agora.agents.seeds import item_seed
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.models.pool import Sample
 from agora.tasks.loaders import LETTERS, MAX_LINE_BYTES, UNSTORABLE, unstorable
 from agora.tasks.problem import AnswerKind, Problem

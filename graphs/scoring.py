@@ -31,13 +31,17 @@ from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from typing import Any
 
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.constants import START
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel._write import ChannelWrite, ChannelWriteTupleEntry
+from langgraph.types import Overwrite
 
 from agora.graphs.context import check_context_keys
 from agora.graphs.question import as_problem, checked_input
 from agora.tasks.errors import InputError
-from agora.graphs.studio_schema import markdown_schema
+from agora.models.studio_schema import markdown_schema
 from agora.tasks.scoring import score_results
 
 try:  # the type LangGraph's server recognises a graph factory's runtime parameter by (langgraph-sdk)
@@ -166,6 +170,47 @@ def _scored_chunk(chunk: Any, stream_mode: Any, subgraphs: bool, problem: Any) -
         mode, data = chunk
         return mode, _scored(data, mode, problem)
     return chunk if several else _scored(chunk, stream_mode, problem)
+
+
+FINISHED_KEYS = ("methods", "record", "recommendation")
+"""The state keys whose presence tells a finished question (a protocol's ``methods``), duel
+(``record``) or CUPID session (``recommendation``): the ``ProtocolSpec.finished`` of each graph."""
+
+FRESH_QUESTION: ContextVar[tuple[Any, dict[str, Any]] | None] = ContextVar("agora_fresh_question", default=None)
+"""While a protocol graph starts a new question on a thread that holds a finished one: ``(the
+compiled graph, the writes that empty its appended keys)``, which its ``__start__`` step writes
+with the input (:meth:`ScoredCompiledGraph._fresh_writes`)."""
+
+
+def _thread_of(graph: Any, input: Any, config: Any) -> bool:  # noqa: A002 - LangGraph's name
+    """Whether this run gives a new input on a thread of ``graph``'s own checkpointer (a top-level
+    run: a nested graph's input is its parent's state)."""
+    return (isinstance(input, Mapping) and not _nested(config)
+            and graph.checkpointer not in (None, False, True)
+            and bool(((config or {}).get("configurable") or {}).get("thread_id")))
+
+
+def _fresh_resets(graph: Any, input: Mapping[str, Any], snapshot: Any) -> dict[str, Any]:  # noqa: A002
+    """The writes that start the new question ``input`` from clean per-question state on a thread
+    whose ``snapshot`` holds a finished one (nothing pending, a :data:`FINISHED_KEYS` key written):
+    each appended key (``proposals``, ``calls``; ``costs``, whose steps add up) replaced by an empty
+    one (LangGraph's ``Overwrite``), and each input field the earlier question had and this one
+    leaves out (``question_id``, ``kind``, ``n_choices``) set to ``None``, read as absent. Keys a
+    step sets (``methods``, ``answer``) are set again by this question's steps. ``{}`` on an empty
+    thread, a paused question, or one not finished (a run that goes on over it, as the runner's
+    rerun of a question cut short, keeps its state)."""
+    values = snapshot.values or {}
+    if not values or snapshot.next or snapshot.tasks:
+        return {}
+    if not any(key in values for key in FINISHED_KEYS if key in graph.channels):
+        return {}
+    inputs = set(graph.builder.schemas.get(graph.builder.input_schema, ()))
+    resets: dict[str, Any] = {key: None for key in inputs
+                              if key not in input and values.get(key) is not None}
+    resets.update({key: Overwrite(type(value)()) for key, value in values.items()
+                   if key not in inputs and isinstance(graph.channels.get(key), BinaryOperatorAggregate)
+                   and isinstance(value, (list, dict))})
+    return resets
 
 
 class ScoredCompiledGraph(CompiledStateGraph):
@@ -311,11 +356,31 @@ class ScoredCompiledGraph(CompiledStateGraph):
                 as_node = self._writer(await self.aget_state(snap.parent_config))
         return await super().aupdate_state(config, values, as_node, task_id)
 
+    def _fresh_writes(self, _input: Any) -> list[tuple[str, Any]]:
+        """The ``__start__`` step's writes beside the input's: :data:`FRESH_QUESTION`'s resets when
+        this graph set them for this run, else none."""
+        fresh = FRESH_QUESTION.get()
+        return list(fresh[1].items()) if fresh is not None and fresh[0] is self else []
+
+    def _note_fresh(self, input: Any, config: Any) -> Token | None:  # noqa: A002 - LangGraph's name
+        """A new question on a thread holding a finished one: :data:`FRESH_QUESTION` set to its resets."""
+        if not _thread_of(self, input, config):
+            return None
+        resets = _fresh_resets(self, input, self.get_state(config))
+        return FRESH_QUESTION.set((self, resets)) if resets else None
+
+    async def _anote_fresh(self, input: Any, config: Any) -> Token | None:  # noqa: A002 - LangGraph's name
+        if not _thread_of(self, input, config):
+            return None
+        resets = _fresh_resets(self, input, await self.aget_state(config))
+        return FRESH_QUESTION.set((self, resets)) if resets else None
+
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
         input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
         self._refuse_unknown(input, config)
         resumed = self._thread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
+        fresh = self._note_fresh(input, config)
         token = _note_resumed(config, resumed)
         try:
             chunks = super().stream(input, config, **kwargs)
@@ -327,12 +392,14 @@ class ScoredCompiledGraph(CompiledStateGraph):
                 yield _scored_chunk(chunk, mode, subgraphs, problem)
         finally:
             _forget_resumed(token)
+            _forget_fresh(fresh)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
         self._refuse_unknown(input, config)
         resumed = await self._athread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
+        fresh = await self._anote_fresh(input, config)
         token = _note_resumed(config, resumed)
         try:
             mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
@@ -340,6 +407,7 @@ class ScoredCompiledGraph(CompiledStateGraph):
                 yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)
         finally:
             _forget_resumed(token)
+            _forget_fresh(fresh)
 
 
 RESUMED_INPUT: ContextVar[tuple[str, str | None, dict[str, Any]] | None] = ContextVar("agora_resumed_input",
@@ -355,6 +423,12 @@ def _note_resumed(config: Any, resumed: Any) -> Token | None:
         return None
     configurable = (config or {}).get("configurable") or {}
     return RESUMED_INPUT.set((str(configurable.get("thread_id")), configurable.get("checkpoint_id"), dict(resumed)))
+
+
+def _forget_fresh(token: Token | None) -> None:
+    if token is not None:
+        with contextlib.suppress(ValueError, RuntimeError):  # (a stream closed in another context)
+            FRESH_QUESTION.reset(token)
 
 
 def _forget_resumed(token: Token | None) -> None:
@@ -377,6 +451,8 @@ class ProtocolGraph(StateGraph):
     def compile(self, *args: Any, **kwargs: Any) -> ScoredCompiledGraph:
         compiled = super().compile(*args, **kwargs)
         compiled.__class__ = ScoredCompiledGraph  # LangGraph builds the instance; only the streams differ
+        # a new question on a thread that holds a finished one: its first step empties the appended keys
+        compiled.nodes[START].writers.insert(0, ChannelWrite((ChannelWriteTupleEntry(mapper=compiled._fresh_writes),)))
         if self.context_schema is not None:
             config = dict(compiled.config or {})
             config["metadata"] = {**(config.get("metadata") or {}), GRAPH_METADATA_KEY: self.context_schema.__name__}

@@ -87,7 +87,7 @@ from agora.models.pool import ModelPool
 from agora.agents.seeds import call_seed, sampling
 from agora.graphs.context import context_as, pool_from, protocol_context
 from agora.graphs.nodes import emit
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import ProtocolSpec
 from agora.traces.store import TraceStore

@@ -43,7 +43,7 @@ from agora.graphs.question import as_problem, protocol_input, question_payload, 
 from agora.graphs.scoring import ProtocolGraph
 from agora.graphs.spec import BenchRole, DenseBaseline, ProtocolSpec, RunCommand, detail_keys
 from agora.graphs.state import MethodsOutput, MethodsState
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.models.pool import ModelPool
 from agora.traces.reliability import DevRunError, reliabilities
 

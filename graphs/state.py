@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from typing_extensions import TypedDict
 
 from agora.graphs._calls import add_costs
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 from agora.traces.schema import Cost, MethodResult
 
 

@@ -252,7 +252,7 @@ def settings(cls: type[T] | None = None, /, *, frozen: bool = True, slots: bool 
     bad values raise the one-line error of :func:`one_line` (not pydantic's ``ValidationError``; a
     keyword that is not a field, ``TypeError``, as for any class);
     its fields without a rule get :data:`AS_GIVEN`. (A graph's JSON schema takes its descriptions
-    from the field docstrings through :func:`agora.graphs.studio_schema.studio_schema`.) Use bare (``@settings``) or with
+    from the field docstrings through :func:`agora.models.studio_schema.studio_schema`.) Use bare (``@settings``) or with
     arguments (``@settings(frozen=False)``).
 
     Raises:

@@ -23,7 +23,7 @@ from agora.graphs.debate import DebateContext, build_debate_graph
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.escalation import EscalationContext, build_escalation_graph
 from agora.graphs.moa import MoAContext, MoAState, build_moa_graph
-from agora.graphs.studio_schema import field_docs
+from agora.models.studio_schema import field_docs
 from agora.models.pool import ModelPool
 from agora.models.testing import ScriptedChatModel
 

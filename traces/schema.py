@@ -65,7 +65,7 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
-from agora.graphs.studio_schema import studio_schema
+from agora.models.studio_schema import studio_schema
 
 RUNS = {
     "run_id": str, "protocol": str, "status": str, "started_at": str, "finished_at": str,
