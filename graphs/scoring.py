@@ -26,6 +26,7 @@ in one line, as a Python caller's context is refused.
 from __future__ import annotations
 
 import contextlib
+import functools
 import difflib
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
@@ -177,9 +178,9 @@ FINISHED_KEYS = ("methods", "record", "recommendation")
 (``record``) or CUPID session (``recommendation``): the ``ProtocolSpec.finished`` of each graph."""
 
 FRESH_QUESTION: ContextVar[tuple[Any, dict[str, Any]] | None] = ContextVar("agora_fresh_question", default=None)
-"""While a protocol graph starts a new question on a thread that holds a finished one: ``(the
-compiled graph, the writes that empty its appended keys)``, which its ``__start__`` step writes
-with the input (:meth:`ScoredCompiledGraph._fresh_writes`)."""
+"""While a protocol graph starts a new question on a thread that holds a finished one: ``(the graph's
+builder, the writes that empty its appended keys)``, which its ``__start__`` step writes with the
+input (:func:`_fresh_writes`)."""
 
 
 def _thread_of(graph: Any, input: Any, config: Any) -> bool:  # noqa: A002 - LangGraph's name
@@ -356,24 +357,19 @@ class ScoredCompiledGraph(CompiledStateGraph):
                 as_node = self._writer(await self.aget_state(snap.parent_config))
         return await super().aupdate_state(config, values, as_node, task_id)
 
-    def _fresh_writes(self, _input: Any) -> list[tuple[str, Any]]:
-        """The ``__start__`` step's writes beside the input's: :data:`FRESH_QUESTION`'s resets when
-        this graph set them for this run, else none."""
-        fresh = FRESH_QUESTION.get()
-        return list(fresh[1].items()) if fresh is not None and fresh[0] is self else []
 
     def _note_fresh(self, input: Any, config: Any) -> Token | None:  # noqa: A002 - LangGraph's name
         """A new question on a thread holding a finished one: :data:`FRESH_QUESTION` set to its resets."""
         if not _thread_of(self, input, config):
             return None
         resets = _fresh_resets(self, input, self.get_state(config))
-        return FRESH_QUESTION.set((self, resets)) if resets else None
+        return FRESH_QUESTION.set((self.builder, resets)) if resets else None
 
     async def _anote_fresh(self, input: Any, config: Any) -> Token | None:  # noqa: A002 - LangGraph's name
         if not _thread_of(self, input, config):
             return None
         resets = _fresh_resets(self, input, await self.aget_state(config))
-        return FRESH_QUESTION.set((self, resets)) if resets else None
+        return FRESH_QUESTION.set((self.builder, resets)) if resets else None
 
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
         input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
@@ -425,6 +421,15 @@ def _note_resumed(config: Any, resumed: Any) -> Token | None:
     return RESUMED_INPUT.set((str(configurable.get("thread_id")), configurable.get("checkpoint_id"), dict(resumed)))
 
 
+def _fresh_writes(builder: Any, _input: Any) -> list[tuple[str, Any]]:
+    """The ``__start__`` step's writes beside the input's: :data:`FRESH_QUESTION`'s resets when a graph
+    compiled from ``builder`` set them for this run, else none. (By builder, not by compiled graph:
+    langgraph-api runs a copy of the compiled graph with its checkpointer, whose nodes are the
+    original's.)"""
+    fresh = FRESH_QUESTION.get()
+    return list(fresh[1].items()) if fresh is not None and fresh[0] is builder else []
+
+
 def _forget_fresh(token: Token | None) -> None:
     if token is not None:
         with contextlib.suppress(ValueError, RuntimeError):  # (a stream closed in another context)
@@ -452,7 +457,8 @@ class ProtocolGraph(StateGraph):
         compiled = super().compile(*args, **kwargs)
         compiled.__class__ = ScoredCompiledGraph  # LangGraph builds the instance; only the streams differ
         # a new question on a thread that holds a finished one: its first step empties the appended keys
-        compiled.nodes[START].writers.insert(0, ChannelWrite((ChannelWriteTupleEntry(mapper=compiled._fresh_writes),)))
+        compiled.nodes[START].writers.insert(0, ChannelWrite((ChannelWriteTupleEntry(
+            mapper=functools.partial(_fresh_writes, self)),)))
         if self.context_schema is not None:
             config = dict(compiled.config or {})
             config["metadata"] = {**(config.get("metadata") or {}), GRAPH_METADATA_KEY: self.context_schema.__name__}
