@@ -827,19 +827,24 @@ def base_for(book: PhaseBook, arm: str) -> str:
     return "eval:base"
 
 
+def eval_rows(args, name: str) -> list[dict] | None:
+    """The answers of evaluation ``name`` (``base``, an arm, ``base@avx512``) as written to
+    ``OUT/<run-id>/eval/<name>.jsonl``; None when they are not on this machine (or unreadable)."""
+    path = args.out / args.run_id / "eval" / f"{name}.jsonl"
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
 def changed_outputs(args, arm: str, base: str = "base") -> int | None:
     """Held-out answers whose text differs from the base model's (training moved the model even when
     the verdicts did not change); None when an evaluation's answers are not on this machine."""
-    def texts(name):
-        path = args.out / args.run_id / "eval" / f"{name}.jsonl"
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return {r["question_id"]: r["text"] for r in rows}
-
-    try:
-        base, after = texts(base), texts(arm)
-    except (OSError, ValueError):
+    before, after = eval_rows(args, base), eval_rows(args, arm)
+    if before is None or after is None:
         return None
-    return sum(after.get(q) != t for q, t in base.items())
+    texts = {r["question_id"]: r["text"] for r in after}
+    return sum(texts.get(r["question_id"]) != r["text"] for r in before)
 
 
 def capped_ids(args, book, name: str) -> set[str] | None:
@@ -848,12 +853,8 @@ def capped_ids(args, book, name: str) -> set[str] | None:
     result = book.result(name)
     if "capped_ids" in result:
         return set(result["capped_ids"])
-    path = args.out / args.run_id / "eval" / f"{name[len('eval:'):]}.jsonl"
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return None
-    return {r["question_id"] for r in rows if r.get("finish_reason") == "length"}
+    rows = eval_rows(args, name[len("eval:"):])
+    return None if rows is None else {r["question_id"] for r in rows if r.get("finish_reason") == "length"}
 
 
 def uncapped_difference(args, book, arm: str, paired: str) -> dict | None:

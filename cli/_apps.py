@@ -18,7 +18,6 @@ from rich.markup import escape
 from agora.models.environment import EnvironmentVariableError, check_environment, unknown_variables
 
 
-
 class _AgoraGroup(TyperGroup):
     """The ``agora`` group: a required option or argument left out of a command is Agora's one line
     and exit 2 (``error: --tasks: required option, not given``) instead of typer's usage box."""

@@ -299,7 +299,8 @@ def split_by_instruction(rows: Sequence[dict[str, Any]], validation_fraction: fl
                          seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train/validation split by instruction: all rows of an instruction land on the same side
     (instructions that differ only in whitespace or Unicode form are one instruction, as the held-out
-    checks count them, :func:`agora.training.own_samples.normalise_question`: the same question asked under two prompts never lands on both sides).
+    checks count them, :func:`agora.training.own_samples.normalise_question`: the same question asked
+    under two prompts never lands on both sides).
 
     ``round(validation_fraction × instructions)`` instructions (at least one when the fraction is
     positive and there are two or more) are drawn with a seeded shuffle of the sorted instructions.

@@ -21,8 +21,9 @@ first round. :func:`own_samples` reads them through the store's readers (``run_i
   keeps it: the recorded prompt is the one the member saw), and its prompt is recorded;
 * its question has a gold answer and a checker (``math`` or ``mc``; ``open`` questions are not
   verifiable; the samples of a question that failed, recorded without its ``questions`` row, have
-  none either, also in a run that recorded calls but no question: all counted under ``no_gold``), a text (without one a question can be neither grouped nor held out by text: counted
-  under ``no_prompt``), and is not held out (:class:`HeldOut`: by question id or by question text).
+  none either, also in a run that recorded calls but no question: all counted under ``no_gold``), a
+  text (without one a question can be neither grouped nor held out by text: counted under
+  ``no_prompt``), and is not held out (:class:`HeldOut`: by question id or by question text).
 
 One question (its text, whitespace collapsed) recorded by two runs with golds the checker tells
 apart is refused (:func:`check_golds`): its samples would be scored against two answers.

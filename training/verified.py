@@ -142,7 +142,8 @@ def sft_rows(samples: Sequence[OwnSample], cfg: VerifiedConfig) -> list[dict[str
 def verified_stats(samples: Sequence[OwnSample], cfg: VerifiedConfig, skipped: dict[str, int] | None = None
                    ) -> dict[str, Any]:
     """What the data holds, overall and per task: questions (distinct texts; the totals count a
-    question asked under two tasks once), samples, right samples, SFT rows, questions with a pair, pairs before the length filter, after it, and kept
+    question asked under two tasks once), samples, right samples, SFT rows, questions with a pair,
+    pairs before the length filter, after it, and kept
     (after the per-question cap and dedupe); the runs the rows came from; the calls left out."""
     per: dict[str, dict[str, Any]] = {}
     pairs = own_pairs(samples, cfg)
