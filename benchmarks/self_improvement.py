@@ -52,7 +52,9 @@ inside: finished questions, duels and evaluated batches are kept):
    prompts that show a training question's n·k ALIGN candidates (both models'), hard and easy sets
    mixed (``--agg-sets``, ``--agg-easy-per-hard``); with ``--agg-eval-runs``, the sets are the target's
    own samples in ``--samples-db``/``--samples-runs`` instead (k: the commonest number of samples a
-   question has there; no align-traces phase). Each arm writes ``OUT/<run-id>/<arm>/pool.toml``:
+   question has there; no align-traces phase); ``--agg-recipe sft`` trains it by rejection sampling
+   instead (:func:`agora.training.aggregator.aggregator_sft_rows`: each set with a right candidate, that
+   candidate's text as the target; cheaper than GRPO on 2 cores). Each arm writes ``OUT/<run-id>/<arm>/pool.toml``:
    the default pool with the 0.5B served with its adapter.
 4. ``eval:base``, ``eval:<arm>``: the 0.5B greedy on the first ``--eval-questions`` GSM8K *test*
    questions (never trained on), base weights and each adapter, same backend (``--eval-backend``:
@@ -158,7 +160,7 @@ MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
                     "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
                     "agg_easy_per_hard": 1.0, "base_from": None, "agg_eval_runs": "", "teacher": None,
-                    "eval_offset": 0, "target_adapter": None}
+                    "eval_offset": 0, "target_adapter": None, "agg_recipe": "grpo"}
 #: Settings a base evaluation adopted with --base-from must share with this run.
 BASE_SETTINGS = ("pool", "eval_data", "eval_offset", "eval_questions", "max_tokens", "eval_backend", "target_adapter")
 
@@ -207,6 +209,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="distill-sft: the pool member whose verified right answers (in --samples-db/--samples-runs) "
                          "the target is fine-tuned on (default: the pool's second member, the 1.5B)")
     ap.add_argument("--agg-sets", type=int, default=2, help="agg: candidate sets per training question, at most")
+    ap.add_argument("--agg-recipe", default="grpo", choices=("grpo", "sft"),
+                    help="agg: how the aggregator learns: grpo (AggLM: the scorer's reward on its own answers) or sft "
+                         "(rejection sampling: imitate a right candidate of each set that has one; cheaper)")
     ap.add_argument("--agg-easy-per-hard", type=float, default=1.0,
                     help="agg: sets whose majority is right kept per set whose majority is wrong (AggLM's mix)")
     ap.add_argument("--samples-db", type=Path, default=None,
@@ -487,9 +492,34 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             raise ValueError(f"no candidate sets of {cfg.k}: " + (
                 "no training question has that many samples" if split_runs(args.agg_eval_runs)
                 else "the align-traces phase's samples are not in traces.db"))
-        member = grpo_member(store, run_id, spec, aggregator_rows(sets, cfg), out, settings, [aggregation_reward],
-                             source={"aggregate": cfg.k, "sets": len(sets), **where})
-        extra = {"prompts": len(sets), "data": aggregator_stats(sets), "k": cfg.k, "source": where}
+        if args.agg_recipe == "sft":
+            from agora.training.aggregator import aggregator_sft_rows
+            from agora.training.config import SFTSettings
+            from agora.training.pipeline import sft_member
+
+            micro = min(args.dpo_micro_batch, args.dpo_batch)
+            if args.dpo_batch % micro:
+                raise ValueError(f"--dpo-batch {args.dpo_batch} is not a multiple of --dpo-micro-batch {micro}")
+            rows = aggregator_sft_rows(sets, cfg, model=TARGET)
+            if not rows:
+                raise ValueError(f"no candidate set of {cfg.k} holds a right, finished, explicit candidate: "
+                                 "nothing for --agg-recipe sft to imitate")
+            lengths = row_tokens(rows, spec.path)
+            over = [n for n in lengths if n > args.max_length]
+            if over:  # TRL cuts a row at max_length from the end: the completion (what is learnt) goes first
+                raise ValueError(f"{len(over)} of {len(rows)} aggregator rows are longer than --max-length "
+                                 f"{args.max_length} tokens (longest {max(over)}); raise --max-length")
+            settings = SFTSettings(**common, batch_size=micro, grad_accum=args.dpo_batch // micro,
+                                   max_length=args.max_length)
+            member = sft_member(store, run_id, spec, rows, out, settings,
+                                source={"aggregate": cfg.k, "sets": len(sets), "recipe": "sft", **where})
+            extra = {"prompts": len(rows), "sets": len(sets), "recipe": "sft",
+                     "rows_by_difficulty": _count(r["difficulty"] for r in rows)}
+        else:
+            member = grpo_member(store, run_id, spec, aggregator_rows(sets, cfg), out, settings, [aggregation_reward],
+                                 source={"aggregate": cfg.k, "sets": len(sets), **where})
+            extra = {"prompts": len(sets), "recipe": "grpo"}
+        extra.update({"data": aggregator_stats(sets), "k": cfg.k, "source": where})
     elif arm in OWN_ARMS:
         from agora.training.config import SFTSettings
         from agora.training.pipeline import sft_member
@@ -559,6 +589,16 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             "rows": res.rows, "losses": res.losses, "train_cpu_s": res.cpu_s,
             "constant_groups": sum(flat) / len(flat) if flat else None,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None, **extra}
+
+
+def row_tokens(rows, base: str) -> list[int]:
+    """Tokens of each prompt-completion row through ``base``'s chat template (what SFT trains on)."""
+    from transformers import AutoTokenizer
+
+    from agora.models.hf_backend import resolve_model_folder
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_folder(base))
+    return [len(tokenizer.apply_chat_template([*r["prompt"], *r["completion"]], tokenize=True)) for r in rows]
 
 
 def agg_config(args, k: int | None = None):

@@ -12,6 +12,7 @@ from agora.training.aggregator import (
     aggregation_reward,
     aggregator_prompt,
     aggregator_rows,
+    aggregator_sft_rows,
     aggregator_stats,
     candidate_sets,
     plurality_answer,
@@ -84,6 +85,33 @@ def test_candidate_sets_hard_and_easy_and_majority():
     assert all(f'"{t}"' in rows[0]["prompt"][-1]["content"] for t in ("t0", "t1", "t2", "t3"))
     with pytest.raises(ValueError, match="k must be >= 2"):
         AggregatorDataConfig(k=1)
+
+
+def test_sft_rows_imitate_a_right_finished_explicit_candidate_of_each_set_that_has_one():
+    """The SFT recipe: one row per set with a usable right candidate (the first in recorded order that
+    finished and states its answer explicitly), the same prompt GRPO's row shows, that candidate's text
+    as the completion; a set without one gives no row."""
+    cut = OwnSample("a0", "m", "run", "Q1", "gsm8k", "Q1", "5", "math", (), "t0", "5", "marker", True, False, 256)
+    implicit = OwnSample("a1", "m", "run", "Q1", "gsm8k", "Q1", "5", "math", (), "t1", "5", "last_number", True,
+                         True, 9)
+    hard = [cut, implicit, s("a2", "Q1", "t2", "5", True), s("a3", "Q1", "t3", "6", False)]
+    none_right = [s(f"n{i}", "Q2", f"x{i}", "7", False) for i in range(4)]
+    cfg = AggregatorDataConfig(k=4, sets_per_question=1, easy_per_hard=5.0, seed=0)
+    sets = candidate_sets(hard + none_right, cfg)
+    # hard sets first: Q2 (every answer 7), then Q1 (5, 5, 5, 6: the majority is right, easy)
+    assert [(x["question"], x["difficulty"]) for x in sets] == [("Q2", "hard"), ("Q1", "easy")]
+    rows = aggregator_sft_rows(sets, cfg, model="trainee")
+    assert len(rows) == 1  # Q2 holds no right candidate
+    row = rows[0]
+    assert row["difficulty"] == "easy" and row["majority_correct"] is True
+    assert row["completion"] == [{"role": "assistant", "content": "t2"}]  # not the cut t0, not the implicit t1
+    assert (row["call_id"], row["run_id"], row["model"], row["gold"], row["question_id"]) == (
+        "a2", "run", "trainee", "5", "Q1")
+    assert row["prompt"] == aggregator_rows(sets, cfg)[1]["prompt"]  # Q1's row: second position, its seed
+    assert aggregator_sft_rows(sets, cfg)[0]["model"] == "m"  # without model: the candidate's author
+    # the same set twice: two positions, two shuffles, so two prompts (both kept)
+    assert len(aggregator_sft_rows([sets[1], sets[1]], cfg)) == 2
+    assert aggregator_sft_rows([], cfg) == []
 
 
 def test_cli_trains_an_aggregator_on_a_tiny_model_and_moa_uses_it(tmp_path):

@@ -197,3 +197,40 @@ def test_main_runs_the_arm_without_align_phases_and_pairs_it_with_majority_vote(
     assert summary["untrained vs majority vote"]["diff"] == -0.5
     assert "ALIGN is not in this comparison" in out and "vs ALIGN" not in out
     assert "vs majority vote" in out and "50.0% [" in out
+
+
+def test_the_sft_recipe_imitates_a_right_candidate_of_each_set_and_refuses_rows_over_max_length(setup, monkeypatch):
+    """``--agg-recipe sft``: the same candidate sets, each with a right candidate made one SFT row
+    (train-1's right sample, ``2``, as the target of its hard set; train-2's first right, ``6``); the
+    source and the recipe are recorded; a row longer than ``--max-length`` is refused before training."""
+    si, argv, held_out, store = setup
+    import agora.training.pipeline as pipeline
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def sft_member(store, run_id, spec, rows, out, settings, source=None):
+        seen.update(run_id=run_id, spec=spec.name, rows=rows, source=source, max_length=settings.max_length)
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "sft_member", sft_member)
+    monkeypatch.setattr(si, "row_tokens", lambda rows, base: [700, 900][:len(rows)])
+    args = si.parse_args(argv + ["--agg-recipe", "sft", "--max-length", "1024"])
+    book = PhaseBook(Path(args.out) / "p.json", {})
+    with pytest.raises(Stop):
+        si.train_phase(args, book, TraceStore(Path(args.out) / "traces.db"), [], "agg", held_out)
+    assert seen["run_id"] == "agg:train:agg" and seen["spec"] == si.TARGET and seen["max_length"] == 1024
+    assert [(r["question_id"], r["difficulty"], r["completion"][0]["content"]) for r in seen["rows"]] == [
+        ("train-1", "hard", "Adding. The answer is 2."), ("train-2", "easy", "Adding. The answer is 6.")]
+    assert [r["call_id"] for r in seen["rows"]] == ["s:samples-train-1-0", "s:samples-train-2-0"]
+    assert seen["rows"][0]["prompt"][-1]["content"].count("The answer is 3.") == 3
+    assert seen["source"] == {"aggregate": 4, "sets": 2, "recipe": "sft", "samples_db": str(args.samples_db),
+                              "runs": ["s:samples"], "model": si.TARGET}
+    short = si.parse_args(argv + ["--agg-recipe", "sft", "--max-length", "800"])
+    with pytest.raises(ValueError, match=r"^1 of 2 aggregator rows are longer than --max-length 800 tokens "
+                                         r"\(longest 900\); raise --max-length$"):
+        si.train_phase(short, book, TraceStore(Path(args.out) / "traces.db"), [], "agg", held_out)
+    with pytest.raises(SystemExit):
+        si.parse_args(argv + ["--agg-recipe", "dpo"])

@@ -19,6 +19,9 @@ Pieces, each a pure function over recorded traces (:mod:`agora.training.verified
   each labelled hard or easy by its plurality answer, then every hard set and at most
   ``easy_per_hard`` easy sets per hard one (seeded draw);
 * :func:`aggregator_rows`: GRPO prompt-only rows (TRL conversational) with ``gold`` and ``kind``;
+* :func:`aggregator_sft_rows`: the cheaper recipe, rejection-sampling SFT (STaR/RFT applied to
+  aggregation): each set that holds a right candidate, its prompt as :func:`aggregator_rows` writes it
+  and a right candidate's text as the completion; sets without a right candidate give no row;
 * :func:`aggregation_reward`: TRL reward 1.0 / 0.0 by :func:`agora.tasks.scoring.score_answer` on the
   answer :func:`agora.tasks.find_answer` reads from the completion (``None`` for rows without gold).
 
@@ -41,6 +44,7 @@ from agora.tasks import find_answer
 from agora.tasks.scoring import score_answer
 from agora.training.rewards import completion_text
 from agora.training.own_samples import OwnSample, normalise_question
+from agora.training.verified import EXPLICIT
 
 
 @settings
@@ -127,6 +131,39 @@ def aggregator_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfig = 
             "candidates": json.dumps([{"model": c.model, "run_id": c.run_id, "call_id": c.call_id,
                                        "answer": c.answer, "correct": c.correct} for c in s["candidates"]]),
         })
+    return rows
+
+
+def aggregator_sft_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfig = AggregatorDataConfig(),
+                        *, model: str | None = None) -> list[dict[str, Any]]:
+    """SFT rows (TRL conversational prompt-completion) for an aggregator: for each set with a right
+    candidate, the prompt :func:`aggregator_rows` gives the set (same position, same shuffle seed, so
+    the same prompt GRPO and the evaluation show) and, as the completion, the text of the set's first
+    right candidate in recorded order that finished and states its answer explicitly (``####``, a
+    marker, a box: as :func:`agora.training.verified.sft_rows` chooses); sets without one give no row
+    (there is no verified text to imitate)::
+
+        {"prompt": [...messages...], "completion": [{"role": "assistant", "content": text}],
+         "instruction", "question_id", "task", "gold", "kind", "n_choices", "difficulty",
+         "majority_correct", "model", "run_id", "call_id"}
+
+    ``model``, ``run_id`` and ``call_id`` are the chosen candidate's (``model`` overrides the model
+    recorded: the member being trained, when it is not the candidates' author). Rows repeating an
+    earlier row's prompt and completion are dropped."""
+    rows, seen = [], set()
+    for s, row in zip(sets, aggregator_rows(sets, cfg), strict=True):
+        right = next((c for c in s["candidates"] if c.usable and c.how in EXPLICIT), None)
+        if right is None:
+            continue
+        key = (json.dumps(row["prompt"], sort_keys=True), right.text)
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": right.text}],
+                     "instruction": s["question"], "question_id": s["question_id"], "task": s["task"],
+                     "gold": s["gold"], "kind": s["kind"], "n_choices": s["n_choices"],
+                     "difficulty": s["difficulty"], "majority_correct": s["majority_correct"],
+                     "model": model or right.model, "run_id": right.run_id, "call_id": right.call_id})
     return rows
 
 
