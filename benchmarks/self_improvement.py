@@ -598,7 +598,8 @@ def row_tokens(rows, base: str) -> list[int]:
     from agora.models.hf_backend import resolve_model_folder
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_folder(base))
-    return [len(tokenizer.apply_chat_template([*r["prompt"], *r["completion"]], tokenize=True)) for r in rows]
+    texts = [tokenizer.apply_chat_template([*r["prompt"], *r["completion"]], tokenize=False) for r in rows]
+    return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
 
 
 def agg_config(args, k: int | None = None):
