@@ -22,7 +22,7 @@ from agora.tasks.errors import InputError
 from agora.models.pool import ModelSpec, load_pool
 from agora.cli._shared import console, echo_kv, err_console, settings_from_options
 from agora.training.config import MAX_TRAIN_SEED
-from agora.traces.store import TraceStore
+from agora.traces.store import TraceStore, store_backend
 
 
 #: ``--serve-with`` values: how the result pool file serves the trained member.
@@ -331,3 +331,104 @@ def train_and_record(store: TraceStore, run_id: str, protocol: str, specs, out: 
             if name is not None:
                 entry = {**entry, "name": name}
             report(run, write_result_pool(specs, entry, out), store)
+
+
+# ------------------------------------------------------------------ --aggregate K (train grpo, train sft)
+
+SETS_PER_QUESTION_OPTION = typer.Option(2, "--sets-per-question", min=1, help="--aggregate: candidate sets drawn "
+                                        "per question, at most.")
+EASY_PER_HARD_OPTION = typer.Option(1.0, "--easy-per-hard", min=0.0, help="--aggregate: sets whose majority is "
+                                    "right kept per set whose majority is wrong.")
+
+
+def refuse_aggregate_only(aggregate: int, given: dict[str, object]) -> None:
+    """Refuse options of ``--aggregate K`` given without it (``given``: option → whether it was
+    given, in the order named), in one line naming them.
+
+    Raises:
+        InputError: any of them given while ``aggregate`` is 0."""
+    named = [flag for flag, was_given in given.items() if was_given]
+    if named and not aggregate:
+        raise InputError(f"{', '.join(named)}: options of --aggregate K (its candidate sets); "
+                         "without it they would be ignored")
+
+
+def held_out_set(held_out: Path | None):
+    """The questions of ``--held-out`` (:class:`~agora.training.own_samples.HeldOut`; empty without it)."""
+    from agora.training.own_samples import HeldOut
+
+    return HeldOut.from_file(held_out) if held_out is not None else HeldOut()
+
+
+def aggregate_sets(db: str, k: int, sets_per_question: int, easy_per_hard: float, source_run: list[str] | None,
+                   held_out: Path | None, shots: int, seed: int, limit: int | None = None):
+    """``(sets, cfg, source, stats)`` of ``--aggregate K`` (:mod:`agora.training.aggregator`): the
+    candidate sets drawn from the scored samples of any model in ``db`` (``--source-run`` runs, the
+    ``--held-out`` questions left out; the first ``limit``), the
+    :class:`~agora.training.aggregator.AggregatorDataConfig` that drew them (and writes their prompts),
+    the dataset's source (``db``, ``aggregate``, ``sets_per_question``, ``easy_per_hard``, ``shots``,
+    ``held_out_questions``, ``source_run_filter``, and ``source_runs``: the runs of every candidate) and
+    :func:`~agora.training.aggregator.aggregator_stats` with ``skipped_calls`` and, when no set was
+    drawn, ``empty_note`` (:func:`empty_sets_note`).
+
+    Raises:
+        InputError: a bad ``--aggregate``, ``--sets-per-question`` or ``--easy-per-hard`` (naming it), or a
+            ``--source-run`` that is not a run of ``db``. FileNotFoundError: no such database."""
+    from agora.training.aggregator import AggregatorDataConfig, aggregator_stats, candidate_sets
+    from agora.training.own_samples import scored_samples
+
+    if store_backend(db) is None and not Path(db).is_file():
+        raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")
+    check_sources(db, None, source_run)
+    held = held_out_set(held_out)
+    cfg = settings_from_options(AggregatorDataConfig, {"k": "aggregate", "sets_per_question": "sets_per_question",
+                                                       "easy_per_hard": "easy_per_hard"},
+                                k=k, sets_per_question=sets_per_question, easy_per_hard=easy_per_hard, shots=shots,
+                                seed=seed)
+    samples, skipped = scored_samples(db, (), tuple(source_run or ()), held)
+    sets = candidate_sets(samples, cfg)[:limit]
+    stats = {**aggregator_stats(sets), "skipped_calls": skipped}
+    if not sets:
+        stats["empty_note"] = empty_sets_note(samples, k, easy_per_hard)
+    source = {"db": shown_url(db), "aggregate": k, "sets_per_question": sets_per_question,
+              "easy_per_hard": easy_per_hard, "shots": shots,
+              "held_out_questions": len(held), "source_run_filter": list(source_run or ()),
+              "source_runs": stats["source_runs"]}
+    return sets, cfg, source, stats
+
+
+def empty_sets_note(samples, k: int, easy_per_hard: float) -> str:
+    """Why ``--aggregate K`` drew no candidate set from ``samples`` (scored samples of any model), in
+    one clause: too few samples per question, or only sets whose majority is right (easy) and none
+    to keep them beside."""
+    from collections import defaultdict
+
+    from agora.training.own_samples import normalise_question
+
+    per_question: dict[str, set[str]] = defaultdict(set)
+    for s in samples:
+        per_question[normalise_question(s.question)].add(s.call_id)
+    most = max(map(len, per_question.values()), default=0)
+    if most < k:
+        return (f"no question has {k} recorded samples to show (the most for one question: {most}, over "
+                f"{len(per_question)} questions with gold); lower --aggregate or record more samples")
+    return (f"every candidate set drawn has a right majority (easy) and none a wrong one (hard), and "
+            f"--easy-per-hard {easy_per_hard:g} keeps that many easy sets per hard one")
+
+
+def check_row_lengths(rows: list[dict], spec: ModelSpec, max_length: int, what: str) -> None:
+    """Refuse prompt-completion ``rows`` of which any is longer than ``--max-length`` tokens through
+    ``spec``'s tokenizer and chat template (loads the tokenizer only): TRL's SFT cuts a row at
+    ``max_length`` from its end, so the completion, what is learnt, would be cut first (or lost).
+    ``what``: the rows, as the message names them (``"aggregator rows"``).
+
+    Raises:
+        InputError: a row over ``max_length``, in one line naming ``--max-length``, how many rows are
+            over and the longest one's tokens."""
+    from agora.training.pipeline import base_of
+    from agora.training.trainers import sft_row_tokens
+
+    over = [n for n in sft_row_tokens(rows, base_of(spec)[0]) if n > max_length]
+    if over:
+        raise InputError(f"{len(over)} of {len(rows)} {what} are longer than --max-length {max_length} tokens "
+                         f"(longest {max(over)}); raise --max-length")

@@ -21,8 +21,9 @@ from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
                               THREADS_OPTION, SAVE_STEPS_OPTION, SEED_OPTION, SERVE_WITH_OPTION, TRAIN_OPTIONS,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
-                              held_out_by_text, llama_threads, require_train_extra, train_and_record,
-                              write_data_only)
+                              EASY_PER_HARD_OPTION, SETS_PER_QUESTION_OPTION, aggregate_sets, held_out_by_text,
+                              held_out_set, llama_threads, refuse_aggregate_only, require_train_extra,
+                              train_and_record, write_data_only)
 
 
 REWARDS = ("correctness", "stored", "judge")
@@ -62,10 +63,8 @@ def train_grpo_cmd(
     aggregate: int = typer.Option(0, "--aggregate", min=0, help="Train an aggregator (AggLM): prompts show K "
                                   "recorded samples of a --db question (any model) to combine into one answer; "
                                   "reward: the scorer on its answer (0: off)."),
-    sets_per_question: int = typer.Option(2, "--sets-per-question", min=1, help="--aggregate: candidate sets drawn "
-                                          "per question, at most."),
-    easy_per_hard: float = typer.Option(1.0, "--easy-per-hard", min=0.0, help="--aggregate: sets whose majority is "
-                                        "right kept per set whose majority is wrong."),
+    sets_per_question: int = SETS_PER_QUESTION_OPTION,
+    easy_per_hard: float = EASY_PER_HARD_OPTION,
     source_run: Optional[list[str]] = SOURCE_RUN_OPTION,
     held_out: Optional[Path] = HELD_OUT_OPTION,
     name: Optional[str] = typer.Option(None, "--name", help="Name of the trained member in OUT/pool.toml, beside the "
@@ -91,12 +90,8 @@ def train_grpo_cmd(
                              "--duel-run and --all-prompts")
         if aggregate and set(reward) != {"correctness"}:
             raise InputError("--aggregate trains with the scorer's reward only: drop --reward")
-        only_aggregate = [flag for flag, given in (("--source-run", source_run),
-                                                    ("--sets-per-question", sets_per_question != 2),
-                                                    ("--easy-per-hard", easy_per_hard != 1.0)) if given]
-        if only_aggregate and not aggregate:
-            raise InputError(f"{', '.join(only_aggregate)}: options of --aggregate K (its candidate sets); "
-                             "without it they would be ignored")
+        refuse_aggregate_only(aggregate, {"--source-run": source_run, "--sets-per-question": sets_per_question != 2,
+                                          "--easy-per-hard": easy_per_hard != 1.0})
 
         def grpo_settings(spec=None) -> GRPOSettings:  # checked alike with --data-only
             options = {**TRAIN_OPTIONS, "num_generations": "num_generations",
@@ -112,9 +107,11 @@ def train_grpo_cmd(
 
         note = None  # why an --aggregate dataset is empty
         if aggregate:
-            rows, source, stats = aggregate_rows(db, aggregate, sets_per_question, easy_per_hard, source_run,
-                                                 held_out, shots, seed, limit)
-            note = stats.pop("empty_note", None)
+            from agora.training.aggregator import aggregator_rows
+
+            sets, cfg, source, stats = aggregate_sets(db, aggregate, sets_per_question, easy_per_hard, source_run,
+                                                      held_out, shots, seed, limit)
+            rows, note = aggregator_rows(sets, cfg), stats.pop("empty_note", None)
             if data_only:
                 grpo_settings()
                 write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source},
@@ -185,63 +182,6 @@ def train_grpo_cmd(
             train=lambda: grpo_member(store, run_id, spec, rows, out, settings, funcs, source=source),
             serve_with=serve_with, spec=spec, name=name,
         )
-
-
-def held_out_set(held_out: Path | None):
-    """The questions of ``--held-out`` (:class:`~agora.training.own_samples.HeldOut`; empty without it)."""
-    from agora.training.own_samples import HeldOut
-
-    return HeldOut.from_file(held_out) if held_out is not None else HeldOut()
-
-
-def aggregate_rows(db: str, k: int, sets_per_question: int, easy_per_hard: float, source_run: list[str] | None,
-                   held_out: Path | None, shots: int, seed: int, limit: int | None):
-    """``(rows, source, stats)`` of ``agora train grpo --aggregate K`` (:mod:`agora.training.aggregator`).
-
-    Raises:
-        InputError: a bad ``--aggregate``, ``--sets-per-question`` or ``--easy-per-hard`` (naming it), or a
-            ``--source-run`` that is not a run of ``db``. FileNotFoundError: no such database."""
-    from agora.training.aggregator import AggregatorDataConfig, aggregator_rows, aggregator_stats, candidate_sets
-    from agora.training.own_samples import scored_samples
-    from agora.cli._train import check_sources
-
-    if store_backend(db) is None and not Path(db).is_file():
-        raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")
-    check_sources(db, None, source_run)
-    held = held_out_set(held_out)
-    cfg = settings_from_options(AggregatorDataConfig, {"k": "aggregate", "sets_per_question": "sets_per_question",
-                                                       "easy_per_hard": "easy_per_hard"},
-                                k=k, sets_per_question=sets_per_question, easy_per_hard=easy_per_hard, shots=shots,
-                                seed=seed)
-    samples, skipped = scored_samples(db, (), tuple(source_run or ()), held)
-    sets = candidate_sets(samples, cfg)[:limit]
-    stats = {**aggregator_stats(sets), "skipped_calls": skipped}
-    if not sets:
-        stats["empty_note"] = empty_sets_note(samples, k, easy_per_hard)
-    source = {"db": shown_url(db), "aggregate": k, "sets_per_question": sets_per_question,
-              "easy_per_hard": easy_per_hard,
-              "held_out_questions": len(held), "source_run_filter": list(source_run or ()),
-              "source_runs": stats["source_runs"]}
-    return aggregator_rows(sets, cfg), source, stats
-
-
-def empty_sets_note(samples, k: int, easy_per_hard: float) -> str:
-    """Why ``--aggregate K`` drew no candidate set from ``samples`` (scored samples of any model), in
-    one clause: too few samples per question, or only sets whose majority is right (easy) and none
-    to keep them beside."""
-    from collections import defaultdict
-
-    from agora.training.own_samples import normalise_question
-
-    per_question: dict[str, set[str]] = defaultdict(set)
-    for s in samples:
-        per_question[normalise_question(s.question)].add(s.call_id)
-    most = max(map(len, per_question.values()), default=0)
-    if most < k:
-        return (f"no question has {k} recorded samples to show (the most for one question: {most}, over "
-                f"{len(per_question)} questions with gold); lower --aggregate or record more samples")
-    return (f"every candidate set drawn has a right majority (easy) and none a wrong one (hard), and "
-            f"--easy-per-hard {easy_per_hard:g} keeps that many easy sets per hard one")
 
 
 def reward_functions(names: list[str], store: TraceStore, run_id: str, model: str, pool: Path | None,

@@ -1,5 +1,6 @@
 """``agora train sft``: rejection-sampling SFT of one pool member's LoRA adapter on its own
-verified answers (or, with ``--teacher``, another member's: distillation) from any recorded run, with TRL."""
+verified answers (or, with ``--teacher``, another member's: distillation; or, with ``--aggregate K``,
+as an aggregator on right candidates of recorded candidate sets) from any recorded run, with TRL."""
 
 from __future__ import annotations
 
@@ -10,15 +11,17 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from agora.cli._shared import check_out_path, console, new_run_id, settings_from_options, user_errors
+from agora.cli._shared import MAX_SHOTS, check_out_path, console, new_run_id, settings_from_options, user_errors
 from agora.cli._apps import train_app
 from agora.models.urls import shown_url
+from agora.tasks.errors import InputError
 from agora.traces.store import TraceStore, check_run_id, store_backend
 from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTION, LORA_DROPOUT_OPTION, LORA_R_OPTION,
                               THREADS_OPTION, TRAIN_OPTIONS, SAVE_STEPS_OPTION, SEED_OPTION, SERVE_WITH_OPTION,
-                              SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
-                              llama_threads, require_train_extra, train_and_record, verified_samples,
-                              write_data_only)
+                              SOURCE_RUN_OPTION, EASY_PER_HARD_OPTION, SETS_PER_QUESTION_OPTION, ServeWith,
+                              aggregate_sets, check_row_lengths, check_serve_with, find_spec, lora_settings,
+                              member_specs, llama_threads, refuse_aggregate_only, require_train_extra,
+                              train_and_record, verified_samples, write_data_only)
 
 
 @train_app.command("sft")
@@ -34,6 +37,16 @@ def train_sft_cmd(
     source_run: Optional[list[str]] = SOURCE_RUN_OPTION,
     held_out: Optional[Path] = HELD_OUT_OPTION,
     per_question: int = typer.Option(4, "--per-question", min=1, help="Distinct right answers per prompt, at most."),
+    aggregate: int = typer.Option(0, "--aggregate", min=0, help="Train an aggregator by rejection sampling: "
+                                  "prompts show K recorded samples of a --db question (any model), as grpo "
+                                  "--aggregate shows them; the target is a right, finished, explicit one of them "
+                                  "(sets without one give no row) (0: off)."),
+    sets_per_question: int = SETS_PER_QUESTION_OPTION,
+    easy_per_hard: float = EASY_PER_HARD_OPTION,
+    shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="--aggregate: worked exemplars in the "
+                              "prompts (as MoA's --shots, where the aggregator serves)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Name of the trained member in OUT/pool.toml, beside the "
+                                       "untouched pool (default: it replaces --model)."),
     data_only: bool = DATA_ONLY_OPTION,
     lr: float = typer.Option(1e-4, "--lr", help="Learning rate (LoRA)."),
     lora_r: Optional[int] = LORA_R_OPTION,
@@ -42,7 +55,8 @@ def train_sft_cmd(
     epochs: float = typer.Option(1.0, "--epochs"), max_steps: int = typer.Option(-1, "--max-steps",
                                                                                  help="> 0 overrides --epochs."),
     batch_size: int = typer.Option(4, "--batch-size", min=1), grad_accum: int = typer.Option(1, "--grad-accum", min=1),
-    max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept."),
+    max_length: int = typer.Option(1024, "--max-length", min=8, help="Prompt + answer tokens kept (--aggregate: a "
+                                   "longer row is refused before training; not checked with --data-only)."),
     threads: Optional[int] = THREADS_OPTION,
     seed: int = SEED_OPTION,
     save_steps: int = SAVE_STEPS_OPTION,
@@ -53,20 +67,35 @@ def train_sft_cmd(
 
     The answers are the member's recorded samples (any run of --db) that the scorer finds right,
     finished and explicit; --held-out keeps evaluation questions out. With --teacher, they are that
-    member's samples instead (rejection-sampling distillation), and --model is the one trained."""
+    member's samples instead (rejection-sampling distillation), and --model is the one trained.
+
+    With --aggregate K, --model is trained as an aggregator: each prompt shows K recorded samples
+    of a --db question (any model's; hard and easy sets mixed as in grpo --aggregate) and the target
+    is a right, finished, explicit one; serve it as MoA's --aggregator (--name keeps the base)."""
     with user_errors():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.training.verified import empty_note, sft_rows, verified_stats
 
         check_out_path(out)
+        own_only = {"--teacher": teacher is not None, "--per-question": per_question != 4}
+        if aggregate and any(own_only.values()):
+            raise InputError("--aggregate imitates a right candidate of each candidate set (any model's samples): "
+                             f"drop {', '.join(flag for flag, given in own_only.items() if given)}")
+        refuse_aggregate_only(aggregate, {"--sets-per-question": sets_per_question != 2,
+                                          "--easy-per-hard": easy_per_hard != 1.0, "--shots": shots != 2})
         if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora run`, `agora bench` or `agora comed` "
                                     "first)")
-        answers_of = teacher if teacher is not None else model
-        vcfg, samples, skipped = verified_samples(db, answers_of, source_run, held_out, per_question=per_question,
-                                                  model_option="--teacher" if teacher is not None else "--model")
-        rows, stats = sft_rows(samples, vcfg), verified_stats(samples, vcfg, skipped)
-        source = {"verified": vcfg.describe(), **({"teacher": teacher} if teacher is not None else {})}
+        if aggregate:
+            rows, source, stats, note = aggregator_sft_data(db, model, aggregate, sets_per_question, easy_per_hard,
+                                                            source_run, held_out, shots, seed)
+        else:
+            answers_of = teacher if teacher is not None else model
+            vcfg, samples, skipped = verified_samples(db, answers_of, source_run, held_out, per_question=per_question,
+                                                      model_option="--teacher" if teacher is not None else "--model")
+            rows, stats = sft_rows(samples, vcfg), verified_stats(samples, vcfg, skipped)
+            source = {"verified": vcfg.describe(), **({"teacher": teacher} if teacher is not None else {})}
+            note = empty_note(stats, pairs=False)
         from agora.training.config import SFTSettings
         from agora.training.pipeline import check_sft_rows
 
@@ -78,9 +107,9 @@ def train_sft_cmd(
 
         if data_only:
             sft_settings()
-            write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source,
-                                                   "source_runs": stats["sft_runs"]},
-                            training_check=lambda: check_sft_rows(model, rows, empty_note(stats, pairs=False)))
+            runs = {} if aggregate else {"source_runs": stats["sft_runs"]}  # (--aggregate: every candidate's)
+            write_data_only(out, {"train": rows}, {**stats, "rows": len(rows), "source": source, **runs},
+                            training_check=lambda: check_sft_rows(model, rows, note))
             return
         require_train_extra()
         from agora.training.pipeline import sft_member
@@ -88,17 +117,51 @@ def train_sft_cmd(
         specs = member_specs(pool)
         spec = find_spec(specs, model, pool)
         check_serve_with(spec, serve_with)
+        if name is not None and name != model and name in {s.name for s in specs}:
+            raise InputError(f"--name {name!r} is another member of the pool; give the trained member a new name")
         settings = sft_settings(spec)
-        check_sft_rows(model, rows, empty_note(stats, pairs=False))  # before a run is recorded
+        check_sft_rows(model, rows, note)  # before a run is recorded
+        if aggregate:  # (TRL would cut a longer row's completion)
+            check_row_lengths(rows, spec, max_length, "aggregator rows")
         run_id = new_run_id("train-sft") if run_id is None else check_run_id(run_id)
         store = TraceStore(db)
-        whose = "its own" if teacher is None else f"{escape(teacher)}'s"
-        console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} on {len(rows)} of {whose} verified "
-                      f"answers from {escape(shown_url(db))}", highlight=False)
+        if aggregate:
+            what = f"as an aggregator ({aggregate} candidates a prompt) on {len(rows)} right candidates"
+        else:
+            whose = "its own" if teacher is None else f"{escape(teacher)}'s"
+            what = f"on {len(rows)} of {whose} verified answers"
+        console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} {what} from "
+                      f"{escape(shown_url(db))}", highlight=False)
+        config = {"model": model, **({"teacher": teacher} if teacher is not None else {}), "settings": settings,
+                  **({"aggregate": aggregate, "recipe": "sft"} if aggregate else {})}
         train_and_record(
-            store, run_id, "train-sft", specs, out,
-            config={"model": model, **({"teacher": teacher} if teacher is not None else {}), "settings": settings},
-            dataset={"db": shown_url(db), **source, "source_runs": stats["sft_runs"]},
+            store, run_id, "train-sft", specs, out, config=config,
+            dataset=source if aggregate else {"db": shown_url(db), **source, "source_runs": stats["sft_runs"]},
             train=lambda: sft_member(store, run_id, spec, rows, out, settings, source=source),
-            serve_with=serve_with, spec=spec,
+            serve_with=serve_with, spec=spec, name=name,
         )
+
+
+def aggregator_sft_data(db: str, model: str, k: int, sets_per_question: int, easy_per_hard: float,
+                        source_run: list[str] | None, held_out: Path | None, shots: int, seed: int):
+    """``(rows, source, stats, note)`` of ``agora train sft --aggregate K``: the candidate sets of
+    :func:`~agora.cli._train.aggregate_sets` made SFT rows for ``model``
+    (:func:`~agora.training.aggregator.aggregator_sft_rows`); ``source`` adds ``recipe: "sft"`` and
+    ``sets`` (drawn; those without a usable right candidate give no row), ``stats`` adds
+    ``rows_by_difficulty``; ``note``: why there is no row, or ``None``.
+
+    Raises:
+        InputError: as :func:`~agora.cli._train.aggregate_sets`."""
+    from collections import Counter
+
+    from agora.training.aggregator import aggregator_sft_rows
+
+    sets, cfg, source, stats = aggregate_sets(db, k, sets_per_question, easy_per_hard, source_run, held_out, shots,
+                                              seed)
+    rows = aggregator_sft_rows(sets, cfg, model=model)
+    note = stats.pop("empty_note", None)
+    if sets and not rows:
+        note = (f"none of the {len(sets)} candidate sets drawn holds a right, finished, explicit candidate to "
+                "imitate")
+    stats["rows_by_difficulty"] = dict(Counter(r["difficulty"] for r in rows))
+    return rows, {**source, "recipe": "sft", "sets": len(sets)}, stats, note

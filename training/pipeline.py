@@ -169,7 +169,8 @@ def sft_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[d
                ) -> MemberRun:
     """Rejection-sampling fine-tuning of pool member ``spec`` on its own verified answers (``rows``:
     :func:`agora.training.verified.sft_rows`); the ``training_datasets`` row records ``source`` and
-    the runs the rows came from (``source_runs``).
+    the runs the rows came from (``source_runs``, unless ``source`` names them: an aggregator's rows
+    show candidates of more runs than their targets come from).
 
     Raises:
         ValueError: no rows.
@@ -178,7 +179,7 @@ def sft_member(store: TraceStore, run_id: str, spec: ModelSpec, rows: Sequence[d
     main = is_main_process()
     if main:
         _record_split(store, run_id, iteration, spec.name, "sft", "train", rows, out / "dataset" / "train.jsonl",
-                      {**(source or {}), "source_runs": sorted({r["run_id"] for r in rows})})
+                      {"source_runs": sorted({r["run_id"] for r in rows}), **(source or {})})
     base, adapter = base_of(spec)
     result = train_sft(base, rows, out, settings, adapter=adapter)
     if not main:

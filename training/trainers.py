@@ -140,6 +140,23 @@ def load_policy(base: str, adapter: str | None = None, threads: int | None = Non
     return model, tokenizer
 
 
+def sft_row_tokens(rows: Sequence[dict[str, Any]], base: str) -> list[int]:
+    """Tokens of each conversational prompt-completion row (``{"prompt": [...], "completion": [...]}``)
+    through ``base``'s tokenizer and chat template, the whole conversation as SFT trains on it (what
+    ``SFTSettings.max_length`` bounds); loads the tokenizer only (``base``: a folder or ``builtin:...``,
+    resolved as :func:`load_policy` does).
+
+    Raises:
+        OSError: unreadable folder."""
+    from transformers import AutoTokenizer
+
+    from agora.models.hf_backend import resolve_model_folder
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_folder(base))
+    return [len(tokenizer.apply_chat_template([*r["prompt"], *r["completion"]], tokenize=True,
+                                              return_dict=True)["input_ids"]) for r in rows]
+
+
 def _finish(kind: str, trainer, tokenizer, out_dir: Path, base: str, adapter: str | None, rows: int,
             settings: TrainSettings, eval_rows: int, start: tuple[float, float]) -> TrainResult:
     metrics = {k: float(v) for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
