@@ -368,8 +368,8 @@ def build_duel_graph() -> StateGraph:
 
 
 def _duel_played(values: dict[str, Any]) -> bool:
-    """A duel is finished once its graph has returned the duel's ``record``."""
-    return "record" in values
+    """A duel is finished once its graph has returned the duel's ``record`` (not ``None``)."""
+    return values.get("record") is not None
 
 
 SPEC = ProtocolSpec(

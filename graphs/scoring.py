@@ -32,11 +32,14 @@ from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.constants import START
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.pregel._write import ChannelWrite, ChannelWriteTupleEntry
+from langgraph.pregel._read import ChannelRead
+from langgraph.pregel._write import ChannelWrite, ChannelWriteEntry
 from langgraph.types import Overwrite
 
 from agora.graphs.context import check_context_keys
@@ -174,44 +177,51 @@ def _scored_chunk(chunk: Any, stream_mode: Any, subgraphs: bool, problem: Any) -
 
 
 FINISHED_KEYS = ("methods", "record", "recommendation")
-"""The state keys whose presence tells a finished question (a protocol's ``methods``), duel
+"""The state keys whose value (not ``None``) tells a finished question (a protocol's ``methods``), duel
 (``record``) or CUPID session (``recommendation``): the ``ProtocolSpec.finished`` of each graph."""
 
-FRESH_QUESTION: ContextVar[tuple[Any, dict[str, Any]] | None] = ContextVar("agora_fresh_question", default=None)
-"""While a protocol graph starts a new question on a thread that holds a finished one: ``(the graph's
-builder, the writes that empty its appended keys)``, which its ``__start__`` step writes with the
-input (:func:`_fresh_writes`)."""
+def _fresh_resets(builder: Any, input: Any, values: Mapping[str, Any]) -> dict[str, Any]:  # noqa: A002
+    """The writes that start the new question ``input`` (the raw input mapping) from clean
+    per-question state when the graph's state ``values`` (as the thread holds it when the input
+    arrives) is a finished question's, one with a :data:`FINISHED_KEYS` key set: each appended key
+    (``proposals``, ``calls``; ``costs``, whose steps add up) replaced by an empty one (LangGraph's
+    ``Overwrite``), each input field the earlier question had and this one leaves out
+    (``question_id``, ``kind``, ``n_choices``) and the finished key itself set to ``None``, read as
+    absent (so this question, paused, is not taken for a finished one). Other keys a step sets
+    (``answer``) are set again by this question's steps. ``{}`` for an input that is not a mapping,
+    on an empty thread, and on a question not finished: a paused one (its finished key is unset: the
+    thread's first question's never was, a later one's was cleared when it started) or one a run
+    goes on over, as the runner's rerun of a question cut short, keep their state.
 
-
-def _thread_of(graph: Any, input: Any, config: Any) -> bool:  # noqa: A002 - LangGraph's name
-    """Whether this run gives a new input on a thread of ``graph``'s own checkpointer (a top-level
-    run: a nested graph's input is its parent's state)."""
-    return (isinstance(input, Mapping) and not _nested(config)
-            and graph.checkpointer not in (None, False, True)
-            and bool(((config or {}).get("configurable") or {}).get("thread_id")))
-
-
-def _fresh_resets(graph: Any, input: Mapping[str, Any], snapshot: Any) -> dict[str, Any]:  # noqa: A002
-    """The writes that start the new question ``input`` from clean per-question state on a thread
-    whose ``snapshot`` holds a finished one (nothing pending, a :data:`FINISHED_KEYS` key written):
-    each appended key (``proposals``, ``calls``; ``costs``, whose steps add up) replaced by an empty
-    one (LangGraph's ``Overwrite``), and each input field the earlier question had and this one
-    leaves out (``question_id``, ``kind``, ``n_choices``) set to ``None``, read as absent. Keys a
-    step sets (``methods``, ``answer``) are set again by this question's steps. ``{}`` on an empty
-    thread, a paused question, or one not finished (a run that goes on over it, as the runner's
-    rerun of a question cut short, keeps its state)."""
-    values = snapshot.values or {}
-    if not values or snapshot.next or snapshot.tasks:
+    ``builder``: the graph's :class:`ProtocolGraph` (its ``channels`` and input schema)."""
+    channels = builder.channels
+    if not isinstance(input, Mapping) or not any(
+            values.get(key) is not None for key in FINISHED_KEYS if key in channels):
         return {}
-    if not any(key in values for key in FINISHED_KEYS if key in graph.channels):
-        return {}
-    inputs = set(graph.builder.schemas.get(graph.builder.input_schema, ()))
-    resets: dict[str, Any] = {key: None for key in inputs
-                              if key not in input and values.get(key) is not None}
+    inputs = set(builder.schemas.get(builder.input_schema, ()))
+    resets: dict[str, Any] = {key: None for key in inputs if key not in input and values.get(key) is not None}
+    resets.update({key: None for key in FINISHED_KEYS if values.get(key) is not None})
     resets.update({key: Overwrite(type(value)()) for key, value in values.items()
-                   if key not in inputs and isinstance(graph.channels.get(key), BinaryOperatorAggregate)
+                   if key not in inputs and isinstance(channels.get(key), BinaryOperatorAggregate)
                    and isinstance(value, (list, dict))})
     return resets
+
+
+def _fresh_question(builder: Any, input: Any, config: RunnableConfig) -> Any:  # noqa: A002 - LangGraph's name
+    """The first writer of a protocol graph's ``__start__`` step (the step that writes a new input to
+    the state; a resume does not run it): reads the state as the thread holds it (LangGraph's
+    ``ChannelRead``, the channels before this step's writes) and writes :func:`_fresh_resets` with
+    the input. Decided in the graph, so every caller gets it: ``invoke``/``stream`` from Python, a
+    server that reads the run from other asyncio tasks (langgraph-api), a graph run as a node.
+    Returns ``input`` unchanged for the input's own writer."""
+    values = ChannelRead.do_read(config, select=list(builder.channels), fresh=False)
+    if resets := _fresh_resets(builder, input, values):
+        ChannelWrite.do_write(config, [ChannelWriteEntry(key, value) for key, value in resets.items()])
+    return input
+
+
+async def _afresh_question(builder: Any, input: Any, config: RunnableConfig) -> Any:  # noqa: A002 - LangGraph's name
+    return _fresh_question(builder, input, config)  # reads and writes in memory only
 
 
 class ScoredCompiledGraph(CompiledStateGraph):
@@ -358,25 +368,11 @@ class ScoredCompiledGraph(CompiledStateGraph):
         return await super().aupdate_state(config, values, as_node, task_id)
 
 
-    def _note_fresh(self, input: Any, config: Any) -> Token | None:  # noqa: A002 - LangGraph's name
-        """A new question on a thread holding a finished one: :data:`FRESH_QUESTION` set to its resets."""
-        if not _thread_of(self, input, config):
-            return None
-        resets = _fresh_resets(self, input, self.get_state(config))
-        return FRESH_QUESTION.set((self.builder, resets)) if resets else None
-
-    async def _anote_fresh(self, input: Any, config: Any) -> Token | None:  # noqa: A002 - LangGraph's name
-        if not _thread_of(self, input, config):
-            return None
-        resets = _fresh_resets(self, input, await self.aget_state(config))
-        return FRESH_QUESTION.set((self.builder, resets)) if resets else None
-
     def stream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002 - LangGraph's name
         input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
         self._refuse_unknown(input, config)
         resumed = self._thread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
-        fresh = self._note_fresh(input, config)
         token = _note_resumed(config, resumed)
         try:
             chunks = super().stream(input, config, **kwargs)
@@ -388,14 +384,12 @@ class ScoredCompiledGraph(CompiledStateGraph):
                 yield _scored_chunk(chunk, mode, subgraphs, problem)
         finally:
             _forget_resumed(token)
-            _forget_fresh(fresh)
 
     async def astream(self, input: Any, config: Any = None, **kwargs: Any) -> Any:  # noqa: A002
         input = checked_input(self._object_input(input))  # noqa: A001 - refused or coerced before any model is asked
         self._refuse_unknown(input, config)
         resumed = await self._athread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
-        fresh = await self._anote_fresh(input, config)
         token = _note_resumed(config, resumed)
         try:
             mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
@@ -403,7 +397,6 @@ class ScoredCompiledGraph(CompiledStateGraph):
                 yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)
         finally:
             _forget_resumed(token)
-            _forget_fresh(fresh)
 
 
 RESUMED_INPUT: ContextVar[tuple[str, str | None, dict[str, Any]] | None] = ContextVar("agora_resumed_input",
@@ -419,21 +412,6 @@ def _note_resumed(config: Any, resumed: Any) -> Token | None:
         return None
     configurable = (config or {}).get("configurable") or {}
     return RESUMED_INPUT.set((str(configurable.get("thread_id")), configurable.get("checkpoint_id"), dict(resumed)))
-
-
-def _fresh_writes(builder: Any, _input: Any) -> list[tuple[str, Any]]:
-    """The ``__start__`` step's writes beside the input's: :data:`FRESH_QUESTION`'s resets when a graph
-    compiled from ``builder`` set them for this run, else none. (By builder, not by compiled graph:
-    langgraph-api runs a copy of the compiled graph with its checkpointer, whose nodes are the
-    original's.)"""
-    fresh = FRESH_QUESTION.get()
-    return list(fresh[1].items()) if fresh is not None and fresh[0] is builder else []
-
-
-def _forget_fresh(token: Token | None) -> None:
-    if token is not None:
-        with contextlib.suppress(ValueError, RuntimeError):  # (a stream closed in another context)
-            FRESH_QUESTION.reset(token)
 
 
 def _forget_resumed(token: Token | None) -> None:
@@ -457,8 +435,9 @@ class ProtocolGraph(StateGraph):
         compiled = super().compile(*args, **kwargs)
         compiled.__class__ = ScoredCompiledGraph  # LangGraph builds the instance; only the streams differ
         # a new question on a thread that holds a finished one: its first step empties the appended keys
-        compiled.nodes[START].writers.insert(0, ChannelWrite((ChannelWriteTupleEntry(
-            mapper=functools.partial(_fresh_writes, self)),)))
+        compiled.nodes[START].writers.insert(0, RunnableCallable(
+            functools.partial(_fresh_question, self), functools.partial(_afresh_question, self),
+            name="fresh_question", trace=False, recurse=False))
         if self.context_schema is not None:
             config = dict(compiled.config or {})
             config["metadata"] = {**(config.get("metadata") or {}), GRAPH_METADATA_KEY: self.context_schema.__name__}

@@ -432,8 +432,8 @@ def build_selection_graph() -> StateGraph:
 
 
 def _recommended(values: Mapping[str, Any]) -> bool:
-    """A CUPID session is finished once it has recommended a model."""
-    return "recommendation" in values
+    """A CUPID session is finished once it has recommended a model (``recommendation`` not ``None``)."""
+    return values.get("recommendation") is not None
 
 
 # ---------------------------------------------------------------------------- records

@@ -23,8 +23,9 @@ from item to item: duels) or ``interactive`` (a session paused at interrupts: CU
 
 
 def methods_written(values: Mapping[str, Any]) -> bool:
-    """A benchmark item is finished once its graph has written ``methods`` (what the runner records)."""
-    return "methods" in values
+    """A benchmark item is finished once its graph has written ``methods`` (what the runner records;
+    ``None`` while a later question on the thread has not: it was cleared when that question started)."""
+    return values.get("methods") is not None
 
 
 def detail_keys(*keys: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:

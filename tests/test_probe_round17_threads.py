@@ -3,11 +3,15 @@ per-question state (appended lists, costs), while a paused question resumed on i
 it gathered before the pause, and the trace recorder records each question of the thread."""
 
 import asyncio
+import json
 import sqlite3
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 
 from agora.graphs import registry
 from agora.graphs.moa import MoAContext, build_moa_graph
@@ -153,11 +157,92 @@ def test_an_input_field_the_second_question_leaves_out_is_not_the_first_ones():
     assert {c["question_id"] for c in graph.get_state(thread).values["calls"]} == {"q-2622f7aa"}
 
 
+def _moa(**compile_kwargs: Any) -> tuple[Any, MoAContext]:
+    chats = {n: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for n in "abc"}
+    return build_moa_graph().compile(checkpointer=InMemorySaver(), **compile_kwargs), \
+        MoAContext(ModelPool.from_chat_models(chats))
+
+
+def test_a_second_question_through_langgraphs_own_stream_starts_clean():
+    """The graph's own Pregel ``stream``/``astream`` (what a server that drives the run itself reaches,
+    read from other asyncio tasks): before, only Agora's wrapper computed the reset, so this second
+    question got 6 proposals and 8 calls."""
+    graph, ctx = _moa()
+    thread = {"configurable": {"thread_id": "t"}}
+    graph.invoke(FIRST, thread, context=ctx)
+    chunks = list(CompiledStateGraph.stream(graph, SECOND, thread, context=ctx, stream_mode="values"))
+    assert len(chunks[-1]["proposals"]) == 3 and len(graph.get_state(thread).values["calls"]) == 4
+    assert chunks[-1]["methods"]["moa"]["calls"] == 4
+
+
+def test_a_second_question_paused_does_not_show_the_first_ones_methods():
+    """Paused before its aggregator, a second question's state has no ``methods`` (before: the first
+    question's, so the pause read as a finished question); a new input then goes on over the pause as
+    on a paused first question (its proposals kept: 6), resumed it ends with its own 3 + 3."""
+    graph, ctx = _moa(interrupt_before=["moa_aggregate"])
+    thread = {"configurable": {"thread_id": "t"}}
+    graph.invoke(FIRST, thread, context=ctx)
+    graph.invoke(None, thread, context=ctx)
+    assert graph.get_state(thread).values["methods"]["moa"]["calls"] == 4
+    graph.invoke(SECOND, thread, context=ctx)
+    paused = graph.get_state(thread)
+    assert paused.next == ("moa_aggregate",) and paused.values.get("methods") is None
+    assert registry.get("moa").finished(paused.values) is False       # the runner's test: not finished
+    assert len(paused.values["proposals"]) == 3
+    graph.invoke(SECOND, thread, context=ctx)
+    assert len(graph.get_state(thread).values["proposals"]) == 6
+    out = graph.invoke(None, thread, context=ctx)
+    assert out["methods"]["moa"]["calls"] == 7 and len(out["proposals"]) == 6
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_recorded_second_question_paused_counts_as_paused_until_resumed(tmp_path, resumed):
+    """Before: the paused second question's output held the first one's ``methods``, so the recorder
+    wrote it as finished with them (moa 4 calls) and its 3 calls so far; it is counted paused, and
+    recorded once resumed, with its own 4 calls."""
+    db = tmp_path / "app.db"
+    graph, ctx = _moa(interrupt_before=["moa_aggregate"])
+    with TraceRecorder(db, run_id="app") as recorder:
+        run = {"configurable": {"thread_id": "t"}, "callbacks": [recorder]}
+        for inp in (FIRST, None, SECOND, *([None] if resumed else [])):
+            graph.invoke(inp, run, context=ctx)
+    with sqlite3.connect(db) as conn:
+        questions = conn.execute("select question_id, model_calls from questions order by 1").fetchall()
+        second = conn.execute("select method, calls, correct from results where question_id = 'q-2622f7aa' "
+                              "order by 1").fetchall()
+        summary = json.loads(conn.execute("select summary from runs").fetchone()[0])
+    if resumed:
+        assert questions == [("q-2622f7aa", 4), ("q-f465154e", 4)] and summary.get("paused", 0) == 0
+        assert second == [("moa", 4, 0), ("proposal_vote", 3, 0)]
+    else:
+        assert questions == [("q-f465154e", 4)] and second == [] and summary["paused"] == 1
+
+
+def test_a_protocol_graph_keeping_its_state_as_a_node_starts_each_question_clean():
+    """A protocol graph compiled with ``checkpointer=True`` (its state kept on the parent's thread) and
+    invoked by a node of an app's graph: before, the app's second question got 6 proposals."""
+    chats = {n: ScriptedChatModel(responses=["The answer is 4."], cycle=True) for n in "abc"}
+    ctx = MoAContext(ModelPool.from_chat_models(chats))
+    moa = build_moa_graph().compile(checkpointer=True)
+
+    class App(TypedDict, total=False):
+        question: str
+        proposals: int
+
+    def ask(state: App, config: RunnableConfig) -> App:
+        return {"proposals": len(moa.invoke({"question": state["question"]}, config)["proposals"])}
+
+    builder = StateGraph(App, context_schema=MoAContext)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    app = builder.compile(checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    assert [app.invoke({"question": q["question"]}, thread, context=ctx)["proposals"]
+            for q in (FIRST, SECOND)] == [3, 3]
+    assert sum(1 for c in chats.values() for _ in c.calls) == 8
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "through langgraph-api the reset is computed but not written: the server reads the stream from "
-    "other asyncio tasks, so the ContextVar that carries the resets to the __start__ step is not "
-    "there; docs/studio.md keeps 'one question per thread'"))
 def test_two_questions_on_one_studio_thread_through_agora_studio(tmp_path):
     """The same through ``agora studio`` (langgraph-api supplies the checkpointer): the second question
     sent on a thread whose first finished gets 3 proposals and 4 calls of its own, as a fresh thread
