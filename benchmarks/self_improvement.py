@@ -155,7 +155,8 @@ POOL = "default"
 TARGET, PEER = (s.name for s in builtin_pool_specs(POOL))
 BASE = builtin_pool_specs(POOL)[0].path
 #: Settings a rerun of the same run id may change (what to run, how fast), not what is measured.
-MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch", "save_steps")
+MUTABLE = ("phases", "arms", "threads", "eval_batch", "report", "serve_check", "dpo_micro_batch", "save_steps",
+           "redo")
 #: Settings added after the first recorded runs: left out of the book at their defaults, so those runs resume.
 OMITTED_DEFAULTS = {"pool": "default", "grpo_prompts": "all", "eval_backend": "transformers", "length_ratio": 1.5,
                     "sft_per_question": 4, "samples_db": None, "samples_runs": "", "agg_sets": 2,
@@ -234,6 +235,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="a second round: the target starts from this peft adapter folder (a previous run's "
                          "<arm>/adapter); its 'base' evaluation is this adapter and every arm trains it further "
                          "(LoRA options then do not apply); --samples-db should hold that model's own samples")
+    ap.add_argument("--redo", default="",
+                    help="comma-separated finished phases to compute again (e.g. eval:agg after a fix to how its "
+                         "answers are read; an evaluation's answer file is kept, so only the reading is redone)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save-steps", type=int, default=4,
                     help="a training checkpoint every this many steps: an interrupted arm resumes from the last one "
@@ -713,9 +717,21 @@ def _aggregate(args, name: str, adapter: str | None, items) -> list[dict]:
         log(f"  eval {name}: {done}/{total}")
 
     adapter = adapter if adapter is not None else getattr(args, "target_adapter", None)
-    return greedy_outcomes(problems, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl", shots=0,
+    rows = greedy_outcomes(problems, BASE, adapter, args.out / args.run_id / "eval" / f"{name}.jsonl", shots=0,
                            max_tokens=args.max_tokens, batch_size=args.eval_batch, threads=args.threads,
                            progress=progress, backend=args.eval_backend)
+    return [reread(row, p) for row, (_, p, _) in zip(rows, items, strict=True)]
+
+
+def reread(row: dict, problem) -> dict:
+    """``row`` (a greedy answer to an aggregation prompt) with its answer read again against the
+    *question* rather than the prompt: the prompt shows the candidates, so an aggregator that answers
+    with one of them word for word would otherwise be read as echoing its prompt (no answer)."""
+    from agora.tasks import find_answer, is_correct
+
+    found = find_answer(row["text"], problem.kind, problem.n_choices or 4, question=problem.question)
+    return {**row, "answer": found.answer, "how": found.how,
+            "correct": int(bool(is_correct(found.answer, problem.gold, problem.kind)))}
 
 
 def agg_samples_eval_phase(args, held_out, name: str, adapter: str | None) -> dict:
@@ -988,10 +1004,13 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
             if arm == "agg":
                 data = t["data"]
                 src = t.get("source") or {}
-                what = (f"{t['prompts']} candidate sets of {t.get('k', '?')} ({data['hard']} hard, {data['easy']} "
+                sets = t.get("sets", t["prompts"])
+                what = (f"{sets} candidate sets of {t.get('k', '?')} ({data['hard']} hard, {data['easy']} "
                         f"easy; majority right on {data['majority_correct']}, a right candidate in "
                         f"{data['any_correct']}; from {', '.join(src.get('runs') or [src.get('run', 'ALIGN traces')])})"
-                        f", mean reward {t['mean_reward']:.3f}")
+                        + (f", SFT on a right candidate of {t['prompts']} of them (by difficulty: "
+                           f"{t.get('rows_by_difficulty')})" if t.get("recipe") == "sft"
+                           else f", mean reward {t['mean_reward']:.3f}"))
             elif arm in OWN_ARMS:
                 data = t["data"]
                 whose = "own" if arm != "distill-sft" else f"{teacher_of(args, arm)}'s"
@@ -1201,6 +1220,9 @@ def main(argv=None) -> None:
                                                                            k == "target_adapter")}
             if book.adopt("eval:base", args.base_from, same=same, source=source):
                 log(f"eval:base adopted from {args.base_from} ({source})")
+        for name in split_runs(args.redo):
+            if not args.report:
+                log(f"phase {name}: " + ("marked to be redone" if book.redo(name) else "not finished, nothing to redo"))
     except PhaseBookError as exc:
         raise SystemExit(str(exc)) from None
     # --report writes nothing: no traces.db is created where the run folder is missing
@@ -1269,7 +1291,9 @@ def main(argv=None) -> None:
                 pool_file = book.result(f"train:{best}")["pool_file"]
                 phase(f"serve:{best}", lambda: serve_phase(args, store, held_out, best, pool_file,
                                                           book.result(f"eval:{best}")))
-        if "eval" in args.phases:  # on another kind of machine than the recorded one: again, here
+        # the member arms' pairing (the aggregator arm pairs with majority vote and needs none); on
+        # another kind of machine than the recorded one: again, here
+        if "eval" in args.phases and any(a != "agg" for a in args.arms):
             name = base_phase_here(book)
             phase(name, lambda: eval_phase(args, held_out, name[len("eval:"):], None))
         if "leader" in args.phases:

@@ -171,7 +171,9 @@ def test_main_runs_the_arm_without_align_phases_and_pairs_it_with_majority_vote(
 
     def greedy_outcomes(problems, base, adapter, path, **kw):
         prompts[Path(path).stem] = [p.question for p in problems]
-        return [{"question_id": p.id, "correct": verdicts.get((adapter, p.id), 0), "text": "",
+        golds = {q: g for q, _, g in TEST}  # answers are read again from the text, against the question
+        return [{"question_id": p.id, "correct": verdicts.get((adapter, p.id), 0),
+                 "text": f"The answer is {golds[p.id] if verdicts.get((adapter, p.id), 0) else 0}.",
                  "completion_tokens": 1, "finish_reason": "stop"} for p in problems]
 
     monkeypatch.setattr(evaluation, "greedy_outcomes", greedy_outcomes)
@@ -188,7 +190,7 @@ def test_main_runs_the_arm_without_align_phases_and_pairs_it_with_majority_vote(
     assert (agg["correct"], agg["majority"], agg["any_correct"], base["correct"]) == ([1, 1], [1, 0], [1, 1], [0, 0])
     assert agg["candidates_per_question"] == 4.0 and agg["source"]["runs"] == ["s:eval"]
     assert prompts["agg"] == prompts["agg-base"] and prompts["agg"][1].count("The answer is 7.") == 2
-    assert prompts["base"] == [t for _, t, _ in TEST[:2]]                    # the plain base evaluation too
+    assert "base" not in prompts and "eval:base" not in book  # the arm alone pairs with majority vote only
     summary = json.loads((Path(argv[argv.index("--out") + 1]) / "agg" / "summary.json").read_text())["aggregator"]
     assert set(summary) == {"majority vote", "untrained aggregator", "untrained vs majority vote"}
     vote, untrained = summary["majority vote"], summary["untrained aggregator"]
@@ -234,3 +236,38 @@ def test_the_sft_recipe_imitates_a_right_candidate_of_each_set_and_refuses_rows_
         si.train_phase(short, book, TraceStore(Path(args.out) / "traces.db"), [], "agg", held_out)
     with pytest.raises(SystemExit):
         si.parse_args(argv + ["--agg-recipe", "dpo"])
+
+
+def test_an_aggregator_answering_with_a_candidate_word_for_word_is_read_against_the_question(setup, monkeypatch):
+    """The aggregation prompt shows the candidates, so a reply that copies one of them is in the prompt;
+    read against the prompt it was taken for an echo (no answer). It is read against the question."""
+    si, argv, held_out, _ = setup
+    import agora.training.evaluation as evaluation
+    from agora.tasks import find_answer
+
+    copied = "Ann has two apples and gets three more from Ben, so she has five in all. The answer is 5."
+    shown = f"Ann has 2 + 3 ?\n\nResponses from several models:\n1. \"{copied}\""  # a candidate, copied
+    assert find_answer(copied, "math", 4, question=shown).reason == "echo"
+    assert find_answer(copied, "math", 4, question="Ann has 2 + 3 ?").answer == "5"
+
+    def greedy_outcomes(problems, base, adapter, path, **kw):  # as read against the prompt: an echo
+        return [{"question_id": p.id, "answer": None, "how": None, "correct": 0, "text": copied,
+                 "completion_tokens": 6, "finish_reason": "stop"} for p in problems]
+
+    monkeypatch.setattr(evaluation, "greedy_outcomes", greedy_outcomes)
+    got = si.agg_samples_eval_phase(si.parse_args(argv), held_out, "agg", "ADAPTER")
+    assert got["question_ids"] == ["test-1", "test-2"]
+    assert got["correct"] == [1, 0]  # 5 is test-1's gold, not test-2's (8)
+
+
+def test_a_finished_phase_redone_keeps_its_cost_and_is_computed_again(tmp_path):
+    book = PhaseBook(tmp_path / "p.json", {"a": 1}, mutable=("redo",))
+    assert book.run("eval:x", lambda: {"correct": [0]}) == {"correct": [0]}
+    first = dict(book.phases["eval:x"])
+    assert book.redo("eval:x") and not book.done("eval:x") and not book.redo("eval:x")
+    again = PhaseBook(tmp_path / "p.json", {"a": 1, "redo": "eval:x"}, mutable=("redo",))  # a rerun reads it
+    assert again.attempts["eval:x"]["attempts"] == 1 and again.attempts["eval:x"]["cpu_s"] == first["cpu_s"]
+    assert again.run("eval:x", lambda: {"correct": [1]}) == {"correct": [1]}
+    entry = again.phases["eval:x"]
+    assert entry["attempts"] == 2 and entry["cpu_s"] >= first["cpu_s"] and entry["wall_s"] >= first["wall_s"]
+    assert again.run("eval:x", lambda: {"correct": [2]}) == {"correct": [1]}  # done: not computed a third time

@@ -116,6 +116,24 @@ class PhaseBook:
         self._write()
         return self.phases[name]["result"]
 
+    def redo(self, name: str) -> bool:
+        """Mark the finished phase ``name`` unfinished, so the next :meth:`run` computes it again (e.g.
+        its answers re-read after a fix to how they are read; a phase that keeps its own work, such as
+        an evaluation's answer file, redoes only what it must). Its cost so far is kept as an earlier
+        attempt's, so the phase's total still counts it.
+
+        Returns:
+            False when ``name`` has not finished (nothing changed), else True.
+        """
+        if name not in self.phases or self.read_only:
+            return False
+        entry = self.phases.pop(name)
+        earlier = self.attempts.get(name, {"wall_s": 0.0, "cpu_s": 0.0, "attempts": 0})
+        self.attempts[name] = {"wall_s": earlier["wall_s"] + entry["wall_s"], "cpu_s": earlier["cpu_s"] + entry["cpu_s"],
+                               "attempts": earlier["attempts"] + entry.get("attempts", 1)}
+        self._write()
+        return True
+
     def adopt(self, name: str, other: str | Path, *,
               same: Iterable[str] | Mapping[str, Any] = (), source: str | None = None) -> bool:
         """Copy the finished phase ``name`` from another run's book (its phases.json path), so this
