@@ -169,7 +169,6 @@ def test_bootstrap_ci_hand_checked():
 def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_question(trace_db, durability):
     """SIGINT lands in the main thread while Send branches run: the checkpoint then has no ``next``
     node, only pending tasks; the rerun must resume them, not record an empty question."""
-    import _thread
     import signal
 
     store = TraceStore(trace_db)
@@ -180,10 +179,15 @@ def test_ctrl_c_in_the_main_thread_during_the_agents_fan_out_resumes_that_questi
         delivered.set()
         raise KeyboardInterrupt
 
+    main = threading.main_thread().ident
+
     def respond(chat, index):
         if "2 + 2" in chat[-1]["content"] and state["armed"]:
             state["armed"] = False
-            _thread.interrupt_main()
+            # a real SIGINT sent to the main thread, as a terminal's Ctrl-C is: it wakes the event loop
+            # out of its wait at once (``_thread.interrupt_main`` only sets a flag, which a loop waiting
+            # on the fan-out's futures did not see for the whole wait on a busy machine)
+            signal.pthread_kill(main, signal.SIGINT)
             # keep this branch running until the main thread has taken the Ctrl-C (however loaded
             # the machine is), so it always lands during the fan-out
             delivered.wait(30)
