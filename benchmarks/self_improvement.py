@@ -596,14 +596,11 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
 
 
 def row_tokens(rows, base: str) -> list[int]:
-    """Tokens of each prompt-completion row through ``base``'s chat template (what SFT trains on)."""
-    from transformers import AutoTokenizer
+    """Tokens of each prompt-completion row through ``base``'s chat template (what SFT trains on):
+    :func:`agora.training.trainers.sft_row_tokens`, looked up here so tests can stand in for it."""
+    from agora.training.trainers import sft_row_tokens
 
-    from agora.models.hf_backend import resolve_model_folder
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_folder(base))
-    texts = [tokenizer.apply_chat_template([*r["prompt"], *r["completion"]], tokenize=False) for r in rows]
-    return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    return sft_row_tokens(rows, base)
 
 
 def agg_config(args, k: int | None = None):
