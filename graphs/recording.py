@@ -231,6 +231,24 @@ def _events_stream_closed(error: BaseException | None, task: asyncio.Task | None
     return name.endswith(".consume_astream") and task.cancelling() == 1
 
 
+def _raised_in_chain_end(error: BaseException) -> list[tuple[UUID, Any]]:
+    """``(run id, outputs)`` of each chain run whose ``on_chain_end`` callback raised ``error`` (another
+    handler of the invocation, with ``raise_error``), found in ``error``'s traceback: LangChain's
+    ``handle_event`` frame holds the event's outputs and run id. Empty for an error the run raised."""
+    found = []
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if (frame.f_code.co_name in ("handle_event", "_ahandle_event_for_handler")
+                and frame.f_globals.get("__name__") == "langchain_core.callbacks.manager"):
+            local = frame.f_locals
+            args, kwargs = local.get("args") or (), local.get("kwargs") or {}
+            if local.get("event_name") == "on_chain_end" and args and isinstance(kwargs.get("run_id"), UUID):
+                found.append((kwargs["run_id"], args[0]))
+        tb = tb.tb_next
+    return found
+
+
 def _update_of(outputs: Any) -> dict[str, Any] | None:
     """A node's state update: its dict, or a ``Command``'s ``update``."""
     if isinstance(outputs, dict):
@@ -345,6 +363,9 @@ class TraceRecorder(BaseCallbackHandler):
         """Invocations still running when :meth:`finish` marked the runs: not written when they end."""
         self._marked_paused: dict[str, int] = {}
         """Protocol → the ``paused`` count :meth:`finish` last wrote in its run's summary."""
+        self._before: dict[str, dict[str, Any]] = {}
+        """Protocol → the summary its run's row held when this recorder first took it (an earlier
+        ``with`` block's of the same ``run_id``): :meth:`finish` counts those questions too."""
         self._dropped: dict[str, int] = {}
         """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         self._seen: Any = None
@@ -503,6 +524,17 @@ class TraceRecorder(BaseCallbackHandler):
         self._ended(run_id, outputs, None)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        # an app's callback handler placed before this one that raised in a run's on_chain_end: that
+        # run finished (this recorder never heard of its end), so it is ended with its outputs; the
+        # graph's own end among them is recorded as answered (the app's error still reaches the app)
+        for rid, outputs in _raised_in_chain_end(error):
+            with self._lock:
+                run = self._runs.get(rid)
+                if run is None or run.ended or run.error is not None:
+                    continue
+            self._ended(rid, outputs, None)
+            if rid == run_id:
+                return
         self._ended(run_id, None, error)
 
     def _ended(self, run_id: UUID, outputs: Any, error: BaseException | None) -> None:
@@ -901,7 +933,9 @@ class TraceRecorder(BaseCallbackHandler):
 
     def _failed(self, protocol: str, question_id: str, error: str) -> None:
         questions = self.failed_questions.setdefault(protocol, {})
-        questions[question_id] = error[:200]
+        # one line (a summary's errors are shown in tables): LangGraph's GraphRecursionError adds a
+        # second, "For troubleshooting, visit: ..."
+        questions[question_id] = (error.strip().splitlines() or [""])[0][:200]
         self.failed[protocol] = len(questions)
 
     def _question_id(self, protocol: str, inputs: dict[str, Any], *, failing: bool = False) -> str | None:
@@ -1031,6 +1065,10 @@ class TraceRecorder(BaseCallbackHandler):
                     "once, so share it, or give each recorder its own run_id; nothing of this invocation was "
                     "written") from None
             try:
+                if protocol not in self.run_ids:  # (taken first: what earlier recorders' summary counted)
+                    before = self.store.get_run(run_id)
+                    summary = self.store._run_json(before, "summary") if before is not None else None
+                    self._before[protocol] = summary if isinstance(summary, dict) else {}
                 existing = self.store.get_run(run_id) if protocol in self.run_ids else None
                 # (a run this recorder wrote and finish() released: taken again with the pool its row holds)
                 pool = (self.store._run_json(existing, "pool") if existing is not None
@@ -1080,12 +1118,21 @@ class TraceRecorder(BaseCallbackHandler):
                     self._start(protocol, [])
             for protocol in list(self._locks):  # (a run finished before and not taken since: left as marked)
                 run_id = self.run_ids[protocol]
-                failed = self.failed.get(protocol, 0)
-                summary: dict[str, Any] = {"questions": self.recorded.get(protocol, 0), "failed": failed}
-                if failed:
-                    summary["failed_questions"] = dict(list(self.failed_questions.get(protocol, {}).items())[:50])
-                if paused.get(protocol):
-                    summary["paused"] = paused[protocol]
+                # the run's questions, those an earlier recorder of this run_id wrote too (its block's end
+                # counted them in the row's summary): answered ones from the rows, failed ones not answered since
+                before = self._before.get(protocol) or {}
+                answered = self.store.question_ids(run_id, answered=True)
+                earlier = before.get("failed_questions") if isinstance(before.get("failed_questions"), dict) else {}
+                failed_questions = {q: e for q, e in earlier.items() if q not in answered}
+                failed_questions.update(self.failed_questions.get(protocol, {}))
+                unlisted = before.get("failed", 0) - len(earlier) if isinstance(before.get("failed"), int) else 0
+                failed = len(failed_questions) + max(0, unlisted)
+                summary: dict[str, Any] = {"questions": len(answered), "failed": failed}
+                if failed_questions:
+                    summary["failed_questions"] = dict(list(failed_questions.items())[:50])
+                earlier_paused = before.get("paused") if isinstance(before.get("paused"), int) else 0
+                if paused.get(protocol, 0) + earlier_paused:
+                    summary["paused"] = paused.get(protocol, 0) + earlier_paused
                 self._marked_paused[protocol] = paused.get(protocol, 0)
                 if unfinished:
                     summary["unfinished"] = unfinished
