@@ -14,20 +14,61 @@ import typer
 from typer.core import TyperGroup
 from typer.models import OptionInfo
 from rich.markup import escape
+from typer._click import exceptions as click_errors  # typer's own click (it vendors one)
 
 from agora.models.environment import EnvironmentVariableError, check_environment, unknown_variables
 
 
+def _command_words(ctx: Any) -> str:
+    """The command a usage error is about, as a user types it (``agora report runs``), whatever
+    program name the root was given (a test's ``CliRunner`` calls it ``root``)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["agora", *reversed(names)])
+
+
+#: Typer's shell-completion options, which ``agora`` leaves out (``add_completion=False``).
+_COMPLETION_OPTIONS = ("--show-completion", "--install-completion")
+
+
+def usage_error_line(exc: click_errors.UsageError) -> str:
+    """Agora's one ``error:`` line for a usage error typer would show in a box of five lines: an
+    unknown option or command, an extra argument, an option without its value, a value its type
+    refuses. It names the command and points to its ``--help``:
+    ``error: agora report runs: Got unexpected extra argument (EXTRA); see 'agora report runs --help'``."""
+    from agora.cli._shared import error_line
+
+    where = _command_words(exc.ctx)
+    if isinstance(exc, click_errors.NoSuchOption) and exc.option_name in _COMPLETION_OPTIONS:
+        return (f"error: {exc.option_name}: agora installs no shell completion (its commands are listed by "
+                "'agora --help')")
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    if exc.ctx is None:  # (typer's parser gives no context for an option left without its value)
+        return error_line(f"error: {message}")
+    return error_line(f"error: {where}: {message}; see '{where} --help'")
+
+
 class _AgoraGroup(TyperGroup):
     """The ``agora`` group: a required option or argument left out of a command is Agora's one line
-    and exit 2 (``error: --tasks: required option, not given``) instead of typer's usage box."""
+    and exit 2 (``error: --tasks: required option, not given``) instead of typer's usage box, and so
+    is every other usage error (:func:`usage_error_line`), of ``agora`` itself or of a command below it."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click_errors.UsageError as exc:  # ``agora --bogus``: before any command is chosen
+            typer.echo(usage_error_line(exc), err=True)
+            raise typer.Exit(2) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except typer.BadParameter as exc:
-            if type(exc).__name__ != "MissingParameter" or exc.param is None:
-                raise
+        except click_errors.UsageError as exc:
+            if type(exc).__name__ != "MissingParameter" or getattr(exc, "param", None) is None:
+                typer.echo(usage_error_line(exc), err=True)
+                raise typer.Exit(2) from None
             param = exc.param
             opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")] or list(getattr(param, "opts", ()))
             if getattr(param, "param_type_name", "") == "argument" or not opts:

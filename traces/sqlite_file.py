@@ -40,6 +40,11 @@ def describe_sqlite_error(path: str | Path, exc: BaseException, what: str = "Ago
     if "readonly" in low or "read-only" in low or isinstance(exc, PermissionError):
         return f"{path}: not writable ({msg})"
     if "unable to open" in low:
+        folder = Path(path).parent
+        if not folder.is_dir():
+            return f"{path}: cannot open the database file: its folder {folder} does not exist"
+        if not Path(path).exists():  # SQLite could not create it: the folder is read-only (or immutable)
+            return f"{path}: not writable (no file can be created in the folder {folder}: it is read-only)"
         return f"{path}: cannot open the database file (does its folder exist, and is it writable?)"
     return f"{path}: {msg}"
 
