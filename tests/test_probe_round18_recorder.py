@@ -110,3 +110,45 @@ def test_an_apps_handler_raising_on_a_nodes_end_before_the_recorder_keeps_that_n
     assert (status, json.loads(summary)["failed_questions"]) == (
         "failed", {"q-f465154e": "ValueError: the app's handler failed"})
 
+
+
+def test_batch_with_return_exceptions_records_the_answered_and_the_failed_question(tmp_path):
+    """``graph.batch([...], [config, config_with_a_recursion_limit], return_exceptions=True)``: the
+    app gets one answer and one exception; the run holds one answered and one failed question."""
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        with TraceRecorder(db, run_id="app") as recorder:
+            outs = graph.batch([QUESTION, {"question": "What is 5 + 5?", "gold": "10"}],
+                               [{"callbacks": [recorder]}, {"callbacks": [recorder], "recursion_limit": 3}],
+                               context=context, return_exceptions=True)
+        assert len(server.requests) == 4
+    assert outs[0]["answer"] == "4" and isinstance(outs[1], GraphRecursionError)
+    assert rows(db, "select question_id, answer from questions") == [("q-f465154e", "4")]
+    assert rows(db, "select question_id, count(*) from model_calls group by 1 order by 1") == [
+        ("q-a621b331", 4), ("q-f465154e", 4)]
+    (status, summary), = rows(db, "select status, summary from runs")
+    assert (status, json.loads(summary)["questions"], json.loads(summary)["failed"]) == ("failed", 1, 1)
+
+
+@pytest.mark.parametrize("how", ["run_name", "updates_and_custom"])
+def test_a_renamed_graph_and_a_two_mode_stream_are_recorded(tmp_path, how):
+    """``graph.with_config(run_name="my-align")`` (the graph's run is reported under the app's name)
+    and ``stream(stream_mode=["updates", "custom"])``: one question, its 4 samples."""
+    db = tmp_path / "app.db"
+    graph = build_delegation_graph().compile()
+    with StubServer() as server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        with TraceRecorder(db, run_id="app") as recorder:
+            if how == "run_name":
+                out = graph.with_config(run_name="my-align").invoke(QUESTION, {"callbacks": [recorder]},
+                                                                    context=context)
+                assert out["answer"] == "4"
+            else:
+                chunks = list(graph.stream(QUESTION, {"callbacks": [recorder]}, context=context,
+                                           stream_mode=["updates", "custom"]))
+                assert {mode for mode, _ in chunks} == {"updates", "custom"}
+        assert len(server.requests) == 2
+    assert rows(db, "select question_id, answer, model_calls from questions") == [("q-f465154e", "4", 4)]
+    assert rows(db, "select status, summary from runs") == [("finished", json.dumps({"questions": 1, "failed": 0}))]
