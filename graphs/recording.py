@@ -1121,6 +1121,7 @@ class TraceRecorder(BaseCallbackHandler):
                 # the run's questions, those an earlier recorder of this run_id wrote too (its block's end
                 # counted them in the row's summary): answered ones from the rows, failed ones not answered since
                 before = self._before.get(protocol) or {}
+                self.store.check_open()  # (a store the app closed: one line naming it)
                 answered = self.store.question_ids(run_id, answered=True)
                 earlier = before.get("failed_questions") if isinstance(before.get("failed_questions"), dict) else {}
                 failed_questions = {q: e for q, e in earlier.items() if q not in answered}
