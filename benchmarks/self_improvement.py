@@ -499,7 +499,7 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
         if args.agg_recipe == "sft":
             from agora.training.aggregator import aggregator_sft_rows
             from agora.training.config import SFTSettings
-            from agora.training.pipeline import sft_member
+            from agora.training.pipeline import refuse_long_rows, sft_member
 
             micro = min(args.dpo_micro_batch, args.dpo_batch)
             if args.dpo_batch % micro:
@@ -508,11 +508,7 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             if not rows:
                 raise ValueError(f"no candidate set of {cfg.k} holds a right, finished, explicit candidate: "
                                  "nothing for --agg-recipe sft to imitate")
-            lengths = row_tokens(rows, spec.path)
-            over = [n for n in lengths if n > args.max_length]
-            if over:  # TRL cuts a row at max_length from the end: the completion (what is learnt) goes first
-                raise ValueError(f"{len(over)} of {len(rows)} aggregator rows are longer than --max-length "
-                                 f"{args.max_length} tokens (longest {max(over)}); raise --max-length")
+            refuse_long_rows(row_tokens(rows, spec.path), args.max_length, "aggregator rows")
             settings = SFTSettings(**common, batch_size=micro, grad_accum=args.dpo_batch // micro,
                                    max_length=args.max_length)
             member = sft_member(store, run_id, spec, rows, out, settings,

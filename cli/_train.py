@@ -425,10 +425,7 @@ def check_row_lengths(rows: list[dict], spec: ModelSpec, max_length: int, what: 
     Raises:
         InputError: a row over ``max_length``, in one line naming ``--max-length``, how many rows are
             over and the longest one's tokens."""
-    from agora.training.pipeline import base_of
+    from agora.training.pipeline import base_of, refuse_long_rows
     from agora.training.trainers import sft_row_tokens
 
-    over = [n for n in sft_row_tokens(rows, base_of(spec)[0]) if n > max_length]
-    if over:
-        raise InputError(f"{len(over)} of {len(rows)} {what} are longer than --max-length {max_length} tokens "
-                         f"(longest {max(over)}); raise --max-length")
+    refuse_long_rows(sft_row_tokens(rows, base_of(spec)[0]), max_length, what)

@@ -154,6 +154,21 @@ def check_sft_rows(name: str, rows: Sequence[dict[str, Any]], note: str | None =
             note or "none of its recorded samples is right, finished and explicit (or every question is held out)"))
 
 
+def refuse_long_rows(lengths: Sequence[int], max_length: int, what: str) -> None:
+    """Refuse SFT rows of which any is longer than ``max_length`` tokens (``lengths``: each row's
+    tokens, :func:`agora.training.trainers.sft_row_tokens`): TRL cuts a row at ``max_length`` from its
+    end, so the completion, what is learnt, would be cut first (or lost). ``what``: the rows, as the
+    message names them (``"aggregator rows"``).
+
+    Raises:
+        InputError: a row over ``max_length``, in one line naming ``--max-length``, how many rows are
+            over and the longest one's tokens."""
+    over = [n for n in lengths if n > max_length]
+    if over:
+        raise InputError(f"{len(over)} of {len(lengths)} {what} are longer than --max-length {max_length} tokens "
+                         f"(longest {max(over)}); raise --max-length")
+
+
 def check_grpo_rows(name: str, rows: Sequence[dict[str, Any]], note: str | None = None) -> None:
     """Refuse an empty GRPO prompt set of member ``name`` (``agora train grpo``, ``--data-only`` too);
     ``note``: why it is empty, ending the message.
