@@ -14,16 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cli_runs import agora, one_error_line
+from cli_runs import agora, one_error_line, fake_pool
 
-FAKE = "langchain_core.language_models.fake_chat_models:FakeListChatModel"
-
-
-def _pool(folder: Path) -> Path:
-    path = folder / "pool.toml"
-    path.write_text("".join(f'[[models]]\nname = "{m}"\nbackend = "langchain"\nclass = "{FAKE}"\n'
-                            f'kwargs = {{responses = ["The answer is 4."]}}\n\n' for m in ("a", "b")))
-    return path
+_pool = fake_pool
 
 
 def _data(folder: Path, name: str = "q.jsonl", n: int = 2) -> Path:
