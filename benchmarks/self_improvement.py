@@ -210,9 +210,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="distill-sft: the pool member whose verified right answers (in --samples-db/--samples-runs) "
                          "the target is fine-tuned on (default: the pool's second member, the 1.5B)")
     ap.add_argument("--agg-sets", type=int, default=2, help="agg: candidate sets per training question, at most")
-    ap.add_argument("--agg-recipe", default="grpo", choices=("grpo", "sft"),
-                    help="agg: how the aggregator learns: grpo (AggLM: the scorer's reward on its own answers) or sft "
-                         "(rejection sampling: imitate a right candidate of each set that has one; cheaper)")
+    ap.add_argument("--agg-recipe", default="grpo", choices=("grpo", "sft", "sft-answer"),
+                    help="agg: how the aggregator learns: grpo (AggLM: the scorer's reward on its own answers), sft "
+                         "(rejection sampling: imitate a right candidate of each set that has one; cheaper) or "
+                         "sft-answer (the same sets, the target only 'The answer is N.' of a right candidate: the "
+                         "loss falls on the choice, not on copying a candidate's text)")
     ap.add_argument("--agg-easy-per-hard", type=float, default=1.0,
                     help="agg: sets whose majority is right kept per set whose majority is wrong (AggLM's mix)")
     ap.add_argument("--samples-db", type=Path, default=None,
@@ -496,7 +498,7 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             raise ValueError(f"no candidate sets of {cfg.k}: " + (
                 "no training question has that many samples" if split_runs(args.agg_eval_runs)
                 else "the align-traces phase's samples are not in traces.db"))
-        if args.agg_recipe == "sft":
+        if args.agg_recipe in ("sft", "sft-answer"):
             from agora.training.aggregator import aggregator_sft_rows
             from agora.training.config import SFTSettings
             from agora.training.pipeline import refuse_long_rows, sft_member
@@ -504,16 +506,18 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             micro = min(args.dpo_micro_batch, args.dpo_batch)
             if args.dpo_batch % micro:
                 raise ValueError(f"--dpo-batch {args.dpo_batch} is not a multiple of --dpo-micro-batch {micro}")
-            rows = aggregator_sft_rows(sets, cfg, model=TARGET)
+            target = "answer" if args.agg_recipe == "sft-answer" else "text"
+            rows = aggregator_sft_rows(sets, cfg, model=TARGET, target=target)
             if not rows:
-                raise ValueError(f"no candidate set of {cfg.k} holds a right, finished, explicit candidate: "
-                                 "nothing for --agg-recipe sft to imitate")
+                raise ValueError(f"no candidate set of {cfg.k} holds a right candidate"
+                                 + (", finished and explicit" if target == "text" else "")
+                                 + f": nothing for --agg-recipe {args.agg_recipe} to imitate")
             refuse_long_rows(row_tokens(rows, spec.path), args.max_length, "aggregator rows")
             settings = SFTSettings(**common, batch_size=micro, grad_accum=args.dpo_batch // micro,
                                    max_length=args.max_length)
             member = sft_member(store, run_id, spec, rows, out, settings,
-                                source={"aggregate": cfg.k, "sets": len(sets), "recipe": "sft", **where})
-            extra = {"prompts": len(rows), "sets": len(sets), "recipe": "sft",
+                                source={"aggregate": cfg.k, "sets": len(sets), "recipe": args.agg_recipe, **where})
+            extra = {"prompts": len(rows), "sets": len(sets), "recipe": args.agg_recipe,
                      "rows_by_difficulty": _count(r["difficulty"] for r in rows)}
         else:
             member = grpo_member(store, run_id, spec, aggregator_rows(sets, cfg), out, settings, [aggregation_reward],
@@ -1002,7 +1006,7 @@ def report(args, book: PhaseBook, store: TraceStore | None) -> dict:
                         f"easy; majority right on {data['majority_correct']}, a right candidate in "
                         f"{data['any_correct']}; from {', '.join(src.get('runs') or [src.get('run', 'ALIGN traces')])})"
                         + (f", SFT on a right candidate of {t['prompts']} of them (by difficulty: "
-                           f"{t.get('rows_by_difficulty')})" if t.get("recipe") == "sft"
+                           f"{t.get('rows_by_difficulty')})" if t.get("recipe") in ("sft", "sft-answer")
                            else f", mean reward {t['mean_reward']:.3f}"))
             elif arm in OWN_ARMS:
                 data = t["data"]

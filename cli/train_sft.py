@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import typer
 from rich.markup import escape
@@ -41,6 +41,9 @@ def train_sft_cmd(
                                   "prompts show K recorded samples of a --db question (any model), as grpo "
                                   "--aggregate shows them; the target is a right, finished, explicit one of them "
                                   "(sets without one give no row) (0: off)."),
+    target: Literal["text", "answer"] = typer.Option(
+        "text", "--target", help="--aggregate: what a row teaches: text (a right candidate's whole text) or answer "
+        "(only 'The answer is N.' of a right candidate: the loss falls on the choice; any right candidate counts)."),
     sets_per_question: int = SETS_PER_QUESTION_OPTION,
     easy_per_hard: float = EASY_PER_HARD_OPTION,
     shots: int = typer.Option(2, "--shots", min=0, max=MAX_SHOTS, help="--aggregate: worked exemplars in the "
@@ -71,7 +74,8 @@ def train_sft_cmd(
 
     With --aggregate K, --model is trained as an aggregator: each prompt shows K recorded samples
     of a --db question (any model's; hard and easy sets mixed as in grpo --aggregate) and the target
-    is a right, finished, explicit one; serve it as MoA's --aggregator (--name keeps the base)."""
+    is a right, finished, explicit one (--target answer: only the sentence naming a right candidate's
+    answer); serve it as MoA's --aggregator (--name keeps the base)."""
     with user_errors():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from agora.training.verified import empty_note, sft_rows, verified_stats
@@ -81,14 +85,14 @@ def train_sft_cmd(
         if aggregate and any(own_only.values()):
             raise InputError("--aggregate imitates a right candidate of each candidate set (any model's samples): "
                              f"drop {', '.join(flag for flag, given in own_only.items() if given)}")
-        refuse_aggregate_only(aggregate, {"--sets-per-question": sets_per_question != 2,
+        refuse_aggregate_only(aggregate, {"--target": target != "text", "--sets-per-question": sets_per_question != 2,
                                           "--easy-per-hard": easy_per_hard != 1.0, "--shots": shots != 2})
         if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database (run `agora run`, `agora bench` or `agora comed` "
                                     "first)")
         if aggregate:
             rows, source, stats, note = aggregator_sft_data(db, model, aggregate, sets_per_question, easy_per_hard,
-                                                            source_run, held_out, shots, seed)
+                                                            source_run, held_out, shots, seed, target)
         else:
             answers_of = teacher if teacher is not None else model
             vcfg, samples, skipped = verified_samples(db, answers_of, source_run, held_out, per_question=per_question,
@@ -133,7 +137,7 @@ def train_sft_cmd(
         console.print(f"run [bold]{escape(run_id)}[/bold]: SFT of {escape(model)} {what} from "
                       f"{escape(shown_url(db))}", highlight=False)
         config = {"model": model, **({"teacher": teacher} if teacher is not None else {}), "settings": settings,
-                  **({"aggregate": aggregate, "recipe": "sft"} if aggregate else {})}
+                  **({"aggregate": aggregate, "recipe": "sft", "target": target} if aggregate else {})}
         train_and_record(
             store, run_id, "train-sft", specs, out, config=config,
             dataset=source if aggregate else {"db": shown_url(db), **source, "source_runs": stats["sft_runs"]},
@@ -143,11 +147,12 @@ def train_sft_cmd(
 
 
 def aggregator_sft_data(db: str, model: str, k: int, sets_per_question: int, easy_per_hard: float,
-                        source_run: list[str] | None, held_out: Path | None, shots: int, seed: int):
+                        source_run: list[str] | None, held_out: Path | None, shots: int, seed: int,
+                        target: str = "text"):
     """``(rows, source, stats, note)`` of ``agora train sft --aggregate K``: the candidate sets of
     :func:`~agora.cli._train.aggregate_sets` made SFT rows for ``model``
-    (:func:`~agora.training.aggregator.aggregator_sft_rows`); ``source`` adds ``recipe: "sft"`` and
-    ``sets`` (drawn; those without a usable right candidate give no row), ``stats`` adds
+    (:func:`~agora.training.aggregator.aggregator_sft_rows`, its ``target``); ``source`` adds
+    ``recipe: "sft"``, ``target`` and ``sets`` (drawn; those without a usable right candidate give no row), ``stats`` adds
     ``rows_by_difficulty``; ``note``: why there is no row, or ``None``.
 
     Raises:
@@ -158,10 +163,10 @@ def aggregator_sft_data(db: str, model: str, k: int, sets_per_question: int, eas
 
     sets, cfg, source, stats = aggregate_sets(db, k, sets_per_question, easy_per_hard, source_run, held_out, shots,
                                               seed)
-    rows = aggregator_sft_rows(sets, cfg, model=model)
+    rows = aggregator_sft_rows(sets, cfg, model=model, target=target)
     note = stats.pop("empty_note", None)
     if sets and not rows:
-        note = (f"none of the {len(sets)} candidate sets drawn holds a right, finished, explicit candidate to "
-                "imitate")
+        what = "right, finished, explicit candidate to imitate" if target == "text" else "right candidate to name"
+        note = f"none of the {len(sets)} candidate sets drawn holds a {what}"
     stats["rows_by_difficulty"] = dict(Counter(r["difficulty"] for r in rows))
-    return rows, {**source, "recipe": "sft", "sets": len(sets)}, stats, note
+    return rows, {**source, "recipe": "sft", "target": target, "sets": len(sets)}, stats, note

@@ -114,6 +114,27 @@ def test_sft_rows_imitate_a_right_finished_explicit_candidate_of_each_set_that_h
     assert aggregator_sft_rows([], cfg) == []
 
 
+def test_answer_target_rows_name_only_the_right_answer_so_the_loss_is_on_the_choice():
+    """``target="answer"``: the same prompts, the completion only ``The answer is N.`` of the set's
+    first right candidate (a cut or implicit one counts: its answer is what is taught, not its text);
+    an option letter for an mc set; an unknown target is refused naming the allowed ones."""
+    cut = OwnSample("a0", "m", "run", "Q1", "gsm8k", "Q1", "5", "math", (), "t0", "5", "marker", True, False, 256)
+    hard = [s("a1", "Q1", "t1", "6", False), cut, s("a2", "Q1", "t2", "5", True), s("a3", "Q1", "t3", "6", False)]
+    mc = [OwnSample(f"m{i}", "m", "run", "Q3", "arc", "Q3", "B", "mc", (), f"x{i}", a, "marker", a == "B", True, 9)
+          for i, a in enumerate("ACBA")]
+    cfg = AggregatorDataConfig(k=4, sets_per_question=1, easy_per_hard=5.0, seed=0)
+    sets = candidate_sets(hard + mc, cfg)
+    assert [(x["question"], x["difficulty"]) for x in sets] == [("Q1", "hard"), ("Q3", "hard")]
+    text_rows = aggregator_sft_rows(sets, cfg)
+    rows = aggregator_sft_rows(sets, cfg, model="trainee", target="answer")
+    assert [r["completion"][0]["content"] for r in rows] == ["The answer is 5.", "The answer is B."]
+    assert [r["call_id"] for r in rows] == ["a0", "m2"]
+    assert [r["prompt"] for r in rows] == [r["prompt"] for r in text_rows[:1]] + [aggregator_rows(sets, cfg)[1]["prompt"]]
+    assert rows[0]["model"] == "trainee" and rows[0]["difficulty"] == "hard"
+    with pytest.raises(ValueError, match="one of text, answer, got 'choice'"):
+        aggregator_sft_rows(sets, cfg, target="choice")
+
+
 def test_cli_trains_an_aggregator_on_a_tiny_model_and_moa_uses_it(tmp_path):
     pytest.importorskip("trl")
     import sqlite_utils

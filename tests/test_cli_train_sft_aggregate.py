@@ -79,11 +79,36 @@ def test_data_only_rows_imitate_each_sets_right_finished_explicit_candidate(sets
     assert (stats["sets"], stats["hard"], stats["easy"], stats["any_correct"], stats["rows"]) == (3, 2, 1, 3, 2)
     assert stats["rows_by_difficulty"] == {"hard": 1, "easy": 1}
     assert stats["source_runs"] == [RUN2, RUN] and stats["models"] == ["m", "x", "y"]
-    assert stats["source"] == {"db": str(sets_db), "aggregate": 3, "recipe": "sft", "sets": 3,
+    assert stats["source"] == {"db": str(sets_db), "aggregate": 3, "recipe": "sft", "target": "text", "sets": 3,
                                "sets_per_question": 1, "easy_per_hard": 1.0, "shots": 0, "held_out_questions": 0,
                                "source_run_filter": [], "source_runs": [RUN2, RUN]}
     # nothing recorded in the trace DB
     assert [r["run_id"] for r in sqlite_utils.Database(sets_db)["runs"].rows] == [RUN, RUN2]
+
+
+def test_answer_target_rows_name_only_a_right_candidates_answer(sets_db, tmp_path):
+    """--target answer: the same prompts, the completion only the sentence naming the answer; q2's set,
+    whose only right candidate is a guess (no text to imitate), now gives a row too."""
+    out = agora("train", "sft", "--aggregate", 3, "--db", sets_db, "--model", "trainee", "--out", tmp_path / "o",
+                "--data-only", "--sets-per-question", 1, "--shots", 0, "--target", "answer")
+    assert out.exit_code == 0, out.output
+    rows = jsonl(tmp_path / "o" / "dataset" / "train.jsonl")
+    assert [(r["question_id"], r["difficulty"], r["completion"][0]["content"]) for r in rows] == [
+        ("q1", "hard", "The answer is 5."), ("q2", "hard", "The answer is 2."), ("q3", "easy", "The answer is 6.")]
+    text = jsonl(_data_only(sets_db, tmp_path / "t"))
+    assert [r["prompt"] for r in rows if r["question_id"] != "q2"] == [r["prompt"] for r in text]
+    stats = json.loads((tmp_path / "o" / "dataset" / "stats.json").read_text())
+    assert (stats["source"]["target"], stats["rows_by_difficulty"]) == ("answer", {"hard": 2, "easy": 1})
+    out = agora("train", "sft", "--aggregate", 3, "--db", sets_db, "--model", "trainee", "--out", tmp_path / "b",
+                "--data-only", "--target", "choice")
+    assert out.exit_code == 2 and "Traceback" not in out.output and "--target" in out.output
+
+
+def _data_only(db, out, *flags):
+    res = agora("train", "sft", "--aggregate", 3, "--db", db, "--model", "trainee", "--out", out, "--data-only",
+                "--sets-per-question", 1, "--shots", 0, *flags)
+    assert res.exit_code == 0, res.output
+    return out / "dataset" / "train.jsonl"
 
 
 def test_data_only_reads_the_source_runs_and_leaves_out_the_held_out_questions(sets_db, tmp_path):
@@ -138,7 +163,7 @@ def test_options_that_select_own_answers_are_refused_with_aggregate(sets_db, tmp
 
 
 @pytest.mark.parametrize("flags", [("--sets-per-question", "3"), ("--easy-per-hard", "2"), ("--shots", "0"),
-                                   ("--sets-per-question", "3", "--shots", "1")])
+                                   ("--sets-per-question", "3", "--shots", "1"), ("--target", "answer")])
 def test_aggregate_options_without_aggregate_are_refused(sets_db, tmp_path, flags):
     out = agora("train", "sft", *flags, "--db", sets_db, "--model", "m", "--out", tmp_path / "o", "--data-only")
     assert out.exit_code == 2 and "Traceback" not in out.output

@@ -21,7 +21,8 @@ Pieces, each a pure function over recorded traces (:mod:`agora.training.verified
 * :func:`aggregator_rows`: GRPO prompt-only rows (TRL conversational) with ``gold`` and ``kind``;
 * :func:`aggregator_sft_rows`: the cheaper recipe, rejection-sampling SFT (STaR/RFT applied to
   aggregation): each set that holds a right candidate, its prompt as :func:`aggregator_rows` writes it
-  and a right candidate's text as the completion; sets without a right candidate give no row;
+  and, as the completion, a right candidate's text (``target="text"``) or only the sentence naming
+  its answer (``target="answer"``); sets without a right candidate give no row;
 * :func:`aggregation_reward`: TRL reward 1.0 / 0.0 by :func:`agora.tasks.scoring.score_answer` on the
   answer :func:`agora.tasks.find_answer` reads from the completion (``None`` for rows without gold).
 
@@ -134,14 +135,27 @@ def aggregator_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfig = 
     return rows
 
 
+#: What an SFT aggregator row teaches it to write (:func:`aggregator_sft_rows`'s ``target``).
+SFT_TARGETS = ("text", "answer")
+
+
+def answer_statement(answer: str, kind: str) -> str:
+    """The closing sentence every Agora prompt asks for (:mod:`agora.agents.prompts`):
+    ``The answer is 18.`` for a math answer, ``The answer is B.`` for an option letter."""
+    return f"The answer is {answer}."
+
+
 def aggregator_sft_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfig = AggregatorDataConfig(),
-                        *, model: str | None = None) -> list[dict[str, Any]]:
+                        *, model: str | None = None, target: str = "text") -> list[dict[str, Any]]:
     """SFT rows (TRL conversational prompt-completion) for an aggregator: for each set with a right
     candidate, the prompt :func:`aggregator_rows` gives the set (same position, same shuffle seed, so
-    the same prompt GRPO and the evaluation show) and, as the completion, the text of the set's first
-    right candidate in recorded order that finished and states its answer explicitly (``####``, a
-    marker, a box: as :func:`agora.training.verified.sft_rows` chooses); sets without one give no row
-    (there is no verified text to imitate)::
+    the same prompt GRPO and the evaluation show) and, as the completion, with ``target="text"``, the
+    text of the set's first right candidate in recorded order that finished and states its answer
+    explicitly (``####``, a marker, a box: as :func:`agora.training.verified.sft_rows` chooses); with
+    ``target="answer"``, only the sentence naming the right answer of the set's first right candidate
+    (:func:`answer_statement`, ``The answer is 18.``), so that the loss falls on the choice between the
+    candidates and not on copying one's wording. Sets without such a candidate give no row (there is no
+    verified answer to imitate)::
 
         {"prompt": [...messages...], "completion": [{"role": "assistant", "content": text}],
          "instruction", "question_id", "task", "gold", "kind", "n_choices", "difficulty",
@@ -149,17 +163,26 @@ def aggregator_sft_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfi
 
     ``model``, ``run_id`` and ``call_id`` are the chosen candidate's (``model`` overrides the model
     recorded: the member being trained, when it is not the candidates' author). Rows repeating an
-    earlier row's prompt and completion are dropped."""
+    earlier row's prompt and completion are dropped.
+
+    Raises:
+        ValueError: ``target`` is not one of :data:`SFT_TARGETS`."""
+    if target not in SFT_TARGETS:
+        raise ValueError(f"aggregator SFT target must be one of {', '.join(SFT_TARGETS)}, got {target!r}")
     rows, seen = [], set()
     for s, row in zip(sets, aggregator_rows(sets, cfg), strict=True):
-        right = next((c for c in s["candidates"] if c.usable and c.how in EXPLICIT), None)
+        if target == "text":
+            right = next((c for c in s["candidates"] if c.usable and c.how in EXPLICIT), None)
+        else:
+            right = next((c for c in s["candidates"] if c.correct and c.answer is not None), None)
         if right is None:
             continue
-        key = (json.dumps(row["prompt"], sort_keys=True), right.text)
+        content = right.text if target == "text" else answer_statement(right.answer, s["kind"])
+        key = (json.dumps(row["prompt"], sort_keys=True), content)
         if key in seen:
             continue
         seen.add(key)
-        rows.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": right.text}],
+        rows.append({"prompt": row["prompt"], "completion": [{"role": "assistant", "content": content}],
                      "instruction": s["question"], "question_id": s["question_id"], "task": s["task"],
                      "gold": s["gold"], "kind": s["kind"], "n_choices": s["n_choices"],
                      "difficulty": s["difficulty"], "majority_correct": s["majority_correct"],
