@@ -200,7 +200,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--grpo-temperature", type=float, default=0.8)
     ap.add_argument("--grpo-prompts", default="all", choices=("all", "solved"),
                     help="GRPO prompts: every training question, or those some ALIGN candidate got right "
-                         "(groups on the others are constant zeros)")
+                         "(groups on the others are constant zeros); agg with --agg-recipe grpo: every candidate "
+                         "set, or those holding a right candidate")
     ap.add_argument("--pairs-per-question", type=int, default=2, help="ALIGN pairs per training question, at most")
     ap.add_argument("--length-ratio", type=float, default=1.5,
                     help="own-dpo: keep a pair when its longer answer is at most this many times the shorter (0: off)")
@@ -494,6 +495,8 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
             samples, _ = scored_samples(store, (), [f"{args.run_id}:align"], HeldOut.from_problems(held_out))
             where = {"run": f"{args.run_id}:align"}
         sets = candidate_sets(samples, cfg)
+        if args.grpo_prompts == "solved" and args.agg_recipe == "grpo":  # a set without a right candidate:
+            sets = [x for x in sets if x["any_correct"]]  # every reward 0, a group with no signal
         if not sets:
             raise ValueError(f"no candidate sets of {cfg.k}: " + (
                 "no training question has that many samples" if split_runs(args.agg_eval_runs)
@@ -521,8 +524,8 @@ def train_phase(args, book: PhaseBook, store: TraceStore, train, arm: str, held_
                      "rows_by_difficulty": _count(r["difficulty"] for r in rows)}
         else:
             member = grpo_member(store, run_id, spec, aggregator_rows(sets, cfg), out, settings, [aggregation_reward],
-                                 source={"aggregate": cfg.k, "sets": len(sets), **where})
-            extra = {"prompts": len(sets), "recipe": "grpo"}
+                                 source={"aggregate": cfg.k, "sets": len(sets), "prompts": args.grpo_prompts, **where})
+            extra = {"prompts": len(sets), "recipe": "grpo", "sets_kept": args.grpo_prompts}
         extra.update({"data": aggregator_stats(sets), "k": cfg.k, "source": where})
     elif arm in OWN_ARMS:
         from agora.training.config import SFTSettings

@@ -152,12 +152,38 @@ def test_train_phase_feeds_grpo_the_own_sample_sets_without_align_traces(setup, 
     assert [(r["question_id"], r["difficulty"]) for r in seen["rows"]] == [("train-1", "hard"), ("train-2", "easy")]
     shown = seen["rows"][0]["prompt"][-1]["content"]
     assert shown.count("The answer is 3.") == 3 and shown.count("The answer is 2.") == 1  # all 4 of train-1's
-    assert seen["source"] == {"aggregate": 4, "sets": 2, "samples_db": str(args.samples_db), "runs": ["s:samples"],
-                              "model": si.TARGET}
+    assert seen["source"] == {"aggregate": 4, "sets": 2, "prompts": "all", "samples_db": str(args.samples_db),
+                              "runs": ["s:samples"], "model": si.TARGET}
     _run(store, "s:one", TRAIN[:2], {"train-1": ["2"], "train-2": ["6"]}, si.TARGET)  # one sample a question
     one = si.parse_args([a if a != "s:samples" else "s:one" for a in argv])
     with pytest.raises(ValueError, match="has 1 sample\\(s\\) a question in s:one; an aggregator needs at least 2"):
         si.train_phase(one, book, TraceStore(Path(args.out) / "traces.db"), [], "agg", held_out)
+
+
+def test_grpo_prompts_solved_keeps_the_sets_holding_a_right_candidate(setup, monkeypatch):
+    """--grpo-prompts solved on the aggregator: a set whose candidates are all wrong (every reward 0, no
+    GRPO signal) is dropped; with the default, it is kept as a hard set."""
+    si, argv, held_out, store = setup
+    import agora.training.pipeline as pipeline
+
+    _run(store, "s:none", [("train-9", "Dee has 4 + 5 ?", "9")], {"train-9": ["1", "1", "1", "2"]}, si.TARGET)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def grpo_member(store, run_id, spec, rows, out, settings, rewards, source=None):
+        seen.append(([r["question_id"] for r in rows], source["prompts"]))
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "grpo_member", grpo_member)
+    base = [a if a != "s:samples" else "s:samples,s:none" for a in argv]
+    for extra in ([], ["--grpo-prompts", "solved"]):
+        args = si.parse_args(base + extra)
+        with pytest.raises(Stop):
+            si.train_phase(args, PhaseBook(Path(args.out) / "p.json", {}), TraceStore(Path(args.out) / "traces.db"),
+                           [], "agg", held_out)
+    assert seen == [(["train-1", "train-9", "train-2"], "all"), (["train-1", "train-2"], "solved")]
 
 
 def test_main_runs_the_arm_without_align_phases_and_pairs_it_with_majority_vote(setup, monkeypatch, capsys):
