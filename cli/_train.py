@@ -119,6 +119,7 @@ def check_sources(db: str, model: str | None, source_run: list[str] | None, mode
     for run in source_run or ():
         if run not in runs:
             raise InputError(f"--source-run {run!r}: no such run in {shown_url(db)} (its runs: {listed(runs)})")
+    _warn_running(store, db, list(dict.fromkeys(source_run or runs)), model)
     if model is None:
         return
     if "model_calls" not in tables:
@@ -133,6 +134,29 @@ def check_sources(db: str, model: str | None, source_run: list[str] | None, mode
         where = f"runs {', '.join(source_run)} of {shown_url(db)}" if source_run else shown_url(db)
         raise InputError(f"{model_option} {model!r}: no recorded call of it in {where} (members recorded: "
                          f"{listed(members)})")
+
+
+def _warn_running(store: TraceStore, db: str, runs: list[str], model: str | None) -> None:
+    """A warning on stderr naming the runs of ``runs`` whose status is still ``running`` and that
+    recorded calls (of ``model`` when given): their samples so far are read, and a rerun of the same
+    command may read more (a run stopped without finishing, its process killed, stays ``running`` too)."""
+    if not runs or "model_calls" not in store.db.table_names():
+        return
+    cols = {c.name for c in store.db["runs"].columns}
+    if "status" not in cols:
+        return
+    marks = ", ".join("?" for _ in runs)
+    found = {r for (r,) in store.db.execute(
+        f"select run_id from runs where status = 'running' and run_id in ({marks}) and exists (select 1 from "
+        f"model_calls c where c.run_id = runs.run_id{' and c.model = ?' if model is not None else ''})",
+        [*runs, *([model] if model is not None else [])])}
+    running = [r for r in runs if r in found]  # (in the order of runs: rowid is SQLite's alone)
+    if running:
+        named = ", ".join(map(repr, running[:5])) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
+        err_console.print(f"[yellow]warning:[/yellow] source run{'s' if len(running) > 1 else ''} {escape(named)} of "
+                          f"{escape(shown_url(db))} {'are' if len(running) > 1 else 'is'} still running (or stopped "
+                          "without finishing): the samples recorded so far are read, and the same command run later "
+                          "may read more", highlight=False, soft_wrap=True)
 
 
 def check_pair_sources(db: str, pairs: list[dict], flt) -> None:

@@ -86,9 +86,14 @@ def replay_cmd(
         params = parse_params(RULES[rule], param or [], run)
         dev = load_run(store, dev_run_id) if dev_run_id else None
         if not as_json and not any(q.samples for q in run.questions):  # the line alone, not an empty table
+            # calls without a questions row: every question of the run failed (replay reads recorded questions)
+            unread = 0 if run.questions or "model_calls" not in store.db.table_names() else store.db.execute(
+                "select count(*) from model_calls where run_id = ? and error is null", [run_id]).fetchone()[0]
+            why = (f"recorded no question: its {unread} successful model calls are of questions that failed (no "
+                   "questions row, so no gold to score a replay against)" if unread
+                   else "holds no successful model call")
             console.print(f"nothing to replay: run {escape(run_id)} ({escape(str(run.protocol))}, "
-                          f"{len(run.questions)} questions) holds no successful model call", highlight=False,
-                          soft_wrap=True)
+                          f"{len(run.questions)} questions) {why}", highlight=False, soft_wrap=True)
             return
         result = replay(run, rule, params, dev=dev)
         table = paired_table(run, result, seed=seed)

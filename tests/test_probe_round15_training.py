@@ -212,7 +212,7 @@ def test_evolve_refusals_come_before_the_run_line(tmp_path, monkeypatch):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "h1", "prompt": "What is 7+1?"}) + "\n")
     out = _evolve(tmp_path, monkeypatch, "--held-out", prompts)
-    assert only_lines(out) == ["error: 1 held-out problems have no gold answer to score against (first: 'h1'); "
+    assert only_lines(out) == [f"error: {prompts}:1: held-out problem 'h1' has no gold answer to score against; "
                                "hold out problems with gold answers"]
     assert not (tmp_path / "t.db").exists()
     store = TraceStore(tmp_path / "t.db")

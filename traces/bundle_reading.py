@@ -90,7 +90,23 @@ def bundle_line_texts(path: Path) -> Iterator[tuple[int, str, Any]]:
     except UnicodeDecodeError:  # (found by a chunk read ahead of the line: find the line itself)
         raise _not_utf8(path) from None
     except (OSError, EOFError) as exc:  # not gzip, or cut short
-        raise BundleError(f"{path}: not a readable gzip bundle ({exc})") from None
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: BaseException) -> BundleError:
+    """The refusal of a bundle gzip could not read (``exc``: its error): not gzip, cut short, damaged,
+    or, said apart, a gzip bundle followed by bytes that are not gzip (appended to after export, or
+    two files joined), which gzip reports as 'Not a gzipped file' although the file starts as one."""
+    if isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
+        try:
+            with open(path, "rb") as f:
+                starts_as_gzip = f.read(2) == b"\x1f\x8b"
+        except OSError:
+            starts_as_gzip = False
+        if starts_as_gzip:
+            return BundleError(f"{path}: bytes that are not gzip data after the end of its gzip stream (the file was "
+                               "appended to or damaged after export); nothing was imported")
+    return BundleError(f"{path}: not a readable gzip bundle ({exc})")
 
 
 def _not_utf8(path: Path) -> BundleError:
@@ -150,7 +166,7 @@ def _footer_first(path: Path) -> tuple[dict[str, Any], int]:
                     break
                 tail = (tail + chunk)[-65536:]
     except (OSError, EOFError) as exc:
-        raise BundleError(f"{path}: not a readable gzip bundle ({exc})") from None
+        raise _unreadable(path, exc) from None
     if too_long:
         raise BundleError(f"{path}:{lines + 1}: a line longer than {MAX_LINE_CHARS:,} characters (no bundle row is "
                           "that long); nothing was imported")

@@ -283,22 +283,25 @@ def _recorded_config(cfg: EvolveConfig, duel_run_id: str) -> dict[str, Any]:
     return {**recorded, "duel_run": duel_run_id}
 
 
+def _problem_at(file: tuple[Path, str] | None, pid: str) -> str | None:
+    """``path:line`` of problem ``pid`` in ``file`` (``(path, format)``), the path alone when its line is not
+    found, ``None`` without a file."""
+    from agora.tasks.loaders import problem_line
+
+    if file is None or file[0] is None:
+        return None
+    line = problem_line(*file, pid)
+    return f"{file[0]}:{line}" if line is not None else str(file[0])
+
+
 def _overlap_refusal(overlap: Sequence[Problem], played: dict[str, Problem], held_out_file: tuple[Path, str] | None,
                      instructions_file: tuple[Path, str] | None) -> str:
     """One line naming the first held-out problem that is also an instruction (file and line where known)."""
-    from agora.tasks.loaders import problem_line
-
-    def at(file: tuple[Path, str] | None, pid: str) -> str | None:
-        if file is None or file[0] is None:
-            return None
-        line = problem_line(*file, pid)
-        return f"{file[0]}:{line}" if line is not None else str(file[0])
-
     h = overlap[0]
     p = played[normalise_question(h.question)]
     text = normalise_question(h.question)
     text = text[:60] + ("..." if len(text) > 60 else "")
-    where, source = at(held_out_file, h.id), at(instructions_file, p.id)
+    where, source = _problem_at(held_out_file, h.id), _problem_at(instructions_file, p.id)
     more = f"; {len(overlap)} held-out problems in all are instructions" if len(overlap) > 1 else ""
     return (f"{where + ': ' if where else ''}held-out problem {h.id!r} ({text!r}) is also instruction {p.id!r} of the "
             f"duels ({source + '; ' if source else ''}texts compared with whitespace collapsed){more}; hold out "
@@ -336,8 +339,10 @@ def check_evolve(store: TraceStore | None, run_id: str, specs: Sequence[ModelSpe
                          "answers, or train on the judges' preferences (data 'duels')")
     no_gold = [p.id for p in held_out if p.gold is None or p.kind not in ("math", "mc")]
     if no_gold:
-        raise InputError(f"{len(no_gold)} held-out problems have no gold answer to score against (first: "
-                         f"{no_gold[0]!r}); hold out problems with gold answers")
+        where = _problem_at(held_out_file, no_gold[0])
+        more = f" ({len(no_gold)} held-out problems in all have none)" if len(no_gold) > 1 else ""
+        raise InputError(f"{where + ': ' if where else ''}held-out problem {no_gold[0]!r} has no gold answer to score "
+                         f"against{more}; hold out problems with gold answers")
     played = {}
     for p in problems:
         played.setdefault(normalise_question(p.question), p)

@@ -107,7 +107,7 @@ class HeldOut:
 
         Raises:
             FileNotFoundError: no such file. TaskFormatError: a folder; a malformed problem file (one
-            line naming file, line and field); an ids file in UTF-16 or another encoding than UTF-8,
+            line naming file, line and field); an ids file without an id, in UTF-16 or another encoding than UTF-8,
             or whose lines are JSON objects (a problem file named ``.txt``: its ids would match nothing).
         """
         from agora.tasks.errors import not_utf8
@@ -135,6 +135,9 @@ class HeldOut:
                     raise TaskFormatError(path, number, None, "a JSON object, not a question id: a problem file "
                                           "is read by its ids and texts when it is named .jsonl")
                 ids.append(text)
+            if not any(ids):  # (an empty problem file is refused as 'file has no records': so is this)
+                raise TaskFormatError(path, 0, None, "no question ids (the file is empty or every line blank): "
+                                      "nothing would be held out")
             return cls(frozenset(i for i in ids if i))
 
         return cls.from_problems(load_problems(path, fmt or detect_format(path)))
@@ -294,13 +297,14 @@ def scored_samples(db: str | Path | TraceStore | sqlite_utils.Database, models: 
     rewriting: dict[str, bool] = {}
     tables = set(store.db.table_names())
     skipped = {"held_out": 0, "no_gold": 0, "not_solver": 0, "recipe": 0, "no_prompt": 0}
-    if not {"runs", "questions", "model_calls"} <= tables:
+    if not {"runs", "model_calls"} <= tables:
         return [], skipped
+    # (no questions table: every question of every run failed; their calls count under no_gold below)
     runs = list(dict.fromkeys(run_ids)) or store.run_ids()  # a run named twice is read once
     wanted = set(models)
     out: list[OwnSample] = []
     for run_id in runs:
-        questions = {q["question_id"]: q for q in store.questions(run_id)}
+        questions = {q["question_id"]: q for q in store.questions(run_id)} if "questions" in tables else {}
         # (a run with calls and no questions row, every question failed, counts its calls under no_gold below)
         order = {qid: n for n, qid in enumerate(questions)}
         bench_task = _bench_task(store, run_id)
