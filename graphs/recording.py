@@ -56,7 +56,8 @@ Each invocation is its own question (``docs/guarantees.md``, "Recording from an 
   (:class:`RecorderConflictError`): the two would write the same model calls.
 
 What it does not record: a question resumed through another recorder (or process) than the one
-that saw it start (its earlier nodes are not known: it is skipped, with a logged warning; use
+that saw it start (its earlier nodes are not known: it is skipped, with a logged warning, and no
+longer counted ``paused`` in its run's summary once finished; use
 :func:`agora.graphs.runner.run_problems` for resumable runs), duels and CUPID sessions (they have
 their own drivers and records: :func:`agora.runs.duel.run_duels`,
 :func:`agora.runs.selection.run_session`).
@@ -70,6 +71,7 @@ import functools
 import logging
 import os
 import re
+import sys
 import threading
 import time
 import weakref
@@ -249,6 +251,33 @@ def _raised_in_chain_end(error: BaseException) -> list[tuple[UUID, Any]]:
     return found
 
 
+def _hear_first(recorder: "TraceRecorder") -> None:
+    """Put ``recorder`` first among the handlers of the callback manager starting the outermost run
+    it is told of now (found on the stack: LangChain's ``CallbackManager.on_chain_start`` frame), and
+    among the handlers its child runs inherit, so it hears each run's end and error before the app's
+    own handlers: one of them raising there (with ``raise_error``) stops LangChain telling the
+    handlers after it, and a question whose error the recorder never heard was left ``unfinished``,
+    its calls unwritten. The lists are the invocation's own (LangChain copies the app's handlers into
+    them); the recorder moves while LangChain iterates the list past it, which keeps the handlers after
+    it in their places (those before it were told already)."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return
+        if (frame.f_code.co_name == "on_chain_start"
+                and frame.f_globals.get("__name__") == "langchain_core.callbacks.manager"):
+            break
+        frame = frame.f_back
+    else:
+        return
+    manager = frame.f_locals.get("self")
+    for handlers in (getattr(manager, "handlers", None), getattr(manager, "inheritable_handlers", None)):
+        if isinstance(handlers, list) and handlers and handlers[0] is not recorder \
+                and any(h is recorder for h in handlers):
+            handlers.remove(recorder)
+            handlers.insert(0, recorder)
+
+
 def _update_of(outputs: Any) -> dict[str, Any] | None:
     """A node's state update: its dict, or a ``Command``'s ``update``."""
     if isinstance(outputs, dict):
@@ -261,6 +290,22 @@ def _update_of(outputs: Any) -> dict[str, Any] | None:
 def _protocol_nodes() -> dict[str, frozenset[str]]:
     """Benchmark protocol → the names of its graph's nodes (built once, when first needed)."""
     return {spec.name: frozenset(spec.build().nodes) for spec in registry.specs() if spec.kind == "benchmark"}
+
+
+@functools.cache
+def _protocol_entries() -> dict[str, frozenset[str] | None]:
+    """Benchmark protocol → the nodes its graph runs first (an edge or a branch from ``START``), every
+    question of it starts there; ``None`` where a branch from ``START`` may go anywhere."""
+    entries: dict[str, frozenset[str] | None] = {}
+    for spec in registry.specs():
+        if spec.kind != "benchmark":
+            continue
+        builder = spec.build()
+        first = {end for start, end in builder.edges if start == START}
+        ends = [getattr(branch, "ends", None) for branch in builder.branches.get(START, {}).values()]
+        entries[spec.name] = None if any(e is None for e in ends) else frozenset(
+            first.union(*(e.values() for e in ends)))
+    return entries
 
 
 def _merged(updates: list[dict[str, Any]]) -> dict[str, Any]:
@@ -321,7 +366,9 @@ class TraceRecorder(BaseCallbackHandler):
     raise_error = True
     run_inline = True
     """Called in the invocation's own context, async runs too: the outermost run collects the failed
-    attempts of model calls cut short (:func:`agora.models.pool.unreturned_attempts`)."""
+    attempts of model calls cut short (:func:`agora.models.pool.unreturned_attempts`). It also puts
+    itself first among the invocation's handlers (:func:`_hear_first`): an app handler raising in
+    ``on_chain_error`` or ``on_chain_end`` no longer hides a run's end from it."""
 
     def __init__(self, db: str | Path | TraceStore, run_id: str, *, config: Any = None, pool: Any = None):
         super().__init__()
@@ -366,6 +413,12 @@ class TraceRecorder(BaseCallbackHandler):
         self._before: dict[str, dict[str, Any]] = {}
         """Protocol → the summary its run's row held when this recorder first took it (an earlier
         ``with`` block's of the same ``run_id``): :meth:`finish` counts those questions too."""
+        self._resumed: dict[str, int] = {}
+        """Protocol → questions this recorder saw finish but not start (paused in an earlier ``with``
+        block of the run_id, or by another recorder): :meth:`finish` counts that many fewer of the
+        earlier blocks' ``paused``."""
+        self._marked_resumed: dict[str, int] = {}
+        """Protocol → the :attr:`_resumed` count :meth:`finish` last took off its run's ``paused``."""
         self._dropped: dict[str, int] = {}
         """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
         self._seen: Any = None
@@ -437,6 +490,7 @@ class TraceRecorder(BaseCallbackHandler):
                     dropped = self._held.pop(key)
                     if dropped.question_id is None:  # paused, never finished: counted as paused
                         self._dropped[dropped.protocol] = self._dropped.get(dropped.protocol, 0) + 1
+        _hear_first(self)
         self._drop_dead_start(run_id)
         collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id))
         run.unreturned = (collector, collector.__enter__())
@@ -554,7 +608,8 @@ class TraceRecorder(BaseCallbackHandler):
                     # a stream the app closed (``aclose()``) or a task it cancelled before finish(): LangGraph
                     # reports that end a few event-loop turns after ``aclose()`` returns, so it comes after
                     # the block's end; it ended in the block, so it is recorded, and the runs marked again
-                    closed_late = isinstance(error, (GeneratorExit, asyncio.CancelledError))
+                    # (a sync stream's close() reports its end at once: closed after the block, not in it)
+                    closed_late = isinstance(error, (GeneratorExit, asyncio.CancelledError)) and run.task is not None
                     if closed_late:
                         self._record_tree(run_id)
                     else:
@@ -890,6 +945,12 @@ class TraceRecorder(BaseCallbackHandler):
         Returns the id a stopped question was written under (``None`` when paused or refused)."""
         run = self._runs[rid]
         held = self._held.pop(run.thread, None) if run.thread is not None else None
+        paused = run.error is None or isinstance(run.error, GraphBubbleUp)
+        if held is None and paused and isinstance(run.inputs, dict) and self._resumed_unseen(run, protocol, run.inputs):
+            # paused again, a question another recorder saw start: no longer that one's pause, this one's;
+            # held without its input, so not recorded when it ends (its first part is unknown here)
+            self._resumed[protocol] = self._resumed.get(protocol, 0) + 1
+            held = _Held(protocol, {}, [], 0.0)
         inputs = held.inputs if held is not None else run.inputs
         held = _Held(protocol, inputs, (held.updates if held else []) + self._node_updates(run),
                      (held.wall_s if held else 0.0) + run.wall_s, held.question_id if held else None)
@@ -991,7 +1052,10 @@ class TraceRecorder(BaseCallbackHandler):
         held = self._held.pop(graph_run.thread, None) if graph_run.thread is not None else None
         inputs = held.inputs if held is not None else graph_run.inputs
         inputs = inputs if isinstance(inputs, dict) else None
-        if not inputs or not inputs.get("question"):
+        unseen = held is None and self._resumed_unseen(graph_run, protocol, inputs)
+        if unseen:
+            self._resumed[protocol] = self._resumed.get(protocol, 0) + 1
+        if unseen or not inputs or not inputs.get("question"):
             log.warning("TraceRecorder: a %s question resumed from a checkpoint was not recorded: this recorder "
                         "did not see it start (its earlier nodes are unknown)", protocol)
             return
@@ -1029,6 +1093,20 @@ class TraceRecorder(BaseCallbackHandler):
             self.failed[protocol] = len(self.failed_questions[protocol])
             if not self.failed[protocol]:
                 del self.failed[protocol], self.failed_questions[protocol]
+
+    def _resumed_unseen(self, graph_run: _Run, protocol: str, inputs: dict[str, Any] | None) -> bool:
+        """Whether the protocol graph run ``graph_run`` (nothing held of it) goes on with a question
+        another recorder saw start (paused or stopped there): resumed with ``None`` or a ``Command``
+        (no question in its input), or, as a node of the app's graph (given the app's state), none
+        of the nodes its graph starts with ran (:func:`_protocol_entries`). A replay from an earlier
+        checkpoint is a question of its own."""
+        if not inputs or not inputs.get("question"):
+            return graph_run.thread is not None
+        if inputs.get(_REPLAY_OF) or graph_run.thread is None:
+            return False
+        entries = _protocol_entries().get(protocol)
+        ran = {self._runs[c].name for c in graph_run.children if c in self._runs and self._runs[c].node}
+        return entries is not None and bool(ran) and not ran & entries
 
     def _default_pool(self, protocol: str, calls: list[dict[str, Any]]) -> Any:
         """The pool ``protocol``'s run row describes: the recorder's ``pool``; without one, the pool
@@ -1112,9 +1190,13 @@ class TraceRecorder(BaseCallbackHandler):
         self._status = status
         try:
             self._seen = None
-            for protocol in paused:  # a protocol whose questions all paused: its run's row says so (and a
-                # run released by an earlier finish() whose paused count changed since is taken again)
-                if protocol not in self._locks and paused[protocol] != self._marked_paused.get(protocol, 0):
+            for protocol in {**paused, **self._resumed}:  # a protocol whose questions all paused: its run's row
+                # says so (and a run released by an earlier finish() whose paused count changed since, or
+                # one whose earlier paused question this recorder saw finish, is taken again)
+                if protocol not in self._locks and (
+                        paused.get(protocol, 0) != self._marked_paused.get(protocol, 0)
+                        or (self._resumed.get(protocol, 0) != self._marked_resumed.get(protocol, 0)
+                            and self.store.get_run(f"{self.run_id}-{protocol}") is not None)):
                     self._start(protocol, [])
             for protocol in list(self._locks):  # (a run finished before and not taken since: left as marked)
                 run_id = self.run_ids[protocol]
@@ -1132,9 +1214,12 @@ class TraceRecorder(BaseCallbackHandler):
                 if failed_questions:
                     summary["failed_questions"] = dict(list(failed_questions.items())[:50])
                 earlier_paused = before.get("paused") if isinstance(before.get("paused"), int) else 0
+                # (less those paused there that this recorder saw finish: counted once, as answered or paused)
+                earlier_paused = max(0, earlier_paused - self._resumed.get(protocol, 0))
                 if paused.get(protocol, 0) + earlier_paused:
                     summary["paused"] = paused.get(protocol, 0) + earlier_paused
                 self._marked_paused[protocol] = paused.get(protocol, 0)
+                self._marked_resumed[protocol] = self._resumed.get(protocol, 0)
                 if unfinished:
                     summary["unfinished"] = unfinished
                 self.store.finish_run(run_id, summary=summary,
