@@ -132,7 +132,7 @@ HOSTILE = [
      "NotImplementedError: 'format' of a super() object"),
     ("string.Formatter", "import string\nprint(string.Formatter)", "NotImplementedError"),
     ("a library module's sys", "import statistics\nprint(statistics.sys)", "AttributeError: 'sys' is the module 'sys'"),
-    ("re's enum", "import re\nprint(re.enum)", "AttributeError: 'enum' is the module 'enum'"),
+    ("re's copyreg", "import re\nprint(re.copyreg)", "AttributeError: 'copyreg' is the module 'copyreg'"),
     ("datetime's sys", "import datetime\nprint(datetime.sys)", "AttributeError: 'sys' is the module 'sys'"),
     ("sympy.preview", "import sympy\nprint(sympy.preview)", "AttributeError: 'preview' belongs to the module"),
     ("find_executable", "from sympy.utilities.misc import find_executable\nprint(find_executable('sh'))",

@@ -169,7 +169,7 @@ ESCAPES = [
     ('random _os', 'import random\nprint(random._os)', 'SyntaxError: Line 2: "_os" is an invalid attribute name because it starts with "_".'),
     ('statistics sys', 'import statistics\nprint(statistics.sys.modules)', "AttributeError: 'sys' is the module 'sys', which is not allowed"),
     ('functools reach sys via globals', 'import functools\nprint(functools.reduce.__globals__)', 'SyntaxError: Line 2: "__globals__" is an invalid attribute name because it starts with "_".'),
-    ('re module sre reach', 'import re\nprint(re.enum.sys)', "AttributeError: 'enum' is the module 'enum', which is not allowed"),
+    ('re module sre reach', 'import re\nprint(re.enum.sys)', "AttributeError: 'sys' is the module 'sys', which is not allowed"),
     ('collections sys', "import collections\nprint(collections.sys.modules['os'])", "AttributeError: module 'collections' has no attribute 'sys'"),
     ('datetime time module', 'import datetime\nprint(datetime.time.__module__, datetime._time)', 'SyntaxError: Line 2: "__module__" is an invalid attribute name because it starts with "_".; Line 2: "_time" is'),
     ('numbers ABCMeta reach abc sys', 'import numbers\nprint(numbers.ABCMeta.__module__)\nimport abc\nprint(abc)', 'SyntaxError: Line 2: "__module__" is an invalid attribute name because it starts with "_".'),

@@ -119,7 +119,7 @@ ESCAPES = [
      'TypeError: class E: a subclass of a built-in value type (str, int, tuple, dict...) with attributes o'),
     ('enum with an int mixin and its own __index__', "from sympy.combinatorics.galois import Enum\nE = Enum('E', {'A': 1, '__index__': lambda s: 5}, type=int)\nprint([0, 1, 2, 3, 4, 5][E.A])",
      'TypeError: class E: a subclass of a built-in value type (str, int, tuple, dict...) with attributes o'),
-    ('enum class statement str mixin', "from sympy.combinatorics.galois import Enum\nclass E(str, Enum):\n    A = 'x'\nprint(E.A)",
+    ('enum class statement str mixin with its own startswith', "from sympy.combinatorics.galois import Enum\nclass E(str, Enum):\n    A = 'x'\n    def startswith(self, p):\n        return False\nprint(E.A)",
      'TypeError: class E: a subclass of a built-in value type (str, int, tuple, dict...) with attributes o'),
     ('enum metaclass mixing type', "from sympy.combinatorics.galois import Enum\nimport numbers\nE = Enum('E', {'A': 1}, type=numbers.ABCMeta)\nprint(E)",
      'TypeError: class E: a class deriving from type (a metaclass) is not allowed in the sandbox'),

@@ -226,6 +226,20 @@ def _dangerous_builtins() -> frozenset[int]:
 
 
 _DANGEROUS = _dangerous_builtins()
+
+
+def _refused_library_functions() -> dict[int, str]:
+    """``id``s of library functions of allowed modules that a program may not hold, and why:
+    ``enum.global_enum`` writes an enum's members into the module its ``__module__`` names (any
+    loaded module, the worker's own ``__main__``), ``enum.pickle_by_enum_name`` returns the
+    interpreter's ``getattr``."""
+    import enum
+
+    whys = {"global_enum": "it writes into any module", "pickle_by_enum_name": "it hands out getattr"}
+    return {id(getattr(enum, n)): why for n, why in whys.items() if hasattr(enum, n)}
+
+
+_REFUSED_FUNCTIONS = _refused_library_functions()
 _MISSING = object()
 
 
@@ -268,27 +282,100 @@ def _library_class(cls) -> bool:
     return found is cls
 
 
-def _class_statement_refused(bases: tuple, namespace: dict, meta) -> str | None:
+def _library_type(cls) -> bool:
+    """``cls`` is a library's class: one a module holds under its name (:func:`_library_class`), or
+    a static type of C code (``collections.defaultdict``; a program makes only heap types)."""
+    return not type.__dict__["__flags__"].__get__(cls) & (1 << 9) or _library_class(cls)  # Py_TPFLAGS_HEAPTYPE
+
+
+def _class_statement_refused(bases: tuple, namespace: dict, meta, name=None, maker=None) -> str | None:
     """Why a program's ``class`` statement may not make a class (``None`` when it may). Refused: a
     metaclass (a class deriving from ``type``); a class whose metaclass the program made (not
     ``type`` and not a library's, :func:`_library_class`); a class deriving from a built-in value type
     (:data:`_VALUE_TYPES`) whose body, or a base the program made, defines anything (its methods would
-    answer ``==``, ``hash``, ``+``, ``split``... where a library takes it for a name or a key).
-    ``class S(str): pass`` stays."""
+    answer ``==``, ``hash``, ``+``, ``split``... where a library takes it for a name or a key), but an
+    ``Enum`` of members and new methods (:func:`_enum_body`; ``name`` is the class's, ``maker`` the
+    metaclass that makes it when ``meta`` is not). ``class S(str): pass`` stays."""
     mros = [type.__dict__["__mro__"].__get__(b) for b in bases]
     if any(type in mro for mro in mros):
         return "a class deriving from type (a metaclass)"
     if meta is not type and not _library_class(meta):
         return "a class whose metaclass the program made"
     if any(v in mro for mro in mros for v in _VALUE_TYPES):
-        if set(namespace) - _CLASS_BOOKKEEPING:
+        if set(namespace) - _CLASS_BOOKKEEPING and not _enum_body(name, mros, namespace, maker or meta):
             return "a subclass of a built-in value type (str, int, tuple, dict...) with attributes of its own"
         for mro in mros:
             for klass in mro:
                 own = set(type.__dict__["__dict__"].__get__(klass)) - _CLASS_BOOKKEEPING - {"__dict__", "__weakref__"}
-                if klass is not object and klass not in _VALUE_TYPES and not _library_class(klass) and own:
+                if klass is not object and klass not in _VALUE_TYPES and not _library_type(klass) and own:
                     return "a subclass of a built-in value type (str, int, tuple, dict...) with attributes of its own"
     return None
+
+
+#: Values an ``Enum`` member of a class with a value type may have (and tuples and frozensets of them).
+_MEMBER_VALUES = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _member_value(value, enum, depth: int = 0) -> bool:
+    """``value`` is a plain member value (:data:`_MEMBER_VALUES`, tuples and frozensets of them, an
+    ``enum.auto()`` yet to be numbered or of one), read without the program's code (exact types only)."""
+    kind = type(value)
+    if kind in _MEMBER_VALUES:
+        return True
+    if depth >= 8:
+        return False
+    if kind is enum.auto:
+        inner = vars(value).get("value", _MISSING)
+        return inner is vars(enum).get("_auto_null", _MISSING) or _member_value(inner, enum, depth + 1)
+    if kind in (tuple, frozenset):
+        return all(_member_value(v, enum, depth + 1) for v in value)
+    return False
+
+
+def _program_function(value) -> bool:
+    """``value`` is a function the program defined (its module ``__main__``), or ``None``."""
+    return value is None or (type(value) is types.FunctionType and _module_of(value) == "__main__")
+
+
+def _enum_body(name, mros: list, namespace, maker) -> bool:
+    """A class deriving from a built-in value type and ``enum.Enum`` whose metaclass is enum's
+    (``class Color(str, Enum): RED = 'red'``, ``IntEnum`` subclasses, the functional API) may have a
+    body of its own: its members, each a plain value (:func:`_member_value`), and methods (the
+    program's functions, as they are or as a ``property``, ``staticmethod`` or ``classmethod``). Each
+    name must be an identifier not starting with ``_`` that is no attribute of any base (a member or
+    method named ``startswith``, ``split``, ``value`` would answer for ``str``'s or enum's own), and
+    so must the class's name (enum writes it into each member's ``str``). Enum's own methods
+    (``__str__``, ``__hash__``, ``__format__``) are the library's; the program defines none."""
+    import sys
+
+    enum = sys.modules.get("enum")
+    if (enum is None or not isinstance(maker, type) or enum.EnumType not in type.__dict__["__mro__"].__get__(maker)
+            or not _library_class(maker) or not any(enum.Enum in mro for mro in mros)):
+        return False
+    if not (_plain(name) and name.isidentifier() and not name.startswith("_")):
+        return False
+    if type(namespace) not in (dict, getattr(enum, "_EnumDict", dict)):
+        return False
+    for key, value in dict.items(namespace):
+        if key in _CLASS_BOOKKEEPING:
+            continue
+        if key == "_generate_next_value_" and (value is None or any(  # what enum's ``__prepare__`` put there
+                type.__dict__["__dict__"].__get__(klass).get(key) is value for mro in mros for klass in mro)):
+            continue
+        if not (_plain(key) and key.isidentifier() and not key.startswith("_")):
+            return False
+        if any(key in type.__dict__["__dict__"].__get__(klass) for mro in mros for klass in mro):
+            return False
+        kind = type(value)
+        if kind in (staticmethod, classmethod):
+            value = value.__func__
+        elif kind is property:
+            if not all(_program_function(f) for f in (value.fget, value.fset, value.fdel)):
+                return False
+            continue
+        if not (_member_value(value, enum) or (value is not None and _program_function(value))):
+            return False
+    return True
 
 
 def _winner(metaclass, bases: tuple):
@@ -316,7 +403,7 @@ def _guarded_build_class(func, name, *bases, metaclass=type, **kwargs):
 
     def make(name_, bases_, namespace, **kw):
         meta = _winner(metaclass, bases_)
-        if why := _class_statement_refused(bases_, namespace, meta):
+        if why := _class_statement_refused(bases_, namespace, meta, name_):
             raise TypeError(f"class {name_}: {why} is not allowed in the sandbox")
         return meta(name_, bases_, namespace, **kw)
 
@@ -480,6 +567,8 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
         return "is a built-in the sandbox does not give"
     if kind is types.FunctionType and id(value) in _OWN_RUNNERS:
         return "is the sandbox's own code runner, which a program may not hold"
+    if kind is types.FunctionType and id(value) in _REFUSED_FUNCTIONS:
+        return f"belongs to the module {_module_of(value)!r}, which is not allowed ({_REFUSED_FUNCTIONS[id(value)]})"
     if (isinstance(value, type) and issubclass(value, string.Formatter)) or isinstance(value, string.Formatter):
         # its ``get_field`` reads any attribute (``'0.__class__'``), and a subclass's ``super()`` reaches it
         return "is string.Formatter, which reads any attribute (format strings with str.format or f-strings)"
@@ -581,6 +670,35 @@ class _ItemsOnly:
         raise TypeError(f"the sandbox does not let a program delete the attribute {name!r} of {_described(self.target)}")
 
 
+class _LibraryFieldsOnly(_ItemsOnly):
+    """:class:`_ItemsOnly` for an instance of a subclass of a built-in value type, whose fields that
+    a library's class declares stay writable (``collections.defaultdict``'s ``default_factory``, a
+    C slot): a name that is a member or get-set descriptor in the ``__dict__`` of a class of its
+    ``__mro__`` that the program did not make."""
+
+    __slots__ = ()
+
+    def _field(self, name) -> bool:
+        if not _plain(name):
+            return False
+        for klass in type.__dict__["__mro__"].__get__(type(self.target)):
+            found = type.__dict__["__dict__"].__get__(klass).get(name, _MISSING)
+            if found is not _MISSING:
+                return (type(found) in (types.MemberDescriptorType, types.GetSetDescriptorType)
+                        and (klass in _VALUE_TYPES or _library_type(klass)))
+        return False
+
+    def __setattr__(self, name, value):
+        if not self._field(name):
+            super().__setattr__(name, value)
+        setattr(self.target, name, value)
+
+    def __delattr__(self, name):
+        if not self._field(name):
+            super().__delattr__(name)
+        delattr(self.target, name)
+
+
 def _described(obj) -> str:
     if isinstance(obj, types.ModuleType):
         return f"the module {obj.__name__!r}"
@@ -594,11 +712,16 @@ def _write_guard(obj):
     function or method the program did not define (``__module__`` other than ``__main__``); sympy's
     registries (``sympy.S``, :data:`_LIBRARY_STATE`); a class of the program's that is, or has a
     subclass that is, a subclass of a built-in value type (``class S(str): pass`` then ``S.split =
-    f`` would give it the methods :func:`_class_statement_refused` refuses); the sandbox's routing
-    objects (the restricted ``eval_expr``: their state is the worker's)."""
+    f`` would give it the methods :func:`_class_statement_refused` refuses), and an instance of one
+    (``s.startswith = f`` answers ``s.startswith('_')`` from the instance, and so would a slot made
+    by a metaclass call: a ``dict`` subclass's items stay writable); the sandbox's routing objects
+    (the restricted ``eval_expr``: their state is the worker's)."""
     if (isinstance(obj, (types.ModuleType, _RestrictedSympyEval, _SafeFormatter))
             or (_LIBRARY_STATE and isinstance(obj, _LIBRARY_STATE))):
         return _ItemsOnly(obj)
+    kind = type(obj)  # (``issubclass`` of built-in types reads the C-level MRO: no metaclass's code runs)
+    if issubclass(kind, _VALUE_TYPES) and kind not in _VALUE_TYPES:
+        return _LibraryFieldsOnly(obj)
     if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                         types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
                         types.GetSetDescriptorType, types.MemberDescriptorType, property, staticmethod, classmethod)):
@@ -1934,7 +2057,7 @@ def _route_metaclasses() -> None:
         def __new__(mcls, *args, _meta=meta, _own=own_new, **kwargs):
             # before the class exists: ``type.__new__`` hands it to the namespace's ``__set_name__``
             # and to the bases' ``__init_subclass__``, which are the program's
-            if _PROGRAM_GLOBALS[0] is not None and len(args) == 3 and (why := _made_class_refused(*args)):
+            if _PROGRAM_GLOBALS[0] is not None and len(args) == 3 and (why := _made_class_refused(*args, maker=mcls)):
                 raise TypeError(why)
             if _own is not None:
                 return _own(mcls, *args, **kwargs)
@@ -1948,21 +2071,25 @@ def _route_metaclasses() -> None:
             pass
 
 
-def _made_class_refused(name, bases, namespace) -> str | None:
+def _made_class_refused(name, bases, namespace, maker=None) -> str | None:
     """Why a metaclass call (``numbers.ABCMeta('S', (str,), {...})``, sympy's ``Function('f',
     bases=..., __dict__=...)``) may not make the class ``name`` of ``bases`` and ``namespace`` in a
     child, or ``None``: the rules of a ``class`` statement (:func:`_class_statement_refused`: no
-    metaclass, no subclass of a built-in value type with attributes of its own), whoever calls it."""
+    metaclass, no subclass of a built-in value type with attributes of its own), whoever calls it;
+    ``maker`` is the metaclass called (enum's makes ``Enum`` classes, :func:`_enum_body`)."""
     if type(bases) is not tuple or not all(isinstance(b, type) for b in bases):
         return None  # ``type.__new__`` refuses it itself
-    try:
-        keys = list(namespace)
-    except TypeError:
-        return None
-    names = {k: None for k in keys if _plain(k)}
-    if len(names) < len(keys):
-        names["<a name that is not a plain str>"] = None
-    why = _class_statement_refused(bases, names, type)
+    if isinstance(namespace, dict):  # its items as ``type.__new__`` copies them, without the program's code
+        items = list(dict.items(namespace))
+    else:
+        try:
+            items = [(k, _MISSING) for k in namespace]
+        except TypeError:
+            return None
+    names = {k: v for k, v in items if _plain(k)}
+    if len(names) < len(items):
+        names["<a name that is not a plain str>"] = _MISSING
+    why = _class_statement_refused(bases, names, type, name, maker)
     if why is None:
         return None
     shown = str.__str__(name) if _plain(name) else "?"

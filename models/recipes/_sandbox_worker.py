@@ -83,7 +83,7 @@ _OutputLimit, _Policy, _Printer, _restricted_globals, _route_sympy = (
 
 #: Modules imported at start when present (a child's import of one of them is then free).
 PRELOAD = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "statistics",
-           "operator", "string", "re", "datetime", "heapq", "bisect", "numbers", "random", "sympy")
+           "operator", "string", "re", "datetime", "heapq", "bisect", "numbers", "random", "enum", "sympy")
 for _name in PRELOAD:
     try:
         __import__(_name)

@@ -18,7 +18,7 @@ What was chosen, and why:
   not define cannot be set or deleted, nor written by library helpers (``functools.total_ordering``,
   ``abc.ABCMeta.register``); the built-in ``type`` is never a program's value (its ``type(x)`` gives
   ``x``'s class) and a metaclass call is judged like a ``class`` statement (``_sandbox_restricted.py``
-  says why). RestrictedPython
+  says why). A program over :data:`MAX_PROGRAM_BYTES` is refused before it is sent. RestrictedPython
   alone is not a security boundary (its own docs say so), hence:
 - **OS limits in the child** (``resource.setrlimit``): CPU seconds (``RLIMIT_CPU``), address space
   (``RLIMIT_AS``: the worker's plus :attr:`~SandboxLimits.memory_mb`), file size, no core files, no
@@ -66,13 +66,18 @@ from agora.models.validation import Convert, Rule, settings
 #: The modules a program may import unless a recipe says otherwise (sympy when installed).
 DEFAULT_IMPORTS: tuple[str, ...] = ("math", "cmath", "fractions", "decimal", "itertools", "functools",
                                     "collections", "statistics", "operator", "string", "re", "datetime",
-                                    "heapq", "bisect", "numbers", "random", "sympy")
+                                    "heapq", "bisect", "numbers", "random", "enum", "sympy")
 #: Modules that may never be allowed: they reach the file system, processes or the network.
 FORBIDDEN_IMPORTS = frozenset({"os", "sys", "subprocess", "socket", "shutil", "pathlib", "io", "builtins",
                                "importlib", "ctypes", "multiprocessing", "threading", "signal", "resource",
                                "pickle", "marshal", "tempfile", "glob", "urllib", "http", "requests", "asyncio",
                                "code", "codeop", "inspect", "gc", "posix", "pty", "select", "mmap", "numpy",
                                "pandas", "sqlite3", "types", "runpy", "zipfile", "tarfile", "webbrowser"})
+
+#: The most bytes (UTF-8) of a program the sandbox runs: a larger one is refused before it is sent
+#: (sending, parsing and compiling megabytes took seconds past the wall-time limit, which starts at
+#: the child's fork). A model's program is a few kilobytes; this leaves room for data tables.
+MAX_PROGRAM_BYTES = 2**20
 
 ProgramStatus = Literal["ok", "error", "timeout", "killed", "output_limit"]
 
@@ -246,14 +251,19 @@ class Sandbox:
 
     def run(self, program: str, limits: SandboxLimits = SandboxLimits()) -> ProgramRun:
         """Run ``program`` under ``limits``. A worker found dead (killed from outside) is replaced
-        and the program sent to the new one.
+        and the program sent to the new one. A program over :data:`MAX_PROGRAM_BYTES` is not run: an
+        ``error`` run whose error (``ProgramTooLarge: ...``) names its size and the cap.
 
         Raises:
             SandboxError: no worker could be started (the program is not run).
         """
+        start = time.perf_counter()
+        size = len(program.encode("utf-8", "surrogatepass"))
+        if size > MAX_PROGRAM_BYTES:
+            return ProgramRun("error", "", f"ProgramTooLarge: the program is {size} bytes, more than the sandbox "
+                              f"runs ({MAX_PROGRAM_BYTES} bytes); nothing was run", time.perf_counter() - start, ())
         request = {"program": program, "cpu_s": limits.cpu_s, "wall_s": limits.wall_s,
                    "memory_mb": limits.memory_mb, "output_bytes": limits.output_bytes, "imports": list(limits.imports)}
-        start = time.perf_counter()
         for attempt in range(2):
             worker = self._take()
             try:
