@@ -190,7 +190,12 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
     unreachable model into exit 1;
     Ctrl-C into exit 130. ``unit``: what the command's run saves as it goes (``"questions"``,
     ``"duels"``), named in the resume hint; ``None`` (the default) for a command that runs nothing
-    (a report, an export, replay, training): its lines then say nothing about saved work or resuming."""
+    (a report, an export, replay, training): its lines then say nothing about saved work or resuming.
+    A trace DB error before any run started (:func:`agora.graphs.recorded_runs.runs_started`: a
+    read-only ``--db`` file refusing the run's row) says nothing about saved work either."""
+    from agora.graphs.recorded_runs import runs_started
+
+    started_before = runs_started()
     try:
         yield
     except typer.Exit:
@@ -214,7 +219,7 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         err_console.print(f"[red]error:[/red] {escape(error_line(str(exc)))}{resume}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
-        saved = f"; finished {unit} are saved" if unit is not None else ""
+        saved = f"; finished {unit} are saved" if unit is not None and runs_started() > started_before else ""
         described = error_line(describe_sqlite_error(_databases_given(), exc))
         err_console.print(f"[red]error:[/red] {escape(described)}{saved}",
                           highlight=False, soft_wrap=True)

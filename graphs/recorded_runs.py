@@ -23,6 +23,15 @@ from agora.traces.store import TraceStore
 
 _live_runs: dict[tuple[str, str], "RecordedRun"] = {}
 _live_lock = threading.Lock()
+_runs_started = 0
+
+
+def runs_started() -> int:
+    """How many runs this process has started or resumed (their ``runs`` row written by
+    :meth:`TraceStore.start_run` inside :func:`recorded_run`) so far: a command compares it with
+    the count before it ran to tell whether any of its work can have been saved (a trace DB that
+    refuses the run's first write saved nothing)."""
+    return _runs_started
 
 
 def mark_live_runs(status: str = "interrupted", reason: str = "stopped") -> list[str]:
@@ -124,6 +133,8 @@ def recorded_run(store: TraceStore, run_id: str, protocol: str, *, config: Any, 
         except BaseException:
             saver.close()
             raise
+        global _runs_started
+        _runs_started += 1
         run = RecordedRun(store=store, run_id=run_id, saver=saver, resumed=resumed)
         key = (store.path, run_id)
         with _live_lock:

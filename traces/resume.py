@@ -110,6 +110,67 @@ def check_run_id(run_id: Any, option: str = "--run-id", *, max_chars: int = MAX_
 
 
 
+#: Letters of other scripts that print as a Latin letter in common fonts (from Unicode's
+#: confusables list: Cyrillic and Greek), mapped to it by :func:`run_id_skeleton`.
+_LOOK_ALIKES = str.maketrans({
+    **dict(zip("аеорсухѕіјԁһԛԝӏɑ", "aeopcyxsijdhqwla")),
+    **dict(zip("АВЕКМНОРСТХУЅІЈԚԜ", "ABEKMHOPCTXYSIJQW")),
+    **dict(zip("ονρικυΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ovpikuABEZHIKMNOPTYX")),
+})
+
+
+def run_id_skeleton(run_id: str) -> str:
+    """What run ids are compared by when a new run is started (:func:`lookalike_refusal`): the id
+    in Unicode NFKC form (full-width ``ｒ１`` is ``r1``), its Cyrillic and Greek letters that print
+    as Latin ones taken as those (``rаn`` with a Cyrillic ``а`` is ``ran``), without trailing dots
+    (``ran.`` is ``ran``). Two ids with one skeleton print, or are typed, alike."""
+    return unicodedata.normalize("NFKC", run_id).translate(_LOOK_ALIKES).rstrip(".")
+
+
+def _first_difference(run_id: str, other: str) -> str:
+    """How ``run_id`` differs from ``other`` where it first does: ``'а' (CYRILLIC SMALL LETTER A)
+    at position 1`` or ``a trailing '.'``."""
+    for i, (a, b) in enumerate(zip(run_id, other)):
+        if a != b:
+            return f"{a!r} ({unicodedata.name(a, 'U+%04X' % ord(a))}) at position {i} where it has {b!r}"
+    longer, shorter = (run_id, other) if len(run_id) > len(other) else (other, run_id)
+    whose = "yours ends in" if longer is run_id else "it ends in"
+    return f"{whose} {longer[len(shorter):]!r}"
+
+
+def lookalike_note(run_id: str, existing: Any) -> str:
+    """For a refusal of a run id the database does not hold: ``; the run 'ran' looks like it ('а'
+    (CYRILLIC SMALL LETTER A) at position 1 where it has 'a')`` when one of ``existing`` (run ids)
+    has the same :func:`run_id_skeleton` (the user typed a look-alike of it), else ``""``."""
+    skeleton = run_id_skeleton(run_id)
+    other = next((o for o in existing if o != run_id and run_id_skeleton(o) == skeleton), None)
+    return "" if other is None else f"; the run {other!r} looks like it ({_first_difference(run_id, other)})"
+
+
+def lookalike_refusal(run_id: str, existing: Any, option: str = "run id") -> str | None:
+    """Why a NEW run may not take the id ``run_id`` (``existing``: the ids of the runs the database
+    holds, ``run_id`` not among them), or ``None``: an id that is not in Unicode NFKC form
+    (full-width or other compatibility characters, which are typed as their plain forms), or one
+    that looks like an existing run's id (:func:`run_id_skeleton`: the same once look-alike letters,
+    full-width forms and trailing dots are set aside). A user who types a look-alike of a run's id
+    means to resume that run: starting a second run silently would redo every question. Runs
+    already stored under such ids resume as before; only new ones are refused."""
+    plain = unicodedata.normalize("NFKC", run_id)
+    if plain != run_id:
+        at = next(i for i, ch in enumerate(run_id) if unicodedata.normalize("NFKC", ch) != ch)
+        ch = run_id[at]
+        return (f"{option} {run_id!r}: {ch!r} ({unicodedata.name(ch, 'U+%04X' % ord(ch))}) at position {at} is "
+                f"a compatibility form of {unicodedata.normalize('NFKC', ch)!r}; a new run's id must be in "
+                f"Unicode NFKC form: use {plain!r} (nothing was run or recorded)")
+    skeleton = run_id_skeleton(run_id)
+    other = next((o for o in existing if o != run_id and run_id_skeleton(o) == skeleton), None)
+    if other is None:
+        return None
+    return (f"{option} {run_id!r}: looks like the existing run {other!r} ({_first_difference(run_id, other)}); "
+            f"to resume that run give its id exactly ({other!r}), or choose an id that does not look like it "
+            "(nothing was run or recorded)")
+
+
 #: The key of ``runs.dataset`` holding each question's content hash (:func:`question_hash`), which a
 #: resume compares (:meth:`TraceStore.start_run`).
 QUESTION_HASHES = "question_sha256"
@@ -354,14 +415,15 @@ def resume_refusal(store: Any, run_id: str, protocol: str, config: Any, pool: An
     """Why :meth:`agora.traces.store.TraceStore.start_run` would refuse to resume ``run_id`` with
     this protocol, settings, pool and ``dataset`` (as :func:`agora.graphs.runner.run_dataset` makes
     it; ``None``: not checked): its message (:func:`refusal`), saying that nothing was run or
-    recorded, or ``None`` (a new run, or the same). A bench asks it for every run before its spec is
+    recorded, or ``None`` (a new run, or the same); a new run whose id is refused by
+    :func:`lookalike_refusal` gets that refusal. A bench asks it for every run before its spec is
     recorded, so a refused rerun changes nothing in the DB. Task files at another path holding the
     same questions (a bench moved to another machine) resume (:func:`data_changes`); the runs keep
     the paths they started on, the bench's spec names the files of this call. ``advice``: as
     :func:`refusal`'s."""
     existing = store.get_run(run_id)
     if existing is None:
-        return None
+        return lookalike_refusal(run_id, store.run_ids())
     suffix = " (nothing was run or recorded)"
     try:
         return refusal(store, run_id, existing, protocol, config, pool, store._run_json(existing, "dataset") or {},

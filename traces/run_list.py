@@ -11,6 +11,7 @@ from pathlib import Path
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.traces.pg_sql import db_argument
+from agora.traces.resume import lookalike_note
 from agora.traces.report import method_table, run_totals
 from agora.traces.shared_candidates import shared_totals
 from agora.traces.store import TraceStore, TraceStoreError, check_db_path, store_backend
@@ -182,7 +183,8 @@ def run_summary(store: TraceStore, run_id: str) -> dict[str, object]:
     if run is None:
         db, note = db_argument(store.path)  # without a password: libpq reads it from PGPASSWORD or ~/.pgpass
         raise InputError(f"{shown_url(str(store.path))}: no run {run_id!r} "
-                         f"(`agora report runs --db {db}` lists them{' ' + note if note else ''})")
+                         f"(`agora report runs --db {db}` lists them{' ' + note if note else ''})"
+                         + lookalike_note(run_id, store.run_ids()))
     totals = run_totals(store, run_id)
     hows: dict[str, int] = {}
     if "how" in store.db["model_calls"].columns_dict:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 from agora.models.urls import shown_url
 from agora.tasks.errors import InputError
 from agora.traces.pg_sql import db_argument
+from agora.traces.resume import lookalike_note
 from agora.traces.shared_candidates import shared_takes
 from agora.traces.store import TraceStore, answer_fields, option_count
 
@@ -90,7 +91,8 @@ def load_run(store: TraceStore, run_id: str, question_ids: Sequence[str] | None 
     if run is None:
         db, note = db_argument(store.path)  # without a password: libpq reads it from PGPASSWORD or ~/.pgpass
         raise InputError(f"{shown_url(str(store.path))}: no run {run_id!r} "
-                         f"(`agora report runs --db {db}` lists them{' ' + note if note else ''})")
+                         f"(`agora report runs --db {db}` lists them{' ' + note if note else ''})"
+                         + lookalike_note(run_id, store.run_ids()))
     keep = None if question_ids is None else set(question_ids)
     questions: dict[str, QuestionTrace] = {}
     for q in store.questions(run_id):

@@ -36,6 +36,7 @@ from agora.traces.resume import (
     MAX_STORED_RUN_ID_CHARS,
     check_run_id,
     data_changes,
+    lookalike_refusal,
     question_hash,
     recorded_settings,
     refusal,
@@ -220,6 +221,9 @@ class TraceStore(TraceReader):
                 pool (its models and their settings; how they are reached, :data:`TRANSPORT_FIELDS`,
                 may change) or another dataset (format, edited questions, or a path whose file holds
                 other questions: :meth:`data_changes`): resuming would mix two experiments in one run.
+                A new run whose id is not in Unicode NFKC form, or looks like an existing run's id
+                (:func:`~agora.traces.resume.lookalike_refusal`: ``rаn`` with a Cyrillic ``а`` beside
+                ``ran``), is refused before its row is written.
         """
         check_run_id(run_id, "run id", max_chars=MAX_STORED_RUN_ID_CHARS)
         with self._lock, self.db.conn:
@@ -248,6 +252,9 @@ class TraceStore(TraceReader):
                     update["dataset"] = _clean_text(_json(grown))
                 self.db["runs"].update(run_id, update)
                 return True
+            lookalike = lookalike_refusal(run_id, self.run_ids())
+            if lookalike is not None:
+                raise ResumeRefusedError(lookalike)
             self.db["runs"].insert({
                 "run_id": run_id, "protocol": protocol, "status": "running", "started_at": now(),
                 "finished_at": None, "config": _clean_text(_json(recorded_settings(config))), "pool": _clean_text(_json(pool)),
