@@ -272,10 +272,14 @@ def _hear_first(recorder: "TraceRecorder") -> None:
         return
     manager = frame.f_locals.get("self")
     for handlers in (getattr(manager, "handlers", None), getattr(manager, "inheritable_handlers", None)):
-        if isinstance(handlers, list) and handlers and handlers[0] is not recorder \
-                and any(h is recorder for h in handlers):
-            handlers.remove(recorder)
-            handlers.insert(0, recorder)
+        if not isinstance(handlers, list):
+            continue
+        at = next((n for n, h in enumerate(handlers) if h is recorder), None)
+        # ahead of the app's handlers, not of other recorders: their order decides which one records
+        # an invocation both were given (the first; the second is refused)
+        to = next((n for n, h in enumerate(handlers) if not isinstance(h, TraceRecorder) or h is recorder), None)
+        if at is not None and to is not None and to < at:
+            handlers.insert(to, handlers.pop(at))
 
 
 def _update_of(outputs: Any) -> dict[str, Any] | None:
