@@ -13,7 +13,7 @@ import agora.cli.bench as bench_cli
 from agora.cli.main import app
 from agora.traces.store import TraceStore
 
-from test_bench_shared import A, B, args, scripted_tiny, write_math
+from test_bench_shared import args, scripted_tiny, write_math
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "agg_vs_align.py"
 
