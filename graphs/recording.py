@@ -50,7 +50,8 @@ Each invocation is its own question (``docs/guarantees.md``, "Recording from an 
 - **Replays** from an earlier checkpoint (time travel: ``invoke(None, {"configurable": {"thread_id": ...,
   "checkpoint_id": ...}})``): a question of its own, ``<id>-replay`` (``-replay-2``, ...) of the
   question last recorded on the thread, with the calls the replay made; its input is the thread's
-  (:data:`agora.graphs.scoring.RESUMED_INPUT`, the replayed checkpoint's input).
+  (:data:`agora.graphs.scoring.RESUMED_INPUT`, the input the replayed checkpoint descends from; a
+  fork whose ``question`` the app edited with ``update_state`` is that question, without gold).
 - **One recorder per database on an invocation**: a second recorder of the same database (another
   ``run_id``) on an invocation the first records is refused as the invocation starts
   (:class:`RecorderConflictError`): the two would write the same model calls.
@@ -609,11 +610,13 @@ class TraceRecorder(BaseCallbackHandler):
             try:  # the outermost run this recorder saw: record what ran under it
                 if run_id in self._late:
                     self._late.discard(run_id)
-                    # a stream the app closed (``aclose()``) or a task it cancelled before finish(): LangGraph
-                    # reports that end a few event-loop turns after ``aclose()`` returns, so it comes after
-                    # the block's end; it ended in the block, so it is recorded, and the runs marked again
-                    # (a sync stream's close() reports its end at once: closed after the block, not in it)
-                    closed_late = isinstance(error, (GeneratorExit, asyncio.CancelledError)) and run.task is not None
+                    # an asyncio task the app cancelled before finish() (``task.cancel()``, an
+                    # ``astream_events`` stream closed: its task cancelled): the cancellation reaches the
+                    # task a few event-loop turns later, after the block's end; it was cancelled in the
+                    # block, so it is recorded, and the runs marked again. A stream closed with
+                    # ``close()`` or ``aclose()`` reports its end before the call returns (a protocol
+                    # graph's ``astream`` closes LangGraph's with it): closed after the block, not in it
+                    closed_late = isinstance(error, asyncio.CancelledError) and run.task is not None
                     if closed_late:
                         self._record_tree(run_id)
                     else:
@@ -837,7 +840,13 @@ class TraceRecorder(BaseCallbackHandler):
         if not isinstance(run.inputs, dict) or not run.inputs.get("question"):
             return None
         if not nodes:  # paused before its first node (a breakpoint there): known by its graph's metadata
-            paused = run.thread is not None and (run.error is None or isinstance(run.error, GraphBubbleUp))
+            # (a graph run inside another pauses by raising GraphInterrupt; one that ended without an
+            # error and ran no node got its answer from its checkpoint: a protocol graph called in the
+            # app's node, answered before the node paused and run again on its resume; that question
+            # was recorded as it was answered, and nothing is paused)
+            nested = bool(run.thread[1]) if run.thread is not None else False
+            paused = run.thread is not None and (isinstance(run.error, GraphBubbleUp)
+                                                 or (run.error is None and not nested))
             return self._by_context.get(run.graph) if paused else None
         matches = [p for p, names in _protocol_nodes().items() if nodes <= names]
         return matches[0] if len(matches) == 1 else None
@@ -1178,8 +1187,8 @@ class TraceRecorder(BaseCallbackHandler):
         ``finished``, as :func:`agora.graphs.runner.run_problems` marks a CLI run (``interrupted``
         and ``failed`` are kept as given). ``unfinished``: invocations still running (another thread's, a
         stream left open); their questions are not written when they end (the invocation raises a
-        one-line ``RuntimeError``), since the runs are ended; except an async stream the app closed or a
-        task it cancelled (its end reported after this: it is recorded, and the runs marked again).
+        one-line ``RuntimeError``), since the runs are ended; except an asyncio task the app
+        cancelled before it (its end reported after this: it is recorded, and the runs marked again).
         Only the runs whose locks this recorder holds are marked: a question recorded after a
         ``finish()`` takes its run again (:meth:`_start`), and a ``finish()`` with nothing recorded
         since the last leaves the runs as that one marked them."""

@@ -74,41 +74,42 @@ def _gold_problem(inp: Any) -> Any:
     return None
 
 
-def _input_checkpoints(config: Any) -> tuple[Any, Any]:
-    """``(the thread's config, before)`` for a checkpointer's ``list``: only the top graph's
-    checkpoints; a replay from an earlier checkpoint (``checkpoint_id``: time travel) lists that
-    one's ancestors (``before``, a config naming it), so a thread that later took another input
-    is scored against the input the replayed checkpoint came from."""
+INPUT_WALK = 100_000
+"""Checkpoints walked back from a resumed one to the input checkpoint it descends from, at most."""
+
+
+def _resumed_checkpoint(config: Any) -> dict[str, Any]:
+    """The config of the checkpoint a resume of ``config``'s thread starts from (a checkpointer's
+    ``get_tuple``): the top graph's; the replayed one (``checkpoint_id``: time travel), else the
+    thread's newest. Its ancestors lead to the input it came from, so a thread that later took
+    another input (or a fork, newer than that input) is scored against the right one."""
     configurable = dict((config or {}).get("configurable") or {})
-    checkpoint_id = configurable.pop("checkpoint_id", None)
-    thread = {"configurable": {**configurable, "checkpoint_ns": configurable.get("checkpoint_ns", "")}}
-    return thread, None if not checkpoint_id else {"configurable": {"checkpoint_id": checkpoint_id}}
+    return {"configurable": {**configurable, "checkpoint_ns": configurable.get("checkpoint_ns", "")}}
 
 
-def _replayed(checkpointer: Any, config: Any) -> list[Any]:
-    """The replayed checkpoint itself (``checkpoint_id``), which the ``before`` listing leaves out."""
-    thread, before = _input_checkpoints(config)
-    if before is None:
-        return []
-    saved = checkpointer.get_tuple({"configurable": {**thread["configurable"], **before["configurable"]}})
-    return [saved] if saved is not None else []
+def _asked_input(chain: list[Any]) -> Any:
+    """The raw input of a resumed thread as its question is asked now: ``chain`` is the resumed
+    checkpoint and its ancestors (newest first, each its parent's child: a fork's own line, not the
+    thread's newest checkpoints) back to an input checkpoint, whose input it is. When the app edited
+    the state's ``question`` on that line since (``update_state``, then a replay of that edit: a
+    fork), the edited question replaces the input's, without the input's ``gold`` and
+    ``question_id`` (those of the question it replaced). ``None``: no input checkpoint found."""
+    if not chain or "__start__" not in (chain[-1].checkpoint.get("channel_values") or {}):
+        return None
+    raw = chain[-1].checkpoint["channel_values"]["__start__"]
+    if not isinstance(raw, Mapping):
+        return raw
 
-
-async def _areplayed(checkpointer: Any, config: Any) -> list[Any]:
-    thread, before = _input_checkpoints(config)
-    if before is None:
-        return []
-    saved = await checkpointer.aget_tuple({"configurable": {**thread["configurable"], **before["configurable"]}})
-    return [saved] if saved is not None else []
-
-
-def _thread_input(tuples: Any) -> Any:
-    """The raw input of the newest input checkpoint among ``tuples`` (newest first), or ``None``."""
-    for saved in tuples:
+    def question(saved: Any) -> Any:
         values = saved.checkpoint.get("channel_values") or {}
-        if "__start__" in values:
-            return values["__start__"]
-    return None
+        return values.get("question", raw.get("question") if "__start__" in values else None)
+
+    edited = any((saved.metadata or {}).get("source") == "update" and question(saved) != question(parent)
+                 for saved, parent in zip(chain, chain[1:]))
+    now = question(chain[0])
+    if not edited or not isinstance(now, str) or now == raw.get("question"):
+        return raw
+    return {**{k: v for k, v in raw.items() if k not in ("gold", "question_id")}, "question": now}
 
 
 def misspelt_keys(keys: Any, known: Any) -> list[tuple[str, str]]:
@@ -303,25 +304,29 @@ class ScoredCompiledGraph(CompiledStateGraph):
         return input
 
     def _thread_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
-        """On a resume (:func:`_resumes`): the raw input of the thread's input checkpoint (of the
-        replayed checkpoint's, on a replay from an earlier one), else ``None``."""
+        """On a resume (:func:`_resumes`): the raw input of the input checkpoint the resumed checkpoint
+        (the replayed one, ``checkpoint_id``, else the thread's newest) descends from, as asked
+        (:func:`_asked_input`: a question the app edited since replaces it), else ``None``."""
         if not _resumes(self, input, config):
             return None
-        thread, before = _input_checkpoints(config)
-        tuples = self.checkpointer.list(thread, before=before)
-        return _thread_input([*_replayed(self.checkpointer, config), *tuples])
+        chain, saved = [], self.checkpointer.get_tuple(_resumed_checkpoint(config))
+        while saved is not None and len(chain) < INPUT_WALK:
+            chain.append(saved)
+            if "__start__" in (saved.checkpoint.get("channel_values") or {}):
+                break
+            saved = self.checkpointer.get_tuple(saved.parent_config) if saved.parent_config else None
+        return _asked_input(chain)
 
     async def _athread_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         if not _resumes(self, input, config):
             return None
-        for saved in await _areplayed(self.checkpointer, config):
-            if "__start__" in (values := saved.checkpoint.get("channel_values") or {}):
-                return values["__start__"]
-        thread, before = _input_checkpoints(config)
-        async for saved in self.checkpointer.alist(thread, before=before):
-            if "__start__" in (values := saved.checkpoint.get("channel_values") or {}):
-                return values["__start__"]
-        return None
+        chain, saved = [], await self.checkpointer.aget_tuple(_resumed_checkpoint(config))
+        while saved is not None and len(chain) < INPUT_WALK:
+            chain.append(saved)
+            if "__start__" in (saved.checkpoint.get("channel_values") or {}):
+                break
+            saved = await self.checkpointer.aget_tuple(saved.parent_config) if saved.parent_config else None
+        return _asked_input(chain)
 
     def _gold(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         """The problem whose gold this run's output is scored against: the input's, or on a resume
@@ -393,8 +398,13 @@ class ScoredCompiledGraph(CompiledStateGraph):
         token = _note_resumed(config, resumed)
         try:
             mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
-            async for chunk in super().astream(input, config, **kwargs):
-                yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)
+            # LangGraph's stream closed with this one: an app's ``aclose()`` returns once the graph's end
+            # (its stream closed) is reported to the callbacks, not later, in a task the event loop's
+            # generator finalizer starts (a trace recorder's block that ended meanwhile took it for a
+            # stream still open)
+            async with contextlib.aclosing(super().astream(input, config, **kwargs)) as chunks:
+                async for chunk in chunks:
+                    yield chunk if problem is None else _scored_chunk(chunk, mode, subgraphs, problem)
         finally:
             _forget_resumed(token)
 
