@@ -100,15 +100,40 @@ def held_out_by_text(held_out: Path | None, what: str):
     return held
 
 
+#: Tables any of which makes a database one Agora's training commands read (runs, calls, duels, pairs).
+TRAINING_TABLES = frozenset({"runs", "model_calls", "duels", "preference_pairs"})
+
+
+def refuse_no_traces(db: str) -> None:
+    """Refuse a SQLite ``db`` holding none of :data:`TRAINING_TABLES` (a zero-byte file, a database
+    of another tool), in :func:`agora.traces.run_list.not_a_trace_store`'s words: read for training
+    data it gave an empty dataset or a refusal of ``--model`` ("no recorded call") that hid that the
+    file holds no traces at all. A ``postgresql://`` URL is left to its store.
+
+    Raises:
+        InputError: ``<db>: holds no Agora traces (no runs table; ...)``."""
+    from agora.traces.run_list import not_a_trace_store
+
+    if store_backend(db) is not None:
+        return
+    store = TraceStore(db, readonly=True)
+    try:
+        if TRAINING_TABLES.isdisjoint(store.db.table_names()):
+            raise InputError(not_a_trace_store(store) or f"{db}: holds no Agora traces")
+    finally:
+        store.close()
+
+
 def check_sources(db: str, model: str | None, source_run: list[str] | None, model_option: str = "--model") -> None:
     """Refuse, in one line naming the known ones, a ``--source-run`` that is not a run of ``db`` and
     a ``--model`` with no recorded call in those runs (else the datasets would be silently empty;
     ``model`` ``None``: any model's samples are read, only the runs are checked).
 
     Raises:
-        ValueError: an unknown run or member."""
+        ValueError: an unknown run or member; a database with no Agora table (:func:`refuse_no_traces`)."""
     from agora.traces.store import TraceStore
 
+    refuse_no_traces(db)
     store = TraceStore(db, readonly=True)
     tables = set(store.db.table_names())
     runs = [r for (r,) in store.db.execute("select run_id from runs order by rowid")] if "runs" in tables else []
@@ -393,13 +418,14 @@ def aggregate_sets(db: str, k: int, sets_per_question: int, easy_per_hard: float
     the dataset's source (``db``, ``aggregate``, ``sets_per_question``, ``easy_per_hard``, ``shots``,
     ``held_out_questions``, ``source_run_filter``, and ``source_runs``: the runs of every candidate) and
     :func:`~agora.training.aggregator.aggregator_stats` with ``skipped_calls`` and, when no set was
-    drawn, ``empty_note`` (:func:`empty_sets_note`).
+    drawn, ``empty_note`` (:func:`empty_sets_note`, then the calls not read by reason).
 
     Raises:
         InputError: a bad ``--aggregate``, ``--sets-per-question`` or ``--easy-per-hard`` (naming it), or a
             ``--source-run`` that is not a run of ``db``. FileNotFoundError: no such database."""
     from agora.training.aggregator import AggregatorDataConfig, aggregator_stats, candidate_sets
     from agora.training.own_samples import scored_samples
+    from agora.training.verified import calls_not_read
 
     if store_backend(db) is None and not Path(db).is_file():
         raise FileNotFoundError(f"{db}: no such trace database (record samples first: agora bench, agora run ...)")
@@ -413,7 +439,7 @@ def aggregate_sets(db: str, k: int, sets_per_question: int, easy_per_hard: float
     sets = candidate_sets(samples, cfg)[:limit]
     stats = {**aggregator_stats(sets), "skipped_calls": skipped}
     if not sets:
-        stats["empty_note"] = empty_sets_note(samples, k, easy_per_hard)
+        stats["empty_note"] = empty_sets_note(samples, k, easy_per_hard) + calls_not_read(skipped)
     source = {"db": shown_url(db), "aggregate": k, "sets_per_question": sets_per_question,
               "easy_per_hard": easy_per_hard, "shots": shots,
               "held_out_questions": len(held), "source_run_filter": list(source_run or ()),

@@ -15,7 +15,7 @@ from agora.tasks.loaders import missing_reason
 from agora.cli._apps import app
 from agora.cli._shared import console, user_errors
 from agora.traces.bundle import SUFFIX
-from agora.traces.bundle_export import check_out_path, export_bundle
+from agora.traces.bundle_export import check_out_path, compressed, export_bundle
 from agora.traces.bundle_import import import_bundle
 from agora.traces.bundle_reading import check_bundle
 from agora.traces.run_list import open_trace_store
@@ -36,12 +36,14 @@ def export_cmd(
     run_id: Optional[list[str]] = typer.Option(None, "--run-id", help="A run to export (repeatable)."),
     bench_id: Optional[list[str]] = typer.Option(None, "--bench-id", help="A bench to export: its report rows and "
                                                  "every run <bench>:... (repeatable)."),
-    out: Path = typer.Option(..., "--out", help=f"Bundle file to write (*{SUFFIX})."),
+    out: Path = typer.Option(..., "--out", help=f"Bundle file to write (*{SUFFIX}; a name not ending in .gz gets "
+                                                "plain JSON Lines)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --out file."),
 ) -> None:
     """Write the runs (every question, result and model call, and their protocol tables) to one
-    gzip JSON Lines bundle that `agora import` loads into any trace DB (format: docs/traces.md). A bench
-    run that took the bench's shared candidates brings their run along (named in the summary line)."""
+    gzip JSON Lines bundle (plain JSON Lines when the --out name does not end in .gz) that `agora import`
+    loads into any trace DB (format: docs/traces.md). A bench run that took the bench's shared candidates
+    brings their run along (named in the summary line)."""
     with user_errors():
         if store_backend(db) is None and not Path(db).is_file():
             raise FileNotFoundError(f"{db}: no such trace database")
@@ -55,7 +57,9 @@ def export_cmd(
         carried = "".join(f" + run {escape(r)} (its shared candidates)" for r in summary.carried)
         console.print(f"wrote {escape(str(out))}: {len(summary.runs) - len(summary.carried)} runs{carried}"
                       + (f", benches {', '.join(summary.benches)}" if summary.benches else "")
-                      + f"; rows: {rows}; {_size(summary.bytes)}", highlight=False, soft_wrap=True)
+                      + f"; rows: {rows}; {_size(summary.bytes)}"
+                      + ("" if compressed(out) else " (plain JSON Lines, not compressed: the name does not end in .gz)"),
+                      highlight=False, soft_wrap=True)
 
 
 @app.command("import", short_help="Load a trace bundle into a trace DB (importing twice adds nothing).")

@@ -20,7 +20,7 @@ from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTI
                               THREADS_OPTION, TRAIN_OPTIONS, PAIRS, SAVE_STEPS_OPTION, SEED_OPTION, SERVE_WITH_OPTION,
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               llama_threads, require_train_extra, train_and_record, verified_samples, write_data_only,
-                              check_pair_sources, held_out_by_text)
+                              check_pair_sources, held_out_by_text, refuse_no_traces)
 
 
 @train_app.command("dpo")
@@ -76,6 +76,7 @@ def train_dpo_cmd(
         if store_backend(db) is None and not Path(db).is_file():
             first = "`agora run` or `agora bench`" if pairs_from == "own" else "`agora duel`"
             raise FileNotFoundError(f"{db}: no such trace database (run {first} first)")
+        refuse_no_traces(db)
         if pairs_from == "own":
             from agora.training.verified import empty_note, own_pairs, verified_stats
 

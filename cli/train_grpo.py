@@ -23,7 +23,7 @@ from agora.cli._train import (DATA_ONLY_OPTION, HELD_OUT_OPTION, LORA_ALPHA_OPTI
                               SOURCE_RUN_OPTION, ServeWith, check_serve_with, find_spec, lora_settings, member_specs,
                               EASY_PER_HARD_OPTION, SETS_PER_QUESTION_OPTION, aggregate_sets, held_out_by_text,
                               held_out_set, llama_threads, refuse_aggregate_only, require_train_extra,
-                              train_and_record, write_data_only)
+                              refuse_no_traces, train_and_record, write_data_only)
 
 
 REWARDS = ("correctness", "stored", "judge")
@@ -144,6 +144,7 @@ def train_grpo_cmd(
         else:
             if store_backend(db) is None and not Path(db).is_file():
                 raise FileNotFoundError(f"{db}: no such trace database (run `agora duel` first, or pass --data)")
+            refuse_no_traces(db)
             held = held_out_by_text(held_out, "duel instructions")
             every = grpo_rows_from_duels(load_duels(db, run_ids=tuple(duel_run or ())),
                                          model=None if all_prompts else model)

@@ -1,7 +1,8 @@
 """Trace bundles: one or more runs (or a whole bench) as one compressed, versioned file that any trace
 database can import (``agora export`` / ``agora import``; format: ``docs/traces.md``).
 
-A bundle is gzip-compressed JSON Lines (``*.agora.jsonl.gz``):
+A bundle is gzip-compressed JSON Lines (``*.agora.jsonl.gz``; under a name not ending in ``.gz``, the
+same lines as plain text, :func:`agora.traces.bundle_export.compressed`):
 
 1. a header object: ``format`` (:data:`FORMAT`), ``version`` (:data:`VERSION`), ``created_at``,
    ``code_revision`` (of the exporting tree), ``runs`` (run ids), ``benches`` (bench ids), and

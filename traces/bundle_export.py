@@ -5,6 +5,7 @@ renamed over the target.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 from agora.traces import schema
 from agora.traces.bundle import (BENCH_TABLES, DIGEST_KEY, FILE_KINDS, FORMAT, HEADER_DIGEST_KEY, VERSION, BundleError,
                                  BundleSummary, shared_source)
+from agora.traces.resume import lookalike_note
 from agora.traces.store import TraceStore, code_revision, now
 
 def _table_info(store: TraceStore, table: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -45,7 +47,8 @@ def _plan(store: TraceStore, run_ids: Sequence[str], bench_ids: Sequence[str]) -
 def export_bundle(store: TraceStore, out: str | Path, run_ids: Sequence[str] = (),
                   bench_ids: Sequence[str] = ()) -> BundleSummary:
     """Write the runs ``run_ids`` and the benches ``bench_ids`` (each with every run whose id starts
-    with ``<bench>:``) from ``store`` to the bundle ``out``. A bench still in its dev phase (runs, but no
+    with ``<bench>:``) from ``store`` to the bundle ``out``: gzip-compressed when its name ends in
+    ``.gz`` (:func:`compressed`), else plain JSON Lines. A bench still in its dev phase (runs, but no
     recorded spec yet) gives its runs only; importing them and rerunning the bench resumes it. A run
     whose recorded settings name a shared candidates run (:data:`agora.traces.bundle.SHARED_CANDIDATES_KEY`: a bench protocol run that took its first samples from
     ``<bench>:<task>:candidates``) brings that run along, since its samples live there
@@ -72,7 +75,11 @@ def _export(store: TraceStore, out: Path, run_ids: Sequence[str], bench_ids: Seq
     known = set(store.run_ids())
     missing = [r for r in runs if r not in known]
     if missing:
-        raise BundleError(f"{store.path}: no run {', '.join(map(repr, missing))} (`agora report runs` lists them)")
+        notes = {r: lookalike_note(r, known) for r in missing}  # a look-alike typed: name the run it looks like
+        if len(missing) > 1:
+            notes = {r: note.replace("; the run", f"; for {r!r}: the run", 1) for r, note in notes.items()}
+        raise BundleError(f"{store.path}: no run {', '.join(map(repr, missing))} (`agora report runs` lists them)"
+                          + "".join(notes.values()))
     benches = []
     for b in dict.fromkeys(bench_ids):
         recorded = "benches" in store.db.table_names() and bool(list(store.db.query(
@@ -114,8 +121,9 @@ def _export(store: TraceStore, out: Path, run_ids: Sequence[str], bench_ids: Seq
     tmp = out.with_name(f".{out.name}.{os.getpid()}.part")  # written whole, then renamed over --out
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz, \
-                io.TextIOWrapper(gz, encoding="utf-8") as f:
+        with open(tmp, "wb") as raw, (gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") if compressed(out)
+                                      else contextlib.nullcontext(raw)) as gz, \
+                io.TextIOWrapper(gz, encoding="utf-8", newline="\n") as f:
             head_line = json.dumps(header, ensure_ascii=False) + "\n"
             f.write(head_line)
             for t, where, params in plan:
@@ -136,6 +144,14 @@ def _export(store: TraceStore, out: Path, run_ids: Sequence[str], bench_ids: Seq
     finally:
         tmp.unlink(missing_ok=True)
     return BundleSummary(out, tuple(runs), tuple(benches), counts, out.stat().st_size, carried=carried)
+
+
+def compressed(out: str | Path) -> bool:
+    """Whether a bundle written to ``out`` is gzip-compressed: its name ends in ``.gz``
+    (``*.agora.jsonl.gz``, :data:`agora.traces.bundle.SUFFIX`). Any other name gets the same lines as
+    plain JSON Lines text, which ``agora import`` reads as well
+    (:func:`agora.traces.bundle_reading.open_bundle`)."""
+    return Path(out).name.lower().endswith(".gz")
 
 
 def check_out_path(out: str | Path) -> None:

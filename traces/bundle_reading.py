@@ -47,6 +47,29 @@ def _too_deep(line: str) -> bool:
     return False
 
 
+def is_gzip(path: Path) -> bool:
+    """Whether the bundle at ``path`` is read as gzip: its name ends in ``.gz`` (a file so named that is
+    not gzip is refused as such), or it starts with gzip's magic bytes (a compressed bundle under a
+    plain name, as Agora wrote every bundle before plain ``--out`` names gave plain JSON Lines). Any
+    other file is read as plain JSON Lines text (:func:`agora.traces.bundle_export.export_bundle`)."""
+    if path.name.lower().endswith(".gz"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def open_bundle(path: Path, mode: str = "rb"):
+    """``path`` opened for reading (``mode`` ``"rb"`` or ``"rt"``, text as UTF-8): through gzip when
+    :func:`is_gzip`, else as it is (text lines end in ``"\\n"`` either way: a CRLF line is read as gzip's
+    text reader reads it)."""
+    if is_gzip(path):
+        return gzip.open(path, mode, encoding="utf-8") if "t" in mode else gzip.open(path, mode)
+    return open(path, mode, encoding="utf-8") if "t" in mode else open(path, mode)
+
+
 def bundle_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, parsed JSON)`` of each non-blank line; each line is bounded in length
     (:data:`MAX_LINE_CHARS`, read no further) and nesting (:data:`MAX_NESTING`) before it is parsed.
@@ -63,7 +86,7 @@ def bundle_line_texts(path: Path) -> Iterator[tuple[int, str, Any]]:
     ``(line number, text, parsed JSON)``."""
     i = 0
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+        with open_bundle(path, "rt") as f:
             while True:
                 line = f.readline(MAX_LINE_CHARS + 1)
                 if not line:
@@ -115,7 +138,7 @@ def _not_utf8(path: Path) -> BundleError:
     so its error tells neither. Read as bytes, :data:`_UTF8_CHUNK` at a time; a character cut by a
     chunk's end is read whole with the next chunk."""
     line, column, carry = 1, 0, b""  # column: bytes of the current line before the data read next
-    with gzip.open(path, "rb") as f:
+    with open_bundle(path, "rb") as f:
         while True:
             chunk = f.read(_UTF8_CHUNK)
             data = carry + chunk
@@ -151,7 +174,7 @@ def _footer_first(path: Path) -> tuple[dict[str, Any], int]:
     """
     lines, run, tail, too_long = 0, 0, b"", False  # run: bytes since the last newline
     try:
-        with gzip.open(path, "rb") as f:
+        with open_bundle(path, "rb") as f:
             while chunk := f.read(1 << 20):
                 first = chunk.find(b"\n")
                 if first < 0:

@@ -192,8 +192,14 @@ def empty_note(stats: dict[str, Any], pairs: bool) -> str:
                  f"and {stats['pairs_after_length_filter']} after it")
     else:
         said += ", none of them finished and stating its answer)" if stats["correct"] else ")"
-    left = ", ".join(f"{why} {n}" for why, n in (stats.get("skipped_calls") or {}).items() if n)
-    return said + (f"; calls not read: {left}" if left else "")
+    return said + calls_not_read(stats.get("skipped_calls"))
+
+
+def calls_not_read(skipped: dict[str, int] | None) -> str:
+    """The clause an empty-dataset warning ends with: ``; calls not read: no_gold 2, held_out 1`` (the
+    reasons of ``skipped``, reason → calls, that left any out), or ``""`` when none did."""
+    left = ", ".join(f"{why} {n}" for why, n in (skipped or {}).items() if n)
+    return f"; calls not read: {left}" if left else ""
 
 
 def source_runs(pairs: Sequence[dict[str, Any]], pair_ids: Sequence[str] | None = None) -> list[str]:
