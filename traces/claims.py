@@ -59,8 +59,12 @@ CREATE TABLE IF NOT EXISTS agora_claims.sittings (
 
 
 def create_claims_table(db: Any) -> None:
-    """Create the ``claims`` table in a Postgres trace database (:class:`agora.traces.postgres.PostgresDatabase`)."""
-    db.executescript(_TABLE)
+    """Create the ``claims`` table in a Postgres trace database (:class:`agora.traces.postgres.PostgresDatabase`),
+    where it or one of its columns is missing (a role without the CREATE right opens a complete one)."""
+    have = {(r["table_name"], r["column_name"]) for r in db.query(
+        "select table_name, column_name from information_schema.columns where table_schema = 'agora_claims'")}
+    if not {("claims", "token"), ("claims", "sitting"), ("sittings", "sitting")} <= have:
+        db.executescript(_TABLE)  # (its IF NOT EXISTS still needs the CREATE right: run only when something is missing)
 
 
 def run_ending(questions: int, recorded: int, failed: Mapping[str, str | None], later: int) -> tuple[str, dict[str, Any]]:

@@ -75,6 +75,14 @@ def _needs_driver() -> Any:
 
 
 
+def pg_reason(exc: BaseException, url: str) -> str:
+    """A driver's error about ``url`` as one line for a message: its lines joined, ``url``'s password
+    left out (:func:`~agora.traces.pg_sql.without_password`), at most 300 characters (its class name
+    when it says nothing)."""
+    reason = without_password(" ".join(line.strip() for line in str(exc).splitlines() if line.strip()), url)
+    return reason[:300] or type(exc).__name__
+
+
 class _Result:
     """What ``PostgresDatabase.execute`` returns: the rows (tuples) read at once, ``rowcount``."""
 
@@ -194,6 +202,8 @@ class PostgresTable:
     def create_index(self, columns: Sequence[str], *, if_not_exists: bool = False, unique: bool = False,
                      index_name: str | None = None, **_: Any) -> None:
         name = index_name or f"idx_{self.name}_{'_'.join(columns)}"
+        if if_not_exists and self.db.execute("select to_regclass(?) is not null", [name]).fetchone()[0]:
+            return  # (CREATE INDEX IF NOT EXISTS needs the table's owner even when the index exists)
         self._ddl(f"CREATE {'UNIQUE ' if unique else ''}INDEX {'IF NOT EXISTS ' if if_not_exists else ''}"
                   f"\"{name}\" ON {self._q} ({', '.join(chr(34) + c + chr(34) for c in columns)})")
 
@@ -300,8 +310,7 @@ class PostgresDatabase:
             own_timeout = "connect_timeout" in conninfo_to_dict(url)
             psycopg.connect(url, **({} if own_timeout else {"connect_timeout": 10})).close()
         except psycopg.Error as exc:
-            reason = without_password(" ".join(line.strip() for line in str(exc).splitlines() if line.strip()), url)
-            reason = reason[:300] or type(exc).__name__
+            reason = pg_reason(exc, url)
             raise TraceStoreError(f"{shown_url(url)}: cannot connect to the Postgres trace store ({reason})") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=True,
                                    kwargs={"autocommit": True}, name="agora-traces")

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from agora.models.urls import shown_url
 from agora.traces.errors import RunLockedError, TraceStoreError
-from agora.traces.pg_database import SETUP, PostgresDatabase, is_postgres_url
+from agora.traces.pg_database import SETUP, PostgresDatabase, is_postgres_url, pg_reason
 from agora.traces.rows import _clean_text, _json, now
 from agora.traces.store import TraceStore
 
@@ -56,13 +56,25 @@ class PostgresTraceStore(TraceStore):
                 self.db.close()
                 raise TraceStoreError(f"{shown_url(self.path)}: no trace tables in this database")
             return
-        with self.db.conn:  # one process at a time creates the tables (others wait, then find them)
-            self.db.execute("select pg_advisory_xact_lock(hashtext('agora-trace-schema'))")
-            self.db.executescript(SETUP)
-            self._create()
-            from agora.traces.claims import create_claims_table
+        import psycopg
 
-            create_claims_table(self.db)
+        try:
+            with self.db.conn:  # one process at a time creates the tables (others wait, then find them)
+                self.db.execute("select pg_advisory_xact_lock(hashtext('agora-trace-schema'))")
+                # Only what is missing is created: a role with no CREATE right (tables made by their
+                # owner, the role granted reads and writes) opens a complete database as its owner does.
+                if not self.db.execute("select to_regprocedure('julianday(text)') is not null and "
+                                       "to_regprocedure('sum(boolean)') is not null").fetchone()[0]:
+                    self.db.executescript(SETUP)
+                self._create()
+                from agora.traces.claims import create_claims_table
+
+                create_claims_table(self.db)
+        except psycopg.Error as exc:
+            self.db.close()
+            raise TraceStoreError(f"{shown_url(self.path)}: cannot create the trace tables "
+                                  f"({pg_reason(exc, self.path)}); open it as a role that may create tables in "
+                                  "its schema, or have its owner run the command once first") from None
 
     def start_run(self, run_id: str, protocol: str, **kwargs: Any) -> bool:
         """As :meth:`TraceStore.start_run`, serialised per run id across processes (workers of one

@@ -20,8 +20,10 @@ from agora.traces.rows import now
 
 def lock_path(db_path: str | Path, run_id: str) -> Path:
     """The live-run lock file of ``run_id`` on the trace database ``db_path``:
-    ``<db>.locks/<sha256 of the run id>.lock`` (any run id gives a safe, distinct file name)."""
-    p = Path(db_path)
+    ``<db>.locks/<sha256 of the run id>.lock`` (any run id gives a safe, distinct file name), beside
+    the file a symbolic link ``db_path`` points to: a run started through the link and one started
+    on the file itself take one lock. (Two hard links of one file are two names: not detected.)"""
+    p = Path(os.path.realpath(db_path))
     digest = hashlib.sha256(str(run_id).encode("utf-8", "surrogatepass")).hexdigest()[:24]
     return p.with_name(p.name + ".locks") / f"{digest}.lock"
 

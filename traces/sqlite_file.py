@@ -3,6 +3,8 @@ error messages, the read-only open, and the locked ``sqlite_utils.Database`` the
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import sqlite3
 import threading
@@ -68,6 +70,17 @@ def check_db_path(path: str | Path) -> None:
         raise TraceStoreError(f"{shown_url(path)}: a {scheme}:// URL; a trace database is a SQLite file path "
                               "or a postgresql:// URL")
     p = Path(path)
+    if p.is_symlink() and not p.exists():  # (else SQLite's "unable to open" read as a read-only folder)
+        try:
+            p.stat()
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise TraceStoreError(f"{path}: a symbolic link that points back to itself (a loop); give the "
+                                      "database file's own path") from None
+        target = Path(os.path.realpath(p))
+        if not target.parent.is_dir():
+            raise TraceStoreError(f"{path}: a symbolic link to {os.readlink(p)}, whose folder {target.parent} does "
+                                  "not exist; create it, or give the database file's own path")
     if p.is_dir():
         raise TraceStoreError(f"{path}: is a folder, not a database file")
     if p.exists() and not p.is_file():
