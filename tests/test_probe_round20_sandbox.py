@@ -116,6 +116,19 @@ HOSTILE = [
 ]
 
 
+def test_a_dom_builder_that_opens_urls_is_not_reachable_through_sympys_mathml_printer(sandbox):
+    # the printer's ``dom`` is an ``xml.dom.minidom`` document; its implementation's ``createDOMBuilder``
+    # gave a builder whose ``parseURI`` opens URLs through ``urllib`` (stopped before only because
+    # importing ``http`` failed in a child): ``xml`` is now unreachable, like ``urllib``
+    run = sandbox.run("from sympy.printing.mathml import MathMLContentPrinter\n"
+                      "b = MathMLContentPrinter().dom.implementation.createDOMBuilder\nprint(b)", LIMITS)
+    assert run.failure == ("AttributeError: 'createDOMBuilder' belongs to the module 'xml.dom.xmlbuilder', "
+                           "which is not allowed"), (run.status, run.output)
+    # sympy's MathML printing itself still runs
+    ok = sandbox.run("import sympy\nx = sympy.Symbol('x')\nprint(sympy.mathml(x + 1))", LIMITS)
+    assert (ok.status, ok.output) == ("ok", "<apply><plus/><ci>x</ci><cn>1</cn></apply>\n")
+
+
 def test_hostile_programs_of_new_kinds_are_refused(sandbox):
     assert hostile_failures(sandbox, HOSTILE, LIMITS, leaked=("ESCAPED",)) == []
     assert sandbox.run("print(2 + 2)", LIMITS).output == "4\n"
@@ -123,7 +136,10 @@ def test_hostile_programs_of_new_kinds_are_refused(sandbox):
 
 #: resource probes' outcomes: a limit (CPU or wall time, memory, recursion, digits)
 LIMITED = ("TimeoutError: the program ", "MemoryError", "Killed: ", "RecursionError", "OutputLimit: ",
-           "ValueError: Exceeds the limit")
+           "ValueError: Exceeds the limit",
+           # the memory cap met inside C code that does not report its failed allocation (a deque grown
+           # from ``itertools.count()`` under 128 MB, on some machines): the program stops, the worker lives
+           "SystemError: <class 'collections.deque'> returned NULL without setting an exception")
 
 # (case, program): programs that exhaust a resource, each far past the limits on any machine
 RESOURCES = [

@@ -194,7 +194,10 @@ class _SafeFormatter(string.Formatter):
 #: .import_module`` is ``importlib``'s): their top-level names, C halves included. ``dataclasses``
 #: (``sympy.integrals.manualintegrate.dataclass``) writes a class's field names into the source of the
 #: methods it ``exec``s with the interpreter's built-ins: a field named ``"a,__import__('os')..."`` ran.
-#: ``traceback``, ``dis`` and the debuggers and profilers hand out frames and code objects.
+#: ``traceback``, ``dis`` and the debuggers and profilers hand out frames and code objects. ``xml``
+#: (``sympy.printing.mathml``'s ``dom.implementation.createDOMBuilder``: a builder whose ``parseURI``
+#: opens URLs through ``urllib``), ``codecs`` (``codecs.open``), ``logging`` (file handlers), the
+#: compressed-file modules and the mail and network clients open files or connections.
 _UNREACHABLE = frozenset({
     "os", "posix", "nt", "posixpath", "ntpath", "genericpath", "sys", "subprocess", "_posixsubprocess", "socket",
     "_socket", "shutil", "pathlib", "io", "_io", "importlib", "_frozen_importlib", "_frozen_importlib_external",
@@ -203,7 +206,9 @@ _UNREACHABLE = frozenset({
     "dbm", "tempfile", "glob", "fnmatch", "urllib", "http", "requests", "asyncio", "code", "codeop", "inspect",
     "gc", "pty", "select", "selectors", "mmap", "sqlite3", "types", "zipfile", "tarfile", "webbrowser",
     "linecache", "tokenize", "timeit", "site", "sysconfig", "faulthandler", "tracemalloc", "atexit", "fcntl", "termios",
-    "platform", "dataclasses", "traceback", "dis", "pdb", "bdb", "trace", "profile", "cProfile"})
+    "platform", "dataclasses", "traceback", "dis", "pdb", "bdb", "trace", "profile", "cProfile", "xml", "xmlrpc",
+    "pyexpat", "codecs", "logging", "gzip", "bz2", "lzma", "email", "mailbox", "smtplib", "ftplib", "poplib",
+    "imaplib", "ssl", "_ssl"})
 
 
 def _dangerous_builtins() -> frozenset[int]:
