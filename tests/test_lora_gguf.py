@@ -340,13 +340,15 @@ def test_train_serve_with_llamacpp_needs_a_gguf_member_and_says_so_before_traini
     (folder / "config.json").write_text("{}")
     pool = tmp_path / "pool.toml"
     pool.write_text(f'[[models]]\nname = "m1"\nbackend = "transformers"\npath = "{folder}"\n')
+    from agora.traces.store import TraceStore
+
     db = tmp_path / "t.db"
-    sqlite_utils.Database(db)["other"].insert({"x": 1})
+    TraceStore(db)  # a trace DB (its tables, no run): one with no Agora table is refused before this check
     res = CliRunner().invoke(app, ["train", "dpo", "--db", str(db), "--model", "m1", "--pool", str(pool),
                                    "--out", str(tmp_path / "out"), "--serve-with", "llamacpp", "--run-id", "r"])
     assert res.exit_code == 2, res.output
     assert "--serve-with llamacpp: model 'm1' has no GGUF" in " ".join(res.output.split())
-    assert "runs" not in sqlite_utils.Database(db).table_names()  # refused before any run row or training
+    assert list(sqlite_utils.Database(db)["runs"].rows) == []  # refused before any run row or training
 
 
 def test_a_cached_conversion_is_redone_for_other_weights_or_another_base(tmp_path):
