@@ -36,7 +36,7 @@ from pathlib import Path
 
 from agora.models.recipes.sandbox import SandboxLimits
 
-from sandbox_probes import hostile_failures, output_failures
+from sandbox_probes import hostile_failures, output_failures, resource_failures
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
 #: resource probes: a second of CPU, a short wall limit
@@ -335,16 +335,8 @@ def test_hostile_programs_of_new_kinds_are_refused(sandbox):
 
 
 def test_resource_probes_end_in_a_limit_within_the_wall_limit_and_spare_the_worker(sandbox):
-    failures = []
-    for case, program, error in RESOURCES:
-        run = sandbox.run(program, TIGHT)
-        # the wall limit, and the fork, kill and reply around it on loaded cores
-        if run.ok or not (run.failure or "").startswith(error) or run.seconds > TIGHT.wall_s + 6:
-            failures.append((case, run.status, run.output[:200], run.failure, round(run.seconds, 1)))
-        health = sandbox.run("print(2 + 2)", TIGHT)
-        if health.output != "4\n":
-            failures.append((case, "the next program", health.status, health.failure))
-    assert failures == []
+    # the wall limit, and the fork, kill and reply around it on loaded cores
+    assert resource_failures(sandbox, RESOURCES, TIGHT, 6) == []
 
 
 def test_programs_a_model_writes_give_plain_pythons_output(sandbox):

@@ -35,7 +35,7 @@ import sys
 
 from agora.models.recipes.sandbox import SandboxLimits
 
-from sandbox_probes import hostile_failures, output_failures
+from sandbox_probes import hostile_failures, output_failures, resource_failures
 
 LIMITS = SandboxLimits(cpu_s=2, wall_s=8, memory_mb=256, output_bytes=4096)
 #: resource probes: a second of CPU, a short wall limit
@@ -385,16 +385,8 @@ RESOURCES.append(("punycode of a huge string", "print(len(('\\u00e9' * 10**7).en
 
 
 def test_resource_probes_end_in_a_limit_and_spare_the_worker(sandbox):
-    failures = []
-    for case, program in RESOURCES:
-        run = sandbox.run(program, TIGHT)
-        # the wall limit, and the fork, kill and reply around it on loaded cores: generous
-        if run.ok or not (run.failure or "").startswith(LIMITED) or run.seconds > TIGHT.wall_s + 12:
-            failures.append((case, run.status, run.output[:200], run.failure, round(run.seconds, 1)))
-        health = sandbox.run("print(2 + 2)", TIGHT)
-        if health.output != "4\n":
-            failures.append((case, "the next program", health.status, health.failure))
-    assert failures == []
+    # the wall limit, and the fork, kill and reply around it on loaded cores: generous
+    assert resource_failures(sandbox, [(case, program, LIMITED) for case, program in RESOURCES], TIGHT, 12) == []
 
 
 # (case, program): what models write, each giving plain Python's output

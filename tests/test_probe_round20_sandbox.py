@@ -25,7 +25,7 @@ import sys
 from agora.models.recipes.pot import extract_program, fenced_blocks
 from agora.models.recipes.sandbox import SandboxLimits
 
-from sandbox_probes import hostile_failures, output_failures
+from sandbox_probes import hostile_failures, output_failures, resource_failures
 
 #: The expression the fenced blocks were found with before this round: the reference for what they are.
 OLD_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -171,16 +171,8 @@ RESOURCES = [
 
 
 def test_resource_probes_end_in_a_limit_and_spare_the_worker(sandbox):
-    failures = []
-    for case, program in RESOURCES:
-        run = sandbox.run(program, TIGHT)
-        # the wall limit, and the fork, kill and reply around it on loaded cores: generous
-        if run.ok or not (run.failure or "").startswith(LIMITED) or run.seconds > TIGHT.wall_s + 12:
-            failures.append((case, run.status, run.output[:200], run.failure, round(run.seconds, 1)))
-        health = sandbox.run("print(2 + 2)", TIGHT)
-        if health.output != "4\n":
-            failures.append((case, "the next program", health.status, health.failure))
-    assert failures == []
+    # the wall limit, and the fork, kill and reply around it on loaded cores: generous
+    assert resource_failures(sandbox, [(case, program, LIMITED) for case, program in RESOURCES], TIGHT, 12) == []
 
 
 # (case, program): what models write, each giving plain Python's output
