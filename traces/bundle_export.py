@@ -75,11 +75,9 @@ def _export(store: TraceStore, out: Path, run_ids: Sequence[str], bench_ids: Seq
     known = set(store.run_ids())
     missing = [r for r in runs if r not in known]
     if missing:
-        notes = {r: lookalike_note(r, known) for r in missing}  # a look-alike typed: name the run it looks like
-        if len(missing) > 1:
-            notes = {r: note.replace("; the run", f"; for {r!r}: the run", 1) for r, note in notes.items()}
+        notes = "".join(lookalike_note(r, known, name_it=len(missing) > 1) for r in missing)  # a look-alike typed
         raise BundleError(f"{store.path}: no run {', '.join(map(repr, missing))} (`agora report runs` lists them)"
-                          + "".join(notes.values()))
+                          + notes)
     benches = []
     for b in dict.fromkeys(bench_ids):
         recorded = "benches" in store.db.table_names() and bool(list(store.db.query(

@@ -138,13 +138,16 @@ def _first_difference(run_id: str, other: str) -> str:
     return f"{whose} {longer[len(shorter):]!r}"
 
 
-def lookalike_note(run_id: str, existing: Any) -> str:
+def lookalike_note(run_id: str, existing: Any, *, name_it: bool = False) -> str:
     """For a refusal of a run id the database does not hold: ``; the run 'ran' looks like it ('а'
     (CYRILLIC SMALL LETTER A) at position 1 where it has 'a')`` when one of ``existing`` (run ids)
-    has the same :func:`run_id_skeleton` (the user typed a look-alike of it), else ``""``."""
+    has the same :func:`run_id_skeleton` (the user typed a look-alike of it), else ``""``.
+    ``name_it``: say which id the note is about (``; for 'rаn': the run ...``), for a refusal of several."""
     skeleton = run_id_skeleton(run_id)
     other = next((o for o in existing if o != run_id and run_id_skeleton(o) == skeleton), None)
-    return "" if other is None else f"; the run {other!r} looks like it ({_first_difference(run_id, other)})"
+    if other is None:
+        return ""
+    return f"; {f'for {run_id!r}: ' if name_it else ''}the run {other!r} looks like it ({_first_difference(run_id, other)})"
 
 
 def lookalike_refusal(run_id: str, existing: Any, option: str = "run id") -> str | None:
