@@ -36,11 +36,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from agora.agents.moa import aggregator_prompt  # noqa: E402
 from agora.graphs.candidates import shared_from_rows  # noqa: E402
 from agora.tasks import Problem, find_answer, is_correct  # noqa: E402
 from agora.traces.store import TraceStore  # noqa: E402
-from agora.training.aggregator import plurality_answer  # noqa: E402
+from agora.training.aggregator import aggregation_problem, plurality_answer  # noqa: E402
 from agora.training.evaluation import greedy_outcomes, paired_difference  # noqa: E402
 
 BASE = "qwen2.5-coder-0.5b"
@@ -152,13 +151,7 @@ def aggregate(base: str, adapter: str | None, items: list[dict], out_file: Path,
     """Greedy answers of ``base`` (+ ``adapter``) as the aggregator of each item's candidates (shuffled
     with ``seed`` + the item's place), on llama.cpp as the pool serves it; verdicts 0/1 in item order,
     answers read against the *question* (a reply naming a candidate's answer is not an echo)."""
-    problems = []
-    for n, item in enumerate(items):
-        p = item["problem"]
-        prompt = aggregator_prompt(p.question, item["candidates"], kind=p.kind, n_choices=p.n_choices or 4,
-                                   seed=seed + n, shots=0, question_id=p.id)
-        problems.append(Problem(p.id, prompt[-1]["content"], p.gold, p.kind, n_choices=p.n_choices))
-
+    problems = [aggregation_problem(item["problem"], item["candidates"], seed=seed + n) for n, item in enumerate(items)]
     rows = greedy_outcomes(problems, base, adapter, out_file, shots=0, max_tokens=max_tokens, batch_size=1,
                            backend="llamacpp",
                            progress=lambda done, total: print(f"  {out_file.parent.name}/{out_file.stem}: "

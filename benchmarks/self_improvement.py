@@ -703,15 +703,10 @@ def _aggregate(args, name: str, adapter: str | None, items) -> list[dict]:
     ``(index, problem, candidate texts)``: one prompt per question showing its candidates, shuffled with
     seed ``--seed + index`` (the question's place among the held-out ones); rows as
     :func:`agora.training.evaluation.greedy_outcomes` writes them to ``eval/<name>.jsonl``."""
-    from agora.tasks import Problem
-    from agora.training.aggregator import aggregator_prompt
+    from agora.training.aggregator import aggregation_problem
     from agora.training.evaluation import greedy_outcomes
 
-    problems = []
-    for n, p, texts in items:
-        prompt = aggregator_prompt(p.question, texts, kind=p.kind, n_choices=p.n_choices or 4, seed=args.seed + n,
-                                   shots=0, question_id=p.id)
-        problems.append(Problem(p.id, prompt[-1]["content"], p.gold, p.kind, n_choices=p.n_choices))
+    problems = [aggregation_problem(p, texts, seed=args.seed + n) for n, p, texts in items]
 
     def progress(done: int, total: int) -> None:
         log(f"  eval {name}: {done}/{total}")

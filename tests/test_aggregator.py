@@ -214,3 +214,15 @@ def test_the_tiny_pool_end_to_end_traces_then_an_aggregator_and_own_data(tmp_pat
     assert out.exit_code == 0, out.output
     calls = list(sqlite_utils.Database(tmp_path / "moa.db")["model_calls"].rows)
     assert {c["model"] for c in calls if c["role"] == "aggregator" and c["error"] is None} == {"agg"}
+
+
+def test_aggregation_problem_keeps_the_problem_and_asks_the_aggregator_prompt():
+    from agora.tasks import Problem
+    from agora.training.aggregator import aggregation_problem, aggregator_prompt
+
+    p = Problem("q1", "What is 2 + 3?", "5", "math")
+    item = aggregation_problem(p, ["The answer is 5.", "The answer is 6."], seed=3)
+    assert (item.id, item.gold, item.kind, item.n_choices) == ("q1", "5", "math", p.n_choices)
+    assert item.question == aggregator_prompt(p.question, ["The answer is 5.", "The answer is 6."], kind="math",
+                                              seed=3, shots=0, question_id="q1")[-1]["content"]
+    assert "What is 2 + 3?" in item.question and "The answer is 6." in item.question

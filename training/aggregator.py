@@ -139,6 +139,17 @@ def aggregator_rows(sets: Sequence[dict[str, Any]], cfg: AggregatorDataConfig = 
 SFT_TARGETS = ("text", "answer")
 
 
+def aggregation_problem(problem: Any, candidates: Sequence[str], *, seed: int) -> Any:
+    """``problem`` (a :class:`agora.tasks.Problem`) as one greedy evaluation item of an aggregator: the
+    same id, gold, kind and choices, its question the user turn of :func:`aggregator_prompt` showing
+    ``candidates`` (shuffled with ``seed``, no exemplars), as the trained aggregators saw it."""
+    from agora.tasks import Problem
+
+    prompt = aggregator_prompt(problem.question, candidates, kind=problem.kind, n_choices=problem.n_choices or 4,
+                               seed=seed, shots=0, question_id=problem.id)
+    return Problem(problem.id, prompt[-1]["content"], problem.gold, problem.kind, n_choices=problem.n_choices)
+
+
 def answer_statement(answer: str, kind: str) -> str:
     """The closing sentence every Agora prompt asks for (:mod:`agora.agents.prompts`):
     ``The answer is 18.`` for a math answer, ``The answer is B.`` for an option letter."""
