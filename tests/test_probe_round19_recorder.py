@@ -227,10 +227,17 @@ def test_an_apps_handler_raising_in_on_chain_error_leaves_a_failed_question_with
                     asyncio.run(graph.ainvoke(QUESTION, config, context=context))
                 else:
                     graph.invoke(QUESTION, config, context=context)
+        asked_b = any(body.get("model") == "b" for body in server.bodies())
     assert rows(db, "select count(*) from questions") == [(0,)]
-    # model a's dropped request; b's 2 samples (a sync fan-out joins b's call; an async one may cancel it)
-    assert rows(db, "select model, count(*), count(error) from model_calls group by 1") in (
-        [("a", 1, 1), ("b", 2, 0)], [("a", 1, 1), ("b", 1, 1)] if asynchronous else [])
+    # model a's dropped request; b's 2 samples (a sync fan-out joins b's call; an async one may cancel
+    # it: recorded as a failed call once it was started, or never started and never sent on a busy
+    # machine, where a's failure cancels b's task before it runs: then nothing of b's, and the server
+    # saw no request from b either)
+    recorded = rows(db, "select model, count(*), count(error) from model_calls group by 1")
+    allowed = [[("a", 1, 1), ("b", 2, 0)]]
+    if asynchronous:
+        allowed += [[("a", 1, 1), ("b", 1, 1)]] + ([] if asked_b else [[("a", 1, 1)]])
+    assert recorded in allowed, (recorded, asked_b)
     (status, summary), = rows(db, "select status, summary from runs")
     assert (status, json.loads(summary)) == ("failed", {"questions": 0, "failed": 1, "failed_questions": {
         "q-f465154e": "RuntimeError: the app's error handler failed"}})
