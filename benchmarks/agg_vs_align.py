@@ -17,6 +17,12 @@ Usage (resumable: answers already in ``OUT/<aggregator>/<task>.jsonl`` are not r
         --tasks gsm8k,math500 --aggregator base --aggregator si-agg3=/work/si-agg3/si-agg3/agg/adapter \\
         --out /work/agg-bench --record benchmarks/agg-bench/results.json
     python benchmarks/agg_vs_align.py --record benchmarks/agg-bench/results.json --report   # figures only
+    python benchmarks/agg_vs_align.py --record benchmarks/agg-bench/results.json --report \
+        --db /work/si-agg/ref4.db --bench ref-4 --tasks gsm8k,math500   # refresh the checks, then figures
+
+The report also prints a vote-first gate over each aggregator's verdicts (no further model call): the
+majority's answer where the plurality answer has more than g of the candidates' votes, the
+aggregator's where it has at most g, for every g.
 
 Before any model call, the rebuilt candidates are checked against the record: their plurality answer
 must be the answer ALIGN's ``self_consistency`` recorded (``majority_agrees`` in the record; a mismatch
@@ -32,6 +38,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -58,7 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--record", type=Path, help="the results file (JSON), written after every cell")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0, help="the candidates' shuffle: seed + the question's place")
-    ap.add_argument("--report", action="store_true", help="print the figures of --record and stop")
+    ap.add_argument("--report", action="store_true",
+                    help="print the figures of --record and stop (with --db and --bench: refresh its checks first)")
     args = ap.parse_args(argv)
     if not args.report:
         for opt in ("db", "bench"):
@@ -179,6 +187,26 @@ def save_record(path: Path | None, record: dict) -> None:
     tmp.replace(path)
 
 
+def top_votes(answers: list[str | None]) -> int:
+    """How many of a question's candidates give its plurality answer (0 when none gives an answer)."""
+    counts = Counter(a for a in answers if a is not None)
+    return max(counts.values(), default=0)
+
+
+def gated(cells: list[dict], checks: dict, most: int) -> tuple[list[int], list[int]]:
+    """Verdicts of a vote-first gate: the aggregator's verdict where the plurality answer has at most
+    ``most`` of the candidates' votes, the majority's elsewhere; returned with the majority's own, pooled
+    over ``cells`` in order (a cell without ``checks[task]["top_votes"]`` is skipped)."""
+    mine, vote = [], []
+    for c in cells:
+        tops = checks.get(c["task"], {}).get("top_votes")
+        if tops is None or len(tops) != len(c["correct"]):
+            continue
+        mine += [a if top <= most else m for a, m, top in zip(c["correct"], c["majority"], tops)]
+        vote += c["majority"]
+    return mine, vote
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -211,6 +239,19 @@ def report(record: dict) -> dict:
             print(f"  {task:8s} n {n:3d}  aggregator {pct(sum(c['correct']) / n)}  majority {pct(sum(c['majority']) / n)}"
                   f"  ALIGN {pct(sum(c['align']) / n)}  ceiling {pct(sum(c['any_correct']) / n)}")
             print(f"           vs majority {pp(vs_maj)}   vs ALIGN {pp(vs_align)}")
+        checks = record.get("checks", {})
+        sizes = {checks.get(c["task"], {}).get("candidates") for c in mine}
+        if mine and None not in sizes and len(sizes) == 1:
+            size = sizes.pop()
+            out[name]["gated"] = {}
+            print(f"  vote first, the aggregator only where the plurality has at most g of {size} votes (pooled):")
+            for most in range(1, size):
+                verdicts, vote = gated(mine, checks, most)
+                share = sum(1 for c in mine for t in checks[c["task"]]["top_votes"] if t <= most) / len(vote)
+                d = paired_difference(vote, verdicts)
+                out[name]["gated"][most] = {"asked": share, "accuracy": sum(verdicts) / len(vote), "vs_majority": d}
+                print(f"    g {most}: aggregator asked on {pct(share)}  accuracy {pct(sum(verdicts) / len(vote))}"
+                      f"  vs majority {pp(d)}")
         cost = [c for c in mine if "cpu_s" in c]
         if cost:
             print(f"  cost: {sum(c['wall_s'] for c in cost) / 3600:.2f} h wall, "
@@ -221,23 +262,26 @@ def report(record: dict) -> dict:
 def main(argv=None) -> None:
     args = parse_args(argv)
     record = load_record(args.record)
-    if args.report:
+    if args.report and not (args.db and args.bench):
         report(record)
         return
     try:
-        aggregators = [parse_aggregator(a) for a in args.aggregator]
+        aggregators = [] if args.report else [parse_aggregator(a) for a in args.aggregator]
         store = TraceStore.reading(args.db)
         tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
         items = {t: align_candidates(store, args.bench, t) for t in tasks}
     except ValueError as exc:
         sys.exit(f"error: {exc}")
-    record["settings"] = {"db": str(args.db), "bench": args.bench, "base": args.base, "max_tokens": args.max_tokens,
-                          "seed": args.seed}
+    if not args.report:
+        record["settings"] = {"db": str(args.db), "bench": args.bench, "base": args.base,
+                              "max_tokens": args.max_tokens, "seed": args.seed}
     for t, its in items.items():
         agree = sum(1 for i in its if i["majority"] == i["majority_recorded"])
         print(f"{t}: {len(its)} questions, {len(its[0]['candidates'])} candidates each; rebuilt plurality = recorded "
               f"self_consistency on {agree}/{len(its)}", flush=True)
-        record.setdefault("checks", {})[t] = {"questions": len(its), "majority_agrees": agree}
+        record.setdefault("checks", {})[t] = {"questions": len(its), "majority_agrees": agree,
+                                              "candidates": len(its[0]["candidates"]),
+                                              "top_votes": [top_votes(i["answers"]) for i in its]}
     save_record(args.record, record)
     for name, adapter in aggregators:
         for t in tasks:

@@ -80,7 +80,8 @@ def test_main_pairs_the_aggregator_with_majority_and_align_and_resumes(script, b
     rec = json.loads(record.read_text())
     cell = rec["cells"]["base/arith"]
     assert cell["correct"] == [0, 1, 1] and cell["majority"] == [1, 1, 1] and cell["align"] == [1, 1, 1]
-    assert rec["checks"]["arith"] == {"questions": 3, "majority_agrees": 3}
+    assert rec["checks"]["arith"] == {"questions": 3, "majority_agrees": 3, "candidates": 6,
+                                      "top_votes": [3, 3, 3]}  # the right answer: A's 2 + B's 1, by hand
     assert seen == [("qwen2.5-coder-0.5b", None, 3)]
     out = capsys.readouterr().out
     assert "vs majority -33.3 pp" in out and "+0/−1" in out
@@ -89,3 +90,19 @@ def test_main_pairs_the_aggregator_with_majority_and_align_and_resumes(script, b
     figures = script.report(rec)
     assert figures["base"]["arith"]["accuracy"] == pytest.approx(2 / 3)
     assert figures["base"]["arith"]["vs_align"]["lost"] == 1
+
+
+def test_the_vote_first_gate_by_hand(script):
+    """Question 1: the plurality has 2 of 6 votes, the vote is wrong and the aggregator right; question 2:
+    4 of 6, the vote right and the aggregator wrong; question 3: 3 of 6, both right."""
+    cell = {"aggregator": "base", "task": "t", "status": "finished", "correct": [1, 0, 1], "majority": [0, 1, 1],
+            "align": [0, 1, 1], "any_correct": [1, 1, 1]}
+    checks = {"t": {"candidates": 6, "top_votes": [2, 4, 3]}}
+    assert script.gated([cell], checks, 1) == ([0, 1, 1], [0, 1, 1])  # never asked: the vote
+    assert script.gated([cell], checks, 2) == ([1, 1, 1], [0, 1, 1])  # asked on question 1 only
+    assert script.gated([cell], checks, 4) == ([1, 0, 1], [0, 1, 1])  # asked everywhere: the aggregator
+    figures = script.report({"cells": {"base/t": cell}, "checks": checks})["base"]["gated"]
+    assert figures[2]["asked"] == pytest.approx(1 / 3) and figures[2]["accuracy"] == 1.0
+    assert (figures[2]["vs_majority"]["gained"], figures[2]["vs_majority"]["lost"]) == (1, 0)
+    assert (figures[5]["vs_majority"]["gained"], figures[5]["vs_majority"]["lost"]) == (1, 1)
+    assert script.top_votes(["1", None, "2", "1"]) == 2 and script.top_votes([None, None]) == 0
