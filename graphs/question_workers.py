@@ -57,10 +57,23 @@ def run_to_end(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
 
 
 def close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Shut ``loop`` down (async generators, its default thread pool) and close it; from a helper
-    thread when this thread runs a loop of its own (one thread may run one loop at a time)."""
+    """Shut ``loop`` down (tasks still pending cancelled and run to their end, async generators, its
+    default thread pool) and close it; from a helper thread when this thread runs a loop of its own
+    (one thread may run one loop at a time).
+
+    A question stopped by Ctrl-C can leave a graph's node tasks pending on the loop (the interrupt
+    stops the loop where it lands); cancelled here, they finish their callbacks' error handlers on the
+    loop instead of being collected after it closed ("coroutine ... was never awaited")."""
     def close() -> None:
         try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                try:
+                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                except BaseException:  # noqa: BLE001 - a second Ctrl-C: close anyway
+                    log.debug("tasks still pending when the loop closed", exc_info=True)
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
