@@ -205,11 +205,12 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         if unit is None:
             err_console.print("[yellow]interrupted[/yellow]")
             raise typer.Exit(130) from None
-        if stopped_by == signal.SIGTERM:
-            err_console.print(f"[yellow]terminated[/yellow] (SIGTERM): finished {unit} are saved and the run is "
-                              f"marked interrupted; resume with: {escape(resume_command(note=True))}", highlight=False,
-                              soft_wrap=True)
-            raise typer.Exit(143) from None
+        if stopped_by in _TERMINATING:
+            with contextlib.suppress(OSError):  # (after SIGHUP the terminal may be gone)
+                err_console.print(f"[yellow]{_TERMINATING[stopped_by]}[/yellow]: finished {unit} are saved and the "
+                                  f"run is marked interrupted; resume with: {escape(resume_command(note=True))}",
+                                  highlight=False, soft_wrap=True)
+            raise typer.Exit(128 + stopped_by) from None
         err_console.print(f"[yellow]interrupted[/yellow]: finished {unit} are saved; rerun with the same "
                           "--run-id to resume")
         raise typer.Exit(130) from None
@@ -524,6 +525,10 @@ class _StopState:
 
 _stop = _StopState()
 
+#: The signals that stop a run as SIGTERM does (drain, mark it interrupted, exit 128 + the signal's
+#: number), and how the stop is named: ``terminated`` (SIGTERM), ``hung up`` (SIGHUP).
+_TERMINATING = {signal.SIGTERM: "terminated (SIGTERM)", signal.SIGHUP: "hung up (SIGHUP)"}
+
 #: Seconds a SIGTERM's drain may take before the process ends anyway (its runs marked
 #: ``interrupted`` first): ``docker stop`` and ``timeout -k`` send SIGKILL about 10 s after SIGTERM.
 TERM_GRACE_S = 8.0
@@ -556,9 +561,10 @@ def _end_now(code: int, message: str) -> None:
 
     marked = mark_live_runs("interrupted", "stopped at once: " + message)
     note = "the run is marked interrupted" if marked else "finished work is saved"
-    err_console.print(f"[yellow]stopped[/yellow]: {message}; model calls in flight abandoned; {note}; resume with: "
-                      f"{escape(resume_command(note=True))}", highlight=False, soft_wrap=True)
-    console.show_cursor(True)  # a progress display hides it
+    with contextlib.suppress(OSError):  # (a terminal gone after SIGHUP must not keep the process alive)
+        err_console.print(f"[yellow]stopped[/yellow]: {message}; model calls in flight abandoned; {note}; resume "
+                          f"with: {escape(resume_command(note=True))}", highlight=False, soft_wrap=True)
+        console.show_cursor(True)  # a progress display hides it
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -578,7 +584,9 @@ def graceful_stop(run_id: str | None = None) -> Iterator[RunControl]:
     A second signal ends the process at once (exit 130, or 143 for SIGTERM): model calls in flight
     run in worker threads that cannot be interrupted, and LangGraph would wait for them; the
     process's runs are marked ``interrupted`` first (:func:`agora.graphs.recorded_runs.mark_live_runs`).
-    A SIGTERM's drain that takes more than :data:`TERM_GRACE_S` ends the same way. Finished
+    A SIGTERM's drain that takes more than :data:`TERM_GRACE_S` ends the same way. SIGHUP (the
+    terminal closed, an ssh session dropped) is taken as SIGTERM is (exit 129), unless it was
+    ignored when the run started (``nohup``): then it stays ignored. Finished
     questions and checkpointed steps are already on disk; the resumed run redoes the running step.
     ``run_id``: the run (or bench) id the resume hint names. Outside the main thread (where signal
     handlers cannot be set) it only yields the control.
@@ -591,16 +599,18 @@ def graceful_stop(run_id: str | None = None) -> Iterator[RunControl]:
     timers: list[threading.Timer] = []
 
     def on_signal(signum: int, frame: Any) -> None:
-        code = 143 if signum == signal.SIGTERM else 130
+        code = 128 + signum if signum in _TERMINATING else 130
+        name = signal.Signals(signum).name
         if control.drain_requested:
-            _end_now(code, "a second " + ("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"))
+            _end_now(code, "a second " + (name if signum in _TERMINATING else "Ctrl-C"))
         _stop.signal = signum
-        if signum == signal.SIGTERM:
+        if signum in _TERMINATING:
             control.request_drain("terminated")
-            err_console.print(f"[yellow]terminating[/yellow] (SIGTERM) after the running step, which is saved; "
-                              f"at most {TERM_GRACE_S:g} s")
-            timer = threading.Timer(TERM_GRACE_S, _end_now, (143, f"SIGTERM, the running step took over "
-                                                                  f"{TERM_GRACE_S:g} s to finish"))
+            with contextlib.suppress(OSError):  # (after SIGHUP the terminal may be gone)
+                err_console.print(f"[yellow]terminating[/yellow] ({name}) after the running step, which is saved; "
+                                  f"at most {TERM_GRACE_S:g} s")
+            timer = threading.Timer(TERM_GRACE_S, _end_now, (code, f"{name}, the running step took over "
+                                                                   f"{TERM_GRACE_S:g} s to finish"))
             timer.daemon = True
             timers.append(timer)
             timer.start()
@@ -609,7 +619,10 @@ def graceful_stop(run_id: str | None = None) -> Iterator[RunControl]:
         err_console.print("[yellow]stopping[/yellow] after the running step, which is saved "
                           "(model calls in flight finish first); Ctrl-C again to stop at once")
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    caught = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # (under nohup it stays ignored)
+        caught.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, on_signal) for sig in caught}
     try:
         yield control
     finally:
