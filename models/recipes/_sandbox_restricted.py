@@ -91,16 +91,23 @@ class _OutputLimit(Exception):
 
 
 class _Printer:
-    """RestrictedPython's ``_print_``: collects printed text, at most ``cap`` bytes."""
+    """RestrictedPython's ``_print_``: collects printed text, at most ``cap`` bytes. RestrictedPython
+    calls it once per program and per function for their collector (:class:`_PrintScope`); the
+    program never holds the printer itself."""
 
     def __init__(self, cap: int):
         self.parts: list[str] = []
         self.size, self.cap, self.over = 0, cap, False
 
-    def __call__(self, _getattr_=None) -> "_Printer":  # one collector per program (and per function)
-        return self
+    def __call__(self, _getattr_=None) -> "_PrintScope":
+        return _PrintScope(self)
 
     def write(self, text: str) -> None:
+        """Collect ``text`` (a ``str``, kept as a plain one). Raises ``TypeError`` for anything else
+        (as a text file's ``write`` does), :class:`_OutputLimit` past the cap."""
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {str.__str__(type(text).__name__)}")
+        text = str.__str__(text)  # a subclass's ``encode`` or ``__len__`` is no measure
         self.size += len(text.encode("utf-8", "replace"))
         if self.size > self.cap:
             self.over = True
@@ -113,6 +120,24 @@ class _Printer:
     def _call_print(self, *objects, **kwargs) -> None:
         kwargs.pop("file", None)
         print(*objects, file=self, **kwargs)
+
+
+class _PrintScope:
+    """The collector RestrictedPython keeps as ``_print`` (a name the program cannot write): its
+    ``print(...)`` goes to the :class:`_Printer`, and ``printed`` (``_print()``) is the text printed
+    so far, a ``str``. (The printer itself was ``printed``: a program could append a non-string to
+    its parts, or raise its cap.)"""
+
+    __slots__ = ("_printer",)
+
+    def __init__(self, printer: _Printer) -> None:
+        self._printer = printer
+
+    def __call__(self) -> str:
+        return "".join(self._printer.parts)
+
+    def _call_print(self, *objects, **kwargs) -> None:
+        self._printer._call_print(*objects, **kwargs)
 
 
 class _Stdout:
@@ -221,7 +246,10 @@ def _dangerous_builtins() -> frozenset[int]:
 
     names = ("open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "dir", "input",
              "breakpoint", "getattr", "setattr", "delattr", "memoryview", "help", "exit", "quit", "type")
-    made = (io.open, types.FunctionType, types.CodeType, types.CellType, types.FrameType, types.TracebackType)
+    made = (io.open, types.FunctionType, types.CodeType, types.CellType, types.FrameType, types.TracebackType,
+            # ``type.mro`` unbound (``typing.Type.mro``, ``super(M, M).mro`` of a metaclass ``M``):
+            # ``mro(numbers.ABCMeta)`` is a list that holds ``type``, which C code can call
+            type.__dict__["mro"])
     # the originals of ``operator.attrgetter``/``methodcaller`` read any attribute (``'__class__'``); a child's
     # ``operator`` module holds guarded ones (:func:`_route_operator`), but sympy's modules keep the
     # originals (``sympy.core.add.attrgetter``)
@@ -233,15 +261,29 @@ def _dangerous_builtins() -> frozenset[int]:
 _DANGEROUS = _dangerous_builtins()
 
 
+#: ``typing``'s functions and classes a program may not hold, and why (the rest of ``typing``, what
+#: annotations use, is a program's: ``List``, ``Optional``, ``TypeVar``, ``Generic``, ``cast``...).
+_TYPING_REFUSED = {
+    "get_type_hints": "it hands out annotations' objects, the built-in type among them",
+    "get_origin": "get_origin(Type) is the built-in type", "get_args": "it hands out what an alias holds",
+    "ForwardRef": "it evaluates a string", "final": "it writes onto what it is given",
+    "no_type_check": "it writes onto what it is given", "no_type_check_decorator": "it writes onto what it is given",
+    "runtime_checkable": "it writes onto what it is given", "dataclass_transform": "it writes onto what it is given",
+    "get_overloads": "it hands out other modules' functions", "clear_overloads": "it empties a registry of typing's"}
+
+
 def _refused_library_functions() -> dict[int, str]:
-    """``id``s of library functions of allowed modules that a program may not hold, and why:
-    ``enum.global_enum`` writes an enum's members into the module its ``__module__`` names (any
+    """``id``s of library functions and classes of allowed modules that a program may not hold, and
+    why: ``enum.global_enum`` writes an enum's members into the module its ``__module__`` names (any
     loaded module, the worker's own ``__main__``), ``enum.pickle_by_enum_name`` returns the
-    interpreter's ``getattr``."""
+    interpreter's ``getattr``; ``typing``'s of :data:`_TYPING_REFUSED`."""
     import enum
+    import typing
 
     whys = {"global_enum": "it writes into any module", "pickle_by_enum_name": "it hands out getattr"}
-    return {id(getattr(enum, n)): why for n, why in whys.items() if hasattr(enum, n)}
+    found = {id(getattr(enum, n)): why for n, why in whys.items() if hasattr(enum, n)}
+    found.update({id(getattr(typing, n)): why for n, why in _TYPING_REFUSED.items() if hasattr(typing, n)})
+    return found
 
 
 _REFUSED_FUNCTIONS = _refused_library_functions()
@@ -293,6 +335,19 @@ def _library_type(cls) -> bool:
     return not type.__dict__["__flags__"].__get__(cls) & (1 << 9) or _library_class(cls)  # Py_TPFLAGS_HEAPTYPE
 
 
+def _typing_makes() -> tuple[tuple[type, type], ...]:
+    """``typing``'s metaclasses whose classes derive from a built-in value type whatever their bases
+    say: ``NamedTupleMeta`` (a ``tuple`` class: ``class P(NamedTuple)`` with a ``count`` of its own
+    answered for ``tuple``'s) and ``_TypedDictMeta`` (a ``dict`` class), with that type."""
+    import typing
+
+    makes = ((getattr(typing, "NamedTupleMeta", None), tuple), (getattr(typing, "_TypedDictMeta", None), dict))
+    return tuple((meta, made) for meta, made in makes if isinstance(meta, type))
+
+
+_TYPING_MAKES = _typing_makes()
+
+
 def _class_statement_refused(bases: tuple, namespace: dict, meta, name=None, maker=None) -> str | None:
     """Why a program's ``class`` statement may not make a class (``None`` when it may). Refused: a
     metaclass (a class deriving from ``type``); a class whose metaclass the program made (not
@@ -300,8 +355,12 @@ def _class_statement_refused(bases: tuple, namespace: dict, meta, name=None, mak
     (:data:`_VALUE_TYPES`) whose body, or a base the program made, defines anything (its methods would
     answer ``==``, ``hash``, ``+``, ``split``... where a library takes it for a name or a key), but an
     ``Enum`` of members and new methods (:func:`_enum_body`; ``name`` is the class's, ``maker`` the
-    metaclass that makes it when ``meta`` is not). ``class S(str): pass`` stays."""
+    metaclass that makes it when ``meta`` is not; ``typing``'s ``NamedTupleMeta`` and ``_TypedDictMeta``
+    count as deriving from ``tuple`` and ``dict``, :func:`_typing_makes`). ``class S(str): pass`` stays."""
     mros = [type.__dict__["__mro__"].__get__(b) for b in bases]
+    for maker_, made in _TYPING_MAKES:  # ``typing``'s metaclasses that make a tuple or dict class
+        if meta is maker_:
+            mros.append(type.__dict__["__mro__"].__get__(made))
     if any(type in mro for mro in mros):
         return "a class deriving from type (a metaclass)"
     if meta is not type and not _library_class(meta):
@@ -567,13 +626,19 @@ def _refused(value, allowed: frozenset[str]) -> str | None:
             return f"is the module {value.__name__!r}, which is not allowed"
         return None
     kind = type(value)
-    # (``id`` only for the kinds these are: each ``id`` call is an audit event of the child's hook)
-    if (kind is type or kind is types.BuiltinFunctionType) and id(value) in _DANGEROUS:
-        return "is a built-in the sandbox does not give"
-    if kind is types.FunctionType and id(value) in _OWN_RUNNERS:
-        return "is the sandbox's own code runner, which a program may not hold"
-    if kind is types.FunctionType and id(value) in _REFUSED_FUNCTIONS:
-        return f"belongs to the module {_module_of(value)!r}, which is not allowed ({_REFUSED_FUNCTIONS[id(value)]})"
+    # (``id`` only for the kinds these are, once: each ``id`` call is an audit event of the child's hook)
+    if kind is type or kind is types.BuiltinFunctionType or kind is types.MethodDescriptorType:
+        ident = id(value)
+        if ident in _DANGEROUS:
+            return "is a built-in the sandbox does not give"
+        if ident in _REFUSED_FUNCTIONS:  # ``typing.ForwardRef``
+            return f"belongs to the module {_module_of(value)!r}, which is not allowed ({_REFUSED_FUNCTIONS[ident]})"
+    elif kind is types.FunctionType:
+        ident = id(value)
+        if ident in _OWN_RUNNERS:
+            return "is the sandbox's own code runner, which a program may not hold"
+        if ident in _REFUSED_FUNCTIONS:
+            return f"belongs to the module {_module_of(value)!r}, which is not allowed ({_REFUSED_FUNCTIONS[ident]})"
     if (isinstance(value, type) and issubclass(value, string.Formatter)) or isinstance(value, string.Formatter):
         # its ``get_field`` reads any attribute (``'0.__class__'``), and a subclass's ``super()`` reaches it
         return "is string.Formatter, which reads any attribute (format strings with str.format or f-strings)"
@@ -711,17 +776,32 @@ def _described(obj) -> str:
     return f"{name!r} of the module {_module_of(obj)!r}" if _module_of(obj) else repr(name)
 
 
+def _typing_objects() -> tuple[type, ...]:
+    """The classes of ``typing``'s own objects (its aliases, special forms, type variables): an alias
+    passes a write or delete of an attribute to the class it stands for (``typing.Counter.most_common
+    = f`` wrote into ``collections.Counter``, ``Sequence.count = f``, through a sympy module, into
+    ``collections.abc.Sequence``)."""
+    import typing
+
+    found = (getattr(typing, n, None) for n in ("_Final", "_BaseGenericAlias", "_SpecialForm", "TypeVar", "ParamSpec"))
+    return tuple(c for c in found if isinstance(c, type))
+
+
+_TYPING_OBJECTS = _typing_objects()
+
+
 def _write_guard(obj):
     """RestrictedPython's ``_write_``: the object itself when the program may set and delete its
     attributes (its own objects, sympy's instances), else :class:`_ItemsOnly`: a module; a class,
     function or method the program did not define (``__module__`` other than ``__main__``); sympy's
-    registries (``sympy.S``, :data:`_LIBRARY_STATE`); a class of the program's that is, or has a
+    registries (``sympy.S``, :data:`_LIBRARY_STATE`); ``typing``'s aliases and forms
+    (:func:`_typing_objects`); a class of the program's that is, or has a
     subclass that is, a subclass of a built-in value type (``class S(str): pass`` then ``S.split =
     f`` would give it the methods :func:`_class_statement_refused` refuses), and an instance of one
     (``s.startswith = f`` answers ``s.startswith('_')`` from the instance, and so would a slot made
     by a metaclass call: a ``dict`` subclass's items stay writable); the sandbox's routing objects
     (the restricted ``eval_expr``: their state is the worker's)."""
-    if (isinstance(obj, (types.ModuleType, _RestrictedSympyEval, _SafeFormatter))
+    if (isinstance(obj, (types.ModuleType, _RestrictedSympyEval, _SafeFormatter, *_TYPING_OBJECTS))
             or (_LIBRARY_STATE and isinstance(obj, _LIBRARY_STATE))):
         return _ItemsOnly(obj)
     kind = type(obj)  # (``issubclass`` of built-in types reads the C-level MRO: no metaclass's code runs)
@@ -1263,8 +1343,15 @@ class _Policy(RestrictingNodeTransformer):
         return super().visit_AugAssign(node)
 
 
+#: Modules bound in a program's namespace, as if imported, when it may import them: in a benchmark's
+#: 3,840 programs, 29 used ``math`` or ``cmath`` without importing it (a ``NameError``). A program's
+#: own ``import math`` or ``math = ...`` works as in Python.
+PREBOUND = ("math", "cmath")
+
+
 def _restricted_globals(printer: _Printer, allowed: frozenset[str], confined_writes: bool = False) -> dict:
-    """The program's globals: built-ins, import hook and RestrictedPython's hooks. ``confined_writes``:
+    """The program's globals: built-ins, import hook, RestrictedPython's hooks and the modules of
+    :data:`PREBOUND` that ``allowed`` holds. ``confined_writes``:
     Landlock confines this child's writes to its folder (:data:`SYMPY_FILE_WRITERS` are then held)."""
     import builtins
 
@@ -1281,7 +1368,9 @@ def _restricted_globals(printer: _Printer, allowed: frozenset[str], confined_wri
     names["hasattr"] = _guarded_hasattr
     names["__build_class__"] = _guarded_build_class
     names["type"] = _program_type
-    return {"__builtins__": names, "__name__": "__main__", "__metaclass__": type,
+    # modules models use without importing them (``math.sqrt``), when the program may import them
+    bound = {name: names["__import__"](name) for name in PREBOUND if name in allowed}
+    return {**bound, "__builtins__": names, "__name__": "__main__", "__metaclass__": type,
             "_print_": printer, "_getattr_": guarded_getattr, "_getitem_": _checked_getitem,
             "_getiter_": default_guarded_getiter, "_iter_unpack_sequence_": _checked_iter_unpack_sequence,
             "_unpack_sequence_": _checked_unpack_sequence, "_write_": _write_guard, "_inplacevar_": _inplacevar,
@@ -2221,6 +2310,7 @@ def _route_annotations() -> None:
 
         get_type_hints.__sandboxed__ = True
         typing.get_type_hints = get_type_hints
+        _REFUSED_FUNCTIONS[id(get_type_hints)] = _TYPING_REFUSED["get_type_hints"]  # (``hints`` keeps it)
         return
     if getattr(original, "__sandboxed__", False):
         return

@@ -83,7 +83,7 @@ _OutputLimit, _Policy, _Printer, _restricted_globals, _route_sympy = (
 
 #: Modules imported at start when present (a child's import of one of them is then free).
 PRELOAD = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "statistics",
-           "operator", "string", "re", "datetime", "heapq", "bisect", "numbers", "random", "enum", "sympy")
+           "operator", "string", "re", "datetime", "heapq", "bisect", "numbers", "random", "enum", "typing", "sympy")
 for _name in PRELOAD:
     try:
         __import__(_name)
@@ -154,9 +154,13 @@ _restricted.warm_star_views(frozenset(n for n in PRELOAD if n in sys.modules))  
 
 def _type_name(exc: BaseException) -> str:
     """The name of ``exc``'s class as a plain ``str`` (a class a program made may carry a ``str``
-    subclass as its name, whose ``__format__`` is the program's)."""
+    subclass as its name, whose ``__format__`` is the program's), as it is when it is an identifier,
+    else quoted with its control characters escaped (``repr``): a class made by a metaclass call may
+    have any name, and one like ``'E\\x1b[31m\\nFAKE\\r'`` or ``'ValueError: x'`` put terminal codes or
+    a made-up error at the start of the result's error."""
     name = type.__dict__["__name__"].__get__(type(exc))
-    return str.__str__(name) if isinstance(name, str) else "Exception"
+    name = str.__str__(name) if isinstance(name, str) else "Exception"
+    return name if name.isidentifier() else repr(name)
 
 
 def _error_text(exc: BaseException) -> str:
@@ -219,9 +223,14 @@ def _child(request: dict, folder: str, result_fd: int) -> None:
             error = "RecursionError: maximum recursion depth exceeded"
         except BaseException as exc:  # noqa: BLE001 - the program's own error is its result
             error = _error_text(exc)
-        output = "".join(printer.parts)
-        status = "output_limit" if printer.over else ("error" if error else "ok")
-        data = json.dumps({"status": status, "output": output, "error": error, "layers": layers}).encode()
+        try:
+            output = "".join(printer.parts)
+            status = "output_limit" if printer.over else ("error" if error else "ok")
+            data = json.dumps({"status": status, "output": output, "error": error, "layers": layers}).encode()
+        except BaseException as exc:  # noqa: BLE001 - said as it is, not as a child that died
+            data = json.dumps({"status": "error", "output": "", "layers": layers,
+                               "error": f"SandboxError: the program's result could not be read ({_type_name(exc)})"}
+                              ).encode()
         view = memoryview(data)
         while view:
             view = view[os.write(result_fd, view):]

@@ -18,7 +18,9 @@ What was chosen, and why:
   not define cannot be set or deleted, nor written by library helpers (``functools.total_ordering``,
   ``abc.ABCMeta.register``); the built-in ``type`` is never a program's value (its ``type(x)`` gives
   ``x``'s class) and a metaclass call is judged like a ``class`` statement (``_sandbox_restricted.py``
-  says why). A program over :data:`MAX_PROGRAM_BYTES` is refused before it is sent. RestrictedPython
+  says why); of ``typing``, what annotations use (not ``get_type_hints``, ``get_origin``,
+  ``ForwardRef``..., which hand out ``type`` or evaluate strings). ``math`` and ``cmath``, when
+  allowed, are bound without an import (``_sandbox_restricted.PREBOUND``). A program over :data:`MAX_PROGRAM_BYTES` is refused before it is sent. RestrictedPython
   alone is not a security boundary (its own docs say so), hence:
 - **OS limits in the child** (``resource.setrlimit``): CPU seconds (``RLIMIT_CPU``), address space
   (``RLIMIT_AS``: the worker's plus :attr:`~SandboxLimits.memory_mb`), file size, no core files, no
@@ -66,7 +68,7 @@ from agora.models.validation import Convert, Rule, settings
 #: The modules a program may import unless a recipe says otherwise (sympy when installed).
 DEFAULT_IMPORTS: tuple[str, ...] = ("math", "cmath", "fractions", "decimal", "itertools", "functools",
                                     "collections", "statistics", "operator", "string", "re", "datetime",
-                                    "heapq", "bisect", "numbers", "random", "enum", "sympy")
+                                    "heapq", "bisect", "numbers", "random", "enum", "typing", "sympy")
 #: Modules that may never be allowed: they reach the file system, processes or the network.
 FORBIDDEN_IMPORTS = frozenset({"os", "sys", "subprocess", "socket", "shutil", "pathlib", "io", "builtins",
                                "importlib", "ctypes", "multiprocessing", "threading", "signal", "resource",
