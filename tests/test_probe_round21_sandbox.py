@@ -322,3 +322,20 @@ def test_programs_a_model_writes_give_plain_pythons_output(sandbox):
     cases = [(case, program, plain_python(program)) for case, program in LEGITIMATE]
     assert len(cases) >= 10
     assert output_failures(sandbox, cases, LIMITS) == []
+
+
+def test_the_main_guard_runs_and_name_stays_unwritable(sandbox):
+    # ``if __name__ == "__main__": main()``: 2 of a benchmark's 3,840 programs were refused for it
+    cases = [("main guard", "def main():\n    print(6 * 7)\nif __name__ == '__main__':\n    main()", "42\n"),
+             ("name read in a function", "def f():\n    return __name__\nprint(f())", "__main__\n"),
+             ("a class's module", "class A:\n    pass\nprint(repr(A))", "<class '__main__.A'>\n")]
+    assert output_failures(sandbox, cases, LIMITS) == []
+    refused = [("name assigned", "__name__ = 'sympy.core'\nclass A:\n    pass",
+                'SyntaxError: Line 1: "__name__" is an invalid variable name because it starts with "_"'),
+               ("name deleted", "del __name__", 'SyntaxError: Line 1: "__name__" is an invalid variable name'),
+               ("name as a loop target", "for __name__ in ['x']:\n    pass",
+                'SyntaxError: Line 1: "__name__" is an invalid variable name'),
+               ("name as a parameter", "def f(__name__):\n    return 1", 'SyntaxError: Line 1: "__name__" is an invalid'),
+               ("name's attribute", "print(__name__.__class__)", 'SyntaxError: Line 1: "__class__" is an invalid attribute'),
+               ("other dunder globals", "print(__builtins__)", 'SyntaxError: Line 1: "__builtins__" is an invalid variable')]
+    assert hostile_failures(sandbox, refused, LIMITS) == []

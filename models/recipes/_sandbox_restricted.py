@@ -1284,7 +1284,8 @@ class _Policy(RestrictingNodeTransformer):
     """RestrictedPython's policy, with ``x[i] += y`` and ``obj.a += y`` read as ``x[i] =
     _inplacevar_('+=', x[i], y)``, in place as Python does it (RestrictedPython refuses augmented
     assignment of items and attributes; programs count with it), and ``from m import *`` accepted (RestrictedPython refuses it; the import hook then gives a copy
-    of ``m`` with only the names a program may hold and no name starting with ``_``). A second pass
+    of ``m`` with only the names a program may hold and no name starting with ``_``), and ``__name__``
+    read (``if __name__ == "__main__":``; not written). A second pass
     (:class:`_CallResults`) checks what each call of the program gives."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
@@ -1297,6 +1298,13 @@ class _Policy(RestrictingNodeTransformer):
         if allow_magic_methods and name in _MAGIC_METHODS and getattr(node, "col_offset", 0) != 0:
             return
         super().check_name(node, name, allow_magic_methods)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        # ``if __name__ == "__main__": main()``, which models write: reading ``__name__`` gives the
+        # program's ``'__main__'``; writing it (a class's ``__module__`` comes from it) stays refused
+        if node.id == "__name__" and isinstance(node.ctx, ast.Load):
+            return node
+        return super().visit_Name(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         # ``super().__init__(...)``, ``super().__repr__()``: read through the guarded ``getattr``, which
