@@ -22,7 +22,7 @@ and output, the modules models use without importing them, and a fresh round of 
   takes only text.
 - In a benchmark's 3,840 programs, 29 failed with ``NameError`` on ``math`` or ``cmath`` used without
   an import: both are bound in a program's namespace when allowed (a program's own ``import math``
-  or ``math = ...`` works as before); and 3 were refused for ``if __name__ == "__main__":``: a program
+  or ``math = ...`` works as before); and 2 were refused for ``if __name__ == "__main__":`` alone: a program
   may now read ``__name__`` (``'__main__'``), not write it.
 """
 
