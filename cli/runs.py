@@ -48,7 +48,7 @@ def report_runs(
             # (no minimum width: one the other columns cannot leave it crops the table's right side)
             table.add_column(col, justify="right" if col in ("questions", "accuracy %") else "left")
         for r in rows:
-            status = r.status + (" (stale)" if r.stale else "")
+            status = (r.status or "unknown") + (" (stale)" if r.stale else "")  # (NULL: a dropped status column added back)
             table.add_row(escape(r.run_id), escape(str(r.protocol)), escape(status), str(r.questions),
                           "-" if r.accuracy is None else fmt_pct(r.accuracy), r.started_at or "-",
                           r.last_activity or "-")

@@ -9,7 +9,8 @@ import numpy as np
 
 from agora.tasks.errors import InputError
 from agora.agents.stats import bootstrap_ci
-from agora.traces.store import TraceStore
+from agora.traces import schema
+from agora.traces.store import TraceStore, TraceStoreError
 
 
 MIN_QUESTIONS = 30
@@ -63,8 +64,28 @@ class MethodRow:
         return too_few(self.questions, self.ci_low, self.ci_high)
 
 
+def _check_results_columns(store: TraceStore) -> None:
+    """Refuse a ``results`` table without one of the columns every Agora database has
+    (:data:`agora.traces.schema.RESULTS` less :data:`~agora.traces.schema.ADDED_COLUMNS`, which
+    older databases lack and are read as unknown). No ``results`` table passes (no rows to read)."""
+    if "results" not in store.db.table_names():
+        return
+    have = store.db["results"].columns_dict
+    added = schema.ADDED_COLUMNS.get("results", ())
+    missing = [c for c in schema.RESULTS if c not in have and c not in added]
+    if missing:
+        raise TraceStoreError(f"{store.path}: its results table lacks {', '.join(missing)} (renamed or dropped?): "
+                              "not a trace database Agora can read")
+
+
 def method_table(store: TraceStore, run_id: str, order: Sequence[str] = ()) -> list[MethodRow]:
-    """One row per method of a run, in ``order`` first, then alphabetically."""
+    """One row per method of a run, in ``order`` first, then alphabetically.
+
+    Raises:
+        TraceStoreError: the ``results`` table lacks a column every Agora database has (one a user
+            renamed or dropped), named with the file.
+    """
+    _check_results_columns(store)
     by_method: dict[str, list[dict]] = {}
     for row in store.results(run_id):
         by_method.setdefault(row["method"], []).append(row)

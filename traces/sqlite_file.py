@@ -130,7 +130,8 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
     nullable or have a default (a newer Agora's, whose rows this one writes without them).
     Refused: tables of another tool and none of Agora's; a core table that is a view; a core table
     with another primary key, or with an extra ``NOT NULL`` column without a default (an insert
-    would fail after the first question's work).
+    would fail after the first question's work); runs recorded but no ``questions`` table (renamed
+    or dropped: a resume would redo, and record again, every question it held).
     """
     objects = {name: kind for kind, name in conn.execute(
         "select type, name from sqlite_master where type in ('table', 'view')")}
@@ -155,7 +156,17 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
         if required:
             return (f"table {table} has NOT NULL column(s) {', '.join(required)} without a default, which this "
                     "Agora does not write (a database of a newer version?); upgrade Agora or give --db a new file")
+    if "questions" not in objects and "runs" in objects and conn.execute("select 1 from runs limit 1").fetchone():
+        # every Agora database that holds a run has it: one renamed or dropped would be created empty,
+        # and a resumed run would redo (and record again) every question its rows held
+        return (f"it has no questions table beside {_and(core)} (renamed or dropped?): a run would redo the "
+                "questions its runs recorded; restore the table or give --db a new file")
     return None
+
+
+def _and(names: list[str]) -> str:
+    """``["a", "b", "c"]`` → ``"a, b and c"``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def readonly_uri(path: str | Path) -> str:
