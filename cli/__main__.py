@@ -3,6 +3,18 @@
 import sys
 
 
+def _printable_anywhere() -> None:
+    """Let stdout print what its encoding cannot (``PYTHONIOENCODING=ascii``, a Latin-1 terminal):
+    such a character (a run id's ``é``) is shown as a ``\\xe9`` escape instead of failing the
+    command with ``UnicodeEncodeError``. stderr already escapes them (Python's own default)."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and getattr(sys.stdout, "errors", None) == "strict":
+        try:
+            reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):  # (a closed or detached stream: nothing to print to anyway)
+            pass
+
+
 def main() -> None:
     """Run the ``agora`` command.
 
@@ -11,6 +23,7 @@ def main() -> None:
     Ctrl-C into exit 130 with a resume hint (Typer exits 130 quietly outside it); neither reaches
     the handler here.
     """
+    _printable_anywhere()
     try:
         from agora.cli.main import app
 

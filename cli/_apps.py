@@ -50,6 +50,31 @@ def usage_error_line(exc: click_errors.UsageError) -> str:
     return error_line(f"error: {where}: {message}; see '{where} --help'")
 
 
+def name_too_long(exc: OSError) -> str | None:
+    """The line that says a path's file name is too long for the file system (``ENAMETOOLONG``,
+    which any command meets in ``--db``, ``--out`` or a bench's ``bench-<id>`` folder before it
+    writes anything): ``error: PATH: the file name is too long (300 bytes; a file system takes at
+    most 255 per name): give a shorter one`` (or the whole path's length, over 4095 bytes, or for a
+    file system with a lower limit, that a name is too long for it); ``None`` for any other error.
+    Control characters in the path are shown escaped (:func:`agora.cli._shared.error_line`)."""
+    import errno
+    import os
+
+    from agora.cli._shared import error_line
+
+    if exc.errno != errno.ENAMETOOLONG or exc.filename is None:
+        return None
+    path = os.fsdecode(exc.filename)
+    longest = max((len(os.fsencode(part)) for part in path.split(os.sep)), default=0)
+    if longest > 255:
+        why = f"the file name is too long ({longest} bytes; a file system takes at most 255 per name)"
+    elif len(os.fsencode(path)) >= 4096:
+        why = f"the path is too long ({len(os.fsencode(path))} bytes; at most 4095)"
+    else:
+        why = "a name in it is too long for this file system"
+    return error_line(f"error: {path}: {why}: give a shorter one")
+
+
 class _AgoraGroup(TyperGroup):
     """The ``agora`` group: a required option or argument left out of a command is Agora's one line
     and exit 2 (``error: --tasks: required option, not given``) instead of typer's usage box, and so
@@ -65,6 +90,12 @@ class _AgoraGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except OSError as exc:  # a --db, --out or report folder name the file system cannot hold
+            line = name_too_long(exc)
+            if line is None:
+                raise
+            typer.echo(line, err=True)
+            raise typer.Exit(2) from None
         except click_errors.UsageError as exc:
             if type(exc).__name__ != "MissingParameter" or getattr(exc, "param", None) is None:
                 typer.echo(usage_error_line(exc), err=True)

@@ -5,7 +5,9 @@ report: :mod:`agora.runs.report` (its data: :mod:`agora.traces.bench`)."""
 from __future__ import annotations
 
 import math
+import os
 import re
+import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -120,6 +122,31 @@ def default_out(bench_id: str) -> Path:
     ``..`` in the id are replaced by ``_`` (``--run-id ../../x`` → ``bench-______x``). An explicit
     ``--out`` is taken as given."""
     return Path("bench-" + re.sub(r"[/\\]", "_", bench_id).replace("..", "__"))
+
+
+def check_out_writable(out: Path) -> None:
+    """Refuse a report folder ``out`` that cannot be written (it, or the nearest folder above it that
+    exists, is read-only or not ours), before any run starts: the report is written after the last one.
+
+    Raises:
+        InputError: naming ``--out`` and the folder.
+    """
+    folder = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out}: cannot write in the folder {folder} (not writable); give --out a folder you "
+                         "can write")
+
+
+def _write_report(store: TraceStore, spec: Any, out: Path, **kwargs: Any) -> tuple[dict[str, Any], Any]:
+    """:func:`write_report`, whose failure to write a file (a full disk, a folder made read-only
+    meanwhile) is one line that says the runs are saved and how to write the report elsewhere."""
+    try:
+        return write_report(store, spec, out, **kwargs)
+    except OSError as exc:
+        where = exc.filename or out
+        raise InputError(f"--out {out}: cannot write {where} ({exc.strerror or exc}); the runs are saved: write the "
+                         f"report with --report-only --run-id {shlex.quote(spec.bench_id)} --out <another folder>"
+                         ) from None
 
 
 def _dev_splits(calibrate_on: str | None, dev: int, tasks: list[TaskFile]) -> list[DevSplit]:
@@ -243,6 +270,8 @@ def bench(
     and thresholds, and accuracy against generated tokens as a PNG."""
     with user_errors("questions"):
         check_out_path(out)  # an existing file as --out: refused now, not after every run finished
+        if out is not None:
+            check_out_writable(out)
         if report_only:
             if run_id is None:
                 raise InputError("--report-only needs the --run-id of a bench")
@@ -255,7 +284,7 @@ def bench(
                                      f"({len(started)} runs so far: {', '.join(started)}); its spec and report start "
                                      f"when the dev runs finish (progress: agora report runs --db {' '.join(filter(None, db_argument(db)))})")
                 raise InputError(f"{shown_url(db)}: no bench {run_id!r}")
-            report, files = write_report(store, spec, out or default_out(run_id), seed=seed, record=False)
+            report, files = _write_report(store, spec, out or default_out(run_id), seed=seed, record=False)
             _print_summary(report, files)
             return
         for flag, value in (("--lambda", lam), ("--max-calls", max_calls)):
@@ -313,6 +342,7 @@ def bench(
         bench_id = new_run_id("bench") if run_id is None else check_run_id(run_id)
         out_dir = out or default_out(bench_id)
         check_out_path(out_dir)
+        check_out_writable(out_dir)
         store = TraceStore(db)
         the_router = None
         if router and "comed" in config.protocols and anchor is None:
@@ -341,7 +371,7 @@ def bench(
         except CalibrationError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
-        report, files = write_report(store, result.spec, out_dir, seed=seed)
+        report, files = _write_report(store, result.spec, out_dir, seed=seed)
         _print_summary(report, files)
         failed = result.failed
         if failed:
