@@ -31,11 +31,15 @@ Each invocation is its own question (``docs/guarantees.md``, "Recording from an 
 - **Pauses** (an ``interrupt``, ``interrupt_before``/``interrupt_after``, a Studio breakpoint): the
   nodes that ran before the pause are held, in memory, under the run's checkpoint thread and
   namespace, and the question is recorded once, whole, when a later invocation through the same
-  recorder finishes it. A fresh input on that thread drops what was held for it.
+  recorder finishes it. A fresh input on that thread drops what was held for it. A question whose
+  ``question`` the app edited while it was paused (``update_state``, or a resume's
+  ``Command(update=...)``) is recorded as edited, without the input's gold
+  (:data:`agora.graphs.scoring.RESUMED_INPUT`, as the resumed graph scores it).
 - **Errors**: an invocation that raises (an unreachable member's ``ModelCallError``, any other
   error) leaves its protocol question failed: every model call it made (the samples and failed
   attempts of the nodes that finished, the attempts of the call that raised, and those of the calls
-  cut short beside it: async requests then in flight as failed attempts with error ``cancelled``)
+  cut short beside it: async requests then in flight as failed attempts with error ``cancelled``,
+  each under the question whose graph run made it)
   is written as a ``model_calls`` row under the question's id, with no ``questions`` row, and the
   run ends ``failed`` with the id in its summary's ``failed_questions``, as ``agora run`` writes
   them. With a checkpointer, resuming the invocation finishes the question, which is then recorded
@@ -123,6 +127,15 @@ def _inside_graph_node() -> bool:
 
     metadata = (var_child_runnable_config.get() or {}).get("metadata") or {}
     return "langgraph_node" in metadata or GRAPH_METADATA_KEY in metadata
+
+
+def _calling_run() -> UUID | None:
+    """The id of the run a model call is made in now (the callback manager of the runnable config
+    LangChain keeps in the context: a graph node's run, under its graph's), or ``None`` outside one."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    callbacks = (var_child_runnable_config.get() or {}).get("callbacks")
+    return getattr(callbacks, "parent_run_id", None)
 
 
 class RecorderNotInheritedError(RuntimeError):
@@ -473,6 +486,8 @@ class TraceRecorder(BaseCallbackHandler):
             if not node and not isinstance(inputs, dict) and metadata.get("checkpoint_id") and thread is not None \
                     and thread not in self._held:
                 run.inputs = self._replayed_input(thread, str(metadata["checkpoint_id"])) or inputs
+            if not node and thread is not None and thread in self._held and (not isinstance(inputs, dict) or thread[1]):
+                self._edited_while_paused(thread)  # (resumed: with None or a Command, or as a parent graph's node)
             if parent_run_id not in self._runs and self._closed:
                 del self._runs[run_id]
                 raise RuntimeError(
@@ -497,7 +512,8 @@ class TraceRecorder(BaseCallbackHandler):
                         self._dropped[dropped.protocol] = self._dropped.get(dropped.protocol, 0) + 1
         _hear_first(self)
         self._drop_dead_start(run_id)
-        collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id))
+        collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id),
+                                        where=_calling_run)
         run.unreturned = (collector, collector.__enter__())
         run.top_token = _OPEN_TOP.set((self, run_id))
         run.task = _current_task()
@@ -545,6 +561,22 @@ class TraceRecorder(BaseCallbackHandler):
         original = (self._thread_questions.get(_thread_key(thread, inputs)) or inputs.get("question_id")
                     or as_problem(inputs).id)
         return {**inputs, _REPLAY_OF: str(original)}
+
+    def _edited_while_paused(self, thread: tuple[str, str]) -> None:
+        """A held question's thread resumed (input ``None`` or a ``Command``) after the app edited its
+        ``question`` (``update_state`` on the paused thread): what is held of it takes the input as
+        the resumed graph asks and scores it (:data:`agora.graphs.scoring.RESUMED_INPUT`: the edited
+        question, without the first input's ``gold`` and ``question_id``), so it is recorded as the
+        app's output shows it, not as the first sitting's input. An edit that leaves the question as
+        it was changes nothing."""
+        resumed = RESUMED_INPUT.get()
+        held = self._held[thread]
+        if resumed is None or resumed[0] != thread[0] or not held.inputs:
+            return
+        asked = resumed[2]
+        if isinstance(asked.get("question"), str) and asked["question"].strip() \
+                and asked["question"] != held.inputs.get("question"):
+            held.inputs = dict(asked)
 
     def _refuse_shared(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """Raise :class:`RecorderConflictError` when another recorder of the same database records the
@@ -891,7 +923,15 @@ class TraceRecorder(BaseCallbackHandler):
             else:  # (in the order they started: ids and idx follow the order the questions were asked)
                 todo.extend(reversed(run.children))
         unreturned = self._runs[root].unreturned
-        cut_short = list(unreturned[1]) if unreturned is not None else []
+        # the attempts cut short (calls that raised or were cancelled without returning them), each given
+        # to the stopped question whose run made it; those of no stopped question to the first one stopped
+        stopped_runs = {rid for rid, _, finished in found if not finished}
+        origins = getattr(unreturned[1], "origins", {}) if unreturned is not None else {}
+        own: dict[UUID, list[dict[str, Any]]] = {}
+        cut_short = []
+        for record in list(unreturned[1]) if unreturned is not None else []:
+            owner = self._owner(origins.get(record.get("call_id")), stopped_runs)
+            (own.setdefault(owner, []) if owner is not None else cut_short).append(record)
         # the app closed its stream (LangGraph then cancels the tasks of the subgraphs it ran: their
         # questions' error is the closed stream, not a task the app cancelled)
         closed = self._runs[root].closed
@@ -910,10 +950,21 @@ class TraceRecorder(BaseCallbackHandler):
             else:
                 answered_later = any(done and p == protocol and self._asked_again(run, self._runs[later])
                                      for later, p, done in found[n + 1:])
-                qid = self._hold(rid, protocol, cut_short, again, answered_later=answered_later, closed=closed)
+                qid = self._hold(rid, protocol, own.pop(rid, []) + cut_short, again, answered_later=answered_later,
+                                 closed=closed)
                 cut_short = []  # (given to the first question stopped: one invocation, one error)
                 if qid is not None:
                     stopped.append((run, protocol, qid))
+
+    def _owner(self, rid: UUID | None, questions: set[UUID]) -> UUID | None:
+        """The run among ``questions`` (protocol graph runs) that the run ``rid`` is under, itself
+        included, else ``None``."""
+        for _ in range(len(self._runs) + 1):
+            if rid is None or rid in questions:
+                return rid
+            run = self._runs.get(rid)
+            rid = run.parent if run is not None else None
+        return None
 
     @staticmethod
     def _asked_again(stopped: _Run, run: _Run) -> bool:

@@ -33,6 +33,7 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph._internal._runnable import RunnableCallable
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.constants import START
@@ -110,6 +111,42 @@ def _asked_input(chain: list[Any]) -> Any:
     if not edited or not isinstance(now, str) or now == raw.get("question"):
         return raw
     return {**{k: v for k, v in raw.items() if k not in ("gold", "question_id")}, "question": now}
+
+
+def _input_chain(checkpointer: Any, at: Any) -> list[Any]:
+    """The checkpoint ``at`` names (a config) and its ancestors, newest first, back to the input
+    checkpoint it descends from (at most :data:`INPUT_WALK`): what :func:`_asked_input` reads."""
+    chain, saved = [], checkpointer.get_tuple(at)
+    while saved is not None and len(chain) < INPUT_WALK:
+        chain.append(saved)
+        if "__start__" in (saved.checkpoint.get("channel_values") or {}):
+            break
+        saved = checkpointer.get_tuple(saved.parent_config) if saved.parent_config else None
+    return chain
+
+
+async def _ainput_chain(checkpointer: Any, at: Any) -> list[Any]:
+    chain, saved = [], await checkpointer.aget_tuple(at)
+    while saved is not None and len(chain) < INPUT_WALK:
+        chain.append(saved)
+        if "__start__" in (saved.checkpoint.get("channel_values") or {}):
+            break
+        saved = await checkpointer.aget_tuple(saved.parent_config) if saved.parent_config else None
+    return chain
+
+
+def _commanded(input: Any, asked: Any) -> Any:  # noqa: A002 - LangGraph's name
+    """``asked`` (:func:`_asked_input`) as a resume's ``Command(update={"question": ...})`` edits it:
+    the command's question (written before the resumed steps run) replaces the input's, without its
+    ``gold`` and ``question_id``, as an ``update_state`` edit does. ``asked`` unchanged for any other
+    resume, or a command that writes the question the input asked."""
+    update = getattr(input, "update", None)
+    pairs = update.items() if isinstance(update, Mapping) else update if isinstance(update, (list, tuple)) else ()
+    now = next((pair[1] for pair in reversed(list(pairs))
+                if isinstance(pair, tuple) and len(pair) == 2 and pair[0] == "question"), None)
+    if not isinstance(asked, Mapping) or not isinstance(now, str) or not now.strip() or now == asked.get("question"):
+        return asked
+    return {**{k: v for k, v in asked.items() if k not in ("gold", "question_id")}, "question": now}
 
 
 def misspelt_keys(keys: Any, known: Any) -> list[tuple[str, str]]:
@@ -306,27 +343,51 @@ class ScoredCompiledGraph(CompiledStateGraph):
     def _thread_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         """On a resume (:func:`_resumes`): the raw input of the input checkpoint the resumed checkpoint
         (the replayed one, ``checkpoint_id``, else the thread's newest) descends from, as asked
-        (:func:`_asked_input`: a question the app edited since replaces it), else ``None``."""
+        (:func:`_asked_input`: a question the app edited since replaces it, as does one a resume's
+        ``Command(update=...)`` writes: :func:`_commanded`), else ``None``."""
         if not _resumes(self, input, config):
             return None
-        chain, saved = [], self.checkpointer.get_tuple(_resumed_checkpoint(config))
-        while saved is not None and len(chain) < INPUT_WALK:
-            chain.append(saved)
-            if "__start__" in (saved.checkpoint.get("channel_values") or {}):
-                break
-            saved = self.checkpointer.get_tuple(saved.parent_config) if saved.parent_config else None
-        return _asked_input(chain)
+        return _commanded(input, _asked_input(_input_chain(self.checkpointer, _resumed_checkpoint(config))))
 
     async def _athread_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         if not _resumes(self, input, config):
             return None
-        chain, saved = [], await self.checkpointer.aget_tuple(_resumed_checkpoint(config))
-        while saved is not None and len(chain) < INPUT_WALK:
-            chain.append(saved)
-            if "__start__" in (saved.checkpoint.get("channel_values") or {}):
-                break
-            saved = await self.checkpointer.aget_tuple(saved.parent_config) if saved.parent_config else None
-        return _asked_input(chain)
+        return _commanded(input, _asked_input(await _ainput_chain(self.checkpointer, _resumed_checkpoint(config))))
+
+    def _nested_checkpoint(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
+        """``(checkpointer, the config of this graph's newest checkpoint)`` when it runs as a parent
+        graph's node (input: the parent's state) under a checkpointer, else ``None``."""
+        configurable = (config or {}).get("configurable") or {}
+        checkpointer = configurable.get(CONFIG_KEY_CHECKPOINTER)
+        if (not _nested(config) or not isinstance(input, Mapping) or "methods" not in self.channels
+                or checkpointer in (None, False, True) or configurable.get("thread_id") is None):
+            return None
+        return checkpointer, {"configurable": {"thread_id": configurable["thread_id"],
+                                               "checkpoint_ns": configurable["checkpoint_ns"]}}
+
+    @staticmethod
+    def _edited_nested(input: Any, chain: list[Any]) -> Any:  # noqa: A002 - LangGraph's name
+        """A nested run that resumes its own paused checkpoint (``chain``: it and its ancestors back
+        to its input checkpoint) whose question the app edited since (``update_state`` on the
+        subgraph's config, as Studio's state editor does): the input as its question is asked now
+        (:func:`_asked_input`, without the parent's gold), else ``None`` (a fresh run, or no edit)."""
+        asked = _asked_input(chain)
+        if not isinstance(asked, Mapping) or asked.get("question") == input.get("question"):
+            return None
+        return asked
+
+    def _nested_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
+        """:meth:`_edited_nested` of this run, read from the checkpointer (``None`` when not nested)."""
+        found = self._nested_checkpoint(input, config)
+        if found is None:
+            return None
+        return self._edited_nested(input, _input_chain(*found))
+
+    async def _anested_input(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
+        found = self._nested_checkpoint(input, config)
+        if found is None:
+            return None
+        return self._edited_nested(input, await _ainput_chain(*found))
 
     def _gold(self, input: Any, config: Any) -> Any:  # noqa: A002 - LangGraph's name
         """The problem whose gold this run's output is scored against: the input's, or on a resume
@@ -378,6 +439,8 @@ class ScoredCompiledGraph(CompiledStateGraph):
         self._refuse_unknown(input, config)
         resumed = self._thread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
+        if resumed is None and (resumed := self._nested_input(input, config)) is not None:
+            problem = None  # (a subgraph's question the app edited: the parent's gold is the other question's)
         token = _note_resumed(config, resumed)
         try:
             chunks = super().stream(input, config, **kwargs)
@@ -395,6 +458,8 @@ class ScoredCompiledGraph(CompiledStateGraph):
         self._refuse_unknown(input, config)
         resumed = await self._athread_input(input, config)
         problem = _gold_problem(resumed if _resumes(self, input, config) else input)
+        if resumed is None and (resumed := await self._anested_input(input, config)) is not None:
+            problem = None  # (a subgraph's question the app edited: the parent's gold is the other question's)
         token = _note_resumed(config, resumed)
         try:
             mode, subgraphs = kwargs.get("stream_mode") or self.stream_mode, bool(kwargs.get("subgraphs"))
@@ -411,7 +476,8 @@ class ScoredCompiledGraph(CompiledStateGraph):
 
 RESUMED_INPUT: ContextVar[tuple[str, str | None, dict[str, Any]] | None] = ContextVar("agora_resumed_input",
                                                                                       default=None)
-"""While a protocol graph resumes a thread of its checkpointer (input ``None`` or a ``Command``):
+"""While a protocol graph resumes a thread of its checkpointer (input ``None`` or a ``Command``), or,
+run as a parent graph's node, resumes its own paused checkpoint whose question the app edited:
 ``(thread_id, the replayed checkpoint_id or None, the raw input of the thread's input checkpoint)``.
 A callback meeting the graph's run without its input reads it there: the trace recorder records a
 replay from an earlier checkpoint (time travel) as a question of its own."""
