@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any, Sequence
 from urllib.parse import unquote, urlsplit
 
-from agora.models.urls import shown_url
+from agora.models.urls import shown_url, url_password
 from agora.tasks.errors import InputError
 from agora.traces.rows import _json
 
@@ -78,6 +78,9 @@ def without_password(text: str, url: str) -> str:
     secrets = re.findall(r"(?i)[?&]password=([^&#]*)", tail)
     if sep and "@" in netloc and ":" in netloc.rsplit("@", 1)[0]:
         secrets.append(netloc.rsplit("@", 1)[0].split(":", 1)[1])
+    password = url_password(url)
+    if password:  # written with a reserved character unencoded: the parts libpq may read apart too
+        secrets += [password, *re.split(r"[@/?#]", password)]
     for secret in list(secrets):
         secrets.append(unquote(secret))
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
