@@ -43,6 +43,7 @@ from agora.models.pool import (
 from agora.agents.prompts import MATH_SHOTS, MC_SHOTS
 from agora.tasks.errors import InputError, is_input
 from agora.tasks.loaders import TaskFormatError
+from agora.traces.pg_database import pg_reason
 from agora.traces.pg_sql import PASSWORD_NOTE, bare_url, is_postgres_url
 from agora.traces.store import describe_sqlite_error
 
@@ -109,9 +110,16 @@ class _VisibleFormatter(logging.Formatter):
 def show_logs_visibly() -> None:
     """Print the log lines that reach stderr with no handler configured (Python's ``lastResort``:
     warnings and errors, ``%(message)s``) through :func:`visible`; the CLI calls it once, before any
-    command runs. A handler an application configured itself is left as it is."""
+    command runs. A handler an application configured itself is left as it is. psycopg's warnings
+    (a lost Postgres server's pooled connections, one line each) are left out unless a level was
+    set for its logger."""
     if logging.lastResort is not None and not isinstance(logging.lastResort.formatter, _VisibleFormatter):
         logging.lastResort.setFormatter(_VisibleFormatter())
+    # psycopg's pool warns once per connection a lost server leaves behind ("discarding closed
+    # connection", "error connecting in 'agora-traces'"): the command's own error line says it once
+    psycopg_log = logging.getLogger("psycopg")
+    if psycopg_log.level in (logging.NOTSET, logging.WARNING):  # (WARNING: what psycopg sets on import)
+        psycopg_log.setLevel(logging.ERROR)
 
 
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
@@ -221,11 +229,20 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         raise typer.Exit(1) from None
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
         saved = f"; finished {unit} are saved" if unit is not None and runs_started() > started_before else ""
-        described = error_line(describe_sqlite_error(_databases_given(), exc))
+        described = error_line(describe_sqlite_error(_databases_given(), exc, **({} if unit is not None else {
+            "again": "run the command again"})))
         err_console.print(f"[red]error:[/red] {escape(described)}{saved}",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except Exception as exc:
+        if _postgres_error(exc):  # the Postgres trace store failed mid-command (server gone, a timeout)
+            saved = f"; finished {unit} are saved" if unit is not None and runs_started() > started_before else ""
+            url = _postgres_given()
+            line = f"{url or 'the --db URL'}: the Postgres trace store failed in the middle of the command " \
+                   f"({pg_reason(exc, url)}){saved}"
+            err_console.print(f"[red]error:[/red] {escape(error_line(without_passwords(line)))}", highlight=False,
+                              soft_wrap=True)
+            raise typer.Exit(2) from None
         if not (isinstance(exc, USER_ERRORS) or is_input(exc)):
             if isinstance(exc, (KeyError, ValueError)):  # from Agora's own code, not the user's input: a bug
                 shown = repr(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
@@ -238,6 +255,25 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         err_console.print(f"[red]error:[/red] {escape(shown)}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def _postgres_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is psycopg's (or its pool's) error: a Postgres server that went away, ended
+    the session or refused a statement (an admin's ``statement_timeout``) after the store opened."""
+    return any(cls.__module__.split(".")[0] in ("psycopg", "psycopg_pool") for cls in type(exc).__mro__
+               if cls is not Exception)
+
+
+def _postgres_given() -> str:
+    """The Postgres URL(s) the running command was given (``--db``, ``--dev-db``), as a message names
+    them: ``URL``, ``--db URL or --dev-db URL``; ``""`` when none."""
+    ctx = _current_context()
+    params = getattr(ctx, "params", None) or {}
+    given = [(option, str(params[name])) for name, option in (("db", "--db"), ("dev_db", "--dev-db"))
+             if isinstance(params.get(name), (str, Path)) and is_postgres_url(str(params[name]))]
+    if len(given) == 1:
+        return given[0][1]
+    return " or ".join(f"{option} {value}" for option, value in given)
 
 
 def _databases_given() -> str:

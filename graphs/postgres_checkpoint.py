@@ -55,6 +55,7 @@ def open_postgres_checkpointer(url: str) -> "InlineAsyncPostgresSaver":
     except psycopg.Error as exc:
         raise TraceStoreError(f"{shown_url(url)}: cannot open the checkpoints ({str(exc).strip()[:200]})") from None
     pool = ConnectionPool(url, min_size=1, max_size=8, open=True, name="agora-checkpoints",
+                          check=ConnectionPool.check_connection,  # (as the trace store's: pg_database.py)
                           kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row,
                                   "options": f"-c search_path={CHECKPOINT_SCHEMA}"})
     saver = InlineAsyncPostgresSaver(pool, url=url)

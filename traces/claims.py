@@ -167,6 +167,8 @@ class Claims:
 
         if self._presence is None:
             self._presence = psycopg.connect(self.store.path, autocommit=True)
+            with contextlib.suppress(psycopg.Error):  # held idle by design: not ended by an admin's idle timeout
+                self._presence.execute("set idle_session_timeout = 0")  # (Postgres 14+)
         key = [f"agora-run-sitting:{self.run_id}"]
         alone = self._presence.execute("select pg_try_advisory_lock(hashtext(%s))", key).fetchone()[0]
         if alone:

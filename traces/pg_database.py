@@ -312,7 +312,9 @@ class PostgresDatabase:
         except psycopg.Error as exc:
             reason = pg_reason(exc, url)
             raise TraceStoreError(f"{shown_url(url)}: cannot connect to the Postgres trace store ({reason})") from None
-        self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=True,
+        # check: a pooled connection the server ended while it sat idle (an admin's idle_session_timeout,
+        # a proxy's idle limit, a restarted server) is replaced when taken, not handed to a write
+        self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=True, check=ConnectionPool.check_connection,
                                    kwargs={"autocommit": True}, name="agora-traces")
         self.conn = _Transaction(self)
 

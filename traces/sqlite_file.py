@@ -23,17 +23,22 @@ from agora.traces.errors import TraceStoreError
 BUSY_TIMEOUT_S = 30.0
 
 
-def describe_sqlite_error(path: str | Path, exc: BaseException, what: str = "Agora trace database") -> str:
+#: How a full disk's line ends for a command that records a run (it resumes).
+RESUME_HINT = "rerun with the same --run-id to resume (what was recorded is kept)"
+
+
+def describe_sqlite_error(path: str | Path, exc: BaseException, what: str = "Agora trace database",
+                          again: str = RESUME_HINT) -> str:
     """One line for an SQLite (or file-system) error on the database ``path``, which Agora reads as
-    ``what`` (named when the file is not a database or a corrupt one)."""
+    ``what`` (named when the file is not a database or a corrupt one). ``again``: what to do once a
+    full disk or a refused write is fixed (a command that records no run: ``"run the command again"``)."""
     msg = str(exc)
     low = msg.lower()
     if "disk is full" in low or isinstance(exc, OSError) and exc.errno == 28:  # SQLITE_FULL, ENOSPC
-        return (f"{path}: the disk is full ({msg}); free some space, then rerun with the same --run-id to "
-                "resume (what was recorded is kept)")
+        return f"{path}: the disk is full ({msg}); free some space, then {again}"
     if "disk i/o error" in low:  # SQLITE_IOERR: a write refused (a file-size limit, a full or failing device)
         return (f"{path}: a disk I/O error ({msg}: a full disk or file-size limit, or a failing device); fix it, then "
-                "rerun with the same --run-id to resume (what was recorded is kept)")
+                f"{again}")
     if "locked" in low or "busy" in low:
         return (f"{path}: the database is locked by another process (waited {BUSY_TIMEOUT_S:g} s); "
                 "try again once it is done")
