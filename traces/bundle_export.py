@@ -158,9 +158,14 @@ def check_out_path(out: str | Path) -> None:
     whole, which must never turn a device or a pipe into a plain file. A symbolic link is replaced
     itself, not its target.
 
+    ``-`` (standard output, by the usual convention) is refused too: a bundle is a file.
+
     Raises:
         BundleError: one line naming the path and what it is.
     """
+    if str(out) == "-":
+        raise BundleError("--out -: a bundle is written to a file, not to standard output; give a file name (for a "
+                          "file named '-', give its full path)")
     try:
         mode = os.lstat(out).st_mode
     except FileNotFoundError:

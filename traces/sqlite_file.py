@@ -61,15 +61,18 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def check_db_path(path: str | Path) -> None:
-    """Refuse a database path that is empty, a URL of a database Agora cannot store traces in
-    (``mysql://...``: it would otherwise become a SQLite file named like the URL), a folder, or not
-    a regular file (``/dev/null``), before SQLite opens it.
+    """Refuse a database path that is empty, ``-`` (standard input or output), a URL of a database
+    Agora cannot store traces in (``mysql://...``: it would otherwise become a SQLite file named like
+    the URL), a folder, or not a regular file (``/dev/null``), before SQLite opens it.
 
     Raises:
         TraceStoreError: naming the path.
     """
     if isinstance(path, str) and not path.strip():
         raise TraceStoreError(f"{path!r}: an empty database path; give a SQLite file or a postgresql:// URL")
+    if str(path) == "-":  # (standard input or output, by the usual convention: never a file named "-" unasked)
+        raise TraceStoreError("-: a trace database is a file, not standard input or output; give a file name (for a "
+                              "file named '-', write ./-)")
     if isinstance(path, str) and (url := _URL.match(path)):
         scheme = url.group(0)[:-3]
         raise TraceStoreError(f"{shown_url(path)}: a {scheme}:// URL; a trace database is a SQLite file path "
