@@ -195,6 +195,9 @@ class _Run:
     database: the protocol whose recorded pool its first model call's pool is compared with."""
     pool_seen: Any = None
     """The outermost run's: the description of the pool its first model call went through."""
+    origins: dict[Any, UUID | None] = field(default_factory=dict)
+    """The outermost run's: ``call_id`` of each attempt cut short under it → the run that made the call
+    (:func:`_calling_run`), so each stopped question gets its own."""
     unseen_graph: str | None = None
     """A node whose parent run this recorder did not see (it was given to the child runs only, as
     ``CallbackManager([], inheritable_handlers=[recorder])`` gives it): the protocol graph's context
@@ -439,6 +442,10 @@ class TraceRecorder(BaseCallbackHandler):
         """Protocol → the :attr:`_resumed` count :meth:`finish` last took off its run's ``paused``."""
         self._dropped: dict[str, int] = {}
         """Protocol → paused questions dropped by a fresh input on their thread (not recorded)."""
+        self._written: dict[UUID, tuple[dict[UUID, tuple[str, str]], tuple[str, str]]] = {}
+        """Outermost run recorded with stopped questions → (each run under a stopped question → its
+        ``(protocol, question id)``, the first stopped question's): where the attempts of calls cut
+        short that report after the invocation was recorded are written (:meth:`_collected`)."""
         self._seen: Any = None
         """While an invocation's questions are written: the pool its first model call went through."""
         self._thread_questions: dict[tuple[str, str, str, str], str] = {}
@@ -513,7 +520,7 @@ class TraceRecorder(BaseCallbackHandler):
         _hear_first(self)
         self._drop_dead_start(run_id)
         collector = unreturned_attempts(in_flight=True, before_call=functools.partial(self._before_call, run_id),
-                                        where=_calling_run)
+                                        collected=functools.partial(self._collected, run_id))
         run.unreturned = (collector, collector.__enter__())
         run.top_token = _OPEN_TOP.set((self, run_id))
         run.task = _current_task()
@@ -577,6 +584,27 @@ class TraceRecorder(BaseCallbackHandler):
         if isinstance(asked.get("question"), str) and asked["question"].strip() \
                 and asked["question"] != held.inputs.get("question"):
             held.inputs = dict(asked)
+
+    def _collected(self, root: UUID, records: list[dict[str, Any]]) -> None:
+        """The failed attempts of a model call under the outermost run ``root`` that raised or was
+        cancelled (:func:`agora.models.calls.unreturned_attempts`), told in the call's context: the
+        run that made it is noted, so each stopped question gets its own. Attempts told after
+        ``root`` was recorded (an async fan-out's other branches, cancelled by LangGraph after the
+        error that ended the invocation left it) are written now, under the stopped question whose
+        run made the call (else the first stopped), while its run is this recorder's."""
+        origin = _calling_run()
+        with self._lock:
+            written = self._written.get(root)
+            if written is None:
+                run = self._runs.get(root)
+                if run is not None:
+                    run.origins.update((r.get("call_id"), origin) for r in records)
+                return
+            owners, first = written
+            protocol, qid = owners.get(origin, first)
+            if protocol not in self._locks:  # (the runs were marked since: finish() or the block's end)
+                return
+            self.store.record_calls(self.run_ids[protocol], protocol, qid, [{**r, "question_id": qid} for r in records])
 
     def _refuse_shared(self, run_id: UUID, parent_run_id: UUID | None) -> None:
         """Raise :class:`RecorderConflictError` when another recorder of the same database records the
@@ -926,7 +954,7 @@ class TraceRecorder(BaseCallbackHandler):
         # the attempts cut short (calls that raised or were cancelled without returning them), each given
         # to the stopped question whose run made it; those of no stopped question to the first one stopped
         stopped_runs = {rid for rid, _, finished in found if not finished}
-        origins = getattr(unreturned[1], "origins", {}) if unreturned is not None else {}
+        origins = self._runs[root].origins
         own: dict[UUID, list[dict[str, Any]]] = {}
         cut_short = []
         for record in list(unreturned[1]) if unreturned is not None else []:
@@ -938,6 +966,8 @@ class TraceRecorder(BaseCallbackHandler):
         self._seen = self._runs[root].pool_seen  # (under the lock: the default pool of a run started now)
         stopped: list[tuple[_Run, str, str]] = []
         """The questions stopped by an error so far in this invocation: (run, protocol, id)."""
+        written: list[tuple[UUID, str, str]] = []
+        """Every question written as stopped: (its run, protocol, id)."""
         for n, (rid, protocol, finished) in enumerate(found):
             run = self._runs[rid]
             again = None
@@ -955,6 +985,17 @@ class TraceRecorder(BaseCallbackHandler):
                 cut_short = []  # (given to the first question stopped: one invocation, one error)
                 if qid is not None:
                     stopped.append((run, protocol, qid))
+                    written.append((rid, protocol, qid))
+        if written:  # (where attempts told after this are written: _collected)
+            owners: dict[UUID, tuple[str, str]] = {}
+            for rid, protocol, qid in written:
+                todo = [rid]
+                while todo:
+                    current = todo.pop()
+                    owners.setdefault(current, (protocol, qid))
+                    if current in self._runs:
+                        todo.extend(self._runs[current].children)
+            self._written[root] = (owners, written[0][1:])
 
     def _owner(self, rid: UUID | None, questions: set[UUID]) -> UUID | None:
         """The run among ``questions`` (protocol graph runs) that the run ``rid`` is under, itself
@@ -1245,6 +1286,7 @@ class TraceRecorder(BaseCallbackHandler):
         since the last leaves the runs as that one marked them."""
         self._drop_dead_start()
         with self._lock:
+            self._written.clear()  # (attempts told after this are not written: the runs are marked)
             self._late = {rid for rid, run in self._runs.items() if run.parent not in self._runs and not run.ended}
             unfinished = len(self._late)
             paused: dict[str, int] = dict(self._dropped)

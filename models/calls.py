@@ -34,14 +34,13 @@ class _Sink(list):
 
     in_flight = False
     before_call: Callable[[Any, str], None] | None = None
-    where: Callable[[], Any] | None = None
-    origins: dict[str, Any]
-    """``call_id`` of a collected record → what ``where()`` said when its call ended (with ``where``)."""
+    collected: Callable[[list[dict[str, Any]]], None] | None = None
 
 
 @contextlib.contextmanager
 def unreturned_attempts(*, in_flight: bool = False, before_call: Callable[[Any, str], None] | None = None,
-                        where: Callable[[], Any] | None = None) -> Iterator[list[dict[str, Any]]]:
+                        collected: Callable[[list[dict[str, Any]]], None] | None = None
+                        ) -> Iterator[list[dict[str, Any]]]:
     """Collect the failed-attempt trace records of model calls that do not return them.
 
     A call returns its records with its samples; one that raises :class:`ModelCallError` (an
@@ -55,16 +54,15 @@ def unreturned_attempts(*, in_flight: bool = False, before_call: Callable[[Any, 
     ``"cancelled"`` (its reply never came). ``before_call(pool, name)``: called by every
     :meth:`ModelPool.sample` / ``asample`` inside the context before its first request is sent (a
     trace recorder checks there which pool the calls go to); what it raises is the call's error,
-    and no request is made. ``where()``: called, in the call's own context, as a call's attempts
-    are collected; the yielded list's ``origins`` maps each record's ``call_id`` to what it said
-    (a trace recorder asks which graph run made the call, so that each question of an invocation
-    cut short keeps its own calls).
+    and no request is made. ``collected(records)``: called with each call's failed attempts as they
+    are added, in the call's own context, also after the context was left (a call of a task the
+    context started, cancelled late): a trace recorder notes which graph run made the call, and
+    writes the attempts that come after it recorded the invocation.
     """
     sink = _Sink()
     sink.in_flight = in_flight
     sink.before_call = before_call
-    sink.where = where
-    sink.origins = {}
+    sink.collected = collected
     token = _UNRETURNED.set(sink)
     try:
         yield sink
@@ -239,10 +237,9 @@ class SamplingCall:
                 self._failure(self.attempt, "cancelled", in_flight)
                 self.attempt += 1
             failed = [r for r in self.records if r.get("error")]
-            if getattr(sink, "where", None) is not None:
-                origin = sink.where()
-                sink.origins.update((r.get("call_id"), origin) for r in failed)
             sink.extend(failed)
+            if getattr(sink, "collected", None) is not None:
+                sink.collected(failed)
 
     def finish(self) -> None:
         """Each sample's text after the member's recipe (a program-of-thought program run): the

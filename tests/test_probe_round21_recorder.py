@@ -10,6 +10,7 @@ import asyncio
 import json
 import operator
 import threading
+import time
 from typing import Annotated
 
 import pytest
@@ -20,8 +21,9 @@ from typing_extensions import TypedDict
 
 from agora.graphs.delegation import DelegationContext, build_delegation_graph
 from agora.graphs.recording import TraceRecorder
+from agora.models.errors import ModelCallError
 from db_rows import rows
-from openai_stub import StubServer
+from openai_stub import DROP, StubServer
 from test_probe_round14_recorder import CONFIG, QUESTION, user_pool
 from test_probe_round20_recorder import echo_handler
 
@@ -184,3 +186,51 @@ def test_a_fan_out_of_protocol_questions_cancelled_keeps_each_questions_calls_un
     (status, summary), = rows(db, "select status, summary from runs")
     assert (status, json.loads(summary)) == ("failed", {"questions": 0, "failed": 3, "failed_questions": {
         "q-59dc3423": abandoned, "q-f465154e": abandoned, "q-2622f7aa": abandoned}})
+
+
+def test_a_fan_out_whose_branch_raises_keeps_the_calls_its_other_branches_had_in_flight(tmp_path):
+    """The app's async node awaits ALIGN per ``Send`` branch; model ``a``'s connection to the 2 + 2
+    question dies (``ModelCallError``) while the five other requests wait for their replies, and
+    LangGraph cancels the other branches on its way out. Before: their cancellations reached the
+    model calls after the invocation's end was recorded, and the four attempts of 1 + 1 and 3 + 3
+    were never written (their questions failed without a row). Now each question has its own."""
+    db = tmp_path / "app.db"
+    release = threading.Event()
+    server = StubServer()
+
+    def handler(path, body):
+        if body.get("model") == "a" and "2 + 2" in json.dumps(body.get("messages")):
+            while len(server.requests) < 6:
+                time.sleep(0.01)
+            return 200, DROP
+        return held_replies(release)(path, body)
+
+    server.handler = handler
+    with server:
+        context = DelegationContext(user_pool(server.base_url), CONFIG)
+        align = build_delegation_graph().compile()
+
+        async def solve(state: dict) -> dict:
+            out = await align.ainvoke({"question": state["question"], "gold": state["gold"]}, context=context)
+            return {"answers": [out["answer"]]}
+
+        builder = StateGraph(FanState)
+        builder.add_node("solve", solve)
+        builder.add_conditional_edges(START, lambda state: [Send("solve", item) for item in state["items"]])
+        builder.add_edge("solve", END)
+        app = builder.compile()
+        items = [{"question": f"What is {n} + {n}?", "gold": str(2 * n)} for n in (1, 2, 3)]
+        try:
+            with TraceRecorder(db, run_id="app") as recorder:
+                with pytest.raises(ModelCallError):
+                    asyncio.run(app.ainvoke({"items": items}, {"callbacks": [recorder]}))
+        finally:
+            release.set()
+    recorded = rows(db, "select question_id, model, error, messages from model_calls")
+    assert sorted((qid, model, error, question_of(messages)) for qid, model, error, messages in recorded) == [
+        ("q-2622f7aa", "a", "cancelled", "3 + 3"), ("q-2622f7aa", "b", "cancelled", "3 + 3"),
+        ("q-59dc3423", "a", "cancelled", "1 + 1"), ("q-59dc3423", "b", "cancelled", "1 + 1"),
+        ("q-f465154e", "a", "OpenAIConnectionError: Connection error.", "2 + 2"),
+        ("q-f465154e", "b", "cancelled", "2 + 2")]
+    (status, summary), = rows(db, "select status, summary from runs")
+    assert (status, json.loads(summary)["failed"]) == ("failed", 3)
