@@ -138,6 +138,37 @@ def test_psycopgs_pool_warnings_are_left_out_of_the_commands_output(monkeypatch)
     assert logging.getLogger("psycopg.pool").isEnabledFor(logging.ERROR)
 
 
+def test_a_table_lock_held_by_another_session_is_waited_out_for_a_while_then_one_line(postgres_server, monkeypatch):
+    """Another session holds a lock on the trace tables (an admin's ``LOCK TABLE``, a ``VACUUM FULL``):
+    before, every command waited with no limit and no word (SQLite gives up after its busy timeout).
+    Here the lock is let go after 10 s, and the wait is cut to 1 s."""
+    import threading
+
+    import psycopg
+
+    from agora.traces import pg_database
+
+    url = postgres_server.database()
+    _one_run(url)
+    monkeypatch.setattr(pg_database, "LOCK_TIMEOUT_S", 1.0)
+    holder = psycopg.connect(url)
+    holder.execute("lock table runs in access exclusive mode")
+    release = threading.Timer(10, holder.rollback)
+    release.start()
+    try:
+        started = time.monotonic()
+        code, output = agora("report", "runs", "--db", url, env={"COLUMNS": "1000"})
+        waited = time.monotonic() - started
+    finally:
+        release.join()
+        holder.close()
+    assert code == 2 and one_error_line(output) == (
+        f"error: {url}: the Postgres trace store failed in the middle of the command (canceling statement due to "
+        "lock timeout)"), output
+    assert waited < 9, waited
+    assert agora("report", "runs", "--db", url)[0] == 0  # the lock gone: as before
+
+
 # ------------------------------------------------------------------ an admin's idle_session_timeout
 
 

@@ -16,6 +16,7 @@ gets ``julianday(text)`` and ``sum(boolean)``, the two SQLite functions the repo
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -39,6 +40,11 @@ __all__ = ["PostgresDatabase", "PostgresTable", "SCHEMES", "SETUP", "is_postgres
 
 #: Connections per store: enough for a run's questions in flight (its threads share them).
 POOL_MAX_SIZE = 16
+
+#: Seconds a statement waits for a lock another session holds on the trace tables (an admin's ``LOCK
+#: TABLE``, a ``VACUUM FULL``) before it fails: Postgres's ``lock_timeout``, as SQLite's busy timeout
+#: (30 s). Set on the store's connections where the role or database sets none of its own.
+LOCK_TIMEOUT_S = 30.0
 
 _TYPES = {str: "TEXT", int: "BIGINT", float: "DOUBLE PRECISION", bytes: "BYTEA", bool: "BIGINT",
           dict: "TEXT", list: "TEXT"}
@@ -75,11 +81,25 @@ def _needs_driver() -> Any:
 
 
 
+def _configure(conn: Any) -> None:
+    """A new pooled connection's settings: :data:`LOCK_TIMEOUT_S` as its ``lock_timeout`` unless the
+    role or database set one (a refusal, such as an admin's tiny ``statement_timeout``, leaves the
+    connection as it is: its next statement says why)."""
+    import psycopg
+
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("select set_config('lock_timeout', %s, false) where current_setting('lock_timeout') = '0'",
+                     [f"{int(LOCK_TIMEOUT_S * 1000)}ms"])
+
+
 def pg_reason(exc: BaseException, url: str) -> str:
-    """A driver's error about ``url`` as one line for a message: its lines joined, ``url``'s password
+    """A driver's error about ``url`` as one line for a message: its lines joined (less the statement
+    it quotes and the caret under it), ``url``'s password
     left out (:func:`~agora.traces.pg_sql.without_password`), at most 300 characters (its class name
     when it says nothing)."""
-    reason = without_password(" ".join(line.strip() for line in str(exc).splitlines() if line.strip()), url)
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line for line in lines if not re.match(r"LINE \d+:|\^$", line)]  # the statement quoted, a caret under it
+    reason = without_password(" ".join(lines), url)
     return reason[:300] or type(exc).__name__
 
 
@@ -315,7 +335,7 @@ class PostgresDatabase:
         # check: a pooled connection the server ended while it sat idle (an admin's idle_session_timeout,
         # a proxy's idle limit, a restarted server) is replaced when taken, not handed to a write
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, open=True, check=ConnectionPool.check_connection,
-                                   kwargs={"autocommit": True}, name="agora-traces")
+                                   configure=_configure, kwargs={"autocommit": True}, name="agora-traces")
         self.conn = _Transaction(self)
 
     @contextlib.contextmanager
