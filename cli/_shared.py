@@ -122,10 +122,25 @@ def show_logs_visibly() -> None:
         psycopg_log.setLevel(logging.ERROR)
 
 
+def _width(stream: Any, off_terminal: int, columns_off_terminal: bool = True) -> int | None:
+    """The output width of ``stream``: ``None`` (rich reads ``$COLUMNS``, else the terminal's) when
+    ``$COLUMNS`` is a positive number (off a terminal only with ``columns_off_terminal``) or, unset,
+    on a terminal; the terminal's size when ``$COLUMNS`` is set to anything else on one (``0``,
+    which rich would take as a width of 0 and print nothing); else ``off_terminal`` (a log file or
+    pipe)."""
+    import shutil
+
+    columns = os.environ.get("COLUMNS")
+    positive = columns is not None and columns.isdigit() and int(columns) > 0
+    if stream.isatty():
+        return None if positive or columns is None else shutil.get_terminal_size((off_terminal, 24)).columns
+    return None if positive and columns_off_terminal else off_terminal
+
+
 # Off a terminal rich would wrap tables at 80 columns; logs and CI read better wider.
-#: Output width: the terminal's, else ``$COLUMNS``, else 120 (a log file or pipe).
-console = _Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120)
-err_console = _Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+#: Output width: ``$COLUMNS`` (a positive number), else the terminal's, else 120 (a log file or pipe).
+console = _Console(width=_width(sys.stdout, 120))
+err_console = _Console(stderr=True, width=_width(sys.stderr, 200, columns_off_terminal=False))
 
 class Table(RichTable):
     """The CLI's tables: a rich ``Table`` whose columns fold a cell that does not fit onto more lines
