@@ -255,6 +255,47 @@ def test_a_run_id_a_stdout_cannot_print_is_shown_escaped_and_the_run_runs(tmp_pa
     assert _one(db, "select run_id from runs") == "é-run"
 
 
+# ---------------------------------------------------------------------------------- "-" for stdin or stdout
+
+
+def test_export_to_dash_is_refused_instead_of_writing_a_file_named_dash(tmp_path):
+    """Before: ``--out -`` (stdout, by the usual convention) wrote the bundle to a file named ``-``
+    in the current folder, and said ``wrote -``."""
+    db, _ = _recorded(tmp_path)
+    code, output = _in(tmp_path, "export", "--db", db, "--run-id", "s", "--out", "-")
+    assert code == 2, output
+    assert one_error_line(output) == ("error: --out -: a bundle is written to a file, not to standard output; give "
+                                      "a file name (for a file named '-', give its full path)")
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_a_dash_db_is_refused_instead_of_a_database_file_named_dash(tmp_path, command):
+    """Before: ``--db -`` created (or read) an SQLite file named ``-`` and its ``-.checkpoints``."""
+    args = (("run", "align", "--data", _data(tmp_path), "--pool", fake_pool(tmp_path)) if command == "run"
+            else ("report", "runs"))
+    code, output = _in(tmp_path, *args, "--db", "-")
+    assert code == 2, output
+    assert one_error_line(output) == ("error: -: a trace database is a file, not standard input or output; give a "
+                                      "file name (for a file named '-', write ./-)")
+    assert not (tmp_path / "-").exists() and not (tmp_path / "-.checkpoints").exists()
+
+
+# ---------------------------------------------------------------------------------- COLUMNS=0
+
+
+def test_columns_zero_prints_the_report_at_the_default_width_not_nothing(tmp_path):
+    """Before: ``COLUMNS=0`` (set by some shells and CI runners) gave rich a width of 0: ``agora
+    report runs`` printed nothing at all and exited 0. A width that is not a positive number is
+    now ignored (120 columns off a terminal)."""
+    db, _ = _recorded(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "agora.cli", "report", "runs", "--db", str(db)], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path, env={**os.environ, "COLUMNS": "0"})
+    assert done.returncode == 0, done.stderr
+    assert "│ s      │ align    │ finished │         3 │" in done.stdout, done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) <= 120
+
+
 # ---------------------------------------------------------------------------------- checks that held
 
 
