@@ -4,7 +4,8 @@ renamed: a resume redid every question and doubled its model calls; ``runs.statu
 added it back empty for the other runs, then ``agora report runs`` crashed; ``results.correct`` renamed: ``agora
 report run`` crashed); a read-only ``--out`` that failed a bench with a traceback after every run
 had finished; file names too long for the file system; a stdout that cannot print a run id's
-letters. Checks that held are at the end. The pool is LangChain's scripted
+letters; ``-`` as ``--db`` or export's ``--out`` (a file named ``-`` was written); ``COLUMNS=0``
+(every table printed as nothing). Checks that held are at the end. The pool is LangChain's scripted
 ``FakeListChatModel`` (:func:`cli_runs.fake_pool`); no model is loaded."""
 
 from __future__ import annotations
