@@ -68,8 +68,11 @@ def test_sighup_drains_the_run_marks_it_interrupted_and_the_rerun_resumes(tmp_pa
     pool = tmp_path / "slow.toml"
     pool.write_text(fake_pool(tmp_path).read_text().replace("kwargs = {", "kwargs = {sleep = 0.4, "))
     args = ["run", "align", "--data", str(data), "--pool", str(pool), "--db", str(db), "--run-id", "s"]
+    # started as from a terminal: SIGHUP at its default even when the tests run under nohup (which
+    # the run would inherit, and then rightly ignore the hang-up)
     proc = subprocess.Popen([sys.executable, "-m", "agora.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 900
         while proc.poll() is None and time.monotonic() < deadline:

@@ -140,17 +140,19 @@ def test_experimental_lambdify_runs_its_printed_code_restricted():
 
 
 def test_the_output_cap_holds_when_the_program_changes_its_printer():
-    """``printed`` is RestrictedPython's collector, the program's own object: ``printed.cap = 10**12``
+    """``printed`` was RestrictedPython's collector, the program's own object: ``printed.cap = 10**12``
     (or appending to ``printed.parts``) let 40 MB come back with ``output_bytes`` 4096, status ok.
-    The worker bounds the output itself."""
+    The worker bounds the output itself, and ``printed`` is now the text printed so far (a ``str``):
+    the collector is out of the program's reach, and nothing of the 20 MB comes back."""
     raised = run_program("printed.cap = 10 ** 12\nfor i in range(20):\n    print('y' * 10 ** 6)\n", LIMITS)
-    assert raised.status == "output_limit"
-    assert raised.output == ""
-    assert raised.error == "OutputLimit: the program printed more than 4096 bytes"
+    assert (raised.status, raised.output) == ("error", "")
+    assert raised.error == "AttributeError: 'str' object has no attribute 'cap'"
     appended = run_program("printed.parts.append('z' * 10000)\nprint('end')\n", LIMITS)
-    assert appended.status == "output_limit"
-    assert appended.output == "z" * 4096
-    assert appended.error == "OutputLimit: the program printed more than 4096 bytes"
+    assert (appended.status, appended.output) == ("error", "")
+    assert appended.error == "AttributeError: 'str' object has no attribute 'parts'"
+    flooded = run_program("x = 'y' * 10 ** 6\nfor i in range(20):\n    print(x)\n", LIMITS)
+    assert (flooded.status, flooded.output) == ("output_limit", "")
+    assert flooded.error == "OutputLimit: the program printed more than 4096 bytes"
     exact = run_program("print('a' * 4095)\n", LIMITS)  # 4095 + newline = the cap: still fine
     assert (exact.status, len(exact.output)) == ("ok", 4096)
 
