@@ -684,13 +684,17 @@ def graceful_stop(run_id: str | None = None) -> Iterator[RunControl]:
 
 
 def check_out_path(out: Path | None, option: str = "--out") -> None:
-    """Refuse an output folder that names an existing file (or lies under one), before any work.
+    """Refuse an output folder that names an existing file (or lies under one), or ``-`` (standard
+    output, by the usual convention: never a folder named ``-`` unasked), before any work.
 
     Raises:
         ValueError: naming the option and the path.
     """
     if out is None:
         return
+    if str(out) == "-":
+        raise InputError(f"{option} -: it names an output folder, not standard output; give a folder name (for a "
+                         "folder named '-', write ./-)")
     out = Path(out)
     for p in (out, *out.parents):
         if p.exists() and not p.is_dir():

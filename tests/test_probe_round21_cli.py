@@ -327,3 +327,16 @@ def test_pool_members_named_like_methods_stay_apart_from_the_methods_in_a_bench(
     report = json.loads((out / "bench.json").read_text())
     assert report["methods"] == ["align", "single_agent", "self_consistency", "best_of_n"]
     assert "| model `single_agent` (one sample) |" in (out / "bench.md").read_text()
+
+
+@pytest.mark.parametrize("command", [["bench", "--tasks", "q.jsonl"], ["train", "sft", "--db", "t.db", "--model", "m"],
+                                     ["evolve", "--instructions", "q.jsonl"]])
+def test_a_dash_as_an_output_folder_is_refused_not_made_a_folder_named_dash(tmp_path, monkeypatch, command):
+    """``--out -`` (standard output, by the usual convention) made a folder named ``-``; ``./-`` still
+    names one on purpose."""
+    monkeypatch.chdir(tmp_path)
+    code, output = agora(*command, "--out", "-")
+    assert code == 2, output
+    assert one_error_line(output) == ("error: --out -: it names an output folder, not standard output; give a folder "
+                                      "name (for a folder named '-', write ./-)")
+    assert not (tmp_path / "-").exists()
