@@ -31,7 +31,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from agora.models.recipes.sandbox import DEFAULT_IMPORTS, SandboxLimits
+from agora.models.recipes.sandbox import DEFAULT_IMPORTS, SandboxLimits, run_program
 
 from sandbox_probes import hostile_failures, output_failures, resource_failures, restricted_module
 
@@ -340,3 +340,19 @@ def test_the_main_guard_runs_and_name_stays_unwritable(sandbox):
                ("name's attribute", "print(__name__.__class__)", 'SyntaxError: Line 1: "__class__" is an invalid attribute'),
                ("other dunder globals", "print(__builtins__)", 'SyntaxError: Line 1: "__builtins__" is an invalid variable')]
     assert hostile_failures(sandbox, refused, LIMITS) == []
+
+
+# ------------------------------------------------------------------ a break-it pass after round 21
+
+def test_from_future_import_annotations_runs_and_the_module_stays_out_of_reach():
+    """Typed code's usual first line was refused (``import of '__future__' is not allowed``); the
+    features are compiler directives, so ``from __future__ import ...`` of a feature name runs, while
+    the module itself and a name that is no feature stay refused."""
+    typed = "from __future__ import annotations\ndef f(x: int) -> list[int]:\n    return [x + 1]\nprint(f(2))\n"
+    assert (run_program(typed, LIMITS).status, run_program(typed, LIMITS).output) == ("ok", "[3]\n")
+    aliased = "from __future__ import annotations as a, division\nprint(a.getOptionalRelease())\n"
+    assert run_program(aliased, LIMITS).output == "(3, 7, 0, 'beta', 1)\n"
+    module = run_program("import __future__\nprint(__future__)\n", LIMITS)
+    assert module.status == "error" and module.error.startswith('SyntaxError: Line 1: "__future__" is an invalid')
+    unknown = run_program("from __future__ import sys\n", LIMITS)
+    assert (unknown.status, unknown.error) == ("error", "SyntaxError: future feature sys is not defined")

@@ -16,6 +16,7 @@ from cli_runs import agora, one_error_line  # noqa: E402
 
 from agora.models.urls import shown_url  # noqa: E402
 from agora.traces.pg_sql import without_password  # noqa: E402
+from agora.traces.errors import TraceStoreError  # noqa: E402
 from agora.traces.store import TraceStore  # noqa: E402
 
 
@@ -266,3 +267,39 @@ def test_an_import_refused_by_the_file_system_says_to_run_it_again_not_to_resume
     assert proc.returncode == 2, proc.stderr
     line = one_error_line(proc.stderr)
     assert line.startswith("error: t.db: ") and line.endswith(", then run the command again"), line
+
+
+# ------------------------------------------------------------------ a break-it pass after round 21
+
+
+@pytest.mark.parametrize("url, field", [("postgresql://u:ab%C3@localhost:1/db", "password"),
+                                        ("postgresql://u:ab%FF@localhost:1/db", "password"),
+                                        ("postgresql://%FFu:pw@localhost:1/db", "user name"),
+                                        ("postgresql://u:pw@localhost:1/d%C3", "database name")])
+def test_a_percent_escape_that_is_not_utf8_is_one_line_naming_the_part(url, field):
+    """Before: ``error: 'utf-8' codec can't decode byte 0xc3 in position 2: unexpected end of data``,
+    naming neither the URL nor the part (psycopg's conninfo parser raised it). No server is reached."""
+    code, output = agora("report", "runs", "--db", url)
+    assert code == 2, output
+    line = one_error_line(output)
+    assert line.endswith(f": the {field}'s %-escapes do not decode as UTF-8 text; write it in UTF-8 with each byte "
+                         "%-encoded (e.g. é as %C3%A9)"), line
+    assert "ab%" not in line and "pw" not in line  # the password is not shown
+
+
+def test_a_role_statement_timeout_while_creating_the_tables_is_not_blamed_on_rights(postgres_server):
+    """A role whose ``statement_timeout`` (set by an admin) cancels the table creation. Before: "open it
+    as a role that may create tables in its schema ...", advice about rights the role has; now the
+    server's reason alone."""
+    import psycopg
+
+    name = "r21_slow"
+    with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
+        if not conn.execute("select 1 from pg_roles where rolname = %s", [name]).fetchone():
+            conn.execute(f'create role "{name}" login superuser')
+        conn.execute(f"alter role \"{name}\" set statement_timeout = '1ms'")
+    url = postgres_server.database().replace(f"{postgres_server.user}@", f"{name}@", 1)
+    with pytest.raises(TraceStoreError) as info:
+        TraceStore(url)
+    assert str(info.value) in (f"{url}: cannot create the trace tables (canceling statement due to {why})"
+                               for why in ("statement timeout", "user request"))  # (the server's words vary)

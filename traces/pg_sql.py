@@ -95,10 +95,20 @@ def check_url(url: str) -> None:
     """Raise ``ValueError`` (one line: the URL without its password and what is wrong) when ``url``
     does not parse as a URL: an IPv6 host without its ``]``, a port that is not a number in 0-65535."""
     try:
-        urlsplit(url).port  # the port is parsed on access
+        parts = urlsplit(url)
+        parts.port  # the port is parsed on access
     except ValueError as exc:
         hint = "; an IPv6 host goes in brackets: postgresql://user@[::1]:5432/db" if "IPv6" in str(exc) else ""
         raise InputError(f"{shown_url(url)}: not a valid Postgres URL ({exc}){hint}") from None
+    # libpq decodes the %-escapes of each part as UTF-8 text; one that is not (%C3 alone, %FF) would fail
+    # later as a bare codec error naming nothing
+    for field, raw in (("user name", parts.username), ("password", parts.password), ("database name", parts.path),
+                       ("query", parts.query)):
+        try:
+            unquote(raw or "", errors="strict")
+        except UnicodeDecodeError:
+            raise InputError(f"{shown_url(url)}: the {field}'s %-escapes do not decode as UTF-8 text; write it in "
+                             "UTF-8 with each byte %-encoded (e.g. é as %C3%A9)") from None
 
 
 

@@ -72,9 +72,12 @@ class PostgresTraceStore(TraceStore):
                 create_claims_table(self.db)
         except psycopg.Error as exc:
             self.db.close()
+            # the role's rights only when the server said so (SQLSTATE 42501); a timeout or a lost
+            # connection is said as such, without advice about rights
+            advice = ("; open it as a role that may create tables in its schema, or have its owner run the command "
+                      "once first") if getattr(exc, "sqlstate", None) == "42501" else ""
             raise TraceStoreError(f"{shown_url(self.path)}: cannot create the trace tables "
-                                  f"({pg_reason(exc, self.path)}); open it as a role that may create tables in "
-                                  "its schema, or have its owner run the command once first") from None
+                                  f"({pg_reason(exc, self.path)}){advice}") from None
 
     def start_run(self, run_id: str, protocol: str, **kwargs: Any) -> bool:
         """As :meth:`TraceStore.start_run`, serialised per run id across processes (workers of one

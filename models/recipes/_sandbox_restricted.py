@@ -169,6 +169,9 @@ class _Stdout:
 #: program.
 _C_IMPORTS = frozenset({"time", "_strptime"})
 
+#: What ``from __future__ import ...`` may name (typed code starts with ``... import annotations``).
+_FUTURE_FEATURES = frozenset(__import__("__future__").all_feature_names)
+
 
 def _importer(allowed: frozenset[str]):
     real = __import__
@@ -176,6 +179,11 @@ def _importer(allowed: frozenset[str]):
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
         if (type(name) is str and name in _C_IMPORTS and type(fromlist) is list and fromlist in ([], ["__doc__"])
                 and level == 0):
+            return real(name, globals, locals, fromlist, level)
+        if (type(name) is str and name == "__future__" and level == 0 and type(fromlist) is tuple and fromlist
+                and all(type(item) is str and item in _FUTURE_FEATURES for item in fromlist)):
+            # ``from __future__ import annotations``: a compiler directive; binds only the feature's
+            # record (``_Feature``: its releases and flag), never the module
             return real(name, globals, locals, fromlist, level)
         if level != 0 or name.split(".")[0] not in allowed:
             raise ImportError(f"import of {name!r} is not allowed (allowed: {', '.join(sorted(allowed))})")
