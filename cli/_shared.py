@@ -694,7 +694,7 @@ def check_out_path(out: Path | None, option: str = "--out") -> None:
         return
     if str(out) == "-":
         raise InputError(f"{option} -: it names an output folder, not standard output; give a folder name (for a "
-                         "folder named '-', write ./-)")
+                         "folder named '-', give its full path)")
     out = Path(out)
     for p in (out, *out.parents):
         if p.exists() and not p.is_dir():

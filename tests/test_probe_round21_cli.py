@@ -338,5 +338,9 @@ def test_a_dash_as_an_output_folder_is_refused_not_made_a_folder_named_dash(tmp_
     code, output = agora(*command, "--out", "-")
     assert code == 2, output
     assert one_error_line(output) == ("error: --out -: it names an output folder, not standard output; give a folder "
-                                      "name (for a folder named '-', write ./-)")
+                                      "name (for a folder named '-', give its full path)")
     assert not (tmp_path / "-").exists()
+    # what the message advises is taken (./- reaches the command as "-": not advised)
+    from agora.cli._shared import check_out_path
+
+    check_out_path(tmp_path / "-")
