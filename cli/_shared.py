@@ -219,6 +219,11 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
     from agora.graphs.recorded_runs import runs_started
 
     started_before = runs_started()
+
+    def saved_note() -> str:
+        """``; finished <unit> are saved`` once a run of this command started, else ``""``."""
+        return f"; finished {unit} are saved" if unit is not None and runs_started() > started_before else ""
+
     try:
         yield
     except typer.Exit:
@@ -243,7 +248,7 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         err_console.print(f"[red]error:[/red] {escape(error_line(str(exc)))}{resume}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     except sqlite3.Error as exc:  # the trace DB or its checkpoints failed mid-run (locked, disk full...)
-        saved = f"; finished {unit} are saved" if unit is not None and runs_started() > started_before else ""
+        saved = saved_note()
         described = error_line(describe_sqlite_error(_databases_given(), exc, **({} if unit is not None else {
             "again": "run the command again"})))
         err_console.print(f"[red]error:[/red] {escape(described)}{saved}",
@@ -251,7 +256,7 @@ def user_errors(unit: str | None = None) -> Iterator[None]:
         raise typer.Exit(2) from None
     except Exception as exc:
         if _postgres_error(exc):  # the Postgres trace store failed mid-command (server gone, a timeout)
-            saved = f"; finished {unit} are saved" if unit is not None and runs_started() > started_before else ""
+            saved = saved_note()
             url = _postgres_given()
             line = f"{url or 'the --db URL'}: the Postgres trace store failed in the middle of the command " \
                    f"({pg_reason(exc, url)}){saved}"
