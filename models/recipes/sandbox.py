@@ -20,8 +20,9 @@ What was chosen, and why:
   ``x``'s class) and a metaclass call is judged like a ``class`` statement (``_sandbox_restricted.py``
   says why); of ``typing``, what annotations use (not ``get_type_hints``, ``get_origin``,
   ``ForwardRef``..., which hand out ``type`` or evaluate strings). ``math`` and ``cmath``, when
-  allowed, are bound without an import (``_sandbox_restricted.PREBOUND``). A program over :data:`MAX_PROGRAM_BYTES` is refused before it is sent. RestrictedPython
-  alone is not a security boundary (its own docs say so), hence:
+  allowed, are bound without an import (``_sandbox_restricted.PREBOUND``). A program over
+  :data:`MAX_PROGRAM_BYTES` is refused before it is sent. RestrictedPython alone is not a security
+  boundary (its own docs say so), hence:
 - **OS limits in the child** (``resource.setrlimit``): CPU seconds (``RLIMIT_CPU``), address space
   (``RLIMIT_AS``: the worker's plus :attr:`~SandboxLimits.memory_mb`), file size, no core files, no
   new processes (``RLIMIT_NPROC`` 0, which the kernel does not enforce for root), a fresh empty
